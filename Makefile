@@ -1,0 +1,99 @@
+# Switchboard - one binary, bin/switchboard, plus cmocka test programs.
+#
+#   make            build bin/switchboard (optimised, with debug info)
+#   make test       build and run the unit + integration tests
+#   make test SAN=1 the same under AddressSanitizer + UBSan (what .ci/run does)
+#   make deps       apt-get install the build dependencies that are missing
+#   make fuzz       libFuzzer targets (clang), FUZZ_SECONDS each
+#   make bench      side-by-side benchmark against llama.cpp (see docs/PERFORMANCE.md)
+#   make models     install a real small instruct GGUF into models/
+#
+# Sources are found by wildcard: adding a .c file to a module directory is
+# enough. Files named *_avx2.c / *_avx512.c get their ISA flags only there; the
+# rest of the binary stays baseline x86-64 and picks kernels by CPUID at run time.
+
+CC      ?= cc
+SAN     ?= 0
+BUILD   ?= build
+BIN     ?= bin
+PKGS    := libevent libevent_pthreads msgpack yaml-0.1 sqlite3
+
+ifeq ($(SAN),1)
+BUILD   := build-san
+OPT     := -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+LDSAN   := -fsanitize=address,undefined
+else
+OPT     := -O2
+LDSAN   :=
+endif
+
+MODULES  := common worker worker/kernels ipc router cache supervisor
+INCLUDES := $(addprefix -I,$(MODULES))
+WARN     := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter
+CFLAGS   ?=
+CFLAGS   += -std=c11 -g $(OPT) $(WARN) -D_GNU_SOURCE -pthread $(INCLUDES) \
+            $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+LDLIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm -pthread
+
+AVX2_FLAGS   := -mavx2 -mfma -mf16c
+AVX512_FLAGS := $(AVX2_FLAGS) -mavx512f -mavx512bw -mavx512dq -mavx512vl -mavx512vnni
+
+LIB_SRC  := $(filter-out supervisor/main.c,$(wildcard $(addsuffix /*.c,$(MODULES))))
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+MAIN_OBJ := $(BUILD)/supervisor/main.o
+LIB      := $(BUILD)/libswitchboard.a
+
+TEST_SRC := $(wildcard tests/test_*.c)
+TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+TEST_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null)
+
+.PHONY: all test deps fuzz bench models clean demo
+# SAN=1 builds its own binary so a sanitized build never replaces bin/.
+SB_BIN := $(if $(filter 1,$(SAN)),$(BUILD)/switchboard,$(BIN)/switchboard)
+all: $(SB_BIN)
+
+$(SB_BIN): $(MAIN_OBJ) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDSAN) -o $@ $^ $(LDLIBS)
+
+$(LIB): $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/%_avx2.o: %_avx2.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(AVX2_FLAGS) -MMD -MP -c -o $@ $<
+
+$(BUILD)/%_avx512.o: %_avx512.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(AVX512_FLAGS) -MMD -MP -c -o $@ $<
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c -o $@ $<
+
+$(BUILD)/tests/%: tests/%.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests -o $@ $< $(LIB) $(TEST_LIBS) $(LDSAN) $(LDLIBS)
+
+# The integration tests drive the real binary; under SAN=1 that is the
+# sanitized build, so forked workers are checked too.
+test: $(TEST_BIN) $(SB_BIN)
+	SB_BIN=$(abspath $(SB_BIN)) SB_BUILD=$(BUILD) tests/run.sh $(TEST_BIN)
+
+deps:
+	tools/deps.sh
+
+fuzz:
+	tools/fuzz.sh
+
+bench: all
+	tools/bench.sh
+
+models:
+	tools/models.sh
+
+clean:
+	rm -rf build build-san bin
+
+-include $(LIB_OBJ:.o=.d) $(MAIN_OBJ:.o=.d)

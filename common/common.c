@@ -1,0 +1,104 @@
+/* common.c - errors, logging, allocation and clocks (see sb_common.h). */
+#include "sb_common.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+const char *sb_strerror(int code) {
+    static const char *const names[] = {
+        [0] = "ok", [1] = "invalid argument", [2] = "out of memory",
+        [3] = "I/O error", [4] = "bad format", [5] = "unsupported",
+        [6] = "out of range", [7] = "not found", [8] = "busy",
+        [9] = "timed out", [10] = "cancelled",
+    };
+    int i = -code;
+    if (i < 0 || i >= (int)SB_ARRAY_LEN(names) || !names[i]) return "unknown error";
+    return names[i];
+}
+
+int sb_seterr(char *err, int code, const char *fmt, ...) {
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, SB_ERR_LEN, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+/* Written once by main() before any thread or child exists; read-only after. */
+static const char *log_role = "switchboard";
+static int log_level = SB_LOG_INFO;
+
+void sb_log_setup(const char *role, int level) {
+    if (role) log_role = role;
+    log_level = level;
+}
+
+void sb_log(int level, const char *fmt, ...) {
+    static const char *const tags[] = { "debug", "info", "warn", "error" };
+    if (level < log_level) return;
+    char line[1024];
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    struct tm tm;
+    gmtime_r(&ts.tv_sec, &tm);
+    int n = snprintf(line, sizeof line, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s[%d] %s: ",
+                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
+                     tm.tm_sec, ts.tv_nsec / 1000000, log_role, (int)getpid(), tags[level & 3]);
+    va_list ap;
+    va_start(ap, fmt);
+    if (n < (int)sizeof line) n += vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+    va_end(ap);
+    if (n >= (int)sizeof line - 1) n = (int)sizeof line - 2;
+    line[n++] = '\n';
+    /* One write() per line so lines of concurrent processes do not interleave. */
+    ssize_t w = write(STDERR_FILENO, line, (size_t)n);
+    (void)w;
+}
+
+/* Test-only countdown; atomics because the thread pool may allocate. */
+static _Atomic long malloc_countdown = -1;
+
+static int malloc_should_fail(void) {
+    long c = malloc_countdown;
+    if (c < 0) return 0;
+    if (c == 0) { malloc_countdown = -1; return 1; }
+    malloc_countdown = c - 1;
+    return 0;
+}
+
+void sb_malloc_fail_after(long after) { malloc_countdown = after; }
+
+void *sb_malloc(size_t n) { return malloc_should_fail() ? NULL : malloc(n ? n : 1); }
+void *sb_calloc(size_t n, size_t size) { return malloc_should_fail() ? NULL : calloc(n ? n : 1, size ? size : 1); }
+void *sb_realloc(void *p, size_t n) { return malloc_should_fail() ? NULL : realloc(p, n ? n : 1); }
+void  sb_free(void *p) { free(p); }
+
+char *sb_strdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = sb_malloc(n);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
+void *sb_aligned_alloc(size_t n) {
+    if (malloc_should_fail()) return NULL;
+    void *p = NULL;
+    size_t sz = (n + 63) & ~(size_t)63;
+    if (posix_memalign(&p, 64, sz ? sz : 64) != 0) return NULL;
+    memset(p, 0, sz ? sz : 64);
+    return p;
+}
+void sb_aligned_free(void *p) { free(p); }
+
+uint64_t sb_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+double sb_now_s(void) { return (double)sb_now_ns() * 1e-9; }

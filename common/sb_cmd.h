@@ -1,0 +1,16 @@
+/* sb_cmd.h - the subcommands of bin/switchboard: a table of contents.
+ *
+ * Each command takes the arguments after its name (argv[0] is the command
+ * name), prints --help on request, and returns a process exit code
+ * (SB_EXIT_*). The dispatch table is in supervisor/main.c.
+ */
+#ifndef SB_CMD_H
+#define SB_CMD_H
+
+int sb_cmd_inspect(int argc, char **argv);   /* worker/cli_inspect.c */
+int sb_cmd_tokenize(int argc, char **argv);  /* worker/cli_engine.c */
+int sb_cmd_logits(int argc, char **argv);    /* worker/cli_engine.c */
+int sb_cmd_generate(int argc, char **argv);  /* worker/cli_engine.c */
+int sb_cmd_bench(int argc, char **argv);     /* worker/cli_engine.c */
+
+#endif

@@ -1,0 +1,86 @@
+/* sb_common.h - error codes, logging and small helpers shared by every module.
+ *
+ * Convention (see docs/DESIGN.md): functions return 0 on success or a negative
+ * SB_E* code; results come back through out-parameters; a caller that wants a
+ * readable reason passes a char err[SB_ERR_LEN] (NULL is allowed everywhere).
+ */
+#ifndef SB_COMMON_H
+#define SB_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdarg.h>
+
+#define SB_ERR_LEN 256          /* room for "file: field at byte offset N: why" */
+
+enum {
+    SB_OK       =  0,
+    SB_EINVAL   = -1,           /* bad argument or malformed input */
+    SB_ENOMEM   = -2,
+    SB_EIO      = -3,           /* open/read/write/mmap failed (errno kept) */
+    SB_EFORMAT  = -4,           /* file or frame does not follow its format */
+    SB_EUNSUP   = -5,           /* valid but not supported (type, arch…) */
+    SB_ERANGE   = -6,           /* a value outside its allowed range */
+    SB_ENOTFOUND= -7,
+    SB_EBUSY    = -8,
+    SB_ETIMEOUT = -9,
+    SB_ECANCEL  = -10,
+};
+
+/* Process exit codes are a protocol between workers and the supervisor
+ * (nginx does the same with exit 2): a worker that exits with
+ * SB_EXIT_CONFIG failed on its configuration or model file and restarting it
+ * cannot help, so the supervisor does not respawn it. */
+enum {
+    SB_EXIT_OK      = 0,
+    SB_EXIT_FAIL    = 1,        /* runtime failure: bad input, I/O, … */
+    SB_EXIT_CONFIG  = 2,        /* bad config, model or usage: do not respawn */
+};
+
+const char *sb_strerror(int code);
+
+/* Fill err (if not NULL) printf-style. Always returns `code` so callers can
+ * write `return sb_seterr(err, SB_EFORMAT, "...")`. */
+int sb_seterr(char *err, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Logging to stderr, one line per call, prefixed with time, level and the
+ * process role. Level and role are set once at start-up by main(). */
+enum { SB_LOG_DEBUG, SB_LOG_INFO, SB_LOG_WARN, SB_LOG_ERROR };
+void sb_log_setup(const char *role, int level);
+void sb_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define sb_debug(...) sb_log(SB_LOG_DEBUG, __VA_ARGS__)
+#define sb_info(...)  sb_log(SB_LOG_INFO, __VA_ARGS__)
+#define sb_warn(...)  sb_log(SB_LOG_WARN, __VA_ARGS__)
+#define sb_error(...) sb_log(SB_LOG_ERROR, __VA_ARGS__)
+
+/* Allocation wrappers. Tests can make the Nth allocation fail to prove that
+ * every constructor cleans up (SQLite's test_malloc discipline). */
+void *sb_malloc(size_t n);
+void *sb_calloc(size_t n, size_t size);
+void *sb_realloc(void *p, size_t n);
+char *sb_strdup(const char *s);
+void  sb_free(void *p);
+/* Aligned (64 B: one cache line, one AVX-512 register) zeroed allocation. */
+void *sb_aligned_alloc(size_t n);
+void  sb_aligned_free(void *p);
+/* Test hook: fail the allocation `after` calls from now (-1 disables). */
+void  sb_malloc_fail_after(long after);
+
+/* Monotonic clock in nanoseconds / seconds. */
+uint64_t sb_now_ns(void);
+double   sb_now_s(void);
+
+/* Overflow-checked size arithmetic: return 0 and set *out, or -1 on overflow. */
+static inline int sb_add_size(size_t a, size_t b, size_t *out) {
+    return __builtin_add_overflow(a, b, out) ? -1 : 0;
+}
+static inline int sb_mul_size(size_t a, size_t b, size_t *out) {
+    return __builtin_mul_overflow(a, b, out) ? -1 : 0;
+}
+
+#define SB_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+#define SB_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define SB_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+#endif

@@ -1,0 +1,42 @@
+/* main.c - bin/switchboard: dispatch to a subcommand. */
+#include <stdio.h>
+#include <string.h>
+
+#include "sb_common.h"
+#include "sb_cmd.h"
+
+typedef struct {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *summary;
+} sb_command;
+
+static const sb_command commands[] = {
+    { "inspect",  sb_cmd_inspect,  "print a GGUF file's metadata and tensor table" },
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: switchboard COMMAND [ARGS]\n\n"
+               "Local LLM agent runtime: GGUF engine, supervisor, router, cache.\n\n"
+               "commands:\n");
+    for (size_t i = 0; i < SB_ARRAY_LEN(commands); i++)
+        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\nRun 'switchboard COMMAND --help' for a command's options.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) { usage(stderr); return SB_EXIT_CONFIG; }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return SB_EXIT_OK;
+    }
+    for (size_t i = 0; i < SB_ARRAY_LEN(commands); i++) {
+        if (!strcmp(argv[1], commands[i].name)) {
+            sb_log_setup(commands[i].name, SB_LOG_INFO);
+            return commands[i].fn(argc - 1, argv + 1);
+        }
+    }
+    fprintf(stderr, "switchboard: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return SB_EXIT_CONFIG;
+}

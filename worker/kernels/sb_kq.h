@@ -1,0 +1,149 @@
+/* sb_kq.h - tensor types: the one traits table for every GGUF tensor type.
+ *
+ * Type ids are GGML's on-disk ids (they are written into GGUF files), so the
+ * numbering never shifts; retired ids keep a placeholder row with
+ * blck_size 0. Adding a type means adding a row, not editing switches.
+ *
+ * A weight row of type T is dotted with an activation row that was first
+ * converted to traits[T].vec_dot_type (Q8_K for k-quants, Q8_0 for the legacy
+ * quants, F16 for F16, …), exactly as llama.cpp does, so that our logits land
+ * where llama.cpp's do.
+ *
+ * Kernel tiers (see docs/DESIGN.md): every kernel has a scalar _ref twin in
+ * kq_ref.c (built without SIMD flags); kq_avx2.c and kq_avx512.c hold the SIMD
+ * versions. Three const tables exist, one per level; sb_kq_table() returns the
+ * best one this CPU (and the SB_KERNELS override) allows. No mutable globals.
+ */
+#ifndef SB_KQ_H
+#define SB_KQ_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+enum sb_type {
+    SB_TYPE_F32 = 0, SB_TYPE_F16 = 1, SB_TYPE_Q4_0 = 2, SB_TYPE_Q4_1 = 3,
+    /* 4, 5: retired Q4_2, Q4_3 */
+    SB_TYPE_Q5_0 = 6, SB_TYPE_Q5_1 = 7, SB_TYPE_Q8_0 = 8, SB_TYPE_Q8_1 = 9,
+    SB_TYPE_Q2_K = 10, SB_TYPE_Q3_K = 11, SB_TYPE_Q4_K = 12, SB_TYPE_Q5_K = 13,
+    SB_TYPE_Q6_K = 14, SB_TYPE_Q8_K = 15,
+    /* 16..29: IQ* and I8..F64 - rows present, not supported */
+    SB_TYPE_BF16 = 30,
+    SB_TYPE_COUNT = 40
+};
+
+#define SB_QK_K 256             /* super-block size of the k-quants */
+#define SB_QK4_0 32
+#define SB_QK8_0 32
+
+typedef uint16_t sb_fp16;
+typedef uint16_t sb_bf16;
+
+/* ---- block layouts: byte-for-byte those of ggml-common.h ------------------ */
+typedef struct { sb_fp16 d; uint8_t qs[16]; } sb_block_q4_0;
+typedef struct { sb_fp16 d, m; uint8_t qs[16]; } sb_block_q4_1;
+typedef struct { sb_fp16 d; uint8_t qh[4]; uint8_t qs[16]; } sb_block_q5_0;
+typedef struct { sb_fp16 d, m; uint8_t qh[4]; uint8_t qs[16]; } sb_block_q5_1;
+typedef struct { sb_fp16 d; int8_t qs[32]; } sb_block_q8_0;
+typedef struct { sb_fp16 d, s; int8_t qs[32]; } sb_block_q8_1;
+typedef struct { uint8_t scales[16]; uint8_t qs[64]; sb_fp16 d, dmin; } sb_block_q2_K;
+typedef struct { uint8_t hmask[32]; uint8_t qs[64]; uint8_t scales[12]; sb_fp16 d; } sb_block_q3_K;
+typedef struct { sb_fp16 d, dmin; uint8_t scales[12]; uint8_t qs[128]; } sb_block_q4_K;
+typedef struct { sb_fp16 d, dmin; uint8_t scales[12]; uint8_t qh[32]; uint8_t qs[128]; } sb_block_q5_K;
+typedef struct { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; sb_fp16 d; } sb_block_q6_K;
+typedef struct { float d; int8_t qs[256]; int16_t bsums[16]; } sb_block_q8_K;
+
+_Static_assert(sizeof(sb_block_q4_0) == 18, "q4_0 block");
+_Static_assert(sizeof(sb_block_q4_1) == 20, "q4_1 block");
+_Static_assert(sizeof(sb_block_q5_0) == 22, "q5_0 block");
+_Static_assert(sizeof(sb_block_q5_1) == 24, "q5_1 block");
+_Static_assert(sizeof(sb_block_q8_0) == 34, "q8_0 block");
+_Static_assert(sizeof(sb_block_q8_1) == 36, "q8_1 block");
+_Static_assert(sizeof(sb_block_q2_K) == 84, "q2_K block");
+_Static_assert(sizeof(sb_block_q3_K) == 110, "q3_K block");
+_Static_assert(sizeof(sb_block_q4_K) == 144, "q4_K block");
+_Static_assert(sizeof(sb_block_q5_K) == 176, "q5_K block");
+_Static_assert(sizeof(sb_block_q6_K) == 210, "q6_K block");
+_Static_assert(sizeof(sb_block_q8_K) == 292, "q8_K block");
+
+/* ---- kernel signatures ---------------------------------------------------- */
+/* n is the number of elements (a multiple of blck_size). */
+typedef void (*sb_to_float_fn)(const void *src, float *dst, int64_t n);
+typedef void (*sb_from_float_fn)(const float *src, void *dst, int64_t n);
+/* *s = dot(x, y) over n elements; x is a row of the weight type, y a row of
+ * its vec_dot_type. */
+typedef void (*sb_vec_dot_fn)(int n, float *s, const void *x, const void *y);
+
+typedef struct {
+    const char      *name;          /* "Q4_K", as llama.cpp prints it */
+    int              blck_size;     /* elements per block; 0 = unsupported id */
+    size_t           type_size;     /* bytes per block */
+    int              is_quantized;
+    sb_to_float_fn   to_float;      /* dequantize */
+    sb_from_float_fn from_float;    /* quantize (activations: fast path) */
+    sb_from_float_fn from_float_ref;/* reference quantizer, deterministic */
+    sb_vec_dot_fn    vec_dot;       /* NULL if this type is never a weight */
+    int              vec_dot_type;  /* what activations are converted to */
+} sb_kq_traits;
+
+enum sb_kq_level { SB_KQ_REF = 0, SB_KQ_AVX2 = 1, SB_KQ_AVX512 = 2, SB_KQ_LEVELS };
+
+/* The traits table of one level (SB_TYPE_COUNT rows). Rows a level has no
+ * SIMD kernel for carry the _ref functions. */
+const sb_kq_traits *sb_kq_table(int level);
+/* Best level for this CPU and OS, lowered by the environment variable
+ * SB_KERNELS=ref|avx2|avx512. */
+int         sb_kq_best_level(void);
+const char *sb_kq_level_name(int level);
+
+/* Bytes of one row of n elements of `type` (n a multiple of the block). */
+static inline size_t sb_kq_row_size(const sb_kq_traits *t, int64_t n) {
+    return t->blck_size ? (size_t)(n / t->blck_size) * t->type_size : 0;
+}
+
+/* ---- fp16 / bf16 scalar conversions (round-to-nearest-even, like F16C) ---- */
+static inline float sb_fp32_from_bits(uint32_t w) { float f; memcpy(&f, &w, 4); return f; }
+static inline uint32_t sb_fp32_to_bits(float f) { uint32_t w; memcpy(&w, &f, 4); return w; }
+
+static inline float sb_fp16_to_fp32(sb_fp16 h) {
+    const uint32_t w = (uint32_t)h << 16;
+    const uint32_t sign = w & 0x80000000u;
+    const uint32_t two_w = w + w;
+    const uint32_t exp_offset = 0xE0u << 23;
+    const float exp_scale = 0x1.0p-112f;
+    const float normalized = sb_fp32_from_bits((two_w >> 4) + exp_offset) * exp_scale;
+    const uint32_t magic_mask = 126u << 23;
+    const float magic_bias = 0.5f;
+    const float denormalized = sb_fp32_from_bits((two_w >> 17) | magic_mask) - magic_bias;
+    const uint32_t denormalized_cutoff = 1u << 27;
+    const uint32_t result = sign | (two_w < denormalized_cutoff ? sb_fp32_to_bits(denormalized)
+                                                                : sb_fp32_to_bits(normalized));
+    return sb_fp32_from_bits(result);
+}
+
+static inline sb_fp16 sb_fp32_to_fp16(float f) {
+    const float scale_to_inf = 0x1.0p+112f;
+    const float scale_to_zero = 0x1.0p-110f;
+    float base = (f < 0 ? -f : f) * scale_to_inf;
+    base *= scale_to_zero;
+    const uint32_t w = sb_fp32_to_bits(f);
+    const uint32_t shl1_w = w + w;
+    const uint32_t sign = w & 0x80000000u;
+    uint32_t bias = shl1_w & 0xFF000000u;
+    if (bias < 0x71000000u) bias = 0x71000000u;
+    base = sb_fp32_from_bits((bias >> 1) + 0x07800000u) + base;
+    const uint32_t bits = sb_fp32_to_bits(base);
+    const uint32_t exp_bits = (bits >> 13) & 0x00007C00u;
+    const uint32_t mantissa_bits = bits & 0x00000FFFu;
+    const uint32_t nonsign = exp_bits + mantissa_bits;
+    return (sb_fp16)((sign >> 16) | (shl1_w > 0xFF000000u ? 0x7E00u : nonsign));
+}
+
+static inline float sb_bf16_to_fp32(sb_bf16 h) { return sb_fp32_from_bits((uint32_t)h << 16); }
+static inline sb_bf16 sb_fp32_to_bf16(float f) {
+    uint32_t u = sb_fp32_to_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (sb_bf16)((u >> 16) | 64); /* quiet NaN */
+    return (sb_bf16)((u + (0x7fffu + ((u >> 16) & 1))) >> 16);
+}
+
+#endif
