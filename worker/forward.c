@@ -1,0 +1,438 @@
+/* forward.c - inference contexts and the transformer forward pass.
+ *
+ * One pass over a batch of tokens, layer by layer:
+ *   x = embed(tokens)
+ *   per layer:  xb = rmsnorm(x)·w;  q,k,v = W·xb (+bias);  rope(q,k)
+ *               append k,v to the KV cache;  att = softmax(q·Kᵀ/√d)·V
+ *               x += Wo·att;  xb = rmsnorm(x)·w;  x += Wdown·(silu(Wg·xb) ⊙ Wu·xb)
+ *   logits = Wout·rmsnorm(x)·w
+ * Matrix products go through the kernel traits table: the activations are
+ * converted once per input to the weight type's vec_dot_type (Q8_K, Q8_0,
+ * F16…) and every weight row is dotted with every token's row, blocks of
+ * rows at a time so that a block stays in cache while all tokens pass by.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "model_impl.h"
+#include "sb_common.h"
+#include "sb_pool.h"
+
+#define DEFAULT_BATCH 512
+#define MM_ROWS_PER_TASK 16     /* 16 rows of a 4096-wide Q4_K matrix ≈ 37 KB: L2-resident */
+#define ACT_SLOTS 2             /* distinct (input, activation type) pairs cached per step */
+
+typedef struct {
+    const float *src;           /* the f32 input this slot was made from */
+    int          type;          /* its vec_dot_type */
+    void        *buf;
+    size_t       row_bytes;
+} act_slot;
+
+struct sb_ctx {
+    const sb_model     *m;
+    const sb_kq_traits *kq;
+    sb_pool            *pool;
+    int n_ctx, n_past, n_batch, kv_type;
+    size_t kv_row_bytes;        /* bytes of one position's K (or V) in one layer */
+    uint8_t *k_cache, *v_cache; /* [n_layer][n_ctx][n_head_kv·head_dim] */
+    /* scratch, n_batch rows each */
+    float *x, *xb, *q, *k, *v, *att, *qkv, *ffa, *ffb;
+    act_slot act[ACT_SLOTS];
+    int act_next;
+    /* per-thread attention scratch */
+    float *scores;              /* [n_threads][n_ctx] */
+    uint8_t *qconv;             /* [n_threads][head_dim] in the KV type */
+    float *vtmp;                /* [n_threads][head_dim] */
+    float *rope_cs;             /* [n_batch][n_rot] cos,sin pairs */
+};
+
+int sb_ctx_n_ctx(const sb_ctx *c) { return c->n_ctx; }
+int sb_ctx_n_past(const sb_ctx *c) { return c->n_past; }
+void sb_ctx_truncate(sb_ctx *c, int n) {
+    if (n >= 0 && n < c->n_past) c->n_past = n;
+}
+
+void sb_ctx_free(sb_ctx *c) {
+    if (!c) return;
+    sb_pool_free(c->pool);
+    sb_aligned_free(c->k_cache);
+    sb_aligned_free(c->v_cache);
+    float *bufs[] = { c->x, c->xb, c->q, c->k, c->v, c->att, c->qkv, c->ffa, c->ffb, c->scores, c->vtmp, c->rope_cs };
+    for (size_t i = 0; i < SB_ARRAY_LEN(bufs); i++) sb_aligned_free(bufs[i]);
+    sb_aligned_free(c->qconv);
+    for (int i = 0; i < ACT_SLOTS; i++) sb_aligned_free(c->act[i].buf);
+    sb_free(c);
+}
+
+static int alloc_floats(float **p, size_t n) {
+    *p = sb_aligned_alloc(n * sizeof(float));
+    return *p ? 0 : -1;
+}
+
+int sb_ctx_new(const sb_model *m, const sb_ctx_params *p, sb_ctx **out, char *err) {
+    *out = NULL;
+    const sb_hparams *hp = &m->hp;
+    sb_ctx *c = sb_calloc(1, sizeof *c);
+    if (!c) return sb_seterr(err, SB_ENOMEM, "out of memory");
+    c->m = m;
+    int level = p->kq_level >= 0 && p->kq_level < SB_KQ_LEVELS ? p->kq_level : sb_kq_best_level();
+    if (level > sb_kq_best_level()) level = sb_kq_best_level();
+    c->kq = sb_kq_table(level);
+    c->n_ctx = p->n_ctx > 0 ? p->n_ctx : SB_MIN(hp->n_ctx_train, 4096);
+    c->n_batch = p->n_batch > 0 ? p->n_batch : DEFAULT_BATCH;
+    if (c->n_batch > c->n_ctx) c->n_batch = c->n_ctx;
+    c->kv_type = p->kv_f32 ? SB_TYPE_F32 : SB_TYPE_F16;
+    int nt = p->n_threads > 0 ? p->n_threads : 1;
+    if (nt > 256) nt = 256;
+    const size_t dq = (size_t)hp->n_head * hp->head_dim, dkv = (size_t)hp->n_head_kv * hp->head_dim;
+    const size_t nb = (size_t)c->n_batch, hd = (size_t)hp->head_dim;
+    c->kv_row_bytes = dkv * (c->kv_type == SB_TYPE_F16 ? 2 : 4);
+    size_t kv_bytes;
+    if (sb_mul_size(c->kv_row_bytes, (size_t)c->n_ctx * (size_t)hp->n_layer, &kv_bytes)) {
+        sb_ctx_free(c);
+        return sb_seterr(err, SB_ERANGE, "KV cache size overflows");
+    }
+    c->k_cache = sb_aligned_alloc(kv_bytes);
+    c->v_cache = sb_aligned_alloc(kv_bytes);
+    int bad = !c->k_cache || !c->v_cache;
+    bad = bad || alloc_floats(&c->x, nb * (size_t)hp->n_embd) || alloc_floats(&c->xb, nb * SB_MAX((size_t)hp->n_embd, dq));
+    bad = bad || alloc_floats(&c->q, nb * dq) || alloc_floats(&c->k, nb * dkv) || alloc_floats(&c->v, nb * dkv);
+    bad = bad || alloc_floats(&c->att, nb * dq);
+    bad = bad || (hp->arch == SB_ARCH_PHI3 && alloc_floats(&c->qkv, nb * (dq + 2 * dkv)));
+    bad = bad || alloc_floats(&c->ffa, nb * 2 * (size_t)hp->n_ff) || alloc_floats(&c->ffb, nb * (size_t)hp->n_ff);
+    bad = bad || alloc_floats(&c->scores, (size_t)nt * (size_t)c->n_ctx) || alloc_floats(&c->vtmp, (size_t)nt * hd);
+    bad = bad || alloc_floats(&c->rope_cs, nb * (size_t)hp->n_rot);
+    bad = bad || !(c->qconv = sb_aligned_alloc((size_t)nt * hd * 4));
+    /* Activation buffers sized for the widest input (n_ff, or q for wo) in
+     * the bulkiest activation format (F32 = 4 bytes/element covers all). */
+    size_t widest = SB_MAX((size_t)hp->n_ff, SB_MAX((size_t)hp->n_embd, dq));
+    for (int i = 0; i < ACT_SLOTS && !bad; i++)
+        bad = !(c->act[i].buf = sb_aligned_alloc(nb * widest * 4 + 4096));
+    if (bad) {
+        sb_ctx_free(c);
+        return sb_seterr(err, SB_ENOMEM, "out of memory for a %d-token context (KV cache %.1f MiB)",
+                         p->n_ctx, 2.0 * (double)kv_bytes / 1048576.0);
+    }
+    if (sb_pool_new(nt, &c->pool) != 0) {
+        sb_ctx_free(c);
+        return sb_seterr(err, SB_ENOMEM, "cannot start %d threads", nt);
+    }
+    *out = c;
+    return 0;
+}
+
+/* ---- activations ---------------------------------------------------------- */
+
+typedef struct {
+    const sb_kq_traits *tt;
+    const float *src;
+    void *dst;
+    int64_t ne0;
+    size_t row_bytes;
+} quant_job;
+
+static void quant_task(void *arg, int t, int thread) {
+    const quant_job *j = arg;
+    j->tt->from_float(j->src + (size_t)t * (size_t)j->ne0, (uint8_t *)j->dst + (size_t)t * j->row_bytes, j->ne0);
+}
+
+static void act_reset(sb_ctx *c) {
+    for (int i = 0; i < ACT_SLOTS; i++) c->act[i].src = NULL;
+}
+
+/* The input rows converted to `type`, converting only the first time a
+ * given input is used with that type in this step. */
+static const act_slot *act_get(sb_ctx *c, const float *src, int n_tok, int64_t ne0, int type) {
+    for (int i = 0; i < ACT_SLOTS; i++)
+        if (c->act[i].src == src && c->act[i].type == type) return &c->act[i];
+    act_slot *s = &c->act[c->act_next];
+    c->act_next = (c->act_next + 1) % ACT_SLOTS;
+    const sb_kq_traits *tt = &c->kq[type];
+    s->src = src;
+    s->type = type;
+    s->row_bytes = sb_kq_row_size(tt, ne0);
+    quant_job j = { tt, src, s->buf, ne0, s->row_bytes };
+    sb_pool_run(c->pool, quant_task, &j, n_tok);
+    return s;
+}
+
+/* ---- matrix × activations ------------------------------------------------ */
+
+typedef struct {
+    const sb_weight *w;
+    sb_vec_dot_fn dot;
+    const uint8_t *act;
+    size_t act_stride;
+    int n_tok;
+    float *y;
+    size_t y_stride;
+    int rows_per_task;
+} mm_job;
+
+static void mm_task(void *arg, int task, int thread) {
+    const mm_job *j = arg;
+    const int64_t r0 = (int64_t)task * j->rows_per_task;
+    const int64_t r1 = SB_MIN(r0 + j->rows_per_task, j->w->ne1);
+    const uint8_t *wd = j->w->data;
+    const int n = (int)j->w->ne0;
+    for (int t = 0; t < j->n_tok; t++) {
+        const uint8_t *a = j->act + (size_t)t * j->act_stride;
+        float *y = j->y + (size_t)t * j->y_stride;
+        for (int64_t r = r0; r < r1; r++) j->dot(n, &y[r], wd + (size_t)r * j->w->row_bytes, a);
+    }
+}
+
+/* y[t][0..rows) = W · x[t] for t < n_tok; x rows are w->ne0 floats apart. */
+static void matmul(sb_ctx *c, const sb_weight *w, const float *x, int n_tok, float *y, size_t y_stride) {
+    const sb_kq_traits *tt = &c->kq[w->type];
+    const act_slot *a = act_get(c, x, n_tok, w->ne0, tt->vec_dot_type);
+    mm_job j = { w, tt->vec_dot, a->buf, a->row_bytes, n_tok, y, y_stride, MM_ROWS_PER_TASK };
+    int n_threads = sb_pool_size(c->pool);
+    /* Small matrices: make sure every thread gets work. */
+    while (j.rows_per_task > 1 && (w->ne1 + j.rows_per_task - 1) / j.rows_per_task < 4 * n_threads) j.rows_per_task /= 2;
+    int n_tasks = (int)((w->ne1 + j.rows_per_task - 1) / j.rows_per_task);
+    sb_pool_run(c->pool, mm_task, &j, n_tasks);
+}
+
+/* ---- element-wise steps ---------------------------------------------------- */
+
+/* ggml sums squares in double; so do we, to land on the same bits. */
+static void rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
+    double ss = 0.0;
+    for (int i = 0; i < n; i++) ss += (double)(x[i] * x[i]);
+    const float scale = 1.0f / sqrtf((float)(ss / n) + eps);
+    for (int i = 0; i < n; i++) out[i] = (x[i] * scale) * w[i];
+}
+
+/* cos/sin of every rotary pair for one position, computed like ggml: theta
+ * advances by a running product, in float. */
+static void rope_cache(float *cs, int pos, int n_rot, float base, float freq_scale, const float *factors) {
+    const float theta_scale = powf(base, -2.0f / (float)n_rot);
+    float theta = (float)pos;
+    for (int i0 = 0; i0 < n_rot; i0 += 2) {
+        const float ff = factors ? factors[i0 / 2] : 1.0f;
+        const float th = freq_scale * (theta / ff);
+        cs[i0] = cosf(th);
+        cs[i0 + 1] = sinf(th);
+        theta *= theta_scale;
+    }
+}
+
+static void rope_apply(float *x, int n_heads, int hd, int n_rot, const float *cs, int neox) {
+    for (int h = 0; h < n_heads; h++) {
+        float *v = x + (size_t)h * hd;
+        for (int i0 = 0; i0 < n_rot; i0 += 2) {
+            const float c = cs[i0], s = cs[i0 + 1];
+            const int a = neox ? i0 / 2 : i0, b = neox ? i0 / 2 + n_rot / 2 : i0 + 1;
+            const float x0 = v[a], x1 = v[b];
+            v[a] = x0 * c - x1 * s;
+            v[b] = x0 * s + x1 * c;
+        }
+    }
+}
+
+static float silu(float x) { return x / (1.0f + expf(-x)); }
+
+/* ---- attention --------------------------------------------------------------- */
+
+typedef struct {
+    sb_ctx *c;
+    int layer, n_tok;
+} attn_job;
+
+static void attn_task(void *arg, int task, int thread) {
+    const attn_job *j = arg;
+    sb_ctx *c = j->c;
+    const sb_hparams *hp = &c->m->hp;
+    const int hd = hp->head_dim, n_head = hp->n_head;
+    const int t = task / n_head, h = task % n_head;
+    const int kvh = h / (n_head / hp->n_head_kv);
+    const int pos = c->n_past + t;
+    const int start = hp->n_swa > 0 ? SB_MAX(0, pos - hp->n_swa + 1) : 0;
+    const size_t layer_off = (size_t)j->layer * (size_t)c->n_ctx * c->kv_row_bytes;
+    const size_t head_off = (size_t)kvh * (size_t)hd * (c->kv_type == SB_TYPE_F16 ? 2 : 4);
+    const uint8_t *K = c->k_cache + layer_off + head_off, *V = c->v_cache + layer_off + head_off;
+    const sb_kq_traits *kv = &c->kq[c->kv_type];
+    const float *q = c->q + (size_t)t * (size_t)n_head * hd + (size_t)h * hd;
+    float *s = c->scores + (size_t)thread * (size_t)c->n_ctx;
+    float *vt = c->vtmp + (size_t)thread * hd;
+    void *qc = c->qconv + (size_t)thread * hd * 4;
+
+    /* K·q in the cache's type, as llama.cpp does (q is rounded to F16 for an
+     * F16 cache): the scores then match its bit patterns closely. */
+    kv->from_float(q, qc, hd);
+    const float scale = 1.0f / sqrtf((float)hd);
+    float mx = -INFINITY;
+    for (int p = start; p <= pos; p++) {
+        float d;
+        kv->vec_dot(hd, &d, K + (size_t)p * c->kv_row_bytes, qc);
+        d *= scale;
+        s[p] = d;
+        if (d > mx) mx = d;
+    }
+    double sum = 0.0;
+    for (int p = start; p <= pos; p++) {
+        const float e = expf(s[p] - mx);
+        s[p] = e;
+        sum += e;
+    }
+    const float inv = (float)(1.0 / sum);
+    float *out = c->att + (size_t)t * (size_t)n_head * hd + (size_t)h * hd;
+    memset(out, 0, (size_t)hd * sizeof(float));
+    for (int p = start; p <= pos; p++) {
+        kv->to_float(V + (size_t)p * c->kv_row_bytes, vt, hd);
+        const float w = s[p] * inv;
+        for (int i = 0; i < hd; i++) out[i] += w * vt[i];
+    }
+}
+
+/* ---- one batch ---------------------------------------------------------------- */
+
+typedef struct {
+    sb_ctx *c;
+    const sb_layer *L;
+    int stage;
+} tok_job;
+
+enum { ST_ATTN_NORM, ST_QKV_POST, ST_FFN_NORM, ST_SWIGLU };
+
+/* Per-token element-wise work, spread over the pool for long batches. */
+static void tok_task(void *arg, int t, int thread) {
+    const tok_job *j = arg;
+    sb_ctx *c = j->c;
+    const sb_hparams *hp = &c->m->hp;
+    const int d = hp->n_embd, hd = hp->head_dim;
+    const size_t dq = (size_t)hp->n_head * hd, dkv = (size_t)hp->n_head_kv * hd;
+    switch (j->stage) {
+    case ST_ATTN_NORM:
+        rmsnorm(c->xb + (size_t)t * d, c->x + (size_t)t * d, j->L->attn_norm, d, hp->rms_eps);
+        break;
+    case ST_FFN_NORM:
+        rmsnorm(c->xb + (size_t)t * d, c->x + (size_t)t * d, j->L->ffn_norm, d, hp->rms_eps);
+        break;
+    case ST_QKV_POST: {
+        float *q = c->q + (size_t)t * dq, *k = c->k + (size_t)t * dkv, *v = c->v + (size_t)t * dkv;
+        if (c->qkv) {
+            const float *f = c->qkv + (size_t)t * (dq + 2 * dkv);
+            memcpy(q, f, dq * sizeof(float));
+            memcpy(k, f + dq, dkv * sizeof(float));
+            memcpy(v, f + dq + dkv, dkv * sizeof(float));
+        }
+        if (j->L->bq) {
+            for (size_t i = 0; i < dq; i++) q[i] += j->L->bq[i];
+            for (size_t i = 0; i < dkv; i++) { k[i] += j->L->bk[i]; v[i] += j->L->bv[i]; }
+        }
+        const float *cs = c->rope_cs + (size_t)t * hp->n_rot;
+        rope_apply(q, hp->n_head, hd, hp->n_rot, cs, hp->rope_neox);
+        rope_apply(k, hp->n_head_kv, hd, hp->n_rot, cs, hp->rope_neox);
+        break;
+    }
+    case ST_SWIGLU: {
+        const size_t nf = (size_t)hp->n_ff;
+        const float *g, *u;
+        if (c->qkv) {           /* phi3: ffn_up produced gate | up in one row */
+            g = c->ffa + (size_t)t * 2 * nf;
+            u = g + nf;
+        } else {
+            g = c->ffa + (size_t)t * nf;
+            u = c->ffb + (size_t)t * nf;
+        }
+        float *o = c->ffb + (size_t)t * nf;
+        /* o may alias u (llama): element i is read before it is written. */
+        for (size_t i = 0; i < nf; i++) o[i] = silu(g[i]) * u[i];
+        break;
+    }
+    }
+}
+
+static void run_tokens(sb_ctx *c, const sb_layer *L, int stage, int n_tok) {
+    tok_job j = { c, L, stage };
+    sb_pool_run(c->pool, tok_task, &j, n_tok);
+}
+
+static void store_kv(sb_ctx *c, int il, int n_tok) {
+    const sb_hparams *hp = &c->m->hp;
+    const size_t dkv = (size_t)hp->n_head_kv * hp->head_dim;
+    const sb_kq_traits *kv = &c->kq[c->kv_type];
+    const size_t layer_off = (size_t)il * (size_t)c->n_ctx * c->kv_row_bytes;
+    for (int t = 0; t < n_tok; t++) {
+        const size_t off = layer_off + (size_t)(c->n_past + t) * c->kv_row_bytes;
+        kv->from_float(c->k + (size_t)t * dkv, c->k_cache + off, (int64_t)dkv);
+        kv->from_float(c->v + (size_t)t * dkv, c->v_cache + off, (int64_t)dkv);
+    }
+}
+
+static int eval_batch(sb_ctx *c, const int32_t *tokens, int n, float *logits, int all_logits, char *err) {
+    const sb_model *m = c->m;
+    const sb_hparams *hp = &m->hp;
+    const int d = hp->n_embd;
+    const size_t dq = (size_t)hp->n_head * hp->head_dim;
+    const sb_kq_traits *et = &c->kq[m->tok_embd.type];
+    for (int t = 0; t < n; t++) {
+        if (tokens[t] < 0 || tokens[t] >= hp->n_vocab)
+            return sb_seterr(err, SB_EINVAL, "token %d at batch index %d is outside the vocabulary (0..%d)",
+                             tokens[t], t, hp->n_vocab - 1);
+        et->to_float((const uint8_t *)m->tok_embd.data + (size_t)tokens[t] * m->tok_embd.row_bytes,
+                     c->x + (size_t)t * d, d);
+        rope_cache(c->rope_cs + (size_t)t * hp->n_rot, c->n_past + t, hp->n_rot, hp->rope_freq_base,
+                   hp->rope_freq_scale, m->rope_freqs);
+    }
+    const size_t dkv = (size_t)hp->n_head_kv * hp->head_dim;
+    for (int il = 0; il < hp->n_layer; il++) {
+        const sb_layer *L = &m->layers[il];
+        act_reset(c);
+        run_tokens(c, L, ST_ATTN_NORM, n);
+        if (L->wqkv.data) {
+            matmul(c, &L->wqkv, c->xb, n, c->qkv, dq + 2 * dkv);
+        } else {
+            matmul(c, &L->wq, c->xb, n, c->q, dq);
+            matmul(c, &L->wk, c->xb, n, c->k, dkv);
+            matmul(c, &L->wv, c->xb, n, c->v, dkv);
+        }
+        run_tokens(c, L, ST_QKV_POST, n);
+        store_kv(c, il, n);
+        attn_job aj = { c, il, n };
+        sb_pool_run(c->pool, attn_task, &aj, n * hp->n_head);
+        /* Residual: wo writes into xb, then x += xb. */
+        matmul(c, &L->wo, c->att, n, c->xb, (size_t)d);
+        for (size_t i = 0; i < (size_t)n * d; i++) c->x[i] += c->xb[i];
+        act_reset(c);
+        run_tokens(c, L, ST_FFN_NORM, n);
+        if (L->w_gate.data) {
+            matmul(c, &L->w_gate, c->xb, n, c->ffa, (size_t)hp->n_ff);
+            matmul(c, &L->w_up, c->xb, n, c->ffb, (size_t)hp->n_ff);
+        } else {
+            matmul(c, &L->w_up, c->xb, n, c->ffa, 2 * (size_t)hp->n_ff);
+        }
+        run_tokens(c, L, ST_SWIGLU, n);
+        matmul(c, &L->w_down, c->ffb, n, c->xb, (size_t)d);
+        for (size_t i = 0; i < (size_t)n * d; i++) c->x[i] += c->xb[i];
+    }
+    c->n_past += n;
+    if (!logits) return 0;
+    act_reset(c);
+    const int first = all_logits ? 0 : n - 1, n_out = all_logits ? n : 1;
+    for (int t = first; t < n; t++)
+        rmsnorm(c->xb + (size_t)(t - first) * d, c->x + (size_t)t * d, m->output_norm, d, hp->rms_eps);
+    matmul(c, &m->output, c->xb, n_out, logits, (size_t)hp->n_vocab);
+    return 0;
+}
+
+int sb_ctx_eval(sb_ctx *c, const int32_t *tokens, int n, float *logits, int all_logits, char *err) {
+    if (n <= 0) return sb_seterr(err, SB_EINVAL, "no tokens to evaluate");
+    if (n > c->n_ctx - c->n_past)
+        return sb_seterr(err, SB_ERANGE, "context full: %d tokens held + %d new exceed the context size %d",
+                         c->n_past, n, c->n_ctx);
+    const size_t nv = (size_t)c->m->hp.n_vocab;
+    for (int i = 0; i < n; i += c->n_batch) {
+        const int nb = SB_MIN(c->n_batch, n - i);
+        const int last = i + nb == n;
+        float *out = NULL;
+        if (logits && all_logits) out = logits + (size_t)i * nv;
+        else if (logits && last) out = logits;
+        int rc = eval_batch(c, tokens + i, nb, out, all_logits, err);
+        if (rc) return rc;
+    }
+    return 0;
+}

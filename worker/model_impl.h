@@ -1,0 +1,40 @@
+/* model_impl.h - private to model.c and forward.c: the loaded model's layout.
+ * Not a public API (that is sb_model.h); like SQLite's sqliteInt.h it lets
+ * two files of one module share a struct without exposing it. */
+#ifndef SB_MODEL_IMPL_H
+#define SB_MODEL_IMPL_H
+
+#include "sb_model.h"
+#include "sb_kq.h"
+
+/* A weight matrix as the kernels see it: rows of ne0 elements of `type`. */
+typedef struct {
+    const void *data;           /* inside the mapping; NULL if absent */
+    int         type;
+    int64_t     ne0, ne1;       /* columns (contiguous), rows */
+    size_t      row_bytes;
+} sb_weight;
+
+typedef struct {
+    float     *attn_norm;       /* [n_embd], converted to F32 at load */
+    float     *ffn_norm;
+    sb_weight  wq, wk, wv;      /* llama, qwen2 */
+    sb_weight  wqkv;            /* phi3: rows = q | k | v */
+    float     *bq, *bk, *bv;    /* qwen2 biases, NULL elsewhere */
+    sb_weight  wo;
+    sb_weight  w_gate, w_up;    /* phi3: w_up rows = gate | up, w_gate absent */
+    sb_weight  w_down;
+} sb_layer;
+
+struct sb_model {
+    sb_gguf    *gguf;
+    sb_hparams  hp;
+    sb_weight   tok_embd;
+    float      *output_norm;
+    sb_weight   output;         /* == tok_embd when tied */
+    float      *rope_freqs;     /* Llama-3.1 style per-dimension factors, or NULL */
+    sb_layer   *layers;
+    size_t      weight_bytes;
+};
+
+#endif

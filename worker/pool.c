@@ -1,0 +1,134 @@
+/* pool.c - persistent thread pool (see sb_pool.h). */
+#include "sb_pool.h"
+#include "sb_common.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <immintrin.h>
+
+/* How long an idle thread spins before it sleeps: long enough to cover the
+ * gap between two matmuls of one token (a few µs), short enough that an idle
+ * worker does not hold a core. Counted in pause instructions (~30-140 ns). */
+#define SPIN_PAUSES 20000
+
+typedef struct {
+    sb_pool *pool;
+    int index;
+    pthread_t tid;
+} pool_thread;
+
+/* Each hot atomic sits on its own cache line so that the task counter the
+ * threads hammer does not share a line with the generation they poll. */
+struct sb_pool {
+    int n_threads;
+    pool_thread *threads;
+    _Alignas(64) atomic_uint generation;    /* bumped once per run */
+    _Alignas(64) atomic_int next_task;
+    _Alignas(64) atomic_int n_done;          /* threads finished with this run */
+    _Alignas(64) atomic_int n_sleeping;
+    atomic_int stop;
+    sb_pool_fn fn;
+    void *arg;
+    int n_tasks;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+};
+
+static void run_tasks(sb_pool *p, int thread) {
+    for (;;) {
+        int t = atomic_fetch_add_explicit(&p->next_task, 1, memory_order_relaxed);
+        if (t >= p->n_tasks) break;
+        p->fn(p->arg, t, thread);
+    }
+}
+
+static void *thread_main(void *arg) {
+    pool_thread *self = arg;
+    sb_pool *p = self->pool;
+    /* Not a load of the current generation: a thread that starts late would
+     * then skip the first run and the caller would wait for it forever. */
+    unsigned seen = 0;
+    for (;;) {
+        unsigned g;
+        int spins = 0;
+        while ((g = atomic_load_explicit(&p->generation, memory_order_acquire)) == seen) {
+            if (atomic_load_explicit(&p->stop, memory_order_relaxed)) return NULL;
+            if (++spins < SPIN_PAUSES) { _mm_pause(); continue; }
+            pthread_mutex_lock(&p->mu);
+            atomic_fetch_add(&p->n_sleeping, 1);
+            while (atomic_load(&p->generation) == seen && !atomic_load(&p->stop))
+                pthread_cond_wait(&p->cv, &p->mu);
+            atomic_fetch_sub(&p->n_sleeping, 1);
+            pthread_mutex_unlock(&p->mu);
+            spins = 0;
+        }
+        seen = g;
+        if (atomic_load(&p->stop)) return NULL;
+        run_tasks(p, self->index);
+        atomic_fetch_add_explicit(&p->n_done, 1, memory_order_release);
+    }
+}
+
+int sb_pool_new(int n_threads, sb_pool **out) {
+    *out = NULL;
+    if (n_threads < 1) n_threads = 1;
+    sb_pool *p = sb_aligned_alloc(sizeof *p);
+    if (!p) return SB_ENOMEM;
+    p->n_threads = n_threads;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    p->threads = sb_calloc((size_t)n_threads, sizeof *p->threads);
+    if (!p->threads) goto fail;
+    for (int i = 1; i < n_threads; i++) {
+        p->threads[i].pool = p;
+        p->threads[i].index = i;
+        if (pthread_create(&p->threads[i].tid, NULL, thread_main, &p->threads[i]) != 0) {
+            p->n_threads = i;   /* free joins the ones that started */
+            goto fail;
+        }
+    }
+    *out = p;
+    return 0;
+fail:
+    sb_pool_free(p);
+    return SB_ENOMEM;
+}
+
+void sb_pool_free(sb_pool *p) {
+    if (!p) return;
+    pthread_mutex_lock(&p->mu);
+    atomic_store(&p->stop, 1);
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 1; i < p->n_threads; i++)
+        if (p->threads) pthread_join(p->threads[i].tid, NULL);
+    pthread_cond_destroy(&p->cv);
+    pthread_mutex_destroy(&p->mu);
+    sb_free(p->threads);
+    sb_aligned_free(p);
+}
+
+int sb_pool_size(const sb_pool *p) { return p->n_threads; }
+
+void sb_pool_run(sb_pool *p, sb_pool_fn fn, void *arg, int n_tasks) {
+    if (n_tasks <= 0) return;
+    if (p->n_threads == 1 || n_tasks == 1) {
+        for (int t = 0; t < n_tasks; t++) fn(arg, t, 0);
+        return;
+    }
+    p->fn = fn;
+    p->arg = arg;
+    p->n_tasks = n_tasks;
+    atomic_store_explicit(&p->next_task, 0, memory_order_relaxed);
+    atomic_store_explicit(&p->n_done, 0, memory_order_relaxed);
+    /* seq_cst: this store and the n_sleeping load below must not reorder
+     * (a thread going to sleep does the mirror image under the mutex). */
+    atomic_fetch_add(&p->generation, 1);
+    if (atomic_load(&p->n_sleeping) > 0) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->mu);
+    }
+    run_tasks(p, 0);
+    while (atomic_load_explicit(&p->n_done, memory_order_acquire) < p->n_threads - 1) _mm_pause();
+}
