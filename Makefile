@@ -4,6 +4,7 @@
 #   make test       build and run the unit + integration tests
 #   make test SAN=1 the same under AddressSanitizer + UBSan (what .ci/run does)
 #   make deps       apt-get install the build dependencies that are missing
+#   make check      deps + the whole suite under ASan/UBSan (the README's test command, CI)
 #   make fuzz       libFuzzer targets (clang), FUZZ_SECONDS each
 #   make bench      side-by-side benchmark against llama.cpp (see docs/PERFORMANCE.md)
 #   make models     install a real small instruct GGUF into models/
@@ -47,7 +48,7 @@ TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null)
 
-.PHONY: all test deps fuzz bench models clean demo
+.PHONY: all test check deps fuzz bench models clean demo
 # SAN=1 builds its own binary so a sanitized build never replaces bin/.
 SB_BIN := $(if $(filter 1,$(SAN)),$(BUILD)/switchboard,$(BIN)/switchboard)
 all: $(SB_BIN)
@@ -83,6 +84,13 @@ test: $(TEST_BIN) $(SB_BIN)
 
 deps:
 	tools/deps.sh
+
+# The README's test command and what .ci/run calls: dependencies, then the
+# whole suite under AddressSanitizer + UBSan. Each step is its own make so
+# pkg-config runs after deps installed what it looks for.
+check:
+	tools/deps.sh
+	$(MAKE) test SAN=1
 
 fuzz:
 	tools/fuzz.sh
