@@ -1,0 +1,129 @@
+/* kq_internal.h - what the kernel files share among themselves (not public:
+ * the rest of the program sees only sb_kq.h and reaches kernels through the
+ * traits tables).
+ *
+ * Naming (see STYLE.md): sb_kq_dot_<weight>_<activation>_<level>,
+ * sb_kq_deq_<type>_<level> (to_float), sb_kq_quant_<type>_ref (the
+ * deterministic reference quantizer, from_float_ref) and
+ * sb_kq_act_<type>_<level> (the activation quantizer, from_float).
+ *
+ * Two quantizers exist for Q8_0 and Q8_1 because llama.cpp has two: the
+ * reference one (roundf, scale 1/d) writes model files, the one its CPU
+ * backend uses on x86 for activations (scale 127/amax, round-half-even)
+ * feeds the dot products. We copy each where llama.cpp uses it, so files
+ * and logits both land on llama.cpp's bits. Every level's act_ quantizer
+ * produces the same bytes.
+ */
+#ifndef KQ_INTERNAL_H
+#define KQ_INTERNAL_H
+
+#include <stdint.h>
+#include <string.h>
+#include "sb_kq.h"
+
+/* Round to nearest, ties to even, for |v| < 2^22: adding 1.5·2^23 leaves the
+ * integer in the low mantissa bits. The same trick as ggml's nearest_int, and
+ * it must stay this one: the k-quant searches compare results of it. */
+static inline int kq_nearest_int(float v) {
+    float biased = v + 12582912.f;
+    int32_t bits;
+    memcpy(&bits, &biased, 4);
+    return (bits & 0x007fffff) - 0x00400000;
+}
+
+/* Q4_K / Q5_K: the 6-bit scale and min of sub-block j (0..7) out of the 12
+ * packed bytes: j < 4 in the low 6 bits of bytes j and j+4; j >= 4 split
+ * into a nibble of byte j+4 and the top 2 bits of bytes j-4 / j. */
+static inline void kq_scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+
+/* Q4_K / Q5_K: all eight scales (out[0..7]) and mins (out[8..15]). */
+static inline void kq_unpack_scales_k4(const uint8_t *packed, uint8_t out[16]) {
+    for (int j = 0; j < 8; j++) kq_scale_min_k4(j, packed, &out[j], &out[8 + j]);
+}
+
+/* Q3_K: the sixteen 6-bit scales, already minus their bias of 32. Low
+ * nibbles are in bytes 0..7 (j < 8: low half, j >= 8: high half of byte
+ * j-8); the top 2 bits of scale j are bits 2*(j/4) of byte 8 + j%4. */
+static inline void kq_unpack_scales_q3(const uint8_t *packed, int8_t out[16]) {
+    for (int j = 0; j < 16; j++) {
+        int lo = j < 8 ? packed[j] & 0xF : packed[j - 8] >> 4;
+        int hi = (packed[8 + j % 4] >> (2 * (j / 4))) & 3;
+        out[j] = (int8_t)((lo | (hi << 4)) - 32);
+    }
+}
+
+/* ---- reference level (kq_ref.c, kq_kquants_ref.c: no SIMD flags) ---------- */
+#define KQ_DECLARE_TYPE_REF(t)                                                  \
+    void sb_kq_deq_##t##_ref(const void *src, float *dst, int64_t n);           \
+    void sb_kq_quant_##t##_ref(const float *src, void *dst, int64_t n);
+KQ_DECLARE_TYPE_REF(f32)
+KQ_DECLARE_TYPE_REF(f16)
+KQ_DECLARE_TYPE_REF(bf16)
+KQ_DECLARE_TYPE_REF(q4_0)
+KQ_DECLARE_TYPE_REF(q4_1)
+KQ_DECLARE_TYPE_REF(q5_0)
+KQ_DECLARE_TYPE_REF(q5_1)
+KQ_DECLARE_TYPE_REF(q8_0)
+KQ_DECLARE_TYPE_REF(q8_1)
+KQ_DECLARE_TYPE_REF(q2_K)
+KQ_DECLARE_TYPE_REF(q3_K)
+KQ_DECLARE_TYPE_REF(q4_K)
+KQ_DECLARE_TYPE_REF(q5_K)
+KQ_DECLARE_TYPE_REF(q6_K)
+KQ_DECLARE_TYPE_REF(q8_K)
+#undef KQ_DECLARE_TYPE_REF
+
+/* activation quantizers, scalar twins of the SIMD ones (same bytes) */
+void sb_kq_act_q8_0_ref(const float *src, void *dst, int64_t n);
+void sb_kq_act_q8_1_ref(const float *src, void *dst, int64_t n);
+
+#define KQ_DECLARE_DOTS(lvl)                                                    \
+    void sb_kq_dot_f32_f32_##lvl(int n, float *s, const void *x, const void *y);   \
+    void sb_kq_dot_f16_f16_##lvl(int n, float *s, const void *x, const void *y);   \
+    void sb_kq_dot_bf16_bf16_##lvl(int n, float *s, const void *x, const void *y); \
+    void sb_kq_dot_q4_0_q8_0_##lvl(int n, float *s, const void *x, const void *y); \
+    void sb_kq_dot_q4_1_q8_1_##lvl(int n, float *s, const void *x, const void *y); \
+    void sb_kq_dot_q5_0_q8_0_##lvl(int n, float *s, const void *x, const void *y); \
+    void sb_kq_dot_q5_1_q8_1_##lvl(int n, float *s, const void *x, const void *y); \
+    void sb_kq_dot_q8_0_q8_0_##lvl(int n, float *s, const void *x, const void *y); \
+    void sb_kq_dot_q2_K_q8_K_##lvl(int n, float *s, const void *x, const void *y); \
+    void sb_kq_dot_q3_K_q8_K_##lvl(int n, float *s, const void *x, const void *y); \
+    void sb_kq_dot_q4_K_q8_K_##lvl(int n, float *s, const void *x, const void *y); \
+    void sb_kq_dot_q5_K_q8_K_##lvl(int n, float *s, const void *x, const void *y); \
+    void sb_kq_dot_q6_K_q8_K_##lvl(int n, float *s, const void *x, const void *y);
+KQ_DECLARE_DOTS(ref)
+KQ_DECLARE_DOTS(avx2)
+
+/* ---- AVX2 level (kq_avx2.c, kq_kquants_avx2.c) ---------------------------- */
+void sb_kq_act_q8_0_avx2(const float *src, void *dst, int64_t n);
+void sb_kq_act_q8_1_avx2(const float *src, void *dst, int64_t n);
+void sb_kq_act_q8_K_avx2(const float *src, void *dst, int64_t n);
+void sb_kq_act_f16_avx2(const float *src, void *dst, int64_t n);
+void sb_kq_act_bf16_avx2(const float *src, void *dst, int64_t n);
+void sb_kq_deq_f16_avx2(const void *src, float *dst, int64_t n);
+void sb_kq_deq_bf16_avx2(const void *src, float *dst, int64_t n);
+void sb_kq_deq_q8_0_avx2(const void *src, float *dst, int64_t n);
+void sb_kq_deq_q4_0_avx2(const void *src, float *dst, int64_t n);
+
+/* ---- AVX-512 level (kq_avx512.c, kq_kquants_avx512.c) --------------------- */
+void sb_kq_dot_f32_f32_avx512(int n, float *s, const void *x, const void *y);
+void sb_kq_dot_f16_f16_avx512(int n, float *s, const void *x, const void *y);
+void sb_kq_dot_q4_0_q8_0_avx512(int n, float *s, const void *x, const void *y);
+void sb_kq_dot_q8_0_q8_0_avx512(int n, float *s, const void *x, const void *y);
+void sb_kq_dot_q2_K_q8_K_avx512(int n, float *s, const void *x, const void *y);
+void sb_kq_dot_q3_K_q8_K_avx512(int n, float *s, const void *x, const void *y);
+void sb_kq_dot_q4_K_q8_K_avx512(int n, float *s, const void *x, const void *y);
+void sb_kq_dot_q5_K_q8_K_avx512(int n, float *s, const void *x, const void *y);
+void sb_kq_dot_q6_K_q8_K_avx512(int n, float *s, const void *x, const void *y);
+void sb_kq_deq_f16_avx512(const void *src, float *dst, int64_t n);
+void sb_kq_act_f16_avx512(const float *src, void *dst, int64_t n);
+
+#endif

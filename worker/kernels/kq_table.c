@@ -1,0 +1,104 @@
+/* kq_table.c - the three traits tables (one per kernel level) and dispatch.
+ *
+ * A row is indexed by the GGML type id, so a GGUF tensor's type field picks
+ * it directly. Ids we do not support keep a named row with blck_size 0 (the
+ * GGUF reader rejects those). Everything here is const: picking a level is a
+ * pure function of the CPU and the environment.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kq_internal.h"
+
+/* Rows that do not depend on the level. */
+#define UNSUPPORTED(id, nm) [id] = { .name = nm }
+#define PLACEHOLDERS                                                           \
+    UNSUPPORTED(4, "Q4_2 (retired)"), UNSUPPORTED(5, "Q4_3 (retired)"),        \
+    UNSUPPORTED(16, "IQ2_XXS"), UNSUPPORTED(17, "IQ2_XS"),                     \
+    UNSUPPORTED(18, "IQ3_XXS"), UNSUPPORTED(19, "IQ1_S"),                      \
+    UNSUPPORTED(20, "IQ4_NL"), UNSUPPORTED(21, "IQ3_S"),                       \
+    UNSUPPORTED(22, "IQ2_S"), UNSUPPORTED(23, "IQ4_XS"),                       \
+    UNSUPPORTED(24, "I8"), UNSUPPORTED(25, "I16"), UNSUPPORTED(26, "I32"),     \
+    UNSUPPORTED(27, "I64"), UNSUPPORTED(28, "F64"), UNSUPPORTED(29, "IQ1_M"),  \
+    UNSUPPORTED(31, "Q4_0_4_4 (retired)"), UNSUPPORTED(32, "Q4_0_4_8 (retired)"), \
+    UNSUPPORTED(33, "Q4_0_8_8 (retired)"), UNSUPPORTED(34, "TQ1_0"),           \
+    UNSUPPORTED(35, "TQ2_0"), UNSUPPORTED(36, "IQ4_NL_4_4 (retired)"),         \
+    UNSUPPORTED(37, "IQ4_NL_4_8 (retired)"), UNSUPPORTED(38, "IQ4_NL_8_8 (retired)"), \
+    UNSUPPORTED(39, "MXFP4")
+
+#define ROW(id, nm, bs, ts, q, tof, fromf, fromref, dot, vdt)                  \
+    [id] = { .name = nm, .blck_size = bs, .type_size = ts, .is_quantized = q,  \
+             .to_float = tof, .from_float = fromf, .from_float_ref = fromref,  \
+             .vec_dot = dot, .vec_dot_type = vdt }
+
+/* Activation-only types have no vec_dot of their own. */
+#define ROW_Q8_1(act) ROW(SB_TYPE_Q8_1, "Q8_1", 32, sizeof(sb_block_q8_1), 1, sb_kq_deq_q8_1_ref, \
+                          act, sb_kq_quant_q8_1_ref, NULL, SB_TYPE_Q8_1)
+#define ROW_Q8_K(act) ROW(SB_TYPE_Q8_K, "Q8_K", SB_QK_K, sizeof(sb_block_q8_K), 1, sb_kq_deq_q8_K_ref, \
+                          act, sb_kq_quant_q8_K_ref, NULL, SB_TYPE_Q8_K)
+/* Weight-only quant types: the fast quantizer is the reference one, as in
+ * ggml (nothing quantizes weights on a hot path). */
+#define ROW_W(id, nm, bs, blk, t, tof, dot, vdt) \
+    ROW(id, nm, bs, sizeof(blk), 1, tof, sb_kq_quant_##t##_ref, sb_kq_quant_##t##_ref, dot, vdt)
+
+static const sb_kq_traits table_ref[SB_TYPE_COUNT] = {
+    ROW(SB_TYPE_F32, "F32", 1, 4, 0, sb_kq_deq_f32_ref, sb_kq_quant_f32_ref, sb_kq_quant_f32_ref,
+        sb_kq_dot_f32_f32_ref, SB_TYPE_F32),
+    ROW(SB_TYPE_F16, "F16", 1, 2, 0, sb_kq_deq_f16_ref, sb_kq_quant_f16_ref, sb_kq_quant_f16_ref,
+        sb_kq_dot_f16_f16_ref, SB_TYPE_F16),
+    ROW(SB_TYPE_BF16, "BF16", 1, 2, 0, sb_kq_deq_bf16_ref, sb_kq_quant_bf16_ref, sb_kq_quant_bf16_ref,
+        sb_kq_dot_bf16_bf16_ref, SB_TYPE_BF16),
+    ROW_W(SB_TYPE_Q4_0, "Q4_0", 32, sb_block_q4_0, q4_0, sb_kq_deq_q4_0_ref, sb_kq_dot_q4_0_q8_0_ref, SB_TYPE_Q8_0),
+    ROW_W(SB_TYPE_Q4_1, "Q4_1", 32, sb_block_q4_1, q4_1, sb_kq_deq_q4_1_ref, sb_kq_dot_q4_1_q8_1_ref, SB_TYPE_Q8_1),
+    ROW_W(SB_TYPE_Q5_0, "Q5_0", 32, sb_block_q5_0, q5_0, sb_kq_deq_q5_0_ref, sb_kq_dot_q5_0_q8_0_ref, SB_TYPE_Q8_0),
+    ROW_W(SB_TYPE_Q5_1, "Q5_1", 32, sb_block_q5_1, q5_1, sb_kq_deq_q5_1_ref, sb_kq_dot_q5_1_q8_1_ref, SB_TYPE_Q8_1),
+    ROW(SB_TYPE_Q8_0, "Q8_0", 32, sizeof(sb_block_q8_0), 1, sb_kq_deq_q8_0_ref, sb_kq_act_q8_0_ref,
+        sb_kq_quant_q8_0_ref, sb_kq_dot_q8_0_q8_0_ref, SB_TYPE_Q8_0),
+    ROW_Q8_1(sb_kq_act_q8_1_ref),
+    ROW_W(SB_TYPE_Q2_K, "Q2_K", SB_QK_K, sb_block_q2_K, q2_K, sb_kq_deq_q2_K_ref, sb_kq_dot_q2_K_q8_K_ref, SB_TYPE_Q8_K),
+    ROW_W(SB_TYPE_Q3_K, "Q3_K", SB_QK_K, sb_block_q3_K, q3_K, sb_kq_deq_q3_K_ref, sb_kq_dot_q3_K_q8_K_ref, SB_TYPE_Q8_K),
+    ROW_W(SB_TYPE_Q4_K, "Q4_K", SB_QK_K, sb_block_q4_K, q4_K, sb_kq_deq_q4_K_ref, sb_kq_dot_q4_K_q8_K_ref, SB_TYPE_Q8_K),
+    ROW_W(SB_TYPE_Q5_K, "Q5_K", SB_QK_K, sb_block_q5_K, q5_K, sb_kq_deq_q5_K_ref, sb_kq_dot_q5_K_q8_K_ref, SB_TYPE_Q8_K),
+    ROW_W(SB_TYPE_Q6_K, "Q6_K", SB_QK_K, sb_block_q6_K, q6_K, sb_kq_deq_q6_K_ref, sb_kq_dot_q6_K_q8_K_ref, SB_TYPE_Q8_K),
+    ROW_Q8_K(sb_kq_quant_q8_K_ref),
+    PLACEHOLDERS,
+};
+
+/* SIMD tables land with kq_avx2.c / kq_avx512.c; until then every level is the reference. */
+static const sb_kq_traits *const tables[SB_KQ_LEVELS] = { table_ref, table_ref, table_ref };
+static const char *const level_names[SB_KQ_LEVELS] = { "ref", "avx2", "avx512" };
+
+const sb_kq_traits *sb_kq_table(int level) {
+    if (level < 0) level = 0;
+    if (level >= SB_KQ_LEVELS) level = SB_KQ_LEVELS - 1;
+    return tables[level];
+}
+
+const char *sb_kq_level_name(int level) {
+    return level >= 0 && level < SB_KQ_LEVELS ? level_names[level] : "?";
+}
+
+/* What the CPU and OS allow. __builtin_cpu_supports reads CPUID and XCR0, so
+ * a feature the OS does not save across context switches counts as absent. */
+static int cpu_level(void) {
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") || !__builtin_cpu_supports("f16c"))
+        return SB_KQ_REF;
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512vnni"))
+        return SB_KQ_AVX512;
+    return SB_KQ_AVX2;
+}
+
+int sb_kq_best_level(void) {
+    int level = cpu_level();
+    /* SB_KERNELS can only lower the level: asking for more than the CPU has
+     * would crash on the first illegal instruction. */
+    const char *env = getenv("SB_KERNELS");
+    if (env && *env) {
+        for (int l = 0; l < SB_KQ_LEVELS; l++)
+            if (strcmp(env, level_names[l]) == 0 && l < level) level = l;
+    }
+    return level;
+}
