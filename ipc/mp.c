@@ -42,6 +42,9 @@ static int writer_grow(sb_mp_writer *w, size_t extra) {
 static int writer_sink(void *data, const char *p, size_t n) {
     sb_mp_writer *w = data;
     if (w->status) return -1;
+    /* Empty bodies arrive with NULL or stale pointers (msgpack-c's empty
+     * strings): never hand those to memcpy. Found by fuzz_frame. */
+    if (n == 0) return 0;
     if (writer_grow(w, n)) { w->status = SB_ENOMEM; return -1; }
     memcpy(w->buf + w->len, p, n);
     w->len += n;

@@ -82,8 +82,17 @@ static void test_writer_reader_roundtrip(void **state) {
     const void *p1 = sb_mp_writer_data(w, &n1), *p2 = sb_mp_writer_data(w2, &n2);
     assert_int_equal(n1, n2);
     assert_memory_equal(p1, p2, n1);
-    sb_mp_writer_free(w2);
     sb_mp_doc_free(d);
+    /* Empty strings carry a NULL/stale pointer in msgpack-c: copying one must
+     * not pass it to memcpy (UBSan caught this via fuzz_frame). */
+    assert_int_equal(sb_mp_decode("\xa0", 1, &d, NULL), 0);
+    sb_mp_writer_reset(w2);
+    sb_mp_copy(w2, sb_mp_doc_root(d));
+    p2 = sb_mp_writer_data(w2, &n2);
+    assert_int_equal(n2, 1);
+    assert_memory_equal(p2, "\xa0", 1);
+    sb_mp_doc_free(d);
+    sb_mp_writer_free(w2);
     sb_mp_writer_free(w);
 }
 
