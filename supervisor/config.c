@@ -1,0 +1,725 @@
+/* config.c - YAML config: libyaml events -> node tree -> validated sb_config.
+ *
+ * Two passes. The first turns libyaml's event stream into our own node tree
+ * with 1-based positions, rejecting what we never want to interpret
+ * (aliases, tags, duplicate keys, non-scalar keys, several documents). The
+ * second walks the tree against the schema and fills plain structs. Every
+ * error names the file, line and column of the offending node and the dotted
+ * key path, so a config can be fixed without reading this file.
+ */
+#include "sb_config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+#include <yaml.h>
+
+#define MAX_NODES 100000        /* no real config comes close */
+
+/* =============================================================== tree */
+
+typedef struct {
+    yaml_parser_t parser;
+    const char *path;
+    char *err;
+    size_t n_nodes;
+} reader;
+
+static void node_free(sb_config_node *n) {
+    if (!n) return;
+    sb_free(n->value);
+    for (size_t i = 0; i < n->n_pairs; i++) {
+        node_free(n->pairs[i].key);
+        node_free(n->pairs[i].value);
+    }
+    sb_free(n->pairs);
+    for (size_t i = 0; i < n->n_items; i++) node_free(n->items[i]);
+    sb_free(n->items);
+    sb_free(n);
+}
+
+static int at_mark(reader *r, yaml_mark_t m, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int at_mark(reader *r, yaml_mark_t m, const char *fmt, ...) {
+    char msg[SB_ERR_LEN];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return sb_seterr(r->err, SB_EINVAL, "%s:%zu:%zu: %s", r->path, m.line + 1, m.column + 1, msg);
+}
+
+/* libyaml's own diagnosis, at its own position. */
+static int yaml_failure(reader *r) {
+    yaml_parser_t *p = &r->parser;
+    if (p->error == YAML_MEMORY_ERROR) return sb_seterr(r->err, SB_ENOMEM, "%s: out of memory", r->path);
+    yaml_mark_t m = p->problem_mark;
+    if (p->context)
+        return at_mark(r, m, "invalid YAML: %s %s", p->problem ? p->problem : "error", p->context);
+    return at_mark(r, m, "invalid YAML: %s", p->problem ? p->problem : "error");
+}
+
+static int next_event(reader *r, yaml_event_t *ev) {
+    return yaml_parser_parse(&r->parser, ev) ? 0 : yaml_failure(r);
+}
+
+static int grow(void **arr, size_t n, size_t elem) {
+    if (n & (n - 1)) return 0;                  /* capacity doubles at powers of two */
+    size_t cap = n ? n * 2 : 4, bytes;
+    if (sb_mul_size(cap, elem, &bytes)) return SB_ENOMEM;
+    void *p = sb_realloc(*arr, bytes);
+    if (!p) return SB_ENOMEM;
+    *arr = p;
+    return 0;
+}
+
+static int parse_node(reader *r, yaml_event_t *ev, int depth, sb_config_node **out);
+
+static int parse_children(reader *r, sb_config_node *n, int depth) {
+    yaml_event_type_t end = n->kind == SB_CFG_MAP ? YAML_MAPPING_END_EVENT : YAML_SEQUENCE_END_EVENT;
+    for (;;) {
+        yaml_event_t ev;
+        int rc = next_event(r, &ev);
+        if (rc) return rc;
+        if (ev.type == end) { yaml_event_delete(&ev); return 0; }
+        yaml_mark_t key_mark = ev.start_mark;
+        sb_config_node *child = NULL;
+        rc = parse_node(r, &ev, depth + 1, &child);     /* deletes ev */
+        if (rc) return rc;
+        if (n->kind == SB_CFG_SEQ) {
+            if (grow((void **)&n->items, n->n_items, sizeof *n->items)) { node_free(child); return SB_ENOMEM; }
+            n->items[n->n_items++] = child;
+            continue;
+        }
+        if (child->kind != SB_CFG_SCALAR) {
+            node_free(child);
+            return at_mark(r, key_mark, "mapping keys must be plain strings");
+        }
+        for (size_t i = 0; i < n->n_pairs; i++) {
+            if (!strcmp(n->pairs[i].key->value, child->value)) {
+                int line = n->pairs[i].key->line;
+                node_free(child);
+                return at_mark(r, key_mark, "duplicate key '%s' (first at line %d)",
+                               n->pairs[i].key->value, line);
+            }
+        }
+        sb_config_node *value = NULL;
+        if ((rc = next_event(r, &ev)) || (rc = parse_node(r, &ev, depth + 1, &value))) {
+            node_free(child);
+            return rc;
+        }
+        if (grow((void **)&n->pairs, n->n_pairs, sizeof *n->pairs)) {
+            node_free(child);
+            node_free(value);
+            return SB_ENOMEM;
+        }
+        n->pairs[n->n_pairs++] = (sb_config_pair){ child, value };
+    }
+}
+
+/* Build the node that starts with *ev (which this consumes). */
+static int parse_node(reader *r, yaml_event_t *ev, int depth, sb_config_node **out) {
+    *out = NULL;
+    yaml_mark_t m = ev->start_mark;
+    int rc = 0;
+    const yaml_char_t *tag = NULL;
+    if (ev->type == YAML_SCALAR_EVENT) tag = ev->data.scalar.tag;
+    if (ev->type == YAML_MAPPING_START_EVENT) tag = ev->data.mapping_start.tag;
+    if (ev->type == YAML_SEQUENCE_START_EVENT) tag = ev->data.sequence_start.tag;
+    if (ev->type == YAML_ALIAS_EVENT) rc = at_mark(r, m, "aliases (*name) are not supported");
+    else if (tag) rc = at_mark(r, m, "YAML tags (!tag) are not supported");
+    else if (depth > SB_CONFIG_MAX_DEPTH) rc = at_mark(r, m, "nested deeper than %d", SB_CONFIG_MAX_DEPTH);
+    else if (++r->n_nodes > MAX_NODES) rc = at_mark(r, m, "more than %d nodes", MAX_NODES);
+    else if (ev->type != YAML_SCALAR_EVENT && ev->type != YAML_MAPPING_START_EVENT &&
+             ev->type != YAML_SEQUENCE_START_EVENT)
+        rc = at_mark(r, m, "unexpected YAML event %d", (int)ev->type);
+    if (rc) { yaml_event_delete(ev); return rc; }
+
+    sb_config_node *n = sb_calloc(1, sizeof *n);
+    if (!n) { yaml_event_delete(ev); return SB_ENOMEM; }
+    n->line = (int)m.line + 1;
+    n->col = (int)m.column + 1;
+    if (ev->type == YAML_SCALAR_EVENT) {
+        n->kind = SB_CFG_SCALAR;
+        n->len = ev->data.scalar.length;
+        n->quoted = ev->data.scalar.style != YAML_PLAIN_SCALAR_STYLE;
+        n->value = sb_malloc(n->len + 1);
+        if (n->value) {
+            memcpy(n->value, ev->data.scalar.value, n->len);
+            n->value[n->len] = '\0';
+        }
+        yaml_event_delete(ev);
+        if (!n->value) { sb_free(n); return SB_ENOMEM; }
+        *out = n;
+        return 0;
+    }
+    n->kind = ev->type == YAML_MAPPING_START_EVENT ? SB_CFG_MAP : SB_CFG_SEQ;
+    yaml_event_delete(ev);
+    if ((rc = parse_children(r, n, depth))) { node_free(n); return rc; }
+    *out = n;
+    return 0;
+}
+
+/* The whole stream: exactly one document holding one node (or none). */
+static int parse_tree(reader *r, sb_config_node **root) {
+    *root = NULL;
+    yaml_event_t ev;
+    int rc;
+    bool have_doc = false;
+    for (;;) {
+        if ((rc = next_event(r, &ev))) goto fail;
+        yaml_event_type_t t = ev.type;
+        yaml_mark_t m = ev.start_mark;
+        if (t == YAML_STREAM_END_EVENT) { yaml_event_delete(&ev); return 0; }
+        if (t == YAML_DOCUMENT_START_EVENT && have_doc) {
+            yaml_event_delete(&ev);
+            rc = at_mark(r, m, "only one YAML document is allowed");
+            goto fail;
+        }
+        if (t == YAML_DOCUMENT_START_EVENT) have_doc = true;
+        if (t == YAML_SCALAR_EVENT || t == YAML_MAPPING_START_EVENT ||
+            t == YAML_SEQUENCE_START_EVENT || t == YAML_ALIAS_EVENT) {
+            if ((rc = parse_node(r, &ev, 0, root))) goto fail;
+            continue;
+        }
+        yaml_event_delete(&ev);
+    }
+fail:
+    node_free(*root);
+    *root = NULL;
+    return rc;
+}
+
+const sb_config_node *sb_config_node_get(const sb_config_node *map, const char *key) {
+    if (!map || map->kind != SB_CFG_MAP) return NULL;
+    for (size_t i = 0; i < map->n_pairs; i++)
+        if (!strcmp(map->pairs[i].key->value, key)) return map->pairs[i].value;
+    return NULL;
+}
+
+bool sb_config_node_is_null(const sb_config_node *n) {
+    return n && n->kind == SB_CFG_SCALAR && !n->quoted &&
+           (n->len == 0 || !strcmp(n->value, "~") || !strcmp(n->value, "null") ||
+            !strcmp(n->value, "Null") || !strcmp(n->value, "NULL"));
+}
+
+int sb_config_node_error(const sb_config *cfg, const sb_config_node *at, char *err,
+                         const char *fmt, ...) {
+    char msg[SB_ERR_LEN];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return sb_seterr(err, SB_EINVAL, "%s:%d:%d: %s", cfg->path, at ? at->line : 1,
+                     at ? at->col : 1, msg);
+}
+
+/* ============================================================== schema */
+
+typedef struct {
+    sb_config *cfg;
+    char *err;
+} ctx;
+
+#define FAIL(c, node, ...) sb_config_node_error((c)->cfg, (node), (c)->err, __VA_ARGS__)
+
+static const char *kind_name(const sb_config_node *n) {
+    if (sb_config_node_is_null(n)) return "null";
+    return n->kind == SB_CFG_MAP ? "a mapping" : n->kind == SB_CFG_SEQ ? "a list" : "a string";
+}
+
+static int want_map(ctx *c, const sb_config_node *n, const char *what) {
+    if (n->kind == SB_CFG_MAP) return 0;
+    return FAIL(c, n, "%s: expected a mapping, got %s", what, kind_name(n));
+}
+
+/* Reject keys not in `allowed` (NULL-terminated), at the key's position. */
+static int check_keys(ctx *c, const sb_config_node *map, const char *what,
+                      const char *const *allowed) {
+    for (size_t i = 0; i < map->n_pairs; i++) {
+        const sb_config_node *k = map->pairs[i].key;
+        bool ok = false;
+        for (const char *const *a = allowed; *a && !ok; a++) ok = !strcmp(*a, k->value);
+        if (ok) continue;
+        char list[160] = "";
+        for (const char *const *a = allowed; *a; a++)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s",
+                     a == allowed ? "" : ", ", *a);
+        return FAIL(c, k, "%s: unknown key '%s' (expected one of: %s)", what, k->value, list);
+    }
+    return 0;
+}
+
+static int get_int(ctx *c, const sb_config_node *map, const char *what, const char *key,
+                   long lo, long hi, int *out) {
+    const sb_config_node *v = sb_config_node_get(map, key);
+    if (!v) return 0;
+    const char *s = v->kind == SB_CFG_SCALAR ? v->value : "";
+    char *end = NULL;
+    errno = 0;
+    long x = v->kind == SB_CFG_SCALAR && !v->quoted && *s ? strtol(s, &end, 10) : 0;
+    bool is_int = end && *end == '\0' && errno == 0;
+    if (!is_int || x < lo || x > hi) {
+        if (v->kind != SB_CFG_SCALAR || v->quoted || sb_config_node_is_null(v))
+            return FAIL(c, v, "%s.%s: expected an integer in [%ld, %ld], got %s%s%s", what, key,
+                        lo, hi, v->quoted ? "the string \"" : kind_name(v),
+                        v->quoted ? v->value : "", v->quoted ? "\"" : "");
+        return FAIL(c, v, "%s.%s: expected an integer in [%ld, %ld], got '%s'", what, key,
+                    lo, hi, v->value);
+    }
+    *out = (int)x;
+    return 0;
+}
+
+/* A non-null scalar, copied. */
+static int get_str(ctx *c, const sb_config_node *map, const char *what, const char *key,
+                   char **out) {
+    const sb_config_node *v = sb_config_node_get(map, key);
+    if (!v) return 0;
+    if (v->kind != SB_CFG_SCALAR || sb_config_node_is_null(v) || v->len == 0)
+        return FAIL(c, v, "%s.%s: expected a non-empty string, got %s", what, key, kind_name(v));
+    if (strlen(v->value) != v->len)
+        return FAIL(c, v, "%s.%s: string contains a NUL byte", what, key);
+    char *s = sb_strdup(v->value);
+    if (!s) return SB_ENOMEM;
+    sb_free(*out);
+    *out = s;
+    return 0;
+}
+
+static int get_enum(ctx *c, const sb_config_node *map, const char *what, const char *key,
+                    const char *const *names, int *out) {
+    const sb_config_node *v = sb_config_node_get(map, key);
+    if (!v) return 0;
+    if (v->kind == SB_CFG_SCALAR)
+        for (int i = 0; names[i]; i++)
+            if (!strcmp(names[i], v->value)) { *out = i; return 0; }
+    char list[128] = "";
+    for (int i = 0; names[i]; i++)
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? "|" : "", names[i]);
+    return FAIL(c, v, "%s.%s: expected %s, got %s%s%s", what, key, list,
+                v->kind == SB_CFG_SCALAR ? "'" : kind_name(v),
+                v->kind == SB_CFG_SCALAR ? v->value : "", v->kind == SB_CFG_SCALAR ? "'" : "");
+}
+
+/* Relative paths are relative to the config file, never to the cwd. */
+static char *resolve(const char *base, const char *p) {
+    if (p[0] == '/') return sb_strdup(p);
+    while (p[0] == '.' && p[1] == '/') p += 2;
+    size_t n = strlen(base) + 1 + strlen(p) + 1;
+    char *s = sb_malloc(n);
+    if (s) snprintf(s, n, "%s%s%s", base, *p ? "/" : "", p);
+    return s;
+}
+
+static int get_path(ctx *c, const sb_config_node *map, const char *what, const char *key,
+                    bool must_read, char **out, struct stat *st) {
+    char *raw = NULL;
+    int rc = get_str(c, map, what, key, &raw);
+    if (rc || !raw) return rc;
+    char *abs = resolve(c->cfg->base_dir, raw);
+    sb_free(raw);
+    if (!abs) return SB_ENOMEM;
+    if (must_read) {
+        const sb_config_node *v = sb_config_node_get(map, key);
+        int fd = open(abs, O_RDONLY | O_CLOEXEC);
+        struct stat sbuf;
+        if (!st) st = &sbuf;
+        int e = fd < 0 ? errno : fstat(fd, st) ? errno : 0;
+        if (fd >= 0) close(fd);
+        if (!e && !S_ISREG(st->st_mode)) e = EISDIR;
+        if (e) {
+            rc = FAIL(c, v, "%s.%s: cannot read '%s': %s", what, key, abs,
+                      e == EISDIR ? "not a regular file" : strerror(e));
+            sb_free(abs);
+            return rc;
+        }
+    }
+    sb_free(*out);
+    *out = abs;
+    return 0;
+}
+
+static bool valid_name(const char *s, size_t max) {
+    size_t n = strlen(s);
+    if (n == 0 || n > max) return false;
+    for (; *s; s++)
+        if (!(*s == '_' || *s == '-' || (*s >= '0' && *s <= '9') ||
+              (*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z')))
+            return false;
+    return true;
+}
+
+static bool valid_env_name(const char *s) {
+    if (!*s || (*s >= '0' && *s <= '9')) return false;
+    for (; *s; s++)
+        if (!(*s == '_' || (*s >= '0' && *s <= '9') || (*s >= 'a' && *s <= 'z') ||
+              (*s >= 'A' && *s <= 'Z')))
+            return false;
+    return true;
+}
+
+/* "host:port" or "[v6]:port"; host is letters, digits, '.', '-' (or hex and
+ * ':' inside brackets). Returns the port, or -1. */
+static int parse_host_port(const char *s, size_t slen, char *host, size_t hostcap) {
+    const char *colon;
+    const char *h = s, *hend;
+    if (*s == '[') {
+        const char *close = memchr(s, ']', slen);
+        if (!close || close[1] != ':') return -1;
+        h = s + 1;
+        hend = close;
+        colon = close + 1;
+        for (const char *p = h; p < hend; p++)
+            if (!strchr("0123456789abcdefABCDEF:.", *p)) return -1;
+    } else {
+        colon = NULL;
+        for (const char *p = s; p < s + slen; p++) if (*p == ':') colon = p;
+        if (!colon) return -1;
+        hend = colon;
+        for (const char *p = h; p < hend; p++)
+            if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-", *p))
+                return -1;
+    }
+    if (hend == h || (size_t)(hend - h) >= hostcap) return -1;
+    const char *port = colon + 1, *pend = s + slen;
+    if (port == pend || pend - port > 5) return -1;
+    long v = 0;
+    for (const char *p = port; p < pend; p++) {
+        if (*p < '0' || *p > '9') return -1;
+        v = v * 10 + (*p - '0');
+    }
+    if (v < 1 || v > 65535) return -1;
+    memcpy(host, h, (size_t)(hend - h));
+    host[hend - h] = '\0';
+    return (int)v;
+}
+
+/* http(s)://host[:port][/path] */
+static bool valid_url(const char *u) {
+    const char *rest = !strncmp(u, "http://", 7) ? u + 7 : !strncmp(u, "https://", 8) ? u + 8 : NULL;
+    if (!rest) return false;
+    size_t auth = strcspn(rest, "/");
+    if (auth == 0) return false;
+    char host[256];
+    if (memchr(rest, ':', auth) || rest[0] == '[')
+        return parse_host_port(rest, auth, host, sizeof host) > 0;
+    for (size_t i = 0; i < auth; i++)
+        if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-", rest[i]))
+            return false;
+    for (const char *p = rest + auth; *p; p++)
+        if ((unsigned char)*p <= ' ') return false;
+    return true;
+}
+
+static int load_runtime(ctx *c, const sb_config_node *rt) {
+    static const char *const keys[] = { "dir", "http", "api_key_env", "api_key_file",
+                                        "log_level", "drain_ms", NULL };
+    static const char *const levels[] = { "debug", "info", "warn", "error", NULL };
+    sb_config *cfg = c->cfg;
+    int rc;
+    if (!(cfg->runtime.dir = resolve(cfg->base_dir, "run")) ||
+        !(cfg->runtime.http = sb_strdup("127.0.0.1:8080")))
+        return SB_ENOMEM;
+    cfg->runtime.log_level = SB_LOG_INFO;
+    cfg->runtime.drain_ms = 10000;
+    if (rt) {
+        if ((rc = want_map(c, rt, "runtime")) || (rc = check_keys(c, rt, "runtime", keys)) ||
+            (rc = get_path(c, rt, "runtime", "dir", false, &cfg->runtime.dir, NULL)) ||
+            (rc = get_str(c, rt, "runtime", "http", &cfg->runtime.http)) ||
+            (rc = get_str(c, rt, "runtime", "api_key_env", &cfg->runtime.api_key_env)) ||
+            (rc = get_path(c, rt, "runtime", "api_key_file", true, &cfg->runtime.api_key_file, NULL)) ||
+            (rc = get_enum(c, rt, "runtime", "log_level", levels, &cfg->runtime.log_level)) ||
+            (rc = get_int(c, rt, "runtime", "drain_ms", 0, 3600000, &cfg->runtime.drain_ms)))
+            return rc;
+        if (cfg->runtime.api_key_env && cfg->runtime.api_key_file)
+            return FAIL(c, sb_config_node_get(rt, "api_key_file"),
+                        "runtime: give api_key_env or api_key_file, not both");
+        if (cfg->runtime.api_key_env && !valid_env_name(cfg->runtime.api_key_env))
+            return FAIL(c, sb_config_node_get(rt, "api_key_env"),
+                        "runtime.api_key_env: expected an environment variable name, got '%s'",
+                        cfg->runtime.api_key_env);
+    }
+    char host[256];
+    int port = parse_host_port(cfg->runtime.http, strlen(cfg->runtime.http), host, sizeof host);
+    if (port < 0)
+        return FAIL(c, sb_config_node_get(rt, "http"),
+                    "runtime.http: expected HOST:PORT with a port in [1, 65535], got '%s'",
+                    cfg->runtime.http);
+    cfg->runtime.http_port = port;
+    return (cfg->runtime.http_host = sb_strdup(host)) ? 0 : SB_ENOMEM;
+}
+
+static int load_model(ctx *c, const sb_config_node *key, const sb_config_node *v,
+                      sb_config_model *m) {
+    static const char *const local_keys[] = { "gguf", "threads", "ctx", "kv_type", "idle",
+                                              "max_queue", "max_tokens", "deadline_ms", NULL };
+    static const char *const remote_keys[] = { "upstream", "model", "api_key_env", "timeout_ms",
+                                               "max_queue", "max_tokens", "deadline_ms", NULL };
+    static const char *const kv_types[] = { "f16", "f32", NULL };
+    char what[SB_CONFIG_MAX_NAME + 16];
+    snprintf(what, sizeof what, "models.%s", key->value);
+    int rc;
+    *m = (sb_config_model){ .line = key->line, .col = key->col, .threads = 1, .ctx = 2048,
+                            .kv_type = SB_KV_F16, .timeout_ms = 30000, .max_queue = 8,
+                            .max_tokens = 512, .deadline_ms = 120000 };
+    if (!(m->name = sb_strdup(key->value))) return SB_ENOMEM;
+    if (!valid_name(key->value, SB_CONFIG_MAX_NAME))
+        return FAIL(c, key, "models: name '%s' must be 1-%d characters of A-Z a-z 0-9 _ -",
+                    key->value, SB_CONFIG_MAX_NAME);
+    if ((rc = want_map(c, v, what))) return rc;
+    const sb_config_node *g = sb_config_node_get(v, "gguf"), *u = sb_config_node_get(v, "upstream");
+    if (!g == !u)
+        return FAIL(c, g ? u : v, "%s: expected exactly one of 'gguf' (a local model file) "
+                    "or 'upstream' (a remote endpoint)", what);
+    if ((rc = check_keys(c, v, what, g ? local_keys : remote_keys)) ||
+        (rc = get_int(c, v, what, "max_queue", 0, 65536, &m->max_queue)) ||
+        (rc = get_int(c, v, what, "max_tokens", 1, SB_CONFIG_MAX_CTX, &m->max_tokens)) ||
+        (rc = get_int(c, v, what, "deadline_ms", 100, 3600000, &m->deadline_ms)))
+        return rc;
+    if (u) {
+        if ((rc = get_str(c, v, what, "upstream", &m->upstream)) ||
+            (rc = get_str(c, v, what, "model", &m->upstream_model)) ||
+            (rc = get_str(c, v, what, "api_key_env", &m->api_key_env)) ||
+            (rc = get_int(c, v, what, "timeout_ms", 1, 3600000, &m->timeout_ms)))
+            return rc;
+        if (!valid_url(m->upstream))
+            return FAIL(c, u, "%s.upstream: expected http(s)://HOST[:PORT][/PATH], got '%s'",
+                        what, m->upstream);
+        if (m->api_key_env && !valid_env_name(m->api_key_env))
+            return FAIL(c, sb_config_node_get(v, "api_key_env"),
+                        "%s.api_key_env: expected an environment variable name, got '%s'",
+                        what, m->api_key_env);
+        if (!m->upstream_model && !(m->upstream_model = sb_strdup(m->name))) return SB_ENOMEM;
+        return 0;
+    }
+    struct stat st;
+    int kv = SB_KV_F16;
+    if ((rc = get_path(c, v, what, "gguf", true, &m->gguf, &st)) ||
+        (rc = get_int(c, v, what, "threads", 1, SB_CONFIG_MAX_THREADS, &m->threads)) ||
+        (rc = get_int(c, v, what, "ctx", SB_CONFIG_MIN_CTX, SB_CONFIG_MAX_CTX, &m->ctx)) ||
+        (rc = get_enum(c, v, what, "kv_type", kv_types, &kv)))
+        return rc;
+    m->kv_type = (sb_kv_type)kv;
+    m->gguf_dev = st.st_dev;
+    m->gguf_ino = st.st_ino;
+    m->gguf_size = (uint64_t)st.st_size;
+    m->gguf_mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+    const sb_config_node *idle = sb_config_node_get(v, "idle");
+    if (idle) {
+        const char *s = idle->kind == SB_CFG_SCALAR ? idle->value : "";
+        char *end = NULL;
+        long secs = 0;
+        if (!strncmp(s, "unload-after:", 13) && s[13] >= '0' && s[13] <= '9') {
+            errno = 0;
+            secs = strtol(s + 13, &end, 10);
+            if (errno || *end || secs < 1 || secs > INT_MAX) end = NULL;
+        }
+        if (strcmp(s, "keep") && !end)
+            return FAIL(c, idle, "%s.idle: expected 'keep' or 'unload-after:SECONDS' "
+                        "(SECONDS >= 1), got '%s'", what, s);
+        m->idle_unload_s = (int)secs;
+    }
+    if (m->max_tokens > m->ctx && sb_config_node_get(v, "max_tokens"))
+        return FAIL(c, sb_config_node_get(v, "max_tokens"),
+                    "%s.max_tokens: %d exceeds the context size (ctx: %d)", what, m->max_tokens, m->ctx);
+    if (m->max_tokens > m->ctx) m->max_tokens = m->ctx;
+    /* The worker listens on DIR/NAME.sock; catch a path the kernel would
+     * refuse now, not when the supervisor starts the worker. */
+    struct sockaddr_un sa;
+    size_t sock_len = strlen(c->cfg->runtime.dir) + 1 + strlen(m->name) + 5;
+    if (sock_len >= sizeof sa.sun_path)
+        return FAIL(c, key, "%s: socket path '%s/%s.sock' is %zu bytes; Unix sockets allow %zu "
+                    "(use a shorter runtime.dir)", what, c->cfg->runtime.dir, m->name,
+                    sock_len, sizeof sa.sun_path - 1);
+    return 0;
+}
+
+static int load_models(ctx *c, const sb_config_node *ms) {
+    if (!ms) return FAIL(c, c->cfg->root, "missing 'models': expected a mapping of model names");
+    int rc = want_map(c, ms, "models");
+    if (rc) return rc;
+    if (ms->n_pairs == 0) return FAIL(c, ms, "models: expected at least one model");
+    if (!(c->cfg->models = sb_calloc(ms->n_pairs, sizeof *c->cfg->models))) return SB_ENOMEM;
+    for (size_t i = 0; i < ms->n_pairs; i++) {
+        c->cfg->n_models = i + 1;               /* so free sees partial entries */
+        if ((rc = load_model(c, ms->pairs[i].key, ms->pairs[i].value, &c->cfg->models[i])))
+            return rc;
+    }
+    return 0;
+}
+
+static int load_cache(ctx *c, const sb_config_node *cs) {
+    static const char *const keys[] = { "path", "max_mb", "ttl_s", NULL };
+    sb_config *cfg = c->cfg;
+    if (!cs) return 0;
+    int rc;
+    if ((rc = want_map(c, cs, "cache")) || (rc = check_keys(c, cs, "cache", keys))) return rc;
+    cfg->cache.enabled = true;
+    cfg->cache.node = cs;
+    cfg->cache.max_mb = 256;
+    cfg->cache.ttl_s = 86400;
+    if (!(cfg->cache.path = resolve(cfg->runtime.dir, "cache.sqlite"))) return SB_ENOMEM;
+    if ((rc = get_path(c, cs, "cache", "path", false, &cfg->cache.path, NULL)) ||
+        (rc = get_int(c, cs, "cache", "max_mb", 1, 1 << 20, &cfg->cache.max_mb)) ||
+        (rc = get_int(c, cs, "cache", "ttl_s", 0, 10 * 366 * 86400, &cfg->cache.ttl_s)))
+        return rc;
+    return 0;
+}
+
+/* Only the shape here; the router validates stages against its engine. */
+static int load_pipelines(ctx *c, const sb_config_node *ps) {
+    if (!ps) return 0;
+    int rc = want_map(c, ps, "pipelines");
+    if (rc) return rc;
+    for (size_t i = 0; i < ps->n_pairs; i++) {
+        const sb_config_node *k = ps->pairs[i].key, *v = ps->pairs[i].value;
+        if (!valid_name(k->value, SB_CONFIG_MAX_NAME))
+            return FAIL(c, k, "pipelines: name '%s' must be 1-%d characters of A-Z a-z 0-9 _ -",
+                        k->value, SB_CONFIG_MAX_NAME);
+        char what[SB_CONFIG_MAX_NAME + 16];
+        snprintf(what, sizeof what, "pipelines.%s", k->value);
+        if ((rc = want_map(c, v, what))) return rc;
+    }
+    c->cfg->pipelines = ps;
+    return 0;
+}
+
+static int load_schema(sb_config *cfg, char *err) {
+    static const char *const keys[] = { "runtime", "models", "cache", "pipelines", NULL };
+    ctx c = { cfg, err };
+    const sb_config_node *root = cfg->root;
+    int rc;
+    if (!root || sb_config_node_is_null(root))
+        return sb_seterr(err, SB_EINVAL, "%s:1:1: empty configuration: expected a mapping with "
+                         "'models'", cfg->path);
+    if ((rc = want_map(&c, root, "configuration")) || (rc = check_keys(&c, root, "configuration", keys)) ||
+        (rc = load_runtime(&c, sb_config_node_get(root, "runtime"))) ||
+        (rc = load_models(&c, sb_config_node_get(root, "models"))) ||
+        (rc = load_cache(&c, sb_config_node_get(root, "cache"))) ||
+        (rc = load_pipelines(&c, sb_config_node_get(root, "pipelines"))))
+        return rc;
+    return 0;
+}
+
+/* ============================================================ entry points */
+
+static char *absolute_dir_of(const char *path) {
+    char *copy = sb_strdup(path);
+    if (!copy) return NULL;
+    char *slash = strrchr(copy, '/');
+    const char *dir = ".";
+    if (slash == copy) dir = "/";
+    else if (slash) { *slash = '\0'; dir = copy; }
+    char *abs = realpath(dir, NULL);            /* malloc'd by libc */
+    char *out = abs ? sb_strdup(abs) : sb_strdup(dir);
+    free(abs);
+    sb_free(copy);
+    return out;
+}
+
+int sb_config_parse(const char *text, size_t len, const char *path, sb_config **out, char *err) {
+    *out = NULL;
+    if (len > SB_CONFIG_MAX_BYTES)
+        return sb_seterr(err, SB_EINVAL, "%s: larger than %u bytes", path, SB_CONFIG_MAX_BYTES);
+    sb_config *cfg = sb_calloc(1, sizeof *cfg);
+    if (!cfg || !(cfg->path = sb_strdup(path)) || !(cfg->base_dir = absolute_dir_of(path))) {
+        sb_config_free(cfg);
+        return sb_seterr(err, SB_ENOMEM, "out of memory");
+    }
+    reader r = { .path = path, .err = err };
+    if (!yaml_parser_initialize(&r.parser)) {
+        sb_config_free(cfg);
+        return sb_seterr(err, SB_ENOMEM, "out of memory");
+    }
+    yaml_parser_set_input_string(&r.parser, (const unsigned char *)text, len);
+    int rc = parse_tree(&r, &cfg->root);
+    yaml_parser_delete(&r.parser);
+    if (!rc) rc = load_schema(cfg, err);
+    if (rc == SB_ENOMEM) sb_seterr(err, rc, "%s: out of memory", path);
+    if (rc) { sb_config_free(cfg); return rc; }
+    *out = cfg;
+    return 0;
+}
+
+int sb_config_load(const char *path, sb_config **out, char *err) {
+    *out = NULL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return sb_seterr(err, SB_EIO, "%s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode) || st.st_size > (off_t)SB_CONFIG_MAX_BYTES) {
+        close(fd);
+        return sb_seterr(err, SB_EIO, "%s: not a regular file of at most %u bytes",
+                         path, SB_CONFIG_MAX_BYTES);
+    }
+    size_t size = (size_t)st.st_size;
+    char *text = sb_malloc(size + 1);
+    if (!text) { close(fd); return sb_seterr(err, SB_ENOMEM, "out of memory"); }
+    size_t got = 0;
+    while (got < size) {
+        ssize_t n = read(fd, text + got, size - got);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        got += (size_t)n;
+    }
+    close(fd);
+    if (got != size) {
+        sb_free(text);
+        return sb_seterr(err, SB_EIO, "%s: short read", path);
+    }
+    int rc = sb_config_parse(text, size, path, out, err);
+    sb_free(text);
+    return rc;
+}
+
+void sb_config_free(sb_config *cfg) {
+    if (!cfg) return;
+    for (size_t i = 0; i < cfg->n_models; i++) {
+        sb_config_model *m = &cfg->models[i];
+        sb_free(m->name);
+        sb_free(m->gguf);
+        sb_free(m->upstream);
+        sb_free(m->upstream_model);
+        sb_free(m->api_key_env);
+    }
+    sb_free(cfg->models);
+    sb_free(cfg->runtime.dir);
+    sb_free(cfg->runtime.http);
+    sb_free(cfg->runtime.http_host);
+    sb_free(cfg->runtime.api_key_env);
+    sb_free(cfg->runtime.api_key_file);
+    sb_free(cfg->cache.path);
+    node_free(cfg->root);
+    sb_free(cfg->path);
+    sb_free(cfg->base_dir);
+    sb_free(cfg);
+}
+
+const sb_config_model *sb_config_find_model(const sb_config *cfg, const char *name) {
+    for (size_t i = 0; i < cfg->n_models; i++)
+        if (!strcmp(cfg->models[i].name, name)) return &cfg->models[i];
+    return NULL;
+}
+
+static bool str_eq(const char *a, const char *b) { return a == b || (a && b && !strcmp(a, b)); }
+
+bool sb_config_equal_model(const sb_config_model *a, const sb_config_model *b) {
+    return str_eq(a->name, b->name) && str_eq(a->gguf, b->gguf) &&
+           a->threads == b->threads && a->ctx == b->ctx && a->kv_type == b->kv_type &&
+           a->idle_unload_s == b->idle_unload_s && str_eq(a->upstream, b->upstream) &&
+           str_eq(a->upstream_model, b->upstream_model) && str_eq(a->api_key_env, b->api_key_env) &&
+           a->timeout_ms == b->timeout_ms && a->max_queue == b->max_queue &&
+           a->max_tokens == b->max_tokens && a->deadline_ms == b->deadline_ms &&
+           a->gguf_dev == b->gguf_dev && a->gguf_ino == b->gguf_ino &&
+           a->gguf_size == b->gguf_size && a->gguf_mtime_ns == b->gguf_mtime_ns;
+}
+
+bool sb_config_equal_runtime(const sb_config *a, const sb_config *b) {
+    return str_eq(a->runtime.dir, b->runtime.dir) && a->runtime.log_level == b->runtime.log_level;
+}

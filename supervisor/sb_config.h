@@ -1,0 +1,131 @@
+/* sb_config.h - the YAML configuration (docs/config.md), loaded and validated.
+ *
+ * sb_config_load() reads the file with libyaml (only config.c sees yaml.h),
+ * checks every key against the schema and returns plain structs. Anything
+ * wrong - invalid YAML, an unknown or duplicate key, a wrong type, an
+ * impossible value, a missing model file - is rejected with the first error
+ * as "FILE:LINE:COLUMN: key.path: what was expected".
+ *
+ * Relative paths resolve against the directory of the config file and are
+ * stored absolute. Sections that later issues interpret (pipelines, and the
+ * raw cache section) are also kept as a generic node tree with positions, so
+ * their validators can report errors the same way.
+ */
+#ifndef SB_CONFIG_H
+#define SB_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "sb_common.h"
+
+#define SB_CONFIG_MAX_BYTES   (4u << 20)    /* a config is a few KB; refuse junk early */
+#define SB_CONFIG_MAX_DEPTH   64
+#define SB_CONFIG_MAX_NAME    64            /* model / pipeline names */
+#define SB_CONFIG_MAX_THREADS 256
+#define SB_CONFIG_MIN_CTX     16
+#define SB_CONFIG_MAX_CTX     (1 << 20)
+
+/* ------------------------------------------------------ generic node tree */
+
+typedef enum { SB_CFG_SCALAR, SB_CFG_MAP, SB_CFG_SEQ } sb_config_kind;
+
+typedef struct sb_config_node sb_config_node;
+typedef struct { sb_config_node *key, *value; } sb_config_pair;
+
+struct sb_config_node {
+    sb_config_kind kind;
+    int line, col;              /* 1-based position where the node starts */
+    /* SB_CFG_SCALAR */
+    char *value;                /* NUL-terminated */
+    size_t len;
+    bool quoted;                /* '…', "…", | or >: a string, never a number/null */
+    /* SB_CFG_MAP: keys are scalars, unique */
+    sb_config_pair *pairs;
+    size_t n_pairs;
+    /* SB_CFG_SEQ */
+    sb_config_node **items;
+    size_t n_items;
+};
+
+/* The value for `key` in a map node, or NULL (also when map is not a map). */
+const sb_config_node *sb_config_node_get(const sb_config_node *map, const char *key);
+/* A plain null (~, null, or nothing) scalar. */
+bool sb_config_node_is_null(const sb_config_node *n);
+
+/* ----------------------------------------------------------- the config */
+
+typedef enum { SB_KV_F16, SB_KV_F32 } sb_kv_type;
+
+typedef struct {
+    char *name;                 /* the key under models: [A-Za-z0-9_-], <= 64 */
+    int line, col;              /* where the entry starts */
+    /* A local model: gguf is set. A remote OpenAI-compatible one: upstream. */
+    char *gguf;                 /* absolute path of a readable regular file */
+    int threads;                /* [1, 256], default 1 */
+    int ctx;                    /* [16, 2^20], default 2048 */
+    sb_kv_type kv_type;         /* f16 (default) | f32 */
+    int idle_unload_s;          /* 0 = "keep"; N = "unload-after:N" */
+    char *upstream;             /* http(s)://host[:port][/path] */
+    char *upstream_model;       /* model name sent upstream; default the entry name */
+    char *api_key_env;          /* env var holding the upstream key, or NULL */
+    int timeout_ms;             /* upstream request timeout, default 30000 */
+    /* Both kinds */
+    int max_queue;              /* requests waiting behind the running one, default 8 */
+    int max_tokens;             /* default per-request cap, default 512 (<= ctx) */
+    int deadline_ms;            /* default per-request deadline, default 120000 */
+    /* Identity of the GGUF file when loaded, so a file replaced in place
+     * counts as a changed model on reload. */
+    uint64_t gguf_dev, gguf_ino, gguf_size;
+    int64_t gguf_mtime_ns;
+} sb_config_model;
+
+typedef struct {
+    char *path;                 /* the file as given */
+    char *base_dir;             /* its directory, absolute */
+    struct {
+        char *dir;              /* sockets; default BASE/run */
+        char *http;             /* "host:port" as written; default 127.0.0.1:8080 */
+        char *http_host;        /* without brackets for IPv6 */
+        int http_port;
+        char *api_key_env;      /* at most one of these two; both NULL = no key */
+        char *api_key_file;     /* absolute, readable */
+        int log_level;          /* SB_LOG_*, default SB_LOG_INFO */
+        int drain_ms;           /* SIGTERM drain deadline, default 10000 */
+    } runtime;
+    sb_config_model *models;    /* in file order, at least one */
+    size_t n_models;
+    struct {
+        bool enabled;           /* the section is present */
+        char *path;             /* absolute; default RUNTIME_DIR/cache.sqlite */
+        int max_mb;             /* [1, 2^20], default 256 */
+        int ttl_s;              /* 0 = never expires; default 86400 */
+        const sb_config_node *node;     /* the raw section */
+    } cache;
+    const sb_config_node *pipelines;    /* map NAME -> map, or NULL; see router */
+    sb_config_node *root;
+} sb_config;
+
+/* Load and validate. 0, or SB_EIO (cannot read), SB_EINVAL (invalid: err
+ * holds "FILE:LINE:COL: …"), SB_ENOMEM. *out is NULL on failure. */
+int  sb_config_load(const char *path, sb_config **out, char *err);
+/* The same from memory; `path` names the text in messages and its
+ * directory is the base for relative paths. */
+int  sb_config_parse(const char *text, size_t len, const char *path,
+                     sb_config **out, char *err);
+void sb_config_free(sb_config *cfg);                /* NULL ok */
+
+const sb_config_model *sb_config_find_model(const sb_config *cfg, const char *name);
+/* Same settings and same GGUF file identity: on SIGHUP, a worker whose model
+ * compares equal keeps running. Positions are ignored. */
+bool sb_config_equal_model(const sb_config_model *a, const sb_config_model *b);
+/* Runtime settings every child depends on (dir, log level): when these
+ * differ, every child must restart. */
+bool sb_config_equal_runtime(const sb_config *a, const sb_config *b);
+
+/* Format "FILE:LINE:COL: message" for a node of cfg into err; returns
+ * SB_EINVAL. For validators of the generic sections (pipelines). */
+int  sb_config_node_error(const sb_config *cfg, const sb_config_node *at, char *err,
+                          const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+#endif
