@@ -8,7 +8,7 @@
 #define SB_CMD_H
 
 int sb_cmd_inspect(int argc, char **argv);   /* worker/cli_inspect.c */
-int sb_cmd_tokenize(int argc, char **argv);  /* worker/cli_engine.c */
+int sb_cmd_tokenize(int argc, char **argv);  /* worker/cli_tokenize.c */
 int sb_cmd_logits(int argc, char **argv);    /* worker/cli_engine.c */
 int sb_cmd_generate(int argc, char **argv);  /* worker/cli_engine.c */
 int sb_cmd_bench(int argc, char **argv);     /* worker/cli_engine.c */

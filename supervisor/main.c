@@ -13,6 +13,7 @@ typedef struct {
 
 static const sb_command commands[] = {
     { "inspect",  sb_cmd_inspect,  "print a GGUF file's metadata and tensor table" },
+    { "tokenize", sb_cmd_tokenize, "print the token ids of a text (as llama.cpp tokenizes it)" },
 };
 
 static void usage(FILE *f) {

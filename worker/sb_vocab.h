@@ -1,0 +1,79 @@
+/* sb_vocab.h - tokenizers that reproduce llama.cpp's token ids exactly.
+ *
+ * Two families, chosen by tokenizer.ggml.model:
+ *  - "llama": SentencePiece-style (Llama-2/TinyLlama, Phi-3): bigram merges by
+ *    score, spaces escaped as U+2581, a space prefix, byte fallback <0xXX>;
+ *  - "gpt2":  byte-level BPE (Llama-3, Qwen2): a pre-tokenizer selected by
+ *    tokenizer.ggml.pre splits the text, merges are applied by rank.
+ * Special (control / user-defined) tokens are cut out of the text first, as
+ * llama.cpp's tokenizer_st_partition does, including the per-model LSTRIP /
+ * RSTRIP attributes (Phi-3 strips whitespace after its special tokens).
+ *
+ * The reference is llama.cpp's src/llama-vocab.cpp and src/unicode.cpp;
+ * docs of each rule are next to the code that implements it.
+ *
+ * A vocab is immutable after load and may be shared by threads.
+ */
+#ifndef SB_VOCAB_H
+#define SB_VOCAB_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "sb_common.h"
+#include "sb_gguf.h"
+
+typedef struct sb_vocab sb_vocab;
+
+typedef enum { SB_VOCAB_SPM = 1, SB_VOCAB_BPE = 2 } sb_vocab_kind;
+
+/* Build a vocab from the tokenizer.ggml.* keys of `g` (everything is copied:
+ * the vocab does not keep `g`). Errors name the missing or malformed key,
+ * e.g. "tokenizer.ggml.tokens: missing", "unknown pre-tokenizer 'x'". */
+int  sb_vocab_load(const sb_gguf *g, sb_vocab **out, char *err);
+void sb_vocab_free(sb_vocab *v);
+
+sb_vocab_kind sb_vocab_kind_of(const sb_vocab *v);
+const char   *sb_vocab_pre_name(const sb_vocab *v);   /* "spm", "llama3", "qwen2", "gpt2", "default"… */
+int32_t sb_vocab_n_tokens(const sb_vocab *v);
+/* Special ids, -1 when the vocab has none. */
+int32_t sb_vocab_bos(const sb_vocab *v);
+int32_t sb_vocab_eos(const sb_vocab *v);
+int32_t sb_vocab_eot(const sb_vocab *v);
+int32_t sb_vocab_nl(const sb_vocab *v);               /* the newline token */
+/* tokenizer.ggml.add_bos_token, or the tokenizer type's default. */
+int  sb_vocab_add_bos(const sb_vocab *v);
+/* End of generation: EOS, EOT, EOM and the tokens llama.cpp recognises by
+ * text (<|eot_id|>, <|end|>, <|im_end|>, <|endoftext|>, <|eom_id|>…). */
+int  sb_vocab_is_eog(const sb_vocab *v, int32_t tok);
+/* Control or unknown token: not rendered unless asked for (see below). */
+int  sb_vocab_is_control(const sb_vocab *v, int32_t tok);
+/* Exact token text -> id, or -1. */
+int32_t sb_vocab_find(const sb_vocab *v, const char *text);
+/* Raw token text as stored in the GGUF (not NUL-terminated); {NULL,0} if
+ * tok is out of range. */
+sb_str sb_vocab_text(const sb_vocab *v, int32_t tok);
+
+/* Tokenize `len` bytes of `text` (any bytes: invalid UTF-8 is handled as
+ * llama.cpp does). add_bos: add the BOS (and EOS) that the vocab asks for -
+ * llama.cpp's add_special. parse_special: match control tokens in the text
+ * (user-defined tokens are always matched, as in llama.cpp). *out is
+ * sb_malloc'ed (non-NULL even when *n_out is 0); the caller sb_free()s it. */
+int  sb_tokenize(const sb_vocab *v, const char *text, size_t len, int add_bos, int parse_special,
+                 int32_t **out, size_t *n_out, char *err);
+
+/* The bytes of one token as llama.cpp's token_to_piece renders them: byte
+ * tokens become the raw byte, U+2581 a space, BPE byte-unicode is decoded;
+ * control/unknown tokens give "" unless `special`. Like snprintf: writes at
+ * most cap bytes (no NUL) and returns the full length, so a result > cap
+ * means truncation. Returns SB_EINVAL for an id outside the vocab. */
+int  sb_token_to_piece(const sb_vocab *v, int32_t tok, char *buf, size_t cap, int special);
+
+/* llama.cpp's llama_detokenize: the pieces joined, the leading space of an
+ * SPM text dropped, BOS/EOS removed if remove_special, control tokens shown
+ * if unparse_special, and for most BPE vocabs the clean-up of " ," " 's"…
+ * (clean_up_tokenization_spaces). snprintf semantics as above; negative only
+ * for an invalid id or out of memory. */
+long sb_detokenize(const sb_vocab *v, const int32_t *toks, size_t n, char *buf, size_t cap,
+                   int remove_special, int unparse_special);
+
+#endif
