@@ -1,0 +1,130 @@
+/* cache_internal.h - shared between the files of cache/ only; not an API.
+ *
+ * Names here are extern (the module is several files) so they carry the
+ * sbc_ prefix to stay out of the rest of the library's way.
+ */
+#ifndef SB_CACHE_INTERNAL_H
+#define SB_CACHE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stddef.h>
+
+#include "sb_cache.h"
+
+/* ------------------------------------------------------ NFKC tables */
+extern const char     sb_nfkc_unicode_version[];
+extern const uint32_t sb_nfkc_ccc[], sb_nfkc_ccc_n;
+extern const uint64_t sb_nfkc_decomp[];
+extern const uint32_t sb_nfkc_decomp_n, sb_nfkc_decomp_data[];
+extern const uint64_t sb_nfkc_comp[];
+extern const uint32_t sb_nfkc_comp_n;
+extern const uint64_t sb_latin_lower[];
+extern const uint32_t sb_latin_lower_n;
+
+/* ------------------------------------------------------ the handle */
+struct sqlite3;
+struct sqlite3_stmt;
+
+/* Errors are logged once per kind per handle, so a full disk under load
+ * gives one line, not one per request. */
+enum { SBC_LOG_IO, SBC_LOG_FULL, SBC_LOG_READONLY, SBC_LOG_CORRUPT, SBC_LOG_OTHER, SBC_LOG_KINDS };
+
+enum {
+    SBC_ST_GET, SBC_ST_TOUCH, SBC_ST_DELETE, SBC_ST_PUT, SBC_ST_EVICT, SBC_ST_TOTAL,
+    SBC_ST_COUNT
+};
+
+struct sb_cache {
+    struct sqlite3      *db;
+    struct sqlite3_stmt *st[SBC_ST_COUNT];  /* prepared once at open */
+    pthread_mutex_t      lock;
+    char                *path;
+    sb_cache_opts        opts;
+    int                  read_only;
+    int                  schema_version;
+    int                  logged[SBC_LOG_KINDS];
+    int64_t              hits, misses, errors;
+};
+
+/* sb_cache_open, stopping the migrations at schema_target (tests of the
+ * migrations only; 0 = the latest). */
+int sb_cache_open_at(const char *path, const sb_cache_opts *opts, int schema_target,
+                     sb_cache **out, char *err);
+/* Map a SQLite result code to an SB_E* code, fill err and log once. */
+int sbc_fail(sb_cache *c, int rc, char *err, const char *what);
+int64_t sbc_now_ms(void);
+/* Run SQL without results; returns SB_OK or the mapped error. */
+int sbc_exec(sb_cache *c, const char *sql, char *err);
+/* Read one entry row in the column order of SBC_ENTRY_COLUMNS. */
+int sbc_row_to_entry(struct sqlite3_stmt *st, sb_cache_entry *e);
+#define SBC_ENTRY_COLUMNS "key, ns, fingerprint, input, params, response, created_ms, " \
+    "last_hit_ms, local_hits, global_hits, ttl_s, origin, pinned, dirty_hits"
+/* Evict until the cap holds (inside the caller's transaction). */
+int sbc_evict(sb_cache *c, char *err);
+/* Insert or replace from a parsed JSON object (import, sync); see cache_admin.c. */
+struct sbj;
+int sbc_entry_from_json(const struct sbj *o, sb_cache_entry *e, char *err);
+/* Store e (caller holds the lock and usually a transaction): from_cloud = 0
+ * replaces everything (import), 1 adds a pinned cloud entry or updates the
+ * fleet-wide count of one we have. */
+int sbc_upsert_entry(sb_cache *c, const sb_cache_entry *e, int from_cloud, char *err);
+
+/* ------------------------------------------------------ growable buffer */
+typedef struct {
+    char  *p;
+    size_t len, cap;
+    int    oom;                     /* sticky: check once at the end */
+} sbc_buf;
+
+void sbc_buf_add(sbc_buf *b, const void *data, size_t n);
+void sbc_buf_str(sbc_buf *b, const char *s);
+void sbc_buf_printf(sbc_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A JSON string literal with quotes; bytes that are not valid UTF-8 become U+FFFD. */
+void sbc_buf_json_str(sbc_buf *b, const char *s, size_t n);
+void sbc_buf_base64(sbc_buf *b, const void *data, size_t n);
+void sbc_buf_free(sbc_buf *b);
+/* Write an entry as one JSON object (no newline). */
+void sbc_buf_entry_json(sbc_buf *b, const sb_cache_entry *e);
+
+/* ------------------------------------------------------ JSON reader */
+typedef enum { SBJ_NULL, SBJ_BOOL, SBJ_NUM, SBJ_STR, SBJ_ARR, SBJ_OBJ } sbj_type;
+
+typedef struct sbj {
+    sbj_type    type;
+    char       *key;                /* member name inside an object */
+    char       *str;                /* SBJ_STR: decoded UTF-8, NUL-terminated */
+    size_t      str_len;
+    int64_t     num;                /* SBJ_NUM: integral part (we only send integers) */
+    int         is_int, boolean;
+    struct sbj *child, *next;       /* containers: first element; siblings */
+} sbj;
+
+#define SBJ_MAX_DEPTH 32
+int  sbj_parse(const char *text, size_t len, sbj **out, char *err);
+void sbj_free(sbj *j);
+const sbj *sbj_get(const sbj *obj, const char *key);   /* NULL if absent */
+/* Typed getters; SB_ENOTFOUND if absent, SB_EFORMAT if the wrong type. */
+int sbj_get_str(const sbj *obj, const char *key, const char **out);
+int sbj_get_int(const sbj *obj, const char *key, int64_t *out);
+int sbc_base64_decode(const char *s, size_t n, uint8_t **out, size_t *out_len);
+
+/* ------------------------------------------------------ HTTP (blocking) */
+typedef struct {
+    int    status;
+    sbc_buf body;
+} sbc_http_reply;
+
+/* POST/DELETE to http://host:port/path with extra header lines ("Name: v\r\n").
+ * The whole reply must arrive (Content-Length checked): a cut-off reply is
+ * SB_EIO, never a partial body. */
+int sbc_http_request(const char *method, const char *url, const char *path,
+                     const char *headers, const void *body, size_t body_len, int timeout_ms,
+                     sbc_http_reply *reply, char *err);
+
+/* HMAC-SHA256(secret, timestamp "\n" body) as 64 hex digits. */
+void sbc_sign(const char *secret, const char *timestamp, const void *body, size_t len,
+              char out[SB_CACHE_KEY_HEX]);
+#define SBC_MAX_SKEW_S 300
+
+#endif
