@@ -64,8 +64,54 @@ static const sb_kq_traits table_ref[SB_TYPE_COUNT] = {
     PLACEHOLDERS,
 };
 
-/* SIMD tables land with kq_avx2.c / kq_avx512.c; until then every level is the reference. */
-static const sb_kq_traits *const tables[SB_KQ_LEVELS] = { table_ref, table_ref, table_ref };
+static const sb_kq_traits table_avx2[SB_TYPE_COUNT] = {
+    ROW(SB_TYPE_F32, "F32", 1, 4, 0, sb_kq_deq_f32_ref, sb_kq_quant_f32_ref, sb_kq_quant_f32_ref,
+        sb_kq_dot_f32_f32_avx2, SB_TYPE_F32),
+    ROW(SB_TYPE_F16, "F16", 1, 2, 0, sb_kq_deq_f16_avx2, sb_kq_act_f16_avx2, sb_kq_quant_f16_ref,
+        sb_kq_dot_f16_f16_avx2, SB_TYPE_F16),
+    ROW(SB_TYPE_BF16, "BF16", 1, 2, 0, sb_kq_deq_bf16_avx2, sb_kq_act_bf16_avx2, sb_kq_quant_bf16_ref,
+        sb_kq_dot_bf16_bf16_avx2, SB_TYPE_BF16),
+    ROW_W(SB_TYPE_Q4_0, "Q4_0", 32, sb_block_q4_0, q4_0, sb_kq_deq_q4_0_avx2, sb_kq_dot_q4_0_q8_0_avx2, SB_TYPE_Q8_0),
+    ROW_W(SB_TYPE_Q4_1, "Q4_1", 32, sb_block_q4_1, q4_1, sb_kq_deq_q4_1_ref, sb_kq_dot_q4_1_q8_1_avx2, SB_TYPE_Q8_1),
+    ROW_W(SB_TYPE_Q5_0, "Q5_0", 32, sb_block_q5_0, q5_0, sb_kq_deq_q5_0_ref, sb_kq_dot_q5_0_q8_0_avx2, SB_TYPE_Q8_0),
+    ROW_W(SB_TYPE_Q5_1, "Q5_1", 32, sb_block_q5_1, q5_1, sb_kq_deq_q5_1_ref, sb_kq_dot_q5_1_q8_1_avx2, SB_TYPE_Q8_1),
+    ROW(SB_TYPE_Q8_0, "Q8_0", 32, sizeof(sb_block_q8_0), 1, sb_kq_deq_q8_0_avx2, sb_kq_act_q8_0_avx2,
+        sb_kq_quant_q8_0_ref, sb_kq_dot_q8_0_q8_0_avx2, SB_TYPE_Q8_0),
+    ROW_Q8_1(sb_kq_act_q8_1_avx2),
+    ROW_W(SB_TYPE_Q2_K, "Q2_K", SB_QK_K, sb_block_q2_K, q2_K, sb_kq_deq_q2_K_ref, sb_kq_dot_q2_K_q8_K_avx2, SB_TYPE_Q8_K),
+    ROW_W(SB_TYPE_Q3_K, "Q3_K", SB_QK_K, sb_block_q3_K, q3_K, sb_kq_deq_q3_K_ref, sb_kq_dot_q3_K_q8_K_avx2, SB_TYPE_Q8_K),
+    ROW_W(SB_TYPE_Q4_K, "Q4_K", SB_QK_K, sb_block_q4_K, q4_K, sb_kq_deq_q4_K_ref, sb_kq_dot_q4_K_q8_K_avx2, SB_TYPE_Q8_K),
+    ROW_W(SB_TYPE_Q5_K, "Q5_K", SB_QK_K, sb_block_q5_K, q5_K, sb_kq_deq_q5_K_ref, sb_kq_dot_q5_K_q8_K_avx2, SB_TYPE_Q8_K),
+    ROW_W(SB_TYPE_Q6_K, "Q6_K", SB_QK_K, sb_block_q6_K, q6_K, sb_kq_deq_q6_K_ref, sb_kq_dot_q6_K_q8_K_avx2, SB_TYPE_Q8_K),
+    ROW_Q8_K(sb_kq_act_q8_K_avx2),
+    PLACEHOLDERS,
+};
+
+/* AVX-512: its own kernels where they pay, the AVX2 ones elsewhere. */
+static const sb_kq_traits table_avx512[SB_TYPE_COUNT] = {
+    ROW(SB_TYPE_F32, "F32", 1, 4, 0, sb_kq_deq_f32_ref, sb_kq_quant_f32_ref, sb_kq_quant_f32_ref,
+        sb_kq_dot_f32_f32_avx512, SB_TYPE_F32),
+    ROW(SB_TYPE_F16, "F16", 1, 2, 0, sb_kq_deq_f16_avx512, sb_kq_act_f16_avx512, sb_kq_quant_f16_ref,
+        sb_kq_dot_f16_f16_avx512, SB_TYPE_F16),
+    ROW(SB_TYPE_BF16, "BF16", 1, 2, 0, sb_kq_deq_bf16_avx2, sb_kq_act_bf16_avx2, sb_kq_quant_bf16_ref,
+        sb_kq_dot_bf16_bf16_avx2, SB_TYPE_BF16),
+    ROW_W(SB_TYPE_Q4_0, "Q4_0", 32, sb_block_q4_0, q4_0, sb_kq_deq_q4_0_avx2, sb_kq_dot_q4_0_q8_0_avx512, SB_TYPE_Q8_0),
+    ROW_W(SB_TYPE_Q4_1, "Q4_1", 32, sb_block_q4_1, q4_1, sb_kq_deq_q4_1_ref, sb_kq_dot_q4_1_q8_1_avx2, SB_TYPE_Q8_1),
+    ROW_W(SB_TYPE_Q5_0, "Q5_0", 32, sb_block_q5_0, q5_0, sb_kq_deq_q5_0_ref, sb_kq_dot_q5_0_q8_0_avx2, SB_TYPE_Q8_0),
+    ROW_W(SB_TYPE_Q5_1, "Q5_1", 32, sb_block_q5_1, q5_1, sb_kq_deq_q5_1_ref, sb_kq_dot_q5_1_q8_1_avx2, SB_TYPE_Q8_1),
+    ROW(SB_TYPE_Q8_0, "Q8_0", 32, sizeof(sb_block_q8_0), 1, sb_kq_deq_q8_0_avx2, sb_kq_act_q8_0_avx2,
+        sb_kq_quant_q8_0_ref, sb_kq_dot_q8_0_q8_0_avx512, SB_TYPE_Q8_0),
+    ROW_Q8_1(sb_kq_act_q8_1_avx2),
+    ROW_W(SB_TYPE_Q2_K, "Q2_K", SB_QK_K, sb_block_q2_K, q2_K, sb_kq_deq_q2_K_ref, sb_kq_dot_q2_K_q8_K_avx512, SB_TYPE_Q8_K),
+    ROW_W(SB_TYPE_Q3_K, "Q3_K", SB_QK_K, sb_block_q3_K, q3_K, sb_kq_deq_q3_K_ref, sb_kq_dot_q3_K_q8_K_avx512, SB_TYPE_Q8_K),
+    ROW_W(SB_TYPE_Q4_K, "Q4_K", SB_QK_K, sb_block_q4_K, q4_K, sb_kq_deq_q4_K_ref, sb_kq_dot_q4_K_q8_K_avx512, SB_TYPE_Q8_K),
+    ROW_W(SB_TYPE_Q5_K, "Q5_K", SB_QK_K, sb_block_q5_K, q5_K, sb_kq_deq_q5_K_ref, sb_kq_dot_q5_K_q8_K_avx512, SB_TYPE_Q8_K),
+    ROW_W(SB_TYPE_Q6_K, "Q6_K", SB_QK_K, sb_block_q6_K, q6_K, sb_kq_deq_q6_K_ref, sb_kq_dot_q6_K_q8_K_avx512, SB_TYPE_Q8_K),
+    ROW_Q8_K(sb_kq_act_q8_K_avx2),
+    PLACEHOLDERS,
+};
+
+static const sb_kq_traits *const tables[SB_KQ_LEVELS] = { table_ref, table_avx2, table_avx512 };
 static const char *const level_names[SB_KQ_LEVELS] = { "ref", "avx2", "avx512" };
 
 const sb_kq_traits *sb_kq_table(int level) {

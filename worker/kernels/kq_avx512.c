@@ -1,0 +1,155 @@
+/* kq_avx512.c - AVX-512 (F, BW, DQ, VL, VNNI) kernels: float types and the
+ * Q8_0 / Q4_0 dots. Two 32-element blocks fill one 512-bit register; VNNI's
+ * vpdpbusd does the u8×i8 multiply and the 4-way sum in one instruction.
+ * Types without a kernel here use the AVX2 one (see kq_table.c).
+ */
+#include "kq_x86.h"
+
+/* ==== float types ========================================================== */
+
+static inline __m512 load_f16x16(const sb_fp16 *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
+
+void sb_kq_dot_f32_f32_avx512(int n, float *s, const void *vx, const void *vy) {
+    const float *x = vx, *y = vy;
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int i = 0;
+    for (; i + 64 <= n; i += 64) {
+        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i), a0);
+        a1 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(y + i + 16), a1);
+        a2 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 32), _mm512_loadu_ps(y + i + 32), a2);
+        a3 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 48), _mm512_loadu_ps(y + i + 48), a3);
+    }
+    for (; i + 16 <= n; i += 16) a0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i), a0);
+    if (i < n) {
+        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i), a1);
+    }
+    *s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+}
+
+void sb_kq_dot_f16_f16_avx512(int n, float *s, const void *vx, const void *vy) {
+    const sb_fp16 *x = vx, *y = vy;
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int i = 0;
+    for (; i + 64 <= n; i += 64) {
+        a0 = _mm512_fmadd_ps(load_f16x16(x + i), load_f16x16(y + i), a0);
+        a1 = _mm512_fmadd_ps(load_f16x16(x + i + 16), load_f16x16(y + i + 16), a1);
+        a2 = _mm512_fmadd_ps(load_f16x16(x + i + 32), load_f16x16(y + i + 32), a2);
+        a3 = _mm512_fmadd_ps(load_f16x16(x + i + 48), load_f16x16(y + i + 48), a3);
+    }
+    for (; i + 16 <= n; i += 16) a0 = _mm512_fmadd_ps(load_f16x16(x + i), load_f16x16(y + i), a0);
+    if (i < n) {
+        /* masked-off lanes load as +0.0 halves, which add nothing */
+        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        const __m512 xv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, x + i));
+        const __m512 yv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, y + i));
+        a1 = _mm512_fmadd_ps(xv, yv, a1);
+    }
+    *s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+}
+
+void sb_kq_deq_f16_avx512(const void *src, float *dst, int64_t n) {
+    const sb_fp16 *h = src;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, load_f16x16(h + i));
+    if (i < n) {
+        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(dst + i, m, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, h + i)));
+    }
+}
+
+void sb_kq_act_f16_avx512(const float *src, void *dst, int64_t n) {
+    sb_fp16 *h = dst;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256((__m256i *)(h + i), _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    if (i < n) {
+        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        _mm256_mask_storeu_epi16(h + i, m, _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, src + i), _MM_FROUND_TO_NEAREST_INT));
+    }
+}
+
+/* ==== Q8_0 / Q4_0 ========================================================== */
+
+/* The 32 quants of two consecutive blocks in one register. */
+static inline __m512i load_2x32(const int8_t *a, const int8_t *b) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)a)),
+                              _mm256_loadu_si256((const __m256i *)b), 1);
+}
+
+/* Σ x·y per 4 bytes for signed x, y (y != -128): |x| as the unsigned side,
+ * y negated where x < 0. */
+static inline __m512i dot_i8i8_64(__m512i x, __m512i y) {
+    const __mmask64 neg = _mm512_movepi8_mask(x);
+    const __m512i sy = _mm512_mask_sub_epi8(y, neg, _mm512_setzero_si512(), y);
+    return _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(x), sy);
+}
+
+/* [d0 ×8, d1 ×8]: the combined scales of two blocks against their lanes. */
+static inline __m512 scale_2(float d0, float d1) {
+    return _mm512_insertf32x8(_mm512_set1_ps(d0), _mm256_set1_ps(d1), 1);
+}
+
+void sb_kq_dot_q8_0_q8_0_avx512(int n, float *s, const void *vx, const void *vy) {
+    const sb_block_q8_0 *x = vx;
+    const sb_block_q8_0 *y = vy;
+    const int nb = n / 32;
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    int i = 0;
+    for (; i + 4 <= nb; i += 4) {
+        const __m512i p0 = dot_i8i8_64(load_2x32(x[i].qs, x[i + 1].qs), load_2x32(y[i].qs, y[i + 1].qs));
+        const __m512i p1 = dot_i8i8_64(load_2x32(x[i + 2].qs, x[i + 3].qs), load_2x32(y[i + 2].qs, y[i + 3].qs));
+        const __m512 d0 = scale_2(sb_fp16_to_fp32(x[i].d) * sb_fp16_to_fp32(y[i].d),
+                                  sb_fp16_to_fp32(x[i + 1].d) * sb_fp16_to_fp32(y[i + 1].d));
+        const __m512 d1 = scale_2(sb_fp16_to_fp32(x[i + 2].d) * sb_fp16_to_fp32(y[i + 2].d),
+                                  sb_fp16_to_fp32(x[i + 3].d) * sb_fp16_to_fp32(y[i + 3].d));
+        acc0 = _mm512_fmadd_ps(d0, _mm512_cvtepi32_ps(p0), acc0);
+        acc1 = _mm512_fmadd_ps(d1, _mm512_cvtepi32_ps(p1), acc1);
+    }
+    float sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+    if (i < nb) {
+        float rest;
+        sb_kq_dot_q8_0_q8_0_avx2((nb - i) * 32, &rest, x + i, y + i);
+        sum += rest;
+    }
+    *s = sum;
+}
+
+/* Two Q4_0 blocks' nibbles, in element order: [lo0 hi0 lo1 hi1] x 16. */
+static inline __m512i load_q4_0_x2(const sb_block_q4_0 *b) {
+    const __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)b[0].qs)),
+                                                 _mm_loadu_si128((const __m128i *)b[1].qs), 1);
+    const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(both), _mm256_srli_epi16(both, 4), 1);
+    /* z = [q0, q1, q0>>4, q1>>4]; reorder the 128-bit lanes to 0,2,1,3 */
+    return _mm512_and_si512(_mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0)), _mm512_set1_epi8(0x0F));
+}
+
+/* Σ (q - 8)·y = Σ q·y - 8·Σ y: two unsigned VNNI dots, no sign games. */
+void sb_kq_dot_q4_0_q8_0_avx512(int n, float *s, const void *vx, const void *vy) {
+    const sb_block_q4_0 *x = vx;
+    const sb_block_q8_0 *y = vy;
+    const int nb = n / 32;
+    const __m512i eight = _mm512_set1_epi8(8);
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    int i = 0;
+    for (; i + 4 <= nb; i += 4) {
+        const __m512i y0 = load_2x32(y[i].qs, y[i + 1].qs), y1 = load_2x32(y[i + 2].qs, y[i + 3].qs);
+        __m512i p0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), load_q4_0_x2(&x[i]), y0);
+        __m512i p1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), load_q4_0_x2(&x[i + 2]), y1);
+        p0 = _mm512_sub_epi32(p0, _mm512_dpbusd_epi32(_mm512_setzero_si512(), eight, y0));
+        p1 = _mm512_sub_epi32(p1, _mm512_dpbusd_epi32(_mm512_setzero_si512(), eight, y1));
+        const __m512 d0 = scale_2(sb_fp16_to_fp32(x[i].d) * sb_fp16_to_fp32(y[i].d),
+                                  sb_fp16_to_fp32(x[i + 1].d) * sb_fp16_to_fp32(y[i + 1].d));
+        const __m512 d1 = scale_2(sb_fp16_to_fp32(x[i + 2].d) * sb_fp16_to_fp32(y[i + 2].d),
+                                  sb_fp16_to_fp32(x[i + 3].d) * sb_fp16_to_fp32(y[i + 3].d));
+        acc0 = _mm512_fmadd_ps(d0, _mm512_cvtepi32_ps(p0), acc0);
+        acc1 = _mm512_fmadd_ps(d1, _mm512_cvtepi32_ps(p1), acc1);
+    }
+    float sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+    if (i < nb) {
+        float rest;
+        sb_kq_dot_q4_0_q8_0_avx2((nb - i) * 32, &rest, x + i, y + i);
+        sum += rest;
+    }
+    *s = sum;
+}

@@ -1,0 +1,218 @@
+/* kq_kquants_avx2.c - AVX2 dots of the k-quants with Q8_K activations.
+ *
+ * Shape of every kernel: per 256-element super-block, maddubs (u8 quants ×
+ * i8 activations -> i16 pair sums) then madd with the 16-bit sub-block
+ * scales (-> i32), summed exactly over the super-block; the min / offset
+ * terms come from the activation's bsums (Σq8 per 16 elements), also in
+ * integers; then one float FMA per super-block with d·y.d. So the integer
+ * result equals the reference kernel's, bit for bit.
+ *
+ * Layouts (see kq_kquants_ref.c): Q2_K/Q3_K keep 4 2-bit planes per 32
+ * bytes (plane p of byte l = element 32p + l of that 128); Q4_K/Q5_K keep
+ * sub-block pairs as the low/high nibbles of 32 bytes; Q6_K splits 128
+ * elements into ql[0..63] nibbles and qh[0..31] 2-bit planes.
+ */
+#include "kq_x86.h"
+
+/* Broadcast int16 scale k (of 8 in a __m128i) into a 256-bit vector: the
+ * shuffle picks bytes 2k, 2k+1 in both lanes. */
+static inline __m256i scale_pair_shuffle(int k) {
+    const char lo = (char)(2 * k), hi = (char)(2 * k + 1);
+    return _mm256_setr_epi8(lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi,
+                            lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi);
+}
+
+/* For the 16-element sub-blocks: lane 0 gets int16 scale 2k, lane 1 scale
+ * 2k+1 (a 32-byte chunk spans two sub-blocks). */
+static inline __m256i scale_16_shuffle(int k) {
+    const char a = (char)(4 * k), b = (char)(4 * k + 1), c = (char)(4 * k + 2), d = (char)(4 * k + 3);
+    return _mm256_setr_epi8(a, b, a, b, a, b, a, b, a, b, a, b, a, b, a, b,
+                            c, d, c, d, c, d, c, d, c, d, c, d, c, d, c, d);
+}
+
+/* Σ_j sc[j]·bsums[j] over the 16 sub-blocks (sc as 16 int16). */
+static inline int scaled_bsums(__m256i sc16, const int16_t *bsums) {
+    return kq_hsum_i32x8(_mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)bsums)));
+}
+
+/* ==== Q2_K: q in 0..3, x = d·(sc&15)·q - dmin·(sc>>4) ===================== */
+
+void sb_kq_dot_q2_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
+    const sb_block_q2_K *x = vx;
+    const sb_block_q8_K *y = vy;
+    const __m256i m3 = _mm256_set1_epi8(3);
+    __m256 acc = _mm256_setzero_ps();
+    float acc_min = 0;
+    for (int i = 0; i < n / SB_QK_K; i++) {
+        const __m128i packed = _mm_loadu_si128((const __m128i *)x[i].scales);
+        const __m128i sc8 = _mm_and_si128(packed, _mm_set1_epi8(0xF));
+        const __m128i mn8 = _mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0xF));
+        const int summs = scaled_bsums(_mm256_cvtepu8_epi16(mn8), y[i].bsums);
+        const __m256i sc16 = _mm256_cvtepu8_epi16(sc8);
+        /* per 128-half h: the 8 scales 8h..8h+7 in both lanes */
+        const __m256i sch[2] = { _mm256_permute2x128_si256(sc16, sc16, 0x00), _mm256_permute2x128_si256(sc16, sc16, 0x11) };
+        const int8_t *q8 = y[i].qs;
+        __m256i sumi = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const __m256i bits = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * h));
+            for (int p = 0; p < 4; p++) {
+                const __m256i q2 = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * p), m3);
+                const __m256i p16 = _mm256_maddubs_epi16(q2, _mm256_loadu_si256((const __m256i *)(q8 + 32 * p)));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_shuffle_epi8(sch[h], scale_16_shuffle(p)), p16));
+            }
+            q8 += 128;
+        }
+        const float dy = y[i].d;
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(dy * sb_fp16_to_fp32(x[i].d)), _mm256_cvtepi32_ps(sumi), acc);
+        acc_min += (dy * sb_fp16_to_fp32(x[i].dmin)) * summs;
+    }
+    *s = kq_hsum_f32x8(acc) - acc_min;
+}
+
+/* ==== Q3_K: q in -4..3 = low 2 bits + 4·hmask bit - 4 ======================= */
+/* We dot the unsigned 0..7 value and take 4·Σ sc·bsums back out. */
+
+void sb_kq_dot_q3_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
+    const sb_block_q3_K *x = vx;
+    const sb_block_q8_K *y = vy;
+    const __m256i m3 = _mm256_set1_epi8(3), m4 = _mm256_set1_epi8(4);
+    __m256 acc = _mm256_setzero_ps();
+    for (int i = 0; i < n / SB_QK_K; i++) {
+        int8_t sc[16];
+        kq_unpack_scales_q3(x[i].scales, sc);
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+        const int offset = 4 * scaled_bsums(sc16, y[i].bsums);
+        const __m256i sch[2] = { _mm256_permute2x128_si256(sc16, sc16, 0x00), _mm256_permute2x128_si256(sc16, sc16, 0x11) };
+        const __m256i hbits = _mm256_loadu_si256((const __m256i *)x[i].hmask);
+        const int8_t *q8 = y[i].qs;
+        __m256i sumi = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const __m256i bits = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * h));
+            for (int p = 0; p < 4; p++) {
+                const int plane = 4 * h + p; /* hmask bit of these 32 elements */
+                const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * p), m3);
+                /* bring bit `plane` to bit 2: shift left or right by |plane-2| */
+                const __m256i hb = plane >= 2 ? _mm256_srl_epi16(hbits, _mm_cvtsi32_si128(plane - 2))
+                                              : _mm256_sll_epi16(hbits, _mm_cvtsi32_si128(2 - plane));
+                const __m256i q3 = _mm256_or_si256(lo, _mm256_and_si256(hb, m4));
+                const __m256i p16 = _mm256_maddubs_epi16(q3, _mm256_loadu_si256((const __m256i *)(q8 + 32 * p)));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_shuffle_epi8(sch[h], scale_16_shuffle(p)), p16));
+            }
+            q8 += 128;
+        }
+        sumi = _mm256_sub_epi32(sumi, _mm256_setr_epi32(offset, 0, 0, 0, 0, 0, 0, 0));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(sb_fp16_to_fp32(x[i].d) * y[i].d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    *s = kq_hsum_f32x8(acc);
+}
+
+/* ==== Q4_K / Q5_K: 8 sub-blocks of 32, 6-bit scales and mins ================ */
+
+/* The 8 scales as int16 (a 128-bit vector) and the min term Σ m·bsums. */
+static inline __m128i k4_scales(const uint8_t *packed, const int16_t *bsums, int *summs) {
+    uint8_t sm[16];
+    kq_unpack_scales_k4(packed, sm);
+    const __m256i sm16 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)sm));
+    /* bsums pairs -> 8 sums of 32 elements, against the 8 mins */
+    const __m256i b = _mm256_loadu_si256((const __m256i *)bsums);
+    const __m128i b32 = _mm_hadd_epi16(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
+    *summs = kq_hsum_i32x4(_mm_madd_epi16(_mm256_extracti128_si256(sm16, 1), b32));
+    return _mm256_castsi256_si128(sm16);
+}
+
+void sb_kq_dot_q4_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
+    const sb_block_q4_K *x = vx;
+    const sb_block_q8_K *y = vy;
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    __m256 acc = _mm256_setzero_ps();
+    float acc_min = 0;
+    for (int i = 0; i < n / SB_QK_K; i++) {
+        int summs;
+        const __m128i sc = k4_scales(x[i].scales, y[i].bsums, &summs);
+        const __m256i sc2 = _mm256_broadcastsi128_si256(sc);
+        const int8_t *q8 = y[i].qs;
+        __m256i sumi = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++) {
+            const __m256i bits = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
+            const __m256i lo = _mm256_and_si256(bits, m4), hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+            const __m256i p_lo = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(q8 + 64 * j)));
+            const __m256i p_hi = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 64 * j + 32)));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_shuffle_epi8(sc2, scale_pair_shuffle(2 * j)), p_lo));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_shuffle_epi8(sc2, scale_pair_shuffle(2 * j + 1)), p_hi));
+        }
+        const float dy = y[i].d;
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(sb_fp16_to_fp32(x[i].d) * dy), _mm256_cvtepi32_ps(sumi), acc);
+        acc_min += (sb_fp16_to_fp32(x[i].dmin) * dy) * summs;
+    }
+    *s = kq_hsum_f32x8(acc) - acc_min;
+}
+
+void sb_kq_dot_q5_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
+    const sb_block_q5_K *x = vx;
+    const sb_block_q8_K *y = vy;
+    const __m256i m4 = _mm256_set1_epi8(0xF), bit0 = _mm256_set1_epi8(1);
+    __m256 acc = _mm256_setzero_ps();
+    float acc_min = 0;
+    for (int i = 0; i < n / SB_QK_K; i++) {
+        int summs;
+        const __m128i sc = k4_scales(x[i].scales, y[i].bsums, &summs);
+        const __m256i sc2 = _mm256_broadcastsi128_si256(sc);
+        const int8_t *q8 = y[i].qs;
+        __m256i hbits = _mm256_loadu_si256((const __m256i *)x[i].qh);
+        __m256i sumi = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++) {
+            const __m256i bits = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
+            /* bit 2j of qh is sub-block 2j's fifth bit, bit 2j+1 sub-block 2j+1's */
+            const __m256i h_lo = _mm256_slli_epi16(_mm256_and_si256(hbits, bit0), 4);
+            const __m256i h_hi = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 1), bit0), 4);
+            hbits = _mm256_srli_epi16(hbits, 2);
+            const __m256i lo = _mm256_or_si256(_mm256_and_si256(bits, m4), h_lo);
+            const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), h_hi);
+            const __m256i p_lo = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(q8 + 64 * j)));
+            const __m256i p_hi = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 64 * j + 32)));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_shuffle_epi8(sc2, scale_pair_shuffle(2 * j)), p_lo));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_shuffle_epi8(sc2, scale_pair_shuffle(2 * j + 1)), p_hi));
+        }
+        const float dy = y[i].d;
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(sb_fp16_to_fp32(x[i].d) * dy), _mm256_cvtepi32_ps(sumi), acc);
+        acc_min += (sb_fp16_to_fp32(x[i].dmin) * dy) * summs;
+    }
+    *s = kq_hsum_f32x8(acc) - acc_min;
+}
+
+/* ==== Q6_K: q in -32..31 stored +32; int8 scales per 16 ===================== */
+/* Dot the unsigned 0..63 value and take 32·Σ sc·bsums back out. */
+
+void sb_kq_dot_q6_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
+    const sb_block_q6_K *x = vx;
+    const sb_block_q8_K *y = vy;
+    const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(0x30);
+    __m256 acc = _mm256_setzero_ps();
+    for (int i = 0; i < n / SB_QK_K; i++) {
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i].scales));
+        const int offset = 32 * scaled_bsums(sc16, y[i].bsums);
+        const __m256i sch[2] = { _mm256_permute2x128_si256(sc16, sc16, 0x00), _mm256_permute2x128_si256(sc16, sc16, 0x11) };
+        const int8_t *q8 = y[i].qs;
+        __m256i sumi = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const __m256i l0 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * h));
+            const __m256i l1 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * h + 32));
+            const __m256i hb = _mm256_loadu_si256((const __m256i *)(x[i].qh + 32 * h));
+            /* planes 0..3: elements l, l+32, l+64, l+96 of this 128 */
+            const __m256i q[4] = {
+                _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m2)),
+                _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m2)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hb, m2)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), _mm256_and_si256(_mm256_srli_epi16(hb, 2), m2)),
+            };
+            for (int p = 0; p < 4; p++) {
+                const __m256i p16 = _mm256_maddubs_epi16(q[p], _mm256_loadu_si256((const __m256i *)(q8 + 32 * p)));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_shuffle_epi8(sch[h], scale_16_shuffle(p)), p16));
+            }
+            q8 += 128;
+        }
+        sumi = _mm256_sub_epi32(sumi, _mm256_setr_epi32(offset, 0, 0, 0, 0, 0, 0, 0));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(sb_fp16_to_fp32(x[i].d) * y[i].d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    *s = kq_hsum_f32x8(acc);
+}

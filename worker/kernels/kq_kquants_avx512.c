@@ -1,0 +1,190 @@
+/* kq_kquants_avx512.c - AVX-512 dots of the k-quants with Q8_K activations.
+ *
+ * 64 quants per register, against 64 contiguous activation bytes. The
+ * u8×i8 pair sums come from vpmaddubsw (i16, cannot overflow for these
+ * ranges) and go straight into VNNI's vpdpwssd, which multiplies them by the
+ * 16-bit sub-block scales and accumulates in i32: one instruction where
+ * AVX2 needs madd + add. The integer result per super-block is exact, as in
+ * the AVX2 and reference kernels; offsets and mins come from the bsums.
+ */
+#include "kq_x86.h"
+
+/* A vector of int16 lanes holding scale base + lane/group of sc16 (the 16
+ * int16 scales in a 256-bit register): group 8 gives one scale per 128-bit
+ * lane (16-element sub-blocks), group 16 one per 256-bit half (32-element
+ * sub-blocks). vpermw does the broadcast. */
+static inline __m512i spread_scales(__m512i sc16, int base, int shift) {
+    static const int16_t iota[32] = { 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
+                                      16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31 };
+    const __m512i idx = _mm512_add_epi16(_mm512_set1_epi16((short)base),
+                                         _mm512_srli_epi16(_mm512_loadu_si512(iota), (unsigned)shift));
+    return _mm512_permutexvar_epi16(idx, sc16);
+}
+
+/* Two 256-bit halves into one register. */
+static inline __m512i join(__m256i lo, __m256i hi) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+static inline int scaled_bsums(__m256i sc16, const int16_t *bsums) {
+    return kq_hsum_i32x8(_mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)bsums)));
+}
+
+static inline __m512i load_q8_64(const int8_t *p) { return _mm512_loadu_si512(p); }
+
+/* One 64-quant step: acc += scales · Σpairs(q·q8). */
+static inline __m512i step(__m512i acc, __m512i q, const int8_t *q8, __m512i scales) {
+    return _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(q, load_q8_64(q8)), scales);
+}
+
+/* ==== Q2_K ================================================================== */
+
+void sb_kq_dot_q2_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy) {
+    const sb_block_q2_K *x = vx;
+    const sb_block_q8_K *y = vy;
+    const __m512i m3 = _mm512_set1_epi8(3);
+    __m512 acc = _mm512_setzero_ps();
+    float acc_min = 0;
+    for (int i = 0; i < n / SB_QK_K; i++) {
+        const __m128i packed = _mm_loadu_si128((const __m128i *)x[i].scales);
+        const __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(packed, _mm_set1_epi8(0xF)));
+        const __m256i mn16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0xF)));
+        const int summs = scaled_bsums(mn16, y[i].bsums);
+        const __m512i sc = _mm512_castsi256_si512(sc16);
+        __m512i sumi = _mm512_setzero_si512();
+        for (int h = 0; h < 2; h++) {
+            const __m256i bits = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * h));
+            /* planes 0,1 then 2,3 of this 128: elements 0..63, 64..127 */
+            const __m512i q01 = _mm512_and_si512(join(bits, _mm256_srli_epi16(bits, 2)), m3);
+            const __m512i q23 = _mm512_and_si512(join(_mm256_srli_epi16(bits, 4), _mm256_srli_epi16(bits, 6)), m3);
+            sumi = step(sumi, q01, y[i].qs + 128 * h, spread_scales(sc, 8 * h, 3));
+            sumi = step(sumi, q23, y[i].qs + 128 * h + 64, spread_scales(sc, 8 * h + 4, 3));
+        }
+        const float dy = y[i].d;
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(dy * sb_fp16_to_fp32(x[i].d)), _mm512_cvtepi32_ps(sumi), acc);
+        acc_min += (dy * sb_fp16_to_fp32(x[i].dmin)) * summs;
+    }
+    *s = _mm512_reduce_add_ps(acc) - acc_min;
+}
+
+/* ==== Q3_K ================================================================== */
+
+void sb_kq_dot_q3_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy) {
+    const sb_block_q3_K *x = vx;
+    const sb_block_q8_K *y = vy;
+    const __m512i m3 = _mm512_set1_epi8(3), one = _mm512_set1_epi8(1);
+    __m512 acc = _mm512_setzero_ps();
+    for (int i = 0; i < n / SB_QK_K; i++) {
+        int8_t scv[16];
+        kq_unpack_scales_q3(x[i].scales, scv);
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)scv));
+        const int offset = 4 * scaled_bsums(sc16, y[i].bsums);
+        const __m512i sc = _mm512_castsi256_si512(sc16);
+        const __m256i hm = _mm256_loadu_si256((const __m256i *)x[i].hmask);
+        __m512i sumi = _mm512_setzero_si512();
+        for (int h = 0; h < 2; h++) {
+            const __m256i bits = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * h));
+            const int pl = 4 * h; /* hmask bit of plane 0 of this half */
+            /* high bit of plane k as 0/4 */
+            const __m512i h01 = _mm512_slli_epi16(_mm512_and_si512(join(_mm256_srli_epi16(hm, pl), _mm256_srli_epi16(hm, pl + 1)), one), 2);
+            const __m512i h23 = _mm512_slli_epi16(_mm512_and_si512(join(_mm256_srli_epi16(hm, pl + 2), _mm256_srli_epi16(hm, pl + 3)), one), 2);
+            const __m512i q01 = _mm512_or_si512(_mm512_and_si512(join(bits, _mm256_srli_epi16(bits, 2)), m3), h01);
+            const __m512i q23 = _mm512_or_si512(_mm512_and_si512(join(_mm256_srli_epi16(bits, 4), _mm256_srli_epi16(bits, 6)), m3), h23);
+            sumi = step(sumi, q01, y[i].qs + 128 * h, spread_scales(sc, 8 * h, 3));
+            sumi = step(sumi, q23, y[i].qs + 128 * h + 64, spread_scales(sc, 8 * h + 4, 3));
+        }
+        sumi = _mm512_mask_sub_epi32(sumi, 1, sumi, _mm512_set1_epi32(offset));
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(sb_fp16_to_fp32(x[i].d) * y[i].d), _mm512_cvtepi32_ps(sumi), acc);
+    }
+    *s = _mm512_reduce_add_ps(acc);
+}
+
+/* ==== Q4_K / Q5_K =========================================================== */
+
+static inline __m256i k4_scales(const uint8_t *packed, const int16_t *bsums, int *summs) {
+    uint8_t sm[16];
+    kq_unpack_scales_k4(packed, sm);
+    const __m256i sm16 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)sm));
+    const __m256i b = _mm256_loadu_si256((const __m256i *)bsums);
+    const __m128i b32 = _mm_hadd_epi16(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
+    *summs = kq_hsum_i32x4(_mm_madd_epi16(_mm256_extracti128_si256(sm16, 1), b32));
+    return sm16;
+}
+
+void sb_kq_dot_q4_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy) {
+    const sb_block_q4_K *x = vx;
+    const sb_block_q8_K *y = vy;
+    const __m512i m4 = _mm512_set1_epi8(0xF);
+    __m512 acc = _mm512_setzero_ps();
+    float acc_min = 0;
+    for (int i = 0; i < n / SB_QK_K; i++) {
+        int summs;
+        const __m512i sc = _mm512_castsi256_si512(k4_scales(x[i].scales, y[i].bsums, &summs));
+        __m512i sumi = _mm512_setzero_si512();
+        for (int j = 0; j < 4; j++) {
+            /* sub-blocks 2j (low nibbles) and 2j+1 (high): elements 64j..64j+63 */
+            const __m256i bits = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
+            const __m512i q = _mm512_and_si512(join(bits, _mm256_srli_epi16(bits, 4)), m4);
+            sumi = step(sumi, q, y[i].qs + 64 * j, spread_scales(sc, 2 * j, 4));
+        }
+        const float dy = y[i].d;
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(sb_fp16_to_fp32(x[i].d) * dy), _mm512_cvtepi32_ps(sumi), acc);
+        acc_min += (sb_fp16_to_fp32(x[i].dmin) * dy) * summs;
+    }
+    *s = _mm512_reduce_add_ps(acc) - acc_min;
+}
+
+void sb_kq_dot_q5_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy) {
+    const sb_block_q5_K *x = vx;
+    const sb_block_q8_K *y = vy;
+    const __m512i m4 = _mm512_set1_epi8(0xF), one = _mm512_set1_epi8(1);
+    __m512 acc = _mm512_setzero_ps();
+    float acc_min = 0;
+    for (int i = 0; i < n / SB_QK_K; i++) {
+        int summs;
+        const __m512i sc = _mm512_castsi256_si512(k4_scales(x[i].scales, y[i].bsums, &summs));
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)x[i].qh);
+        __m512i hz = join(qh, _mm256_srli_epi16(qh, 1)); /* bit 2j / 2j+1 at bit 0 after >> 2j */
+        __m512i sumi = _mm512_setzero_si512();
+        for (int j = 0; j < 4; j++) {
+            const __m256i bits = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
+            const __m512i hb = _mm512_slli_epi16(_mm512_and_si512(hz, one), 4);
+            hz = _mm512_srli_epi16(hz, 2);
+            const __m512i q = _mm512_or_si512(_mm512_and_si512(join(bits, _mm256_srli_epi16(bits, 4)), m4), hb);
+            sumi = step(sumi, q, y[i].qs + 64 * j, spread_scales(sc, 2 * j, 4));
+        }
+        const float dy = y[i].d;
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(sb_fp16_to_fp32(x[i].d) * dy), _mm512_cvtepi32_ps(sumi), acc);
+        acc_min += (sb_fp16_to_fp32(x[i].dmin) * dy) * summs;
+    }
+    *s = _mm512_reduce_add_ps(acc) - acc_min;
+}
+
+/* ==== Q6_K ================================================================== */
+
+void sb_kq_dot_q6_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy) {
+    const sb_block_q6_K *x = vx;
+    const sb_block_q8_K *y = vy;
+    const __m512i m4 = _mm512_set1_epi8(0xF), m2 = _mm512_set1_epi8(0x30);
+    __m512 acc = _mm512_setzero_ps();
+    for (int i = 0; i < n / SB_QK_K; i++) {
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i].scales));
+        const int offset = 32 * scaled_bsums(sc16, y[i].bsums);
+        const __m512i sc = _mm512_castsi256_si512(sc16);
+        __m512i sumi = _mm512_setzero_si512();
+        for (int h = 0; h < 2; h++) {
+            /* ql[0..63] low nibbles are elements 0..63, high nibbles 64..127 */
+            const __m512i l = _mm512_loadu_si512(x[i].ql + 64 * h);
+            const __m256i hb = _mm256_loadu_si256((const __m256i *)(x[i].qh + 32 * h));
+            const __m512i h01 = join(_mm256_slli_epi16(hb, 4), _mm256_slli_epi16(hb, 2));
+            const __m512i h23 = join(hb, _mm256_srli_epi16(hb, 2));
+            const __m512i q01 = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_and_si512(h01, m2));
+            const __m512i q23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4), _mm512_and_si512(h23, m2));
+            sumi = step(sumi, q01, y[i].qs + 128 * h, spread_scales(sc, 8 * h, 3));
+            sumi = step(sumi, q23, y[i].qs + 128 * h + 64, spread_scales(sc, 8 * h + 4, 3));
+        }
+        sumi = _mm512_mask_sub_epi32(sumi, 1, sumi, _mm512_set1_epi32(offset));
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(sb_fp16_to_fp32(x[i].d) * y[i].d), _mm512_cvtepi32_ps(sumi), acc);
+    }
+    *s = _mm512_reduce_add_ps(acc);
+}

@@ -1,0 +1,77 @@
+/* kq_x86.h - small AVX2 helpers shared by the *_avx2.c / *_avx512.c kernel
+ * files. Include it only from those files: it needs their -m flags. */
+#ifndef KQ_X86_H
+#define KQ_X86_H
+
+#include <immintrin.h>
+#include "kq_internal.h"
+
+static inline float kq_hsum_f32x8(__m256 v) {
+    __m128 r = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
+
+static inline float kq_hsum_f32x4(__m128 r) {
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
+
+static inline int kq_hsum_i32x8(__m256i v) {
+    __m128i r = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    r = _mm_add_epi32(r, _mm_unpackhi_epi64(r, r));
+    r = _mm_add_epi32(r, _mm_shuffle_epi32(r, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(r);
+}
+
+static inline int kq_hsum_i32x4(__m128i r) {
+    r = _mm_add_epi32(r, _mm_unpackhi_epi64(r, r));
+    r = _mm_add_epi32(r, _mm_shuffle_epi32(r, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(r);
+}
+
+/* 16 packed nibbles -> 32 bytes 0..15: low nibbles first (elements 0..15),
+ * then high nibbles (16..31), the legacy-quant element order. */
+static inline __m256i kq_nibbles_32(const uint8_t *p) {
+    const __m128i v = _mm_loadu_si128((const __m128i *)p);
+    const __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(v), _mm_srli_epi16(v, 4), 1);
+    return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
+}
+
+/* 32 bits -> 32 bytes, 0xFF where the bit is set (bit j -> byte j). */
+static inline __m256i kq_bits_to_bytes_32(const uint8_t *p) {
+    uint32_t w;
+    memcpy(&w, p, 4);
+    const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32((int)w),
+        _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0));
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+}
+
+/* Σ pairs of u8·i8 products then pairs again: 8 int32 lanes, each the sum of
+ * 4 adjacent products. maddubs cannot saturate here as long as the unsigned
+ * side is < 128 or the signed side is > -128 at the same time. */
+static inline __m256i kq_dot_u8i8_32(__m256i u, __m256i s) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+
+/* The same for two signed operands: move x's sign onto y. */
+static inline __m256i kq_dot_i8i8_32(__m256i x, __m256i y) {
+    return kq_dot_u8i8_32(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+}
+
+/* 8 floats -> 8 int32, round half to even (MXCSR default), like nearest_int. */
+static inline __m256i kq_round_i32(__m256 v) { return _mm256_cvtps_epi32(v); }
+
+/* 32 int32 in 4 vectors -> 32 int8 in element order (signed saturation). */
+static inline __m256i kq_pack_i32_to_i8(__m256i a, __m256i b, __m256i c, __m256i d) {
+    const __m256i ab = _mm256_packs_epi32(a, b);
+    const __m256i cd = _mm256_packs_epi32(c, d);
+    const __m256i abcd = _mm256_packs_epi16(ab, cd);
+    /* the packs work per 128-bit lane; undo the resulting dword interleave */
+    return _mm256_permutevar8x32_epi32(abcd, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+#endif
