@@ -14,6 +14,10 @@ typedef struct {
 static const sb_command commands[] = {
     { "inspect",  sb_cmd_inspect,  "print a GGUF file's metadata and tensor table" },
     { "tokenize", sb_cmd_tokenize, "print the token ids of a text (as llama.cpp tokenizes it)" },
+    { "logits",   sb_cmd_logits,   "top logits per position and a greedy continuation, as JSON" },
+    { "generate", sb_cmd_generate, "stream a completion (or --chat reply) from a model" },
+    { "bench",    sb_cmd_bench,    "prompt and decode throughput (like llama-bench)" },
+    { "worker",   sb_cmd_worker,   "serve one model on a Unix socket (started by 'run')" },
 };
 
 static void usage(FILE *f) {

@@ -1,0 +1,73 @@
+/* sb_engine.h - one loaded model ready to serve: weights, vocabulary, chat
+ * template and an inference context, with generation and scoring on top.
+ *
+ * This is what a worker process holds and what the CLI commands use, so
+ * `switchboard generate` and a `generate` request over the socket run the
+ * same code. Not thread-safe: one caller at a time (the worker's compute
+ * thread); the engine's own thread pool parallelises inside a call.
+ *
+ * KV reuse: the engine remembers which tokens its KV cache holds and, for a
+ * new prompt, evaluates only what follows the longest common prefix — a
+ * pipeline stage's fixed system prompt is computed once, not per caller.
+ */
+#ifndef SB_ENGINE_H
+#define SB_ENGINE_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sb_chat.h"
+#include "sb_model.h"
+#include "sb_sampler.h"
+#include "sb_vocab.h"
+
+typedef struct sb_engine sb_engine;
+
+int  sb_engine_open(const char *path, const sb_ctx_params *p, sb_engine **out, char *err);
+void sb_engine_free(sb_engine *e);
+const sb_model *sb_engine_model(const sb_engine *e);
+const sb_vocab *sb_engine_vocab(const sb_engine *e);
+int  sb_engine_n_ctx(const sb_engine *e);
+int  sb_engine_chat_kind(const sb_engine *e);     /* SB_CHAT_*; UNKNOWN falls back to chatml */
+
+/* Format messages with the model's chat template (generation prompt added). */
+int sb_engine_chat_format(const sb_engine *e, const sb_chat_msg *msgs, size_t n, char **out, size_t *len, char *err);
+/* Tokenize with the model's BOS rule; special tokens parsed when `special`. */
+int sb_engine_tokenize(const sb_engine *e, const char *text, size_t len, int special,
+                       int32_t **out, size_t *n, char *err);
+
+/* Called with each piece of generated text, already cut at stop strings and
+ * never ending inside a UTF-8 sequence. Return nonzero to stop early. */
+typedef int (*sb_piece_fn)(void *ud, const char *text, size_t len, int32_t token);
+
+typedef struct {
+    int max_tokens;                 /* ≤ 0: until the context is full */
+    sb_sampling_params sampling;
+    const char *const *stops;
+    size_t n_stops;
+    double deadline;                /* absolute sb_now_s(); 0 = none */
+    const atomic_int *cancel;       /* nonzero: stop as soon as possible */
+    sb_piece_fn on_piece;
+    void *ud;
+} sb_gen_opts;
+
+typedef struct {
+    int n_prompt, n_reused, n_gen;
+    const char *finish;             /* "stop", "length", "cancelled", "timeout" */
+    double t_prompt, t_gen;         /* seconds */
+} sb_gen_result;
+
+void sb_gen_opts_default(sb_gen_opts *o);
+
+int sb_engine_generate(sb_engine *e, const int32_t *prompt, int n_prompt, const sb_gen_opts *o,
+                       sb_gen_result *res, char *err);
+
+/* Log-probability of each candidate continuation after a shared prompt: the
+ * prompt is evaluated once (and reused from the KV cache when it can be),
+ * every candidate is then evaluated from that state. logprobs[i] is the
+ * sum over candidate i's tokens; n_tokens[i] its token count. */
+int sb_engine_score(sb_engine *e, const int32_t *prompt, int n_prompt, const int32_t *const *cands,
+                    const int *cand_lens, int n_cands, double *logprobs, char *err);
+
+#endif

@@ -1,0 +1,602 @@
+/* serve.c - `switchboard worker`: one model behind a Unix socket.
+ *
+ * Two threads. The loop thread runs libevent: it accepts, decodes, answers
+ * the cheap methods (health, info, tokenize, detokenize) at once and queues
+ * generate/score jobs. The compute thread takes jobs one at a time and runs
+ * them on the engine (whose own pool spreads each matmul over the cores);
+ * tokens and final responses go back through sb_ipc_reply_*, which is safe
+ * from any thread. So a long generation never delays a health check, and a
+ * cancel (or a client that disconnects) reaches the running job through its
+ * atomic flag within one token.
+ *
+ * SIGTERM/SIGINT: stop accepting, let queued and running jobs finish until
+ * the drain deadline, then exit 0. Exit 2 (SB_EXIT_CONFIG) when the model
+ * cannot be loaded: the supervisor does not restart such a worker.
+ */
+#include <event2/event.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "sb_cmd.h"
+#include "sb_common.h"
+#include "sb_engine.h"
+#include "sb_ipc.h"
+#include "sb_kq.h"
+
+#define MAX_CANDIDATES 256
+#define MAX_STOPS 16
+#define MAX_MESSAGES 256
+
+typedef struct job job;
+struct job {
+    job *next;
+    sb_ipc_reply *reply;
+    const sb_mp_obj *params;
+    int is_score;
+    atomic_int cancel;
+};
+
+typedef struct {
+    const char *name, *model_path, *socket_path;
+    int max_queue, max_tokens_cap, drain_ms;
+    sb_engine *engine;
+    struct event_base *base;
+    sb_ipc_server *server;
+    pthread_t compute;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    job *head, *tail;
+    int n_queued, running, stopping;
+    struct event *sig_term, *sig_int, *drain_timer;
+} worker;
+
+/* ---- small helpers -------------------------------------------------------- */
+
+static void reply_invalid(sb_ipc_reply *r, const char *err) { sb_ipc_reply_error(r, SB_IPC_INVALID_REQUEST, "%s", err); }
+
+/* Prompt text from params: "prompt" (string) or "messages" (chat, formatted
+ * with the model's template). *owned is set when the text was allocated. */
+static int prompt_text(worker *w, const sb_mp_obj *params, const char **text, size_t *len, char **owned, char *err) {
+    *owned = NULL;
+    const sb_mp_obj *msgs = NULL;
+    if (sb_mp_get_container(params, "messages", SB_MP_OPTIONAL, SB_MP_ARRAY, &msgs, err)) return SB_EINVAL;
+    if (!msgs) return sb_mp_get_str(params, "prompt", SB_MP_REQUIRED, text, len, err) ? SB_EINVAL : 0;
+    uint32_t n = sb_mp_count(msgs);
+    if (n == 0 || n > MAX_MESSAGES) return sb_seterr(err, SB_EINVAL, "'messages': expected 1..%d messages", MAX_MESSAGES);
+    sb_chat_msg m[MAX_MESSAGES];
+    for (uint32_t i = 0; i < n; i++) {
+        const sb_mp_obj *o = sb_mp_array_at(msgs, i);
+        size_t l;
+        if (sb_mp_type_of(o) != SB_MP_MAP || sb_mp_get_str(o, "role", SB_MP_REQUIRED, &m[i].role, &l, err) ||
+            sb_mp_get_str(o, "content", SB_MP_REQUIRED, &m[i].content, &l, err))
+            return sb_seterr(err, SB_EINVAL, "'messages'[%u]: expected a map with string 'role' and 'content'", i);
+    }
+    int rc = sb_engine_chat_format(w->engine, m, n, owned, len, err);
+    *text = *owned;
+    return rc;
+}
+
+/* ---- compute thread ----------------------------------------------------------- */
+
+typedef struct {
+    job *j;
+    sb_mp_writer *wr;
+} stream_ctx;
+
+static int on_piece(void *ud, const char *text, size_t len, int32_t token) {
+    stream_ctx *s = ud;
+    sb_mp_writer_reset(s->wr);
+    sb_mp_map(s->wr, 2);
+    sb_mp_str(s->wr, "text");
+    sb_mp_strn(s->wr, text, len);
+    sb_mp_kv_i64(s->wr, "token", token);
+    return sb_ipc_reply_event(s->j->reply, "token", s->wr) == SB_ECANCEL;
+}
+
+/* Collects the whole text for the final response (streamed or not). */
+typedef struct {
+    stream_ctx s;
+    int stream;
+    char *buf;
+    size_t len, cap;
+} gen_sink;
+
+static int sink_piece(void *ud, const char *text, size_t len, int32_t token) {
+    gen_sink *g = ud;
+    if (g->len + len + 1 > g->cap) {
+        size_t cap = (g->len + len + 1) * 2;
+        char *nb = sb_realloc(g->buf, cap);
+        if (!nb) return 1;
+        g->buf = nb;
+        g->cap = cap;
+    }
+    memcpy(g->buf + g->len, text, len);
+    g->len += len;
+    return g->stream ? on_piece(&g->s, text, len, token) : 0;
+}
+
+static void run_generate(worker *w, job *j, sb_mp_writer *wr) {
+    char err[SB_ERR_LEN];
+    const sb_mp_obj *p = j->params;
+    sb_gen_opts o;
+    sb_gen_opts_default(&o);
+    int64_t max_tokens = o.max_tokens, top_k = o.sampling.top_k, last_n = o.sampling.repeat_last_n, deadline_ms = 0;
+    double temp = o.sampling.temp, top_p = o.sampling.top_p, min_p = o.sampling.min_p, rp = o.sampling.repeat_penalty;
+    uint64_t seed = o.sampling.seed;
+    bool stream = false, special = true;
+    const sb_mp_obj *stops = NULL;
+    static const char *const allowed[] = { "prompt", "messages", "max_tokens", "temperature", "top_k", "top_p",
+                                           "min_p", "repeat_penalty", "repeat_last_n", "seed", "stop", "stream",
+                                           "deadline_ms", "special", NULL };
+    if (sb_mp_check_keys(p, allowed, err) ||
+        sb_mp_get_int(p, "max_tokens", SB_MP_OPTIONAL, 1, w->max_tokens_cap, &max_tokens, err) ||
+        sb_mp_get_num(p, "temperature", SB_MP_OPTIONAL, 0, 100, &temp, err) ||
+        sb_mp_get_int(p, "top_k", SB_MP_OPTIONAL, 0, 1 << 20, &top_k, err) ||
+        sb_mp_get_num(p, "top_p", SB_MP_OPTIONAL, 0, 1, &top_p, err) ||
+        sb_mp_get_num(p, "min_p", SB_MP_OPTIONAL, 0, 1, &min_p, err) ||
+        sb_mp_get_num(p, "repeat_penalty", SB_MP_OPTIONAL, 0.01, 100, &rp, err) ||
+        sb_mp_get_int(p, "repeat_last_n", SB_MP_OPTIONAL, 0, 1 << 20, &last_n, err) ||
+        sb_mp_get_u64(p, "seed", SB_MP_OPTIONAL, &seed, err) ||
+        sb_mp_get_bool(p, "stream", SB_MP_OPTIONAL, &stream, err) ||
+        sb_mp_get_bool(p, "special", SB_MP_OPTIONAL, &special, err) ||
+        sb_mp_get_int(p, "deadline_ms", SB_MP_OPTIONAL, 0, 86400000, &deadline_ms, err) ||
+        sb_mp_get_container(p, "stop", SB_MP_OPTIONAL, SB_MP_ARRAY, &stops, err)) {
+        reply_invalid(j->reply, err);
+        return;
+    }
+    const char *stop_v[MAX_STOPS];
+    size_t n_stops = stops ? sb_mp_count(stops) : 0;
+    if (n_stops > MAX_STOPS) { reply_invalid(j->reply, "'stop': at most 16 strings"); return; }
+    for (size_t i = 0; i < n_stops; i++)
+        if (sb_mp_as_str(sb_mp_array_at(stops, (uint32_t)i), &stop_v[i], NULL)) {
+            reply_invalid(j->reply, "'stop': expected an array of strings");
+            return;
+        }
+    const char *text;
+    size_t len;
+    char *owned = NULL;
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    if (prompt_text(w, p, &text, &len, &owned, err)) { reply_invalid(j->reply, err); return; }
+    if (sb_engine_tokenize(w->engine, text, len, special, &ids, &n_ids, err)) {
+        sb_free(owned);
+        reply_invalid(j->reply, err);
+        return;
+    }
+    sb_free(owned);
+    o.max_tokens = (int)max_tokens;
+    o.sampling.temp = (float)temp;
+    o.sampling.top_k = (int)top_k;
+    o.sampling.top_p = (float)top_p;
+    o.sampling.min_p = (float)min_p;
+    o.sampling.repeat_penalty = (float)rp;
+    o.sampling.repeat_last_n = (int)last_n;
+    o.sampling.seed = seed;
+    o.stops = stop_v;
+    o.n_stops = n_stops;
+    o.cancel = &j->cancel;
+    o.deadline = deadline_ms > 0 ? sb_now_s() + (double)deadline_ms / 1000.0 : 0;
+    gen_sink sink = { { j, wr }, stream, NULL, 0, 0 };
+    o.on_piece = sink_piece;
+    o.ud = &sink;
+    sb_gen_result res;
+    int rc = sb_engine_generate(w->engine, ids, (int)n_ids, &o, &res, err);
+    sb_free(ids);
+    if (rc) {
+        sb_ipc_reply_error(j->reply, rc == SB_ERANGE || rc == SB_EINVAL ? SB_IPC_INVALID_REQUEST : SB_IPC_INTERNAL, "%s", err);
+    } else if (!strcmp(res.finish, "cancelled") && sb_ipc_reply_cancelled(j->reply)) {
+        sb_ipc_reply_error(j->reply, SB_IPC_CANCELLED, "cancelled after %d tokens", res.n_gen);
+    } else {
+        sb_mp_writer_reset(wr);
+        sb_mp_map(wr, 7);
+        sb_mp_str(wr, "text");
+        sb_mp_strn(wr, sink.buf ? sink.buf : "", sink.len);
+        sb_mp_kv_str(wr, "finish_reason", res.finish);
+        sb_mp_kv_i64(wr, "prompt_tokens", res.n_prompt);
+        sb_mp_kv_i64(wr, "reused_tokens", res.n_reused);
+        sb_mp_kv_i64(wr, "completion_tokens", res.n_gen);
+        sb_mp_kv_f64(wr, "prompt_ms", res.t_prompt * 1e3);
+        sb_mp_kv_f64(wr, "gen_ms", res.t_gen * 1e3);
+        sb_ipc_reply_ok(j->reply, wr);
+    }
+    sb_free(sink.buf);
+}
+
+static void run_score(worker *w, job *j, sb_mp_writer *wr) {
+    char err[SB_ERR_LEN];
+    const sb_mp_obj *p = j->params, *cands = NULL;
+    static const char *const allowed[] = { "prompt", "messages", "candidates", "special", NULL };
+    bool special = true;
+    if (sb_mp_check_keys(p, allowed, err) ||
+        sb_mp_get_container(p, "candidates", SB_MP_REQUIRED, SB_MP_ARRAY, &cands, err) ||
+        sb_mp_get_bool(p, "special", SB_MP_OPTIONAL, &special, err)) {
+        reply_invalid(j->reply, err);
+        return;
+    }
+    uint32_t nc = sb_mp_count(cands);
+    if (nc == 0 || nc > MAX_CANDIDATES) { reply_invalid(j->reply, "'candidates': expected 1..256 strings"); return; }
+    const char *text;
+    size_t len;
+    char *owned = NULL;
+    int32_t *ids = NULL, *ctoks[MAX_CANDIDATES] = {0};
+    int clen[MAX_CANDIDATES];
+    size_t n_ids;
+    double lp[MAX_CANDIDATES];
+    int rc = prompt_text(w, p, &text, &len, &owned, err);
+    if (!rc) rc = sb_engine_tokenize(w->engine, text, len, special, &ids, &n_ids, err);
+    for (uint32_t i = 0; i < nc && !rc; i++) {
+        const char *cs;
+        size_t cl, n;
+        if (sb_mp_as_str(sb_mp_array_at(cands, i), &cs, &cl)) { rc = sb_seterr(err, SB_EINVAL, "'candidates'[%u]: expected a string", i); break; }
+        /* A continuation: no BOS, no special tokens. */
+        rc = sb_tokenize(sb_engine_vocab(w->engine), cs, cl, 0, 0, &ctoks[i], &n, err);
+        clen[i] = (int)n;
+        if (!rc && n == 0) rc = sb_seterr(err, SB_EINVAL, "'candidates'[%u] is empty", i);
+    }
+    if (!rc) rc = sb_engine_score(w->engine, ids, (int)n_ids, (const int32_t *const *)ctoks, clen, (int)nc, lp, err);
+    if (rc) {
+        sb_ipc_reply_error(j->reply, rc == SB_EINVAL || rc == SB_ERANGE ? SB_IPC_INVALID_REQUEST : SB_IPC_INTERNAL, "%s", err);
+    } else {
+        /* probs: softmax over the candidates' total log-probabilities, i.e.
+         * P(candidate | prompt, one of these candidates). */
+        double mx = lp[0], sum = 0;
+        for (uint32_t i = 1; i < nc; i++) mx = lp[i] > mx ? lp[i] : mx;
+        for (uint32_t i = 0; i < nc; i++) sum += exp(lp[i] - mx);
+        sb_mp_writer_reset(wr);
+        sb_mp_map(wr, 4);
+        sb_mp_str(wr, "logprobs");
+        sb_mp_array(wr, nc);
+        for (uint32_t i = 0; i < nc; i++) sb_mp_f64(wr, lp[i]);
+        sb_mp_str(wr, "probs");
+        sb_mp_array(wr, nc);
+        for (uint32_t i = 0; i < nc; i++) sb_mp_f64(wr, exp(lp[i] - mx) / sum);
+        sb_mp_str(wr, "tokens");
+        sb_mp_array(wr, nc);
+        for (uint32_t i = 0; i < nc; i++) sb_mp_i64(wr, clen[i]);
+        sb_mp_kv_i64(wr, "prompt_tokens", (int64_t)n_ids);
+        sb_ipc_reply_ok(j->reply, wr);
+    }
+    sb_free(owned);
+    sb_free(ids);
+    for (uint32_t i = 0; i < nc; i++) sb_free(ctoks[i]);
+}
+
+static void *compute_main(void *arg) {
+    worker *w = arg;
+    sb_mp_writer *wr = NULL;
+    if (sb_mp_writer_new(&wr)) return NULL;
+    for (;;) {
+        pthread_mutex_lock(&w->mu);
+        while (!w->head && !w->stopping) pthread_cond_wait(&w->cv, &w->mu);
+        job *j = w->head;
+        if (!j) { pthread_mutex_unlock(&w->mu); break; }
+        w->head = j->next;
+        if (!w->head) w->tail = NULL;
+        w->n_queued--;
+        w->running = 1;
+        pthread_mutex_unlock(&w->mu);
+        if (sb_ipc_reply_cancelled(j->reply)) sb_ipc_reply_error(j->reply, SB_IPC_CANCELLED, "cancelled before it started");
+        else if (j->is_score) run_score(w, j, wr);
+        else run_generate(w, j, wr);
+        pthread_mutex_lock(&w->mu);
+        w->running = 0;
+        pthread_mutex_unlock(&w->mu);
+        sb_free(j);
+    }
+    sb_mp_writer_free(wr);
+    return NULL;
+}
+
+/* ---- loop-thread handlers -------------------------------------------------- */
+
+static void on_cancel(void *arg, sb_ipc_reply *r) {
+    (void)r;
+    atomic_store(&((job *)arg)->cancel, 1);
+}
+
+static void enqueue(worker *w, sb_ipc_reply *r, const sb_mp_obj *params, int is_score) {
+    pthread_mutex_lock(&w->mu);
+    if (w->stopping) {
+        pthread_mutex_unlock(&w->mu);
+        sb_ipc_reply_error(r, SB_IPC_BUSY, "worker '%s' is shutting down", w->name);
+        return;
+    }
+    if (w->n_queued >= w->max_queue) {
+        int q = w->n_queued;
+        pthread_mutex_unlock(&w->mu);
+        sb_ipc_reply_error(r, SB_IPC_BUSY, "worker '%s' queue is full (%d waiting); retry later", w->name, q);
+        return;
+    }
+    job *j = sb_calloc(1, sizeof *j);
+    if (!j) {
+        pthread_mutex_unlock(&w->mu);
+        sb_ipc_reply_error(r, SB_IPC_INTERNAL, "out of memory");
+        return;
+    }
+    j->reply = r;
+    j->params = params;
+    j->is_score = is_score;
+    sb_ipc_reply_on_cancel(r, on_cancel, j);
+    if (w->tail) w->tail->next = j; else w->head = j;
+    w->tail = j;
+    w->n_queued++;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+static void h_generate(void *ud, sb_ipc_reply *r, const char *m, const sb_mp_obj *p) { (void)m; enqueue(ud, r, p, 0); }
+static void h_score(void *ud, sb_ipc_reply *r, const char *m, const sb_mp_obj *p) { (void)m; enqueue(ud, r, p, 1); }
+
+static void h_health(void *ud, sb_ipc_reply *r, const char *m, const sb_mp_obj *p) {
+    worker *w = ud;
+    sb_mp_writer *wr;
+    if (sb_mp_writer_new(&wr)) { sb_ipc_reply_error(r, SB_IPC_INTERNAL, "out of memory"); return; }
+    pthread_mutex_lock(&w->mu);
+    int queued = w->n_queued, running = w->running, stopping = w->stopping;
+    pthread_mutex_unlock(&w->mu);
+    sb_mp_map(wr, 5);
+    sb_mp_kv_str(wr, "status", stopping ? "draining" : "ok");
+    sb_mp_kv_str(wr, "name", w->name);
+    sb_mp_kv_i64(wr, "pid", getpid());
+    sb_mp_kv_i64(wr, "queued", queued);
+    sb_mp_kv_bool(wr, "busy", running != 0);
+    sb_ipc_reply_ok(r, wr);
+    sb_mp_writer_free(wr);
+}
+
+static void h_info(void *ud, sb_ipc_reply *r, const char *m, const sb_mp_obj *p) {
+    worker *w = ud;
+    const sb_model *model = sb_engine_model(w->engine);
+    const sb_hparams *hp = sb_model_hparams(model);
+    const sb_gguf *g = sb_model_gguf(model);
+    uint64_t ft = 0;
+    sb_gguf_get_u64(g, "general.file_type", &ft);
+    sb_str gname = { "", 0 };
+    sb_gguf_get_str(g, "general.name", &gname);
+    sb_mp_writer *wr;
+    if (sb_mp_writer_new(&wr)) { sb_ipc_reply_error(r, SB_IPC_INTERNAL, "out of memory"); return; }
+    sb_mp_map(wr, 16);
+    sb_mp_kv_str(wr, "name", w->name);
+    sb_mp_kv_str(wr, "model", w->model_path);
+    sb_mp_str(wr, "model_name");
+    sb_mp_strn(wr, gname.ptr, gname.len);
+    sb_mp_kv_str(wr, "architecture", hp->arch_name);
+    sb_mp_kv_u64(wr, "file_size", sb_gguf_file_size(g));
+    sb_mp_kv_u64(wr, "file_type", ft);
+    sb_mp_kv_i64(wr, "n_vocab", hp->n_vocab);
+    sb_mp_kv_i64(wr, "n_ctx", sb_engine_n_ctx(w->engine));
+    sb_mp_kv_i64(wr, "n_ctx_train", hp->n_ctx_train);
+    sb_mp_kv_i64(wr, "n_embd", hp->n_embd);
+    sb_mp_kv_i64(wr, "n_layer", hp->n_layer);
+    sb_mp_kv_i64(wr, "n_head", hp->n_head);
+    sb_mp_kv_i64(wr, "n_head_kv", hp->n_head_kv);
+    sb_mp_kv_str(wr, "chat_template", sb_chat_name(sb_engine_chat_kind(w->engine)));
+    sb_mp_kv_str(wr, "kernels", sb_kq_level_name(sb_kq_best_level()));
+    sb_mp_kv_i64(wr, "pid", getpid());
+    sb_ipc_reply_ok(r, wr);
+    sb_mp_writer_free(wr);
+}
+
+static void h_tokenize(void *ud, sb_ipc_reply *r, const char *m, const sb_mp_obj *p) {
+    worker *w = ud;
+    char err[SB_ERR_LEN];
+    const char *text;
+    size_t len, n = 0;
+    bool bos = true, special = true;
+    int32_t *ids = NULL;
+    static const char *const allowed[] = { "text", "add_bos", "special", NULL };
+    if (sb_mp_check_keys(p, allowed, err) || sb_mp_get_str(p, "text", SB_MP_REQUIRED, &text, &len, err) ||
+        sb_mp_get_bool(p, "add_bos", SB_MP_OPTIONAL, &bos, err) ||
+        sb_mp_get_bool(p, "special", SB_MP_OPTIONAL, &special, err) ||
+        sb_tokenize(sb_engine_vocab(w->engine), text, len, bos, special, &ids, &n, err)) {
+        reply_invalid(r, err);
+        return;
+    }
+    sb_mp_writer *wr;
+    if (sb_mp_writer_new(&wr)) { sb_free(ids); sb_ipc_reply_error(r, SB_IPC_INTERNAL, "out of memory"); return; }
+    sb_mp_map(wr, 1);
+    sb_mp_str(wr, "tokens");
+    sb_mp_array(wr, (uint32_t)n);
+    for (size_t i = 0; i < n; i++) sb_mp_i64(wr, ids[i]);
+    sb_ipc_reply_ok(r, wr);
+    sb_mp_writer_free(wr);
+    sb_free(ids);
+}
+
+static void h_detokenize(void *ud, sb_ipc_reply *r, const char *m, const sb_mp_obj *p) {
+    worker *w = ud;
+    char err[SB_ERR_LEN];
+    const sb_mp_obj *toks;
+    bool special = false;
+    static const char *const allowed[] = { "tokens", "special", NULL };
+    if (sb_mp_check_keys(p, allowed, err) ||
+        sb_mp_get_container(p, "tokens", SB_MP_REQUIRED, SB_MP_ARRAY, &toks, err) ||
+        sb_mp_get_bool(p, "special", SB_MP_OPTIONAL, &special, err)) {
+        reply_invalid(r, err);
+        return;
+    }
+    const sb_vocab *v = sb_engine_vocab(w->engine);
+    uint32_t n = sb_mp_count(toks);
+    size_t cap = (size_t)n * 16 + 1, len = 0;
+    char *buf = sb_malloc(cap);
+    if (!buf) { sb_ipc_reply_error(r, SB_IPC_INTERNAL, "out of memory"); return; }
+    for (uint32_t i = 0; i < n; i++) {
+        int64_t t;
+        char piece[256];
+        if (sb_mp_as_i64(sb_mp_array_at(toks, i), &t) || t < 0 || t >= sb_vocab_n_tokens(v)) {
+            sb_free(buf);
+            sb_ipc_reply_error(r, SB_IPC_INVALID_REQUEST, "'tokens'[%u]: expected a token id in [0, %d)", i, sb_vocab_n_tokens(v));
+            return;
+        }
+        int pl = sb_token_to_piece(v, (int32_t)t, piece, sizeof piece, special);
+        if (pl < 0) pl = 0;
+        if (len + (size_t)pl + 1 > cap) {
+            char *nb = sb_realloc(buf, cap = (len + (size_t)pl + 1) * 2);
+            if (!nb) { sb_free(buf); sb_ipc_reply_error(r, SB_IPC_INTERNAL, "out of memory"); return; }
+            buf = nb;
+        }
+        memcpy(buf + len, piece, (size_t)pl);
+        len += (size_t)pl;
+    }
+    sb_mp_writer *wr;
+    if (sb_mp_writer_new(&wr)) { sb_free(buf); sb_ipc_reply_error(r, SB_IPC_INTERNAL, "out of memory"); return; }
+    sb_mp_map(wr, 1);
+    sb_mp_str(wr, "text");
+    sb_mp_strn(wr, buf, len);
+    sb_ipc_reply_ok(r, wr);
+    sb_mp_writer_free(wr);
+    sb_free(buf);
+}
+
+/* ---- shutdown ---------------------------------------------------------------- */
+
+static void drain_check(evutil_socket_t fd, short ev, void *arg) {
+    worker *w = arg;
+    pthread_mutex_lock(&w->mu);
+    int idle = !w->head && !w->running;
+    pthread_mutex_unlock(&w->mu);
+    if (idle && sb_ipc_server_inflight(w->server) == 0) event_base_loopexit(w->base, NULL);
+}
+
+static void on_signal(evutil_socket_t sig, short ev, void *arg) {
+    worker *w = arg;
+    if (w->stopping) {              /* second signal: leave now */
+        sb_warn("worker '%s': second signal, exiting without draining", w->name);
+        event_base_loopexit(w->base, NULL);
+        return;
+    }
+    sb_info("worker '%s': signal %d, draining (up to %d ms)", w->name, (int)sig, w->drain_ms);
+    pthread_mutex_lock(&w->mu);
+    w->stopping = 1;
+    pthread_mutex_unlock(&w->mu);
+    sb_ipc_server_stop_listening(w->server);
+    struct timeval poll = { 0, 20000 }, deadline = { w->drain_ms / 1000, (w->drain_ms % 1000) * 1000 };
+    w->drain_timer = event_new(w->base, -1, EV_PERSIST, drain_check, w);
+    event_add(w->drain_timer, &poll);
+    event_base_loopexit(w->base, &deadline);
+}
+
+/* ---- command ----------------------------------------------------------------- */
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: switchboard worker --model FILE.gguf --socket PATH [options]\n\n"
+            "Serve one model over the msgpack socket protocol (docs/ipc.md). Normally\n"
+            "started by `switchboard run`; handy by hand for tests.\n\n"
+            "  --name NAME        name in logs and replies (default: the file's basename)\n"
+            "  --model FILE       GGUF model\n"
+            "  --socket PATH      Unix socket to listen on (created 0600)\n"
+            "  -t, --threads N    compute threads (default 2)\n"
+            "  -c, --ctx N        context size (default min(trained, 4096))\n"
+            "  --kv f16|f32       KV cache type (default f16)\n"
+            "  --max-queue N      queued generate/score requests before 'busy' (default 16)\n"
+            "  --max-tokens N     cap on max_tokens per request (default 4096)\n"
+            "  --drain-ms N       how long SIGTERM waits for running requests (default 10000)\n\n"
+            "Exit status: 0 after a clean drain, 2 when the model or options are bad\n"
+            "(a supervisor should not restart it), 1 on other failures.\n");
+}
+
+static int arg_int(const char *opt, const char *v, int lo, int hi, int *out) {
+    char *end;
+    long x = v ? strtol(v, &end, 10) : 0;
+    if (!v || *end || end == v || x < lo || x > hi) {
+        fprintf(stderr, "worker: %s expects an integer in [%d, %d]\n", opt, lo, hi);
+        return -1;
+    }
+    *out = (int)x;
+    return 0;
+}
+
+int sb_cmd_worker(int argc, char **argv) {
+    worker w = { .max_queue = 16, .max_tokens_cap = 4096, .drain_ms = 10000 };
+    sb_ctx_params cp;
+    sb_ctx_params_default(&cp);
+    cp.n_threads = 2;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int bad = 0;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return SB_EXIT_OK; }
+        else if (!strcmp(a, "--name") && v) { w.name = v; i++; }
+        else if (!strcmp(a, "--model") && v) { w.model_path = v; i++; }
+        else if (!strcmp(a, "--socket") && v) { w.socket_path = v; i++; }
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { bad = arg_int(a, v, 1, 256, &cp.n_threads); i++; }
+        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) { bad = arg_int(a, v, 16, 1 << 20, &cp.n_ctx); i++; }
+        else if (!strcmp(a, "--max-queue")) { bad = arg_int(a, v, 0, 1 << 16, &w.max_queue); i++; }
+        else if (!strcmp(a, "--max-tokens")) { bad = arg_int(a, v, 1, 1 << 20, &w.max_tokens_cap); i++; }
+        else if (!strcmp(a, "--drain-ms")) { bad = arg_int(a, v, 0, 3600000, &w.drain_ms); i++; }
+        else if (!strcmp(a, "--kv") && v) {
+            if (!strcmp(v, "f16")) cp.kv_f32 = 0;
+            else if (!strcmp(v, "f32")) cp.kv_f32 = 1;
+            else { fprintf(stderr, "worker: --kv expects f16 or f32\n"); bad = 1; }
+            i++;
+        } else { fprintf(stderr, "worker: unknown or incomplete option '%s'\n", a); usage(stderr); return SB_EXIT_CONFIG; }
+        if (bad) return SB_EXIT_CONFIG;
+    }
+    if (!w.model_path || !w.socket_path) { usage(stderr); return SB_EXIT_CONFIG; }
+    if (!w.name) {
+        const char *b = strrchr(w.model_path, '/');
+        w.name = b ? b + 1 : w.model_path;
+    }
+    char role[96];
+    snprintf(role, sizeof role, "worker/%s", w.name);
+    sb_log_setup(role, SB_LOG_INFO);
+    char err[SB_ERR_LEN];
+    double t0 = sb_now_s();
+    if (sb_engine_open(w.model_path, &cp, &w.engine, err)) {
+        sb_error("%s", err);
+        return SB_EXIT_CONFIG;
+    }
+    char desc[256];
+    sb_model_describe(sb_engine_model(w.engine), desc, sizeof desc);
+    sb_info("loaded %s in %.2f s: %s; context %d, %d threads, kernels %s", w.model_path, sb_now_s() - t0, desc,
+            sb_engine_n_ctx(w.engine), cp.n_threads, sb_kq_level_name(sb_kq_best_level()));
+    static const sb_ipc_method methods[] = {
+        { "health", h_health }, { "info", h_info }, { "tokenize", h_tokenize }, { "detokenize", h_detokenize },
+        { "generate", h_generate }, { "score", h_score },
+    };
+    int rc = SB_EXIT_FAIL;
+    pthread_mutex_init(&w.mu, NULL);
+    pthread_cond_init(&w.cv, NULL);
+    w.base = sb_ipc_base_new();
+    sb_ipc_server_opts so = { .path = w.socket_path, .methods = methods, .n_methods = SB_ARRAY_LEN(methods), .ud = &w };
+    if (!w.base || sb_ipc_server_new(w.base, &so, &w.server, err)) {
+        sb_error("cannot serve on %s: %s", w.socket_path, w.base ? err : "no event base");
+        rc = SB_EXIT_CONFIG;
+        goto out;
+    }
+    if (pthread_create(&w.compute, NULL, compute_main, &w) != 0) { sb_error("cannot start the compute thread"); goto out; }
+    w.sig_term = evsignal_new(w.base, SIGTERM, on_signal, &w);
+    w.sig_int = evsignal_new(w.base, SIGINT, on_signal, &w);
+    event_add(w.sig_term, NULL);
+    event_add(w.sig_int, NULL);
+    sb_info("ready on %s", w.socket_path);
+    event_base_dispatch(w.base);
+    pthread_mutex_lock(&w.mu);
+    w.stopping = 1;
+    int abandoned = w.n_queued + w.running;
+    for (job *j = w.head; j; j = j->next) atomic_store(&j->cancel, 1);
+    pthread_cond_broadcast(&w.cv);
+    pthread_mutex_unlock(&w.mu);
+    if (abandoned) sb_warn("drain deadline passed with %d request(s) unfinished; cancelling them", abandoned);
+    /* Queued jobs are answered 'cancelled' by the compute thread; the running
+     * one stops within a token. Then nothing touches the engine any more. */
+    pthread_join(w.compute, NULL);
+    sb_info("stopped");
+    rc = SB_EXIT_OK;
+out:
+    if (w.drain_timer) event_free(w.drain_timer);
+    if (w.sig_term) event_free(w.sig_term);
+    if (w.sig_int) event_free(w.sig_int);
+    if (w.server) sb_ipc_server_free(w.server);
+    if (w.base) event_base_free(w.base);
+    sb_engine_free(w.engine);
+    pthread_cond_destroy(&w.cv);
+    pthread_mutex_destroy(&w.mu);
+    return rc;
+}
