@@ -16,7 +16,12 @@
 
 #define DEFAULT_MAX_BYTES  (256ull << 20)
 #define DEFAULT_BUSY_MS    2000     /* a put waits this long for another writer */
-#define EVICT_BATCH        32       /* rows per DELETE while over the cap */
+#define EVICT_BATCH        256      /* rows looked at per DELETE while over the cap */
+#define EVICT_TO_PERCENT   95
+#define CKPT_INTERVAL_MS   250      /* background checkpoint period */
+/* With the background thread, the inline checkpoint is only a backstop for a
+ * stalled thread: 16384 pages = 64 MiB of WAL. */
+#define BACKSTOP_CKPT_PAGES 16384
 
 /* ------------------------------------------------------------ schema */
 
@@ -67,8 +72,13 @@ static const char *const stmt_sql[SBC_ST_COUNT] = {
         " created_ms = excluded.created_ms, last_hit_ms = excluded.last_hit_ms,"
         " ttl_s = excluded.ttl_s, origin = excluded.origin, bytes = excluded.bytes,"
         " dirty_hits = entries.dirty_hits + 1, uploaded = 0",
-    [SBC_ST_EVICT] = "DELETE FROM entries WHERE id IN (SELECT id FROM entries WHERE key != ?1"
-                     " ORDER BY pinned, last_hit_ms LIMIT ?2)",
+    /* The oldest rows whose bytes, added up in eviction order, cover ?3 (the
+     * excess): no more than needed, at most ?2 per statement. */
+    [SBC_ST_EVICT] =
+        "DELETE FROM entries WHERE id IN (SELECT id FROM (SELECT id,"
+        " sum(bytes) OVER (ORDER BY pinned, last_hit_ms, id) - bytes AS before FROM"
+        " (SELECT id, bytes, pinned, last_hit_ms FROM entries WHERE key != ?1"
+        "  ORDER BY pinned, last_hit_ms LIMIT ?2)) WHERE before < ?3)",
     [SBC_ST_TOTAL] = "SELECT value FROM meta WHERE name = 'total_bytes'",
 };
 
@@ -100,6 +110,7 @@ int sbc_fail(sb_cache *c, int rc, char *err, const char *what) {
     snprintf(msg, sizeof msg, "cache %s: %s: %s (%s)", c && c->path ? c->path : "?", what, why,
              detail);
     if (c) {
+        c->last_rc = rc;
         c->errors++;
         if (!c->logged[kind]) {
             c->logged[kind] = 1;
@@ -188,6 +199,84 @@ static int configure(sb_cache *c, char *err) {
     return SB_OK;
 }
 
+/* ------------------------------------------------------------ checkpoints */
+
+static void *checkpointer(void *arg) {
+    sb_cache *c = arg;
+    pthread_mutex_lock(&c->ckpt_mu);
+    while (!c->ckpt_stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += CKPT_INTERVAL_MS * 1000000L;
+        ts.tv_sec += ts.tv_nsec / 1000000000L;
+        ts.tv_nsec %= 1000000000L;
+        pthread_cond_timedwait(&c->ckpt_cv, &c->ckpt_mu, &ts);
+        if (c->ckpt_stop) break;
+        pthread_mutex_unlock(&c->ckpt_mu);
+        /* PASSIVE never waits for readers or writers; failures (busy, full
+         * disk) only mean the WAL stays longer, and the next round retries. */
+        int log = 0, done = 0;
+        sqlite3_wal_checkpoint_v2(c->ckpt_db, "main", SQLITE_CHECKPOINT_PASSIVE, &log, &done);
+        pthread_mutex_lock(&c->ckpt_mu);
+    }
+    pthread_mutex_unlock(&c->ckpt_mu);
+    return NULL;
+}
+
+static void start_checkpointer(sb_cache *c) {
+    if (c->read_only || c->opts.no_checkpointer) return;
+    if (sqlite3_open_v2(c->path, &c->ckpt_db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX,
+                        NULL) != SQLITE_OK) {
+        sqlite3_close_v2(c->ckpt_db);
+        c->ckpt_db = NULL;
+        return;                             /* SQLite's inline checkpoints still run */
+    }
+    sqlite3_busy_timeout(c->ckpt_db, 0);
+    pthread_mutex_init(&c->ckpt_mu, NULL);
+    pthread_cond_init(&c->ckpt_cv, NULL);
+    if (pthread_create(&c->ckpt_thread, NULL, checkpointer, c) != 0) {
+        pthread_mutex_destroy(&c->ckpt_mu);
+        pthread_cond_destroy(&c->ckpt_cv);
+        sqlite3_close_v2(c->ckpt_db);
+        c->ckpt_db = NULL;
+        return;
+    }
+    c->ckpt_running = 1;
+    char sql[64];
+    snprintf(sql, sizeof sql, "PRAGMA wal_autocheckpoint = %d", BACKSTOP_CKPT_PAGES);
+    sbc_exec(c, sql, NULL);
+}
+
+static void stop_checkpointer(sb_cache *c) {
+    if (!c->ckpt_running) return;
+    pthread_mutex_lock(&c->ckpt_mu);
+    c->ckpt_stop = 1;
+    pthread_cond_signal(&c->ckpt_cv);
+    pthread_mutex_unlock(&c->ckpt_mu);
+    pthread_join(c->ckpt_thread, NULL);
+    pthread_mutex_destroy(&c->ckpt_mu);
+    pthread_cond_destroy(&c->ckpt_cv);
+    sqlite3_close_v2(c->ckpt_db);
+    c->ckpt_running = 0;
+}
+
+static int reopen_immutable(sb_cache *c, char *err) {
+    sbc_buf uri = { 0 };
+    sbc_buf_str(&uri, "file:");
+    for (const char *p = c->path; *p; p++) {
+        if (*p == '%' || *p == '?' || *p == '#') sbc_buf_printf(&uri, "%%%02X", (unsigned char)*p);
+        else sbc_buf_add(&uri, p, 1);
+    }
+    sbc_buf_str(&uri, "?immutable=1");
+    if (uri.oom) { sbc_buf_free(&uri); return sb_seterr(err, SB_ENOMEM, "cache: out of memory"); }
+    int rc = sqlite3_open_v2(uri.p, &c->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI |
+                             SQLITE_OPEN_NOMUTEX, NULL);
+    sbc_buf_free(&uri);
+    if (rc != SQLITE_OK) return sbc_fail(c, rc, err, "opening read-only");
+    sqlite3_extended_result_codes(c->db, 1);
+    return SB_OK;
+}
+
 int sb_cache_open(const char *path, const sb_cache_opts *opts, sb_cache **out, char *err) {
     return sb_cache_open_at(path, opts, SCHEMA_VERSION, out, err);
 }
@@ -220,12 +309,24 @@ int sb_cache_open_at(const char *path, const sb_cache_opts *opts, int schema_tar
         c->logged[SBC_LOG_READONLY] = 1;
         sb_warn("cache %s: file is read-only: serving hits, storing nothing", path);
     }
-    if ((res = configure(c, err)) || (res = migrate(c, schema_target, err))) goto fail;
+    res = configure(c, err);
+    if (res && c->read_only && ((c->last_rc & 0xff) == SQLITE_READONLY ||
+                                (c->last_rc & 0xff) == SQLITE_CANTOPEN)) {
+        /* A WAL database in a directory we cannot write: SQLite cannot make
+         * the -shm file. Nobody can write such a file, so reading it as
+         * immutable is safe, and a shipped read-only cache still answers. */
+        sqlite3_close_v2(c->db);
+        c->db = NULL;
+        res = reopen_immutable(c, err);
+        if (!res) res = configure(c, err);
+    }
+    if (res || (res = migrate(c, schema_target, err))) goto fail;
     for (int i = 0; i < SBC_ST_COUNT; i++) {
         if (c->schema_version < SCHEMA_VERSION && i != SBC_ST_TOTAL) continue;  /* tests only */
         rc = sqlite3_prepare_v3(c->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &c->st[i], NULL);
         if (rc != SQLITE_OK) { res = sbc_fail(c, rc, err, "preparing statements"); goto fail; }
     }
+    start_checkpointer(c);
     *out = c;
     return SB_OK;
 fail:
@@ -235,6 +336,7 @@ fail:
 
 void sb_cache_close(sb_cache *c) {
     if (!c) return;
+    stop_checkpointer(c);
     for (int i = 0; i < SBC_ST_COUNT; i++) sqlite3_finalize(c->st[i]);
     if (c->db) sqlite3_close_v2(c->db);
     pthread_mutex_destroy(&c->lock);
@@ -369,9 +471,13 @@ static int evict_except(sb_cache *c, const char *keep, char *err) {
         int64_t total = total_bytes(c, &rc);
         if (rc != SQLITE_OK) return sbc_fail(c, rc, err, "reading the size");
         if (total <= (int64_t)c->opts.max_bytes) return SB_OK;
+        /* Down to 95% of the cap, so a full cache evicts once per ~5% of
+         * new data rather than on every put. */
+        int64_t excess = total - (int64_t)(c->opts.max_bytes / 100 * EVICT_TO_PERCENT);
         sqlite3_stmt *st = c->st[SBC_ST_EVICT];
         sqlite3_bind_text(st, 1, keep ? keep : "", -1, SQLITE_STATIC);
         sqlite3_bind_int(st, 2, EVICT_BATCH);
+        sqlite3_bind_int64(st, 3, excess);
         rc = sqlite3_step(st);
         sqlite3_reset(st);
         if (rc != SQLITE_DONE) return sbc_fail(c, rc, err, "evicting");

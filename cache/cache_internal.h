@@ -45,6 +45,14 @@ struct sb_cache {
     int                  schema_version;
     int                  logged[SBC_LOG_KINDS];
     int64_t              hits, misses, errors;
+    int                  last_rc;           /* SQLite code behind the last failure */
+    /* Checkpoints run on their own connection and thread, so the fsyncs of
+     * moving the WAL into the database never land on a request. */
+    struct sqlite3      *ckpt_db;
+    pthread_t            ckpt_thread;
+    pthread_mutex_t      ckpt_mu;
+    pthread_cond_t       ckpt_cv;
+    int                  ckpt_running, ckpt_stop;
 };
 
 /* sb_cache_open, stopping the migrations at schema_target (tests of the

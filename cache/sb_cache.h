@@ -101,6 +101,7 @@ typedef struct {
     unsigned norm_flags;     /* for sb_cache_make_key; 0 means SB_NORM_DEFAULT */
     int      busy_timeout_ms;/* wait for other writers; 0 = 2000 */
     int      read_only;      /* open without writing (hits not counted) */
+    int      no_checkpointer;/* no background checkpoint thread (SQLite's inline one) */
 } sb_cache_opts;
 
 enum { SB_CACHE_ORIGIN_LOCAL = 0, SB_CACHE_ORIGIN_CLOUD = 1 };
