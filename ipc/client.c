@@ -69,12 +69,14 @@ int sb_ipc_client_connect(const char *path, int timeout_ms, sb_ipc_client **out,
         sleep_ms(CONNECT_RETRY_MS);
     }
     sb_ipc_client *c = sb_calloc(1, sizeof *c);
-    if (!c || sb_mp_writer_new(&c->w)) {
+    if (!c || !(c->buf = sb_malloc(READ_CHUNK)) || sb_mp_writer_new(&c->w)) {
+        if (c) sb_free(c->buf);
         sb_free(c);
         close(fd);
         return sb_seterr(err, SB_ENOMEM, "out of memory");
     }
     c->fd = fd;
+    c->cap = READ_CHUNK;
     c->max_frame = SB_IPC_MAX_FRAME_DEFAULT;
     *out = c;
     return 0;

@@ -176,7 +176,10 @@ static void conn_schedule_close(conn *c) {
 static void conn_send(conn *c, void *frame, size_t len) {
     if (c->dead || c->flushing) { sb_free(frame); return; }
     struct evbuffer *out = bufferevent_get_output(c->bev);
-    if (evbuffer_get_length(out) + len > c->srv->max_output) {
+    /* One frame always fits an empty buffer, so no limit can make a valid
+     * response unsendable; a backlog on top of unread output is the case. */
+    size_t queued = evbuffer_get_length(out);
+    if (queued > 0 && queued + len > c->srv->max_output) {
         sb_warn("ipc: client not reading (%zu bytes queued); closing its connection",
                 evbuffer_get_length(out));
         sb_free(frame);

@@ -22,9 +22,23 @@ command -v "$CC" >/dev/null || { echo "fuzz.sh: $CC not found (apt-get install c
 
 # CFLAGS goes through the environment, not the make command line: a
 # command-line CFLAGS would replace the Makefile's own flags (includes, -std).
-CFLAGS="-O1 -g $SAN -fsanitize=fuzzer-no-link -Wno-unknown-warning-option" \
-    make -s BUILD=$BUILD BIN=$BUILD/bin CC="$CC" $BUILD/libswitchboard.a || {
-    echo "fuzz.sh: library build failed"; exit 2; }
+# -k: a file that does not build with clang (someone's work in progress)
+# must not stop fuzzing the others; the targets link only what they use.
+mkdir -p $BUILD
+if ! CFLAGS="-O1 -g $SAN -fsanitize=fuzzer-no-link -Wno-unknown-warning-option" \
+        make -k -s BUILD=$BUILD BIN=$BUILD/bin CC="$CC" $BUILD/libswitchboard.a \
+        >$BUILD/lib.log 2>&1; then
+    echo "fuzz.sh: some library files do not build with $CC (see $BUILD/lib.log):"
+    grep -oE '^[a-z/_]+\.c:[0-9]+:[0-9]+: error' $BUILD/lib.log | sort -u | head
+fi
+objs=()
+for src in $(ls common/*.c worker/*.c worker/kernels/*.c ipc/*.c router/*.c cache/*.c \
+                supervisor/*.c 2>/dev/null | grep -v '^supervisor/main\.c$'); do
+    o=$BUILD/${src%.c}.o
+    [ -f "$o" ] && [ "$o" -nt "$src" ] && objs+=("$o")
+done
+rm -f $BUILD/libfuzz.a
+ar rcs $BUILD/libfuzz.a "${objs[@]}" || { echo "fuzz.sh: no objects to archive"; exit 2; }
 
 PKGS="libevent libevent_pthreads msgpack yaml-0.1 sqlite3"
 INCLUDES=$(for m in common worker worker/kernels ipc router cache supervisor; do printf -- '-I%s ' "$m"; done)
@@ -43,7 +57,7 @@ for src in "${targets[@]}"; do
     mkdir -p "$BUILD/fuzz" "tests/fuzz/corpus-$short"
     # shellcheck disable=SC2086
     $CC -std=c11 -g -O1 -D_GNU_SOURCE -pthread $SAN -fsanitize=fuzzer $INCLUDES \
-        $(pkg-config --cflags $PKGS) -o "$bin" "$src" $BUILD/libswitchboard.a \
+        $(pkg-config --cflags $PKGS) -o "$bin" "$src" $BUILD/libfuzz.a \
         $(pkg-config --libs $PKGS) -lm || { echo "fuzz.sh: cannot build $name"; status=2; continue; }
     seeds=()
     [ -d "tests/fuzz/seed-$short" ] && seeds+=("tests/fuzz/seed-$short")
