@@ -17,6 +17,7 @@ static const sb_command commands[] = {
     { "logits",   sb_cmd_logits,   "top logits per position and a greedy continuation, as JSON" },
     { "generate", sb_cmd_generate, "stream a completion (or --chat reply) from a model" },
     { "bench",    sb_cmd_bench,    "prompt and decode throughput (like llama-bench)" },
+    { "perplexity", sb_cmd_perplexity, "perplexity of a text file (llama-perplexity's method)" },
     { "worker",   sb_cmd_worker,   "serve one model on a Unix socket (started by 'run')" },
 };
 
