@@ -162,12 +162,13 @@ static void split_gpt2(splitter *s) {
  * (every non-ASCII code point replaced by one byte standing for its
  * category, non-ASCII whitespace by \v). Each splits a chunk into matches
  * and the gaps between them. */
-typedef enum { RX_PUNCT_RUN, RX_NUMBER_RUN, RX_NUMBER_ONE, RX_DIGIT3 } simple_regex;
+typedef enum { RX_PUNCT_RUN, RX_PUNCT_BT_RUN, RX_NUMBER_RUN, RX_NUMBER_ONE, RX_DIGIT3 } simple_regex;
 
-/* [\p{P}\$\+<=>\^~\|] : ASCII punctuation and symbols except '`'. */
-static int is_punct_class(uint32_t c) {
+/* [\p{P}\$\+<=>\^~\|] : ASCII punctuation and symbols except '`' (Falcon's
+ * class adds it: with_backtick). */
+static int is_punct_class(uint32_t c, int with_backtick) {
     if (c < 128) return c > ' ' && c < 127 && !(c >= '0' && c <= '9') &&
-                        !((c | 32) >= 'a' && (c | 32) <= 'z') && c != '`';
+                        !((c | 32) >= 'a' && (c | 32) <= 'z') && (c != '`' || with_backtick);
     unsigned f = sb_ucd_flags(c);
     return !(f & SB_UCD_WHITESPACE) && (f & SB_UCD_CATEGORIES) == SB_UCD_PUNCT;
 }
@@ -182,7 +183,8 @@ static int is_ascii_digit(uint32_t c) { return c >= '0' && c <= '9'; }
 static size_t simple_match_at(simple_regex rx, const splitter *s, size_t pos) {
     size_t n = 0;
     switch (rx) {
-    case RX_PUNCT_RUN:  while (pos + n < s->end && is_punct_class(s->cpts[pos + n])) n++; return n;
+    case RX_PUNCT_RUN:  while (pos + n < s->end && is_punct_class(s->cpts[pos + n], 0)) n++; return n;
+    case RX_PUNCT_BT_RUN: while (pos + n < s->end && is_punct_class(s->cpts[pos + n], 1)) n++; return n;
     case RX_NUMBER_RUN: while (pos + n < s->end && is_number_class(s->cpts[pos + n])) n++; return n;
     case RX_NUMBER_ONE: return is_number_class(s->cpts[pos]) ? 1 : 0;
     case RX_DIGIT3:
@@ -203,7 +205,7 @@ static void split_simple(splitter *s, simple_regex rx) {
     emit(s, s->end);
 }
 
-typedef enum { ST_GPT2, ST_LLAMA3, ST_QWEN2, ST_PUNCT, ST_NUMBERS, ST_DIGIT, ST_DIGIT3 } stage;
+typedef enum { ST_GPT2, ST_LLAMA3, ST_QWEN2, ST_PUNCT, ST_PUNCT_BT, ST_NUMBERS, ST_DIGIT, ST_DIGIT3 } stage;
 
 /* Apply one stage to every chunk of `in`, writing the finer split to `out`. */
 static int run_stage(stage st, const uint32_t *cpts, const sb_ids *in, sb_ids *out) {
@@ -216,6 +218,7 @@ static int run_stage(stage st, const uint32_t *cpts, const sb_ids *in, sb_ids *o
         case ST_LLAMA3:  split_llama3(&s, 3); break;
         case ST_QWEN2:   split_llama3(&s, 1); break;
         case ST_PUNCT:   split_simple(&s, RX_PUNCT_RUN); break;
+        case ST_PUNCT_BT: split_simple(&s, RX_PUNCT_BT_RUN); break;
         case ST_NUMBERS: split_simple(&s, RX_NUMBER_RUN); break;
         case ST_DIGIT:   split_simple(&s, RX_NUMBER_ONE); break;
         case ST_DIGIT3:  split_simple(&s, RX_DIGIT3); break;
@@ -231,6 +234,7 @@ int sb_bpe_pretokenize(sb_pre_kind pre, const uint32_t *cpts, size_t n, sb_ids *
     static const stage st_default[] = { ST_PUNCT, ST_GPT2, ST_NUMBERS, ST_DIGIT3 };
     static const stage st_gpt2[] = { ST_GPT2 }, st_llama3[] = { ST_LLAMA3 }, st_qwen2[] = { ST_QWEN2 };
     static const stage st_starcoder[] = { ST_DIGIT, ST_GPT2 };
+    static const stage st_falcon[] = { ST_PUNCT_BT, ST_GPT2, ST_DIGIT3 };
     const stage *stages;
     size_t n_stages;
     switch (pre) {
@@ -238,6 +242,7 @@ int sb_bpe_pretokenize(sb_pre_kind pre, const uint32_t *cpts, size_t n, sb_ids *
     case SB_PRE_LLAMA3:    stages = st_llama3;    n_stages = 1; break;
     case SB_PRE_QWEN2:     stages = st_qwen2;     n_stages = 1; break;
     case SB_PRE_STARCODER: stages = st_starcoder; n_stages = 2; break;
+    case SB_PRE_FALCON:    stages = st_falcon;    n_stages = 3; break;
     default:               stages = st_default;   n_stages = 4; break;
     }
     if (n == 0) return 0;

@@ -3,12 +3,13 @@
  * merges, special ids and their defaults, the end-of-generation set, the
  * special-token cache and the per-model token attributes.
  *
- * One deliberate difference: llama.cpp 0c1e57098 also counts "</s>" as an
+ * One deliberate difference: llama.cpp 0c1e57098 counts "</s>" as an
  * end-of-generation text (for paddleocr) and so promotes it to a control
  * token. In Phi-3, "</s>" is user-defined; promoted, it is no longer matched
  * when special tokens are not parsed. The reference vectors we must match
- * (shared/vocab/extra.phi-3.out) were made before that change and match it,
- * so we keep "</s>" out of the text list.
+ * (shared/vocab/extra.phi-3.out) were made before that change, so a
+ * user-defined "</s>" is left alone. Everywhere else (Qwen2's normal "</s>"
+ * token, for instance) we follow 0c1e57098.
  */
 #include <ctype.h>
 #include <stdio.h>
@@ -247,11 +248,13 @@ static const struct {
     { "codeshell",        SB_PRE_STARCODER, 1, 0, 0 },
     { "exaone",           SB_PRE_STARCODER, 1, 0, 0 },
     { "minerva-7b",       SB_PRE_STARCODER, 1, 0, 0 },
+    { "falcon",           SB_PRE_FALCON,    1, 0, 0 },
 };
 
 static const char *const pre_names[] = {
     [SB_PRE_SPM] = "spm", [SB_PRE_DEFAULT] = "default", [SB_PRE_GPT2] = "gpt2",
     [SB_PRE_LLAMA3] = "llama3", [SB_PRE_QWEN2] = "qwen2", [SB_PRE_STARCODER] = "starcoder",
+    [SB_PRE_FALCON] = "falcon",
 };
 
 static int set_kind(sb_vocab *v, const sb_gguf *g, char *err) {
@@ -333,10 +336,10 @@ static void set_eog(sb_vocab *v) {
     static const char *const pad_texts[] = { "<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]" };
     static const char *const rep_texts[] = { "<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>" };
     static const char *const sep_texts[] = { "<|file_sep|>" };
-    /* Texts that end a generation. llama.cpp's list, minus "</s>" (see top). */
+    /* Texts that end a generation (llama.cpp's list). */
     static const char *const eog_texts[] = {
         "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
-        "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
+        "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
         "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
         "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", "[e~[",
     };
@@ -353,7 +356,10 @@ static void set_eog(sb_vocab *v) {
 
     for (size_t i = 0; i < SB_ARRAY_LEN(eog_texts); i++) {
         int32_t id = find_text(v, eog_texts[i]);
-        if (id >= 0) { v->eog[id] = 1; promote_control(v, id); }
+        if (id < 0) continue;
+        if (!strcmp(eog_texts[i], "</s>") && (v->tok[id].attr & SB_ATTR_USER_DEFINED)) continue;   /* see top */
+        v->eog[id] = 1;
+        promote_control(v, id);
     }
     /* gpt-oss: always render these (llama.cpp makes them user-defined). */
     static const char *const harmony_render[] = { "<|channel|>", "<|message|>", "<|start|>", "<|constrain|>" };

@@ -71,6 +71,7 @@ typedef enum {
     SB_PRE_LLAMA3,         /* digits in groups of up to 3 */
     SB_PRE_QWEN2,          /* llama3's rules, digits one by one */
     SB_PRE_STARCODER,      /* every digit alone, then gpt2 */
+    SB_PRE_FALCON,         /* punctuation runs (with '`'), gpt2, 3-digit groups */
 } sb_pre_kind;
 
 typedef struct {
