@@ -212,19 +212,22 @@ TESTLIB pid_t spawn_server(const char *path) {
 
 static char g_dir[64], g_path[128];
 static pid_t g_pid;
+static pid_t g_extra_pid;       /* a test's own server, reaped by teardown if it fails */
 
 TESTLIB void stop_server(pid_t pid, bool expect_alive) {
-    int status;
+    /* Kill first, assert after: a failing test must not leave an orphan. */
+    int status = 0, term_status = 0;
     pid_t w = waitpid(pid, &status, WNOHANG);
-    if (expect_alive && w != 0) {
-        fprintf(stderr, "server died: %s %d\n", WIFSIGNALED(status) ? "signal" : "exit",
-                WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
-    }
-    if (expect_alive) assert_int_equal(w, 0);
     if (w == 0) {
         kill(pid, SIGTERM);
-        assert_int_equal(waitpid(pid, &status, 0), pid);
-        if (expect_alive) assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        if (waitpid(pid, &term_status, 0) != pid) term_status = -1;
+    }
+    if (expect_alive && w != 0)
+        fprintf(stderr, "server died: %s %d\n", WIFSIGNALED(status) ? "signal" : "exit",
+                WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+    if (expect_alive) {
+        assert_int_equal(w, 0);
+        assert_true(WIFEXITED(term_status) && WEXITSTATUS(term_status) == 0);
     }
 }
 
@@ -241,6 +244,7 @@ TESTLIB int group_setup(void **state) {
 }
 
 TESTLIB int group_teardown(void **state) {
+    if (g_extra_pid > 0) { kill(g_extra_pid, SIGKILL); waitpid(g_extra_pid, NULL, 0); }
     stop_server(g_pid, true);
     struct stat st;
     int gone = stat(g_path, &st) != 0;  /* the server removes its socket */

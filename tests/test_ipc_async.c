@@ -143,7 +143,7 @@ static void test_timeout_and_cancel(void **state) {
 static void test_server_killed_then_restarted(void **state) {
     char path[160];
     snprintf(path, sizeof path, "%s/k.sock", g_dir);
-    pid_t pid = spawn_server(path);
+    pid_t pid = g_extra_pid = spawn_server(path);
     sb_ipc_client *probe;
     assert_int_equal(sb_ipc_client_connect(path, 5000, &probe, NULL), 0);
     sb_ipc_client_close(probe);
@@ -163,13 +163,14 @@ static void test_server_killed_then_restarted(void **state) {
     assert_false(sb_ipc_aclient_connected(c));
     int status;
     assert_int_equal(waitpid(pid, &status, 0), pid);
+    g_extra_pid = 0;                                    /* reaped: never signal it again */
 
     /* Nobody listening (the socket file is stale): the call fails at once. */
     char err[SB_ERR_LEN];
     assert_int_equal(sb_ipc_aclient_call(c, "echo", NULL, 0, NULL, done_cb, &cs[1], NULL, err), SB_EIO);
     assert_int_equal(cs[1].done, 0);
 
-    pid = spawn_server(path);                           /* replaces the stale socket */
+    pid = g_extra_pid = spawn_server(path);             /* replaces the stale socket */
     assert_int_equal(sb_ipc_client_connect(path, 5000, &probe, NULL), 0);
     sb_ipc_client_close(probe);
     assert_int_equal(sb_ipc_aclient_call(c, "echo", NULL, 2000, NULL, done_cb, &cs[2], NULL, err), 0);
@@ -177,6 +178,7 @@ static void test_server_killed_then_restarted(void **state) {
     assert_true(cs[2].ok);
     sb_ipc_aclient_free(c);
     sb_mp_writer_free(stream);
+    g_extra_pid = 0;
     stop_server(pid, true);
 }
 
