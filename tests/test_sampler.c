@@ -1,0 +1,817 @@
+/* test_sampler.c - the sampling chain, its PRNG, and the stop matcher.
+ *
+ * Distribution tests draw many tokens from a small vocabulary and compare the
+ * counts with the renormalised probabilities each stage must leave, worked
+ * out here independently by sorting (the sampler itself never sorts the
+ * vocabulary). The bound is a chi-square test at a far tail (p ~ 1e-6), so a
+ * correct sampler fails it about once in a million runs while a wrong kept set
+ * or a wrong temperature fails it every time.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#include <cmocka.h>
+
+#include "sb_sampler.h"
+
+/* ---- helpers ---- */
+
+static sb_sampler *make(const sb_sampling_params *p, int32_t n_vocab) {
+    sb_sampler *s = NULL;
+    char err[SB_ERR_LEN] = "";
+    if (sb_sampler_new(p, n_vocab, &s, err)) fail_msg("sb_sampler_new: %s", err);
+    return s;
+}
+
+/* Parameters with every stage off, to switch single stages on. */
+static sb_sampling_params plain(float temp, uint64_t seed) {
+    sb_sampling_params p;
+    sb_sampling_defaults(&p);
+    p.temp = temp;
+    p.top_k = 0;
+    p.top_p = 1.0f;
+    p.min_p = 0.0f;
+    p.seed = seed;
+    return p;
+}
+
+/* A deterministic test RNG (not the sampler's). */
+static uint64_t lcg_state = 88172645463325252ull;
+static double test_uniform(void) {
+    lcg_state = lcg_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (double)(lcg_state >> 11) * 0x1.0p-53;
+}
+static float test_gauss(float sd) {
+    double u1 = test_uniform(), u2 = test_uniform();
+    if (u1 < 1e-300) u1 = 1e-300;
+    return (float)(sd * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+typedef struct { int id; float logit; } ref_cand;
+static int ref_cmp(const void *a, const void *b) {
+    const ref_cand *x = a, *y = b;
+    if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
+    return x->id - y->id;
+}
+
+/* The expected distribution after the chain, computed the slow, obvious way:
+ * sort everything, cut by top-k, top-p, min-p, then softmax at temp. */
+static void expected_probs(const float *logits, int n, const sb_sampling_params *p, double *prob) {
+    ref_cand *c = malloc((size_t)n * sizeof *c);
+    for (int i = 0; i < n; i++) c[i] = (ref_cand){ i, logits[i] };
+    qsort(c, (size_t)n, sizeof *c, ref_cmp);
+    int kept = n;
+    if (p->top_k > 0 && p->top_k < kept) kept = p->top_k;
+    if (p->top_p < 1.0f) {
+        double sum = 0, cum = 0;
+        for (int i = 0; i < kept; i++) sum += exp((double)c[i].logit - c[0].logit);
+        for (int i = 0; i < kept; i++) {
+            cum += exp((double)c[i].logit - c[0].logit) / sum;
+            if (cum >= p->top_p) { kept = i + 1; break; }
+        }
+    }
+    if (p->min_p > 0.0f) {
+        int i = 1;
+        while (i < kept && c[i].logit >= c[0].logit + logf(p->min_p)) i++;
+        kept = i;
+    }
+    double sum = 0;
+    for (int i = 0; i < n; i++) prob[i] = 0;
+    for (int i = 0; i < kept; i++) sum += exp(((double)c[i].logit - c[0].logit) / p->temp);
+    for (int i = 0; i < kept; i++) prob[c[i].id] = exp(((double)c[i].logit - c[0].logit) / p->temp) / sum;
+    free(c);
+}
+
+/* Draw `draws` tokens; tokens of expected probability 0 must never appear,
+ * and the chi-square statistic over the others must stay under a far-tail
+ * bound for their degrees of freedom. */
+static void check_distribution(const float *logits, int n, const sb_sampling_params *p, int draws) {
+    double *prob = calloc((size_t)n, sizeof *prob);
+    long *count = calloc((size_t)n, sizeof *count);
+    expected_probs(logits, n, p, prob);
+    sb_sampler *s = make(p, n);
+    for (int d = 0; d < draws; d++) {
+        int32_t t = sb_sampler_sample(s, logits);
+        assert_true(t >= 0 && t < n);
+        count[t]++;
+    }
+    double chi2 = 0;
+    int df = -1;
+    for (int i = 0; i < n; i++) {
+        if (prob[i] == 0) {
+            if (count[i]) fail_msg("token %d drawn %ld times but is outside the kept set", i, count[i]);
+            continue;
+        }
+        double e = prob[i] * draws;
+        chi2 += (count[i] - e) * (count[i] - e) / e;
+        df++;
+    }
+    /* Wilson-Hilferty: the chi-square quantile at z = 4.75 (p ~ 1e-6). */
+    double bound = df <= 0 ? 1e-9 : df * pow(1 - 2.0 / (9 * df) + 4.75 * sqrt(2.0 / (9 * df)), 3);
+    if (chi2 > bound) fail_msg("chi-square %.2f > %.2f (df %d)", chi2, bound, df);
+    sb_sampler_free(s);
+    free(prob);
+    free(count);
+}
+
+/* logits whose softmax is exactly probs (up to float rounding) */
+static void logits_from_probs(const double *probs, int n, float *logits) {
+    for (int i = 0; i < n; i++) logits[i] = (float)log(probs[i]);
+}
+
+/* ---- sampling ---- */
+
+static void test_greedy_argmax_and_ties(void **state) {
+    (void)state;
+    sb_sampling_params p = plain(0.0f, 1);
+    float l[6] = { 0.5f, 2.0f, -1.0f, 3.5f, 3.5f, 1.0f };
+    sb_sampler *s = make(&p, 6);
+    assert_int_equal(sb_sampler_sample(s, l), 3);             /* lowest id of the tie */
+    l[5] = 7.0f;
+    assert_int_equal(sb_sampler_sample(s, l), 5);
+    float neg[3] = { -INFINITY, -5.0f, -INFINITY };
+    sb_sampler_free(s);
+    s = make(&p, 3);
+    assert_int_equal(sb_sampler_sample(s, neg), 1);
+    sb_sampler_free(s);
+    /* Negative temperature is greedy too, at every vocab size the SIMD scan
+     * splits differently. */
+    p.temp = -1.0f;
+    for (int n = 1; n < 70; n++) {
+        float *x = malloc((size_t)n * sizeof *x);
+        for (int i = 0; i < n; i++) x[i] = test_gauss(1.0f);
+        int best = 0;
+        for (int i = 1; i < n; i++) if (x[i] > x[best]) best = i;
+        s = make(&p, n);
+        assert_int_equal(sb_sampler_sample(s, x), best);
+        sb_sampler_free(s);
+        free(x);
+    }
+}
+
+static void test_top_k_1_is_greedy(void **state) {
+    (void)state;
+    const int n = 1000;
+    float *x = malloc(n * sizeof *x);
+    const float temps[] = { 0.1f, 0.8f, 1.0f, 5.0f, 100.0f };
+    for (int trial = 0; trial < 50; trial++) {
+        for (int i = 0; i < n; i++) x[i] = roundf(test_gauss(2.0f) * 4) / 4;   /* many ties */
+        sb_sampling_params g = plain(0.0f, 7);
+        sb_sampler *greedy = make(&g, n);
+        int32_t want = sb_sampler_sample(greedy, x);
+        sb_sampler_free(greedy);
+        for (size_t t = 0; t < SB_ARRAY_LEN(temps); t++) {
+            sb_sampling_params p;
+            sb_sampling_defaults(&p);           /* top-p and min-p on, as by default */
+            p.top_k = 1;
+            p.temp = temps[t];
+            p.seed = (uint64_t)trial;
+            sb_sampler *s = make(&p, n);
+            for (int d = 0; d < 5; d++) assert_int_equal(sb_sampler_sample(s, x), want);
+            sb_sampler_free(s);
+        }
+    }
+    free(x);
+}
+
+static void test_temperature_distribution(void **state) {
+    (void)state;
+    const double probs[6] = { 0.4, 0.25, 0.15, 0.1, 0.07, 0.03 };
+    float l[6];
+    logits_from_probs(probs, 6, l);
+    sb_sampling_params p = plain(1.0f, 11);
+    check_distribution(l, 6, &p, 200000);
+    p.temp = 2.0f;
+    check_distribution(l, 6, &p, 200000);
+    p.temp = 0.5f;
+    check_distribution(l, 6, &p, 200000);
+}
+
+static void test_top_k_distribution(void **state) {
+    (void)state;
+    const double probs[8] = { 0.3, 0.2, 0.15, 0.12, 0.1, 0.07, 0.04, 0.02 };
+    float l[8];
+    logits_from_probs(probs, 8, l);
+    sb_sampling_params p = plain(1.0f, 12);
+    p.top_k = 3;
+    check_distribution(l, 8, &p, 200000);
+    p.temp = 0.7f;
+    p.top_k = 5;
+    check_distribution(l, 8, &p, 200000);
+}
+
+static void test_top_p_keeps_smallest_set(void **state) {
+    (void)state;
+    const double probs[5] = { 0.5, 0.2, 0.15, 0.1, 0.05 };
+    float l[5];
+    logits_from_probs(probs, 5, l);
+    /* 0.8: 0.5, 0.7 < 0.8, 0.85 >= 0.8 -> {0, 1, 2}; renormalised 0.5/0.85 ... */
+    sb_sampling_params p = plain(1.0f, 13);
+    p.top_p = 0.8f;
+    check_distribution(l, 5, &p, 200000);
+    double e[5];
+    expected_probs(l, 5, &p, e);
+    assert_true(e[2] > 0 && e[3] == 0);
+    assert_true(fabs(e[0] - 0.5 / 0.85) < 1e-5);
+    /* the same through the top-k path (sorted candidates) */
+    p.top_k = 4;
+    check_distribution(l, 5, &p, 200000);
+    /* top_p 0 keeps only the best token, as in llama.cpp */
+    p.top_p = 0.0f;
+    sb_sampler *s = make(&p, 5);
+    for (int d = 0; d < 100; d++) assert_int_equal(sb_sampler_sample(s, l), 0);
+    sb_sampler_free(s);
+}
+
+static void test_min_p_relative_to_max(void **state) {
+    (void)state;
+    const double probs[5] = { 0.5, 0.2, 0.15, 0.1, 0.05 };
+    float l[5];
+    logits_from_probs(probs, 5, l);
+    /* 0.25 * 0.5 = 0.125: {0, 1, 2} survive. top-k and top-p off: unsorted path */
+    sb_sampling_params p = plain(1.0f, 14);
+    p.min_p = 0.25f;
+    double e[5];
+    expected_probs(l, 5, &p, e);
+    assert_true(e[2] > 0 && e[3] == 0);
+    check_distribution(l, 5, &p, 200000);
+    /* sorted path (after top-k), and with temperature after it */
+    p.top_k = 5;
+    p.temp = 1.5f;
+    check_distribution(l, 5, &p, 200000);
+    /* min-p applies to what top-p left (chain order) */
+    p.top_p = 0.6f;
+    p.min_p = 0.5f;
+    check_distribution(l, 5, &p, 200000);
+}
+
+static void test_default_chain_distribution(void **state) {
+    (void)state;
+    /* A vocab larger than the SIMD block and top-k, with a plausible spread. */
+    const int n = 3000;
+    float *x = malloc(n * sizeof *x);
+    for (int i = 0; i < n; i++) x[i] = test_gauss(1.5f);
+    x[17] = 6.0f; x[2000] = 5.5f; x[2999] = 5.0f; x[0] = 4.8f;
+    sb_sampling_params p;
+    sb_sampling_defaults(&p);
+    p.seed = 15;
+    check_distribution(x, n, &p, 100000);
+    p.min_p = 0.0f;                 /* let top-p decide on its own */
+    p.top_p = 0.9f;
+    check_distribution(x, n, &p, 100000);
+    free(x);
+}
+
+static void test_top_p_without_top_k_large_vocab(void **state) {
+    (void)state;
+    /* Spread (sd 3: the cut is far below the best), flat (sd 0.05: the
+     * crossing bucket holds most of the vocabulary) and in between. */
+    const int sizes[] = { 5000, 40000 };
+    const float sds[] = { 0.3f, 3.0f, 0.05f };
+    for (size_t si = 0; si < SB_ARRAY_LEN(sizes); si++) {
+        int n = sizes[si];
+        float *x = malloc((size_t)n * sizeof *x);
+        double *e = malloc((size_t)n * sizeof *e);
+        for (size_t k = 0; k < SB_ARRAY_LEN(sds); k++) {
+            for (int i = 0; i < n; i++) x[i] = test_gauss(sds[k]);
+            sb_sampling_params p = plain(1.0f, 16);
+            p.top_p = 0.95f;
+            expected_probs(x, n, &p, e);
+            sb_sampler *s = make(&p, n);
+            for (int d = 0; d < 1000; d++) {
+                int32_t t = sb_sampler_sample(s, x);
+                if (e[t] == 0) fail_msg("n %d sd %g: token %d outside the top-p set", n, sds[k], t);
+            }
+            sb_sampler_free(s);
+        }
+        free(x);
+        free(e);
+    }
+}
+
+static void test_seed_determinism(void **state) {
+    (void)state;
+    const int n = 500;
+    float *x = malloc(n * sizeof *x);
+    for (int i = 0; i < n; i++) x[i] = test_gauss(1.0f);
+    sb_sampling_params p = plain(1.0f, 42);
+    int32_t a[200], b[200], c[200];
+    sb_sampler *s1 = make(&p, n), *s2 = make(&p, n);
+    p.seed = 43;
+    sb_sampler *s3 = make(&p, n);
+    int differ = 0;
+    for (int i = 0; i < 200; i++) {
+        a[i] = sb_sampler_sample(s1, x);
+        b[i] = sb_sampler_sample(s2, x);
+        c[i] = sb_sampler_sample(s3, x);
+        differ += a[i] != c[i];
+    }
+    assert_memory_equal(a, b, sizeof a);
+    assert_true(differ > 150);              /* 500 near-flat tokens: almost all differ */
+    /* reset restarts the same sequence */
+    sb_sampler_reset(s1);
+    for (int i = 0; i < 200; i++) assert_int_equal(sb_sampler_sample(s1, x), a[i]);
+    /* a random seed is reported, and passing it back repeats the run */
+    p.seed = SB_SEED_RANDOM;
+    sb_sampler *r = make(&p, n);
+    uint64_t seed = sb_sampler_seed(r);
+    assert_true(seed != SB_SEED_RANDOM && seed <= 0xFFFFFFFFu);
+    for (int i = 0; i < 50; i++) a[i] = sb_sampler_sample(r, x);
+    p.seed = seed;
+    sb_sampler *r2 = make(&p, n);
+    for (int i = 0; i < 50; i++) assert_int_equal(sb_sampler_sample(r2, x), a[i]);
+    sb_sampler_free(s1); sb_sampler_free(s2); sb_sampler_free(s3);
+    sb_sampler_free(r); sb_sampler_free(r2);
+    free(x);
+}
+
+static void test_repeat_penalty_math(void **state) {
+    (void)state;
+    sb_sampling_params p = plain(0.0f, 1);
+    p.repeat_penalty = 2.0f;
+    p.repeat_last_n = 3;
+    /* positive logits are divided: 3.0 / 2 = 1.5 < 2.0 */
+    float pos[4] = { 3.0f, 2.0f, 0.0f, -1.0f };
+    sb_sampler *s = make(&p, 4);
+    assert_int_equal(sb_sampler_sample(s, pos), 0);
+    sb_sampler_accept(s, 0);
+    assert_int_equal(sb_sampler_sample(s, pos), 1);
+    /* 2.0 / 2 = 1.0, 1.5 still beats it */
+    sb_sampler_accept(s, 1);
+    assert_int_equal(sb_sampler_sample(s, pos), 0);
+    /* negative logits are multiplied: -1 * 2 = -2 < -1.5 */
+    float neg[2] = { -1.0f, -1.5f };
+    sb_sampler_free(s);
+    s = make(&p, 2);
+    sb_sampler_accept(s, 0);
+    assert_int_equal(sb_sampler_sample(s, neg), 1);
+    sb_sampler_free(s);
+    p.repeat_penalty = 1.4f;                /* -1.4 > -1.5: stays */
+    s = make(&p, 2);
+    sb_sampler_accept(s, 0);
+    assert_int_equal(sb_sampler_sample(s, neg), 0);
+    sb_sampler_free(s);
+
+    /* The window: after 3 other tokens, token 0 is forgotten. */
+    p.repeat_penalty = 2.0f;
+    s = make(&p, 4);
+    sb_sampler_accept(s, 0);
+    sb_sampler_accept(s, 2);
+    sb_sampler_accept(s, 3);
+    assert_int_equal(sb_sampler_sample(s, pos), 1);
+    sb_sampler_accept(s, 3);                /* 0 leaves the window */
+    assert_int_equal(sb_sampler_sample(s, pos), 0);
+    sb_sampler_reset(s);
+    assert_int_equal(sb_sampler_sample(s, pos), 0);
+    sb_sampler_free(s);
+
+    /* frequency and presence: l - count * f - presence, count within window.
+     * token 0 seen twice: 3.0 - 2 * 0.25 - 0.4 = 2.1 > 2.0; with f = 0.35: 1.9 */
+    p.repeat_penalty = 1.0f;
+    p.repeat_last_n = 8;
+    p.frequency_penalty = 0.25f;
+    p.presence_penalty = 0.4f;
+    s = make(&p, 4);
+    sb_sampler_accept(s, 0);
+    sb_sampler_accept(s, 0);
+    assert_int_equal(sb_sampler_sample(s, pos), 0);
+    sb_sampler_free(s);
+    p.frequency_penalty = 0.35f;
+    s = make(&p, 4);
+    sb_sampler_accept(s, 0);
+    sb_sampler_accept(s, 0);
+    assert_int_equal(sb_sampler_sample(s, pos), 1);
+    sb_sampler_free(s);
+    /* a negative presence penalty raises a token above the others */
+    p.frequency_penalty = 0.0f;
+    p.presence_penalty = -5.0f;
+    s = make(&p, 4);
+    sb_sampler_accept(s, 3);
+    assert_int_equal(sb_sampler_sample(s, pos), 3);
+    sb_sampler_free(s);
+}
+
+/* Penalties must reach the draw on every path: compare against the same
+ * logits with the penalty applied by hand. */
+static void test_penalties_in_distribution(void **state) {
+    (void)state;
+    const int n = 64;
+    float x[64], y[64];
+    for (int i = 0; i < n; i++) x[i] = test_gauss(1.0f);
+    x[5] = 3.0f; x[9] = -0.5f; x[40] = 2.5f;
+    const int seen[] = { 5, 9, 40, 5 };
+    memcpy(y, x, sizeof x);
+    y[5] = 3.0f / 1.5f - 2 * 0.1f - 0.2f;
+    y[9] = -0.5f * 1.5f - 0.1f - 0.2f;
+    y[40] = 2.5f / 1.5f - 0.1f - 0.2f;
+    const int top_ks[] = { 0, 10 };
+    for (size_t k = 0; k < SB_ARRAY_LEN(top_ks); k++) {
+        for (int mode = 0; mode < 3; mode++) {
+            sb_sampling_params p = plain(1.0f, 17);
+            p.top_k = top_ks[k];
+            if (mode == 1) p.top_p = 0.9f;
+            if (mode == 2) p.min_p = 0.1f;
+            p.repeat_penalty = 1.5f;
+            p.frequency_penalty = 0.1f;
+            p.presence_penalty = 0.2f;
+            p.repeat_last_n = 16;
+            /* expected: the hand-penalised logits through the plain chain */
+            double e[64];
+            expected_probs(y, n, &p, e);
+            sb_sampler *s = make(&p, n);
+            for (size_t j = 0; j < SB_ARRAY_LEN(seen); j++) sb_sampler_accept(s, seen[j]);
+            long count[64] = { 0 };
+            const int draws = 100000;
+            for (int d = 0; d < draws; d++) count[sb_sampler_sample(s, x)]++;
+            double chi2 = 0;
+            int df = -1;
+            for (int i = 0; i < n; i++) {
+                if (e[i] == 0) { assert_int_equal(count[i], 0); continue; }
+                double ex = e[i] * draws;
+                chi2 += (count[i] - ex) * (count[i] - ex) / ex;
+                df++;
+            }
+            double bound = df <= 0 ? 1e-9 : df * pow(1 - 2.0 / (9 * df) + 4.75 * sqrt(2.0 / (9 * df)), 3);
+            if (chi2 > bound) fail_msg("top_k %d mode %d: chi-square %.2f > %.2f", top_ks[k], mode, chi2, bound);
+            sb_sampler_free(s);
+        }
+    }
+}
+
+static void test_logits_untouched(void **state) {
+    (void)state;
+    const int n = 2000;
+    float *x = malloc(n * sizeof *x), *copy = malloc(n * sizeof *copy);
+    for (int i = 0; i < n; i++) x[i] = test_gauss(2.0f);
+    memcpy(copy, x, n * sizeof *x);
+    for (int cfg = 0; cfg < 6; cfg++) {
+        sb_sampling_params p;
+        sb_sampling_defaults(&p);
+        p.seed = 3;
+        p.repeat_penalty = 1.3f;
+        if (cfg & 1) p.top_k = 0;
+        if (cfg & 2) p.top_p = 1.0f;
+        if (cfg == 4) p.temp = 0.0f;
+        sb_sampler *s = make(&p, n);
+        for (int d = 0; d < 20; d++) sb_sampler_accept(s, sb_sampler_sample(s, x));
+        sb_sampler_free(s);
+        assert_memory_equal(x, copy, n * sizeof *x);
+    }
+    free(x);
+    free(copy);
+}
+
+static void test_params_and_alloc_failures(void **state) {
+    (void)state;
+    sb_sampling_params p;
+    sb_sampler *s;
+    char err[SB_ERR_LEN];
+    sb_sampling_defaults(&p);
+    assert_true(p.temp == 0.8f && p.top_k == 40 && p.top_p == 0.95f && p.min_p == 0.05f);
+    assert_true(p.repeat_penalty == 1.0f && p.repeat_last_n == 64 && p.seed == SB_SEED_RANDOM);
+    p.temp = NAN;
+    assert_int_equal(sb_sampler_new(&p, 10, &s, err), SB_EINVAL);
+    assert_non_null(strstr(err, "temp"));
+    assert_null(s);
+    sb_sampling_defaults(&p);
+    p.repeat_last_n = -1;
+    assert_int_equal(sb_sampler_new(&p, 10, &s, err), SB_EINVAL);
+    assert_non_null(strstr(err, "repeat_last_n"));
+    p.repeat_last_n = 64;
+    p.repeat_penalty = 0.0f;
+    assert_int_equal(sb_sampler_new(&p, 10, &s, err), SB_EINVAL);
+    p.repeat_penalty = 1.1f;
+    assert_int_equal(sb_sampler_new(&p, 0, &s, err), SB_EINVAL);
+    /* every allocation can fail cleanly (ASan checks nothing leaks) */
+    for (long k = 0;; k++) {
+        sb_malloc_fail_after(k);
+        int rc = sb_sampler_new(&p, 100, &s, err);
+        sb_malloc_fail_after(-1);
+        if (rc == 0) { sb_sampler_free(s); break; }
+        assert_int_equal(rc, SB_ENOMEM);
+        assert_null(s);
+        assert_true(k < 20);
+    }
+}
+
+static void test_logsumexp(void **state) {
+    (void)state;
+    float a[3] = { 1.0f, 2.0f, 3.0f };
+    double want = log(exp(1.0) + exp(2.0) + exp(3.0));
+    assert_true(fabs(sb_logsumexp(a, 3) - want) < 1e-6);
+    float big[2] = { 1000.0f, 1000.0f };            /* exp would overflow */
+    assert_true(fabs(sb_logsumexp(big, 2) - (1000.0 + log(2.0))) < 1e-9);
+    float neg[2] = { -INFINITY, -INFINITY };
+    assert_true(isinf(sb_logsumexp(neg, 2)) && sb_logsumexp(neg, 2) < 0);
+    float mixed[3] = { -INFINITY, 0.0f, -INFINITY };
+    assert_true(fabs(sb_logsumexp(mixed, 3)) < 1e-12);
+    assert_true(isinf(sb_logsumexp(a, 0)));
+}
+
+/* Per-token cost with the default parameters, printed for the report. */
+static void test_cost_per_token(void **state) {
+    (void)state;
+    const int sizes[] = { 32000, 128256 };
+    for (size_t si = 0; si < SB_ARRAY_LEN(sizes); si++) {
+        const int n = sizes[si], variants = 8, steps = 2000;
+        float *x = malloc((size_t)n * variants * sizeof *x);
+        /* Gaussian logits with a few strong candidates, like a real step. */
+        for (int v = 0; v < variants; v++) {
+            float *row = x + (size_t)v * n;
+            for (int i = 0; i < n; i++) row[i] = test_gauss(2.0f);
+            for (int j = 0; j < 5; j++) row[(int)(test_uniform() * n)] = 12.0f + j;
+        }
+        sb_sampling_params p;
+        sb_sampling_defaults(&p);
+        p.seed = 5;
+        const char *names[] = { "defaults", "defaults+repeat_penalty 1.1", "greedy" };
+        for (int cfg = 0; cfg < 3; cfg++) {
+            if (cfg == 1) p.repeat_penalty = 1.1f;
+            if (cfg == 2) p.temp = 0.0f;
+            sb_sampler *s = make(&p, n);
+            uint64_t t0 = sb_now_ns();
+            for (int i = 0; i < steps; i++) {
+                int32_t t = sb_sampler_sample(s, x + (size_t)(i % variants) * n);
+                sb_sampler_accept(s, t);
+            }
+            double us = (double)(sb_now_ns() - t0) / 1e3 / steps;
+            printf("# sampler cost n_vocab %6d %-28s %7.1f us/token\n", n, names[cfg], us);
+            assert_true(us < 5000);         /* a full sort per token would be ~10 ms */
+            sb_sampler_free(s);
+        }
+        free(x);
+    }
+}
+
+/* ---- stop matcher ---- */
+
+typedef struct { char text[4096]; size_t n; int stopped; } collected;
+
+static int feed(sb_stop_matcher *m, collected *c, const char *piece) {
+    const char *e;
+    size_t n;
+    int rc = sb_stop_feed(m, piece, strlen(piece), &e, &n);
+    assert_true(rc >= 0);
+    assert_true(c->n + n < sizeof c->text);
+    memcpy(c->text + c->n, e, n);
+    c->n += n;
+    c->text[c->n] = 0;
+    if (rc == 1) c->stopped = 1;
+    return (int)n;
+}
+
+static void flush(sb_stop_matcher *m, collected *c) {
+    const char *e;
+    size_t n;
+    assert_int_equal(sb_stop_flush(m, &e, &n), 0);
+    memcpy(c->text + c->n, e, n);
+    c->n += n;
+    c->text[c->n] = 0;
+}
+
+static sb_stop_matcher *matcher(const char *const *stops, size_t n) {
+    sb_stop_matcher *m;
+    char err[SB_ERR_LEN];
+    if (sb_stop_new(stops, n, &m, err)) fail_msg("sb_stop_new: %s", err);
+    return m;
+}
+
+static void test_stop_split_across_pieces(void **state) {
+    (void)state;
+    const char *stops[] = { "</answer>", "\n\nUser:" };
+    sb_stop_matcher *m = matcher(stops, 2);
+    collected c = { 0 };
+    assert_int_equal(feed(m, &c, "Hello </an"), 6);         /* "</an" held */
+    assert_string_equal(c.text, "Hello ");
+    feed(m, &c, "sw");
+    assert_string_equal(c.text, "Hello ");
+    feed(m, &c, "er> and more");
+    assert_true(c.stopped);
+    assert_string_equal(c.text, "Hello ");
+    assert_int_equal(sb_stop_which(m), 0);
+    assert_int_equal(feed(m, &c, "ignored"), 0);            /* stays stopped */
+    flush(m, &c);
+    assert_string_equal(c.text, "Hello ");
+    /* the second stop, one byte per piece */
+    sb_stop_reset(m);
+    c = (collected){ 0 };
+    const char *s = "ok\n\nUser: next";
+    for (const char *q = s; *q; q++) {
+        char one[2] = { *q, 0 };
+        feed(m, &c, one);
+    }
+    assert_true(c.stopped);
+    assert_string_equal(c.text, "ok");
+    assert_int_equal(sb_stop_which(m), 1);
+    sb_stop_free(m);
+}
+
+static void test_stop_partial_then_mismatch(void **state) {
+    (void)state;
+    const char *stops[] = { "</answer>" };
+    sb_stop_matcher *m = matcher(stops, 1);
+    collected c = { 0 };
+    feed(m, &c, "ab</ans");
+    assert_string_equal(c.text, "ab");
+    feed(m, &c, "x");                       /* not the stop: everything goes */
+    assert_string_equal(c.text, "ab</ansx");
+    feed(m, &c, "<");                       /* a new possible start is held */
+    assert_string_equal(c.text, "ab</ansx");
+    flush(m, &c);                           /* end of generation releases it */
+    assert_string_equal(c.text, "ab</ansx<");
+    assert_false(c.stopped);
+    sb_stop_free(m);
+    /* self-overlapping stop: "aab" inside "aaaab" */
+    const char *s2[] = { "aab" };
+    m = matcher(s2, 1);
+    c = (collected){ 0 };
+    feed(m, &c, "aa");
+    assert_string_equal(c.text, "");
+    feed(m, &c, "aab!");
+    assert_true(c.stopped);
+    assert_string_equal(c.text, "aa");
+    sb_stop_free(m);
+}
+
+static void test_stop_at_start_and_earliest(void **state) {
+    (void)state;
+    const char *stops[] = { "B", "AB", "<|im_end|>" };
+    sb_stop_matcher *m = matcher(stops, 3);
+    collected c = { 0 };
+    feed(m, &c, "<|im_end|>trailing");
+    assert_true(c.stopped);
+    assert_int_equal(c.n, 0);
+    assert_int_equal(sb_stop_which(m), 2);
+    sb_stop_reset(m);
+    c = (collected){ 0 };
+    feed(m, &c, "xAB");                     /* "AB" at 1 comes before "B" at 2 */
+    assert_true(c.stopped);
+    assert_string_equal(c.text, "x");
+    assert_int_equal(sb_stop_which(m), 1);
+    sb_stop_free(m);
+    /* empty stop strings are refused */
+    const char *bad[] = { "ok", "" };
+    char err[SB_ERR_LEN];
+    assert_int_equal(sb_stop_new(bad, 2, &m, err), SB_EINVAL);
+    assert_null(m);
+}
+
+static void test_stop_utf8_holding(void **state) {
+    (void)state;
+    sb_stop_matcher *m = matcher(NULL, 0);
+    collected c = { 0 };
+    assert_int_equal(feed(m, &c, "caf\xC3"), 3);            /* é split: C3 | A9 */
+    feed(m, &c, "\xA9!");
+    assert_string_equal(c.text, "caf\xC3\xA9!");
+    feed(m, &c, "\xF0\x9F");                                /* 😀 = F0 9F 98 80 */
+    feed(m, &c, "\x98");
+    assert_string_equal(c.text, "caf\xC3\xA9!");
+    feed(m, &c, "\x80 ok");
+    assert_string_equal(c.text, "caf\xC3\xA9!\xF0\x9F\x98\x80 ok");
+    /* invalid bytes become U+FFFD, one per maximal invalid subsequence */
+    c = (collected){ 0 };
+    feed(m, &c, "a\xFF" "b\x80" "c\xE2\x82" "d\xED\xA0\x80" "e");
+    assert_string_equal(c.text, "a\xEF\xBF\xBD" "b\xEF\xBF\xBD" "c\xEF\xBF\xBD" "d"
+                        "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD" "e");
+    /* a sequence still unfinished at the end is replaced on flush */
+    c = (collected){ 0 };
+    feed(m, &c, "z\xE2\x82");
+    assert_string_equal(c.text, "z");
+    flush(m, &c);
+    assert_string_equal(c.text, "z\xEF\xBF\xBD");
+    sb_stop_free(m);
+    /* a multi-byte stop split inside a codepoint */
+    const char *stops[] = { "\xE3\x80\x82\xE3\x80\x82" };     /* "。。" */
+    m = matcher(stops, 1);
+    c = (collected){ 0 };
+    feed(m, &c, "\xE5\xA5\xBD\xE3\x80");
+    assert_string_equal(c.text, "\xE5\xA5\xBD");
+    feed(m, &c, "\x82\xE3");
+    feed(m, &c, "\x80\x82tail");
+    assert_true(c.stopped);
+    assert_string_equal(c.text, "\xE5\xA5\xBD");
+    sb_stop_free(m);
+}
+
+static int valid_utf8(const char *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        unsigned char b = (unsigned char)s[i];
+        int len = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 0;
+        if (!len || i + len > n) return 0;
+        for (int j = 1; j < len; j++)
+            if (((unsigned char)s[i + j] & 0xC0) != 0x80) return 0;
+        i += (size_t)len;
+    }
+    return 1;
+}
+
+/* Random valid text cut into random pieces: the output is exactly the text
+ * before the first stop, and every chunk is valid UTF-8 on its own. */
+static void test_stop_random_pieces(void **state) {
+    (void)state;
+    const char *alphabet[] = { "a", "b", " ", "\n", "\xC3\xA9", "\xE4\xBD\xA0", "\xF0\x9F\x98\x80", "<", "|" };
+    const char *stops[] = { "<|a", "b\n\n", "\xE4\xBD\xA0\xE4\xBD\xA0" };
+    for (int trial = 0; trial < 2000; trial++) {
+        char text[600];
+        size_t n = 0;
+        while (n < 500) {
+            const char *sym = alphabet[(int)(test_uniform() * SB_ARRAY_LEN(alphabet))];
+            memcpy(text + n, sym, strlen(sym));
+            n += strlen(sym);
+        }
+        text[n] = 0;
+        size_t cut = n;
+        for (size_t s = 0; s < SB_ARRAY_LEN(stops); s++) {
+            const char *hit = strstr(text, stops[s]);
+            if (hit && (size_t)(hit - text) < cut) cut = (size_t)(hit - text);
+        }
+        sb_stop_matcher *m = matcher(stops, SB_ARRAY_LEN(stops));
+        char got[600];
+        size_t got_n = 0;
+        int stopped = 0;
+        for (size_t i = 0; i < n && !stopped;) {
+            size_t len = 1 + (size_t)(test_uniform() * 6);
+            if (len > n - i) len = n - i;
+            const char *e;
+            size_t el;
+            int rc = sb_stop_feed(m, text + i, len, &e, &el);
+            assert_true(rc == 0 || rc == 1);
+            assert_true(valid_utf8(e, el));
+            memcpy(got + got_n, e, el);
+            got_n += el;
+            stopped = rc;
+            i += len;
+        }
+        if (!stopped) {
+            const char *e;
+            size_t el;
+            assert_int_equal(sb_stop_flush(m, &e, &el), 0);
+            memcpy(got + got_n, e, el);
+            got_n += el;
+        }
+        assert_int_equal(stopped, cut < n);
+        assert_int_equal(got_n, cut);
+        assert_memory_equal(got, text, cut);
+        sb_stop_free(m);
+    }
+}
+
+static void test_stop_alloc_failures(void **state) {
+    (void)state;
+    const char *stops[] = { "one", "two" };
+    for (long k = 0;; k++) {
+        sb_stop_matcher *m;
+        sb_malloc_fail_after(k);
+        int rc = sb_stop_new(stops, 2, &m, NULL);
+        sb_malloc_fail_after(-1);
+        if (rc == 0) { sb_stop_free(m); break; }
+        assert_int_equal(rc, SB_ENOMEM);
+        assert_null(m);
+    }
+    /* a piece larger than the buffer grows it; a failed growth is reported */
+    sb_stop_matcher *m = matcher(stops, 2);
+    static char big[10000];
+    memset(big, 'x', sizeof big - 1);
+    const char *e;
+    size_t el;
+    sb_malloc_fail_after(0);
+    assert_int_equal(sb_stop_feed(m, big, sizeof big - 1, &e, &el), SB_ENOMEM);
+    sb_malloc_fail_after(-1);
+    assert_int_equal(sb_stop_feed(m, big, sizeof big - 1, &e, &el), 0);
+    assert_int_equal(el, sizeof big - 1);
+    sb_stop_free(m);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_greedy_argmax_and_ties),
+        cmocka_unit_test(test_top_k_1_is_greedy),
+        cmocka_unit_test(test_temperature_distribution),
+        cmocka_unit_test(test_top_k_distribution),
+        cmocka_unit_test(test_top_p_keeps_smallest_set),
+        cmocka_unit_test(test_min_p_relative_to_max),
+        cmocka_unit_test(test_default_chain_distribution),
+        cmocka_unit_test(test_top_p_without_top_k_large_vocab),
+        cmocka_unit_test(test_seed_determinism),
+        cmocka_unit_test(test_repeat_penalty_math),
+        cmocka_unit_test(test_penalties_in_distribution),
+        cmocka_unit_test(test_logits_untouched),
+        cmocka_unit_test(test_params_and_alloc_failures),
+        cmocka_unit_test(test_logsumexp),
+        cmocka_unit_test(test_cost_per_token),
+        cmocka_unit_test(test_stop_split_across_pieces),
+        cmocka_unit_test(test_stop_partial_then_mismatch),
+        cmocka_unit_test(test_stop_at_start_and_earliest),
+        cmocka_unit_test(test_stop_utf8_holding),
+        cmocka_unit_test(test_stop_random_pieces),
+        cmocka_unit_test(test_stop_alloc_failures),
+    };
+    if (getenv("SB_TEST_FILTER")) cmocka_set_test_filter(getenv("SB_TEST_FILTER"));
+    return cmocka_run_group_tests_name("sampler", tests, NULL, NULL);
+}
