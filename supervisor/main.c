@@ -19,6 +19,8 @@ static const sb_command commands[] = {
     { "bench",    sb_cmd_bench,    "prompt and decode throughput (like llama-bench)" },
     { "perplexity", sb_cmd_perplexity, "perplexity of a text file (llama-perplexity's method)" },
     { "worker",   sb_cmd_worker,   "serve one model on a Unix socket (started by 'run')" },
+    { "cache",    sb_cmd_cache,    "inspect, purge, export/import and sync the response cache" },
+    { "cloud",    sb_cmd_cloud,    "the cloud tier: cache sync service for a fleet of edges" },
 };
 
 static void usage(FILE *f) {

@@ -1,0 +1,29 @@
+/* cloud_internal.h - between cloud.c (HTTP, auth) and cloud_store.c
+ * (PostgreSQL); only cloud_store.c sees libpq. Not an API. */
+#ifndef SB_CLOUD_INTERNAL_H
+#define SB_CLOUD_INTERNAL_H
+
+#include "cache_internal.h"
+
+typedef struct sbc_store sbc_store;
+
+/* Connect and create or migrate the schema (under an advisory lock, so
+ * several cloud replicas may start together). */
+int  sbc_store_open(const char *dsn, sbc_store **out, char *err);
+void sbc_store_close(sbc_store *s);
+
+/* Record a request signature; *fresh = 0 if it was seen before (a replay).
+ * Signatures older than twice the allowed skew are forgotten. */
+int  sbc_store_remember_signature(sbc_store *s, const char *sig, int64_t ts, int *fresh,
+                                  char *err);
+
+/* Apply one sync request (already authenticated for edge_id) in one
+ * transaction and write the reply object into reply. SB_EINVAL: the request
+ * is malformed (400); SB_EIO: the database failed (503), nothing applied. */
+int  sbc_store_sync(sbc_store *s, const char *edge_id, const sbj *req, int64_t threshold,
+                    sbc_buf *reply, char *err);
+
+/* Tombstone a key: every edge deletes it on its next sync. */
+int  sbc_store_delete(sbc_store *s, const char *key, int64_t *version, char *err);
+
+#endif

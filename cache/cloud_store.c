@@ -1,0 +1,301 @@
+/* cloud_store.c - the cloud tier's PostgreSQL store (docs/cache-sync.md).
+ *
+ * Ordering: every change (an uploaded entry, a hit-count delta, a purge)
+ * takes the next value of one counter, sb_meta.version, and stamps the row
+ * with it. The counter is a row updated under SELECT ... FOR UPDATE in the
+ * same transaction, not a sequence: sequences hand out numbers outside
+ * transactions, so an edge could read cursor 12 while the transaction that
+ * took 11 has not committed yet, and then miss it forever. With the row lock
+ * a change's version is visible exactly when it commits, in order, and an
+ * edge's cursor ("everything up to version N") is exact. It also serialises
+ * syncs, which is fine at a fleet's sync rate and keeps replicas correct.
+ */
+#include "cloud_internal.h"
+
+#include <libpq-fe.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct sbc_store {
+    PGconn *pg;
+    int64_t last_purge_s;
+};
+
+static const char schema_sql[] =
+    "SELECT pg_advisory_xact_lock(7220151);"
+    "CREATE TABLE IF NOT EXISTS sb_meta(id int PRIMARY KEY CHECK (id = 1),"
+    "  version bigint NOT NULL, schema_version int NOT NULL);"
+    "INSERT INTO sb_meta VALUES (1, 0, 1) ON CONFLICT DO NOTHING;"
+    "CREATE TABLE IF NOT EXISTS sb_entries(key text PRIMARY KEY, ns text, fingerprint text,"
+    "  input text, params text, response bytea, created_ms bigint, ttl_s bigint NOT NULL DEFAULT 0,"
+    "  global_hits bigint NOT NULL DEFAULT 0, deleted boolean NOT NULL DEFAULT false,"
+    "  deleted_ms bigint, version bigint NOT NULL);"
+    "CREATE INDEX IF NOT EXISTS sb_entries_version ON sb_entries(version);"
+    "CREATE TABLE IF NOT EXISTS sb_syncs(edge_id text NOT NULL, sync_id text NOT NULL,"
+    "  applied_ms bigint NOT NULL, PRIMARY KEY (edge_id, sync_id));"
+    "CREATE TABLE IF NOT EXISTS sb_seen(sig text PRIMARY KEY, ts bigint NOT NULL);"
+    "CREATE INDEX IF NOT EXISTS sb_seen_ts ON sb_seen(ts);";
+
+static int pg_fail(sbc_store *s, PGresult *r, char *err, const char *what) {
+    const char *msg = r ? PQresultErrorMessage(r) : PQerrorMessage(s->pg);
+    int rc = sb_seterr(err, SB_EIO, "postgres: %s: %.200s", what, msg && *msg ? msg : "failed");
+    if (r) PQclear(r);
+    /* A broken connection is re-established for the next request. */
+    if (PQstatus(s->pg) != CONNECTION_OK) PQreset(s->pg);
+    return rc;
+}
+
+/* Run a statement; NULL (and err set) unless it returned ok or rows. */
+static PGresult *run(sbc_store *s, const char *sql, int n, const char *const *params, char *err,
+                     const char *what) {
+    PGresult *r = n ? PQexecParams(s->pg, sql, n, NULL, params, NULL, NULL, 0) : PQexec(s->pg, sql);
+    ExecStatusType st = PQresultStatus(r);
+    if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) return r;
+    pg_fail(s, r, err, what);
+    return NULL;
+}
+
+static int exec_ok(sbc_store *s, const char *sql, char *err) {
+    PGresult *r = run(s, sql, 0, NULL, err, sql);
+    if (!r) return SB_EIO;
+    PQclear(r);
+    return SB_OK;
+}
+
+int sbc_store_open(const char *dsn, sbc_store **out, char *err) {
+    *out = NULL;
+    sbc_store *s = sb_calloc(1, sizeof *s);
+    if (!s) return sb_seterr(err, SB_ENOMEM, "cloud: out of memory");
+    s->pg = PQconnectdb(dsn);
+    if (PQstatus(s->pg) != CONNECTION_OK) {
+        int rc = sb_seterr(err, SB_EIO, "postgres: connect: %.200s", PQerrorMessage(s->pg));
+        sbc_store_close(s);
+        return rc;
+    }
+    PGresult *r = PQexec(s->pg, "SET client_min_messages = warning");
+    PQclear(r);
+    int rc = exec_ok(s, "BEGIN", err);
+    if (!rc) rc = exec_ok(s, schema_sql, err);
+    if (!rc) rc = exec_ok(s, "COMMIT", err);
+    if (rc) { sbc_store_close(s); return rc; }
+    *out = s;
+    return SB_OK;
+}
+
+void sbc_store_close(sbc_store *s) {
+    if (!s) return;
+    if (s->pg) PQfinish(s->pg);
+    sb_free(s);
+}
+
+int sbc_store_remember_signature(sbc_store *s, const char *sig, int64_t ts, int *fresh, char *err) {
+    char tsbuf[24], old[24];
+    snprintf(tsbuf, sizeof tsbuf, "%lld", (long long)ts);
+    *fresh = 0;
+    if (ts - s->last_purge_s > 60) {
+        snprintf(old, sizeof old, "%lld", (long long)(ts - 2 * SBC_MAX_SKEW_S));
+        const char *p[1] = { old };
+        PGresult *r = run(s, "DELETE FROM sb_seen WHERE ts < $1::bigint", 1, p, err, "forgetting signatures");
+        if (!r) return SB_EIO;
+        PQclear(r);
+        s->last_purge_s = ts;
+    }
+    const char *p[2] = { sig, tsbuf };
+    PGresult *r = run(s, "INSERT INTO sb_seen(sig, ts) VALUES ($1, $2::bigint) ON CONFLICT DO NOTHING",
+                      2, p, err, "remembering a signature");
+    if (!r) return SB_EIO;
+    *fresh = atoi(PQcmdTuples(r)) == 1;
+    PQclear(r);
+    return SB_OK;
+}
+
+/* ------------------------------------------------------------ sync */
+
+typedef struct { char v[24]; } num;
+static num n2s(int64_t x) { num n; snprintf(n.v, sizeof n.v, "%lld", (long long)x); return n; }
+
+static int valid_key(const char *k) {
+    if (!k || strlen(k) != SB_CACHE_KEY_HEX - 1) return 0;
+    for (const char *p = k; *p; p++)
+        if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f'))) return 0;
+    return 1;
+}
+
+/* An uploaded entry: fills a stub (deltas came first), or revives a purged
+ * key only with an answer made after the purge - an edge that had not yet
+ * heard of the purge must not bring the old answer back. */
+static int apply_entry(sbc_store *s, const sbj *e, int64_t *version, char *err) {
+    const char *key, *ns, *fp, *input, *params, *b64;
+    int64_t created = 0, ttl = 0;
+    if (sbj_get_str(e, "key", &key) || !valid_key(key) || sbj_get_str(e, "namespace", &ns) ||
+        sbj_get_str(e, "fingerprint", &fp) || sbj_get_str(e, "input", &input) ||
+        sbj_get_str(e, "params", &params) || sbj_get_str(e, "response_b64", &b64))
+        return sb_seterr(err, SB_EINVAL, "new_entries: each needs key, namespace, fingerprint, "
+                         "input, params, response_b64");
+    char want[SB_CACHE_KEY_HEX];
+    sb_cache_key(ns, fp, input, params, want);
+    uint8_t *bytes = NULL;
+    size_t n = 0;
+    if (strcmp(want, key) || sbc_base64_decode(b64, strlen(b64), &bytes, &n))
+        return sb_seterr(err, SB_EINVAL, "new_entries: entry %.16s: key does not match its "
+                         "contents, or response_b64 is not base64", key);
+    sb_free(bytes);
+    sbj_get_int(e, "created_ms", &created);
+    sbj_get_int(e, "ttl_s", &ttl);
+    num v = n2s(++*version), c = n2s(created), t = n2s(ttl);
+    const char *p[9] = { key, ns, fp, input, params, b64, c.v, t.v, v.v };
+    PGresult *r = run(s,
+        "INSERT INTO sb_entries(key, ns, fingerprint, input, params, response, created_ms, ttl_s,"
+        " global_hits, version) VALUES ($1, $2, $3, $4, $5, decode($6, 'base64'), $7::bigint,"
+        " $8::bigint, 0, $9::bigint)"
+        " ON CONFLICT (key) DO UPDATE SET ns = EXCLUDED.ns, fingerprint = EXCLUDED.fingerprint,"
+        " input = EXCLUDED.input, params = EXCLUDED.params, response = EXCLUDED.response,"
+        " created_ms = EXCLUDED.created_ms, ttl_s = EXCLUDED.ttl_s,"
+        " global_hits = CASE WHEN sb_entries.deleted THEN 0 ELSE sb_entries.global_hits END,"
+        " deleted = false, deleted_ms = NULL, version = EXCLUDED.version"
+        " WHERE (sb_entries.response IS NULL AND NOT sb_entries.deleted)"
+        "    OR (sb_entries.deleted AND sb_entries.deleted_ms < EXCLUDED.created_ms)",
+        9, p, err, "storing an entry");
+    if (!r) return SB_EIO;
+    PQclear(r);
+    return SB_OK;
+}
+
+static int apply_delta(sbc_store *s, const sbj *d, int64_t *version, char *err) {
+    const char *key;
+    int64_t delta = 0;
+    if (sbj_get_str(d, "key", &key) || !valid_key(key) || sbj_get_int(d, "delta", &delta) ||
+        delta < 0 || delta > 1000000000)
+        return sb_seterr(err, SB_EINVAL, "hit_deltas: each needs a 64-hex key and a delta >= 0");
+    if (!delta) return SB_OK;
+    num v = n2s(++*version), n = n2s(delta);
+    const char *p[3] = { key, n.v, v.v };
+    /* A key the cloud has no answer for yet gets a stub that counts; deltas
+     * for a purged key are dropped (edges that had it delete it next sync). */
+    PGresult *r = run(s,
+        "INSERT INTO sb_entries(key, global_hits, version) VALUES ($1, $2::bigint, $3::bigint)"
+        " ON CONFLICT (key) DO UPDATE SET global_hits = sb_entries.global_hits + EXCLUDED.global_hits,"
+        " version = EXCLUDED.version WHERE NOT sb_entries.deleted",
+        3, p, err, "adding a delta");
+    if (!r) return SB_EIO;
+    PQclear(r);
+    return SB_OK;
+}
+
+static void reply_changes(PGresult *r, int limit, int64_t version, int applied, sbc_buf *out) {
+    int rows = PQntuples(r), more = rows > limit;
+    int64_t cursor = version;
+    if (more) cursor = atoll(PQgetvalue(r, limit - 1, 9));
+    sbc_buf_str(out, "{\"entries\":[");
+    int first = 1;
+    for (int i = 0; i < rows && i < limit; i++) {
+        if (PQgetvalue(r, i, 8)[0] == 't') continue;
+        if (!first) sbc_buf_add(out, ",", 1);
+        first = 0;
+        sbc_buf_printf(out, "{\"key\":\"%s\",\"namespace\":", PQgetvalue(r, i, 0));
+        for (int col = 1; col <= 4; col++) {
+            static const char *const names[] = { "", "namespace", "fingerprint", "input", "params" };
+            if (col > 1) sbc_buf_printf(out, ",\"%s\":", names[col]);
+            sbc_buf_json_str(out, PQgetvalue(r, i, col), (size_t)PQgetlength(r, i, col));
+        }
+        sbc_buf_printf(out, ",\"response_b64\":\"%s\",\"created_ms\":%s,\"ttl_s\":%s,"
+                       "\"global_hits\":%s,\"origin\":\"cloud\",\"pinned\":true}",
+                       PQgetvalue(r, i, 5), PQgetvalue(r, i, 6), PQgetvalue(r, i, 7),
+                       PQgetvalue(r, i, 10));
+    }
+    sbc_buf_str(out, "],\"deletions\":[");
+    first = 1;
+    for (int i = 0; i < rows && i < limit; i++) {
+        if (PQgetvalue(r, i, 8)[0] != 't') continue;
+        sbc_buf_printf(out, "%s\"%s\"", first ? "" : ",", PQgetvalue(r, i, 0));
+        first = 0;
+    }
+    sbc_buf_printf(out, "],\"cursor\":%lld,\"more\":%s,\"applied\":%s}", (long long)cursor,
+                   more ? "true" : "false", applied ? "true" : "false");
+}
+
+int sbc_store_sync(sbc_store *s, const char *edge_id, const sbj *req, int64_t threshold,
+                   sbc_buf *reply, char *err) {
+    const char *sync_id;
+    int64_t cursor = 0, limit = 500;
+    const sbj *deltas = sbj_get(req, "hit_deltas"), *entries = sbj_get(req, "new_entries");
+    if (sbj_get_str(req, "sync_id", &sync_id) || !*sync_id || strlen(sync_id) > 64 ||
+        sbj_get_int(req, "cursor", &cursor) || cursor < 0 ||
+        (deltas && deltas->type != SBJ_ARR) || (entries && entries->type != SBJ_ARR))
+        return sb_seterr(err, SB_EINVAL, "sync: needs sync_id, cursor >= 0, and arrays "
+                         "hit_deltas / new_entries");
+    sbj_get_int(req, "limit", &limit);
+    if (limit < 1 || limit > 5000) limit = 500;
+    if (exec_ok(s, "BEGIN", err)) return SB_EIO;
+    int rc = SB_EIO, applied = 0;
+    PGresult *r = run(s, "SELECT version FROM sb_meta WHERE id = 1 FOR UPDATE", 0, NULL, err, "locking");
+    if (!r) goto fail;
+    int64_t version = atoll(PQgetvalue(r, 0, 0));
+    PQclear(r);
+    num now = n2s(sbc_now_ms());
+    const char *p[3] = { edge_id, sync_id, now.v };
+    /* The sync_id row makes re-applying a batch a no-op: a retried batch only
+     * reads what changed since its cursor. */
+    if (!(r = run(s, "INSERT INTO sb_syncs VALUES ($1, $2, $3::bigint) ON CONFLICT DO NOTHING",
+                  3, p, err, "recording the sync"))) goto fail;
+    applied = atoi(PQcmdTuples(r)) == 1;
+    PQclear(r);
+    if (applied) {
+        for (const sbj *e = entries ? entries->child : NULL; e; e = e->next)
+            if ((rc = apply_entry(s, e, &version, err))) goto fail;
+        for (const sbj *d = deltas ? deltas->child : NULL; d; d = d->next)
+            if ((rc = apply_delta(s, d, &version, err))) goto fail;
+        num v = n2s(version);
+        const char *pv[1] = { v.v };
+        rc = SB_EIO;
+        if (!(r = run(s, "UPDATE sb_meta SET version = $1::bigint WHERE id = 1", 1, pv, err,
+                      "advancing the version"))) goto fail;
+        PQclear(r);
+    }
+    num c = n2s(cursor), th = n2s(threshold), lim = n2s(limit + 1);
+    const char *pq[3] = { c.v, th.v, lim.v };
+    rc = SB_EIO;
+    if (!(r = run(s,
+        "SELECT key, coalesce(ns, ''), coalesce(fingerprint, ''), coalesce(input, ''),"
+        " coalesce(params, ''), translate(encode(coalesce(response, ''::bytea), 'base64'), E'\\n', ''),"
+        " coalesce(created_ms, 0), ttl_s, deleted, version, global_hits FROM sb_entries"
+        " WHERE version > $1::bigint AND (deleted OR (response IS NOT NULL AND"
+        " global_hits >= $2::bigint)) ORDER BY version LIMIT $3::bigint",
+        3, pq, err, "reading changes"))) goto fail;
+    reply_changes(r, (int)limit, version, applied, reply);
+    PQclear(r);
+    if (exec_ok(s, "COMMIT", err)) { rc = SB_EIO; goto fail; }
+    return reply->oom ? sb_seterr(err, SB_ENOMEM, "sync: out of memory") : SB_OK;
+fail:
+    r = PQexec(s->pg, "ROLLBACK");
+    PQclear(r);
+    return rc;
+}
+
+int sbc_store_delete(sbc_store *s, const char *key, int64_t *version, char *err) {
+    if (!valid_key(key)) return sb_seterr(err, SB_EINVAL, "purge: a key is 64 hex digits");
+    if (exec_ok(s, "BEGIN", err)) return SB_EIO;
+    PGresult *r = run(s, "SELECT version FROM sb_meta WHERE id = 1 FOR UPDATE", 0, NULL, err, "locking");
+    if (!r) goto fail;
+    *version = atoll(PQgetvalue(r, 0, 0)) + 1;
+    PQclear(r);
+    num v = n2s(*version), now = n2s(sbc_now_ms());
+    const char *p[3] = { key, v.v, now.v };
+    if (!(r = run(s,
+        "INSERT INTO sb_entries(key, deleted, deleted_ms, version) VALUES ($1, true, $3::bigint,"
+        " $2::bigint) ON CONFLICT (key) DO UPDATE SET deleted = true, deleted_ms = EXCLUDED.deleted_ms,"
+        " response = NULL, global_hits = 0, version = EXCLUDED.version", 3, p, err, "purging")))
+        goto fail;
+    PQclear(r);
+    const char *pv[1] = { v.v };
+    if (!(r = run(s, "UPDATE sb_meta SET version = $1::bigint WHERE id = 1", 1, pv, err,
+                  "advancing the version"))) goto fail;
+    PQclear(r);
+    if (exec_ok(s, "COMMIT", err)) goto fail;
+    return SB_OK;
+fail:
+    r = PQexec(s->pg, "ROLLBACK");
+    PQclear(r);
+    return SB_EIO;
+}

@@ -1,0 +1,281 @@
+/* sync_edge.c - the edge side of the cloud sync (docs/cache-sync.md).
+ *
+ * One round:
+ *   1. In one transaction: take the pending batch from sync_outbox, or build
+ *      a new one (hit-count deltas, new local entries, a fresh sync_id), zero
+ *      the deltas it carries and store it. From here on the batch is owned by
+ *      the outbox, so a kill at any later point loses nothing.
+ *   2. POST it, signed. A failure leaves the outbox as it is: the next call
+ *      sends the same bytes with the same sync_id, and the cloud applies a
+ *      sync_id at most once.
+ *   3. In one transaction: apply the reply (entries, deletions), move the
+ *      cursor, delete the outbox row. A kill before the commit leaves step 1's
+ *      state, and the retry gets the same reply again (the cursor did not move).
+ * Rounds repeat while the cloud says there is more or deltas remain.
+ */
+#include "cache_internal.h"
+
+#include <sqlite3.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#define MAX_DELTAS_PER_BATCH   5000
+#define MAX_ENTRIES_PER_BATCH  200
+#define MAX_ROUNDS             1000     /* a runaway loop is a bug; stop and say so */
+
+typedef struct {
+    char    sync_id[33];
+    sbc_buf body;
+    int     resumed, more_local;
+    int64_t n_deltas, n_entries;
+} batch;
+
+static int scalar(sb_cache *c, const char *sql, int64_t *out) {
+    sqlite3_stmt *st;
+    int rc = sqlite3_prepare_v2(c->db, sql, -1, &st, NULL);
+    if (rc == SQLITE_OK) {
+        rc = sqlite3_step(st);
+        if (rc == SQLITE_ROW) { *out = sqlite3_column_int64(st, 0); rc = SQLITE_OK; }
+        else if (rc == SQLITE_DONE) rc = SQLITE_OK;
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+static int load_pending(sb_cache *c, batch *b, int *found) {
+    sqlite3_stmt *st;
+    *found = 0;
+    int rc = sqlite3_prepare_v2(c->db, "SELECT sync_id, body FROM sync_outbox ORDER BY created_ms"
+                                " LIMIT 1", -1, &st, NULL);
+    if (rc != SQLITE_OK) return rc;
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        snprintf(b->sync_id, sizeof b->sync_id, "%s", (const char *)sqlite3_column_text(st, 0));
+        sbc_buf_add(&b->body, sqlite3_column_blob(st, 1), (size_t)sqlite3_column_bytes(st, 1));
+        *found = 1;
+        rc = SQLITE_OK;
+    } else if (rc == SQLITE_DONE) {
+        rc = SQLITE_OK;
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* Deltas first (cheap, and what the fleet-wide counts are made of). */
+static int add_deltas(sb_cache *c, batch *b) {
+    sqlite3_stmt *sel, *clr;
+    int rc = sqlite3_prepare_v2(c->db, "SELECT id, key, dirty_hits FROM entries WHERE dirty_hits > 0"
+                                " LIMIT ?1", -1, &sel, NULL);
+    if (rc != SQLITE_OK) return rc;
+    rc = sqlite3_prepare_v2(c->db, "UPDATE entries SET dirty_hits = 0 WHERE id = ?1", -1, &clr, NULL);
+    if (rc != SQLITE_OK) { sqlite3_finalize(sel); return rc; }
+    sqlite3_bind_int(sel, 1, MAX_DELTAS_PER_BATCH + 1);
+    sbc_buf_str(&b->body, ",\"hit_deltas\":[");
+    while ((rc = sqlite3_step(sel)) == SQLITE_ROW) {
+        if (b->n_deltas == MAX_DELTAS_PER_BATCH) { b->more_local = 1; continue; }
+        sbc_buf_printf(&b->body, "%s{\"key\":\"%s\",\"delta\":%lld}", b->n_deltas ? "," : "",
+                       (const char *)sqlite3_column_text(sel, 1),
+                       (long long)sqlite3_column_int64(sel, 2));
+        sqlite3_bind_int64(clr, 1, sqlite3_column_int64(sel, 0));
+        int r2 = sqlite3_step(clr);
+        sqlite3_reset(clr);
+        if (r2 != SQLITE_DONE) { rc = r2; break; }
+        b->n_deltas++;
+    }
+    sbc_buf_str(&b->body, "]");
+    sqlite3_finalize(sel);
+    sqlite3_finalize(clr);
+    return rc == SQLITE_DONE || rc == SQLITE_ROW ? SQLITE_OK : rc;
+}
+
+static int add_entries(sb_cache *c, const sb_cache_sync_opts *o, batch *b) {
+    sbc_buf_str(&b->body, ",\"new_entries\":[");
+    if (o->no_upload) { sbc_buf_str(&b->body, "]"); return SQLITE_OK; }
+    sqlite3_stmt *sel, *mark;
+    int rc = sqlite3_prepare_v2(c->db, "SELECT " SBC_ENTRY_COLUMNS ", id FROM entries"
+                                " WHERE uploaded = 0 AND origin = 0 AND local_hits + 1 >= ?1"
+                                " AND (ttl_s = 0 OR created_ms + ttl_s * 1000 > ?2) LIMIT ?3",
+                                -1, &sel, NULL);
+    if (rc != SQLITE_OK) return rc;
+    rc = sqlite3_prepare_v2(c->db, "UPDATE entries SET uploaded = 1 WHERE id = ?1", -1, &mark, NULL);
+    if (rc != SQLITE_OK) { sqlite3_finalize(sel); return rc; }
+    sqlite3_bind_int64(sel, 1, o->upload_min_asks > 0 ? o->upload_min_asks : 1);
+    sqlite3_bind_int64(sel, 2, sbc_now_ms());
+    sqlite3_bind_int(sel, 3, MAX_ENTRIES_PER_BATCH + 1);
+    while ((rc = sqlite3_step(sel)) == SQLITE_ROW) {
+        if (b->n_entries == MAX_ENTRIES_PER_BATCH) { b->more_local = 1; continue; }
+        sb_cache_entry e;
+        if (sbc_row_to_entry(sel, &e)) { rc = SQLITE_NOMEM; break; }
+        if (b->n_entries) sbc_buf_add(&b->body, ",", 1);
+        sbc_buf_entry_json(&b->body, &e);
+        sb_cache_entry_free(&e);
+        sqlite3_bind_int64(mark, 1, sqlite3_column_int64(sel, 14));
+        int r2 = sqlite3_step(mark);
+        sqlite3_reset(mark);
+        if (r2 != SQLITE_DONE) { rc = r2; break; }
+        b->n_entries++;
+    }
+    sbc_buf_str(&b->body, "]");
+    sqlite3_finalize(sel);
+    sqlite3_finalize(mark);
+    return rc == SQLITE_DONE || rc == SQLITE_ROW ? SQLITE_OK : rc;
+}
+
+static int new_sync_id(char out[33]) {
+    uint8_t r[16];
+    if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) return -1;
+    sb_hex_encode(r, sizeof r, out);
+    return 0;
+}
+
+/* Step 1: the batch this round sends, stored before it leaves. */
+static int take_batch(sb_cache *c, const sb_cache_sync_opts *o, batch *b, char *err) {
+    int res = sbc_exec(c, "BEGIN IMMEDIATE", err), rc, found = 0;
+    if (res) return res;
+    if ((rc = load_pending(c, b, &found)) != SQLITE_OK) goto sqlfail;
+    if (found) {
+        b->resumed = 1;
+        return sbc_exec(c, "COMMIT", err);
+    }
+    int64_t cursor = 0;
+    if ((rc = scalar(c, "SELECT value FROM meta WHERE name = 'sync_cursor'", &cursor))) goto sqlfail;
+    if (new_sync_id(b->sync_id)) { sbc_exec(c, "ROLLBACK", NULL); return sb_seterr(err, SB_EIO, "getrandom failed"); }
+    sbc_buf_str(&b->body, "{\"edge_id\":");
+    sbc_buf_json_str(&b->body, o->edge_id, strlen(o->edge_id));
+    sbc_buf_printf(&b->body, ",\"sync_id\":\"%s\",\"cursor\":%lld,\"limit\":%lld", b->sync_id,
+                   (long long)cursor, (long long)(o->page_limit > 0 ? o->page_limit : 500));
+    if ((rc = add_deltas(c, b)) || (rc = add_entries(c, o, b))) goto sqlfail;
+    sbc_buf_str(&b->body, "}");
+    if (b->body.oom) { sbc_exec(c, "ROLLBACK", NULL); return sb_seterr(err, SB_ENOMEM, "sync: out of memory"); }
+    sqlite3_stmt *st;
+    if ((rc = sqlite3_prepare_v2(c->db, "INSERT INTO sync_outbox(sync_id, body, created_ms)"
+                                 " VALUES(?1, ?2, ?3)", -1, &st, NULL)) != SQLITE_OK) goto sqlfail;
+    sqlite3_bind_text(st, 1, b->sync_id, -1, SQLITE_STATIC);
+    sqlite3_bind_blob64(st, 2, b->body.p, b->body.len, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, sbc_now_ms());
+    rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) goto sqlfail;
+    return sbc_exec(c, "COMMIT", err);
+sqlfail:
+    res = sbc_fail(c, rc, err, "sync: preparing the batch");
+    sbc_exec(c, "ROLLBACK", NULL);
+    return res;
+}
+
+static int exec_key(sb_cache *c, const char *sql, const char *key) {
+    sqlite3_stmt *st;
+    int rc = sqlite3_prepare_v2(c->db, sql, -1, &st, NULL);
+    if (rc != SQLITE_OK) return rc;
+    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+    rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
+
+/* Step 3: the reply, its cursor and the end of the batch, all or nothing. */
+static int apply_reply(sb_cache *c, const batch *b, const sbj *reply, sb_cache_sync_result *res,
+                       int *more, char *err) {
+    int64_t cursor = 0;
+    const sbj *more_j = sbj_get(reply, "more"), *entries = sbj_get(reply, "entries"),
+              *deletions = sbj_get(reply, "deletions");
+    if (sbj_get_int(reply, "cursor", &cursor) || (entries && entries->type != SBJ_ARR) ||
+        (deletions && deletions->type != SBJ_ARR))
+        return sb_seterr(err, SB_EFORMAT, "sync: reply has no cursor or malformed lists");
+    *more = more_j && more_j->type == SBJ_BOOL && more_j->boolean;
+    int r = sbc_exec(c, "BEGIN IMMEDIATE", err), rc = SQLITE_OK;
+    if (r) return r;
+    int64_t pending = 0;
+    char sql[128];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM sync_outbox WHERE sync_id = '%s'", b->sync_id);
+    if ((rc = scalar(c, sql, &pending))) goto sqlfail;
+    if (!pending) {             /* another process applied this batch meanwhile */
+        *more = 1;
+        return sbc_exec(c, "COMMIT", err);
+    }
+    for (const sbj *e = entries ? entries->child : NULL; e; e = e->next) {
+        sb_cache_entry ent;
+        char why[SB_ERR_LEN];
+        if (sbc_entry_from_json(e, &ent, why)) { sb_warn("sync: skipping an entry: %s", why); continue; }
+        r = sbc_upsert_entry(c, &ent, 1, err);
+        sb_cache_entry_free(&ent);
+        if (r) { sbc_exec(c, "ROLLBACK", NULL); return r; }
+        res->entries_received++;
+    }
+    for (const sbj *d = deletions ? deletions->child : NULL; d; d = d->next) {
+        if (d->type != SBJ_STR) continue;
+        if ((rc = exec_key(c, "DELETE FROM entries WHERE key = ?1", d->str))) goto sqlfail;
+        res->deletions_received++;
+    }
+    snprintf(sql, sizeof sql, "UPDATE meta SET value = max(value, %lld) WHERE name = 'sync_cursor'",
+             (long long)cursor);
+    if ((r = sbc_exec(c, sql, err))) { sbc_exec(c, "ROLLBACK", NULL); return r; }
+    if ((rc = exec_key(c, "DELETE FROM sync_outbox WHERE sync_id = ?1", b->sync_id))) goto sqlfail;
+    if ((r = sbc_evict(c, err)) || (r = sbc_exec(c, "COMMIT", err))) {
+        sbc_exec(c, "ROLLBACK", NULL);
+        return r;
+    }
+    res->cursor = SB_MAX(res->cursor, cursor);
+    return SB_OK;
+sqlfail:
+    r = sbc_fail(c, rc, err, "sync: applying the reply");
+    sbc_exec(c, "ROLLBACK", NULL);
+    return r;
+}
+
+static int send_batch(const sb_cache_sync_opts *o, const batch *b, sbc_http_reply *reply, char *err) {
+    char ts[24], sig[SB_CACHE_KEY_HEX], headers[512];
+    snprintf(ts, sizeof ts, "%lld", (long long)time(NULL));
+    sbc_sign(o->secret, ts, b->body.p, b->body.len, sig);
+    if (strpbrk(o->edge_id, "\r\n")) return sb_seterr(err, SB_EINVAL, "sync: bad edge id");
+    snprintf(headers, sizeof headers, "X-Edge-Id: %s\r\nX-Timestamp: %s\r\nX-Signature: %s\r\n",
+             o->edge_id, ts, sig);
+    return sbc_http_request("POST", o->url, "/v1/sync", headers, b->body.p, b->body.len,
+                            o->timeout_ms > 0 ? o->timeout_ms : 10000, reply, err);
+}
+
+int sb_cache_sync(sb_cache *c, const sb_cache_sync_opts *o, sb_cache_sync_result *res, char *err) {
+    sb_cache_sync_result dummy;
+    if (!res) res = &dummy;
+    memset(res, 0, sizeof *res);
+    if (!c) return sb_seterr(err, SB_EINVAL, "sync: cache disabled");
+    if (!o || !o->url || !o->edge_id || !*o->edge_id || !o->secret || !*o->secret)
+        return sb_seterr(err, SB_EINVAL, "sync: url, edge id and secret are required");
+    if (c->read_only) return sbc_fail(c, SQLITE_READONLY, err, "sync");
+    for (int round = 0; round < MAX_ROUNDS; round++) {
+        batch b = { 0 };
+        pthread_mutex_lock(&c->lock);
+        int rc = take_batch(c, o, &b, err);
+        pthread_mutex_unlock(&c->lock);
+        if (rc) { sbc_buf_free(&b.body); return rc; }
+        res->rounds++;
+        res->resumed |= b.resumed;
+        sbc_http_reply reply;
+        rc = send_batch(o, &b, &reply, err);        /* no lock: requests keep flowing */
+        if (!rc && reply.status != 200) {
+            int code = reply.status == 401 || reply.status == 400 ? SB_EINVAL : SB_EIO;
+            rc = sb_seterr(err, code, "sync: %s answered %d: %.160s", o->url, reply.status,
+                           reply.body.p ? reply.body.p : "");
+        }
+        sbj *j = NULL;
+        if (!rc && (rc = sbj_parse(reply.body.p, reply.body.len, &j, err)) == SB_OK &&
+            j->type != SBJ_OBJ)
+            rc = sb_seterr(err, SB_EFORMAT, "sync: reply is not a JSON object");
+        int more = 0;
+        if (!rc) {
+            pthread_mutex_lock(&c->lock);
+            rc = apply_reply(c, &b, j, res, &more, err);
+            pthread_mutex_unlock(&c->lock);
+        }
+        if (!rc && !b.resumed) { res->deltas_sent += b.n_deltas; res->entries_sent += b.n_entries; }
+        sbj_free(j);
+        sbc_buf_free(&reply.body);
+        int more_local = b.more_local || b.resumed;
+        sbc_buf_free(&b.body);
+        if (rc) return rc;
+        if (!more && !more_local) return SB_OK;
+    }
+    return sb_seterr(err, SB_EIO, "sync: still more after %d rounds", MAX_ROUNDS);
+}
