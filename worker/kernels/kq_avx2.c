@@ -39,7 +39,7 @@ void sb_kq_dot_f16_f16_avx2(int n, float *s, const void *vx, const void *vy) {
     }
     for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(load_f16x8(x + i), load_f16x8(y + i), a0);
     float sum = kq_hsum_f32x8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-    for (; i < n; i++) sum += sb_fp16_to_fp32(x[i]) * sb_fp16_to_fp32(y[i]);
+    for (; i < n; i++) sum += kq_f16(x[i]) * kq_f16(y[i]);
     *s = sum;
 }
 
@@ -68,7 +68,7 @@ void sb_kq_deq_f16_avx2(const void *src, float *dst, int64_t n) {
     const sb_fp16 *h = src;
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, load_f16x8(h + i));
-    for (; i < n; i++) dst[i] = sb_fp16_to_fp32(h[i]);
+    for (; i < n; i++) dst[i] = kq_f16(h[i]);
 }
 
 /* F16C rounds to nearest even, as sb_fp32_to_fp16 does. */
@@ -201,7 +201,7 @@ void sb_kq_act_q8_K_avx2(const float *src, void *dst, int64_t n) {
 void sb_kq_deq_q8_0_avx2(const void *src, float *dst, int64_t n) {
     const sb_block_q8_0 *x = src;
     for (int64_t i = 0; i < n / 32; i++) {
-        const __m256 d = _mm256_set1_ps(sb_fp16_to_fp32(x[i].d));
+        const __m256 d = _mm256_set1_ps(kq_f16(x[i].d));
         for (int k = 0; k < 4; k++) {
             const __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(x[i].qs + 8 * k)));
             _mm256_storeu_ps(dst + 32 * i + 8 * k, _mm256_mul_ps(_mm256_cvtepi32_ps(q), d));
@@ -212,7 +212,7 @@ void sb_kq_deq_q8_0_avx2(const void *src, float *dst, int64_t n) {
 void sb_kq_deq_q4_0_avx2(const void *src, float *dst, int64_t n) {
     const sb_block_q4_0 *x = src;
     for (int64_t i = 0; i < n / 32; i++) {
-        const __m256 d = _mm256_set1_ps(sb_fp16_to_fp32(x[i].d));
+        const __m256 d = _mm256_set1_ps(kq_f16(x[i].d));
         const __m256i q = _mm256_sub_epi8(kq_nibbles_32(x[i].qs), _mm256_set1_epi8(8));
         const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
         const __m128i parts[4] = { lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8) };
@@ -224,29 +224,6 @@ void sb_kq_deq_q4_0_avx2(const void *src, float *dst, int64_t n) {
 /* ==== legacy quant dots ===================================================== */
 /* Two blocks per iteration into two accumulators, so that the convert+FMA
  * latency of one block hides behind the integer work of the next. */
-
-#define LEGACY_DOT(name, xtype, ytype, load_x, dot_fn)                                      \
-    void name(int n, float *s, const void *vx, const void *vy) {                            \
-        const xtype *x = vx;                                                                \
-        const ytype *y = vy;                                                                \
-        const int nb = n / 32;                                                              \
-        __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();                      \
-        int i = 0;                                                                          \
-        for (; i + 2 <= nb; i += 2) {                                                       \
-            const __m256i p0 = dot_fn(load_x(&x[i]), _mm256_loadu_si256((const __m256i *)y[i].qs));         \
-            const __m256i p1 = dot_fn(load_x(&x[i + 1]), _mm256_loadu_si256((const __m256i *)y[i + 1].qs)); \
-            const __m256 d0 = _mm256_set1_ps(sb_fp16_to_fp32(x[i].d) * sb_fp16_to_fp32(y[i].d));           \
-            const __m256 d1 = _mm256_set1_ps(sb_fp16_to_fp32(x[i + 1].d) * sb_fp16_to_fp32(y[i + 1].d));   \
-            acc0 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(p0), acc0);                       \
-            acc1 = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(p1), acc1);                       \
-        }                                                                                   \
-        for (; i < nb; i++) {                                                               \
-            const __m256i p0 = dot_fn(load_x(&x[i]), _mm256_loadu_si256((const __m256i *)y[i].qs));         \
-            const __m256 d0 = _mm256_set1_ps(sb_fp16_to_fp32(x[i].d) * sb_fp16_to_fp32(y[i].d));           \
-            acc0 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(p0), acc0);                       \
-        }                                                                                   \
-        *s = kq_hsum_f32x8(_mm256_add_ps(acc0, acc1)) + MIN_TERM(x, y, nb);                 \
-    }
 
 /* q - 8 as signed bytes */
 static inline __m256i load_q4_0(const sb_block_q4_0 *b) { return _mm256_sub_epi8(kq_nibbles_32(b->qs), _mm256_set1_epi8(8)); }
@@ -262,27 +239,67 @@ static inline __m256i load_q5_1(const sb_block_q5_1 *b) {
     return _mm256_or_si256(kq_nibbles_32(b->qs), hi);
 }
 static inline __m256i load_q8_0(const sb_block_q8_0 *b) { return _mm256_loadu_si256((const __m256i *)b->qs); }
+static inline __m256i load_y(const int8_t *qs) { return _mm256_loadu_si256((const __m256i *)qs); }
 
-/* Σ m·s over the blocks, for the types with a min (Q4_1, Q5_1). */
-static inline float mins_q4_1(const sb_block_q4_1 *x, const sb_block_q8_1 *y, int nb) {
-    float m = 0;
-    for (int i = 0; i < nb; i++) m += sb_fp16_to_fp32(x[i].m) * sb_fp16_to_fp32(y[i].s);
-    return m;
-}
-static inline float mins_q5_1(const sb_block_q5_1 *x, const sb_block_q8_1 *y, int nb) {
-    float m = 0;
-    for (int i = 0; i < nb; i++) m += sb_fp16_to_fp32(x[i].m) * sb_fp16_to_fp32(y[i].s);
-    return m;
+/* Symmetric types: Σ_blocks dx·dy·Σ(q·q8). */
+#define DOT_SYMMETRIC(name, xtype, load_x)                                                   \
+    void name(int n, float *s, const void *vx, const void *vy) {                             \
+        const xtype *x = vx;                                                                 \
+        const sb_block_q8_0 *y = vy;                                                         \
+        const int nb = n / 32;                                                               \
+        __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();                       \
+        int i = 0;                                                                           \
+        for (; i + 2 <= nb; i += 2) {                                                        \
+            const __m256i p0 = kq_dot_i8i8_32(load_x(&x[i]), load_y(y[i].qs));              \
+            const __m256i p1 = kq_dot_i8i8_32(load_x(&x[i + 1]), load_y(y[i + 1].qs));      \
+            acc0 = _mm256_fmadd_ps(_mm256_set1_ps(kq_f16(x[i].d) * kq_f16(y[i].d)), _mm256_cvtepi32_ps(p0), acc0); \
+            acc1 = _mm256_fmadd_ps(_mm256_set1_ps(kq_f16(x[i + 1].d) * kq_f16(y[i + 1].d)), _mm256_cvtepi32_ps(p1), acc1); \
+        }                                                                                    \
+        if (i < nb) {                                                                        \
+            const __m256i p0 = kq_dot_i8i8_32(load_x(&x[i]), load_y(y[i].qs));              \
+            acc0 = _mm256_fmadd_ps(_mm256_set1_ps(kq_f16(x[i].d) * kq_f16(y[i].d)), _mm256_cvtepi32_ps(p0), acc0); \
+        }                                                                                    \
+        *s = kq_hsum_f32x8(_mm256_add_ps(acc0, acc1));                                       \
+    }
+
+DOT_SYMMETRIC(sb_kq_dot_q4_0_q8_0_avx2, sb_block_q4_0, load_q4_0)
+DOT_SYMMETRIC(sb_kq_dot_q5_0_q8_0_avx2, sb_block_q5_0, load_q5_0)
+DOT_SYMMETRIC(sb_kq_dot_q8_0_q8_0_avx2, sb_block_q8_0, load_q8_0)
+
+/* Types with a min: Σ dx·dy·Σ(q·q8) + Σ mx·sy. (d, m) and (d, s) are
+ * adjacent fp16 pairs, so one conversion and one multiply give both
+ * [dx·dy, mx·sy]; lane 1 accumulates the min term. */
+static inline __m128 f16_pair(const sb_fp16 *p) {
+    uint32_t w;
+    memcpy(&w, p, 4);
+    return _mm_cvtph_ps(_mm_cvtsi32_si128((int)w));
 }
 
-#define MIN_TERM(x, y, nb) 0.0f
-LEGACY_DOT(sb_kq_dot_q4_0_q8_0_avx2, sb_block_q4_0, sb_block_q8_0, load_q4_0, kq_dot_i8i8_32)
-LEGACY_DOT(sb_kq_dot_q5_0_q8_0_avx2, sb_block_q5_0, sb_block_q8_0, load_q5_0, kq_dot_i8i8_32)
-LEGACY_DOT(sb_kq_dot_q8_0_q8_0_avx2, sb_block_q8_0, sb_block_q8_0, load_q8_0, kq_dot_i8i8_32)
-#undef MIN_TERM
-#define MIN_TERM(x, y, nb) mins_q4_1(x, y, nb)
-LEGACY_DOT(sb_kq_dot_q4_1_q8_1_avx2, sb_block_q4_1, sb_block_q8_1, load_q4_1, kq_dot_u8i8_32)
-#undef MIN_TERM
-#define MIN_TERM(x, y, nb) mins_q5_1(x, y, nb)
-LEGACY_DOT(sb_kq_dot_q5_1_q8_1_avx2, sb_block_q5_1, sb_block_q8_1, load_q5_1, kq_dot_u8i8_32)
-#undef MIN_TERM
+#define DOT_WITH_MIN(name, xtype, load_x)                                                    \
+    void name(int n, float *s, const void *vx, const void *vy) {                             \
+        const xtype *x = vx;                                                                 \
+        const sb_block_q8_1 *y = vy;                                                         \
+        const int nb = n / 32;                                                               \
+        __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();                       \
+        __m128 mins = _mm_setzero_ps();                                                      \
+        int i = 0;                                                                           \
+        for (; i + 2 <= nb; i += 2) {                                                        \
+            const __m256i p0 = kq_dot_u8i8_32(load_x(&x[i]), load_y(y[i].qs));              \
+            const __m256i p1 = kq_dot_u8i8_32(load_x(&x[i + 1]), load_y(y[i + 1].qs));      \
+            const __m128 f0 = _mm_mul_ps(f16_pair(&x[i].d), f16_pair(&y[i].d));              \
+            const __m128 f1 = _mm_mul_ps(f16_pair(&x[i + 1].d), f16_pair(&y[i + 1].d));      \
+            mins = _mm_add_ps(mins, _mm_add_ps(f0, f1));                                     \
+            acc0 = _mm256_fmadd_ps(_mm256_broadcastss_ps(f0), _mm256_cvtepi32_ps(p0), acc0); \
+            acc1 = _mm256_fmadd_ps(_mm256_broadcastss_ps(f1), _mm256_cvtepi32_ps(p1), acc1); \
+        }                                                                                    \
+        if (i < nb) {                                                                        \
+            const __m256i p0 = kq_dot_u8i8_32(load_x(&x[i]), load_y(y[i].qs));              \
+            const __m128 f0 = _mm_mul_ps(f16_pair(&x[i].d), f16_pair(&y[i].d));              \
+            mins = _mm_add_ps(mins, f0);                                                     \
+            acc0 = _mm256_fmadd_ps(_mm256_broadcastss_ps(f0), _mm256_cvtepi32_ps(p0), acc0); \
+        }                                                                                    \
+        *s = kq_hsum_f32x8(_mm256_add_ps(acc0, acc1)) + _mm_cvtss_f32(_mm_movehdup_ps(mins)); \
+    }
+
+DOT_WITH_MIN(sb_kq_dot_q4_1_q8_1_avx2, sb_block_q4_1, load_q4_1)
+DOT_WITH_MIN(sb_kq_dot_q5_1_q8_1_avx2, sb_block_q5_1, load_q5_1)

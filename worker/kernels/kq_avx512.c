@@ -99,10 +99,10 @@ void sb_kq_dot_q8_0_q8_0_avx512(int n, float *s, const void *vx, const void *vy)
     for (; i + 4 <= nb; i += 4) {
         const __m512i p0 = dot_i8i8_64(load_2x32(x[i].qs, x[i + 1].qs), load_2x32(y[i].qs, y[i + 1].qs));
         const __m512i p1 = dot_i8i8_64(load_2x32(x[i + 2].qs, x[i + 3].qs), load_2x32(y[i + 2].qs, y[i + 3].qs));
-        const __m512 d0 = scale_2(sb_fp16_to_fp32(x[i].d) * sb_fp16_to_fp32(y[i].d),
-                                  sb_fp16_to_fp32(x[i + 1].d) * sb_fp16_to_fp32(y[i + 1].d));
-        const __m512 d1 = scale_2(sb_fp16_to_fp32(x[i + 2].d) * sb_fp16_to_fp32(y[i + 2].d),
-                                  sb_fp16_to_fp32(x[i + 3].d) * sb_fp16_to_fp32(y[i + 3].d));
+        const __m512 d0 = scale_2(kq_f16(x[i].d) * kq_f16(y[i].d),
+                                  kq_f16(x[i + 1].d) * kq_f16(y[i + 1].d));
+        const __m512 d1 = scale_2(kq_f16(x[i + 2].d) * kq_f16(y[i + 2].d),
+                                  kq_f16(x[i + 3].d) * kq_f16(y[i + 3].d));
         acc0 = _mm512_fmadd_ps(d0, _mm512_cvtepi32_ps(p0), acc0);
         acc1 = _mm512_fmadd_ps(d1, _mm512_cvtepi32_ps(p1), acc1);
     }
@@ -115,13 +115,24 @@ void sb_kq_dot_q8_0_q8_0_avx512(int n, float *s, const void *vx, const void *vy)
     *s = sum;
 }
 
-/* Two Q4_0 blocks' nibbles, in element order: [lo0 hi0 lo1 hi1] x 16. */
-static inline __m512i load_q4_0_x2(const sb_block_q4_0 *b) {
-    const __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)b[0].qs)),
-                                                 _mm_loadu_si128((const __m128i *)b[1].qs), 1);
+/* The nibbles of two blocks, in element order: [lo0 hi0 lo1 hi1] × 16. */
+static inline __m512i nibbles_2x32(const uint8_t *qs0, const uint8_t *qs1) {
+    const __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)qs0)),
+                                                 _mm_loadu_si128((const __m128i *)qs1), 1);
     const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(both), _mm256_srli_epi16(both, 4), 1);
     /* z = [q0, q1, q0>>4, q1>>4]; reorder the 128-bit lanes to 0,2,1,3 */
     return _mm512_and_si512(_mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0)), _mm512_set1_epi8(0x0F));
+}
+
+static inline __m512i load_q4_0_x2(const sb_block_q4_0 *b) { return nibbles_2x32(b[0].qs, b[1].qs); }
+
+/* Q5: the nibbles plus 0x10 where the block's fifth bit is set. */
+static inline __m512i q5_x2(const uint8_t *qs0, const uint8_t *qh0, const uint8_t *qs1, const uint8_t *qh1) {
+    uint32_t h0, h1;
+    memcpy(&h0, qh0, 4);
+    memcpy(&h1, qh1, 4);
+    const __mmask64 hi = (__mmask64)h0 | ((__mmask64)h1 << 32);
+    return _mm512_or_si512(nibbles_2x32(qs0, qs1), _mm512_maskz_mov_epi8(hi, _mm512_set1_epi8(0x10)));
 }
 
 /* Σ (q - 8)·y = Σ q·y - 8·Σ y: two unsigned VNNI dots, no sign games. */
@@ -138,10 +149,10 @@ void sb_kq_dot_q4_0_q8_0_avx512(int n, float *s, const void *vx, const void *vy)
         __m512i p1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), load_q4_0_x2(&x[i + 2]), y1);
         p0 = _mm512_sub_epi32(p0, _mm512_dpbusd_epi32(_mm512_setzero_si512(), eight, y0));
         p1 = _mm512_sub_epi32(p1, _mm512_dpbusd_epi32(_mm512_setzero_si512(), eight, y1));
-        const __m512 d0 = scale_2(sb_fp16_to_fp32(x[i].d) * sb_fp16_to_fp32(y[i].d),
-                                  sb_fp16_to_fp32(x[i + 1].d) * sb_fp16_to_fp32(y[i + 1].d));
-        const __m512 d1 = scale_2(sb_fp16_to_fp32(x[i + 2].d) * sb_fp16_to_fp32(y[i + 2].d),
-                                  sb_fp16_to_fp32(x[i + 3].d) * sb_fp16_to_fp32(y[i + 3].d));
+        const __m512 d0 = scale_2(kq_f16(x[i].d) * kq_f16(y[i].d),
+                                  kq_f16(x[i + 1].d) * kq_f16(y[i + 1].d));
+        const __m512 d1 = scale_2(kq_f16(x[i + 2].d) * kq_f16(y[i + 2].d),
+                                  kq_f16(x[i + 3].d) * kq_f16(y[i + 3].d));
         acc0 = _mm512_fmadd_ps(d0, _mm512_cvtepi32_ps(p0), acc0);
         acc1 = _mm512_fmadd_ps(d1, _mm512_cvtepi32_ps(p1), acc1);
     }
@@ -151,5 +162,95 @@ void sb_kq_dot_q4_0_q8_0_avx512(int n, float *s, const void *vx, const void *vy)
         sb_kq_dot_q4_0_q8_0_avx2((nb - i) * 32, &rest, x + i, y + i);
         sum += rest;
     }
+    *s = sum;
+}
+
+/* Q5_0: Σ (q - 16)·y = Σ q·y - 16·Σ y, q the unsigned 5-bit value. */
+void sb_kq_dot_q5_0_q8_0_avx512(int n, float *s, const void *vx, const void *vy) {
+    const sb_block_q5_0 *x = vx;
+    const sb_block_q8_0 *y = vy;
+    const int nb = n / 32;
+    const __m512i sixteen = _mm512_set1_epi8(16);
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    int i = 0;
+    for (; i + 4 <= nb; i += 4) {
+        const __m512i y0 = load_2x32(y[i].qs, y[i + 1].qs), y1 = load_2x32(y[i + 2].qs, y[i + 3].qs);
+        __m512i p0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q5_x2(x[i].qs, x[i].qh, x[i + 1].qs, x[i + 1].qh), y0);
+        __m512i p1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q5_x2(x[i + 2].qs, x[i + 2].qh, x[i + 3].qs, x[i + 3].qh), y1);
+        p0 = _mm512_sub_epi32(p0, _mm512_dpbusd_epi32(_mm512_setzero_si512(), sixteen, y0));
+        p1 = _mm512_sub_epi32(p1, _mm512_dpbusd_epi32(_mm512_setzero_si512(), sixteen, y1));
+        const __m512 d0 = scale_2(kq_f16(x[i].d) * kq_f16(y[i].d), kq_f16(x[i + 1].d) * kq_f16(y[i + 1].d));
+        const __m512 d1 = scale_2(kq_f16(x[i + 2].d) * kq_f16(y[i + 2].d), kq_f16(x[i + 3].d) * kq_f16(y[i + 3].d));
+        acc0 = _mm512_fmadd_ps(d0, _mm512_cvtepi32_ps(p0), acc0);
+        acc1 = _mm512_fmadd_ps(d1, _mm512_cvtepi32_ps(p1), acc1);
+    }
+    float sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+    if (i < nb) {
+        float rest;
+        sb_kq_dot_q5_0_q8_0_avx2((nb - i) * 32, &rest, x + i, y + i);
+        sum += rest;
+    }
+    *s = sum;
+}
+
+/* [dx·dy, mx·sy] of one block: (d, m) and (d, s) are adjacent fp16 pairs. */
+static inline __m128 f16_pair_product(const sb_fp16 *xdm, const sb_fp16 *yds) {
+    uint32_t a, b;
+    memcpy(&a, xdm, 4);
+    memcpy(&b, yds, 4);
+    return _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128((int)a)), _mm_cvtph_ps(_mm_cvtsi32_si128((int)b)));
+}
+
+/* Q4_1 / Q5_1: Σ dx·dy·Σ q·y + Σ mx·sy; q unsigned, so VNNI takes it as is. */
+#define DOT_WITH_MIN_512(name, xtype, load2, tail)                                          \
+    void name(int n, float *s, const void *vx, const void *vy) {                            \
+        const xtype *x = vx;                                                                \
+        const sb_block_q8_1 *y = vy;                                                        \
+        const int nb = n / 32;                                                              \
+        __m512 acc = _mm512_setzero_ps();                                                   \
+        __m128 mins = _mm_setzero_ps();                                                     \
+        int i = 0;                                                                          \
+        for (; i + 2 <= nb; i += 2) {                                                       \
+            const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), load2(x + i), load_2x32(y[i].qs, y[i + 1].qs)); \
+            const __m128 f0 = f16_pair_product(&x[i].d, &y[i].d);                           \
+            const __m128 f1 = f16_pair_product(&x[i + 1].d, &y[i + 1].d);                   \
+            mins = _mm_add_ps(mins, _mm_add_ps(f0, f1));                                    \
+            const __m512 d = _mm512_insertf32x8(_mm512_broadcastss_ps(f0), _mm256_broadcastss_ps(f1), 1); \
+            acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(p), acc);                           \
+        }                                                                                   \
+        float sum = _mm512_reduce_add_ps(acc) + _mm_cvtss_f32(_mm_movehdup_ps(mins));       \
+        if (i < nb) {                                                                       \
+            float rest;                                                                     \
+            tail(32, &rest, x + i, y + i);                                                  \
+            sum += rest;                                                                    \
+        }                                                                                   \
+        *s = sum;                                                                           \
+    }
+
+static inline __m512i load_q4_1_x2(const sb_block_q4_1 *b) { return nibbles_2x32(b[0].qs, b[1].qs); }
+static inline __m512i load_q5_1_x2(const sb_block_q5_1 *b) { return q5_x2(b[0].qs, b[0].qh, b[1].qs, b[1].qh); }
+
+DOT_WITH_MIN_512(sb_kq_dot_q4_1_q8_1_avx512, sb_block_q4_1, load_q4_1_x2, sb_kq_dot_q4_1_q8_1_avx2)
+DOT_WITH_MIN_512(sb_kq_dot_q5_1_q8_1_avx512, sb_block_q5_1, load_q5_1_x2, sb_kq_dot_q5_1_q8_1_avx2)
+
+/* ==== BF16 ================================================================ */
+/* bf16 is the top half of an fp32: widen to 32 bits and shift. */
+static inline __m512 load_bf16x16(const sb_bf16 *p) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
+}
+
+void sb_kq_dot_bf16_bf16_avx512(int n, float *s, const void *vx, const void *vy) {
+    const sb_bf16 *x = vx, *y = vy;
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int i = 0;
+    for (; i + 64 <= n; i += 64) {
+        a0 = _mm512_fmadd_ps(load_bf16x16(x + i), load_bf16x16(y + i), a0);
+        a1 = _mm512_fmadd_ps(load_bf16x16(x + i + 16), load_bf16x16(y + i + 16), a1);
+        a2 = _mm512_fmadd_ps(load_bf16x16(x + i + 32), load_bf16x16(y + i + 32), a2);
+        a3 = _mm512_fmadd_ps(load_bf16x16(x + i + 48), load_bf16x16(y + i + 48), a3);
+    }
+    for (; i + 16 <= n; i += 16) a0 = _mm512_fmadd_ps(load_bf16x16(x + i), load_bf16x16(y + i), a0);
+    float sum = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+    for (; i < n; i++) sum += sb_bf16_to_fp32(x[i]) * sb_bf16_to_fp32(y[i]);
     *s = sum;
 }

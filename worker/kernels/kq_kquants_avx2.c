@@ -14,20 +14,18 @@
  */
 #include "kq_x86.h"
 
-/* Broadcast int16 scale k (of 8 in a __m128i) into a 256-bit vector: the
- * shuffle picks bytes 2k, 2k+1 in both lanes. */
+/* Shuffle controls that broadcast int16 scale k of the 8 in each 128-bit
+ * lane: bytes 2k, 2k+1 everywhere. (The loops using them are unrolled, so
+ * these fold into constants.) */
 static inline __m256i scale_pair_shuffle(int k) {
-    const char lo = (char)(2 * k), hi = (char)(2 * k + 1);
-    return _mm256_setr_epi8(lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi,
-                            lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi);
+    return _mm256_set1_epi16((short)(((2 * k + 1) << 8) | (2 * k)));
 }
 
 /* For the 16-element sub-blocks: lane 0 gets int16 scale 2k, lane 1 scale
  * 2k+1 (a 32-byte chunk spans two sub-blocks). */
 static inline __m256i scale_16_shuffle(int k) {
-    const char a = (char)(4 * k), b = (char)(4 * k + 1), c = (char)(4 * k + 2), d = (char)(4 * k + 3);
-    return _mm256_setr_epi8(a, b, a, b, a, b, a, b, a, b, a, b, a, b, a, b,
-                            c, d, c, d, c, d, c, d, c, d, c, d, c, d, c, d);
+    const __m256i lane1_plus2 = _mm256_setr_epi64x(0, 0, 0x0202020202020202LL, 0x0202020202020202LL);
+    return _mm256_add_epi8(_mm256_set1_epi16((short)(((4 * k + 1) << 8) | (4 * k))), lane1_plus2);
 }
 
 /* Σ_j sc[j]·bsums[j] over the 16 sub-blocks (sc as 16 int16). */
@@ -53,8 +51,10 @@ void sb_kq_dot_q2_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
         const __m256i sch[2] = { _mm256_permute2x128_si256(sc16, sc16, 0x00), _mm256_permute2x128_si256(sc16, sc16, 0x11) };
         const int8_t *q8 = y[i].qs;
         __m256i sumi = _mm256_setzero_si256();
+#pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             const __m256i bits = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * h));
+#pragma GCC unroll 4
             for (int p = 0; p < 4; p++) {
                 const __m256i q2 = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * p), m3);
                 const __m256i p16 = _mm256_maddubs_epi16(q2, _mm256_loadu_si256((const __m256i *)(q8 + 32 * p)));
@@ -63,8 +63,8 @@ void sb_kq_dot_q2_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
             q8 += 128;
         }
         const float dy = y[i].d;
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(dy * sb_fp16_to_fp32(x[i].d)), _mm256_cvtepi32_ps(sumi), acc);
-        acc_min += (dy * sb_fp16_to_fp32(x[i].dmin)) * summs;
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(dy * kq_f16(x[i].d)), _mm256_cvtepi32_ps(sumi), acc);
+        acc_min += (dy * kq_f16(x[i].dmin)) * summs;
     }
     *s = kq_hsum_f32x8(acc) - acc_min;
 }
@@ -78,22 +78,21 @@ void sb_kq_dot_q3_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
     const __m256i m3 = _mm256_set1_epi8(3), m4 = _mm256_set1_epi8(4);
     __m256 acc = _mm256_setzero_ps();
     for (int i = 0; i < n / SB_QK_K; i++) {
-        int8_t sc[16];
-        kq_unpack_scales_q3(x[i].scales, sc);
-        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+        const __m256i sc16 = _mm256_cvtepi8_epi16(kq_scales_q3_128(x[i].scales));
         const int offset = 4 * scaled_bsums(sc16, y[i].bsums);
         const __m256i sch[2] = { _mm256_permute2x128_si256(sc16, sc16, 0x00), _mm256_permute2x128_si256(sc16, sc16, 0x11) };
         const __m256i hbits = _mm256_loadu_si256((const __m256i *)x[i].hmask);
         const int8_t *q8 = y[i].qs;
         __m256i sumi = _mm256_setzero_si256();
+#pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             const __m256i bits = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * h));
+#pragma GCC unroll 4
             for (int p = 0; p < 4; p++) {
                 const int plane = 4 * h + p; /* hmask bit of these 32 elements */
                 const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * p), m3);
                 /* bring bit `plane` to bit 2: shift left or right by |plane-2| */
-                const __m256i hb = plane >= 2 ? _mm256_srl_epi16(hbits, _mm_cvtsi32_si128(plane - 2))
-                                              : _mm256_sll_epi16(hbits, _mm_cvtsi32_si128(2 - plane));
+                const __m256i hb = plane >= 2 ? _mm256_srli_epi16(hbits, plane - 2) : _mm256_slli_epi16(hbits, 2 - plane);
                 const __m256i q3 = _mm256_or_si256(lo, _mm256_and_si256(hb, m4));
                 const __m256i p16 = _mm256_maddubs_epi16(q3, _mm256_loadu_si256((const __m256i *)(q8 + 32 * p)));
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_shuffle_epi8(sch[h], scale_16_shuffle(p)), p16));
@@ -101,7 +100,7 @@ void sb_kq_dot_q3_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
             q8 += 128;
         }
         sumi = _mm256_sub_epi32(sumi, _mm256_setr_epi32(offset, 0, 0, 0, 0, 0, 0, 0));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(sb_fp16_to_fp32(x[i].d) * y[i].d), _mm256_cvtepi32_ps(sumi), acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(kq_f16(x[i].d) * y[i].d), _mm256_cvtepi32_ps(sumi), acc);
     }
     *s = kq_hsum_f32x8(acc);
 }
@@ -110,9 +109,7 @@ void sb_kq_dot_q3_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
 
 /* The 8 scales as int16 (a 128-bit vector) and the min term Σ m·bsums. */
 static inline __m128i k4_scales(const uint8_t *packed, const int16_t *bsums, int *summs) {
-    uint8_t sm[16];
-    kq_unpack_scales_k4(packed, sm);
-    const __m256i sm16 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)sm));
+    const __m256i sm16 = _mm256_cvtepu8_epi16(kq_scales_k4_128(packed));
     /* bsums pairs -> 8 sums of 32 elements, against the 8 mins */
     const __m256i b = _mm256_loadu_si256((const __m256i *)bsums);
     const __m128i b32 = _mm_hadd_epi16(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
@@ -132,6 +129,7 @@ void sb_kq_dot_q4_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
         const __m256i sc2 = _mm256_broadcastsi128_si256(sc);
         const int8_t *q8 = y[i].qs;
         __m256i sumi = _mm256_setzero_si256();
+#pragma GCC unroll 4
         for (int j = 0; j < 4; j++) {
             const __m256i bits = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
             const __m256i lo = _mm256_and_si256(bits, m4), hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
@@ -141,8 +139,8 @@ void sb_kq_dot_q4_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
             sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_shuffle_epi8(sc2, scale_pair_shuffle(2 * j + 1)), p_hi));
         }
         const float dy = y[i].d;
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(sb_fp16_to_fp32(x[i].d) * dy), _mm256_cvtepi32_ps(sumi), acc);
-        acc_min += (sb_fp16_to_fp32(x[i].dmin) * dy) * summs;
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(kq_f16(x[i].d) * dy), _mm256_cvtepi32_ps(sumi), acc);
+        acc_min += (kq_f16(x[i].dmin) * dy) * summs;
     }
     *s = kq_hsum_f32x8(acc) - acc_min;
 }
@@ -160,6 +158,7 @@ void sb_kq_dot_q5_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
         const int8_t *q8 = y[i].qs;
         __m256i hbits = _mm256_loadu_si256((const __m256i *)x[i].qh);
         __m256i sumi = _mm256_setzero_si256();
+#pragma GCC unroll 4
         for (int j = 0; j < 4; j++) {
             const __m256i bits = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
             /* bit 2j of qh is sub-block 2j's fifth bit, bit 2j+1 sub-block 2j+1's */
@@ -174,8 +173,8 @@ void sb_kq_dot_q5_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
             sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_shuffle_epi8(sc2, scale_pair_shuffle(2 * j + 1)), p_hi));
         }
         const float dy = y[i].d;
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(sb_fp16_to_fp32(x[i].d) * dy), _mm256_cvtepi32_ps(sumi), acc);
-        acc_min += (sb_fp16_to_fp32(x[i].dmin) * dy) * summs;
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(kq_f16(x[i].d) * dy), _mm256_cvtepi32_ps(sumi), acc);
+        acc_min += (kq_f16(x[i].dmin) * dy) * summs;
     }
     *s = kq_hsum_f32x8(acc) - acc_min;
 }
@@ -194,6 +193,7 @@ void sb_kq_dot_q6_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
         const __m256i sch[2] = { _mm256_permute2x128_si256(sc16, sc16, 0x00), _mm256_permute2x128_si256(sc16, sc16, 0x11) };
         const int8_t *q8 = y[i].qs;
         __m256i sumi = _mm256_setzero_si256();
+#pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             const __m256i l0 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * h));
             const __m256i l1 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * h + 32));
@@ -205,6 +205,7 @@ void sb_kq_dot_q6_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
                 _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hb, m2)),
                 _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), _mm256_and_si256(_mm256_srli_epi16(hb, 2), m2)),
             };
+#pragma GCC unroll 4
             for (int p = 0; p < 4; p++) {
                 const __m256i p16 = _mm256_maddubs_epi16(q[p], _mm256_loadu_si256((const __m256i *)(q8 + 32 * p)));
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_shuffle_epi8(sch[h], scale_16_shuffle(p)), p16));
@@ -212,7 +213,7 @@ void sb_kq_dot_q6_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
             q8 += 128;
         }
         sumi = _mm256_sub_epi32(sumi, _mm256_setr_epi32(offset, 0, 0, 0, 0, 0, 0, 0));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(sb_fp16_to_fp32(x[i].d) * y[i].d), _mm256_cvtepi32_ps(sumi), acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(kq_f16(x[i].d) * y[i].d), _mm256_cvtepi32_ps(sumi), acc);
     }
     *s = kq_hsum_f32x8(acc);
 }

@@ -52,6 +52,7 @@ void sb_kq_dot_q2_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy)
         const int summs = scaled_bsums(mn16, y[i].bsums);
         const __m512i sc = _mm512_castsi256_si512(sc16);
         __m512i sumi = _mm512_setzero_si512();
+#pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             const __m256i bits = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * h));
             /* planes 0,1 then 2,3 of this 128: elements 0..63, 64..127 */
@@ -61,8 +62,8 @@ void sb_kq_dot_q2_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy)
             sumi = step(sumi, q23, y[i].qs + 128 * h + 64, spread_scales(sc, 8 * h + 4, 3));
         }
         const float dy = y[i].d;
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(dy * sb_fp16_to_fp32(x[i].d)), _mm512_cvtepi32_ps(sumi), acc);
-        acc_min += (dy * sb_fp16_to_fp32(x[i].dmin)) * summs;
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(dy * kq_f16(x[i].d)), _mm512_cvtepi32_ps(sumi), acc);
+        acc_min += (dy * kq_f16(x[i].dmin)) * summs;
     }
     *s = _mm512_reduce_add_ps(acc) - acc_min;
 }
@@ -75,13 +76,12 @@ void sb_kq_dot_q3_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy)
     const __m512i m3 = _mm512_set1_epi8(3), one = _mm512_set1_epi8(1);
     __m512 acc = _mm512_setzero_ps();
     for (int i = 0; i < n / SB_QK_K; i++) {
-        int8_t scv[16];
-        kq_unpack_scales_q3(x[i].scales, scv);
-        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)scv));
+        const __m256i sc16 = _mm256_cvtepi8_epi16(kq_scales_q3_128(x[i].scales));
         const int offset = 4 * scaled_bsums(sc16, y[i].bsums);
         const __m512i sc = _mm512_castsi256_si512(sc16);
         const __m256i hm = _mm256_loadu_si256((const __m256i *)x[i].hmask);
         __m512i sumi = _mm512_setzero_si512();
+#pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             const __m256i bits = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * h));
             const int pl = 4 * h; /* hmask bit of plane 0 of this half */
@@ -94,7 +94,7 @@ void sb_kq_dot_q3_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy)
             sumi = step(sumi, q23, y[i].qs + 128 * h + 64, spread_scales(sc, 8 * h + 4, 3));
         }
         sumi = _mm512_mask_sub_epi32(sumi, 1, sumi, _mm512_set1_epi32(offset));
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(sb_fp16_to_fp32(x[i].d) * y[i].d), _mm512_cvtepi32_ps(sumi), acc);
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(kq_f16(x[i].d) * y[i].d), _mm512_cvtepi32_ps(sumi), acc);
     }
     *s = _mm512_reduce_add_ps(acc);
 }
@@ -102,9 +102,7 @@ void sb_kq_dot_q3_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy)
 /* ==== Q4_K / Q5_K =========================================================== */
 
 static inline __m256i k4_scales(const uint8_t *packed, const int16_t *bsums, int *summs) {
-    uint8_t sm[16];
-    kq_unpack_scales_k4(packed, sm);
-    const __m256i sm16 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)sm));
+    const __m256i sm16 = _mm256_cvtepu8_epi16(kq_scales_k4_128(packed));
     const __m256i b = _mm256_loadu_si256((const __m256i *)bsums);
     const __m128i b32 = _mm_hadd_epi16(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
     *summs = kq_hsum_i32x4(_mm_madd_epi16(_mm256_extracti128_si256(sm16, 1), b32));
@@ -121,6 +119,7 @@ void sb_kq_dot_q4_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy)
         int summs;
         const __m512i sc = _mm512_castsi256_si512(k4_scales(x[i].scales, y[i].bsums, &summs));
         __m512i sumi = _mm512_setzero_si512();
+#pragma GCC unroll 4
         for (int j = 0; j < 4; j++) {
             /* sub-blocks 2j (low nibbles) and 2j+1 (high): elements 64j..64j+63 */
             const __m256i bits = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
@@ -128,8 +127,8 @@ void sb_kq_dot_q4_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy)
             sumi = step(sumi, q, y[i].qs + 64 * j, spread_scales(sc, 2 * j, 4));
         }
         const float dy = y[i].d;
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(sb_fp16_to_fp32(x[i].d) * dy), _mm512_cvtepi32_ps(sumi), acc);
-        acc_min += (sb_fp16_to_fp32(x[i].dmin) * dy) * summs;
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(kq_f16(x[i].d) * dy), _mm512_cvtepi32_ps(sumi), acc);
+        acc_min += (kq_f16(x[i].dmin) * dy) * summs;
     }
     *s = _mm512_reduce_add_ps(acc) - acc_min;
 }
@@ -146,6 +145,7 @@ void sb_kq_dot_q5_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy)
         const __m256i qh = _mm256_loadu_si256((const __m256i *)x[i].qh);
         __m512i hz = join(qh, _mm256_srli_epi16(qh, 1)); /* bit 2j / 2j+1 at bit 0 after >> 2j */
         __m512i sumi = _mm512_setzero_si512();
+#pragma GCC unroll 4
         for (int j = 0; j < 4; j++) {
             const __m256i bits = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
             const __m512i hb = _mm512_slli_epi16(_mm512_and_si512(hz, one), 4);
@@ -154,8 +154,8 @@ void sb_kq_dot_q5_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy)
             sumi = step(sumi, q, y[i].qs + 64 * j, spread_scales(sc, 2 * j, 4));
         }
         const float dy = y[i].d;
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(sb_fp16_to_fp32(x[i].d) * dy), _mm512_cvtepi32_ps(sumi), acc);
-        acc_min += (sb_fp16_to_fp32(x[i].dmin) * dy) * summs;
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(kq_f16(x[i].d) * dy), _mm512_cvtepi32_ps(sumi), acc);
+        acc_min += (kq_f16(x[i].dmin) * dy) * summs;
     }
     *s = _mm512_reduce_add_ps(acc) - acc_min;
 }
@@ -172,6 +172,7 @@ void sb_kq_dot_q6_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy)
         const int offset = 32 * scaled_bsums(sc16, y[i].bsums);
         const __m512i sc = _mm512_castsi256_si512(sc16);
         __m512i sumi = _mm512_setzero_si512();
+#pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             /* ql[0..63] low nibbles are elements 0..63, high nibbles 64..127 */
             const __m512i l = _mm512_loadu_si512(x[i].ql + 64 * h);
@@ -184,7 +185,7 @@ void sb_kq_dot_q6_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy)
             sumi = step(sumi, q23, y[i].qs + 128 * h + 64, spread_scales(sc, 8 * h + 4, 3));
         }
         sumi = _mm512_mask_sub_epi32(sumi, 1, sumi, _mm512_set1_epi32(offset));
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(sb_fp16_to_fp32(x[i].d) * y[i].d), _mm512_cvtepi32_ps(sumi), acc);
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(kq_f16(x[i].d) * y[i].d), _mm512_cvtepi32_ps(sumi), acc);
     }
     *s = _mm512_reduce_add_ps(acc);
 }

@@ -6,6 +6,9 @@
 #include <immintrin.h>
 #include "kq_internal.h"
 
+/* fp16 -> fp32 with F16C (exact, like sb_fp16_to_fp32, but one instruction). */
+static inline float kq_f16(sb_fp16 h) { return _cvtsh_ss(h); }
+
 static inline float kq_hsum_f32x8(__m256 v) {
     __m128 r = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
     r = _mm_add_ps(r, _mm_movehl_ps(r, r));
@@ -30,6 +33,30 @@ static inline int kq_hsum_i32x4(__m128i r) {
     r = _mm_add_epi32(r, _mm_unpackhi_epi64(r, r));
     r = _mm_add_epi32(r, _mm_shuffle_epi32(r, _MM_SHUFFLE(2, 3, 0, 1)));
     return _mm_cvtsi128_si32(r);
+}
+
+/* The k-quant scale unpackers of kq_internal.h, returning a register
+ * instead of a byte array: building the vector from the 32-bit words
+ * avoids a store-forwarding stall (four 4-byte stores read back as one
+ * 16-byte load) that cost more than the whole dot of a super-block. */
+static inline __m128i kq_scales_k4_128(const uint8_t *packed) {   /* scales 0..7, mins 0..7 */
+    uint32_t w[3];
+    memcpy(w, packed, 12);
+    return _mm_setr_epi32((int)(w[0] & 0x3f3f3f3fu),
+                          (int)((w[2] & 0x0f0f0f0fu) | (((w[0] >> 6) & 0x03030303u) << 4)),
+                          (int)(w[1] & 0x3f3f3f3fu),
+                          (int)(((w[2] >> 4) & 0x0f0f0f0fu) | (((w[1] >> 6) & 0x03030303u) << 4)));
+}
+
+static inline __m128i kq_scales_q3_128(const uint8_t *packed) {   /* 16 × int8, bias removed */
+    uint32_t w[3];
+    memcpy(w, packed, 12);
+    const uint32_t lo4 = 0x0f0f0f0fu, lo2 = 0x03030303u;
+    const __m128i v = _mm_setr_epi32((int)((w[0] & lo4) | ((w[2] & lo2) << 4)),
+                                     (int)((w[1] & lo4) | (((w[2] >> 2) & lo2) << 4)),
+                                     (int)(((w[0] >> 4) & lo4) | (((w[2] >> 4) & lo2) << 4)),
+                                     (int)(((w[1] >> 4) & lo4) | (((w[2] >> 6) & lo2) << 4)));
+    return _mm_sub_epi8(v, _mm_set1_epi8(32));
 }
 
 /* 16 packed nibbles -> 32 bytes 0..15: low nibbles first (elements 0..15),

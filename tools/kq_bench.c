@@ -1,0 +1,136 @@
+/* kq_bench.c - throughput of every vec_dot at every kernel level, and of
+ * llama.cpp's own vec_dot on the same bytes when its CPU backend library is
+ * around (dlopen, optional). Not a test: numbers only.
+ *
+ *   make BUILD=build && cc -O2 -std=c11 -D_GNU_SOURCE -Icommon -Iworker -Iworker/kernels \
+ *       -o build/kq_bench tools/kq_bench.c build/libswitchboard.a -lm -ldl -pthread
+ *   build/kq_bench [path/to/libggml-cpu.so]
+ *
+ * Each measurement dots one activation row with 64 weight rows of 4096
+ * elements (a few hundred KB: L2-resident, so this is kernel speed, not
+ * DRAM speed); best of 30 interleaved 10 ms windows. GB/s counts weight bytes.
+ */
+#include <dlfcn.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "sb_kq.h"
+
+#define N 4096
+#define ROWS 64
+
+typedef void (*ggml_vec_dot_fn)(int n, float *s, size_t bs, const void *x, size_t bx, const void *y, size_t by, int nrc);
+typedef struct {          /* ggml-cpu.h: struct ggml_type_traits_cpu */
+    void *from_float;
+    ggml_vec_dot_fn vec_dot;
+    int vec_dot_type;
+    int64_t nrows;
+} ggml_traits_cpu;
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static float frand(void) { return (float)rand() / RAND_MAX * 2.0f - 1.0f; }
+
+static volatile float sink;
+
+/* Seconds per pass over ROWS rows, one ~10 ms window. The caller keeps
+ * the best of many windows, interleaving the variants, so that a busy
+ * machine (other jobs on our 2 cores) hurts every variant alike. */
+static double window_ours(sb_vec_dot_fn dot, const uint8_t *w, size_t rs, const void *y) {
+    int passes = 0;
+    const double t0 = now();
+    double t;
+    do {
+        float s, acc = 0;
+        for (int r = 0; r < ROWS; r++) { dot(N, &s, w + r * rs, y); acc += s; }
+        sink = acc;
+        passes++;
+    } while ((t = now() - t0) < 0.01);
+    return t / passes;
+}
+
+static double window_ggml(ggml_vec_dot_fn dot, const uint8_t *w, size_t rs, const void *y) {
+    int passes = 0;
+    const double t0 = now();
+    double t;
+    do {
+        float s, acc = 0;
+        for (int r = 0; r < ROWS; r++) { dot(N, &s, 0, w + r * rs, 0, y, 0, 1); acc += s; }
+        sink = acc;
+        passes++;
+    } while ((t = now() - t0) < 0.01);
+    return t / passes;
+}
+
+#define WINDOWS 30
+
+int main(int argc, char **argv) {
+    const char *lib = argc > 1 ? argv[1] : "build/llamacpp/build-0.3.36/bin/libggml-cpu.so";
+    const ggml_traits_cpu *(*ggml_traits)(int) = NULL;
+    void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    if (h) {
+        void (*init)(void) = (void (*)(void))dlsym(h, "ggml_cpu_init");
+        ggml_traits = (const ggml_traits_cpu *(*)(int))dlsym(h, "ggml_get_type_traits_cpu");
+        if (init) init();
+    } else {
+        fprintf(stderr, "(no llama.cpp comparison: %s)\n", dlerror());
+    }
+    const int best = sb_kq_best_level();
+    const sb_kq_traits *ref = sb_kq_table(SB_KQ_REF);
+    printf("vec_dot, %d x %d-element rows, GB/s of weight bytes (higher is better)\n", ROWS, N);
+    printf("%-6s %8s", "type", "bytes");
+    for (int l = 0; l <= best; l++) printf(" %9s", sb_kq_level_name(l));
+    if (ggml_traits) printf(" %9s %8s", "llama.cpp", "ours/ll");
+    printf("\n");
+    float *xf = malloc(sizeof(float) * N * ROWS), *yf = malloc(sizeof(float) * N);
+    for (int i = 0; i < N * ROWS; i++) xf[i] = frand();
+    for (int i = 0; i < N; i++) yf[i] = frand();
+    for (int type = 0; type < SB_TYPE_COUNT; type++) {
+        const sb_kq_traits *t = &ref[type];
+        if (!t->blck_size || !t->vec_dot) continue;
+        const size_t rs = sb_kq_row_size(t, N);
+        uint8_t *w = malloc(rs * ROWS);
+        void *y = malloc(sb_kq_row_size(&ref[t->vec_dot_type], N));
+        for (int r = 0; r < ROWS; r++) t->from_float_ref(xf + (size_t)r * N, w + r * rs, N);
+        ref[t->vec_dot_type].from_float(yf, y, N);
+        printf("%-6s %8zu", t->name, rs);
+        const ggml_traits_cpu *g = ggml_traits ? ggml_traits(type) : NULL;
+        if (g && (!g->vec_dot || g->vec_dot_type != t->vec_dot_type)) g = NULL;
+        double bestt[SB_KQ_LEVELS + 1];
+        for (int l = 0; l <= SB_KQ_LEVELS; l++) bestt[l] = 1e9;
+        for (int rep = 0; rep < WINDOWS; rep++) {
+            for (int l = 0; l <= best; l++) {
+                const double s = window_ours(sb_kq_table(l)[type].vec_dot, w, rs, y);
+                if (s < bestt[l]) bestt[l] = s;
+            }
+            if (g) {
+                const double s = window_ggml(g->vec_dot, w, rs, y);
+                if (s < bestt[SB_KQ_LEVELS]) bestt[SB_KQ_LEVELS] = s;
+            }
+        }
+        double top = 0;
+        for (int l = 0; l <= best; l++) {
+            const double gbs = rs * ROWS / bestt[l] / 1e9;
+            if (gbs > top) top = gbs;
+            printf(" %9.2f", gbs);
+        }
+        if (g) {
+            float a, b;
+            sb_kq_table(best)[type].vec_dot(N, &a, w, y);
+            g->vec_dot(N, &b, 0, w, 0, y, 0, 1);
+            const double gbs = rs * ROWS / bestt[SB_KQ_LEVELS] / 1e9;
+            printf(" %9.2f %7.2fx  (same input, result rel. diff %.1e)", gbs, top / gbs, fabs(a - b) / (fabs(b) + 1e-30));
+        }
+        printf("\n");
+        free(w);
+        free(y);
+    }
+    return 0;
+}
