@@ -8,8 +8,10 @@
  * token. In Phi-3, "</s>" is user-defined; promoted, it is no longer matched
  * when special tokens are not parsed. The reference vectors we must match
  * (shared/vocab/extra.phi-3.out) were made before that change, so a
- * user-defined "</s>" is left alone. Everywhere else (Qwen2's normal "</s>"
- * token, for instance) we follow 0c1e57098.
+ * user-defined "</s>" ends generation (as in 0c1e57098) but is not promoted
+ * (as before): the only visible difference left is that its piece is shown
+ * when control tokens are hidden. Everywhere else (Qwen2's normal "</s>"
+ * token, for instance) we follow 0c1e57098 exactly.
  */
 #include <ctype.h>
 #include <stdio.h>
@@ -357,8 +359,8 @@ static void set_eog(sb_vocab *v) {
     for (size_t i = 0; i < SB_ARRAY_LEN(eog_texts); i++) {
         int32_t id = find_text(v, eog_texts[i]);
         if (id < 0) continue;
-        if (!strcmp(eog_texts[i], "</s>") && (v->tok[id].attr & SB_ATTR_USER_DEFINED)) continue;   /* see top */
         v->eog[id] = 1;
+        if (!strcmp(eog_texts[i], "</s>") && (v->tok[id].attr & SB_ATTR_USER_DEFINED)) continue;   /* see top */
         promote_control(v, id);
     }
     /* gpt-oss: always render these (llama.cpp makes them user-defined). */
