@@ -280,9 +280,13 @@ static void attn_task(void *arg, int task, int thread) {
     const float inv = (float)(1.0 / sum);
     float *out = c->att + (size_t)t * (size_t)n_head * hd + (size_t)h * hd;
     memset(out, 0, (size_t)hd * sizeof(float));
+    const int f16 = c->kv_type == SB_TYPE_F16;
     for (int p = start; p <= pos; p++) {
         kv->to_float(V + (size_t)p * c->kv_row_bytes, vt, hd);
-        const float w = s[p] * inv;
+        /* llama.cpp multiplies the F16 V cache by the probabilities rounded
+         * to F16; rounding them the same way keeps the next layer's Q8
+         * activations on the same side of each rounding step. */
+        const float w = f16 ? sb_fp16_to_fp32(sb_fp32_to_fp16(s[p] * inv)) : s[p] * inv;
         for (int i = 0; i < hd; i++) out[i] += w * vt[i];
     }
 }
