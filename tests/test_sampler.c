@@ -250,6 +250,34 @@ static void test_min_p_relative_to_max(void **state) {
     check_distribution(l, 5, &p, 200000);
 }
 
+/* Many thresholds on both sides of each cumulative step: an off-by-one cut
+ * shows up as a missing boundary token or an extra one. */
+static void test_cut_boundaries(void **state) {
+    (void)state;
+    const double probs[6] = { 0.4, 0.25, 0.15, 0.1, 0.07, 0.03 };
+    float l[6];
+    logits_from_probs(probs, 6, l);
+    /* cumulative: 0.4 0.65 0.8 0.9 0.97 1 (top-k 5 renormalises by 0.97) */
+    const float top_ps[] = { 0.05f, 0.39f, 0.41f, 0.64f, 0.66f, 0.79f, 0.81f, 0.89f, 0.91f, 0.96f, 0.98f };
+    /* ratio to the best: 1 0.625 0.375 0.25 0.175 0.075 */
+    const float min_ps[] = { 0.07f, 0.08f, 0.17f, 0.18f, 0.24f, 0.26f, 0.37f, 0.38f, 0.6f, 0.65f };
+    const int top_ks[] = { 0, 5 };
+    for (size_t k = 0; k < SB_ARRAY_LEN(top_ks); k++) {
+        for (size_t i = 0; i < SB_ARRAY_LEN(top_ps); i++) {
+            sb_sampling_params p = plain(1.0f, 100 + i);
+            p.top_k = top_ks[k];
+            p.top_p = top_ps[i];
+            check_distribution(l, 6, &p, 20000);
+        }
+        for (size_t i = 0; i < SB_ARRAY_LEN(min_ps); i++) {
+            sb_sampling_params p = plain(1.0f, 200 + i);
+            p.top_k = top_ks[k];
+            p.min_p = min_ps[i];
+            check_distribution(l, 6, &p, 20000);
+        }
+    }
+}
+
 static void test_default_chain_distribution(void **state) {
     (void)state;
     /* A vocab larger than the SIMD block and top-k, with a plausible spread. */
@@ -513,12 +541,14 @@ static void test_logsumexp(void **state) {
     assert_true(isinf(sb_logsumexp(a, 0)));
 }
 
-/* Per-token cost with the default parameters, printed for the report. */
+/* Per-token cost, printed for docs/PERFORMANCE.md. The machine is shared, so
+ * each figure is the best of several rounds; the bound only catches a
+ * regression to sorting the vocabulary (llama.cpp-style ~ms per token). */
 static void test_cost_per_token(void **state) {
     (void)state;
     const int sizes[] = { 32000, 128256 };
     for (size_t si = 0; si < SB_ARRAY_LEN(sizes); si++) {
-        const int n = sizes[si], variants = 8, steps = 2000;
+        const int n = sizes[si], variants = 8, rounds = 7, steps = 300;
         float *x = malloc((size_t)n * variants * sizeof *x);
         /* Gaussian logits with a few strong candidates, like a real step. */
         for (int v = 0; v < variants; v++) {
@@ -526,22 +556,28 @@ static void test_cost_per_token(void **state) {
             for (int i = 0; i < n; i++) row[i] = test_gauss(2.0f);
             for (int j = 0; j < 5; j++) row[(int)(test_uniform() * n)] = 12.0f + j;
         }
-        sb_sampling_params p;
-        sb_sampling_defaults(&p);
-        p.seed = 5;
-        const char *names[] = { "defaults", "defaults+repeat_penalty 1.1", "greedy" };
-        for (int cfg = 0; cfg < 3; cfg++) {
+        const char *names[] = { "defaults", "defaults, repeat_penalty 1.1", "greedy",
+                                "top_k 0 (top_p 0.95 over all)" };
+        for (int cfg = 0; cfg < 4; cfg++) {
+            sb_sampling_params p;
+            sb_sampling_defaults(&p);
+            p.seed = 5;
             if (cfg == 1) p.repeat_penalty = 1.1f;
             if (cfg == 2) p.temp = 0.0f;
+            if (cfg == 3) p.top_k = 0;
             sb_sampler *s = make(&p, n);
-            uint64_t t0 = sb_now_ns();
-            for (int i = 0; i < steps; i++) {
-                int32_t t = sb_sampler_sample(s, x + (size_t)(i % variants) * n);
-                sb_sampler_accept(s, t);
+            double best = 1e30;
+            for (int r = 0; r < rounds; r++) {
+                uint64_t t0 = sb_now_ns();
+                for (int i = 0; i < steps; i++) {
+                    int32_t t = sb_sampler_sample(s, x + (size_t)(i % variants) * n);
+                    sb_sampler_accept(s, t);
+                }
+                double us = (double)(sb_now_ns() - t0) / 1e3 / steps;
+                if (us < best) best = us;
             }
-            double us = (double)(sb_now_ns() - t0) / 1e3 / steps;
-            printf("# sampler cost n_vocab %6d %-28s %7.1f us/token\n", n, names[cfg], us);
-            assert_true(us < 5000);         /* a full sort per token would be ~10 ms */
+            printf("# sampler cost n_vocab %6d %-30s %7.1f us/token\n", n, names[cfg], best);
+            assert_true(best < 5000);
             sb_sampler_free(s);
         }
         free(x);
@@ -796,6 +832,7 @@ int main(void) {
         cmocka_unit_test(test_top_k_distribution),
         cmocka_unit_test(test_top_p_keeps_smallest_set),
         cmocka_unit_test(test_min_p_relative_to_max),
+        cmocka_unit_test(test_cut_boundaries),
         cmocka_unit_test(test_default_chain_distribution),
         cmocka_unit_test(test_top_p_without_top_k_large_vocab),
         cmocka_unit_test(test_seed_determinism),

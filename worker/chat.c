@@ -65,10 +65,13 @@ int sb_chat_detect(const char *tmpl, size_t len) {
     if (has(t, "[gMASK]")) return SB_CHAT_UNKNOWN;             /* ChatGLM 3/4 */
     if (has(t, "<|start_header_id|>") && has(t, "<|end_header_id|>")) return SB_CHAT_LLAMA3;
     /* The zephyr family writes the role between <| and |>, either spelled out
-     * ('<|user|>\n' + ...) or from the message (<|{{ message['role'] }}|>). */
+     * ('<|user|>\n' + ...) or from the message (<|{{ message['role'] }}|>),
+     * and ends every message with the EOS text. Without an end marker it is
+     * something else (GLM-Edge ends messages with nothing). */
     if (has(t, "<|assistant|>") &&
         (has(t, "<|user|>") || has(t, "<|{{ message['role'] }}|>") ||
-         has(t, "<|{{ message.role }}|>") || has(t, "'<|' + message['role'] + '|>'")))
+         has(t, "<|{{ message.role }}|>") || has(t, "'<|' + message['role'] + '|>")) &&
+        (has(t, "eos_token") || has(t, "</s>") || has(t, "<|endoftext|>")))
         return has(t, "<|endoftext|>") ? SB_CHAT_ZEPHYR_ENDOFTEXT : SB_CHAT_ZEPHYR;
     return SB_CHAT_UNKNOWN;
 }
@@ -198,8 +201,20 @@ int sb_chat_apply(int kind, const sb_chat_msg *msgs, size_t n, int add_generatio
     return 0;
 }
 
+/* "<|im_start|>system" then a newline, spelled as the escape \n (Qwen) or as
+ * a raw newline inside the string literal (SmolLM2). */
+static const char *after_system_open(const char *p, const char *end) {
+    static const char open[] = "<|im_start|>system";
+    size_t n = sizeof open - 1;
+    if ((size_t)(end - p) < n || memcmp(p, open, n) != 0) return NULL;
+    p += n;
+    if (end - p >= 2 && p[0] == '\\' && p[1] == 'n') return p + 2;
+    if (end - p >= 1 && p[0] == '\n') return p + 1;
+    return NULL;
+}
+
 int sb_chat_default_system(const char *tmpl, size_t len, const char **text, size_t *text_len) {
-    static const char open[] = "<|im_start|>system\\n";     /* as spelled in Jinja source */
+    static const char open[] = "<|im_start|>system";
     static const char close[] = "<|im_end|>";
     *text = NULL;
     *text_len = 0;
@@ -207,18 +222,19 @@ int sb_chat_default_system(const char *tmpl, size_t len, const char **text, size
     while (p < end) {
         const char *hit = memmem(p, (size_t)(end - p), open, sizeof open - 1);
         if (!hit) return 0;
-        const char *s = hit + sizeof open - 1;
+        p = hit + 1;
+        const char *s = after_system_open(hit, end);
+        if (!s) continue;
         const char *stop = memmem(s, (size_t)(end - s), close, sizeof close - 1);
         if (!stop) return 0;
         /* A literal: nothing that would make it an expression or an escape. */
         size_t n = (size_t)(stop - s);
         if (n > 0 && !memchr(s, '\'', n) && !memchr(s, '"', n) && !memchr(s, '\\', n) &&
-            !memchr(s, '{', n) && !memchr(s, '}', n) && !memchr(s, '+', n)) {
+            !memchr(s, '{', n) && !memchr(s, '}', n) && !memchr(s, '+', n) && !memchr(s, '\n', n)) {
             *text = s;
             *text_len = n;
             return 1;
         }
-        p = s;
     }
     return 0;
 }

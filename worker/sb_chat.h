@@ -70,8 +70,8 @@ int sb_chat_apply(int kind, const sb_chat_msg *msgs, size_t n, int add_generatio
 
 /* The system message a chatml-style template writes when the conversation has
  * none, e.g. Qwen2.5's "You are Qwen, created by Alibaba Cloud. You are a
- * helpful assistant.": the literal between "<|im_start|>system\n" and
- * "<|im_end|>" in the Jinja source. Returns 1 and points *text into tmpl when
+ * helpful assistant.": the literal between "<|im_start|>system" plus a
+ * newline (escaped or raw) and "<|im_end|>" in the Jinja source. Returns 1 and points *text into tmpl when
  * there is one, else 0. llama.cpp's non-Jinja path leaves it out; a caller
  * that wants the prompt the template itself renders prepends it as a system
  * message when msgs[0] is not one. */
