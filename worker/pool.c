@@ -3,6 +3,7 @@
 #include "sb_common.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <immintrin.h>
 
@@ -10,6 +11,8 @@
  * gap between two matmuls of one token (a few µs), short enough that an idle
  * worker does not hold a core. Counted in pause instructions (~30-140 ns). */
 #define SPIN_PAUSES 20000
+/* The caller waiting for a claimed task yields after this many pauses (~10 µs). */
+#define YIELD_AFTER 200
 
 typedef struct {
     sb_pool *pool;
@@ -17,28 +20,43 @@ typedef struct {
     pthread_t tid;
 } pool_thread;
 
-/* Each hot atomic sits on its own cache line so that the task counter the
- * threads hammer does not share a line with the generation they poll. */
+/* Work is handed out through one 64-bit ticket: run number (24 bits), task
+ * count (20) and next task index (20). A thread claims a task by a CAS on
+ * the ticket, so a claim can only succeed for the run that is current, and
+ * fn/arg cannot change under it: the caller waits until every task of a
+ * run has *finished* (tasks_done), not until every thread has checked in.
+ * A thread that is descheduled while idle therefore never delays a run;
+ * with more runnable threads than cores (three workers on two cores) that
+ * is the difference between microseconds and a scheduler quantum per run. */
+#define TICKET_BITS 20
+#define TICKET_MASK ((1u << TICKET_BITS) - 1)
+
 struct sb_pool {
     int n_threads;
     pool_thread *threads;
-    _Alignas(64) atomic_uint generation;    /* bumped once per run */
-    _Alignas(64) atomic_int next_task;
-    _Alignas(64) atomic_int n_done;          /* threads finished with this run */
+    _Alignas(64) _Atomic uint64_t ticket;
+    _Alignas(64) atomic_int tasks_done;
+    _Alignas(64) atomic_uint generation;    /* bumped once per run: wakes threads */
     _Alignas(64) atomic_int n_sleeping;
     atomic_int stop;
+    uint32_t run;                           /* caller-only: run number */
     sb_pool_fn fn;
     void *arg;
-    int n_tasks;
     pthread_mutex_t mu;
     pthread_cond_t cv;
 };
 
 static void run_tasks(sb_pool *p, int thread) {
+    uint64_t v = atomic_load_explicit(&p->ticket, memory_order_acquire);
     for (;;) {
-        int t = atomic_fetch_add_explicit(&p->next_task, 1, memory_order_relaxed);
-        if (t >= p->n_tasks) break;
-        p->fn(p->arg, t, thread);
+        const uint32_t idx = (uint32_t)(v & TICKET_MASK), n = (uint32_t)((v >> TICKET_BITS) & TICKET_MASK);
+        if (idx >= n) return;
+        if (!atomic_compare_exchange_weak_explicit(&p->ticket, &v, v + 1, memory_order_acq_rel,
+                                                   memory_order_acquire))
+            continue;
+        p->fn(p->arg, (int)idx, thread);
+        atomic_fetch_add_explicit(&p->tasks_done, 1, memory_order_release);
+        v = atomic_load_explicit(&p->ticket, memory_order_acquire);
     }
 }
 
@@ -65,7 +83,6 @@ static void *thread_main(void *arg) {
         seen = g;
         if (atomic_load(&p->stop)) return NULL;
         run_tasks(p, self->index);
-        atomic_fetch_add_explicit(&p->n_done, 1, memory_order_release);
     }
 }
 
@@ -112,15 +129,16 @@ int sb_pool_size(const sb_pool *p) { return p->n_threads; }
 
 void sb_pool_run(sb_pool *p, sb_pool_fn fn, void *arg, int n_tasks) {
     if (n_tasks <= 0) return;
-    if (p->n_threads == 1 || n_tasks == 1) {
+    if (p->n_threads == 1 || n_tasks == 1 || n_tasks > (int)TICKET_MASK) {
         for (int t = 0; t < n_tasks; t++) fn(arg, t, 0);
         return;
     }
     p->fn = fn;
     p->arg = arg;
-    p->n_tasks = n_tasks;
-    atomic_store_explicit(&p->next_task, 0, memory_order_relaxed);
-    atomic_store_explicit(&p->n_done, 0, memory_order_relaxed);
+    p->run = (p->run + 1) & 0xFFFFFFu;
+    atomic_store_explicit(&p->tasks_done, 0, memory_order_relaxed);
+    atomic_store_explicit(&p->ticket, ((uint64_t)p->run << (2 * TICKET_BITS)) | ((uint64_t)n_tasks << TICKET_BITS),
+                          memory_order_release);
     /* seq_cst: this store and the n_sleeping load below must not reorder
      * (a thread going to sleep does the mirror image under the mutex). */
     atomic_fetch_add(&p->generation, 1);
@@ -130,5 +148,12 @@ void sb_pool_run(sb_pool *p, sb_pool_fn fn, void *arg, int n_tasks) {
         pthread_mutex_unlock(&p->mu);
     }
     run_tasks(p, 0);
-    while (atomic_load_explicit(&p->n_done, memory_order_acquire) < p->n_threads - 1) _mm_pause();
+    /* Only tasks another thread has claimed are left; normally they finish
+     * within microseconds. If that thread was preempted mid-task, spinning
+     * would burn the slice it needs: yield instead. */
+    int spins = 0;
+    while (atomic_load_explicit(&p->tasks_done, memory_order_acquire) < n_tasks) {
+        if (++spins < YIELD_AFTER) _mm_pause();
+        else sched_yield();
+    }
 }
