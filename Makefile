@@ -32,7 +32,7 @@ MODULES  := common worker worker/kernels ipc router cache supervisor
 INCLUDES := $(addprefix -I,$(MODULES))
 WARN     := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter
 CFLAGS   ?=
-CFLAGS   += -std=c11 -g $(OPT) $(WARN) -D_GNU_SOURCE -pthread $(INCLUDES) \
+override CFLAGS += -std=c11 -g $(OPT) $(WARN) -D_GNU_SOURCE -pthread $(INCLUDES) \
             $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 LDLIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm -pthread
 
