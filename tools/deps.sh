@@ -3,7 +3,7 @@
 # Idempotent and quiet when everything is already there.
 set -eu
 need=(make gcc pkg-config libevent-dev libmsgpack-dev libsqlite3-dev libyaml-dev libcmocka-dev
-      python3 curl ca-certificates)
+      libpq-dev postgresql python3 curl ca-certificates util-linux)
 [ "${SB_WITH_FUZZ:-0}" = 1 ] && need+=(clang libclang-rt-14-dev)
 [ -n "${SB_EXTRA_DEBS:-}" ] && need+=($SB_EXTRA_DEBS)
 missing=()
