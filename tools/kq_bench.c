@@ -8,7 +8,7 @@
  *
  * Each measurement dots one activation row with 64 weight rows of 4096
  * elements (a few hundred KB: L2-resident, so this is kernel speed, not
- * DRAM speed); best of 30 interleaved 10 ms windows. GB/s counts weight bytes.
+ * DRAM speed); best of 150 interleaved 2 ms windows. GB/s counts weight bytes.
  */
 #include <dlfcn.h>
 #include <math.h>
@@ -40,7 +40,7 @@ static float frand(void) { return (float)rand() / RAND_MAX * 2.0f - 1.0f; }
 
 static volatile float sink;
 
-/* Seconds per pass over ROWS rows, one ~10 ms window. The caller keeps
+/* Seconds per pass over ROWS rows, one ~2 ms window. The caller keeps
  * the best of many windows, interleaving the variants, so that a busy
  * machine (other jobs on our 2 cores) hurts every variant alike. */
 static double window_ours(sb_vec_dot_fn dot, const uint8_t *w, size_t rs, const void *y) {
@@ -52,7 +52,7 @@ static double window_ours(sb_vec_dot_fn dot, const uint8_t *w, size_t rs, const 
         for (int r = 0; r < ROWS; r++) { dot(N, &s, w + r * rs, y); acc += s; }
         sink = acc;
         passes++;
-    } while ((t = now() - t0) < 0.01);
+    } while ((t = now() - t0) < 0.002);
     return t / passes;
 }
 
@@ -65,11 +65,11 @@ static double window_ggml(ggml_vec_dot_fn dot, const uint8_t *w, size_t rs, cons
         for (int r = 0; r < ROWS; r++) { dot(N, &s, 0, w + r * rs, 0, y, 0, 1); acc += s; }
         sink = acc;
         passes++;
-    } while ((t = now() - t0) < 0.01);
+    } while ((t = now() - t0) < 0.002);
     return t / passes;
 }
 
-#define WINDOWS 30
+#define WINDOWS 150
 
 int main(int argc, char **argv) {
     const char *lib = argc > 1 ? argv[1] : "build/llamacpp/build-0.3.36/bin/libggml-cpu.so";
@@ -84,14 +84,30 @@ int main(int argc, char **argv) {
     }
     const int best = sb_kq_best_level();
     const sb_kq_traits *ref = sb_kq_table(SB_KQ_REF);
+    float *xf = malloc(sizeof(float) * N * ROWS), *yf = malloc(sizeof(float) * N);
+    for (int i = 0; i < N * ROWS; i++) xf[i] = frand();
+    for (int i = 0; i < N; i++) yf[i] = frand();
+    /* our activation quantizers against llama.cpp's on the same floats */
+    if (ggml_traits) {
+        static const int act[] = { SB_TYPE_Q8_0, SB_TYPE_Q8_1, SB_TYPE_Q8_K, SB_TYPE_F16 };
+        for (size_t k = 0; k < sizeof act / sizeof act[0]; k++) {
+            const ggml_traits_cpu *g = ggml_traits(act[k]);
+            if (!g || !g->from_float) continue;
+            const size_t bytes = sb_kq_row_size(&ref[act[k]], N * ROWS);
+            uint8_t *a = malloc(bytes), *b = malloc(bytes);
+            sb_kq_table(best)[act[k]].from_float(xf, a, N * ROWS);
+            ((void (*)(const float *, void *, int64_t))g->from_float)(xf, b, N * ROWS);
+            printf("activation %-5s vs llama.cpp's from_float: %s\n", ref[act[k]].name,
+                   memcmp(a, b, bytes) ? "DIFFERENT bytes" : "identical bytes");
+            free(a);
+            free(b);
+        }
+    }
     printf("vec_dot, %d x %d-element rows, GB/s of weight bytes (higher is better)\n", ROWS, N);
     printf("%-6s %8s", "type", "bytes");
     for (int l = 0; l <= best; l++) printf(" %9s", sb_kq_level_name(l));
     if (ggml_traits) printf(" %9s %8s", "llama.cpp", "ours/ll");
     printf("\n");
-    float *xf = malloc(sizeof(float) * N * ROWS), *yf = malloc(sizeof(float) * N);
-    for (int i = 0; i < N * ROWS; i++) xf[i] = frand();
-    for (int i = 0; i < N; i++) yf[i] = frand();
     for (int type = 0; type < SB_TYPE_COUNT; type++) {
         const sb_kq_traits *t = &ref[type];
         if (!t->blck_size || !t->vec_dot) continue;

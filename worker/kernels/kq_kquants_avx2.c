@@ -28,24 +28,18 @@ static inline __m256i scale_16_shuffle(int k) {
     return _mm256_add_epi8(_mm256_set1_epi16((short)(((4 * k + 1) << 8) | (4 * k))), lane1_plus2);
 }
 
-/* Σ_j sc[j]·bsums[j] over the 16 sub-blocks (sc as 16 int16). */
-static inline int scaled_bsums(__m256i sc16, const int16_t *bsums) {
-    return kq_hsum_i32x8(_mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)bsums)));
-}
-
 /* ==== Q2_K: q in 0..3, x = d·(sc&15)·q - dmin·(sc>>4) ===================== */
 
 void sb_kq_dot_q2_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
     const sb_block_q2_K *x = vx;
     const sb_block_q8_K *y = vy;
     const __m256i m3 = _mm256_set1_epi8(3);
-    __m256 acc = _mm256_setzero_ps();
-    float acc_min = 0;
+    __m256 acc = _mm256_setzero_ps(), acc_min = _mm256_setzero_ps();
     for (int i = 0; i < n / SB_QK_K; i++) {
         const __m128i packed = _mm_loadu_si128((const __m128i *)x[i].scales);
         const __m128i sc8 = _mm_and_si128(packed, _mm_set1_epi8(0xF));
         const __m128i mn8 = _mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0xF));
-        const int summs = scaled_bsums(_mm256_cvtepu8_epi16(mn8), y[i].bsums);
+        const __m256i mins = _mm256_madd_epi16(_mm256_cvtepu8_epi16(mn8), _mm256_loadu_si256((const __m256i *)y[i].bsums));
         const __m256i sc16 = _mm256_cvtepu8_epi16(sc8);
         /* per 128-half h: the 8 scales 8h..8h+7 in both lanes */
         const __m256i sch[2] = { _mm256_permute2x128_si256(sc16, sc16, 0x00), _mm256_permute2x128_si256(sc16, sc16, 0x11) };
@@ -64,9 +58,9 @@ void sb_kq_dot_q2_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
         }
         const float dy = y[i].d;
         acc = _mm256_fmadd_ps(_mm256_set1_ps(dy * kq_f16(x[i].d)), _mm256_cvtepi32_ps(sumi), acc);
-        acc_min += (dy * kq_f16(x[i].dmin)) * summs;
+        acc_min = _mm256_fmadd_ps(_mm256_set1_ps(dy * kq_f16(x[i].dmin)), _mm256_cvtepi32_ps(mins), acc_min);
     }
-    *s = kq_hsum_f32x8(acc) - acc_min;
+    *s = kq_hsum_f32x8(_mm256_sub_ps(acc, acc_min));
 }
 
 /* ==== Q3_K: q in -4..3 = low 2 bits + 4·hmask bit - 4 ======================= */
@@ -79,7 +73,7 @@ void sb_kq_dot_q3_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
     __m256 acc = _mm256_setzero_ps();
     for (int i = 0; i < n / SB_QK_K; i++) {
         const __m256i sc16 = _mm256_cvtepi8_epi16(kq_scales_q3_128(x[i].scales));
-        const int offset = 4 * scaled_bsums(sc16, y[i].bsums);
+        const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y[i].bsums)), 2);
         const __m256i sch[2] = { _mm256_permute2x128_si256(sc16, sc16, 0x00), _mm256_permute2x128_si256(sc16, sc16, 0x11) };
         const __m256i hbits = _mm256_loadu_si256((const __m256i *)x[i].hmask);
         const int8_t *q8 = y[i].qs;
@@ -99,7 +93,7 @@ void sb_kq_dot_q3_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
             }
             q8 += 128;
         }
-        sumi = _mm256_sub_epi32(sumi, _mm256_setr_epi32(offset, 0, 0, 0, 0, 0, 0, 0));
+        sumi = _mm256_sub_epi32(sumi, offset);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(kq_f16(x[i].d) * y[i].d), _mm256_cvtepi32_ps(sumi), acc);
     }
     *s = kq_hsum_f32x8(acc);
@@ -107,26 +101,15 @@ void sb_kq_dot_q3_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
 
 /* ==== Q4_K / Q5_K: 8 sub-blocks of 32, 6-bit scales and mins ================ */
 
-/* The 8 scales as int16 (a 128-bit vector) and the min term Σ m·bsums. */
-static inline __m128i k4_scales(const uint8_t *packed, const int16_t *bsums, int *summs) {
-    const __m256i sm16 = _mm256_cvtepu8_epi16(kq_scales_k4_128(packed));
-    /* bsums pairs -> 8 sums of 32 elements, against the 8 mins */
-    const __m256i b = _mm256_loadu_si256((const __m256i *)bsums);
-    const __m128i b32 = _mm_hadd_epi16(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
-    *summs = kq_hsum_i32x4(_mm_madd_epi16(_mm256_extracti128_si256(sm16, 1), b32));
-    return _mm256_castsi256_si128(sm16);
-}
-
 void sb_kq_dot_q4_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
     const sb_block_q4_K *x = vx;
     const sb_block_q8_K *y = vy;
     const __m256i m4 = _mm256_set1_epi8(0xF);
     __m256 acc = _mm256_setzero_ps();
-    float acc_min = 0;
+    __m256 acc_min = _mm256_setzero_ps();
     for (int i = 0; i < n / SB_QK_K; i++) {
-        int summs;
-        const __m128i sc = k4_scales(x[i].scales, y[i].bsums, &summs);
-        const __m256i sc2 = _mm256_broadcastsi128_si256(sc);
+        const __m128i sm = kq_scales_k4_128(x[i].scales);
+        const __m256i sc2 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
         const int8_t *q8 = y[i].qs;
         __m256i sumi = _mm256_setzero_si256();
 #pragma GCC unroll 4
@@ -140,9 +123,9 @@ void sb_kq_dot_q4_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
         }
         const float dy = y[i].d;
         acc = _mm256_fmadd_ps(_mm256_set1_ps(kq_f16(x[i].d) * dy), _mm256_cvtepi32_ps(sumi), acc);
-        acc_min += (kq_f16(x[i].dmin) * dy) * summs;
+        acc_min = _mm256_fmadd_ps(_mm256_set1_ps(kq_f16(x[i].dmin) * dy), _mm256_cvtepi32_ps(kq_k4_mins_dot_bsums(sm, y[i].bsums)), acc_min);
     }
-    *s = kq_hsum_f32x8(acc) - acc_min;
+    *s = kq_hsum_f32x8(_mm256_sub_ps(acc, acc_min));
 }
 
 void sb_kq_dot_q5_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
@@ -150,11 +133,10 @@ void sb_kq_dot_q5_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
     const sb_block_q8_K *y = vy;
     const __m256i m4 = _mm256_set1_epi8(0xF), bit0 = _mm256_set1_epi8(1);
     __m256 acc = _mm256_setzero_ps();
-    float acc_min = 0;
+    __m256 acc_min = _mm256_setzero_ps();
     for (int i = 0; i < n / SB_QK_K; i++) {
-        int summs;
-        const __m128i sc = k4_scales(x[i].scales, y[i].bsums, &summs);
-        const __m256i sc2 = _mm256_broadcastsi128_si256(sc);
+        const __m128i sm = kq_scales_k4_128(x[i].scales);
+        const __m256i sc2 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
         const int8_t *q8 = y[i].qs;
         __m256i hbits = _mm256_loadu_si256((const __m256i *)x[i].qh);
         __m256i sumi = _mm256_setzero_si256();
@@ -174,9 +156,9 @@ void sb_kq_dot_q5_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
         }
         const float dy = y[i].d;
         acc = _mm256_fmadd_ps(_mm256_set1_ps(kq_f16(x[i].d) * dy), _mm256_cvtepi32_ps(sumi), acc);
-        acc_min += (kq_f16(x[i].dmin) * dy) * summs;
+        acc_min = _mm256_fmadd_ps(_mm256_set1_ps(kq_f16(x[i].dmin) * dy), _mm256_cvtepi32_ps(kq_k4_mins_dot_bsums(sm, y[i].bsums)), acc_min);
     }
-    *s = kq_hsum_f32x8(acc) - acc_min;
+    *s = kq_hsum_f32x8(_mm256_sub_ps(acc, acc_min));
 }
 
 /* ==== Q6_K: q in -32..31 stored +32; int8 scales per 16 ===================== */
@@ -189,7 +171,7 @@ void sb_kq_dot_q6_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
     __m256 acc = _mm256_setzero_ps();
     for (int i = 0; i < n / SB_QK_K; i++) {
         const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i].scales));
-        const int offset = 32 * scaled_bsums(sc16, y[i].bsums);
+        const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y[i].bsums)), 5);
         const __m256i sch[2] = { _mm256_permute2x128_si256(sc16, sc16, 0x00), _mm256_permute2x128_si256(sc16, sc16, 0x11) };
         const int8_t *q8 = y[i].qs;
         __m256i sumi = _mm256_setzero_si256();
@@ -212,7 +194,7 @@ void sb_kq_dot_q6_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
             }
             q8 += 128;
         }
-        sumi = _mm256_sub_epi32(sumi, _mm256_setr_epi32(offset, 0, 0, 0, 0, 0, 0, 0));
+        sumi = _mm256_sub_epi32(sumi, offset);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(kq_f16(x[i].d) * y[i].d), _mm256_cvtepi32_ps(sumi), acc);
     }
     *s = kq_hsum_f32x8(acc);

@@ -26,10 +26,6 @@ static inline __m512i join(__m256i lo, __m256i hi) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
-static inline int scaled_bsums(__m256i sc16, const int16_t *bsums) {
-    return kq_hsum_i32x8(_mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)bsums)));
-}
-
 static inline __m512i load_q8_64(const int8_t *p) { return _mm512_loadu_si512(p); }
 
 /* One 64-quant step: acc += scales · Σpairs(q·q8). */
@@ -44,12 +40,12 @@ void sb_kq_dot_q2_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy)
     const sb_block_q8_K *y = vy;
     const __m512i m3 = _mm512_set1_epi8(3);
     __m512 acc = _mm512_setzero_ps();
-    float acc_min = 0;
+    __m256 acc_min = _mm256_setzero_ps();
     for (int i = 0; i < n / SB_QK_K; i++) {
         const __m128i packed = _mm_loadu_si128((const __m128i *)x[i].scales);
         const __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(packed, _mm_set1_epi8(0xF)));
         const __m256i mn16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0xF)));
-        const int summs = scaled_bsums(mn16, y[i].bsums);
+        const __m256i mins = _mm256_madd_epi16(mn16, _mm256_loadu_si256((const __m256i *)y[i].bsums));
         const __m512i sc = _mm512_castsi256_si512(sc16);
         __m512i sumi = _mm512_setzero_si512();
 #pragma GCC unroll 2
@@ -63,9 +59,9 @@ void sb_kq_dot_q2_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy)
         }
         const float dy = y[i].d;
         acc = _mm512_fmadd_ps(_mm512_set1_ps(dy * kq_f16(x[i].d)), _mm512_cvtepi32_ps(sumi), acc);
-        acc_min += (dy * kq_f16(x[i].dmin)) * summs;
+        acc_min = _mm256_fmadd_ps(_mm256_set1_ps(dy * kq_f16(x[i].dmin)), _mm256_cvtepi32_ps(mins), acc_min);
     }
-    *s = _mm512_reduce_add_ps(acc) - acc_min;
+    *s = _mm512_reduce_add_ps(acc) - kq_hsum_f32x8(acc_min);
 }
 
 /* ==== Q3_K ================================================================== */
@@ -77,7 +73,7 @@ void sb_kq_dot_q3_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy)
     __m512 acc = _mm512_setzero_ps();
     for (int i = 0; i < n / SB_QK_K; i++) {
         const __m256i sc16 = _mm256_cvtepi8_epi16(kq_scales_q3_128(x[i].scales));
-        const int offset = 4 * scaled_bsums(sc16, y[i].bsums);
+        const __m512i offset = _mm512_zextsi256_si512(_mm256_slli_epi32(_mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y[i].bsums)), 2));
         const __m512i sc = _mm512_castsi256_si512(sc16);
         const __m256i hm = _mm256_loadu_si256((const __m256i *)x[i].hmask);
         __m512i sumi = _mm512_setzero_si512();
@@ -93,7 +89,7 @@ void sb_kq_dot_q3_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy)
             sumi = step(sumi, q01, y[i].qs + 128 * h, spread_scales(sc, 8 * h, 3));
             sumi = step(sumi, q23, y[i].qs + 128 * h + 64, spread_scales(sc, 8 * h + 4, 3));
         }
-        sumi = _mm512_mask_sub_epi32(sumi, 1, sumi, _mm512_set1_epi32(offset));
+        sumi = _mm512_sub_epi32(sumi, offset);
         acc = _mm512_fmadd_ps(_mm512_set1_ps(kq_f16(x[i].d) * y[i].d), _mm512_cvtepi32_ps(sumi), acc);
     }
     *s = _mm512_reduce_add_ps(acc);
@@ -101,63 +97,63 @@ void sb_kq_dot_q3_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy)
 
 /* ==== Q4_K / Q5_K =========================================================== */
 
-static inline __m256i k4_scales(const uint8_t *packed, const int16_t *bsums, int *summs) {
-    const __m256i sm16 = _mm256_cvtepu8_epi16(kq_scales_k4_128(packed));
-    const __m256i b = _mm256_loadu_si256((const __m256i *)bsums);
-    const __m128i b32 = _mm_hadd_epi16(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
-    *summs = kq_hsum_i32x4(_mm_madd_epi16(_mm256_extracti128_si256(sm16, 1), b32));
-    return sm16;
+/* 32 bytes in both halves of a register (a broadcast load: no shuffle). */
+static inline __m512i load_32_twice(const uint8_t *p) { return _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)p)); }
+
+/* Per-16-bit-lane shift counts: 0 in the low half, 4 in the high half, so
+ * one vpsrlvw turns [bytes, bytes] into [low nibbles, high nibbles]. */
+static inline __m512i lo_hi_shift4(void) {
+    return _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
 }
 
 void sb_kq_dot_q4_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy) {
     const sb_block_q4_K *x = vx;
     const sb_block_q8_K *y = vy;
-    const __m512i m4 = _mm512_set1_epi8(0xF);
+    const __m512i m4 = _mm512_set1_epi8(0xF), lo_hi_shift = lo_hi_shift4();
     __m512 acc = _mm512_setzero_ps();
-    float acc_min = 0;
+    __m256 acc_min = _mm256_setzero_ps();
     for (int i = 0; i < n / SB_QK_K; i++) {
-        int summs;
-        const __m512i sc = _mm512_castsi256_si512(k4_scales(x[i].scales, y[i].bsums, &summs));
+        const __m128i sm = kq_scales_k4_128(x[i].scales);
+        const __m512i sc = _mm512_castsi128_si512(_mm_cvtepu8_epi16(sm));
         __m512i sumi = _mm512_setzero_si512();
 #pragma GCC unroll 4
         for (int j = 0; j < 4; j++) {
             /* sub-blocks 2j (low nibbles) and 2j+1 (high): elements 64j..64j+63 */
-            const __m256i bits = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
-            const __m512i q = _mm512_and_si512(join(bits, _mm256_srli_epi16(bits, 4)), m4);
+            const __m512i q = _mm512_and_si512(_mm512_srlv_epi16(load_32_twice(x[i].qs + 32 * j), lo_hi_shift), m4);
             sumi = step(sumi, q, y[i].qs + 64 * j, spread_scales(sc, 2 * j, 4));
         }
         const float dy = y[i].d;
         acc = _mm512_fmadd_ps(_mm512_set1_ps(kq_f16(x[i].d) * dy), _mm512_cvtepi32_ps(sumi), acc);
-        acc_min += (kq_f16(x[i].dmin) * dy) * summs;
+        acc_min = _mm256_fmadd_ps(_mm256_set1_ps(kq_f16(x[i].dmin) * dy), _mm256_cvtepi32_ps(kq_k4_mins_dot_bsums(sm, y[i].bsums)), acc_min);
     }
-    *s = _mm512_reduce_add_ps(acc) - acc_min;
+    *s = _mm512_reduce_add_ps(acc) - kq_hsum_f32x8(acc_min);
 }
 
 void sb_kq_dot_q5_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy) {
     const sb_block_q5_K *x = vx;
     const sb_block_q8_K *y = vy;
-    const __m512i m4 = _mm512_set1_epi8(0xF), one = _mm512_set1_epi8(1);
+    const __m512i m4 = _mm512_set1_epi8(0xF), one = _mm512_set1_epi8(1), lo_hi_shift = lo_hi_shift4();
     __m512 acc = _mm512_setzero_ps();
-    float acc_min = 0;
+    __m256 acc_min = _mm256_setzero_ps();
     for (int i = 0; i < n / SB_QK_K; i++) {
-        int summs;
-        const __m512i sc = _mm512_castsi256_si512(k4_scales(x[i].scales, y[i].bsums, &summs));
+        const __m128i sm = kq_scales_k4_128(x[i].scales);
+        const __m512i sc = _mm512_castsi128_si512(_mm_cvtepu8_epi16(sm));
         const __m256i qh = _mm256_loadu_si256((const __m256i *)x[i].qh);
         __m512i hz = join(qh, _mm256_srli_epi16(qh, 1)); /* bit 2j / 2j+1 at bit 0 after >> 2j */
         __m512i sumi = _mm512_setzero_si512();
 #pragma GCC unroll 4
         for (int j = 0; j < 4; j++) {
-            const __m256i bits = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
             const __m512i hb = _mm512_slli_epi16(_mm512_and_si512(hz, one), 4);
             hz = _mm512_srli_epi16(hz, 2);
-            const __m512i q = _mm512_or_si512(_mm512_and_si512(join(bits, _mm256_srli_epi16(bits, 4)), m4), hb);
+            const __m512i nib = _mm512_and_si512(_mm512_srlv_epi16(load_32_twice(x[i].qs + 32 * j), lo_hi_shift), m4);
+            const __m512i q = _mm512_or_si512(nib, hb);
             sumi = step(sumi, q, y[i].qs + 64 * j, spread_scales(sc, 2 * j, 4));
         }
         const float dy = y[i].d;
         acc = _mm512_fmadd_ps(_mm512_set1_ps(kq_f16(x[i].d) * dy), _mm512_cvtepi32_ps(sumi), acc);
-        acc_min += (kq_f16(x[i].dmin) * dy) * summs;
+        acc_min = _mm256_fmadd_ps(_mm256_set1_ps(kq_f16(x[i].dmin) * dy), _mm256_cvtepi32_ps(kq_k4_mins_dot_bsums(sm, y[i].bsums)), acc_min);
     }
-    *s = _mm512_reduce_add_ps(acc) - acc_min;
+    *s = _mm512_reduce_add_ps(acc) - kq_hsum_f32x8(acc_min);
 }
 
 /* ==== Q6_K ================================================================== */
@@ -169,7 +165,7 @@ void sb_kq_dot_q6_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy)
     __m512 acc = _mm512_setzero_ps();
     for (int i = 0; i < n / SB_QK_K; i++) {
         const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i].scales));
-        const int offset = 32 * scaled_bsums(sc16, y[i].bsums);
+        const __m512i offset = _mm512_zextsi256_si512(_mm256_slli_epi32(_mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y[i].bsums)), 5));
         const __m512i sc = _mm512_castsi256_si512(sc16);
         __m512i sumi = _mm512_setzero_si512();
 #pragma GCC unroll 2
@@ -184,7 +180,7 @@ void sb_kq_dot_q6_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy)
             sumi = step(sumi, q01, y[i].qs + 128 * h, spread_scales(sc, 8 * h, 3));
             sumi = step(sumi, q23, y[i].qs + 128 * h + 64, spread_scales(sc, 8 * h + 4, 3));
         }
-        sumi = _mm512_mask_sub_epi32(sumi, 1, sumi, _mm512_set1_epi32(offset));
+        sumi = _mm512_sub_epi32(sumi, offset);
         acc = _mm512_fmadd_ps(_mm512_set1_ps(kq_f16(x[i].d) * y[i].d), _mm512_cvtepi32_ps(sumi), acc);
     }
     *s = _mm512_reduce_add_ps(acc);

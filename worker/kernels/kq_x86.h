@@ -59,6 +59,14 @@ static inline __m128i kq_scales_q3_128(const uint8_t *packed) {   /* 16 × int8,
     return _mm_sub_epi8(v, _mm_set1_epi8(32));
 }
 
+/* Q4_K / Q5_K min term as 8 int32 partial sums: min j covers bsums 2j and
+ * 2j+1, so duplicate each min and let madd pair them with the bsums. sm is
+ * kq_scales_k4_128's result (scales in bytes 0..7, mins in 8..15). */
+static inline __m256i kq_k4_mins_dot_bsums(__m128i sm, const int16_t *bsums) {
+    const __m128i dup = _mm_shuffle_epi8(sm, _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15));
+    return _mm256_madd_epi16(_mm256_cvtepu8_epi16(dup), _mm256_loadu_si256((const __m256i *)bsums));
+}
+
 /* 16 packed nibbles -> 32 bytes 0..15: low nibbles first (elements 0..15),
  * then high nibbles (16..31), the legacy-quant element order. */
 static inline __m256i kq_nibbles_32(const uint8_t *p) {
