@@ -325,16 +325,16 @@ static int32_t detect_by_text(sb_vocab *v, const char *const *texts, size_t n) {
 static void set_eog(sb_vocab *v) {
     static const char *const eot_texts[] = {
         "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>",
-        "<EOT>", "_<EOT>", "[EOT]", "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
+        "<EOT>", "_<EOT>", "[EOT]", "<｜end▁of▁sentence｜>",
         "<end_of_utterance>",
     };
     static const char *const eom_texts[] = { "<|eom_id|>" };
     static const char *const pre_texts[] = { "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>",
-        "<\xef\xbd\x9c" "fim\xe2\x96\x81" "begin\xef\xbd\x9c>", "<PRE>", "\xe2\x96\x81<PRE>", "<|code_prefix|>", "<|prefix|>" };
+        "<｜fim▁begin｜>", "<PRE>", "\xe2\x96\x81<PRE>", "<|code_prefix|>", "<|prefix|>" };
     static const char *const suf_texts[] = { "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>",
-        "<\xef\xbd\x9c" "fim\xe2\x96\x81hole\xef\xbd\x9c>", "<SUF>", "\xe2\x96\x81<SUF>", "<|code_suffix|>", "<|suffix|>" };
+        "<｜fim▁hole｜>", "<SUF>", "\xe2\x96\x81<SUF>", "<|code_suffix|>", "<|suffix|>" };
     static const char *const mid_texts[] = { "<|fim_middle|>", "<fim-middle>", "<fim_middle>",
-        "<\xef\xbd\x9c" "fim\xe2\x96\x81" "end\xef\xbd\x9c>", "<MID>", "\xe2\x96\x81<MID>", "<|code_middle|>", "<|middle|>" };
+        "<｜fim▁end｜>", "<MID>", "\xe2\x96\x81<MID>", "<|code_middle|>", "<|middle|>" };
     static const char *const pad_texts[] = { "<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]" };
     static const char *const rep_texts[] = { "<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>" };
     static const char *const sep_texts[] = { "<|file_sep|>" };
@@ -343,7 +343,7 @@ static void set_eog(sb_vocab *v) {
         "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
         "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
         "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
-        "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", "[e~[",
+        "<｜end▁of▁sentence｜>", "[e~[",
     };
     int32_t fim[3];
     if (v->eot < 0) v->eot = detect_by_text(v, eot_texts, SB_ARRAY_LEN(eot_texts));

@@ -10,6 +10,8 @@
 
 #include "kq_internal.h"
 
+#include <cpuid.h>
+
 /* Rows that do not depend on the level. */
 #define UNSUPPORTED(id, nm) [id] = { .name = nm }
 #define PLACEHOLDERS                                                           \
