@@ -225,15 +225,25 @@ sqlfail:
     return r;
 }
 
+/* Every attempt gets a fresh nonce in the body, so its signature is new: an
+ * honest retry of a stored batch within the same second is never taken for
+ * a replay, while the sync_id still makes the retry a no-op at the cloud. */
 static int send_batch(const sb_cache_sync_opts *o, const batch *b, sbc_http_reply *reply, char *err) {
-    char ts[24], sig[SB_CACHE_KEY_HEX], headers[512];
-    snprintf(ts, sizeof ts, "%lld", (long long)time(NULL));
-    sbc_sign(o->secret, ts, b->body.p, b->body.len, sig);
+    char ts[24], sig[SB_CACHE_KEY_HEX], headers[512], nonce[33];
     if (strpbrk(o->edge_id, "\r\n")) return sb_seterr(err, SB_EINVAL, "sync: bad edge id");
+    if (new_sync_id(nonce)) return sb_seterr(err, SB_EIO, "getrandom failed");
+    sbc_buf body = { 0 };
+    sbc_buf_printf(&body, "{\"nonce\":\"%s\",", nonce);
+    sbc_buf_add(&body, b->body.p + 1, b->body.len - 1);     /* the stored object minus '{' */
+    if (body.oom) { sbc_buf_free(&body); return sb_seterr(err, SB_ENOMEM, "sync: out of memory"); }
+    snprintf(ts, sizeof ts, "%lld", (long long)time(NULL));
+    sbc_sign(o->secret, ts, body.p, body.len, sig);
     snprintf(headers, sizeof headers, "X-Edge-Id: %s\r\nX-Timestamp: %s\r\nX-Signature: %s\r\n",
              o->edge_id, ts, sig);
-    return sbc_http_request("POST", o->url, "/v1/sync", headers, b->body.p, b->body.len,
-                            o->timeout_ms > 0 ? o->timeout_ms : 10000, reply, err);
+    int rc = sbc_http_request("POST", o->url, "/v1/sync", headers, body.p, body.len,
+                              o->timeout_ms > 0 ? o->timeout_ms : 10000, reply, err);
+    sbc_buf_free(&body);
+    return rc;
 }
 
 int sb_cache_sync(sb_cache *c, const sb_cache_sync_opts *o, sb_cache_sync_result *res, char *err) {
