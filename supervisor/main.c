@@ -18,7 +18,9 @@ static const sb_command commands[] = {
     { "generate", sb_cmd_generate, "stream a completion (or --chat reply) from a model" },
     { "bench",    sb_cmd_bench,    "prompt and decode throughput (like llama-bench)" },
     { "perplexity", sb_cmd_perplexity, "perplexity of a text file (llama-perplexity's method)" },
+    { "run",      sb_cmd_run,      "the runtime: start, watch, restart and reload the workers" },
     { "worker",   sb_cmd_worker,   "serve one model on a Unix socket (started by 'run')" },
+    { "ask",      sb_cmd_ask,      "one request to a worker/router socket or the HTTP gateway" },
     { "cache",    sb_cmd_cache,    "inspect, purge, export/import and sync the response cache" },
     { "cloud",    sb_cmd_cloud,    "the cloud tier: cache sync service for a fleet of edges" },
 };

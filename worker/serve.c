@@ -45,6 +45,7 @@ struct job {
 typedef struct {
     const char *name, *model_path, *socket_path;
     int max_queue, max_tokens_cap, drain_ms;
+    int deadline_ms;            /* default for requests without deadline_ms; 0 = none */
     sb_engine *engine;
     struct event_base *base;
     sb_ipc_server *server;
@@ -126,7 +127,8 @@ static void run_generate(worker *w, job *j, sb_mp_writer *wr) {
     const sb_mp_obj *p = j->params;
     sb_gen_opts o;
     sb_gen_opts_default(&o);
-    int64_t max_tokens = o.max_tokens, top_k = o.sampling.top_k, last_n = o.sampling.repeat_last_n, deadline_ms = 0;
+    int64_t max_tokens = o.max_tokens, top_k = o.sampling.top_k, last_n = o.sampling.repeat_last_n,
+            deadline_ms = w->deadline_ms;
     double temp = o.sampling.temp, top_p = o.sampling.top_p, min_p = o.sampling.min_p, rp = o.sampling.repeat_penalty;
     uint64_t seed = o.sampling.seed;
     bool stream = false, special = true;
@@ -497,9 +499,13 @@ static void usage(FILE *f) {
             "  --kv f16|f32       KV cache type (default f16)\n"
             "  --max-queue N      queued generate/score requests before 'busy' (default 16)\n"
             "  --max-tokens N     cap on max_tokens per request (default 4096)\n"
-            "  --drain-ms N       how long SIGTERM waits for running requests (default 10000)\n\n"
+            "  --drain-ms N       how long SIGTERM waits for running requests (default 10000)\n"
+            "  --deadline-ms N    deadline of a generate without its own deadline_ms (default 0 = none)\n\n"
             "Exit status: 0 after a clean drain, 2 when the model or options are bad\n"
-            "(a supervisor should not restart it), 1 on other failures.\n");
+            "(a supervisor should not restart it), 1 on other failures.\n\n"
+            "Test hook: with SB_TEST_WORKER_ABORT=NAME[,NAME...] in the environment, a\n"
+            "worker whose --name is listed aborts (SIGABRT) before loading its model, so\n"
+            "tests can make a model crash-loop under the supervisor.\n");
 }
 
 static int arg_int(const char *opt, const char *v, int lo, int hi, int *out) {
@@ -511,6 +517,20 @@ static int arg_int(const char *opt, const char *v, int lo, int hi, int *out) {
     }
     *out = (int)x;
     return 0;
+}
+
+/* The supervisor's crash-loop handling needs a worker that dies at start-up
+ * every time; a crash that a real model file would cause is not on demand. */
+static bool test_abort_requested(const char *name) {
+    const char *list = getenv("SB_TEST_WORKER_ABORT");
+    size_t n = strlen(name);
+    for (const char *p = list; p && *p;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == n && !strncmp(p, name, n)) return true;
+        p = end ? end + 1 : NULL;
+    }
+    return false;
 }
 
 int sb_cmd_worker(int argc, char **argv) {
@@ -530,6 +550,7 @@ int sb_cmd_worker(int argc, char **argv) {
         else if (!strcmp(a, "--max-queue")) { bad = arg_int(a, v, 0, 1 << 16, &w.max_queue); i++; }
         else if (!strcmp(a, "--max-tokens")) { bad = arg_int(a, v, 1, 1 << 20, &w.max_tokens_cap); i++; }
         else if (!strcmp(a, "--drain-ms")) { bad = arg_int(a, v, 0, 3600000, &w.drain_ms); i++; }
+        else if (!strcmp(a, "--deadline-ms")) { bad = arg_int(a, v, 0, 86400000, &w.deadline_ms); i++; }
         else if (!strcmp(a, "--kv") && v) {
             if (!strcmp(v, "f16")) cp.kv_f32 = 0;
             else if (!strcmp(v, "f32")) cp.kv_f32 = 1;
@@ -546,6 +567,10 @@ int sb_cmd_worker(int argc, char **argv) {
     char role[96];
     snprintf(role, sizeof role, "worker/%s", w.name);
     sb_log_setup(role, SB_LOG_INFO);
+    if (test_abort_requested(w.name)) {
+        sb_error("SB_TEST_WORKER_ABORT names '%s': aborting at start-up (test hook)", w.name);
+        abort();
+    }
     char err[SB_ERR_LEN];
     double t0 = sb_now_s();
     if (sb_engine_open(w.model_path, &cp, &w.engine, err)) {

@@ -1,0 +1,534 @@
+/* ask_http.c - `switchboard ask --url`: a minimal OpenAI-API client.
+ *
+ * One HTTP/1.1 POST on a plain TCP socket (no TLS: the gateway listens on
+ * the local network), the response read with Content-Length, chunked
+ * encoding or until close, and a streamed answer parsed as Server-Sent
+ * Events ("data: {json}" lines, "data: [DONE]" at the end). The JSON reader
+ * below only walks to the few fields we print (choices[0].delta.content,
+ * choices[0].message.content, error.message); the bytes come from the
+ * network, so every step is bounded by the end of the buffer.
+ */
+#include <errno.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "ask_internal.h"
+#include "sb_common.h"
+
+#define MAX_HEADER_BYTES  (64u << 10)
+#define MAX_BODY_BYTES    (16u << 20)   /* a non-streamed answer; SSE is consumed as it comes */
+#define MAX_JSON_DEPTH    64
+#define CONNECT_TIMEOUT_MS 10000
+
+/* ------------------------------------------------------------ buffers */
+
+typedef struct {
+    char *p;
+    size_t len, cap;
+    bool oom;
+} buf;
+
+static void buf_add(buf *b, const void *d, size_t n) {
+    if (b->oom) return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 1024;
+        while (cap < b->len + n + 1) cap *= 2;
+        char *np = sb_realloc(b->p, cap);
+        if (!np) { b->oom = true; return; }
+        b->p = np;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, d, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+static void buf_str(buf *b, const char *s) { buf_add(b, s, strlen(s)); }
+static void buf_consume(buf *b, size_t n) {
+    memmove(b->p, b->p + n, b->len - n);
+    b->len -= n;
+    if (b->p) b->p[b->len] = '\0';
+}
+
+static void buf_json_str(buf *b, const char *s) {
+    buf_add(b, "\"", 1);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        char esc[8];
+        if (*p == '"' || *p == '\\') { esc[0] = '\\'; esc[1] = (char)*p; buf_add(b, esc, 2); }
+        else if (*p < 0x20) { snprintf(esc, sizeof esc, "\\u%04x", *p); buf_str(b, esc); }
+        else buf_add(b, p, 1);
+    }
+    buf_add(b, "\"", 1);
+}
+
+/* --------------------------------------------------------- JSON walker */
+
+static const char *j_ws(const char *p, const char *e) {
+    while (p < e && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')) p++;
+    return p;
+}
+
+/* Past the string starting at p ('"'), or NULL. */
+static const char *j_skip_str(const char *p, const char *e) {
+    for (p++; p < e; p++) {
+        if (*p == '\\') { if (++p >= e) return NULL; }
+        else if (*p == '"') return p + 1;
+    }
+    return NULL;
+}
+
+/* Past the value at p, or NULL if it is not one. */
+static const char *j_skip(const char *p, const char *e, int depth) {
+    p = j_ws(p, e);
+    if (p >= e || depth > MAX_JSON_DEPTH) return NULL;
+    if (*p == '"') return j_skip_str(p, e);
+    if (*p == '{' || *p == '[') {
+        char close = *p == '{' ? '}' : ']';
+        p = j_ws(p + 1, e);
+        if (p < e && *p == close) return p + 1;
+        for (;;) {
+            if (close == '}') {
+                if (p >= e || *p != '"' || !(p = j_skip_str(p, e))) return NULL;
+                p = j_ws(p, e);
+                if (p >= e || *p != ':') return NULL;
+                p++;
+            }
+            if (!(p = j_skip(p, e, depth + 1))) return NULL;
+            p = j_ws(p, e);
+            if (p >= e) return NULL;
+            if (*p == close) return p + 1;
+            if (*p != ',') return NULL;
+            p = j_ws(p + 1, e);
+        }
+    }
+    const char *s = p;      /* number, true, false, null */
+    while (p < e && (strchr("+-.eE", *p) || (*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'z'))) p++;
+    return p > s ? p : NULL;
+}
+
+/* The value of `key` in the object at p, or NULL. */
+static const char *j_get(const char *p, const char *e, const char *key) {
+    p = p ? j_ws(p, e) : NULL;
+    if (!p || p >= e || *p != '{') return NULL;
+    size_t kl = strlen(key);
+    p = j_ws(p + 1, e);
+    while (p < e && *p == '"') {
+        const char *ks = p + 1, *ke = j_skip_str(p, e);
+        if (!ke) return NULL;
+        p = j_ws(ke, e);
+        if (p >= e || *p != ':') return NULL;
+        p = j_ws(p + 1, e);
+        /* Keys with escapes never match: none of ours has any. */
+        if ((size_t)(ke - 1 - ks) == kl && !memcmp(ks, key, kl)) return p;
+        if (!(p = j_skip(p, e, 1))) return NULL;
+        p = j_ws(p, e);
+        if (p < e && *p == ',') p = j_ws(p + 1, e);
+    }
+    return NULL;
+}
+
+static const char *j_at(const char *p, const char *e, int idx) {
+    p = p ? j_ws(p, e) : NULL;
+    if (!p || p >= e || *p != '[') return NULL;
+    p = j_ws(p + 1, e);
+    for (int i = 0; p < e && *p != ']'; i++) {
+        if (i == idx) return p;
+        if (!(p = j_skip(p, e, 1))) return NULL;
+        p = j_ws(p, e);
+        if (p < e && *p == ',') p = j_ws(p + 1, e);
+    }
+    return NULL;
+}
+
+static void put_utf8(buf *b, uint32_t c) {
+    char u[4];
+    size_t n;
+    if (c < 0x80) { u[0] = (char)c; n = 1; }
+    else if (c < 0x800) { u[0] = (char)(0xC0 | c >> 6); u[1] = (char)(0x80 | (c & 0x3F)); n = 2; }
+    else if (c < 0x10000) { u[0] = (char)(0xE0 | c >> 12); u[1] = (char)(0x80 | (c >> 6 & 0x3F)); u[2] = (char)(0x80 | (c & 0x3F)); n = 3; }
+    else { u[0] = (char)(0xF0 | c >> 18); u[1] = (char)(0x80 | (c >> 12 & 0x3F)); u[2] = (char)(0x80 | (c >> 6 & 0x3F)); u[3] = (char)(0x80 | (c & 0x3F)); n = 4; }
+    buf_add(b, u, n);
+}
+
+static int hex4(const char *p, const char *e, uint32_t *out) {
+    if (e - p < 4) return -1;
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++) {
+        char c = p[i];
+        v = v << 4 | (uint32_t)(c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 :
+                                c >= 'A' && c <= 'F' ? c - 'A' + 10 : 99);
+        if (v & ~0xFFFFu) return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* Decode the string at p into b (appended). -1 if p is not a string. */
+static int j_str(const char *p, const char *e, buf *b) {
+    p = p ? j_ws(p, e) : NULL;
+    if (!p || p >= e || *p != '"') return -1;
+    for (p++; p < e && *p != '"'; p++) {
+        if (*p != '\\') { buf_add(b, p, 1); continue; }
+        if (++p >= e) return -1;
+        uint32_t c, lo;
+        switch (*p) {
+        case 'n': buf_add(b, "\n", 1); break;
+        case 't': buf_add(b, "\t", 1); break;
+        case 'r': buf_add(b, "\r", 1); break;
+        case 'b': buf_add(b, "\b", 1); break;
+        case 'f': buf_add(b, "\f", 1); break;
+        case 'u':
+            if (hex4(p + 1, e, &c)) return -1;
+            p += 4;
+            if (c >= 0xD800 && c < 0xDC00 && e - p > 6 && p[1] == '\\' && p[2] == 'u' &&
+                !hex4(p + 3, e, &lo) && lo >= 0xDC00 && lo < 0xE000) {
+                c = 0x10000 + ((c - 0xD800) << 10) + (lo - 0xDC00);
+                p += 6;
+            } else if (c >= 0xD800 && c < 0xE000) {
+                c = 0xFFFD;     /* a lone surrogate */
+            }
+            put_utf8(b, c);
+            break;
+        default: buf_add(b, p, 1); break;      /* \" \\ \/ */
+        }
+    }
+    return p < e ? 0 : -1;
+}
+
+/* ------------------------------------------------------------- HTTP */
+
+typedef struct {
+    const sb_ask_req *q;
+    int fd;
+    int64_t deadline_ms;        /* -1: none */
+    buf in;                     /* raw bytes read, not yet parsed */
+    int status;
+    bool chunked, sse, have_length, eof;
+    size_t length;              /* Content-Length */
+    buf body;                   /* non-SSE body */
+    buf line;                   /* SSE: current line */
+    buf data;                   /* SSE: the event's data lines */
+    buf text;                   /* the answer so far (for --json) */
+    char finish[32];
+    bool done;                  /* [DONE] seen */
+    bool failed;                /* an error event or a bad chunk */
+    char last;
+} http;
+
+static int64_t now_ms(void) { return (int64_t)(sb_now_ns() / 1000000); }
+
+static int wait_fd(http *h, short events) {
+    int t = h->deadline_ms < 0 ? -1 : (int)SB_MAX(0, h->deadline_ms - now_ms());
+    struct pollfd pfd = { h->fd, events, 0 };
+    int r;
+    while ((r = poll(&pfd, 1, t)) < 0 && errno == EINTR) {}
+    return r;
+}
+
+static int parse_url(const char *url, char *host, size_t hcap, char *port, size_t pcap, char *path, size_t cap) {
+    if (!strncmp(url, "https://", 8)) {
+        fprintf(stderr, "ask: %s: https is not supported (the gateway is plain HTTP on a local address)\n", url);
+        return -1;
+    }
+    if (strncmp(url, "http://", 7)) { fprintf(stderr, "ask: --url expects http://HOST[:PORT][/PATH]\n"); return -1; }
+    const char *h = url + 7, *slash = strchr(h, '/');
+    size_t hl = slash ? (size_t)(slash - h) : strlen(h);
+    const char *colon = NULL;
+    if (hl && h[0] == '[') {        /* [v6]:port */
+        const char *rb = memchr(h, ']', hl);
+        if (!rb) { fprintf(stderr, "ask: bad IPv6 address in %s\n", url); return -1; }
+        colon = rb + 1 < h + hl && rb[1] == ':' ? rb + 1 : NULL;
+        snprintf(host, hcap, "%.*s", (int)(rb - h - 1), h + 1);
+    } else {
+        colon = memchr(h, ':', hl);
+        snprintf(host, hcap, "%.*s", (int)(colon ? (size_t)(colon - h) : hl), h);
+    }
+    snprintf(port, pcap, "%.*s", colon ? (int)(h + hl - colon - 1) : 2, colon ? colon + 1 : "80");
+    if (!host[0] || !port[0]) { fprintf(stderr, "ask: --url expects http://HOST[:PORT][/PATH]\n"); return -1; }
+    /* A base ending in /v1 is the API root already (as OpenAI clients take it). */
+    const char *base = slash ? slash : "";
+    size_t bl = strlen(base);
+    while (bl && base[bl - 1] == '/') bl--;
+    bool has_v1 = bl >= 3 && !memcmp(base + bl - 3, "/v1", 3);
+    snprintf(path, cap, "%.*s%s", (int)bl, base, has_v1 ? "" : "/v1");
+    return 0;
+}
+
+static int connect_to(http *h, const char *host, const char *port) {
+    struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM }, *res, *ai;
+    int rc = getaddrinfo(host, port, &hints, &res);
+    if (rc) { fprintf(stderr, "ask: %s:%s: %s\n", host, port, gai_strerror(rc)); return -1; }
+    int64_t saved = h->deadline_ms;
+    int64_t cd = now_ms() + CONNECT_TIMEOUT_MS;
+    h->deadline_ms = saved < 0 || cd < saved ? cd : saved;
+    int e = 0;
+    for (ai = res; ai; ai = ai->ai_next) {
+        h->fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
+        if (h->fd < 0) { e = errno; continue; }
+        if (connect(h->fd, ai->ai_addr, ai->ai_addrlen) == 0) break;
+        if (errno == EINPROGRESS && wait_fd(h, POLLOUT) == 1) {
+            socklen_t l = sizeof e;
+            getsockopt(h->fd, SOL_SOCKET, SO_ERROR, &e, &l);
+            if (!e) break;
+        } else {
+            e = errno ? errno : ETIMEDOUT;
+        }
+        close(h->fd);
+        h->fd = -1;
+    }
+    freeaddrinfo(res);
+    h->deadline_ms = saved;
+    if (h->fd < 0) { fprintf(stderr, "ask: connect %s:%s: %s\n", host, port, strerror(e ? e : ETIMEDOUT)); return -1; }
+    return 0;
+}
+
+static int send_all(http *h, const char *p, size_t n) {
+    while (n) {
+        ssize_t w = send(h->fd, p, n, MSG_NOSIGNAL);
+        if (w > 0) { p += w; n -= (size_t)w; continue; }
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0 && errno == EAGAIN && wait_fd(h, POLLOUT) == 1) continue;
+        fprintf(stderr, "ask: sending the request: %s\n", w < 0 && errno != EAGAIN ? strerror(errno) : "timed out");
+        return -1;
+    }
+    return 0;
+}
+
+/* More bytes into h->in: 1, 0 at EOF, -1 on error or timeout. */
+static int read_more(http *h) {
+    char tmp[16384];
+    for (;;) {
+        ssize_t r = recv(h->fd, tmp, sizeof tmp, 0);
+        if (r > 0) { buf_add(&h->in, tmp, (size_t)r); return h->in.oom ? -1 : 1; }
+        if (r == 0) { h->eof = true; return 0; }
+        if (errno == EINTR) continue;
+        if (errno != EAGAIN) { fprintf(stderr, "ask: recv: %s\n", strerror(errno)); return -1; }
+        int pr = wait_fd(h, POLLIN);
+        if (pr == 0) { fprintf(stderr, "ask: timed out waiting for the server\n"); return -1; }
+        if (pr < 0) { fprintf(stderr, "ask: poll: %s\n", strerror(errno)); return -1; }
+    }
+}
+
+static void print_text(http *h, const char *s, size_t n) {
+    if (!n) return;
+    buf_add(&h->text, s, n);
+    if (h->q->json) return;
+    fwrite(s, 1, n, stdout);
+    fflush(stdout);
+    h->last = s[n - 1];
+}
+
+/* The error message of an OpenAI-style error body, or the body itself. */
+static void report_error(const char *body, size_t n, int status) {
+    buf msg = { 0 };
+    const char *e = body + n;
+    if (j_str(j_get(j_get(body, e, "error"), e, "message"), e, &msg) && j_str(j_get(body, e, "error"), e, &msg))
+        buf_add(&msg, body, SB_MIN(n, 500));
+    fprintf(stderr, "ask: HTTP %d: %s\n", status, msg.p ? msg.p : "(empty body)");
+    sb_free(msg.p);
+}
+
+/* One SSE event's data: a chat.completion.chunk, or [DONE]. */
+static void sse_event(http *h) {
+    const char *d = h->data.p ? h->data.p : "", *e = d + h->data.len;
+    if (!strcmp(d, "[DONE]")) { h->done = true; return; }
+    if (!h->data.len) return;
+    if (j_get(d, e, "error")) { report_error(d, h->data.len, h->status); h->failed = true; return; }
+    const char *choice = j_at(j_get(d, e, "choices"), e, 0);
+    buf t = { 0 };
+    if (!j_str(j_get(j_get(choice, e, "delta"), e, "content"), e, &t) || !j_str(j_get(choice, e, "text"), e, &t))
+        print_text(h, t.p ? t.p : "", t.len);
+    sb_free(t.p);
+    buf f = { 0 };
+    if (!j_str(j_get(choice, e, "finish_reason"), e, &f) && f.p) snprintf(h->finish, sizeof h->finish, "%s", f.p);
+    sb_free(f.p);
+}
+
+/* Body bytes, after transfer decoding. */
+static void body_bytes(http *h, const char *p, size_t n) {
+    if (!h->sse) {
+        if (h->body.len + n > MAX_BODY_BYTES) { h->failed = true; return; }
+        buf_add(&h->body, p, n);
+        return;
+    }
+    for (size_t i = 0; i < n && !h->done && !h->failed; i++) {
+        if (p[i] != '\n') { buf_add(&h->line, p + i, 1); continue; }
+        if (h->line.len && h->line.p[h->line.len - 1] == '\r') h->line.p[--h->line.len] = '\0';
+        if (!h->line.len) {
+            sse_event(h);
+            h->data.len = 0;
+            if (h->data.p) h->data.p[0] = '\0';
+        } else if (!strncmp(h->line.p, "data:", 5)) {
+            const char *v = h->line.p + 5;
+            if (*v == ' ') v++;
+            if (h->data.len) buf_add(&h->data, "\n", 1);
+            buf_str(&h->data, v);
+        }               /* event:, id:, retry: and ": comments" are ignored */
+        h->line.len = 0;
+        if (h->line.p) h->line.p[0] = '\0';
+    }
+}
+
+static int read_headers(http *h) {
+    char *end;
+    while (!(end = h->in.p ? memmem(h->in.p, h->in.len, "\r\n\r\n", 4) : NULL)) {
+        if (h->in.len > MAX_HEADER_BYTES) { fprintf(stderr, "ask: response headers too large\n"); return -1; }
+        int r = read_more(h);
+        if (r <= 0) { if (r == 0) fprintf(stderr, "ask: the server closed the connection before answering\n"); return -1; }
+    }
+    *end = '\0';
+    if (sscanf(h->in.p, "HTTP/1.%*d %d", &h->status) != 1) {
+        fprintf(stderr, "ask: not an HTTP response: %.40s\n", h->in.p);
+        return -1;
+    }
+    for (char *l = strstr(h->in.p, "\r\n"); l; l = strstr(l, "\r\n")) {
+        l += 2;
+        if (!strncasecmp(l, "Content-Length:", 15)) {
+            h->have_length = true;
+            h->length = (size_t)strtoull(l + 15, NULL, 10);
+        } else if (!strncasecmp(l, "Transfer-Encoding:", 18)) {
+            h->chunked = strcasestr(l, "chunked") != NULL;
+        } else if (!strncasecmp(l, "Content-Type:", 13)) {
+            char *nl = strstr(l, "\r\n");
+            char c = nl ? *nl : 0;
+            if (nl) *nl = '\0';
+            h->sse = strcasestr(l, "text/event-stream") != NULL;
+            if (nl) *nl = c;
+        }
+    }
+    buf_consume(&h->in, (size_t)(end - h->in.p) + 4);
+    return 0;
+}
+
+static int read_body(http *h) {
+    if (!h->chunked) {
+        size_t got = 0;
+        for (;;) {
+            size_t n = h->in.len;
+            if (h->have_length && got + n > h->length) n = h->length - got;
+            body_bytes(h, h->in.p, n);
+            got += n;
+            buf_consume(&h->in, h->in.len);
+            if (h->done || h->failed || (h->have_length && got >= h->length)) return 0;
+            int r = read_more(h);
+            if (r < 0) return -1;
+            if (r == 0) {
+                if (h->have_length) { fprintf(stderr, "ask: the connection closed mid-body\n"); return -1; }
+                return 0;
+            }
+        }
+    }
+    for (;;) {      /* chunked: SIZE-hex [;ext] CRLF data CRLF ... 0 CRLF CRLF */
+        char *crlf;
+        while (!(crlf = h->in.p ? memmem(h->in.p, h->in.len, "\r\n", 2) : NULL)) {
+            if (h->in.len > 1024 || read_more(h) <= 0) { fprintf(stderr, "ask: bad or truncated chunked body\n"); return -1; }
+        }
+        char *endp;
+        unsigned long long size = strtoull(h->in.p, &endp, 16);
+        if (endp == h->in.p || size > MAX_BODY_BYTES) { fprintf(stderr, "ask: bad chunk size\n"); return -1; }
+        size_t hdr = (size_t)(crlf - h->in.p) + 2;
+        while (h->in.len < hdr + size + 2)
+            if (read_more(h) <= 0) { fprintf(stderr, "ask: the connection closed mid-chunk\n"); return -1; }
+        if (size == 0) return 0;    /* trailers, if any, are ignored */
+        body_bytes(h, h->in.p + hdr, (size_t)size);
+        buf_consume(&h->in, hdr + (size_t)size + 2);
+        if (h->done || h->failed) return 0;
+    }
+}
+
+static void build_body(const sb_ask_req *q, buf *b) {
+    char num[64];
+    buf_str(b, "{");
+    const char *model = q->model;
+    char pmodel[256];
+    if (q->pipeline) { snprintf(pmodel, sizeof pmodel, "pipeline:%s", q->pipeline); model = pmodel; }
+    if (model) { buf_str(b, "\"model\": "); buf_json_str(b, model); buf_str(b, ", "); }
+    if (q->raw) {
+        buf_str(b, "\"prompt\": ");
+        buf_json_str(b, q->text);
+    } else {
+        buf_str(b, "\"messages\": [");
+        if (q->system) { buf_str(b, "{\"role\": \"system\", \"content\": "); buf_json_str(b, q->system); buf_str(b, "}, "); }
+        buf_str(b, "{\"role\": \"user\", \"content\": ");
+        buf_json_str(b, q->text);
+        buf_str(b, "}]");
+    }
+    buf_str(b, q->stream ? ", \"stream\": true" : ", \"stream\": false");
+    if (q->max_tokens > 0) { snprintf(num, sizeof num, ", \"max_tokens\": %lld", (long long)q->max_tokens); buf_str(b, num); }
+    if (q->temp >= 0) { snprintf(num, sizeof num, ", \"temperature\": %.17g", q->temp); buf_str(b, num); }
+    if (q->seed >= 0) { snprintf(num, sizeof num, ", \"seed\": %lld", (long long)q->seed); buf_str(b, num); }
+    buf_str(b, "}");
+}
+
+int sb_ask_http(const sb_ask_req *q) {
+    char host[256], port[16], path[1024];
+    if (parse_url(q->url, host, sizeof host, port, sizeof port, path, sizeof path)) return SB_EXIT_CONFIG;
+    http h = { .q = q, .fd = -1, .deadline_ms = q->timeout_ms > 0 ? now_ms() + q->timeout_ms : -1 };
+    buf body = { 0 }, req = { 0 };
+    int code = SB_EXIT_FAIL;
+    build_body(q, &body);
+    char head[2048];
+    snprintf(head, sizeof head,
+             "POST %s%s HTTP/1.1\r\nHost: %s%s%s:%s\r\nUser-Agent: switchboard-ask\r\n"
+             "Content-Type: application/json\r\nAccept: %s\r\nContent-Length: %zu\r\nConnection: close\r\n",
+             path, q->raw ? "/completions" : "/chat/completions", strchr(host, ':') ? "[" : "", host,
+             strchr(host, ':') ? "]" : "", port, q->stream ? "text/event-stream" : "application/json", body.len);
+    buf_str(&req, head);
+    if (q->api_key) { buf_str(&req, "Authorization: Bearer "); buf_str(&req, q->api_key); buf_str(&req, "\r\n"); }
+    buf_str(&req, "\r\n");
+    buf_add(&req, body.p, body.len);
+    if (req.oom || body.oom) { fprintf(stderr, "ask: out of memory\n"); goto out; }
+    if (connect_to(&h, host, port) || send_all(&h, req.p, req.len) || read_headers(&h)) goto out;
+    /* An error comes as JSON whatever we asked for; read it whole. */
+    if (h.status >= 300) h.sse = false;
+    if (read_body(&h)) goto out;
+    if (h.last && isatty(STDOUT_FILENO) && h.last != '\n') fputc('\n', stdout);
+    if (h.status >= 300) { report_error(h.body.p ? h.body.p : "", h.body.len, h.status); goto out; }
+    if (h.failed) { if (!h.sse) fprintf(stderr, "ask: response body too large\n"); goto out; }
+    if (h.sse && !h.done) { fprintf(stderr, "ask: the stream ended without [DONE]\n"); goto out; }
+    if (!h.sse) {
+        const char *b = h.body.p ? h.body.p : "", *e = b + h.body.len;
+        const char *choice = j_at(j_get(b, e, "choices"), e, 0);
+        buf t = { 0 };
+        if (j_str(j_get(j_get(choice, e, "message"), e, "content"), e, &t) && j_str(j_get(choice, e, "text"), e, &t)) {
+            fprintf(stderr, "ask: no choices[0].message.content in the answer: %.200s\n", b);
+            sb_free(t.p);
+            goto out;
+        }
+        if (q->json) {
+            fwrite(b, 1, h.body.len, stdout);
+            fputc('\n', stdout);
+        } else {
+            print_text(&h, t.p ? t.p : "", t.len);
+            if (isatty(STDOUT_FILENO) && h.last != '\n') fputc('\n', stdout);
+        }
+        buf f = { 0 };
+        if (!j_str(j_get(choice, e, "finish_reason"), e, &f) && f.p) snprintf(h.finish, sizeof h.finish, "%s", f.p);
+        sb_free(f.p);
+        sb_free(t.p);
+    } else if (q->json) {
+        printf("{\"ok\": true, \"text\": ");
+        sb_ask_json_string(stdout, h.text.p ? h.text.p : "", h.text.len);
+        printf(", \"finish_reason\": ");
+        sb_ask_json_string(stdout, h.finish, strlen(h.finish));
+        printf("}\n");
+    }
+    if (q->verbose) fprintf(stderr, "ask: HTTP %d, finish: %s\n", h.status, h.finish[0] ? h.finish : "?");
+    code = SB_EXIT_OK;
+out:
+    fflush(stdout);
+    if (h.fd >= 0) close(h.fd);
+    sb_free(h.in.p);
+    sb_free(h.body.p);
+    sb_free(h.line.p);
+    sb_free(h.data.p);
+    sb_free(h.text.p);
+    sb_free(body.p);
+    sb_free(req.p);
+    return code;
+}

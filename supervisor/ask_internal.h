@@ -1,0 +1,40 @@
+/* ask_internal.h - what cli_ask.c (options, the socket client) and
+ * ask_http.c (the OpenAI-API client) share. Not part of the module's API. */
+#ifndef SB_ASK_INTERNAL_H
+#define SB_ASK_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+typedef struct {
+    const char *socket_path;    /* one of socket_path / url */
+    const char *url;
+    const char *pipeline;       /* NULL: plain generation */
+    const char *model;          /* --url: the "model" field; NULL: omitted */
+    const char *system;         /* system message, or NULL */
+    const char *api_key;        /* --url: bearer token, or NULL */
+    char *text;                 /* the user's text (owned) */
+    bool raw;                   /* send text as "prompt", not as a chat message */
+    bool stream;
+    bool json;                  /* print the final result as JSON, nothing else */
+    bool verbose;               /* timings and finish reason on stderr */
+    int64_t max_tokens;         /* 0: the server's default */
+    double temp;                /* < 0: the server's default */
+    int64_t seed;               /* < 0: the server's default */
+    int timeout_ms;             /* whole request; 0: none */
+    int wait_ms;                /* socket: keep retrying connect this long */
+} sb_ask_req;
+
+/* POST {url}/v1/chat/completions (or /v1/completions with raw) and print
+ * the answer like the socket path does. Returns an exit code: 0, 1 for an
+ * error answer or a transport failure (message on stderr). */
+int sb_ask_http(const sb_ask_req *req);
+
+/* Print bytes as a JSON string: valid UTF-8 passes through, control
+ * characters are escaped, invalid bytes become U+FFFD (JSON must be UTF-8;
+ * fixture models emit arbitrary bytes). */
+void sb_ask_json_string(FILE *f, const char *s, size_t n);
+
+#endif
