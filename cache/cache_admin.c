@@ -172,17 +172,18 @@ int sbc_entry_from_json(const sbj *o, sb_cache_entry *e, char *err) {
 int sbc_upsert_entry(sb_cache *c, const sb_cache_entry *e, int from_cloud, char *err) {
     /* From the cloud: a new entry arrives pinned with the fleet's count; an
      * entry we already have keeps its own answer and counters and learns the
-     * fleet-wide count. From an import: the line replaces what we had. */
+     * fleet-wide count. From an import: the line replaces what we had, and a
+     * local entry is offered to the cloud on the next sync (uploaded = origin). */
     static const char *const sql[2] = {
         "INSERT INTO entries(key, ns, fingerprint, input, params, response, created_ms,"
         " last_hit_ms, local_hits, global_hits, ttl_s, origin, pinned, bytes, dirty_hits, uploaded)"
-        " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, 0, 1)"
+        " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, 0, ?12)"
         " ON CONFLICT(key) DO UPDATE SET ns = excluded.ns, fingerprint = excluded.fingerprint,"
         " input = excluded.input, params = excluded.params, response = excluded.response,"
         " created_ms = excluded.created_ms, last_hit_ms = excluded.last_hit_ms,"
         " local_hits = excluded.local_hits, global_hits = excluded.global_hits,"
         " ttl_s = excluded.ttl_s, origin = excluded.origin, pinned = excluded.pinned,"
-        " bytes = excluded.bytes",
+        " bytes = excluded.bytes, uploaded = excluded.uploaded",
         "INSERT INTO entries(key, ns, fingerprint, input, params, response, created_ms,"
         " last_hit_ms, local_hits, global_hits, ttl_s, origin, pinned, bytes, dirty_hits, uploaded)"
         " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 0, ?10, ?11, 1, 1, ?14, 0, 1)"

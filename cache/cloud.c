@@ -110,7 +110,8 @@ static int load_config(const char *path, cloud_config *c, char *err) {
         else if (!strcmp(key, "push_threshold") || !strcmp(key, "max_body_mb")) {
             char *end;
             long long n = strtoll(val, &end, 10);
-            if (*end || n < 1 || n > 1000000000) { rc = sb_seterr(err, SB_EINVAL, "%s:%d: %s must be a positive integer", path, lineno, key); break; }
+            long long min = key[0] == 'p' ? 0 : 1;     /* threshold 0: push every entry */
+            if (*end || n < min || n > 1000000000) { rc = sb_seterr(err, SB_EINVAL, "%s:%d: %s must be an integer >= %lld", path, lineno, key, min); break; }
             *(key[0] == 'p' ? &c->push_threshold : &c->max_body_mb) = n;
         } else {
             rc = sb_seterr(err, SB_EINVAL, "%s:%d: unknown key '%s' (listen, database, "

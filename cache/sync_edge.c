@@ -55,6 +55,13 @@ static int load_pending(sb_cache *c, batch *b, int *found) {
         snprintf(b->sync_id, sizeof b->sync_id, "%s", (const char *)sqlite3_column_text(st, 0));
         sbc_buf_add(&b->body, sqlite3_column_blob(st, 1), (size_t)sqlite3_column_bytes(st, 1));
         *found = 1;
+        sbj *j = NULL;              /* only to report what the resent batch carries */
+        if (b->body.p && sbj_parse(b->body.p, b->body.len, &j, NULL) == SB_OK) {
+            const sbj *d = sbj_get(j, "hit_deltas"), *e = sbj_get(j, "new_entries");
+            for (const sbj *x = d ? d->child : NULL; x; x = x->next) b->n_deltas++;
+            for (const sbj *x = e ? e->child : NULL; x; x = x->next) b->n_entries++;
+        }
+        sbj_free(j);
         rc = SQLITE_OK;
     } else if (rc == SQLITE_DONE) {
         rc = SQLITE_OK;
@@ -279,7 +286,7 @@ int sb_cache_sync(sb_cache *c, const sb_cache_sync_opts *o, sb_cache_sync_result
             rc = apply_reply(c, &b, j, res, &more, err);
             pthread_mutex_unlock(&c->lock);
         }
-        if (!rc && !b.resumed) { res->deltas_sent += b.n_deltas; res->entries_sent += b.n_entries; }
+        if (!rc) { res->deltas_sent += b.n_deltas; res->entries_sent += b.n_entries; }
         sbj_free(j);
         sbc_buf_free(&reply.body);
         int more_local = b.more_local || b.resumed;
