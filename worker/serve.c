@@ -53,6 +53,7 @@ typedef struct {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     job *head, *tail;
+    job *current;               /* the job on the compute thread, under mu */
     int n_queued, running, stopping;
     struct event *sig_term, *sig_int, *drain_timer;
 } worker;
@@ -282,12 +283,14 @@ static void *compute_main(void *arg) {
         if (!w->head) w->tail = NULL;
         w->n_queued--;
         w->running = 1;
+        w->current = j;
         pthread_mutex_unlock(&w->mu);
         if (sb_ipc_reply_cancelled(j->reply)) sb_ipc_reply_error(j->reply, SB_IPC_CANCELLED, "cancelled before it started");
         else if (j->is_score) run_score(w, j, wr);
         else run_generate(w, j, wr);
         pthread_mutex_lock(&w->mu);
         w->running = 0;
+        w->current = NULL;
         pthread_mutex_unlock(&w->mu);
         sb_free(j);
     }
@@ -606,6 +609,8 @@ int sb_cmd_worker(int argc, char **argv) {
     w.stopping = 1;
     int abandoned = w.n_queued + w.running;
     for (job *j = w.head; j; j = j->next) atomic_store(&j->cancel, 1);
+    /* The running job left the queue: without this it would run to its end. */
+    if (w.current) atomic_store(&w.current->cancel, 1);
     pthread_cond_broadcast(&w.cv);
     pthread_mutex_unlock(&w.mu);
     if (abandoned) sb_warn("drain deadline passed with %d request(s) unfinished; cancelling them", abandoned);
