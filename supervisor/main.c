@@ -23,6 +23,7 @@ static const sb_command commands[] = {
     { "ask",      sb_cmd_ask,      "one request to a worker/router socket or the HTTP gateway" },
     { "cache",    sb_cmd_cache,    "inspect, purge, export/import and sync the response cache" },
     { "cloud",    sb_cmd_cloud,    "the cloud tier: cache sync service for a fleet of edges" },
+    { "router",   sb_cmd_router,   "the OpenAI-compatible HTTP gateway and pipelines (started by 'run')" },
 };
 
 static void usage(FILE *f) {

@@ -1,0 +1,294 @@
+/* models.c - one dispatcher per worker socket.
+ *
+ * Every HTTP request and pipeline stage that needs a model goes through
+ * rt_model_submit(). The router keeps its own FIFO per model and hands the
+ * worker at most RT_WORKER_INFLIGHT calls at a time: the worker computes one
+ * job at a time anyway, so a deeper queue there would only make the order
+ * the worker's business and turn a burst of clients into `busy` errors. Here
+ * the burst waits its turn (up to the model's max_queue), first come first
+ * served, and the queue depth is visible in /metrics.
+ *
+ * A health probe every second per worker tells up from down (so requests
+ * to a dead worker get 503 at once, not after a connect timeout) and a pid
+ * that changed means the supervisor restarted it.
+ */
+#include <event2/event.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "router_internal.h"
+
+struct rt_job {
+    rt_job *next;
+    rt_model *m;
+    const char *method;
+    sb_mp_writer *params;
+    int timeout_ms;
+    rt_event_fn on_event;
+    rt_done_fn on_done;
+    void *arg;
+    uint64_t call_id;
+    bool sent, cancelled;
+};
+
+static void dispatch(rt_model *m);
+static void dispatch_cb(evutil_socket_t fd, short what, void *arg) { dispatch(arg); }
+
+static void job_free(rt_job *j) {
+    sb_mp_writer_free(j->params);
+    sb_free(j);
+}
+
+int rt_worker_error_status(const char *code, const char **type) {
+    static const struct { const char *code; int status; const char *type; } map[] = {
+        { SB_IPC_BUSY, 503, "server_busy" },
+        { SB_IPC_DISCONNECTED, 503, "model_unavailable" },
+        { SB_IPC_INVALID_REQUEST, 400, "invalid_request_error" },
+        { SB_IPC_TIMEOUT, 504, "timeout" },
+        { SB_IPC_CANCELLED, 499, "cancelled" },
+    };
+    for (size_t i = 0; i < SB_ARRAY_LEN(map); i++)
+        if (code && !strcmp(code, map[i].code)) {
+            if (type) *type = map[i].type;
+            return map[i].status;
+        }
+    if (type) *type = "server_error";
+    return 500;
+}
+
+/* Account a finished generate for /metrics (tokens/s per model). */
+static void account(rt_model *m, const sb_ipc_result *res) {
+    if (!res->ok) {
+        m->errors++;
+        if (res->code && !strcmp(res->code, SB_IPC_BUSY)) m->busy++;
+        if (res->code && !strcmp(res->code, SB_IPC_DISCONNECTED)) m->up = false;
+        return;
+    }
+    int64_t pt = 0, ct = 0, rt_ = 0;
+    double pms = 0, gms = 0;
+    sb_mp_get_int(res->result, "prompt_tokens", SB_MP_OPTIONAL, 0, INT64_MAX, &pt, NULL);
+    sb_mp_get_int(res->result, "completion_tokens", SB_MP_OPTIONAL, 0, INT64_MAX, &ct, NULL);
+    sb_mp_get_int(res->result, "reused_tokens", SB_MP_OPTIONAL, 0, INT64_MAX, &rt_, NULL);
+    sb_mp_get_num(res->result, "prompt_ms", SB_MP_OPTIONAL, 0, 1e12, &pms, NULL);
+    sb_mp_get_num(res->result, "gen_ms", SB_MP_OPTIONAL, 0, 1e12, &gms, NULL);
+    m->prompt_tokens += (uint64_t)pt;
+    m->completion_tokens += (uint64_t)ct;
+    m->reused_tokens += (uint64_t)rt_;
+    m->prompt_s += pms / 1e3;
+    m->gen_s += gms / 1e3;
+    if (ct > 0 && gms > 0) m->last_tps = (double)ct / (gms / 1e3);
+}
+
+static void on_call_event(void *arg, uint64_t id, const char *event, const sb_mp_obj *data) {
+    rt_job *j = arg;
+    if (!j->cancelled && j->on_event) j->on_event(j->arg, event, data);
+}
+
+static void on_call_done(void *arg, uint64_t id, const sb_ipc_result *res) {
+    rt_job *j = arg;
+    rt_model *m = j->m;
+    m->n_inflight--;
+    account(m, res);
+    if (!j->cancelled) j->on_done(j->arg, res);
+    job_free(j);
+    dispatch(m);
+}
+
+static void fail_job_now(rt_job *j, const char *code, const char *msg) {
+    sb_ipc_result res = { .ok = false, .code = code, .message = msg };
+    if (!j->cancelled) j->on_done(j->arg, &res);
+    job_free(j);
+}
+
+/* Hand waiting jobs to the worker while it has room. */
+static void dispatch(rt_model *m) {
+    while (m->head && m->n_inflight < RT_WORKER_INFLIGHT) {
+        rt_job *j = m->head;
+        m->head = j->next;
+        if (!m->head) m->tail = NULL;
+        m->n_waiting--;
+        if (j->cancelled) { job_free(j); continue; }
+        char err[SB_ERR_LEN];
+        int rc = sb_ipc_aclient_call(m->ac, j->method, j->params, j->timeout_ms, on_call_event, on_call_done, j,
+                                     &j->call_id, err);
+        if (rc) {
+            m->up = false;
+            char msg[SB_ERR_LEN + 64];
+            snprintf(msg, sizeof msg, "model '%s' is not available: %s", m->name, err);
+            fail_job_now(j, SB_IPC_DISCONNECTED, msg);
+            continue;
+        }
+        j->sent = true;
+        m->n_inflight++;
+        m->requests++;
+    }
+}
+
+int rt_model_submit(rt_model *m, const char *method, sb_mp_writer *params, int timeout_ms, rt_event_fn on_event,
+                    rt_done_fn on_done, void *arg, rt_job **out, char *err) {
+    *out = NULL;
+    int rc = 0;
+    if (m->remote)
+        rc = sb_seterr(err, SB_EUNSUP, "model '%s' is an upstream endpoint; this router does not proxy upstreams yet",
+                       m->name);
+    else if (m->removed)
+        rc = sb_seterr(err, SB_ENOTFOUND, "model '%s' was removed from the configuration", m->name);
+    else if (!m->up && m->n_inflight == 0)
+        rc = sb_seterr(err, SB_EIO, "model '%s' is down (its worker does not answer on %s)", m->name, m->sock);
+    else if (m->n_waiting >= m->max_waiting && m->n_inflight >= RT_WORKER_INFLIGHT)
+        rc = sb_seterr(err, SB_EBUSY, "model '%s' has %d requests waiting (max_queue); retry later", m->name,
+                       m->n_waiting);
+    if (rc) {
+        sb_mp_writer_free(params);
+        return rc;
+    }
+    rt_job *j = sb_calloc(1, sizeof *j);
+    if (!j) {
+        sb_mp_writer_free(params);
+        return sb_seterr(err, SB_ENOMEM, "out of memory");
+    }
+    *j = (rt_job){ .m = m, .method = method, .params = params, .timeout_ms = timeout_ms, .on_event = on_event,
+                   .on_done = on_done, .arg = arg };
+    if (m->tail) m->tail->next = j; else m->head = j;
+    m->tail = j;
+    m->n_waiting++;
+    *out = j;
+    /* Dispatch from the loop, never inside submit: on_done must not run
+     * before the caller has stored the job handle. */
+    if (m->n_inflight < RT_WORKER_INFLIGHT) {
+        struct timeval now = { 0, 0 };
+        event_base_once(m->r->base, -1, EV_TIMEOUT, dispatch_cb, m, &now);
+    }
+    return 0;
+}
+
+void rt_job_cancel(rt_job *j) {
+    if (!j || j->cancelled) return;
+    j->cancelled = true;
+    /* A job still in the FIFO is dropped when dispatch reaches it; one at the
+     * worker is cancelled there and freed by its on_done. */
+    if (j->sent) sb_ipc_aclient_cancel(j->m->ac, j->call_id);
+}
+
+rt_model *rt_model_find(rt *r, const char *name) {
+    for (size_t i = 0; i < r->n_models; i++)
+        if (!r->models[i]->removed && !strcmp(r->models[i]->name, name)) return r->models[i];
+    return NULL;
+}
+
+/* ------------------------------------------------------------- health */
+
+static void on_health(void *arg, uint64_t id, const sb_ipc_result *res) {
+    rt_model *m = arg;
+    m->probing = false;
+    int64_t pid = 0;
+    if (res->ok && sb_mp_get_int(res->result, "pid", SB_MP_OPTIONAL, 0, INT64_MAX, &pid, NULL) == 0) {
+        if (!m->up) sb_info("model '%s': worker up (pid %lld)", m->name, (long long)pid);
+        if (m->pid && pid != m->pid) m->restarts++;
+        m->pid = pid;
+        m->up = true;
+    } else {
+        if (m->up) sb_warn("model '%s': worker down (%s)", m->name, res->message ? res->message : "no answer");
+        if (m->up) m->down_since = sb_now_s();
+        m->up = false;
+    }
+    if (m->up) dispatch(m);
+}
+
+void rt_models_poll(rt *r) {
+    for (size_t i = 0; i < r->n_models; i++) {
+        rt_model *m = r->models[i];
+        if (m->remote || m->removed || m->probing) continue;
+        uint64_t id;
+        /* A probe that cannot even connect fails synchronously: down. */
+        if (sb_ipc_aclient_call(m->ac, "health", NULL, 2000, NULL, on_health, m, &id, NULL) == 0) m->probing = true;
+        else {
+            if (m->up) {
+                sb_warn("model '%s': worker down (cannot connect to %s)", m->name, m->sock);
+                m->down_since = sb_now_s();
+            }
+            m->up = false;
+        }
+    }
+}
+
+/* ------------------------------------------------------------- config */
+
+static int socket_path(const sb_config *cfg, const char *name, char *out, size_t n) {
+    return snprintf(out, n, "%s/%s.sock", cfg->runtime.dir, name) < (int)n ? 0 : -1;
+}
+
+void rt_models_sync(rt *r, const sb_config *cfg) {
+    for (size_t i = 0; i < r->n_models; i++) r->models[i]->removed = true;
+    for (size_t i = 0; i < cfg->n_models; i++) {
+        const sb_config_model *cm = &cfg->models[i];
+        char path[512];
+        if (socket_path(cfg, cm->name, path, sizeof path)) continue;
+        rt_model *m = NULL;
+        for (size_t k = 0; k < r->n_models; k++)
+            if (!strcmp(r->models[k]->name, cm->name)) m = r->models[k];
+        if (m && strcmp(m->sock, path)) {
+            /* Socket moved (runtime.dir changed): reconnect there. */
+            sb_ipc_aclient *ac;
+            if (sb_ipc_aclient_new(r->base, path, 0, &ac, NULL) == 0) {
+                sb_free(m->sock);
+                m->sock = sb_strdup(path);
+                /* The old client's calls get no callbacks once freed; only
+                 * swap when nothing is in flight there. */
+                if (m->n_inflight == 0) { sb_ipc_aclient_free(m->ac); m->ac = ac; }
+                else sb_ipc_aclient_free(ac);
+            }
+        }
+        if (!m) {
+            rt_model **nm = sb_realloc(r->models, (r->n_models + 1) * sizeof *nm);
+            if (!nm) continue;
+            r->models = nm;
+            m = sb_calloc(1, sizeof *m);
+            if (!m) continue;
+            m->r = r;
+            m->up = true;           /* until a probe or a call says otherwise */
+            m->name = sb_strdup(cm->name);
+            m->sock = sb_strdup(path);
+            if (!m->name || !m->sock || sb_ipc_aclient_new(r->base, path, 0, &m->ac, NULL)) {
+                sb_free(m->name);
+                sb_free(m->sock);
+                sb_free(m);
+                continue;
+            }
+            r->models[r->n_models++] = m;
+        }
+        m->removed = false;
+        m->remote = cm->upstream != NULL;
+        sb_free(m->gguf);
+        m->gguf = cm->gguf ? sb_strdup(cm->gguf) : NULL;
+        m->max_waiting = cm->max_queue;
+        m->deadline_ms = cm->deadline_ms;
+        m->max_tokens = cm->max_tokens;
+        m->fingerprint[0] = '\0';
+        if (r->cache && cm->gguf) {
+            char err[SB_ERR_LEN];
+            if (sb_cache_fingerprint_file(cm->gguf, 0, m->fingerprint, err)) {
+                sb_warn("model '%s': no fingerprint, its answers will not be cached: %s", cm->name, err);
+                m->fingerprint[0] = '\0';
+            }
+        }
+    }
+}
+
+void rt_models_free(rt *r) {
+    for (size_t i = 0; i < r->n_models; i++) {
+        rt_model *m = r->models[i];
+        sb_ipc_aclient_free(m->ac);
+        for (rt_job *j = m->head, *n; j; j = n) {
+            n = j->next;
+            job_free(j);
+        }
+        sb_free(m->name);
+        sb_free(m->sock);
+        sb_free(m->gguf);
+        sb_free(m);
+    }
+    sb_free(r->models);
+    r->models = NULL;
+    r->n_models = 0;
+}

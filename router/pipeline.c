@@ -1,0 +1,467 @@
+/* pipeline.c - the `pipelines:` section: schema, validation, digests.
+ *
+ * The config loader keeps the section as a node tree with positions; here
+ * it becomes sb_pipeline structs, and every mistake an operator can make is
+ * reported as FILE:LINE:COL with the key path and what was expected: unknown
+ * keys, wrong types, a stage naming a model the config does not have, a
+ * `when:` naming an intent no earlier stage can produce, a template naming a
+ * stage that has not run yet. docs/router.md documents the schema.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "router_internal.h"
+
+typedef struct {
+    const sb_config *cfg;
+    char *err;
+    char path[160];             /* "pipelines.NAME.stages[I]" for messages */
+} vctx;
+
+#define FAIL(c, node, ...) sb_config_node_error((c)->cfg, (node), (c)->err, __VA_ARGS__)
+
+const char *sb_stage_kind_name(sb_stage_kind k) {
+    return k == SB_STAGE_INTENT ? "intent" : k == SB_STAGE_GENERATE ? "generate" : "tool";
+}
+
+/* ----------------------------------------------------------- node types */
+
+static const char *what(const sb_config_node *n) {
+    if (sb_config_node_is_null(n)) return "null";
+    return n->kind == SB_CFG_MAP ? "a mapping" : n->kind == SB_CFG_SEQ ? "a list" : "a scalar";
+}
+
+static int get_str(vctx *c, const sb_config_node *n, const char *key, char **out) {
+    if (!n || n->kind != SB_CFG_SCALAR || sb_config_node_is_null(n))
+        return FAIL(c, n, "%s.%s: expected a string, got %s", c->path, key, n ? what(n) : "nothing");
+    *out = sb_strdup(n->value);
+    return *out ? 0 : SB_ENOMEM;
+}
+
+static int get_num(vctx *c, const sb_config_node *n, const char *key, double lo, double hi, double *out) {
+    char *end;
+    double v = n && n->kind == SB_CFG_SCALAR && !n->quoted && n->len ? strtod(n->value, &end) : NAN;
+    if (isnan(v) || *end || v < lo || v > hi)
+        return FAIL(c, n, "%s.%s: expected a number in [%g, %g], got '%s'", c->path, key, lo, hi,
+                    n && n->kind == SB_CFG_SCALAR ? n->value : what(n));
+    *out = v;
+    return 0;
+}
+
+static int get_int(vctx *c, const sb_config_node *n, const char *key, long long lo, long long hi, long long *out) {
+    char *end;
+    long long v = 0;
+    bool ok = n && n->kind == SB_CFG_SCALAR && !n->quoted && n->len;
+    if (ok) { v = strtoll(n->value, &end, 10); ok = !*end && v >= lo && v <= hi; }
+    if (!ok)
+        return FAIL(c, n, "%s.%s: expected an integer in [%lld, %lld], got '%s'", c->path, key, lo, hi,
+                    n && n->kind == SB_CFG_SCALAR ? n->value : what(n));
+    *out = v;
+    return 0;
+}
+
+static int get_bool(vctx *c, const sb_config_node *n, const char *key, bool *out) {
+    if (n && n->kind == SB_CFG_SCALAR && !n->quoted && (!strcmp(n->value, "true") || !strcmp(n->value, "false"))) {
+        *out = n->value[0] == 't';
+        return 0;
+    }
+    return FAIL(c, n, "%s.%s: expected true or false, got '%s'", c->path, key,
+                n && n->kind == SB_CFG_SCALAR ? n->value : what(n));
+}
+
+/* A string or a list of strings (at most max), each 1+ bytes. */
+static int get_strs(vctx *c, const sb_config_node *n, const char *key, size_t max, char ***out, size_t *count) {
+    *out = NULL;
+    *count = 0;
+    size_t k = n->kind == SB_CFG_SEQ ? n->n_items : 1;
+    if (n->kind == SB_CFG_MAP || k > max || k == 0)
+        return FAIL(c, n, "%s.%s: expected a string or a list of 1-%zu strings", c->path, key, max);
+    char **v = sb_calloc(k, sizeof *v);
+    if (!v) return SB_ENOMEM;
+    *out = v;
+    for (size_t i = 0; i < k; i++) {
+        const sb_config_node *it = n->kind == SB_CFG_SEQ ? n->items[i] : n;
+        if (it->kind != SB_CFG_SCALAR || sb_config_node_is_null(it) || !it->len)
+            return FAIL(c, it, "%s.%s: expected non-empty strings, got %s", c->path, key, what(it));
+        if (!(v[i] = sb_strdup(it->value))) return SB_ENOMEM;
+        (*count)++;
+    }
+    return 0;
+}
+
+static bool valid_name(const char *s) {
+    size_t n = strlen(s);
+    if (!n || n > SB_CONFIG_MAX_NAME) return false;
+    for (const char *p = s; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '_' || *p == '-'))
+            return false;
+    return true;
+}
+
+static int check_keys(vctx *c, const sb_config_node *map, const char *const *allowed) {
+    for (size_t i = 0; i < map->n_pairs; i++) {
+        const char *k = map->pairs[i].key->value;
+        bool ok = false;
+        for (const char *const *a = allowed; *a; a++) ok |= !strcmp(*a, k);
+        if (!ok) {
+            char list[400] = "";
+            for (const char *const *a = allowed; *a; a++) {
+                strncat(list, *a, sizeof list - strlen(list) - 3);
+                if (a[1]) strcat(list, ", ");
+            }
+            return FAIL(c, map->pairs[i].key, "%s: unknown key '%s' (expected one of: %s)", c->path, k, list);
+        }
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------ templates */
+
+static int tmpl(vctx *c, const sb_config_node *n, const char *key, const rt_tmpl_scope *scope, sb_tmpl **out) {
+    if (!n || n->kind != SB_CFG_SCALAR || sb_config_node_is_null(n))
+        return FAIL(c, n, "%s.%s: expected a template string, got %s", c->path, key, n ? what(n) : "nothing");
+    char why[SB_ERR_LEN];
+    int rc = rt_tmpl_compile(n->value, scope, out, why, sizeof why);
+    if (rc == SB_EINVAL) return FAIL(c, n, "%s.%s: %s", c->path, key, why);
+    return rc;
+}
+
+/* --------------------------------------------------------------- stages */
+
+static int load_labels(vctx *c, const sb_config_node *n, sb_stage *s) {
+    if (n->kind != SB_CFG_MAP || n->n_pairs < 2 || n->n_pairs > SB_PIPE_MAX_LABELS)
+        return FAIL(c, n, "%s.labels: expected a mapping of 2-%d labels (name: {description, examples})", c->path,
+                    SB_PIPE_MAX_LABELS);
+    s->labels = sb_calloc(n->n_pairs, sizeof *s->labels);
+    if (!s->labels) return SB_ENOMEM;
+    for (size_t i = 0; i < n->n_pairs; i++) {
+        const sb_config_node *k = n->pairs[i].key, *v = n->pairs[i].value;
+        sb_label *l = &s->labels[s->n_labels++];
+        if (!valid_name(k->value))
+            return FAIL(c, k, "%s.labels: '%s' must be 1-%d characters of A-Z a-z 0-9 _ -", c->path, k->value,
+                        SB_CONFIG_MAX_NAME);
+        if (!(l->name = sb_strdup(k->value))) return SB_ENOMEM;
+        if (v->kind != SB_CFG_MAP)
+            return FAIL(c, v, "%s.labels.%s: expected a mapping with description and examples", c->path, k->value);
+        char save[sizeof c->path];
+        memcpy(save, c->path, sizeof save);
+        snprintf(c->path + strlen(c->path), sizeof c->path - strlen(c->path), ".labels.%s", k->value);
+        static const char *const keys[] = { "description", "examples", NULL };
+        int rc = check_keys(c, v, keys);
+        const sb_config_node *d = sb_config_node_get(v, "description"), *ex = sb_config_node_get(v, "examples");
+        if (!rc && d) rc = get_str(c, d, "description", &l->description);
+        if (!rc && ex) rc = get_strs(c, ex, "examples", 64, &l->examples, &l->n_examples);
+        memcpy(c->path, save, sizeof save);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+static int label_index(const sb_stage *s, const char *name) {
+    for (size_t i = 0; i < s->n_labels; i++)
+        if (!strcmp(s->labels[i].name, name)) return (int)i;
+    return -1;
+}
+
+static int load_when(vctx *c, const sb_config_node *n, sb_pipeline *p, size_t idx, sb_stage *s) {
+    static const char *const keys[] = { "intent", "intent_not", NULL };
+    if (n->kind != SB_CFG_MAP || n->n_pairs != 1)
+        return FAIL(c, n, "%s.when: expected {intent: [labels]} or {intent_not: [labels]}", c->path);
+    int rc = check_keys(c, n, keys);
+    if (rc) return rc;
+    s->when_negate = !strcmp(n->pairs[0].key->value, "intent_not");
+    if ((rc = get_strs(c, n->pairs[0].value, "when.intent", SB_PIPE_MAX_LABELS, &s->when_intents, &s->n_when)))
+        return rc;
+    /* Each label must be one an earlier intent stage can produce. */
+    for (size_t k = 0; k < s->n_when; k++) {
+        bool found = false, any_intent = false;
+        for (size_t j = 0; j < idx; j++) {
+            if (p->stages[j].kind != SB_STAGE_INTENT) continue;
+            any_intent = true;
+            found |= label_index(&p->stages[j], s->when_intents[k]) >= 0;
+        }
+        if (!any_intent) return FAIL(c, n, "%s.when: no intent stage runs before this one", c->path);
+        if (!found)
+            return FAIL(c, n->pairs[0].value, "%s.when: '%s' is not a label of an earlier intent stage", c->path,
+                        s->when_intents[k]);
+    }
+    return 0;
+}
+
+static int load_sampling(vctx *c, const sb_config_node *n, sb_stage *s, const sb_config *cfg) {
+    sb_sampling *sp = &s->sampling;
+    /* Pipelines are deterministic unless asked otherwise: the same call gets
+     * the same answer, and answers can be cached. */
+    *sp = (sb_sampling){ .temperature = 0, .top_p = -1, .min_p = -1, .repeat_penalty = -1, .top_k = -1,
+                         .max_tokens = -1, .seed = -1 };
+    const sb_config_node *v;
+    long long iv;
+    int rc = 0;
+    if (!rc && (v = sb_config_node_get(n, "temperature"))) rc = get_num(c, v, "temperature", 0, 2, &sp->temperature);
+    if (!rc && (v = sb_config_node_get(n, "top_p"))) rc = get_num(c, v, "top_p", 0, 1, &sp->top_p);
+    if (!rc && (v = sb_config_node_get(n, "min_p"))) rc = get_num(c, v, "min_p", 0, 1, &sp->min_p);
+    if (!rc && (v = sb_config_node_get(n, "repeat_penalty"))) rc = get_num(c, v, "repeat_penalty", 0.01, 100, &sp->repeat_penalty);
+    if (!rc && (v = sb_config_node_get(n, "top_k")) && !(rc = get_int(c, v, "top_k", 0, 1 << 20, &iv))) sp->top_k = (int)iv;
+    if (!rc && (v = sb_config_node_get(n, "seed")) && !(rc = get_int(c, v, "seed", 0, INT64_MAX, &iv))) sp->seed = iv;
+    const sb_config_model *m = sb_config_find_model(cfg, s->model);
+    if (!rc && (v = sb_config_node_get(n, "max_tokens")) &&
+        !(rc = get_int(c, v, "max_tokens", 1, m ? m->max_tokens : 1 << 20, &iv)))
+        sp->max_tokens = (int)iv;
+    return rc;
+}
+
+static int load_stage(vctx *c, const sb_config_node *n, sb_pipeline *p, size_t idx) {
+    sb_stage *s = &p->stages[idx];
+    s->line = n->line;
+    s->col = n->col;
+    s->args_from = -1;
+    s->chat = true;
+    if (n->kind != SB_CFG_MAP) return FAIL(c, n, "%s: expected a mapping, got %s", c->path, what(n));
+    const sb_config_node *nm = sb_config_node_get(n, "name"), *kd = sb_config_node_get(n, "kind");
+    if (!nm) return FAIL(c, n, "%s: missing 'name'", c->path);
+    if (!kd) return FAIL(c, n, "%s: missing 'kind' (intent, generate or tool)", c->path);
+    int rc = get_str(c, nm, "name", &s->name);
+    if (rc) return rc;
+    if (!valid_name(s->name)) return FAIL(c, nm, "%s.name: must be 1-%d characters of A-Z a-z 0-9 _ -", c->path, SB_CONFIG_MAX_NAME);
+    for (size_t j = 0; j < idx; j++)
+        if (!strcmp(p->stages[j].name, s->name)) return FAIL(c, nm, "%s.name: '%s' is used by an earlier stage", c->path, s->name);
+    const char *k = kd->kind == SB_CFG_SCALAR ? kd->value : "";
+    if (!strcmp(k, "intent")) s->kind = SB_STAGE_INTENT;
+    else if (!strcmp(k, "generate")) s->kind = SB_STAGE_GENERATE;
+    else if (!strcmp(k, "tool")) s->kind = SB_STAGE_TOOL;
+    else return FAIL(c, kd, "%s.kind: expected intent, generate or tool, got '%s'", c->path, k);
+    snprintf(c->path + strlen(c->path), sizeof c->path - strlen(c->path), "(%s)", s->name);
+    static const char *const intent_keys[] = { "name", "kind", "when", "model", "system", "chat", "labels",
+                                               "min_confidence", "fallback", "utterance", NULL };
+    static const char *const gen_keys[] = { "name", "kind", "when", "model", "system", "chat", "prompt", "temperature",
+                                            "top_p", "top_k", "min_p", "repeat_penalty", "seed", "max_tokens", "stop",
+                                            "json", NULL };
+    static const char *const tool_keys[] = { "name", "kind", "when", "command", "stdin", "url", "method", "body",
+                                             "args_from", "timeout_ms", NULL };
+    if ((rc = check_keys(c, n, s->kind == SB_STAGE_INTENT ? intent_keys : s->kind == SB_STAGE_GENERATE ? gen_keys : tool_keys)))
+        return rc;
+    const char *names[SB_PIPE_MAX_STAGES];
+    bool has_intent = false;
+    for (size_t j = 0; j < idx; j++) {
+        names[j] = p->stages[j].name;
+        has_intent |= p->stages[j].kind == SB_STAGE_INTENT;
+    }
+    rt_tmpl_scope scope = { names, idx, has_intent };
+    const sb_config_node *v;
+    if ((v = sb_config_node_get(n, "when")) && (rc = load_when(c, v, p, idx, s))) return rc;
+    if (s->kind != SB_STAGE_TOOL) {
+        if (!(v = sb_config_node_get(n, "model"))) return FAIL(c, n, "%s: missing 'model'", c->path);
+        if ((rc = get_str(c, v, "model", &s->model))) return rc;
+        if (!sb_config_find_model(c->cfg, s->model))
+            return FAIL(c, v, "%s.model: no model named '%s' under models:", c->path, s->model);
+        if ((v = sb_config_node_get(n, "system")) && (rc = tmpl(c, v, "system", &scope, &s->system))) return rc;
+        if ((v = sb_config_node_get(n, "chat")) && (rc = get_bool(c, v, "chat", &s->chat))) return rc;
+    }
+    if (s->kind == SB_STAGE_INTENT) {
+        if (!(v = sb_config_node_get(n, "labels"))) return FAIL(c, n, "%s: missing 'labels'", c->path);
+        if ((rc = load_labels(c, v, s))) return rc;
+        if ((v = sb_config_node_get(n, "min_confidence")) && (rc = get_num(c, v, "min_confidence", 0, 1, &s->min_confidence)))
+            return rc;
+        if ((v = sb_config_node_get(n, "fallback"))) {
+            if ((rc = get_str(c, v, "fallback", &s->fallback))) return rc;
+            if (label_index(s, s->fallback) < 0)
+                return FAIL(c, v, "%s.fallback: '%s' is not one of this stage's labels", c->path, s->fallback);
+        } else if (s->min_confidence > 0) {
+            return FAIL(c, n, "%s: min_confidence needs a 'fallback' label", c->path);
+        }
+        rc = (v = sb_config_node_get(n, "utterance")) ? tmpl(c, v, "utterance", &scope, &s->utterance)
+                                                       : rt_tmpl_compile("{{input}}", &scope, &s->utterance, NULL, 0);
+        return rc;
+    }
+    if (s->kind == SB_STAGE_GENERATE) {
+        if (!(v = sb_config_node_get(n, "prompt"))) return FAIL(c, n, "%s: missing 'prompt'", c->path);
+        if ((rc = tmpl(c, v, "prompt", &scope, &s->prompt))) return rc;
+        if ((rc = load_sampling(c, n, s, c->cfg))) return rc;
+        if ((v = sb_config_node_get(n, "stop"))) {
+            char **stops;
+            if ((rc = get_strs(c, v, "stop", SB_PIPE_MAX_STOPS, &stops, &s->n_stops))) {
+                for (size_t i = 0; stops && stops[i] && i < SB_PIPE_MAX_STOPS; i++) sb_free(stops[i]);
+                sb_free(stops);
+                return rc;
+            }
+            memcpy(s->stops, stops, s->n_stops * sizeof *stops);
+            sb_free(stops);
+        }
+        if ((v = sb_config_node_get(n, "json")) && (rc = get_bool(c, v, "json", &s->json))) return rc;
+        return 0;
+    }
+    /* tool */
+    const sb_config_node *cmd = sb_config_node_get(n, "command"), *url = sb_config_node_get(n, "url");
+    if (!cmd == !url) return FAIL(c, n, "%s: a tool stage needs exactly one of 'command' or 'url'", c->path);
+    if ((v = sb_config_node_get(n, "args_from"))) {
+        if (v->kind != SB_CFG_SCALAR) return FAIL(c, v, "%s.args_from: expected a stage name", c->path);
+        for (size_t j = 0; j < idx; j++)
+            if (!strcmp(p->stages[j].name, v->value)) s->args_from = (int)j;
+        if (s->args_from < 0) return FAIL(c, v, "%s.args_from: no earlier stage named '%s'", c->path, v->value);
+        if (!p->stages[s->args_from].json && p->stages[s->args_from].kind != SB_STAGE_TOOL)
+            return FAIL(c, v, "%s.args_from: stage '%s' does not produce JSON (set json: true on it)", c->path, v->value);
+    }
+    long long t = 10000;
+    if ((v = sb_config_node_get(n, "timeout_ms")) && (rc = get_int(c, v, "timeout_ms", 1, 3600000, &t))) return rc;
+    s->timeout_ms = (int)t;
+    if ((v = sb_config_node_get(n, "stdin")) && (rc = tmpl(c, v, "stdin", &scope, &s->stdin_tmpl))) return rc;
+    if (cmd) {
+        size_t k2 = cmd->kind == SB_CFG_SEQ ? cmd->n_items : 0;
+        if (!k2 || k2 > SB_PIPE_MAX_ARGS)
+            return FAIL(c, cmd, "%s.command: expected a list of 1-%d strings (program and arguments; no shell)", c->path,
+                        SB_PIPE_MAX_ARGS);
+        for (size_t i = 0; i < k2; i++) {
+            if ((rc = tmpl(c, cmd->items[i], "command", &scope, &s->argv[i]))) return rc;
+            s->n_argv++;
+        }
+        return 0;
+    }
+    if ((rc = get_str(c, url, "url", &s->url))) return rc;
+    if (strncmp(s->url, "http://", 7)) return FAIL(c, url, "%s.url: only http:// URLs are supported", c->path);
+    if ((v = sb_config_node_get(n, "method"))) {
+        if (v->kind != SB_CFG_SCALAR || (strcmp(v->value, "GET") && strcmp(v->value, "POST")))
+            return FAIL(c, v, "%s.method: expected GET or POST", c->path);
+        s->http_post = !strcmp(v->value, "POST");
+    } else {
+        s->http_post = true;
+    }
+    if ((v = sb_config_node_get(n, "body")) && (rc = tmpl(c, v, "body", &scope, &s->body))) return rc;
+    return 0;
+}
+
+/* ------------------------------------------------------------ pipelines */
+
+static void digest_node(sb_sha256_ctx *h, const sb_config_node *n) {
+    char tag = n->kind == SB_CFG_SCALAR ? 's' : n->kind == SB_CFG_MAP ? 'm' : 'q';
+    sb_sha256_update(h, &tag, 1);
+    if (n->kind == SB_CFG_SCALAR) {
+        uint64_t len = n->len;
+        sb_sha256_update(h, &len, sizeof len);
+        sb_sha256_update(h, n->value, n->len);
+    } else if (n->kind == SB_CFG_MAP) {
+        for (size_t i = 0; i < n->n_pairs; i++) {
+            digest_node(h, n->pairs[i].key);
+            digest_node(h, n->pairs[i].value);
+        }
+    } else {
+        for (size_t i = 0; i < n->n_items; i++) digest_node(h, n->items[i]);
+    }
+    sb_sha256_update(h, "/", 1);
+}
+
+static int load_pipeline(vctx *c, const sb_config_node *key, const sb_config_node *n, sb_pipeline *p) {
+    p->line = key->line;
+    p->col = key->col;
+    p->output = -1;
+    p->timeout_ms = 300000;
+    p->cache = true;
+    snprintf(c->path, sizeof c->path, "pipelines.%s", key->value);
+    if (!(p->name = sb_strdup(key->value))) return SB_ENOMEM;
+    static const char *const keys[] = { "description", "stages", "output", "timeout_ms", "cache", NULL };
+    int rc = check_keys(c, n, keys);
+    if (rc) return rc;
+    const sb_config_node *v;
+    if ((v = sb_config_node_get(n, "description")) && (rc = get_str(c, v, "description", &p->description))) return rc;
+    long long t;
+    if ((v = sb_config_node_get(n, "timeout_ms")) && !(rc = get_int(c, v, "timeout_ms", 100, 3600000, &t)))
+        p->timeout_ms = (int)t;
+    if (rc) return rc;
+    if ((v = sb_config_node_get(n, "cache")) && (rc = get_bool(c, v, "cache", &p->cache))) return rc;
+    const sb_config_node *st = sb_config_node_get(n, "stages");
+    if (!st) return FAIL(c, n, "%s: missing 'stages'", c->path);
+    if (st->kind != SB_CFG_SEQ || st->n_items == 0 || st->n_items > SB_PIPE_MAX_STAGES)
+        return FAIL(c, st, "%s.stages: expected a list of 1-%d stages", c->path, SB_PIPE_MAX_STAGES);
+    p->stages = sb_calloc(st->n_items, sizeof *p->stages);
+    if (!p->stages) return SB_ENOMEM;
+    for (size_t i = 0; i < st->n_items; i++) {
+        snprintf(c->path, sizeof c->path, "pipelines.%s.stages[%zu]", p->name, i);
+        p->n_stages++;
+        if ((rc = load_stage(c, st->items[i], p, i))) return rc;
+    }
+    snprintf(c->path, sizeof c->path, "pipelines.%s", p->name);
+    if ((v = sb_config_node_get(n, "output"))) {
+        p->output = v->kind == SB_CFG_SCALAR ? sb_pipeline_stage_index(p, v->value) : -1;
+        if (p->output < 0) return FAIL(c, v, "%s.output: no stage named '%s'", c->path, v->kind == SB_CFG_SCALAR ? v->value : "?");
+    }
+    sb_sha256_ctx h;
+    sb_sha256_init(&h);
+    digest_node(&h, n);
+    sb_sha256_final(&h, p->digest);
+    return 0;
+}
+
+static void free_stage(sb_stage *s) {
+    sb_free(s->name);
+    for (size_t i = 0; i < s->n_when; i++) sb_free(s->when_intents[i]);
+    sb_free(s->when_intents);
+    sb_free(s->model);
+    rt_tmpl_free(s->system);
+    for (size_t i = 0; i < s->n_labels; i++) {
+        sb_free(s->labels[i].name);
+        sb_free(s->labels[i].description);
+        for (size_t k = 0; k < s->labels[i].n_examples; k++) sb_free(s->labels[i].examples[k]);
+        sb_free(s->labels[i].examples);
+    }
+    sb_free(s->labels);
+    sb_free(s->fallback);
+    rt_tmpl_free(s->utterance);
+    rt_tmpl_free(s->prompt);
+    for (size_t i = 0; i < s->n_stops; i++) sb_free(s->stops[i]);
+    for (size_t i = 0; i < s->n_argv; i++) rt_tmpl_free(s->argv[i]);
+    rt_tmpl_free(s->stdin_tmpl);
+    sb_free(s->url);
+    rt_tmpl_free(s->body);
+}
+
+void sb_pipelines_free(sb_pipelines *ps) {
+    if (!ps) return;
+    for (size_t i = 0; i < ps->n; i++) {
+        sb_pipeline *p = &ps->items[i];
+        for (size_t k = 0; k < p->n_stages; k++) free_stage(&p->stages[k]);
+        sb_free(p->stages);
+        sb_free(p->name);
+        sb_free(p->description);
+    }
+    sb_free(ps->items);
+    sb_free(ps);
+}
+
+int sb_pipelines_load(const sb_config *cfg, sb_pipelines **out, char *err) {
+    *out = NULL;
+    sb_pipelines *ps = sb_calloc(1, sizeof *ps);
+    if (!ps) return sb_seterr(err, SB_ENOMEM, "out of memory");
+    const sb_config_node *root = cfg->pipelines;
+    int rc = 0;
+    if (root && root->kind == SB_CFG_MAP && root->n_pairs) {
+        ps->items = sb_calloc(root->n_pairs, sizeof *ps->items);
+        if (!ps->items) rc = SB_ENOMEM;
+        vctx c = { cfg, err, "" };
+        for (size_t i = 0; !rc && i < root->n_pairs; i++) {
+            ps->n++;
+            const sb_config_node *v = root->pairs[i].value;
+            if (v->kind != SB_CFG_MAP) rc = FAIL(&c, v, "pipelines.%s: expected a mapping", root->pairs[i].key->value);
+            else rc = load_pipeline(&c, root->pairs[i].key, v, &ps->items[i]);
+        }
+    }
+    if (rc) {
+        if (rc == SB_ENOMEM) sb_seterr(err, SB_ENOMEM, "out of memory loading pipelines");
+        sb_pipelines_free(ps);
+        return rc;
+    }
+    *out = ps;
+    return 0;
+}
+
+const sb_pipeline *sb_pipelines_find(const sb_pipelines *ps, const char *name) {
+    for (size_t i = 0; ps && i < ps->n; i++)
+        if (!strcmp(ps->items[i].name, name)) return &ps->items[i];
+    return NULL;
+}
+
+int sb_pipeline_stage_index(const sb_pipeline *p, const char *name) {
+    for (size_t i = 0; i < p->n_stages; i++)
+        if (p->stages[i].name && !strcmp(p->stages[i].name, name)) return (int)i;
+    return -1;
+}

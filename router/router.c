@@ -1,0 +1,377 @@
+/* router.c - `switchboard router -c FILE`: the process behind runtime.http.
+ *
+ * One libevent loop does everything: the HTTP gateway (http.c), the worker
+ * dispatchers (models.c), pipeline runs and tool children, the msgpack
+ * socket DIR/router.sock for `switchboard ask`. Nothing blocks it: workers
+ * are reached through sb_ipc_aclient, tools through non-blocking pipes.
+ *
+ * Signals (delivered through the loop, never in signal context):
+ *   SIGHUP          re-read the config; swap pipelines and models only when
+ *                   the new file validates, else keep serving the old one
+ *   SIGTERM/SIGINT  stop taking requests (503), let in-flight ones finish
+ *                   for runtime.drain_ms, then exit 0; a second one exits now
+ */
+#include <ctype.h>
+#include <event2/event.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "router_internal.h"
+#include "sb_cmd.h"
+
+typedef struct {
+    rt r;
+    int drain_ms;
+    struct event *sig_hup, *sig_term, *sig_int, *drain_timer;
+} router;
+
+void rt_conf_release(rt_conf *c) {
+    if (!c || --c->refs > 0) return;
+    sb_pipelines_free(c->pipes);
+    sb_config_free(c->cfg);
+    sb_free(c);
+}
+
+rt_conf *rt_conf_acquire(rt *r) {
+    if (r->conf) r->conf->refs++;
+    return r->conf;
+}
+
+/* The gateway's key: from the environment variable or the file the config
+ * names. A key that is configured but missing is an error, not "no auth". */
+static int load_api_key(const sb_config *cfg, char **out, char *err) {
+    *out = NULL;
+    char buf[512];
+    const char *key = NULL;
+    if (cfg->runtime.api_key_env) {
+        key = getenv(cfg->runtime.api_key_env);
+        if (!key || !*key)
+            return sb_seterr(err, SB_EINVAL, "runtime.api_key_env: the environment variable %s is not set",
+                             cfg->runtime.api_key_env);
+    } else if (cfg->runtime.api_key_file) {
+        FILE *f = fopen(cfg->runtime.api_key_file, "r");
+        if (!f) return sb_seterr(err, SB_EIO, "runtime.api_key_file: cannot read %s", cfg->runtime.api_key_file);
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        while (n && isspace((unsigned char)buf[n - 1])) n--;
+        buf[n] = '\0';
+        if (!n) return sb_seterr(err, SB_EINVAL, "runtime.api_key_file: %s is empty", cfg->runtime.api_key_file);
+        key = buf;
+    } else {
+        return 0;
+    }
+    *out = sb_strdup(key);
+    return *out ? 0 : sb_seterr(err, SB_ENOMEM, "out of memory");
+}
+
+static int load_conf(const char *path, rt_conf **out, char *err) {
+    *out = NULL;
+    sb_config *cfg;
+    int rc = sb_config_load(path, &cfg, err);
+    if (rc) return rc;
+    sb_pipelines *p;
+    if ((rc = sb_pipelines_load(cfg, &p, err))) {
+        sb_config_free(cfg);
+        return rc;
+    }
+    rt_conf *c = sb_calloc(1, sizeof *c);
+    if (!c) {
+        sb_pipelines_free(p);
+        sb_config_free(cfg);
+        return sb_seterr(err, SB_ENOMEM, "out of memory");
+    }
+    c->cfg = cfg;
+    c->pipes = p;
+    c->refs = 1;
+    *out = c;
+    return 0;
+}
+
+/* ---------------------------------------------------------- router.sock */
+
+typedef struct { sb_ipc_reply *reply; rt_run *run; } sock_call;
+
+static void sock_run_done(void *arg, rt_run *run) {
+    sock_call *sc = arg;
+    const char *type, *msg;
+    if (rt_run_failed(run, &type, &msg)) {
+        sb_ipc_reply_error(sc->reply, SB_IPC_INTERNAL, "%s: %s", type, msg);
+    } else {
+        sb_jw j;
+        sb_jw_init(&j);
+        rt_run_result_json(run, &j);
+        sb_mp_writer *w;
+        if (j.oom || sb_mp_writer_new(&w)) sb_ipc_reply_error(sc->reply, SB_IPC_INTERNAL, "out of memory");
+        else {
+            sb_mp_map(w, 2);
+            sb_mp_kv_str(w, "output", rt_run_output(run));
+            sb_mp_kv_str(w, "json", j.p);
+            sb_ipc_reply_ok(sc->reply, w);
+            sb_mp_writer_free(w);
+        }
+        sb_jw_free(&j);
+    }
+    rt_run_free(run);
+    sb_free(sc);
+}
+
+static void sock_cancel(void *arg, sb_ipc_reply *r) {
+    sock_call *sc = arg;
+    rt_run_cancel(sc->run);
+    sb_ipc_reply_error(sc->reply, SB_IPC_CANCELLED, "cancelled");
+    sb_free(sc);
+}
+
+static void m_pipeline(void *ud, sb_ipc_reply *reply, const char *method, const sb_mp_obj *params) {
+    rt *r = ud;
+    char err[SB_ERR_LEN];
+    const char *name, *input;
+    static const char *const allowed[] = { "name", "input", NULL };
+    if (sb_mp_check_keys(params, allowed, err) || sb_mp_get_str(params, "name", SB_MP_REQUIRED, &name, NULL, err) ||
+        sb_mp_get_str(params, "input", SB_MP_REQUIRED, &input, NULL, err)) {
+        sb_ipc_reply_error(reply, SB_IPC_INVALID_REQUEST, "%s", err);
+        return;
+    }
+    sock_call *sc = sb_calloc(1, sizeof *sc);
+    if (!sc) { sb_ipc_reply_error(reply, SB_IPC_INTERNAL, "out of memory"); return; }
+    sc->reply = reply;
+    if (rt_run_start(r, name, input, NULL, sock_run_done, sc, &sc->run, err)) {
+        sb_free(sc);
+        sb_ipc_reply_error(reply, SB_IPC_INVALID_REQUEST, "%s", err);
+        return;
+    }
+    sb_ipc_reply_on_cancel(reply, sock_cancel, sc);
+}
+
+static void m_health(void *ud, sb_ipc_reply *reply, const char *method, const sb_mp_obj *params) {
+    rt *r = ud;
+    sb_mp_writer *w;
+    if (sb_mp_writer_new(&w)) { sb_ipc_reply_error(reply, SB_IPC_INTERNAL, "out of memory"); return; }
+    size_t up = 0, n = 0;
+    for (size_t i = 0; i < r->n_models; i++)
+        if (!r->models[i]->removed && !r->models[i]->remote) { n++; up += r->models[i]->up; }
+    sb_mp_map(w, 5);
+    sb_mp_kv_str(w, "status", r->stopping ? "draining" : up == n ? "ok" : "degraded");
+    sb_mp_kv_str(w, "name", "router");
+    sb_mp_kv_i64(w, "pid", getpid());
+    sb_mp_kv_i64(w, "models_up", (int64_t)up);
+    sb_mp_kv_i64(w, "in_flight", (int64_t)r->metrics.in_flight);
+    sb_ipc_reply_ok(reply, w);
+    sb_mp_writer_free(w);
+}
+
+/* ------------------------------------------------------------- signals */
+
+static void reload(router *ro) {
+    rt *r = &ro->r;
+    char err[SB_ERR_LEN];
+    rt_conf *c;
+    if (load_conf(r->config_path, &c, err)) {
+        sb_error("reload rejected, still serving the previous config: %s", err);
+        return;
+    }
+    char *key;
+    if (load_api_key(c->cfg, &key, err)) {
+        sb_error("reload rejected, still serving the previous config: %s", err);
+        rt_conf_release(c);
+        return;
+    }
+    if (strcmp(c->cfg->runtime.http, r->conf->cfg->runtime.http))
+        sb_warn("runtime.http changed to %s: restart the router to listen there", c->cfg->runtime.http);
+    sb_free(r->api_key);
+    r->api_key = key;
+    rt_conf_release(r->conf);
+    r->conf = c;
+    rt_models_sync(r, c->cfg);
+    sb_info("reloaded %s: %zu model(s), %zu pipeline(s)", r->config_path, c->cfg->n_models, c->pipes ? c->pipes->n : 0);
+}
+
+static void drain_check(evutil_socket_t fd, short what, void *arg) {
+    router *ro = arg;
+    if (!ro->r.reqs) event_base_loopexit(ro->r.base, NULL);
+}
+
+static void on_signal(evutil_socket_t sig, short what, void *arg) {
+    router *ro = arg;
+    rt *r = &ro->r;
+    if (sig == SIGHUP) { reload(ro); return; }
+    if (r->stopping) {
+        sb_warn("second signal: exiting without draining");
+        event_base_loopexit(r->base, NULL);
+        return;
+    }
+    r->stopping = true;
+    sb_info("signal %d: draining %zu request(s) for up to %d ms", (int)sig, (size_t)r->metrics.in_flight, ro->drain_ms);
+    if (r->sock_server) sb_ipc_server_stop_listening(r->sock_server);
+    struct timeval poll = { 0, 20000 }, deadline = { ro->drain_ms / 1000, (ro->drain_ms % 1000) * 1000 };
+    ro->drain_timer = event_new(r->base, -1, EV_PERSIST, drain_check, ro);
+    event_add(ro->drain_timer, &poll);
+    event_base_loopexit(r->base, &deadline);
+}
+
+static void on_health_timer(evutil_socket_t fd, short what, void *arg) { rt_models_poll(arg); }
+static void on_sweep_timer(evutil_socket_t fd, short what, void *arg) { rt_http_sweep(arg); }
+
+/* ------------------------------------------------------------- command */
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: switchboard router -c FILE [options]\n\n"
+            "The OpenAI-compatible HTTP gateway and pipeline engine (docs/router.md).\n"
+            "Started by `switchboard run`; workers must listen on DIR/<model>.sock.\n\n"
+            "  -c, --config FILE      the YAML config (runtime, models, pipelines, cache)\n"
+            "  --listen HOST:PORT     override runtime.http\n"
+            "  --body-timeout-ms N    408 when a request is not fully received in N ms (default 10000)\n"
+            "  --max-body BYTES       413 above this request body size (default 1048576)\n"
+            "  --max-headers BYTES    431 above this header size (default 16384)\n"
+            "  --no-socket            do not serve DIR/router.sock\n"
+            "  --check                validate the config and pipelines, then exit\n\n"
+            "Signals: SIGHUP reloads the config (kept only if valid); SIGTERM drains.\n"
+            "Exit status: 0 after a clean stop, 2 for a bad config or address.\n");
+}
+
+static int parse_listen(const char *s, char *host, size_t hn, int *port) {
+    const char *colon = strrchr(s, ':');
+    if (!colon || colon == s) return -1;
+    const char *h = s;
+    size_t len = (size_t)(colon - s);
+    if (h[0] == '[' && len >= 2 && h[len - 1] == ']') { h++; len -= 2; }
+    if (len >= hn) return -1;
+    memcpy(host, h, len);
+    host[len] = '\0';
+    char *end;
+    long p = strtol(colon + 1, &end, 10);
+    if (*end || p < 0 || p > 65535) return -1;
+    *port = (int)p;
+    return 0;
+}
+
+int sb_cmd_router(int argc, char **argv) {
+    const char *config = NULL, *listen = NULL;
+    long body_ms = 10000, max_body = 1 << 20, max_headers = 16384;
+    bool no_socket = false, check = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        long *num = NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return SB_EXIT_OK; }
+        else if ((!strcmp(a, "-c") || !strcmp(a, "--config")) && v) { config = v; i++; }
+        else if (!strcmp(a, "--listen") && v) { listen = v; i++; }
+        else if (!strcmp(a, "--body-timeout-ms")) num = &body_ms;
+        else if (!strcmp(a, "--max-body")) num = &max_body;
+        else if (!strcmp(a, "--max-headers")) num = &max_headers;
+        else if (!strcmp(a, "--no-socket")) no_socket = true;
+        else if (!strcmp(a, "--check")) check = true;
+        else { fprintf(stderr, "router: unknown or incomplete option '%s'\n", a); usage(stderr); return SB_EXIT_CONFIG; }
+        if (num) {
+            char *end;
+            *num = v ? strtol(v, &end, 10) : -1;
+            if (!v || *end || *num < 100 || *num > (1L << 30)) {
+                fprintf(stderr, "router: %s expects an integer in [100, 2^30]\n", a);
+                return SB_EXIT_CONFIG;
+            }
+            i++;
+        }
+    }
+    if (!config) { usage(stderr); return SB_EXIT_CONFIG; }
+    char err[SB_ERR_LEN];
+    router ro;
+    memset(&ro, 0, sizeof ro);
+    rt *r = &ro.r;
+    if (load_conf(config, &r->conf, err)) {
+        fprintf(stderr, "%s\n", err);
+        return SB_EXIT_CONFIG;
+    }
+    const sb_config *cfg = r->conf->cfg;
+    if (check) {
+        printf("%s: ok (%zu model(s), %zu pipeline(s))\n", config, cfg->n_models, r->conf->pipes ? r->conf->pipes->n : 0);
+        rt_conf_release(r->conf);
+        return SB_EXIT_OK;
+    }
+    sb_log_setup("router", cfg->runtime.log_level);
+    int rc = SB_EXIT_CONFIG;
+    char host[256];
+    int port;
+    if (parse_listen(listen ? listen : cfg->runtime.http, host, sizeof host, &port)) {
+        sb_error("bad listen address '%s' (expected HOST:PORT)", listen ? listen : cfg->runtime.http);
+        goto out;
+    }
+    if (load_api_key(cfg, &r->api_key, err)) { sb_error("%s", err); goto out; }
+    r->config_path = sb_strdup(config);
+    r->body_timeout_ms = (int)body_ms;
+    r->max_body = (size_t)max_body;
+    r->max_headers = (size_t)max_headers;
+    r->started = sb_now_s();
+    r->started_wall = (long long)time(NULL);
+    ro.drain_ms = cfg->runtime.drain_ms;
+    signal(SIGPIPE, SIG_IGN);           /* a vanished client is a write error, not a death */
+    if (cfg->cache.enabled) {
+        sb_cache_opts co = { .max_bytes = (uint64_t)cfg->cache.max_mb << 20, .default_ttl_s = cfg->cache.ttl_s };
+        if (sb_cache_open(cfg->cache.path, &co, &r->cache, err)) {
+            sb_warn("response cache disabled: %s", err);
+            r->cache = NULL;
+        }
+    }
+    r->base = sb_ipc_base_new();
+    if (!r->base) { sb_error("no event base"); goto out; }
+    rt_models_sync(r, cfg);
+    if (rt_http_start(r, host, port, err)) { sb_error("%s", err); goto out; }
+    static const sb_ipc_method methods[] = { { "health", m_health }, { "pipeline", m_pipeline } };
+    char sock[512];
+    snprintf(sock, sizeof sock, "%s/router.sock", cfg->runtime.dir);
+    sb_ipc_server_opts so = { .path = sock, .methods = methods, .n_methods = SB_ARRAY_LEN(methods), .ud = r };
+    if (!no_socket && sb_ipc_server_new(r->base, &so, &r->sock_server, err)) {
+        sb_error("cannot serve %s: %s", sock, err);
+        goto out;
+    }
+    ro.sig_hup = evsignal_new(r->base, SIGHUP, on_signal, &ro);
+    ro.sig_term = evsignal_new(r->base, SIGTERM, on_signal, &ro);
+    ro.sig_int = evsignal_new(r->base, SIGINT, on_signal, &ro);
+    r->health_timer = event_new(r->base, -1, EV_PERSIST, on_health_timer, r);
+    r->sweep_timer = event_new(r->base, -1, EV_PERSIST, on_sweep_timer, r);
+    struct timeval one_s = { 1, 0 }, sweep = { 0, 200000 };
+    event_add(ro.sig_hup, NULL);
+    event_add(ro.sig_term, NULL);
+    event_add(ro.sig_int, NULL);
+    event_add(r->health_timer, &one_s);
+    event_add(r->sweep_timer, &sweep);
+    rt_models_poll(r);
+    sb_info("listening on http://%s:%d (%zu model(s), %zu pipeline(s)%s%s)", host, port, cfg->n_models,
+            r->conf->pipes ? r->conf->pipes->n : 0, r->api_key ? ", API key required" : "",
+            r->cache ? ", cache on" : "");
+    event_base_dispatch(r->base);
+    if (r->reqs) sb_warn("drain deadline passed with requests in flight; cancelling them");
+    /* Finish whatever is left so evhttp_free finds no request of ours. */
+    for (int spins = 0; r->reqs && spins < 1000; spins++) {
+        rt_req *q = r->reqs;
+        if (q->gone) {                  /* its deferred finish is queued: run it */
+            event_base_loop(r->base, EVLOOP_NONBLOCK);
+            continue;
+        }
+        if (q->on_gone) q->on_gone(q);
+        q->on_gone = NULL;
+        rt_req_retry_after(q, 5);
+        rt_req_error(q, 503, "server_busy", "shutting_down", "the router is shutting down");
+    }
+    sb_info("stopped");
+    rc = SB_EXIT_OK;
+out:
+    if (ro.drain_timer) event_free(ro.drain_timer);
+    if (ro.sig_hup) event_free(ro.sig_hup);
+    if (ro.sig_term) event_free(ro.sig_term);
+    if (ro.sig_int) event_free(ro.sig_int);
+    if (r->health_timer) event_free(r->health_timer);
+    if (r->sweep_timer) event_free(r->sweep_timer);
+    if (r->sock_server) sb_ipc_server_free(r->sock_server);
+    rt_http_stop(r);
+    rt_models_free(r);
+    if (r->base) event_base_free(r->base);
+    sb_cache_close(r->cache);
+    rt_conf_release(r->conf);
+    sb_free(r->api_key);
+    sb_free(r->config_path);
+    return rc;
+}

@@ -1,0 +1,259 @@
+/* router_internal.h - shared between the files of router/ only; not an API.
+ *
+ *   router.c    the command: config, signals, reload, DIR/router.sock
+ *   models.c    one dispatcher per worker: a fair FIFO in front of its
+ *               socket, health polling, restart detection
+ *   http.c      evhttp front door: limits, 408/413/431 with JSON bodies,
+ *               auth, routing, one log line per request
+ *   openai.c    /v1/chat/completions, /v1/completions (SSE), /v1/models
+ *   pipeapi.c   /v1/pipelines/NAME, pipeline:NAME models, the cache
+ *   run.c       the pipeline executor (intent -> generate -> tool ...)
+ *   tool.c      tool stages: a child process or an HTTP call, with timeouts
+ *   metrics.c   Prometheus text
+ * Names are extern (the module is several files), so they carry rt_.
+ */
+#ifndef SB_ROUTER_INTERNAL_H
+#define SB_ROUTER_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "sb_cache.h"
+#include "sb_config.h"
+#include "sb_ipc.h"
+#include "sb_router.h"
+
+struct event_base;
+struct event;
+struct evhttp;
+struct evhttp_request;
+struct evhttp_connection;
+
+typedef struct rt rt;
+typedef struct rt_model rt_model;
+typedef struct rt_job rt_job;
+typedef struct rt_run rt_run;
+typedef struct rt_tool rt_tool;
+
+/* ------------------------------------------------------------ the config */
+
+/* One generation of the configuration. Runs keep a reference to the one
+ * they started with, so a SIGHUP never pulls a pipeline from under them. */
+typedef struct {
+    sb_config *cfg;
+    sb_pipelines *pipes;
+    int refs;
+} rt_conf;
+
+void rt_conf_release(rt_conf *c);
+rt_conf *rt_conf_acquire(rt *r);
+
+/* ------------------------------------------------------------ templates */
+
+/* What a template may refer to: the stages before it, and whether an
+ * intent stage ran before it. */
+typedef struct {
+    const char *const *names;
+    size_t n_before;
+    bool has_intent;
+} rt_tmpl_scope;
+
+/* 0, SB_EINVAL (why says what is wrong), SB_ENOMEM. */
+int  rt_tmpl_compile(const char *src, const rt_tmpl_scope *scope, sb_tmpl **out, char *why, size_t wn);
+void rt_tmpl_free(sb_tmpl *t);
+bool rt_tmpl_uses_stage(const sb_tmpl *t, int stage);
+
+/* --------------------------------------------------------------- models */
+
+/* Requests handed to a worker at once. Two keeps the worker's queue fed
+ * (the next job is there when one finishes) while the router's own FIFO
+ * decides the order: first come, first served, nobody starves. */
+#define RT_WORKER_INFLIGHT 2
+
+typedef void (*rt_event_fn)(void *arg, const char *event, const sb_mp_obj *data);
+typedef void (*rt_done_fn)(void *arg, const sb_ipc_result *res);
+
+struct rt_model {
+    char *name;
+    char *sock;
+    char *gguf;
+    bool remote;                    /* upstream: not served by this router yet */
+    bool removed;                   /* gone from the config after a reload */
+    int max_waiting, deadline_ms, max_tokens;
+    sb_ipc_aclient *ac;
+    rt_job *head, *tail;
+    int n_waiting, n_inflight;
+    /* health, polled */
+    bool up, probing;
+    int64_t pid;
+    uint64_t restarts;
+    double down_since;
+    /* metrics */
+    uint64_t requests, errors, busy;
+    uint64_t prompt_tokens, completion_tokens, reused_tokens;
+    double prompt_s, gen_s, last_tps;
+    char fingerprint[SB_CACHE_KEY_HEX];
+    rt *r;
+};
+
+/* Queue a call. params is taken over (freed by the dispatcher). 0: on_done
+ * comes exactly once, later, from the loop. SB_EBUSY: the router's queue
+ * for the model is full; SB_EIO: the worker is down; SB_EUNSUP: remote. */
+int  rt_model_submit(rt_model *m, const char *method, sb_mp_writer *params, int timeout_ms,
+                     rt_event_fn on_event, rt_done_fn on_done, void *arg, rt_job **out, char *err);
+/* No callbacks after this; the worker is told to stop. */
+void rt_job_cancel(rt_job *j);
+rt_model *rt_model_find(rt *r, const char *name);
+void rt_models_sync(rt *r, const sb_config *cfg);       /* add / update / retire */
+void rt_models_poll(rt *r);                             /* health probes */
+void rt_models_free(rt *r);
+/* The HTTP status and OpenAI error type for a worker's error code. */
+int  rt_worker_error_status(const char *code, const char **type);
+
+/* ------------------------------------------------------------ metrics */
+
+enum { RT_ROUTE_CHAT, RT_ROUTE_COMPLETIONS, RT_ROUTE_MODELS, RT_ROUTE_PIPELINES, RT_ROUTE_HEALTH,
+       RT_ROUTE_METRICS, RT_ROUTE_OTHER, RT_ROUTE_COUNT };
+#define RT_LAT_BUCKETS 14
+#define RT_MAX_STATUS 16
+
+typedef struct {
+    struct { int code; uint64_t n; } status[RT_ROUTE_COUNT][RT_MAX_STATUS];
+    uint64_t lat[RT_ROUTE_COUNT][RT_LAT_BUCKETS + 1];
+    double lat_sum[RT_ROUTE_COUNT];
+    uint64_t lat_count[RT_ROUTE_COUNT];
+    uint64_t cache_hits, cache_misses, cache_bypass;
+    uint64_t rejected_408, rejected_413, rejected_431;
+    uint64_t in_flight;
+    double overhead_sum;            /* gateway time outside the workers, seconds */
+    uint64_t overhead_n;
+} rt_metrics;
+
+void rt_metrics_request(rt_metrics *m, int route, int status, double seconds);
+void rt_metrics_render(rt *r, sb_jw *out);
+const char *rt_route_name(int route);
+
+/* ------------------------------------------------------------ the router */
+
+typedef struct rt_guard rt_guard;
+typedef struct rt_req rt_req;
+
+struct rt {
+    struct event_base *base;
+    struct evhttp *http;
+    rt_conf *conf;
+    char *config_path;
+    rt_model **models;
+    size_t n_models;
+    sb_cache *cache;
+    char *api_key;                  /* NULL: no auth */
+    int body_timeout_ms;            /* 408 after this long inside one request's bytes */
+    size_t max_body, max_headers;
+    rt_metrics metrics;
+    rt_guard **guards;              /* one per HTTP connection */
+    size_t n_guards, cap_guards;
+    rt_req *reqs;                   /* requests in flight (shutdown cancels them) */
+    sb_ipc_server *sock_server;
+    struct event *health_timer, *sweep_timer;
+    bool stopping;
+    uint64_t next_id;
+    double started;
+    long long started_wall;         /* Unix time, for "created" */
+};
+
+/* http.c */
+int  rt_http_start(rt *r, const char *host, int port, char *err);
+void rt_http_stop(rt *r);
+void rt_http_sweep(rt *r);                              /* 408s, freed connections */
+
+/* One HTTP request being answered. */
+struct rt_req {
+    rt *r;
+    struct evhttp_request *req;     /* NULL once the reply is finished */
+    int route, status;
+    double t0, t_model;             /* t_model: seconds spent in workers */
+    bool gone;                      /* the client disconnected */
+    bool streaming;                 /* reply started as SSE */
+    bool want_stream;               /* the client asked for SSE */
+    struct event *timer;            /* per-request deadline */
+    rt_job *job;
+    rt_run *run;
+    rt_req *next, *prev;
+    char id[40];                    /* chatcmpl-... */
+    char model[96];
+    char path[96];
+    const char *method;
+    int kind;                       /* openai.c: chat or completion */
+    bool include_usage;
+    char *cache_key;                /* set on a cacheable miss */
+    char *cache_input, *cache_ns, *cache_fp, *cache_params;
+    sb_jw out;                      /* scratch */
+    void (*on_gone)(rt_req *q);     /* client vanished or deadline passed */
+};
+
+/* Reply helpers (http.c). After a final reply q is freed. */
+rt_req *rt_req_new(rt *r, struct evhttp_request *req, int route);
+void rt_req_json(rt_req *q, int status, const char *json, size_t len, const char *x_cache);
+void rt_req_error(rt_req *q, int status, const char *type, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+void rt_req_retry_after(rt_req *q, int seconds);
+void rt_req_sse_start(rt_req *q, const char *x_cache);
+void rt_req_sse_send(rt_req *q, const char *data, size_t len);  /* adds "data: " and "\n\n" */
+void rt_req_sse_end(rt_req *q);                                 /* sends [DONE], frees q */
+void rt_req_set_deadline(rt_req *q, int ms);
+const char *rt_req_header(rt_req *q, const char *name);
+/* Read and parse the body; replies 400 and returns NULL on failure. */
+sb_json_doc *rt_req_body_json(rt_req *q);
+
+/* openai.c / pipeapi.c */
+void rt_handle_chat(rt_req *q, const sb_json *body, int kind);
+void rt_handle_models(rt_req *q);
+void rt_handle_pipeline(rt_req *q, const char *name, const sb_json *body);
+/* model = "pipeline:NAME" on the completions endpoints. */
+void rt_handle_pipeline_chat(rt_req *q, const char *name, const char *input, bool stream);
+enum { RT_KIND_CHAT, RT_KIND_COMPLETION };
+/* OpenAI-shaped replies for q->kind, q->id and q->model (openai.c). */
+void rt_openai_reply(rt_req *q, const char *text, size_t len, const char *finish, int pt, int ct,
+                     const char *x_cache);
+void rt_openai_sse_delta(rt_req *q, const char *text, size_t len);
+void rt_openai_sse_finish(rt_req *q, const char *finish, int pt, int ct);  /* ends q */
+void rt_openai_begin(rt_req *q, int kind, const char *model);
+/* Response cache (pipeapi.c). 1 = hit (*entry filled), 0 = miss (q keeps
+ * the key for rt_cache_store), -1 = not cached (off, bypassed, no key). */
+int  rt_cache_lookup(rt_req *q, const char *ns, const char *fp, const char *input, const char *params,
+                     sb_cache_entry *entry);
+void rt_cache_store(rt_req *q, const char *response, size_t len);
+
+/* ------------------------------------------------------------- runs */
+
+typedef void (*rt_run_token_fn)(void *arg, const char *text, size_t len);
+typedef void (*rt_run_done_fn)(void *arg, rt_run *run);
+
+/* Start a pipeline on input. on_token (may be NULL) gets the tokens of the
+ * stage that produces the answer, as they come; on_done exactly once, from
+ * the loop. 0, or < 0 with err (nothing will be called). */
+int  rt_run_start(rt *r, const char *pipeline, const char *input, rt_run_token_fn on_token,
+                  rt_run_done_fn on_done, void *arg, rt_run **out, char *err);
+void rt_run_cancel(rt_run *run);                    /* no callbacks; frees */
+void rt_run_free(rt_run *run);                      /* after on_done */
+/* After on_done: 0 or the HTTP status of the failure (with type, message). */
+int  rt_run_failed(const rt_run *run, const char **type, const char **message);
+void rt_run_result_json(const rt_run *run, sb_jw *w);
+const char *rt_run_output(const rt_run *run);
+void rt_run_usage(const rt_run *run, int *prompt_tokens, int *completion_tokens);
+double rt_run_model_seconds(const rt_run *run);
+/* The cache identity of a pipeline: fingerprint over its definition and the
+ * files of every model it uses (out: 65 bytes). 0 or SB_ENOTFOUND. */
+int  rt_pipeline_fingerprint(rt *r, const char *pipeline, char *out, bool *cacheable);
+
+/* ------------------------------------------------------------- tools */
+
+typedef void (*rt_tool_done_fn)(void *arg, int rc, const char *out, size_t len, const char *err);
+/* argv NULL-terminated (copied); url NULL for a command. rc 0 ok,
+ * SB_ETIMEOUT, SB_EIO. */
+int  rt_tool_start(rt *r, char *const *argv, const char *url, bool post, const char *input,
+                   size_t input_len, int timeout_ms, rt_tool_done_fn done, void *arg, rt_tool **out,
+                   char *err);
+void rt_tool_cancel(rt_tool *t);
+
+#endif

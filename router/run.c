@@ -1,0 +1,563 @@
+/* run.c - executing a pipeline: one stage at a time, all on the loop.
+ *
+ * A run walks its stages in order. A stage whose `when:` does not match the
+ * intent is skipped; an intent stage scores every label with the worker's
+ * `score` (one shared prompt, one call); a generate stage calls `generate`;
+ * a tool stage runs a child process or an HTTP request (tool.c). Each step
+ * starts asynchronous work and returns; its callback records the result and
+ * schedules the next step, so a hundred runs interleave on one thread.
+ *
+ * Failures: a model stage whose worker fails fails the run (the caller gets
+ * the worker's status: 503 busy/down, 504 timeout...). A tool that fails, or
+ * a json: true stage whose output holds no JSON object, is recorded as an
+ * error on that stage and the run goes on: the composer can still answer
+ * ("I cannot look that up right now") from what it has.
+ */
+#include <event2/event.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "router_internal.h"
+
+enum { ST_PENDING, ST_OK, ST_SKIPPED, ST_ERROR };
+
+typedef struct {
+    int status;
+    double ms;
+    char *output;
+    sb_json_doc *doc;
+    const sb_json *json;
+    char *error;
+    int prompt_tokens, completion_tokens;
+} stage_res;
+
+struct rt_run {
+    rt *r;
+    rt_conf *conf;
+    const sb_pipeline *p;
+    char *input;
+    rt_run_token_fn on_token;
+    rt_run_done_fn on_done;
+    void *arg;
+    size_t cur;
+    stage_res *res;
+    const char **outputs;           /* views for templates */
+    const sb_json **json;
+    char *intent;
+    double confidence;
+    double probs[SB_PIPE_MAX_LABELS];
+    int intent_stage;               /* the last intent stage that ran, or -1 */
+    rt_job *job;
+    rt_tool *tool;
+    sb_jw text;                     /* the running generate stage's tokens */
+    double t0, t_stage, model_s;
+    int fail_status;
+    const char *fail_type;
+    char fail_msg[SB_ERR_LEN + 64];
+    int last_ran;
+    struct event *timer, *kick;
+    bool done;
+};
+
+static void step(rt_run *run);
+static void step_cb(evutil_socket_t fd, short what, void *arg) { step(arg); }
+
+/* Steps run from the loop, never inside the callback that finished the
+ * previous stage; the kick event is the run's own, so freeing the run
+ * removes any step still scheduled. */
+static void schedule(rt_run *run) {
+    struct timeval now = { 0, 0 };
+    evtimer_add(run->kick, &now);
+}
+
+static sb_tmpl_env env_of(rt_run *run) {
+    for (size_t i = 0; i < run->p->n_stages; i++) {
+        run->outputs[i] = run->res[i].output;
+        run->json[i] = run->res[i].json;
+    }
+    return (sb_tmpl_env){ run->input, run->intent, run->confidence, run->p, run->outputs, run->json };
+}
+
+static bool when_matches(const rt_run *run, const sb_stage *s) {
+    if (!s->n_when) return true;
+    if (!run->intent) return s->when_negate;
+    bool in = false;
+    for (size_t i = 0; i < s->n_when; i++) in |= !strcmp(s->when_intents[i], run->intent);
+    return in != s->when_negate;
+}
+
+/* The stage whose text is the answer: the configured one, or the last that
+ * runs. Decided before a generate stage starts, so its tokens can stream. */
+static bool is_answer_stage(const rt_run *run, size_t i) {
+    if (run->p->output >= 0) return (size_t)run->p->output == i;
+    for (size_t k = i + 1; k < run->p->n_stages; k++)
+        if (when_matches(run, &run->p->stages[k])) return false;
+    return true;
+}
+
+static void finish(rt_run *run) {
+    if (run->done) return;
+    run->done = true;
+    if (run->timer) evtimer_del(run->timer);
+    run->on_done(run->arg, run);
+}
+
+static void fail(rt_run *run, int status, const char *type, const char *fmt, const char *a, const char *b) {
+    run->fail_status = status;
+    run->fail_type = type;
+    snprintf(run->fail_msg, sizeof run->fail_msg, fmt, a, b);
+    finish(run);
+}
+
+static void stage_done(rt_run *run, int status, const char *error) {
+    stage_res *sr = &run->res[run->cur];
+    sr->status = status;
+    sr->ms = (sb_now_s() - run->t_stage) * 1e3;
+    if (error) sr->error = sb_strdup(error);
+    if (status == ST_OK || status == ST_ERROR) run->last_ran = (int)run->cur;
+    run->cur++;
+    schedule(run);
+}
+
+/* ------------------------------------------------------------- intent */
+
+static void on_scored(void *arg, const sb_ipc_result *res) {
+    rt_run *run = arg;
+    run->job = NULL;
+    const sb_stage *s = &run->p->stages[run->cur];
+    run->model_s += sb_now_s() - run->t_stage;
+    if (!res->ok) {
+        const char *type;
+        int st = rt_worker_error_status(res->code, &type);
+        fail(run, st, type, "intent stage '%s': %s", s->name, res->message ? res->message : "failed");
+        return;
+    }
+    const sb_mp_obj *probs = sb_mp_map_get(res->result, "probs");
+    if (sb_mp_count(probs) != s->n_labels) {
+        fail(run, 502, "server_error", "intent stage '%s': %s", s->name, "the worker returned a wrong number of scores");
+        return;
+    }
+    size_t best = 0;
+    for (size_t i = 0; i < s->n_labels; i++) {
+        double v = 0;
+        sb_mp_as_f64(sb_mp_array_at(probs, (uint32_t)i), &v);
+        run->probs[i] = v;
+        if (v > run->probs[best]) best = i;
+    }
+    run->confidence = run->probs[best];
+    const char *label = s->labels[best].name;
+    if (run->confidence < s->min_confidence && s->fallback) label = s->fallback;
+    sb_free(run->intent);
+    run->intent = sb_strdup(label);
+    run->intent_stage = (int)run->cur;
+    run->res[run->cur].output = sb_strdup(label);
+    stage_done(run, ST_OK, NULL);
+}
+
+static int start_intent(rt_run *run, const sb_stage *s, sb_mp_writer *p, char *err) {
+    sb_tmpl_env env = env_of(run);
+    sb_jw pre, utt;
+    sb_jw_init(&pre);
+    sb_jw_init(&utt);
+    sb_intent_preamble(s, &env, &pre);
+    sb_tmpl_render(s->utterance, &env, &utt);
+    int rc = pre.oom || utt.oom ? SB_ENOMEM : 0;
+    if (!rc) {
+        sb_mp_map(p, 2);
+        if (s->chat) {
+            /* The fixed preamble is the system message, so the worker's KV
+             * prefix reuse covers it; the answer is the assistant's turn. */
+            sb_jw_raw(&pre, "\nAnswer with the intent name only.", 34);
+            sb_mp_str(p, "messages");
+            sb_mp_array(p, 2);
+            sb_mp_map(p, 2);
+            sb_mp_kv_str(p, "role", "system");
+            sb_mp_kv_str(p, "content", pre.p);
+            sb_mp_map(p, 2);
+            sb_mp_kv_str(p, "role", "user");
+            sb_mp_str(p, "content");
+            sb_jw msg;
+            sb_jw_init(&msg);
+            sb_jw_raw(&msg, "Caller: ", 8);
+            sb_jw_raw(&msg, utt.p ? utt.p : "", utt.len);
+            sb_jw_raw(&msg, "\nIntent:", 8);
+            sb_mp_strn(p, msg.p ? msg.p : "", msg.len);
+            sb_jw_free(&msg);
+        } else {
+            sb_jw_raw(&pre, "\nCaller: ", 9);
+            sb_jw_raw(&pre, utt.p ? utt.p : "", utt.len);
+            sb_jw_raw(&pre, "\nIntent:", 8);
+            sb_mp_kv_str(p, "prompt", pre.p);
+        }
+        sb_mp_str(p, "candidates");
+        sb_mp_array(p, (uint32_t)s->n_labels);
+        for (size_t i = 0; i < s->n_labels; i++) {
+            if (s->chat) sb_mp_str(p, s->labels[i].name);
+            else {
+                char cand[SB_CONFIG_MAX_NAME + 2];
+                snprintf(cand, sizeof cand, " %s", s->labels[i].name);
+                sb_mp_str(p, cand);
+            }
+        }
+    }
+    sb_jw_free(&pre);
+    sb_jw_free(&utt);
+    if (rc || sb_mp_writer_status(p)) {
+        sb_mp_writer_free(p);
+        return sb_seterr(err, SB_ENOMEM, "out of memory");
+    }
+    rt_model *m = rt_model_find(run->r, s->model);
+    if (!m) {
+        sb_mp_writer_free(p);
+        return sb_seterr(err, SB_EIO, "model '%s' is not configured in this router", s->model);
+    }
+    return rt_model_submit(m, "score", p, m->deadline_ms, NULL, on_scored, run, &run->job, err);
+}
+
+/* ----------------------------------------------------------- generate */
+
+static void on_gen_token(void *arg, const char *event, const sb_mp_obj *data) {
+    rt_run *run = arg;
+    const char *t;
+    size_t n;
+    if (strcmp(event, "token") || sb_mp_get_str(data, "text", SB_MP_REQUIRED, &t, &n, NULL)) return;
+    if (run->on_token) run->on_token(run->arg, t, n);
+}
+
+static char *trimmed(const char *s, size_t n) {
+    while (n && (*s == ' ' || *s == '\n' || *s == '\r' || *s == '\t')) { s++; n--; }
+    while (n && (s[n - 1] == ' ' || s[n - 1] == '\n' || s[n - 1] == '\r' || s[n - 1] == '\t')) n--;
+    char *o = sb_malloc(n + 1);
+    if (o) { memcpy(o, s, n); o[n] = '\0'; }
+    return o;
+}
+
+static void on_generated(void *arg, const sb_ipc_result *res) {
+    rt_run *run = arg;
+    run->job = NULL;
+    const sb_stage *s = &run->p->stages[run->cur];
+    stage_res *sr = &run->res[run->cur];
+    if (!res->ok) {
+        const char *type;
+        int st = rt_worker_error_status(res->code, &type);
+        fail(run, st, type, "stage '%s': %s", s->name, res->message ? res->message : "failed");
+        return;
+    }
+    const char *text = "";
+    size_t len = 0;
+    int64_t pt = 0, ct = 0;
+    double pms = 0, gms = 0;
+    sb_mp_get_str(res->result, "text", SB_MP_OPTIONAL, &text, &len, NULL);
+    sb_mp_get_int(res->result, "prompt_tokens", SB_MP_OPTIONAL, 0, INT32_MAX, &pt, NULL);
+    sb_mp_get_int(res->result, "completion_tokens", SB_MP_OPTIONAL, 0, INT32_MAX, &ct, NULL);
+    sb_mp_get_num(res->result, "prompt_ms", SB_MP_OPTIONAL, 0, 1e12, &pms, NULL);
+    sb_mp_get_num(res->result, "gen_ms", SB_MP_OPTIONAL, 0, 1e12, &gms, NULL);
+    run->model_s += (pms + gms) / 1e3;
+    sr->prompt_tokens = (int)pt;
+    sr->completion_tokens = (int)ct;
+    sr->output = trimmed(text, len);
+    if (s->json) {
+        sr->json = sb_json_extract_object(text, len, &sr->doc);
+        if (!sr->json) { stage_done(run, ST_ERROR, "the model's output holds no valid JSON object"); return; }
+    }
+    stage_done(run, ST_OK, NULL);
+}
+
+static int start_generate(rt_run *run, const sb_stage *s, sb_mp_writer *p, bool stream, char *err) {
+    sb_tmpl_env env = env_of(run);
+    sb_jw sys, prompt;
+    sb_jw_init(&sys);
+    sb_jw_init(&prompt);
+    if (s->system) sb_tmpl_render(s->system, &env, &sys);
+    sb_tmpl_render(s->prompt, &env, &prompt);
+    const sb_sampling *sp = &s->sampling;
+    uint32_t n = 3 + (sp->top_p >= 0) + (sp->min_p >= 0) + (sp->repeat_penalty >= 0) + (sp->top_k >= 0) +
+                 (sp->max_tokens > 0) + (sp->seed >= 0) + (s->n_stops > 0);
+    sb_mp_map(p, n);
+    if (s->chat) {
+        sb_mp_str(p, "messages");
+        sb_mp_array(p, s->system ? 2 : 1);
+        if (s->system) {
+            sb_mp_map(p, 2);
+            sb_mp_kv_str(p, "role", "system");
+            sb_mp_str(p, "content");
+            sb_mp_strn(p, sys.p ? sys.p : "", sys.len);
+        }
+        sb_mp_map(p, 2);
+        sb_mp_kv_str(p, "role", "user");
+        sb_mp_str(p, "content");
+        sb_mp_strn(p, prompt.p ? prompt.p : "", prompt.len);
+    } else {
+        sb_jw_raw(&sys, prompt.p ? prompt.p : "", prompt.len);
+        sb_mp_str(p, "prompt");
+        sb_mp_strn(p, sys.p ? sys.p : "", sys.len);
+    }
+    sb_mp_kv_bool(p, "stream", stream);
+    sb_mp_kv_f64(p, "temperature", sp->temperature);
+    if (sp->top_p >= 0) sb_mp_kv_f64(p, "top_p", sp->top_p);
+    if (sp->min_p >= 0) sb_mp_kv_f64(p, "min_p", sp->min_p);
+    if (sp->repeat_penalty >= 0) sb_mp_kv_f64(p, "repeat_penalty", sp->repeat_penalty);
+    if (sp->top_k >= 0) sb_mp_kv_i64(p, "top_k", sp->top_k);
+    if (sp->max_tokens > 0) sb_mp_kv_i64(p, "max_tokens", sp->max_tokens);
+    if (sp->seed >= 0) sb_mp_kv_u64(p, "seed", (uint64_t)sp->seed);
+    if (s->n_stops) {
+        sb_mp_str(p, "stop");
+        sb_mp_array(p, (uint32_t)s->n_stops);
+        for (size_t i = 0; i < s->n_stops; i++) sb_mp_str(p, s->stops[i]);
+    }
+    int oom = sys.oom || prompt.oom || sb_mp_writer_status(p);
+    sb_jw_free(&sys);
+    sb_jw_free(&prompt);
+    if (oom) {
+        sb_mp_writer_free(p);
+        return sb_seterr(err, SB_ENOMEM, "out of memory");
+    }
+    rt_model *m = rt_model_find(run->r, s->model);
+    if (!m) {
+        sb_mp_writer_free(p);
+        return sb_seterr(err, SB_EIO, "model '%s' is not configured in this router", s->model);
+    }
+    return rt_model_submit(m, "generate", p, m->deadline_ms, stream ? on_gen_token : NULL, on_generated, run,
+                           &run->job, err);
+}
+
+/* --------------------------------------------------------------- tool */
+
+static void on_tool_done(void *arg, int rc, const char *out, size_t len, const char *err) {
+    rt_run *run = arg;
+    run->tool = NULL;
+    stage_res *sr = &run->res[run->cur];
+    sr->output = trimmed(out ? out : "", out ? len : 0);
+    if (sr->output && sr->output[0] == '{') {
+        sb_json_doc *d;
+        if (sb_json_parse(sr->output, strlen(sr->output), &d, NULL) == 0) {
+            if (sb_json_type_of(sb_json_root(d)) == SB_JSON_OBJECT) { sr->doc = d; sr->json = sb_json_root(d); }
+            else sb_json_doc_free(d);
+        }
+    }
+    stage_done(run, rc ? ST_ERROR : ST_OK, rc ? err : NULL);
+}
+
+static int start_tool(rt_run *run, const sb_stage *s, char *err) {
+    sb_tmpl_env env = env_of(run);
+    sb_jw in, args[SB_PIPE_MAX_ARGS];
+    char *argv[SB_PIPE_MAX_ARGS + 1] = {0};
+    sb_jw_init(&in);
+    const sb_tmpl *src = s->url ? s->body : s->stdin_tmpl;
+    if (src) sb_tmpl_render(src, &env, &in);
+    else if (s->args_from >= 0 && run->res[s->args_from].json) sb_jw_value(&in, run->res[s->args_from].json);
+    int oom = in.oom;
+    for (size_t i = 0; i < s->n_argv; i++) {
+        sb_jw_init(&args[i]);
+        sb_tmpl_render(s->argv[i], &env, &args[i]);
+        sb_jw_raw(&args[i], "", 0);
+        oom |= args[i].oom;
+        argv[i] = args[i].p;
+    }
+    int rc = oom ? sb_seterr(err, SB_ENOMEM, "out of memory")
+                 : rt_tool_start(run->r, s->url ? NULL : argv, s->url, s->http_post, in.p ? in.p : "", in.len,
+                                 s->timeout_ms, on_tool_done, run, &run->tool, err);
+    for (size_t i = 0; i < s->n_argv; i++) sb_jw_free(&args[i]);
+    sb_jw_free(&in);
+    return rc;
+}
+
+/* --------------------------------------------------------------- steps */
+
+static void step(rt_run *run) {
+    if (run->done) return;
+    while (run->cur < run->p->n_stages) {
+        const sb_stage *s = &run->p->stages[run->cur];
+        run->t_stage = sb_now_s();
+        if (!when_matches(run, s)) {
+            run->res[run->cur].status = ST_SKIPPED;
+            run->cur++;
+            continue;
+        }
+        char err[SB_ERR_LEN];
+        int rc;
+        if (s->kind == SB_STAGE_TOOL) {
+            rc = start_tool(run, s, err);
+            if (rc) { stage_done(run, ST_ERROR, err); return; }
+            return;
+        }
+        sb_mp_writer *p;
+        if (sb_mp_writer_new(&p)) { fail(run, 500, "server_error", "%s%s", "out of memory", ""); return; }
+        rc = s->kind == SB_STAGE_INTENT ? start_intent(run, s, p, err)
+                                        : start_generate(run, s, p, run->on_token && is_answer_stage(run, run->cur), err);
+        if (rc) {
+            int st = rc == SB_EBUSY || rc == SB_EIO ? 503 : rc == SB_EUNSUP ? 501 : 500;
+            fail(run, st, rc == SB_EBUSY ? "server_busy" : "model_unavailable", "stage '%s': %s", s->name, err);
+        }
+        return;
+    }
+    finish(run);
+}
+
+static void on_run_timeout(evutil_socket_t fd, short what, void *arg) {
+    rt_run *run = arg;
+    rt_job_cancel(run->job);
+    run->job = NULL;
+    rt_tool_cancel(run->tool);
+    run->tool = NULL;
+    char ms[32];
+    snprintf(ms, sizeof ms, "%d", run->p->timeout_ms);
+    fail(run, 504, "timeout", "pipeline did not finish within its timeout_ms (%s ms)%s", ms, "");
+}
+
+int rt_run_start(rt *r, const char *name, const char *input, rt_run_token_fn on_token, rt_run_done_fn on_done,
+                 void *arg, rt_run **out, char *err) {
+    *out = NULL;
+    rt_conf *c = rt_conf_acquire(r);
+    const sb_pipeline *p = c ? sb_pipelines_find(c->pipes, name) : NULL;
+    if (!p) {
+        rt_conf_release(c);
+        return sb_seterr(err, SB_ENOTFOUND, "no pipeline named '%s'", name);
+    }
+    rt_run *run = sb_calloc(1, sizeof *run);
+    if (!run) { rt_conf_release(c); return sb_seterr(err, SB_ENOMEM, "out of memory"); }
+    run->r = r;
+    run->conf = c;
+    run->p = p;
+    run->on_token = on_token;
+    run->on_done = on_done;
+    run->arg = arg;
+    run->intent_stage = -1;
+    run->last_ran = -1;
+    run->t0 = sb_now_s();
+    sb_jw_init(&run->text);
+    run->input = sb_strdup(input);
+    run->res = sb_calloc(p->n_stages, sizeof *run->res);
+    run->outputs = sb_calloc(p->n_stages, sizeof *run->outputs);
+    run->json = sb_calloc(p->n_stages, sizeof *run->json);
+    run->timer = evtimer_new(r->base, on_run_timeout, run);
+    run->kick = evtimer_new(r->base, step_cb, run);
+    if (!run->input || !run->res || !run->outputs || !run->json || !run->timer || !run->kick) {
+        rt_run_free(run);
+        return sb_seterr(err, SB_ENOMEM, "out of memory");
+    }
+    struct timeval tv = { p->timeout_ms / 1000, (p->timeout_ms % 1000) * 1000 };
+    evtimer_add(run->timer, &tv);
+    schedule(run);
+    *out = run;
+    return 0;
+}
+
+void rt_run_free(rt_run *run) {
+    if (!run) return;
+    for (size_t i = 0; run->res && i < run->p->n_stages; i++) {
+        sb_free(run->res[i].output);
+        sb_free(run->res[i].error);
+        sb_json_doc_free(run->res[i].doc);
+    }
+    sb_free(run->res);
+    sb_free(run->outputs);
+    sb_free(run->json);
+    sb_free(run->input);
+    sb_free(run->intent);
+    sb_jw_free(&run->text);
+    if (run->timer) event_free(run->timer);
+    if (run->kick) event_free(run->kick);
+    rt_conf_release(run->conf);
+    sb_free(run);
+}
+
+void rt_run_cancel(rt_run *run) {
+    if (!run) return;
+    rt_job_cancel(run->job);
+    rt_tool_cancel(run->tool);
+    run->job = NULL;
+    run->tool = NULL;
+    rt_run_free(run);
+}
+
+int rt_run_failed(const rt_run *run, const char **type, const char **message) {
+    if (!run->fail_status) return 0;
+    if (type) *type = run->fail_type;
+    if (message) *message = run->fail_msg;
+    return run->fail_status;
+}
+
+const char *rt_run_output(const rt_run *run) {
+    int i = run->p->output >= 0 ? run->p->output : run->last_ran;
+    return i >= 0 && run->res[i].output ? run->res[i].output : "";
+}
+
+void rt_run_usage(const rt_run *run, int *pt, int *ct) {
+    *pt = *ct = 0;
+    for (size_t i = 0; i < run->p->n_stages; i++) {
+        *pt += run->res[i].prompt_tokens;
+        *ct += run->res[i].completion_tokens;
+    }
+}
+
+double rt_run_model_seconds(const rt_run *run) { return run->model_s; }
+
+void rt_run_result_json(const rt_run *run, sb_jw *w) {
+    static const char *const status[] = { "pending", "ok", "skipped", "error" };
+    const sb_pipeline *p = run->p;
+    sb_jw_obj(w);
+    sb_jw_key(w, "pipeline"); sb_jw_str(w, p->name);
+    sb_jw_key(w, "intent"); sb_jw_str(w, run->intent);
+    sb_jw_key(w, "confidence");
+    if (run->intent) sb_jw_num(w, run->confidence); else sb_jw_null(w);
+    sb_jw_key(w, "probabilities");
+    if (run->intent_stage >= 0) {
+        const sb_stage *s = &p->stages[run->intent_stage];
+        sb_jw_obj(w);
+        for (size_t i = 0; i < s->n_labels; i++) {
+            sb_jw_key(w, s->labels[i].name);
+            sb_jw_num(w, run->probs[i]);
+        }
+        sb_jw_obj_end(w);
+    } else {
+        sb_jw_null(w);
+    }
+    sb_jw_key(w, "stages");
+    sb_jw_arr(w);
+    for (size_t i = 0; i < p->n_stages; i++) {
+        const stage_res *sr = &run->res[i];
+        sb_jw_obj(w);
+        sb_jw_key(w, "name"); sb_jw_str(w, p->stages[i].name);
+        sb_jw_key(w, "kind"); sb_jw_str(w, sb_stage_kind_name(p->stages[i].kind));
+        sb_jw_key(w, "status"); sb_jw_str(w, status[sr->status]);
+        sb_jw_key(w, "output"); sb_jw_str(w, sr->output);
+        if (sr->json) { sb_jw_key(w, "json"); sb_jw_value(w, sr->json); }
+        if (sr->error) { sb_jw_key(w, "error"); sb_jw_str(w, sr->error); }
+        sb_jw_key(w, "ms"); sb_jw_num(w, (double)(int64_t)(sr->ms * 10) / 10);
+        sb_jw_obj_end(w);
+    }
+    sb_jw_arr_end(w);
+    sb_jw_key(w, "output"); sb_jw_str(w, rt_run_output(run));
+    int pt, ct;
+    rt_run_usage(run, &pt, &ct);
+    sb_jw_key(w, "usage");
+    sb_jw_obj(w);
+    sb_jw_key(w, "prompt_tokens"); sb_jw_int(w, pt);
+    sb_jw_key(w, "completion_tokens"); sb_jw_int(w, ct);
+    sb_jw_obj_end(w);
+    sb_jw_key(w, "ms"); sb_jw_num(w, (double)(int64_t)((sb_now_s() - run->t0) * 1e4) / 10);
+    sb_jw_obj_end(w);
+}
+
+int rt_pipeline_fingerprint(rt *r, const char *name, char *out, bool *cacheable) {
+    rt_conf *c = rt_conf_acquire(r);
+    const sb_pipeline *p = c ? sb_pipelines_find(c->pipes, name) : NULL;
+    if (!p) { rt_conf_release(c); return SB_ENOTFOUND; }
+    sb_sha256_ctx h;
+    sb_sha256_init(&h);
+    sb_sha256_update(&h, p->digest, sizeof p->digest);
+    bool ok = p->cache;
+    for (size_t i = 0; i < p->n_stages; i++) {
+        if (!p->stages[i].model) continue;
+        rt_model *m = rt_model_find(r, p->stages[i].model);
+        if (!m || !m->fingerprint[0]) { ok = false; continue; }
+        sb_sha256_update(&h, m->fingerprint, strlen(m->fingerprint));
+    }
+    uint8_t d[SB_SHA256_LEN];
+    sb_sha256_final(&h, d);
+    sb_hex_encode(d, sizeof d, out);
+    *cacheable = ok;
+    rt_conf_release(c);
+    return 0;
+}

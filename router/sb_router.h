@@ -1,0 +1,204 @@
+/* sb_router.h - the router: strict JSON, YAML pipelines, and the OpenAI-
+ * compatible HTTP gateway in front of the workers (docs/router.md).
+ *
+ * Layers, bottom up:
+ *   sb_json_*       a strict RFC 8259 parser and a streaming emitter (we add
+ *                   no JSON library; every HTTP body goes through this)
+ *   sb_pipeline_*   pipelines from the config's `pipelines:` node tree,
+ *                   validated with FILE:LINE:COL errors, and the template
+ *                   language their prompts use
+ *   sb_cmd_router   `switchboard router -c FILE` (common/sb_cmd.h): the
+ *                   process that serves HTTP and DIR/router.sock
+ *
+ * libevent types never appear here.
+ */
+#ifndef SB_ROUTER_H
+#define SB_ROUTER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sb_common.h"
+#include "sb_config.h"
+
+/* ================================================================ JSON == */
+
+/* Nesting of arrays/objects. An OpenAI request is 4-5 levels deep; 64 keeps
+ * the recursive parser's stack use trivial whatever the input. */
+#define SB_JSON_MAX_DEPTH 64
+
+typedef enum {
+    SB_JSON_NULL, SB_JSON_BOOL, SB_JSON_NUMBER, SB_JSON_STRING, SB_JSON_ARRAY, SB_JSON_OBJECT,
+} sb_json_type;
+
+typedef struct sb_json sb_json;         /* one value inside a document */
+typedef struct sb_json_doc sb_json_doc; /* owns every value and string */
+
+/* Parse exactly one JSON value from text[0..len) (RFC 8259, strictly): no
+ * comments, trailing commas, single quotes, leading zeros, NaN/Infinity,
+ * unescaped control characters, invalid UTF-8, lone surrogates, duplicate
+ * object keys or trailing bytes other than whitespace. 0, or SB_EFORMAT with
+ * "at line L column C (byte N): what" in err, or SB_ENOMEM. */
+int  sb_json_parse(const char *text, size_t len, sb_json_doc **out, char *err);
+void sb_json_doc_free(sb_json_doc *d);                  /* NULL ok */
+const sb_json *sb_json_root(const sb_json_doc *d);
+
+/* Accessors accept NULL and wrong types (they return NULL / 0 / false). */
+sb_json_type   sb_json_type_of(const sb_json *v);       /* NULL -> SB_JSON_NULL */
+const char    *sb_json_type_name(sb_json_type t);       /* "string", "object", ... */
+size_t         sb_json_len(const sb_json *v);           /* array items / object pairs / string bytes */
+const sb_json *sb_json_at(const sb_json *arr, size_t i);
+const char    *sb_json_key_at(const sb_json *obj, size_t i);
+const sb_json *sb_json_val_at(const sb_json *obj, size_t i);
+const sb_json *sb_json_get(const sb_json *obj, const char *key);   /* NULL when absent */
+/* NUL-terminated (an embedded \u0000 is kept; use sb_json_len for the size). */
+const char    *sb_json_str(const sb_json *v);
+double         sb_json_num(const sb_json *v);
+bool           sb_json_bool(const sb_json *v);
+/* The number is an integer in [lo, hi] (1e3 counts; 1.5 does not). */
+bool           sb_json_is_int(const sb_json *v, int64_t lo, int64_t hi);
+
+/* A growable output buffer with sticky out-of-memory: write everything,
+ * check `oom` once. Commas between members are inserted automatically. */
+typedef struct {
+    char  *p;           /* NUL-terminated while !oom */
+    size_t len, cap;
+    int    oom;
+    uint64_t comma;     /* bit d: the container at depth d already has a member */
+    int    depth;
+    int    after_key;
+} sb_jw;
+
+void sb_jw_init(sb_jw *w);
+void sb_jw_free(sb_jw *w);
+void sb_jw_reset(sb_jw *w);                             /* empty, keeps capacity */
+void sb_jw_obj(sb_jw *w);                               /* { */
+void sb_jw_obj_end(sb_jw *w);                           /* } */
+void sb_jw_arr(sb_jw *w);
+void sb_jw_arr_end(sb_jw *w);
+void sb_jw_key(sb_jw *w, const char *key);
+/* Strings are escaped; invalid UTF-8 bytes become U+FFFD so the output is
+ * always valid JSON whatever a model produced. */
+void sb_jw_str(sb_jw *w, const char *s);                /* NULL -> null */
+void sb_jw_strn(sb_jw *w, const char *s, size_t n);
+void sb_jw_int(sb_jw *w, int64_t v);
+void sb_jw_num(sb_jw *w, double v);                     /* NaN/Inf -> null */
+void sb_jw_bool(sb_jw *w, bool v);
+void sb_jw_null(sb_jw *w);
+void sb_jw_value(sb_jw *w, const sb_json *v);           /* re-encode a parsed value */
+/* Raw text appended as is, outside the comma logic (SSE framing). */
+void sb_jw_raw(sb_jw *w, const char *s, size_t n);
+
+/* =========================================================== pipelines == */
+
+#define SB_PIPE_MAX_STAGES  32
+#define SB_PIPE_MAX_LABELS  64
+#define SB_PIPE_MAX_STOPS   8
+#define SB_PIPE_MAX_ARGS    32
+
+typedef enum { SB_STAGE_INTENT, SB_STAGE_GENERATE, SB_STAGE_TOOL } sb_stage_kind;
+const char *sb_stage_kind_name(sb_stage_kind k);
+
+/* A template: literal text with {{input}}, {{intent}}, {{confidence}},
+ * {{stages.NAME.output}} and {{stages.NAME.json.KEY}} holes, compiled at
+ * load time so a typo is a config error, not an empty string at run time. */
+typedef struct sb_tmpl sb_tmpl;
+
+typedef struct {
+    char *name;
+    char *description;
+    char **examples;
+    size_t n_examples;
+} sb_label;
+
+typedef struct {
+    double temperature, top_p, min_p, repeat_penalty;
+    int    top_k, max_tokens;       /* < 0: the worker's default */
+    int64_t seed;                   /* < 0: the worker's default */
+} sb_sampling;
+
+typedef struct {
+    char *name;
+    sb_stage_kind kind;
+    int line, col;
+    /* when: {intent: [...]} / {intent_not: [...]}; n_when == 0: always */
+    char **when_intents;
+    size_t n_when;
+    bool when_negate;
+    /* intent + generate */
+    char *model;
+    sb_tmpl *system;                /* may be NULL */
+    bool chat;                      /* messages with the chat template (default) or a raw prompt */
+    /* intent */
+    sb_label *labels;
+    size_t n_labels;
+    double min_confidence;          /* [0, 1], default 0 */
+    char *fallback;                 /* a label, or NULL */
+    sb_tmpl *utterance;             /* how the caller's text is shown; default "{{input}}" */
+    /* generate */
+    sb_tmpl *prompt;
+    sb_sampling sampling;
+    char *stops[SB_PIPE_MAX_STOPS];
+    size_t n_stops;
+    bool json;                      /* extract and validate a JSON object */
+    /* tool */
+    sb_tmpl *argv[SB_PIPE_MAX_ARGS];    /* command; argv[0] is the program */
+    size_t n_argv;
+    sb_tmpl *stdin_tmpl;            /* NULL: the args_from stage's JSON, or nothing */
+    char *url;                      /* HTTP tool instead of a command */
+    bool http_post;
+    sb_tmpl *body;
+    int args_from;                  /* index of the stage whose JSON feeds the tool; -1 none */
+    int timeout_ms;
+} sb_stage;
+
+typedef struct {
+    char *name;
+    char *description;
+    int line, col;
+    sb_stage *stages;
+    size_t n_stages;
+    int output;                     /* stage index whose output is the answer; -1: last that ran */
+    int timeout_ms;                 /* whole pipeline, default 300000 */
+    bool cache;                     /* store results in the response cache (default true) */
+    uint8_t digest[32];             /* SHA-256 of the pipeline's source text: part of cache keys */
+} sb_pipeline;
+
+typedef struct {
+    sb_pipeline *items;
+    size_t n;
+} sb_pipelines;
+
+/* Validate cfg->pipelines (may be NULL: no pipelines) against the stage
+ * schema and the config's models. 0 or SB_EINVAL with "FILE:LINE:COL: ..." in
+ * err, SB_ENOMEM. *out is NULL on failure. */
+int  sb_pipelines_load(const sb_config *cfg, sb_pipelines **out, char *err);
+void sb_pipelines_free(sb_pipelines *p);                /* NULL ok */
+const sb_pipeline *sb_pipelines_find(const sb_pipelines *p, const char *name);
+int  sb_pipeline_stage_index(const sb_pipeline *p, const char *name);
+
+/* What a template can see while a pipeline runs. */
+typedef struct {
+    const char *input;
+    const char *intent;             /* NULL before an intent stage ran */
+    double confidence;
+    const sb_pipeline *pipe;
+    const char *const *outputs;     /* per stage; NULL = not run */
+    const sb_json *const *json;     /* per stage; NULL = none */
+} sb_tmpl_env;
+
+/* Render into w (raw text, no JSON escaping). */
+void sb_tmpl_render(const sb_tmpl *t, const sb_tmpl_env *env, sb_jw *w);
+const char *sb_tmpl_source(const sb_tmpl *t);
+
+/* The intent stage's fixed preamble (system text, labels with their
+ * descriptions, few-shot examples) - the part every call shares, so the
+ * worker's KV prefix reuse makes it free after the first call. */
+void sb_intent_preamble(const sb_stage *s, const sb_tmpl_env *env, sb_jw *w);
+
+/* The first balanced {...} in text that parses as a JSON object, or NULL
+ * (*doc then NULL too). Models like to wrap JSON in prose or ``` fences. */
+const sb_json *sb_json_extract_object(const char *text, size_t len, sb_json_doc **doc);
+
+#endif
