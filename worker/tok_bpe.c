@@ -273,52 +273,18 @@ typedef struct {
     uint32_t ln, rn;        /* sizes when offered: a pair is stale once either changed */
 } bpe_bigram;
 
-typedef struct { bpe_bigram *v; size_t n, cap; } bpe_heap;
-
-static int bigram_before(const bpe_bigram *a, const bpe_bigram *b) {
+/* Does a leave the heap before b? Lower rank, then leftmost. */
+static int bigram_before(const void *pa, const void *pb) {
+    const bpe_bigram *a = pa, *b = pb;
     if (a->rank != b->rank) return a->rank < b->rank;
     return a->left < b->left;
-}
-
-static int heap_push(bpe_heap *h, bpe_bigram b) {
-    if (h->n == h->cap) {
-        size_t cap = h->cap ? h->cap * 2 : 64;
-        bpe_bigram *p = sb_realloc(h->v, cap * sizeof *p);
-        if (!p) return SB_ENOMEM;
-        h->v = p;
-        h->cap = cap;
-    }
-    size_t i = h->n++;
-    while (i > 0) {
-        size_t parent = (i - 1) / 2;
-        if (!bigram_before(&b, &h->v[parent])) break;
-        h->v[i] = h->v[parent];
-        i = parent;
-    }
-    h->v[i] = b;
-    return 0;
-}
-
-static bpe_bigram heap_pop(bpe_heap *h) {
-    bpe_bigram top = h->v[0], last = h->v[--h->n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= h->n) break;
-        if (c + 1 < h->n && bigram_before(&h->v[c + 1], &h->v[c])) c++;
-        if (!bigram_before(&h->v[c], &last)) break;
-        h->v[i] = h->v[c];
-        i = c;
-    }
-    if (h->n) h->v[i] = last;
-    return top;
 }
 
 typedef struct {
     const sb_vocab *v;
     bpe_symbol *sym;
     size_t cap;
-    bpe_heap heap;
+    sb_heap heap;
 } bpe_work;
 
 static int offer_pair(bpe_work *w, const char *word, int32_t left, int32_t right) {
@@ -327,7 +293,7 @@ static int offer_pair(bpe_work *w, const char *word, int32_t left, int32_t right
     int32_t rank = sb_vocab_merge_rank(w->v, word + l->off, l->n, word + r->off, r->n);
     if (rank < 0) return 0;
     bpe_bigram b = { left, right, rank, l->n, r->n };
-    return heap_push(&w->heap, b);
+    return sb_heap_push(&w->heap, &b);
 }
 
 static int merge_word(bpe_work *w, const char *word, size_t len, sb_ids *out) {
@@ -357,7 +323,8 @@ static int merge_word(bpe_work *w, const char *word, size_t len, sb_ids *out) {
     w->heap.n = 0;
     for (int32_t i = 1; i < n && !rc; i++) rc = offer_pair(w, word, i - 1, i);
     while (!rc && w->heap.n) {
-        bpe_bigram b = heap_pop(&w->heap);
+        bpe_bigram b;
+        sb_heap_pop(&w->heap, &b);
         bpe_symbol *l = &sym[b.left], *r = &sym[b.right];
         if (l->n == 0 || r->n == 0 || l->n != b.ln || r->n != b.rn) continue;   /* stale */
         l->n += r->n;
@@ -384,7 +351,7 @@ int sb_bpe_tokenize(const sb_vocab *v, const char *text, size_t len, sb_ids *out
     size_t n_cpts = 0;
     sb_ids words = { 0 };
     sb_bytes word = { 0 };
-    bpe_work w = { v, NULL, 0, { 0 } };
+    bpe_work w = { v, NULL, 0, { .size = sizeof(bpe_bigram), .before = bigram_before } };
     int rc = sb_utf8_to_cpts(text, len, &cpts, &n_cpts);
     if (!rc) rc = sb_bpe_pretokenize(v->pre, cpts, n_cpts, &words);
 

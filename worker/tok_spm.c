@@ -27,59 +27,21 @@ typedef struct {
     uint32_t size;          /* bytes of left+right when offered: detects stale pairs */
 } spm_bigram;
 
-typedef struct {
-    spm_bigram *v;
-    size_t n, cap;
-} spm_heap;
-
-/* Does a come out of the heap before b? Higher score, then lower left. */
-static int bigram_before(const spm_bigram *a, const spm_bigram *b) {
+/* Does a leave the heap before b? Higher score, then lower left. */
+static int bigram_before(const void *pa, const void *pb) {
+    const spm_bigram *a = pa, *b = pb;
     if (a->score != b->score) return a->score > b->score;
     return a->left < b->left;
 }
 
-static int heap_push(spm_heap *h, spm_bigram b) {
-    if (h->n == h->cap) {
-        size_t cap = h->cap ? h->cap * 2 : 64;
-        spm_bigram *p = sb_realloc(h->v, cap * sizeof *p);
-        if (!p) return SB_ENOMEM;
-        h->v = p;
-        h->cap = cap;
-    }
-    size_t i = h->n++;
-    while (i > 0) {
-        size_t parent = (i - 1) / 2;
-        if (!bigram_before(&b, &h->v[parent])) break;
-        h->v[i] = h->v[parent];
-        i = parent;
-    }
-    h->v[i] = b;
-    return 0;
-}
-
-static spm_bigram heap_pop(spm_heap *h) {
-    spm_bigram top = h->v[0], last = h->v[--h->n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= h->n) break;
-        if (c + 1 < h->n && bigram_before(&h->v[c + 1], &h->v[c])) c++;
-        if (!bigram_before(&h->v[c], &last)) break;
-        h->v[i] = h->v[c];
-        i = c;
-    }
-    if (h->n) h->v[i] = last;
-    return top;
-}
-
 static int offer_pair(const sb_vocab *v, const char *text, const spm_symbol *sym,
-                      int32_t left, int32_t right, spm_heap *h) {
+                      int32_t left, int32_t right, sb_heap *h) {
     if (left < 0 || right < 0) return 0;
     uint32_t size = sym[left].n + sym[right].n;
     int32_t id = sb_vocab_lookup(v, text + sym[left].off, size);
     if (id < 0) return 0;
     spm_bigram b = { left, right, v->tok[id].score, size };
-    return heap_push(h, b);
+    return sb_heap_push(h, &b);
 }
 
 static int emit_symbol(const sb_vocab *v, const char *text, const spm_symbol *s, sb_ids *out, char *err) {
@@ -99,7 +61,7 @@ int sb_spm_tokenize(const sb_vocab *v, const char *text, size_t len, sb_ids *out
     if (len == 0) return 0;
     if (len > UINT32_MAX / 2) return sb_seterr(err, SB_ERANGE, "text of %zu bytes is too long", len);
     spm_symbol *sym = sb_malloc(len * sizeof *sym);
-    spm_heap heap = { 0 };
+    sb_heap heap = { .size = sizeof(spm_bigram), .before = bigram_before };
     int rc = 0;
     if (!sym) return sb_seterr(err, SB_ENOMEM, "out of memory");
 
@@ -116,7 +78,8 @@ int sb_spm_tokenize(const sb_vocab *v, const char *text, size_t len, sb_ids *out
     for (int32_t i = 1; i < n && !rc; i++) rc = offer_pair(v, text, sym, i - 1, i, &heap);
 
     while (!rc && heap.n) {
-        spm_bigram b = heap_pop(&heap);
+        spm_bigram b;
+        sb_heap_pop(&heap, &b);
         spm_symbol *l = &sym[b.left], *r = &sym[b.right];
         if (l->n == 0 || r->n == 0 || l->n + r->n != b.size) continue;   /* stale */
         l->n += r->n;

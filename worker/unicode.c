@@ -131,3 +131,38 @@ int sb_bytes_put(sb_bytes *b, const void *d, size_t n) {
     b->n += n;
     return 0;
 }
+
+int sb_heap_push(sb_heap *h, const void *elem) {
+    if (h->n == h->cap) {
+        size_t cap = h->cap ? h->cap * 2 : 64;
+        unsigned char *p = sb_realloc(h->v, cap * h->size);
+        if (!p) return SB_ENOMEM;
+        h->v = p;
+        h->cap = cap;
+    }
+    size_t i = h->n++;
+    while (i > 0) {
+        size_t parent = (i - 1) / 2;
+        if (!h->before(elem, h->v + parent * h->size)) break;
+        memcpy(h->v + i * h->size, h->v + parent * h->size, h->size);
+        i = parent;
+    }
+    memcpy(h->v + i * h->size, elem, h->size);
+    return 0;
+}
+
+void sb_heap_pop(sb_heap *h, void *out) {
+    const size_t sz = h->size;
+    memcpy(out, h->v, sz);
+    const unsigned char *last = h->v + --h->n * sz;
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= h->n) break;
+        if (c + 1 < h->n && h->before(h->v + (c + 1) * sz, h->v + c * sz)) c++;
+        if (!h->before(h->v + c * sz, last)) break;
+        memcpy(h->v + i * sz, h->v + c * sz, sz);
+        i = c;
+    }
+    if (h->n) memmove(h->v + i * sz, last, sz);
+}

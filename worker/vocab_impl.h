@@ -48,6 +48,15 @@ typedef struct { char *p; size_t n, cap; } sb_bytes;
 int sb_ids_push(sb_ids *a, int32_t x);
 int sb_bytes_put(sb_bytes *b, const void *d, size_t n);
 
+/* ---- binary heap of fixed-size elements (the SPM and BPE merge queues) ---- */
+typedef struct {
+    unsigned char *v;
+    size_t n, cap, size;                        /* size: bytes per element */
+    int (*before)(const void *a, const void *b);  /* a leaves the heap first */
+} sb_heap;
+int  sb_heap_push(sb_heap *h, const void *elem);
+void sb_heap_pop(sb_heap *h, void *out);      /* h->n > 0 */
+
 /* ---- the vocab ---- */
 
 /* Token attributes; values as llama.cpp's llama_token_attr. */
