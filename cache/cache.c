@@ -498,6 +498,13 @@ int sb_cache_put(sb_cache *c, const sb_cache_item *it, char *err) {
     if (!it || !it->key || strlen(it->key) != SB_CACHE_KEY_HEX - 1 || !it->ns ||
         !it->fingerprint || !it->input || (!it->response && it->response_len))
         return sb_seterr(err, SB_EINVAL, "cache put: key, ns, fingerprint, input required");
+    /* The key must be the hash of what the entry says it answers: a wrong
+     * key would serve this answer to another question, and the cloud would
+     * refuse the entry. One SHA-256 of a few hundred bytes, ~1 us. */
+    char want[SB_CACHE_KEY_HEX];
+    sb_cache_key(it->ns, it->fingerprint, it->input, it->params ? it->params : "", want);
+    if (strcmp(want, it->key))
+        return sb_seterr(err, SB_EINVAL, "cache put: key does not match ns/fingerprint/input/params");
     int64_t bytes = entry_bytes(it);
     if ((uint64_t)bytes > c->opts.max_bytes)
         return sb_seterr(err, SB_ERANGE, "cache put: entry of %lld bytes exceeds the cap of %llu",

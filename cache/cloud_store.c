@@ -128,18 +128,24 @@ static int valid_key(const char *k) {
 static int apply_entry(sbc_store *s, const sbj *e, int64_t *version, char *err) {
     const char *key, *ns, *fp, *input, *params, *b64;
     int64_t created = 0, ttl = 0;
+    /* A bad entry is skipped, not fatal: failing the request would leave the
+     * edge resending the same batch forever, and its other deltas unapplied. */
     if (sbj_get_str(e, "key", &key) || !valid_key(key) || sbj_get_str(e, "namespace", &ns) ||
         sbj_get_str(e, "fingerprint", &fp) || sbj_get_str(e, "input", &input) ||
-        sbj_get_str(e, "params", &params) || sbj_get_str(e, "response_b64", &b64))
-        return sb_seterr(err, SB_EINVAL, "new_entries: each needs key, namespace, fingerprint, "
-                         "input, params, response_b64");
+        sbj_get_str(e, "params", &params) || sbj_get_str(e, "response_b64", &b64)) {
+        sb_warn("sync: skipping an entry without key, namespace, fingerprint, input, params, "
+                "response_b64");
+        return SB_OK;
+    }
     char want[SB_CACHE_KEY_HEX];
     sb_cache_key(ns, fp, input, params, want);
     uint8_t *bytes = NULL;
     size_t n = 0;
-    if (strcmp(want, key) || sbc_base64_decode(b64, strlen(b64), &bytes, &n))
-        return sb_seterr(err, SB_EINVAL, "new_entries: entry %.16s: key does not match its "
-                         "contents, or response_b64 is not base64", key);
+    if (strcmp(want, key) || sbc_base64_decode(b64, strlen(b64), &bytes, &n)) {
+        sb_warn("sync: skipping entry %.16s: key does not match its contents, or response_b64 "
+                "is not base64", key);
+        return SB_OK;
+    }
     sb_free(bytes);
     sbj_get_int(e, "created_ms", &created);
     sbj_get_int(e, "ttl_s", &ttl);
@@ -166,9 +172,8 @@ static int apply_delta(sbc_store *s, const sbj *d, int64_t *version, char *err) 
     const char *key;
     int64_t delta = 0;
     if (sbj_get_str(d, "key", &key) || !valid_key(key) || sbj_get_int(d, "delta", &delta) ||
-        delta < 0 || delta > 1000000000)
-        return sb_seterr(err, SB_EINVAL, "hit_deltas: each needs a 64-hex key and a delta >= 0");
-    if (!delta) return SB_OK;
+        delta <= 0 || delta > 1000000000)
+        return SB_OK;           /* skipped, like a bad entry */
     num v = n2s(++*version), n = n2s(delta);
     const char *p[3] = { key, n.v, v.v };
     /* A key the cloud has no answer for yet gets a stub that counts; deltas

@@ -20,7 +20,8 @@
  * file is never found for another: its fingerprint is part of the key.
  *
  * A handle is one SQLite connection guarded by a mutex: threads may share it.
- * Many processes may open the same file (WAL mode). Failures (disk full,
+ * Many processes may open the same file (WAL mode). A forked child must not
+ * use its parent's handle (open its own). Failures (disk full,
  * read-only file, corrupt file) come back as negative codes with a message,
  * are logged once per handle and kind, and never abort.
  */
@@ -154,7 +155,8 @@ typedef struct {
 } sb_cache_item;
 
 /* Store (replacing an entry with the same key), then evict least-recently-
- * hit entries, unpinned first, until the cap holds. SB_ERANGE: larger than
+ * hit entries, unpinned first, until the cap holds. SB_EINVAL: the key is not
+ * sb_cache_key(ns, fingerprint, input, params). SB_ERANGE: larger than
  * the cap; SB_EIO: disk full / read-only / I/O; SB_EFORMAT: corrupt. A NULL
  * cache is a no-op returning 0. The ask that produced the answer counts as
  * one for the cloud's fleet-wide count. */

@@ -275,6 +275,16 @@ int sb_cache_sync(sb_cache *c, const sb_cache_sync_opts *o, sb_cache_sync_result
             int code = reply.status == 401 || reply.status == 400 ? SB_EINVAL : SB_EIO;
             rc = sb_seterr(err, code, "sync: %s answered %d: %.160s", o->url, reply.status,
                            reply.body.p ? reply.body.p : "");
+            /* 400: this batch can never be accepted; resending it forever would
+             * block every later sync. Drop it (its deltas are lost, logged).
+             * 401 and 5xx keep it: a fixed secret or a recovered cloud takes it. */
+            if (reply.status == 400) {
+                sb_error("sync: dropping batch %s rejected as malformed: %s", b.sync_id, err);
+                pthread_mutex_lock(&c->lock);
+                if (exec_key(c, "DELETE FROM sync_outbox WHERE sync_id = ?1", b.sync_id))
+                    sbc_fail(c, sqlite3_errcode(c->db), NULL, "sync: dropping a batch");
+                pthread_mutex_unlock(&c->lock);
+            }
         }
         sbj *j = NULL;
         if (!rc && (rc = sbj_parse(reply.body.p, reply.body.len, &j, err)) == SB_OK &&

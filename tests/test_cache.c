@@ -54,6 +54,13 @@ static void test_hit_miss(void **state) {
     assert_string_equal(e.input, "how do i withdraw my housing fund?");
     sb_cache_entry_free(&e);
     sb_cache_close(c);
+    /* A key that is not the hash of the entry's contents is refused. */
+    sb_cache_item bad = { .key = key, .ns = "hotline", .fingerprint = "fp-test",
+                          .input = "another question", .params = "temp=0", .response = "x",
+                          .response_len = 1 };
+    c = open_cache(path, 0);
+    assert_int_equal(sb_cache_put(c, &bad, NULL), SB_EINVAL);
+    sb_cache_close(c);
     /* A NULL cache is "disabled", never a crash. */
     assert_int_equal(sb_cache_get(NULL, key, &e, NULL), SB_ENOTFOUND);
     assert_int_equal(tl_put(NULL, "hotline", "x", "y", -1, NULL), 0);
