@@ -17,6 +17,13 @@ cleanup() {
 trap cleanup EXIT
 fail() { echo "it_cache_cli: FAIL: $*" >&2; exit 1; }
 
+# The committed NFKC tables are what tools/gen_nfkc.py makes from this Python
+# (only comparable when its Unicode version is the one the tables record).
+want=$(sed -n 's/.*sb_nfkc_unicode_version\[\] = "\(.*\)";/\1/p' cache/nfkc_data.c)
+if [ "$(python3 -c 'import unicodedata; print(unicodedata.unidata_version)' 2>/dev/null)" = "$want" ]; then
+    python3 tools/gen_nfkc.py --check || fail "cache/nfkc_data.c is not what tools/gen_nfkc.py generates"
+fi
+
 for cmd in "" stats list get purge export import vacuum check key sync; do
     "$SB" cache $cmd --help >/dev/null || fail "cache $cmd --help"
 done
