@@ -1,0 +1,372 @@
+#!/usr/bin/env python3
+"""Side-by-side benchmark: `switchboard bench` vs llama.cpp's llama-bench.
+
+Called by tools/bench.sh (`make bench`), which first makes sure llama.cpp,
+the forged models and the membw tool exist. Run directly only if they do:
+
+    tests/bench/compare.py --sb BIN --llama-bench EXE --membw EXE
+        [--models tinyllama,phi3,llama3] [--rounds 5] [--pp 512] [--tg 128]
+        [--threads 2] [--fa 0] [--out build/bench]
+
+Method (see docs/PERFORMANCE.md):
+  * each round runs ours once, then llama.cpp once, on the same file with the
+    same threads (-r 1 each), so slow drift in machine load hits both equally;
+  * the figure per engine is the median over rounds;
+  * decode is also given as a fraction of the memory-bandwidth limit:
+    tg_tps * (weight bytes read per token) / (read bandwidth, 2 threads);
+  * thread scaling: TinyLlama decode at -t 1 and -t 2, alternated likewise.
+Every raw sample and the 1-minute load average at the time it was taken go
+into results.json, so noisy runs can be recognised later.
+"""
+import argparse
+import datetime
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+try:
+    import gguf
+except ImportError:
+    sys.exit("compare: the 'gguf' Python package is missing (pip install gguf)")
+
+REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+MODEL_FILES = {   # what tests/bench/forge.py writes
+    "tinyllama": ("TinyLlama-1.1B", "tinyllama-1.1b-shape.Q2_K.gguf"),
+    "phi3": ("Phi-3-mini-4k", "phi-3-mini-4k-shape.Q4_K_M.gguf"),
+    "llama3": ("Llama-3-8B", "llama-3-8b-shape.Q5_K_M.gguf"),
+}
+RUN_TIMEOUT = 3600   # seconds; one llama3 pp512 at 2 t/s is ~4 min
+
+
+def log(msg):
+    print(f"bench: {msg}", flush=True)
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return [float(x) for x in f.read().split()[:3]]
+
+
+def median(xs):
+    return statistics.median(xs) if xs else None
+
+
+def weight_bytes_per_token(path):
+    """Bytes of weights a decode step streams: every tensor but token_embd.
+
+    token_embd is only gathered (one row per token), so it does not count;
+    KV-cache reads are small at these context lengths and are ignored.
+    """
+    reader = gguf.GGUFReader(path)
+    return sum(int(t.n_bytes) for t in reader.tensors if t.name != "token_embd.weight")
+
+
+def run(cmd):
+    """Run cmd; return (stdout, error-or-None, seconds, load1 at start)."""
+    load1 = loadavg()[0]
+    t0 = time.time()
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return "", f"timed out after {RUN_TIMEOUT} s", time.time() - t0, load1
+    except OSError as exc:
+        return "", str(exc), 0.0, load1
+    dt = time.time() - t0
+    if p.returncode != 0:
+        tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
+        return p.stdout, f"exit {p.returncode}: " + " | ".join(tail), dt, load1
+    return p.stdout, None, dt, load1
+
+
+def parse_ours(stdout):
+    """`switchboard bench --json` prints one object; tolerate log lines around it."""
+    try:
+        return json.loads(stdout)
+    except ValueError:
+        pass
+    for line in reversed(stdout.splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except ValueError:
+                continue
+    raise ValueError("no JSON object in switchboard's output")
+
+
+def parse_llama(stdout):
+    """llama-bench -o json: a list with one entry per test (pp, tg)."""
+    pp = tg = None
+    seen = {}
+    for entry in json.loads(stdout):
+        if entry.get("n_prompt", 0) > 0 and entry.get("n_gen", 0) == 0:
+            pp = entry["avg_ts"]
+        elif entry.get("n_gen", 0) > 0 and entry.get("n_prompt", 0) == 0:
+            tg = entry["avg_ts"]
+        seen = {k: entry.get(k) for k in (
+            "build_commit", "n_threads", "n_batch", "n_ubatch", "type_k", "type_v",
+            "flash_attn", "load_mode", "repack", "poll", "model_type", "model_size")}
+    return pp, tg, seen
+
+
+class Engines:
+    def __init__(self, args):
+        self.args = args
+
+    def ours_cmd(self, path, threads, pp, tg):
+        return [self.args.sb, "bench", "-m", path, "-p", str(pp), "-n", str(tg),
+                "-t", str(threads), "-r", "1", "--json"]
+
+    def llama_cmd(self, path, threads, pp, tg):
+        return [self.args.llama_bench, "-m", path, "-t", str(threads),
+                "-p", str(pp), "-n", str(tg), "-r", "1", "-fa", str(self.args.fa),
+                "-o", "json"]
+
+    def ours(self, path, threads, pp, tg):
+        out, err, dt, load1 = run(self.ours_cmd(path, threads, pp, tg))
+        sample = {"load1": load1, "seconds": round(dt, 1)}
+        if err is None:
+            try:
+                obj = parse_ours(out)
+                sample.update(pp=obj.get("pp_tps"), tg=obj.get("tg_tps"),
+                              weight_bytes=obj.get("weight_bytes"), raw=obj)
+            except ValueError as exc:
+                err = str(exc)
+        if err:
+            sample["error"] = err
+        return sample
+
+    def llama(self, path, threads, pp, tg):
+        out, err, dt, load1 = run(self.llama_cmd(path, threads, pp, tg))
+        sample = {"load1": load1, "seconds": round(dt, 1)}
+        if err is None:
+            try:
+                sample["pp"], sample["tg"], sample["settings"] = parse_llama(out)
+            except (ValueError, KeyError, TypeError) as exc:
+                err = f"cannot parse llama-bench JSON: {exc}"
+        if err:
+            sample["error"] = err
+        return sample
+
+
+def summarise(samples, key):
+    vals = [s[key] for s in samples if s.get(key) is not None]
+    return {"median": median(vals), "n": len(vals),
+            "min": min(vals) if vals else None, "max": max(vals) if vals else None}
+
+
+def fmt(x, digits=2):
+    return "—" if x is None else f"{x:.{digits}f}"
+
+
+def ratio(a, b):
+    return a / b if a is not None and b else None
+
+
+def bench_model(key, eng, args, bw):
+    name, fname = MODEL_FILES[key]
+    path = os.path.join(args.models_dir, fname)
+    res = {"name": name, "file": os.path.relpath(path, REPO_ROOT),
+           "file_bytes": os.path.getsize(path),
+           "llama_weight_bytes": weight_bytes_per_token(path),
+           "ours": [], "llamacpp": []}
+    log(f"{name}: {fname}, {res['file_bytes'] / 2**30:.2f} GiB, "
+        f"{args.rounds} rounds x (ours, llama.cpp), pp{args.pp} tg{args.tg} -t {args.threads}")
+    ours_ok = True
+    for r in range(args.rounds):
+        if ours_ok:
+            s_ours = eng.ours(path, args.threads, args.pp, args.tg)
+            res["ours"].append(s_ours)
+            # an engine that cannot run this model yet would fail every
+            # round; do not spend the rounds' time on it
+            ours_ok = "error" not in s_ours
+        s_llama = eng.llama(path, args.threads, args.pp, args.tg)
+        res["llamacpp"].append(s_llama)
+        o = res["ours"][-1]
+        log(f"  round {r + 1}/{args.rounds}: ours pp {fmt(o.get('pp'))} "
+            f"tg {fmt(o.get('tg'))}{' [' + o['error'] + ']' if 'error' in o else ''}"
+            f" | llama.cpp pp {fmt(s_llama.get('pp'))} tg {fmt(s_llama.get('tg'))}"
+            f"{' [' + s_llama['error'] + ']' if 'error' in s_llama else ''}"
+            f" | load {s_llama['load1']:.2f}")
+    for side in ("ours", "llamacpp"):
+        res[side + "_pp"] = summarise(res[side], "pp")
+        res[side + "_tg"] = summarise(res[side], "tg")
+    wb = [s["weight_bytes"] for s in res["ours"] if s.get("weight_bytes")]
+    res["ours_weight_bytes"] = wb[0] if wb else None
+    res["ratio_pp"] = ratio(res["ours_pp"]["median"], res["llamacpp_pp"]["median"])
+    res["ratio_tg"] = ratio(res["ours_tg"]["median"], res["llamacpp_tg"]["median"])
+    bw_bytes = bw * 1e9 if bw else None
+    def frac(tg, nbytes):
+        return tg * nbytes / bw_bytes if tg and nbytes and bw_bytes else None
+    res["bw_frac_ours"] = frac(res["ours_tg"]["median"], res["ours_weight_bytes"])
+    res["bw_frac_llamacpp"] = frac(res["llamacpp_tg"]["median"], res["llama_weight_bytes"])
+    return res
+
+
+def thread_scaling(eng, args):
+    """TinyLlama decode only (pp 0) at 1 and 2 threads, alternated."""
+    name, fname = MODEL_FILES["tinyllama"]
+    path = os.path.join(args.models_dir, fname)
+    out = {"model": name, "tg": args.tg, "ours": {"1": [], "2": []},
+           "llamacpp": {"1": [], "2": []}}
+    log(f"thread scaling: {name} tg{args.tg} at -t 1 and -t 2, {args.rounds} rounds")
+    def last(side, t):
+        return fmt(out[side][t][-1].get("tg")) if out[side][t] else "—"
+    ours_pp, ours_ok = 0, True
+    for r in range(args.rounds):
+        for t in ("1", "2"):
+            if ours_ok:
+                s = eng.ours(path, int(t), ours_pp, args.tg)
+                if "error" in s and ours_pp == 0:
+                    # an engine that insists on a prompt: give it the smallest one
+                    ours_pp = 1
+                    s = eng.ours(path, int(t), ours_pp, args.tg)
+                ours_ok = "error" not in s
+                out["ours"][t].append(s)
+            out["llamacpp"][t].append(eng.llama(path, int(t), 0, args.tg))
+        log(f"  round {r + 1}/{args.rounds}: ours t1 {last('ours', '1')} t2 {last('ours', '2')}"
+            f" | llama.cpp t1 {last('llamacpp', '1')} t2 {last('llamacpp', '2')}")
+    for side in ("ours", "llamacpp"):
+        m1 = summarise(out[side]["1"], "tg")["median"]
+        m2 = summarise(out[side]["2"], "tg")["median"]
+        out[side + "_median"] = {"1": m1, "2": m2, "speedup": ratio(m2, m1)}
+    return out
+
+
+def measure_bandwidth(args):
+    p = subprocess.run([args.membw, "-t", str(args.threads), "-r", str(args.membw_reps)],
+                       capture_output=True, text=True)
+    m = re.search(r"threads=%d\s+best ([0-9.]+) GB/s" % args.threads, p.stdout)
+    if p.returncode != 0 or not m:
+        log(f"membw failed: {p.stdout.strip()} {p.stderr.strip()}")
+        return None, p.stdout
+    return float(m.group(1)), p.stdout.strip()
+
+
+def markdown(results):
+    a = results["settings"]
+    pp, tg = f"pp{a['pp']}", f"tg{a['tg']}"
+    lines = [
+        f"Measured {results['date']} on {results['host']['cpu']} "
+        f"({results['host']['cores']} cores), {a['threads']} threads, "
+        f"medians of {a['rounds']} alternating rounds; llama.cpp {results['llamacpp']['commit']} "
+        f"(llama-bench -fa {a['fa']}), switchboard {results['switchboard']['commit']}. "
+        f"Memory read bandwidth ({a['threads']} threads): {fmt(results['membw_gbs'], 1)} GB/s. "
+        f"Load average (1/5/15 min) at start {results['load']['start']}, "
+        f"at end {results['load']['end']}.",
+        "",
+        f"| model | file | ours {pp} | llama.cpp {pp} | {pp} ours/llama.cpp | "
+        f"ours {tg} | llama.cpp {tg} | {tg} ours/llama.cpp | ours {tg} % of BW limit | "
+        f"llama.cpp {tg} % of BW limit | load (1 min) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    def pct(x):
+        return "—" if x is None else f"{100 * x:.0f}%"
+    for m in results["models"].values():
+        lines.append(
+            f"| {m['name']} | `{os.path.basename(m['file'])}` ({m['file_bytes'] / 2**30:.2f} GiB) | "
+            f"{fmt(m['ours_pp']['median'])} | {fmt(m['llamacpp_pp']['median'])} | "
+            f"{fmt(m['ratio_pp'])}× | {fmt(m['ours_tg']['median'])} | "
+            f"{fmt(m['llamacpp_tg']['median'])} | {fmt(m['ratio_tg'])}× | "
+            f"{pct(m['bw_frac_ours'])} | {pct(m['bw_frac_llamacpp'])} | "
+            f"{fmt(median([s['load1'] for s in m['ours'] + m['llamacpp']]), 1)} |")
+    ts = results.get("thread_scaling")
+    if ts:
+        o, l = ts["ours_median"], ts["llamacpp_median"]
+        lines += ["", f"Thread scaling, {ts['model']} tg{ts['tg']} (tokens/s): "
+                  f"ours {fmt(o['1'])} (-t 1) → {fmt(o['2'])} (-t 2), {fmt(o['speedup'])}×; "
+                  f"llama.cpp {fmt(l['1'])} → {fmt(l['2'])}, {fmt(l['speedup'])}×."]
+    errs = [f"{m['name']}: {s['error']}" for m in results["models"].values()
+            for s in m["ours"] + m["llamacpp"] if "error" in s]
+    if errs:
+        lines += ["", "Errors: " + "; ".join(sorted(set(errs)))]
+    lines += ["", "Bytes per token for the bandwidth limit: "
+              + ", ".join(f"{m['name']} ours {fmt((m['ours_weight_bytes'] or 0) / 2**20, 0)} MiB"
+                          f" / llama.cpp {m['llama_weight_bytes'] / 2**20:.0f} MiB"
+                          for m in results["models"].values()) + "."]
+    return "\n".join(lines) + "\n"
+
+
+def git_commit():
+    try:
+        # --dirty: the binary is built from the working tree, which others
+        # change all the time; say so instead of naming a clean commit
+        return subprocess.run(["git", "-C", REPO_ROOT, "describe", "--always", "--dirty"],
+                              capture_output=True, text=True).stdout.strip() or "?"
+    except OSError:
+        return "?"
+
+
+def cpu_name():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "?"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sb", required=True, help="switchboard binary")
+    ap.add_argument("--llama-bench", required=True)
+    ap.add_argument("--membw", required=True)
+    ap.add_argument("--llama-commit", default="?")
+    ap.add_argument("--models", default="tinyllama,phi3,llama3")
+    ap.add_argument("--models-dir", default=os.path.join(REPO_ROOT, "models", "bench"))
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--pp", type=int, default=512)
+    ap.add_argument("--tg", type=int, default=128)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--fa", default="0", help="llama-bench -fa (we have no flash attention)")
+    ap.add_argument("--membw-reps", type=int, default=10)
+    ap.add_argument("--no-scaling", action="store_true")
+    ap.add_argument("--out", default=os.path.join(REPO_ROOT, "build", "bench"))
+    args = ap.parse_args()
+    keys = [k for k in args.models.split(",") if k]
+    for k in keys:
+        if k not in MODEL_FILES:
+            sys.exit(f"compare: unknown model {k!r} (known: {', '.join(MODEL_FILES)})")
+    os.makedirs(args.out, exist_ok=True)
+
+    results = {
+        "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
+        "host": {"cpu": cpu_name(), "cores": os.cpu_count()},
+        "llamacpp": {"commit": args.llama_commit, "llama_bench": args.llama_bench,
+                     "command": " ".join(Engines(args).llama_cmd("FILE", args.threads, args.pp, args.tg))},
+        "switchboard": {"commit": git_commit(), "binary": args.sb,
+                        "command": " ".join(Engines(args).ours_cmd("FILE", args.threads, args.pp, args.tg))},
+        "settings": {"threads": args.threads, "pp": args.pp, "tg": args.tg,
+                     "rounds": args.rounds, "fa": args.fa},
+        "load": {"start": loadavg()},
+        "models": {},
+    }
+    bw, raw = measure_bandwidth(args)
+    results["membw_gbs"], results["membw_raw"] = bw, raw
+    log(f"memory read bandwidth ({args.threads} threads, best of {args.membw_reps}): {fmt(bw, 1)} GB/s")
+    eng = Engines(args)
+    for k in keys:
+        results["models"][k] = bench_model(k, eng, args, bw)
+    if "tinyllama" in keys and not args.no_scaling:
+        results["thread_scaling"] = thread_scaling(eng, args)
+    results["load"]["end"] = loadavg()
+
+    with open(os.path.join(args.out, "results.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    md = markdown(results)
+    with open(os.path.join(args.out, "results.md"), "w") as f:
+        f.write(md)
+    print()
+    print(md)
+    log(f"wrote {os.path.join(args.out, 'results.json')} and results.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

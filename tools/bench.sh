@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# `make bench`: switchboard vs llama.cpp on the three hotline-shaped models.
+#
+#   tools/bench.sh [--models tinyllama,phi3,llama3] [--rounds N] [--quick]
+#                  [--threads T] [--sb PATH] [--no-scaling]
+#
+#   --quick    pp 128, tg 32, 3 rounds: a fast look, not a result
+#   --sb PATH  the switchboard binary to measure (default bin/switchboard;
+#              e.g. build-me/bin/switchboard for your own build)
+#
+# Steps (each is skipped when its result already exists):
+#   1. llama.cpp and its llama-bench/llama-quantize   (tools/llamacpp.sh)
+#   2. the forged benchmark models in models/bench/   (tests/bench/forge.py)
+#   3. memory read bandwidth, T threads, best of 10   (tools/membw.sh)
+#   4. per model, R rounds of: switchboard bench, then llama-bench, each -r 1
+#      on the same file with the same threads; medians, ratios, bandwidth
+#      fraction; then TinyLlama decode at -t 1 vs -t 2    (tests/bench/compare.py)
+# Output: build/bench/results.json (every sample, with load averages) and
+# build/bench/results.md (the table for docs/PERFORMANCE.md).
+set -euo pipefail
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo_root"
+
+models="tinyllama,phi3,llama3"
+rounds=5
+pp=512
+tg=128
+threads=2
+sb="$repo_root/bin/switchboard"
+extra=()
+
+die() { echo "bench: error: $*" >&2; exit 1; }
+
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --models) models="${2:?--models needs a list}"; shift 2 ;;
+        --rounds) rounds="${2:?--rounds needs N}"; shift 2 ;;
+        --threads) threads="${2:?--threads needs T}"; shift 2 ;;
+        --sb) sb="${2:?--sb needs a path}"; shift 2 ;;
+        --quick) pp=128; tg=32; rounds=3; shift ;;
+        --no-scaling) extra+=(--no-scaling); shift ;;
+        -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) die "unknown option $1 (see --help)" ;;
+    esac
+done
+[[ "$rounds" =~ ^[1-9][0-9]*$ ]] || die "--rounds must be a positive integer"
+
+eval "$(tools/llamacpp.sh --env)"
+[[ -x "$LLAMACPP_BIN/llama-bench" ]] || die "no llama-bench in $LLAMACPP_BIN"
+
+python3 -c "import numpy, gguf" 2>/dev/null || {
+    echo "bench: installing numpy/gguf for the model forge"
+    PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet numpy gguf \
+        || die "pip install numpy gguf failed"
+}
+python3 tests/bench/forge.py --models "$models"
+
+# membw.sh compiles the tool on first use; run it once here so the compile
+# is not part of the measurement.
+tools/membw.sh -s 64 -r 1 -t 1 >/dev/null 2>&1
+
+[[ -x "$sb" ]] || die "$sb not found (run make, or pass --sb)"
+# Measure a private copy: other engineers rebuild bin/ while we run.
+mkdir -p build/bench
+cp -f "$sb" build/bench/switchboard
+
+load1="$(cut -d' ' -f1 /proc/loadavg)"
+echo "bench: load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+if awk -v l="$load1" 'BEGIN { exit !(l > 0.5) }'; then
+    # Both engines spin-wait at thread barriers; with another busy process
+    # on a 2-core box, -t 2 can run several times slower than -t 1.
+    echo "bench: WARNING: the machine is busy (load $load1); numbers will be noisy" >&2
+fi
+python3 tests/bench/compare.py \
+    --sb build/bench/switchboard \
+    --llama-bench "$LLAMACPP_BIN/llama-bench" \
+    --llama-commit "$LLAMACPP_COMMIT" \
+    --membw build/tools/membw \
+    --models "$models" --rounds "$rounds" --pp "$pp" --tg "$tg" \
+    --threads "$threads" --out build/bench "${extra[@]}"
