@@ -220,39 +220,106 @@ def forge_f16(m, path, seed):
     return time.time() - t0
 
 
+# Byte sizes of GGUF's scalar value types (gguf spec; STRING=8, ARRAY=9).
+_SCALAR_SIZE = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+_SCALAR_FMT = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?",
+               10: "Q", 11: "q", 12: "d"}
+
+
+def read_header(path):
+    """Parse a GGUF header without touching the tensor data.
+
+    GGUFReader decodes every array element (400k vocab strings for
+    Llama-3: ~20 s here); this skips arrays and returns
+    (scalar/string KVs, [(name, type, n_elems, offset)], data_start).
+    """
+    import mmap
+    import struct
+    with open(path, "rb") as f:
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    try:
+        if mm[:4] != b"GGUF":
+            raise ValueError("bad magic")
+        version, n_tensors, n_kv = struct.unpack_from("<IQQ", mm, 4)
+        pos = 24
+
+        def read_str(p):
+            (n,) = struct.unpack_from("<Q", mm, p)
+            return mm[p + 8:p + 8 + n].decode("utf-8", "replace"), p + 8 + n
+
+        def skip_value(vtype, p):
+            if vtype == 8:
+                (n,) = struct.unpack_from("<Q", mm, p)
+                return p + 8 + n
+            if vtype == 9:
+                sub, count = struct.unpack_from("<IQ", mm, p)
+                p += 12
+                if sub in _SCALAR_SIZE:
+                    return p + count * _SCALAR_SIZE[sub]
+                for _ in range(count):
+                    p = skip_value(sub, p)
+                return p
+            return p + _SCALAR_SIZE[vtype]
+
+        kv = {}
+        for _ in range(n_kv):
+            key, pos = read_str(pos)
+            (vtype,) = struct.unpack_from("<I", mm, pos)
+            pos += 4
+            if vtype == 8:
+                kv[key], pos = read_str(pos)
+            elif vtype in _SCALAR_FMT:
+                (kv[key],) = struct.unpack_from("<" + _SCALAR_FMT[vtype], mm, pos)
+                pos += _SCALAR_SIZE[vtype]
+            else:
+                pos = skip_value(vtype, pos)
+        tensors = []
+        for _ in range(n_tensors):
+            name, pos = read_str(pos)
+            (n_dims,) = struct.unpack_from("<I", mm, pos)
+            dims = struct.unpack_from(f"<{n_dims}Q", mm, pos + 4)
+            ttype, offset = struct.unpack_from("<IQ", mm, pos + 4 + 8 * n_dims)
+            pos += 4 + 8 * n_dims + 12
+            tensors.append((name, ttype, int(np.prod(dims)), offset))
+        align = kv.get("general.alignment", 32)
+        return kv, tensors, pos + (-pos % align)
+    finally:
+        mm.close()
+
+
 def check_file(path, m, want_ftype):
     """Header check: metadata, tensor count and that every tensor's bytes exist.
 
     Returns an error string, or None when the file is what we would forge.
     """
     try:
-        reader = gguf.GGUFReader(path)
-    except Exception as exc:  # truncated files raise ValueError/OSError etc.
-        return f"unreadable ({exc})"
-    f = reader.fields
-    def val(key):
-        return f[key].contents() if key in f else None
+        kv, tensors, data_start = read_header(path)
+    except Exception as exc:  # truncated files raise struct.error/ValueError
+        return f"unreadable header ({exc})"
     a = m["arch"]
     expect = {"general.architecture": a, "general.file_type": want_ftype,
               f"{a}.block_count": m["n_layer"],
               f"{a}.embedding_length": m["dim"],
               f"{a}.attention.head_count_kv": m["n_head_kv"]}
     for key, want in expect.items():
-        if val(key) != want:
-            return f"{key} is {val(key)!r}, expected {want!r}"
-    if len(reader.tensors) != len(tensor_plan(m)):
-        return f"{len(reader.tensors)} tensors, expected {len(tensor_plan(m))}"
-    end = max(t.data_offset + t.n_bytes for t in reader.tensors)
+        if kv.get(key) != want:
+            return f"{key} is {kv.get(key)!r}, expected {want!r}"
+    if len(tensors) != len(tensor_plan(m)):
+        return f"{len(tensors)} tensors, expected {len(tensor_plan(m))}"
+    end = 0
+    for name, ttype, n, offset in tensors:
+        block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(ttype)]
+        end = max(end, data_start + offset + n // block * size)
     if end > os.path.getsize(path):
         return f"truncated: tensor data ends at {end}, file is {os.path.getsize(path)}"
     return None
 
 
 def type_mix(path):
-    reader = gguf.GGUFReader(path)
     mix = {}
-    for t in reader.tensors:
-        mix[t.tensor_type.name] = mix.get(t.tensor_type.name, 0) + 1
+    for _, ttype, _, _ in read_header(path)[1]:
+        t = gguf.GGMLQuantizationType(ttype).name
+        mix[t] = mix.get(t, 0) + 1
     return ", ".join(f"{k}×{v}" for k, v in sorted(mix.items()))
 
 
