@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""A scripted OpenAI-compatible endpoint for tests/it_ask_http.sh.
+
+  fake_openai.py PORTFILE LOGFILE
+
+Listens on 127.0.0.1 (a free port, written to PORTFILE), appends every
+request body it receives to LOGFILE (one JSON per line) and answers by the
+"model" field:
+  (none) / "m"   the answer "你好, world 😀" (streamed as SSE in awkward chunk
+                 splits with \\u escapes and comments, or as one JSON)
+  "bad"          400 with an OpenAI error body
+  "cut"          a stream that stops before [DONE] and closes
+  "pipeline:P"   the answer "pipeline P"
+/v1/completions answers choices[0].text. Stops after 60 s idle.
+"""
+import json
+import socket
+import sys
+import threading
+
+ANSWER = ["\u4f60", "\u597d", ", world ", "\U0001F600"]
+ESCAPE = [True, False, True, True]     # piece 1 as raw UTF-8, the emoji as a surrogate pair
+
+
+def sse_chunks(pieces, done=True):
+    events = [": keep-alive comment\n\n"]
+    for i, p in enumerate(pieces):
+        delta = json.dumps({"choices": [{"index": 0, "delta": {"content": p}, "finish_reason": None}]},
+                           ensure_ascii=ESCAPE[i % len(ESCAPE)])
+        nl = "\r\n" if i % 2 else "\n"          # both line endings are legal
+        events.append("data: " + delta + nl + nl)
+    if done:
+        events.append("data: " + json.dumps({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}) + "\n\n")
+        events.append("data: [DONE]\n\n")
+    blob = "".join(events).encode()
+    # Split at awkward places: inside "data:", inside a UTF-8 sequence, inside an escape.
+    cuts, out, pos = [3, 17, 40, 41, 90, 91, 92, 150], [], 0
+    for c in cuts + [len(blob)]:
+        if c > pos and c <= len(blob):
+            out.append(blob[pos:c])
+            pos = c
+    return out
+
+
+def handle(conn, log):
+    f = conn.makefile("rb")
+    line = f.readline().decode()
+    method, path, _ = line.split(" ", 2)
+    headers = {}
+    while True:
+        h = f.readline().decode()
+        if h in ("\r\n", "\n", ""):
+            break
+        k, v = h.split(":", 1)
+        headers[k.strip().lower()] = v.strip()
+    body = f.read(int(headers.get("content-length", "0")))
+    with open(log, "a") as lf:
+        lf.write(body.decode() + "\n")
+    req = json.loads(body)
+    model = req.get("model", "m")
+    stream = req.get("stream", False)
+    if model == "bad":
+        b = json.dumps({"error": {"message": "unknown model 'bad'", "type": "invalid_request_error"}}).encode()
+        conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(b) + b)
+        return
+    pieces = ["pipeline " + model[9:]] if model.startswith("pipeline:") else ANSWER
+    if path.endswith("/completions") and not path.endswith("/chat/completions"):
+        pieces = ["raw:" + req.get("prompt", "")]
+    if stream:
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+        chunks = sse_chunks(pieces, done=model != "cut")
+        if model == "cut":
+            chunks = chunks[:3]
+        for c in chunks:
+            conn.sendall(b"%x\r\n" % len(c) + c + b"\r\n")
+        if model != "cut":
+            conn.sendall(b"0\r\n\r\n")
+        return
+    text = "".join(pieces)
+    if path.endswith("/chat/completions"):
+        choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
+    else:
+        choice = {"index": 0, "text": text, "finish_reason": "length"}
+    b = json.dumps({"id": "x", "object": "chat.completion", "choices": [choice]}, ensure_ascii=True).encode()
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(b) + b)
+
+
+def main():
+    portfile, log = sys.argv[1], sys.argv[2]
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("127.0.0.1", 0))
+    s.listen(16)
+    s.settimeout(60)
+    with open(portfile + ".tmp", "w") as pf:
+        pf.write(str(s.getsockname()[1]))
+    import os
+    os.rename(portfile + ".tmp", portfile)
+    while True:
+        try:
+            conn, _ = s.accept()
+        except socket.timeout:
+            return
+        def serve(c=conn):
+            try:
+                handle(c, log)
+            finally:
+                c.close()
+        threading.Thread(target=serve, daemon=True).start()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# `switchboard ask --url` against a scripted OpenAI-compatible endpoint
+# (tests/fake_openai.py): SSE over chunked encoding split at awkward places,
+# \u escapes and surrogate pairs, a non-streamed answer, an error body, a
+# stream cut before [DONE], the pipeline model name, --raw, and the request
+# body ask sends. (Against the real router: the router's own tests.)
+set -u
+cd "$(dirname "$0")/.."
+SB=$(realpath "${SB_BIN:-bin/switchboard}")
+tmp=$(mktemp -d /tmp/sb-http-XXXXXX)
+pass=0; fail=0
+ok()  { echo "ok   $*"; pass=$((pass + 1)); }
+bad() { echo "FAIL $*"; fail=$((fail + 1)); }
+python3 tests/fake_openai.py "$tmp/port" "$tmp/requests.log" &
+srv=$!
+trap 'kill $srv 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"' EXIT
+for i in $(seq 200); do [ -s "$tmp/port" ] && break; sleep 0.02; done
+url=http://127.0.0.1:$(cat "$tmp/port")
+want=$(printf '\xe4\xbd\xa0\xe5\xa5\xbd, world \xf0\x9f\x98\x80')
+
+out=$("$SB" ask --url "$url" --temp 0 --max-tokens 7 "Hi there" 2> "$tmp/err"); rc=$?
+[ $rc -eq 0 ] && [ "$out" = "$want" ] && ok "streamed SSE answer decoded ($out)" || bad "stream: rc $rc out '$out' err $(cat "$tmp/err")"
+last=$(tail -1 "$tmp/requests.log")
+python3 - "$last" <<'EOF' && ok "request body: messages, stream, max_tokens, temperature" || bad "request body: $last"
+import json, sys
+r = json.loads(sys.argv[1])
+assert r["messages"] == [{"role": "user", "content": "Hi there"}], r
+assert r["stream"] is True and r["max_tokens"] == 7 and r["temperature"] == 0, r
+assert "model" not in r, r
+EOF
+
+out=$("$SB" ask --url "$url/v1" --no-stream --model m --system 'Be "brief"' "Hi" 2> "$tmp/err"); rc=$?
+[ $rc -eq 0 ] && [ "$out" = "$want" ] && ok "non-streamed answer (base URL ending in /v1)" || bad "no-stream: rc $rc out '$out' err $(cat "$tmp/err")"
+python3 - "$(tail -1 "$tmp/requests.log")" <<'EOF' && ok "system message and model sent, quotes escaped" || bad "system/model body"
+import json, sys
+r = json.loads(sys.argv[1])
+assert r["model"] == "m" and r["stream"] is False, r
+assert r["messages"][0] == {"role": "system", "content": 'Be "brief"'}, r
+EOF
+
+out=$("$SB" ask --url "$url" --model bad "Hi" 2> "$tmp/err"); rc=$?
+[ $rc -eq 1 ] && grep -q "HTTP 400: unknown model 'bad'" "$tmp/err" && ok "an error body is reported, exit 1" || bad "error: rc $rc err $(cat "$tmp/err")"
+
+out=$("$SB" ask --url "$url" --model cut "Hi" 2> "$tmp/err"); rc=$?
+[ $rc -eq 1 ] && grep -q "ask:" "$tmp/err" && ok "a stream cut before [DONE] fails ($(head -1 "$tmp/err"))" || bad "cut: rc $rc err $(cat "$tmp/err")"
+
+out=$("$SB" ask --url "$url" --pipeline hotline "my water bill is wrong" 2> "$tmp/err"); rc=$?
+[ $rc -eq 0 ] && [ "$out" = "pipeline hotline" ] && grep -q '"model": "pipeline:hotline"' "$tmp/requests.log" &&
+    ok "--pipeline sends model pipeline:NAME" || bad "pipeline: rc $rc out '$out'"
+
+out=$("$SB" ask --url "$url" --raw --no-stream "Once upon" 2> "$tmp/err"); rc=$?
+[ $rc -eq 0 ] && [ "$out" = "raw:Once upon" ] && ok "--raw uses /v1/completions with a prompt" || bad "raw: rc $rc out '$out' err $(cat "$tmp/err")"
+
+out=$("$SB" ask --url "$url" --json "Hi" 2> "$tmp/err"); rc=$?
+python3 -c "import json,sys; d=json.loads(sys.argv[1]); assert d['ok'] and d['text']==sys.argv[2] and d['finish_reason']=='stop'" "$out" "$want" &&
+    ok "--json on a stream prints one JSON object" || bad "json: rc $rc out '$out'"
+
+"$SB" ask --url https://example.com "Hi" 2> "$tmp/err"; rc=$?
+[ $rc -eq 2 ] && grep -q "https is not supported" "$tmp/err" && ok "https is refused as usage" || bad "https: rc $rc"
+"$SB" ask --url "http://127.0.0.1:1" --wait-ms 0 "Hi" 2> "$tmp/err"; rc=$?
+[ $rc -eq 1 ] && grep -q "onnection refused" "$tmp/err" && ok "nothing listening: exit 1" || bad "refused: rc $rc $(cat "$tmp/err")"
+"$SB" ask "Hi" 2> /dev/null; rc=$?
+[ $rc -eq 2 ] && ok "no --socket/--url: usage, exit 2" || bad "usage: rc $rc"
+"$SB" ask --socket /nonexistent.sock --pipeline p "Hi" 2> "$tmp/err"; rc=$?
+[ $rc -eq 2 ] && grep -q "not available yet" "$tmp/err" && ok "--pipeline over a socket says it is not available yet" || bad "pipeline socket: rc $rc"
+
+echo "ask http: $pass passed, $fail failed"
+[ $fail -eq 0 ]
