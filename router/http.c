@@ -43,7 +43,7 @@ struct rt_guard {
 
 /* ------------------------------------------------------------- guards */
 
-static void guard_reject(rt_guard *g, int status, const char *reason, const char *type, const char *msg) {
+static void guard_reject(rt_guard *g, int status, const char *reason, const char *code, const char *msg) {
     if (g->rejected) return;
     g->rejected = true;
     sb_jw w;
@@ -54,9 +54,11 @@ static void guard_reject(rt_guard *g, int status, const char *reason, const char
     sb_jw_key(&w, "message");
     sb_jw_str(&w, msg);
     sb_jw_key(&w, "type");
-    sb_jw_str(&w, type);
+    sb_jw_str(&w, "invalid_request_error");
+    sb_jw_key(&w, "param");
+    sb_jw_null(&w);
     sb_jw_key(&w, "code");
-    sb_jw_int(&w, status);
+    sb_jw_str(&w, code);
     sb_jw_obj_end(&w);
     sb_jw_obj_end(&w);
     char head[256];
@@ -121,12 +123,12 @@ static void guard_scan(rt_guard *g, struct evbuffer *buf, size_t added) {
         if (cl > (long long)r->max_body) {
             char msg[160];
             snprintf(msg, sizeof msg, "request body of %lld bytes exceeds the limit of %zu bytes", cl, r->max_body);
-            guard_reject(g, 413, "Payload Too Large", "invalid_request_error", msg);
+            guard_reject(g, 413, "Payload Too Large", "body_too_large", msg);
         }
     } else if (g->hdr_len >= r->max_headers) {
         char msg[160];
         snprintf(msg, sizeof msg, "request headers exceed the limit of %zu bytes", r->max_headers);
-        guard_reject(g, 431, "Request Header Fields Too Large", "invalid_request_error", msg);
+        guard_reject(g, 431, "Request Header Fields Too Large", "headers_too_large", msg);
     }
 }
 
@@ -200,7 +202,7 @@ void rt_http_sweep(rt *r) {
         if (g->state == G_READING && !g->rejected && (now - g->t_start) * 1e3 > r->body_timeout_ms) {
             char msg[128];
             snprintf(msg, sizeof msg, "the request was not received completely within %d ms", r->body_timeout_ms);
-            guard_reject(g, 408, "Request Timeout", "invalid_request_error", msg);
+            guard_reject(g, 408, "Request Timeout", "request_timeout", msg);
         }
         i++;
     }

@@ -133,6 +133,8 @@ int rt_model_submit(rt_model *m, const char *method, sb_mp_writer *params, int t
                        m->name);
     else if (m->removed)
         rc = sb_seterr(err, SB_ENOTFOUND, "model '%s' was removed from the configuration", m->name);
+    else if (m->failed && !m->up)
+        rc = sb_seterr(err, SB_EIO, "model '%s' failed and the supervisor gave up on it (see its log)", m->name);
     else if (!m->up && m->n_inflight == 0)
         rc = sb_seterr(err, SB_EIO, "model '%s' is down (its worker does not answer on %s)", m->name, m->sock);
     else if (m->n_waiting >= m->max_waiting && m->n_inflight >= RT_WORKER_INFLIGHT)
@@ -195,7 +197,36 @@ static void on_health(void *arg, uint64_t id, const sb_ipc_result *res) {
     if (m->up) dispatch(m);
 }
 
+/* DIR/state.json, written by the supervisor on every state change, knows
+ * what the router cannot see from the socket: how often a worker was
+ * restarted and whether it was given up on (crash loop, bad model). */
+static void read_supervisor_state(rt *r) {
+    if (!r->conf) return;
+    char path[600];
+    snprintf(path, sizeof path, "%s/state.json", r->conf->cfg->runtime.dir);
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    char buf[65536];
+    size_t n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    sb_json_doc *d;
+    if (n == sizeof buf || sb_json_parse(buf, n, &d, NULL)) return;
+    const sb_json *models = sb_json_get(sb_json_root(d), "models");
+    for (size_t i = 0; i < r->n_models; i++) {
+        rt_model *m = r->models[i];
+        const sb_json *e = sb_json_get(models, m->name);
+        if (!e) continue;
+        const char *state = sb_json_str(sb_json_get(e, "state"));
+        const sb_json *rs = sb_json_get(e, "restarts");
+        if (sb_json_is_int(rs, 0, INT32_MAX) && (uint64_t)sb_json_num(rs) > m->restarts)
+            m->restarts = (uint64_t)sb_json_num(rs);
+        m->failed = state && !strcmp(state, "failed");
+    }
+    sb_json_doc_free(d);
+}
+
 void rt_models_poll(rt *r) {
+    read_supervisor_state(r);
     for (size_t i = 0; i < r->n_models; i++) {
         rt_model *m = r->models[i];
         if (m->remote || m->removed || m->probing) continue;

@@ -114,13 +114,14 @@ static void on_run_token(void *arg, const char *text, size_t len) {
 }
 
 /* 1: answered from the cache. */
-static int try_cache(rt_req *q, const char *name, const char *input) {
-    char fp[SB_CACHE_KEY_HEX], ns[128];
+static int try_cache(rt_req *q, const char *name, const char *input, const char *until) {
+    char fp[SB_CACHE_KEY_HEX], ns[128], params[128];
     bool cacheable;
     if (rt_pipeline_fingerprint(q->r, name, fp, &cacheable) || !cacheable) return 0;
     snprintf(ns, sizeof ns, "pipeline:%s", name);
     sb_cache_entry e;
-    if (rt_cache_lookup(q, ns, fp, input, "pipeline/v1", &e) != 1) return 0;
+    snprintf(params, sizeof params, "pipeline/v1|until=%.60s", until ? until : "");
+    if (rt_cache_lookup(q, ns, fp, input, params, &e) != 1) return 0;
     if (q->route == RT_ROUTE_PIPELINES) {
         rt_req_json(q, 200, (const char *)e.response, e.response_len, "hit");
     } else {
@@ -145,10 +146,17 @@ static int try_cache(rt_req *q, const char *name, const char *input) {
     return 1;
 }
 
-static void start(rt_req *q, const char *name, const char *input) {
-    if (try_cache(q, name, input)) return;
+static void start(rt_req *q, const char *name, const char *input, const char *until) {
+    if (try_cache(q, name, input, until)) return;
     char err[SB_ERR_LEN];
     int rc = rt_run_start(q->r, name, input, q->want_stream ? on_run_token : NULL, on_run_done, q, &q->run, err);
+    if (!rc && until && rt_run_until(q->run, until)) {
+        rt_run_cancel(q->run);
+        q->run = NULL;
+        rt_req_error(q, 400, "invalid_request_error", "invalid_value", "'until': pipeline '%s' has no stage '%.60s'",
+                     name, until);
+        return;
+    }
     if (rc == SB_ENOTFOUND) {
         rt_req_error(q, 404, "invalid_request_error", q->route == RT_ROUTE_PIPELINES ? "pipeline_not_found" : "model_not_found",
                      "%s (GET /v1/pipelines lists them)", err);
@@ -174,14 +182,20 @@ void rt_handle_pipeline(rt_req *q, const char *name, const sb_json *body) {
         rt_req_error(q, 400, "invalid_request_error", "invalid_value", "'input': must not be empty");
         return;
     }
+    const sb_json *until = sb_json_get(body, "until");
+    if (until && sb_json_type_of(until) != SB_JSON_STRING) {
+        rt_req_error(q, 400, "invalid_request_error", "invalid_value", "'until': expected a stage name");
+        return;
+    }
     for (size_t i = 0; i < sb_json_len(body); i++) {
         const char *k = sb_json_key_at(body, i);
-        if (strcmp(k, "input")) {
-            rt_req_error(q, 400, "invalid_request_error", "unknown_parameter", "unknown key '%.60s' (expected: input)", k);
+        if (strcmp(k, "input") && strcmp(k, "until")) {
+            rt_req_error(q, 400, "invalid_request_error", "unknown_parameter",
+                         "unknown key '%.60s' (expected: input, until)", k);
             return;
         }
     }
-    start(q, name, sb_json_str(in));
+    start(q, name, sb_json_str(in), sb_json_str(until));
 }
 
 void rt_handle_pipeline_chat(rt_req *q, const char *name, const char *input, bool stream) {
@@ -190,5 +204,5 @@ void rt_handle_pipeline_chat(rt_req *q, const char *name, const char *input, boo
         rt_req_error(q, 400, "invalid_request_error", "invalid_value", "the pipeline needs a non-empty input");
         return;
     }
-    start(q, name, input);
+    start(q, name, input, NULL);
 }

@@ -234,7 +234,7 @@ static int load_stage(vctx *c, const sb_config_node *n, sb_pipeline *p, size_t i
     else return FAIL(c, kd, "%s.kind: expected intent, generate or tool, got '%s'", c->path, k);
     snprintf(c->path + strlen(c->path), sizeof c->path - strlen(c->path), "(%s)", s->name);
     static const char *const intent_keys[] = { "name", "kind", "when", "model", "system", "chat", "labels",
-                                               "min_confidence", "fallback", "utterance", NULL };
+                                               "min_confidence", "fallback", "utterance", "calibrate", NULL };
     static const char *const gen_keys[] = { "name", "kind", "when", "model", "system", "chat", "prompt", "temperature",
                                             "top_p", "top_k", "min_p", "repeat_penalty", "seed", "max_tokens", "stop",
                                             "json", NULL };
@@ -262,6 +262,7 @@ static int load_stage(vctx *c, const sb_config_node *n, sb_pipeline *p, size_t i
     if (s->kind == SB_STAGE_INTENT) {
         if (!(v = sb_config_node_get(n, "labels"))) return FAIL(c, n, "%s: missing 'labels'", c->path);
         if ((rc = load_labels(c, v, s))) return rc;
+        if ((v = sb_config_node_get(n, "calibrate")) && (rc = get_bool(c, v, "calibrate", &s->calibrate))) return rc;
         if ((v = sb_config_node_get(n, "min_confidence")) && (rc = get_num(c, v, "min_confidence", 0, 1, &s->min_confidence)))
             return rc;
         if ((v = sb_config_node_get(n, "fallback"))) {

@@ -31,6 +31,10 @@ typedef struct {
 
 void rt_conf_release(rt_conf *c) {
     if (!c || --c->refs > 0) return;
+    for (rt_prior *p = c->priors, *n; p; p = n) {
+        n = p->next;
+        sb_free(p);
+    }
     sb_pipelines_free(c->pipes);
     sb_config_free(c->cfg);
     sb_free(c);
@@ -230,6 +234,7 @@ static void usage(FILE *f) {
             "  --max-headers BYTES    431 above this header size (default 16384)\n"
             "  --no-socket            do not serve DIR/router.sock\n"
             "  --check                validate the config and pipelines, then exit\n\n"
+            "Environment: SB_ROUTER_BODY_TIMEOUT_MS sets --body-timeout-ms when the flag is absent.\n"
             "Signals: SIGHUP reloads the config (kept only if valid); SIGTERM drains.\n"
             "Exit status: 0 after a clean stop, 2 for a bad config or address.\n");
 }
@@ -277,6 +282,10 @@ int sb_cmd_router(int argc, char **argv) {
         }
     }
     if (!config) { usage(stderr); return SB_EXIT_CONFIG; }
+    /* The supervisor starts us with -c only; tests and operators can still
+     * tune the limits through the environment it passes on. */
+    const char *env_bt = getenv("SB_ROUTER_BODY_TIMEOUT_MS");
+    if (env_bt && body_ms == 10000) body_ms = strtol(env_bt, NULL, 10) >= 100 ? strtol(env_bt, NULL, 10) : body_ms;
     char err[SB_ERR_LEN];
     router ro;
     memset(&ro, 0, sizeof ro);

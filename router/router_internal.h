@@ -39,9 +39,16 @@ typedef struct rt_tool rt_tool;
 
 /* One generation of the configuration. Runs keep a reference to the one
  * they started with, so a SIGHUP never pulls a pipeline from under them. */
+typedef struct rt_prior {
+    struct rt_prior *next;
+    const sb_stage *stage;
+    double p[SB_PIPE_MAX_LABELS];
+} rt_prior;
+
 typedef struct {
     sb_config *cfg;
     sb_pipelines *pipes;
+    rt_prior *priors;               /* calibrate: true stages, once measured */
     int refs;
 } rt_conf;
 
@@ -85,6 +92,7 @@ struct rt_model {
     int n_waiting, n_inflight;
     /* health, polled */
     bool up, probing;
+    bool failed;                    /* the supervisor gave up on it (state.json) */
     int64_t pid;
     uint64_t restarts;
     double down_since;
@@ -235,6 +243,9 @@ typedef void (*rt_run_done_fn)(void *arg, rt_run *run);
 int  rt_run_start(rt *r, const char *pipeline, const char *input, rt_run_token_fn on_token,
                   rt_run_done_fn on_done, void *arg, rt_run **out, char *err);
 void rt_run_cancel(rt_run *run);                    /* no callbacks; frees */
+/* Stop after the named stage (evaluations, debugging). SB_ENOTFOUND. Call
+ * right after rt_run_start, before the loop runs again. */
+int  rt_run_until(rt_run *run, const char *stage);
 void rt_run_free(rt_run *run);                      /* after on_done */
 /* After on_done: 0 or the HTTP status of the failure (with type, message). */
 int  rt_run_failed(const rt_run *run, const char **type, const char **message);

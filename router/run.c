@@ -55,6 +55,8 @@ struct rt_run {
     const char *fail_type;
     char fail_msg[SB_ERR_LEN + 64];
     int last_ran;
+    int until;                      /* stop after this stage; -1: run all */
+    bool calibrating;               /* the running score call measures the prior */
     struct event *timer, *kick;
     bool done;
 };
@@ -70,12 +72,19 @@ static void schedule(rt_run *run) {
     evtimer_add(run->kick, &now);
 }
 
+static rt_prior *prior_of(rt_run *run, const sb_stage *s) {
+    for (rt_prior *pr = run->conf->priors; pr; pr = pr->next)
+        if (pr->stage == s) return pr;
+    return NULL;
+}
+
 static sb_tmpl_env env_of(rt_run *run) {
     for (size_t i = 0; i < run->p->n_stages; i++) {
         run->outputs[i] = run->res[i].output;
         run->json[i] = run->res[i].json;
     }
-    return (sb_tmpl_env){ run->input, run->intent, run->confidence, run->p, run->outputs, run->json };
+    return (sb_tmpl_env){ run->input, run->conf->cfg->base_dir, run->intent, run->confidence, run->p, run->outputs,
+                          run->json };
 }
 
 static bool when_matches(const rt_run *run, const sb_stage *s) {
@@ -138,11 +147,18 @@ static void on_scored(void *arg, const sb_ipc_result *res) {
         return;
     }
     size_t best = 0;
+    const rt_prior *pr = s->calibrate ? prior_of(run, s) : NULL;
+    double sum = 0;
     for (size_t i = 0; i < s->n_labels; i++) {
         double v = 0;
         sb_mp_as_f64(sb_mp_array_at(probs, (uint32_t)i), &v);
+        if (pr) v /= pr->p[i] > 1e-9 ? pr->p[i] : 1e-9;
         run->probs[i] = v;
-        if (v > run->probs[best]) best = i;
+        sum += v;
+    }
+    for (size_t i = 0; i < s->n_labels; i++) {
+        run->probs[i] = sum > 0 ? run->probs[i] / sum : 1.0 / (double)s->n_labels;
+        if (run->probs[i] > run->probs[best]) best = i;
     }
     run->confidence = run->probs[best];
     const char *label = s->labels[best].name;
@@ -154,13 +170,50 @@ static void on_scored(void *arg, const sb_ipc_result *res) {
     stage_done(run, ST_OK, NULL);
 }
 
+static int start_intent(rt_run *run, const sb_stage *s, sb_mp_writer *p, char *err);
+
+/* Contextual calibration (Zhao et al., 2021): a small model prefers some
+ * labels whatever the caller says (the last or shortest label, a familiar
+ * word). Its probabilities for a content-free utterance ("N/A") measure that
+ * bias once per config; every call's probabilities are divided by them and
+ * renormalised. The prior call shares the stage's prompt prefix, so it costs
+ * one utterance's worth of compute. */
+static void on_prior(void *arg, const sb_ipc_result *res) {
+    rt_run *run = arg;
+    run->job = NULL;
+    const sb_stage *s = &run->p->stages[run->cur];
+    const sb_mp_obj *probs = res->ok ? sb_mp_map_get(res->result, "probs") : NULL;
+    if (!res->ok || sb_mp_count(probs) != s->n_labels) {
+        const char *type;
+        int st = res->ok ? 502 : rt_worker_error_status(res->code, &type);
+        fail(run, st, res->ok ? "server_error" : type, "intent stage '%s' (calibration): %s", s->name,
+             res->message ? res->message : "bad scores");
+        return;
+    }
+    rt_prior *pr = prior_of(run, s);
+    if (!pr && (pr = sb_calloc(1, sizeof *pr))) {
+        pr->stage = s;
+        for (size_t i = 0; i < s->n_labels; i++) sb_mp_as_f64(sb_mp_array_at(probs, (uint32_t)i), &pr->p[i]);
+        pr->next = run->conf->priors;
+        run->conf->priors = pr;
+    }
+    sb_mp_writer *p;
+    char err[SB_ERR_LEN];
+    run->calibrating = false;
+    if (sb_mp_writer_new(&p)) { fail(run, 500, "server_error", "%s%s", "out of memory", ""); return; }
+    int rc = start_intent(run, s, p, err);
+    if (rc) fail(run, rc == SB_EBUSY || rc == SB_EIO ? 503 : 500, "model_unavailable", "stage '%s': %s", s->name, err);
+}
+
 static int start_intent(rt_run *run, const sb_stage *s, sb_mp_writer *p, char *err) {
     sb_tmpl_env env = env_of(run);
     sb_jw pre, utt;
     sb_jw_init(&pre);
     sb_jw_init(&utt);
     sb_intent_preamble(s, &env, &pre);
-    sb_tmpl_render(s->utterance, &env, &utt);
+    run->calibrating = s->calibrate && !prior_of(run, s);
+    if (run->calibrating) sb_jw_raw(&utt, "N/A", 3);
+    else sb_tmpl_render(s->utterance, &env, &utt);
     int rc = pre.oom || utt.oom ? SB_ENOMEM : 0;
     if (!rc) {
         sb_mp_map(p, 2);
@@ -211,7 +264,8 @@ static int start_intent(rt_run *run, const sb_stage *s, sb_mp_writer *p, char *e
         sb_mp_writer_free(p);
         return sb_seterr(err, SB_EIO, "model '%s' is not configured in this router", s->model);
     }
-    return rt_model_submit(m, "score", p, m->deadline_ms, NULL, on_scored, run, &run->job, err);
+    return rt_model_submit(m, "score", p, m->deadline_ms, NULL, run->calibrating ? on_prior : on_scored, run,
+                           &run->job, err);
 }
 
 /* ----------------------------------------------------------- generate */
@@ -366,7 +420,7 @@ static int start_tool(rt_run *run, const sb_stage *s, char *err) {
 
 static void step(rt_run *run) {
     if (run->done) return;
-    while (run->cur < run->p->n_stages) {
+    while (run->cur < run->p->n_stages && (run->until < 0 || run->cur <= (size_t)run->until)) {
         const sb_stage *s = &run->p->stages[run->cur];
         run->t_stage = sb_now_s();
         if (!when_matches(run, s)) {
@@ -424,6 +478,7 @@ int rt_run_start(rt *r, const char *name, const char *input, rt_run_token_fn on_
     run->arg = arg;
     run->intent_stage = -1;
     run->last_ran = -1;
+    run->until = -1;
     run->t0 = sb_now_s();
     sb_jw_init(&run->text);
     run->input = sb_strdup(input);
@@ -471,6 +526,12 @@ void rt_run_cancel(rt_run *run) {
     rt_run_free(run);
 }
 
+int rt_run_until(rt_run *run, const char *stage) {
+    int i = sb_pipeline_stage_index(run->p, stage);
+    if (i >= 0) run->until = i;
+    return i < 0 ? SB_ENOTFOUND : 0;
+}
+
 int rt_run_failed(const rt_run *run, const char **type, const char **message) {
     if (!run->fail_status) return 0;
     if (type) *type = run->fail_type;
@@ -494,7 +555,7 @@ void rt_run_usage(const rt_run *run, int *pt, int *ct) {
 double rt_run_model_seconds(const rt_run *run) { return run->model_s; }
 
 void rt_run_result_json(const rt_run *run, sb_jw *w) {
-    static const char *const status[] = { "pending", "ok", "skipped", "error" };
+    static const char *const status[] = { "not_run", "ok", "skipped", "error" };
     const sb_pipeline *p = run->p;
     sb_jw_obj(w);
     sb_jw_key(w, "pipeline"); sb_jw_str(w, p->name);

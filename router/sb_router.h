@@ -100,7 +100,7 @@ void sb_jw_raw(sb_jw *w, const char *s, size_t n);
 typedef enum { SB_STAGE_INTENT, SB_STAGE_GENERATE, SB_STAGE_TOOL } sb_stage_kind;
 const char *sb_stage_kind_name(sb_stage_kind k);
 
-/* A template: literal text with {{input}}, {{intent}}, {{confidence}},
+/* A template: literal text with {{input}}, {{intent}}, {{confidence}}, {{config_dir}},
  * {{stages.NAME.output}} and {{stages.NAME.json.KEY}} holes, compiled at
  * load time so a typo is a config error, not an empty string at run time. */
 typedef struct sb_tmpl sb_tmpl;
@@ -136,6 +136,7 @@ typedef struct {
     double min_confidence;          /* [0, 1], default 0 */
     char *fallback;                 /* a label, or NULL */
     sb_tmpl *utterance;             /* how the caller's text is shown; default "{{input}}" */
+    bool calibrate;                 /* divide by the labels' prior on a content-free input */
     /* generate */
     sb_tmpl *prompt;
     sb_sampling sampling;
@@ -181,6 +182,7 @@ int  sb_pipeline_stage_index(const sb_pipeline *p, const char *name);
 /* What a template can see while a pipeline runs. */
 typedef struct {
     const char *input;
+    const char *config_dir;         /* {{config_dir}}: where the config file is */
     const char *intent;             /* NULL before an intent stage ran */
     double confidence;
     const sb_pipeline *pipe;

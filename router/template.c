@@ -2,6 +2,7 @@
  *
  * A template is literal text with holes:
  *   {{input}}                   the caller's text
+ *   {{config_dir}}              the config file's directory (tool paths)
  *   {{intent}} {{confidence}}   what the intent stage decided
  *   {{stages.NAME.output}}      an earlier stage's output text
  *   {{stages.NAME.json}}        its JSON object (json: true), re-encoded
@@ -14,7 +15,7 @@
 
 #include "router_internal.h"
 
-enum { P_LIT, P_INPUT, P_INTENT, P_CONFIDENCE, P_OUTPUT, P_JSON, P_JSONKEY };
+enum { P_LIT, P_INPUT, P_INTENT, P_CONFIDENCE, P_OUTPUT, P_JSON, P_JSONKEY, P_CONFIG_DIR };
 
 typedef struct {
     int kind;
@@ -64,6 +65,7 @@ static int compile_hole(sb_tmpl *t, const char *h, size_t n, const rt_tmpl_scope
     while (n && (h[n - 1] == ' ' || h[n - 1] == '\t')) n--;
 #define IS(s) (n == strlen(s) && !memcmp(h, s, n))
     if (IS("input")) return add_piece(t, P_INPUT, NULL, 0, -1);
+    if (IS("config_dir")) return add_piece(t, P_CONFIG_DIR, NULL, 0, -1);
     if (IS("intent")) {
         if (!scope->has_intent) { snprintf(why, wn, "{{intent}} needs an intent stage before this one"); return SB_EINVAL; }
         return add_piece(t, P_INTENT, NULL, 0, -1);
@@ -92,8 +94,8 @@ static int compile_hole(sb_tmpl *t, const char *h, size_t n, const rt_tmpl_scope
         if (fl > 5 && !memcmp(field, "json.", 5)) return add_piece(t, P_JSONKEY, field + 5, fl - 5, idx);
     }
 unknown:
-    snprintf(why, wn, "unknown template variable {{%.*s}} (known: input, intent, confidence, stages.NAME.output, "
-             "stages.NAME.json[.KEY])", (int)(n > 60 ? 60 : n), h);
+    snprintf(why, wn, "unknown template variable {{%.*s}} (known: input, intent, confidence, config_dir, "
+             "stages.NAME.output, stages.NAME.json[.KEY])", (int)(n > 60 ? 60 : n), h);
     return SB_EINVAL;
 }
 
@@ -146,6 +148,7 @@ void sb_tmpl_render(const sb_tmpl *t, const sb_tmpl_env *env, sb_jw *w) {
         switch (p->kind) {
         case P_LIT: sb_jw_raw(w, p->text, p->len); break;
         case P_INPUT: sb_jw_raw(w, env->input, strlen(env->input)); break;
+        case P_CONFIG_DIR: if (env->config_dir) sb_jw_raw(w, env->config_dir, strlen(env->config_dir)); break;
         case P_INTENT: if (env->intent) sb_jw_raw(w, env->intent, strlen(env->intent)); break;
         case P_CONFIDENCE:
             snprintf(num, sizeof num, "%.3f", env->confidence);
