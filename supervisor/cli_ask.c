@@ -24,7 +24,8 @@ static void usage(FILE *f) {
             "and print the answer as it streams in.\n\n"
             "  --socket PATH       a worker's (or the router's) Unix socket\n"
             "  --url URL           the OpenAI-compatible gateway, e.g. http://127.0.0.1:8080\n"
-            "  --pipeline P        run pipeline P (router only: with --url, model \"pipeline:P\")\n"
+            "  --pipeline P        run pipeline P: the router socket's \"pipeline\" method, or\n"
+            "                      with --url the model \"pipeline:P\"\n"
             "  --model M           with --url: the \"model\" field\n"
             "  --system TEXT       a system message first\n"
             "  --raw               send TEXT as a plain prompt, without the chat template\n"
@@ -162,6 +163,26 @@ static void build_params(const sb_ask_req *q, sb_mp_writer *p) {
     if (q->seed >= 0) sb_mp_kv_u64(p, "seed", (uint64_t)q->seed);
 }
 
+/* The router socket's "pipeline" method: {"name", "input"} -> {"output":
+ * str, "json": str (the whole run: intent, probabilities, stages)}. */
+static int print_pipeline_result(const sb_ask_req *q, const sb_mp_obj *result) {
+    const char *s;
+    size_t len;
+    if (q->json) {
+        if (!sb_mp_get_str(result, "json", SB_MP_REQUIRED, &s, &len, NULL)) fwrite(s, 1, len, stdout);
+        else mp_to_json(stdout, result);
+        fputc('\n', stdout);
+        return SB_EXIT_OK;
+    }
+    if (sb_mp_get_str(result, "output", SB_MP_REQUIRED, &s, &len, NULL)) {
+        fprintf(stderr, "ask: the pipeline result has no 'output' string\n");
+        return SB_EXIT_FAIL;
+    }
+    fwrite(s, 1, len, stdout);
+    if (isatty(STDOUT_FILENO) && (!len || s[len - 1] != '\n')) fputc('\n', stdout);
+    return SB_EXIT_OK;
+}
+
 static int ask_socket(const sb_ask_req *q) {
     char err[SB_ERR_LEN];
     sb_ipc_client *c = NULL;
@@ -174,9 +195,15 @@ static int ask_socket(const sb_ask_req *q) {
         return SB_EXIT_FAIL;
     }
     if (sb_mp_writer_new(&p)) { fprintf(stderr, "ask: out of memory\n"); goto out; }
-    build_params(q, p);
+    if (q->pipeline) {
+        sb_mp_map(p, 2);
+        sb_mp_kv_str(p, "name", q->pipeline);
+        sb_mp_kv_str(p, "input", q->text);
+    } else {
+        build_params(q, p);
+    }
     if (sb_mp_writer_status(p)) { fprintf(stderr, "ask: the request does not fit in a frame\n"); goto out; }
-    int rc = sb_ipc_call(c, "generate", p, q->timeout_ms, on_event, &st, &res, err);
+    int rc = sb_ipc_call(c, q->pipeline ? "pipeline" : "generate", p, q->timeout_ms, on_event, &st, &res, err);
     if (st.printed_any && isatty(STDOUT_FILENO) && st.last != '\n') fputc('\n', stdout);
     if (rc) {
         fprintf(stderr, "ask: %s: %s\n", q->socket_path, err);
@@ -195,6 +222,10 @@ static int ask_socket(const sb_ask_req *q) {
     }
     const char *text;
     size_t len;
+    if (q->pipeline) {
+        code = print_pipeline_result(q, res.result);
+        goto out;
+    }
     if (q->json) {
         printf("{\"ok\": true, \"result\": ");
         mp_to_json(stdout, res.result);
@@ -325,13 +356,6 @@ int sb_cmd_ask(int argc, char **argv) {
         return SB_EXIT_CONFIG;
     }
     if (first_word >= argc) { fprintf(stderr, "ask: no TEXT\n"); usage(stderr); return SB_EXIT_CONFIG; }
-    if (q.pipeline && q.socket_path) {
-        /* The router's socket methods belong to the router issue; over HTTP
-         * a pipeline is just the model "pipeline:P". */
-        fprintf(stderr, "ask: --pipeline over a socket is not available yet (no router socket protocol); "
-                        "use --url with the router's gateway\n");
-        return SB_EXIT_CONFIG;
-    }
     bool from_stdin = first_word == argc - 1 && !strcmp(argv[first_word], "-");
     q.text = from_stdin ? read_stdin() : join_words(argc - first_word, argv + first_word);
     if (!q.text) { fprintf(stderr, "ask: cannot read TEXT\n"); return SB_EXIT_FAIL; }

@@ -36,6 +36,7 @@ struct child {
     sup *s;
     child_kind kind;
     char *name;                 /* model name, or "router" */
+    char label[SB_CONFIG_MAX_NAME + 16];    /* "worker 'NAME'" or "router", for logs */
     char *sock;                 /* DIR/NAME.sock */
     const sb_config_model *m;   /* worker: its entry in s->cfg (updated on reload) */
     pid_t pid;                  /* 0: no process */

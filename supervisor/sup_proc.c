@@ -146,8 +146,7 @@ int sup_spawn(child *c, pid_t *pid_out, char *err) {
     while ((r = read(pfd[0], &e, sizeof e)) < 0 && errno == EINTR) {}
     close(pfd[0]);
     if (r == (ssize_t)sizeof e)
-        sb_error("%s '%s': cannot exec /proc/self/exe: %s (it exits 127)", c->kind == KIND_ROUTER ? "router" : "worker",
-                 c->name, strerror(e));
+        sb_error("%s: cannot exec /proc/self/exe: %s (it exits 127)", c->label, strerror(e));
     char line[1024];
     size_t n = 0;
     for (int i = 0; i < cl->argc && n < sizeof line; i++)

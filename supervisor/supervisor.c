@@ -54,8 +54,6 @@ static const char *const state_names[] = {
 
 const char *sup_state_name(child_state st) { return state_names[st]; }
 
-static const char *kind_name(const child *c) { return c->kind == KIND_ROUTER ? "router" : "worker"; }
-
 static double since_ms(uint64_t t0) { return (double)(sb_now_ns() - t0) / 1e6; }
 
 static void set_state(child *c, child_state st) {
@@ -101,7 +99,7 @@ static void on_probe_done(void *arg, uint64_t id, const sb_ipc_result *res) {
         pid == c->pid) {
         c->ready_ns = sb_now_ns();
         c->last_ready_ms = since_ms(c->spawned_ns);
-        sb_info("%s '%s' ready in %.0f ms (pid %d)", kind_name(c), c->name, c->last_ready_ms, (int)c->pid);
+        sb_info("%s ready in %.0f ms (pid %d)", c->label, c->last_ready_ms, (int)c->pid);
         drop_probe(c);      /* frees the client whose callback this is: allowed */
         set_state(c, ST_READY);
         all_ready_check(c->s);
@@ -113,7 +111,7 @@ static void on_probe_done(void *arg, uint64_t id, const sb_ipc_result *res) {
 static void probe(child *c) {
     char err[SB_ERR_LEN];
     if (!c->probe && sb_ipc_aclient_new(c->s->base, c->sock, 0, &c->probe, err)) {
-        sb_error("%s '%s': cannot create the readiness probe: %s", kind_name(c), c->name, err);
+        sb_error("%s: cannot create the readiness probe: %s", c->label, err);
         add_timer(c, PROBE_EVERY_MS);
         return;
     }
@@ -152,7 +150,7 @@ static void start_child(child *c) {
     pid_t pid;
     if (sup_spawn(c, &pid, err)) {
         /* fork itself failed (EAGAIN, ENOMEM): count it like a crash. */
-        sb_error("%s '%s': %s", kind_name(c), c->name, err);
+        sb_error("%s: %s", c->label, err);
         int delay = sb_restart_on_crash(&c->policy, sb_now_s(), 0);
         if (delay < 0) {
             snprintf(c->reason, sizeof c->reason, "cannot start: %s", err);
@@ -166,8 +164,8 @@ static void start_child(child *c) {
     c->pid = pid;
     c->spawned_ns = sb_now_ns();
     c->starts++;
-    if (c->starts == 1) sb_info("%s '%s' started, pid %d", kind_name(c), c->name, (int)pid);
-    else sb_info("%s '%s' restarted, pid %d (restart %d)", kind_name(c), c->name, (int)pid, c->starts - 1);
+    if (c->starts == 1) sb_info("%s started, pid %d", c->label, (int)pid);
+    else sb_info("%s restarted, pid %d (restart %d)", c->label, (int)pid, c->starts - 1);
     set_state(c, ST_STARTING);
     add_timer(c, PROBE_FIRST_MS);
 }
@@ -179,7 +177,7 @@ static void retire(sup *s, child *c, const char *why) {
     retiree *r = sb_calloc(1, sizeof *r);
     drop_probe(c);
     kill(c->pid, SIGTERM);
-    sb_info("%s '%s' (pid %d): SIGTERM, %s; it drains in the background", kind_name(c), c->name,
+    sb_info("%s (pid %d): SIGTERM, %s; it drains in the background", c->label,
             (int)c->pid, why);
     if (!r) {
         /* Cannot track it: the reaper will log it as unknown. */
@@ -256,7 +254,7 @@ static void on_stop_timer(evutil_socket_t fd, short what, void *arg) {
     int ms = s->cfg->runtime.drain_ms + STOP_MARGIN_MS;
     for (child *c = s->children; c; c = c->next) {
         if (!c->pid || (s->stopping == STOP_ROUTER && c->kind != KIND_ROUTER)) continue;
-        sb_warn("%s '%s' (pid %d) still running %d ms after SIGTERM: SIGKILL", kind_name(c), c->name,
+        sb_warn("%s (pid %d) still running %d ms after SIGTERM: SIGKILL", c->label,
                 (int)c->pid, ms);
         kill(c->pid, SIGKILL);
     }
@@ -303,32 +301,32 @@ static void on_child_exit(sup *s, child *c, int status) {
     bool was_ready = c->state == ST_READY;
     double healthy_s = was_ready ? (double)(sb_now_ns() - c->ready_ns) / 1e9 : 0;
     if (s->stopping || c->state == ST_STOPPING) {
-        sb_info("%s '%s' (pid %d) %s", kind_name(c), c->name, (int)pid, how);
+        sb_info("%s (pid %d) %s", c->label, (int)pid, how);
         set_state(c, ST_STOPPED);
         stop_progress(s);
         return;
     }
     if (WIFEXITED(status) && WEXITSTATUS(status) == SB_EXIT_CONFIG) {
         snprintf(c->reason, sizeof c->reason, "exit status 2: the model or its options are bad");
-        sb_error("%s '%s' (pid %d) %s: a config or model error, not restarting (see its log above)",
-                 kind_name(c), c->name, (int)pid, how);
+        sb_error("%s (pid %d) %s: a config or model error, not restarting (see its log above)",
+                 c->label, (int)pid, how);
         set_state(c, ST_FAILED);
         all_ready_check(s);
         return;
     }
-    sb_warn("%s '%s' (pid %d) %s%s", kind_name(c), c->name, (int)pid, how,
+    sb_warn("%s (pid %d) %s%s", c->label, (int)pid, how,
             was_ready ? "" : " before it was ready");
     int delay = sb_restart_on_crash(&c->policy, sb_now_s(), healthy_s);
     if (delay < 0) {
         snprintf(c->reason, sizeof c->reason, "crash loop: more than %d crashes in %d s (last: %s)",
                  SB_SUP_CRASH_LIMIT, SB_SUP_CRASH_WINDOW_S, how);
-        sb_error("%s '%s' failed: %s; giving up (SIGHUP retries)", kind_name(c), c->name, c->reason);
+        sb_error("%s failed: %s; giving up (SIGHUP retries)", c->label, c->reason);
         set_state(c, ST_FAILED);
         all_ready_check(s);
         return;
     }
     c->restarts++;
-    sb_info("%s '%s' restart in %d ms (crash %d in the last %d s)", kind_name(c), c->name, delay,
+    sb_info("%s restart in %d ms (crash %d in the last %d s)", c->label, delay,
             c->policy.n_crashes, SB_SUP_CRASH_WINDOW_S);
     set_state(c, ST_WAITING);
     add_timer(c, delay);
@@ -373,6 +371,8 @@ static child *new_child(sup *s, child_kind kind, const char *name, const sb_conf
         return NULL;
     }
     snprintf(c->sock, dl + nl + 7, "%s/%s.sock", s->cfg->runtime.dir, name);
+    if (kind == KIND_ROUTER) snprintf(c->label, sizeof c->label, "router");
+    else snprintf(c->label, sizeof c->label, "worker '%s'", name);
     c->s = s;
     c->kind = kind;
     c->m = m;

@@ -61,8 +61,8 @@ python3 -c "import json,sys; d=json.loads(sys.argv[1]); assert d['ok'] and d['te
 [ $rc -eq 1 ] && grep -q "onnection refused" "$tmp/err" && ok "nothing listening: exit 1" || bad "refused: rc $rc $(cat "$tmp/err")"
 "$SB" ask "Hi" 2> /dev/null; rc=$?
 [ $rc -eq 2 ] && ok "no --socket/--url: usage, exit 2" || bad "usage: rc $rc"
-"$SB" ask --socket /nonexistent.sock --pipeline p "Hi" 2> "$tmp/err"; rc=$?
-[ $rc -eq 2 ] && grep -q "not available yet" "$tmp/err" && ok "--pipeline over a socket says it is not available yet" || bad "pipeline socket: rc $rc"
+"$SB" ask --socket /nonexistent.sock --wait-ms 0 "Hi" 2> "$tmp/err"; rc=$?
+[ $rc -eq 1 ] && grep -q "nonexistent.sock" "$tmp/err" && ok "a missing socket: exit 1, named" || bad "missing socket: rc $rc"
 
 echo "ask http: $pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -83,6 +83,9 @@ for spec in spm:tiny-llama-spm-Q2_K phi3:tiny-phi3-Q4_K_M llama3:tiny-llama3-Q5_
     fi
 done
 
+out=$("$SB" ask --socket "$run/spm.sock" --pipeline hotline "Hi" 2>&1); rc=$?
+[ $rc -eq 1 ] && [[ $out == *unknown_method* ]] && ok "ask --pipeline on a worker socket: unknown_method, exit 1" || bad "pipeline on a worker: rc $rc: $out"
+
 # ---- exit 2 (corrupt GGUF) is not respawned
 if $ST wait "$run" broken failed 10 > /dev/null && [ "$($ST get "$run" broken starts)" = 1 ] &&
    [ "$($ST get "$run" broken last_exit)" = "exited with status 2" ]; then
@@ -112,6 +115,22 @@ else
 fi
 grep -q "worker 'spm' (pid $old) killed by signal 9" "$tmp/sup.log" && grep -q "worker 'spm' restart in 100 ms" "$tmp/sup.log" &&
     ok "the exit and the restart decision are logged" || bad "no exit/restart log lines for spm"
+# Restart latency from the supervisor's own timestamps: exit reaped -> ready.
+python3 - "$tmp/sup.log" "$old" <<'EOF'
+import re, sys
+from datetime import datetime
+t = {}
+for line in open(sys.argv[1]):
+    m = re.match(r"(\S+)Z supervisor\[\d+\] \w+: worker 'spm' (.*)", line)
+    if not m: continue
+    ts = datetime.fromisoformat(m.group(1))
+    if "(pid %s) killed" % sys.argv[2] in m.group(2): t["exit"] = ts
+    elif "exit" in t and "restarted" in m.group(2) and "spawn" not in t: t["spawn"] = ts
+    elif "spawn" in t and "ready in" in m.group(2) and "ready" not in t: t["ready"] = ts
+if len(t) == 3:
+    ms = lambda a, b: (t[b] - t[a]).total_seconds() * 1000
+    print("# restart latency: exit reaped -> respawn %.0f ms (backoff 100), -> ready %.0f ms" % (ms("exit", "spawn"), ms("exit", "ready")))
+EOF
 
 # ---- a worker that crashes at start-up forever is given up; the supervisor stays
 if $ST wait "$run" crashy failed 20 --min-starts 6 > /dev/null; then
