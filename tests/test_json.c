@@ -1,0 +1,161 @@
+/* test_json.c - the router's strict JSON parser and emitter (router/json.c).
+ *
+ * Every HTTP body goes through this parser, so the rejections matter as much
+ * as the acceptances: each case below is one thing a lenient parser lets
+ * through. The emitter must produce JSON the parser accepts back, whatever
+ * bytes a model generated.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "sb_router.h"
+
+static sb_json_doc *parse_ok(const char *s) {
+    sb_json_doc *d = NULL;
+    char err[SB_ERR_LEN] = "";
+    int rc = sb_json_parse(s, strlen(s), &d, err);
+    if (rc) fail_msg("rejected %s: %s", s, err);
+    return d;
+}
+
+static void test_accepts(void **state) {
+    static const char *const ok[] = {
+        "{}", "[]", "0", "-0", "1.5e10", "-1E-3", "true", "false", "null", "\"\"", " {\"a\" : [1, 2, {\"b\": null}] } ",
+        "\"\\u00e9\\ud83d\\ude00\\n\\t\\\"\\\\\\/\"", "\"中文 ok\"", "[[[[[[[[[[1]]]]]]]]]]",
+    };
+    for (size_t i = 0; i < SB_ARRAY_LEN(ok); i++) sb_json_doc_free(parse_ok(ok[i]));
+}
+
+static void test_rejects(void **state) {
+    static const char *const bad[] = {
+        "", " ", "{", "}", "[1,]", "{\"a\":1,}", "{'a':1}", "{a:1}", "01", "1.", ".5", "+1", "1e", "NaN",
+        "Infinity", "-", "tru", "nul", "\"abc", "\"\\x\"", "\"\\u12\"", "\"\\ud800\"", "\"\\udc00x\"",
+        "\"a\nb\"", "\"\x01\"", "\"\xff\"", "\"\xc0\xaf\"", "\"\xed\xa0\x80\"", "{\"a\":1}x", "1 2", "/*c*/1",
+        "{\"a\":1,\"a\":2}", "[1 2]", "{\"a\" 1}", "1e400",
+    };
+    for (size_t i = 0; i < SB_ARRAY_LEN(bad); i++) {
+        sb_json_doc *d = NULL;
+        char err[SB_ERR_LEN] = "";
+        int rc = sb_json_parse(bad[i], strlen(bad[i]), &d, err);
+        if (rc != SB_EFORMAT) fail_msg("accepted %s", bad[i]);
+        assert_null(d);
+        assert_non_null(strstr(err, "invalid JSON at line"));
+    }
+}
+
+static void test_error_position(void **state) {
+    const char *s = "{\n  \"model\": \"x\",\n  \"stream\": tru\n}";
+    sb_json_doc *d;
+    char err[SB_ERR_LEN];
+    assert_int_equal(sb_json_parse(s, strlen(s), &d, err), SB_EFORMAT);
+    assert_non_null(strstr(err, "line 3 column 13"));
+}
+
+static void test_depth_limit(void **state) {
+    char deep[2 * SB_JSON_MAX_DEPTH + 8];
+    size_t n = 0;
+    for (int i = 0; i < SB_JSON_MAX_DEPTH + 1; i++) deep[n++] = '[';
+    for (int i = 0; i < SB_JSON_MAX_DEPTH + 1; i++) deep[n++] = ']';
+    sb_json_doc *d;
+    char err[SB_ERR_LEN];
+    assert_int_equal(sb_json_parse(deep, n, &d, err), SB_EFORMAT);
+    assert_non_null(strstr(err, "nested too deeply"));
+    /* One level less is fine. */
+    assert_int_equal(sb_json_parse(deep + 1, n - 2, &d, err), 0);
+    sb_json_doc_free(d);
+}
+
+static void test_accessors(void **state) {
+    sb_json_doc *d = parse_ok("{\"s\":\"h\\u0000i\",\"n\":3,\"f\":2.5,\"b\":true,\"a\":[1,\"x\"],\"o\":{\"k\":null}}");
+    const sb_json *r = sb_json_root(d);
+    assert_int_equal(sb_json_type_of(r), SB_JSON_OBJECT);
+    assert_int_equal(sb_json_len(r), 6);
+    assert_int_equal(sb_json_len(sb_json_get(r, "s")), 3);     /* embedded NUL kept */
+    assert_true(sb_json_is_int(sb_json_get(r, "n"), 0, 10));
+    assert_false(sb_json_is_int(sb_json_get(r, "f"), 0, 10));
+    assert_false(sb_json_is_int(sb_json_get(r, "n"), 4, 10));
+    assert_true(sb_json_bool(sb_json_get(r, "b")));
+    assert_string_equal(sb_json_str(sb_json_at(sb_json_get(r, "a"), 1)), "x");
+    assert_null(sb_json_at(sb_json_get(r, "a"), 2));
+    assert_int_equal(sb_json_type_of(sb_json_get(sb_json_get(r, "o"), "k")), SB_JSON_NULL);
+    assert_null(sb_json_get(r, "missing"));
+    assert_null(sb_json_str(sb_json_get(r, "n")));              /* wrong type: NULL, no crash */
+    assert_null(sb_json_get(NULL, "x"));
+    sb_json_doc_free(d);
+}
+
+static void test_emitter_round_trip(void **state) {
+    sb_jw w;
+    sb_jw_init(&w);
+    sb_jw_obj(&w);
+    sb_jw_key(&w, "text");
+    sb_jw_strn(&w, "a\"b\\c\n\x01\xff\xe4\xb8\xad", 11);    /* a lone 0xff becomes U+FFFD */
+    sb_jw_key(&w, "list");
+    sb_jw_arr(&w);
+    sb_jw_int(&w, -7);
+    sb_jw_num(&w, 0.25);
+    sb_jw_num(&w, NAN);
+    sb_jw_bool(&w, false);
+    sb_jw_null(&w);
+    sb_jw_obj(&w);
+    sb_jw_obj_end(&w);
+    sb_jw_arr_end(&w);
+    sb_jw_obj_end(&w);
+    assert_false(w.oom);
+    assert_string_equal(w.p, "{\"text\":\"a\\\"b\\\\c\\n\\u0001\xef\xbf\xbd\xe4\xb8\xad\",\"list\":[-7,0.25,null,false,null,{}]}");
+    sb_json_doc *d = parse_ok(w.p);
+    sb_jw w2;
+    sb_jw_init(&w2);
+    sb_jw_value(&w2, sb_json_root(d));
+    assert_string_equal(w.p, w2.p);
+    sb_json_doc_free(d);
+    sb_jw_free(&w);
+    sb_jw_free(&w2);
+}
+
+static void test_extract_object(void **state) {
+    sb_json_doc *d;
+    const char *s = "Sure! Here it is:\n```json\n{\"topic\": \"pension {record}\", \"n\": [1]}\n```";
+    const sb_json *o = sb_json_extract_object(s, strlen(s), &d);
+    assert_non_null(o);
+    assert_string_equal(sb_json_str(sb_json_get(o, "topic")), "pension {record}");
+    sb_json_doc_free(d);
+    const char *none = "no json {here: at all} sorry";
+    assert_null(sb_json_extract_object(none, strlen(none), &d));
+    assert_null(d);
+}
+
+static void test_allocation_failures(void **state) {
+    const char *s = "{\"a\":[1,2,3,{\"b\":\"cccccccccccccccccccccccccccc\"}],\"d\":{\"e\":[true,false]}}";
+    for (long n = 0; n < 64; n++) {
+        sb_json_doc *d = NULL;
+        sb_malloc_fail_after(n);
+        int rc = sb_json_parse(s, strlen(s), &d, NULL);
+        sb_malloc_fail_after(-1);
+        if (rc == 0) { sb_json_doc_free(d); return; }
+        assert_int_equal(rc, SB_ENOMEM);
+        assert_null(d);
+    }
+    fail_msg("parse never succeeded");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_accepts),
+        cmocka_unit_test(test_rejects),
+        cmocka_unit_test(test_error_position),
+        cmocka_unit_test(test_depth_limit),
+        cmocka_unit_test(test_accessors),
+        cmocka_unit_test(test_emitter_round_trip),
+        cmocka_unit_test(test_extract_object),
+        cmocka_unit_test(test_allocation_failures),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

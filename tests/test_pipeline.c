@@ -1,0 +1,223 @@
+/* test_pipeline.c - pipeline validation (router/pipeline.c) and templates.
+ *
+ * The position is the contract: each broken config must be rejected at the
+ * line and column of the offending node, with a message that says what was
+ * expected. The shipped configs must validate (against fixture models).
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "router_internal.h"
+
+#define HEAD "runtime: { dir: /tmp/sb-pipe-test }\n" \
+             "models:\n  m: { gguf: tiny-llama-spm-Q4_K_M.gguf }\n" \
+             "pipelines:\n  p:\n    stages:\n"
+
+/* An intent stage every case can start from (lines 7-13). */
+#define INTENT "      - name: route\n" \
+               "        kind: intent\n" \
+               "        model: m\n" \
+               "        labels:\n" \
+               "          a: { description: first, examples: [\"x one\", \"x two\"] }\n" \
+               "          b: { description: second }\n" \
+               "        fallback: b\n"
+
+static int load(const char *yaml, sb_config **cfg, sb_pipelines **ps, char *err) {
+    *ps = NULL;
+    int rc = sb_config_parse(yaml, strlen(yaml), "tests/data/pipe.yaml", cfg, err);
+    if (rc) return rc;
+    rc = sb_pipelines_load(*cfg, ps, err);
+    return rc;
+}
+
+static void expect_error(const char *yaml, const char *where, const char *what) {
+    sb_config *cfg = NULL;
+    sb_pipelines *ps = NULL;
+    char err[SB_ERR_LEN] = "";
+    int rc = load(yaml, &cfg, &ps, err);
+    if (rc != SB_EINVAL) fail_msg("accepted (rc %d): %s", rc, yaml);
+    assert_null(ps);
+    if (!strstr(err, where) || !strstr(err, what)) fail_msg("expected '%s' ... '%s', got: %s", where, what, err);
+    sb_config_free(cfg);
+}
+
+static void test_valid_pipeline(void **state) {
+    const char *yaml = HEAD INTENT
+        "      - name: gen\n"
+        "        kind: generate\n"
+        "        model: m\n"
+        "        when: { intent: [a] }\n"
+        "        prompt: \"Q: {{input}} I: {{intent}} ({{confidence}})\"\n"
+        "        json: true\n"
+        "        max_tokens: 16\n"
+        "        stop: [\"\\n\"]\n"
+        "      - name: t\n"
+        "        kind: tool\n"
+        "        command: [\"/bin/echo\", \"{{stages.gen.json.k}}\", \"{{config_dir}}\"]\n"
+        "        args_from: gen\n"
+        "      - name: last\n"
+        "        kind: generate\n"
+        "        model: m\n"
+        "        prompt: \"{{stages.t.output}} {{stages.gen.output}}\"\n";
+    sb_config *cfg;
+    sb_pipelines *ps;
+    char err[SB_ERR_LEN] = "";
+    assert_int_equal(load(yaml, &cfg, &ps, err), 0);
+    const sb_pipeline *p = sb_pipelines_find(ps, "p");
+    assert_non_null(p);
+    assert_int_equal(p->n_stages, 4);
+    assert_int_equal(p->stages[0].kind, SB_STAGE_INTENT);
+    assert_int_equal(p->stages[0].n_labels, 2);
+    assert_string_equal(p->stages[0].labels[0].examples[1], "x two");
+    assert_int_equal(p->stages[1].sampling.max_tokens, 16);
+    assert_true(p->stages[1].sampling.temperature == 0);   /* pipelines default to greedy */
+    assert_int_equal(p->stages[2].args_from, 1);
+    assert_int_equal(p->stages[3].line, 26);
+
+    /* Templates render with what earlier stages produced. */
+    const char *outputs[4] = { "a", "{\"k\": \"v\"}", "tool out", NULL };
+    sb_json_doc *d;
+    assert_int_equal(sb_json_parse(outputs[1], strlen(outputs[1]), &d, NULL), 0);
+    const sb_json *json[4] = { NULL, sb_json_root(d), NULL, NULL };
+    sb_tmpl_env env = { "hello", "/cfg", "a", 0.875, p, outputs, json };
+    sb_jw w;
+    sb_jw_init(&w);
+    sb_tmpl_render(p->stages[1].prompt, &env, &w);
+    assert_string_equal(w.p, "Q: hello I: a (0.875)");
+    sb_jw_reset(&w);
+    sb_tmpl_render(p->stages[2].argv[1], &env, &w);
+    assert_string_equal(w.p, "v");
+    sb_jw_reset(&w);
+    sb_tmpl_render(p->stages[3].prompt, &env, &w);
+    assert_string_equal(w.p, "tool out {\"k\": \"v\"}");
+    /* The intent preamble lists labels and examples in the scored format. */
+    sb_jw_reset(&w);
+    sb_intent_preamble(&p->stages[0], &env, &w);
+    assert_non_null(strstr(w.p, "- a: first\n- b: second\n"));
+    assert_non_null(strstr(w.p, "Caller: x one\nIntent: a\nCaller: x two\nIntent: a\n"));
+    sb_jw_free(&w);
+    sb_json_doc_free(d);
+    sb_pipelines_free(ps);
+    sb_config_free(cfg);
+}
+
+static void test_rejections(void **state) {
+    expect_error(HEAD "      - name: x\n        kind: dance\n", "pipe.yaml:8:15", "expected intent, generate or tool");
+    expect_error(HEAD "      - name: x\n        kind: generate\n        model: nope\n        prompt: hi\n",
+                 "pipe.yaml:9:16", "no model named 'nope'");
+    expect_error(HEAD "      - name: x\n        kind: generate\n        model: m\n        prompt: hi\n        temprature: 1\n",
+                 "pipe.yaml:11:9", "unknown key 'temprature'");
+    expect_error(HEAD "      - name: x\n        kind: generate\n        model: m\n        prompt: \"{{stages.y.output}}\"\n",
+                 "pipe.yaml:10:17", "no earlier stage named 'y'");
+    expect_error(HEAD "      - name: x\n        kind: generate\n        model: m\n        prompt: \"{{intent}}\"\n",
+                 "pipe.yaml:10:17", "needs an intent stage");
+    expect_error(HEAD "      - name: x\n        kind: generate\n        model: m\n        prompt: \"{{inptu}}\"\n",
+                 "pipe.yaml:10:17", "unknown template variable {{inptu}}");
+    expect_error(HEAD "      - name: x\n        kind: generate\n        model: m\n        prompt: \"{{input\"\n",
+                 "pipe.yaml:10:17", "without a closing");
+    expect_error(HEAD INTENT "      - name: g\n        kind: generate\n        model: m\n        prompt: hi\n"
+                 "        when: { intent: [zzz] }\n",
+                 "pipe.yaml:18:25", "'zzz' is not a label of an earlier intent stage");
+    expect_error(HEAD "      - name: g\n        kind: generate\n        model: m\n        prompt: hi\n"
+                 "        when: { intent: [a] }\n",
+                 "pipe.yaml:11:15", "no intent stage runs before this one");
+    expect_error(HEAD "      - name: route\n        kind: intent\n        model: m\n        labels:\n"
+                 "          a: {}\n          b: {}\n        fallback: c\n",
+                 "pipe.yaml:13:19", "'c' is not one of this stage's labels");
+    expect_error(HEAD "      - name: route\n        kind: intent\n        model: m\n        labels: { a: {} }\n",
+                 "pipe.yaml:10:17", "2-64 labels");
+    expect_error(HEAD "      - name: g\n        kind: generate\n        model: m\n        prompt: hi\n        max_tokens: 0\n",
+                 "pipe.yaml:11:21", "expected an integer in [1, 512]");
+    expect_error(HEAD "      - name: g\n        kind: generate\n        model: m\n        prompt: hi\n        json: yes\n",
+                 "pipe.yaml:11:15", "expected true or false");
+    expect_error(HEAD "      - name: t\n        kind: tool\n        command: /bin/echo\n",
+                 "pipe.yaml:9:18", "expected a list of 1-32 strings");
+    expect_error(HEAD "      - name: t\n        kind: tool\n        command: [a]\n        url: http://x/\n",
+                 "pipe.yaml:7:9", "exactly one of 'command' or 'url'");
+    expect_error(HEAD "      - name: g\n        kind: generate\n        model: m\n        prompt: hi\n"
+                 "      - name: g\n        kind: generate\n        model: m\n        prompt: hi\n",
+                 "pipe.yaml:11:15", "'g' is used by an earlier stage");
+    expect_error(HEAD "      - name: g\n        kind: generate\n        model: m\n        prompt: hi\n"
+                 "      - name: t\n        kind: tool\n        command: [a]\n        args_from: g\n",
+                 "pipe.yaml:14:20", "does not produce JSON");
+    expect_error("runtime: { dir: /tmp/x }\nmodels:\n  m: { gguf: tiny-llama-spm-Q4_K_M.gguf }\n"
+                 "pipelines:\n  p: { stages: [], output: x }\n",
+                 "pipe.yaml:5:16", "list of 1-32 stages");
+}
+
+/* The shipped configs name models this checkout may not have; validate
+ * their pipelines against fixture models under the same names. */
+static void check_shipped(const char *path) {
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    static char text[1 << 16];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    const char *pipes = strstr(text, "\npipelines:\n");
+    assert_non_null(pipes);
+    char *yaml = malloc(n + 1024);
+    snprintf(yaml, n + 1024,
+             "runtime: { dir: /tmp/sb-pipe-test }\nmodels:\n"
+             "  classifier: { gguf: tiny-llama-spm-Q2_K.gguf }\n"
+             "  tool: { gguf: tiny-phi3-Q4_K_M.gguf }\n"
+             "  composer: { gguf: tiny-llama3-Q5_K_M.gguf, max_tokens: 512 }%s",
+             pipes);
+    sb_config *cfg;
+    sb_pipelines *ps;
+    char err[SB_ERR_LEN] = "";
+    int rc = load(yaml, &cfg, &ps, err);
+    if (rc) fail_msg("%s: %s", path, err);
+    const sb_pipeline *p = sb_pipelines_find(ps, "hotline");
+    assert_non_null(p);
+    assert_int_equal(p->stages[0].kind, SB_STAGE_INTENT);
+    assert_true(p->stages[0].n_labels >= 7);
+    assert_string_equal(p->stages[0].fallback, "human_agent");
+    sb_pipelines_free(ps);
+    sb_config_free(cfg);
+    free(yaml);
+}
+
+static void test_shipped_configs(void **state) {
+    check_shipped("configs/hotline.yaml");
+    check_shipped("configs/demo.yaml");
+}
+
+static void test_allocation_failures(void **state) {
+    const char *yaml = HEAD INTENT
+        "      - name: gen\n        kind: generate\n        model: m\n        prompt: \"{{input}} {{intent}}\"\n";
+    sb_config *cfg;
+    char err[SB_ERR_LEN];
+    assert_int_equal(sb_config_parse(yaml, strlen(yaml), "tests/data/pipe.yaml", &cfg, err), 0);
+    for (long n = 0; n < 400; n++) {
+        sb_pipelines *ps = NULL;
+        sb_malloc_fail_after(n);
+        int rc = sb_pipelines_load(cfg, &ps, err);
+        sb_malloc_fail_after(-1);
+        if (rc == 0) {
+            sb_pipelines_free(ps);
+            sb_config_free(cfg);
+            return;
+        }
+        assert_int_equal(rc, SB_ENOMEM);
+        assert_null(ps);
+    }
+    fail_msg("never succeeded");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_valid_pipeline),
+        cmocka_unit_test(test_rejections),
+        cmocka_unit_test(test_shipped_configs),
+        cmocka_unit_test(test_allocation_failures),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
