@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The router with real processes and real HTTP: `switchboard run` starts the
+# fixture workers and the router; tests/router_http.py then drives the
+# gateway with the real `openai` client, curl -N, raw sockets (slow and
+# oversized requests) and SIGHUP. Set SB_BIN to test another binary.
+set -u
+cd "$(dirname "$0")/.."
+SB=$(realpath "${SB_BIN:-bin/switchboard}")
+DATA=$(realpath tests/data)
+tmp=$(mktemp -d /tmp/sb-router-XXXXXX)
+run=$tmp/run
+sup=
+cleanup() {
+    if [ -n "$sup" ]; then
+        kill "$sup" 2>/dev/null
+        for _ in $(seq 1 50); do kill -0 "$sup" 2>/dev/null || break; sleep 0.1; done
+        kill -9 "$sup" 2>/dev/null
+    fi
+    wait 2>/dev/null
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+head -c 4096 /dev/urandom > "$tmp/corrupt.gguf"     # its worker exits 2: the model is down
+cat > "$tmp/rt.yaml" <<YAML
+runtime:
+  dir: $run
+  http: 127.0.0.1:$port
+  api_key_env: SB_TEST_API_KEY
+  drain_ms: 2000
+models:
+  tiny:   { gguf: $DATA/tiny-llama-spm-Q4_K_M.gguf, threads: 1, ctx: 1024, max_queue: 128, max_tokens: 64 }
+  broken: { gguf: $tmp/corrupt.gguf }
+cache:
+  path: $run/cache.sqlite
+pipelines:
+  p:
+    description: a small hotline on a random-weight fixture
+    stages:
+      - name: route
+        kind: intent
+        model: tiny
+        system: "Route the call."
+        labels:
+          billing: { description: "bills", examples: ["the meter reading is off"] }
+          complaint: { description: "complaints", examples: ["I want to complain"] }
+          human_agent: { description: "a person", examples: ["operator"] }
+        min_confidence: 0.2
+        fallback: human_agent
+      - name: lookup
+        kind: tool
+        when: { intent: [billing] }
+        command: ["/bin/echo", "{\"balance\": 42, \"intent\": \"{{intent}}\"}"]
+        timeout_ms: 3000
+      - name: answer
+        kind: generate
+        model: tiny
+        prompt: "Intent {{intent}}. Facts: {{stages.lookup.output}}. Caller: {{input}}"
+        max_tokens: 6
+YAML
+export SB_TEST_API_KEY="test-key-$$" SB_ROUTER_BODY_TIMEOUT_MS=1000
+"$SB" run -c "$tmp/rt.yaml" > "$tmp/run.log" 2>&1 &
+sup=$!
+python3 tests/router_http.py "http://127.0.0.1:$port" "$sup" "$tmp/rt.yaml"
+rc=$?
+if [ $rc -ne 0 ]; then echo "--- run.log (tail)"; tail -40 "$tmp/run.log"; fi
+# A clean stop: SIGTERM drains and every process exits.
+kill "$sup"; for _ in $(seq 1 100); do kill -0 "$sup" 2>/dev/null || break; sleep 0.05; done
+if kill -0 "$sup" 2>/dev/null; then echo "FAIL the runtime did not stop on SIGTERM"; rc=1; fi
+sup=
+grep -q "router\[.*stopped" "$tmp/run.log" || { echo "FAIL the router did not log a clean stop"; tail -5 "$tmp/run.log"; rc=1; }
+exit $rc

@@ -1,0 +1,337 @@
+#!/usr/bin/env python3
+"""router_http.py URL SUPERVISOR_PID CONFIG - the router over real HTTP.
+
+Driven by tests/it_router.sh against `switchboard run` with fixture models:
+the real `openai` client (non-streaming and streaming), SSE framing as curl
+sees it, pipelines, the cache, every error class with its JSON body, 64
+concurrent streams on one worker, the gateway's own overhead, /metrics and
+SIGHUP reload. Prints one line per check and "N passed, N failed".
+"""
+import json, os, re, signal, socket, subprocess, sys, threading, time, urllib.error, urllib.request
+
+URL, SUP_PID, CONFIG = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+KEY = os.environ["SB_TEST_API_KEY"]
+HOST, PORT = re.match(r"http://([^:]+):(\d+)", URL).groups()
+PORT = int(PORT)
+passed = failed = 0
+
+
+def check(cond, what, detail=""):
+    global passed, failed
+    if cond:
+        passed += 1
+        print("ok   " + what)
+    else:
+        failed += 1
+        print("FAIL " + what + (": " + str(detail) if detail else ""))
+    sys.stdout.flush()
+    return cond
+
+
+def http(method, path, body=None, headers=None, key=KEY, timeout=30):
+    """(status, headers, body bytes); body may be a dict (JSON) or bytes."""
+    h = {"Content-Type": "application/json"}
+    if key:
+        h["Authorization"] = "Bearer " + key
+    h.update(headers or {})
+    data = json.dumps(body).encode() if isinstance(body, (dict, list)) else body
+    req = urllib.request.Request(URL + path, data=data, method=method, headers=h)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, dict(r.headers), r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()
+
+
+def is_error_body(raw, code=None):
+    try:
+        e = json.loads(raw)["error"]
+        return isinstance(e["message"], str) and isinstance(e["type"], str) and "code" in e and \
+            (code is None or e["code"] == code)
+    except Exception:
+        return False
+
+
+def alive(what):
+    st, _, b = http("POST", "/v1/chat/completions",
+                    {"model": "tiny", "messages": [{"role": "user", "content": "still there?"}], "max_tokens": 2})
+    check(st == 200 and json.loads(b)["object"] == "chat.completion", "still serving after " + what, st)
+
+
+def raw_exchange(data, wait_s=0.0, timeout=10):
+    """Send bytes, optionally stall, then read until the server closes."""
+    s = socket.create_connection((HOST, PORT))
+    s.settimeout(timeout)
+    try:
+        s.sendall(data)
+    except OSError:
+        pass
+    t0 = time.time()
+    out = b""
+    try:
+        while True:
+            c = s.recv(65536)
+            if not c:
+                break
+            out += c
+    except OSError:
+        pass
+    s.close()
+    return out, time.time() - t0
+
+
+def split_response(raw):
+    head, _, body = raw.partition(b"\r\n\r\n")
+    status = int(head.split(b" ")[1]) if head.startswith(b"HTTP/1.1 ") else 0
+    return status, head.decode(errors="replace"), body
+
+
+# ------------------------------------------------------------------ wait
+deadline = time.time() + 60
+while time.time() < deadline:
+    try:
+        st, _, b = http("GET", "/health", key=None, timeout=2)
+        if json.loads(b)["models"]["tiny"]["status"] == "up":
+            break
+    except Exception:
+        pass
+    time.sleep(0.1)
+st, _, b = http("GET", "/health", key=None)
+h = json.loads(b)
+check(h["models"]["tiny"]["status"] == "up" and h["models"]["broken"]["status"] == "down" and st == 503,
+      "/health: tiny up, broken down -> 503 degraded", b)
+
+# ------------------------------------------------------------------ auth
+st, _, b = http("GET", "/v1/models", key=None)
+check(st == 401 and is_error_body(b, "invalid_api_key"), "no API key -> 401 JSON error", (st, b))
+st, _, b = http("GET", "/v1/models", key="wrong")
+check(st == 401, "wrong API key -> 401", st)
+
+# ---------------------------------------------------------------- openai
+try:
+    import openai
+except ImportError:
+    openai = None
+check(openai is not None, "the openai package is installed (tools/deps.sh)")
+if openai:
+    client = openai.OpenAI(base_url=URL + "/v1", api_key=KEY, max_retries=0, timeout=60)
+    models = [m.id for m in client.models.list().data]
+    check("tiny" in models and "pipeline:p" in models, "openai: models.list has tiny and pipeline:p", models)
+    msgs = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Name a colour."}]
+    r = client.chat.completions.create(model="tiny", messages=msgs, max_tokens=12, temperature=0)
+    text = r.choices[0].message.content
+    check(isinstance(text, str) and len(text) > 0 and r.choices[0].finish_reason in ("stop", "length")
+          and r.usage.completion_tokens > 0 and r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens,
+          "openai: non-streaming chat completion", r)
+    chunks, streamed, finish, usage = 0, "", None, None
+    for ch in client.chat.completions.create(model="tiny", messages=msgs, max_tokens=12, temperature=0, stream=True,
+                                             stream_options={"include_usage": True},
+                                             extra_headers={"Cache-Control": "no-cache"}):
+        chunks += 1
+        if ch.choices:
+            streamed += ch.choices[0].delta.content or ""
+            finish = ch.choices[0].finish_reason or finish
+        if ch.usage:
+            usage = ch.usage
+    check(streamed == text and finish in ("stop", "length") and usage and usage.completion_tokens == r.usage.completion_tokens,
+          "openai: streaming chat completion equals the non-streaming one (greedy)", (streamed, text, finish, usage))
+    c = client.completions.create(model="tiny", prompt="Once upon a time", max_tokens=6, temperature=0)
+    cs = "".join(x.choices[0].text for x in client.completions.create(
+        model="tiny", prompt="Once upon a time", max_tokens=6, temperature=0, stream=True,
+        extra_headers={"Cache-Control": "no-cache"}))
+    check(c.object == "text_completion" and c.choices[0].text == cs and len(cs) > 0,
+          "openai: /v1/completions, streamed and not", (c.choices[0].text, cs))
+    p = client.chat.completions.create(model="pipeline:p", messages=[{"role": "user", "content": "my power bill doubled"}])
+    check(isinstance(p.choices[0].message.content, str), "openai: model pipeline:p answers", p)
+    try:
+        client.chat.completions.create(model="nope", messages=msgs)
+        check(False, "openai: unknown model raises NotFoundError")
+    except openai.NotFoundError as e:
+        check(e.status_code == 404, "openai: unknown model raises NotFoundError (404)")
+
+# ------------------------------------------------------------ cache
+cache_body = {"model": "tiny", "messages": [{"role": "user", "content": "cache me"}], "max_tokens": 5, "temperature": 0}
+st1, h1, b1 = http("POST", "/v1/chat/completions", cache_body)
+st2, h2, b2 = http("POST", "/v1/chat/completions", cache_body)
+st3, h3, b3 = http("POST", "/v1/chat/completions", cache_body, headers={"Cache-Control": "no-cache"})
+c1, c2 = json.loads(b1)["choices"][0]["message"]["content"], json.loads(b2)["choices"][0]["message"]["content"]
+check(h1.get("X-Cache") == "miss" and h2.get("X-Cache") == "hit" and h3.get("X-Cache") == "miss" and c1 == c2,
+      "cache: miss, then hit with the same answer; Cache-Control: no-cache bypasses", (h1.get("X-Cache"), h2.get("X-Cache"), h3.get("X-Cache")))
+st, h, b = http("POST", "/v1/chat/completions", dict(cache_body, temperature=0.8))
+check(h.get("X-Cache") is None, "cache: sampled (temperature > 0) requests are not cached", h.get("X-Cache"))
+
+# ------------------------------------------------------------- SSE / curl -N
+out = subprocess.run(["curl", "-sN", "-H", "Authorization: Bearer " + KEY, URL + "/v1/chat/completions",
+                      "-d", json.dumps({"model": "tiny", "stream": True, "max_tokens": 6,
+                                        "messages": [{"role": "user", "content": "sse please"}]})],
+                     capture_output=True, timeout=60).stdout.decode()
+events = out.split("\n\n")
+good = out.endswith("data: [DONE]\n\n") and events[-1] == ""
+objs = []
+for ev in events[:-2]:
+    good = good and ev.startswith("data: ")
+    try:
+        objs.append(json.loads(ev[6:]))
+    except ValueError:
+        good = False
+good = good and len(objs) >= 2 and all(o["object"] == "chat.completion.chunk" for o in objs) and \
+    objs[0]["choices"][0]["delta"].get("role") == "assistant" and objs[-1]["choices"][0]["finish_reason"] is not None
+check(good, "curl -N: well-formed SSE chunks ending in data: [DONE]", out[-300:])
+
+# ------------------------------------------------------------- pipelines
+st, h, b = http("POST", "/v1/pipelines/p", {"input": "my water bill is wrong"})
+res = json.loads(b) if st == 200 else {}
+probs = res.get("probabilities") or {}
+check(st == 200 and res.get("intent") in ("billing", "human_agent", "complaint") and abs(sum(probs.values()) - 1) < 1e-6
+      and set(probs) == {"billing", "human_agent", "complaint"},
+      "pipeline: intent and probabilities summing to 1", b[:300])
+stages = {s["name"]: s for s in res.get("stages", [])}
+ran = [s for s in res.get("stages", []) if s["status"] == "ok"]
+check(set(stages) == {"route", "lookup", "answer"} and all(isinstance(s["ms"], (int, float)) for s in stages.values())
+      and stages["route"]["output"] == res["intent"] and all(isinstance(s["output"], str) for s in ran)
+      and res["output"] == ran[-1]["output"],
+      "pipeline: each stage's output and timing", res.get("stages"))
+if res.get("intent") == "billing":
+    check(stages["lookup"].get("json", {}).get("balance") == 42, "pipeline: tool stage JSON from its stdout", stages["lookup"])
+st, h2, b2 = http("POST", "/v1/pipelines/p", {"input": "my water bill is wrong"})
+check(h.get("X-Cache") == "miss" and h2.get("X-Cache") == "hit" and json.loads(b2)["intent"] == res.get("intent"),
+      "pipeline: repeated call is a cache hit", (h.get("X-Cache"), h2.get("X-Cache")))
+st, _, b = http("POST", "/v1/pipelines/p", {"input": "x", "until": "route"}, headers={"Cache-Control": "no-cache"})
+check(st == 200 and [s["status"] for s in json.loads(b)["stages"]][1:] == ["not_run", "not_run"],
+      "pipeline: until stops after the named stage", b[:200])
+
+# ------------------------------------------------------------- errors
+cases = [
+    ("malformed JSON", b'{"model": "tiny", "messages": [', 400, "invalid_json"),
+    ("not an object", b'[1, 2]', 400, "invalid_type"),
+    ("messages of the wrong type", {"model": "tiny", "messages": "hi"}, 400, "invalid_value"),
+    ("max_tokens as a string", {"model": "tiny", "messages": [{"role": "user", "content": "x"}], "max_tokens": "5"}, 400, "invalid_value"),
+    ("bad role", {"model": "tiny", "messages": [{"role": "wizard", "content": "x"}]}, 400, "invalid_value"),
+    ("unknown model", {"model": "gpt-99", "messages": [{"role": "user", "content": "x"}]}, 404, "model_not_found"),
+    ("unknown pipeline", {"model": "pipeline:zz", "messages": [{"role": "user", "content": "x"}]}, 404, "model_not_found"),
+]
+for what, payload, want, code in cases:
+    st, _, b = http("POST", "/v1/chat/completions", payload)
+    check(st == want and is_error_body(b, code), "%s -> %d %s" % (what, want, code), (st, b[:200]))
+st, _, b = http("POST", "/v1/pipelines/p", {"input": 5})
+check(st == 400 and is_error_body(b), "pipeline input of the wrong type -> 400", (st, b))
+st, h, b = http("POST", "/v1/chat/completions", {"model": "broken", "messages": [{"role": "user", "content": "x"}]})
+check(st == 503 and "Retry-After" in h and is_error_body(b), "model whose worker is down -> 503 + Retry-After", (st, h, b))
+st, _, b = http("GET", "/v1/chat/completions")
+check(st == 405 and is_error_body(b), "GET on a POST route -> 405", st)
+st, _, b = http("GET", "/nowhere")
+check(st == 404 and is_error_body(b), "unknown route -> 404", st)
+alive("the 4xx requests")
+
+big = b'{"model": "tiny", "messages": [{"role": "user", "content": "' + b"a" * (2 << 20) + b'"}]}'
+raw, _ = raw_exchange(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Authorization: Bearer " + KEY.encode() + b"\r\nContent-Length: %d\r\n\r\n" % len(big) + big)
+st, head, body = split_response(raw)
+check(st == 413 and is_error_body(body, "body_too_large"), "oversized body -> 413 JSON", raw[:300])
+raw, _ = raw_exchange(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Junk: " + b"j" * 40000 + b"\r\n\r\n")
+st, head, body = split_response(raw)
+check(st == 431 and is_error_body(body, "headers_too_large"), "oversized headers -> 431 JSON", raw[:300])
+raw, waited = raw_exchange(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                           b"Content-Length: 200\r\n\r\n{\"model\": \"ti", timeout=15)
+st, head, body = split_response(raw)
+check(st == 408 and is_error_body(body, "request_timeout") and 0.8 < waited < 5, "slow client that never finishes its body -> 408 JSON",
+      (waited, raw[:300]))
+alive("413, 431 and 408")
+
+# ------------------------------------------------ 64 concurrent streams
+results, lock = {}, threading.Lock()
+
+
+def streamer(i):
+    t0 = time.time()
+    req = urllib.request.Request(URL + "/v1/chat/completions", method="POST", data=json.dumps(
+        {"model": "tiny", "stream": True, "max_tokens": 4, "messages": [{"role": "user", "content": "client %d" % i}]}).encode(),
+        headers={"Authorization": "Bearer " + KEY, "Content-Type": "application/json", "Cache-Control": "no-cache"})
+    ok, first = False, None
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            data = b""
+            while True:
+                c = r.read1(65536)
+                if not c:
+                    break
+                if first is None:
+                    first = time.time() - t0
+                data += c
+            ok = r.status == 200 and data.endswith(b"data: [DONE]\n\n") and b'"finish_reason":"' in data
+    except Exception as e:
+        ok = repr(e)
+    with lock:
+        results[i] = (ok, time.time() - t0, first)
+
+
+t0 = time.time()
+threads = [threading.Thread(target=streamer, args=(i,)) for i in range(64)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+wall = time.time() - t0
+okays = [v for v in results.values() if v[0] is True]
+lat = sorted(v[1] for v in results.values())
+check(len(okays) == 64, "64 concurrent streaming clients on one worker all complete", [v for v in results.values() if v[0] is not True][:3])
+# FIFO: nobody waits much longer than the whole burst takes.
+check(lat and lat[-1] <= wall + 0.5, "none starves (slowest %.2f s, burst %.2f s, median %.2f s)" % (lat[-1], wall, lat[len(lat) // 2]))
+
+# ------------------------------------------------------------- overhead
+def metric(text, name):
+    m = re.search(r"^%s (\S+)$" % re.escape(name), text, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+_, _, m0 = http("GET", "/metrics", key=None)
+m0 = m0.decode()
+n = 40
+t0 = time.time()
+for i in range(n):
+    http("POST", "/v1/chat/completions", {"model": "tiny", "max_tokens": 1, "temperature": 0,
+                                          "messages": [{"role": "user", "content": "overhead %d" % i}]},
+         headers={"Cache-Control": "no-cache"})
+client_ms = (time.time() - t0) / n * 1e3
+_, _, m1 = http("GET", "/metrics", key=None)
+m1 = m1.decode()
+ov_n = metric(m1, "switchboard_gateway_overhead_seconds_count") - metric(m0, "switchboard_gateway_overhead_seconds_count")
+ov_s = metric(m1, "switchboard_gateway_overhead_seconds_sum") - metric(m0, "switchboard_gateway_overhead_seconds_sum")
+hits = []
+for i in range(n):
+    t = time.time()
+    st, h, _ = http("POST", "/v1/chat/completions", cache_body)      # cached above
+    assert st == 200 and h.get("X-Cache") == "hit", (st, h)
+    hits.append((time.time() - t) * 1e3)
+hits.sort()
+print("measure: gateway overhead per cache-miss request (router time outside worker compute): %.3f ms over %d requests; "
+      "client round trip %.2f ms; cache-hit round trip median %.2f ms" % (ov_s / max(ov_n, 1) * 1e3, ov_n, client_ms, hits[n // 2]))
+check(ov_n >= n and ov_s / ov_n < 0.05, "gateway overhead measured (%.3f ms per request)" % (ov_s / max(ov_n, 1) * 1e3))
+for fam in ("switchboard_http_requests_total{route=\"chat_completions\",status=\"200\"}", "switchboard_model_queue_depth{model=\"tiny\"}",
+            "switchboard_model_tokens_per_second{model=\"tiny\"}", "switchboard_worker_restarts_total{model=\"tiny\"}",
+            "switchboard_http_request_duration_seconds_bucket{route=\"pipelines\",le=\"+Inf\"}",
+            "switchboard_http_rejected_total{reason=\"timeout\"}"):
+    check(fam in m1, "/metrics has " + fam.split("{")[0] + "{" + fam.split("{")[1])
+
+# --------------------------------------------------------------- reload
+orig = open(CONFIG).read()
+open(CONFIG, "w").write(orig + "  p2:\n    stages:\n      - { name: g, kind: generate, model: tiny, prompt: \"{{input}}\", max_tokens: 2 }\n")
+os.kill(SUP_PID, signal.SIGHUP)
+seen = False
+for _ in range(100):
+    st, _, b = http("GET", "/v1/models")
+    if b'"pipeline:p2"' in b:
+        seen = True
+        break
+    time.sleep(0.05)
+check(seen, "SIGHUP: a new pipeline appears without a restart")
+open(CONFIG, "w").write(orig + "  p3:\n    stages:\n      - { name: g, kind: juggle }\n")
+os.kill(SUP_PID, signal.SIGHUP)
+time.sleep(1.0)
+st, _, b = http("GET", "/v1/models")
+check(b'"pipeline:p2"' in b and b'"pipeline:p3"' not in b, "SIGHUP with an invalid pipeline keeps the running config", b[:300])
+open(CONFIG, "w").write(orig)
+alive("the reloads")
+
+print("\n%d passed, %d failed" % (passed, failed))
+sys.exit(1 if failed else 0)
