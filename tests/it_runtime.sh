@@ -199,5 +199,37 @@ alive=""; for p in $pids; do kill -0 "$p" 2>/dev/null && alive="$alive $p"; done
 left=$(ls -A "$run" 2>/dev/null)
 [ -z "$left" ] && ok "no socket (or state file) left in the runtime dir" || bad "left in $run: $left"
 
+# ---- with the router, when this binary has one: it starts after the
+# workers, answers over HTTP what the worker answers over its socket, and
+# stops before them.
+if "$SB" router --help > /dev/null 2>&1; then
+    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    rrun=$tmp/rrun
+    printf 'runtime: { dir: %s, http: "127.0.0.1:%s", drain_ms: 1000 }\nmodels:\n  spm: { gguf: %s, threads: 1, ctx: 512 }\n' \
+        "$rrun" "$port" "$DATA/tiny-llama-spm-Q2_K.gguf" > "$tmp/router.yaml"
+    "$SB" run -c "$tmp/router.yaml" 2> "$tmp/rsup.log" &
+    sup=$!
+    if $ST wait "$rrun" router ready 20 > /dev/null && $ST wait "$rrun" spm ready 20 > /dev/null; then
+        ok "router child ready (pid $($ST get "$rrun" router pid)) on $rrun/router.sock"
+        "$SB" ask --socket "$rrun/spm.sock" --temp 0 --max-tokens 12 "Hello there" > "$tmp/r.sock" 2>&1
+        for i in $(seq 50); do   # the router's own health probe may not have seen the worker yet
+            "$SB" ask --url "http://127.0.0.1:$port" --model spm --temp 0 --max-tokens 12 "Hello there" > "$tmp/r.http" 2> "$tmp/r.err" && break
+            sleep 0.1
+        done
+        cmp -s "$tmp/r.sock" "$tmp/r.http" && [ -s "$tmp/r.http" ] && ok "ask --url through the router == ask --socket on the worker" ||
+            bad "router answer differs: $(head -c 200 "$tmp/r.err")"
+    else
+        bad "router or worker not ready: $(tail -5 "$tmp/rsup.log")"
+    fi
+    kill -TERM "$sup"; wait "$sup"; src=$?; sup=
+    r_exit=$(grep -n "router (pid [0-9]*) exited" "$tmp/rsup.log" | head -1 | cut -d: -f1)
+    w_term=$(grep -n "SIGTERM to 1 worker" "$tmp/rsup.log" | head -1 | cut -d: -f1)
+    [ $src -eq 0 ] && [ -n "$r_exit" ] && [ -n "$w_term" ] && [ "$r_exit" -lt "$w_term" ] &&
+        ok "stop order: the router exited before the workers got SIGTERM" || bad "stop with router: exit $src, lines $r_exit/$w_term"
+    [ -z "$(ls -A "$rrun")" ] && ok "router.sock removed too" || bad "left: $(ls -A "$rrun")"
+else
+    echo "skip router checks: this binary has no router command"
+fi
+
 echo "runtime: $pass passed, $fail failed"
 [ $fail -eq 0 ]

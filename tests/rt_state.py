@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Read the supervisor's DIR/state.json for tests/it_runtime.sh.
 
-  rt_state.py get DIR NAME FIELD             print one field of a model
+  rt_state.py get DIR NAME FIELD             print one field of a model (NAME
+                                             "router": the router's entry)
   rt_state.py wait DIR NAME STATE SECS [--not-pid P] [--min-starts N]
                                              poll until the model is in STATE
                                              (and its pid differs from P); print
@@ -23,11 +24,19 @@ def load(d):
         return None
 
 
+def child(s, name):
+    """A model's entry, or the router's for the name "router" (never a model)."""
+    if not s:
+        return None
+    return s.get("router") if name == "router" else s["models"].get(name)
+
+
 def main(argv):
     cmd, d = argv[1], argv[2]
     if cmd == "get":
         s = load(d)
-        v = s["models"][argv[3]][argv[4]] if s else None
+        m = child(s, argv[3])
+        v = m.get(argv[4]) if m else None
         print("" if v is None else v)
         return 0
     if cmd == "pids":
@@ -43,7 +52,7 @@ def main(argv):
         last = None
         while time.monotonic() - t0 < secs:
             s = load(d)
-            m = s["models"].get(name) if s else None
+            m = child(s, name)
             last = m
             if m and m["state"] == want and (not_pid is None or m["pid"] != not_pid) \
                     and m.get("starts", 0) >= min_starts:
