@@ -16,13 +16,14 @@ static void usage(FILE *f) {
             "to this process's stderr; DIR/state.json holds every child's state.\n"
             "See docs/operations.md and docs/config.md.\n\n"
             "  -c, --config FILE  the YAML configuration\n"
-            "  --check            validate the file (and runtime.dir if it exists), start nothing\n"
+            "  --check            validate the file (and runtime.dir if it exists; the\n"
+            "                     pipelines with `router --check`), start nothing\n"
             "  --no-router        start the workers only\n\n"
             "Exit status: 0 after a clean stop (or a valid --check), 2 for an invalid\n"
             "config or an unsafe runtime.dir, 1 for other failures.\n");
 }
 
-static int check_only(const char *path) {
+static int check_only(const char *path, bool no_router) {
     char err[SB_ERR_LEN];
     sb_config *cfg = NULL;
     int rc = sb_config_load(path, &cfg, err);
@@ -32,6 +33,10 @@ static int check_only(const char *path) {
         fprintf(stderr, "%s\n", err);
         sb_config_free(cfg);
         return SB_EXIT_CONFIG;
+    }
+    if (!no_router && (rc = sb_supervisor_check_router(path)) != SB_EXIT_OK) {
+        sb_config_free(cfg);
+        return rc;
     }
     int local = 0, remote = 0;
     for (size_t i = 0; i < cfg->n_models; i++) {
@@ -59,5 +64,5 @@ int sb_cmd_run(int argc, char **argv) {
         }
     }
     if (!o.config_path) { usage(stderr); return SB_EXIT_CONFIG; }
-    return check ? check_only(o.config_path) : sb_supervisor_run(&o);
+    return check ? check_only(o.config_path, o.no_router) : sb_supervisor_run(&o);
 }

@@ -68,5 +68,10 @@ int sb_supervisor_run(const sb_supervisor_opts *opts);
 /* True when this binary has a `router` command to start (weak symbol: the
  * router module links in once supervisor/main.c's table references it). */
 bool sb_supervisor_has_router(void);
+/* Let the router validate what only it understands (pipelines, cache, API
+ * key): runs `/proc/self/exe router -c FILE --check`, its messages going to
+ * our stderr, and returns its exit code (SB_EXIT_OK when valid; also when
+ * this binary has no router). Blocks: call it before the loop runs. */
+int  sb_supervisor_check_router(const char *config_path);
 
 #endif

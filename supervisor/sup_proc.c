@@ -157,6 +157,28 @@ int sup_spawn(child *c, pid_t *pid_out, char *err) {
     return 0;
 }
 
+int sb_supervisor_check_router(const char *config_path) {
+    if (!sb_supervisor_has_router()) return SB_EXIT_OK;
+    char *argv[] = { "switchboard", "router", "-c", (char *)config_path, "--check", NULL };
+    pid_t pid = fork();
+    if (pid < 0) {
+        sb_error("cannot check the router's config: fork: %s", strerror(errno));
+        return SB_EXIT_FAIL;
+    }
+    if (pid == 0) {
+        int nul = open("/dev/null", O_WRONLY);
+        if (nul > 0) { dup2(nul, STDOUT_FILENO); close(nul); }  /* its "ok" line; errors stay on stderr */
+        execv("/proc/self/exe", argv);
+        _exit(127);
+    }
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) return SB_EXIT_FAIL;
+    if (WIFEXITED(status)) return WEXITSTATUS(status) == SB_EXIT_OK ? SB_EXIT_OK :
+                                  WEXITSTATUS(status) == SB_EXIT_CONFIG ? SB_EXIT_CONFIG : SB_EXIT_FAIL;
+    return SB_EXIT_FAIL;
+}
+
 /* ------------------------------------------------------------ state file */
 
 static void json_str(FILE *f, const char *s) {

@@ -561,6 +561,12 @@ int sb_supervisor_run(const sb_supervisor_opts *opts) {
         goto out;
     }
     sb_log_setup("supervisor", s.cfg->runtime.log_level);
+    /* Everything is checked before anything starts: the pipelines too. */
+    if (!opts->no_router && (code = sb_supervisor_check_router(s.config_path)) != SB_EXIT_OK) {
+        fprintf(stderr, "run: the router rejects %s (see above)\n", s.config_path);
+        goto out;
+    }
+    code = SB_EXIT_FAIL;
     int rc = setup(&s, err);
     if (rc) {
         sb_error("%s", err);

@@ -203,6 +203,12 @@ left=$(ls -A "$run" 2>/dev/null)
 # workers, answers over HTTP what the worker answers over its socket, and
 # stops before them.
 if "$SB" router --help > /dev/null 2>&1; then
+    printf 'runtime: { dir: %s }\nmodels:\n  spm: { gguf: %s }\npipelines:\n  p: { stages: [ { bogus: 1 } ] }\n' \
+        "$tmp/prun" "$DATA/tiny-llama-spm-Q2_K.gguf" > "$tmp/pipe.yaml"
+    out=$("$SB" run -c "$tmp/pipe.yaml" --check 2>&1); rc=$?
+    out2=$("$SB" run -c "$tmp/pipe.yaml" 2>&1); rc2=$?
+    [ $rc -eq 2 ] && [ $rc2 -eq 2 ] && [[ $out == *"pipe.yaml:5:"* ]] && [ ! -e "$tmp/prun" ] &&
+        ok "a bad pipeline fails --check and run (exit 2, file:line:col) before anything starts" || bad "bad pipeline: rc $rc/$rc2: $out"
     port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
     rrun=$tmp/rrun
     printf 'runtime: { dir: %s, http: "127.0.0.1:%s", drain_ms: 1000 }\nmodels:\n  spm: { gguf: %s, threads: 1, ctx: 512 }\n' \
