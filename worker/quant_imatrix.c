@@ -192,14 +192,16 @@ static int load_legacy(FILE *f, const char *path, sb_imatrix *m, char *err) {
     for (int32_t i = 0; i < n_entries; i++) {
         int32_t len, ncall, nval;
         if (rd_i32(f, &len) || len < 1 || len >= (int32_t)sizeof name || fread(name, 1, (size_t)len, f) != (size_t)len)
-            return sb_seterr(err, SB_EFORMAT, "%s: cannot read the name of entry %d", path, i + 1);
+            return sb_seterr(err, SB_EFORMAT, "%s: truncated or corrupt: cannot read the name of entry %d", path, i + 1);
         if (rd_i32(f, &ncall) || rd_i32(f, &nval) || nval < 1 || nval > (1 << 28))
-            return sb_seterr(err, SB_EFORMAT, "%s: bad value count for entry %d (%.*s)", path, i + 1, (int)len, name);
+            return sb_seterr(err, SB_EFORMAT, "%s: truncated or corrupt: bad value count for entry %d (%.*s)", path,
+                             i + 1, (int)len, name);
         float *v;
         int rc = add_entry(m, name, (size_t)len, (size_t)nval, &v);
         if (rc) return sb_seterr(err, rc, "out of memory");
         if (fread(v, 4, (size_t)nval, f) != (size_t)nval)
-            return sb_seterr(err, SB_EFORMAT, "%s: entry %.*s is truncated", path, (int)len, name);
+            return sb_seterr(err, SB_EFORMAT, "%s: truncated or corrupt: entry %.*s has fewer than %d values", path,
+                             (int)len, name, (int)nval);
         if (ncall > 0)
             for (int32_t k = 0; k < nval; k++) v[k] = v[k] / (float)ncall;
     }
