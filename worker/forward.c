@@ -162,12 +162,15 @@ static const act_slot *act_get(sb_ctx *c, const float *src, int n_tok, int64_t n
 typedef struct {
     const sb_weight *w;
     sb_vec_dot_fn dot;
+    sb_gemm_fn gemm;
     const uint8_t *act;
     size_t act_stride;
     int n_tok;
     float *y;
     size_t y_stride;
     int rows_per_task;
+    int toks_per_task;          /* gemm path: token-block size */
+    int n_tok_blocks;
 } mm_job;
 
 static void mm_task(void *arg, int task, int thread) {
@@ -183,12 +186,44 @@ static void mm_task(void *arg, int task, int thread) {
     }
 }
 
+/* One block of rows × one block of tokens through the tiled kernel. Tasks
+ * are numbered token-block fastest, so the two threads work on the same
+ * weight rows at about the same time (shared L3) while each tile keeps its
+ * rows and tokens in L1/L2. */
+static void mm_gemm_task(void *arg, int task, int thread) {
+    const mm_job *j = arg;
+    const int rb = task / j->n_tok_blocks, tb = task % j->n_tok_blocks;
+    const int64_t r0 = (int64_t)rb * j->rows_per_task;
+    const int nr = (int)SB_MIN((int64_t)j->rows_per_task, j->w->ne1 - r0);
+    const int t0 = tb * j->toks_per_task;
+    const int nc = SB_MIN(j->toks_per_task, j->n_tok - t0);
+    j->gemm((int)j->w->ne0, nr, nc, (const uint8_t *)j->w->data + (size_t)r0 * j->w->row_bytes, j->w->row_bytes,
+            j->act + (size_t)t0 * j->act_stride, j->act_stride, j->y + (size_t)t0 * j->y_stride + r0, j->y_stride);
+}
+
+#define MM_GEMM_ROWS 64         /* a multiple of every tile's rows */
+#define MM_GEMM_TOKS 64
+
 /* y[t][0..rows) = W · x[t] for t < n_tok; x rows are w->ne0 floats apart. */
 static void matmul(sb_ctx *c, const sb_weight *w, const float *x, int n_tok, float *y, size_t y_stride) {
     const sb_kq_traits *tt = &c->kq[w->type];
     const act_slot *a = act_get(c, x, n_tok, w->ne0, tt->vec_dot_type);
-    mm_job j = { w, tt->vec_dot, a->buf, a->row_bytes, n_tok, y, y_stride, MM_ROWS_PER_TASK };
+    mm_job j = { w, tt->vec_dot, tt->gemm, a->buf, a->row_bytes, n_tok, y, y_stride, MM_ROWS_PER_TASK, 0, 0 };
     int n_threads = sb_pool_size(c->pool);
+    if (n_tok > 1 && tt->gemm) {
+        j.rows_per_task = MM_GEMM_ROWS;
+        j.toks_per_task = MM_GEMM_TOKS;
+        j.n_tok_blocks = (n_tok + j.toks_per_task - 1) / j.toks_per_task;
+        int64_t n_row_blocks = (w->ne1 + j.rows_per_task - 1) / j.rows_per_task;
+        /* Few tasks (short prompts, thin matrices): smaller row blocks so
+         * that every thread gets several. */
+        while (j.rows_per_task > 8 && n_row_blocks * j.n_tok_blocks < 4 * n_threads) {
+            j.rows_per_task /= 2;
+            n_row_blocks = (w->ne1 + j.rows_per_task - 1) / j.rows_per_task;
+        }
+        sb_pool_run(c->pool, mm_gemm_task, &j, (int)(n_row_blocks * j.n_tok_blocks));
+        return;
+    }
     /* Small matrices: make sure every thread gets work. */
     while (j.rows_per_task > 1 && (w->ne1 + j.rows_per_task - 1) / j.rows_per_task < 4 * n_threads) j.rows_per_task /= 2;
     int n_tasks = (int)((w->ne1 + j.rows_per_task - 1) / j.rows_per_task);

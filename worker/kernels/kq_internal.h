@@ -74,6 +74,51 @@ static inline void kq_unpack_scales_q3(const uint8_t *packed, int8_t out[16]) {
     for (int j = 0; j < 16; j++) out[j] = (int8_t)(b[j] - 32);
 }
 
+/* ---- tiled kernels (sb_gemm_fn) ------------------------------------------- */
+
+/* The body of an sb_gemm_fn built from a tile function
+ *     tile(n, R, C, x, bx, y, by, s, ldc)
+ * that computes an R×C block of dots. The tile function is always inlined,
+ * so here R and C are constants: its loops over them unroll and its R×C
+ * accumulators live in registers. Full RT×CT tiles first, the leftover
+ * columns (< CT) by narrower tiles, leftover rows one row at a time. */
+#define KQ_GEMM_BODY(tile, RT, CT)                                              \
+    _Static_assert((CT) >= 1 && (CT) <= 4 && (RT) >= 1, "tile shape");          \
+    const uint8_t *xb_ = x, *yb_ = y;                                            \
+    int r_ = 0;                                                                  \
+    for (; r_ + (RT) <= nr; r_ += (RT)) KQ_GEMM_COLS(tile, RT, CT)               \
+    for (; r_ < nr; r_++) KQ_GEMM_COLS(tile, 1, CT)
+
+#define KQ_GEMM_COLS(tile, R, CT)                                                          \
+    {                                                                                      \
+        const uint8_t *xr_ = xb_ + (size_t)r_ * bx;                                        \
+        int c_ = 0;                                                                        \
+        for (; c_ + (CT) <= nc; c_ += (CT))                                                \
+            tile(n, R, CT, xr_, bx, yb_ + (size_t)c_ * by, by, s + (size_t)c_ * ldc + r_, ldc); \
+        switch (nc - c_) {                                                                 \
+        case 1: tile(n, R, 1, xr_, bx, yb_ + (size_t)c_ * by, by, s + (size_t)c_ * ldc + r_, ldc); break; \
+        case 2: if ((CT) > 2) tile(n, R, 2, xr_, bx, yb_ + (size_t)c_ * by, by, s + (size_t)c_ * ldc + r_, ldc); break; \
+        case 3: if ((CT) > 3) tile(n, R, 3, xr_, bx, yb_ + (size_t)c_ * by, by, s + (size_t)c_ * ldc + r_, ldc); break; \
+        default: break;                                                                    \
+        }                                                                                  \
+    }
+
+#define KQ_GEMM_ARGS int n, int nr, int nc, const void *x, size_t bx, const void *y, size_t by, float *s, size_t ldc
+
+/* Weight types with a tiled kernel (the _ref ones loop over vec_dot_ref:
+ * the scalar twin every SIMD tile is tested against). */
+#define KQ_DECLARE_GEMMS(lvl)                               \
+    void sb_kq_gemm_q4_0_q8_0_##lvl(KQ_GEMM_ARGS);          \
+    void sb_kq_gemm_q5_0_q8_0_##lvl(KQ_GEMM_ARGS);          \
+    void sb_kq_gemm_q8_0_q8_0_##lvl(KQ_GEMM_ARGS);          \
+    void sb_kq_gemm_q2_K_q8_K_##lvl(KQ_GEMM_ARGS);          \
+    void sb_kq_gemm_q3_K_q8_K_##lvl(KQ_GEMM_ARGS);          \
+    void sb_kq_gemm_q4_K_q8_K_##lvl(KQ_GEMM_ARGS);          \
+    void sb_kq_gemm_q5_K_q8_K_##lvl(KQ_GEMM_ARGS);          \
+    void sb_kq_gemm_q6_K_q8_K_##lvl(KQ_GEMM_ARGS);
+KQ_DECLARE_GEMMS(ref)
+KQ_DECLARE_GEMMS(avx512)
+
 /* ---- reference level (kq_ref.c, kq_kquants_ref.c: no SIMD flags) ---------- */
 #define KQ_DECLARE_TYPE_REF(t)                                                  \
     void sb_kq_deq_##t##_ref(const void *src, float *dst, int64_t n);           \

@@ -29,9 +29,12 @@
     UNSUPPORTED(39, "MXFP4")
 
 #define ROW(id, nm, bs, ts, q, tof, fromf, fromref, dot, vdt)                  \
+    ROWG(id, nm, bs, ts, q, tof, fromf, fromref, dot, vdt, NULL)
+/* A row with a tiled kernel (gemm) besides its vec_dot. */
+#define ROWG(id, nm, bs, ts, q, tof, fromf, fromref, dot, vdt, mm)             \
     [id] = { .name = nm, .blck_size = bs, .type_size = ts, .is_quantized = q,  \
              .to_float = tof, .from_float = fromf, .from_float_ref = fromref,  \
-             .vec_dot = dot, .vec_dot_type = vdt }
+             .vec_dot = dot, .vec_dot_type = vdt, .gemm = mm }
 
 /* Activation-only types have no vec_dot of their own. */
 #define ROW_Q8_1(act) ROW(SB_TYPE_Q8_1, "Q8_1", 32, sizeof(sb_block_q8_1), 1, sb_kq_deq_q8_1_ref, \
@@ -42,6 +45,8 @@
  * ggml (nothing quantizes weights on a hot path). */
 #define ROW_W(id, nm, bs, blk, t, tof, dot, vdt) \
     ROW(id, nm, bs, sizeof(blk), 1, tof, sb_kq_quant_##t##_ref, sb_kq_quant_##t##_ref, dot, vdt)
+#define ROW_WG(id, nm, bs, blk, t, tof, dot, vdt, mm) \
+    ROWG(id, nm, bs, sizeof(blk), 1, tof, sb_kq_quant_##t##_ref, sb_kq_quant_##t##_ref, dot, vdt, mm)
 
 static const sb_kq_traits table_ref[SB_TYPE_COUNT] = {
     ROW(SB_TYPE_F32, "F32", 1, 4, 0, sb_kq_deq_f32_ref, sb_kq_quant_f32_ref, sb_kq_quant_f32_ref,
@@ -50,18 +55,26 @@ static const sb_kq_traits table_ref[SB_TYPE_COUNT] = {
         sb_kq_dot_f16_f16_ref, SB_TYPE_F16),
     ROW(SB_TYPE_BF16, "BF16", 1, 2, 0, sb_kq_deq_bf16_ref, sb_kq_quant_bf16_ref, sb_kq_quant_bf16_ref,
         sb_kq_dot_bf16_bf16_ref, SB_TYPE_BF16),
-    ROW_W(SB_TYPE_Q4_0, "Q4_0", 32, sb_block_q4_0, q4_0, sb_kq_deq_q4_0_ref, sb_kq_dot_q4_0_q8_0_ref, SB_TYPE_Q8_0),
+    ROW_WG(SB_TYPE_Q4_0, "Q4_0", 32, sb_block_q4_0, q4_0, sb_kq_deq_q4_0_ref, sb_kq_dot_q4_0_q8_0_ref, SB_TYPE_Q8_0,
+           sb_kq_gemm_q4_0_q8_0_ref),
     ROW_W(SB_TYPE_Q4_1, "Q4_1", 32, sb_block_q4_1, q4_1, sb_kq_deq_q4_1_ref, sb_kq_dot_q4_1_q8_1_ref, SB_TYPE_Q8_1),
-    ROW_W(SB_TYPE_Q5_0, "Q5_0", 32, sb_block_q5_0, q5_0, sb_kq_deq_q5_0_ref, sb_kq_dot_q5_0_q8_0_ref, SB_TYPE_Q8_0),
+    ROW_WG(SB_TYPE_Q5_0, "Q5_0", 32, sb_block_q5_0, q5_0, sb_kq_deq_q5_0_ref, sb_kq_dot_q5_0_q8_0_ref, SB_TYPE_Q8_0,
+           sb_kq_gemm_q5_0_q8_0_ref),
     ROW_W(SB_TYPE_Q5_1, "Q5_1", 32, sb_block_q5_1, q5_1, sb_kq_deq_q5_1_ref, sb_kq_dot_q5_1_q8_1_ref, SB_TYPE_Q8_1),
-    ROW(SB_TYPE_Q8_0, "Q8_0", 32, sizeof(sb_block_q8_0), 1, sb_kq_deq_q8_0_ref, sb_kq_act_q8_0_ref,
-        sb_kq_quant_q8_0_ref, sb_kq_dot_q8_0_q8_0_ref, SB_TYPE_Q8_0),
+    ROWG(SB_TYPE_Q8_0, "Q8_0", 32, sizeof(sb_block_q8_0), 1, sb_kq_deq_q8_0_ref, sb_kq_act_q8_0_ref,
+        sb_kq_quant_q8_0_ref, sb_kq_dot_q8_0_q8_0_ref, SB_TYPE_Q8_0,
+         sb_kq_gemm_q8_0_q8_0_ref),
     ROW_Q8_1(sb_kq_act_q8_1_ref),
-    ROW_W(SB_TYPE_Q2_K, "Q2_K", SB_QK_K, sb_block_q2_K, q2_K, sb_kq_deq_q2_K_ref, sb_kq_dot_q2_K_q8_K_ref, SB_TYPE_Q8_K),
-    ROW_W(SB_TYPE_Q3_K, "Q3_K", SB_QK_K, sb_block_q3_K, q3_K, sb_kq_deq_q3_K_ref, sb_kq_dot_q3_K_q8_K_ref, SB_TYPE_Q8_K),
-    ROW_W(SB_TYPE_Q4_K, "Q4_K", SB_QK_K, sb_block_q4_K, q4_K, sb_kq_deq_q4_K_ref, sb_kq_dot_q4_K_q8_K_ref, SB_TYPE_Q8_K),
-    ROW_W(SB_TYPE_Q5_K, "Q5_K", SB_QK_K, sb_block_q5_K, q5_K, sb_kq_deq_q5_K_ref, sb_kq_dot_q5_K_q8_K_ref, SB_TYPE_Q8_K),
-    ROW_W(SB_TYPE_Q6_K, "Q6_K", SB_QK_K, sb_block_q6_K, q6_K, sb_kq_deq_q6_K_ref, sb_kq_dot_q6_K_q8_K_ref, SB_TYPE_Q8_K),
+    ROW_WG(SB_TYPE_Q2_K, "Q2_K", SB_QK_K, sb_block_q2_K, q2_K, sb_kq_deq_q2_K_ref, sb_kq_dot_q2_K_q8_K_ref, SB_TYPE_Q8_K,
+           sb_kq_gemm_q2_K_q8_K_ref),
+    ROW_WG(SB_TYPE_Q3_K, "Q3_K", SB_QK_K, sb_block_q3_K, q3_K, sb_kq_deq_q3_K_ref, sb_kq_dot_q3_K_q8_K_ref, SB_TYPE_Q8_K,
+           sb_kq_gemm_q3_K_q8_K_ref),
+    ROW_WG(SB_TYPE_Q4_K, "Q4_K", SB_QK_K, sb_block_q4_K, q4_K, sb_kq_deq_q4_K_ref, sb_kq_dot_q4_K_q8_K_ref, SB_TYPE_Q8_K,
+           sb_kq_gemm_q4_K_q8_K_ref),
+    ROW_WG(SB_TYPE_Q5_K, "Q5_K", SB_QK_K, sb_block_q5_K, q5_K, sb_kq_deq_q5_K_ref, sb_kq_dot_q5_K_q8_K_ref, SB_TYPE_Q8_K,
+           sb_kq_gemm_q5_K_q8_K_ref),
+    ROW_WG(SB_TYPE_Q6_K, "Q6_K", SB_QK_K, sb_block_q6_K, q6_K, sb_kq_deq_q6_K_ref, sb_kq_dot_q6_K_q8_K_ref, SB_TYPE_Q8_K,
+           sb_kq_gemm_q6_K_q8_K_ref),
     ROW_Q8_K(sb_kq_quant_q8_K_ref),
     PLACEHOLDERS,
 };
@@ -97,18 +110,26 @@ static const sb_kq_traits table_avx512[SB_TYPE_COUNT] = {
         sb_kq_dot_f16_f16_avx512, SB_TYPE_F16),
     ROW(SB_TYPE_BF16, "BF16", 1, 2, 0, sb_kq_deq_bf16_avx2, sb_kq_act_bf16_avx2, sb_kq_quant_bf16_ref,
         sb_kq_dot_bf16_bf16_avx512, SB_TYPE_BF16),
-    ROW_W(SB_TYPE_Q4_0, "Q4_0", 32, sb_block_q4_0, q4_0, sb_kq_deq_q4_0_avx2, sb_kq_dot_q4_0_q8_0_avx512, SB_TYPE_Q8_0),
+    ROW_WG(SB_TYPE_Q4_0, "Q4_0", 32, sb_block_q4_0, q4_0, sb_kq_deq_q4_0_avx2, sb_kq_dot_q4_0_q8_0_avx512, SB_TYPE_Q8_0,
+           sb_kq_gemm_q4_0_q8_0_avx512),
     ROW_W(SB_TYPE_Q4_1, "Q4_1", 32, sb_block_q4_1, q4_1, sb_kq_deq_q4_1_ref, sb_kq_dot_q4_1_q8_1_avx512, SB_TYPE_Q8_1),
-    ROW_W(SB_TYPE_Q5_0, "Q5_0", 32, sb_block_q5_0, q5_0, sb_kq_deq_q5_0_ref, sb_kq_dot_q5_0_q8_0_avx512, SB_TYPE_Q8_0),
+    ROW_WG(SB_TYPE_Q5_0, "Q5_0", 32, sb_block_q5_0, q5_0, sb_kq_deq_q5_0_ref, sb_kq_dot_q5_0_q8_0_avx512, SB_TYPE_Q8_0,
+           sb_kq_gemm_q5_0_q8_0_avx512),
     ROW_W(SB_TYPE_Q5_1, "Q5_1", 32, sb_block_q5_1, q5_1, sb_kq_deq_q5_1_ref, sb_kq_dot_q5_1_q8_1_avx512, SB_TYPE_Q8_1),
-    ROW(SB_TYPE_Q8_0, "Q8_0", 32, sizeof(sb_block_q8_0), 1, sb_kq_deq_q8_0_avx2, sb_kq_act_q8_0_avx2,
-        sb_kq_quant_q8_0_ref, sb_kq_dot_q8_0_q8_0_avx512, SB_TYPE_Q8_0),
+    ROWG(SB_TYPE_Q8_0, "Q8_0", 32, sizeof(sb_block_q8_0), 1, sb_kq_deq_q8_0_avx2, sb_kq_act_q8_0_avx2,
+        sb_kq_quant_q8_0_ref, sb_kq_dot_q8_0_q8_0_avx512, SB_TYPE_Q8_0,
+         sb_kq_gemm_q8_0_q8_0_avx512),
     ROW_Q8_1(sb_kq_act_q8_1_avx2),
-    ROW_W(SB_TYPE_Q2_K, "Q2_K", SB_QK_K, sb_block_q2_K, q2_K, sb_kq_deq_q2_K_ref, sb_kq_dot_q2_K_q8_K_avx512, SB_TYPE_Q8_K),
-    ROW_W(SB_TYPE_Q3_K, "Q3_K", SB_QK_K, sb_block_q3_K, q3_K, sb_kq_deq_q3_K_ref, sb_kq_dot_q3_K_q8_K_avx512, SB_TYPE_Q8_K),
-    ROW_W(SB_TYPE_Q4_K, "Q4_K", SB_QK_K, sb_block_q4_K, q4_K, sb_kq_deq_q4_K_ref, sb_kq_dot_q4_K_q8_K_avx512, SB_TYPE_Q8_K),
-    ROW_W(SB_TYPE_Q5_K, "Q5_K", SB_QK_K, sb_block_q5_K, q5_K, sb_kq_deq_q5_K_ref, sb_kq_dot_q5_K_q8_K_avx512, SB_TYPE_Q8_K),
-    ROW_W(SB_TYPE_Q6_K, "Q6_K", SB_QK_K, sb_block_q6_K, q6_K, sb_kq_deq_q6_K_ref, sb_kq_dot_q6_K_q8_K_avx512, SB_TYPE_Q8_K),
+    ROW_WG(SB_TYPE_Q2_K, "Q2_K", SB_QK_K, sb_block_q2_K, q2_K, sb_kq_deq_q2_K_ref, sb_kq_dot_q2_K_q8_K_avx512, SB_TYPE_Q8_K,
+           sb_kq_gemm_q2_K_q8_K_avx512),
+    ROW_WG(SB_TYPE_Q3_K, "Q3_K", SB_QK_K, sb_block_q3_K, q3_K, sb_kq_deq_q3_K_ref, sb_kq_dot_q3_K_q8_K_avx512, SB_TYPE_Q8_K,
+           sb_kq_gemm_q3_K_q8_K_avx512),
+    ROW_WG(SB_TYPE_Q4_K, "Q4_K", SB_QK_K, sb_block_q4_K, q4_K, sb_kq_deq_q4_K_ref, sb_kq_dot_q4_K_q8_K_avx512, SB_TYPE_Q8_K,
+           sb_kq_gemm_q4_K_q8_K_avx512),
+    ROW_WG(SB_TYPE_Q5_K, "Q5_K", SB_QK_K, sb_block_q5_K, q5_K, sb_kq_deq_q5_K_ref, sb_kq_dot_q5_K_q8_K_avx512, SB_TYPE_Q8_K,
+           sb_kq_gemm_q5_K_q8_K_avx512),
+    ROW_WG(SB_TYPE_Q6_K, "Q6_K", SB_QK_K, sb_block_q6_K, q6_K, sb_kq_deq_q6_K_ref, sb_kq_dot_q6_K_q8_K_avx512, SB_TYPE_Q8_K,
+           sb_kq_gemm_q6_K_q8_K_avx512),
     ROW_Q8_K(sb_kq_act_q8_K_avx2),
     PLACEHOLDERS,
 };

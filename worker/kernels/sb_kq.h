@@ -73,6 +73,15 @@ typedef void (*sb_from_float_fn)(const float *src, void *dst, int64_t n);
 /* *s = dot(x, y) over n elements; x is a row of the weight type, y a row of
  * its vec_dot_type. */
 typedef void (*sb_vec_dot_fn)(int n, float *s, const void *x, const void *y);
+/* A tile of dots: s[c·ldc + r] = dot(x row r, y row c) for r < nr, c < nc,
+ * where row r of x starts at x + r·bx bytes and row c of y at y + c·by.
+ * nr weight rows against nc activation rows: each weight block is decoded
+ * once for all columns of a tile and each activation block loaded once for
+ * all its rows, which is what makes prompt processing compute-bound instead
+ * of decode-bound. Every block's integer sum and its scale product are those
+ * of vec_dot; only the order of the float additions differs. */
+typedef void (*sb_gemm_fn)(int n, int nr, int nc, const void *x, size_t bx, const void *y, size_t by,
+                           float *s, size_t ldc);
 
 typedef struct {
     const char      *name;          /* "Q4_K", as llama.cpp prints it */
@@ -84,6 +93,7 @@ typedef struct {
     sb_from_float_fn from_float_ref;/* reference quantizer, deterministic */
     sb_vec_dot_fn    vec_dot;       /* NULL if this type is never a weight */
     int              vec_dot_type;  /* what activations are converted to */
+    sb_gemm_fn       gemm;          /* tiled vec_dot; NULL: call vec_dot per pair */
 } sb_kq_traits;
 
 enum sb_kq_level { SB_KQ_REF = 0, SB_KQ_AVX2 = 1, SB_KQ_AVX512 = 2, SB_KQ_LEVELS };

@@ -1,0 +1,151 @@
+/* test_gemm.c - the tiled kernels (traits .gemm) against the 1×1 ones.
+ *
+ * For every weight type with a gemm, at every level this CPU runs:
+ *  1. gemm(level) on an nr × nc tile equals nr·nc calls of vec_dot(level)
+ *     and of vec_dot(ref) up to float summation order (2e-6·Σ|x·y|), for
+ *     tile shapes that hit every remainder path (1..9 rows, 1..9 columns),
+ *     model-sized rows and rows with an odd number of blocks;
+ *  2. the output lands where ldc says and nothing else is written;
+ *  3. the _ref gemm is exactly vec_dot_ref per pair (bit for bit).
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "sb_kq.h"
+
+static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
+static uint32_t rng_u32(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 16);
+}
+static float rng_normal(void) {
+    const float u = (float)((rng_u32() + 1.0) / 4294967297.0), v = (float)(rng_u32() / 4294967296.0);
+    return sqrtf(-2.0f * logf(u)) * cosf(6.2831853f * v);
+}
+
+static const sb_kq_traits *ref_row(int type) { return &sb_kq_table(SB_KQ_REF)[type]; }
+
+/* A matrix of `rows` rows of n elements of `type`, quantized from random
+ * normal floats (weights with a per-row scale spread, as in models). */
+static uint8_t *make_rows(int type, int rows, int n, size_t *row_bytes) {
+    const sb_kq_traits *t = ref_row(type);
+    *row_bytes = sb_kq_row_size(t, n);
+    uint8_t *m = malloc(*row_bytes * (size_t)rows + 64);
+    float *f = malloc(sizeof(float) * (size_t)n);
+    assert_true(m && f);
+    for (int r = 0; r < rows; r++) {
+        const float scale = 0.02f * (1.0f + (float)(rng_u32() % 8));
+        for (int i = 0; i < n; i++) f[i] = scale * rng_normal();
+        /* activations: the fast quantizer (what forward.c feeds the dots) */
+        t->from_float(f, m + (size_t)r * *row_bytes, n);
+    }
+    free(f);
+    return m;
+}
+
+static double abs_dot(int xt, const uint8_t *x, int yt, const uint8_t *y, int n) {
+    float *fx = malloc(sizeof(float) * (size_t)n), *fy = malloc(sizeof(float) * (size_t)n);
+    assert_true(fx && fy);
+    ref_row(xt)->to_float(x, fx, n);
+    ref_row(yt)->to_float(y, fy, n);
+    double a = 0;
+    for (int i = 0; i < n; i++) a += fabs((double)fx[i] * fy[i]);
+    free(fx);
+    free(fy);
+    return a;
+}
+
+#define SENTINEL -12345.0f
+
+/* One nr × nc tile at one level, checked pair by pair. */
+static void check_tile(int level, int type, int n, int nr, int nc) {
+    const sb_kq_traits *t = &sb_kq_table(level)[type], *tr = ref_row(type);
+    const int at = t->vec_dot_type;
+    size_t bx, by;
+    uint8_t *x = make_rows(type, nr, n, &bx), *y = make_rows(at, nc, n, &by);
+    const size_t ldc = (size_t)nr + 3;                 /* gaps between columns stay untouched */
+    float *s = malloc(sizeof(float) * ldc * (size_t)nc);
+    assert_non_null(s);
+    for (size_t i = 0; i < ldc * (size_t)nc; i++) s[i] = SENTINEL;
+    t->gemm(n, nr, nc, x, bx, y, by, s, ldc);
+    for (int c = 0; c < nc; c++) {
+        for (int r = 0; r < nr; r++) {
+            float one, ref;
+            t->vec_dot(n, &one, x + (size_t)r * bx, y + (size_t)c * by);
+            tr->vec_dot(n, &ref, x + (size_t)r * bx, y + (size_t)c * by);
+            const double tol = 2e-6 * abs_dot(type, x + (size_t)r * bx, at, y + (size_t)c * by, n) + 1e-30;
+            const float got = s[(size_t)c * ldc + r];
+            if (fabs((double)got - one) > tol || fabs((double)got - ref) > tol)
+                fail_msg("%s gemm at %s, n %d, tile %dx%d, pair (%d,%d): %.9g, vec_dot %.9g, ref %.9g (tol %.3g)",
+                         t->name, sb_kq_level_name(level), n, nr, nc, r, c, got, one, ref, tol);
+        }
+        for (size_t r = (size_t)nr; r < ldc; r++) assert_true(s[(size_t)c * ldc + r] == SENTINEL);
+    }
+    free(x);
+    free(y);
+    free(s);
+}
+
+static int has_gemm(int type) { return ref_row(type)->blck_size > 0 && ref_row(type)->gemm != NULL; }
+
+static void test_gemm_matches_vec_dot(void **state) {
+    (void)state;
+    int covered = 0;
+    for (int level = 0; level <= sb_kq_best_level(); level++) {
+        for (int type = 0; type < SB_TYPE_COUNT; type++) {
+            const sb_kq_traits *t = &sb_kq_table(level)[type];
+            if (!t->gemm) continue;
+            covered += level == sb_kq_best_level();
+            const int bs = t->blck_size;
+            /* every remainder of 4-row / 4-column tiles, odd block counts */
+            for (int nr = 1; nr <= 9; nr++)
+                for (int nc = 1; nc <= 9; nc++) check_tile(level, type, bs * (1 + (nr + nc) % 3), nr, nc);
+            check_tile(level, type, bs == 32 ? 896 : 2048, 8, 12);   /* model-sized rows */
+            check_tile(level, type, bs == 32 ? 4864 : 4864, 4, 5);
+        }
+    }
+    /* The types the hotline models use must have a tiled kernel. */
+    static const int must[] = { SB_TYPE_Q4_0, SB_TYPE_Q5_0, SB_TYPE_Q8_0, SB_TYPE_Q2_K, SB_TYPE_Q3_K,
+                                SB_TYPE_Q4_K, SB_TYPE_Q5_K, SB_TYPE_Q6_K };
+    for (size_t i = 0; i < sizeof must / sizeof must[0]; i++) assert_true(has_gemm(must[i]));
+    assert_true(covered >= (int)(sizeof must / sizeof must[0]));
+}
+
+/* The scalar twin is vec_dot_ref per pair, exactly. */
+static void test_gemm_ref_is_vec_dot_ref(void **state) {
+    (void)state;
+    for (int type = 0; type < SB_TYPE_COUNT; type++) {
+        if (!has_gemm(type)) continue;
+        const sb_kq_traits *t = ref_row(type);
+        const int n = 2 * t->blck_size * (t->blck_size == 32 ? 7 : 1), nr = 5, nc = 3;
+        size_t bx, by;
+        uint8_t *x = make_rows(type, nr, n, &bx), *y = make_rows(t->vec_dot_type, nc, n, &by);
+        float s[5 * 3];
+        t->gemm(n, nr, nc, x, bx, y, by, s, (size_t)nr);
+        for (int c = 0; c < nc; c++)
+            for (int r = 0; r < nr; r++) {
+                float d;
+                t->vec_dot(n, &d, x + (size_t)r * bx, y + (size_t)c * by);
+                assert_memory_equal(&d, &s[c * nr + r], sizeof d);
+            }
+        free(x);
+        free(y);
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gemm_matches_vec_dot),
+        cmocka_unit_test(test_gemm_ref_is_vec_dot_ref),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
