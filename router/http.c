@@ -235,7 +235,7 @@ static void req_log_and_free(rt_req *q) {
     if (q->timer) event_free(q->timer);
     if (q->prev) q->prev->next = q->next; else r->reqs = q->next;
     if (q->next) q->next->prev = q->prev;
-    r->metrics.in_flight--;
+    if (q->route != RT_ROUTE_METRICS && q->route != RT_ROUTE_HEALTH) r->metrics.in_flight--;
     sb_free(q->cache_key);
     sb_free(q->cache_input);
     sb_free(q->cache_ns);
@@ -288,7 +288,8 @@ rt_req *rt_req_new(rt *r, struct evhttp_request *req, int route) {
     q->next = r->reqs;
     if (r->reqs) r->reqs->prev = q;
     r->reqs = q;
-    r->metrics.in_flight++;
+    /* Probes do not count: /metrics would otherwise always see itself. */
+    if (route != RT_ROUTE_METRICS && route != RT_ROUTE_HEALTH) r->metrics.in_flight++;
     evhttp_connection_set_closecb(evhttp_request_get_connection(req), on_conn_close, q);
     return q;
 }

@@ -167,9 +167,18 @@ int rt_model_submit(rt_model *m, const char *method, sb_mp_writer *params, int t
 void rt_job_cancel(rt_job *j) {
     if (!j || j->cancelled) return;
     j->cancelled = true;
-    /* A job still in the FIFO is dropped when dispatch reaches it; one at the
-     * worker is cancelled there and freed by its on_done. */
-    if (j->sent) sb_ipc_aclient_cancel(j->m->ac, j->call_id);
+    /* A job still in the FIFO is dropped when dispatch reaches it. One at
+     * the worker: sb_ipc_aclient_cancel tells the worker to stop and
+     * promises no more callbacks, so its slot is given back here (the worker
+     * stops within a token; the next job simply queues behind that). The
+     * next dispatch runs from the loop, not inside whoever is cancelling. */
+    if (!j->sent) return;
+    rt_model *m = j->m;
+    sb_ipc_aclient_cancel(m->ac, j->call_id);
+    m->n_inflight--;
+    job_free(j);
+    struct timeval now = { 0, 0 };
+    event_base_once(m->r->base, -1, EV_TIMEOUT, dispatch_cb, m, &now);
 }
 
 rt_model *rt_model_find(rt *r, const char *name) {

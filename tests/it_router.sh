@@ -63,10 +63,14 @@ export SB_TEST_API_KEY="test-key-$$" SB_ROUTER_BODY_TIMEOUT_MS=1000
 sup=$!
 python3 tests/router_http.py "http://127.0.0.1:$port" "$sup" "$tmp/rt.yaml"
 rc=$?
-if [ $rc -ne 0 ]; then echo "--- run.log (tail)"; tail -40 "$tmp/run.log"; fi
+if [ $rc -ne 0 ]; then echo "--- run.log (tail; all of it in /tmp/sb-router-last.log)"; tail -40 "$tmp/run.log"; cp "$tmp/run.log" /tmp/sb-router-last.log; fi
 # A clean stop: SIGTERM drains and every process exits.
 kill "$sup"; for _ in $(seq 1 100); do kill -0 "$sup" 2>/dev/null || break; sleep 0.05; done
 if kill -0 "$sup" 2>/dev/null; then echo "FAIL the runtime did not stop on SIGTERM"; rc=1; fi
 sup=
 grep -q "router\[.*stopped" "$tmp/run.log" || { echo "FAIL the router did not log a clean stop"; tail -5 "$tmp/run.log"; rc=1; }
+# Under SAN=1 a sanitizer report (leaks at exit included) lands in the log.
+if grep -qE "ERROR: (Address|Leak)Sanitizer|runtime error:" "$tmp/run.log"; then
+    echo "FAIL sanitizer report in the runtime's log:"; grep -A30 -E "ERROR: (Address|Leak)Sanitizer|runtime error:" "$tmp/run.log" | head -60; rc=1
+fi
 exit $rc

@@ -238,6 +238,32 @@ check(st == 408 and is_error_body(body, "request_timeout") and 0.8 < waited < 5,
       (waited, raw[:300]))
 alive("413, 431 and 408")
 
+# ------------------------------------------- client gone in mid-stream
+def metric_of(name):
+    _, _, m = http("GET", "/metrics", key=None)
+    mm = re.search(r"^%s (\S+)$" % re.escape(name), m.decode(), re.M)
+    return float(mm.group(1)) if mm else -1
+
+
+errs0 = metric_of('switchboard_model_errors_total{model="tiny"}')
+for i in range(3):
+    s = socket.create_connection((HOST, PORT))
+    req = json.dumps({"model": "tiny", "stream": True, "max_tokens": 60,
+                      "messages": [{"role": "user", "content": "long story %d" % i}]}).encode()
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() +
+              b"\r\nContent-Type: application/json\r\nCache-Control: no-cache\r\nContent-Length: %d\r\n\r\n" % len(req) + req)
+    s.recv(200)            # the headers / first chunk
+    s.close()
+gone_ok = False
+for _ in range(100):
+    if metric_of("switchboard_http_in_flight") == 0 and metric_of('switchboard_model_in_flight{model="tiny"}') == 0:
+        gone_ok = True
+        break
+    time.sleep(0.05)
+check(gone_ok, "clients that vanish mid-stream: their requests end and the worker is free again",
+      (metric_of("switchboard_http_in_flight"), errs0, metric_of('switchboard_model_errors_total{model="tiny"}')))
+alive("clients vanishing mid-stream")
+
 # ------------------------------------------------ 64 concurrent streams
 results, lock = {}, threading.Lock()
 
