@@ -32,6 +32,7 @@ typedef struct {
 struct sb_ctx {
     const sb_model     *m;
     const sb_kq_traits *kq;
+    const sb_kq_attn   *attn;       /* F16-cache attention kernels, same level as kq */
     sb_pool            *pool;
     int n_ctx, n_past, n_batch, kv_type;
     size_t kv_row_bytes;        /* bytes of one position's K (or V) in one layer */
@@ -79,6 +80,7 @@ int sb_ctx_new(const sb_model *m, const sb_ctx_params *p, sb_ctx **out, char *er
     int level = p->kq_level >= 0 && p->kq_level < SB_KQ_LEVELS ? p->kq_level : sb_kq_best_level();
     if (level > sb_kq_best_level()) level = sb_kq_best_level();
     c->kq = sb_kq_table(level);
+    c->attn = sb_kq_attn_table(level);
     c->n_ctx = p->n_ctx > 0 ? p->n_ctx : SB_MIN(hp->n_ctx_train, 4096);
     c->n_batch = p->n_batch > 0 ? p->n_batch : DEFAULT_BATCH;
     if (c->n_batch > c->n_ctx) c->n_batch = c->n_ctx;
@@ -298,6 +300,16 @@ static void attn_task(void *arg, int task, int thread) {
      * F16 cache): the scores then match its bit patterns closely. */
     kv->from_float(q, qc, hd);
     const float scale = 1.0f / sqrtf((float)hd);
+    float *out = c->att + (size_t)t * (size_t)n_head * hd + (size_t)h * hd;
+    if (c->kv_type == SB_TYPE_F16) {
+        const size_t stride = c->kv_row_bytes / sizeof(sb_fp16);
+        const int np = pos - start + 1;
+        kv->to_float(qc, vt, hd);   /* the F16-rounded q, widened: exact products */
+        const float mx = c->attn->qk_f16(hd, np, vt, (const sb_fp16 *)K + (size_t)start * stride, stride, scale, s);
+        const double sum = c->attn->softmax_exp(s, np, mx);
+        c->attn->pv_f16(hd, np, s, (float)(1.0 / sum), (const sb_fp16 *)V + (size_t)start * stride, stride, out);
+        return;
+    }
     float mx = -INFINITY;
     for (int p = start; p <= pos; p++) {
         float d;
@@ -313,15 +325,10 @@ static void attn_task(void *arg, int task, int thread) {
         sum += e;
     }
     const float inv = (float)(1.0 / sum);
-    float *out = c->att + (size_t)t * (size_t)n_head * hd + (size_t)h * hd;
     memset(out, 0, (size_t)hd * sizeof(float));
-    const int f16 = c->kv_type == SB_TYPE_F16;
     for (int p = start; p <= pos; p++) {
         kv->to_float(V + (size_t)p * c->kv_row_bytes, vt, hd);
-        /* llama.cpp multiplies the F16 V cache by the probabilities rounded
-         * to F16; rounding them the same way keeps the next layer's Q8
-         * activations on the same side of each rounding step. */
-        const float w = f16 ? sb_fp16_to_fp32(sb_fp32_to_fp16(s[p] * inv)) : s[p] * inv;
+        const float w = s[p] * inv;
         for (int i = 0; i < hd; i++) out[i] += w * vt[i];
     }
 }

@@ -119,6 +119,31 @@ static inline void kq_unpack_scales_q3(const uint8_t *packed, int8_t out[16]) {
 KQ_DECLARE_GEMMS(ref)
 KQ_DECLARE_GEMMS(avx512)
 
+/* ---- attention (kq_attn_*.c), one set per level ---------------------------- */
+#define KQ_DECLARE_ATTN(lvl)                                                                               \
+    float sb_kq_attn_qk_f16_##lvl(int hd, int n_pos, const float *q, const sb_fp16 *k, size_t stride,      \
+                                  float scale, float *s);                                                  \
+    double sb_kq_attn_exp_##lvl(float *s, int n, float max);                                               \
+    void sb_kq_attn_pv_f16_##lvl(int hd, int n_pos, const float *e, float inv, const sb_fp16 *v,          \
+                                 size_t stride, float *out);
+KQ_DECLARE_ATTN(ref)
+KQ_DECLARE_ATTN(avx2)
+KQ_DECLARE_ATTN(avx512)
+
+/* exp(x) for x <= 0 (the softmax range): x = n·ln2 + r, |r| <= ln2/2,
+ * exp(r) by Cephes' degree-6 expf polynomial, then · 2^n. The constants
+ * are shared by the scalar twin and the SIMD versions. */
+#define KQ_EXP_LOG2E 1.44269504088896341f
+#define KQ_EXP_LN2_HI 0.693359375f
+#define KQ_EXP_LN2_LO -2.12194440e-4f
+#define KQ_EXP_P0 1.9875691500e-4f
+#define KQ_EXP_P1 1.3981999507e-3f
+#define KQ_EXP_P2 8.3334519073e-3f
+#define KQ_EXP_P3 4.1665795894e-2f
+#define KQ_EXP_P4 1.6666665459e-1f
+#define KQ_EXP_P5 5.0000001201e-1f
+#define KQ_EXP_MIN -87.3365448f     /* below: the result is under FLT_MIN, taken as 0 */
+
 /* ---- reference level (kq_ref.c, kq_kquants_ref.c: no SIMD flags) ---------- */
 #define KQ_DECLARE_TYPE_REF(t)                                                  \
     void sb_kq_deq_##t##_ref(const void *src, float *dst, int64_t n);           \

@@ -106,6 +106,25 @@ const sb_kq_traits *sb_kq_table(int level);
 int         sb_kq_best_level(void);
 const char *sb_kq_level_name(int level);
 
+/* ---- attention over an F16 KV cache ---------------------------------------
+ * The three loops of one query head's attention, per kernel level. Rows of
+ * K and V are `stride` elements apart; hd is the head size (any positive
+ * value; SIMD tails are masked). */
+typedef struct {
+    /* s[p] = scale · Σᵢ q[i]·K[p][i] for p < n_pos; returns max_p s[p].
+     * q holds F16 values widened to float (the products are then exact). */
+    float (*qk_f16)(int hd, int n_pos, const float *q, const sb_fp16 *k, size_t stride, float scale, float *s);
+    /* s[p] = exp(s[p] − max) in place; returns Σ s[p] (in double). exp is
+     * a polynomial good to ~2 ulp, as ggml's own SIMD expf. */
+    double (*softmax_exp)(float *s, int n, float max);
+    /* out[i] = Σ_p f16(e[p]·inv)·V[p][i]: the probabilities rounded to F16
+     * before the product, as llama.cpp multiplies its F16 V cache. */
+    void (*pv_f16)(int hd, int n_pos, const float *e, float inv, const sb_fp16 *v, size_t stride, float *out);
+} sb_kq_attn;
+
+/* The attention kernels of one level (same levels as sb_kq_table). */
+const sb_kq_attn *sb_kq_attn_table(int level);
+
 /* Bytes of one row of n elements of `type` (n a multiple of the block). */
 static inline size_t sb_kq_row_size(const sb_kq_traits *t, int64_t n) {
     return t->blck_size ? (size_t)(n / t->blck_size) * t->type_size : 0;

@@ -1,0 +1,98 @@
+/* kq_attn_avx2.c - attention over the F16 KV cache, AVX2/FMA/F16C
+ * (sb_kq_attn). 8 dims per FMA; dims past the last multiple of 8 are done
+ * in scalar code. Scalar twins in kq_attn_ref.c.
+ */
+#include <math.h>
+
+#include "kq_x86.h"
+
+static inline __m256 load_f16x8(const sb_fp16 *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+
+float sb_kq_attn_qk_f16_avx2(int hd, int n_pos, const float *q, const sb_fp16 *k, size_t stride, float scale,
+                             float *s) {
+    const int h8 = hd & ~7;
+    float mx = -INFINITY;
+    for (int p = 0; p < n_pos; p++) {
+        const sb_fp16 *row = k + (size_t)p * stride;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+        int i = 0;
+        for (; i + 16 <= h8; i += 16) {
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), load_f16x8(row + i), a0);
+            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), load_f16x8(row + i + 8), a1);
+        }
+        if (i < h8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), load_f16x8(row + i), a0);
+        float d = kq_hsum_f32x8(_mm256_add_ps(a0, a1));
+        for (i = h8; i < hd; i++) d += q[i] * kq_f16(row[i]);
+        d *= scale;
+        s[p] = d;
+        if (d > mx) mx = d;
+    }
+    return mx;
+}
+
+static inline __m256 exp_nonpositive(__m256 x) {
+    const __m256 live = _mm256_cmp_ps(x, _mm256_set1_ps(KQ_EXP_MIN), _CMP_GE_OQ);
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(KQ_EXP_LOG2E)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(KQ_EXP_LN2_HI), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(KQ_EXP_LN2_LO), r);
+    __m256 p = _mm256_set1_ps(KQ_EXP_P0);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(KQ_EXP_P1));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(KQ_EXP_P2));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(KQ_EXP_P3));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(KQ_EXP_P4));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(KQ_EXP_P5));
+    p = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
+    /* 2^n for -126 <= n <= 0 as exponent bits; live lanes have n >= -126 */
+    const __m256i pow2 = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(pow2)), live);
+}
+
+double sb_kq_attn_exp_avx2(float *s, int n, float max) {
+    const __m256 mv = _mm256_set1_ps(max);
+    double sum = 0.0;
+    int p = 0;
+    for (; p + 8 <= n; p += 8) {
+        const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(s + p), mv));
+        _mm256_storeu_ps(s + p, e);
+        sum += (double)kq_hsum_f32x8(e);
+    }
+    if (p < n) {
+        float t[8];
+        for (int i = 0; i < 8; i++) t[i] = p + i < n ? s[p + i] : -INFINITY;
+        const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(t), mv));
+        _mm256_storeu_ps(t, e);
+        for (int i = 0; p + i < n; i++) {
+            s[p + i] = t[i];
+            sum += t[i];
+        }
+    }
+    return sum;
+}
+
+void sb_kq_attn_pv_f16_avx2(int hd, int n_pos, const float *e, float inv, const sb_fp16 *v, size_t stride,
+                            float *out) {
+    const int h8 = hd & ~7;
+    for (int c = 0; c < h8; c += 32) {
+        const int k = h8 - c >= 32 ? 4 : (h8 - c) / 8;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (int p = 0; p < n_pos; p++) {
+            const __m256 w = _mm256_set1_ps(_cvtsh_ss(_cvtss_sh(e[p] * inv, _MM_FROUND_TO_NEAREST_INT)));
+            const sb_fp16 *row = v + (size_t)p * stride + c;
+            a0 = _mm256_fmadd_ps(w, load_f16x8(row), a0);
+            if (k > 1) a1 = _mm256_fmadd_ps(w, load_f16x8(row + 8), a1);
+            if (k > 2) a2 = _mm256_fmadd_ps(w, load_f16x8(row + 16), a2);
+            if (k > 3) a3 = _mm256_fmadd_ps(w, load_f16x8(row + 24), a3);
+        }
+        _mm256_storeu_ps(out + c, a0);
+        if (k > 1) _mm256_storeu_ps(out + c + 8, a1);
+        if (k > 2) _mm256_storeu_ps(out + c + 16, a2);
+        if (k > 3) _mm256_storeu_ps(out + c + 24, a3);
+    }
+    for (int i = h8; i < hd; i++) {
+        float acc = 0.0f;
+        for (int p = 0; p < n_pos; p++)
+            acc += sb_fp16_to_fp32(sb_fp32_to_fp16(e[p] * inv)) * kq_f16(v[(size_t)p * stride + i]);
+        out[i] = acc;
+    }
+}

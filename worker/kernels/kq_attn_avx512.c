@@ -1,0 +1,117 @@
+/* kq_attn_avx512.c - attention over the F16 KV cache, AVX-512 (sb_kq_attn).
+ * Scalar twins in kq_attn_ref.c.
+ *
+ * q·K: 16 dims per FMA (K widened by vcvtph2ps), four positions at a time so
+ * that one shuffle tree reduces four scores. P·V: up to 64 output dims in
+ * registers per pass over the positions. exp: the KQ_EXP_* polynomial with
+ * vscalefps for the 2^n (which also takes care of underflow).
+ */
+#include <math.h>
+
+#include "kq_x86.h"
+
+static inline __mmask16 tail_mask(int left) { return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1); }
+
+static inline __m512 load_f16(const sb_fp16 *p, __mmask16 m) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
+}
+
+/* [Σa, Σb, Σc, Σd] */
+static inline __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
+    const __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+    const __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
+    const __m512 abcd = _mm512_add_ps(_mm512_shuffle_ps(ab, cd, _MM_SHUFFLE(1, 0, 1, 0)),
+                                      _mm512_shuffle_ps(ab, cd, _MM_SHUFFLE(3, 2, 3, 2)));
+    const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(abcd), _mm512_extractf32x8_ps(abcd, 1));
+    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
+float sb_kq_attn_qk_f16_avx512(int hd, int n_pos, const float *q, const sb_fp16 *k, size_t stride, float scale,
+                               float *s) {
+    __m128 mx4 = _mm_set1_ps(-INFINITY);
+    const __m128 sc4 = _mm_set1_ps(scale);
+    int p = 0;
+    for (; p + 4 <= n_pos; p += 4) {
+        const sb_fp16 *k0 = k + (size_t)p * stride;
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (int i = 0; i < hd; i += 16) {
+            const __mmask16 m = tail_mask(hd - i);
+            const __m512 qv = _mm512_maskz_loadu_ps(m, q + i);
+            a0 = _mm512_fmadd_ps(qv, load_f16(k0 + i, m), a0);
+            a1 = _mm512_fmadd_ps(qv, load_f16(k0 + stride + i, m), a1);
+            a2 = _mm512_fmadd_ps(qv, load_f16(k0 + 2 * stride + i, m), a2);
+            a3 = _mm512_fmadd_ps(qv, load_f16(k0 + 3 * stride + i, m), a3);
+        }
+        const __m128 d = _mm_mul_ps(reduce4(a0, a1, a2, a3), sc4);
+        _mm_storeu_ps(s + p, d);
+        mx4 = _mm_max_ps(mx4, d);
+    }
+    mx4 = _mm_max_ps(mx4, _mm_movehl_ps(mx4, mx4));
+    float mx = _mm_cvtss_f32(_mm_max_ss(mx4, _mm_movehdup_ps(mx4)));
+    for (; p < n_pos; p++) {
+        const sb_fp16 *row = k + (size_t)p * stride;
+        __m512 a = _mm512_setzero_ps();
+        for (int i = 0; i < hd; i += 16) {
+            const __mmask16 m = tail_mask(hd - i);
+            a = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + i), load_f16(row + i, m), a);
+        }
+        const float d = _mm512_reduce_add_ps(a) * scale;
+        s[p] = d;
+        if (d > mx) mx = d;
+    }
+    return mx;
+}
+
+/* exp(x) for x <= 0, 16 lanes (see KQ_EXP_* in kq_internal.h). */
+static inline __m512 exp_nonpositive(__m512 x) {
+    const __mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(KQ_EXP_MIN), _CMP_GE_OQ);
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(KQ_EXP_LOG2E)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(KQ_EXP_LN2_HI), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(KQ_EXP_LN2_LO), r);
+    __m512 p = _mm512_set1_ps(KQ_EXP_P0);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(KQ_EXP_P1));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(KQ_EXP_P2));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(KQ_EXP_P3));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(KQ_EXP_P4));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(KQ_EXP_P5));
+    p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+    return _mm512_maskz_scalef_ps(live, p, n);
+}
+
+double sb_kq_attn_exp_avx512(float *s, int n, float max) {
+    const __m512 mv = _mm512_set1_ps(max);
+    double sum = 0.0;
+    for (int p = 0; p < n; p += 16) {
+        const __mmask16 m = tail_mask(n - p);
+        const __m512 x = _mm512_sub_ps(_mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), m, s + p), mv);
+        const __m512 e = exp_nonpositive(x);
+        _mm512_mask_storeu_ps(s + p, m, e);
+        sum += (double)_mm512_reduce_add_ps(e);
+    }
+    return sum;
+}
+
+void sb_kq_attn_pv_f16_avx512(int hd, int n_pos, const float *e, float inv, const sb_fp16 *v, size_t stride,
+                              float *out) {
+    const __m512 iv = _mm512_set1_ps(inv);
+    for (int c = 0; c < hd; c += 64) {
+        const __mmask16 m0 = tail_mask(hd - c), m1 = hd - c > 16 ? tail_mask(hd - c - 16) : 0;
+        const __mmask16 m2 = hd - c > 32 ? tail_mask(hd - c - 32) : 0, m3 = hd - c > 48 ? tail_mask(hd - c - 48) : 0;
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (int p = 0; p < n_pos; p++) {
+            /* the probability rounded to F16, as in the reference */
+            const __m512 w = _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_mul_ps(_mm512_set1_ps(e[p]), iv),
+                                                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+            const sb_fp16 *row = v + (size_t)p * stride + c;
+            a0 = _mm512_fmadd_ps(w, load_f16(row, m0), a0);
+            if (m1) a1 = _mm512_fmadd_ps(w, load_f16(row + 16, m1), a1);
+            if (m2) a2 = _mm512_fmadd_ps(w, load_f16(row + 32, m2), a2);
+            if (m3) a3 = _mm512_fmadd_ps(w, load_f16(row + 48, m3), a3);
+        }
+        _mm512_mask_storeu_ps(out + c, m0, a0);
+        if (m1) _mm512_mask_storeu_ps(out + c + 16, m1, a1);
+        if (m2) _mm512_mask_storeu_ps(out + c + 32, m2, a2);
+        if (m3) _mm512_mask_storeu_ps(out + c + 48, m3, a3);
+    }
+}
