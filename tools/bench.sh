@@ -2,11 +2,12 @@
 # `make bench`: switchboard vs llama.cpp on the three hotline-shaped models.
 #
 #   tools/bench.sh [--models tinyllama,phi3,llama3] [--rounds N] [--quick]
-#                  [--threads T] [--sb PATH] [--no-scaling]
+#                  [--threads T] [--sb PATH] [--out DIR] [--no-scaling]
 #
 #   --quick    pp 128, tg 32, 3 rounds: a fast look, not a result
 #   --sb PATH  the switchboard binary to measure (default bin/switchboard;
 #              e.g. build-me/bin/switchboard for your own build)
+#   --out DIR  where results.json/results.md go (default build/bench)
 #
 # Steps (each is skipped when its result already exists):
 #   1. llama.cpp and its llama-bench/llama-quantize   (tools/llamacpp.sh)
@@ -27,6 +28,7 @@ pp=512
 tg=128
 threads=2
 sb="$repo_root/bin/switchboard"
+out="build/bench"
 extra=()
 
 die() { echo "bench: error: $*" >&2; exit 1; }
@@ -37,9 +39,10 @@ while [[ $# -gt 0 ]]; do
         --rounds) rounds="${2:?--rounds needs N}"; shift 2 ;;
         --threads) threads="${2:?--threads needs T}"; shift 2 ;;
         --sb) sb="${2:?--sb needs a path}"; shift 2 ;;
+        --out) out="${2:?--out needs a directory}"; shift 2 ;;
         --quick) pp=128; tg=32; rounds=3; shift ;;
         --no-scaling) extra+=(--no-scaling); shift ;;
-        -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
         *) die "unknown option $1 (see --help)" ;;
     esac
 done
@@ -61,8 +64,8 @@ tools/membw.sh -s 64 -r 1 -t 1 >/dev/null 2>&1
 
 [[ -x "$sb" ]] || die "$sb not found (run make, or pass --sb)"
 # Measure a private copy: other engineers rebuild bin/ while we run.
-mkdir -p build/bench
-cp -f "$sb" build/bench/switchboard
+mkdir -p "$out"
+cp -f "$sb" "$out/switchboard"
 
 load1="$(cut -d' ' -f1 /proc/loadavg)"
 echo "bench: load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -72,9 +75,9 @@ if awk -v l="$load1" 'BEGIN { exit !(l > 0.5) }'; then
     echo "bench: WARNING: the machine is busy (load $load1); numbers will be noisy" >&2
 fi
 python3 tests/bench/compare.py \
-    --sb build/bench/switchboard \
+    --sb "$out/switchboard" \
     --llama-bench "$LLAMACPP_BIN/llama-bench" \
     --llama-commit "$LLAMACPP_COMMIT" \
     --membw build/tools/membw \
     --models "$models" --rounds "$rounds" --pp "$pp" --tg "$tg" \
-    --threads "$threads" --out build/bench "${extra[@]}"
+    --threads "$threads" --out "$out" "${extra[@]}"

@@ -257,7 +257,8 @@ def markdown(results):
         f"(llama-bench -fa {a['fa']}), switchboard {results['switchboard']['commit']}. "
         f"Memory read bandwidth ({a['threads']} threads): {fmt(results['membw_gbs'], 1)} GB/s. "
         f"Load average (1/5/15 min) at start {results['load']['start']}, "
-        f"at end {results['load']['end']}.",
+        f"at end {results['load']['end']}."
+        + ("" if results.get("complete", True) else " **Incomplete run.**"),
         "",
         f"| model | file | ours {pp} | llama.cpp {pp} | {pp} ours/llama.cpp | "
         f"ours {tg} | llama.cpp {tg} | {tg} ours/llama.cpp | ours {tg} % of BW limit | "
@@ -289,6 +290,19 @@ def markdown(results):
                           f" / llama.cpp {m['llama_weight_bytes'] / 2**20:.0f} MiB"
                           for m in results["models"].values()) + "."]
     return "\n".join(lines) + "\n"
+
+
+def save(results, out_dir, quiet=False):
+    results["load"]["end"] = loadavg()
+    with open(os.path.join(out_dir, "results.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    md = markdown(results)
+    with open(os.path.join(out_dir, "results.md"), "w") as f:
+        f.write(md)
+    if not quiet:
+        print()
+        print(md)
+        log(f"wrote {os.path.join(out_dir, 'results.json')} and results.md")
 
 
 def git_commit():
@@ -351,20 +365,16 @@ def main():
     results["membw_gbs"], results["membw_raw"] = bw, raw
     log(f"memory read bandwidth ({args.threads} threads, best of {args.membw_reps}): {fmt(bw, 1)} GB/s")
     eng = Engines(args)
+    # Save after every model: a run stopped half-way (a busy machine makes
+    # Llama-3 take hours) still leaves the finished models' table.
+    results["complete"] = False
     for k in keys:
         results["models"][k] = bench_model(k, eng, args, bw)
+        save(results, args.out, quiet=True)
     if "tinyllama" in keys and not args.no_scaling:
         results["thread_scaling"] = thread_scaling(eng, args)
-    results["load"]["end"] = loadavg()
-
-    with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump(results, f, indent=1)
-    md = markdown(results)
-    with open(os.path.join(args.out, "results.md"), "w") as f:
-        f.write(md)
-    print()
-    print(md)
-    log(f"wrote {os.path.join(args.out, 'results.json')} and results.md")
+    results["complete"] = True
+    save(results, args.out)
     return 0
 
 
