@@ -168,7 +168,7 @@ static int check_case(const char *input, const char *type, const char *flags, co
         problems++;
     }
     for (int i = 0; i < n_lines && i < (int)sb_gguf_n_tensors(g); i++) {
-        char name[80], tname[16], thash[HASH_HEX + 8];
+        char name[80], tname[16], thash[48];
         if (sscanf(lines[i], "tensor %79s %15s %40s", name, tname, thash) != 3) continue;
         const sb_gguf_tensor *t = sb_gguf_tensor_at(g, (size_t)i);
         char h[HASH_HEX + 1];
@@ -200,7 +200,7 @@ static void test_expected_files(void **state) {
     }
     int cases = 0, bad_cases = 0, n_seen = 0;
     for (int i = 0; i < n; i++) {
-        char input[64], type[16], flags[128], hash[HASH_HEX + 8];
+        char input[64], type[16], flags[128], hash[48];
         size_t size;
         if (sscanf(lines[i], "case %63s %15s %127s %40s %zu", input, type, flags, hash, &size) != 5) continue;
         int j = i + 1;
