@@ -57,6 +57,14 @@ pipelines:
         model: tiny
         prompt: "Intent {{intent}}. Facts: {{stages.lookup.output}}. Caller: {{input}}"
         max_tokens: 6
+  slow:
+    timeout_ms: 300
+    stages:
+      - { name: wait, kind: tool, command: ["/bin/sleep", "3"], timeout_ms: 5000 }
+  toolcut:
+    stages:
+      - { name: wait, kind: tool, command: ["/bin/sleep", "3"], timeout_ms: 200 }
+      - { name: after, kind: tool, command: ["/bin/echo", "went on"] }
 YAML
 export SB_TEST_API_KEY="test-key-$$" SB_ROUTER_BODY_TIMEOUT_MS=1000
 "$SB" run -c "$tmp/rt.yaml" > "$tmp/run.log" 2>&1 &

@@ -200,6 +200,24 @@ st, _, b = http("POST", "/v1/pipelines/p", {"input": "x", "until": "route"}, hea
 check(st == 200 and [s["status"] for s in json.loads(b)["stages"]][1:] == ["not_run", "not_run"],
       "pipeline: until stops after the named stage", b[:200])
 
+if openai:
+    q = "the meter reading is off, streamed"
+    streamed = "".join((ch.choices[0].delta.content or "") for ch in client.chat.completions.create(
+        model="pipeline:p", messages=[{"role": "user", "content": q}], stream=True,
+        extra_headers={"Cache-Control": "no-cache"}) if ch.choices)
+    st, h, b = http("POST", "/v1/pipelines/p", {"input": q})
+    check(st == 200 and h.get("X-Cache") == "hit" and json.loads(b)["output"] == streamed.strip(),
+          "pipeline:p streamed through chat completions: the answer stage's tokens, same as the stored result",
+          (streamed, b[:200]))
+t = time.time()
+st, _, b = http("POST", "/v1/pipelines/slow", {"input": "x"})
+check(st == 504 and is_error_body(b, "timeout") and time.time() - t < 2.5, "pipeline over its timeout_ms -> 504 (tool killed)",
+      (st, b[:200]))
+st, _, b = http("POST", "/v1/pipelines/toolcut", {"input": "x"})
+r = json.loads(b) if st == 200 else {}
+check(st == 200 and r["stages"][0]["status"] == "error" and "timeout" in r["stages"][0]["error"] and r["output"] == "went on",
+      "a tool over its timeout_ms fails its stage and the run goes on", b[:300])
+
 # ------------------------------------------------------------- errors
 cases = [
     ("malformed JSON", b'{"model": "tiny", "messages": [', 400, "invalid_json"),
