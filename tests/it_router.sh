@@ -30,6 +30,7 @@ runtime:
   drain_ms: 2000
 models:
   tiny:   { gguf: $DATA/tiny-llama-spm-Q4_K_M.gguf, threads: 1, ctx: 1024, max_queue: 128, max_tokens: 64 }
+  tight:  { gguf: $DATA/tiny-llama-spm-Q4_K_M.gguf, threads: 1, ctx: 512, max_queue: 1, max_tokens: 64 }
   broken: { gguf: $tmp/corrupt.gguf }
 cache:
   path: $run/cache.sqlite

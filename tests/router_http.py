@@ -239,6 +239,23 @@ st, _, b = http("GET", "/v1/chat/completions")
 check(st == 405 and is_error_body(b), "GET on a POST route -> 405", st)
 st, _, b = http("GET", "/nowhere")
 check(st == 404 and is_error_body(b), "unknown route -> 404", st)
+busy = []
+
+
+def tight_call(i):
+    st, h, b = http("POST", "/v1/chat/completions", {"model": "tight", "max_tokens": 48, "temperature": 0.5,
+                                                     "messages": [{"role": "user", "content": "busy %d" % i}]})
+    busy.append((st, h.get("Retry-After"), is_error_body(b) if st != 200 else True))
+
+
+ts = [threading.Thread(target=tight_call, args=(i,)) for i in range(8)]
+for t in ts:
+    t.start()
+for t in ts:
+    t.join()
+check(any(x[0] == 200 for x in busy) and any(x[0] == 503 for x in busy) and
+      all(x[0] == 200 or (x[0] == 503 and x[1] and x[2]) for x in busy),
+      "a model with max_queue 1 under a burst: some answered, the rest 503 + Retry-After + JSON", busy)
 alive("the 4xx requests")
 
 big = b'{"model": "tiny", "messages": [{"role": "user", "content": "' + b"a" * (2 << 20) + b'"}]}'
