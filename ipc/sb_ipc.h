@@ -281,7 +281,10 @@ int  sb_ipc_reply_error(sb_ipc_reply *r, const char *code, const char *fmt, ...)
 uint64_t sb_ipc_reply_id(const sb_ipc_reply *r);
 bool sb_ipc_reply_cancelled(const sb_ipc_reply *r);     /* any thread */
 /* Called once, on the loop thread, when the client sends cancel for this id
- * or disconnects. Register it inside the handler (on the loop thread). */
+ * or disconnects. Register it inside the handler (on the loop thread). It is
+ * never called once the final response has been sent (and a final response
+ * sent from another thread waits for a callback already running), so after
+ * sb_ipc_reply_ok/_error returns the handler may free what `arg` points to. */
 typedef void (*sb_ipc_cancel_fn)(void *arg, sb_ipc_reply *r);
 void sb_ipc_reply_on_cancel(sb_ipc_reply *r, sb_ipc_cancel_fn fn, void *arg);
 

@@ -27,6 +27,7 @@
 #include <event2/listener.h>
 #include <event2/thread.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -44,6 +45,11 @@
 #define ACCEPT_RETRY_MS         100     /* pause after EMFILE instead of spinning */
 
 enum { NOT_CANCELLED = 0, CANCEL_REQUESTED = 1, DISCONNECTED = 2 };
+/* reply->guard: the cancel callback and the final response exclude each
+ * other. Once the final response is queued the handler may free whatever
+ * the callback's argument points to (a worker frees its job), so the
+ * callback must neither run after that nor be running while it happens. */
+enum { GUARD_OPEN = 0, GUARD_IN_CALLBACK = 1, GUARD_CLOSED = 2 };
 
 typedef struct conn conn;
 
@@ -72,6 +78,8 @@ struct sb_ipc_reply {
     sb_mp_doc *doc;             /* keeps params alive */
     atomic_int cancelled;
     atomic_bool finished;
+    atomic_int guard;           /* GUARD_*: see above */
+    pthread_t cb_thread;        /* runs the cancel callback; valid while IN_CALLBACK */
     bool cancel_called;
     sb_ipc_cancel_fn cancel_fn;
     void *cancel_arg;
@@ -224,10 +232,16 @@ static void reply_cancel(sb_ipc_reply *r, int why) {
     int expected = NOT_CANCELLED;
     if (!atomic_compare_exchange_strong(&r->cancelled, &expected, why) && why == DISCONNECTED)
         atomic_store(&r->cancelled, DISCONNECTED);
-    if (r->cancel_fn && !r->cancel_called) {
-        r->cancel_called = true;
-        r->cancel_fn(r->cancel_arg, r);
-    }
+    if (!r->cancel_fn || r->cancel_called) return;
+    r->cb_thread = pthread_self();      /* published by the CAS below */
+    int open = GUARD_OPEN;
+    /* Fails when the final response is already queued: too late to cancel. */
+    if (!atomic_compare_exchange_strong(&r->guard, &open, GUARD_IN_CALLBACK)) return;
+    r->cancel_called = true;
+    r->cancel_fn(r->cancel_arg, r);
+    /* Fails (harmlessly) when the callback itself sent the final response. */
+    int in_cb = GUARD_IN_CALLBACK;
+    atomic_compare_exchange_strong(&r->guard, &in_cb, GUARD_OPEN);
 }
 
 static void handle_cancel(conn *c, const sb_ipc_msg *m) {
@@ -309,6 +323,7 @@ static void dispatch(conn *c, sb_mp_doc *doc) {
     r->hub = s->hub;
     atomic_init(&r->cancelled, NOT_CANCELLED);
     atomic_init(&r->finished, false);
+    atomic_init(&r->guard, GUARD_OPEN);
     pthread_mutex_lock(&s->hub->mu);
     s->hub->refs++;
     pthread_mutex_unlock(&s->hub->mu);
@@ -505,6 +520,18 @@ static int finish(sb_ipc_reply *r, encode_fn fn, const void *a, const void *b) {
     if (atomic_exchange(&r->finished, true)) {
         sb_error("ipc: second final response for request %llu ignored", (unsigned long long)r->id);
         return SB_EINVAL;
+    }
+    /* Close the guard so the cancel callback can no longer start; if it is
+     * running on the loop thread right now, wait for it (it only sets a
+     * flag), unless it is this very call's caller. */
+    for (;;) {
+        int g = GUARD_OPEN;
+        if (atomic_compare_exchange_weak(&r->guard, &g, GUARD_CLOSED) || g == GUARD_CLOSED) break;
+        if (g == GUARD_IN_CALLBACK && pthread_equal(r->cb_thread, pthread_self())) {
+            atomic_store(&r->guard, GUARD_CLOSED);
+            break;
+        }
+        sched_yield();
     }
     void *frame = NULL;
     size_t len = 0;

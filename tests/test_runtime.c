@@ -38,7 +38,8 @@
 
 static char g_bin[4096];
 static char g_dir[64];
-static char g_sock[128];
+static char g_sock[160];
+static char g_sock_saved[160];
 static pid_t g_worker;
 static pid_t g_sup;             /* the memory test's supervisor, stopped by teardown if a test failed */
 
@@ -393,6 +394,67 @@ static void test_health_during_generation(void **state) {
     assert_serving();
 }
 
+/* ---- SIGTERM with requests in flight and one queued: the worker drains
+ * until its deadline, then cancels them, exits 0 and removes its socket. */
+static void *queued_request(void *arg) {
+    const char *sock = arg;
+    sb_ipc_client *c = NULL;
+    if (sb_ipc_client_connect(sock, 0, &c, NULL)) return (void *)1;
+    sb_mp_writer *p;
+    sb_mp_writer_new(&p);
+    sb_mp_map(p, 2);
+    sb_mp_kv_str(p, "prompt", "Waiting in line.");
+    sb_mp_kv_i64(p, "max_tokens", 4000);
+    sb_ipc_result res;
+    int rc = sb_ipc_call(c, "generate", p, 20000, NULL, NULL, &res, NULL);
+    intptr_t out = rc ? 2 : res.ok ? 3 : 0;    /* 0: an error answer (cancelled); 2: connection closed */
+    if (!rc) sb_ipc_result_free(&res);
+    sb_mp_writer_free(p);
+    sb_ipc_client_close(c);
+    return (void *)out;
+}
+
+static void test_drain_deadline(void **state) {
+    char sock[160];
+    snprintf(sock, sizeof sock, "%s/drain.sock", g_dir);
+    /* 2000 greedy tokens take over a second on any machine we run on; the
+     * deadline is 200 ms. */
+    char *argv[] = { g_bin, "worker", "--name", "d", "--model", FIXTURE, "--socket", sock, "-t", "1",
+                     "--ctx", "4096", "--max-tokens", "4000", "--drain-ms", "200", NULL };
+    pid_t pid = spawn(argv);
+    sb_ipc_client_close(connect_or_fail(sock, 30000));
+    gen_run g = { 0 };
+    pthread_t running, queued;
+    snprintf(g_sock_saved, sizeof g_sock_saved, "%s", g_sock);
+    snprintf(g_sock, sizeof g_sock, "%s", sock);       /* long_generation() talks to g_sock */
+    assert_int_equal(pthread_create(&running, NULL, long_generation, &g), 0);
+    double t0 = now_ms();
+    while (atomic_load(&g.tokens) < 5 && now_ms() - t0 < 20000) sleep_ms(2);
+    assert_true(atomic_load(&g.tokens) >= 5);
+    assert_int_equal(pthread_create(&queued, NULL, queued_request, sock), 0);
+    sleep_ms(50);
+    double ts = now_ms();
+    kill(pid, SIGTERM);
+    int status = 0;
+    while (waitpid(pid, &status, WNOHANG) == 0 && now_ms() - ts < 5000) sleep_ms(5);
+    double took = now_ms() - ts;
+    void *qrc;
+    pthread_join(running, NULL);
+    pthread_join(queued, &qrc);
+    snprintf(g_sock, sizeof g_sock, "%s", g_sock_saved);
+    if (took >= 5000) { kill(pid, SIGKILL); waitpid(pid, &status, 0); }
+    printf("# drain deadline 200 ms: the worker exited %.0f ms after SIGTERM; the running request "
+           "had streamed %d tokens\n", took, atomic_load(&g.tokens));
+    assert_true(took >= 190 && took < 2000);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    /* Neither finished normally: both were cut (an error answer or a closed connection). */
+    assert_false(g.rc == 0 && g.ok);
+    assert_true(qrc == (void *)0 || qrc == (void *)2);
+    assert_int_equal(access(sock, F_OK), -1);       /* the socket is gone */
+    assert_serving();                               /* the shared worker is untouched */
+}
+
 /* ---- memory: three workers of one GGUF */
 
 typedef struct { long rss, pss, anon, shared; } mem_kb;
@@ -521,6 +583,7 @@ int main(void) {
         cmocka_unit_test(test_deep_nesting),
         cmocka_unit_test(test_wrong_shape),
         cmocka_unit_test(test_health_during_generation),
+        cmocka_unit_test(test_drain_deadline),
         cmocka_unit_test(test_memory_three_workers),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
