@@ -142,7 +142,19 @@ static int check_case(const char *input, const char *type, const char *flags, co
     if (strstr(input, "-Q")) snprintf(in, sizeof in, "tests/data/%s.gguf", input);
     else snprintf(in, sizeof in, "tests/data/%s-f16.gguf", input);
     snprintf(out, sizeof out, "%s/out.gguf", test_dir("cases"));
-    int rc = quantize(in, out, type, flags, 2, err);
+    const char *qflags = flags;
+    if (!strncmp(flags, "via=", 4)) {
+        /* a BF16 or F32 input: convert the F16 file first, then quantize that */
+        char via[256];
+        snprintf(via, sizeof via, "%s/via.gguf", test_dir("cases"));
+        if (quantize(in, via, flags + 4, "-", 2, err)) {
+            print_error("%s %s %s: conversion failed: %s\n", input, type, flags, err);
+            return 1;
+        }
+        snprintf(in, sizeof in, "%s", via);
+        qflags = "-";
+    }
+    int rc = quantize(in, out, type, qflags, 2, err);
     if (rc) {
         print_error("%s %s %s: quantize failed: %s\n", input, type, flags, err);
         return 1;

@@ -117,6 +117,11 @@ def file_cases():
         if fx == "tiny-llama-spm":
             for t in ["Q4_0", "Q4_1", "Q5_1", "Q3_K_S", "Q4_K_M", "Q6_K"]:
                 cases.append((fx, t, f"imatrix={QDIR}/imatrix-{name}.dat"))
+    # BF16 / F32 inputs: the F16 fixture converted first (by llama-quantize
+    # here, by us in the test: the F16 -> BF16/F32 cases above show the two
+    # conversions are the same bytes)
+    cases += [("tiny-llama3", "Q4_K_M", "via=BF16"), ("tiny-llama3", "Q2_K", "via=F32"),
+              ("tiny-phi3", "Q8_0", "via=BF16"), ("tiny-llama-spm", "Q5_K_S", "via=F32")]
     # quantized inputs: dequantized first (cases name the input file itself)
     cases += [("tiny-llama-spm-Q4_K_M", "F16", "requantize"), ("tiny-llama-spm-Q4_K_M", "Q4_0", "requantize"),
               ("tiny-phi3-Q8_0", "Q4_K_M", "requantize"), ("tiny-llama-spm-Q2_K", "Q6_K", "requantize")]
@@ -133,10 +138,15 @@ def write_files(bin_dir, tmp):
              "# written by tools/quant_expected.py. Per case: the whole file's sha256 (first",
              "# 128 bits) and size, then each tensor in output order: name, type, data sha256.",
              "# case INPUT TYPE FLAGS SHA SIZE / tensor NAME TYPE SHA; INPUT is tests/data/INPUT-f16.gguf,",
-             "# or tests/data/INPUT.gguf for requantize cases. FLAGS: -, pure, requantize, imatrix=FILE"]
+             "# or tests/data/INPUT.gguf for requantize cases. FLAGS: -, pure, requantize, imatrix=FILE,",
+             "# via=BF16|F32 (the F16 file converted to that type first, then quantized)"]
     for fx, t, flags in file_cases():
         out = os.path.join(tmp, "out.gguf")
-        quantize(bin_dir, input_path(fx), out, t, flags)
+        inp = input_path(fx)
+        if flags.startswith("via="):
+            inp = os.path.join(tmp, "via.gguf")
+            quantize(bin_dir, input_path(fx), inp, flags[4:], "-")
+        quantize(bin_dir, inp, out, t, "-" if flags.startswith("via=") else flags)
         data = open(out, "rb").read()
         lines.append(f"case {fx} {t} {flags} {short_hash(data)} {len(data)}")
         r = gguf.GGUFReader(out)

@@ -125,16 +125,21 @@ def real(lbin):
 
 
 def speed(lbin):
-    models = [m for m in ["smollm2-135m-instruct.Q4_1", "qwen2.5-coder-0.5b-instruct.Q4_K_M"]
-              if os.path.exists(f"models/{m}.gguf")]
-    print("| input (F16) | TYPE | switchboard quantize -t 2 | llama-quantize (2 threads) | ratio |")
-    print("|---|---|---|---|---|")
+    """Both tools on the same F16 input (a real model dequantized by us), 2
+    threads, alternating, median of 3; also checks the outputs are equal."""
+    inputs = [("smollm2-135m-instruct.Q4_1", ["Q4_K_M", "Q8_0", "Q2_K", "Q6_K", "Q4_0"]),
+              ("qwen2.5-coder-0.5b-instruct.Q4_K_M", ["Q4_K_M", "Q8_0", "Q2_K", "Q6_K", "Q4_0"]),
+              ("bench/tinyllama-1.1b-shape.Q2_K", ["Q4_K_M", "Q8_0"])]
+    print("| input (F16) | TYPE | switchboard quantize -t 2 | llama-quantize, 2 threads | ratio | same bytes |")
+    print("|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory(dir=os.path.join(ROOT, "build")) as tmp:
-        for m in models:
+        for m, types in inputs:
+            if not os.path.exists(f"models/{m}.gguf"):
+                continue
             f16 = f"{tmp}/f16.gguf"
             run([SB, "quantize", "--quiet", "--allow-requantize", f"models/{m}.gguf", f16, "F16"])
             mb = os.path.getsize(f16) / 1e6
-            for t in ["Q4_K_M", "Q8_0", "Q2_K", "Q6_K"]:
+            for t in types:
                 ours, ref = [], []
                 for _ in range(3):
                     t0 = time.time()
@@ -143,9 +148,13 @@ def speed(lbin):
                     t0 = time.time()
                     run([os.path.join(lbin, "llama-quantize"), f16, f"{tmp}/r.gguf", t, "2"])
                     ref.append(time.time() - t0)
+                same = subprocess.run(["cmp", "-s", f"{tmp}/o.gguf", f"{tmp}/r.gguf"]).returncode == 0
                 o, r = statistics.median(ours), statistics.median(ref)
-                print(f"| {m.split('.')[0]} ({mb:.0f} MB) | {t} | {o:.2f} s ({mb / o:.0f} MB/s) | "
-                      f"{r:.2f} s ({mb / r:.0f} MB/s) | {r / o:.2f}x |", flush=True)
+                name = m.split("/")[-1].split(".")[0]
+                print(f"| {name} ({mb:.0f} MB) | {t} | {o:.2f} s ({mb / o:.0f} MB/s) | "
+                      f"{r:.2f} s ({mb / r:.0f} MB/s) | {r / o:.2f}x | {'yes' if same else 'no'} |", flush=True)
+            os.unlink(f16)
+    print(f"\nload average at the end: {os.getloadavg()[0]:.1f} (2 cores)")
 
 
 def main():
