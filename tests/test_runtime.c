@@ -333,7 +333,9 @@ static void *long_generation(void *arg) {
     sb_mp_writer_new(&p);
     sb_mp_map(p, 4);
     sb_mp_kv_str(p, "prompt", "Count to one thousand.");
-    sb_mp_kv_i64(p, "max_tokens", 2000);
+    /* Long enough to outlast the callers on a fast idle box (the tiny
+     * fixture streams a few thousand tokens per second). */
+    sb_mp_kv_i64(p, "max_tokens", 4000);
     sb_mp_kv_f64(p, "temperature", 0);
     sb_mp_kv_bool(p, "stream", true);
     sb_ipc_result res;
@@ -374,7 +376,7 @@ static void test_health_during_generation(void **state) {
         sb_mp_get_bool(res.result, "busy", SB_MP_REQUIRED, &b, NULL);
         busy += b;
         sb_ipc_result_free(&res);
-        sleep_ms(10);
+        sleep_ms(5);
     }
     int tokens_during = atomic_load(&g.tokens);
     atomic_store(&g.stop, 1);
@@ -417,7 +419,7 @@ static void *queued_request(void *arg) {
 static void test_drain_deadline(void **state) {
     char sock[160];
     snprintf(sock, sizeof sock, "%s/drain.sock", g_dir);
-    /* 2000 greedy tokens take over a second on any machine we run on; the
+    /* 4000 greedy tokens take seconds on any machine we run on; the
      * deadline is 200 ms. */
     char *argv[] = { g_bin, "worker", "--name", "d", "--model", FIXTURE, "--socket", sock, "-t", "1",
                      "--ctx", "4096", "--max-tokens", "4000", "--drain-ms", "200", NULL };
