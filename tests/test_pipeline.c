@@ -153,23 +153,36 @@ static void test_rejections(void **state) {
 }
 
 /* The shipped configs name models this checkout may not have; validate
- * their pipelines against fixture models under the same names. */
+ * their pipelines against a fixture model under each of their model names
+ * (whatever roles a config defines). */
 static void check_shipped(const char *path) {
     FILE *f = fopen(path, "r");
     assert_non_null(f);
-    static char text[1 << 16];
+    static char text[1 << 17];
     size_t n = fread(text, 1, sizeof text - 1, f);
     fclose(f);
     text[n] = '\0';
-    const char *pipes = strstr(text, "\npipelines:\n");
+    const char *models = strstr(text, "\nmodels:\n"), *pipes = strstr(text, "\npipelines:\n");
+    assert_non_null(models);
     assert_non_null(pipes);
-    char *yaml = malloc(n + 1024);
-    snprintf(yaml, n + 1024,
-             "runtime: { dir: /tmp/sb-pipe-test }\nmodels:\n"
-             "  classifier: { gguf: tiny-llama-spm-Q2_K.gguf }\n"
-             "  tool: { gguf: tiny-phi3-Q4_K_M.gguf }\n"
-             "  composer: { gguf: tiny-llama3-Q5_K_M.gguf, max_tokens: 512 }%s",
-             pipes);
+    size_t cap = n + 4096, len = 0;
+    char *yaml = malloc(cap);
+    len += (size_t)snprintf(yaml, cap, "runtime: { dir: /tmp/sb-pipe-test }\nmodels:\n");
+    /* Every "  NAME:" line of the models: block becomes a fixture entry. */
+    for (const char *l = models + 9; l < pipes && *l;) {
+        const char *eol = strchr(l, '\n');
+        if (!eol) break;
+        if (l[0] == ' ' && l[1] == ' ' && l[2] != ' ' && l[2] != '#') {
+            const char *colon = memchr(l, ':', (size_t)(eol - l));
+            if (colon)
+                len += (size_t)snprintf(yaml + len, cap - len, "  %.*s: { gguf: tiny-llama-spm-Q2_K.gguf, max_tokens: 512 }\n",
+                                        (int)(colon - l - 2), l + 2);
+        } else if (l[0] != ' ' && l[0] != '#' && l != eol) {
+            break;                  /* the next top-level key */
+        }
+        l = eol + 1;
+    }
+    snprintf(yaml + len, cap - len, "%s", pipes);
     sb_config *cfg;
     sb_pipelines *ps;
     char err[SB_ERR_LEN] = "";
@@ -188,6 +201,7 @@ static void check_shipped(const char *path) {
 static void test_shipped_configs(void **state) {
     check_shipped("configs/hotline.yaml");
     check_shipped("configs/demo.yaml");
+
 }
 
 static void test_allocation_failures(void **state) {
