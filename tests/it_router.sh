@@ -70,7 +70,7 @@ YAML
 export SB_TEST_API_KEY="test-key-$$" SB_ROUTER_BODY_TIMEOUT_MS=1000
 "$SB" run -c "$tmp/rt.yaml" > "$tmp/run.log" 2>&1 &
 sup=$!
-python3 tests/router_http.py "http://127.0.0.1:$port" "$sup" "$tmp/rt.yaml"
+python3 tests/router_http.py "http://127.0.0.1:$port" "$sup" "$tmp/rt.yaml" "$run"
 rc=$?
 if [ $rc -ne 0 ]; then echo "--- run.log (tail; all of it in /tmp/sb-router-last.log)"; tail -40 "$tmp/run.log"; cp "$tmp/run.log" /tmp/sb-router-last.log; fi
 # A clean stop: SIGTERM drains and every process exits.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""router_http.py URL SUPERVISOR_PID CONFIG - the router over real HTTP.
+"""router_http.py URL SUPERVISOR_PID CONFIG RUN_DIR - the router over real HTTP.
 
 Driven by tests/it_router.sh against `switchboard run` with fixture models:
 the real `openai` client (non-streaming and streaming), SSE framing as curl
@@ -9,7 +9,7 @@ SIGHUP reload. Prints one line per check and "N passed, N failed".
 """
 import json, os, re, signal, socket, subprocess, sys, threading, time, urllib.error, urllib.request
 
-URL, SUP_PID, CONFIG = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+URL, SUP_PID, CONFIG, RUN_DIR = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 KEY = os.environ["SB_TEST_API_KEY"]
 HOST, PORT = re.match(r"http://([^:]+):(\d+)", URL).groups()
 PORT = int(PORT)
@@ -373,6 +373,35 @@ for fam in ("switchboard_http_requests_total{route=\"chat_completions\",status=\
             "switchboard_http_request_duration_seconds_bucket{route=\"pipelines\",le=\"+Inf\"}",
             "switchboard_http_rejected_total{reason=\"timeout\"}"):
     check(fam in m1, "/metrics has " + fam.split("{")[0] + "{" + fam.split("{")[1])
+
+# ---------------------------------------------------------- router.sock
+def mp_str(b):
+    b = b.encode() if isinstance(b, str) else b
+    return (bytes([0xa0 | len(b)]) if len(b) < 32 else bytes([0xd9, len(b)])) + b
+
+
+def mp_map(pairs):
+    out = bytes([0x80 | len(pairs)])
+    for k, v in pairs:
+        out += mp_str(k) + (v if isinstance(v, bytes) else mp_str(v))
+    return out
+
+
+frame = mp_map([("id", b"\x07"), ("method", "pipeline"),
+                ("params", mp_map([("name", "p"), ("input", "socket caller")]))])
+us = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+us.settimeout(20)
+us.connect(RUN_DIR + "/router.sock")
+us.sendall(len(frame).to_bytes(4, "big") + frame)
+resp = b""
+while len(resp) < 4 or len(resp) < 4 + int.from_bytes(resp[:4], "big"):
+    c = us.recv(65536)
+    if not c:
+        break
+    resp += c
+us.close()
+check(b"\xa2ok\xc3" in resp and b"output" in resp and b'"pipeline":"p"' in resp,
+      "DIR/router.sock: the pipeline method answers {output, json}", resp[:200])
 
 # --------------------------------------------------------------- reload
 orig = open(CONFIG).read()
