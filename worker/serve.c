@@ -503,7 +503,8 @@ static void usage(FILE *f) {
             "  --max-queue N      queued generate/score requests before 'busy' (default 16)\n"
             "  --max-tokens N     cap on max_tokens per request (default 4096)\n"
             "  --drain-ms N       how long SIGTERM waits for running requests (default 10000)\n"
-            "  --deadline-ms N    deadline of a generate without its own deadline_ms (default 0 = none)\n\n"
+            "  --deadline-ms N    deadline of a generate without its own deadline_ms (default 0 = none)\n"
+            "  --batch N          prompt tokens per forward pass (default 128; scratch memory grows with it)\n\n"
             "Exit status: 0 after a clean drain, 2 when the model or options are bad\n"
             "(a supervisor should not restart it), 1 on other failures.\n\n"
             "Test hook: with SB_TEST_WORKER_ABORT=NAME[,NAME...] in the environment, a\n"
@@ -541,6 +542,10 @@ int sb_cmd_worker(int argc, char **argv) {
     sb_ctx_params cp;
     sb_ctx_params_default(&cp);
     cp.n_threads = 2;
+    /* Scratch buffers scale with the batch: 512 tokens cost ~70 MiB on a
+     * 0.5B model and ~180 MiB on an 8B one, per worker. 128 keeps a worker
+     * within its memory budget and still fills the prompt tiles. */
+    cp.n_batch = 128;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int bad = 0;
@@ -554,6 +559,7 @@ int sb_cmd_worker(int argc, char **argv) {
         else if (!strcmp(a, "--max-tokens")) { bad = arg_int(a, v, 1, 1 << 20, &w.max_tokens_cap); i++; }
         else if (!strcmp(a, "--drain-ms")) { bad = arg_int(a, v, 0, 3600000, &w.drain_ms); i++; }
         else if (!strcmp(a, "--deadline-ms")) { bad = arg_int(a, v, 0, 86400000, &w.deadline_ms); i++; }
+        else if (!strcmp(a, "--batch")) { bad = arg_int(a, v, 1, 4096, &cp.n_batch); i++; }
         else if (!strcmp(a, "--kv") && v) {
             if (!strcmp(v, "f16")) cp.kv_f32 = 0;
             else if (!strcmp(v, "f32")) cp.kv_f32 = 1;
