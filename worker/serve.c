@@ -312,7 +312,9 @@ static void enqueue(worker *w, sb_ipc_reply *r, const sb_mp_obj *params, int is_
         sb_ipc_reply_error(r, SB_IPC_BUSY, "worker '%s' is shutting down", w->name);
         return;
     }
-    if (w->n_queued >= w->max_queue) {
+    /* max_queue counts requests waiting behind the running one, so 0 still
+     * serves one request at a time instead of refusing everything. */
+    if (w->n_queued + w->running > w->max_queue) {
         int q = w->n_queued;
         pthread_mutex_unlock(&w->mu);
         sb_ipc_reply_error(r, SB_IPC_BUSY, "worker '%s' queue is full (%d waiting); retry later", w->name, q);
