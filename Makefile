@@ -101,6 +101,9 @@ bench: all
 models:
 	tools/models.sh
 
+demo:
+	tools/demo.sh
+
 clean:
 	rm -rf build build-san bin
 

