@@ -27,25 +27,27 @@
 
 /* ==== file types ============================================================ */
 
+/* Bits per weight of the block types: Q4_0 4.5, Q4_1 5, Q5_0 5.5, Q5_1 6,
+ * Q8_0 8.5, Q2_K 2.625, Q3_K 3.4375, Q4_K 4.5, Q5_K 5.5, Q6_K 6.5625. */
 static const sb_ftype_info ftypes[] = {
-    { "Q4_0",   SB_FTYPE_Q4_0,   SB_TYPE_Q4_0, "4.34 bpw, legacy 32-block" },
-    { "Q4_1",   SB_FTYPE_Q4_1,   SB_TYPE_Q4_1, "4.78 bpw, legacy 32-block with min" },
-    { "Q5_0",   SB_FTYPE_Q5_0,   SB_TYPE_Q5_0, "5.21 bpw, legacy 32-block" },
-    { "Q5_1",   SB_FTYPE_Q5_1,   SB_TYPE_Q5_1, "5.65 bpw, legacy 32-block with min" },
-    { "Q8_0",   SB_FTYPE_Q8_0,   SB_TYPE_Q8_0, "8.50 bpw, nearly lossless" },
-    { "Q2_K",   SB_FTYPE_Q2_K,   SB_TYPE_Q2_K, "2.96 bpw mix (attn_v/ffn_down raised)" },
-    { "Q2_K_S", SB_FTYPE_Q2_K_S, SB_TYPE_Q2_K, "2.96 bpw mix, needs --imatrix" },
-    { "Q3_K_S", SB_FTYPE_Q3_K_S, SB_TYPE_Q3_K, "3.41 bpw" },
-    { "Q3_K_M", SB_FTYPE_Q3_K_M, SB_TYPE_Q3_K, "3.74 bpw mix" },
-    { "Q3_K_L", SB_FTYPE_Q3_K_L, SB_TYPE_Q3_K, "4.03 bpw mix" },
-    { "Q4_K_S", SB_FTYPE_Q4_K_S, SB_TYPE_Q4_K, "4.37 bpw mix" },
-    { "Q4_K_M", SB_FTYPE_Q4_K_M, SB_TYPE_Q4_K, "4.58 bpw mix, the usual sweet spot" },
-    { "Q5_K_S", SB_FTYPE_Q5_K_S, SB_TYPE_Q5_K, "5.21 bpw" },
-    { "Q5_K_M", SB_FTYPE_Q5_K_M, SB_TYPE_Q5_K, "5.33 bpw mix" },
-    { "Q6_K",   SB_FTYPE_Q6_K,   SB_TYPE_Q6_K, "6.56 bpw" },
-    { "F16",    SB_FTYPE_F16,    SB_TYPE_F16,  "16 bpw" },
-    { "BF16",   32,              SB_TYPE_BF16, "16 bpw, bfloat16" },
-    { "F32",    SB_FTYPE_ALL_F32, SB_TYPE_F32, "32 bpw" },
+    { "Q4_0",   SB_FTYPE_Q4_0,   SB_TYPE_Q4_0, "Q4_0 (4.5 bpw, 32-blocks), output Q6_K" },
+    { "Q4_1",   SB_FTYPE_Q4_1,   SB_TYPE_Q4_1, "Q4_1 (5.0 bpw, 32-blocks with a min), output Q6_K" },
+    { "Q5_0",   SB_FTYPE_Q5_0,   SB_TYPE_Q5_0, "Q5_0 (5.5 bpw), output Q6_K" },
+    { "Q5_1",   SB_FTYPE_Q5_1,   SB_TYPE_Q5_1, "Q5_1 (6.0 bpw), output Q6_K" },
+    { "Q8_0",   SB_FTYPE_Q8_0,   SB_TYPE_Q8_0, "Q8_0 (8.5 bpw) everywhere: nearly lossless" },
+    { "Q2_K",   SB_FTYPE_Q2_K,   SB_TYPE_Q2_K, "Q2_K (2.6 bpw) mix: attn_v, ffn_down, attn_output raised" },
+    { "Q2_K_S", SB_FTYPE_Q2_K_S, SB_TYPE_Q2_K, "Q2_K almost everywhere; needs --imatrix" },
+    { "Q3_K_S", SB_FTYPE_Q3_K_S, SB_TYPE_Q3_K, "Q3_K (3.4 bpw), output Q6_K" },
+    { "Q3_K_M", SB_FTYPE_Q3_K_M, SB_TYPE_Q3_K, "Q3_K mix, Q4_K/Q5_K attn_v, ffn_down, attn_output" },
+    { "Q3_K_L", SB_FTYPE_Q3_K_L, SB_TYPE_Q3_K, "Q3_K mix, Q5_K attn_v, ffn_down, attn_output" },
+    { "Q4_K_S", SB_FTYPE_Q4_K_S, SB_TYPE_Q4_K, "Q4_K (4.5 bpw), first attn_v/ffn_down Q5_K" },
+    { "Q4_K_M", SB_FTYPE_Q4_K_M, SB_TYPE_Q4_K, "Q4_K mix, Q6_K in half the attn_v/ffn_down: the usual choice" },
+    { "Q5_K_S", SB_FTYPE_Q5_K_S, SB_TYPE_Q5_K, "Q5_K (5.5 bpw), output Q6_K" },
+    { "Q5_K_M", SB_FTYPE_Q5_K_M, SB_TYPE_Q5_K, "Q5_K mix, Q6_K in half the attn_v/ffn_down" },
+    { "Q6_K",   SB_FTYPE_Q6_K,   SB_TYPE_Q6_K, "Q6_K (6.6 bpw) everywhere" },
+    { "F16",    SB_FTYPE_F16,    SB_TYPE_F16,  "F16 (1-D tensors stay F32)" },
+    { "BF16",   SB_FTYPE_BF16,   SB_TYPE_BF16, "BF16 (1-D tensors stay F32)" },
+    { "F32",    SB_FTYPE_ALL_F32, SB_TYPE_F32, "F32" },
 };
 
 const sb_ftype_info *sb_ftype_at(size_t i) { return i < SB_ARRAY_LEN(ftypes) ? &ftypes[i] : NULL; }
