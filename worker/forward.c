@@ -14,20 +14,10 @@
 #include <math.h>
 #include <string.h>
 
-#include "model_impl.h"
+#include "matmul_impl.h"
 #include "sb_common.h"
-#include "sb_pool.h"
 
 #define DEFAULT_BATCH 512
-#define MM_ROWS_PER_TASK 16     /* 16 rows of a 4096-wide Q4_K matrix ≈ 37 KB: L2-resident */
-#define ACT_SLOTS 2             /* distinct (input, activation type) pairs cached per step */
-
-typedef struct {
-    const float *src;           /* the f32 input this slot was made from */
-    int          type;          /* its vec_dot_type */
-    void        *buf;
-    size_t       row_bytes;
-} act_slot;
 
 struct sb_ctx {
     const sb_model     *m;
@@ -39,8 +29,7 @@ struct sb_ctx {
     uint8_t *k_cache, *v_cache; /* [n_layer][n_ctx][n_head_kv·head_dim] */
     /* scratch, n_batch rows each */
     float *x, *xb, *q, *k, *v, *att, *qkv, *ffa, *ffb;
-    act_slot act[ACT_SLOTS];
-    int act_next;
+    sb_mm mm;                   /* matmuls and their converted inputs */
     /* per-thread attention scratch */
     float *scores;              /* [n_threads][n_ctx] */
     uint8_t *qconv;             /* [n_threads][head_dim] in the KV type */
@@ -62,7 +51,7 @@ void sb_ctx_free(sb_ctx *c) {
     float *bufs[] = { c->x, c->xb, c->q, c->k, c->v, c->att, c->qkv, c->ffa, c->ffb, c->scores, c->vtmp, c->rope_cs };
     for (size_t i = 0; i < SB_ARRAY_LEN(bufs); i++) sb_aligned_free(bufs[i]);
     sb_aligned_free(c->qconv);
-    for (int i = 0; i < ACT_SLOTS; i++) sb_aligned_free(c->act[i].buf);
+    sb_mm_free(&c->mm);
     sb_free(c);
 }
 
@@ -106,11 +95,6 @@ int sb_ctx_new(const sb_model *m, const sb_ctx_params *p, sb_ctx **out, char *er
     bad = bad || alloc_floats(&c->scores, (size_t)nt * (size_t)c->n_ctx) || alloc_floats(&c->vtmp, (size_t)nt * hd);
     bad = bad || alloc_floats(&c->rope_cs, nb * (size_t)hp->n_rot);
     bad = bad || !(c->qconv = sb_aligned_alloc((size_t)nt * hd * 4));
-    /* Activation buffers sized for the widest input (n_ff, or q for wo) in
-     * the bulkiest activation format (F32 = 4 bytes/element covers all). */
-    size_t widest = SB_MAX((size_t)hp->n_ff, SB_MAX((size_t)hp->n_embd, dq));
-    for (int i = 0; i < ACT_SLOTS && !bad; i++)
-        bad = !(c->act[i].buf = sb_aligned_alloc(nb * widest * 4 + 4096));
     if (bad) {
         sb_ctx_free(c);
         return sb_seterr(err, SB_ENOMEM, "out of memory for a %d-token context (KV cache %.1f MiB)",
@@ -120,116 +104,22 @@ int sb_ctx_new(const sb_model *m, const sb_ctx_params *p, sb_ctx **out, char *er
         sb_ctx_free(c);
         return sb_seterr(err, SB_ENOMEM, "cannot start %d threads", nt);
     }
+    /* Activation buffers sized for the widest input (n_ff, or q for wo) in
+     * the bulkiest activation format (F32 = 4 bytes/element covers all). */
+    const size_t widest = SB_MAX((size_t)hp->n_ff, SB_MAX((size_t)hp->n_embd, dq));
+    if (sb_mm_init(&c->mm, c->kq, c->pool, nb * widest * 4 + 4096) != 0) {
+        sb_ctx_free(c);
+        return sb_seterr(err, SB_ENOMEM, "out of memory for a %d-token batch", c->n_batch);
+    }
     *out = c;
     return 0;
 }
 
-/* ---- activations ---------------------------------------------------------- */
+/* ---- matrix products ---------------------------------------------------- */
 
-typedef struct {
-    const sb_kq_traits *tt;
-    const float *src;
-    void *dst;
-    int64_t ne0;
-    size_t row_bytes;
-} quant_job;
-
-static void quant_task(void *arg, int t, int thread) {
-    const quant_job *j = arg;
-    j->tt->from_float(j->src + (size_t)t * (size_t)j->ne0, (uint8_t *)j->dst + (size_t)t * j->row_bytes, j->ne0);
-}
-
-static void act_reset(sb_ctx *c) {
-    for (int i = 0; i < ACT_SLOTS; i++) c->act[i].src = NULL;
-}
-
-/* The input rows converted to `type`, converting only the first time a
- * given input is used with that type in this step. */
-static const act_slot *act_get(sb_ctx *c, const float *src, int n_tok, int64_t ne0, int type) {
-    for (int i = 0; i < ACT_SLOTS; i++)
-        if (c->act[i].src == src && c->act[i].type == type) return &c->act[i];
-    act_slot *s = &c->act[c->act_next];
-    c->act_next = (c->act_next + 1) % ACT_SLOTS;
-    const sb_kq_traits *tt = &c->kq[type];
-    s->src = src;
-    s->type = type;
-    s->row_bytes = sb_kq_row_size(tt, ne0);
-    quant_job j = { tt, src, s->buf, ne0, s->row_bytes };
-    sb_pool_run(c->pool, quant_task, &j, n_tok);
-    return s;
-}
-
-/* ---- matrix × activations ------------------------------------------------ */
-
-typedef struct {
-    const sb_weight *w;
-    sb_vec_dot_fn dot;
-    sb_gemm_fn gemm;
-    const uint8_t *act;
-    size_t act_stride;
-    int n_tok;
-    float *y;
-    size_t y_stride;
-    int rows_per_task;
-    int toks_per_task;          /* gemm path: token-block size */
-    int n_tok_blocks;
-} mm_job;
-
-static void mm_task(void *arg, int task, int thread) {
-    const mm_job *j = arg;
-    const int64_t r0 = (int64_t)task * j->rows_per_task;
-    const int64_t r1 = SB_MIN(r0 + j->rows_per_task, j->w->ne1);
-    const uint8_t *wd = j->w->data;
-    const int n = (int)j->w->ne0;
-    for (int t = 0; t < j->n_tok; t++) {
-        const uint8_t *a = j->act + (size_t)t * j->act_stride;
-        float *y = j->y + (size_t)t * j->y_stride;
-        for (int64_t r = r0; r < r1; r++) j->dot(n, &y[r], wd + (size_t)r * j->w->row_bytes, a);
-    }
-}
-
-/* One block of rows × one block of tokens through the tiled kernel. Tasks
- * are numbered token-block fastest, so the two threads work on the same
- * weight rows at about the same time (shared L3) while each tile keeps its
- * rows and tokens in L1/L2. */
-static void mm_gemm_task(void *arg, int task, int thread) {
-    const mm_job *j = arg;
-    const int rb = task / j->n_tok_blocks, tb = task % j->n_tok_blocks;
-    const int64_t r0 = (int64_t)rb * j->rows_per_task;
-    const int nr = (int)SB_MIN((int64_t)j->rows_per_task, j->w->ne1 - r0);
-    const int t0 = tb * j->toks_per_task;
-    const int nc = SB_MIN(j->toks_per_task, j->n_tok - t0);
-    j->gemm((int)j->w->ne0, nr, nc, (const uint8_t *)j->w->data + (size_t)r0 * j->w->row_bytes, j->w->row_bytes,
-            j->act + (size_t)t0 * j->act_stride, j->act_stride, j->y + (size_t)t0 * j->y_stride + r0, j->y_stride);
-}
-
-#define MM_GEMM_ROWS 64         /* a multiple of every tile's rows */
-#define MM_GEMM_TOKS 64
-
-/* y[t][0..rows) = W · x[t] for t < n_tok; x rows are w->ne0 floats apart. */
 static void matmul(sb_ctx *c, const sb_weight *w, const float *x, int n_tok, float *y, size_t y_stride) {
-    const sb_kq_traits *tt = &c->kq[w->type];
-    const act_slot *a = act_get(c, x, n_tok, w->ne0, tt->vec_dot_type);
-    mm_job j = { w, tt->vec_dot, tt->gemm, a->buf, a->row_bytes, n_tok, y, y_stride, MM_ROWS_PER_TASK, 0, 0 };
-    int n_threads = sb_pool_size(c->pool);
-    if (n_tok > 1 && tt->gemm) {
-        j.rows_per_task = MM_GEMM_ROWS;
-        j.toks_per_task = MM_GEMM_TOKS;
-        j.n_tok_blocks = (n_tok + j.toks_per_task - 1) / j.toks_per_task;
-        int64_t n_row_blocks = (w->ne1 + j.rows_per_task - 1) / j.rows_per_task;
-        /* Few tasks (short prompts, thin matrices): smaller row blocks so
-         * that every thread gets several. */
-        while (j.rows_per_task > 8 && n_row_blocks * j.n_tok_blocks < 4 * n_threads) {
-            j.rows_per_task /= 2;
-            n_row_blocks = (w->ne1 + j.rows_per_task - 1) / j.rows_per_task;
-        }
-        sb_pool_run(c->pool, mm_gemm_task, &j, (int)(n_row_blocks * j.n_tok_blocks));
-        return;
-    }
-    /* Small matrices: make sure every thread gets work. */
-    while (j.rows_per_task > 1 && (w->ne1 + j.rows_per_task - 1) / j.rows_per_task < 4 * n_threads) j.rows_per_task /= 2;
-    int n_tasks = (int)((w->ne1 + j.rows_per_task - 1) / j.rows_per_task);
-    sb_pool_run(c->pool, mm_task, &j, n_tasks);
+    const sb_mm_out o = { w, y, y_stride };
+    sb_mm_run(&c->mm, x, n_tok, &o, 1);
 }
 
 /* ---- element-wise steps ---------------------------------------------------- */
@@ -427,14 +317,13 @@ static int eval_batch(sb_ctx *c, const int32_t *tokens, int n, float *logits, in
     const size_t dkv = (size_t)hp->n_head_kv * hp->head_dim;
     for (int il = 0; il < hp->n_layer; il++) {
         const sb_layer *L = &m->layers[il];
-        act_reset(c);
+        sb_mm_reset(&c->mm);
         run_tokens(c, L, ST_ATTN_NORM, n);
         if (L->wqkv.data) {
             matmul(c, &L->wqkv, c->xb, n, c->qkv, dq + 2 * dkv);
         } else {
-            matmul(c, &L->wq, c->xb, n, c->q, dq);
-            matmul(c, &L->wk, c->xb, n, c->k, dkv);
-            matmul(c, &L->wv, c->xb, n, c->v, dkv);
+            const sb_mm_out qkv[3] = { { &L->wq, c->q, dq }, { &L->wk, c->k, dkv }, { &L->wv, c->v, dkv } };
+            sb_mm_run(&c->mm, c->xb, n, qkv, 3);
         }
         run_tokens(c, L, ST_QKV_POST, n);
         store_kv(c, il, n);
@@ -443,11 +332,11 @@ static int eval_batch(sb_ctx *c, const int32_t *tokens, int n, float *logits, in
         /* Residual: wo writes into xb, then x += xb. */
         matmul(c, &L->wo, c->att, n, c->xb, (size_t)d);
         for (size_t i = 0; i < (size_t)n * d; i++) c->x[i] += c->xb[i];
-        act_reset(c);
+        sb_mm_reset(&c->mm);
         run_tokens(c, L, ST_FFN_NORM, n);
         if (L->w_gate.data) {
-            matmul(c, &L->w_gate, c->xb, n, c->ffa, (size_t)hp->n_ff);
-            matmul(c, &L->w_up, c->xb, n, c->ffb, (size_t)hp->n_ff);
+            const sb_mm_out gate_up[2] = { { &L->w_gate, c->ffa, (size_t)hp->n_ff }, { &L->w_up, c->ffb, (size_t)hp->n_ff } };
+            sb_mm_run(&c->mm, c->xb, n, gate_up, 2);
         } else {
             matmul(c, &L->w_up, c->xb, n, c->ffa, 2 * (size_t)hp->n_ff);
         }
@@ -457,7 +346,7 @@ static int eval_batch(sb_ctx *c, const int32_t *tokens, int n, float *logits, in
     }
     c->n_past += n;
     if (!logits) return 0;
-    act_reset(c);
+    sb_mm_reset(&c->mm);
     const int first = all_logits ? 0 : n - 1, n_out = all_logits ? n : 1;
     for (int t = first; t < n; t++)
         rmsnorm(c->xb + (size_t)(t - first) * d, c->x + (size_t)t * d, m->output_norm, d, hp->rms_eps);

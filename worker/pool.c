@@ -7,10 +7,16 @@
 #include <stdatomic.h>
 #include <immintrin.h>
 
-/* How long an idle thread spins before it sleeps: long enough to cover the
- * gap between two matmuls of one token (a few µs), short enough that an idle
- * worker does not hold a core. Counted in pause instructions (~30-140 ns). */
-#define SPIN_PAUSES 20000
+/* How an idle thread waits for the next run. First it spins on pause
+ * instructions (~30-140 ns each) for about the gap between two matmuls of
+ * one token (a few µs); then it keeps polling but calls sched_yield between
+ * polls, for about a millisecond; then it sleeps on the condition variable.
+ * The yielding phase matters on a loaded machine: a pure spinner burns the
+ * time slice that the caller (thread 0, in the same scheduling group) needs
+ * to finish its own share of the run, while sched_yield returns at once when
+ * nothing else wants the CPU, so an unloaded machine still sees a spinner. */
+#define SPIN_PAUSES 256
+#define SPIN_YIELDS 2000
 /* The caller waiting for a claimed task yields after this many pauses (~10 µs). */
 #define YIELD_AFTER 200
 
@@ -72,6 +78,7 @@ static void *thread_main(void *arg) {
         while ((g = atomic_load_explicit(&p->generation, memory_order_acquire)) == seen) {
             if (atomic_load_explicit(&p->stop, memory_order_relaxed)) return NULL;
             if (++spins < SPIN_PAUSES) { _mm_pause(); continue; }
+            if (spins < SPIN_PAUSES + SPIN_YIELDS) { sched_yield(); continue; }
             pthread_mutex_lock(&p->mu);
             atomic_fetch_add(&p->n_sleeping, 1);
             while (atomic_load(&p->generation) == seen && !atomic_load(&p->stop))

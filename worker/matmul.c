@@ -1,0 +1,173 @@
+/* matmul.c - weight matrices × a batch of activations (see matmul_impl.h).
+ *
+ * The f32 input is converted once to the weight type's vec_dot_type (Q8_K,
+ * Q8_0, F16…), as llama.cpp does, and cached for the other matrices that
+ * read the same input. Then:
+ *   - one token (decode): tasks are blocks of rows, each row one vec_dot;
+ *     numerics are exactly those of the 1×1 kernels;
+ *   - several tokens (prompt): tasks are blocks of rows × blocks of tokens
+ *     through the type's tiled kernel (traits .gemm), when it has one.
+ * Several matrices that share an input go into one pool run.
+ */
+#include <string.h>
+
+#include "matmul_impl.h"
+#include "sb_common.h"
+
+#define ROWS_PER_TASK 16        /* 1×1 path: 16 floats of output = one cache line per task */
+#define MAX_TASKS_1X1 512       /* above this, rows per task grow: claims are a shared CAS */
+#define GEMM_ROWS 64            /* gemm path: a multiple of every tile's rows */
+#define GEMM_TOKS 64
+
+int sb_mm_init(sb_mm *mm, const sb_kq_traits *kq, sb_pool *pool, size_t act_bytes) {
+    memset(mm, 0, sizeof *mm);
+    mm->kq = kq;
+    mm->pool = pool;
+    for (int i = 0; i < SB_MM_ACT_SLOTS; i++)
+        if (!(mm->act[i].buf = sb_aligned_alloc(act_bytes))) return SB_ENOMEM;
+    return 0;
+}
+
+void sb_mm_free(sb_mm *mm) {
+    for (int i = 0; i < SB_MM_ACT_SLOTS; i++) sb_aligned_free(mm->act[i].buf);
+    memset(mm, 0, sizeof *mm);
+}
+
+void sb_mm_reset(sb_mm *mm) {
+    for (int i = 0; i < SB_MM_ACT_SLOTS; i++) mm->act[i].src = NULL;
+}
+
+/* ---- activations ---------------------------------------------------------- */
+
+typedef struct {
+    const sb_kq_traits *tt;
+    const float *src;
+    void *dst;
+    int64_t ne0;
+    size_t row_bytes;
+} quant_job;
+
+static void quant_task(void *arg, int t, int thread) {
+    const quant_job *j = arg;
+    j->tt->from_float(j->src + (size_t)t * (size_t)j->ne0, (uint8_t *)j->dst + (size_t)t * j->row_bytes, j->ne0);
+}
+
+/* The input rows converted to `type`, converting only the first time a
+ * given input is used with that type since the last reset. */
+static const sb_act_slot *act_get(sb_mm *mm, const float *src, int n_tok, int64_t ne0, int type) {
+    for (int i = 0; i < SB_MM_ACT_SLOTS; i++)
+        if (mm->act[i].src == src && mm->act[i].type == type) return &mm->act[i];
+    sb_act_slot *s = &mm->act[mm->act_next];
+    mm->act_next = (mm->act_next + 1) % SB_MM_ACT_SLOTS;
+    const sb_kq_traits *tt = &mm->kq[type];
+    s->src = src;
+    s->type = type;
+    s->row_bytes = sb_kq_row_size(tt, ne0);
+    quant_job j = { tt, src, s->buf, ne0, s->row_bytes };
+    sb_pool_run(mm->pool, quant_task, &j, n_tok);
+    return s;
+}
+
+/* ---- the run ----------------------------------------------------------------- */
+
+typedef struct {
+    const sb_weight *w;
+    sb_vec_dot_fn dot;
+    sb_gemm_fn gemm;            /* NULL: the 1×1 path */
+    const uint8_t *act;
+    size_t act_stride;
+    float *y;
+    size_t y_stride;
+    int rows;                   /* rows per task */
+    int n_tok_blocks;           /* gemm path; 1 otherwise */
+    int first_task;
+} mm_part;
+
+typedef struct {
+    mm_part part[SB_MM_MAX_OUTS];
+    int n_parts, n_tok;
+} mm_job;
+
+static void run_1x1(const mm_part *p, int64_t r0, int n_tok) {
+    const int64_t r1 = SB_MIN(r0 + p->rows, p->w->ne1);
+    const uint8_t *wd = p->w->data;
+    const int n = (int)p->w->ne0;
+    for (int t = 0; t < n_tok; t++) {
+        const uint8_t *a = p->act + (size_t)t * p->act_stride;
+        float *y = p->y + (size_t)t * p->y_stride;
+        for (int64_t r = r0; r < r1; r++) p->dot(n, &y[r], wd + (size_t)r * p->w->row_bytes, a);
+    }
+}
+
+/* One block of rows × one block of tokens through the tiled kernel. Tasks
+ * are numbered token-block fastest, so both threads work on the same weight
+ * rows at about the same time (shared L3) while a tile keeps its rows and
+ * tokens in L1/L2. */
+static void run_gemm(const mm_part *p, int local, int n_tok) {
+    const int rb = local / p->n_tok_blocks, tb = local % p->n_tok_blocks;
+    const int64_t r0 = (int64_t)rb * p->rows;
+    const int nr = (int)SB_MIN((int64_t)p->rows, p->w->ne1 - r0);
+    const int t0 = tb * GEMM_TOKS;
+    const int nc = SB_MIN(GEMM_TOKS, n_tok - t0);
+    p->gemm((int)p->w->ne0, nr, nc, (const uint8_t *)p->w->data + (size_t)r0 * p->w->row_bytes, p->w->row_bytes,
+            p->act + (size_t)t0 * p->act_stride, p->act_stride, p->y + (size_t)t0 * p->y_stride + r0, p->y_stride);
+}
+
+static void mm_task(void *arg, int task, int thread) {
+    const mm_job *j = arg;
+    int k = j->n_parts - 1;
+    while (k > 0 && task < j->part[k].first_task) k--;
+    const mm_part *p = &j->part[k];
+    const int local = task - p->first_task;
+    if (p->gemm) run_gemm(p, local, j->n_tok);
+    else run_1x1(p, (int64_t)local * p->rows, j->n_tok);
+}
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* Tasks of part p with `rows` rows per task. */
+static int64_t part_tasks(const mm_part *p, int rows) { return ceil_div(p->w->ne1, rows) * p->n_tok_blocks; }
+
+void sb_mm_run(sb_mm *mm, const float *x, int n_tok, const sb_mm_out *outs, int n_outs) {
+    mm_job j;
+    j.n_parts = n_outs;
+    j.n_tok = n_tok;
+    const int n_threads = sb_pool_size(mm->pool);
+    int all_gemm = 1;
+    for (int i = 0; i < n_outs; i++) {
+        const sb_kq_traits *tt = &mm->kq[outs[i].w->type];
+        const sb_act_slot *a = act_get(mm, x, n_tok, outs[i].w->ne0, tt->vec_dot_type);
+        mm_part *p = &j.part[i];
+        p->w = outs[i].w;
+        p->dot = tt->vec_dot;
+        p->gemm = n_tok > 1 ? tt->gemm : NULL;
+        p->act = a->buf;
+        p->act_stride = a->row_bytes;
+        p->y = outs[i].y;
+        p->y_stride = outs[i].y_stride;
+        p->n_tok_blocks = p->gemm ? (int)ceil_div(n_tok, GEMM_TOKS) : 1;
+        all_gemm &= p->gemm != NULL;
+    }
+    /* Rows per task (`rows` for the 1x1 parts, or for all parts when all
+     * are tiled): enough tasks that every thread gets several and a
+     * preempted thread holds up little; few enough that claiming them (a
+     * shared CAS) is not the cost, as for a 150k-row output matrix. */
+    int rows = all_gemm ? GEMM_ROWS : ROWS_PER_TASK;
+    const int min_rows = all_gemm ? 8 : 1;
+    for (;;) {
+        int64_t n_tasks = 0;
+        for (int i = 0; i < n_outs; i++)
+            n_tasks += part_tasks(&j.part[i], j.part[i].gemm && !all_gemm ? GEMM_ROWS : rows);
+        if (!all_gemm && n_tasks > MAX_TASKS_1X1 && rows < (1 << 20)) rows *= 2;
+        else if (n_tasks < 4 * n_threads && rows > min_rows) rows /= 2;
+        else break;
+    }
+    int first = 0;
+    for (int i = 0; i < n_outs; i++) {
+        mm_part *p = &j.part[i];
+        p->rows = p->gemm && !all_gemm ? GEMM_ROWS : rows;
+        p->first_task = first;
+        first += (int)part_tasks(p, p->rows);
+    }
+    sb_pool_run(mm->pool, mm_task, &j, first);
+}

@@ -1,0 +1,44 @@
+/* matmul_impl.h - private to forward.c and matmul.c: weight matrices times
+ * a batch of activations, spread over the context's thread pool. */
+#ifndef SB_MATMUL_IMPL_H
+#define SB_MATMUL_IMPL_H
+
+#include "model_impl.h"
+#include "sb_pool.h"
+
+#define SB_MM_ACT_SLOTS 3       /* (input, activation type) pairs cached: one run never evicts its own */
+#define SB_MM_MAX_OUTS 3        /* matrices one run can share an input between (q, k, v) */
+
+typedef struct {
+    const float *src;           /* the f32 input this slot was made from */
+    int          type;          /* its vec_dot_type */
+    void        *buf;
+    size_t       row_bytes;
+} sb_act_slot;
+
+typedef struct {
+    const sb_kq_traits *kq;
+    sb_pool            *pool;
+    sb_act_slot         act[SB_MM_ACT_SLOTS];
+    int                 act_next;
+} sb_mm;
+
+/* One product of a run: y[t][0..w->ne1) = W · x[t], rows y_stride floats apart. */
+typedef struct {
+    const sb_weight *w;
+    float           *y;
+    size_t           y_stride;
+} sb_mm_out;
+
+/* act_bytes: the largest converted batch (n_batch × widest input, in the
+ * bulkiest activation format). Returns 0 or SB_ENOMEM. */
+int  sb_mm_init(sb_mm *mm, const sb_kq_traits *kq, sb_pool *pool, size_t act_bytes);
+void sb_mm_free(sb_mm *mm);
+/* Forget the converted inputs (their f32 source is about to change). */
+void sb_mm_reset(sb_mm *mm);
+/* All n_outs products of one input x (n_tok rows of outs[0].w->ne0 floats)
+ * in one pool run, so that a token's q, k and v (or gate and up) cost one
+ * synchronisation instead of three. The weights must share ne0. */
+void sb_mm_run(sb_mm *mm, const float *x, int n_tok, const sb_mm_out *outs, int n_outs);
+
+#endif
