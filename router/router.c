@@ -323,6 +323,14 @@ int sb_cmd_router(int argc, char **argv) {
             sb_warn("response cache disabled: %s", err);
             r->cache = NULL;
         }
+        if (r->cache && cfg->cache.sync.url) {
+            if (rt_sync_start(r->cache, cfg->cache.sync.url, cfg->cache.sync.edge_id, cfg->cache.sync.secret_file,
+                              cfg->cache.sync.interval_s, &r->sync, err))
+                sb_warn("cache sync disabled: %s", err);
+            else
+                sb_info("cache sync with %s every %d s as edge '%s'", cfg->cache.sync.url,
+                        cfg->cache.sync.interval_s, cfg->cache.sync.edge_id);
+        }
     }
     r->base = sb_ipc_base_new();
     if (!r->base) { sb_error("no event base"); goto out; }
@@ -378,6 +386,7 @@ out:
     rt_http_stop(r);
     rt_models_free(r);
     if (r->base) event_base_free(r->base);
+    rt_sync_stop(r->sync);
     sb_cache_close(r->cache);
     rt_conf_release(r->conf);
     sb_free(r->api_key);

@@ -154,6 +154,7 @@ struct rt {
     rt_model **models;
     size_t n_models;
     sb_cache *cache;
+    struct rt_sync *sync;       /* periodic cloud sync, or NULL */
     char *api_key;                  /* NULL: no auth */
     int body_timeout_ms;            /* 408 after this long inside one request's bytes */
     size_t max_body, max_headers;
@@ -266,5 +267,11 @@ int  rt_tool_start(rt *r, char *const *argv, const char *url, bool post, const c
                    size_t input_len, int timeout_ms, rt_tool_done_fn done, void *arg, rt_tool **out,
                    char *err);
 void rt_tool_cancel(rt_tool *t);
+
+/* cache_sync.c: periodic sync of the response cache with the cloud tier. */
+typedef struct rt_sync rt_sync;
+int  rt_sync_start(sb_cache *cache, const char *url, const char *edge_id, const char *secret_file, int interval_s,
+                   rt_sync **out, char *err);
+void rt_sync_stop(rt_sync *s);      /* NULL ok; waits for a sync in progress */
 
 #endif

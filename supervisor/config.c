@@ -556,7 +556,8 @@ static int load_models(ctx *c, const sb_config_node *ms) {
 }
 
 static int load_cache(ctx *c, const sb_config_node *cs) {
-    static const char *const keys[] = { "path", "max_mb", "ttl_s", NULL };
+    static const char *const keys[] = { "path", "max_mb", "ttl_s", "sync", NULL };
+    static const char *const sync_keys[] = { "url", "edge_id", "secret_file", "interval_s", NULL };
     sb_config *cfg = c->cfg;
     if (!cs) return 0;
     int rc;
@@ -570,6 +571,20 @@ static int load_cache(ctx *c, const sb_config_node *cs) {
         (rc = get_int(c, cs, "cache", "max_mb", 1, 1 << 20, &cfg->cache.max_mb)) ||
         (rc = get_int(c, cs, "cache", "ttl_s", 0, 10 * 366 * 86400, &cfg->cache.ttl_s)))
         return rc;
+    const sb_config_node *sy = sb_config_node_get(cs, "sync");
+    if (!sy) return 0;
+    if ((rc = want_map(c, sy, "cache.sync")) || (rc = check_keys(c, sy, "cache.sync", sync_keys))) return rc;
+    cfg->cache.sync.interval_s = 300;
+    if ((rc = get_str(c, sy, "cache.sync", "url", &cfg->cache.sync.url)) ||
+        (rc = get_str(c, sy, "cache.sync", "edge_id", &cfg->cache.sync.edge_id)) ||
+        (rc = get_path(c, sy, "cache.sync", "secret_file", true, &cfg->cache.sync.secret_file, NULL)) ||
+        (rc = get_int(c, sy, "cache.sync", "interval_s", 5, 86400, &cfg->cache.sync.interval_s)))
+        return rc;
+    if (!cfg->cache.sync.url || !cfg->cache.sync.edge_id || !cfg->cache.sync.secret_file)
+        return FAIL(c, sy, "cache.sync: expected 'url', 'edge_id' and 'secret_file'");
+    if (strncmp(cfg->cache.sync.url, "http://", 7) != 0)
+        return FAIL(c, sb_config_node_get(sy, "url"), "cache.sync.url: expected http://HOST:PORT, got '%s'",
+                    cfg->cache.sync.url);
     return 0;
 }
 
@@ -695,6 +710,9 @@ void sb_config_free(sb_config *cfg) {
     sb_free(cfg->runtime.api_key_env);
     sb_free(cfg->runtime.api_key_file);
     sb_free(cfg->cache.path);
+    sb_free(cfg->cache.sync.url);
+    sb_free(cfg->cache.sync.edge_id);
+    sb_free(cfg->cache.sync.secret_file);
     node_free(cfg->root);
     sb_free(cfg->path);
     sb_free(cfg->base_dir);

@@ -100,6 +100,12 @@ typedef struct {
         char *path;             /* absolute; default RUNTIME_DIR/cache.sqlite */
         int max_mb;             /* [1, 2^20], default 256 */
         int ttl_s;              /* 0 = never expires; default 86400 */
+        struct {                /* cache.sync: the cloud tier (docs/cache-sync.md) */
+            char *url;          /* NULL: no periodic sync */
+            char *edge_id;
+            char *secret_file;  /* absolute; the file holds this edge's HMAC key */
+            int interval_s;     /* [5, 86400], default 300 */
+        } sync;
         const sb_config_node *node;     /* the raw section */
     } cache;
     const sb_config_node *pipelines;    /* map NAME -> map, or NULL; see router */

@@ -8,8 +8,9 @@ set -u
 cd "$(dirname "$0")/.."
 SB=${SB_BIN:-bin/switchboard}
 T=$(mktemp -d /tmp/sb-it-cache.XXXXXX)
-PGBIN=""; PGUSER_RUN=""; CLOUD_PID=""
+PGBIN=""; PGUSER_RUN=""; CLOUD_PID=""; ROUTER_PID=""; WORKER_PID=""
 cleanup() {
+    for p in $ROUTER_PID $WORKER_PID; do kill -9 "$p" 2>/dev/null; done
     [ -n "$CLOUD_PID" ] && kill "$CLOUD_PID" 2>/dev/null && wait "$CLOUD_PID" 2>/dev/null
     [ -n "$PGBIN" ] && $PGUSER_RUN "$PGBIN/pg_ctl" -D "$T/pg/data" -m immediate -w stop >/dev/null 2>&1
     rm -rf "$T"
@@ -91,6 +92,33 @@ echo sb >"$T/secret"
 SB_ADMIN_TOKEN=tok "$SB" cache purge --cloud "$URL" "$k1" | grep -q '^200' || fail "cloud purge"
 SB_EDGE_SECRET=sb "$SB" cache sync --db "$T/c.sqlite" --url "$URL" --edge-id b | grep -q "1 deletions" || fail "deletion not delivered"
 "$SB" cache get --db "$T/c.sqlite" "$k1" >/dev/null 2>&1 && fail "purged entry still at edge b"
+# ---- the router syncs on its own (cache.sync): an answer asked through
+# edge a's HTTP gateway reaches edge b without anyone running `cache sync` at a
+DATA=$(realpath tests/data)
+mkdir -m 0700 "$T/run"
+echo sa >"$T/secret_a"
+HPORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+cat >"$T/edge.yaml" <<EOF
+runtime: { dir: $T/run, http: 127.0.0.1:$HPORT }
+models:
+  tiny: { gguf: $DATA/tiny-llama-spm-Q4_K_M.gguf, threads: 1, ctx: 256, max_tokens: 8 }
+cache:
+  path: $T/run/edge.sqlite
+  sync: { url: "$URL", edge_id: a, secret_file: $T/secret_a, interval_s: 5 }
+pipelines: {}
+EOF
+"$SB" worker --name tiny --model "$DATA/tiny-llama-spm-Q4_K_M.gguf" --socket "$T/run/tiny.sock" -t 1 -c 256 2>"$T/worker.log" &
+WORKER_PID=$!
+"$SB" router -c "$T/edge.yaml" 2>"$T/router.log" &
+ROUTER_PID=$!
+for _ in $(seq 100); do curl -sf "http://127.0.0.1:$HPORT/health" >/dev/null 2>&1 && break; sleep 0.1; done
+Q='{"model":"tiny","temperature":0,"max_tokens":3,"messages":[{"role":"user","content":"how do I withdraw my housing fund?"}]}'
+for i in 1 2 3; do curl -s -o /dev/null "http://127.0.0.1:$HPORT/v1/chat/completions" -d "$Q" || fail "ask $i"; done
+for _ in $(seq 80); do grep -q "cache sync with .*sent" "$T/router.log" && break; sleep 0.25; done
+grep -q "cache sync with .*sent" "$T/router.log" || fail "the router did not sync: $(tail -3 "$T/router.log")"
+kill "$ROUTER_PID" "$WORKER_PID"; wait "$ROUTER_PID" "$WORKER_PID" 2>/dev/null
+"$SB" cache sync --db "$T/c.sqlite" --url "$URL" --edge-id b --secret-file "$T/secret" | tee "$T/sync_c2.out" | grep -q "received 1 entries" ||
+    fail "edge b did not receive the answer edge a's router synced: $(cat "$T/sync_c2.out")"
 kill "$CLOUD_PID"; wait "$CLOUD_PID"; rc=$?; CLOUD_PID=""
 [ $rc -eq 0 ] || fail "cloud exited with $rc on SIGTERM"
 echo "it_cache_cli: ok"

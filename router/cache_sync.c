@@ -1,0 +1,117 @@
+/* cache_sync.c - the router's periodic sync of its response cache with the
+ * cloud tier (cache.sync in the config, protocol in docs/cache-sync.md).
+ *
+ * A sync does network I/O and may take seconds, so it runs on its own
+ * thread, never on the event loop. The cache handle is shared: sb_cache
+ * serialises access with its own mutex. A failed sync is logged and retried
+ * at the next interval; sb_cache_sync is safe to cut off and repeat.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "router_internal.h"
+
+struct rt_sync {
+    sb_cache *cache;
+    char *url, *edge_id, *secret;
+    int interval_s;
+    int stop;
+    pthread_t tid;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;      /* CLOCK_MONOTONIC: an interval is not moved by clock changes */
+};
+
+static void *sync_main(void *arg) {
+    rt_sync *s = arg;
+    pthread_mutex_lock(&s->mu);
+    while (!s->stop) {
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_sec += s->interval_s;
+        while (!s->stop && pthread_cond_timedwait(&s->cv, &s->mu, &until) != ETIMEDOUT) {}
+        if (s->stop) break;
+        pthread_mutex_unlock(&s->mu);
+        char err[SB_ERR_LEN];
+        sb_cache_sync_opts o = { .url = s->url, .edge_id = s->edge_id, .secret = s->secret };
+        sb_cache_sync_result res;
+        double t0 = sb_now_s();
+        if (sb_cache_sync(s->cache, &o, &res, err))
+            sb_warn("cache sync with %s failed (retrying in %d s): %s", s->url, s->interval_s, err);
+        else
+            sb_info("cache sync with %s: sent %lld hit deltas and %lld entries, got %lld entries and %lld deletions in %.0f ms",
+                    s->url, (long long)res.deltas_sent, (long long)res.entries_sent, (long long)res.entries_received,
+                    (long long)res.deletions_received, (sb_now_s() - t0) * 1e3);
+        pthread_mutex_lock(&s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+static char *read_secret(const char *path, char *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) { sb_seterr(err, SB_EIO, "cache.sync.secret_file %s: %s", path, strerror(errno)); return NULL; }
+    char buf[1024];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ')) n--;
+    buf[n] = 0;
+    if (!n) { sb_seterr(err, SB_EINVAL, "cache.sync.secret_file %s is empty", path); return NULL; }
+    char *s = sb_strdup(buf);
+    if (!s) sb_seterr(err, SB_ENOMEM, "out of memory");
+    return s;
+}
+
+void rt_sync_stop(rt_sync *s) {
+    if (!s) return;
+    pthread_mutex_lock(&s->mu);
+    s->stop = 1;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->tid, NULL);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+    sb_free(s->url);
+    sb_free(s->edge_id);
+    if (s->secret) memset(s->secret, 0, strlen(s->secret));
+    sb_free(s->secret);
+    sb_free(s);
+}
+
+int rt_sync_start(sb_cache *cache, const char *url, const char *edge_id, const char *secret_file, int interval_s,
+                  rt_sync **out, char *err) {
+    *out = NULL;
+    rt_sync *s = sb_calloc(1, sizeof *s);
+    if (!s) return sb_seterr(err, SB_ENOMEM, "out of memory");
+    s->cache = cache;
+    s->interval_s = interval_s;
+    s->url = sb_strdup(url);
+    s->edge_id = sb_strdup(edge_id);
+    s->secret = read_secret(secret_file, err);
+    if (!s->url || !s->edge_id || !s->secret) {
+        sb_free(s->url);
+        sb_free(s->edge_id);
+        sb_free(s->secret);
+        sb_free(s);
+        return SB_EINVAL;
+    }
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&s->mu, NULL);
+    if (pthread_create(&s->tid, NULL, sync_main, s) != 0) {
+        pthread_cond_destroy(&s->cv);
+        pthread_mutex_destroy(&s->mu);
+        sb_free(s->url);
+        sb_free(s->edge_id);
+        sb_free(s->secret);
+        sb_free(s);
+        return sb_seterr(err, SB_ENOMEM, "cannot start the cache sync thread");
+    }
+    *out = s;
+    return 0;
+}
