@@ -29,6 +29,7 @@ struct rt_job {
     void *arg;
     uint64_t call_id;
     bool sent, cancelled;
+    bool remote;                    /* sent through upstream.c (a reload may flip m->remote) */
 };
 
 static void dispatch(rt_model *m);
@@ -46,6 +47,7 @@ int rt_worker_error_status(const char *code, const char **type) {
         { SB_IPC_INVALID_REQUEST, 400, "invalid_request_error" },
         { SB_IPC_TIMEOUT, 504, "timeout" },
         { SB_IPC_CANCELLED, 499, "cancelled" },
+        { "upstream_error", 502, "upstream_error" },      /* upstream.c */
     };
     for (size_t i = 0; i < SB_ARRAY_LEN(map); i++)
         if (code && !strcmp(code, map[i].code)) {
@@ -61,7 +63,8 @@ static void account(rt_model *m, const sb_ipc_result *res) {
     if (!res->ok) {
         m->errors++;
         if (res->code && !strcmp(res->code, SB_IPC_BUSY)) m->busy++;
-        if (res->code && !strcmp(res->code, SB_IPC_DISCONNECTED)) m->up = false;
+        /* An upstream has no health probe to bring it back: each call tries. */
+        if (res->code && !strcmp(res->code, SB_IPC_DISCONNECTED) && !m->remote) m->up = false;
         return;
     }
     int64_t pt = 0, ct = 0, rt_ = 0;
@@ -102,17 +105,20 @@ static void fail_job_now(rt_job *j, const char *code, const char *msg) {
 
 /* Hand waiting jobs to the worker while it has room. */
 static void dispatch(rt_model *m) {
-    while (m->head && m->n_inflight < RT_WORKER_INFLIGHT) {
+    while (m->head && m->n_inflight < RT_INFLIGHT_CAP(m)) {
         rt_job *j = m->head;
         m->head = j->next;
         if (!m->head) m->tail = NULL;
         m->n_waiting--;
         if (j->cancelled) { job_free(j); continue; }
         char err[SB_ERR_LEN];
-        int rc = sb_ipc_aclient_call(m->ac, j->method, j->params, j->timeout_ms, on_call_event, on_call_done, j,
-                                     &j->call_id, err);
+        j->remote = m->remote;
+        int rc = j->remote ? rt_upstream_call(m, j->method, j->params, j->timeout_ms, on_call_event, on_call_done,
+                                              j, &j->call_id, err)
+                           : sb_ipc_aclient_call(m->ac, j->method, j->params, j->timeout_ms, on_call_event,
+                                                 on_call_done, j, &j->call_id, err);
         if (rc) {
-            m->up = false;
+            if (!m->remote) m->up = false;
             char msg[SB_ERR_LEN + 64];
             snprintf(msg, sizeof msg, "model '%s' is not available: %s", m->name, err);
             fail_job_now(j, SB_IPC_DISCONNECTED, msg);
@@ -128,16 +134,13 @@ int rt_model_submit(rt_model *m, const char *method, sb_mp_writer *params, int t
                     rt_done_fn on_done, void *arg, rt_job **out, char *err) {
     *out = NULL;
     int rc = 0;
-    if (m->remote)
-        rc = sb_seterr(err, SB_EUNSUP, "model '%s' is an upstream endpoint; this router does not proxy upstreams yet",
-                       m->name);
-    else if (m->removed)
+    if (m->removed)
         rc = sb_seterr(err, SB_ENOTFOUND, "model '%s' was removed from the configuration", m->name);
     else if (m->failed && !m->up)
         rc = sb_seterr(err, SB_EIO, "model '%s' failed and the supervisor gave up on it (see its log)", m->name);
     else if (!m->up && m->n_inflight == 0)
         rc = sb_seterr(err, SB_EIO, "model '%s' is down (its worker does not answer on %s)", m->name, m->sock);
-    else if (m->n_waiting >= m->max_waiting && m->n_inflight >= RT_WORKER_INFLIGHT)
+    else if (m->n_waiting >= m->max_waiting && m->n_inflight >= RT_INFLIGHT_CAP(m))
         rc = sb_seterr(err, SB_EBUSY, "model '%s' has %d requests waiting (max_queue); retry later", m->name,
                        m->n_waiting);
     if (rc) {
@@ -157,7 +160,7 @@ int rt_model_submit(rt_model *m, const char *method, sb_mp_writer *params, int t
     *out = j;
     /* Dispatch from the loop, never inside submit: on_done must not run
      * before the caller has stored the job handle. */
-    if (m->n_inflight < RT_WORKER_INFLIGHT) {
+    if (m->n_inflight < RT_INFLIGHT_CAP(m)) {
         struct timeval now = { 0, 0 };
         event_base_once(m->r->base, -1, EV_TIMEOUT, dispatch_cb, m, &now);
     }
@@ -174,7 +177,8 @@ void rt_job_cancel(rt_job *j) {
      * next dispatch runs from the loop, not inside whoever is cancelling. */
     if (!j->sent) return;
     rt_model *m = j->m;
-    sb_ipc_aclient_cancel(m->ac, j->call_id);
+    if (j->remote) rt_upstream_cancel(m, j->call_id);
+    else sb_ipc_aclient_cancel(m->ac, j->call_id);
     m->n_inflight--;
     job_free(j);
     struct timeval now = { 0, 0 };
@@ -319,6 +323,7 @@ void rt_models_free(rt *r) {
     for (size_t i = 0; i < r->n_models; i++) {
         rt_model *m = r->models[i];
         sb_ipc_aclient_free(m->ac);
+        rt_upstream_free_all(m);
         for (rt_job *j = m->head, *n; j; j = n) {
             n = j->next;
             job_free(j);

@@ -34,6 +34,7 @@ typedef struct rt_model rt_model;
 typedef struct rt_job rt_job;
 typedef struct rt_run rt_run;
 typedef struct rt_tool rt_tool;
+typedef struct rt_upcall rt_upcall;
 
 /* ------------------------------------------------------------ the config */
 
@@ -76,6 +77,10 @@ bool rt_tmpl_uses_stage(const sb_tmpl *t, int stage);
  * (the next job is there when one finishes) while the router's own FIFO
  * decides the order: first come, first served, nobody starves. */
 #define RT_WORKER_INFLIGHT 2
+/* An upstream is a server (or a cluster) that batches many requests; the
+ * router's FIFO still orders what exceeds this. */
+#define RT_UPSTREAM_INFLIGHT 16
+#define RT_INFLIGHT_CAP(m) ((m)->remote ? RT_UPSTREAM_INFLIGHT : RT_WORKER_INFLIGHT)
 
 typedef void (*rt_event_fn)(void *arg, const char *event, const sb_mp_obj *data);
 typedef void (*rt_done_fn)(void *arg, const sb_ipc_result *res);
@@ -84,7 +89,8 @@ struct rt_model {
     char *name;
     char *sock;
     char *gguf;
-    bool remote;                    /* upstream: not served by this router yet */
+    bool remote;                    /* upstream: served over HTTP by upstream.c */
+    rt_upcall *upcalls;             /* remote: calls in flight */
     bool removed;                   /* gone from the config after a reload */
     int max_waiting, deadline_ms, max_tokens;
     sb_ipc_aclient *ac;
@@ -112,6 +118,13 @@ int  rt_model_submit(rt_model *m, const char *method, sb_mp_writer *params, int 
 /* No callbacks after this; the worker is told to stop. */
 void rt_job_cancel(rt_job *j);
 rt_model *rt_model_find(rt *r, const char *name);
+/* upstream.c: a remote model's calls, with sb_ipc_aclient_call's contract
+ * (on_done exactly once, from the loop; none after cancel). Only
+ * `generate`; the OpenAI API has nothing for `score`. */
+int  rt_upstream_call(rt_model *m, const char *method, const sb_mp_writer *params, int timeout_ms,
+                      sb_ipc_aevent_fn on_event, sb_ipc_adone_fn on_done, void *arg, uint64_t *id_out, char *err);
+int  rt_upstream_cancel(rt_model *m, uint64_t id);     /* SB_ENOTFOUND when finished */
+void rt_upstream_free_all(rt_model *m);                 /* no callbacks */
 void rt_models_sync(rt *r, const sb_config *cfg);       /* add / update / retire */
 void rt_models_poll(rt *r);                             /* health probes */
 void rt_models_free(rt *r);

@@ -1,0 +1,466 @@
+/* upstream.c - models served by a remote OpenAI-compatible endpoint.
+ *
+ * A model entry with `upstream: http://HOST:PORT/v1` has no worker: its
+ * `generate` calls become POST {upstream}/chat/completions (messages) or
+ * {upstream}/completions (a raw prompt), with `Authorization: Bearer
+ * $api_key_env` when the entry names one. This is how a site that outgrows
+ * one box sends its composer stage to a vLLM or llama.cpp server cluster -
+ * or to another switchboard.
+ *
+ * The module mimics sb_ipc_aclient's contract, so models.c keeps one FIFO,
+ * one in-flight count and one cancel path for both kinds of model: a call
+ * gets exactly one on_done, from the loop and never from inside
+ * rt_upstream_call; stream=true calls get "token" events as the upstream's
+ * SSE chunks arrive; cancelling promises no more callbacks. Results look
+ * like a worker's (`text`, `finish_reason`, token counts, `gen_ms`), and
+ * failures carry a message that names the URL:
+ *
+ *   disconnected    connection refused / reset before an answer (503)
+ *   timeout         no complete answer within the entry's timeout_ms (504)
+ *   upstream_error  an HTTP error status or an answer that is not OpenAI's
+ *                   shape (502)
+ *
+ * Every live call is on its model's list, so the router can free them all
+ * at exit, and the call's own timers die with it (no stray event_base_once
+ * pointing at freed memory).
+ */
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "router_internal.h"
+
+#define UP_MAX_BODY   (8u << 20)    /* an answer is KBs; more is a broken upstream */
+#define UP_MAX_URL    1024
+
+struct rt_upcall {
+    rt_upcall *next;
+    rt_model *m;
+    uint64_t id;
+    char url[UP_MAX_URL];           /* the full endpoint, for messages */
+    int timeout_ms;
+    bool chat, stream;
+    sb_ipc_aevent_fn on_event;
+    sb_ipc_adone_fn on_done;
+    void *arg;
+    struct evhttp_connection *conn; /* ours: freed with the call */
+    struct evhttp_request *req;
+    struct event *timer, *reap;
+    struct evbuffer *body;          /* what has arrived of the answer */
+    sb_jw text;                     /* streamed text so far */
+    int n_chunks;
+    char finish[24];
+    int http_error;                 /* evhttp's error kind, or 0 */
+    bool done;                      /* on_done delivered or suppressed */
+    double t0;
+};
+
+/* ---------------------------------------------------------------- life */
+
+static void unlink_call(rt_upcall *c) {
+    for (rt_upcall **p = &c->m->upcalls; *p; p = &(*p)->next)
+        if (*p == c) { *p = c->next; return; }
+}
+
+static void call_free(rt_upcall *c) {
+    unlink_call(c);
+    /* evhttp_connection_free drops the pending request without calling
+     * back into us. */
+    if (c->conn) evhttp_connection_free(c->conn);
+    if (c->timer) event_free(c->timer);
+    if (c->reap) event_free(c->reap);
+    if (c->body) evbuffer_free(c->body);
+    sb_jw_free(&c->text);
+    sb_free(c);
+}
+
+static void reap_cb(evutil_socket_t fd, short what, void *arg) { call_free(arg); }
+
+/* Free from the loop, never inside an evhttp callback of the call's own
+ * connection (freeing it there would pull the request from under evhttp). */
+static void schedule_free(rt_upcall *c) {
+    struct timeval now = { 0, 0 };
+    evtimer_add(c->reap, &now);
+}
+
+static void deliver_error(rt_upcall *c, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void deliver_error(rt_upcall *c, const char *code, const char *fmt, ...) {
+    if (c->done) return;
+    c->done = true;
+    char msg[SB_ERR_LEN + UP_MAX_URL];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    sb_ipc_result res = { .id = c->id, .ok = false, .code = code, .message = msg };
+    c->on_done(c->arg, c->id, &res);
+}
+
+static void deliver_ok(rt_upcall *c, const char *text, size_t len, const char *finish, int64_t pt, int64_t ct) {
+    if (c->done) return;
+    sb_mp_writer *w;
+    sb_mp_doc *doc = NULL;
+    const void *buf;
+    size_t n;
+    if (sb_mp_writer_new(&w)) { deliver_error(c, SB_IPC_INTERNAL, "out of memory"); return; }
+    sb_mp_map(w, 6);
+    sb_mp_str(w, "text");
+    sb_mp_strn(w, text, len);
+    sb_mp_kv_str(w, "finish_reason", finish && *finish ? finish : "stop");
+    sb_mp_kv_i64(w, "prompt_tokens", pt);
+    sb_mp_kv_i64(w, "completion_tokens", ct);
+    sb_mp_kv_f64(w, "prompt_ms", 0);
+    sb_mp_kv_f64(w, "gen_ms", (sb_now_s() - c->t0) * 1e3);
+    buf = sb_mp_writer_data(w, &n);
+    if (sb_mp_writer_status(w) || sb_mp_decode(buf, n, &doc, NULL)) {
+        sb_mp_writer_free(w);
+        deliver_error(c, SB_IPC_INTERNAL, "out of memory");
+        return;
+    }
+    c->done = true;
+    sb_ipc_result res = { .id = c->id, .ok = true, .result = sb_mp_doc_root(doc) };
+    c->on_done(c->arg, c->id, &res);
+    sb_mp_doc_free(doc);
+    sb_mp_writer_free(w);
+}
+
+/* ----------------------------------------------------------- answers */
+
+/* The upstream's own error message, when its body is OpenAI's error shape. */
+static void upstream_message(const char *body, size_t len, char *out, size_t n) {
+    sb_json_doc *d;
+    out[0] = '\0';
+    if (sb_json_parse(body, len, &d, NULL) == 0) {
+        const char *m = sb_json_str(sb_json_get(sb_json_get(sb_json_root(d), "error"), "message"));
+        if (m) snprintf(out, n, ": %s", m);
+        sb_json_doc_free(d);
+    }
+    if (!out[0] && len) snprintf(out, n, ": %.*s", (int)(len > 200 ? 200 : len), body);
+}
+
+static void finish_whole(rt_upcall *c, const char *body, size_t len) {
+    sb_json_doc *d;
+    char why[SB_ERR_LEN];
+    if (sb_json_parse(body, len, &d, why)) {
+        deliver_error(c, "upstream_error", "upstream %s answered with invalid JSON (%s)", c->url, why);
+        return;
+    }
+    const sb_json *root = sb_json_root(d), *ch = sb_json_at(sb_json_get(root, "choices"), 0);
+    const sb_json *text = c->chat ? sb_json_get(sb_json_get(ch, "message"), "content") : sb_json_get(ch, "text");
+    const sb_json *usage = sb_json_get(root, "usage");
+    if (sb_json_type_of(text) != SB_JSON_STRING) {
+        deliver_error(c, "upstream_error", "upstream %s: the answer has no choices[0].%s", c->url,
+                      c->chat ? "message.content" : "text");
+    } else {
+        deliver_ok(c, sb_json_str(text), sb_json_len(text), sb_json_str(sb_json_get(ch, "finish_reason")),
+                   (int64_t)sb_json_num(sb_json_get(usage, "prompt_tokens")),
+                   (int64_t)sb_json_num(sb_json_get(usage, "completion_tokens")));
+    }
+    sb_json_doc_free(d);
+}
+
+/* One SSE event's data. 1 = [DONE]. */
+static int sse_data(rt_upcall *c, const char *data, size_t len) {
+    if (len == 6 && !memcmp(data, "[DONE]", 6)) return 1;
+    sb_json_doc *d;
+    if (sb_json_parse(data, len, &d, NULL)) return 0;     /* keep-alive comments and the like */
+    const sb_json *root = sb_json_root(d), *ch = sb_json_at(sb_json_get(root, "choices"), 0);
+    const sb_json *err = sb_json_get(root, "error");
+    if (err) {
+        const char *m = sb_json_str(sb_json_get(err, "message"));
+        deliver_error(c, "upstream_error", "upstream %s failed mid-stream: %s", c->url, m ? m : "error event");
+        sb_json_doc_free(d);
+        return 1;
+    }
+    const sb_json *t = c->chat ? sb_json_get(sb_json_get(ch, "delta"), "content") : sb_json_get(ch, "text");
+    const char *fin = sb_json_str(sb_json_get(ch, "finish_reason"));
+    if (fin) snprintf(c->finish, sizeof c->finish, "%s", fin);
+    if (sb_json_type_of(t) == SB_JSON_STRING && sb_json_len(t)) {
+        sb_jw_raw(&c->text, sb_json_str(t), sb_json_len(t));
+        c->n_chunks++;
+        sb_mp_writer *w;
+        sb_mp_doc *ev = NULL;
+        const void *buf;
+        size_t n;
+        if (c->on_event && !c->done && sb_mp_writer_new(&w) == 0) {
+            sb_mp_map(w, 1);
+            sb_mp_str(w, "text");
+            sb_mp_strn(w, sb_json_str(t), sb_json_len(t));
+            buf = sb_mp_writer_data(w, &n);
+            if (!sb_mp_writer_status(w) && sb_mp_decode(buf, n, &ev, NULL) == 0) {
+                c->on_event(c->arg, c->id, "token", sb_mp_doc_root(ev));
+                sb_mp_doc_free(ev);
+            }
+            sb_mp_writer_free(w);
+        }
+    }
+    sb_json_doc_free(d);
+    return 0;
+}
+
+/* Complete lines of the SSE stream that arrived so far. */
+static void sse_drain(rt_upcall *c) {
+    char *line;
+    size_t n;
+    while (!c->done && (line = evbuffer_readln(c->body, &n, EVBUFFER_EOL_CRLF))) {
+        if (n > 5 && !strncmp(line, "data:", 5)) {
+            const char *p = line + 5;
+            size_t k = n - 5;
+            if (k && *p == ' ') { p++; k--; }
+            if (sse_data(c, p, k) == 1 && !c->done) {
+                deliver_ok(c, c->text.p ? c->text.p : "", c->text.len, c->finish, 0, c->n_chunks);
+            }
+        }
+        free(line);             /* evbuffer_readln allocates with libevent's malloc */
+    }
+}
+
+static void on_chunk(struct evhttp_request *req, void *arg) {
+    rt_upcall *c = arg;
+    struct evbuffer *in = evhttp_request_get_input_buffer(req);
+    if (c->done) { evbuffer_drain(in, evbuffer_get_length(in)); return; }
+    if (evbuffer_get_length(c->body) + evbuffer_get_length(in) > UP_MAX_BODY) {
+        evbuffer_drain(in, evbuffer_get_length(in));
+        deliver_error(c, "upstream_error", "upstream %s: answer larger than %u bytes", c->url, UP_MAX_BODY);
+        return;
+    }
+    evbuffer_add_buffer(c->body, in);
+    if (evhttp_request_get_response_code(req) == 200) sse_drain(c);
+}
+
+static void on_error(enum evhttp_request_error e, void *arg) {
+    rt_upcall *c = arg;
+    c->http_error = (int)e + 1;
+}
+
+static void on_response(struct evhttp_request *req, void *arg) {
+    rt_upcall *c = arg;
+    c->req = NULL;
+    evtimer_del(c->timer);
+    int code = req ? evhttp_request_get_response_code(req) : 0;
+    if (req && !c->stream) {
+        struct evbuffer *in = evhttp_request_get_input_buffer(req);
+        evbuffer_add_buffer(c->body, in);
+    }
+    size_t len = evbuffer_get_length(c->body);
+    const char *body = len ? (const char *)evbuffer_pullup(c->body, -1) : "";
+    if (!code) {
+        deliver_error(c, SB_IPC_DISCONNECTED, "upstream %s: no answer (%s)", c->url,
+                      c->http_error == EVREQ_HTTP_DATA_TOO_LONG + 1 ? "answer too large"
+                                                                   : "connection refused, reset or closed");
+    } else if (code != 200) {
+        char m[300];
+        upstream_message(body, len, m, sizeof m);
+        deliver_error(c, code == 400 ? SB_IPC_INVALID_REQUEST : "upstream_error", "upstream %s answered HTTP %d%s",
+                      c->url, code, m);
+    } else if (c->stream) {
+        /* A last line without its newline, then the end of the stream. */
+        evbuffer_add(c->body, "\n", 1);
+        sse_drain(c);
+        if (!c->done) deliver_ok(c, c->text.p ? c->text.p : "", c->text.len, c->finish, 0, c->n_chunks);
+    } else {
+        finish_whole(c, body, len);
+    }
+    /* The connection is freed from the loop, after evhttp has finished
+     * with this request. (evhttp_connection_free_on_completion() set here
+     * would be too late: evhttp decides whether to free before it calls
+     * back, so the connection would leak.) */
+    schedule_free(c);
+}
+
+static void on_timeout(evutil_socket_t fd, short what, void *arg) {
+    rt_upcall *c = arg;
+    deliver_error(c, SB_IPC_TIMEOUT, "upstream %s did not answer within %d ms (timeout_ms)", c->url, c->timeout_ms);
+    call_free(c);               /* from the loop: dropping the connection is safe here */
+}
+
+/* ----------------------------------------------------------- request */
+
+static void put_num(sb_jw *w, const sb_mp_obj *params, const char *key, const char *as) {
+    const sb_mp_obj *v = sb_mp_map_get(params, key);
+    double d;
+    if (v && sb_mp_as_f64(v, &d) == 0) { sb_jw_key(w, as); sb_jw_num(w, d); }
+}
+
+/* The OpenAI request body for a worker-style `generate` params map. Only
+ * parameters the caller set are sent, so strict servers see nothing they
+ * do not know unless a stage asked for it. */
+static int build_body(rt_upcall *c, const sb_mp_obj *p, const char *model, sb_jw *w, char *err) {
+    const sb_mp_obj *msgs = sb_mp_map_get(p, "messages"), *prompt = sb_mp_map_get(p, "prompt");
+    const char *s;
+    size_t n;
+    bool stream = false;
+    sb_mp_get_bool(p, "stream", SB_MP_OPTIONAL, &stream, NULL);
+    c->stream = stream;
+    c->chat = msgs != NULL;
+    sb_jw_obj(w);
+    sb_jw_key(w, "model"); sb_jw_str(w, model);
+    if (msgs) {
+        sb_jw_key(w, "messages");
+        sb_jw_arr(w);
+        for (uint32_t i = 0; i < sb_mp_count(msgs); i++) {
+            const sb_mp_obj *m = sb_mp_array_at(msgs, i);
+            const char *role, *content;
+            size_t rl, cl;
+            if (sb_mp_get_str(m, "role", SB_MP_REQUIRED, &role, &rl, NULL) ||
+                sb_mp_get_str(m, "content", SB_MP_REQUIRED, &content, &cl, NULL))
+                return sb_seterr(err, SB_EINVAL, "messages[%u]: expected {role, content}", i);
+            sb_jw_obj(w);
+            sb_jw_key(w, "role"); sb_jw_strn(w, role, rl);
+            sb_jw_key(w, "content"); sb_jw_strn(w, content, cl);
+            sb_jw_obj_end(w);
+        }
+        sb_jw_arr_end(w);
+    } else if (prompt && sb_mp_as_str(prompt, &s, &n) == 0) {
+        sb_jw_key(w, "prompt"); sb_jw_strn(w, s, n);
+    } else {
+        return sb_seterr(err, SB_EINVAL, "generate needs messages or a prompt");
+    }
+    put_num(w, p, "max_tokens", "max_tokens");
+    put_num(w, p, "temperature", "temperature");
+    put_num(w, p, "top_p", "top_p");
+    put_num(w, p, "top_k", "top_k");
+    put_num(w, p, "min_p", "min_p");
+    put_num(w, p, "repeat_penalty", "repeat_penalty");
+    put_num(w, p, "seed", "seed");
+    const sb_mp_obj *stop = sb_mp_map_get(p, "stop");
+    if (stop && sb_mp_count(stop)) {
+        sb_jw_key(w, "stop");
+        sb_jw_arr(w);
+        for (uint32_t i = 0; i < sb_mp_count(stop); i++)
+            if (sb_mp_as_str(sb_mp_array_at(stop, i), &s, &n) == 0) sb_jw_strn(w, s, n);
+        sb_jw_arr_end(w);
+    }
+    sb_jw_key(w, "stream"); sb_jw_bool(w, stream);
+    sb_jw_obj_end(w);
+    return w->oom ? sb_seterr(err, SB_ENOMEM, "out of memory") : 0;
+}
+
+static int start_request(rt_upcall *c, const sb_config_model *cm, const sb_jw *body, char *err) {
+    if (!strncmp(cm->upstream, "https://", 8))
+        return sb_seterr(err, SB_EUNSUP, "upstream %s: https is not supported by this build; "
+                         "put a TLS-terminating proxy on this host and point upstream at it over http",
+                         cm->upstream);
+    struct evhttp_uri *u = evhttp_uri_parse(cm->upstream);
+    const char *host = u ? evhttp_uri_get_host(u) : NULL;
+    if (!host) {
+        if (u) evhttp_uri_free(u);
+        return sb_seterr(err, SB_EINVAL, "upstream '%s' is not a valid URL", cm->upstream);
+    }
+    int port = evhttp_uri_get_port(u);
+    const char *base = evhttp_uri_get_path(u);
+    size_t bl = base ? strlen(base) : 0;
+    while (bl && base[bl - 1] == '/') bl--;     /* ".../v1/" and ".../v1" are the same */
+    /* The config loader caps a URL well below these sizes; truncation
+     * would only shorten a message. */
+    char path[UP_MAX_URL / 2], hosthdr[300];
+    if (bl > sizeof path - 32) bl = sizeof path - 32;
+    snprintf(path, sizeof path, "%.*s/%s", (int)bl, base ? base : "", c->chat ? "chat/completions" : "completions");
+    if (port > 0) snprintf(hosthdr, sizeof hosthdr, "%.255s:%d", host, port);
+    else snprintf(hosthdr, sizeof hosthdr, "%.255s", host);
+    snprintf(c->url, sizeof c->url, "http://%s%s", hosthdr, path);
+
+    const char *key = NULL;
+    if (cm->api_key_env && !(key = getenv(cm->api_key_env))) {
+        evhttp_uri_free(u);
+        return sb_seterr(err, SB_EINVAL, "upstream model '%s': api_key_env %s is not set in the router's environment",
+                         cm->name, cm->api_key_env);
+    }
+    c->conn = evhttp_connection_base_new(c->m->r->base, NULL, host, (ev_uint16_t)(port > 0 ? port : 80));
+    evhttp_uri_free(u);
+    c->req = c->conn ? evhttp_request_new(on_response, c) : NULL;
+    if (!c->req) return sb_seterr(err, SB_ENOMEM, "cannot create the HTTP request to %s", c->url);
+    evhttp_connection_set_retries(c->conn, 0);
+    evhttp_connection_set_max_body_size(c->conn, UP_MAX_BODY);
+    /* Our own timer bounds the whole call; evhttp's idle timeout only
+     * catches what slips past it. */
+    struct timeval idle = { c->timeout_ms / 1000 + 5, 0 };
+    evhttp_connection_set_timeout_tv(c->conn, &idle);
+    evhttp_request_set_error_cb(c->req, on_error);
+    if (c->stream) evhttp_request_set_chunked_cb(c->req, on_chunk);
+    struct evkeyvalq *h = evhttp_request_get_output_headers(c->req);
+    evhttp_add_header(h, "Host", hosthdr);
+    evhttp_add_header(h, "Content-Type", "application/json");
+    evhttp_add_header(h, "Accept", c->stream ? "text/event-stream" : "application/json");
+    evhttp_add_header(h, "User-Agent", "switchboard-router");
+    if (key) {
+        char auth[600];
+        snprintf(auth, sizeof auth, "Bearer %s", key);
+        evhttp_add_header(h, "Authorization", auth);
+    }
+    evbuffer_add(evhttp_request_get_output_buffer(c->req), body->p, body->len);
+    struct evhttp_request *req = c->req;
+    if (evhttp_make_request(c->conn, req, EVHTTP_REQ_POST, path)) {
+        c->req = NULL;          /* dropped with the connection */
+        return sb_seterr(err, SB_EIO, "cannot send the request to %s", c->url);
+    }
+    struct timeval tv = { c->timeout_ms / 1000, (c->timeout_ms % 1000) * 1000 };
+    evtimer_add(c->timer, &tv);
+    return 0;
+}
+
+int rt_upstream_call(rt_model *m, const char *method, const sb_mp_writer *params, int timeout_ms,
+                     sb_ipc_aevent_fn on_event, sb_ipc_adone_fn on_done, void *arg, uint64_t *id_out, char *err) {
+    const sb_config_model *cm = m->r->conf ? sb_config_find_model(m->r->conf->cfg, m->name) : NULL;
+    if (!cm || !cm->upstream) return sb_seterr(err, SB_ENOTFOUND, "model '%s' has no upstream in the config", m->name);
+    if (strcmp(method, "generate"))
+        return sb_seterr(err, SB_EUNSUP, "'%s' needs a local model: upstream %s only generates (intent stages score "
+                         "labels, which the OpenAI API cannot)", method, cm->upstream);
+    size_t n;
+    const void *buf = params ? sb_mp_writer_data(params, &n) : NULL;
+    sb_mp_doc *doc = NULL;
+    if (!buf || sb_mp_decode(buf, n, &doc, err)) return sb_seterr(err, SB_EINVAL, "generate: bad parameters");
+    rt_upcall *c = sb_calloc(1, sizeof *c);
+    sb_jw body;
+    sb_jw_init(&body);
+    int rc = c ? 0 : sb_seterr(err, SB_ENOMEM, "out of memory");
+    if (!rc) {
+        sb_jw_init(&c->text);
+        c->m = m;
+        c->id = ++m->r->next_id;
+        c->on_event = on_event;
+        c->on_done = on_done;
+        c->arg = arg;
+        c->t0 = sb_now_s();
+        c->timeout_ms = timeout_ms > 0 && timeout_ms < cm->timeout_ms ? timeout_ms : cm->timeout_ms;
+        c->timer = evtimer_new(m->r->base, on_timeout, c);
+        c->reap = evtimer_new(m->r->base, reap_cb, c);
+        c->body = evbuffer_new();
+        if (!c->timer || !c->reap || !c->body) rc = sb_seterr(err, SB_ENOMEM, "out of memory");
+    }
+    if (!rc) rc = build_body(c, sb_mp_doc_root(doc), cm->upstream_model, &body, err);
+    if (!rc) rc = start_request(c, cm, &body, err);
+    sb_jw_free(&body);
+    sb_mp_doc_free(doc);
+    if (rc) {
+        if (c) { c->next = NULL; c->m = m; call_free(c); }
+        return rc;
+    }
+    c->next = m->upcalls;
+    m->upcalls = c;
+    *id_out = c->id;
+    return 0;
+}
+
+int rt_upstream_cancel(rt_model *m, uint64_t id) {
+    for (rt_upcall *c = m->upcalls; c; c = c->next) {
+        if (c->id != id || c->done) continue;
+        c->done = true;         /* no callback from here on */
+        evtimer_del(c->timer);
+        /* Possibly inside an evhttp callback of this very connection (a
+         * token event that made the client go away): free from the loop. */
+        schedule_free(c);
+        return 0;
+    }
+    return SB_ENOTFOUND;
+}
+
+void rt_upstream_free_all(rt_model *m) {
+    while (m->upcalls) call_free(m->upcalls);
+}

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Upstream models: a model entry that points at a remote OpenAI-compatible
+# endpoint instead of a GGUF. The upstream here is a second `switchboard run`
+# (its own runtime dir, port and API key, a fixture model); the edge is a
+# first one whose composer is that upstream. tests/upstream_check.py drives
+# both over real HTTP: pipelines and plain completions through the upstream
+# (whole and streamed, identical to asking the upstream directly), a wrong
+# key, an upstream that accepts and never answers (the stage fails within
+# its timeout_ms), an upstream that is stopped (fails at once) - while the
+# edge keeps serving its local model. Set SB_BIN to test another binary.
+set -u
+cd "$(dirname "$0")/.."
+SB=$(realpath "${SB_BIN:-bin/switchboard}")
+DATA=$(realpath tests/data)
+tmp=$(mktemp -d /tmp/sb-upstream-XXXXXX)
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+    for p in "${pids[@]}"; do
+        for _ in $(seq 1 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+        kill -9 "$p" 2>/dev/null
+    done
+    wait 2>/dev/null
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+port_up=$(free_port); port_edge=$(free_port); port_slow=$(free_port); port_closed=$(free_port)
+
+# The upstream: one fixture model behind its own API key.
+cat > "$tmp/up.yaml" <<YAML
+runtime: { dir: $tmp/up-run, http: 127.0.0.1:$port_up, api_key_env: SB_UP_SERVER_KEY, drain_ms: 2000 }
+models:
+  tiny: { gguf: $DATA/tiny-llama-spm-Q4_K_M.gguf, threads: 1, ctx: 512, max_tokens: 64 }
+YAML
+# The edge: a local intent model, the upstream as composer, and upstreams
+# that are slow, refuse connections or get the wrong key.
+cat > "$tmp/edge.yaml" <<YAML
+runtime: { dir: $tmp/edge-run, http: 127.0.0.1:$port_edge, drain_ms: 2000 }
+models:
+  intent:   { gguf: $DATA/tiny-llama-spm-Q4_K_M.gguf, threads: 1, ctx: 512, max_tokens: 64 }
+  composer: { upstream: "http://127.0.0.1:$port_up/v1", model: tiny, api_key_env: SB_UP_KEY, timeout_ms: 20000 }
+  slow:     { upstream: "http://127.0.0.1:$port_slow/v1/", model: tiny, timeout_ms: 1500 }
+  closed:   { upstream: "http://127.0.0.1:$port_closed/v1", timeout_ms: 5000 }
+  badkey:   { upstream: "http://127.0.0.1:$port_up/v1", model: tiny, api_key_env: SB_UP_BAD_KEY }
+cache:
+  path: $tmp/edge-run/cache.sqlite
+pipelines:
+YAML
+for m in composer slow closed; do cat >> "$tmp/edge.yaml" <<YAML
+  p_$m:
+    stages:
+      - name: route
+        kind: intent
+        model: intent
+        labels:
+          billing: { description: "bills", examples: ["the meter reading is off"] }
+          human_agent: { description: "a person", examples: ["operator"] }
+      - name: answer
+        kind: generate
+        model: $m
+        prompt: "Intent {{intent}}. Caller: {{input}}"
+        max_tokens: 8
+YAML
+done
+cat >> "$tmp/edge.yaml" <<YAML
+  p_score_remote:
+    stages:
+      - name: route
+        kind: intent
+        model: composer
+        labels: { a: { description: "a" }, b: { description: "b" } }
+YAML
+
+export SB_UP_SERVER_KEY="up-key-$$" SB_UP_KEY="up-key-$$" SB_UP_BAD_KEY="wrong-$$"
+python3 - "$port_slow" > "$tmp/slow.log" 2>&1 <<'PY' &
+# Accepts connections and reads requests, never answers: a hung upstream.
+import socket, sys, threading
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(16)
+def hold(c):
+    while c.recv(65536):
+        pass
+while True:
+    c, _ = s.accept()
+    threading.Thread(target=hold, args=(c,), daemon=True).start()
+PY
+pids+=($!)
+"$SB" run -c "$tmp/up.yaml" > "$tmp/up.log" 2>&1 &
+up_pid=$!; pids+=($up_pid)
+"$SB" run -c "$tmp/edge.yaml" > "$tmp/edge.log" 2>&1 &
+edge_pid=$!; pids+=($edge_pid)
+
+python3 tests/upstream_check.py "http://127.0.0.1:$port_edge" "http://127.0.0.1:$port_up" "$up_pid" \
+    "$port_slow" "$port_closed"
+rc=$?
+for p in "$edge_pid" "$up_pid"; do
+    kill "$p" 2>/dev/null
+    for _ in $(seq 1 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.05; done
+done
+if kill -0 "$edge_pid" 2>/dev/null; then echo "FAIL the edge runtime did not stop on SIGTERM"; rc=1; fi
+grep -q "router\[.*stopped" "$tmp/edge.log" || { echo "FAIL the edge router did not log a clean stop"; rc=1; }
+left=$(find "$tmp/edge-run" "$tmp/up-run" -maxdepth 1 -type s 2>/dev/null | wc -l)
+[ "$left" = 0 ] || { echo "FAIL $left socket(s) left after SIGTERM"; rc=1; }
+# Under SAN=1 a sanitizer report (leaks at exit included) lands in the log.
+for log in "$tmp/edge.log" "$tmp/up.log"; do
+    if grep -qE "ERROR: (Address|Leak)Sanitizer|runtime error:" "$log"; then
+        echo "FAIL sanitizer report in $(basename "$log"):"
+        grep -A30 -E "ERROR: (Address|Leak)Sanitizer|runtime error:" "$log" | head -60; rc=1
+    fi
+done
+if [ $rc -ne 0 ]; then
+    echo "--- edge.log (tail)"; tail -30 "$tmp/edge.log"
+    echo "--- up.log (tail)"; tail -15 "$tmp/up.log"
+fi
+exit $rc
