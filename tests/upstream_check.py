@@ -173,6 +173,18 @@ st, _, b, _ = http(EDGE, "POST", "/v1/pipelines/p_slow", {"input": "my water met
 check(st == 200 and b["stages"][0]["status"] == "ok", "the same pipeline's local stage still works (until: route)",
       (st, b))
 
+# -- a client that gives up on a streaming call to a hung upstream: cancelled, the edge goes on
+try:
+    req = urllib.request.Request(EDGE + "/v1/chat/completions", json.dumps(
+        {"model": "slower", "stream": True, "messages": [{"role": "user", "content": "hi"}]}).encode(),
+        {"Content-Type": "application/json"})
+    urllib.request.urlopen(req, timeout=0.5).read()
+except OSError:
+    pass
+time.sleep(0.3)
+st, _, b, _ = http(EDGE, "GET", "/health")
+check(st == 200, "a client that left a hung upstream call: the edge still serves", (st, b))
+
 # -- nobody listening: fails at once
 st, _, b, dt = http(EDGE, "POST", "/v1/pipelines/p_closed", {"input": "operator"})
 m = error_message(b)
