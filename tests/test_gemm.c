@@ -4,7 +4,8 @@
  *  1. gemm(level) on an nr × nc tile equals nr·nc calls of vec_dot(level)
  *     and of vec_dot(ref) up to float summation order (2e-6·Σ|x·y|), for
  *     tile shapes that hit every remainder path (1..9 rows, 1..9 columns),
- *     model-sized rows and rows with an odd number of blocks;
+ *     model-sized rows, rows with an odd number of blocks, and shapes that
+ *     take the packed-panel path (37 rows, 19 columns, 19 super-blocks);
  *  2. the output lands where ldc says and nothing else is written;
  *  3. the _ref gemm is exactly vec_dot_ref per pair (bit for bit).
  */
@@ -110,7 +111,10 @@ static void test_gemm_matches_vec_dot(void **state) {
             for (int nr = 1; nr <= 9; nr++)
                 for (int nc = 1; nc <= 9; nc++) check_tile(level, type, bs * (1 + (nr + nc) % 3), nr, nc);
             check_tile(level, type, bs == 32 ? 896 : 2048, 8, 12);   /* model-sized rows */
-            check_tile(level, type, bs == 32 ? 4864 : 4864, 4, 5);
+            check_tile(level, type, 4864, 4, 5);
+            /* several 16-row panels and a partial one, several packed
+             * chunks of super-blocks, column counts past a micro-kernel */
+            check_tile(level, type, 4864, 37, 19);
         }
     }
     /* The types the hotline models use must have a tiled kernel. */

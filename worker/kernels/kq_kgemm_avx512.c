@@ -212,7 +212,7 @@ KQ_INLINE void tile_k(int wt, int n, int R, int C, const uint8_t *x, size_t bx, 
                             float *s, size_t ldc) {                                                   \
         tile_k(wt, n, R, C, x, bx, y, by, s, ldc);                                                    \
     }                                                                                                 \
-    void sb_kq_gemm_##t##_q8_K_avx512(KQ_GEMM_ARGS) { KQ_GEMM_BODY(tile_##t, TILE_R, TILE_C) }
+    void sb_kq_gemm_##t##_q8_K_tile_avx512(KQ_GEMM_ARGS) { KQ_GEMM_BODY(tile_##t, TILE_R, TILE_C) }
 
 TILE_FN(q2_K, W_Q2_K)
 TILE_FN(q3_K, W_Q3_K)

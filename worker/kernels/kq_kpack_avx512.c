@@ -1,0 +1,303 @@
+/* kq_kpack_avx512.c - k-quant × Q8_K matrix products for many tokens, on
+ * weight panels packed on the fly (sb_gemm_fn of Q2_K … Q6_K at AVX-512).
+ *
+ * The 1×1 and tiled kernels spend most instructions unpacking weights and
+ * reducing lanes. Here 16 weight rows are interleaved so that one register
+ * holds 4 consecutive quants of each of the 16 rows (a "group"); one VNNI
+ * vpdpbusd against 4 activation bytes broadcast to all lanes then does 64
+ * multiply-adds for 16 rows at once, with no horizontal sums at all: lane r
+ * is row r, and the 16 results of a column are stored as one register.
+ *
+ * Per super-block, for each sub-block s and column c:
+ *     t  = Σ_groups of s  vpdpbusd(q_group, broadcast(y_c[4g..4g+3]))   (exact)
+ *     isum_c += t · sc_s                                                   (vpmulld)
+ * then the mins (Q2_K, Q4_K, Q5_K; dmin scale) or the offsets of Q3_K / Q6_K
+ * (same d scale, so straight into isum) as vpdpwssd of 16-bit (min, min)
+ * pairs against the broadcast (bsum, bsum) pairs of Q8_K, and finally
+ *     acc_c += (d·dy)·isum − (dmin·dy)·msum.
+ * So every super-block's integers and both scale products are the ones of
+ * the 1×1 kernel; only the float summation order differs.
+ *
+ * A panel is packed for PACK_SB super-blocks at a time (a chunk of ≤ 46 KB,
+ * L1/L2-resident while all columns pass), with the SIMD decode steps of the
+ * tiled kernels and a 16×16 dword transpose. Panel results of later chunks
+ * are added to the output. Fewer than PACK_MIN_COLS columns do not repay the
+ * packing: those go to the tiled kernels (kq_kgemm_avx512.c).
+ */
+#include "kq_x86.h"
+
+#define KQ_INLINE static inline __attribute__((always_inline))
+#define PANEL 16                /* rows per panel: one per 32-bit lane */
+#define PACK_SB 8               /* super-blocks per packed chunk */
+#define COLS 8                  /* columns per micro-kernel call */
+#define PACK_MIN_COLS 8
+
+enum { W_Q2_K, W_Q3_K, W_Q4_K, W_Q5_K, W_Q6_K };
+
+/* One super-block of a panel. */
+typedef struct {
+    uint8_t q[64][PANEL][4];    /* group g: quants 4g..4g+3 of each row, unsigned */
+    int32_t sc[16][PANEL];      /* sub-block scales (8 used by Q4_K / Q5_K) */
+    int32_t mn[8][PANEL];       /* int16 pairs against bsums 2k, 2k+1 */
+    float d[PANEL], dmin[PANEL];
+} panel_sb;
+
+KQ_INLINE int n_sub(int wt) { return wt == W_Q4_K || wt == W_Q5_K ? 8 : 16; }
+KQ_INLINE int has_min(int wt) { return wt == W_Q2_K || wt == W_Q4_K || wt == W_Q5_K; }
+
+KQ_INLINE size_t block_bytes(int wt) {
+    switch (wt) {
+    case W_Q2_K: return sizeof(sb_block_q2_K);
+    case W_Q3_K: return sizeof(sb_block_q3_K);
+    case W_Q4_K: return sizeof(sb_block_q4_K);
+    case W_Q5_K: return sizeof(sb_block_q5_K);
+    default: return sizeof(sb_block_q6_K);
+    }
+}
+
+KQ_INLINE __m512i join(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
+
+/* Quants 64j..64j+63 of one super-block as unsigned bytes, element order
+ * (the decode of kq_kquants_avx512.c, without the scales). */
+KQ_INLINE __m512i decode_step(int wt, const uint8_t *blk, int j) {
+    const int h = j >> 1, odd = j & 1;
+    switch (wt) {
+    case W_Q2_K: {
+        const __m256i bits = _mm256_loadu_si256((const __m256i *)(((const sb_block_q2_K *)blk)->qs + 32 * h));
+        const __m512i v = odd ? join(_mm256_srli_epi16(bits, 4), _mm256_srli_epi16(bits, 6)) : join(bits, _mm256_srli_epi16(bits, 2));
+        return _mm512_and_si512(v, _mm512_set1_epi8(3));
+    }
+    case W_Q3_K: {
+        const sb_block_q3_K *b = (const sb_block_q3_K *)blk;
+        const __m256i bits = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * h));
+        const __m256i hm = _mm256_loadu_si256((const __m256i *)b->hmask);
+        const int pl = 4 * h + 2 * odd;
+        const __m512i lo = odd ? join(_mm256_srli_epi16(bits, 4), _mm256_srli_epi16(bits, 6)) : join(bits, _mm256_srli_epi16(bits, 2));
+        const __m512i hi = _mm512_slli_epi16(_mm512_and_si512(join(_mm256_srli_epi16(hm, pl), _mm256_srli_epi16(hm, pl + 1)), _mm512_set1_epi8(1)), 2);
+        return _mm512_or_si512(_mm512_and_si512(lo, _mm512_set1_epi8(3)), hi);
+    }
+    case W_Q4_K:
+    case W_Q5_K: {
+        const uint8_t *qs = wt == W_Q4_K ? ((const sb_block_q4_K *)blk)->qs : ((const sb_block_q5_K *)blk)->qs;
+        const __m512i shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+        const __m512i raw = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * j)));
+        __m512i q = _mm512_and_si512(_mm512_srlv_epi16(raw, shift), _mm512_set1_epi8(0xF));
+        if (wt == W_Q5_K) {
+            const __m256i qh = _mm256_loadu_si256((const __m256i *)((const sb_block_q5_K *)blk)->qh);
+            const __m512i hz = join(_mm256_srli_epi16(qh, 2 * j), _mm256_srli_epi16(qh, 2 * j + 1));
+            q = _mm512_or_si512(q, _mm512_slli_epi16(_mm512_and_si512(hz, _mm512_set1_epi8(1)), 4));
+        }
+        return q;
+    }
+    default: {
+        const sb_block_q6_K *b = (const sb_block_q6_K *)blk;
+        const __m512i l = _mm512_loadu_si512(b->ql + 64 * h);
+        const __m256i hb = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
+        const __m512i m4 = _mm512_set1_epi8(0xF), m2 = _mm512_set1_epi8(0x30);
+        if (!odd)
+            return _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_and_si512(join(_mm256_slli_epi16(hb, 4), _mm256_slli_epi16(hb, 2)), m2));
+        return _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4), _mm512_and_si512(join(hb, _mm256_srli_epi16(hb, 2)), m2));
+    }
+    }
+}
+
+static inline int32_t pair16(int a, int b) { return (int32_t)(((uint32_t)(uint16_t)(int16_t)b << 16) | (uint16_t)(int16_t)a); }
+
+/* Scales, mins/offsets and d of row r of a super-block. */
+KQ_INLINE void pack_scales(int wt, const uint8_t *blk, int r, panel_sb *p) {
+    switch (wt) {
+    case W_Q2_K: {
+        const sb_block_q2_K *b = (const sb_block_q2_K *)blk;
+        for (int s = 0; s < 16; s++) p->sc[s][r] = b->scales[s] & 0xF;
+        for (int k = 0; k < 8; k++) p->mn[k][r] = pair16(b->scales[2 * k] >> 4, b->scales[2 * k + 1] >> 4);
+        p->d[r] = kq_f16(b->d);
+        p->dmin[r] = kq_f16(b->dmin);
+        break;
+    }
+    case W_Q3_K: {
+        const sb_block_q3_K *b = (const sb_block_q3_K *)blk;
+        int8_t sc[16];
+        kq_unpack_scales_q3(b->scales, sc);
+        for (int s = 0; s < 16; s++) p->sc[s][r] = sc[s];
+        for (int k = 0; k < 8; k++) p->mn[k][r] = pair16(-4 * sc[2 * k], -4 * sc[2 * k + 1]);
+        p->d[r] = kq_f16(b->d);
+        p->dmin[r] = 0;
+        break;
+    }
+    case W_Q4_K:
+    case W_Q5_K: {
+        const sb_block_q4_K *b = (const sb_block_q4_K *)blk;   /* d, dmin, scales: same offsets in Q5_K */
+        uint8_t sm[16];
+        kq_unpack_scales_k4(b->scales, sm);
+        for (int s = 0; s < 8; s++) p->sc[s][r] = sm[s];
+        for (int k = 0; k < 8; k++) p->mn[k][r] = pair16(sm[8 + k], sm[8 + k]);
+        p->d[r] = kq_f16(b->d);
+        p->dmin[r] = kq_f16(b->dmin);
+        break;
+    }
+    default: {
+        const sb_block_q6_K *b = (const sb_block_q6_K *)blk;
+        for (int s = 0; s < 16; s++) p->sc[s][r] = b->scales[s];
+        for (int k = 0; k < 8; k++) p->mn[k][r] = pair16(-32 * b->scales[2 * k], -32 * b->scales[2 * k + 1]);
+        p->d[r] = kq_f16(b->d);
+        p->dmin[r] = 0;
+        break;
+    }
+    }
+}
+
+/* o[k] = dword k of every r[i], i = 0..15 (a 16×16 dword transpose). */
+static inline void transpose16(const __m512i r[16], __m512i o[16]) {
+    __m512i t[16], u[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    for (int a = 0; a < 4; a++) {   /* rows 4a..4a+3 */
+        u[4 * a + 0] = _mm512_unpacklo_epi64(t[4 * a], t[4 * a + 2]);
+        u[4 * a + 1] = _mm512_unpackhi_epi64(t[4 * a], t[4 * a + 2]);
+        u[4 * a + 2] = _mm512_unpacklo_epi64(t[4 * a + 1], t[4 * a + 3]);
+        u[4 * a + 3] = _mm512_unpackhi_epi64(t[4 * a + 1], t[4 * a + 3]);
+    }
+    /* u[4a+b], 128-bit lane l: rows 4a..4a+3 of dword 4l+b */
+    for (int b = 0; b < 4; b++) {
+        const __m512i v = _mm512_shuffle_i32x4(u[b], u[4 + b], 0x88), w = _mm512_shuffle_i32x4(u[b], u[4 + b], 0xDD);
+        const __m512i x = _mm512_shuffle_i32x4(u[8 + b], u[12 + b], 0x88), y = _mm512_shuffle_i32x4(u[8 + b], u[12 + b], 0xDD);
+        o[b] = _mm512_shuffle_i32x4(v, x, 0x88);
+        o[8 + b] = _mm512_shuffle_i32x4(v, x, 0xDD);
+        o[4 + b] = _mm512_shuffle_i32x4(w, y, 0x88);
+        o[12 + b] = _mm512_shuffle_i32x4(w, y, 0xDD);
+    }
+}
+
+/* Pack super-blocks i0..i0+nsb-1 of rows x[0..nr) (nr <= 16; missing rows
+ * are zero: zero quants, scales and d). */
+KQ_INLINE void pack_panel(int wt, const uint8_t *x, size_t bx, int nr, int i0, int nsb, panel_sb *out) {
+    const size_t bs = block_bytes(wt);
+    for (int i = 0; i < nsb; i++) {
+        panel_sb *p = &out[i];
+        if (nr < PANEL) memset(p, 0, sizeof *p);
+        for (int r = 0; r < nr; r++) pack_scales(wt, x + (size_t)r * bx + (size_t)(i0 + i) * bs, r, p);
+        for (int j = 0; j < 4; j++) {
+            __m512i rows[PANEL], cols[PANEL];
+            for (int r = 0; r < PANEL; r++)
+                rows[r] = r < nr ? decode_step(wt, x + (size_t)r * bx + (size_t)(i0 + i) * bs, j) : _mm512_setzero_si512();
+            transpose16(rows, cols);
+            for (int k = 0; k < 16; k++) _mm512_storeu_si512(p->q[16 * j + k], cols[k]);
+        }
+    }
+}
+
+static inline __m512i bcast32(const void *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+
+/* t += Σ4 u8(q)·s8(*p broadcast): vpdpbusd with an embedded {1to16}
+ * broadcast operand, which compilers do not form from set1 themselves
+ * (a separate vpbroadcastd per multiply-add otherwise). */
+typedef int32_t __attribute__((may_alias, aligned(1))) i32_any;
+static inline __m512i dpbusd_bcast(__m512i t, __m512i q, const int8_t *p) {
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(t) : "v"(q), "m"(*(const i32_any *)p));
+    return t;
+}
+
+/* C columns against nsb packed super-blocks; results (16 rows) added to or
+ * stored at s + c·ldc under mask m. */
+KQ_INLINE void micro(int wt, int C, const panel_sb *pan, int nsb, const sb_block_q8_K *const *yc, int i0,
+                     float *s, size_t ldc, __mmask16 m, int add) {
+    __m512 acc[COLS];
+#pragma GCC unroll 8
+    for (int c = 0; c < C; c++) acc[c] = _mm512_setzero_ps();
+    const int ns = n_sub(wt), gps = 64 / ns;    /* groups per sub-block */
+    for (int i = 0; i < nsb; i++) {
+        const panel_sb *p = &pan[i];
+        const sb_block_q8_K *yb[COLS];
+#pragma GCC unroll 8
+        for (int c = 0; c < C; c++) yb[c] = yc[c] + i0 + i;
+        __m512i isum[COLS];
+#pragma GCC unroll 8
+        for (int c = 0; c < C; c++) isum[c] = _mm512_setzero_si512();
+        for (int sb = 0; sb < ns; sb++) {
+            __m512i t[COLS];
+#pragma GCC unroll 8
+            for (int c = 0; c < C; c++) t[c] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+            for (int g = sb * gps; g < sb * gps + gps; g++) {
+                const __m512i q = _mm512_loadu_si512(p->q[g]);
+#pragma GCC unroll 8
+                for (int c = 0; c < C; c++) t[c] = dpbusd_bcast(t[c], q, yb[c]->qs + 4 * g);
+            }
+            const __m512i sc = _mm512_loadu_si512(p->sc[sb]);
+#pragma GCC unroll 8
+            for (int c = 0; c < C; c++) isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(t[c], sc));
+        }
+        const __m512 d = _mm512_loadu_ps(p->d);
+#pragma GCC unroll 8
+        for (int c = 0; c < C; c++) {
+            __m512i ms = _mm512_setzero_si512();
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) ms = _mm512_dpwssd_epi32(ms, _mm512_loadu_si512(p->mn[k]), bcast32(&yb[c]->bsums[2 * k]));
+            const __m512 dy = _mm512_set1_ps(yb[c]->d);
+            if (has_min(wt)) {
+                acc[c] = _mm512_fmadd_ps(_mm512_mul_ps(d, dy), _mm512_cvtepi32_ps(isum[c]), acc[c]);
+                acc[c] = _mm512_fnmadd_ps(_mm512_mul_ps(_mm512_loadu_ps(p->dmin), dy), _mm512_cvtepi32_ps(ms), acc[c]);
+            } else {
+                acc[c] = _mm512_fmadd_ps(_mm512_mul_ps(d, dy), _mm512_cvtepi32_ps(_mm512_add_epi32(isum[c], ms)), acc[c]);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < C; c++) {
+        float *o = s + (size_t)c * ldc;
+        const __m512 v = add ? _mm512_add_ps(acc[c], _mm512_maskz_loadu_ps(m, o)) : acc[c];
+        _mm512_mask_storeu_ps(o, m, v);
+    }
+}
+
+KQ_INLINE void gemm_packed(int wt, int n, int nr, int nc, const uint8_t *x, size_t bx, const uint8_t *y, size_t by,
+                           float *s, size_t ldc) {
+    _Alignas(64) panel_sb pan[PACK_SB];
+    const int nsb_all = n / SB_QK_K;
+    for (int r0 = 0; r0 < nr; r0 += PANEL) {
+        const int pr = nr - r0 < PANEL ? nr - r0 : PANEL;
+        const __mmask16 m = (__mmask16)(pr == PANEL ? 0xFFFF : (1u << pr) - 1);
+        for (int i0 = 0; i0 < nsb_all; i0 += PACK_SB) {
+            const int nsb = nsb_all - i0 < PACK_SB ? nsb_all - i0 : PACK_SB;
+            pack_panel(wt, x + (size_t)r0 * bx, bx, pr, i0, nsb, pan);
+            for (int c0 = 0; c0 < nc; c0 += COLS) {
+                const sb_block_q8_K *yc[COLS];
+                const int cc = nc - c0 < COLS ? nc - c0 : COLS;
+                for (int c = 0; c < cc; c++) yc[c] = (const sb_block_q8_K *)(y + (size_t)(c0 + c) * by);
+                float *so = s + (size_t)c0 * ldc + r0;
+                const int add = i0 > 0;
+                switch (cc) {
+                case 8: micro(wt, 8, pan, nsb, yc, i0, so, ldc, m, add); break;
+                case 7: micro(wt, 7, pan, nsb, yc, i0, so, ldc, m, add); break;
+                case 6: micro(wt, 6, pan, nsb, yc, i0, so, ldc, m, add); break;
+                case 5: micro(wt, 5, pan, nsb, yc, i0, so, ldc, m, add); break;
+                case 4: micro(wt, 4, pan, nsb, yc, i0, so, ldc, m, add); break;
+                case 3: micro(wt, 3, pan, nsb, yc, i0, so, ldc, m, add); break;
+                case 2: micro(wt, 2, pan, nsb, yc, i0, so, ldc, m, add); break;
+                default: micro(wt, 1, pan, nsb, yc, i0, so, ldc, m, add); break;
+                }
+            }
+        }
+    }
+}
+
+#define GEMM_FN(t, wt)                                                                      \
+    void sb_kq_gemm_##t##_q8_K_avx512(KQ_GEMM_ARGS) {                                       \
+        if (nc < PACK_MIN_COLS) {                                                           \
+            sb_kq_gemm_##t##_q8_K_tile_avx512(n, nr, nc, x, bx, y, by, s, ldc);             \
+            return;                                                                         \
+        }                                                                                   \
+        gemm_packed(wt, n, nr, nc, x, bx, y, by, s, ldc);                                   \
+    }
+
+GEMM_FN(q2_K, W_Q2_K)
+GEMM_FN(q3_K, W_Q3_K)
+GEMM_FN(q4_K, W_Q4_K)
+GEMM_FN(q5_K, W_Q5_K)
+GEMM_FN(q6_K, W_Q6_K)
