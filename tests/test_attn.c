@@ -1,11 +1,12 @@
-/* test_attn.c - the F16-cache attention kernels (sb_kq_attn_table) at every
+/* test_attn.c - the F16-cache attention and SwiGLU kernels (sb_kq_vec_table) at every
  * level this CPU runs, against their scalar twins and against a double
  * precision computation:
  *  1. qk_f16: scores and their max, for head sizes with and without SIMD
  *     tails and position counts around the 4-position blocks;
  *  2. softmax_exp: within 3 ulp-ish (4e-7 relative) of libm's exp, exactly
  *     0 far below the max, the sum is the sum of what was stored;
- *  3. pv_f16: the probabilities are rounded to F16 before the product.
+ *  3. pv_f16: the probabilities are rounded to F16 before the product;
+ *  4. swiglu: silu(g)·u within 1e-6 relative of double precision.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -45,9 +46,9 @@ static sb_fp16 *make_cache(int n_pos, size_t stride, float scale) {
 
 static void test_qk(void **state) {
     (void)state;
-    const sb_kq_attn *ref = sb_kq_attn_table(SB_KQ_REF);
+    const sb_kq_vec *ref = sb_kq_vec_table(SB_KQ_REF);
     for (int level = 0; level <= sb_kq_best_level(); level++) {
-        const sb_kq_attn *a = sb_kq_attn_table(level);
+        const sb_kq_vec *a = sb_kq_vec_table(level);
         for (size_t hi = 0; hi < N_HS; hi++)
             for (size_t pi = 0; pi < N_PC; pi++) {
                 const int hd = head_sizes[hi], np = position_counts[pi];
@@ -88,7 +89,7 @@ static void test_softmax_exp(void **state) {
     (void)state;
     enum { N = 1000 };
     for (int level = 0; level <= sb_kq_best_level(); level++) {
-        const sb_kq_attn *a = sb_kq_attn_table(level);
+        const sb_kq_vec *a = sb_kq_vec_table(level);
         for (int n = 1; n <= N; n += n < 40 ? 1 : 97) {
             float s[N], x[N];
             for (int i = 0; i < n; i++) x[i] = s[i] = 30.0f * rng_normal();
@@ -111,9 +112,9 @@ static void test_softmax_exp(void **state) {
 
 static void test_pv(void **state) {
     (void)state;
-    const sb_kq_attn *ref = sb_kq_attn_table(SB_KQ_REF);
+    const sb_kq_vec *ref = sb_kq_vec_table(SB_KQ_REF);
     for (int level = 0; level <= sb_kq_best_level(); level++) {
-        const sb_kq_attn *a = sb_kq_attn_table(level);
+        const sb_kq_vec *a = sb_kq_vec_table(level);
         for (size_t hi = 0; hi < N_HS; hi++)
             for (size_t pi = 0; pi < N_PC; pi++) {
                 const int hd = head_sizes[hi], np = position_counts[pi];
@@ -149,11 +150,33 @@ static void test_pv(void **state) {
     }
 }
 
+/* silu(g)·u against double precision, over the whole useful range and the
+ * exp cut-off (|x| > 87: sigmoid is exactly 0 or 1); out aliasing u. */
+static void test_swiglu(void **state) {
+    (void)state;
+    enum { N = 517 };
+    for (int level = 0; level <= sb_kq_best_level(); level++) {
+        const sb_kq_vec *a = sb_kq_vec_table(level);
+        float g[N], u[N], o[N];
+        for (int i = 0; i < N; i++) {
+            g[i] = i < 8 ? (float)(i - 4) * 30.0f : 6.0f * rng_normal();
+            u[i] = o[i] = rng_normal();
+        }
+        a->swiglu(N, g, o, o);
+        for (int i = 0; i < N; i++) {
+            const double want = (double)g[i] / (1.0 + exp(-(double)g[i])) * u[i];
+            if (fabs(o[i] - want) > 1e-6 * fabs(want) + 1e-30)
+                fail_msg("swiglu level %s: silu(%.9g)*%.9g = %.9g, want %.9g", sb_kq_level_name(level), g[i], u[i], o[i], want);
+        }
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_qk),
         cmocka_unit_test(test_softmax_exp),
         cmocka_unit_test(test_pv),
+        cmocka_unit_test(test_swiglu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -22,7 +22,7 @@
 struct sb_ctx {
     const sb_model     *m;
     const sb_kq_traits *kq;
-    const sb_kq_attn   *attn;       /* F16-cache attention kernels, same level as kq */
+    const sb_kq_vec    *vec;        /* attention and SwiGLU kernels, same level as kq */
     sb_pool            *pool;
     int n_ctx, n_past, n_batch, kv_type;
     size_t kv_row_bytes;        /* bytes of one position's K (or V) in one layer */
@@ -69,7 +69,7 @@ int sb_ctx_new(const sb_model *m, const sb_ctx_params *p, sb_ctx **out, char *er
     int level = p->kq_level >= 0 && p->kq_level < SB_KQ_LEVELS ? p->kq_level : sb_kq_best_level();
     if (level > sb_kq_best_level()) level = sb_kq_best_level();
     c->kq = sb_kq_table(level);
-    c->attn = sb_kq_attn_table(level);
+    c->vec = sb_kq_vec_table(level);
     c->n_ctx = p->n_ctx > 0 ? p->n_ctx : SB_MIN(hp->n_ctx_train, 4096);
     c->n_batch = p->n_batch > 0 ? p->n_batch : DEFAULT_BATCH;
     if (c->n_batch > c->n_ctx) c->n_batch = c->n_ctx;
@@ -159,8 +159,6 @@ static void rope_apply(float *x, int n_heads, int hd, int n_rot, const float *cs
     }
 }
 
-static float silu(float x) { return x / (1.0f + expf(-x)); }
-
 /* ---- attention --------------------------------------------------------------- */
 
 typedef struct {
@@ -195,9 +193,9 @@ static void attn_task(void *arg, int task, int thread) {
         const size_t stride = c->kv_row_bytes / sizeof(sb_fp16);
         const int np = pos - start + 1;
         kv->to_float(qc, vt, hd);   /* the F16-rounded q, widened: exact products */
-        const float mx = c->attn->qk_f16(hd, np, vt, (const sb_fp16 *)K + (size_t)start * stride, stride, scale, s);
-        const double sum = c->attn->softmax_exp(s, np, mx);
-        c->attn->pv_f16(hd, np, s, (float)(1.0 / sum), (const sb_fp16 *)V + (size_t)start * stride, stride, out);
+        const float mx = c->vec->qk_f16(hd, np, vt, (const sb_fp16 *)K + (size_t)start * stride, stride, scale, s);
+        const double sum = c->vec->softmax_exp(s, np, mx);
+        c->vec->pv_f16(hd, np, s, (float)(1.0 / sum), (const sb_fp16 *)V + (size_t)start * stride, stride, out);
         return;
     }
     float mx = -INFINITY;
@@ -275,8 +273,7 @@ static void tok_task(void *arg, int t, int thread) {
             u = c->ffb + (size_t)t * nf;
         }
         float *o = c->ffb + (size_t)t * nf;
-        /* o may alias u (llama): element i is read before it is written. */
-        for (size_t i = 0; i < nf; i++) o[i] = silu(g[i]) * u[i];
+        c->vec->swiglu((int)nf, g, u, o);   /* o aliases u for llama */
         break;
     }
     }

@@ -1,5 +1,5 @@
 /* kq_attn_avx2.c - attention over the F16 KV cache, AVX2/FMA/F16C
- * (sb_kq_attn). 8 dims per FMA; dims past the last multiple of 8 are done
+ * (sb_kq_vec), and SwiGLU. 8 dims per FMA; dims past the last multiple of 8 are done
  * in scalar code. Scalar twins in kq_attn_ref.c.
  */
 #include <math.h>
@@ -94,5 +94,23 @@ void sb_kq_attn_pv_f16_avx2(int hd, int n_pos, const float *e, float inv, const 
         for (int p = 0; p < n_pos; p++)
             acc += sb_fp16_to_fp32(sb_fp32_to_fp16(e[p] * inv)) * kq_f16(v[(size_t)p * stride + i]);
         out[i] = acc;
+    }
+}
+
+void sb_kq_swiglu_avx2(int n, const float *g, const float *u, float *out) {
+    const __m256 one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 x = _mm256_loadu_ps(g + i);
+        const __m256 e = exp_nonpositive(_mm256_or_ps(x, sign));     /* exp(−|x|) */
+        const __m256 neg = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_LT_OQ);
+        const __m256 sig = _mm256_div_ps(_mm256_blendv_ps(one, e, neg), _mm256_add_ps(one, e));
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_mul_ps(x, sig), _mm256_loadu_ps(u + i)));
+    }
+    if (i < n) {
+        float xs[8] = { 0 }, us[8] = { 0 }, os[8];
+        for (int k = 0; i + k < n; k++) { xs[k] = g[i + k]; us[k] = u[i + k]; }
+        sb_kq_swiglu_avx2(8, xs, us, os);
+        for (int k = 0; i + k < n; k++) out[i + k] = os[k];
     }
 }

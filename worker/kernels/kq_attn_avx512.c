@@ -1,4 +1,4 @@
-/* kq_attn_avx512.c - attention over the F16 KV cache, AVX-512 (sb_kq_attn).
+/* kq_attn_avx512.c - attention over the F16 KV cache and SwiGLU, AVX-512 (sb_kq_vec).
  * Scalar twins in kq_attn_ref.c.
  *
  * q·K: 16 dims per FMA (K widened by vcvtph2ps), four positions at a time so
@@ -113,5 +113,17 @@ void sb_kq_attn_pv_f16_avx512(int hd, int n_pos, const float *e, float inv, cons
         if (m1) _mm512_mask_storeu_ps(out + c + 16, m1, a1);
         if (m2) _mm512_mask_storeu_ps(out + c + 32, m2, a2);
         if (m3) _mm512_mask_storeu_ps(out + c + 48, m3, a3);
+    }
+}
+
+void sb_kq_swiglu_avx512(int n, const float *g, const float *u, float *out) {
+    const __m512 one = _mm512_set1_ps(1.0f), sign = _mm512_set1_ps(-0.0f);
+    for (int i = 0; i < n; i += 16) {
+        const __mmask16 m = tail_mask(n - i);
+        const __m512 x = _mm512_maskz_loadu_ps(m, g + i), uv = _mm512_maskz_loadu_ps(m, u + i);
+        const __m512 e = exp_nonpositive(_mm512_or_ps(x, sign));     /* exp(−|x|) */
+        const __mmask16 neg = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ);
+        const __m512 sig = _mm512_div_ps(_mm512_mask_mov_ps(one, neg, e), _mm512_add_ps(one, e));
+        _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(_mm512_mul_ps(x, sig), uv));
     }
 }

@@ -1,4 +1,4 @@
-/* kq_attn_ref.c - scalar twins of the attention kernels (sb_kq_attn): one
+/* kq_attn_ref.c - scalar twins of the attention and SwiGLU kernels (sb_kq_vec): one
  * query head against an F16 K and V cache. Built without SIMD flags. The
  * SIMD versions compute the same products; their sums differ only in order
  * and their exp by an ulp or so (FMA in the polynomial).
@@ -53,5 +53,15 @@ void sb_kq_attn_pv_f16_ref(int hd, int n_pos, const float *e, float inv, const s
         const float w = sb_fp16_to_fp32(sb_fp32_to_fp16(e[p] * inv));
         const sb_fp16 *row = v + (size_t)p * stride;
         for (int i = 0; i < hd; i++) out[i] += w * sb_fp16_to_fp32(row[i]);
+    }
+}
+
+/* silu(g)·u with sigmoid(x) = 1/(1+e) for x >= 0 and e/(1+e) for x < 0,
+ * e = exp(−|x|): the argument of exp is never positive. */
+void sb_kq_swiglu_ref(int n, const float *g, const float *u, float *out) {
+    for (int i = 0; i < n; i++) {
+        const float x = g[i], e = exp_nonpositive(-fabsf(x));
+        const float sig = (x >= 0 ? 1.0f : e) / (1.0f + e);
+        out[i] = x * sig * u[i];
     }
 }

@@ -132,7 +132,8 @@ void sb_kq_gemm_q6_K_q8_K_tile_avx512(KQ_GEMM_ARGS);
                                   float scale, float *s);                                                  \
     double sb_kq_attn_exp_##lvl(float *s, int n, float max);                                               \
     void sb_kq_attn_pv_f16_##lvl(int hd, int n_pos, const float *e, float inv, const sb_fp16 *v,          \
-                                 size_t stride, float *out);
+                                 size_t stride, float *out);                                               \
+    void sb_kq_swiglu_##lvl(int n, const float *g, const float *u, float *out);
 KQ_DECLARE_ATTN(ref)
 KQ_DECLARE_ATTN(avx2)
 KQ_DECLARE_ATTN(avx512)

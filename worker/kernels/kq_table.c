@@ -143,13 +143,13 @@ const sb_kq_traits *sb_kq_table(int level) {
     return tables[level];
 }
 
-#define ATTN(lvl) { sb_kq_attn_qk_f16_##lvl, sb_kq_attn_exp_##lvl, sb_kq_attn_pv_f16_##lvl }
-static const sb_kq_attn attn_tables[SB_KQ_LEVELS] = { ATTN(ref), ATTN(avx2), ATTN(avx512) };
+#define ATTN(lvl) { sb_kq_attn_qk_f16_##lvl, sb_kq_attn_exp_##lvl, sb_kq_attn_pv_f16_##lvl, sb_kq_swiglu_##lvl }
+static const sb_kq_vec vec_tables[SB_KQ_LEVELS] = { ATTN(ref), ATTN(avx2), ATTN(avx512) };
 
-const sb_kq_attn *sb_kq_attn_table(int level) {
+const sb_kq_vec *sb_kq_vec_table(int level) {
     if (level < 0) level = 0;
     if (level >= SB_KQ_LEVELS) level = SB_KQ_LEVELS - 1;
-    return &attn_tables[level];
+    return &vec_tables[level];
 }
 
 const char *sb_kq_level_name(int level) {

@@ -106,10 +106,10 @@ const sb_kq_traits *sb_kq_table(int level);
 int         sb_kq_best_level(void);
 const char *sb_kq_level_name(int level);
 
-/* ---- attention over an F16 KV cache ---------------------------------------
- * The three loops of one query head's attention, per kernel level. Rows of
- * K and V are `stride` elements apart; hd is the head size (any positive
- * value; SIMD tails are masked). */
+/* ---- vector kernels of the forward pass -----------------------------------
+ * The three loops of one query head's attention over an F16 KV cache, and
+ * SwiGLU, per kernel level. Rows of K and V are `stride` elements apart; hd
+ * is the head size (any positive value; SIMD tails are handled). */
 typedef struct {
     /* s[p] = scale · Σᵢ q[i]·K[p][i] for p < n_pos; returns max_p s[p].
      * q holds F16 values widened to float (the products are then exact). */
@@ -120,10 +120,13 @@ typedef struct {
     /* out[i] = Σ_p f16(e[p]·inv)·V[p][i]: the probabilities rounded to F16
      * before the product, as llama.cpp multiplies its F16 V cache. */
     void (*pv_f16)(int hd, int n_pos, const float *e, float inv, const sb_fp16 *v, size_t stride, float *out);
-} sb_kq_attn;
+    /* out[i] = silu(g[i])·u[i], silu(x) = x·sigmoid(x) with the same exp as
+     * softmax_exp (on −|x|, so never overflowing); out may alias u or g. */
+    void (*swiglu)(int n, const float *g, const float *u, float *out);
+} sb_kq_vec;
 
-/* The attention kernels of one level (same levels as sb_kq_table). */
-const sb_kq_attn *sb_kq_attn_table(int level);
+/* The vector kernels of one level (same levels as sb_kq_table). */
+const sb_kq_vec *sb_kq_vec_table(int level);
 
 /* Bytes of one row of n elements of `type` (n a multiple of the block). */
 static inline size_t sb_kq_row_size(const sb_kq_traits *t, int64_t n) {
