@@ -150,7 +150,7 @@ def speed(lbin):
                     ref.append(time.time() - t0)
                 same = subprocess.run(["cmp", "-s", f"{tmp}/o.gguf", f"{tmp}/r.gguf"]).returncode == 0
                 o, r = statistics.median(ours), statistics.median(ref)
-                name = m.split("/")[-1].split(".")[0]
+                name = m.split("/")[-1].rsplit(".", 1)[0]
                 print(f"| {name} ({mb:.0f} MB) | {t} | {o:.2f} s ({mb / o:.0f} MB/s) | "
                       f"{r:.2f} s ({mb / r:.0f} MB/s) | {r / o:.2f}x | {'yes' if same else 'no'} |", flush=True)
             os.unlink(f16)

@@ -125,7 +125,12 @@ static int write_tensor(quant_ctx *q, const sb_gguf_tensor *t, const sb_quant_pl
     const float *imatrix;
     if ((rc = imatrix_for(q, t, e, &imatrix, err))) return rc;
     const sb_kq_traits *tab = sb_kq_table(SB_KQ_REF);
-    slab_job j = { .src_t = &tab[t->type], .dst_t = &tab[e->type], .dst_type = e->type,
+    /* F16/BF16 -> F32 is exact whatever the kernel level, so those take the
+     * SIMD conversion; a quantized input is dequantized by the reference
+     * kernels, whose float operations are ggml's own. */
+    const int exact = t->type == SB_TYPE_F16 || t->type == SB_TYPE_BF16;
+    slab_job j = { .src_t = exact ? &sb_kq_table(sb_kq_best_level())[t->type] : &tab[t->type],
+                   .dst_t = &tab[e->type], .dst_type = e->type,
                    .src_is_f32 = t->type == SB_TYPE_F32,
                    .n_per_row = t->ne[0], .imatrix = imatrix,
                    .rows_per_expert = t->n_dims > 1 ? t->ne[1] : 1 };
