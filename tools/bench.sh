@@ -2,7 +2,8 @@
 # `make bench`: switchboard vs llama.cpp on the three hotline-shaped models.
 #
 #   tools/bench.sh [--models tinyllama,phi3,llama3] [--rounds N] [--quick]
-#                  [--threads T] [--sb PATH] [--out DIR] [--no-scaling]
+#                  [--threads T] [--sb PATH] [--out DIR]
+#                  [--no-scaling | --scaling-only]
 #
 #   --quick    pp 128, tg 32, 3 rounds: a fast look, not a result
 #   --sb PATH  the switchboard binary to measure (default bin/switchboard;
@@ -42,6 +43,7 @@ while [[ $# -gt 0 ]]; do
         --out) out="${2:?--out needs a directory}"; shift 2 ;;
         --quick) pp=128; tg=32; rounds=3; shift ;;
         --no-scaling) extra+=(--no-scaling); shift ;;
+        --scaling-only) extra+=(--scaling-only); models=tinyllama; shift ;;
         -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
         *) die "unknown option $1 (see --help)" ;;
     esac

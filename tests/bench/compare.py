@@ -259,15 +259,16 @@ def markdown(results):
         f"Load average (1/5/15 min) at start {results['load']['start']}, "
         f"at end {results['load']['end']}."
         + ("" if results.get("complete", True) else " **Incomplete run.**"),
-        "",
-        f"| model | file | ours {pp} | llama.cpp {pp} | {pp} ours/llama.cpp | "
+    ]
+    models = list(results["models"].values())
+    if models:
+        lines += ["", f"| model | file | ours {pp} | llama.cpp {pp} | {pp} ours/llama.cpp | "
         f"ours {tg} | llama.cpp {tg} | {tg} ours/llama.cpp | ours {tg} % of BW limit | "
         f"llama.cpp {tg} % of BW limit | load (1 min) |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     def pct(x):
         return "—" if x is None else f"{100 * x:.0f}%"
-    for m in results["models"].values():
+    for m in models:
         lines.append(
             f"| {m['name']} | `{os.path.basename(m['file'])}` ({m['file_bytes'] / 2**30:.2f} GiB) | "
             f"{fmt(m['ours_pp']['median'])} | {fmt(m['llamacpp_pp']['median'])} | "
@@ -281,14 +282,15 @@ def markdown(results):
         lines += ["", f"Thread scaling, {ts['model']} tg{ts['tg']} (tokens/s): "
                   f"ours {fmt(o['1'])} (-t 1) → {fmt(o['2'])} (-t 2), {fmt(o['speedup'])}×; "
                   f"llama.cpp {fmt(l['1'])} → {fmt(l['2'])}, {fmt(l['speedup'])}×."]
-    errs = [f"{m['name']}: {s['error']}" for m in results["models"].values()
+    errs = [f"{m['name']}: {s['error']}" for m in models
             for s in m["ours"] + m["llamacpp"] if "error" in s]
     if errs:
         lines += ["", "Errors: " + "; ".join(sorted(set(errs)))]
-    lines += ["", "Bytes per token for the bandwidth limit: "
-              + ", ".join(f"{m['name']} ours {fmt((m['ours_weight_bytes'] or 0) / 2**20, 0)} MiB"
-                          f" / llama.cpp {m['llama_weight_bytes'] / 2**20:.0f} MiB"
-                          for m in results["models"].values()) + "."]
+    if models:
+        lines += ["", "Bytes per token for the bandwidth limit: "
+                  + ", ".join(f"{m['name']} ours {fmt((m['ours_weight_bytes'] or 0) / 2**20, 0)} MiB"
+                              f" / llama.cpp {m['llama_weight_bytes'] / 2**20:.0f} MiB"
+                              for m in models) + "."]
     return "\n".join(lines) + "\n"
 
 
@@ -341,6 +343,8 @@ def main():
     ap.add_argument("--fa", default="0", help="llama-bench -fa (we have no flash attention)")
     ap.add_argument("--membw-reps", type=int, default=10)
     ap.add_argument("--no-scaling", action="store_true")
+    ap.add_argument("--scaling-only", action="store_true",
+                    help="only the TinyLlama -t 1 vs -t 2 decode comparison")
     ap.add_argument("--out", default=os.path.join(REPO_ROOT, "build", "bench"))
     args = ap.parse_args()
     keys = [k for k in args.models.split(",") if k]
@@ -368,10 +372,10 @@ def main():
     # Save after every model: a run stopped half-way (a busy machine makes
     # Llama-3 take hours) still leaves the finished models' table.
     results["complete"] = False
-    for k in keys:
+    for k in ([] if args.scaling_only else keys):
         results["models"][k] = bench_model(k, eng, args, bw)
         save(results, args.out, quiet=True)
-    if "tinyllama" in keys and not args.no_scaling:
+    if ("tinyllama" in keys or args.scaling_only) and not args.no_scaling:
         results["thread_scaling"] = thread_scaling(eng, args)
     results["complete"] = True
     save(results, args.out)
