@@ -15,7 +15,7 @@
 #include "sb_common.h"
 
 #define ROWS_PER_TASK 16        /* 1×1 path: 16 floats of output = one cache line per task */
-#define MAX_TASKS_1X1 512       /* above this, rows per task grow: claims are a shared CAS */
+#define TASKS_PER_THREAD 24     /* 1×1 path: above this, rows per task grow (each claim is a contended atomic) */
 #define GEMM_ROWS 64            /* gemm path: a multiple of every tile's rows */
 #define GEMM_TOKS 64
 
@@ -151,14 +151,15 @@ void sb_mm_run(sb_mm *mm, const float *x, int n_tok, const sb_mm_out *outs, int 
     /* Rows per task (`rows` for the 1x1 parts, or for all parts when all
      * are tiled): enough tasks that every thread gets several and a
      * preempted thread holds up little; few enough that claiming them (a
-     * shared CAS) is not the cost, as for a 150k-row output matrix. */
+     * contended atomic, ~100 ns) is not the cost: a decode step has ~110
+     * runs, and 128 tasks per run cost more than the imbalance of 48. */
     int rows = all_gemm ? GEMM_ROWS : ROWS_PER_TASK;
     const int min_rows = all_gemm ? 8 : 1;
     for (;;) {
         int64_t n_tasks = 0;
         for (int i = 0; i < n_outs; i++)
             n_tasks += part_tasks(&j.part[i], j.part[i].gemm && !all_gemm ? GEMM_ROWS : rows);
-        if (!all_gemm && n_tasks > MAX_TASKS_1X1 && rows < (1 << 20)) rows *= 2;
+        if (!all_gemm && n_tasks > TASKS_PER_THREAD * n_threads && rows < (1 << 20)) rows *= 2;
         else if (n_tasks < 4 * n_threads && rows > min_rows) rows /= 2;
         else break;
     }

@@ -27,15 +27,17 @@ typedef struct {
 } pool_thread;
 
 /* Work is handed out through one 64-bit ticket: run number (24 bits), task
- * count (20) and next task index (20). A thread claims a task by a CAS on
- * the ticket, so a claim can only succeed for the run that is current, and
- * fn/arg cannot change under it: the caller waits until every task of a
- * run has *finished* (tasks_done), not until every thread has checked in.
+ * count (20) and next task index (20). A thread claims a task by a
+ * fetch_add on the ticket; fn/arg cannot change under a claimed task: the
+ * caller waits until every task of a run has *finished* (tasks_done), not
+ * until every thread has checked in. Each thread overshoots the index by
+ * one when it finds the run empty, hence the OVERSHOOT headroom.
  * A thread that is descheduled while idle therefore never delays a run;
  * with more runnable threads than cores (three workers on two cores) that
  * is the difference between microseconds and a scheduler quantum per run. */
 #define TICKET_BITS 20
 #define TICKET_MASK ((1u << TICKET_BITS) - 1)
+#define OVERSHOOT 512           /* > threads: index headroom below the count bits */
 
 struct sb_pool {
     int n_threads;
@@ -52,18 +54,22 @@ struct sb_pool {
     pthread_cond_t cv;
 };
 
+/* Claim tasks until none is left. A claim is one fetch_add on the ticket
+ * (no retry loop under contention); it hands out an index of whichever run
+ * is current, which is always the run this thread's claims belong to: a run
+ * cannot finish while a thread holds an uncounted task of it. Finished tasks
+ * are counted locally and published once, so a run costs each thread two
+ * contended atomics plus one per task, not two per task. */
 static void run_tasks(sb_pool *p, int thread) {
-    uint64_t v = atomic_load_explicit(&p->ticket, memory_order_acquire);
+    int done = 0;
     for (;;) {
+        const uint64_t v = atomic_fetch_add_explicit(&p->ticket, 1, memory_order_acq_rel);
         const uint32_t idx = (uint32_t)(v & TICKET_MASK), n = (uint32_t)((v >> TICKET_BITS) & TICKET_MASK);
-        if (idx >= n) return;
-        if (!atomic_compare_exchange_weak_explicit(&p->ticket, &v, v + 1, memory_order_acq_rel,
-                                                   memory_order_acquire))
-            continue;
+        if (idx >= n) break;
         p->fn(p->arg, (int)idx, thread);
-        atomic_fetch_add_explicit(&p->tasks_done, 1, memory_order_release);
-        v = atomic_load_explicit(&p->ticket, memory_order_acquire);
+        done++;
     }
+    if (done) atomic_fetch_add_explicit(&p->tasks_done, done, memory_order_release);
 }
 
 static void *thread_main(void *arg) {
@@ -136,7 +142,7 @@ int sb_pool_size(const sb_pool *p) { return p->n_threads; }
 
 void sb_pool_run(sb_pool *p, sb_pool_fn fn, void *arg, int n_tasks) {
     if (n_tasks <= 0) return;
-    if (p->n_threads == 1 || n_tasks == 1 || n_tasks > (int)TICKET_MASK) {
+    if (p->n_threads == 1 || n_tasks == 1 || n_tasks > (int)TICKET_MASK - OVERSHOOT) {
         for (int t = 0; t < n_tasks; t++) fn(arg, t, 0);
         return;
     }
