@@ -181,7 +181,7 @@ fi
 
 # ---- (c) SIGTERM with requests in flight
 pids=$($ST pids "$run")
-ask_bg short --socket "$run/llama3.sock" --max-tokens 64 "A short one."
+ask_bg short --socket "$run/llama3.sock" --max-tokens 8 "A short one."
 # Whether 2000 tokens outlast the 1500 ms deadline depends on the machine;
 # either outcome is right. (test_runtime.c cuts one at a deadline for sure.)
 ask_bg long --socket "$run/spm.sock" --max-tokens 2000 --temp 0 -v "A long one, please."
