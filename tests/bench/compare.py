@@ -254,7 +254,9 @@ def markdown(results):
         f"Measured {results['date']} on {results['host']['cpu']} "
         f"({results['host']['cores']} cores), {a['threads']} threads, "
         f"medians of {a['rounds']} alternating rounds; llama.cpp {results['llamacpp']['commit']} "
-        f"(llama-bench -fa {a['fa']}), switchboard {results['switchboard']['commit']}. "
+        f"(llama-bench -fa {a['fa']}), switchboard binary built "
+        f"{results['switchboard'].get('binary_built', '?')} (tree at run time: "
+        f"{results['switchboard']['commit']}). "
         f"Memory read bandwidth ({a['threads']} threads): {fmt(results['membw_gbs'], 1)} GB/s. "
         f"Load average (1/5/15 min) at start {results['load']['start']}, "
         f"at end {results['load']['end']}."
@@ -359,6 +361,10 @@ def main():
         "llamacpp": {"commit": args.llama_commit, "llama_bench": args.llama_bench,
                      "command": " ".join(Engines(args).llama_cmd("FILE", args.threads, args.pp, args.tg))},
         "switchboard": {"commit": git_commit(), "binary": args.sb,
+                        # the tree's commit says little about a --sb binary
+                        # built earlier; its build time does
+                        "binary_built": datetime.datetime.fromtimestamp(
+                            os.path.getmtime(args.sb)).strftime("%Y-%m-%d %H:%M"),
                         "command": " ".join(Engines(args).ours_cmd("FILE", args.threads, args.pp, args.tg))},
         "settings": {"threads": args.threads, "pp": args.pp, "tg": args.tg,
                      "rounds": args.rounds, "fa": args.fa},
