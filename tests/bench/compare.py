@@ -163,6 +163,14 @@ def fmt(x, digits=2):
     return "—" if x is None else f"{x:.{digits}f}"
 
 
+def times(x):
+    return "—" if x is None else f"{x:.2f}×"
+
+
+def mib(n):
+    return "—" if not n else f"{n / 2**20:.0f} MiB"
+
+
 def ratio(a, b):
     return a / b if a is not None and b else None
 
@@ -274,24 +282,24 @@ def markdown(results):
         lines.append(
             f"| {m['name']} | `{os.path.basename(m['file'])}` ({m['file_bytes'] / 2**30:.2f} GiB) | "
             f"{fmt(m['ours_pp']['median'])} | {fmt(m['llamacpp_pp']['median'])} | "
-            f"{fmt(m['ratio_pp'])}× | {fmt(m['ours_tg']['median'])} | "
-            f"{fmt(m['llamacpp_tg']['median'])} | {fmt(m['ratio_tg'])}× | "
+            f"{times(m['ratio_pp'])} | {fmt(m['ours_tg']['median'])} | "
+            f"{fmt(m['llamacpp_tg']['median'])} | {times(m['ratio_tg'])} | "
             f"{pct(m['bw_frac_ours'])} | {pct(m['bw_frac_llamacpp'])} | "
             f"{fmt(median([s['load1'] for s in m['ours'] + m['llamacpp']]), 1)} |")
     ts = results.get("thread_scaling")
     if ts:
         o, l = ts["ours_median"], ts["llamacpp_median"]
         lines += ["", f"Thread scaling, {ts['model']} tg{ts['tg']} (tokens/s): "
-                  f"ours {fmt(o['1'])} (-t 1) → {fmt(o['2'])} (-t 2), {fmt(o['speedup'])}×; "
-                  f"llama.cpp {fmt(l['1'])} → {fmt(l['2'])}, {fmt(l['speedup'])}×."]
+                  f"ours {fmt(o['1'])} (-t 1) → {fmt(o['2'])} (-t 2), {times(o['speedup'])}; "
+                  f"llama.cpp {fmt(l['1'])} → {fmt(l['2'])}, {times(l['speedup'])}."]
     errs = [f"{m['name']}: {s['error']}" for m in models
             for s in m["ours"] + m["llamacpp"] if "error" in s]
     if errs:
         lines += ["", "Errors: " + "; ".join(sorted(set(errs)))]
     if models:
         lines += ["", "Bytes per token for the bandwidth limit: "
-                  + ", ".join(f"{m['name']} ours {fmt((m['ours_weight_bytes'] or 0) / 2**20, 0)} MiB"
-                              f" / llama.cpp {m['llama_weight_bytes'] / 2**20:.0f} MiB"
+                  + ", ".join(f"{m['name']} ours {mib(m['ours_weight_bytes'])}"
+                              f" / llama.cpp {mib(m['llama_weight_bytes'])}"
                               for m in models) + "."]
     return "\n".join(lines) + "\n"
 
