@@ -17,7 +17,7 @@
 #define ROWS_PER_TASK 16        /* 1×1 path: 16 floats of output = one cache line per task */
 #define TASKS_PER_THREAD 24     /* 1×1 path: above this, rows per task grow (each claim is a contended atomic) */
 #define GEMM_ROWS 64            /* gemm path: a multiple of every tile's rows */
-#define GEMM_TOKS 64
+#define GEMM_TOKS 512           /* a packed weight panel serves this many tokens: packing it costs about as much as 64 tokens of compute */
 
 int sb_mm_init(sb_mm *mm, const sb_kq_traits *kq, sb_pool *pool, size_t act_bytes) {
     memset(mm, 0, sizeof *mm);

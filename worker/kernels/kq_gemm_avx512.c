@@ -129,7 +129,7 @@ KQ_INLINE void tile_q8_0(int n, int R, int C, const uint8_t *x, size_t bx, const
 #define PANEL 16
 #define PACK_B 64               /* blocks per packed chunk: 36 KB */
 #define COLS 8
-#define COL_GROUP 64            /* columns whose sums and scales are precomputed at once */
+#define COL_GROUP 128           /* columns whose sums and scales are precomputed at once */
 #define PACK_MIN_COLS 8
 
 typedef struct {

@@ -146,6 +146,21 @@ KQ_INLINE void pack_scales(int wt, const uint8_t *blk, int r, panel_sb *p) {
     }
 }
 
+/* Q2_K: quants (0..3) times their 4-bit sub-block scale (0..15) still fit a
+ * byte (≤ 45), so the panel stores sc·q and the micro-kernel needs no
+ * per-sub-block multiply: one vpdpbusd chain over the whole super-block
+ * gives Σ sc·q·y, the same integer as the 1×1 kernel. Sub-block 4j+l of
+ * step j is 128-bit lane l; vpmullw on byte pairs cannot carry (45 < 256). */
+KQ_INLINE __m512i q2_times_scales(__m512i q, const uint8_t *blk, int j) {
+    const sb_block_q2_K *b = (const sb_block_q2_K *)blk;
+    const int s0 = b->scales[4 * j] & 0xF, s1 = b->scales[4 * j + 1] & 0xF;
+    const int s2 = b->scales[4 * j + 2] & 0xF, s3 = b->scales[4 * j + 3] & 0xF;
+    const __m512i sc16 = _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_setr_m128i(_mm_set1_epi16((short)s0), _mm_set1_epi16((short)s1))),
+        _mm256_setr_m128i(_mm_set1_epi16((short)s2), _mm_set1_epi16((short)s3)), 1);
+    return _mm512_mullo_epi16(q, sc16);
+}
+
 /* o[k] = dword k of every r[i], i = 0..15 (a 16×16 dword transpose). */
 static inline void transpose16(const __m512i r[16], __m512i o[16]) {
     __m512i t[16], u[16];
@@ -180,8 +195,11 @@ KQ_INLINE void pack_panel(int wt, const uint8_t *x, size_t bx, int nr, int i0, i
         for (int r = 0; r < nr; r++) pack_scales(wt, x + (size_t)r * bx + (size_t)(i0 + i) * bs, r, p);
         for (int j = 0; j < 4; j++) {
             __m512i rows[PANEL], cols[PANEL];
-            for (int r = 0; r < PANEL; r++)
-                rows[r] = r < nr ? decode_step(wt, x + (size_t)r * bx + (size_t)(i0 + i) * bs, j) : _mm512_setzero_si512();
+            for (int r = 0; r < PANEL; r++) {
+                const uint8_t *blk = x + (size_t)r * bx + (size_t)(i0 + i) * bs;
+                rows[r] = r < nr ? decode_step(wt, blk, j) : _mm512_setzero_si512();
+                if (wt == W_Q2_K && r < nr) rows[r] = q2_times_scales(rows[r], blk, j);
+            }
             transpose16(rows, cols);
             for (int k = 0; k < 16; k++) _mm512_storeu_si512(p->q[16 * j + k], cols[k]);
         }
@@ -219,7 +237,15 @@ KQ_INLINE void micro(int wt, int C, const panel_sb *pan, int nsb, const sb_block
         __m512i isum[COLS];
 #pragma GCC unroll 8
         for (int c = 0; c < C; c++) isum[c] = _mm512_setzero_si512();
-        for (int sb = 0; sb < ns; sb++) {
+        if (wt == W_Q2_K) {     /* scales already in the panel's quants */
+#pragma GCC unroll 4
+            for (int g = 0; g < 64; g++) {
+                const __m512i q = _mm512_loadu_si512(p->q[g]);
+#pragma GCC unroll 8
+                for (int c = 0; c < C; c++) isum[c] = dpbusd_bcast(isum[c], q, yb[c]->qs + 4 * g);
+            }
+        }
+        for (int sb = 0; sb < (wt == W_Q2_K ? 0 : ns); sb++) {
             __m512i t[COLS];
 #pragma GCC unroll 8
             for (int c = 0; c < C; c++) t[c] = _mm512_setzero_si512();
