@@ -473,6 +473,29 @@ static void test_type_names(void **state) {
     assert_null(sb_ftype_by_name("IQ2_XXS"));
 }
 
+/* Every allocation failing in turn (SQLite's discipline): each run either
+ * succeeds or fails cleanly, and never leaves OUT or a temporary file. */
+static void test_allocation_failures(void **state) {
+    (void)state;
+    const char *dir = test_dir("oom");
+    char out[256], err[SB_ERR_LEN];
+    snprintf(out, sizeof out, "%s/oom.gguf", dir);
+    const char *flags = "imatrix=tests/data/quant/imatrix-phi3.gguf";
+    int n, rc = -1;
+    for (n = 0; n < 2000; n++) {
+        sb_malloc_fail_after(n);
+        rc = quantize("tests/data/tiny-phi3-f16.gguf", out, "Q4_K_M", flags, 2, err);
+        sb_malloc_fail_after(-1);
+        if (rc == 0) break;
+        if (rc != SB_ENOMEM) fail_msg("allocation %d failing gave %d: %s", n, rc, err);
+        assert_int_equal(count_files(dir, NULL), 0);
+    }
+    print_message("%d allocations, each failure handled\n", n);
+    assert_int_equal(rc, 0);
+    assert_true(n > 10);
+    unlink(out);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_type_names),
@@ -485,6 +508,7 @@ int main(void) {
         cmocka_unit_test(test_bad_imatrix),
         cmocka_unit_test(test_write_failure_leaves_old_file),
         cmocka_unit_test(test_output_dir_missing),
+        cmocka_unit_test(test_allocation_failures),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -121,15 +121,16 @@ static int load_gguf(const char *path, sb_imatrix *m, char *err) {
     }
     m->chunk_count = (int)chunk_count;
     if (ds->type == SB_GGUF_ARRAY && ds->arr_type == SB_GGUF_STRING && ds->arr_n) {
+        /* the first dataset goes into the output's metadata, as llama-quantize does */
         sb_str *strs;
-        if (!sb_gguf_arr_strings(ds, &strs, NULL)) {
-            m->dataset = sb_malloc(strs[0].len + 1);
-            if (m->dataset) {
-                memcpy(m->dataset, strs[0].ptr, strs[0].len);
-                m->dataset[strs[0].len] = 0;
-            }
-            sb_free(strs);
+        if ((rc = sb_gguf_arr_strings(ds, &strs, err))) goto done;
+        m->dataset = sb_malloc(strs[0].len + 1);
+        if (m->dataset) {
+            memcpy(m->dataset, strs[0].ptr, strs[0].len);
+            m->dataset[strs[0].len] = 0;
         }
+        sb_free(strs);
+        if (!m->dataset) { rc = sb_seterr(err, SB_ENOMEM, "out of memory"); goto done; }
     }
     for (size_t i = 0; i < nt && !rc; i++) {
         const sb_gguf_tensor *sums = sb_gguf_tensor_at(g, i);
@@ -210,7 +211,8 @@ static int load_legacy(FILE *f, const char *path, sb_imatrix *m, char *err) {
         m->chunk_count = n_calls;
         if (!rd_i32(f, &dlen) && dlen > 0 && dlen < (1 << 20)) {
             m->dataset = sb_calloc(1, (size_t)dlen + 1);
-            if (m->dataset && fread(m->dataset, 1, (size_t)dlen, f) != (size_t)dlen) {
+            if (!m->dataset) return sb_seterr(err, SB_ENOMEM, "out of memory");
+            if (fread(m->dataset, 1, (size_t)dlen, f) != (size_t)dlen) {
                 sb_free(m->dataset);
                 m->dataset = NULL;
             }
