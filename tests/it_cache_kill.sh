@@ -44,6 +44,7 @@ start_router() {
     echo "FAIL router did not come up"; tail -5 "$tmp/router.log"; exit 1
 }
 fail=0
+: > "$tmp/acked"
 for r in $(seq 1 "$ROUNDS"); do
     start_router
     # 16 writers until the router dies under them.
@@ -69,7 +70,11 @@ for t in ts: t.start()
 for t in ts: t.join()
 PY
     clients=$!
-    sleep "0.$((3 + RANDOM % 7))"
+    # Kill only once this round has stored something (a loaded machine can
+    # take seconds for the first answer), then at a random moment after.
+    before=$(wc -l < "$tmp/acked")
+    for _ in $(seq 1 200); do [ "$(wc -l < "$tmp/acked")" -gt "$before" ] && break; sleep 0.05; done
+    sleep "0.$((1 + RANDOM % 7))"
     kill -9 "$router"; wait "$router" 2>/dev/null
     wait "$clients"
 done
