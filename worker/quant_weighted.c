@@ -8,7 +8,7 @@
  * With an imatrix llama.cpp switches to other searches (ggml-quants.c's
  * quantize_row_*_impl): each element's error is weighted by
  * w = imatrix[col] * sqrt(sigma2 + x²) (sigma2: the row's or super-block's
- * mean square), the asymmetric types use make_qkx3_quants (a finer scale
+ * mean square), the asymmetric types use sb_kq_search_asymmetric, ggml's make_qkx3 (a finer scale
  * sweep than the reference, weighted squared error) and the sub-block scales
  * and mins of the k-quants are themselves quantized by make_qp_quants (a
  * weighted search of the super-block scale with single-element refinement)
@@ -92,81 +92,6 @@ static float make_qx_quants(int n, int nmax, const float *x, int8_t *L, int rmse
         }
     }
 #undef QX_WEIGHT
-    return scale;
-}
-
-/* Asymmetric levels L in [0, nmax]: x ≈ scale·L - the_min. nstep+1 scales
- * (rmin + rdelta·is + nmax)/(max - min), each with the weighted
- * least-squares scale and min; the lowest weighted error (squared, or
- * absolute if use_mad) wins. */
-static float make_qkx3_quants(int n, int nmax, const float *x, const float *weights, uint8_t *L,
-                              float *the_min, uint8_t *Laux, float rmin, float rdelta, int nstep,
-                              int use_mad) {
-    float min = x[0], max = x[0];
-    float sum_w = weights ? weights[0] : x[0] * x[0];
-    float sum_x = sum_w * x[0];
-    for (int i = 1; i < n; ++i) {
-        if (x[i] < min) min = x[i];
-        if (x[i] > max) max = x[i];
-        const float w = weights ? weights[i] : x[i] * x[i];
-        sum_w += w;
-        sum_x += w * x[i];
-    }
-    if (min > 0) min = 0;
-    if (max <= min) {
-        memset(L, 0, (size_t)n);
-        *the_min = -min;
-        return 0.f;
-    }
-    float iscale = nmax / (max - min);
-    float scale = 1 / iscale;
-    float best_mad = 0;
-    for (int i = 0; i < n; ++i) {
-        L[i] = (uint8_t)clampi(nearest_int(iscale * (x[i] - min)), 0, nmax);
-        float diff = scale * L[i] + min - x[i];
-        diff = use_mad ? fabsf(diff) : diff * diff;
-        const float w = weights ? weights[i] : x[i] * x[i];
-        best_mad += w * diff;
-    }
-    if (nstep < 1) {
-        *the_min = -min;
-        return scale;
-    }
-    for (int is = 0; is <= nstep; ++is) {
-        iscale = (rmin + rdelta * is + nmax) / (max - min);
-        float sum_l = 0, sum_l2 = 0, sum_xl = 0;
-        for (int i = 0; i < n; ++i) {
-            const int l = clampi(nearest_int(iscale * (x[i] - min)), 0, nmax);
-            Laux[i] = (uint8_t)l;
-            const float w = weights ? weights[i] : x[i] * x[i];
-            sum_l += w * l;
-            sum_l2 += w * l * l;
-            sum_xl += w * l * x[i];
-        }
-        const float D = sum_w * sum_l2 - sum_l * sum_l;
-        if (D > 0) {
-            float this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
-            float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
-            if (this_min > 0) {
-                this_min = 0;
-                this_scale = sum_xl / sum_l2;
-            }
-            float mad = 0;
-            for (int i = 0; i < n; ++i) {
-                float diff = this_scale * Laux[i] + this_min - x[i];
-                diff = use_mad ? fabsf(diff) : diff * diff;
-                const float w = weights ? weights[i] : x[i] * x[i];
-                mad += w * diff;
-            }
-            if (mad < best_mad) {
-                memcpy(L, Laux, (size_t)n);
-                best_mad = mad;
-                scale = this_scale;
-                min = this_min;
-            }
-        }
-    }
-    *the_min = -min;
     return scale;
 }
 
@@ -284,7 +209,7 @@ static void row_q4_1(const float *x, void *vy, int64_t n, const float *qw) {
     uint8_t L[32], Laux[32];
     for (int64_t ib = 0; ib < n / 32; ++ib) {
         weights_32(x + 32 * ib, qw + 32 * ib, sigma2, w);
-        const float d = make_qkx3_quants(32, 15, x + 32 * ib, w, L, &min, Laux, -0.9f, 0.05f, 36, 0);
+        const float d = sb_kq_search_asymmetric(32, 15, x + 32 * ib, w, L, &min, Laux, -0.9f, 0.05f, 36, 0);
         y[ib].d = sb_fp32_to_fp16(d);
         y[ib].m = sb_fp32_to_fp16(-min);
         for (int j = 0; j < 16; ++j) y[ib].qs[j] = (uint8_t)(L[j] | (L[j + 16] << 4));
@@ -310,7 +235,7 @@ static void row_q5_1(const float *x, void *vy, int64_t n, const float *qw) {
     uint8_t L[32], Laux[32];
     for (int64_t ib = 0; ib < n / 32; ++ib) {
         weights_32(x + 32 * ib, qw + 32 * ib, sigma2, w);
-        const float d = make_qkx3_quants(32, 31, x + 32 * ib, w, L, &min, Laux, -0.9f, 0.05f, 36, 0);
+        const float d = sb_kq_search_asymmetric(32, 31, x + 32 * ib, w, L, &min, Laux, -0.9f, 0.05f, 36, 0);
         y[ib].d = sb_fp32_to_fp16(d);
         y[ib].m = sb_fp32_to_fp16(-min);
         pack_q5(L, y[ib].qs, y[ib].qh);
@@ -338,7 +263,7 @@ static void row_q2_K(const float *x, void *vy, int64_t n, const float *qw) {
             const float *w = qw + QK * i + 16 * j;
             for (int l = 0; l < 16; ++l) weight[l] = w[l] * sqrtf(sigma2 + x[16 * j + l] * x[16 * j + l]);
             for (int l = 0; l < 16; ++l) sw[j] += weight[l];
-            scales[j] = make_qkx3_quants(16, 3, x + 16 * j, weight, L + 16 * j, &mins[j], Laux, -0.9f, 0.05f, 36, 0);
+            scales[j] = sb_kq_search_asymmetric(16, 3, x + 16 * j, weight, L + 16 * j, &mins[j], Laux, -0.9f, 0.05f, 36, 0);
         }
         y[i].d = sb_fp32_to_fp16(make_qp_quants(16, 15, scales, Ls, sw));
         y[i].dmin = sb_fp32_to_fp16(make_qp_quants(16, 15, mins, Lm, sw));
@@ -412,7 +337,7 @@ static void row_k32(const float *x, uint8_t *scales_out, sb_fp16 *d_out, sb_fp16
         float sumw = 0;
         for (int l = 0; l < 32; ++l) sumw += weights[l];
         sw[j] = sumw;
-        scales[j] = make_qkx3_quants(32, nmax, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, -0.9f, 0.05f, 36, 0);
+        scales[j] = sb_kq_search_asymmetric(32, nmax, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, -0.9f, 0.05f, 36, 0);
     }
     const float d_block = make_qp_quants(8, 63, scales, Ls, sw);
     const float m_block = make_qp_quants(8, 63, mins, Lm, sw);

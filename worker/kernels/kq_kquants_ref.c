@@ -119,9 +119,9 @@ static float search_symmetric_q3(int n, int nmax, const float *x, int8_t *L) {
  * returned in *the_min). Tries nstep+1 scales (nmax + rmin + rdelta·is)
  * /(max - min), solving the weighted least-squares scale and min for each,
  * and keeps the lowest weighted error (absolute if use_mad, else squared). */
-static float search_asymmetric(int n, int nmax, const float *x, const float *weights, uint8_t *L,
-                               float *the_min, uint8_t *Laux, float rmin, float rdelta, int nstep,
-                               int use_mad) {
+float sb_kq_search_asymmetric(int n, int nmax, const float *x, const float *weights, uint8_t *L,
+                              float *the_min, uint8_t *Laux, float rmin, float rdelta, int nstep,
+                              int use_mad) {
     float min = x[0], max = x[0];
     float sum_w = weights[0];
     float sum_x = sum_w * x[0];
@@ -222,7 +222,7 @@ void sb_kq_quant_q2_K_ref(const float *src, void *dst, int64_t n) {
         float max_scale = 0, max_min = 0;
         for (int j = 0; j < 16; ++j) {
             for (int l = 0; l < 16; ++l) weights[l] = fabsf(x[16 * j + l]);
-            scales[j] = search_asymmetric(16, 3, x + 16 * j, weights, L + 16 * j, &mins[j], Laux, -0.5f, 0.1f, 15, 1);
+            scales[j] = sb_kq_search_asymmetric(16, 3, x + 16 * j, weights, L + 16 * j, &mins[j], Laux, -0.5f, 0.1f, 15, 1);
             if (scales[j] > max_scale) max_scale = scales[j];
             if (mins[j] > max_min) max_min = mins[j];
         }
@@ -342,7 +342,7 @@ static void quant_k4_common(const float *x, int nmax, float rmin, int nstep, uin
         for (int l = 0; l < 32; ++l) sum_x2 += x[32 * j + l] * x[32 * j + l];
         const float av_x = sqrtf(sum_x2 / 32);
         for (int l = 0; l < 32; ++l) weights[l] = av_x + fabsf(x[32 * j + l]);
-        scales[j] = search_asymmetric(32, nmax, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, rmin, 0.1f, nstep, 0);
+        scales[j] = sb_kq_search_asymmetric(32, nmax, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, rmin, 0.1f, nstep, 0);
         if (scales[j] > max_scale) max_scale = scales[j];
         if (mins[j] > max_min) max_min = mins[j];
     }

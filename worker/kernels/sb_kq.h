@@ -133,6 +133,16 @@ static inline size_t sb_kq_row_size(const sb_kq_traits *t, int64_t n) {
     return t->blck_size ? (size_t)(n / t->blck_size) * t->type_size : 0;
 }
 
+/* ---- building blocks of the reference quantizers ------------------------ */
+/* ggml's make_qkx2/qkx3 search: asymmetric levels L in [0, nmax] with
+ * x ≈ scale·L - min, trying nstep+1 candidate scales and keeping the lowest
+ * weighted error (absolute if use_mad). Returns the scale, *the_min the min.
+ * weights must not be NULL. Shared by the k-quant reference quantizers and
+ * the importance-weighted ones of `switchboard quantize`. */
+float sb_kq_search_asymmetric(int n, int nmax, const float *x, const float *weights, uint8_t *L,
+                              float *the_min, uint8_t *Laux, float rmin, float rdelta, int nstep,
+                              int use_mad);
+
 /* ---- fp16 / bf16 scalar conversions (round-to-nearest-even, like F16C) ---- */
 static inline float sb_fp32_from_bits(uint32_t w) { float f; memcpy(&f, &w, 4); return f; }
 static inline uint32_t sb_fp32_to_bits(float f) { uint32_t w; memcpy(&w, &f, 4); return w; }
