@@ -65,10 +65,61 @@ static void test_wakes_after_sleep(void **state) {
     sb_pool_free(p);
 }
 
+/* A thread stuck in a task must not hold up the rest of its range: the
+ * others steal it. Thread 1's first task waits until every other task of
+ * the run has finished (or 2 s pass, which fails the test); that can only
+ * happen if another thread runs the rest of thread 1's range. */
+typedef struct {
+    atomic_int finished;
+    atomic_int timed_out;
+    atomic_int blocked_once;
+    int n;
+} steal_job;
+
+static void steal_task(void *arg, int t, int thread) {
+    (void)t;
+    steal_job *j = arg;
+    if (thread == 1 && !atomic_exchange(&j->blocked_once, 1)) {
+        const uint64_t t0 = sb_now_ns();
+        while (atomic_load(&j->finished) < j->n - 1) {
+            if (sb_now_ns() - t0 > 2000000000ull) {
+                atomic_store(&j->timed_out, 1);
+                break;
+            }
+            struct timespec ts = { 0, 100 * 1000 };
+            nanosleep(&ts, NULL);
+        }
+    }
+    /* ~20 µs of work, so a run lasts long enough for thread 1 to wake up */
+    const uint64_t t1 = sb_now_ns();
+    while (sb_now_ns() - t1 < 20000) {}
+    atomic_fetch_add(&j->finished, 1);
+}
+
+static void test_steals_from_a_stuck_thread(void **state) {
+    (void)state;
+    sb_pool *p;
+    assert_int_equal(sb_pool_new(2, &p), 0);
+    int blocked_runs = 0;
+    const uint64_t t0 = sb_now_ns();
+    for (int run = 0; blocked_runs < 5 && sb_now_ns() - t0 < 10000000000ull; run++) {
+        steal_job j = { 0, 0, 0, 64 };
+        sb_pool_run(p, steal_task, &j, j.n);
+        assert_int_equal(atomic_load(&j.finished), j.n);
+        if (atomic_load(&j.timed_out)) fail_msg("run %d: a stuck thread's range was not stolen", run);
+        blocked_runs += atomic_load(&j.blocked_once);
+    }
+    /* Thread 1 may miss a run entirely (asleep while thread 0 does it all),
+     * but within 10 s of runs it joins some. */
+    assert_true(blocked_runs > 0);
+    sb_pool_free(p);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_task_once),
         cmocka_unit_test(test_wakes_after_sleep),
+        cmocka_unit_test(test_steals_from_a_stuck_thread),
     };
     return cmocka_run_group_tests_name("pool", tests, NULL, NULL);
 }

@@ -15,7 +15,7 @@
 #include "sb_common.h"
 
 #define ROWS_PER_TASK 16        /* 1×1 path: 16 floats of output = one cache line per task */
-#define TASKS_PER_THREAD 24     /* 1×1 path: above this, rows per task grow (each claim is a contended atomic) */
+#define TASKS_PER_THREAD 24     /* 1×1 path: above this, rows per task grow (each claim is an atomic CAS) */
 #define GEMM_ROWS 64            /* gemm path: a multiple of every tile's rows */
 #define GEMM_TOKS 512           /* a packed weight panel serves this many tokens: packing it costs about as much as 64 tokens of compute */
 
@@ -100,9 +100,9 @@ static void run_1x1(const mm_part *p, int64_t r0, int n_tok) {
 }
 
 /* One block of rows × one block of tokens through the tiled kernel. Tasks
- * are numbered token-block fastest, so both threads work on the same weight
- * rows at about the same time (shared L3) while a tile keeps its rows and
- * tokens in L1/L2. */
+ * are numbered token-block fastest and the pool gives each thread a
+ * contiguous range of tasks, so one thread runs every token block of a row
+ * block back to back while those rows are still in its L2. */
 static void run_gemm(const mm_part *p, int local, int n_tok) {
     const int rb = local / p->n_tok_blocks, tb = local % p->n_tok_blocks;
     const int64_t r0 = (int64_t)rb * p->rows;
@@ -150,9 +150,10 @@ void sb_mm_run(sb_mm *mm, const float *x, int n_tok, const sb_mm_out *outs, int 
     }
     /* Rows per task (`rows` for the 1x1 parts, or for all parts when all
      * are tiled): enough tasks that every thread gets several and a
-     * preempted thread holds up little; few enough that claiming them (a
-     * contended atomic, ~100 ns) is not the cost: a decode step has ~110
-     * runs, and 128 tasks per run cost more than the imbalance of 48. */
+     * preempted thread's range can be stolen in small pieces; few enough
+     * that claiming them (a CAS each; ~100 ns when another thread is
+     * stealing from the same range) is not the cost: a decode step has
+     * ~110 runs. */
     int rows = all_gemm ? GEMM_ROWS : ROWS_PER_TASK;
     const int min_rows = all_gemm ? 8 : 1;
     for (;;) {

@@ -20,29 +20,42 @@
 /* The caller waiting for a claimed task yields after this many pauses (~10 µs). */
 #define YIELD_AFTER 200
 
+/* Work is handed out as one contiguous range of task indices per thread.
+ * A thread takes tasks from the front of its own range, in order, then
+ * steals from the back of the others' ranges. Why ranges and not one shared
+ * counter: in a decode step a run is a few microseconds of work per thread
+ * and a token has ~110 runs; with a shared counter every claim moves one
+ * cache line between cores (~100 ns each, thousands per token), while the
+ * owner of a range claims from a line only it writes until someone steals.
+ * Each thread also streams one contiguous stretch of the weight rows.
+ *
+ * A range is one 64-bit word: run number (24 bits), front (20), back (20);
+ * tasks [front, back) are unclaimed. Claims are compare-and-swaps on the
+ * whole word, so a thread holding a stale copy from an earlier run can never
+ * claim in the current one by mistake (the run number differs). fn/arg
+ * cannot change under a claimed task: the caller waits until every task of a
+ * run has *finished* (tasks_done), not until every thread has checked in. A
+ * thread that is descheduled while idle therefore never delays a run; with
+ * more runnable threads than cores (three workers on two cores) that is the
+ * difference between microseconds and a scheduler quantum per run. */
+#define IDX_BITS 20
+#define IDX_MASK ((1u << IDX_BITS) - 1)
+#define RUN_SHIFT (2 * IDX_BITS)
+
 typedef struct {
     sb_pool *pool;
     int index;
     pthread_t tid;
 } pool_thread;
 
-/* Work is handed out through one 64-bit ticket: run number (24 bits), task
- * count (20) and next task index (20). A thread claims a task by a
- * fetch_add on the ticket; fn/arg cannot change under a claimed task: the
- * caller waits until every task of a run has *finished* (tasks_done), not
- * until every thread has checked in. Each thread overshoots the index by
- * one when it finds the run empty, hence the OVERSHOOT headroom.
- * A thread that is descheduled while idle therefore never delays a run;
- * with more runnable threads than cores (three workers on two cores) that
- * is the difference between microseconds and a scheduler quantum per run. */
-#define TICKET_BITS 20
-#define TICKET_MASK ((1u << TICKET_BITS) - 1)
-#define OVERSHOOT 512           /* > threads: index headroom below the count bits */
+typedef struct {
+    _Alignas(64) _Atomic uint64_t word;     /* one cache line per range */
+} pool_range;
 
 struct sb_pool {
     int n_threads;
     pool_thread *threads;
-    _Alignas(64) _Atomic uint64_t ticket;
+    pool_range *ranges;                     /* [n_threads] */
     _Alignas(64) atomic_int tasks_done;
     _Alignas(64) atomic_uint generation;    /* bumped once per run: wakes threads */
     _Alignas(64) atomic_int n_sleeping;
@@ -54,20 +67,41 @@ struct sb_pool {
     pthread_cond_t cv;
 };
 
-/* Claim tasks until none is left. A claim is one fetch_add on the ticket
- * (no retry loop under contention); it hands out an index of whichever run
- * is current, which is always the run this thread's claims belong to: a run
- * cannot finish while a thread holds an uncounted task of it. Finished tasks
- * are counted locally and published once, so a run costs each thread two
- * contended atomics plus one per task, not two per task. */
-static void run_tasks(sb_pool *p, int thread) {
-    int done = 0;
+static uint32_t range_front(uint64_t w) { return (uint32_t)(w >> IDX_BITS) & IDX_MASK; }
+static uint32_t range_back(uint64_t w) { return (uint32_t)w & IDX_MASK; }
+
+/* Claim the first (owner) or last (thief) unclaimed task of a range; -1 if
+ * it is empty. */
+static int claim(pool_range *r, int from_back) {
+    uint64_t w = atomic_load_explicit(&r->word, memory_order_relaxed);
     for (;;) {
-        const uint64_t v = atomic_fetch_add_explicit(&p->ticket, 1, memory_order_acq_rel);
-        const uint32_t idx = (uint32_t)(v & TICKET_MASK), n = (uint32_t)((v >> TICKET_BITS) & TICKET_MASK);
-        if (idx >= n) break;
-        p->fn(p->arg, (int)idx, thread);
+        const uint32_t front = range_front(w), back = range_back(w);
+        if (front >= back) return -1;
+        const uint64_t nw = from_back ? w - 1 : w + ((uint64_t)1 << IDX_BITS);
+        if (atomic_compare_exchange_weak_explicit(&r->word, &w, nw, memory_order_acquire, memory_order_relaxed))
+            return (int)(from_back ? back - 1 : front);
+    }
+}
+
+/* Run tasks until every range is empty: this thread's own range first, then
+ * the others' from the back. A claim may belong to a run newer than the one
+ * that woke this thread (it found nothing to do and the caller moved on);
+ * that is fine because fn/arg are read after each claim, and a thread can
+ * only reach a newer run with nothing uncounted of the old one (the old run
+ * could not have finished otherwise). Finished tasks are counted locally and
+ * published once per call. */
+static void run_tasks(sb_pool *p, int self) {
+    int done = 0, t;
+    while ((t = claim(&p->ranges[self], 0)) >= 0) {
+        p->fn(p->arg, t, self);
         done++;
+    }
+    for (int k = 1; k < p->n_threads; k++) {
+        pool_range *victim = &p->ranges[(self + k) % p->n_threads];
+        while ((t = claim(victim, 1)) >= 0) {
+            p->fn(p->arg, t, self);
+            done++;
+        }
     }
     if (done) atomic_fetch_add_explicit(&p->tasks_done, done, memory_order_release);
 }
@@ -108,7 +142,11 @@ int sb_pool_new(int n_threads, sb_pool **out) {
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
     p->threads = sb_calloc((size_t)n_threads, sizeof *p->threads);
-    if (!p->threads) goto fail;
+    p->ranges = sb_aligned_alloc((size_t)n_threads * sizeof *p->ranges);
+    if (!p->threads || !p->ranges) {
+        p->n_threads = 1;       /* nothing started: free joins no one */
+        goto fail;
+    }
     for (int i = 1; i < n_threads; i++) {
         p->threads[i].pool = p;
         p->threads[i].index = i;
@@ -135,6 +173,7 @@ void sb_pool_free(sb_pool *p) {
     pthread_cond_destroy(&p->cv);
     pthread_mutex_destroy(&p->mu);
     sb_free(p->threads);
+    sb_aligned_free(p->ranges);
     sb_aligned_free(p);
 }
 
@@ -142,7 +181,7 @@ int sb_pool_size(const sb_pool *p) { return p->n_threads; }
 
 void sb_pool_run(sb_pool *p, sb_pool_fn fn, void *arg, int n_tasks) {
     if (n_tasks <= 0) return;
-    if (p->n_threads == 1 || n_tasks == 1 || n_tasks > (int)TICKET_MASK - OVERSHOOT) {
+    if (p->n_threads == 1 || n_tasks == 1 || n_tasks > (int)IDX_MASK) {
         for (int t = 0; t < n_tasks; t++) fn(arg, t, 0);
         return;
     }
@@ -150,8 +189,15 @@ void sb_pool_run(sb_pool *p, sb_pool_fn fn, void *arg, int n_tasks) {
     p->arg = arg;
     p->run = (p->run + 1) & 0xFFFFFFu;
     atomic_store_explicit(&p->tasks_done, 0, memory_order_relaxed);
-    atomic_store_explicit(&p->ticket, ((uint64_t)p->run << (2 * TICKET_BITS)) | ((uint64_t)n_tasks << TICKET_BITS),
-                          memory_order_release);
+    /* Thread i's range is [i·n/T, (i+1)·n/T). Release: a thread whose claim
+     * reads this word also sees fn, arg and the reset count. */
+    const int nt = p->n_threads;
+    for (int i = 0; i < nt; i++) {
+        const uint64_t front = (uint64_t)n_tasks * (uint64_t)i / (uint64_t)nt;
+        const uint64_t back = (uint64_t)n_tasks * (uint64_t)(i + 1) / (uint64_t)nt;
+        atomic_store_explicit(&p->ranges[i].word, ((uint64_t)p->run << RUN_SHIFT) | (front << IDX_BITS) | back,
+                              memory_order_release);
+    }
     /* seq_cst: this store and the n_sleeping load below must not reorder
      * (a thread going to sleep does the mirror image under the mutex). */
     atomic_fetch_add(&p->generation, 1);
