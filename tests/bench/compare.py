@@ -13,7 +13,10 @@ Method (see docs/PERFORMANCE.md):
     same threads (-r 1 each), so slow drift in machine load hits both equally;
   * the figure per engine is the median over rounds;
   * decode is also given as a fraction of the memory-bandwidth limit:
-    tg_tps * (weight bytes read per token) / (read bandwidth, 2 threads);
+    tg_tps * (weight bytes read per token) / (read bandwidth, 2 threads),
+    with the bandwidth measured in every round, just before that round's
+    runs (on a shared host it moves by tens of percent within minutes), and
+    the median of the per-round fractions reported;
   * thread scaling: TinyLlama decode at -t 1 and -t 2, alternated likewise.
 Every raw sample and the 1-minute load average at the time it was taken go
 into results.json, so noisy runs can be recognised later.
@@ -175,7 +178,7 @@ def ratio(a, b):
     return a / b if a is not None and b else None
 
 
-def bench_model(key, eng, args, bw):
+def bench_model(key, eng, args):
     name, fname = MODEL_FILES[key]
     path = os.path.join(args.models_dir, fname)
     res = {"name": name, "file": os.path.relpath(path, REPO_ROOT),
@@ -186,20 +189,23 @@ def bench_model(key, eng, args, bw):
         f"{args.rounds} rounds x (ours, llama.cpp), pp{args.pp} tg{args.tg} -t {args.threads}")
     ours_ok = True
     for r in range(args.rounds):
+        bw, _ = measure_bandwidth(args, args.membw_round_reps)
         if ours_ok:
             s_ours = eng.ours(path, args.threads, args.pp, args.tg)
+            s_ours["bw_gbs"] = bw
             res["ours"].append(s_ours)
             # an engine that cannot run this model yet would fail every
             # round; do not spend the rounds' time on it
             ours_ok = "error" not in s_ours
         s_llama = eng.llama(path, args.threads, args.pp, args.tg)
+        s_llama["bw_gbs"] = bw
         res["llamacpp"].append(s_llama)
         o = res["ours"][-1]
         log(f"  round {r + 1}/{args.rounds}: ours pp {fmt(o.get('pp'))} "
             f"tg {fmt(o.get('tg'))}{' [' + o['error'] + ']' if 'error' in o else ''}"
             f" | llama.cpp pp {fmt(s_llama.get('pp'))} tg {fmt(s_llama.get('tg'))}"
             f"{' [' + s_llama['error'] + ']' if 'error' in s_llama else ''}"
-            f" | load {s_llama['load1']:.2f}")
+            f" | bandwidth {fmt(bw, 1)} GB/s | load {s_llama['load1']:.2f}")
     for side in ("ours", "llamacpp"):
         res[side + "_pp"] = summarise(res[side], "pp")
         res[side + "_tg"] = summarise(res[side], "tg")
@@ -207,11 +213,13 @@ def bench_model(key, eng, args, bw):
     res["ours_weight_bytes"] = wb[0] if wb else None
     res["ratio_pp"] = ratio(res["ours_pp"]["median"], res["llamacpp_pp"]["median"])
     res["ratio_tg"] = ratio(res["ours_tg"]["median"], res["llamacpp_tg"]["median"])
-    bw_bytes = bw * 1e9 if bw else None
-    def frac(tg, nbytes):
-        return tg * nbytes / bw_bytes if tg and nbytes and bw_bytes else None
-    res["bw_frac_ours"] = frac(res["ours_tg"]["median"], res["ours_weight_bytes"])
-    res["bw_frac_llamacpp"] = frac(res["llamacpp_tg"]["median"], res["llama_weight_bytes"])
+    res["bw_gbs"] = summarise(res["llamacpp"], "bw_gbs")
+    def frac(side, nbytes):
+        # each sample against the bandwidth of its own round
+        return median([s["tg"] * nbytes / (s["bw_gbs"] * 1e9) for s in res[side]
+                       if s.get("tg") and s.get("bw_gbs") and nbytes])
+    res["bw_frac_ours"] = frac("ours", res["ours_weight_bytes"])
+    res["bw_frac_llamacpp"] = frac("llamacpp", res["llama_weight_bytes"])
     return res
 
 
@@ -245,8 +253,8 @@ def thread_scaling(eng, args):
     return out
 
 
-def measure_bandwidth(args):
-    p = subprocess.run([args.membw, "-t", str(args.threads), "-r", str(args.membw_reps)],
+def measure_bandwidth(args, reps):
+    p = subprocess.run([args.membw, "-t", str(args.threads), "-r", str(reps)],
                        capture_output=True, text=True)
     m = re.search(r"threads=%d\s+best ([0-9.]+) GB/s" % args.threads, p.stdout)
     if p.returncode != 0 or not m:
@@ -265,7 +273,8 @@ def markdown(results):
         f"(llama-bench -fa {a['fa']}), switchboard binary built "
         f"{results['switchboard'].get('binary_built', '?')} (tree at run time: "
         f"{results['switchboard']['commit']}). "
-        f"Memory read bandwidth ({a['threads']} threads): {fmt(results['membw_gbs'], 1)} GB/s. "
+        f"Memory read bandwidth ({a['threads']} threads) at the start: {fmt(results['membw_gbs'], 1)} GB/s; "
+        f"the BW columns use each round's own measurement. "
         f"Load average (1/5/15 min) at start {results['load']['start']}, "
         f"at end {results['load']['end']}."
         + ("" if results.get("complete", True) else " **Incomplete run.**"),
@@ -274,8 +283,8 @@ def markdown(results):
     if models:
         lines += ["", f"| model | file | ours {pp} | llama.cpp {pp} | {pp} ours/llama.cpp | "
         f"ours {tg} | llama.cpp {tg} | {tg} ours/llama.cpp | ours {tg} % of BW limit | "
-        f"llama.cpp {tg} % of BW limit | load (1 min) |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        f"llama.cpp {tg} % of BW limit | BW GB/s (min–max of rounds) | load (1 min) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     def pct(x):
         return "—" if x is None else f"{100 * x:.0f}%"
     for m in models:
@@ -285,6 +294,7 @@ def markdown(results):
             f"{times(m['ratio_pp'])} | {fmt(m['ours_tg']['median'])} | "
             f"{fmt(m['llamacpp_tg']['median'])} | {times(m['ratio_tg'])} | "
             f"{pct(m['bw_frac_ours'])} | {pct(m['bw_frac_llamacpp'])} | "
+            f"{fmt(m['bw_gbs']['min'], 1)}–{fmt(m['bw_gbs']['max'], 1)} | "
             f"{fmt(median([s['load1'] for s in m['ours'] + m['llamacpp']]), 1)} |")
     ts = results.get("thread_scaling")
     if ts:
@@ -351,7 +361,8 @@ def main():
     ap.add_argument("--tg", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--fa", default="0", help="llama-bench -fa (we have no flash attention)")
-    ap.add_argument("--membw-reps", type=int, default=10)
+    ap.add_argument("--membw-reps", type=int, default=10, help="passes per reader at the start")
+    ap.add_argument("--membw-round-reps", type=int, default=4, help="passes per reader in each round")
     ap.add_argument("--no-scaling", action="store_true")
     ap.add_argument("--scaling-only", action="store_true",
                     help="only the TinyLlama -t 1 vs -t 2 decode comparison")
@@ -379,7 +390,7 @@ def main():
         "load": {"start": loadavg()},
         "models": {},
     }
-    bw, raw = measure_bandwidth(args)
+    bw, raw = measure_bandwidth(args, args.membw_reps)
     results["membw_gbs"], results["membw_raw"] = bw, raw
     log(f"memory read bandwidth ({args.threads} threads, best of {args.membw_reps}): {fmt(bw, 1)} GB/s")
     eng = Engines(args)
@@ -387,7 +398,7 @@ def main():
     # Llama-3 take hours) still leaves the finished models' table.
     results["complete"] = False
     for k in ([] if args.scaling_only else keys):
-        results["models"][k] = bench_model(k, eng, args, bw)
+        results["models"][k] = bench_model(k, eng, args)
         save(results, args.out, quiet=True)
     if ("tinyllama" in keys or args.scaling_only) and not args.no_scaling:
         results["thread_scaling"] = thread_scaling(eng, args)
