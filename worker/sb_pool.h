@@ -1,8 +1,9 @@
 /* sb_pool.h - persistent thread pool for the forward pass.
  *
  * One pool per model context. sb_pool_run() hands out task indices
- * 0..n_tasks-1 to the pool's threads and the calling thread (thread 0) through
- * an atomic counter and returns when all are done. Idle threads spin briefly
+ * 0..n_tasks-1 to the pool's threads and the calling thread (thread 0), each
+ * thread first taking a contiguous range of them in order, then stealing
+ * what others have left, and returns when all are done. Idle threads spin briefly
  * before sleeping, so back-to-back runs in the decode loop cost no syscall;
  * a pool left idle sleeps on a condition variable and burns no CPU.
  */
