@@ -14,23 +14,10 @@
  * 32-element sub-blocks (Q4_K, Q5_K) that is sub-blocks 2j, 2j+1; for the
  * 16-element ones (Q2_K, Q3_K, Q6_K) sub-blocks 4j..4j+3.
  */
-#include "kq_x86.h"
+#include "kq_kstep_avx512.h"
 
-#define KQ_INLINE static inline __attribute__((always_inline))
 #define TILE_R 2
 #define TILE_C 4
-
-enum { W_Q2_K, W_Q3_K, W_Q4_K, W_Q5_K, W_Q6_K };
-
-KQ_INLINE size_t block_bytes(int wt) {
-    switch (wt) {
-    case W_Q2_K: return sizeof(sb_block_q2_K);
-    case W_Q3_K: return sizeof(sb_block_q3_K);
-    case W_Q4_K: return sizeof(sb_block_q4_K);
-    case W_Q5_K: return sizeof(sb_block_q5_K);
-    default: return sizeof(sb_block_q6_K);
-    }
-}
 
 /* int16 lanes: scale base + lane >> shift of sc16 (see kq_kquants_avx512.c). */
 KQ_INLINE __m512i spread_scales(__m512i sc16, int base, int shift) {
@@ -39,8 +26,6 @@ KQ_INLINE __m512i spread_scales(__m512i sc16, int base, int shift) {
     const __m512i idx = _mm512_add_epi16(_mm512_set1_epi16((short)base), _mm512_srli_epi16(iota, (unsigned)shift));
     return _mm512_permutexvar_epi16(idx, sc16);
 }
-
-KQ_INLINE __m512i join(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
 
 /* What one weight row needs for a super-block, whatever the columns. */
 typedef struct {
@@ -94,55 +79,11 @@ KQ_INLINE row_prep prep_row(int wt, const uint8_t *blk) {
 }
 
 /* Quants 64j..64j+63 of a super-block as unsigned bytes, and the int16
- * scale of each pair of them. */
+ * scale of each pair of them: 16-element sub-blocks (Q2_K, Q3_K, Q6_K) give
+ * four scales per step, 32-element ones (Q4_K, Q5_K) two. */
 KQ_INLINE __m512i decode_step(int wt, const uint8_t *blk, int j, const row_prep *p, __m512i *scale) {
-    const int h = j >> 1, odd = j & 1;
-    switch (wt) {
-    case W_Q2_K: {
-        const sb_block_q2_K *b = (const sb_block_q2_K *)blk;
-        const __m256i bits = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * h));
-        *scale = spread_scales(p->sc, 4 * j, 3);
-        const __m512i v = odd ? join(_mm256_srli_epi16(bits, 4), _mm256_srli_epi16(bits, 6))
-                              : join(bits, _mm256_srli_epi16(bits, 2));
-        return _mm512_and_si512(v, _mm512_set1_epi8(3));
-    }
-    case W_Q3_K: {
-        const sb_block_q3_K *b = (const sb_block_q3_K *)blk;
-        const __m256i bits = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * h));
-        const __m256i hm = _mm256_loadu_si256((const __m256i *)b->hmask);
-        const int pl = 4 * h + 2 * odd;     /* hmask bit of the first plane of this step */
-        *scale = spread_scales(p->sc, 4 * j, 3);
-        const __m512i lo = odd ? join(_mm256_srli_epi16(bits, 4), _mm256_srli_epi16(bits, 6))
-                               : join(bits, _mm256_srli_epi16(bits, 2));
-        const __m512i hi = _mm512_slli_epi16(_mm512_and_si512(join(_mm256_srli_epi16(hm, pl), _mm256_srli_epi16(hm, pl + 1)),
-                                                              _mm512_set1_epi8(1)), 2);
-        return _mm512_or_si512(_mm512_and_si512(lo, _mm512_set1_epi8(3)), hi);
-    }
-    case W_Q4_K:
-    case W_Q5_K: {
-        const uint8_t *qs = wt == W_Q4_K ? ((const sb_block_q4_K *)blk)->qs : ((const sb_block_q5_K *)blk)->qs;
-        const __m512i shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
-        const __m512i raw = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * j)));
-        __m512i q = _mm512_and_si512(_mm512_srlv_epi16(raw, shift), _mm512_set1_epi8(0xF));
-        *scale = spread_scales(p->sc, 2 * j, 4);
-        if (wt == W_Q5_K) {
-            const __m256i qh = _mm256_loadu_si256((const __m256i *)((const sb_block_q5_K *)blk)->qh);
-            const __m512i hz = join(_mm256_srli_epi16(qh, 2 * j), _mm256_srli_epi16(qh, 2 * j + 1));
-            q = _mm512_or_si512(q, _mm512_slli_epi16(_mm512_and_si512(hz, _mm512_set1_epi8(1)), 4));
-        }
-        return q;
-    }
-    default: {
-        const sb_block_q6_K *b = (const sb_block_q6_K *)blk;
-        const __m512i l = _mm512_loadu_si512(b->ql + 64 * h);
-        const __m256i hb = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
-        *scale = spread_scales(p->sc, 4 * j, 3);
-        const __m512i m4 = _mm512_set1_epi8(0xF), m2 = _mm512_set1_epi8(0x30);
-        if (!odd)
-            return _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_and_si512(join(_mm256_slli_epi16(hb, 4), _mm256_slli_epi16(hb, 2)), m2));
-        return _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4), _mm512_and_si512(join(hb, _mm256_srli_epi16(hb, 2)), m2));
-    }
-    }
+    *scale = wt == W_Q4_K || wt == W_Q5_K ? spread_scales(p->sc, 2 * j, 4) : spread_scales(p->sc, 4 * j, 3);
+    return kq_kstep_decode(wt, blk, j);
 }
 
 KQ_INLINE void tile_k(int wt, int n, int R, int C, const uint8_t *x, size_t bx, const uint8_t *y, size_t by,

@@ -24,15 +24,12 @@
  * are added to the output. Fewer than PACK_MIN_COLS columns do not repay the
  * packing: those go to the tiled kernels (kq_kgemm_avx512.c).
  */
-#include "kq_x86.h"
+#include "kq_kstep_avx512.h"
 
-#define KQ_INLINE static inline __attribute__((always_inline))
 #define PANEL 16                /* rows per panel: one per 32-bit lane */
 #define PACK_SB 8               /* super-blocks per packed chunk */
 #define COLS 8                  /* columns per micro-kernel call */
 #define PACK_MIN_COLS 8
-
-enum { W_Q2_K, W_Q3_K, W_Q4_K, W_Q5_K, W_Q6_K };
 
 /* One super-block of a panel. */
 typedef struct {
@@ -45,61 +42,6 @@ typedef struct {
 KQ_INLINE int n_sub(int wt) { return wt == W_Q4_K || wt == W_Q5_K ? 8 : 16; }
 KQ_INLINE int has_min(int wt) { return wt == W_Q2_K || wt == W_Q4_K || wt == W_Q5_K; }
 
-KQ_INLINE size_t block_bytes(int wt) {
-    switch (wt) {
-    case W_Q2_K: return sizeof(sb_block_q2_K);
-    case W_Q3_K: return sizeof(sb_block_q3_K);
-    case W_Q4_K: return sizeof(sb_block_q4_K);
-    case W_Q5_K: return sizeof(sb_block_q5_K);
-    default: return sizeof(sb_block_q6_K);
-    }
-}
-
-KQ_INLINE __m512i join(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
-
-/* Quants 64j..64j+63 of one super-block as unsigned bytes, element order
- * (the decode of kq_kquants_avx512.c, without the scales). */
-KQ_INLINE __m512i decode_step(int wt, const uint8_t *blk, int j) {
-    const int h = j >> 1, odd = j & 1;
-    switch (wt) {
-    case W_Q2_K: {
-        const __m256i bits = _mm256_loadu_si256((const __m256i *)(((const sb_block_q2_K *)blk)->qs + 32 * h));
-        const __m512i v = odd ? join(_mm256_srli_epi16(bits, 4), _mm256_srli_epi16(bits, 6)) : join(bits, _mm256_srli_epi16(bits, 2));
-        return _mm512_and_si512(v, _mm512_set1_epi8(3));
-    }
-    case W_Q3_K: {
-        const sb_block_q3_K *b = (const sb_block_q3_K *)blk;
-        const __m256i bits = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * h));
-        const __m256i hm = _mm256_loadu_si256((const __m256i *)b->hmask);
-        const int pl = 4 * h + 2 * odd;
-        const __m512i lo = odd ? join(_mm256_srli_epi16(bits, 4), _mm256_srli_epi16(bits, 6)) : join(bits, _mm256_srli_epi16(bits, 2));
-        const __m512i hi = _mm512_slli_epi16(_mm512_and_si512(join(_mm256_srli_epi16(hm, pl), _mm256_srli_epi16(hm, pl + 1)), _mm512_set1_epi8(1)), 2);
-        return _mm512_or_si512(_mm512_and_si512(lo, _mm512_set1_epi8(3)), hi);
-    }
-    case W_Q4_K:
-    case W_Q5_K: {
-        const uint8_t *qs = wt == W_Q4_K ? ((const sb_block_q4_K *)blk)->qs : ((const sb_block_q5_K *)blk)->qs;
-        const __m512i shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
-        const __m512i raw = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * j)));
-        __m512i q = _mm512_and_si512(_mm512_srlv_epi16(raw, shift), _mm512_set1_epi8(0xF));
-        if (wt == W_Q5_K) {
-            const __m256i qh = _mm256_loadu_si256((const __m256i *)((const sb_block_q5_K *)blk)->qh);
-            const __m512i hz = join(_mm256_srli_epi16(qh, 2 * j), _mm256_srli_epi16(qh, 2 * j + 1));
-            q = _mm512_or_si512(q, _mm512_slli_epi16(_mm512_and_si512(hz, _mm512_set1_epi8(1)), 4));
-        }
-        return q;
-    }
-    default: {
-        const sb_block_q6_K *b = (const sb_block_q6_K *)blk;
-        const __m512i l = _mm512_loadu_si512(b->ql + 64 * h);
-        const __m256i hb = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
-        const __m512i m4 = _mm512_set1_epi8(0xF), m2 = _mm512_set1_epi8(0x30);
-        if (!odd)
-            return _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_and_si512(join(_mm256_slli_epi16(hb, 4), _mm256_slli_epi16(hb, 2)), m2));
-        return _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4), _mm512_and_si512(join(hb, _mm256_srli_epi16(hb, 2)), m2));
-    }
-    }
-}
 
 static inline int32_t pair16(int a, int b) { return (int32_t)(((uint32_t)(uint16_t)(int16_t)b << 16) | (uint16_t)(int16_t)a); }
 
@@ -197,7 +139,7 @@ KQ_INLINE void pack_panel(int wt, const uint8_t *x, size_t bx, int nr, int i0, i
             __m512i rows[PANEL], cols[PANEL];
             for (int r = 0; r < PANEL; r++) {
                 const uint8_t *blk = x + (size_t)r * bx + (size_t)(i0 + i) * bs;
-                rows[r] = r < nr ? decode_step(wt, blk, j) : _mm512_setzero_si512();
+                rows[r] = r < nr ? kq_kstep_decode(wt, blk, j) : _mm512_setzero_si512();
                 if (wt == W_Q2_K && r < nr) rows[r] = q2_times_scales(rows[r], blk, j);
             }
             transpose16(rows, cols);
