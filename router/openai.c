@@ -339,7 +339,10 @@ void rt_handle_chat(rt_req *q, const sb_json *body, int kind) {
 
     /* The cache: deterministic requests only (temperature 0). */
     char params[512];
-    int pl = snprintf(params, sizeof params, "%s|max=%d|top_k=%d|rp=%g|stop=", kind == RT_KIND_CHAT ? "chat" : "text",
+    /* A completion's prompt is the client's own, parsed as it always was;
+     * chat messages follow the prompt rules. */
+    int pl = snprintf(params, sizeof params, "%s|max=%d|top_k=%d|rp=%g|stop=",
+                      kind == RT_KIND_CHAT ? "chat|prompt=" RT_PROMPT_RULES : "text",
                       mt ? (int)sb_json_num(mt) : -1, top_k ? (int)sb_json_num(top_k) : -1, rp ? sb_json_num(rp) : -1);
     for (size_t i = 0; i < n_stop && pl > 0 && (size_t)pl < sizeof params; i++)
         pl += snprintf(params + pl, sizeof params - (size_t)pl, "%zu:%s,", sb_json_len(stops[i]), sb_json_str(stops[i]));

@@ -120,7 +120,7 @@ static int try_cache(rt_req *q, const char *name, const char *input, const char 
     if (rt_pipeline_fingerprint(q->r, name, fp, &cacheable) || !cacheable) return 0;
     snprintf(ns, sizeof ns, "pipeline:%s", name);
     sb_cache_entry e;
-    snprintf(params, sizeof params, "pipeline/v1|until=%.60s", until ? until : "");
+    snprintf(params, sizeof params, "pipeline/v1|prompt=" RT_PROMPT_RULES "|until=%.60s", until ? until : "");
     if (rt_cache_lookup(q, ns, fp, input, params, &e) != 1) return 0;
     if (q->route == RT_ROUTE_PIPELINES) {
         rt_req_json(q, 200, (const char *)e.response, e.response_len, "hit");

@@ -240,6 +240,13 @@ void rt_openai_reply(rt_req *q, const char *text, size_t len, const char *finish
 void rt_openai_sse_delta(rt_req *q, const char *text, size_t len);
 void rt_openai_sse_finish(rt_req *q, const char *finish, int pt, int ct);  /* ends q */
 void rt_openai_begin(rt_req *q, int kind, const char *model);
+/* Part of the cache params of every chat call and pipeline run. Bump it
+ * when the router changes how a request becomes a prompt: the model and
+ * pipeline fingerprints do not see that, and an answer computed under the
+ * old rules must not be served - or synced to other edges - under the new.
+ * 2: text from callers, messages and earlier stages is never parsed for
+ * special tokens (docs/ipc.md, `segments`). */
+#define RT_PROMPT_RULES "2"
 /* Response cache (pipeapi.c). 1 = hit (*entry filled), 0 = miss (q keeps
  * the key for rt_cache_store), -1 = not cached (off, bypassed, no key). */
 int  rt_cache_lookup(rt_req *q, const char *ns, const char *fp, const char *input, const char *params,

@@ -205,57 +205,72 @@ static void on_prior(void *arg, const sb_ipc_result *res) {
     if (rc) fail(run, rc == SB_EBUSY || rc == SB_EIO ? 503 : 500, "model_unavailable", "stage '%s': %s", s->name, err);
 }
 
+/* A prompt as the worker's `segments` (docs/ipc.md). Plain pieces leave
+ * `special` out: false is its default. */
+static void put_segs(sb_mp_writer *p, const sb_segs *s) {
+    sb_mp_array(p, (uint32_t)s->n);
+    for (size_t i = 0; i < s->n; i++) {
+        sb_mp_map(p, s->v[i].special ? 2 : 1);
+        sb_mp_str(p, "text");
+        sb_mp_strn(p, s->text.p + s->v[i].off, s->v[i].len);
+        if (s->v[i].special) sb_mp_kv_bool(p, "special", true);
+    }
+}
+
+/* One chat message. Its content is a plain string (which a worker never
+ * parses for special tokens) unless part of it is the operator's text. */
+static void put_message(sb_mp_writer *p, const char *role, const sb_segs *content) {
+    sb_mp_map(p, 2);
+    sb_mp_kv_str(p, "role", role);
+    sb_mp_str(p, "content");
+    if (sb_segs_any_special(content)) put_segs(p, content);
+    else sb_mp_strn(p, content->text.p ? content->text.p : "", content->text.len);
+}
+
 static int start_intent(rt_run *run, const sb_stage *s, sb_mp_writer *p, char *err) {
     sb_tmpl_env env = env_of(run);
-    sb_jw pre, utt;
-    sb_jw_init(&pre);
-    sb_jw_init(&utt);
+    sb_segs pre, utt, user;
+    sb_segs_init(&pre);
+    sb_segs_init(&utt);
+    sb_segs_init(&user);
     sb_intent_preamble(s, &env, &pre);
     run->calibrating = s->calibrate && !prior_of(run, s);
-    if (run->calibrating) sb_jw_raw(&utt, "N/A", 3);
-    else sb_tmpl_render(s->utterance, &env, &utt);
-    int rc = pre.oom || utt.oom ? SB_ENOMEM : 0;
-    if (!rc) {
-        sb_mp_map(p, 2);
-        if (s->chat) {
-            /* The fixed preamble is the system message, so the worker's KV
-             * prefix reuse covers it; the answer is the assistant's turn. */
-            sb_jw_raw(&pre, "\nAnswer with the intent name only.", 34);
-            sb_mp_str(p, "messages");
-            sb_mp_array(p, 2);
-            sb_mp_map(p, 2);
-            sb_mp_kv_str(p, "role", "system");
-            sb_mp_kv_str(p, "content", pre.p);
-            sb_mp_map(p, 2);
-            sb_mp_kv_str(p, "role", "user");
-            sb_mp_str(p, "content");
-            sb_jw msg;
-            sb_jw_init(&msg);
-            sb_jw_raw(&msg, "Caller: ", 8);
-            sb_jw_raw(&msg, utt.p ? utt.p : "", utt.len);
-            sb_jw_raw(&msg, "\nIntent:", 8);
-            sb_mp_strn(p, msg.p ? msg.p : "", msg.len);
-            sb_jw_free(&msg);
-        } else {
-            sb_jw_raw(&pre, "\nCaller: ", 9);
-            sb_jw_raw(&pre, utt.p ? utt.p : "", utt.len);
-            sb_jw_raw(&pre, "\nIntent:", 8);
-            sb_mp_kv_str(p, "prompt", pre.p);
-        }
-        sb_mp_str(p, "candidates");
-        sb_mp_array(p, (uint32_t)s->n_labels);
-        for (size_t i = 0; i < s->n_labels; i++) {
-            if (s->chat) sb_mp_str(p, s->labels[i].name);
-            else {
-                char cand[SB_CONFIG_MAX_NAME + 2];
-                snprintf(cand, sizeof cand, " %s", s->labels[i].name);
-                sb_mp_str(p, cand);
-            }
+    if (run->calibrating) sb_segs_add(&utt, "N/A", 3, false);
+    else sb_tmpl_render_segs(s->utterance, &env, &utt);
+    sb_mp_map(p, 2);
+    if (s->chat) {
+        /* The fixed preamble is the system message, so the worker's KV
+         * prefix reuse covers it; the answer is the assistant's turn. */
+        sb_segs_add(&pre, "\nAnswer with the intent name only.", 34, true);
+        sb_segs_add(&user, "Caller: ", 8, true);
+        sb_segs_cat(&user, &utt);
+        sb_segs_add(&user, "\nIntent:", 8, true);
+        sb_mp_str(p, "messages");
+        sb_mp_array(p, 2);
+        put_message(p, "system", &pre);
+        put_message(p, "user", &user);
+    } else {
+        sb_segs_add(&pre, "\nCaller: ", 9, true);
+        sb_segs_cat(&pre, &utt);
+        sb_segs_add(&pre, "\nIntent:", 8, true);
+        sb_mp_str(p, "segments");
+        put_segs(p, &pre);
+    }
+    sb_mp_str(p, "candidates");
+    sb_mp_array(p, (uint32_t)s->n_labels);
+    for (size_t i = 0; i < s->n_labels; i++) {
+        if (s->chat) sb_mp_str(p, s->labels[i].name);
+        else {
+            char cand[SB_CONFIG_MAX_NAME + 2];
+            snprintf(cand, sizeof cand, " %s", s->labels[i].name);
+            sb_mp_str(p, cand);
         }
     }
-    sb_jw_free(&pre);
-    sb_jw_free(&utt);
-    if (rc || sb_mp_writer_status(p)) {
+    int oom = pre.oom || utt.oom || user.oom || sb_mp_writer_status(p);
+    sb_segs_free(&pre);
+    sb_segs_free(&utt);
+    sb_segs_free(&user);
+    if (oom) {
         sb_mp_writer_free(p);
         return sb_seterr(err, SB_ENOMEM, "out of memory");
     }
@@ -319,11 +334,11 @@ static void on_generated(void *arg, const sb_ipc_result *res) {
 
 static int start_generate(rt_run *run, const sb_stage *s, sb_mp_writer *p, bool stream, char *err) {
     sb_tmpl_env env = env_of(run);
-    sb_jw sys, prompt;
-    sb_jw_init(&sys);
-    sb_jw_init(&prompt);
-    if (s->system) sb_tmpl_render(s->system, &env, &sys);
-    sb_tmpl_render(s->prompt, &env, &prompt);
+    sb_segs sys, prompt;
+    sb_segs_init(&sys);
+    sb_segs_init(&prompt);
+    if (s->system) sb_tmpl_render_segs(s->system, &env, &sys);
+    sb_tmpl_render_segs(s->prompt, &env, &prompt);
     const sb_sampling *sp = &s->sampling;
     uint32_t n = 3 + (sp->top_p >= 0) + (sp->min_p >= 0) + (sp->repeat_penalty >= 0) + (sp->top_k >= 0) +
                  (sp->max_tokens > 0) + (sp->seed >= 0) + (s->n_stops > 0);
@@ -331,20 +346,12 @@ static int start_generate(rt_run *run, const sb_stage *s, sb_mp_writer *p, bool 
     if (s->chat) {
         sb_mp_str(p, "messages");
         sb_mp_array(p, s->system ? 2 : 1);
-        if (s->system) {
-            sb_mp_map(p, 2);
-            sb_mp_kv_str(p, "role", "system");
-            sb_mp_str(p, "content");
-            sb_mp_strn(p, sys.p ? sys.p : "", sys.len);
-        }
-        sb_mp_map(p, 2);
-        sb_mp_kv_str(p, "role", "user");
-        sb_mp_str(p, "content");
-        sb_mp_strn(p, prompt.p ? prompt.p : "", prompt.len);
+        if (s->system) put_message(p, "system", &sys);
+        put_message(p, "user", &prompt);
     } else {
-        sb_jw_raw(&sys, prompt.p ? prompt.p : "", prompt.len);
-        sb_mp_str(p, "prompt");
-        sb_mp_strn(p, sys.p ? sys.p : "", sys.len);
+        sb_segs_cat(&sys, &prompt);
+        sb_mp_str(p, "segments");
+        put_segs(p, &sys);
     }
     sb_mp_kv_bool(p, "stream", stream);
     sb_mp_kv_f64(p, "temperature", sp->temperature);
@@ -360,8 +367,8 @@ static int start_generate(rt_run *run, const sb_stage *s, sb_mp_writer *p, bool 
         for (size_t i = 0; i < s->n_stops; i++) sb_mp_str(p, s->stops[i]);
     }
     int oom = sys.oom || prompt.oom || sb_mp_writer_status(p);
-    sb_jw_free(&sys);
-    sb_jw_free(&prompt);
+    sb_segs_free(&sys);
+    sb_segs_free(&prompt);
     if (oom) {
         sb_mp_writer_free(p);
         return sb_seterr(err, SB_ENOMEM, "out of memory");

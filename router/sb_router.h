@@ -190,14 +190,38 @@ typedef struct {
     const sb_json *const *json;     /* per stage; NULL = none */
 } sb_tmpl_env;
 
-/* Render into w (raw text, no JSON escaping). */
+/* Render into w (raw text, no JSON escaping): tool arguments, stdin, bodies. */
 void sb_tmpl_render(const sb_tmpl *t, const sb_tmpl_env *env, sb_jw *w);
 const char *sb_tmpl_source(const sb_tmpl *t);
 
+/* A prompt for a worker, in pieces: text the operator wrote (the template's
+ * literal text, labels; special = true: special-token spellings in it such
+ * as "<|im_start|>" become control tokens) and text substituted into it
+ * (special = false: the caller's words, earlier stages' and tools' outputs,
+ * which the worker tokenizes as plain text whatever they contain). Sent as
+ * the worker's `segments` (docs/ipc.md). Sticky out-of-memory like sb_jw. */
+typedef struct { size_t off, len; bool special; } sb_seg;
+typedef struct {
+    sb_jw   text;           /* all pieces back to back */
+    sb_seg *v;              /* adjacent pieces of one kind are merged */
+    size_t  n, cap;
+    int     oom;
+} sb_segs;
+
+void sb_segs_init(sb_segs *s);
+void sb_segs_free(sb_segs *s);
+void sb_segs_add(sb_segs *s, const char *p, size_t n, bool special);
+void sb_segs_cat(sb_segs *dst, const sb_segs *src);
+bool sb_segs_any_special(const sb_segs *s);
+
+/* Render a prompt template: literal text special, every hole's value not. */
+void sb_tmpl_render_segs(const sb_tmpl *t, const sb_tmpl_env *env, sb_segs *out);
+
 /* The intent stage's fixed preamble (system text, labels with their
  * descriptions, few-shot examples) - the part every call shares, so the
- * worker's KV prefix reuse makes it free after the first call. */
-void sb_intent_preamble(const sb_stage *s, const sb_tmpl_env *env, sb_jw *w);
+ * worker's KV prefix reuse makes it free after the first call. Config text
+ * is trusted; the system template's holes are not. */
+void sb_intent_preamble(const sb_stage *s, const sb_tmpl_env *env, sb_segs *out);
 
 /* The first balanced {...} in text that parses as a JSON object, or NULL
  * (*doc then NULL too). Models like to wrap JSON in prose or ``` fences. */

@@ -9,6 +9,12 @@
  *   {{stages.NAME.json.KEY}}    one field of it (strings as is, others as JSON)
  * Templates are compiled when the config loads, and a hole naming a stage
  * that does not exist or runs later is a config error at its line.
+ *
+ * A prompt renders into segments: the template's literal text is trusted
+ * (the operator wrote it; a "<|im_start|>" there is meant), and whatever
+ * fills a hole is not - the caller's words, a model's or a tool's output -
+ * so the worker never turns a "<|im_end|>" typed by a caller into the
+ * control token that would end his turn (docs/router.md, docs/ipc.md).
  */
 #include <stdio.h>
 #include <string.h>
@@ -130,63 +136,139 @@ bool rt_tmpl_uses_stage(const sb_tmpl *t, int stage) {
     return false;
 }
 
-static void put_json_field(sb_jw *w, const sb_json *v) {
+/* ------------------------------------------------------------ segments */
+
+void sb_segs_init(sb_segs *s) {
+    memset(s, 0, sizeof *s);
+    sb_jw_init(&s->text);
+}
+
+void sb_segs_free(sb_segs *s) {
+    sb_jw_free(&s->text);
+    sb_free(s->v);
+    memset(s, 0, sizeof *s);
+}
+
+void sb_segs_add(sb_segs *s, const char *p, size_t n, bool special) {
+    if (!n || s->oom) return;
+    size_t off = s->text.len;
+    sb_jw_raw(&s->text, p, n);
+    if (s->text.oom) { s->oom = 1; return; }
+    if (s->n && s->v[s->n - 1].special == special) {   /* one piece per run of one kind */
+        s->v[s->n - 1].len += n;
+        return;
+    }
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 8;
+        sb_seg *nv = sb_realloc(s->v, cap * sizeof *nv);
+        if (!nv) { s->oom = 1; return; }
+        s->v = nv;
+        s->cap = cap;
+    }
+    s->v[s->n++] = (sb_seg){ off, n, special };
+}
+
+void sb_segs_cat(sb_segs *dst, const sb_segs *src) {
+    for (size_t i = 0; i < src->n; i++) sb_segs_add(dst, src->text.p + src->v[i].off, src->v[i].len, src->v[i].special);
+    if (src->oom) dst->oom = 1;
+}
+
+bool sb_segs_any_special(const sb_segs *s) {
+    for (size_t i = 0; i < s->n; i++)
+        if (s->v[i].special) return true;
+    return false;
+}
+
+/* ------------------------------------------------------------ rendering */
+
+/* Where a render goes: plain text (tool arguments, stdin, bodies), or
+ * segments (prompts). */
+typedef struct {
+    sb_jw *w;
+    sb_segs *segs;
+} sink;
+
+static void emit(sink *k, const char *p, size_t n, bool special) {
+    if (k->segs) sb_segs_add(k->segs, p, n, special);
+    else sb_jw_raw(k->w, p, n);
+}
+
+static void emit_str(sink *k, const char *s, bool special) {
+    if (s) emit(k, s, strlen(s), special);
+}
+
+static void put_json_field(sink *k, const sb_json *v) {
     if (!v) return;
-    if (sb_json_type_of(v) == SB_JSON_STRING) { sb_jw_raw(w, sb_json_str(v), sb_json_len(v)); return; }
+    if (sb_json_type_of(v) == SB_JSON_STRING) { emit(k, sb_json_str(v), sb_json_len(v), false); return; }
     sb_jw sub;
     sb_jw_init(&sub);
     sb_jw_value(&sub, v);
-    if (!sub.oom) sb_jw_raw(w, sub.p, sub.len);
-    else w->oom = 1;
+    if (!sub.oom) emit(k, sub.p, sub.len, false);
+    else if (k->segs) k->segs->oom = 1;
+    else k->w->oom = 1;
     sb_jw_free(&sub);
 }
 
-void sb_tmpl_render(const sb_tmpl *t, const sb_tmpl_env *env, sb_jw *w) {
+/* Literal pieces are the template's own (trusted) text; everything a hole
+ * brings in is not, {{config_dir}} and {{intent}} included: one rule that
+ * needs no exceptions to be explained. */
+static void render(const sb_tmpl *t, const sb_tmpl_env *env, sink *k) {
     for (size_t i = 0; t && i < t->n; i++) {
         const piece *p = &t->pieces[i];
         char num[32];
         switch (p->kind) {
-        case P_LIT: sb_jw_raw(w, p->text, p->len); break;
-        case P_INPUT: sb_jw_raw(w, env->input, strlen(env->input)); break;
-        case P_CONFIG_DIR: if (env->config_dir) sb_jw_raw(w, env->config_dir, strlen(env->config_dir)); break;
-        case P_INTENT: if (env->intent) sb_jw_raw(w, env->intent, strlen(env->intent)); break;
+        case P_LIT: emit(k, p->text, p->len, true); break;
+        case P_INPUT: emit_str(k, env->input, false); break;
+        case P_CONFIG_DIR: emit_str(k, env->config_dir, false); break;
+        case P_INTENT: emit_str(k, env->intent, false); break;
         case P_CONFIDENCE:
             snprintf(num, sizeof num, "%.3f", env->confidence);
-            sb_jw_raw(w, num, strlen(num));
+            emit_str(k, num, false);
             break;
-        case P_OUTPUT:
-            if (env->outputs[p->stage]) sb_jw_raw(w, env->outputs[p->stage], strlen(env->outputs[p->stage]));
-            break;
-        case P_JSON: put_json_field(w, env->json[p->stage]); break;
-        case P_JSONKEY: put_json_field(w, sb_json_get(env->json[p->stage], p->text)); break;
+        case P_OUTPUT: emit_str(k, env->outputs[p->stage], false); break;
+        case P_JSON: put_json_field(k, env->json[p->stage]); break;
+        case P_JSONKEY: put_json_field(k, sb_json_get(env->json[p->stage], p->text)); break;
         }
     }
+}
+
+void sb_tmpl_render(const sb_tmpl *t, const sb_tmpl_env *env, sb_jw *w) {
+    sink k = { w, NULL };
+    render(t, env, &k);
+}
+
+void sb_tmpl_render_segs(const sb_tmpl *t, const sb_tmpl_env *env, sb_segs *out) {
+    sink k = { NULL, out };
+    render(t, env, &k);
 }
 
 /* The intent prompt. Labels are listed with their descriptions, then the
  * few-shot examples as "Caller: ... / Intent: label" pairs, so the model
  * sees exactly the answer format it is scored on. Everything here is fixed
  * per stage: only the utterance that follows differs between calls. */
-void sb_intent_preamble(const sb_stage *s, const sb_tmpl_env *env, sb_jw *w) {
+void sb_intent_preamble(const sb_stage *s, const sb_tmpl_env *env, sb_segs *w) {
+    /* Labels, descriptions and examples come from the config: trusted, like
+     * a template's literal text. */
+#define LIT(str, n) sb_segs_add(w, (str), (n), true)
     if (s->system) {
-        sb_tmpl_render(s->system, env, w);
-        sb_jw_raw(w, "\n\n", 2);
+        sb_tmpl_render_segs(s->system, env, w);
+        LIT("\n\n", 2);
     }
-    sb_jw_raw(w, "Intents:\n", 9);
+    LIT("Intents:\n", 9);
     for (size_t i = 0; i < s->n_labels; i++) {
         const sb_label *l = &s->labels[i];
-        sb_jw_raw(w, "- ", 2);
-        sb_jw_raw(w, l->name, strlen(l->name));
+        LIT("- ", 2);
+        LIT(l->name, strlen(l->name));
         if (l->description) {
-            sb_jw_raw(w, ": ", 2);
-            sb_jw_raw(w, l->description, strlen(l->description));
+            LIT(": ", 2);
+            LIT(l->description, strlen(l->description));
         }
-        sb_jw_raw(w, "\n", 1);
+        LIT("\n", 1);
     }
     bool any = false;
     for (size_t i = 0; i < s->n_labels; i++) any |= s->labels[i].n_examples > 0;
     if (!any) return;
-    sb_jw_raw(w, "\nExamples:\n", 11);
+    LIT("\nExamples:\n", 11);
     /* Round-robin over labels, so no label's examples sit all at the end
      * (recency would bias the model towards it). */
     size_t most = 0;
@@ -195,10 +277,11 @@ void sb_intent_preamble(const sb_stage *s, const sb_tmpl_env *env, sb_jw *w) {
         for (size_t i = 0; i < s->n_labels; i++) {
             const sb_label *l = &s->labels[i];
             if (k >= l->n_examples) continue;
-            sb_jw_raw(w, "Caller: ", 8);
-            sb_jw_raw(w, l->examples[k], strlen(l->examples[k]));
-            sb_jw_raw(w, "\nIntent: ", 9);
-            sb_jw_raw(w, l->name, strlen(l->name));
-            sb_jw_raw(w, "\n", 1);
+            LIT("Caller: ", 8);
+            LIT(l->examples[k], strlen(l->examples[k]));
+            LIT("\nIntent: ", 9);
+            LIT(l->name, strlen(l->name));
+            LIT("\n", 1);
         }
+#undef LIT
 }

@@ -288,11 +288,33 @@ static void put_num(sb_jw *w, const sb_mp_obj *params, const char *key, const ch
     if (v && sb_mp_as_f64(v, &d) == 0) { sb_jw_key(w, as); sb_jw_num(w, d); }
 }
 
+/* A worker-style prompt text - a string, or `segments` [{text, special}] -
+ * as one JSON string. The OpenAI API has no way to say which parts are
+ * trusted: the upstream tokenizes the whole with its own rules (see
+ * "Upstream models" in docs/config.md). */
+static int put_text(sb_jw *w, const sb_mp_obj *v) {
+    const char *s;
+    size_t n;
+    if (sb_mp_as_str(v, &s, &n) == 0) { sb_jw_strn(w, s, n); return 0; }
+    if (sb_mp_type_of(v) != SB_MP_ARRAY) return -1;
+    sb_jw joined;
+    sb_jw_init(&joined);
+    for (uint32_t i = 0; i < sb_mp_count(v); i++) {
+        if (sb_mp_get_str(sb_mp_array_at(v, i), "text", SB_MP_REQUIRED, &s, &n, NULL)) { sb_jw_free(&joined); return -1; }
+        sb_jw_raw(&joined, s, n);
+    }
+    sb_jw_strn(w, joined.p ? joined.p : "", joined.len);
+    if (joined.oom) w->oom = 1;
+    sb_jw_free(&joined);
+    return 0;
+}
+
 /* The OpenAI request body for a worker-style `generate` params map. Only
  * parameters the caller set are sent, so strict servers see nothing they
  * do not know unless a stage asked for it. */
 static int build_body(rt_upcall *c, const sb_mp_obj *p, const char *model, sb_jw *w, char *err) {
     const sb_mp_obj *msgs = sb_mp_map_get(p, "messages"), *prompt = sb_mp_map_get(p, "prompt");
+    if (!prompt) prompt = sb_mp_map_get(p, "segments");
     const char *s;
     size_t n;
     bool stream = false;
@@ -306,19 +328,21 @@ static int build_body(rt_upcall *c, const sb_mp_obj *p, const char *model, sb_jw
         sb_jw_arr(w);
         for (uint32_t i = 0; i < sb_mp_count(msgs); i++) {
             const sb_mp_obj *m = sb_mp_array_at(msgs, i);
-            const char *role, *content;
-            size_t rl, cl;
-            if (sb_mp_get_str(m, "role", SB_MP_REQUIRED, &role, &rl, NULL) ||
-                sb_mp_get_str(m, "content", SB_MP_REQUIRED, &content, &cl, NULL))
+            const char *role;
+            size_t rl;
+            if (sb_mp_get_str(m, "role", SB_MP_REQUIRED, &role, &rl, NULL))
                 return sb_seterr(err, SB_EINVAL, "messages[%u]: expected {role, content}", i);
             sb_jw_obj(w);
             sb_jw_key(w, "role"); sb_jw_strn(w, role, rl);
-            sb_jw_key(w, "content"); sb_jw_strn(w, content, cl);
+            sb_jw_key(w, "content");
+            if (put_text(w, sb_mp_map_get(m, "content")))
+                return sb_seterr(err, SB_EINVAL, "messages[%u]: expected {role, content}", i);
             sb_jw_obj_end(w);
         }
         sb_jw_arr_end(w);
-    } else if (prompt && sb_mp_as_str(prompt, &s, &n) == 0) {
-        sb_jw_key(w, "prompt"); sb_jw_strn(w, s, n);
+    } else if (prompt) {
+        sb_jw_key(w, "prompt");
+        if (put_text(w, prompt)) return sb_seterr(err, SB_EINVAL, "generate: 'prompt' or 'segments' of the wrong shape");
     } else {
         return sb_seterr(err, SB_EINVAL, "generate needs messages or a prompt");
     }

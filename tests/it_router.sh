@@ -58,6 +58,12 @@ pipelines:
         model: tiny
         prompt: "Intent {{intent}}. Facts: {{stages.lookup.output}}. Caller: {{input}}"
         max_tokens: 6
+  raw:
+    stages:
+      - { name: g, kind: generate, model: tiny, chat: false, prompt: "Q:</s>{{input}}</s>A:", max_tokens: 1 }
+  chatp:
+    stages:
+      - { name: g, kind: generate, model: tiny, prompt: "Caller: {{input}}", max_tokens: 1 }
   slow:
     timeout_ms: 300
     stages:

@@ -78,40 +78,47 @@ int sb_chat_detect(const char *tmpl, size_t len) {
 
 /* ---- Output ---- */
 
-typedef struct { char *p; size_t n, cap; int failed; } strbuf;
-
-static void put_n(strbuf *b, const char *s, size_t n) {
-    if (b->failed) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = SB_MAX(b->cap * 2, b->n + n + 1);
-        char *q = sb_realloc(b->p, cap);
-        if (!q) {
-            b->failed = 1;
-            return;
-        }
-        b->p = q;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = '\0';
-}
-
-static void put(strbuf *b, const char *s) { put_n(b, s, strlen(s)); }
+/* The format's own text: markers, and roles (checked to be names). */
+static void put(sb_prompt *b, const char *s) { sb_prompt_add(b, s, strlen(s), 1); }
 
 /* llama.cpp's trim(): isspace() in the C locale, both ends. */
 static int is_space(char c) {
     return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
 }
 
-static void put_trimmed(strbuf *b, const char *s) {
-    size_t start = 0, end = strlen(s);
-    while (start < end && is_space(s[start])) start++;
-    while (end > start && is_space(s[end - 1])) end--;
-    put_n(b, s + start, end - start);
+/* A message's content, trimmed at both ends when asked; the trim runs over
+ * the parts as one text. */
+static void put_content(sb_prompt *b, const sb_chat_msg *m, int trim) {
+    const sb_text_seg one = { m->content, m->parts ? 0 : strlen(m->content), 0 };
+    const sb_text_seg *parts = m->parts ? m->parts : &one;
+    const size_t n = m->parts ? m->n_parts : 1;
+    size_t total = 0, start = 0, end;
+    for (size_t i = 0; i < n; i++) total += parts[i].len;
+    end = total;
+    if (trim) {
+        /* Offsets into the whole content: first and one past last non-space. */
+        size_t off = 0;
+        int found = 0;
+        for (size_t i = 0; i < n && !found; off += parts[i].len, i++)
+            for (size_t j = 0; j < parts[i].len; j++)
+                if (!is_space(parts[i].text[j])) { start = off + j; found = 1; break; }
+        if (!found) return;
+        off = total;
+        for (size_t i = n; i-- > 0;) {
+            off -= parts[i].len;
+            size_t j = parts[i].len;
+            while (j > 0 && is_space(parts[i].text[j - 1])) j--;
+            if (j > 0) { end = off + j; break; }
+        }
+    }
+    size_t off = 0;
+    for (size_t i = 0; i < n; off += parts[i].len, i++) {
+        size_t lo = SB_MAX(off, start), hi = SB_MIN(off + parts[i].len, end);
+        if (lo < hi) sb_prompt_add(b, parts[i].text + (lo - off), hi - lo, parts[i].special);
+    }
 }
 
-static void apply_llama2(strbuf *b, int kind, const sb_chat_msg *msgs, size_t n) {
+static void apply_llama2(sb_prompt *b, int kind, const sb_chat_msg *msgs, size_t n) {
     const int system_tags = kind != SB_CHAT_LLAMA2;
     const int bos_inside = kind == SB_CHAT_LLAMA2_SYS_BOS;
     const int strip = kind == SB_CHAT_LLAMA2_SYS_STRIP;
@@ -123,45 +130,56 @@ static void apply_llama2(strbuf *b, int kind, const sb_chat_msg *msgs, size_t n)
             put(b, bos_inside ? "<s>[INST] " : "[INST] ");
         }
         const char *role = msgs[i].role;
-        void (*content)(strbuf *, const char *) = strip ? put_trimmed : put;
         if (strcmp(role, "system") == 0) {
             /* A model without <<SYS>> still gets the system text, untagged. */
             if (system_tags) put(b, "<<SYS>>\n");
-            content(b, msgs[i].content);
+            put_content(b, &msgs[i], strip);
             put(b, system_tags ? "\n<</SYS>>\n\n" : "\n");
         } else if (strcmp(role, "user") == 0) {
-            content(b, msgs[i].content);
+            put_content(b, &msgs[i], strip);
             put(b, " [/INST]");
         } else {
-            content(b, msgs[i].content);
+            put_content(b, &msgs[i], strip);
             put(b, "</s>");
             inside_turn = 0;
         }
     }
 }
 
-int sb_chat_apply(int kind, const sb_chat_msg *msgs, size_t n, int add_generation_prompt,
-                  char **out, size_t *out_len, char *err) {
-    *out = NULL;
-    if (out_len) *out_len = 0;
+/* A role is written into the template's own text (where "<|" role "|>" must
+ * meet as one control token), so it must not be able to spell a marker. */
+static int valid_role(const char *r) {
+    size_t n = strlen(r);
+    if (n == 0 || n > 32) return 0;
+    for (; *r; r++)
+        if (!((*r >= 'a' && *r <= 'z') || (*r >= 'A' && *r <= 'Z') || (*r >= '0' && *r <= '9') || *r == '_' ||
+              *r == '-'))
+            return 0;
+    return 1;
+}
+
+int sb_chat_apply_prompt(int kind, const sb_chat_msg *msgs, size_t n, int add_generation_prompt,
+                         sb_prompt *b, char *err) {
     if (kind <= SB_CHAT_UNKNOWN || kind >= SB_CHAT_COUNT)
         return sb_seterr(err, SB_EUNSUP, "chat template: unknown format (%d)", kind);
-    for (size_t i = 0; i < n; i++)
-        if (!msgs[i].role || !msgs[i].content)
-            return sb_seterr(err, SB_EINVAL, "chat message %zu: %s is NULL", i,
-                             msgs[i].role ? "content" : "role");
-    strbuf b = { 0 };
-    put_n(&b, "", 0);               /* an empty conversation is still a string */
+    for (size_t i = 0; i < n; i++) {
+        if (!msgs[i].role || (!msgs[i].content && !msgs[i].parts))
+            return sb_seterr(err, SB_EINVAL, "chat message %zu: %s is NULL", i, msgs[i].role ? "content" : "role");
+        if (!valid_role(msgs[i].role))
+            return sb_seterr(err, SB_EINVAL, "chat message %zu: role '%.40s' must be 1-32 characters of A-Z a-z 0-9 _ -",
+                             i, msgs[i].role);
+    }
+    put(b, "");                     /* an empty conversation is still a string */
     switch (kind) {
     case SB_CHAT_CHATML:
         for (size_t i = 0; i < n; i++) {
-            put(&b, "<|im_start|>");
-            put(&b, msgs[i].role);
-            put(&b, "\n");
-            put(&b, msgs[i].content);
-            put(&b, "<|im_end|>\n");
+            put(b, "<|im_start|>");
+            put(b, msgs[i].role);
+            put(b, "\n");
+            put_content(b, &msgs[i], 0);
+            put(b, "<|im_end|>\n");
         }
-        if (add_generation_prompt) put(&b, "<|im_start|>assistant\n");
+        if (add_generation_prompt) put(b, "<|im_start|>assistant\n");
         break;
     case SB_CHAT_ZEPHYR:
     case SB_CHAT_ZEPHYR_ENDOFTEXT:
@@ -169,35 +187,45 @@ int sb_chat_apply(int kind, const sb_chat_msg *msgs, size_t n, int add_generatio
         const char *end = kind == SB_CHAT_ZEPHYR ? "</s>\n"
                         : kind == SB_CHAT_PHI3 ? "<|end|>\n" : "<|endoftext|>\n";
         for (size_t i = 0; i < n; i++) {
-            put(&b, "<|");
-            put(&b, msgs[i].role);
-            put(&b, "|>\n");
-            put(&b, msgs[i].content);
-            put(&b, end);
+            put(b, "<|");
+            put(b, msgs[i].role);
+            put(b, "|>\n");
+            put_content(b, &msgs[i], 0);
+            put(b, end);
         }
-        if (add_generation_prompt) put(&b, "<|assistant|>\n");
+        if (add_generation_prompt) put(b, "<|assistant|>\n");
         break;
     }
     case SB_CHAT_LLAMA3:
         for (size_t i = 0; i < n; i++) {
-            put(&b, "<|start_header_id|>");
-            put(&b, msgs[i].role);
-            put(&b, "<|end_header_id|>\n\n");
-            put_trimmed(&b, msgs[i].content);
-            put(&b, "<|eot_id|>");
+            put(b, "<|start_header_id|>");
+            put(b, msgs[i].role);
+            put(b, "<|end_header_id|>\n\n");
+            put_content(b, &msgs[i], 1);
+            put(b, "<|eot_id|>");
         }
-        if (add_generation_prompt) put(&b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+        if (add_generation_prompt) put(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
         break;
     default:
-        apply_llama2(&b, kind, msgs, n);
+        apply_llama2(b, kind, msgs, n);
         break;
     }
-    if (b.failed) {
-        sb_free(b.p);
-        return sb_seterr(err, SB_ENOMEM, "chat template: out of memory");
+    return b->failed ? sb_seterr(err, SB_ENOMEM, "chat template: out of memory") : 0;
+}
+
+int sb_chat_apply(int kind, const sb_chat_msg *msgs, size_t n, int add_generation_prompt,
+                  char **out, size_t *out_len, char *err) {
+    *out = NULL;
+    if (out_len) *out_len = 0;
+    sb_prompt p = { 0 };
+    int rc = sb_chat_apply_prompt(kind, msgs, n, add_generation_prompt, &p, err);
+    if (rc) {
+        sb_prompt_free(&p);
+        return rc;
     }
-    *out = b.p;
-    if (out_len) *out_len = b.n;
+    *out = p.text;
+    if (out_len) *out_len = p.len;
+    sb_free(p.plain);
     return 0;
 }
 

@@ -204,6 +204,8 @@ static void generate_usage(FILE *f) {
             "  -m FILE              model (GGUF)\n"
             "  -p TEXT              prompt (special tokens parsed; BOS as the model asks)\n"
             "  --chat               wrap TEXT as a user message in the model's chat template\n"
+            "                       (then only the template's markers are special tokens: TEXT\n"
+            "                       and --system are tokenized as text, as a worker does)\n"
             "  --system TEXT        system message (with --chat)\n"
             "  -n N                 max tokens to generate (default 256)\n"
             "  --temp T             temperature (default 0.8; 0 = greedy)\n"
@@ -290,18 +292,22 @@ int sb_cmd_generate(int argc, char **argv) {
     sb_engine *e;
     if (sb_engine_open(model, &cp, &e, err)) { fprintf(stderr, "generate: %s\n", err); return SB_EXIT_FAIL; }
     int rc = SB_EXIT_FAIL;
-    char *text = NULL;
-    size_t text_len = strlen(prompt);
+    sb_prompt chat_prompt = { 0 };
     int32_t *ids = NULL;
     size_t n_ids = 0;
     if (chat) {
+        /* The messages' text stays text, as in a worker's `generate`
+         * (docs/ipc.md): only the template's markers are control tokens. */
         sb_chat_msg msgs[2];
         size_t nm = 0;
-        if (system) msgs[nm++] = (sb_chat_msg){ "system", system };
-        msgs[nm++] = (sb_chat_msg){ "user", prompt };
-        if (sb_engine_chat_format(e, msgs, nm, &text, &text_len, err)) { fprintf(stderr, "generate: %s\n", err); goto out; }
-    }
-    if (sb_engine_tokenize(e, text ? text : prompt, text_len, 1, &ids, &n_ids, err)) {
+        if (system) msgs[nm++] = (sb_chat_msg){ "system", system, NULL, 0 };
+        msgs[nm++] = (sb_chat_msg){ "user", prompt, NULL, 0 };
+        if (sb_engine_chat_prompt(e, msgs, nm, &chat_prompt, err) ||
+            sb_engine_tokenize_prompt(e, &chat_prompt, &ids, &n_ids, err)) {
+            fprintf(stderr, "generate: %s\n", err);
+            goto out;
+        }
+    } else if (sb_engine_tokenize(e, prompt, strlen(prompt), 1, &ids, &n_ids, err)) {
         fprintf(stderr, "generate: %s\n", err);
         goto out;
     }
@@ -321,7 +327,7 @@ int sb_cmd_generate(int argc, char **argv) {
             res.t_gen > 0 ? res.n_gen / res.t_gen : 0.0, res.finish);
     rc = SB_EXIT_OK;
 out:
-    sb_free(text);
+    sb_prompt_free(&chat_prompt);
     sb_free(ids);
     sb_engine_free(e);
     return rc;

@@ -67,16 +67,20 @@ const sb_vocab *sb_engine_vocab(const sb_engine *e) { return e->vocab; }
 int sb_engine_n_ctx(const sb_engine *e) { return sb_ctx_n_ctx(e->ctx); }
 int sb_engine_chat_kind(const sb_engine *e) { return e->chat_kind; }
 
-int sb_engine_chat_format(const sb_engine *e, const sb_chat_msg *msgs, size_t n, char **out, size_t *len, char *err) {
+int sb_engine_chat_prompt(const sb_engine *e, const sb_chat_msg *msgs, size_t n, sb_prompt *out, char *err) {
     /* A model without a known template still gets a usable prompt: chatml is
      * what most modern instruct models were trained on. */
     int kind = e->chat_kind != SB_CHAT_UNKNOWN ? e->chat_kind : SB_CHAT_CHATML;
-    return sb_chat_apply(kind, msgs, n, 1, out, len, err);
+    return sb_chat_apply_prompt(kind, msgs, n, 1, out, err);
 }
 
 int sb_engine_tokenize(const sb_engine *e, const char *text, size_t len, int special, int32_t **out, size_t *n,
                        char *err) {
     return sb_tokenize(e->vocab, text, len, 1, special, out, n, err);
+}
+
+int sb_engine_tokenize_prompt(const sb_engine *e, const sb_prompt *p, int32_t **out, size_t *n, char *err) {
+    return sb_tokenize_prompt(e->vocab, p, 1, out, n, err);
 }
 
 /* Make the KV cache hold exactly prompt[0..n) and e->logits the last row,

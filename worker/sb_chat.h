@@ -8,8 +8,12 @@
  *
  * BOS is never written here: the tokenizer adds it when the model asks for
  * it, so a template's leading {{ bos_token }} is deliberately ignored (as in
- * llama.cpp). The output is text with special-token spellings such as
- * "<|im_start|>" in it; tokenize it with special tokens parsed.
+ * llama.cpp). The output has special-token spellings such as "<|im_start|>"
+ * in it. sb_chat_apply_prompt keeps them apart from the message contents,
+ * which come from whoever sent the request: tokenized with sb_tokenize_prompt,
+ * the markers become control tokens and a "<|im_end|>" typed in a message
+ * stays text (see sb_vocab.h). Roles are written as template text, so they
+ * are restricted to names (A-Z a-z 0-9 _ -, 1-32 bytes).
  *
  * Known formats (name: what one message becomes; generation prompt):
  *   chatml           "<|im_start|>{role}\n{content}<|im_end|>\n";  "<|im_start|>assistant\n"
@@ -33,6 +37,7 @@
 
 #include <stddef.h>
 #include "sb_common.h"
+#include "sb_vocab.h"
 
 typedef enum {
     SB_CHAT_UNKNOWN = 0,
@@ -48,7 +53,15 @@ typedef enum {
     SB_CHAT_COUNT
 } sb_chat_kind;
 
-typedef struct { const char *role; const char *content; } sb_chat_msg;
+/* A message's content is `content` (untrusted text), or, when parts is not
+ * NULL, the n_parts pieces there, each trusted or not as it says (a
+ * pipeline's own prompt text around a caller's words). */
+typedef struct {
+    const char *role;
+    const char *content;
+    const sb_text_seg *parts;
+    size_t n_parts;
+} sb_chat_msg;
 
 /* Which format the Jinja source tmpl[0..len) writes (not NUL-terminated; a
  * format name is accepted too). SB_CHAT_UNKNOWN when none of ours - also for
@@ -62,9 +75,15 @@ const char *sb_chat_name(int kind);
  * SB_CHAT_UNKNOWN if none. */
 int sb_chat_from_name(const char *name);
 
-/* Format n messages. *out receives a NUL-terminated string from sb_malloc
- * (caller sb_frees), *out_len its length without the NUL. SB_EUNSUP for
- * SB_CHAT_UNKNOWN, SB_EINVAL for a NULL role or content. */
+/* Format n messages, appending to *out: the format's markers and the roles
+ * as trusted text, contents as the message says. SB_EUNSUP for
+ * SB_CHAT_UNKNOWN, SB_EINVAL for a missing or malformed role or a NULL
+ * content, SB_ENOMEM. */
+int sb_chat_apply_prompt(int kind, const sb_chat_msg *msgs, size_t n, int add_generation_prompt,
+                         sb_prompt *out, char *err);
+
+/* The same as one string. *out receives a NUL-terminated string from
+ * sb_malloc (caller sb_frees), *out_len its length without the NUL. */
 int sb_chat_apply(int kind, const sb_chat_msg *msgs, size_t n, int add_generation_prompt,
                   char **out, size_t *out_len, char *err);
 

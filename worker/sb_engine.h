@@ -31,11 +31,16 @@ const sb_vocab *sb_engine_vocab(const sb_engine *e);
 int  sb_engine_n_ctx(const sb_engine *e);
 int  sb_engine_chat_kind(const sb_engine *e);     /* SB_CHAT_*; UNKNOWN falls back to chatml */
 
-/* Format messages with the model's chat template (generation prompt added). */
-int sb_engine_chat_format(const sb_engine *e, const sb_chat_msg *msgs, size_t n, char **out, size_t *len, char *err);
+/* Append messages in the model's chat template (generation prompt added)
+ * to *out: markers trusted, contents untrusted unless given as trusted parts
+ * (sb_chat.h). Tokenize the result with sb_engine_tokenize_prompt. */
+int sb_engine_chat_prompt(const sb_engine *e, const sb_chat_msg *msgs, size_t n, sb_prompt *out, char *err);
 /* Tokenize with the model's BOS rule; special tokens parsed when `special`. */
 int sb_engine_tokenize(const sb_engine *e, const char *text, size_t len, int special,
                        int32_t **out, size_t *n, char *err);
+/* The same for an assembled prompt: special tokens parsed in its trusted
+ * text only. */
+int sb_engine_tokenize_prompt(const sb_engine *e, const sb_prompt *p, int32_t **out, size_t *n, char *err);
 
 /* Called with each piece of generated text, already cut at stop strings and
  * never ending inside a UTF-8 sequence. Return nonzero to stop early. */

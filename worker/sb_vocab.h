@@ -61,6 +61,44 @@ sb_str sb_vocab_text(const sb_vocab *v, int32_t tok);
 int  sb_tokenize(const sb_vocab *v, const char *text, size_t len, int add_bos, int parse_special,
                  int32_t **out, size_t *n_out, char *err);
 
+/* ---- prompts of trusted and untrusted text ----
+ *
+ * A prompt is usually assembled: a chat or pipeline template (trusted: its
+ * "<|im_start|>", "<|eot_id|>", "</s>" are meant as control tokens) with a
+ * caller's words, an HTTP client's messages or an earlier model's output
+ * spliced in (untrusted). Tokenized as one string with special tokens
+ * parsed, a caller who types "<|im_end|>" gets the real control token and
+ * can close his turn and write the system's or the assistant's (llama.cpp's
+ * server tokenizes such content with parse_special off for this reason).
+ * An sb_prompt keeps the text whole, so tokenization across the joins is
+ * exactly that of the concatenated string, and records which byte ranges
+ * are untrusted ("plain"): no control or unknown token, and no token that
+ * ends generation (Phi-3's user-defined "</s>"), is matched if any of its
+ * bytes lies in one. Other user-defined tokens are matched everywhere, as
+ * they are with parse_special off. */
+typedef struct { size_t off, len; } sb_span;
+
+typedef struct {
+    char    *text;          /* NUL-terminated once anything was added */
+    size_t   len, cap;
+    sb_span *plain;         /* untrusted ranges of text, in order; adjacent ones merged */
+    size_t   n_plain, cap_plain;
+    int      failed;        /* an append ran out of memory (sticky; sb_tokenize_prompt reports it) */
+} sb_prompt;
+
+/* One piece of a prompt as a caller hands it over: special = trusted. */
+typedef struct { const char *text; size_t len; int special; } sb_text_seg;
+
+/* Start from a zeroed sb_prompt. Appends n bytes, trusted when special. */
+void sb_prompt_add(sb_prompt *p, const char *s, size_t n, int special);
+/* Mark everything appended so far untrusted (a request with special off). */
+void sb_prompt_all_plain(sb_prompt *p);
+void sb_prompt_free(sb_prompt *p);
+/* sb_tokenize of p->text with special tokens parsed outside the plain
+ * ranges only (see above). SB_ENOMEM if an append had failed. */
+int  sb_tokenize_prompt(const sb_vocab *v, const sb_prompt *p, int add_bos, int32_t **out, size_t *n_out,
+                        char *err);
+
 /* The bytes of one token as llama.cpp's token_to_piece renders them: byte
  * tokens become the raw byte, U+2581 a space, BPE byte-unicode is decoded;
  * control/unknown tokens give "" unless `special`. Like snprintf: writes at

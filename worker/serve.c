@@ -62,25 +62,111 @@ typedef struct {
 
 static void reply_invalid(sb_ipc_reply *r, const char *err) { sb_ipc_reply_error(r, SB_IPC_INVALID_REQUEST, "%s", err); }
 
-/* Prompt text from params: "prompt" (string) or "messages" (chat, formatted
- * with the model's template). *owned is set when the text was allocated. */
-static int prompt_text(worker *w, const sb_mp_obj *params, const char **text, size_t *len, char **owned, char *err) {
-    *owned = NULL;
-    const sb_mp_obj *msgs = NULL;
-    if (sb_mp_get_container(params, "messages", SB_MP_OPTIONAL, SB_MP_ARRAY, &msgs, err)) return SB_EINVAL;
-    if (!msgs) return sb_mp_get_str(params, "prompt", SB_MP_REQUIRED, text, len, err) ? SB_EINVAL : 0;
+/* ---- prompts -------------------------------------------------------------- */
+
+/* Segments in one request (the top-level list, or all messages' parts). */
+#define MAX_SEGMENTS 65536
+
+/* [{"text": str, "special": bool = false}, ...] appended to p, or to parts
+ * (when p is NULL; *n_parts counts them). `what` names the list in errors. */
+static int read_segments(const sb_mp_obj *arr, const char *what, sb_prompt *p, sb_text_seg *parts, size_t *n_parts,
+                         char *err) {
+    static const char *const keys[] = { "text", "special", NULL };
+    uint32_t n = sb_mp_count(arr);
+    for (uint32_t i = 0; i < n; i++) {
+        const sb_mp_obj *o = sb_mp_array_at(arr, i);
+        const char *t;
+        size_t l;
+        bool special = false;
+        char why[SB_ERR_LEN];
+        if (sb_mp_type_of(o) != SB_MP_MAP || sb_mp_check_keys(o, keys, why) ||
+            sb_mp_get_str(o, "text", SB_MP_REQUIRED, &t, &l, why) ||
+            sb_mp_get_bool(o, "special", SB_MP_OPTIONAL, &special, why))
+            return sb_seterr(err, SB_EINVAL, "%s[%u]: expected {\"text\": str, \"special\": bool}", what, i);
+        if (p) sb_prompt_add(p, t, l, special);
+        else parts[(*n_parts)++] = (sb_text_seg){ t, l, special };
+    }
+    return 0;
+}
+
+/* "messages": [{"role": str, "content": str | segments}] in the model's
+ * chat template. A string content is the sender's text and never holds
+ * control tokens; the template's markers are trusted unless `special` is off. */
+static int chat_prompt(worker *w, const sb_mp_obj *msgs, bool special, sb_prompt *p, char *err) {
     uint32_t n = sb_mp_count(msgs);
     if (n == 0 || n > MAX_MESSAGES) return sb_seterr(err, SB_EINVAL, "'messages': expected 1..%d messages", MAX_MESSAGES);
     sb_chat_msg m[MAX_MESSAGES];
+    size_t total = 0, used = 0;
     for (uint32_t i = 0; i < n; i++) {
-        const sb_mp_obj *o = sb_mp_array_at(msgs, i);
-        size_t l;
-        if (sb_mp_type_of(o) != SB_MP_MAP || sb_mp_get_str(o, "role", SB_MP_REQUIRED, &m[i].role, &l, err) ||
-            sb_mp_get_str(o, "content", SB_MP_REQUIRED, &m[i].content, &l, err))
-            return sb_seterr(err, SB_EINVAL, "'messages'[%u]: expected a map with string 'role' and 'content'", i);
+        const sb_mp_obj *c = sb_mp_map_get(sb_mp_array_at(msgs, i), "content");
+        if (sb_mp_type_of(c) == SB_MP_ARRAY) total += sb_mp_count(c);
     }
-    int rc = sb_engine_chat_format(w->engine, m, n, owned, len, err);
-    *text = *owned;
+    if (total > MAX_SEGMENTS) return sb_seterr(err, SB_EINVAL, "'messages': at most %d content segments", MAX_SEGMENTS);
+    sb_text_seg *parts = total ? sb_malloc(total * sizeof *parts) : NULL;
+    if (total && !parts) return sb_seterr(err, SB_ENOMEM, "out of memory");
+    int rc = 0;
+    for (uint32_t i = 0; i < n && !rc; i++) {
+        const sb_mp_obj *o = sb_mp_array_at(msgs, i), *c = sb_mp_map_get(o, "content");
+        size_t l;
+        char why[SB_ERR_LEN], what[48];
+        m[i] = (sb_chat_msg){ 0 };
+        if (sb_mp_type_of(o) != SB_MP_MAP || sb_mp_get_str(o, "role", SB_MP_REQUIRED, &m[i].role, &l, why) ||
+            (sb_mp_type_of(c) != SB_MP_ARRAY && sb_mp_get_str(o, "content", SB_MP_REQUIRED, &m[i].content, &l, why))) {
+            rc = sb_seterr(err, SB_EINVAL, "'messages'[%u]: expected a map with string 'role' and 'content' "
+                           "(a string or [{text, special}])", i);
+            break;
+        }
+        if (sb_mp_type_of(c) == SB_MP_ARRAY) {
+            snprintf(what, sizeof what, "'messages'[%u].content", i);
+            m[i].parts = parts + used;
+            rc = read_segments(c, what, NULL, parts, &used, err);
+            m[i].n_parts = (size_t)(parts + used - m[i].parts);
+        }
+    }
+    if (!rc) rc = sb_engine_chat_prompt(w->engine, m, n, p, err);
+    if (!rc && !special) sb_prompt_all_plain(p);
+    sb_free(parts);
+    return rc;
+}
+
+/* The prompt of a request as token ids, BOS added when add_bos and the
+ * model asks for it. Exactly one of: `key` ("prompt", or "text" for
+ * tokenize: one string, special tokens parsed when `special`), "segments"
+ * (each piece with its own special flag: a pipeline's template text and the
+ * caller's words spliced into it) or "messages". */
+static int request_tokens(worker *w, const sb_mp_obj *params, const char *key, bool special, bool add_bos,
+                          int32_t **ids, size_t *n_ids, char *err) {
+    *ids = NULL;
+    *n_ids = 0;
+    const sb_mp_obj *msgs = NULL, *segs = NULL;
+    if (sb_mp_get_container(params, "messages", SB_MP_OPTIONAL, SB_MP_ARRAY, &msgs, err) ||
+        sb_mp_get_container(params, "segments", SB_MP_OPTIONAL, SB_MP_ARRAY, &segs, err))
+        return SB_EINVAL;
+    int given = !!msgs + !!segs + (sb_mp_map_get(params, key) != NULL);
+    if (given != 1)
+        return sb_seterr(err, SB_EINVAL, "expected exactly one of '%s', 'segments' and 'messages', got %d", key, given);
+    const sb_vocab *v = sb_engine_vocab(w->engine);
+    if (!msgs && !segs) {
+        const char *text;
+        size_t len;
+        if (sb_mp_get_str(params, key, SB_MP_REQUIRED, &text, &len, err)) return SB_EINVAL;
+        return sb_tokenize(v, text, len, add_bos, special, ids, n_ids, err);
+    }
+    sb_prompt p = { 0 };
+    int rc = 0;
+    if (segs) {
+        /* Each segment says what it is; a global switch would only blur that. */
+        if (sb_mp_map_get(params, "special"))
+            rc = sb_seterr(err, SB_EINVAL, "'special' does not apply to 'segments' (each segment has its own)");
+        else if (sb_mp_count(segs) > MAX_SEGMENTS)
+            rc = sb_seterr(err, SB_EINVAL, "'segments': at most %d", MAX_SEGMENTS);
+        else
+            rc = read_segments(segs, "'segments'", &p, NULL, NULL, err);
+    } else {
+        rc = chat_prompt(w, msgs, special, &p, err);
+    }
+    if (!rc) rc = sb_tokenize_prompt(v, &p, add_bos, ids, n_ids, err);
+    sb_prompt_free(&p);
     return rc;
 }
 
@@ -134,9 +220,9 @@ static void run_generate(worker *w, job *j, sb_mp_writer *wr) {
     uint64_t seed = o.sampling.seed;
     bool stream = false, special = true;
     const sb_mp_obj *stops = NULL;
-    static const char *const allowed[] = { "prompt", "messages", "max_tokens", "temperature", "top_k", "top_p",
-                                           "min_p", "repeat_penalty", "repeat_last_n", "seed", "stop", "stream",
-                                           "deadline_ms", "special", NULL };
+    static const char *const allowed[] = { "prompt", "segments", "messages", "max_tokens", "temperature", "top_k",
+                                           "top_p", "min_p", "repeat_penalty", "repeat_last_n", "seed", "stop",
+                                           "stream", "deadline_ms", "special", NULL };
     if (sb_mp_check_keys(p, allowed, err) ||
         sb_mp_get_int(p, "max_tokens", SB_MP_OPTIONAL, 1, w->max_tokens_cap, &max_tokens, err) ||
         sb_mp_get_num(p, "temperature", SB_MP_OPTIONAL, 0, 100, &temp, err) ||
@@ -161,18 +247,13 @@ static void run_generate(worker *w, job *j, sb_mp_writer *wr) {
             reply_invalid(j->reply, "'stop': expected an array of strings");
             return;
         }
-    const char *text;
-    size_t len;
-    char *owned = NULL;
     int32_t *ids = NULL;
     size_t n_ids = 0;
-    if (prompt_text(w, p, &text, &len, &owned, err)) { reply_invalid(j->reply, err); return; }
-    if (sb_engine_tokenize(w->engine, text, len, special, &ids, &n_ids, err)) {
-        sb_free(owned);
-        reply_invalid(j->reply, err);
+    int rc = request_tokens(w, p, "prompt", special, true, &ids, &n_ids, err);
+    if (rc) {
+        sb_ipc_reply_error(j->reply, rc == SB_ENOMEM ? SB_IPC_INTERNAL : SB_IPC_INVALID_REQUEST, "%s", err);
         return;
     }
-    sb_free(owned);
     o.max_tokens = (int)max_tokens;
     o.sampling.temp = (float)temp;
     o.sampling.top_k = (int)top_k;
@@ -189,7 +270,7 @@ static void run_generate(worker *w, job *j, sb_mp_writer *wr) {
     o.on_piece = sink_piece;
     o.ud = &sink;
     sb_gen_result res;
-    int rc = sb_engine_generate(w->engine, ids, (int)n_ids, &o, &res, err);
+    rc = sb_engine_generate(w->engine, ids, (int)n_ids, &o, &res, err);
     sb_free(ids);
     if (rc) {
         sb_ipc_reply_error(j->reply, rc == SB_ERANGE || rc == SB_EINVAL ? SB_IPC_INVALID_REQUEST : SB_IPC_INTERNAL, "%s", err);
@@ -214,7 +295,7 @@ static void run_generate(worker *w, job *j, sb_mp_writer *wr) {
 static void run_score(worker *w, job *j, sb_mp_writer *wr) {
     char err[SB_ERR_LEN];
     const sb_mp_obj *p = j->params, *cands = NULL;
-    static const char *const allowed[] = { "prompt", "messages", "candidates", "special", NULL };
+    static const char *const allowed[] = { "prompt", "segments", "messages", "candidates", "special", NULL };
     bool special = true;
     if (sb_mp_check_keys(p, allowed, err) ||
         sb_mp_get_container(p, "candidates", SB_MP_REQUIRED, SB_MP_ARRAY, &cands, err) ||
@@ -224,15 +305,11 @@ static void run_score(worker *w, job *j, sb_mp_writer *wr) {
     }
     uint32_t nc = sb_mp_count(cands);
     if (nc == 0 || nc > MAX_CANDIDATES) { reply_invalid(j->reply, "'candidates': expected 1..256 strings"); return; }
-    const char *text;
-    size_t len;
-    char *owned = NULL;
     int32_t *ids = NULL, *ctoks[MAX_CANDIDATES] = {0};
     int clen[MAX_CANDIDATES];
     size_t n_ids;
     double lp[MAX_CANDIDATES];
-    int rc = prompt_text(w, p, &text, &len, &owned, err);
-    if (!rc) rc = sb_engine_tokenize(w->engine, text, len, special, &ids, &n_ids, err);
+    int rc = request_tokens(w, p, "prompt", special, true, &ids, &n_ids, err);
     for (uint32_t i = 0; i < nc && !rc; i++) {
         const char *cs;
         size_t cl, n;
@@ -265,7 +342,6 @@ static void run_score(worker *w, job *j, sb_mp_writer *wr) {
         sb_mp_kv_i64(wr, "prompt_tokens", (int64_t)n_ids);
         sb_ipc_reply_ok(j->reply, wr);
     }
-    sb_free(owned);
     sb_free(ids);
     for (uint32_t i = 0; i < nc; i++) sb_free(ctoks[i]);
 }
@@ -393,16 +469,18 @@ static void h_info(void *ud, sb_ipc_reply *r, const char *m, const sb_mp_obj *p)
 static void h_tokenize(void *ud, sb_ipc_reply *r, const char *m, const sb_mp_obj *p) {
     worker *w = ud;
     char err[SB_ERR_LEN];
-    const char *text;
-    size_t len, n = 0;
+    size_t n = 0;
     bool bos = true, special = true;
     int32_t *ids = NULL;
-    static const char *const allowed[] = { "text", "add_bos", "special", NULL };
-    if (sb_mp_check_keys(p, allowed, err) || sb_mp_get_str(p, "text", SB_MP_REQUIRED, &text, &len, err) ||
-        sb_mp_get_bool(p, "add_bos", SB_MP_OPTIONAL, &bos, err) ||
+    int rc = 0;
+    /* messages are formatted here on the loop thread: the engine's chat
+     * template and vocab are read-only after load. */
+    static const char *const allowed[] = { "text", "segments", "messages", "add_bos", "special", NULL };
+    if (sb_mp_check_keys(p, allowed, err) || sb_mp_get_bool(p, "add_bos", SB_MP_OPTIONAL, &bos, err) ||
         sb_mp_get_bool(p, "special", SB_MP_OPTIONAL, &special, err) ||
-        sb_tokenize(sb_engine_vocab(w->engine), text, len, bos, special, &ids, &n, err)) {
-        reply_invalid(r, err);
+        (rc = request_tokens(w, p, "text", special, bos, &ids, &n, err))) {
+        if (rc == SB_ENOMEM) sb_ipc_reply_error(r, SB_IPC_INTERNAL, "%s", err);
+        else reply_invalid(r, err);
         return;
     }
     sb_mp_writer *wr;

@@ -32,10 +32,37 @@ static int frag_push(fragments *f, int32_t tok, size_t off, size_t len) {
 /* C-locale isspace, which is what llama.cpp's strip loops see for bytes. */
 static int ascii_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
 
+/* Does [lo, hi) share a byte with one of the sorted ranges? */
+static int touches(const sb_span *r, size_t n, size_t lo, size_t hi) {
+    size_t a = 0, b = n;
+    while (a < b) {                     /* the first range ending after lo */
+        size_t m = a + (b - a) / 2;
+        if (r[m].off + r[m].len <= lo) a = m + 1; else b = m;
+    }
+    return a < n && r[a].off < hi;
+}
+
+/* The first occurrence of t[0..tn) in text[base, base+blen) that touches
+ * no untrusted range (guard NULL: the first occurrence). */
+static const char *find_token(const char *text, size_t base, size_t blen, const char *t, size_t tn,
+                              const sb_prompt *guard) {
+    size_t from = base, end = base + blen;
+    while (end - from >= tn) {
+        const char *m = memmem(text + from, end - from, t, tn);
+        if (!m) return NULL;
+        size_t at = (size_t)(m - text);
+        if (!guard || !touches(guard->plain, guard->n_plain, at, at + tn)) return m;
+        from = at + 1;
+    }
+    return NULL;
+}
+
 /* Split every raw fragment of `in` at each occurrence of special token id,
- * into `out`. LSTRIP drops whitespace before an occurrence, RSTRIP after it;
- * the search goes on in what is right of the occurrence. */
-static int split_at_token(const sb_vocab *v, const char *text, int32_t id, const fragments *in, fragments *out) {
+ * into `out`; with a guard, only at occurrences clear of untrusted text.
+ * LSTRIP drops whitespace before an occurrence, RSTRIP after it; the search
+ * goes on in what is right of the occurrence. */
+static int split_at_token(const sb_vocab *v, const char *text, int32_t id, const sb_prompt *guard,
+                          const fragments *in, fragments *out) {
     const char *t = sb_tok_text(v, id);
     const size_t tn = v->tok[id].len;
     const uint16_t attr = v->tok[id].attr;
@@ -45,7 +72,7 @@ static int split_at_token(const sb_vocab *v, const char *text, int32_t id, const
         if (f->tok >= 0) { if (frag_push(out, f->tok, 0, 0)) return SB_ENOMEM; continue; }
         size_t base = f->off, blen = f->len;
         for (;;) {
-            const char *m = blen >= tn ? memmem(text + base, blen, t, tn) : NULL;
+            const char *m = find_token(text, base, blen, t, tn, guard);
             if (!m) {
                 if (blen > 0 && frag_push(out, -1, base, blen)) return SB_ENOMEM;
                 break;
@@ -65,15 +92,19 @@ static int split_at_token(const sb_vocab *v, const char *text, int32_t id, const
     return 0;
 }
 
-static int partition(const sb_vocab *v, const char *text, size_t len, int parse_special, fragments *out) {
+/* guard: the prompt whose untrusted ranges no control, unknown or
+ * end-of-generation token may touch (NULL: none). */
+static int partition(const sb_vocab *v, const char *text, size_t len, int parse_special, const sb_prompt *guard,
+                     fragments *out) {
     fragments other = { 0 };
     int rc = frag_push(out, -1, 0, len);
     for (size_t k = 0; !rc && k < v->n_special; k++) {
         int32_t id = v->special[k];
+        const int control = (v->tok[id].attr & (SB_ATTR_CONTROL | SB_ATTR_UNKNOWN)) != 0;
         /* Without parse_special only user-defined tokens are cut out. */
-        if (!parse_special && (v->tok[id].attr & (SB_ATTR_CONTROL | SB_ATTR_UNKNOWN))) continue;
+        if (!parse_special && control) continue;
         if (v->tok[id].len > len) continue;        /* cannot occur: saves the pass */
-        rc = split_at_token(v, text, id, out, &other);
+        rc = split_at_token(v, text, id, control || v->eog[id] ? guard : NULL, out, &other);
         fragments t = *out; *out = other; other = t;
     }
     sb_free(other.v);
@@ -99,8 +130,8 @@ static int spm_fragment(const sb_vocab *v, const char *s, size_t n, int space_pr
     return sb_spm_tokenize(v, buf->p, buf->n, out, err);
 }
 
-int sb_tokenize(const sb_vocab *v, const char *text, size_t len, int add_bos, int parse_special,
-                int32_t **out, size_t *n_out, char *err) {
+static int tokenize(const sb_vocab *v, const char *text, size_t len, int add_bos, int parse_special,
+                    const sb_prompt *guard, int32_t **out, size_t *n_out, char *err) {
     *out = NULL;
     *n_out = 0;
     fragments frags = { 0 };
@@ -108,7 +139,7 @@ int sb_tokenize(const sb_vocab *v, const char *text, size_t len, int add_bos, in
     sb_bytes buf = { 0 };
     int rc = 0;
     if (len && !text) return sb_seterr(err, SB_EINVAL, "NULL text");
-    if (len) rc = partition(v, text, len, parse_special, &frags);
+    if (len) rc = partition(v, text, len, parse_special, guard, &frags);
     if (rc) goto fail;
 
     if (add_bos && v->add_bos) rc = sb_ids_push(&ids, v->bos);
@@ -141,6 +172,69 @@ fail:
     sb_free(ids.v);
     sb_free(buf.p);
     return rc;
+}
+
+int sb_tokenize(const sb_vocab *v, const char *text, size_t len, int add_bos, int parse_special,
+                int32_t **out, size_t *n_out, char *err) {
+    return tokenize(v, text, len, add_bos, parse_special, NULL, out, n_out, err);
+}
+
+/* ------------------------------------------------------------------ */
+/* prompts of trusted and untrusted text                                */
+
+void sb_prompt_add(sb_prompt *p, const char *s, size_t n, int special) {
+    if (p->failed) return;
+    size_t need;
+    if (sb_add_size(p->len, n, &need) || sb_add_size(need, 1, &need)) { p->failed = 1; return; }
+    if (need > p->cap) {
+        size_t cap = SB_MAX(need, p->cap * 2);
+        char *t = sb_realloc(p->text, cap);
+        if (!t) { p->failed = 1; return; }
+        p->text = t;
+        p->cap = cap;
+    }
+    if (n) memcpy(p->text + p->len, s, n);
+    p->text[p->len + n] = '\0';
+    if (!special && n) {
+        sb_span *last = p->n_plain ? &p->plain[p->n_plain - 1] : NULL;
+        if (last && last->off + last->len == p->len) {
+            last->len += n;
+        } else {
+            if (p->n_plain == p->cap_plain) {
+                size_t cap = p->cap_plain ? p->cap_plain * 2 : 8;
+                sb_span *r = sb_realloc(p->plain, cap * sizeof *r);
+                if (!r) { p->failed = 1; return; }
+                p->plain = r;
+                p->cap_plain = cap;
+            }
+            p->plain[p->n_plain++] = (sb_span){ p->len, n };
+        }
+    }
+    p->len += n;
+}
+
+void sb_prompt_all_plain(sb_prompt *p) {
+    if (p->failed || !p->len) return;
+    if (!p->cap_plain) {
+        if (!(p->plain = sb_malloc(sizeof *p->plain))) { p->failed = 1; return; }
+        p->cap_plain = 1;
+    }
+    p->plain[0] = (sb_span){ 0, p->len };
+    p->n_plain = 1;
+}
+
+void sb_prompt_free(sb_prompt *p) {
+    sb_free(p->text);
+    sb_free(p->plain);
+    memset(p, 0, sizeof *p);
+}
+
+int sb_tokenize_prompt(const sb_vocab *v, const sb_prompt *p, int add_bos, int32_t **out, size_t *n_out,
+                       char *err) {
+    *out = NULL;
+    *n_out = 0;
+    if (p->failed) return sb_seterr(err, SB_ENOMEM, "out of memory assembling a prompt");
+    return tokenize(v, p->text, p->len, add_bos, 1, p->n_plain ? p : NULL, out, n_out, err);
 }
 
 /* ------------------------------------------------------------------ */
