@@ -7,6 +7,8 @@
  *     model-sized rows, rows with an odd number of blocks, and shapes that
  *     take the packed-panel path (37 rows, 19 columns, 19 super-blocks);
  *  2. the output lands where ldc says and nothing else is written;
+ *     the same at the extremes of every quant range (16-bit sums that
+ *     would wrap);
  *  3. the _ref gemm is exactly vec_dot_ref per pair (bit for bit).
  */
 #include <math.h>
@@ -67,12 +69,11 @@ static double abs_dot(int xt, const uint8_t *x, int yt, const uint8_t *y, int n)
 
 #define SENTINEL -12345.0f
 
-/* One nr × nc tile at one level, checked pair by pair. */
-static void check_tile(int level, int type, int n, int nr, int nc) {
+/* One nr × nc tile of the given rows at one level, checked pair by pair;
+ * frees x and y. */
+static void check_tile_of(int level, int type, int n, int nr, int nc, uint8_t *x, size_t bx, uint8_t *y, size_t by) {
     const sb_kq_traits *t = &sb_kq_table(level)[type], *tr = ref_row(type);
     const int at = t->vec_dot_type;
-    size_t bx, by;
-    uint8_t *x = make_rows(type, nr, n, &bx), *y = make_rows(at, nc, n, &by);
     const size_t ldc = (size_t)nr + 3;                 /* gaps between columns stay untouched */
     float *s = malloc(sizeof(float) * ldc * (size_t)nc);
     assert_non_null(s);
@@ -94,6 +95,52 @@ static void check_tile(int level, int type, int n, int nr, int nc) {
     free(x);
     free(y);
     free(s);
+}
+
+static void check_tile(int level, int type, int n, int nr, int nc) {
+    size_t bx, by;
+    uint8_t *x = make_rows(type, nr, n, &bx);
+    uint8_t *y = make_rows(sb_kq_table(level)[type].vec_dot_type, nc, n, &by);
+    check_tile_of(level, type, n, nr, nc, x, bx, y, by);
+}
+
+/* Rows whose every quant has the largest magnitude its type allows (all
+ * bits set; Q4_0 / Q5_0 / Q8_0 at their most negative) with d = dmin = 1,
+ * and activations all at -127: the integer sums of a kernel that adds
+ * 16-bit products in more groups than fit would wrap here, where random
+ * weights stay far from the limits. */
+static uint8_t *make_extreme_rows(int type, int rows, int n, size_t *row_bytes) {
+    const sb_kq_traits *t = ref_row(type);
+    *row_bytes = sb_kq_row_size(t, n);
+    const size_t total = *row_bytes * (size_t)rows;
+    uint8_t *m = malloc(total + 64);
+    assert_non_null(m);
+    if (!t->vec_dot) {      /* an activation type: quantize a constant */
+        float *f = malloc(sizeof(float) * (size_t)n);
+        assert_non_null(f);
+        for (int i = 0; i < n; i++) f[i] = 1.0f;
+        for (int r = 0; r < rows; r++) t->from_float(f, m + (size_t)r * *row_bytes, n);
+        free(f);
+        return m;
+    }
+    const int fill = type == SB_TYPE_Q8_0 ? 0x81 : type == SB_TYPE_Q4_0 || type == SB_TYPE_Q5_0 ? 0x00 : 0xFF;
+    memset(m, fill, total);
+    size_t d_at = 0, dmin_at = (size_t)-1;   /* where the fp16 scales sit in a block */
+    switch (type) {
+    case SB_TYPE_Q2_K: d_at = offsetof(sb_block_q2_K, d); dmin_at = offsetof(sb_block_q2_K, dmin); break;
+    case SB_TYPE_Q3_K: d_at = offsetof(sb_block_q3_K, d); break;
+    case SB_TYPE_Q4_K: d_at = offsetof(sb_block_q4_K, d); dmin_at = offsetof(sb_block_q4_K, dmin); break;
+    case SB_TYPE_Q5_K: d_at = offsetof(sb_block_q5_K, d); dmin_at = offsetof(sb_block_q5_K, dmin); break;
+    case SB_TYPE_Q6_K: d_at = offsetof(sb_block_q6_K, d); break;
+    default: break;         /* Q4_0, Q5_0, Q8_0: d first */
+    }
+    const sb_fp16 one = 0x3C00;
+    for (size_t b = 0; b < total; b += t->type_size) {
+        memcpy(m + b + d_at, &one, sizeof one);
+        if (dmin_at != (size_t)-1) memcpy(m + b + dmin_at, &one, sizeof one);
+        if (type == SB_TYPE_Q5_0) memset(m + b + offsetof(sb_block_q5_0, qs), 0x00, 16);   /* qh 0: q = -16 */
+    }
+    return m;
 }
 
 static int has_gemm(int type) { return ref_row(type)->blck_size > 0 && ref_row(type)->gemm != NULL; }
@@ -125,6 +172,20 @@ static void test_gemm_matches_vec_dot(void **state) {
     assert_true(covered >= (int)(sizeof must / sizeof must[0]));
 }
 
+/* At the limits of every quant range, the tiled kernels still agree. */
+static void test_gemm_extreme_values(void **state) {
+    (void)state;
+    for (int level = 0; level <= sb_kq_best_level(); level++)
+        for (int type = 0; type < SB_TYPE_COUNT; type++) {
+            const sb_kq_traits *t = &sb_kq_table(level)[type];
+            if (!t->gemm || !has_gemm(type)) continue;
+            const int n = t->blck_size == 32 ? 512 : 1024, nr = 11, nc = 9;
+            size_t bx, by;
+            uint8_t *x = make_extreme_rows(type, nr, n, &bx), *y = make_extreme_rows(t->vec_dot_type, nc, n, &by);
+            check_tile_of(level, type, n, nr, nc, x, bx, y, by);
+        }
+}
+
 /* The scalar twin is vec_dot_ref per pair, exactly. */
 static void test_gemm_ref_is_vec_dot_ref(void **state) {
     (void)state;
@@ -150,6 +211,7 @@ static void test_gemm_ref_is_vec_dot_ref(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemm_matches_vec_dot),
+        cmocka_unit_test(test_gemm_extreme_values),
         cmocka_unit_test(test_gemm_ref_is_vec_dot_ref),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

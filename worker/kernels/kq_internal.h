@@ -117,6 +117,7 @@ static inline void kq_unpack_scales_q3(const uint8_t *packed, int8_t out[16]) {
     void sb_kq_gemm_q5_K_q8_K_##lvl(KQ_GEMM_ARGS);          \
     void sb_kq_gemm_q6_K_q8_K_##lvl(KQ_GEMM_ARGS);
 KQ_DECLARE_GEMMS(ref)
+KQ_DECLARE_GEMMS(avx2)
 KQ_DECLARE_GEMMS(avx512)
 /* The AVX-512 k-quant gemms pack weight panels (kq_kpack_avx512.c); for a
  * few columns they call these register tiles instead (kq_kgemm_avx512.c). */
