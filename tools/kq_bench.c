@@ -9,6 +9,8 @@
  * Each measurement dots one activation row with 64 weight rows of 4096
  * elements (a few hundred KB: L2-resident, so this is kernel speed, not
  * DRAM speed); best of 150 interleaved 2 ms windows. GB/s counts weight bytes.
+ * Then the tiled kernels (gemm) of the best level on 64 rows × 64 tokens
+ * against vec_dot per pair, in multiply-adds per second.
  */
 #include <dlfcn.h>
 #include <math.h>
@@ -70,6 +72,53 @@ static double window_ggml(ggml_vec_dot_fn dot, const uint8_t *w, size_t rs, cons
 }
 
 #define WINDOWS 150
+#define TOKS 64     /* gemm section: a prompt-sized batch of activation rows */
+
+/* Seconds per ROWS × TOKS tile: the type's gemm, or (gemm NULL) vec_dot per pair. */
+static double window_gemm(const sb_kq_traits *t, const uint8_t *w, size_t rs, const uint8_t *y, size_t ys, float *out) {
+    int passes = 0;
+    const double t0 = now();
+    double el;
+    do {
+        if (t->gemm) t->gemm(N, ROWS, TOKS, w, rs, y, ys, out, ROWS);
+        else
+            for (int c = 0; c < TOKS; c++)
+                for (int r = 0; r < ROWS; r++) t->vec_dot(N, &out[c * ROWS + r], w + r * rs, y + c * ys);
+        sink = out[0];
+        passes++;
+    } while ((el = now() - t0) < 0.01);
+    return el / passes;
+}
+
+/* gemm against vec_dot per pair at the best level, in multiply-adds/s. */
+static void bench_gemm(const float *xf, const float *yf) {
+    const int best = sb_kq_best_level();
+    const sb_kq_traits *ref = sb_kq_table(SB_KQ_REF);
+    printf("\ngemm at %s, %d rows x %d tokens x %d, G multiply-adds/s (one thread)\n", sb_kq_level_name(best), ROWS, TOKS, N);
+    printf("%-6s %9s %9s %7s\n", "type", "vec_dot", "gemm", "ratio");
+    float *out = malloc(sizeof(float) * ROWS * TOKS);
+    for (int type = 0; type < SB_TYPE_COUNT; type++) {
+        const sb_kq_traits *t = &sb_kq_table(best)[type];
+        if (!t->blck_size || !t->gemm) continue;
+        const size_t rs = sb_kq_row_size(t, N), ys = sb_kq_row_size(&ref[t->vec_dot_type], N);
+        uint8_t *w = malloc(rs * ROWS), *y = malloc(ys * TOKS);
+        for (int r = 0; r < ROWS; r++) t->from_float_ref(xf + (size_t)r * N, w + r * rs, N);
+        for (int c = 0; c < TOKS; c++) ref[t->vec_dot_type].from_float(c % 2 ? xf + (size_t)c * N : yf, y + c * ys, N);
+        sb_kq_traits pairs = *t;
+        pairs.gemm = NULL;
+        double tp = 1e9, tg = 1e9;
+        for (int rep = 0; rep < WINDOWS / 3; rep++) {
+            const double a = window_gemm(&pairs, w, rs, y, ys, out), b = window_gemm(t, w, rs, y, ys, out);
+            if (a < tp) tp = a;
+            if (b < tg) tg = b;
+        }
+        const double macs = (double)ROWS * TOKS * N;
+        printf("%-6s %9.2f %9.2f %6.2fx\n", t->name, macs / tp / 1e9, macs / tg / 1e9, tp / tg);
+        free(w);
+        free(y);
+    }
+    free(out);
+}
 
 int main(int argc, char **argv) {
     const char *lib = argc > 1 ? argv[1] : "build/llamacpp/build-0.3.36/bin/libggml-cpu.so";
@@ -148,5 +197,6 @@ int main(int argc, char **argv) {
         free(w);
         free(y);
     }
+    bench_gemm(xf, yf);
     return 0;
 }
