@@ -394,45 +394,34 @@ KQ_INLINE void micro_legacy(int wt, int C, const panel_bk *pan, int nbk, const s
     default: call_C(1); break;                              \
     }
 
-KQ_INLINE void gemm_packed_k(int wt, int n, int nr, int nc, const uint8_t *x, size_t bx, const uint8_t *y, size_t by,
-                             float *s, size_t ldc) {
-    _Alignas(32) panel_sb pan[PACK_SB];
-    const int nsb_all = n / SB_QK_K;
+/* One driver for both families: a panel chunk holds PACK_SB super-blocks
+ * (k-quants) or PACK_BK 32-blocks (legacy), packed once and then passed by
+ * every column. */
+KQ_INLINE void gemm_packed(int wt, int n, int nr, int nc, const uint8_t *x, size_t bx, const uint8_t *y, size_t by,
+                           float *s, size_t ldc) {
+    _Alignas(32) union { panel_sb k[PACK_SB]; panel_bk l[PACK_BK]; } pan;
+    const int legacy = is_legacy(wt), per_chunk = legacy ? PACK_BK : PACK_SB;
+    const int nb_all = n / (legacy ? 32 : SB_QK_K);
     for (int r0 = 0; r0 < nr; r0 += PANEL) {
         const int pr = nr - r0 < PANEL ? nr - r0 : PANEL;
-        for (int i0 = 0; i0 < nsb_all; i0 += PACK_SB) {
-            const int nsb = nsb_all - i0 < PACK_SB ? nsb_all - i0 : PACK_SB;
-            pack_panel_k(wt, x + (size_t)r0 * bx, bx, pr, i0, nsb, pan);
+        for (int i0 = 0; i0 < nb_all; i0 += per_chunk) {
+            const int nb = nb_all - i0 < per_chunk ? nb_all - i0 : per_chunk;
+            if (legacy) pack_panel_legacy(wt, x + (size_t)r0 * bx, bx, pr, i0, nb, pan.l);
+            else pack_panel_k(wt, x + (size_t)r0 * bx, bx, pr, i0, nb, pan.k);
             for (int c0 = 0; c0 < nc; c0 += COLS) {
-                const sb_block_q8_K *yc[COLS];
+                const sb_block_q8_K *yk[COLS];
+                const sb_block_q8_0 *yl[COLS];
                 const int cc = nc - c0 < COLS ? nc - c0 : COLS;
-                for (int c = 0; c < cc; c++) yc[c] = (const sb_block_q8_K *)(y + (size_t)(c0 + c) * by);
+                for (int c = 0; c < cc; c++) {
+                    yk[c] = (const sb_block_q8_K *)(y + (size_t)(c0 + c) * by);
+                    yl[c] = (const sb_block_q8_0 *)(y + (size_t)(c0 + c) * by);
+                }
                 float *so = s + (size_t)c0 * ldc + r0;
-#define CALL_K(C_) micro_k(wt, C_, pan, nsb, yc, i0, so, ldc, pr, i0 > 0)
-                DISPATCH_COLS(CALL_K)
-#undef CALL_K
-            }
-        }
-    }
-}
-
-KQ_INLINE void gemm_packed_legacy(int wt, int n, int nr, int nc, const uint8_t *x, size_t bx, const uint8_t *y,
-                                  size_t by, float *s, size_t ldc) {
-    _Alignas(32) panel_bk pan[PACK_BK];
-    const int nbk_all = n / 32;
-    for (int r0 = 0; r0 < nr; r0 += PANEL) {
-        const int pr = nr - r0 < PANEL ? nr - r0 : PANEL;
-        for (int i0 = 0; i0 < nbk_all; i0 += PACK_BK) {
-            const int nbk = nbk_all - i0 < PACK_BK ? nbk_all - i0 : PACK_BK;
-            pack_panel_legacy(wt, x + (size_t)r0 * bx, bx, pr, i0, nbk, pan);
-            for (int c0 = 0; c0 < nc; c0 += COLS) {
-                const sb_block_q8_0 *yc[COLS];
-                const int cc = nc - c0 < COLS ? nc - c0 : COLS;
-                for (int c = 0; c < cc; c++) yc[c] = (const sb_block_q8_0 *)(y + (size_t)(c0 + c) * by);
-                float *so = s + (size_t)c0 * ldc + r0;
-#define CALL_L(C_) micro_legacy(wt, C_, pan, nbk, yc, i0, so, ldc, pr, i0 > 0)
-                DISPATCH_COLS(CALL_L)
-#undef CALL_L
+#define CALL(C_)                                                                          \
+    (legacy ? micro_legacy(wt, C_, pan.l, nb, yl, i0, so, ldc, pr, i0 > 0)                \
+            : micro_k(wt, C_, pan.k, nb, yk, i0, so, ldc, pr, i0 > 0))
+                DISPATCH_COLS(CALL)
+#undef CALL
             }
         }
     }
@@ -445,17 +434,17 @@ static void gemm_pairs(sb_vec_dot_fn dot, int n, int nr, int nc, const uint8_t *
         for (int r = 0; r < nr; r++) dot(n, &s[(size_t)c * ldc + r], x + (size_t)r * bx, y + (size_t)c * by);
 }
 
-#define GEMM_FN(t, vt, wt, packed)                                                                  \
+#define GEMM_FN(t, vt, wt)                                                                          \
     void sb_kq_gemm_##t##_##vt##_avx2(KQ_GEMM_ARGS) {                                              \
         if (nc < PACK_MIN_COLS) gemm_pairs(sb_kq_dot_##t##_##vt##_avx2, n, nr, nc, x, bx, y, by, s, ldc); \
-        else packed(wt, n, nr, nc, x, bx, y, by, s, ldc);                                           \
+        else gemm_packed(wt, n, nr, nc, x, bx, y, by, s, ldc);                                      \
     }
 
-GEMM_FN(q2_K, q8_K, W_Q2_K, gemm_packed_k)
-GEMM_FN(q3_K, q8_K, W_Q3_K, gemm_packed_k)
-GEMM_FN(q4_K, q8_K, W_Q4_K, gemm_packed_k)
-GEMM_FN(q5_K, q8_K, W_Q5_K, gemm_packed_k)
-GEMM_FN(q6_K, q8_K, W_Q6_K, gemm_packed_k)
-GEMM_FN(q4_0, q8_0, W_Q4_0, gemm_packed_legacy)
-GEMM_FN(q5_0, q8_0, W_Q5_0, gemm_packed_legacy)
-GEMM_FN(q8_0, q8_0, W_Q8_0, gemm_packed_legacy)
+GEMM_FN(q2_K, q8_K, W_Q2_K)
+GEMM_FN(q3_K, q8_K, W_Q3_K)
+GEMM_FN(q4_K, q8_K, W_Q4_K)
+GEMM_FN(q5_K, q8_K, W_Q5_K)
+GEMM_FN(q6_K, q8_K, W_Q6_K)
+GEMM_FN(q4_0, q8_0, W_Q4_0)
+GEMM_FN(q5_0, q8_0, W_Q5_0)
+GEMM_FN(q8_0, q8_0, W_Q8_0)
