@@ -146,6 +146,20 @@ static void apply_llama2(sb_prompt *b, int kind, const sb_chat_msg *msgs, size_t
     }
 }
 
+/* The formats where every turn is open, role, close, content, end: as the
+ * Jinja templates the GGUF files carry write them (trim: llama-3 strips the
+ * content). The llama-2 family (no row here) nests the system prompt into
+ * the first user turn, see apply_llama2. */
+typedef struct { const char *open, *close, *end, *generation; int trim; } turn_format;
+static const turn_format turn_formats[SB_CHAT_COUNT] = {
+    [SB_CHAT_CHATML] = { "<|im_start|>", "\n", "<|im_end|>\n", "<|im_start|>assistant\n", 0 },
+    [SB_CHAT_ZEPHYR] = { "<|", "|>\n", "</s>\n", "<|assistant|>\n", 0 },
+    [SB_CHAT_ZEPHYR_ENDOFTEXT] = { "<|", "|>\n", "<|endoftext|>\n", "<|assistant|>\n", 0 },
+    [SB_CHAT_PHI3] = { "<|", "|>\n", "<|end|>\n", "<|assistant|>\n", 0 },
+    [SB_CHAT_LLAMA3] = { "<|start_header_id|>", "<|end_header_id|>\n\n", "<|eot_id|>",
+                         "<|start_header_id|>assistant<|end_header_id|>\n\n", 1 },
+};
+
 /* A role is written into the template's own text (where "<|" role "|>" must
  * meet as one control token), so it must not be able to spell a marker. */
 static int valid_role(const char *r) {
@@ -170,45 +184,18 @@ int sb_chat_apply_prompt(int kind, const sb_chat_msg *msgs, size_t n, int add_ge
                              i, msgs[i].role);
     }
     put(b, "");                     /* an empty conversation is still a string */
-    switch (kind) {
-    case SB_CHAT_CHATML:
-        for (size_t i = 0; i < n; i++) {
-            put(b, "<|im_start|>");
-            put(b, msgs[i].role);
-            put(b, "\n");
-            put_content(b, &msgs[i], 0);
-            put(b, "<|im_end|>\n");
-        }
-        if (add_generation_prompt) put(b, "<|im_start|>assistant\n");
-        break;
-    case SB_CHAT_ZEPHYR:
-    case SB_CHAT_ZEPHYR_ENDOFTEXT:
-    case SB_CHAT_PHI3: {
-        const char *end = kind == SB_CHAT_ZEPHYR ? "</s>\n"
-                        : kind == SB_CHAT_PHI3 ? "<|end|>\n" : "<|endoftext|>\n";
-        for (size_t i = 0; i < n; i++) {
-            put(b, "<|");
-            put(b, msgs[i].role);
-            put(b, "|>\n");
-            put_content(b, &msgs[i], 0);
-            put(b, end);
-        }
-        if (add_generation_prompt) put(b, "<|assistant|>\n");
-        break;
-    }
-    case SB_CHAT_LLAMA3:
-        for (size_t i = 0; i < n; i++) {
-            put(b, "<|start_header_id|>");
-            put(b, msgs[i].role);
-            put(b, "<|end_header_id|>\n\n");
-            put_content(b, &msgs[i], 1);
-            put(b, "<|eot_id|>");
-        }
-        if (add_generation_prompt) put(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
-        break;
-    default:
+    const turn_format *f = &turn_formats[kind];
+    if (!f->open) {
         apply_llama2(b, kind, msgs, n);
-        break;
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            put(b, f->open);
+            put(b, msgs[i].role);
+            put(b, f->close);
+            put_content(b, &msgs[i], f->trim);
+            put(b, f->end);
+        }
+        if (add_generation_prompt) put(b, f->generation);
     }
     return b->failed ? sb_seterr(err, SB_ENOMEM, "chat template: out of memory") : 0;
 }
