@@ -36,6 +36,7 @@ void sb_kq_dot_q2_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
     const __m256i m3 = _mm256_set1_epi8(3);
     __m256 acc = _mm256_setzero_ps(), acc_min = _mm256_setzero_ps();
     for (int i = 0; i < n / SB_QK_K; i++) {
+        kq_prefetch_ahead(&x[i], sizeof x[i]);
         const __m128i packed = _mm_loadu_si128((const __m128i *)x[i].scales);
         const __m128i sc8 = _mm_and_si128(packed, _mm_set1_epi8(0xF));
         const __m128i mn8 = _mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0xF));
@@ -72,6 +73,7 @@ void sb_kq_dot_q3_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
     const __m256i m3 = _mm256_set1_epi8(3), m4 = _mm256_set1_epi8(4);
     __m256 acc = _mm256_setzero_ps();
     for (int i = 0; i < n / SB_QK_K; i++) {
+        kq_prefetch_ahead(&x[i], sizeof x[i]);
         const __m256i sc16 = _mm256_cvtepi8_epi16(kq_scales_q3_128(x[i].scales));
         const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y[i].bsums)), 2);
         const __m256i sch[2] = { _mm256_permute2x128_si256(sc16, sc16, 0x00), _mm256_permute2x128_si256(sc16, sc16, 0x11) };
@@ -108,6 +110,7 @@ void sb_kq_dot_q4_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
     __m256 acc = _mm256_setzero_ps();
     __m256 acc_min = _mm256_setzero_ps();
     for (int i = 0; i < n / SB_QK_K; i++) {
+        kq_prefetch_ahead(&x[i], sizeof x[i]);
         const __m128i sm = kq_scales_k4_128(x[i].scales);
         const __m256i sc2 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
         const int8_t *q8 = y[i].qs;
@@ -135,6 +138,7 @@ void sb_kq_dot_q5_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
     __m256 acc = _mm256_setzero_ps();
     __m256 acc_min = _mm256_setzero_ps();
     for (int i = 0; i < n / SB_QK_K; i++) {
+        kq_prefetch_ahead(&x[i], sizeof x[i]);
         const __m128i sm = kq_scales_k4_128(x[i].scales);
         const __m256i sc2 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
         const int8_t *q8 = y[i].qs;
@@ -170,6 +174,7 @@ void sb_kq_dot_q6_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
     const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(0x30);
     __m256 acc = _mm256_setzero_ps();
     for (int i = 0; i < n / SB_QK_K; i++) {
+        kq_prefetch_ahead(&x[i], sizeof x[i]);
         const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i].scales));
         const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y[i].bsums)), 5);
         const __m256i sch[2] = { _mm256_permute2x128_si256(sc16, sc16, 0x00), _mm256_permute2x128_si256(sc16, sc16, 0x11) };
