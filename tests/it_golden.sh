@@ -2,7 +2,9 @@
 # Every fixture model against llama.cpp's own outputs (tests/data/golden):
 # the forced-token file and the chat file through `switchboard logits --ids`,
 # and the chat file again through `-p PROMPT` so that tokenizer, special
-# tokens and BOS handling are checked end to end.
+# tokens and BOS handling are checked end to end. Models with Q4_K / Q5_K /
+# Q6_K weights run the forced tokens once more with SB_REPACK=1 (the x8
+# layout: gemv8 for decode, unpack + gemm for the prompt).
 set -u
 cd "$(dirname "$0")/.."
 SB=${SB_BIN:-bin/switchboard}
@@ -14,9 +16,11 @@ for ref in tests/data/golden/*.forced.json tests/data/golden/*.chat.json; do
     ids=$(python3 -c "import json,sys;print(','.join(map(str,json.load(open(sys.argv[1]))['tokens'])))" "$ref")
     n=$(python3 -c "import json,sys;print(len(json.load(open(sys.argv[1]))['greedy']))" "$ref")
     modes="ids"; case $name in *.chat) modes="ids prompt";; esac
+    case $name in *Q4_K*.forced|*Q5_K*.forced|*Q6_K*.forced) modes="$modes x8";; esac
     for mode in $modes; do
-        if [ $mode = ids ]; then
-            "$SB" logits -m "tests/data/$model.gguf" --ids "$ids" -n "$n" -t 2 > "$tmp/out.json" 2> "$tmp/err"
+        if [ $mode = ids ] || [ $mode = x8 ]; then
+            SB_REPACK=$([ $mode = x8 ] && echo 1 || echo 0) \
+                "$SB" logits -m "tests/data/$model.gguf" --ids "$ids" -n "$n" -t 2 > "$tmp/out.json" 2> "$tmp/err"
         else
             prompt=$(python3 -c "import json,sys;print(json.load(open('tests/data/golden/prompts.json'))[sys.argv[1]],end='')" "$model")
             "$SB" logits -m "tests/data/$model.gguf" -p "$prompt" -n "$n" -t 2 > "$tmp/out.json" 2> "$tmp/err"

@@ -120,6 +120,59 @@ static void bench_gemm(const float *xf, const float *yf) {
     free(out);
 }
 
+/* Seconds for one matrix-vector product of `rows` rows: per row through
+ * vec_dot (x8 == NULL) or per 8-row group through gemv8. */
+static double gemv_pass(const sb_kq_traits *t, const uint8_t *w, const uint8_t *x8, size_t rs, int rows, const void *y, float *out) {
+    const double t0 = now();
+    if (x8)
+        for (int g = 0; g < rows / 8; g++) t->gemv8(N, out + 8 * g, x8 + (size_t)g * 8 * rs, y);
+    else
+        for (int r = 0; r < rows; r++) t->vec_dot(N, &out[r], w + (size_t)r * rs, y);
+    sink = out[rows - 1];
+    return now() - t0;
+}
+
+/* The decode kernels: vec_dot per row against gemv8 on the x8 layout, on
+ * 64 rows (L2) and on a matrix far larger than the last-level cache
+ * (what decode really reads), one thread, GB/s of weight bytes. */
+static void bench_gemv8(const float *xf, const float *yf) {
+    const int best = sb_kq_best_level();
+    const sb_kq_traits *ref = sb_kq_table(SB_KQ_REF);
+    enum { BIG = 49152 };       /* × 4096 elements: 150–200 MB */
+    printf("\ngemv8 at %s (8 interleaved rows) vs vec_dot per row, GB/s of weight bytes, one thread\n", sb_kq_level_name(best));
+    printf("%-6s %9s %9s %7s %12s %12s %7s\n", "type", "vec_dot", "gemv8", "ratio", "vec_dot DRAM", "gemv8 DRAM", "ratio");
+    float *out = malloc(sizeof(float) * BIG);
+    for (int type = 0; type < SB_TYPE_COUNT; type++) {
+        const sb_kq_traits *t = &sb_kq_table(best)[type];
+        if (!t->blck_size || !t->gemv8) continue;
+        const size_t rs = sb_kq_row_size(t, N), ys = sb_kq_row_size(&ref[SB_TYPE_Q8_K], N);
+        uint8_t *w = malloc(rs * BIG), *x8 = malloc(rs * BIG), *y = malloc(ys);
+        for (int r = 0; r < ROWS; r++) t->from_float_ref(xf + (size_t)r * N, w + r * rs, N);
+        for (int r = ROWS; r < BIG; r++) memcpy(w + (size_t)r * rs, w + (size_t)(r % ROWS) * rs, rs);
+        for (int g = 0; g < BIG / 8; g++) sb_kq_x8_pack(type, N, w + (size_t)g * 8 * rs, rs, x8 + (size_t)g * 8 * rs);
+        ref[SB_TYPE_Q8_K].from_float(yf, y, N);
+        double tl[2] = { 1e9, 1e9 }, td[2] = { 1e9, 1e9 };
+        for (int rep = 0; rep < WINDOWS; rep++)
+            for (int k = 0; k < 2; k++) {
+                double el = 0;
+                int passes = 0;
+                do { el += gemv_pass(t, w, k ? x8 : NULL, rs, ROWS, y, out); passes++; } while (el < 0.002);
+                if (el / passes < tl[k]) tl[k] = el / passes;
+            }
+        for (int rep = 0; rep < 7; rep++)
+            for (int k = 0; k < 2; k++) {
+                const double el = gemv_pass(t, w, k ? x8 : NULL, rs, BIG, y, out);
+                if (el < td[k]) td[k] = el;
+            }
+        printf("%-6s %9.2f %9.2f %6.2fx %12.2f %12.2f %6.2fx\n", t->name, rs * ROWS / tl[0] / 1e9, rs * ROWS / tl[1] / 1e9,
+               tl[0] / tl[1], rs * BIG / td[0] / 1e9, rs * BIG / td[1] / 1e9, td[0] / td[1]);
+        free(w);
+        free(x8);
+        free(y);
+    }
+    free(out);
+}
+
 int main(int argc, char **argv) {
     const char *lib = argc > 1 ? argv[1] : "build/llamacpp/build-0.3.36/bin/libggml-cpu.so";
     const ggml_traits_cpu *(*ggml_traits)(int) = NULL;
@@ -197,6 +250,7 @@ int main(int argc, char **argv) {
         free(w);
         free(y);
     }
+    bench_gemv8(xf, yf);
     bench_gemm(xf, yf);
     return 0;
 }

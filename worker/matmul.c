@@ -8,6 +8,11 @@
  *   - several tokens (prompt): tasks are blocks of rows × blocks of tokens
  *     through the type's tiled kernel (traits .gemm), when it has one.
  * Several matrices that share an input go into one pool run.
+ *
+ * Weights that model.c re-laid in the x8 layout (8 interleaved rows) go
+ * through the level's gemv8 for a few tokens; for a prompt each task first
+ * unpacks its row block back to the file layout (a few % of the gemm's
+ * time) and runs the tiled kernel on that.
  */
 #include <string.h>
 
@@ -18,18 +23,24 @@
 #define TASKS_PER_THREAD 24     /* 1×1 path: above this, rows per task grow (each claim is an atomic CAS) */
 #define GEMM_ROWS 64            /* gemm path: a multiple of every tile's rows */
 #define GEMM_TOKS 512           /* a packed weight panel serves this many tokens: packing it costs about as much as 64 tokens of compute */
+#define X8_GEMM_MIN_TOKS 4      /* x8 weights: below this the tiled kernels would run vec_dot per pair anyway */
 
-int sb_mm_init(sb_mm *mm, const sb_kq_traits *kq, sb_pool *pool, size_t act_bytes) {
+int sb_mm_init(sb_mm *mm, const sb_kq_traits *kq, sb_pool *pool, size_t act_bytes, size_t x8_row_bytes) {
     memset(mm, 0, sizeof *mm);
     mm->kq = kq;
     mm->pool = pool;
     for (int i = 0; i < SB_MM_ACT_SLOTS; i++)
         if (!(mm->act[i].buf = sb_aligned_alloc(act_bytes))) return SB_ENOMEM;
+    if (x8_row_bytes) {
+        mm->x8_rows_bytes = GEMM_ROWS * x8_row_bytes;
+        if (!(mm->x8_rows = sb_aligned_alloc(mm->x8_rows_bytes * (size_t)sb_pool_size(pool)))) return SB_ENOMEM;
+    }
     return 0;
 }
 
 void sb_mm_free(sb_mm *mm) {
     for (int i = 0; i < SB_MM_ACT_SLOTS; i++) sb_aligned_free(mm->act[i].buf);
+    sb_aligned_free(mm->x8_rows);
     memset(mm, 0, sizeof *mm);
 }
 
@@ -73,6 +84,7 @@ static const sb_act_slot *act_get(sb_mm *mm, const float *src, int n_tok, int64_
 typedef struct {
     const sb_weight *w;
     sb_vec_dot_fn dot;
+    sb_gemv8_fn gemv8;          /* x8 weight, few tokens: 8 rows per call */
     sb_gemm_fn gemm;            /* NULL: the 1×1 path */
     const uint8_t *act;
     size_t act_stride;
@@ -86,8 +98,11 @@ typedef struct {
 typedef struct {
     mm_part part[SB_MM_MAX_OUTS];
     int n_parts, n_tok;
+    const sb_mm *mm;
 } mm_job;
 
+/* Rows r0.. of every token, one vec_dot per row (or one gemv8 per 8 rows:
+ * row blocks of x8 parts are multiples of 8). */
 static void run_1x1(const mm_part *p, int64_t r0, int n_tok) {
     const int64_t r1 = SB_MIN(r0 + p->rows, p->w->ne1);
     const uint8_t *wd = p->w->data;
@@ -95,7 +110,10 @@ static void run_1x1(const mm_part *p, int64_t r0, int n_tok) {
     for (int t = 0; t < n_tok; t++) {
         const uint8_t *a = p->act + (size_t)t * p->act_stride;
         float *y = p->y + (size_t)t * p->y_stride;
-        for (int64_t r = r0; r < r1; r++) p->dot(n, &y[r], wd + (size_t)r * p->w->row_bytes, a);
+        if (p->gemv8)
+            for (int64_t r = r0; r < r1; r += 8) p->gemv8(n, &y[r], wd + (size_t)r * p->w->row_bytes, a);
+        else
+            for (int64_t r = r0; r < r1; r++) p->dot(n, &y[r], wd + (size_t)r * p->w->row_bytes, a);
     }
 }
 
@@ -103,14 +121,21 @@ static void run_1x1(const mm_part *p, int64_t r0, int n_tok) {
  * are numbered token-block fastest and the pool gives each thread a
  * contiguous range of tasks, so one thread runs every token block of a row
  * block back to back while those rows are still in its L2. */
-static void run_gemm(const mm_part *p, int local, int n_tok) {
+static void run_gemm(const mm_part *p, int local, int n_tok, uint8_t *x8_rows) {
     const int rb = local / p->n_tok_blocks, tb = local % p->n_tok_blocks;
     const int64_t r0 = (int64_t)rb * p->rows;
     const int nr = (int)SB_MIN((int64_t)p->rows, p->w->ne1 - r0);
     const int t0 = tb * GEMM_TOKS;
     const int nc = SB_MIN(GEMM_TOKS, n_tok - t0);
-    p->gemm((int)p->w->ne0, nr, nc, (const uint8_t *)p->w->data + (size_t)r0 * p->w->row_bytes, p->w->row_bytes,
-            p->act + (size_t)t0 * p->act_stride, p->act_stride, p->y + (size_t)t0 * p->y_stride + r0, p->y_stride);
+    const size_t rbytes = p->w->row_bytes;
+    const uint8_t *x = (const uint8_t *)p->w->data + (size_t)r0 * rbytes;
+    if (p->w->x8_buf) {         /* r0 and nr are multiples of 8 (GEMM_ROWS, ne1) */
+        for (int g = 0; g < nr / 8; g++)
+            sb_kq_x8_unpack(p->w->type, p->w->ne0, x + (size_t)g * 8 * rbytes, x8_rows + (size_t)g * 8 * rbytes, rbytes);
+        x = x8_rows;
+    }
+    p->gemm((int)p->w->ne0, nr, nc, x, rbytes, p->act + (size_t)t0 * p->act_stride, p->act_stride,
+            p->y + (size_t)t0 * p->y_stride + r0, p->y_stride);
 }
 
 static void mm_task(void *arg, int task, int thread) {
@@ -119,7 +144,7 @@ static void mm_task(void *arg, int task, int thread) {
     while (k > 0 && task < j->part[k].first_task) k--;
     const mm_part *p = &j->part[k];
     const int local = task - p->first_task;
-    if (p->gemm) run_gemm(p, local, j->n_tok);
+    if (p->gemm) run_gemm(p, local, j->n_tok, j->mm->x8_rows + (size_t)thread * j->mm->x8_rows_bytes);
     else run_1x1(p, (int64_t)local * p->rows, j->n_tok);
 }
 
@@ -132,6 +157,7 @@ void sb_mm_run(sb_mm *mm, const float *x, int n_tok, const sb_mm_out *outs, int 
     mm_job j;
     j.n_parts = n_outs;
     j.n_tok = n_tok;
+    j.mm = mm;
     const int n_threads = sb_pool_size(mm->pool);
     int all_gemm = 1;
     for (int i = 0; i < n_outs; i++) {
@@ -140,7 +166,9 @@ void sb_mm_run(sb_mm *mm, const float *x, int n_tok, const sb_mm_out *outs, int 
         mm_part *p = &j.part[i];
         p->w = outs[i].w;
         p->dot = tt->vec_dot;
-        p->gemm = n_tok > 1 ? tt->gemm : NULL;
+        const int x8 = p->w->x8_buf != NULL;
+        p->gemm = n_tok > (x8 ? X8_GEMM_MIN_TOKS - 1 : 1) ? tt->gemm : NULL;
+        p->gemv8 = x8 && !p->gemm ? tt->gemv8 : NULL;
         p->act = a->buf;
         p->act_stride = a->row_bytes;
         p->y = outs[i].y;
@@ -168,6 +196,7 @@ void sb_mm_run(sb_mm *mm, const float *x, int n_tok, const sb_mm_out *outs, int 
     for (int i = 0; i < n_outs; i++) {
         mm_part *p = &j.part[i];
         p->rows = p->gemm && !all_gemm ? GEMM_ROWS : rows;
+        if (p->gemv8) p->rows = SB_MAX(8, p->rows / 8 * 8);
         p->first_task = first;
         first += (int)part_tasks(p, p->rows);
     }

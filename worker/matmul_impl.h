@@ -21,6 +21,8 @@ typedef struct {
     sb_pool            *pool;
     sb_act_slot         act[SB_MM_ACT_SLOTS];
     int                 act_next;
+    uint8_t            *x8_rows;    /* per thread: a row block of an x8 weight back in file layout, for gemm */
+    size_t              x8_rows_bytes;
 } sb_mm;
 
 /* One product of a run: y[t][0..w->ne1) = W · x[t], rows y_stride floats apart. */
@@ -31,8 +33,9 @@ typedef struct {
 } sb_mm_out;
 
 /* act_bytes: the largest converted batch (n_batch × widest input, in the
- * bulkiest activation format). Returns 0 or SB_ENOMEM. */
-int  sb_mm_init(sb_mm *mm, const sb_kq_traits *kq, sb_pool *pool, size_t act_bytes);
+ * bulkiest activation format); x8_row_bytes: the longest row of a weight
+ * in the x8 layout (0: none). Returns 0 or SB_ENOMEM. */
+int  sb_mm_init(sb_mm *mm, const sb_kq_traits *kq, sb_pool *pool, size_t act_bytes, size_t x8_row_bytes);
 void sb_mm_free(sb_mm *mm);
 /* Forget the converted inputs (their f32 source is about to change). */
 void sb_mm_reset(sb_mm *mm);

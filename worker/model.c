@@ -5,8 +5,12 @@
  * lacks a tensor or has the wrong shape fails at load with the tensor's name.
  */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "model_impl.h"
 #include "sb_common.h"
@@ -202,6 +206,65 @@ static int load_layer(sb_model *m, int il, char *err) {
 
 static size_t weight_size(const sb_weight *w) { return w->data ? w->row_bytes * (size_t)w->ne1 : 0; }
 
+/* ---- the x8 layout for decode ------------------------------------------------
+ * Decode reads every weight byte once per token; on levels with an x8
+ * kernel (traits .gemv8), 8 interleaved rows take fewer instructions per
+ * byte than one row at a time (docs/KERNELS.md). The interleaved copy is
+ * anonymous memory of the same size; the file's pages of that tensor are
+ * dropped from our mapping (they stay in the page cache, clean, for the
+ * kernel to evict), so resident memory does not grow. The scalar level
+ * has x8 kernels too, as twins to test against, but keeps the file layout.
+ *
+ * Opt-in (SB_REPACK=1): on the 2-core AVX2 machine of docs/PERFORMANCE.md
+ * it makes Llama-3-8B decode 7% faster but prompts 10% slower (each
+ * prompt unpacks the weights back for the tiled kernels) and loading
+ * ~20 s slower (5 GB of fresh pages), a loss for a typical hotline call. */
+
+static int x8_wanted(const sb_weight *w, int level) {
+    return w->data && level > SB_KQ_REF && sb_kq_table(level)[w->type].gemv8 && sb_kq_x8_supported(w->type) &&
+           w->ne1 % 8 == 0 && w->ne0 % SB_QK_K == 0;
+}
+
+static int repack_x8(sb_model *m, sb_weight *w, int level, char *err) {
+    if (!x8_wanted(w, level)) return 0;
+    const size_t bytes = weight_size(w);
+    void *buf = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (buf == MAP_FAILED) return sb_seterr(err, SB_ENOMEM, "%s: out of memory for a %.1f MiB weight copy",
+                                            sb_gguf_path(m->gguf), (double)bytes / 1048576.0);
+    const size_t group = 8 * w->row_bytes;
+    for (int64_t g = 0; g < w->ne1 / 8; g++)
+        sb_kq_x8_pack(w->type, w->ne0, (const uint8_t *)w->data + (size_t)g * group, w->row_bytes,
+                      (uint8_t *)buf + (size_t)g * group);
+    const long page = sysconf(_SC_PAGESIZE);
+    const uintptr_t lo = ((uintptr_t)w->data + (uintptr_t)page - 1) & ~(uintptr_t)(page - 1);
+    const uintptr_t hi = ((uintptr_t)w->data + bytes) & ~(uintptr_t)(page - 1);
+    if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
+    mprotect(buf, bytes, PROT_READ);
+    w->data = buf;
+    w->x8_buf = buf;
+    return 0;
+}
+
+static void free_x8(sb_weight *w) {
+    if (w->x8_buf) munmap(w->x8_buf, weight_size(w));
+    w->x8_buf = NULL;
+}
+
+static int repack_all(sb_model *m, char *err) {
+    const char *env = getenv("SB_REPACK");
+    if (!env || strcmp(env, "1") != 0) return 0;
+    const int level = sb_kq_best_level();
+    int rc = 0;
+    for (int il = 0; il < m->hp.n_layer && !rc; il++) {
+        sb_layer *L = &m->layers[il];
+        sb_weight *ws[] = { &L->wq, &L->wk, &L->wv, &L->wqkv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0] && !rc; i++) rc = repack_x8(m, ws[i], level, err);
+    }
+    /* a tied output is the embedding table, whose rows are read one by one */
+    if (!rc && m->output.data != m->tok_embd.data) rc = repack_x8(m, &m->output, level, err);
+    return rc;
+}
+
 int sb_model_load(const char *path, sb_model **out, char *err) {
     *out = NULL;
     sb_model *m = sb_calloc(1, sizeof *m);
@@ -233,6 +296,7 @@ int sb_model_load(const char *path, sb_model **out, char *err) {
                            weight_size(&L->wqkv) + weight_size(&L->wo) + weight_size(&L->w_gate) +
                            weight_size(&L->w_up) + weight_size(&L->w_down);
     }
+    if ((rc = repack_all(m, err))) goto fail;
     *out = m;
     return 0;
 fail:
@@ -245,6 +309,8 @@ void sb_model_free(sb_model *m) {
     if (m->layers) {
         for (int il = 0; il < m->hp.n_layer; il++) {
             sb_layer *L = &m->layers[il];
+            sb_weight *ws[] = { &L->wq, &L->wk, &L->wv, &L->wqkv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
+            for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) free_x8(ws[i]);
             sb_aligned_free(L->attn_norm);
             sb_aligned_free(L->ffn_norm);
             sb_aligned_free(L->bq);
@@ -253,6 +319,7 @@ void sb_model_free(sb_model *m) {
         }
         sb_free(m->layers);
     }
+    if (m->output.x8_buf) free_x8(&m->output);
     sb_aligned_free(m->output_norm);
     sb_aligned_free(m->rope_freqs);
     sb_gguf_close(m->gguf);

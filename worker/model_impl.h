@@ -9,10 +9,11 @@
 
 /* A weight matrix as the kernels see it: rows of ne0 elements of `type`. */
 typedef struct {
-    const void *data;           /* inside the mapping; NULL if absent */
+    const void *data;           /* inside the mapping, or x8_buf; NULL if absent */
     int         type;
     int64_t     ne0, ne1;       /* columns (contiguous), rows */
     size_t      row_bytes;
+    void       *x8_buf;         /* non-NULL: data is this anonymous copy in the x8 layout (sb_kq_x8_pack) */
 } sb_weight;
 
 typedef struct {

@@ -127,6 +127,29 @@ void sb_kq_gemm_q4_K_q8_K_tile_avx512(KQ_GEMM_ARGS);
 void sb_kq_gemm_q5_K_q8_K_tile_avx512(KQ_GEMM_ARGS);
 void sb_kq_gemm_q6_K_q8_K_tile_avx512(KQ_GEMM_ARGS);
 
+/* ---- x8 layout (kq_x8.c) --------------------------------------------------- */
+/* The head of a Q4_K / Q5_K tile (8 rows x 256 elements); Q5_K's qh[256]
+ * and then qs[1024] follow, Q4_K's qs[1024] directly. */
+typedef struct {
+    sb_fp16 d[8], dmin[8];
+    uint8_t scl[32], mnl[32], sh[32];
+} kq_k4x8_head;
+typedef struct {
+    sb_fp16 d[8];
+    int8_t  sc[128];
+    uint8_t qh[512];
+    uint8_t ql[1024];
+} kq_q6_Kx8;
+_Static_assert(sizeof(kq_k4x8_head) + 1024 == 8 * sizeof(sb_block_q4_K), "q4_K x8 tile");
+_Static_assert(sizeof(kq_k4x8_head) + 256 + 1024 == 8 * sizeof(sb_block_q5_K), "q5_K x8 tile");
+_Static_assert(sizeof(kq_q6_Kx8) == 8 * sizeof(sb_block_q6_K), "q6_K x8 tile");
+#define KQ_DECLARE_GEMV8(lvl)                                                        \
+    void sb_kq_gemv8_q4_K_q8_K_##lvl(int n, float *s, const void *vx, const void *vy); \
+    void sb_kq_gemv8_q5_K_q8_K_##lvl(int n, float *s, const void *vx, const void *vy); \
+    void sb_kq_gemv8_q6_K_q8_K_##lvl(int n, float *s, const void *vx, const void *vy);
+KQ_DECLARE_GEMV8(ref)
+KQ_DECLARE_GEMV8(avx2)
+
 /* ---- attention (kq_attn_*.c), one set per level ---------------------------- */
 #define KQ_DECLARE_ATTN(lvl)                                                                               \
     float sb_kq_attn_qk_f16_##lvl(int hd, int n_pos, const float *q, const sb_fp16 *k, size_t stride,      \

@@ -47,6 +47,12 @@
     ROW(id, nm, bs, sizeof(blk), 1, tof, sb_kq_quant_##t##_ref, sb_kq_quant_##t##_ref, dot, vdt)
 #define ROW_WG(id, nm, bs, blk, t, tof, dot, vdt, mm) \
     ROWG(id, nm, bs, sizeof(blk), 1, tof, sb_kq_quant_##t##_ref, sb_kq_quant_##t##_ref, dot, vdt, mm)
+/* ... and an x8 decode kernel (levels where it beats vec_dot per row). */
+#define ROW_WG8(id, nm, bs, blk, t, tof, dot, vdt, mm, g8)                          \
+    [id] = { .name = nm, .blck_size = bs, .type_size = sizeof(blk), .is_quantized = 1, \
+             .to_float = tof, .from_float = sb_kq_quant_##t##_ref,                  \
+             .from_float_ref = sb_kq_quant_##t##_ref, .vec_dot = dot, .vec_dot_type = vdt, \
+             .gemm = mm, .gemv8 = g8 }
 
 static const sb_kq_traits table_ref[SB_TYPE_COUNT] = {
     ROW(SB_TYPE_F32, "F32", 1, 4, 0, sb_kq_deq_f32_ref, sb_kq_quant_f32_ref, sb_kq_quant_f32_ref,
@@ -69,12 +75,12 @@ static const sb_kq_traits table_ref[SB_TYPE_COUNT] = {
            sb_kq_gemm_q2_K_q8_K_ref),
     ROW_WG(SB_TYPE_Q3_K, "Q3_K", SB_QK_K, sb_block_q3_K, q3_K, sb_kq_deq_q3_K_ref, sb_kq_dot_q3_K_q8_K_ref, SB_TYPE_Q8_K,
            sb_kq_gemm_q3_K_q8_K_ref),
-    ROW_WG(SB_TYPE_Q4_K, "Q4_K", SB_QK_K, sb_block_q4_K, q4_K, sb_kq_deq_q4_K_ref, sb_kq_dot_q4_K_q8_K_ref, SB_TYPE_Q8_K,
-           sb_kq_gemm_q4_K_q8_K_ref),
-    ROW_WG(SB_TYPE_Q5_K, "Q5_K", SB_QK_K, sb_block_q5_K, q5_K, sb_kq_deq_q5_K_ref, sb_kq_dot_q5_K_q8_K_ref, SB_TYPE_Q8_K,
-           sb_kq_gemm_q5_K_q8_K_ref),
-    ROW_WG(SB_TYPE_Q6_K, "Q6_K", SB_QK_K, sb_block_q6_K, q6_K, sb_kq_deq_q6_K_ref, sb_kq_dot_q6_K_q8_K_ref, SB_TYPE_Q8_K,
-           sb_kq_gemm_q6_K_q8_K_ref),
+    ROW_WG8(SB_TYPE_Q4_K, "Q4_K", SB_QK_K, sb_block_q4_K, q4_K, sb_kq_deq_q4_K_ref, sb_kq_dot_q4_K_q8_K_ref, SB_TYPE_Q8_K,
+            sb_kq_gemm_q4_K_q8_K_ref, sb_kq_gemv8_q4_K_q8_K_ref),
+    ROW_WG8(SB_TYPE_Q5_K, "Q5_K", SB_QK_K, sb_block_q5_K, q5_K, sb_kq_deq_q5_K_ref, sb_kq_dot_q5_K_q8_K_ref, SB_TYPE_Q8_K,
+            sb_kq_gemm_q5_K_q8_K_ref, sb_kq_gemv8_q5_K_q8_K_ref),
+    ROW_WG8(SB_TYPE_Q6_K, "Q6_K", SB_QK_K, sb_block_q6_K, q6_K, sb_kq_deq_q6_K_ref, sb_kq_dot_q6_K_q8_K_ref, SB_TYPE_Q8_K,
+            sb_kq_gemm_q6_K_q8_K_ref, sb_kq_gemv8_q6_K_q8_K_ref),
     ROW_Q8_K(sb_kq_quant_q8_K_ref),
     PLACEHOLDERS,
 };
@@ -99,12 +105,12 @@ static const sb_kq_traits table_avx2[SB_TYPE_COUNT] = {
            sb_kq_gemm_q2_K_q8_K_avx2),
     ROW_WG(SB_TYPE_Q3_K, "Q3_K", SB_QK_K, sb_block_q3_K, q3_K, sb_kq_deq_q3_K_ref, sb_kq_dot_q3_K_q8_K_avx2, SB_TYPE_Q8_K,
            sb_kq_gemm_q3_K_q8_K_avx2),
-    ROW_WG(SB_TYPE_Q4_K, "Q4_K", SB_QK_K, sb_block_q4_K, q4_K, sb_kq_deq_q4_K_ref, sb_kq_dot_q4_K_q8_K_avx2, SB_TYPE_Q8_K,
-           sb_kq_gemm_q4_K_q8_K_avx2),
-    ROW_WG(SB_TYPE_Q5_K, "Q5_K", SB_QK_K, sb_block_q5_K, q5_K, sb_kq_deq_q5_K_ref, sb_kq_dot_q5_K_q8_K_avx2, SB_TYPE_Q8_K,
-           sb_kq_gemm_q5_K_q8_K_avx2),
-    ROW_WG(SB_TYPE_Q6_K, "Q6_K", SB_QK_K, sb_block_q6_K, q6_K, sb_kq_deq_q6_K_ref, sb_kq_dot_q6_K_q8_K_avx2, SB_TYPE_Q8_K,
-           sb_kq_gemm_q6_K_q8_K_avx2),
+    ROW_WG8(SB_TYPE_Q4_K, "Q4_K", SB_QK_K, sb_block_q4_K, q4_K, sb_kq_deq_q4_K_ref, sb_kq_dot_q4_K_q8_K_avx2, SB_TYPE_Q8_K,
+            sb_kq_gemm_q4_K_q8_K_avx2, sb_kq_gemv8_q4_K_q8_K_avx2),
+    ROW_WG8(SB_TYPE_Q5_K, "Q5_K", SB_QK_K, sb_block_q5_K, q5_K, sb_kq_deq_q5_K_ref, sb_kq_dot_q5_K_q8_K_avx2, SB_TYPE_Q8_K,
+            sb_kq_gemm_q5_K_q8_K_avx2, sb_kq_gemv8_q5_K_q8_K_avx2),
+    ROW_WG8(SB_TYPE_Q6_K, "Q6_K", SB_QK_K, sb_block_q6_K, q6_K, sb_kq_deq_q6_K_ref, sb_kq_dot_q6_K_q8_K_avx2, SB_TYPE_Q8_K,
+            sb_kq_gemm_q6_K_q8_K_avx2, sb_kq_gemv8_q6_K_q8_K_avx2),
     ROW_Q8_K(sb_kq_act_q8_K_avx2),
     PLACEHOLDERS,
 };

@@ -82,6 +82,10 @@ typedef void (*sb_vec_dot_fn)(int n, float *s, const void *x, const void *y);
  * of vec_dot; only the order of the float additions differs. */
 typedef void (*sb_gemm_fn)(int n, int nr, int nc, const void *x, size_t bx, const void *y, size_t by,
                            float *s, size_t ldc);
+/* s[0..7] = dot(row r of a group of 8 rows in the x8 layout, y): see
+ * sb_kq_x8_pack. Same integer sums and per-block float steps as the
+ * reference vec_dot, so the results are the reference's bit for bit. */
+typedef void (*sb_gemv8_fn)(int n, float *s, const void *x8, const void *y);
 
 typedef struct {
     const char      *name;          /* "Q4_K", as llama.cpp prints it */
@@ -94,6 +98,7 @@ typedef struct {
     sb_vec_dot_fn    vec_dot;       /* NULL if this type is never a weight */
     int              vec_dot_type;  /* what activations are converted to */
     sb_gemm_fn       gemm;          /* tiled vec_dot; NULL: call vec_dot per pair */
+    sb_gemv8_fn      gemv8;         /* 8 rows in the x8 layout; NULL: this level keeps the file layout */
 } sb_kq_traits;
 
 enum sb_kq_level { SB_KQ_REF = 0, SB_KQ_AVX2 = 1, SB_KQ_AVX512 = 2, SB_KQ_LEVELS };
@@ -105,6 +110,18 @@ const sb_kq_traits *sb_kq_table(int level);
  * SB_KERNELS=ref|avx2|avx512. */
 int         sb_kq_best_level(void);
 const char *sb_kq_level_name(int level);
+
+/* ---- row-interleaved ("x8") weights, for decode (kq_x8.c) -----------------
+ * Groups of 8 rows re-laid super-block by super-block so that one SIMD
+ * instruction works on 8 rows (the layout is described in kq_x8.c). A
+ * permutation of the same bytes: group g still starts at 8g·row_bytes and
+ * has the same size, so it can replace the file copy, and unpack restores
+ * the file bytes exactly. n = elements per row (a multiple of 256). */
+int  sb_kq_x8_supported(int type);
+/* rows: 8 rows row_bytes apart, file layout -> dst (8·row_bytes bytes). */
+void sb_kq_x8_pack(int type, int64_t n, const void *rows, size_t row_bytes, void *dst);
+/* The inverse: one x8 group -> 8 rows in file layout, row_bytes apart. */
+void sb_kq_x8_unpack(int type, int64_t n, const void *src, void *rows, size_t row_bytes);
 
 /* ---- vector kernels of the forward pass -----------------------------------
  * The three loops of one query head's attention over an F16 KV cache, and
