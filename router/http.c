@@ -19,6 +19,7 @@
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -561,8 +562,10 @@ int rt_http_start(rt *r, const char *host, int port, char *err) {
                                             EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH);
     evhttp_set_bevcb(r->http, make_bev, r);
     evhttp_set_gencb(r->http, on_request, r);
+    errno = 0;
     if (!evhttp_bind_socket_with_handle(r->http, host, (ev_uint16_t)port))
-        return sb_seterr(err, SB_EIO, "cannot listen on %s:%d (in use, or not an address of this host)", host, port);
+        return sb_seterr(err, SB_EIO, "cannot listen on %s:%d: %s", host, port,
+                         errno ? strerror(errno) : "not an address of this host");
     return 0;
 }
 

@@ -24,8 +24,14 @@ cleanup() {
     rm -rf "$tmp"
 }
 trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-port_up=$(free_port); port_edge=$(free_port); port_slow=$(free_port); port_closed=$(free_port)
+# Four ports picked by one process that holds them all while it picks: picked
+# one at a time, the kernel may hand the same just-freed port out twice (a CI
+# run failed that way: the edge found its port taken by the upstream).
+read -r port_up port_edge port_slow port_closed < <(python3 -c '
+import socket
+socks = [socket.socket() for _ in range(4)]
+for s in socks: s.bind(("127.0.0.1", 0))
+print(*(s.getsockname()[1] for s in socks))')
 
 # The upstream: one fixture model behind its own API key.
 cat > "$tmp/up.yaml" <<YAML

@@ -11,6 +11,9 @@
  * vector holds 4 consecutive quants of one row, so the activation is a
  * 4-byte broadcast, the scale of a sub-block is one vector for 8 rows,
  * and the 8 results come out in one vector with no horizontal sum.
+ * (From L2 that is 1.3-1.4x the per-row Q4_K/Q5_K dot; from DRAM, with
+ * both prefetching, the gain is small: see docs/KERNELS.md, and why the
+ * model loader uses this layout only with SB_REPACK=1.)
  *
  * The layout is a permutation of the same bytes: rows 8g..8g+7 keep their
  * place (the group starts at 8g·row_bytes) and the byte count is the same,
