@@ -13,9 +13,14 @@
  * they work on; past the end of a matrix this touches the next one, which
  * is read soon anyway, and a prefetch never faults. Measured on Llama-3-8B
  * shapes, 2 threads: 4 KiB ahead < 8 KiB ≈ 16 KiB > 32 KiB. */
+#ifndef KQ_PREFETCH_AHEAD
 #define KQ_PREFETCH_AHEAD 8192
+#endif
+#ifndef KQ_PREFETCH_HINT
+#define KQ_PREFETCH_HINT _MM_HINT_T0
+#endif
 static inline void kq_prefetch_ahead(const void *block, size_t bytes) {
-    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)block + KQ_PREFETCH_AHEAD + o, _MM_HINT_T0);
+    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)block + KQ_PREFETCH_AHEAD + o, KQ_PREFETCH_HINT);
 }
 
 /* fp16 -> fp32 with F16C (exact, like sb_fp16_to_fp32, but one instruction). */
