@@ -21,19 +21,8 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "kq_testlib.h"
 #include "sb_kq.h"
-
-static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
-static uint32_t rng_u32(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 16);
-}
-static float rng_normal(void) {
-    const float u = (float)((rng_u32() + 1.0) / 4294967297.0), v = (float)(rng_u32() / 4294967296.0);
-    return sqrtf(-2.0f * logf(u)) * cosf(6.2831853f * v);
-}
 
 static const sb_kq_traits *ref_row(int type) { return &sb_kq_table(SB_KQ_REF)[type]; }
 
@@ -209,6 +198,7 @@ static void test_gemm_ref_is_vec_dot_ref(void **state) {
 }
 
 int main(void) {
+    rng_seed(0x2545F4914F6CDD1Dull);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemm_matches_vec_dot),
         cmocka_unit_test(test_gemm_extreme_values),

@@ -24,25 +24,12 @@
 #include <cmocka.h>
 
 #include "sb_gguf.h"
+#include "kq_testlib.h"
 #include "sb_kq.h"
 
 #define N_ROW 4096          /* one row of a 4096-wide model: 16 super-blocks */
 
 /* ---- helpers ------------------------------------------------------------ */
-
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-static void rng_seed(uint64_t s) { rng_state = s ? s : 1; }
-static uint32_t rng_u32(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 16);
-}
-static float rng_uniform(void) { return (float)(rng_u32() / 4294967296.0); }     /* [0, 1) */
-static float rng_normal(void) {
-    const float u = rng_uniform() + 1e-7f, v = rng_uniform();
-    return sqrtf(-2.0f * logf(u)) * cosf(6.2831853f * v);
-}
 
 static void fill_normal(float *x, int n, float scale) {
     for (int i = 0; i < n; i++) x[i] = scale * rng_normal();

@@ -18,19 +18,8 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "kq_testlib.h"
 #include "sb_kq.h"
-
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-static uint32_t rng_u32(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 16);
-}
-static float rng_normal(void) {
-    const float u = (float)((rng_u32() + 1.0) / 4294967297.0), v = (float)(rng_u32() / 4294967296.0);
-    return sqrtf(-2.0f * logf(u)) * cosf(6.2831853f * v);
-}
 
 static const int x8_types[] = { SB_TYPE_Q4_K, SB_TYPE_Q5_K, SB_TYPE_Q6_K };
 #define N_X8 (int)(sizeof x8_types / sizeof x8_types[0])

@@ -306,6 +306,21 @@ void sb_kq_x8_unpack(int type, int64_t n, const void *src, void *rows, size_t ro
 
 /* ---- reference dots: the integer sums and float steps of vec_dot_ref ----------- */
 
+/* One Q4_K/Q5_K super-block of 8 unpacked rows against one Q8_K block,
+ * added to sum[8] in vec_dot_ref's order. */
+static void k4_tile_dot(const kblock k[8], const sb_block_q8_K *y, float sum[8]) {
+    for (int r = 0; r < 8; r++) {
+        int isum = 0, summs = 0;
+        for (int j = 0; j < 8; j++) {
+            int isub = 0;
+            for (int l = 0; l < 32; l++) isub += k[r].q[32 * j + l] * y->qs[32 * j + l];
+            isum += k[r].sc[j] * isub;
+            summs += k[r].mn[j] * (y->bsums[2 * j] + y->bsums[2 * j + 1]);
+        }
+        sum[r] += (sb_fp16_to_fp32(k[r].d) * y->d) * isum - (sb_fp16_to_fp32(k[r].dmin) * y->d) * summs;
+    }
+}
+
 void sb_kq_gemv8_q4_K_q8_K_ref(int n, float *s, const void *vx, const void *vy) {
     const uint8_t *x = vx;
     const sb_block_q8_K *y = vy;
@@ -313,16 +328,7 @@ void sb_kq_gemv8_q4_K_q8_K_ref(int n, float *s, const void *vx, const void *vy) 
     for (int b = 0; b < n / QK; b++, x += sizeof(kq_k4x8_head) + 1024) {
         kblock k[8];
         tile_get_k4((const kq_k4x8_head *)x, NULL, x + sizeof(kq_k4x8_head), k);
-        for (int r = 0; r < 8; r++) {
-            int isum = 0, summs = 0;
-            for (int j = 0; j < 8; j++) {
-                int isub = 0;
-                for (int l = 0; l < 32; l++) isub += k[r].q[32 * j + l] * y[b].qs[32 * j + l];
-                isum += k[r].sc[j] * isub;
-                summs += k[r].mn[j] * (y[b].bsums[2 * j] + y[b].bsums[2 * j + 1]);
-            }
-            sum[r] += (sb_fp16_to_fp32(k[r].d) * y[b].d) * isum - (sb_fp16_to_fp32(k[r].dmin) * y[b].d) * summs;
-        }
+        k4_tile_dot(k, &y[b], sum);
     }
     memcpy(s, sum, sizeof sum);
 }
@@ -334,16 +340,7 @@ void sb_kq_gemv8_q5_K_q8_K_ref(int n, float *s, const void *vx, const void *vy) 
     for (int b = 0; b < n / QK; b++, x += sizeof(kq_k4x8_head) + 256 + 1024) {
         kblock k[8];
         tile_get_k4((const kq_k4x8_head *)x, x + sizeof(kq_k4x8_head), x + sizeof(kq_k4x8_head) + 256, k);
-        for (int r = 0; r < 8; r++) {
-            int isum = 0, summs = 0;
-            for (int j = 0; j < 8; j++) {
-                int isub = 0;
-                for (int l = 0; l < 32; l++) isub += k[r].q[32 * j + l] * y[b].qs[32 * j + l];
-                isum += k[r].sc[j] * isub;
-                summs += k[r].mn[j] * (y[b].bsums[2 * j] + y[b].bsums[2 * j + 1]);
-            }
-            sum[r] += (sb_fp16_to_fp32(k[r].d) * y[b].d) * isum - (sb_fp16_to_fp32(k[r].dmin) * y[b].d) * summs;
-        }
+        k4_tile_dot(k, &y[b], sum);
     }
     memcpy(s, sum, sizeof sum);
 }
