@@ -24,26 +24,6 @@
 #include "kq_testlib.h"
 #include "sb_kq.h"
 
-static const sb_kq_traits *ref_row(int type) { return &sb_kq_table(SB_KQ_REF)[type]; }
-
-/* A matrix of `rows` rows of n elements of `type`, quantized from random
- * normal floats (weights with a per-row scale spread, as in models). */
-static uint8_t *make_rows(int type, int rows, int n, size_t *row_bytes) {
-    const sb_kq_traits *t = ref_row(type);
-    *row_bytes = sb_kq_row_size(t, n);
-    uint8_t *m = malloc(*row_bytes * (size_t)rows + 64);
-    float *f = malloc(sizeof(float) * (size_t)n);
-    assert_true(m && f);
-    for (int r = 0; r < rows; r++) {
-        const float scale = 0.02f * (1.0f + (float)(rng_u32() % 8));
-        for (int i = 0; i < n; i++) f[i] = scale * rng_normal();
-        /* activations: the fast quantizer (what forward.c feeds the dots) */
-        t->from_float(f, m + (size_t)r * *row_bytes, n);
-    }
-    free(f);
-    return m;
-}
-
 static double abs_dot(int xt, const uint8_t *x, int yt, const uint8_t *y, int n) {
     float *fx = malloc(sizeof(float) * (size_t)n), *fy = malloc(sizeof(float) * (size_t)n);
     assert_true(fx && fy);

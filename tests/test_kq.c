@@ -37,7 +37,6 @@ static void fill_normal(float *x, int n, float scale) {
 
 static int n_levels(void) { return sb_kq_best_level() + 1; }
 
-static const sb_kq_traits *ref_row(int type) { return &sb_kq_table(SB_KQ_REF)[type]; }
 
 /* Types that are weights somewhere (have a dot). */
 static int is_weight(int type) {

@@ -24,24 +24,6 @@
 static const int x8_types[] = { SB_TYPE_Q4_K, SB_TYPE_Q5_K, SB_TYPE_Q6_K };
 #define N_X8 (int)(sizeof x8_types / sizeof x8_types[0])
 
-static const sb_kq_traits *ref_row(int type) { return &sb_kq_table(SB_KQ_REF)[type]; }
-
-/* rows × n of `type` quantized from normal floats with a per-row scale. */
-static uint8_t *make_rows(int type, int rows, int n, size_t *row_bytes) {
-    const sb_kq_traits *t = ref_row(type);
-    *row_bytes = sb_kq_row_size(t, n);
-    uint8_t *m = malloc(*row_bytes * (size_t)rows);
-    float *f = malloc(sizeof(float) * (size_t)n);
-    assert_true(m && f);
-    for (int r = 0; r < rows; r++) {
-        const float scale = 0.02f * (1.0f + (float)(rng_u32() % 8));
-        for (int i = 0; i < n; i++) f[i] = scale * rng_normal();
-        t->from_float(f, m + (size_t)r * *row_bytes, n);
-    }
-    free(f);
-    return m;
-}
-
 static void test_pack_round_trip(void **state) {
     (void)state;
     assert_true(sb_kq_x8_supported(SB_TYPE_Q5_K) && !sb_kq_x8_supported(SB_TYPE_Q2_K));
