@@ -60,18 +60,6 @@ static int alloc_floats(float **p, size_t n) {
     return *p ? 0 : -1;
 }
 
-/* The longest row among the weights model.c re-laid in the x8 layout. */
-static size_t x8_row_bytes(const sb_model *m) {
-    size_t most = m->output.x8_buf ? m->output.row_bytes : 0;
-    for (int il = 0; il < m->hp.n_layer; il++) {
-        const sb_layer *L = &m->layers[il];
-        const sb_weight *ws[] = { &L->wq, &L->wk, &L->wv, &L->wqkv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
-        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
-            if (ws[i]->x8_buf) most = SB_MAX(most, ws[i]->row_bytes);
-    }
-    return most;
-}
-
 int sb_ctx_new(const sb_model *m, const sb_ctx_params *p, sb_ctx **out, char *err) {
     *out = NULL;
     const sb_hparams *hp = &m->hp;
@@ -119,7 +107,7 @@ int sb_ctx_new(const sb_model *m, const sb_ctx_params *p, sb_ctx **out, char *er
     /* Activation buffers sized for the widest input (n_ff, or q for wo) in
      * the bulkiest activation format (F32 = 4 bytes/element covers all). */
     const size_t widest = SB_MAX((size_t)hp->n_ff, SB_MAX((size_t)hp->n_embd, dq));
-    if (sb_mm_init(&c->mm, c->kq, c->pool, nb * widest * 4 + 4096, x8_row_bytes(m)) != 0) {
+    if (sb_mm_init(&c->mm, c->kq, c->pool, nb * widest * 4 + 4096, m->x8_row_bytes) != 0) {
         sb_ctx_free(c);
         return sb_seterr(err, SB_ENOMEM, "out of memory for a %d-token batch", c->n_batch);
     }

@@ -206,6 +206,13 @@ static int load_layer(sb_model *m, int il, char *err) {
 
 static size_t weight_size(const sb_weight *w) { return w->data ? w->row_bytes * (size_t)w->ne1 : 0; }
 
+/* A layer's weight matrices (absent ones have data == NULL). */
+#define LAYER_MATRICES 8
+static void layer_matrices(sb_layer *L, sb_weight *ws[LAYER_MATRICES]) {
+    sb_weight *all[LAYER_MATRICES] = { &L->wq, &L->wk, &L->wv, &L->wqkv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
+    memcpy(ws, all, sizeof all);
+}
+
 /* ---- the x8 layout for decode ------------------------------------------------
  * Decode reads every weight byte once per token; on levels with an x8
  * kernel (traits .gemv8), 8 interleaved rows take fewer instructions per
@@ -242,6 +249,7 @@ static int repack_x8(sb_model *m, sb_weight *w, int level, char *err) {
     mprotect(buf, bytes, PROT_READ);
     w->data = buf;
     w->x8_buf = buf;
+    m->x8_row_bytes = SB_MAX(m->x8_row_bytes, w->row_bytes);
     return 0;
 }
 
@@ -256,9 +264,9 @@ static int repack_all(sb_model *m, char *err) {
     const int level = sb_kq_best_level();
     int rc = 0;
     for (int il = 0; il < m->hp.n_layer && !rc; il++) {
-        sb_layer *L = &m->layers[il];
-        sb_weight *ws[] = { &L->wq, &L->wk, &L->wv, &L->wqkv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
-        for (size_t i = 0; i < sizeof ws / sizeof ws[0] && !rc; i++) rc = repack_x8(m, ws[i], level, err);
+        sb_weight *ws[LAYER_MATRICES];
+        layer_matrices(&m->layers[il], ws);
+        for (int i = 0; i < LAYER_MATRICES && !rc; i++) rc = repack_x8(m, ws[i], level, err);
     }
     /* a tied output is the embedding table, whose rows are read one by one */
     if (!rc && m->output.data != m->tok_embd.data) rc = repack_x8(m, &m->output, level, err);
@@ -291,10 +299,9 @@ int sb_model_load(const char *path, sb_model **out, char *err) {
         if ((rc = load_layer(m, il, err))) goto fail;
     m->weight_bytes = weight_size(&m->output) + m->hp.n_embd * sizeof(float);
     for (int il = 0; il < hp->n_layer; il++) {
-        const sb_layer *L = &m->layers[il];
-        m->weight_bytes += weight_size(&L->wq) + weight_size(&L->wk) + weight_size(&L->wv) +
-                           weight_size(&L->wqkv) + weight_size(&L->wo) + weight_size(&L->w_gate) +
-                           weight_size(&L->w_up) + weight_size(&L->w_down);
+        sb_weight *ws[LAYER_MATRICES];
+        layer_matrices(&m->layers[il], ws);
+        for (int i = 0; i < LAYER_MATRICES; i++) m->weight_bytes += weight_size(ws[i]);
     }
     if ((rc = repack_all(m, err))) goto fail;
     *out = m;
@@ -309,8 +316,9 @@ void sb_model_free(sb_model *m) {
     if (m->layers) {
         for (int il = 0; il < m->hp.n_layer; il++) {
             sb_layer *L = &m->layers[il];
-            sb_weight *ws[] = { &L->wq, &L->wk, &L->wv, &L->wqkv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
-            for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) free_x8(ws[i]);
+            sb_weight *ws[LAYER_MATRICES];
+            layer_matrices(L, ws);
+            for (int i = 0; i < LAYER_MATRICES; i++) free_x8(ws[i]);
             sb_aligned_free(L->attn_norm);
             sb_aligned_free(L->ffn_norm);
             sb_aligned_free(L->bq);
@@ -319,7 +327,7 @@ void sb_model_free(sb_model *m) {
         }
         sb_free(m->layers);
     }
-    if (m->output.x8_buf) free_x8(&m->output);
+    free_x8(&m->output);
     sb_aligned_free(m->output_norm);
     sb_aligned_free(m->rope_freqs);
     sb_gguf_close(m->gguf);

@@ -36,6 +36,7 @@ struct sb_model {
     float      *rope_freqs;     /* Llama-3.1 style per-dimension factors, or NULL */
     sb_layer   *layers;
     size_t      weight_bytes;
+    size_t      x8_row_bytes;   /* longest row of a weight model.c re-laid in the x8 layout; 0: none */
 };
 
 #endif

@@ -30,11 +30,14 @@
 
 #define ROW(id, nm, bs, ts, q, tof, fromf, fromref, dot, vdt)                  \
     ROWG(id, nm, bs, ts, q, tof, fromf, fromref, dot, vdt, NULL)
-/* A row with a tiled kernel (gemm) besides its vec_dot. */
+/* A row with a tiled kernel (gemm) besides its vec_dot ... */
 #define ROWG(id, nm, bs, ts, q, tof, fromf, fromref, dot, vdt, mm)             \
+    ROWG8(id, nm, bs, ts, q, tof, fromf, fromref, dot, vdt, mm, NULL)
+/* ... and maybe an x8 decode kernel (gemv8). */
+#define ROWG8(id, nm, bs, ts, q, tof, fromf, fromref, dot, vdt, mm, g8)        \
     [id] = { .name = nm, .blck_size = bs, .type_size = ts, .is_quantized = q,  \
              .to_float = tof, .from_float = fromf, .from_float_ref = fromref,  \
-             .vec_dot = dot, .vec_dot_type = vdt, .gemm = mm }
+             .vec_dot = dot, .vec_dot_type = vdt, .gemm = mm, .gemv8 = g8 }
 
 /* Activation-only types have no vec_dot of their own. */
 #define ROW_Q8_1(act) ROW(SB_TYPE_Q8_1, "Q8_1", 32, sizeof(sb_block_q8_1), 1, sb_kq_deq_q8_1_ref, \
@@ -47,12 +50,8 @@
     ROW(id, nm, bs, sizeof(blk), 1, tof, sb_kq_quant_##t##_ref, sb_kq_quant_##t##_ref, dot, vdt)
 #define ROW_WG(id, nm, bs, blk, t, tof, dot, vdt, mm) \
     ROWG(id, nm, bs, sizeof(blk), 1, tof, sb_kq_quant_##t##_ref, sb_kq_quant_##t##_ref, dot, vdt, mm)
-/* ... and an x8 decode kernel (levels where it beats vec_dot per row). */
-#define ROW_WG8(id, nm, bs, blk, t, tof, dot, vdt, mm, g8)                          \
-    [id] = { .name = nm, .blck_size = bs, .type_size = sizeof(blk), .is_quantized = 1, \
-             .to_float = tof, .from_float = sb_kq_quant_##t##_ref,                  \
-             .from_float_ref = sb_kq_quant_##t##_ref, .vec_dot = dot, .vec_dot_type = vdt, \
-             .gemm = mm, .gemv8 = g8 }
+#define ROW_WG8(id, nm, bs, blk, t, tof, dot, vdt, mm, g8) \
+    ROWG8(id, nm, bs, sizeof(blk), 1, tof, sb_kq_quant_##t##_ref, sb_kq_quant_##t##_ref, dot, vdt, mm, g8)
 
 static const sb_kq_traits table_ref[SB_TYPE_COUNT] = {
     ROW(SB_TYPE_F32, "F32", 1, 4, 0, sb_kq_deq_f32_ref, sb_kq_quant_f32_ref, sb_kq_quant_f32_ref,
