@@ -58,7 +58,7 @@ KQ_INLINE row_prep prep_row(int wt, const uint8_t *blk) {
     case W_Q4_K:
     case W_Q5_K: {
         const sb_block_q4_K *b = (const sb_block_q4_K *)blk;   /* d, dmin, scales: same offsets in Q5_K */
-        const __m128i sm = kq_scales_k4_128(b->scales);
+        const __m128i sm = kq_scales_k4_128(b);
         p.sc = _mm512_castsi128_si512(_mm_cvtepu8_epi16(sm));
         p.mins = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15)));
         p.d = kq_f16(b->d);

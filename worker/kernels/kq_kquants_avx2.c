@@ -117,7 +117,7 @@ void sb_kq_dot_q4_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
     __m256 acc_min = _mm256_setzero_ps();
     for (int i = 0; i < n / SB_QK_K; i++) {
         kq_prefetch_ahead(&x[i], sizeof x[i]);
-        const __m128i sm = kq_scales_k4_128(x[i].scales);
+        const __m128i sm = kq_scales_k4_128(&x[i]);
         const __m256i sc2 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
         const int8_t *q8 = y[i].qs;
         __m256i sumi = _mm256_setzero_si256();
@@ -145,7 +145,7 @@ void sb_kq_dot_q5_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
     __m256 acc_min = _mm256_setzero_ps();
     for (int i = 0; i < n / SB_QK_K; i++) {
         kq_prefetch_ahead(&x[i], sizeof x[i]);
-        const __m128i sm = kq_scales_k4_128(x[i].scales);
+        const __m128i sm = kq_scales_k4_128(&x[i]);
         const __m256i sc2 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
         const int8_t *q8 = y[i].qs;
         const __m256i hbits = _mm256_loadu_si256((const __m256i *)x[i].qh);

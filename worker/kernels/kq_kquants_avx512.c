@@ -113,7 +113,7 @@ void sb_kq_dot_q4_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy)
     __m512 acc = _mm512_setzero_ps();
     __m256 acc_min = _mm256_setzero_ps();
     for (int i = 0; i < n / SB_QK_K; i++) {
-        const __m128i sm = kq_scales_k4_128(x[i].scales);
+        const __m128i sm = kq_scales_k4_128(&x[i]);
         const __m512i sc = _mm512_castsi128_si512(_mm_cvtepu8_epi16(sm));
         __m512i sumi = _mm512_setzero_si512();
 #pragma GCC unroll 4
@@ -136,7 +136,7 @@ void sb_kq_dot_q5_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy)
     __m512 acc = _mm512_setzero_ps();
     __m256 acc_min = _mm256_setzero_ps();
     for (int i = 0; i < n / SB_QK_K; i++) {
-        const __m128i sm = kq_scales_k4_128(x[i].scales);
+        const __m128i sm = kq_scales_k4_128(&x[i]);
         const __m512i sc = _mm512_castsi128_si512(_mm_cvtepu8_epi16(sm));
         const __m256i qh = _mm256_loadu_si256((const __m256i *)x[i].qh);
         __m512i hz = join(qh, _mm256_srli_epi16(qh, 1)); /* bit 2j / 2j+1 at bit 0 after >> 2j */
