@@ -26,8 +26,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <time.h>
 
+#include "sb_common.h"
 #include "sb_kq.h"
 
 #define N 4096                    /* elements per row */
@@ -54,12 +54,6 @@ typedef struct {
     pthread_barrier_t *go, *done;
     int rounds_left;
 } worker_arg;
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* Always inlined with a constant pf, so the plain reader has no prefetch. */
 static inline __attribute__((always_inline)) double sum_loads(const uint8_t *p, size_t bytes, int pf) {
@@ -126,11 +120,11 @@ static void measure(const sb_kq_traits *t, uint8_t *buf, const uint8_t *x8, size
             s[k].w = base + (size_t)k * rows * rs;
             s[k].w8 = x8 + (s[k].w - buf);
         }
-        const double t0 = now();
+        const double t0 = sb_now_s();
         if (threads > 1) pthread_barrier_wait(&go);
         run_slice(&s[0]);
         if (threads > 1) pthread_barrier_wait(&done);
-        gbs[(size_t)reader * rounds + i / R_COUNT] = (double)win / (now() - t0) / 1e9;
+        gbs[(size_t)reader * rounds + i / R_COUNT] = (double)win / (sb_now_s() - t0) / 1e9;
     }
     if (threads > 1) pthread_join(tid, NULL);
     for (int r = 0; r < R_COUNT; r++) {
