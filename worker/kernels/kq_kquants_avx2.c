@@ -28,12 +28,6 @@ static inline __m256i scale_16_shuffle(int k) {
     return _mm256_add_epi8(_mm256_set1_epi16((short)(((4 * k + 1) << 8) | (4 * k))), lane1_plus2);
 }
 
-/* Shift each 16-bit lane left by s (right by -s); s is a constant after
- * unrolling, so this is one instruction or none. */
-static inline __m256i kq_shift_epi16(__m256i v, int s) {
-    return s > 0 ? _mm256_slli_epi16(v, s) : s < 0 ? _mm256_srli_epi16(v, -s) : v;
-}
-
 /* ==== Q2_K: q in 0..3, x = d·(sc&15)·q - dmin·(sc>>4) ===================== */
 
 void sb_kq_dot_q2_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
@@ -140,7 +134,7 @@ void sb_kq_dot_q4_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
 void sb_kq_dot_q5_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
     const sb_block_q5_K *x = vx;
     const sb_block_q8_K *y = vy;
-    const __m256i m4 = _mm256_set1_epi8(0xF), bit4 = _mm256_set1_epi8(0x10);
+    const __m256i m4 = _mm256_set1_epi8(0xF);
     __m256 acc = _mm256_setzero_ps();
     __m256 acc_min = _mm256_setzero_ps();
     for (int i = 0; i < n / SB_QK_K; i++) {
@@ -154,13 +148,10 @@ void sb_kq_dot_q5_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
         for (int j = 0; j < 4; j++) {
             const __m256i bits = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
             /* bit 2j of qh is sub-block 2j's fifth bit, bit 2j+1 sub-block
-             * 2j+1's: one shift takes each straight to bit 4 (a 16-bit shift,
-             * but bit 4 of every byte comes from its own byte for |s| <= 4).
-             * Decode is bound by this loop's instruction count. */
-            const __m256i h_lo = _mm256_and_si256(kq_shift_epi16(hbits, 4 - 2 * j), bit4);
-            const __m256i h_hi = _mm256_and_si256(kq_shift_epi16(hbits, 3 - 2 * j), bit4);
-            const __m256i lo = _mm256_or_si256(_mm256_and_si256(bits, m4), h_lo);
-            const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), h_hi);
+             * 2j+1's; one shift and one mask each (this loop's instruction
+             * count bounds the dot) */
+            const __m256i lo = _mm256_or_si256(_mm256_and_si256(bits, m4), kq_bit_to_4(hbits, 2 * j));
+            const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), kq_bit_to_4(hbits, 2 * j + 1));
             const __m256i p_lo = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(q8 + 64 * j)));
             const __m256i p_hi = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 64 * j + 32)));
             sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_shuffle_epi8(sc2, scale_pair_shuffle(2 * j)), p_lo));

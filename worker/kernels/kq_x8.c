@@ -11,7 +11,7 @@
  * vector holds 4 consecutive quants of one row, so the activation is a
  * 4-byte broadcast, the scale of a sub-block is one vector for 8 rows,
  * and the 8 results come out in one vector with no horizontal sum.
- * (From L2 that is 1.3-1.4x the per-row Q4_K/Q5_K dot; from DRAM, with
+ * (From L2 that is 1.2-1.3x the per-row Q4_K/Q5_K dot; from DRAM, with
  * both prefetching, the gain is small: see docs/KERNELS.md, and why the
  * model loader uses this layout only with SB_REPACK=1.)
  *

@@ -40,13 +40,6 @@ static inline __m256i rows_pair_u16(__m256i p) {
                                                    4, -1, 12, -1, 5, -1, 13, -1, 6, -1, 14, -1, 7, -1, 15, -1));
 }
 
-/* Bit v (0..7) of every byte of h, moved to bit 4 (16-bit shifts are safe:
- * the bit that lands on bit 4 of a byte always comes from the same byte). */
-static inline __m256i bit_to_4(__m256i h, int v) {
-    const __m256i t = v < 4 ? _mm256_slli_epi16(h, 4 - v) : v > 4 ? _mm256_srli_epi16(h, v - 4) : h;
-    return _mm256_and_si256(t, _mm256_set1_epi8(0x10));
-}
-
 /* 2-bit field f (0..3) of every byte of h, moved to bits 4..5. */
 static inline __m256i field_to_45(__m256i h, int f) {
     const __m256i t = f < 2 ? _mm256_slli_epi16(h, 4 - 2 * f) : f > 2 ? _mm256_srli_epi16(h, 2) : h;
@@ -96,8 +89,8 @@ static inline void k4_gemv8(int n, float *s, const uint8_t *x, const sb_block_q8
                 const __m256i X = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
                 __m256i A = _mm256_and_si256(X, m4), B = _mm256_and_si256(_mm256_srli_epi16(X, 4), m4);
                 if (q5) {
-                    A = _mm256_or_si256(A, bit_to_4(hb, 2 * c));
-                    B = _mm256_or_si256(B, bit_to_4(hb, 2 * c + 1));
+                    A = _mm256_or_si256(A, kq_bit_to_4(hb, 2 * c));
+                    B = _mm256_or_si256(B, kq_bit_to_4(hb, 2 * c + 1));
                 }
                 const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(A, bcast32(q8 + 8 * c)),
                                                    _mm256_maddubs_epi16(B, bcast32(q8 + 8 * c + 4)));
