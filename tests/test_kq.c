@@ -523,6 +523,20 @@ static void test_table_shape(void **state) {
     }
     assert_null(ref_row(SB_TYPE_Q8_1)->vec_dot);
     assert_null(ref_row(SB_TYPE_Q8_K)->vec_dot);
+    /* A level lists only its overrides: whatever it leaves out resolves to
+     * the level below, so no kernel is lost going up, layout never changes,
+     * and the reference quantizer is the reference table's at every level. */
+    for (int l = 1; l < SB_KQ_LEVELS; l++) {
+        const sb_kq_traits *t = sb_kq_table(l), *below = sb_kq_table(l - 1);
+        for (int id = 0; id < SB_TYPE_COUNT; id++) {
+            assert_true(t[id].name == ref_row(id)->name);
+            assert_int_equal(t[id].is_quantized, ref_row(id)->is_quantized);
+            assert_true(t[id].from_float_ref == ref_row(id)->from_float_ref);
+            assert_int_equal(!t[id].vec_dot, !below[id].vec_dot);
+            if (below[id].gemm) assert_non_null(t[id].gemm);
+            if (below[id].gemv8) assert_non_null(t[id].gemv8);
+        }
+    }
 }
 
 static void test_level_override(void **state) {

@@ -39,62 +39,6 @@ static inline int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? 
 
 /* ==== the weighted searches ================================================ */
 
-/* Symmetric levels L in [0, 2·nmax): x ≈ scale·(L - nmax). With weights qw
- * (else rmse_type picks x², 1, |x| or sqrt|x|), 18 scales around nmax/max,
- * keeping the best weighted least-squares fit. */
-static float make_qx_quants(int n, int nmax, const float *x, int8_t *L, int rmse_type, const float *qw) {
-    float max = 0, amax = 0;
-    for (int i = 0; i < n; ++i) {
-        const float ax = fabsf(x[i]);
-        if (ax > amax) { amax = ax; max = x[i]; }
-    }
-    if (amax < GROUP_MAX_EPS) {
-        for (int i = 0; i < n; ++i) L[i] = 0;
-        return 0.f;
-    }
-    float iscale = -nmax / max;
-    if (rmse_type == 0) {
-        for (int i = 0; i < n; ++i) L[i] = (int8_t)(nmax + clampi(nearest_int(iscale * x[i]), -nmax, nmax - 1));
-        return 1 / iscale;
-    }
-    int return_early = 0;
-    if (rmse_type < 0) {
-        rmse_type = -rmse_type;
-        return_early = 1;
-    }
-#define QX_WEIGHT(i) (qw ? qw[i] : rmse_type == 1 ? x[i] * x[i] : rmse_type == 2 ? 1 : \
-                      rmse_type == 3 ? fabsf(x[i]) : sqrtf(fabsf(x[i])))
-    float sumlx = 0, suml2 = 0;
-    for (int i = 0; i < n; ++i) {
-        const int l = clampi(nearest_int(iscale * x[i]), -nmax, nmax - 1);
-        L[i] = (int8_t)(l + nmax);
-        const float w = QX_WEIGHT(i);
-        sumlx += w * x[i] * l;
-        suml2 += w * l * l;
-    }
-    float scale = suml2 ? sumlx / suml2 : 0.0f;
-    if (return_early) return suml2 > 0 ? 0.5f * (scale + 1 / iscale) : 1 / iscale;
-    float best = scale * sumlx;
-    for (int is = -9; is <= 9; ++is) {
-        if (is == 0) continue;
-        iscale = -(nmax + 0.1f * is) / max;
-        sumlx = suml2 = 0;
-        for (int i = 0; i < n; ++i) {
-            const int l = clampi(nearest_int(iscale * x[i]), -nmax, nmax - 1);
-            const float w = QX_WEIGHT(i);
-            sumlx += w * x[i] * l;
-            suml2 += w * l * l;
-        }
-        if (suml2 > 0 && sumlx * sumlx > best * suml2) {
-            for (int i = 0; i < n; ++i) L[i] = (int8_t)(nmax + clampi(nearest_int(iscale * x[i]), -nmax, nmax - 1));
-            scale = sumlx / suml2;
-            best = scale * sumlx;
-        }
-    }
-#undef QX_WEIGHT
-    return scale;
-}
-
 /* Non-negative values (sub-block scales or mins) to levels [0, nmax] under
  * one scale: 9 candidate scales by weighted squared error, then up to 5
  * passes moving single elements to the level that improves the fit. */
@@ -197,7 +141,7 @@ static void row_q4_0(const float *x, void *vy, int64_t n, const float *qw) {
     int8_t L[32];
     for (int64_t ib = 0; ib < n / 32; ++ib) {
         weights_32(x + 32 * ib, qw + 32 * ib, sigma2, w);
-        y[ib].d = sb_fp32_to_fp16(make_qx_quants(32, 8, x + 32 * ib, L, 1, w));
+        y[ib].d = sb_fp32_to_fp16(sb_kq_search_symmetric(32, 8, x + 32 * ib, w, L));
         for (int j = 0; j < 16; ++j) y[ib].qs[j] = (uint8_t)(L[j] | (L[j + 16] << 4));
     }
 }
@@ -223,7 +167,7 @@ static void row_q5_0(const float *x, void *vy, int64_t n, const float *qw) {
     int8_t L[32];
     for (int64_t ib = 0; ib < n / 32; ++ib) {
         weights_32(x + 32 * ib, qw + 32 * ib, sigma2, w);
-        y[ib].d = sb_fp32_to_fp16(make_qx_quants(32, 16, x + 32 * ib, L, 1, w));
+        y[ib].d = sb_fp32_to_fp16(sb_kq_search_symmetric(32, 16, x + 32 * ib, w, L));
         pack_q5((const uint8_t *)L, y[ib].qs, y[ib].qh);
     }
 }
@@ -292,10 +236,10 @@ static void row_q3_K(const float *x, void *vy, int64_t n, const float *qw) {
             float sumw = 0;
             for (int l = 0; l < 16; ++l) sumw += weight[l];
             sw[j] = sumw;
-            scales[j] = make_qx_quants(16, 4, x + 16 * j, L + 16 * j, 1, weight);
+            scales[j] = sb_kq_search_symmetric(16, 4, x + 16 * j, weight, L + 16 * j);
         }
         memset(y[i].scales, 0, 12);
-        const float d_block = make_qx_quants(16, 32, scales, Ls, 1, sw);
+        const float d_block = sb_kq_search_symmetric(16, 32, scales, sw, Ls);
         for (int j = 0; j < 16; ++j) {
             int l = Ls[j];
             if (j < 8) y[i].scales[j] = (uint8_t)(l & 0xF);
@@ -410,7 +354,7 @@ static void row_q6_K(const float *x, void *vy, int64_t n, const float *qw) {
         float max_scale = 0, max_abs_scale = 0;
         for (int ib = 0; ib < 16; ++ib) {
             /* Q6_K weights by the imatrix alone (no sigma2 term) */
-            const float scale = make_qx_quants(16, 32, x + 16 * ib, L + 16 * ib, 1, qw + QK * i + 16 * ib);
+            const float scale = sb_kq_search_symmetric(16, 32, x + 16 * ib, qw + QK * i + 16 * ib, L + 16 * ib);
             scales[ib] = scale;
             const float abs_scale = fabsf(scale);
             if (abs_scale > max_abs_scale) {

@@ -21,10 +21,11 @@ static inline int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? 
 
 /* ==== scale searches ====================================================== */
 
-/* Symmetric quants L in [0, 2·nmax) with x ≈ scale·(L - nmax). rmse_type 1
- * weights each element by x²; the search tries 18 scales around nmax/max and
- * keeps the least-squares best. Returns the scale. */
-static float search_symmetric(int n, int nmax, const float *x, int8_t *L, int rmse_type) {
+/* ggml's make_qx_quants (rmse_type 1): symmetric quants L in [0, 2·nmax)
+ * with x ≈ scale·(L - nmax); tries 18 scales around nmax/max and keeps the
+ * best weighted least-squares fit. weights NULL = x², the unweighted k-quant
+ * reference; the importance-weighted quantizers pass their own. */
+float sb_kq_search_symmetric(int n, int nmax, const float *x, const float *weights, int8_t *L) {
     float max = 0, amax = 0;
     for (int i = 0; i < n; ++i) {
         const float ax = fabsf(x[i]);
@@ -34,16 +35,13 @@ static float search_symmetric(int n, int nmax, const float *x, int8_t *L, int rm
         for (int i = 0; i < n; ++i) L[i] = 0;
         return 0.f;
     }
+#define QX_WEIGHT(i) (weights ? weights[i] : x[i] * x[i])
     float iscale = -nmax / max;
-    if (rmse_type == 0) {
-        for (int i = 0; i < n; ++i) L[i] = (int8_t)(nmax + clampi(kq_nearest_int(iscale * x[i]), -nmax, nmax - 1));
-        return 1 / iscale;
-    }
     float sumlx = 0, suml2 = 0;
     for (int i = 0; i < n; ++i) {
         const int l = clampi(kq_nearest_int(iscale * x[i]), -nmax, nmax - 1);
         L[i] = (int8_t)(l + nmax);
-        const float w = x[i] * x[i];
+        const float w = QX_WEIGHT(i);
         sumlx += w * x[i] * l;
         suml2 += w * l * l;
     }
@@ -55,7 +53,7 @@ static float search_symmetric(int n, int nmax, const float *x, int8_t *L, int rm
         sumlx = suml2 = 0;
         for (int i = 0; i < n; ++i) {
             const int l = clampi(kq_nearest_int(iscale * x[i]), -nmax, nmax - 1);
-            const float w = x[i] * x[i];
+            const float w = QX_WEIGHT(i);
             sumlx += w * x[i] * l;
             suml2 += w * l * l;
         }
@@ -65,6 +63,7 @@ static float search_symmetric(int n, int nmax, const float *x, int8_t *L, int rm
             best = scale * sumlx;
         }
     }
+#undef QX_WEIGHT
     return scale;
 }
 
@@ -444,7 +443,7 @@ void sb_kq_quant_q6_K_ref(const float *src, void *dst, int64_t n) {
         const float *x = src + i * QK;
         float max_scale = 0, max_abs_scale = 0;
         for (int ib = 0; ib < 16; ++ib) {
-            const float scale = search_symmetric(16, 32, x + 16 * ib, L + 16 * ib, 1);
+            const float scale = sb_kq_search_symmetric(16, 32, x + 16 * ib, NULL, L + 16 * ib);
             scales[ib] = scale;
             if (fabsf(scale) > max_abs_scale) {
                 max_abs_scale = fabsf(scale);

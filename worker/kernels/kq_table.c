@@ -1,10 +1,12 @@
-/* kq_table.c - the three traits tables (one per kernel level) and dispatch.
+/* kq_table.c - the traits table (layout + reference code), the kernels each
+ * SIMD level overrides, and dispatch.
  *
  * A row is indexed by the GGML type id, so a GGUF tensor's type field picks
  * it directly. Ids we do not support keep a named row with blck_size 0 (the
  * GGUF reader rejects those). Everything here is const: picking a level is a
  * pure function of the CPU and the environment.
  */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -84,75 +86,95 @@ static const sb_kq_traits table_ref[SB_TYPE_COUNT] = {
     PLACEHOLDERS,
 };
 
-static const sb_kq_traits table_avx2[SB_TYPE_COUNT] = {
-    ROW(SB_TYPE_F32, "F32", 1, 4, 0, sb_kq_deq_f32_ref, sb_kq_quant_f32_ref, sb_kq_quant_f32_ref,
-        sb_kq_dot_f32_f32_avx2, SB_TYPE_F32),
-    ROW(SB_TYPE_F16, "F16", 1, 2, 0, sb_kq_deq_f16_avx2, sb_kq_act_f16_avx2, sb_kq_quant_f16_ref,
-        sb_kq_dot_f16_f16_avx2, SB_TYPE_F16),
-    ROW(SB_TYPE_BF16, "BF16", 1, 2, 0, sb_kq_deq_bf16_avx2, sb_kq_act_bf16_avx2, sb_kq_quant_bf16_ref,
-        sb_kq_dot_bf16_bf16_avx2, SB_TYPE_BF16),
-    ROW_WG(SB_TYPE_Q4_0, "Q4_0", 32, sb_block_q4_0, q4_0, sb_kq_deq_q4_0_avx2, sb_kq_dot_q4_0_q8_0_avx2, SB_TYPE_Q8_0,
-           sb_kq_gemm_q4_0_q8_0_avx2),
-    ROW_W(SB_TYPE_Q4_1, "Q4_1", 32, sb_block_q4_1, q4_1, sb_kq_deq_q4_1_ref, sb_kq_dot_q4_1_q8_1_avx2, SB_TYPE_Q8_1),
-    ROW_WG(SB_TYPE_Q5_0, "Q5_0", 32, sb_block_q5_0, q5_0, sb_kq_deq_q5_0_ref, sb_kq_dot_q5_0_q8_0_avx2, SB_TYPE_Q8_0,
-           sb_kq_gemm_q5_0_q8_0_avx2),
-    ROW_W(SB_TYPE_Q5_1, "Q5_1", 32, sb_block_q5_1, q5_1, sb_kq_deq_q5_1_ref, sb_kq_dot_q5_1_q8_1_avx2, SB_TYPE_Q8_1),
-    ROWG(SB_TYPE_Q8_0, "Q8_0", 32, sizeof(sb_block_q8_0), 1, sb_kq_deq_q8_0_avx2, sb_kq_act_q8_0_avx2,
-         sb_kq_quant_q8_0_ref, sb_kq_dot_q8_0_q8_0_avx2, SB_TYPE_Q8_0, sb_kq_gemm_q8_0_q8_0_avx2),
-    ROW_Q8_1(sb_kq_act_q8_1_avx2),
-    ROW_WG(SB_TYPE_Q2_K, "Q2_K", SB_QK_K, sb_block_q2_K, q2_K, sb_kq_deq_q2_K_ref, sb_kq_dot_q2_K_q8_K_avx2, SB_TYPE_Q8_K,
-           sb_kq_gemm_q2_K_q8_K_avx2),
-    ROW_WG(SB_TYPE_Q3_K, "Q3_K", SB_QK_K, sb_block_q3_K, q3_K, sb_kq_deq_q3_K_ref, sb_kq_dot_q3_K_q8_K_avx2, SB_TYPE_Q8_K,
-           sb_kq_gemm_q3_K_q8_K_avx2),
-    ROW_WG8(SB_TYPE_Q4_K, "Q4_K", SB_QK_K, sb_block_q4_K, q4_K, sb_kq_deq_q4_K_ref, sb_kq_dot_q4_K_q8_K_avx2, SB_TYPE_Q8_K,
-            sb_kq_gemm_q4_K_q8_K_avx2, sb_kq_gemv8_q4_K_q8_K_avx2),
-    ROW_WG8(SB_TYPE_Q5_K, "Q5_K", SB_QK_K, sb_block_q5_K, q5_K, sb_kq_deq_q5_K_ref, sb_kq_dot_q5_K_q8_K_avx2, SB_TYPE_Q8_K,
-            sb_kq_gemm_q5_K_q8_K_avx2, sb_kq_gemv8_q5_K_q8_K_avx2),
-    ROW_WG8(SB_TYPE_Q6_K, "Q6_K", SB_QK_K, sb_block_q6_K, q6_K, sb_kq_deq_q6_K_ref, sb_kq_dot_q6_K_q8_K_avx2, SB_TYPE_Q8_K,
-            sb_kq_gemm_q6_K_q8_K_avx2, sb_kq_gemv8_q6_K_q8_K_avx2),
-    ROW_Q8_K(sb_kq_act_q8_K_avx2),
-    PLACEHOLDERS,
+/* ---- per-level overrides ---------------------------------------------------
+ * A SIMD level lists only the kernels it has; a NULL field resolves to the
+ * level below (avx512 -> avx2 -> ref), so layout and reference code are
+ * written once, in table_ref, and a new kernel is one line here. */
+typedef struct {
+    sb_to_float_fn   to_float;
+    sb_from_float_fn from_float;
+    sb_vec_dot_fn    vec_dot;
+    sb_gemm_fn       gemm;
+    sb_gemv8_fn      gemv8;
+} kq_override;
+
+#define OVR(id, ...) [id] = { __VA_ARGS__ }
+
+static const kq_override over_avx2[SB_TYPE_COUNT] = {
+    OVR(SB_TYPE_F32, .vec_dot = sb_kq_dot_f32_f32_avx2),
+    OVR(SB_TYPE_F16, .to_float = sb_kq_deq_f16_avx2, .from_float = sb_kq_act_f16_avx2,
+        .vec_dot = sb_kq_dot_f16_f16_avx2),
+    OVR(SB_TYPE_BF16, .to_float = sb_kq_deq_bf16_avx2, .from_float = sb_kq_act_bf16_avx2,
+        .vec_dot = sb_kq_dot_bf16_bf16_avx2),
+    OVR(SB_TYPE_Q4_0, .to_float = sb_kq_deq_q4_0_avx2, .vec_dot = sb_kq_dot_q4_0_q8_0_avx2,
+        .gemm = sb_kq_gemm_q4_0_q8_0_avx2),
+    OVR(SB_TYPE_Q4_1, .vec_dot = sb_kq_dot_q4_1_q8_1_avx2),
+    OVR(SB_TYPE_Q5_0, .vec_dot = sb_kq_dot_q5_0_q8_0_avx2, .gemm = sb_kq_gemm_q5_0_q8_0_avx2),
+    OVR(SB_TYPE_Q5_1, .vec_dot = sb_kq_dot_q5_1_q8_1_avx2),
+    OVR(SB_TYPE_Q8_0, .to_float = sb_kq_deq_q8_0_avx2, .from_float = sb_kq_act_q8_0_avx2,
+        .vec_dot = sb_kq_dot_q8_0_q8_0_avx2, .gemm = sb_kq_gemm_q8_0_q8_0_avx2),
+    OVR(SB_TYPE_Q8_1, .from_float = sb_kq_act_q8_1_avx2),
+    OVR(SB_TYPE_Q2_K, .vec_dot = sb_kq_dot_q2_K_q8_K_avx2, .gemm = sb_kq_gemm_q2_K_q8_K_avx2),
+    OVR(SB_TYPE_Q3_K, .vec_dot = sb_kq_dot_q3_K_q8_K_avx2, .gemm = sb_kq_gemm_q3_K_q8_K_avx2),
+    OVR(SB_TYPE_Q4_K, .vec_dot = sb_kq_dot_q4_K_q8_K_avx2, .gemm = sb_kq_gemm_q4_K_q8_K_avx2,
+        .gemv8 = sb_kq_gemv8_q4_K_q8_K_avx2),
+    OVR(SB_TYPE_Q5_K, .vec_dot = sb_kq_dot_q5_K_q8_K_avx2, .gemm = sb_kq_gemm_q5_K_q8_K_avx2,
+        .gemv8 = sb_kq_gemv8_q5_K_q8_K_avx2),
+    OVR(SB_TYPE_Q6_K, .vec_dot = sb_kq_dot_q6_K_q8_K_avx2, .gemm = sb_kq_gemm_q6_K_q8_K_avx2,
+        .gemv8 = sb_kq_gemv8_q6_K_q8_K_avx2),
+    OVR(SB_TYPE_Q8_K, .from_float = sb_kq_act_q8_K_avx2),
 };
 
-/* AVX-512: its own kernels where they pay, the AVX2 ones elsewhere. */
-static const sb_kq_traits table_avx512[SB_TYPE_COUNT] = {
-    ROW(SB_TYPE_F32, "F32", 1, 4, 0, sb_kq_deq_f32_ref, sb_kq_quant_f32_ref, sb_kq_quant_f32_ref,
-        sb_kq_dot_f32_f32_avx512, SB_TYPE_F32),
-    ROW(SB_TYPE_F16, "F16", 1, 2, 0, sb_kq_deq_f16_avx512, sb_kq_act_f16_avx512, sb_kq_quant_f16_ref,
-        sb_kq_dot_f16_f16_avx512, SB_TYPE_F16),
-    ROW(SB_TYPE_BF16, "BF16", 1, 2, 0, sb_kq_deq_bf16_avx2, sb_kq_act_bf16_avx2, sb_kq_quant_bf16_ref,
-        sb_kq_dot_bf16_bf16_avx512, SB_TYPE_BF16),
-    ROW_WG(SB_TYPE_Q4_0, "Q4_0", 32, sb_block_q4_0, q4_0, sb_kq_deq_q4_0_avx2, sb_kq_dot_q4_0_q8_0_avx512, SB_TYPE_Q8_0,
-           sb_kq_gemm_q4_0_q8_0_avx512),
-    ROW_W(SB_TYPE_Q4_1, "Q4_1", 32, sb_block_q4_1, q4_1, sb_kq_deq_q4_1_ref, sb_kq_dot_q4_1_q8_1_avx512, SB_TYPE_Q8_1),
-    ROW_WG(SB_TYPE_Q5_0, "Q5_0", 32, sb_block_q5_0, q5_0, sb_kq_deq_q5_0_ref, sb_kq_dot_q5_0_q8_0_avx512, SB_TYPE_Q8_0,
-           sb_kq_gemm_q5_0_q8_0_avx512),
-    ROW_W(SB_TYPE_Q5_1, "Q5_1", 32, sb_block_q5_1, q5_1, sb_kq_deq_q5_1_ref, sb_kq_dot_q5_1_q8_1_avx512, SB_TYPE_Q8_1),
-    ROWG(SB_TYPE_Q8_0, "Q8_0", 32, sizeof(sb_block_q8_0), 1, sb_kq_deq_q8_0_avx2, sb_kq_act_q8_0_avx2,
-        sb_kq_quant_q8_0_ref, sb_kq_dot_q8_0_q8_0_avx512, SB_TYPE_Q8_0,
-         sb_kq_gemm_q8_0_q8_0_avx512),
-    ROW_Q8_1(sb_kq_act_q8_1_avx2),
-    ROW_WG(SB_TYPE_Q2_K, "Q2_K", SB_QK_K, sb_block_q2_K, q2_K, sb_kq_deq_q2_K_ref, sb_kq_dot_q2_K_q8_K_avx512, SB_TYPE_Q8_K,
-           sb_kq_gemm_q2_K_q8_K_avx512),
-    ROW_WG(SB_TYPE_Q3_K, "Q3_K", SB_QK_K, sb_block_q3_K, q3_K, sb_kq_deq_q3_K_ref, sb_kq_dot_q3_K_q8_K_avx512, SB_TYPE_Q8_K,
-           sb_kq_gemm_q3_K_q8_K_avx512),
-    ROW_WG(SB_TYPE_Q4_K, "Q4_K", SB_QK_K, sb_block_q4_K, q4_K, sb_kq_deq_q4_K_ref, sb_kq_dot_q4_K_q8_K_avx512, SB_TYPE_Q8_K,
-           sb_kq_gemm_q4_K_q8_K_avx512),
-    ROW_WG(SB_TYPE_Q5_K, "Q5_K", SB_QK_K, sb_block_q5_K, q5_K, sb_kq_deq_q5_K_ref, sb_kq_dot_q5_K_q8_K_avx512, SB_TYPE_Q8_K,
-           sb_kq_gemm_q5_K_q8_K_avx512),
-    ROW_WG(SB_TYPE_Q6_K, "Q6_K", SB_QK_K, sb_block_q6_K, q6_K, sb_kq_deq_q6_K_ref, sb_kq_dot_q6_K_q8_K_avx512, SB_TYPE_Q8_K,
-           sb_kq_gemm_q6_K_q8_K_avx512),
-    ROW_Q8_K(sb_kq_act_q8_K_avx2),
-    PLACEHOLDERS,
+/* AVX-512: its own kernels where they pay; the rest resolves to AVX2
+ * (including the x8 gemv8, which has no AVX-512 twin yet). */
+static const kq_override over_avx512[SB_TYPE_COUNT] = {
+    OVR(SB_TYPE_F32, .vec_dot = sb_kq_dot_f32_f32_avx512),
+    OVR(SB_TYPE_F16, .to_float = sb_kq_deq_f16_avx512, .from_float = sb_kq_act_f16_avx512,
+        .vec_dot = sb_kq_dot_f16_f16_avx512),
+    OVR(SB_TYPE_BF16, .vec_dot = sb_kq_dot_bf16_bf16_avx512),
+    OVR(SB_TYPE_Q4_0, .vec_dot = sb_kq_dot_q4_0_q8_0_avx512, .gemm = sb_kq_gemm_q4_0_q8_0_avx512),
+    OVR(SB_TYPE_Q4_1, .vec_dot = sb_kq_dot_q4_1_q8_1_avx512),
+    OVR(SB_TYPE_Q5_0, .vec_dot = sb_kq_dot_q5_0_q8_0_avx512, .gemm = sb_kq_gemm_q5_0_q8_0_avx512),
+    OVR(SB_TYPE_Q5_1, .vec_dot = sb_kq_dot_q5_1_q8_1_avx512),
+    OVR(SB_TYPE_Q8_0, .vec_dot = sb_kq_dot_q8_0_q8_0_avx512, .gemm = sb_kq_gemm_q8_0_q8_0_avx512),
+    OVR(SB_TYPE_Q2_K, .vec_dot = sb_kq_dot_q2_K_q8_K_avx512, .gemm = sb_kq_gemm_q2_K_q8_K_avx512),
+    OVR(SB_TYPE_Q3_K, .vec_dot = sb_kq_dot_q3_K_q8_K_avx512, .gemm = sb_kq_gemm_q3_K_q8_K_avx512),
+    OVR(SB_TYPE_Q4_K, .vec_dot = sb_kq_dot_q4_K_q8_K_avx512, .gemm = sb_kq_gemm_q4_K_q8_K_avx512),
+    OVR(SB_TYPE_Q5_K, .vec_dot = sb_kq_dot_q5_K_q8_K_avx512, .gemm = sb_kq_gemm_q5_K_q8_K_avx512),
+    OVR(SB_TYPE_Q6_K, .vec_dot = sb_kq_dot_q6_K_q8_K_avx512, .gemm = sb_kq_gemm_q6_K_q8_K_avx512),
 };
 
-static const sb_kq_traits *const tables[SB_KQ_LEVELS] = { table_ref, table_avx2, table_avx512 };
+static const kq_override *const overrides[SB_KQ_LEVELS] = { NULL, over_avx2, over_avx512 };
 static const char *const level_names[SB_KQ_LEVELS] = { "ref", "avx2", "avx512" };
+
+#define RESOLVE(dst, o, f) if ((o)->f) (dst)->f = (o)->f
+static void apply(sb_kq_traits *row, const kq_override *o) {
+    RESOLVE(row, o, to_float);
+    RESOLVE(row, o, from_float);
+    RESOLVE(row, o, vec_dot);
+    RESOLVE(row, o, gemm);
+    RESOLVE(row, o, gemv8);
+}
+
+/* The resolved tables are a pure function of the two const tables above,
+ * computed once (ggml fills its CPU traits at init the same way); after
+ * pthread_once nothing writes them, so readers need no lock. */
+static sb_kq_traits resolved[SB_KQ_LEVELS][SB_TYPE_COUNT];
+static pthread_once_t resolved_once = PTHREAD_ONCE_INIT;
+
+static void resolve_tables(void) {
+    for (int l = 0; l < SB_KQ_LEVELS; l++)
+        for (int t = 0; t < SB_TYPE_COUNT; t++) {
+            resolved[l][t] = l ? resolved[l - 1][t] : table_ref[t];
+            if (overrides[l] && table_ref[t].blck_size) apply(&resolved[l][t], &overrides[l][t]);
+        }
+}
 
 const sb_kq_traits *sb_kq_table(int level) {
     if (level < 0) level = 0;
     if (level >= SB_KQ_LEVELS) level = SB_KQ_LEVELS - 1;
-    return tables[level];
+    pthread_once(&resolved_once, resolve_tables);
+    return resolved[level];
 }
 
 #define ATTN(lvl) { sb_kq_attn_qk_f16_##lvl, sb_kq_attn_exp_##lvl, sb_kq_attn_pv_f16_##lvl, sb_kq_swiglu_##lvl }

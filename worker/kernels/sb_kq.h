@@ -103,8 +103,8 @@ typedef struct {
 
 enum sb_kq_level { SB_KQ_REF = 0, SB_KQ_AVX2 = 1, SB_KQ_AVX512 = 2, SB_KQ_LEVELS };
 
-/* The traits table of one level (SB_TYPE_COUNT rows). Rows a level has no
- * SIMD kernel for carry the _ref functions. */
+/* The traits table of one level (SB_TYPE_COUNT rows): the reference rows
+ * with the kernels that level (or a level below it) overrides. */
 const sb_kq_traits *sb_kq_table(int level);
 /* Best level for this CPU and OS, lowered by the environment variable
  * SB_KERNELS=ref|avx2|avx512. */
@@ -151,6 +151,11 @@ static inline size_t sb_kq_row_size(const sb_kq_traits *t, int64_t n) {
 }
 
 /* ---- building blocks of the reference quantizers ------------------------ */
+/* ggml's make_qx_quants: symmetric levels L in [0, 2·nmax) with
+ * x ≈ scale·(L - nmax), the best of 18 candidate scales by weighted squared
+ * error (weights NULL: x²). Returns the scale. Shared, like the search below,
+ * by the reference quantizers and the importance-weighted ones. */
+float sb_kq_search_symmetric(int n, int nmax, const float *x, const float *weights, int8_t *L);
 /* ggml's make_qkx2/qkx3 search: asymmetric levels L in [0, nmax] with
  * x ≈ scale·L - min, trying nstep+1 candidate scales and keeping the lowest
  * weighted error (absolute if use_mad). Returns the scale, *the_min the min.
