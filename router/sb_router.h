@@ -96,6 +96,11 @@ void sb_jw_raw(sb_jw *w, const char *s, size_t n);
 #define SB_PIPE_MAX_LABELS  64
 #define SB_PIPE_MAX_STOPS   8
 #define SB_PIPE_MAX_ARGS    32
+#define SB_PIPE_MAX_ENV     32
+/* Tool stage defaults: 8 processes is more than a 2-8 core edge box runs
+ * usefully at once, and 64 waiting calls drain in seconds at tool speeds. */
+#define SB_TOOL_CONCURRENT  8
+#define SB_TOOL_QUEUE       64
 
 typedef enum { SB_STAGE_INTENT, SB_STAGE_GENERATE, SB_STAGE_TOOL } sb_stage_kind;
 const char *sb_stage_kind_name(sb_stage_kind k);
@@ -146,12 +151,16 @@ typedef struct {
     /* tool */
     sb_tmpl *argv[SB_PIPE_MAX_ARGS];    /* command; argv[0] is the program */
     size_t n_argv;
-    sb_tmpl *stdin_tmpl;            /* NULL: the args_from stage's JSON, or nothing */
+    sb_tmpl *stdin_tmpl;            /* NULL: the args_from stage's JSON, else (command) {{input}} */
     char *url;                      /* HTTP tool instead of a command */
     bool http_post;
     sb_tmpl *body;
     int args_from;                  /* index of the stage whose JSON feeds the tool; -1 none */
     int timeout_ms;
+    char *env[SB_PIPE_MAX_ENV + 1]; /* command: "NAME=VALUE" on top of the allowlist; NULL-terminated */
+    size_t n_env;
+    int max_concurrent;             /* calls of this stage running at once (default SB_TOOL_CONCURRENT) */
+    int max_queue;                  /* calls waiting beyond that; more get 503 (default SB_TOOL_QUEUE) */
 } sb_stage;
 
 typedef struct {
