@@ -104,6 +104,19 @@ static bool is_answer_stage(const rt_run *run, size_t i) {
     return true;
 }
 
+/* The result puts a stage's `json` three levels down ({"stages": [{"json"),
+ * and the JSON writer stops at the parser's depth: a deeper object is not
+ * kept as json (false; sr->json and sr->doc cleared), so the reply stays
+ * whole. */
+#define RESULT_JSON_DEPTH 3
+static bool json_fits(stage_res *sr) {
+    if (!sr->json || sb_json_depth(sr->json) <= SB_JSON_MAX_DEPTH - RESULT_JSON_DEPTH) return true;
+    sb_json_doc_free(sr->doc);
+    sr->doc = NULL;
+    sr->json = NULL;
+    return false;
+}
+
 static void finish(rt_run *run) {
     if (run->done) return;
     run->done = true;
@@ -328,6 +341,7 @@ static void on_generated(void *arg, const sb_ipc_result *res) {
     if (s->json) {
         sr->json = sb_json_extract_object(text, len, &sr->doc);
         if (!sr->json) { stage_done(run, ST_ERROR, "the model's output holds no valid JSON object"); return; }
+        if (!json_fits(sr)) { stage_done(run, ST_ERROR, "the model's JSON object is nested too deeply"); return; }
     }
     stage_done(run, ST_OK, NULL);
 }
@@ -394,6 +408,7 @@ static void on_tool_done(void *arg, int rc, const char *out, size_t len, const c
         if (sb_json_parse(sr->output, strlen(sr->output), &d, NULL) == 0) {
             if (sb_json_type_of(sb_json_root(d)) == SB_JSON_OBJECT) { sr->doc = d; sr->json = sb_json_root(d); }
             else sb_json_doc_free(d);
+            json_fits(sr);          /* too deep: the stage keeps its text only */
         }
     }
     stage_done(run, rc ? ST_ERROR : ST_OK, rc ? err : NULL);

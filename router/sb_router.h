@@ -24,8 +24,10 @@
 
 /* ================================================================ JSON == */
 
-/* Nesting of arrays/objects. An OpenAI request is 4-5 levels deep; 64 keeps
- * the recursive parser's stack use trivial whatever the input. */
+/* Nesting of arrays/objects, for the parser and the emitter alike: a value
+ * the parser accepts can be written back, and the emitter never writes
+ * what the parser would refuse. An OpenAI request is 4-5 levels deep; 64
+ * keeps the recursive parser's stack use trivial whatever the input. */
 #define SB_JSON_MAX_DEPTH 64
 
 typedef enum {
@@ -54,18 +56,26 @@ const sb_json *sb_json_val_at(const sb_json *obj, size_t i);
 const sb_json *sb_json_get(const sb_json *obj, const char *key);   /* NULL when absent */
 /* NUL-terminated (an embedded \u0000 is kept; use sb_json_len for the size). */
 const char    *sb_json_str(const sb_json *v);
+/* Containers nested in v: 0 for a scalar, 1 for [] or {"a": 1}. */
+int            sb_json_depth(const sb_json *v);
+/* true when a string or key in v holds a NUL byte (\u0000); path[0..n)
+ * then names the first one: "model", "messages[0].content", "" for v. */
+bool           sb_json_find_nul(const sb_json *v, char *path, size_t n);
 double         sb_json_num(const sb_json *v);
 bool           sb_json_bool(const sb_json *v);
 /* The number is an integer in [lo, hi] (1e3 counts; 1.5 does not). */
 bool           sb_json_is_int(const sb_json *v, int64_t lo, int64_t hi);
 
-/* A growable output buffer with sticky out-of-memory: write everything,
- * check `oom` once. Commas between members are inserted automatically. */
+/* A growable output buffer with a sticky failure: write everything, check
+ * `oom` once. Commas between members are inserted automatically. `oom` is
+ * set when memory runs out or when a container would be nested deeper than
+ * SB_JSON_MAX_DEPTH (then `too_deep` too): the output is then unusable. */
 typedef struct {
     char  *p;           /* NUL-terminated while !oom */
     size_t len, cap;
     int    oom;
-    uint64_t comma;     /* bit d: the container at depth d already has a member */
+    int    too_deep;
+    uint64_t comma;     /* bit d-1: the container at depth d already has a member */
     int    depth;
     int    after_key;
 } sb_jw;
