@@ -60,6 +60,11 @@ pipelines:
     timeout_ms: 4000
     stages:
       - { name: t, kind: tool, command: ["/bin/sh", "-c", "sleep $marker & sleep $marker; echo never"], timeout_ms: 300 }
+  cutoff:
+    cache: false
+    timeout_ms: 500
+    stages:
+      - { name: t, kind: tool, command: ["/bin/sh", "-c", "sleep $marker & sleep $marker"], timeout_ms: 10000 }
   big:
     cache: false
     stages:

@@ -100,13 +100,25 @@ st, _, r = pipeline("orphan", "x")
 stg = r["stages"][0] if st == 200 else {}
 check(st == 200 and stg.get("status") == "error" and "timeout" in stg.get("error", ""),
       "a tool past its timeout_ms fails its stage (%.1f s)" % (time.time() - t0), r)
-left = ""
-for _ in range(20):
-    left = subprocess.run(["pgrep", "-f", ORPHAN], capture_output=True, text=True).stdout.split()
-    if not left:
-        break
-    time.sleep(0.1)
+
+
+def leftovers():
+    left = ""
+    for _ in range(20):
+        left = subprocess.run(["pgrep", "-f", ORPHAN], capture_output=True, text=True).stdout.split()
+        if not left:
+            break
+        time.sleep(0.1)
+    return left
+
+
+left = leftovers()
 check(not left, "no process of a timed-out tool is left (the grandchild `sleep` too)", left)
+# A run cancelled under a running tool (here its pipeline's timeout; a client
+# that hangs up takes the same path, rt_tool_cancel) kills the group too.
+st, _, r = pipeline("cutoff", "x")
+left = leftovers()
+check(st == 504 and not left, "a run cancelled under its tool leaves no process (504, group killed)", (st, left))
 
 # ---- 300 concurrent calls of a stage with max_concurrent 4, max_queue 8
 N = 300
