@@ -426,10 +426,40 @@ sb_json_doc *rt_req_body_json(rt_req *q) {
         sb_json_doc_free(d);
         return NULL;
     }
+    /* Names and text travel on as C strings (lookups, templates, argv,
+     * cache keys): "m\u0000xyz" would be served as model "m". Refused
+     * everywhere in the body, so no field is cut short silently. */
+    char path[96];
+    if (sb_json_find_nul(sb_json_root(d), path, sizeof path)) {
+        rt_req_error(q, 400, "invalid_request_error", "invalid_value",
+                     "'%s': contains a NUL character (\\u0000), which no name or text may hold", path);
+        sb_json_doc_free(d);
+        return NULL;
+    }
     return d;
 }
 
 /* ------------------------------------------------------------- routing */
+
+/* Where the body ends must be unambiguous. evhttp reads the first
+ * Content-Length (or chunked, ignoring it); a proxy in front that read the
+ * other one would take our body's tail for a new request (smuggling).
+ * NULL when clean; identical repeated lengths are allowed (RFC 9112 6.3). */
+static const char *framing_problem(const struct evkeyvalq *h) {
+    const char *cl = NULL, *te = NULL;
+    for (const struct evkeyval *kv = h->tqh_first; kv; kv = kv->next.tqe_next) {
+        if (!strcasecmp(kv->key, "Content-Length")) {
+            if (!kv->value[0] || strspn(kv->value, "0123456789") != strlen(kv->value))
+                return "a Content-Length that is not a plain number";
+            if (cl && strcmp(cl, kv->value)) return "two different Content-Length headers";
+            cl = kv->value;
+        } else if (!strcasecmp(kv->key, "Transfer-Encoding")) {
+            if (te || strcasecmp(kv->value, "chunked")) return "a Transfer-Encoding other than one 'chunked'";
+            te = kv->value;
+        }
+    }
+    return cl && te ? "both Content-Length and Transfer-Encoding" : NULL;
+}
 
 static bool authorized(rt *r, struct evhttp_request *req) {
     if (!r->api_key) return true;
@@ -515,6 +545,13 @@ static void on_request(struct evhttp_request *req, void *arg) {
     if (!q) { evhttp_send_error(req, 500, "out of memory"); return; }
     snprintf(q->path, sizeof q->path, "%s", path);
     q->method = method == EVHTTP_REQ_GET ? "GET" : method == EVHTTP_REQ_POST ? "POST" : "OTHER";
+    const char *framing = framing_problem(evhttp_request_get_input_headers(req));
+    if (framing) {
+        /* Close after the reply: bytes after this request are not parsed. */
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
+        rt_req_error(q, 400, "invalid_request_error", "bad_framing", "the request has %s", framing);
+        return;
+    }
     if (r->stopping) {
         rt_req_retry_after(q, 5);
         rt_req_error(q, 503, "server_busy", "shutting_down", "the router is shutting down");

@@ -433,6 +433,39 @@ const char *sb_json_str(const sb_json *v) { return v && v->type == SB_JSON_STRIN
 double sb_json_num(const sb_json *v) { return v && v->type == SB_JSON_NUMBER ? v->num : 0; }
 bool sb_json_bool(const sb_json *v) { return v && v->type == SB_JSON_BOOL && v->b; }
 
+int sb_json_depth(const sb_json *v) {
+    int d = 0;
+    for (size_t i = 0; v && (v->type == SB_JSON_ARRAY || v->type == SB_JSON_OBJECT) && i < v->len; i++) {
+        int k = sb_json_depth(&v->items[i]);
+        if (k > d) d = k;
+    }
+    return v && (v->type == SB_JSON_ARRAY || v->type == SB_JSON_OBJECT) ? d + 1 : 0;
+}
+
+/* path is "" at the root; each level appends ".key" or "[i]" (truncated
+ * when long: it only names the field in an error message). */
+static bool find_nul(const sb_json *v, char *path, size_t n) {
+    size_t at = strlen(path);
+    if (v->type == SB_JSON_STRING) return memchr(v->str, '\0', v->len) != NULL;
+    if (v->type != SB_JSON_ARRAY && v->type != SB_JSON_OBJECT) return false;
+    for (size_t i = 0; i < v->len; i++) {
+        if (v->type == SB_JSON_OBJECT)
+            snprintf(path + at, n - at, "%s%s", at ? "." : "", v->keys[i]);
+        else
+            snprintf(path + at, n - at, "[%zu]", i);
+        if ((v->type == SB_JSON_OBJECT && strlen(v->keys[i]) != v->key_lens[i]) || find_nul(&v->items[i], path, n))
+            return true;
+    }
+    path[at] = '\0';
+    return false;
+}
+
+bool sb_json_find_nul(const sb_json *v, char *path, size_t n) {
+    if (!n) return false;
+    path[0] = '\0';
+    return v && find_nul(v, path, n);
+}
+
 bool sb_json_is_int(const sb_json *v, int64_t lo, int64_t hi) {
     if (!v || v->type != SB_JSON_NUMBER || v->num != floor(v->num)) return false;
     return v->num >= (double)lo && v->num <= (double)hi;
@@ -449,6 +482,7 @@ void sb_jw_reset(sb_jw *w) {
     w->comma = 0;
     w->depth = 0;
     w->after_key = 0;
+    w->too_deep = 0;
     if (w->p) w->p[0] = '\0';
 }
 
@@ -476,21 +510,31 @@ void sb_jw_raw(sb_jw *w, const char *s, size_t n) {
 
 static void put(sb_jw *w, const char *s) { sb_jw_raw(w, s, strlen(s)); }
 
+/* The container at depth d (1..SB_JSON_MAX_DEPTH) keeps bit d-1 of comma. */
+_Static_assert(SB_JSON_MAX_DEPTH <= 64, "sb_jw.comma has one bit per open container");
+
 /* Before any value or key: the comma that separates it from its sibling. */
 static void pre(sb_jw *w) {
     if (w->after_key) { w->after_key = 0; return; }
-    if (w->depth > 0 && w->depth < 64) {
-        uint64_t bit = 1ull << w->depth;
+    if (w->depth > 0) {
+        uint64_t bit = 1ull << (w->depth - 1);
         if (w->comma & bit) put(w, ",");
         w->comma |= bit;
     }
 }
 
+/* Deeper than the parser accepts is an error, not JSON without commas:
+ * the whole output is dropped (sticky, like out of memory). */
 static void open_c(sb_jw *w, const char *c) {
+    if (w->depth >= SB_JSON_MAX_DEPTH) {
+        w->too_deep = 1;
+        w->oom = 1;
+        return;
+    }
     pre(w);
     put(w, c);
     w->depth++;
-    if (w->depth < 64) w->comma &= ~(1ull << w->depth);
+    w->comma &= ~(1ull << (w->depth - 1));
 }
 
 static void close_c(sb_jw *w, const char *c) {

@@ -212,6 +212,37 @@ static int load_sampling(vctx *c, const sb_config_node *n, sb_stage *s, const sb
     return rc;
 }
 
+/* env: {NAME: value}: what a command tool gets on top of the allowlist
+ * (tool.c); the router's own environment (its API key...) never reaches it. */
+static int load_env(vctx *c, const sb_config_node *n, sb_stage *s) {
+    if (n->kind != SB_CFG_MAP || n->n_pairs > SB_PIPE_MAX_ENV)
+        return FAIL(c, n, "%s.env: expected a mapping of at most %d NAME: value pairs", c->path, SB_PIPE_MAX_ENV);
+    for (size_t i = 0; i < n->n_pairs; i++) {
+        const sb_config_node *k = n->pairs[i].key, *v = n->pairs[i].value;
+        bool ok = k->len && !(k->value[0] >= '0' && k->value[0] <= '9') && strlen(k->value) == k->len;
+        for (const char *q = k->value; ok && *q; q++)
+            ok = (*q >= 'A' && *q <= 'Z') || (*q >= 'a' && *q <= 'z') || (*q >= '0' && *q <= '9') || *q == '_';
+        if (!ok) return FAIL(c, k, "%s.env: '%s' is not a variable name ([A-Za-z_][A-Za-z0-9_]*)", c->path, k->value);
+        if (v->kind != SB_CFG_SCALAR || sb_config_node_is_null(v) || strlen(v->value) != v->len)
+            return FAIL(c, v, "%s.env.%s: expected a string without NUL characters", c->path, k->value);
+        size_t len = k->len + 1 + v->len + 1;
+        if (!(s->env[s->n_env] = sb_malloc(len))) return SB_ENOMEM;
+        snprintf(s->env[s->n_env++], len, "%s=%s", k->value, v->value);
+    }
+    return 0;
+}
+
+static int load_tool_limits(vctx *c, const sb_config_node *n, sb_stage *s) {
+    long long mc = SB_TOOL_CONCURRENT, mq = SB_TOOL_QUEUE;
+    const sb_config_node *v;
+    int rc = 0;
+    if ((v = sb_config_node_get(n, "max_concurrent"))) rc = get_int(c, v, "max_concurrent", 1, 1024, &mc);
+    if (!rc && (v = sb_config_node_get(n, "max_queue"))) rc = get_int(c, v, "max_queue", 0, 100000, &mq);
+    s->max_concurrent = (int)mc;
+    s->max_queue = (int)mq;
+    return rc;
+}
+
 static int load_stage(vctx *c, const sb_config_node *n, sb_pipeline *p, size_t idx) {
     sb_stage *s = &p->stages[idx];
     s->line = n->line;
@@ -239,7 +270,7 @@ static int load_stage(vctx *c, const sb_config_node *n, sb_pipeline *p, size_t i
                                             "top_p", "top_k", "min_p", "repeat_penalty", "seed", "max_tokens", "stop",
                                             "json", NULL };
     static const char *const tool_keys[] = { "name", "kind", "when", "command", "stdin", "url", "method", "body",
-                                             "args_from", "timeout_ms", NULL };
+                                             "args_from", "timeout_ms", "env", "max_concurrent", "max_queue", NULL };
     if ((rc = check_keys(c, n, s->kind == SB_STAGE_INTENT ? intent_keys : s->kind == SB_STAGE_GENERATE ? gen_keys : tool_keys)))
         return rc;
     const char *names[SB_PIPE_MAX_STAGES];
@@ -307,6 +338,7 @@ static int load_stage(vctx *c, const sb_config_node *n, sb_pipeline *p, size_t i
     long long t = 10000;
     if ((v = sb_config_node_get(n, "timeout_ms")) && (rc = get_int(c, v, "timeout_ms", 1, 3600000, &t))) return rc;
     s->timeout_ms = (int)t;
+    if ((rc = load_tool_limits(c, n, s))) return rc;
     if ((v = sb_config_node_get(n, "stdin")) && (rc = tmpl(c, v, "stdin", &scope, &s->stdin_tmpl))) return rc;
     if (cmd) {
         size_t k2 = cmd->kind == SB_CFG_SEQ ? cmd->n_items : 0;
@@ -317,8 +349,9 @@ static int load_stage(vctx *c, const sb_config_node *n, sb_pipeline *p, size_t i
             if ((rc = tmpl(c, cmd->items[i], "command", &scope, &s->argv[i]))) return rc;
             s->n_argv++;
         }
-        return 0;
+        return (v = sb_config_node_get(n, "env")) ? load_env(c, v, s) : 0;
     }
+    if ((v = sb_config_node_get(n, "env"))) return FAIL(c, v, "%s.env: only a command tool has an environment", c->path);
     if ((rc = get_str(c, url, "url", &s->url))) return rc;
     if (strncmp(s->url, "http://", 7)) return FAIL(c, url, "%s.url: only http:// URLs are supported", c->path);
     if ((v = sb_config_node_get(n, "method"))) {
@@ -412,6 +445,7 @@ static void free_stage(sb_stage *s) {
     for (size_t i = 0; i < s->n_stops; i++) sb_free(s->stops[i]);
     for (size_t i = 0; i < s->n_argv; i++) rt_tmpl_free(s->argv[i]);
     rt_tmpl_free(s->stdin_tmpl);
+    for (size_t i = 0; i < s->n_env; i++) sb_free(s->env[i]);
     sb_free(s->url);
     rt_tmpl_free(s->body);
 }

@@ -134,10 +134,16 @@ static void m_pipeline(void *ud, sb_ipc_reply *reply, const char *method, const 
     rt *r = ud;
     char err[SB_ERR_LEN];
     const char *name, *input;
+    size_t name_len, input_len;
     static const char *const allowed[] = { "name", "input", NULL };
-    if (sb_mp_check_keys(params, allowed, err) || sb_mp_get_str(params, "name", SB_MP_REQUIRED, &name, NULL, err) ||
-        sb_mp_get_str(params, "input", SB_MP_REQUIRED, &input, NULL, err)) {
+    if (sb_mp_check_keys(params, allowed, err) || sb_mp_get_str(params, "name", SB_MP_REQUIRED, &name, &name_len, err) ||
+        sb_mp_get_str(params, "input", SB_MP_REQUIRED, &input, &input_len, err)) {
         sb_ipc_reply_error(reply, SB_IPC_INVALID_REQUEST, "%s", err);
+        return;
+    }
+    if (strlen(name) != name_len || strlen(input) != input_len) {   /* as over HTTP (http.c) */
+        sb_ipc_reply_error(reply, SB_IPC_INVALID_REQUEST, "'%s': contains a NUL character",
+                           strlen(name) != name_len ? "name" : "input");
         return;
     }
     sock_call *sc = sb_calloc(1, sizeof *sc);

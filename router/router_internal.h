@@ -34,6 +34,7 @@ typedef struct rt_model rt_model;
 typedef struct rt_job rt_job;
 typedef struct rt_run rt_run;
 typedef struct rt_tool rt_tool;
+typedef struct rt_tool_gate rt_tool_gate;
 typedef struct rt_upcall rt_upcall;
 
 /* ------------------------------------------------------------ the config */
@@ -175,6 +176,7 @@ struct rt {
     rt_guard **guards;              /* one per HTTP connection */
     size_t n_guards, cap_guards;
     rt_req *reqs;                   /* requests in flight (shutdown cancels them) */
+    rt_tool_gate *tool_gates;       /* tool.c: per-stage limits, while calls run or wait */
     sb_ipc_server *sock_server;
     struct event *health_timer, *sweep_timer;
     bool stopping;
@@ -281,11 +283,23 @@ int  rt_pipeline_fingerprint(rt *r, const char *pipeline, char *out, bool *cache
 /* ------------------------------------------------------------- tools */
 
 typedef void (*rt_tool_done_fn)(void *arg, int rc, const char *out, size_t len, const char *err);
-/* argv NULL-terminated (copied); url NULL for a command. rc 0 ok,
- * SB_ETIMEOUT, SB_EIO. */
-int  rt_tool_start(rt *r, char *const *argv, const char *url, bool post, const char *input,
-                   size_t input_len, int timeout_ms, rt_tool_done_fn done, void *arg, rt_tool **out,
-                   char *err);
+/* One call of a tool stage; everything is copied by rt_tool_start. */
+typedef struct {
+    char *const *argv;          /* command, NULL-terminated; NULL for an HTTP tool */
+    char *const *env;           /* command: "NAME=VALUE" added to the allowlist; NULL-terminated */
+    const char *url;            /* HTTP tool, or NULL */
+    bool post;
+    const char *gate;           /* "pipeline/stage": the calls that share the limits below */
+    int max_concurrent, max_queue;
+    int timeout_ms;             /* counted from the start, not from entering the queue */
+} rt_tool_spec;
+/* 0: done comes exactly once, later, from the loop (rc 0 ok, SB_ETIMEOUT,
+ * SB_EIO, SB_EINVAL: arguments too long). SB_EBUSY: the stage runs
+ * max_concurrent calls and max_queue wait; nothing will be called. */
+int  rt_tool_start(rt *r, const rt_tool_spec *spec, const char *input, size_t input_len, rt_tool_done_fn done,
+                   void *arg, rt_tool **out, char *err);
+/* Stop a call (client gone, run timed out): SIGKILLs the tool's process
+ * group and reaps it, or takes it out of the queue; no callback. NULL ok. */
 void rt_tool_cancel(rt_tool *t);
 
 /* cache_sync.c: periodic sync of the response cache with the cloud tier. */

@@ -104,6 +104,19 @@ static bool is_answer_stage(const rt_run *run, size_t i) {
     return true;
 }
 
+/* The result puts a stage's `json` three levels down ({"stages": [{"json"),
+ * and the JSON writer stops at the parser's depth: a deeper object is not
+ * kept as json (false; sr->json and sr->doc cleared), so the reply stays
+ * whole. */
+#define RESULT_JSON_DEPTH 3
+static bool json_fits(stage_res *sr) {
+    if (!sr->json || sb_json_depth(sr->json) <= SB_JSON_MAX_DEPTH - RESULT_JSON_DEPTH) return true;
+    sb_json_doc_free(sr->doc);
+    sr->doc = NULL;
+    sr->json = NULL;
+    return false;
+}
+
 static void finish(rt_run *run) {
     if (run->done) return;
     run->done = true;
@@ -328,6 +341,7 @@ static void on_generated(void *arg, const sb_ipc_result *res) {
     if (s->json) {
         sr->json = sb_json_extract_object(text, len, &sr->doc);
         if (!sr->json) { stage_done(run, ST_ERROR, "the model's output holds no valid JSON object"); return; }
+        if (!json_fits(sr)) { stage_done(run, ST_ERROR, "the model's JSON object is nested too deeply"); return; }
     }
     stage_done(run, ST_OK, NULL);
 }
@@ -394,6 +408,7 @@ static void on_tool_done(void *arg, int rc, const char *out, size_t len, const c
         if (sb_json_parse(sr->output, strlen(sr->output), &d, NULL) == 0) {
             if (sb_json_type_of(sb_json_root(d)) == SB_JSON_OBJECT) { sr->doc = d; sr->json = sb_json_root(d); }
             else sb_json_doc_free(d);
+            json_fits(sr);          /* too deep: the stage keeps its text only */
         }
     }
     stage_done(run, rc ? ST_ERROR : ST_OK, rc ? err : NULL);
@@ -407,6 +422,7 @@ static int start_tool(rt_run *run, const sb_stage *s, char *err) {
     const sb_tmpl *src = s->url ? s->body : s->stdin_tmpl;
     if (src) sb_tmpl_render(src, &env, &in);
     else if (s->args_from >= 0 && run->res[s->args_from].json) sb_jw_value(&in, run->res[s->args_from].json);
+    else if (!s->url && s->args_from < 0) sb_jw_raw(&in, run->input, strlen(run->input));  /* the default stdin */
     int oom = in.oom;
     for (size_t i = 0; i < s->n_argv; i++) {
         sb_jw_init(&args[i]);
@@ -415,9 +431,12 @@ static int start_tool(rt_run *run, const sb_stage *s, char *err) {
         oom |= args[i].oom;
         argv[i] = args[i].p;
     }
+    char gate[2 * SB_CONFIG_MAX_NAME + 8];
+    snprintf(gate, sizeof gate, "%s/%s", run->p->name, s->name);
+    rt_tool_spec spec = { s->url ? NULL : argv, s->env, s->url, s->http_post, gate, s->max_concurrent,
+                          s->max_queue, s->timeout_ms };
     int rc = oom ? sb_seterr(err, SB_ENOMEM, "out of memory")
-                 : rt_tool_start(run->r, s->url ? NULL : argv, s->url, s->http_post, in.p ? in.p : "", in.len,
-                                 s->timeout_ms, on_tool_done, run, &run->tool, err);
+                 : rt_tool_start(run->r, &spec, in.p ? in.p : "", in.len, on_tool_done, run, &run->tool, err);
     for (size_t i = 0; i < s->n_argv; i++) sb_jw_free(&args[i]);
     sb_jw_free(&in);
     return rc;
@@ -439,7 +458,10 @@ static void step(rt_run *run) {
         int rc;
         if (s->kind == SB_STAGE_TOOL) {
             rc = start_tool(run, s, err);
-            if (rc) { stage_done(run, ST_ERROR, err); return; }
+            /* A full tool queue is load, not a broken tool: the caller
+             * gets 503 + Retry-After, as for a model's full queue. */
+            if (rc == SB_EBUSY) fail(run, 503, "server_busy", "stage '%s': %s", s->name, err);
+            else if (rc) stage_done(run, ST_ERROR, err);
             return;
         }
         sb_mp_writer *p;

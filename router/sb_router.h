@@ -24,8 +24,10 @@
 
 /* ================================================================ JSON == */
 
-/* Nesting of arrays/objects. An OpenAI request is 4-5 levels deep; 64 keeps
- * the recursive parser's stack use trivial whatever the input. */
+/* Nesting of arrays/objects, for the parser and the emitter alike: a value
+ * the parser accepts can be written back, and the emitter never writes
+ * what the parser would refuse. An OpenAI request is 4-5 levels deep; 64
+ * keeps the recursive parser's stack use trivial whatever the input. */
 #define SB_JSON_MAX_DEPTH 64
 
 typedef enum {
@@ -54,18 +56,26 @@ const sb_json *sb_json_val_at(const sb_json *obj, size_t i);
 const sb_json *sb_json_get(const sb_json *obj, const char *key);   /* NULL when absent */
 /* NUL-terminated (an embedded \u0000 is kept; use sb_json_len for the size). */
 const char    *sb_json_str(const sb_json *v);
+/* Containers nested in v: 0 for a scalar, 1 for [] or {"a": 1}. */
+int            sb_json_depth(const sb_json *v);
+/* true when a string or key in v holds a NUL byte (\u0000); path[0..n)
+ * then names the first one: "model", "messages[0].content", "" for v. */
+bool           sb_json_find_nul(const sb_json *v, char *path, size_t n);
 double         sb_json_num(const sb_json *v);
 bool           sb_json_bool(const sb_json *v);
 /* The number is an integer in [lo, hi] (1e3 counts; 1.5 does not). */
 bool           sb_json_is_int(const sb_json *v, int64_t lo, int64_t hi);
 
-/* A growable output buffer with sticky out-of-memory: write everything,
- * check `oom` once. Commas between members are inserted automatically. */
+/* A growable output buffer with a sticky failure: write everything, check
+ * `oom` once. Commas between members are inserted automatically. `oom` is
+ * set when memory runs out or when a container would be nested deeper than
+ * SB_JSON_MAX_DEPTH (then `too_deep` too): the output is then unusable. */
 typedef struct {
     char  *p;           /* NUL-terminated while !oom */
     size_t len, cap;
     int    oom;
-    uint64_t comma;     /* bit d: the container at depth d already has a member */
+    int    too_deep;
+    uint64_t comma;     /* bit d-1: the container at depth d already has a member */
     int    depth;
     int    after_key;
 } sb_jw;
@@ -96,6 +106,11 @@ void sb_jw_raw(sb_jw *w, const char *s, size_t n);
 #define SB_PIPE_MAX_LABELS  64
 #define SB_PIPE_MAX_STOPS   8
 #define SB_PIPE_MAX_ARGS    32
+#define SB_PIPE_MAX_ENV     32
+/* Tool stage defaults: 8 processes is more than a 2-8 core edge box runs
+ * usefully at once, and 64 waiting calls drain in seconds at tool speeds. */
+#define SB_TOOL_CONCURRENT  8
+#define SB_TOOL_QUEUE       64
 
 typedef enum { SB_STAGE_INTENT, SB_STAGE_GENERATE, SB_STAGE_TOOL } sb_stage_kind;
 const char *sb_stage_kind_name(sb_stage_kind k);
@@ -146,12 +161,16 @@ typedef struct {
     /* tool */
     sb_tmpl *argv[SB_PIPE_MAX_ARGS];    /* command; argv[0] is the program */
     size_t n_argv;
-    sb_tmpl *stdin_tmpl;            /* NULL: the args_from stage's JSON, or nothing */
+    sb_tmpl *stdin_tmpl;            /* NULL: the args_from stage's JSON, else (command) {{input}} */
     char *url;                      /* HTTP tool instead of a command */
     bool http_post;
     sb_tmpl *body;
     int args_from;                  /* index of the stage whose JSON feeds the tool; -1 none */
     int timeout_ms;
+    char *env[SB_PIPE_MAX_ENV + 1]; /* command: "NAME=VALUE" on top of the allowlist; NULL-terminated */
+    size_t n_env;
+    int max_concurrent;             /* calls of this stage running at once (default SB_TOOL_CONCURRENT) */
+    int max_queue;                  /* calls waiting beyond that; more get 503 (default SB_TOOL_QUEUE) */
 } sb_stage;
 
 typedef struct {

@@ -4,8 +4,15 @@
  * caller's text can never become shell syntax), gets the stage's input on
  * stdin and its stdout (up to TOOL_MAX_OUTPUT) is the stage's output; the
  * exit status decides success. Pipes are non-blocking and watched by the
- * loop; a child that outlives its timeout is killed. An HTTP tool POSTs the
- * input (or GETs) with evhttp's client and takes the body of a 2xx reply.
+ * loop. An HTTP tool POSTs the input (or GETs) with evhttp's client and
+ * takes the body of a 2xx reply.
+ *
+ * Sandboxing (docs/operations.md): the child gets only an allowlisted
+ * environment (PATH, LANG, LC_*, TZ, HOME) plus the stage's `env:`, never
+ * the router's secrets; it leads its own process group, and that group is
+ * SIGKILLed when the tool times out, is cancelled or exits, so grandchildren
+ * end with it. Each stage is a gate: at most max_concurrent calls run, up to
+ * max_queue wait (FIFO), and past that rt_tool_start says SB_EBUSY.
  */
 #include <errno.h>
 #include <event2/buffer.h>
@@ -22,13 +29,38 @@
 #include "router_internal.h"
 
 #define TOOL_MAX_OUTPUT (1u << 20)  /* a lookup answer is a few KB; more is a runaway tool */
+/* A command's arguments after substitution, all together. The kernel
+ * refuses one argument over 128 KiB (MAX_ARG_STRLEN) and argv+envp over
+ * ARG_MAX (a quarter of the stack limit, at least 128 KiB); staying under
+ * 96 KiB leaves room for the environment whatever the limits, and turns
+ * "Argument list too long" into an error that says where the text belongs. */
+#define TOOL_MAX_ARGV (96u << 10)
 
 extern char **environ;
+
+/* The calls of one stage (key "pipeline/stage"): a semaphore with a FIFO.
+ * Lives while a call of the stage runs or waits, so a reload that keeps the
+ * stage keeps counting the calls already running. */
+struct rt_tool_gate {
+    struct rt_tool_gate *next;
+    char *key;
+    int running, waiting, max_running;
+    bool pumping;
+    rt_tool *head, *tail;
+};
 
 struct rt_tool {
     rt *r;
     rt_tool_done_fn done;
     void *arg;
+    rt_tool_gate *gate;
+    bool queued, running;           /* waiting in the gate's FIFO / holding a slot */
+    rt_tool *qnext;
+    /* what to start (copies, kept while queued) */
+    char **argv, **env;             /* NULL-terminated */
+    char *url;
+    bool post;
+    int timeout_ms;
     /* command */
     pid_t pid;
     int in_fd, out_fd;
@@ -46,6 +78,13 @@ struct rt_tool {
     char err[SB_ERR_LEN];
 };
 
+static void gate_leave(rt_tool *t);
+
+static void free_strv(char **v) {
+    for (size_t i = 0; v && v[i]; i++) sb_free(v[i]);
+    sb_free(v);
+}
+
 static void tool_free(rt_tool *t) {
     if (t->in_ev) event_free(t->in_ev);
     if (t->out_ev) event_free(t->out_ev);
@@ -53,8 +92,12 @@ static void tool_free(rt_tool *t) {
     if (t->timer) event_free(t->timer);
     if (t->in_fd >= 0) close(t->in_fd);
     if (t->out_fd >= 0) close(t->out_fd);
+    free_strv(t->argv);
+    free_strv(t->env);
+    sb_free(t->url);
     sb_free(t->input);
     sb_free(t->out);
+    gate_leave(t);
     sb_free(t);
 }
 
@@ -77,16 +120,27 @@ static void complete(rt_tool *t, int rc) {
 
 /* ------------------------------------------------------------ command */
 
+/* The tool and whatever it started: the group the child leads. While the
+ * leader is unreaped (a zombie at worst) its pid names only this group. */
+static void kill_group(rt_tool *t) {
+    if (t->pid > 0) kill(-t->pid, SIGKILL);
+}
+
 static void try_reap(evutil_socket_t fd, short what, void *arg) {
     rt_tool *t = arg;
-    int st;
-    pid_t p = waitpid(t->pid, &st, WNOHANG);
-    if (p == 0) {
+    siginfo_t si = { 0 };
+    /* WNOWAIT: see the exit but keep the zombie, so the group id cannot be
+     * reused before the leftovers (a daemonised grandchild) are killed. */
+    if (waitid(P_PID, (id_t)t->pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == 0) {
         /* stdout closed but not exited yet: look again shortly. */
         struct timeval tv = { 0, 5000 };
         evtimer_add(t->reap_ev, &tv);
         return;
     }
+    kill_group(t);
+    int st;
+    pid_t p = waitpid(t->pid, &st, 0);
+    t->pid = 0;
     int rc = 0;
     if (t->timed_out) rc = SB_ETIMEOUT;
     else if (p < 0) { snprintf(t->err, sizeof t->err, "waitpid: %s", strerror(errno)); rc = SB_EIO; }
@@ -103,7 +157,7 @@ static void on_out(evutil_socket_t fd, short what, void *arg) {
         if (n > 0) {
             if (append(t, buf, (size_t)n)) {
                 snprintf(t->err, sizeof t->err, "tool output exceeds %u bytes", TOOL_MAX_OUTPUT);
-                kill(t->pid, SIGKILL);
+                kill_group(t);
                 break;
             }
             continue;
@@ -136,14 +190,49 @@ static void on_timeout(evutil_socket_t fd, short what, void *arg) {
     }
     t->timed_out = true;
     snprintf(t->err, sizeof t->err, "tool did not finish within its timeout");
-    kill(t->pid, SIGKILL);
+    kill_group(t);
 }
 
-static int start_command(rt_tool *t, char *const *argv, int timeout_ms, char *err) {
+static bool env_allowed(const char *kv) {
+    static const char *const names[] = { "PATH=", "LANG=", "TZ=", "HOME=", "LC_" };
+    for (size_t i = 0; i < SB_ARRAY_LEN(names); i++)
+        if (!strncmp(kv, names[i], strlen(names[i]))) return true;
+    return false;
+}
+
+/* The child's environment: the allowlisted part of ours, then the stage's
+ * `env:` (which wins over an allowlisted variable of the same name). */
+static char **tool_environ(char *const *extra) {
+    size_t n = 0, k = 0;
+    for (char **e = environ; e && *e; e++) n++;
+    for (size_t i = 0; extra && extra[i]; i++) n++;
+    char **v = sb_calloc(n + 1, sizeof *v);
+    if (!v) return NULL;
+    for (char **e = environ; e && *e; e++) {
+        if (!env_allowed(*e)) continue;
+        bool overridden = false;
+        size_t nl = strcspn(*e, "=") + 1;
+        for (size_t i = 0; extra && extra[i]; i++) overridden |= !strncmp(extra[i], *e, nl);
+        if (!overridden) v[k++] = *e;
+    }
+    for (size_t i = 0; extra && extra[i]; i++) v[k++] = extra[i];
+    return v;
+}
+
+static int start_command(rt_tool *t, char *const *argv, char *const *env, int timeout_ms, char *err) {
+    size_t total = 0;
+    for (size_t i = 0; argv[i]; i++) total += strlen(argv[i]) + 1;
+    if (total > TOOL_MAX_ARGV)
+        return sb_seterr(err, SB_EINVAL,
+                         "the command's arguments come to %zu bytes after substitution (limit %u); pass large "
+                         "text on stdin (the default stdin is {{input}})", total, TOOL_MAX_ARGV);
+    char **envp = tool_environ(env);
+    if (!envp) return sb_seterr(err, SB_ENOMEM, "out of memory");
     int in[2] = { -1, -1 }, out[2] = { -1, -1 };
     if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC)) {
         int e = errno;
         for (int i = 0; i < 2; i++) { if (in[i] >= 0) close(in[i]); if (out[i] >= 0) close(out[i]); }
+        sb_free(envp);
         return sb_seterr(err, SB_EIO, "pipe: %s", strerror(e));
     }
     posix_spawn_file_actions_t fa;
@@ -151,7 +240,7 @@ static int start_command(rt_tool *t, char *const *argv, int timeout_ms, char *er
     posix_spawn_file_actions_adddup2(&fa, in[0], 0);
     posix_spawn_file_actions_adddup2(&fa, out[1], 1);
     /* The child must not inherit the router's blocked or ignored signals
-     * (SIGPIPE is ignored here). */
+     * (SIGPIPE is ignored here), and leads a group of its own. */
     posix_spawnattr_t at;
     posix_spawnattr_init(&at);
     sigset_t none, dfl;
@@ -160,13 +249,16 @@ static int start_command(rt_tool *t, char *const *argv, int timeout_ms, char *er
     sigaddset(&dfl, SIGPIPE);
     posix_spawnattr_setsigmask(&at, &none);
     posix_spawnattr_setsigdefault(&at, &dfl);
-    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-    int e = posix_spawnp(&t->pid, argv[0], &fa, &at, argv, environ);
+    posix_spawnattr_setpgroup(&at, 0);
+    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
+    int e = posix_spawnp(&t->pid, argv[0], &fa, &at, argv, envp);
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&at);
+    sb_free(envp);
     close(in[0]);
     close(out[1]);
     if (e) {
+        t->pid = 0;
         close(in[1]);
         close(out[0]);
         return sb_seterr(err, SB_EIO, "cannot run tool '%s': %s", argv[0], strerror(e));
@@ -180,8 +272,9 @@ static int start_command(rt_tool *t, char *const *argv, int timeout_ms, char *er
     t->reap_ev = evtimer_new(t->r->base, try_reap, t);
     t->timer = evtimer_new(t->r->base, on_timeout, t);
     if (!t->in_ev || !t->out_ev || !t->reap_ev || !t->timer) {
-        kill(t->pid, SIGKILL);
+        kill_group(t);
         waitpid(t->pid, NULL, 0);
+        t->pid = 0;
         return sb_seterr(err, SB_ENOMEM, "out of memory");
     }
     struct timeval tv = { timeout_ms / 1000, (timeout_ms % 1000) * 1000 };
@@ -253,10 +346,82 @@ static int start_http(rt_tool *t, const char *url, bool post, const char *input,
     return 0;
 }
 
+/* ------------------------------------------------------------------ gates */
+
+static int launch(rt_tool *t, char *err) {
+    return t->url ? start_http(t, t->url, t->post, t->input, t->input_len, t->timeout_ms, err)
+                  : start_command(t, t->argv, t->env, t->timeout_ms, err);
+}
+
+/* Start queued calls while slots are free. A call that cannot start is
+ * completed with its error; the loop (not recursion) takes the next. */
+static void gate_pump(rt *r, rt_tool_gate *g) {
+    g->pumping = true;
+    while (g->head && g->running < g->max_running) {
+        rt_tool *t = g->head;
+        g->head = t->qnext;
+        if (!g->head) g->tail = NULL;
+        g->waiting--;
+        t->queued = false;
+        t->running = true;
+        g->running++;
+        char err[SB_ERR_LEN];
+        int rc = launch(t, err);
+        if (rc) {
+            snprintf(t->err, sizeof t->err, "%s", err);
+            complete(t, rc);
+        }
+    }
+    g->pumping = false;
+    if (g->running || g->waiting) return;
+    for (rt_tool_gate **pp = &r->tool_gates; *pp; pp = &(*pp)->next)
+        if (*pp == g) { *pp = g->next; break; }
+    sb_free(g->key);
+    sb_free(g);
+}
+
+/* t is going away: give back its slot or its place in the queue. */
+static void gate_leave(rt_tool *t) {
+    rt_tool_gate *g = t->gate;
+    if (!g) return;
+    t->gate = NULL;
+    if (t->queued) {
+        for (rt_tool **pp = &g->head, *prev = NULL; *pp; prev = *pp, pp = &(*pp)->qnext)
+            if (*pp == t) {
+                *pp = t->qnext;
+                if (g->tail == t) g->tail = prev;
+                break;
+            }
+        g->waiting--;
+    } else if (t->running) {
+        g->running--;
+    }
+    if (!g->pumping) gate_pump(t->r, g);
+}
+
+static rt_tool_gate *gate_get(rt *r, const char *key) {
+    for (rt_tool_gate *g = r->tool_gates; g; g = g->next)
+        if (!strcmp(g->key, key)) return g;
+    rt_tool_gate *g = sb_calloc(1, sizeof *g);
+    if (!g || !(g->key = sb_strdup(key))) { sb_free(g); return NULL; }
+    g->next = r->tool_gates;
+    r->tool_gates = g;
+    return g;
+}
+
+static char **copy_strv(char *const *v) {
+    size_t n = 0;
+    while (v && v[n]) n++;
+    char **c = sb_calloc(n + 1, sizeof *c);
+    for (size_t i = 0; c && i < n; i++)
+        if (!(c[i] = sb_strdup(v[i]))) { free_strv(c); return NULL; }
+    return c;
+}
+
 /* ------------------------------------------------------------------ api */
 
-int rt_tool_start(rt *r, char *const *argv, const char *url, bool post, const char *input, size_t input_len,
-                  int timeout_ms, rt_tool_done_fn done, void *arg, rt_tool **out, char *err) {
+int rt_tool_start(rt *r, const rt_tool_spec *spec, const char *input, size_t input_len, rt_tool_done_fn done,
+                  void *arg, rt_tool **out, char *err) {
     *out = NULL;
     rt_tool *t = sb_calloc(1, sizeof *t);
     if (!t) return sb_seterr(err, SB_ENOMEM, "out of memory");
@@ -264,19 +429,44 @@ int rt_tool_start(rt *r, char *const *argv, const char *url, bool post, const ch
     t->done = done;
     t->arg = arg;
     t->in_fd = t->out_fd = -1;
+    t->post = spec->post;
+    t->timeout_ms = spec->timeout_ms;
     t->input = sb_malloc(input_len + 1);
-    if (!t->input) { sb_free(t); return sb_seterr(err, SB_ENOMEM, "out of memory"); }
+    t->argv = spec->url ? NULL : copy_strv(spec->argv);
+    t->env = spec->url ? NULL : copy_strv(spec->env);
+    t->url = spec->url ? sb_strdup(spec->url) : NULL;
+    if (!t->input || (spec->url ? !t->url : !t->argv || !t->env)) {
+        tool_free(t);
+        return sb_seterr(err, SB_ENOMEM, "out of memory");
+    }
     memcpy(t->input, input, input_len);
     t->input_len = input_len;
-    int rc = url ? start_http(t, url, post, input, input_len, timeout_ms, err) : start_command(t, argv, timeout_ms, err);
-    if (rc) {
+    rt_tool_gate *g = gate_get(r, spec->gate);
+    if (!g) { tool_free(t); return sb_seterr(err, SB_ENOMEM, "out of memory"); }
+    g->max_running = spec->max_concurrent > 0 ? spec->max_concurrent : 1;   /* a reload may change it */
+    t->gate = g;
+    if (g->running < g->max_running && !g->head) {
+        t->running = true;
+        g->running++;
+        int rc = launch(t, err);
+        if (rc) { tool_free(t); return rc; }
+    } else if (g->waiting < spec->max_queue) {
+        t->queued = true;
+        g->waiting++;
+        if (g->tail) g->tail->qnext = t; else g->head = t;
+        g->tail = t;
+    } else {
+        int running = g->running, waiting = g->waiting;
         tool_free(t);
-        return rc;
+        return sb_seterr(err, SB_EBUSY, "tool stage '%s' is at its limit (%d running, %d waiting)", spec->gate,
+                         running, waiting);
     }
     *out = t;
     return 0;
 }
 
+/* Ends the call now, without its callback: a process and its whole group
+ * are SIGKILLed and reaped; a queued call leaves the queue. */
 void rt_tool_cancel(rt_tool *t) {
     if (!t || t->finished) return;
     if (t->conn) {
@@ -284,7 +474,10 @@ void rt_tool_cancel(rt_tool *t) {
         t->cancelled = true;
         return;
     }
-    kill(t->pid, SIGKILL);
-    waitpid(t->pid, NULL, 0);       /* a SIGKILLed child is gone within microseconds */
+    if (t->pid > 0) {
+        kill_group(t);
+        waitpid(t->pid, NULL, 0);   /* a SIGKILLed child is gone within microseconds */
+        t->pid = 0;
+    }
     tool_free(t);
 }

@@ -72,6 +72,73 @@ static void test_depth_limit(void **state) {
     sb_json_doc_free(d);
 }
 
+/* k nested arrays, each holding "x" before its child and 1, 2 innermost:
+ * every level needs its commas. */
+static void write_nested(sb_jw *w, int k) {
+    for (int i = 0; i < k; i++) {
+        sb_jw_arr(w);
+        sb_jw_str(w, "x");
+    }
+    sb_jw_int(w, 1);
+    sb_jw_int(w, 2);
+    for (int i = 0; i < k; i++) sb_jw_arr_end(w);
+}
+
+/* The emitter writes exactly the depths the parser reads back, and
+ * refuses (sticky, like out of memory) to go one deeper instead of
+ * writing arrays without commas. */
+static void test_emitter_depth(void **state) {
+    for (int k = 1; k <= SB_JSON_MAX_DEPTH; k++) {
+        sb_jw w;
+        sb_jw_init(&w);
+        write_nested(&w, k);
+        assert_false(w.oom);
+        sb_json_doc *d = NULL;
+        char err[SB_ERR_LEN] = "";
+        if (sb_json_parse(w.p, w.len, &d, err)) fail_msg("depth %d: the emitter wrote invalid JSON: %s", k, err);
+        assert_int_equal(sb_json_depth(sb_json_root(d)), k);
+        sb_jw w2;
+        sb_jw_init(&w2);
+        sb_jw_value(&w2, sb_json_root(d));          /* a parsed value of any depth writes back the same */
+        assert_false(w2.oom);
+        assert_string_equal(w.p, w2.p);
+        sb_jw_free(&w2);
+        sb_json_doc_free(d);
+        sb_jw_free(&w);
+    }
+    sb_jw w;
+    sb_jw_init(&w);
+    write_nested(&w, SB_JSON_MAX_DEPTH + 1);
+    assert_true(w.oom);
+    assert_true(w.too_deep);
+    sb_jw_reset(&w);                                /* reset clears the failure */
+    assert_false(w.oom || w.too_deep);
+    write_nested(&w, 2);
+    assert_string_equal(w.p, "[\"x\",[\"x\",1,2]]");
+    sb_jw_free(&w);
+}
+
+static void test_find_nul(void **state) {
+    static const struct { const char *json, *path; } cases[] = {
+        { "{\"model\": \"m\\u0000xyz\", \"messages\": []}", "model" },
+        { "{\"model\": \"m\", \"messages\": [{\"role\": \"user\", \"content\": \"a\\u0000b\"}]}", "messages[0].content" },
+        { "{\"input\": \"\\u0000\"}", "input" },
+        { "{\"stop\": [\"ok\", \"\\u0000\"]}", "stop[1]" },
+        { "{\"o\": {\"k\\u0000z\": 1}}", "o.k" },
+        { "\"\\u0000\"", "" },
+        { "{\"model\": \"m\", \"n\": [1, {\"a\": \"\\u0001\"}]}", NULL },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        sb_json_doc *d = parse_ok(cases[i].json);
+        char path[64] = "junk";
+        bool found = sb_json_find_nul(sb_json_root(d), path, sizeof path);
+        if (found != (cases[i].path != NULL)) fail_msg("%s: found %d", cases[i].json, found);
+        if (found) assert_string_equal(path, cases[i].path);
+        sb_json_doc_free(d);
+    }
+    assert_false(sb_json_find_nul(NULL, (char[4]){0}, 4));
+}
+
 static void test_accessors(void **state) {
     sb_json_doc *d = parse_ok("{\"s\":\"h\\u0000i\",\"n\":3,\"f\":2.5,\"b\":true,\"a\":[1,\"x\"],\"o\":{\"k\":null}}");
     const sb_json *r = sb_json_root(d);
@@ -154,6 +221,8 @@ int main(void) {
         cmocka_unit_test(test_depth_limit),
         cmocka_unit_test(test_accessors),
         cmocka_unit_test(test_emitter_round_trip),
+        cmocka_unit_test(test_emitter_depth),
+        cmocka_unit_test(test_find_nul),
         cmocka_unit_test(test_extract_object),
         cmocka_unit_test(test_allocation_failures),
     };

@@ -79,6 +79,10 @@ static void test_valid_pipeline(void **state) {
     assert_int_equal(p->stages[1].sampling.max_tokens, 16);
     assert_true(p->stages[1].sampling.temperature == 0);   /* pipelines default to greedy */
     assert_int_equal(p->stages[2].args_from, 1);
+    assert_int_equal(p->stages[2].max_concurrent, SB_TOOL_CONCURRENT);
+    assert_int_equal(p->stages[2].max_queue, SB_TOOL_QUEUE);
+    assert_int_equal(p->stages[2].n_env, 0);
+    assert_null(p->stages[2].env[0]);
     assert_int_equal(p->stages[3].line, 26);
 
     /* Templates render with what earlier stages produced. */
@@ -167,6 +171,17 @@ static void test_rejections(void **state) {
     expect_error(HEAD "      - name: g\n        kind: generate\n        model: m\n        prompt: hi\n"
                  "      - name: t\n        kind: tool\n        command: [a]\n        args_from: g\n",
                  "pipe.yaml:14:20", "does not produce JSON");
+    /* Tool sandboxing: env names, env only for commands, limits in range. */
+    expect_error(HEAD "      - name: t\n        kind: tool\n        command: [a]\n        env: { 1X: v }\n",
+                 "pipe.yaml:10:16", "'1X' is not a variable name");
+    expect_error(HEAD "      - name: t\n        kind: tool\n        command: [a]\n        env: [A]\n",
+                 "pipe.yaml:10:14", "expected a mapping of at most 32");
+    expect_error(HEAD "      - name: t\n        kind: tool\n        url: http://x/\n        env: { A: v }\n",
+                 "pipe.yaml:10:14", "only a command tool has an environment");
+    expect_error(HEAD "      - name: t\n        kind: tool\n        command: [a]\n        max_concurrent: 0\n",
+                 "pipe.yaml:10:25", "expected an integer in [1, 1024]");
+    expect_error(HEAD "      - name: t\n        kind: tool\n        command: [a]\n        max_queue: -1\n",
+                 "pipe.yaml:10:20", "expected an integer in [0, 100000]");
     expect_error("runtime: { dir: /tmp/x }\nmodels:\n  m: { gguf: tiny-llama-spm-Q4_K_M.gguf }\n"
                  "pipelines:\n  p: { stages: [], output: x }\n",
                  "pipe.yaml:5:16", "list of 1-32 stages");

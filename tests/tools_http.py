@@ -1,0 +1,199 @@
+#!/usr/bin/env python3
+"""tools_http.py URL LIVE_DIR MARKER - tool stages and HTTP edges.
+
+Driven by tests/it_tools_http.sh against `switchboard router` with the
+tool-only pipelines of its config. Prints one line per check and
+"N passed, N failed"; exit 1 on any failure.
+"""
+import hashlib, json, os, re, socket, subprocess, sys, threading, time, urllib.error, urllib.request
+
+URL, LIVE = sys.argv[1], sys.argv[2]
+ORPHAN = "sleep " + sys.argv[3]          # not in our own argv, so pgrep -f cannot match us
+KEY = os.environ["SB_TEST_API_KEY"]
+HOST, PORT = re.match(r"http://([^:]+):(\d+)", URL).groups()
+PORT = int(PORT)
+passed = failed = 0
+
+
+def check(cond, what, detail=""):
+    global passed, failed
+    if cond:
+        passed += 1
+        print("ok   " + what)
+    else:
+        failed += 1
+        print("FAIL " + what + (": " + str(detail)[:600] if detail else ""))
+    sys.stdout.flush()
+    return cond
+
+
+def http(method, path, body=None, timeout=60):
+    """(status, headers, body bytes); body may be a dict (JSON) or bytes."""
+    h = {"Content-Type": "application/json", "Authorization": "Bearer " + KEY}
+    data = json.dumps(body).encode() if isinstance(body, dict) else body
+    req = urllib.request.Request(URL + path, data=data, method=method, headers=h)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, dict(r.headers), r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()
+
+
+def pipeline(name, text):
+    st, h, b = http("POST", "/v1/pipelines/" + name, {"input": text})
+    try:
+        return st, h, json.loads(b)
+    except ValueError:
+        return st, h, b
+
+
+def raw(data, timeout=5):
+    """Send bytes on a fresh connection; read until the server closes."""
+    s = socket.create_connection((HOST, PORT))
+    s.settimeout(timeout)
+    s.sendall(data)
+    out = b""
+    try:
+        while True:
+            c = s.recv(65536)
+            if not c:
+                break
+            out += c
+    except OSError:
+        pass
+    s.close()
+    return out
+
+
+for _ in range(100):                    # the router is starting
+    try:
+        socket.create_connection((HOST, PORT)).close()
+        break
+    except OSError:
+        time.sleep(0.05)
+
+# ---- the environment: an allowlist and the stage's env:, no secrets
+st, _, r = pipeline("env", "hi")
+out = r["stages"][0]["output"] if st == 200 else ""
+check(st == 200 and "SB_TOOL_VAR=from the stage" in out.splitlines(), "a tool sees its stage's env: values", out)
+check(KEY not in out and "SB_TEST_API_KEY" not in out, "a tool does not see the gateway's API key variable", out)
+check("SB_TEST_OTHER_SECRET" not in out and re.search(r"^PATH=", out, re.M) is not None,
+      "a tool gets PATH but not the router's other variables", out)
+check("LANG=C" in out.splitlines() and out.count("LANG=") == 1, "the stage's env: overrides an allowlisted variable", out)
+
+# ---- large input travels on stdin, intact
+big = ("línea %06d: 路灯坏了 \"quoted\" \\ back\n" * 6000) % tuple(range(6000))
+big = big[:200 * 1024]
+st, _, r = pipeline("big", big)
+want = hashlib.sha256(big.encode()).hexdigest()
+got = r["stages"][0]["output"].split()[0] if st == 200 and r["stages"][0]["output"] else ""
+check(st == 200 and got == want, "%d KB of input reaches a tool on stdin intact (sha256)" % (len(big.encode()) // 1024),
+      (st, r if st != 200 else r["stages"][0]))
+st, _, r = pipeline("bigarg", big)
+stg = r["stages"][0] if st == 200 else {}
+check(stg.get("status") == "error" and "stdin" in stg.get("error", ""),
+      "200 KB put into argv fails the stage with an error that points at stdin", stg.get("error", r))
+
+# ---- timeout: the tool's whole process group goes
+t0 = time.time()
+st, _, r = pipeline("orphan", "x")
+stg = r["stages"][0] if st == 200 else {}
+check(st == 200 and stg.get("status") == "error" and "timeout" in stg.get("error", ""),
+      "a tool past its timeout_ms fails its stage (%.1f s)" % (time.time() - t0), r)
+
+
+def leftovers():
+    left = ""
+    for _ in range(20):
+        left = subprocess.run(["pgrep", "-f", ORPHAN], capture_output=True, text=True).stdout.split()
+        if not left:
+            break
+        time.sleep(0.1)
+    return left
+
+
+left = leftovers()
+check(not left, "no process of a timed-out tool is left (the grandchild `sleep` too)", left)
+# A run cancelled under a running tool (here its pipeline's timeout; a client
+# that hangs up takes the same path, rt_tool_cancel) kills the group too.
+st, _, r = pipeline("cutoff", "x")
+left = leftovers()
+check(st == 504 and not left, "a run cancelled under its tool leaves no process (504, group killed)", (st, left))
+
+# ---- 300 concurrent calls of a stage with max_concurrent 4, max_queue 8
+N = 300
+results = [None] * N
+gate = threading.Barrier(N)
+
+
+def call(i):
+    gate.wait()
+    try:
+        st, h, b = http("POST", "/v1/pipelines/count", {"input": "n%d" % i}, timeout=60)
+        results[i] = (st, h.get("Retry-After"), b)
+    except Exception as e:                  # noqa: BLE001 - reported below
+        results[i] = (0, None, str(e).encode())
+
+
+threads = [threading.Thread(target=call, args=(i,)) for i in range(N)]
+t0 = time.time()
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+dt = time.time() - t0
+codes = [r[0] for r in results]
+ok200 = [r for r in results if r[0] == 200 and json.loads(r[2])["stages"][0]["status"] == "ok"]
+busy = [r for r in results if r[0] == 503]
+try:
+    peak = max(int(x) for x in open(LIVE + ".log").read().split())
+except (OSError, ValueError):
+    peak = -1
+check(0 < peak <= 4, "300 concurrent calls: at most max_concurrent (4) tool processes at once (peak %d)" % peak)
+check(len(ok200) + len(busy) == N, "every call answered 200 or 503 in %.1f s (%d ok, %d busy)" % (dt, len(ok200), len(busy)),
+      sorted(set(codes)))
+check(len(ok200) >= 12 and busy, "the running 4 and the queued 8 complete, the excess gets 503", (len(ok200), len(busy)))
+check(busy and all(r[1] and json.loads(r[2])["error"]["code"] == "server_busy" for r in busy),
+      "each 503 carries Retry-After and code server_busy", busy[:1])
+st, _, r = pipeline("count", "after")
+check(st == 200 and r["stages"][0]["status"] == "ok", "the stage serves again once the burst has drained", st)
+
+# ---- HTTP: conflicting framing headers
+body = b'{"input": "hi"}'
+head = "POST /v1/pipelines/env HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\n" % KEY
+
+
+def framed(extra):
+    return raw((head + extra + "Connection: close\r\n\r\n").encode() + body + b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+
+
+out = framed("Content-Length: %d\r\nContent-Length: 5\r\n" % len(body))
+check(out.startswith(b"HTTP/1.1 400") and b"Content-Length" in out.split(b"\r\n\r\n", 1)[-1] and
+      out.count(b"HTTP/1.1") == 1,
+      "two different Content-Length headers: 400 naming the header, nothing else served", out[:300])
+out = framed("Content-Length: %d\r\nTransfer-Encoding: chunked\r\n" % len(body))
+check(out.startswith(b"HTTP/1.1 400") and out.count(b"HTTP/1.1") == 1, "Content-Length with Transfer-Encoding: 400", out[:300])
+out = framed("Content-Length: %d\r\nContent-Length: %d\r\n" % (len(body), len(body)))
+check(out.startswith(b"HTTP/1.1 200"), "a repeated identical Content-Length is accepted (RFC 9112 6.3)", out[:300])
+
+# ---- NUL: refused in names and in text, with the field named
+st, _, b = http("POST", "/v1/chat/completions", b'{"model": "tiny\\u0000xyz", "messages": [{"role": "user", "content": "hi"}]}')
+check(st == 400 and b"'model'" in b, "\"model\": \"tiny\\u0000xyz\" is refused with 400 naming 'model'", (st, b[:300]))
+st, _, b = http("POST", "/v1/pipelines/env", b'{"input": "a\\u0000b"}')
+check(st == 400 and b"'input'" in b, "\"input\": \"a\\u0000b\" is refused with 400 naming 'input'", (st, b[:300]))
+st, _, b = http("POST", "/v1/chat/completions",
+                b'{"model": "tiny", "messages": [{"role": "user", "content": "x\\u0000y"}]}')
+check(st == 400 and b"messages[0].content" in b, "NUL in a message's content: 400 naming messages[0].content", (st, b[:300]))
+
+# ---- JSON nested at the writer's limit: the reply is valid JSON whatever the tool printed
+st, _, b = http("POST", "/v1/pipelines/deep", {"input": "x"})
+try:
+    r = json.loads(b)
+    good = st == 200 and r["stages"][0]["status"] == "ok" and \
+        ("json" not in r["stages"][0] or r["stages"][0]["json"] == json.loads(r["stages"][0]["output"]))
+except ValueError as e:
+    good, r = False, "%s: %r" % (e, b[-200:])
+check(good, "a tool's JSON nested 63 deep: the reply is valid JSON with the tool's text", r)
+
+print("%d passed, %d failed" % (passed, failed))
+sys.exit(1 if failed else 0)
