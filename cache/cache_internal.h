@@ -123,12 +123,14 @@ typedef struct {
     sbc_buf body;
 } sbc_http_reply;
 
-/* POST/DELETE to http://host:port/path with extra header lines ("Name: v\r\n").
- * The whole reply must arrive (Content-Length checked): a cut-off reply is
- * SB_EIO, never a partial body. */
+/* POST/DELETE to URL + path (http:// or https://, the peer's certificate
+ * verified against ca_file or, when NULL, the system store) with extra header
+ * lines ("Name: v\r\n"). timeout_ms bounds the whole request. The whole
+ * reply must arrive: a cut-off reply is SB_EIO, one over 256 MiB SB_ERANGE,
+ * never a partial body. */
 int sbc_http_request(const char *method, const char *url, const char *path,
                      const char *headers, const void *body, size_t body_len, int timeout_ms,
-                     sbc_http_reply *reply, char *err);
+                     const char *ca_file, sbc_http_reply *reply, char *err);
 
 /* HMAC-SHA256(secret, timestamp "\n" body) as 64 hex digits. */
 void sbc_sign(const char *secret, const char *timestamp, const void *body, size_t len,

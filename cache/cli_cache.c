@@ -17,8 +17,8 @@
 
 typedef struct {
     const char *db, *config, *ns, *fingerprint, *match, *output, *url, *edge_id, *secret,
-               *secret_file, *model, *params, *admin_token, *cloud;
-    int64_t limit, min_asks;
+               *secret_file, *model, *params, *admin_token, *cloud, *ca_file;
+    int64_t limit, min_asks, timeout_ms;
     int json, all, no_upload, full;
 } cli_opts;
 
@@ -43,7 +43,11 @@ static void usage(FILE *f) {
         "                                     the key a request would use\n"
         "  sync --url URL --edge-id ID (--secret S | --secret-file F)\n"
         "       [--no-upload] [--min-asks N]  one sync with `switchboard cloud`\n"
-        "                                     (secret also from SB_EDGE_SECRET)\n\n"
+        "                                     (secret also from SB_EDGE_SECRET)\n"
+        "  --ca-file PEM                      with sync/--cloud: CA bundle for an https://\n"
+        "                                     cloud (default: the system's trust store)\n"
+        "  --timeout-ms N                     with sync: deadline of each whole request\n"
+        "                                     (default 10000)\n\n"
         "FILTER: --ns NS, --fingerprint FP, --match GLOB (over the normalised input)\n");
 }
 
@@ -166,7 +170,7 @@ static int cloud_purge(const cli_opts *o, const char *key) {
     snprintf(headers, sizeof headers, "Authorization: Bearer %s\r\n", token);
     snprintf(path, sizeof path, "/v1/entries/%s", key);
     sbc_http_reply r;
-    if (sbc_http_request("DELETE", o->cloud, path, headers, NULL, 0, 10000, &r, err)) {
+    if (sbc_http_request("DELETE", o->cloud, path, headers, NULL, 0, 10000, o->ca_file, &r, err)) {
         fprintf(stderr, "cache: %s\n", err);
         return SB_EXIT_FAIL;
     }
@@ -273,7 +277,8 @@ static int cmd_sync(sb_cache *c, const cli_opts *o) {
     if (!o->url || !o->edge_id) { fprintf(stderr, "cache: sync needs --url and --edge-id\n"); return SB_EXIT_CONFIG; }
     if (read_secret(o, secret, sizeof secret)) return SB_EXIT_CONFIG;
     sb_cache_sync_opts so = { .url = o->url, .edge_id = o->edge_id, .secret = secret,
-                              .no_upload = o->no_upload, .upload_min_asks = o->min_asks };
+                              .no_upload = o->no_upload, .upload_min_asks = o->min_asks,
+                              .ca_file = o->ca_file, .timeout_ms = (int)o->timeout_ms };
     sb_cache_sync_result r;
     int rc = sb_cache_sync(c, &so, &r, err);
     if (rc) { fprintf(stderr, "cache: %s\n", err); return SB_EXIT_FAIL; }
@@ -296,6 +301,7 @@ int sb_cmd_cache(int argc, char **argv) {
         { "min-asks", required_argument, NULL, 'M' }, { "model", required_argument, NULL, 'G' },
         { "params", required_argument, NULL, 'P' }, { "full", no_argument, NULL, 'F' },
         { "cloud", required_argument, NULL, 'C' }, { "admin-token", required_argument, NULL, 'T' },
+        { "ca-file", required_argument, NULL, 'A' }, { "timeout-ms", required_argument, NULL, 'O' },
         { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 },
     };
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
@@ -313,7 +319,7 @@ int sb_cmd_cache(int argc, char **argv) {
         case 'n': o.ns = optarg; break;
         case 'f': o.fingerprint = optarg; break;
         case 'm': o.match = optarg; break;
-        case 'L': o.limit = atoll(optarg); break;
+        case 'L': if (sb_opt_int("cache", "--limit", optarg, 0, INT64_MAX, &o.limit)) return SB_EXIT_CONFIG; break;
         case 'o': o.output = optarg; break;
         case 'j': o.json = 1; break;
         case 'a': o.all = 1; break;
@@ -322,12 +328,16 @@ int sb_cmd_cache(int argc, char **argv) {
         case 's': o.secret = optarg; break;
         case 'S': o.secret_file = optarg; break;
         case 'N': o.no_upload = 1; break;
-        case 'M': o.min_asks = atoll(optarg); break;
+        case 'M': if (sb_opt_int("cache", "--min-asks", optarg, 0, INT64_MAX, &o.min_asks)) return SB_EXIT_CONFIG; break;
         case 'G': o.model = optarg; break;
         case 'P': o.params = optarg; break;
         case 'F': o.full = 1; break;
         case 'C': o.cloud = optarg; break;
         case 'T': o.admin_token = optarg; break;
+        case 'A': o.ca_file = optarg; break;
+        case 'O':
+            if (sb_opt_int("cache", "--timeout-ms", optarg, 1, 3600000, &o.timeout_ms)) return SB_EXIT_CONFIG;
+            break;
         case 'h': usage(stdout); return SB_EXIT_OK;
         default: usage(stderr); return SB_EXIT_CONFIG;
         }

@@ -1,163 +1,142 @@
-/* http.c - a small blocking HTTP/1.1 client for the edge side of the sync
- * (sb_cache_sync and the CLI). One request per connection (Connection:
- * close); the reply must carry Content-Length and arrive whole, so a reply
- * cut off mid-transfer is an error and never half-applied.
+/* http.c - the blocking HTTP(S) client of the edge side of the sync
+ * (sb_cache_sync and the CLI), on libcurl.
+ *
+ * libcurl rather than our own socket code because the sync carries callers'
+ * text between machines: it needs TLS with certificate verification, which
+ * we will not write ourselves. What this file adds is the contract the sync
+ * relies on:
+ *   - one deadline for the whole request (connect, TLS, send, receive), so a
+ *     slow peer cannot hold the sync thread longer than timeout_ms;
+ *   - a bounded reply (MAX_REPLY), refused as soon as it grows past it;
+ *   - a reply cut off mid-transfer is an error and never half-applied;
+ *   - http and https only, no redirects, no proxies from the environment
+ *     (the edge talks to the one cloud URL it was configured with).
  */
 #include "cache_internal.h"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <netdb.h>
-#include <poll.h>
+#include <curl/curl.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <strings.h>
-#include <sys/socket.h>
-#include <sys/time.h>
-#include <unistd.h>
 
 #define MAX_REPLY (256u << 20)      /* a sync page is a few MB at most */
 
-typedef struct { char host[256], port[8], prefix[256]; } url_parts;
+typedef struct {
+    sbc_buf *body;
+    int too_large;
+} sink;
 
-static int parse_url(const char *url, url_parts *u, char *err) {
-    memset(u, 0, sizeof *u);
-    if (strncmp(url, "http://", 7))
-        return sb_seterr(err, SB_EINVAL, "url %s: only http:// is supported", url);
-    const char *p = url + 7, *host_end;
-    if (*p == '[') {
-        host_end = strchr(p, ']');
-        if (!host_end) return sb_seterr(err, SB_EINVAL, "url %s: unterminated [", url);
-        p++;
-    } else {
-        host_end = p + strcspn(p, ":/");
+static size_t on_body(char *p, size_t size, size_t n, void *arg) {
+    sink *s = arg;
+    const size_t len = size * n;
+    if (s->body->len + len > MAX_REPLY) {
+        s->too_large = 1;
+        return 0;                   /* makes libcurl stop with CURLE_WRITE_ERROR */
     }
-    size_t hl = (size_t)(host_end - p);
-    if (!hl || hl >= sizeof u->host) return sb_seterr(err, SB_EINVAL, "url %s: bad host", url);
-    memcpy(u->host, p, hl);
-    p = host_end + (*host_end == ']');
-    snprintf(u->port, sizeof u->port, "80");
-    if (*p == ':') {
-        size_t pl = strcspn(p + 1, "/");
-        if (!pl || pl >= sizeof u->port) return sb_seterr(err, SB_EINVAL, "url %s: bad port", url);
-        memcpy(u->port, p + 1, pl);
-        u->port[pl] = '\0';
-        p += 1 + pl;
-    }
-    snprintf(u->prefix, sizeof u->prefix, "%s", p);
-    size_t n = strlen(u->prefix);
-    if (n && u->prefix[n - 1] == '/') u->prefix[n - 1] = '\0';
-    return SB_OK;
+    sbc_buf_add(s->body, p, len);
+    return s->body->oom ? 0 : len;
 }
 
-static int connect_to(const url_parts *u, int timeout_ms, char *err) {
-    struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *res = NULL;
-    int g = getaddrinfo(u->host, u->port, &hints, &res);
-    if (g) return sb_seterr(err, SB_EIO, "%s:%s: %s", u->host, u->port, gai_strerror(g));
-    int fd = -1, saved = 0;
-    for (struct addrinfo *a = res; a && fd < 0; a = a->ai_next) {
-        fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
-        if (fd < 0) continue;
-        if (connect(fd, a->ai_addr, a->ai_addrlen) == 0) break;
-        if (errno == EINPROGRESS) {
-            struct pollfd p = { .fd = fd, .events = POLLOUT };
-            int soerr = 0;
-            socklen_t sl = sizeof soerr;
-            if (poll(&p, 1, timeout_ms) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) == 0 &&
-                soerr == 0)
-                break;
-            saved = soerr ? soerr : ETIMEDOUT;
-        } else {
-            saved = errno;
+/* One easy handle's options; 0 when every one was accepted. */
+static CURLcode set_options(CURL *h, const char *method, const char *full_url, struct curl_slist *hdrs,
+                            const void *body, size_t body_len, int timeout_ms, const char *ca_file,
+                            sink *s, char *curl_err) {
+    CURLcode c = CURLE_OK;
+#define OPT(o, v) if (c == CURLE_OK) c = curl_easy_setopt(h, o, v)
+    OPT(CURLOPT_URL, full_url);
+    OPT(CURLOPT_PROTOCOLS_STR, "http,https");
+    OPT(CURLOPT_FOLLOWLOCATION, 0L);
+    OPT(CURLOPT_PROXY, "");                     /* ignore http_proxy & co */
+    OPT(CURLOPT_NOSIGNAL, 1L);                  /* we run on a thread */
+    OPT(CURLOPT_TIMEOUT_MS, (long)timeout_ms);  /* the whole request */
+    OPT(CURLOPT_CONNECTTIMEOUT_MS, (long)timeout_ms);
+    OPT(CURLOPT_SSL_VERIFYPEER, 1L);
+    OPT(CURLOPT_SSL_VERIFYHOST, 2L);
+    if (ca_file && *ca_file) OPT(CURLOPT_CAINFO, ca_file);
+    OPT(CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)MAX_REPLY);
+    OPT(CURLOPT_CUSTOMREQUEST, method);
+    OPT(CURLOPT_HTTPHEADER, hdrs);
+    OPT(CURLOPT_POSTFIELDS, body_len ? body : "");
+    OPT(CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
+    OPT(CURLOPT_WRITEFUNCTION, on_body);
+    OPT(CURLOPT_WRITEDATA, s);
+    OPT(CURLOPT_ERRORBUFFER, curl_err);
+#undef OPT
+    return c;
+}
+
+/* "Name: v\r\nName2: v2\r\n" -> one list entry per line. */
+static struct curl_slist *header_list(const char *headers, int *oom) {
+    struct curl_slist *l = NULL, *t;
+    const char *fixed[] = { "Content-Type: application/json", "Expect:", NULL };
+    for (int i = 0; fixed[i]; i++) {
+        if (!(t = curl_slist_append(l, fixed[i]))) goto fail;
+        l = t;
+    }
+    for (const char *p = headers ? headers : ""; *p;) {
+        size_t n = strcspn(p, "\r\n");
+        if (n) {
+            char line[1024];
+            if (n >= sizeof line) goto fail;
+            memcpy(line, p, n);
+            line[n] = '\0';
+            if (!(t = curl_slist_append(l, line))) goto fail;
+            l = t;
         }
-        close(fd);
-        fd = -1;
+        p += n;
+        p += strspn(p, "\r\n");
     }
-    freeaddrinfo(res);
-    if (fd < 0) return sb_seterr(err, SB_EIO, "connect %s:%s: %s", u->host, u->port, strerror(saved));
-    /* Back to blocking, with a deadline on every send and receive. */
-    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-    struct timeval tv = { .tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000 };
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    return fd;
-}
-
-static int send_all(int fd, const void *p, size_t n) {
-    while (n) {
-        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return -1;
-        p = (const char *)p + w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-/* Split "HTTP/1.1 200 OK\r\nh: v\r\n\r\nbody" and check it is complete. */
-static int parse_reply(sbc_buf *raw, sbc_http_reply *reply, char *err) {
-    char *hdr_end = raw->p ? strstr(raw->p, "\r\n\r\n") : NULL;
-    if (!hdr_end || strncmp(raw->p, "HTTP/1.", 7) || raw->len < 12)
-        return sb_seterr(err, SB_EIO, "reply cut off or not HTTP (%zu bytes)", raw->len);
-    reply->status = atoi(raw->p + 9);
-    long long content_length = -1;
-    *hdr_end = '\0';
-    for (char *line = strstr(raw->p, "\r\n"); line && line < hdr_end; line = strstr(line + 2, "\r\n")) {
-        if (!strncasecmp(line + 2, "Content-Length:", 15)) content_length = atoll(line + 17);
-    }
-    size_t body_off = (size_t)(hdr_end + 4 - raw->p);
-    size_t got = raw->len - body_off;
-    if (content_length < 0) return sb_seterr(err, SB_EIO, "reply without Content-Length");
-    if ((long long)got != content_length)
-        return sb_seterr(err, SB_EIO, "reply cut off: %zu of %lld body bytes", got, content_length);
-    sbc_buf_add(&reply->body, raw->p + body_off, got);
-    if (reply->body.oom) return sb_seterr(err, SB_ENOMEM, "reply: out of memory");
-    if (!reply->body.p) sbc_buf_add(&reply->body, "", 0);
-    return SB_OK;
+    return l;
+fail:
+    curl_slist_free_all(l);
+    *oom = 1;
+    return NULL;
 }
 
 int sbc_http_request(const char *method, const char *url, const char *path, const char *headers,
-                     const void *body, size_t body_len, int timeout_ms, sbc_http_reply *reply,
-                     char *err) {
+                     const void *body, size_t body_len, int timeout_ms, const char *ca_file,
+                     sbc_http_reply *reply, char *err) {
     memset(reply, 0, sizeof *reply);
-    url_parts u;
-    int rc = parse_url(url, &u, err);
-    if (rc) return rc;
-    int fd = connect_to(&u, timeout_ms, err);
-    if (fd < 0) return fd;
-    sbc_buf req = { 0 }, raw = { 0 };
-    int ipv6 = strchr(u.host, ':') != NULL;
-    sbc_buf_printf(&req, "%s %s%s HTTP/1.1\r\nHost: %s%s%s:%s\r\nContent-Type: application/json\r\n"
-                   "Content-Length: %zu\r\nConnection: close\r\n%s\r\n",
-                   method, u.prefix, path, ipv6 ? "[" : "", u.host, ipv6 ? "]" : "", u.port,
-                   body_len, headers ? headers : "");
-    if (req.oom) { rc = sb_seterr(err, SB_ENOMEM, "request: out of memory"); goto out; }
-    if (send_all(fd, req.p, req.len) || (body_len && send_all(fd, body, body_len))) {
-        rc = sb_seterr(err, SB_EIO, "%s %s%s: send: %s", method, url, path, strerror(errno));
-        goto out;
+    if (strncmp(url, "http://", 7) && strncmp(url, "https://", 8))
+        return sb_seterr(err, SB_EINVAL, "url %s: only http:// and https:// are supported", url);
+    sbc_buf full = { 0 };
+    size_t ul = strlen(url);
+    while (ul && url[ul - 1] == '/') ul--;      /* "https://cloud/" + "/v1/sync" */
+    sbc_buf_add(&full, url, ul);
+    sbc_buf_add(&full, path, strlen(path));
+    sbc_buf_add(&full, "", 1);
+    int oom = full.oom;
+    struct curl_slist *hdrs = oom ? NULL : header_list(headers, &oom);
+    CURL *h = oom ? NULL : curl_easy_init();
+    if (!h) {
+        curl_slist_free_all(hdrs);
+        sbc_buf_free(&full);
+        return sb_seterr(err, SB_ENOMEM, "%s %s%s: out of memory", method, url, path);
     }
-    char chunk[65536];
-    for (;;) {
-        ssize_t r = recv(fd, chunk, sizeof chunk, 0);
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) {
-            rc = sb_seterr(err, SB_EIO, "%s %s%s: receive: %s", method, url, path,
-                           errno == EAGAIN ? "timed out" : strerror(errno));
-            goto out;
-        }
-        if (r == 0) break;
-        sbc_buf_add(&raw, chunk, (size_t)r);
-        if (raw.oom || raw.len > MAX_REPLY) {
-            rc = sb_seterr(err, SB_ERANGE, "%s %s%s: reply too large", method, url, path);
-            goto out;
-        }
+    char curl_err[CURL_ERROR_SIZE] = "";
+    sink s = { .body = &reply->body };
+    int rc = SB_OK;
+    CURLcode c = set_options(h, method, full.p, hdrs, body, body_len, timeout_ms, ca_file, &s, curl_err);
+    if (c == CURLE_OK) c = curl_easy_perform(h);
+    if (c == CURLE_OK) {
+        long status = 0;
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+        reply->status = (int)status;
+        if (!reply->body.p) sbc_buf_add(&reply->body, "", 0);
+        if (reply->body.oom) rc = sb_seterr(err, SB_ENOMEM, "%s %s%s: reply: out of memory", method, url, path);
+    } else if (s.too_large || c == CURLE_FILESIZE_EXCEEDED) {
+        rc = sb_seterr(err, SB_ERANGE, "%s %s%s: reply too large (over %u MiB)", method, url, path,
+                       MAX_REPLY >> 20);
+    } else if (reply->body.oom) {
+        rc = sb_seterr(err, SB_ENOMEM, "%s %s%s: reply: out of memory", method, url, path);
+    } else {
+        /* CURLE_OPERATION_TIMEDOUT, CURLE_PARTIAL_FILE (cut off),
+         * CURLE_PEER_FAILED_VERIFICATION, CURLE_COULDNT_CONNECT, ... */
+        rc = sb_seterr(err, SB_EIO, "%s %s%s: %s%s%s", method, url, path, curl_easy_strerror(c),
+                       *curl_err ? ": " : "", curl_err);
     }
-    rc = parse_reply(&raw, reply, err);
-out:
-    close(fd);
-    sbc_buf_free(&req);
-    sbc_buf_free(&raw);
+    curl_easy_cleanup(h);
+    curl_slist_free_all(hdrs);
+    sbc_buf_free(&full);
     if (rc) sbc_buf_free(&reply->body);
     return rc;
 }

@@ -202,12 +202,13 @@ int sb_cache_check(sb_cache *c, char *err);
 /* ========================================================== cloud sync */
 
 typedef struct {
-    const char *url;                 /* http://host:port of `switchboard cloud` */
+    const char *url;                 /* https:// (or http://) URL of `switchboard cloud` */
     const char *edge_id;
     const char *secret;              /* this edge's HMAC key */
     int64_t     upload_min_asks;     /* upload local entries asked at least this often; 0 = 1 */
     int         no_upload;           /* send hit counts only, never entry bodies */
-    int         timeout_ms;          /* per request; 0 = 10000 */
+    int         timeout_ms;          /* per request, start to end; 0 = 10000 */
+    const char *ca_file;             /* PEM CA bundle that signs the cloud's certificate; NULL = system store */
     int64_t     page_limit;          /* entries per response page; 0 = 500 */
 } sb_cache_sync_opts;
 

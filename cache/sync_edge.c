@@ -248,7 +248,7 @@ static int send_batch(const sb_cache_sync_opts *o, const batch *b, sbc_http_repl
     snprintf(headers, sizeof headers, "X-Edge-Id: %s\r\nX-Timestamp: %s\r\nX-Signature: %s\r\n",
              o->edge_id, ts, sig);
     int rc = sbc_http_request("POST", o->url, "/v1/sync", headers, body.p, body.len,
-                              o->timeout_ms > 0 ? o->timeout_ms : 10000, reply, err);
+                              o->timeout_ms > 0 ? o->timeout_ms : 10000, o->ca_file, reply, err);
     sbc_buf_free(&body);
     return rc;
 }

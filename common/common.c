@@ -102,3 +102,16 @@ uint64_t sb_now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 double sb_now_s(void) { return (double)sb_now_ns() * 1e-9; }
+
+int sb_opt_int(const char *cmd, const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out) {
+    char *end = NULL;
+    errno = 0;
+    long long v = s ? strtoll(s, &end, 10) : 0;
+    if (!s || errno || end == s || *end || v < lo || v > hi) {
+        fprintf(stderr, "%s: %s expects an integer in [%lld, %lld], got '%s'\n", cmd, opt, (long long)lo,
+                (long long)hi, s ? s : "");
+        return -1;
+    }
+    *out = v;
+    return 0;
+}

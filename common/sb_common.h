@@ -71,6 +71,12 @@ void  sb_malloc_fail_after(long after);
 uint64_t sb_now_ns(void);
 double   sb_now_s(void);
 
+/* ---- command-line options ---- */
+/* A whole decimal integer in [lo, hi] from option `opt` of command `cmd`
+ * (s may be NULL). 0 and *out set, or -1 after printing
+ * "CMD: OPT expects an integer in [LO, HI], got 'S'" to stderr. */
+int sb_opt_int(const char *cmd, const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out);
+
 /* Overflow-checked size arithmetic: return 0 and set *out, or -1 on overflow. */
 static inline int sb_add_size(size_t a, size_t b, size_t *out) {
     return __builtin_add_overflow(a, b, out) ? -1 : 0;

@@ -16,7 +16,7 @@
 
 struct rt_sync {
     sb_cache *cache;
-    char *url, *edge_id, *secret;
+    char *url, *edge_id, *secret, *ca_file;
     int interval_s;
     int stop;
     pthread_t tid;
@@ -35,7 +35,8 @@ static void *sync_main(void *arg) {
         if (s->stop) break;
         pthread_mutex_unlock(&s->mu);
         char err[SB_ERR_LEN];
-        sb_cache_sync_opts o = { .url = s->url, .edge_id = s->edge_id, .secret = s->secret };
+        sb_cache_sync_opts o = { .url = s->url, .edge_id = s->edge_id, .secret = s->secret,
+                                 .ca_file = s->ca_file };
         sb_cache_sync_result res;
         double t0 = sb_now_s();
         if (sb_cache_sync(s->cache, &o, &res, err))
@@ -64,6 +65,15 @@ static char *read_secret(const char *path, char *err) {
     return s;
 }
 
+static void sync_free(rt_sync *s) {
+    sb_free(s->url);
+    sb_free(s->edge_id);
+    sb_free(s->ca_file);
+    if (s->secret) memset(s->secret, 0, strlen(s->secret));
+    sb_free(s->secret);
+    sb_free(s);
+}
+
 void rt_sync_stop(rt_sync *s) {
     if (!s) return;
     pthread_mutex_lock(&s->mu);
@@ -73,15 +83,11 @@ void rt_sync_stop(rt_sync *s) {
     pthread_join(s->tid, NULL);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
-    sb_free(s->url);
-    sb_free(s->edge_id);
-    if (s->secret) memset(s->secret, 0, strlen(s->secret));
-    sb_free(s->secret);
-    sb_free(s);
+    sync_free(s);
 }
 
-int rt_sync_start(sb_cache *cache, const char *url, const char *edge_id, const char *secret_file, int interval_s,
-                  rt_sync **out, char *err) {
+int rt_sync_start(sb_cache *cache, const char *url, const char *edge_id, const char *secret_file,
+                  const char *ca_file, int interval_s, rt_sync **out, char *err) {
     *out = NULL;
     rt_sync *s = sb_calloc(1, sizeof *s);
     if (!s) return sb_seterr(err, SB_ENOMEM, "out of memory");
@@ -89,12 +95,10 @@ int rt_sync_start(sb_cache *cache, const char *url, const char *edge_id, const c
     s->interval_s = interval_s;
     s->url = sb_strdup(url);
     s->edge_id = sb_strdup(edge_id);
+    s->ca_file = ca_file ? sb_strdup(ca_file) : NULL;
     s->secret = read_secret(secret_file, err);
-    if (!s->url || !s->edge_id || !s->secret) {
-        sb_free(s->url);
-        sb_free(s->edge_id);
-        sb_free(s->secret);
-        sb_free(s);
+    if (!s->url || !s->edge_id || !s->secret || (ca_file && !s->ca_file)) {
+        sync_free(s);
         return SB_EINVAL;
     }
     pthread_condattr_t ca;
@@ -106,10 +110,7 @@ int rt_sync_start(sb_cache *cache, const char *url, const char *edge_id, const c
     if (pthread_create(&s->tid, NULL, sync_main, s) != 0) {
         pthread_cond_destroy(&s->cv);
         pthread_mutex_destroy(&s->mu);
-        sb_free(s->url);
-        sb_free(s->edge_id);
-        sb_free(s->secret);
-        sb_free(s);
+        sync_free(s);
         return sb_seterr(err, SB_ENOMEM, "cannot start the cache sync thread");
     }
     *out = s;

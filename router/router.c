@@ -331,7 +331,7 @@ int sb_cmd_router(int argc, char **argv) {
         }
         if (r->cache && cfg->cache.sync.url) {
             if (rt_sync_start(r->cache, cfg->cache.sync.url, cfg->cache.sync.edge_id, cfg->cache.sync.secret_file,
-                              cfg->cache.sync.interval_s, &r->sync, err))
+                              cfg->cache.sync.ca_file, cfg->cache.sync.interval_s, &r->sync, err))
                 sb_warn("cache sync disabled: %s", err);
             else
                 sb_info("cache sync with %s every %d s as edge '%s'", cfg->cache.sync.url,

@@ -304,8 +304,8 @@ void rt_tool_cancel(rt_tool *t);
 
 /* cache_sync.c: periodic sync of the response cache with the cloud tier. */
 typedef struct rt_sync rt_sync;
-int  rt_sync_start(sb_cache *cache, const char *url, const char *edge_id, const char *secret_file, int interval_s,
-                   rt_sync **out, char *err);
+int  rt_sync_start(sb_cache *cache, const char *url, const char *edge_id, const char *secret_file,
+                   const char *ca_file, int interval_s, rt_sync **out, char *err);
 void rt_sync_stop(rt_sync *s);      /* NULL ok; waits for a sync in progress */
 
 #endif

@@ -261,15 +261,7 @@ out:
 /* ------------------------------------------------------------ options */
 
 static int parse_int(const char *opt, const char *v, int64_t lo, int64_t hi, int64_t *out) {
-    char *end;
-    errno = 0;
-    long long x = v ? strtoll(v, &end, 10) : 0;
-    if (!v || errno || *end || end == v || x < lo || x > hi) {
-        fprintf(stderr, "ask: %s expects an integer in [%lld, %lld]\n", opt, (long long)lo, (long long)hi);
-        return -1;
-    }
-    *out = x;
-    return 0;
+    return sb_opt_int("ask", opt, v, lo, hi, out);
 }
 
 static char *read_stdin(void) {

@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
+#include <event2/http.h>
 #include <yaml.h>
 
 #define MAX_NODES 100000        /* no real config comes close */
@@ -555,9 +556,26 @@ static int load_models(ctx *c, const sb_config_node *ms) {
     return 0;
 }
 
+/* The sync carries callers' text between machines, so it goes over https;
+ * plain http is kept for a cloud on this machine (tests, a local TLS
+ * terminator in front of `switchboard cloud`). */
+static int check_sync_url(ctx *c, const sb_config_node *at, const char *url) {
+    struct evhttp_uri *u = evhttp_uri_parse_with_flags(url, 0);
+    const char *scheme = u ? evhttp_uri_get_scheme(u) : NULL, *host = u ? evhttp_uri_get_host(u) : NULL;
+    int rc = 0;
+    if (!scheme || !host || !*host || (strcmp(scheme, "https") && strcmp(scheme, "http")))
+        rc = FAIL(c, at, "cache.sync.url: expected https://HOST[:PORT][/PREFIX], got '%s'", url);
+    else if (!strcmp(scheme, "http") && strcmp(host, "localhost") && strncmp(host, "127.", 4) &&
+             strcmp(host, "::1") && strcmp(host, "[::1]"))
+        rc = FAIL(c, at, "cache.sync.url: '%s' would send callers' text unencrypted; use https:// "
+                         "(http:// is accepted for a loopback host only)", url);
+    if (u) evhttp_uri_free(u);
+    return rc;
+}
+
 static int load_cache(ctx *c, const sb_config_node *cs) {
     static const char *const keys[] = { "path", "max_mb", "ttl_s", "sync", NULL };
-    static const char *const sync_keys[] = { "url", "edge_id", "secret_file", "interval_s", NULL };
+    static const char *const sync_keys[] = { "url", "edge_id", "secret_file", "ca_file", "interval_s", NULL };
     sb_config *cfg = c->cfg;
     if (!cs) return 0;
     int rc;
@@ -578,14 +596,12 @@ static int load_cache(ctx *c, const sb_config_node *cs) {
     if ((rc = get_str(c, sy, "cache.sync", "url", &cfg->cache.sync.url)) ||
         (rc = get_str(c, sy, "cache.sync", "edge_id", &cfg->cache.sync.edge_id)) ||
         (rc = get_path(c, sy, "cache.sync", "secret_file", true, &cfg->cache.sync.secret_file, NULL)) ||
+        (rc = get_path(c, sy, "cache.sync", "ca_file", true, &cfg->cache.sync.ca_file, NULL)) ||
         (rc = get_int(c, sy, "cache.sync", "interval_s", 5, 86400, &cfg->cache.sync.interval_s)))
         return rc;
     if (!cfg->cache.sync.url || !cfg->cache.sync.edge_id || !cfg->cache.sync.secret_file)
         return FAIL(c, sy, "cache.sync: expected 'url', 'edge_id' and 'secret_file'");
-    if (strncmp(cfg->cache.sync.url, "http://", 7) != 0)
-        return FAIL(c, sb_config_node_get(sy, "url"), "cache.sync.url: expected http://HOST:PORT, got '%s'",
-                    cfg->cache.sync.url);
-    return 0;
+    return check_sync_url(c, sb_config_node_get(sy, "url"), cfg->cache.sync.url);
 }
 
 /* Only the shape here; the router validates stages against its engine. */
@@ -713,6 +729,7 @@ void sb_config_free(sb_config *cfg) {
     sb_free(cfg->cache.sync.url);
     sb_free(cfg->cache.sync.edge_id);
     sb_free(cfg->cache.sync.secret_file);
+    sb_free(cfg->cache.sync.ca_file);
     node_free(cfg->root);
     sb_free(cfg->path);
     sb_free(cfg->base_dir);

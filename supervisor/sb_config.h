@@ -104,6 +104,7 @@ typedef struct {
             char *url;          /* NULL: no periodic sync */
             char *edge_id;
             char *secret_file;  /* absolute; the file holds this edge's HMAC key */
+            char *ca_file;      /* absolute PEM CA bundle for an https:// url; NULL = system store */
             int interval_s;     /* [5, 86400], default 300 */
         } sync;
         const sb_config_node *node;     /* the raw section */

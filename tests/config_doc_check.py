@@ -136,7 +136,7 @@ def sample_values(section, key, typ):
         good = [a.replace("SECONDS", "60") for a in alts]
         return good, ["no-such-value"]
     if t == "path":
-        if key in ("api_key_file", "secret_file"):
+        if key in ("api_key_file", "secret_file", "ca_file"):
             return [keyfile], [os.path.join(TMP, "missing-file")]
         if key == "gguf":
             return [GGUF], [os.path.join(TMP, "missing.gguf")]
@@ -149,6 +149,8 @@ def sample_values(section, key, typ):
         return ["http://127.0.0.1:8000/v1", "https://api.example.com/v1"], ["ftp://x/v1"]
     if t.startswith("`http://"):
         return ["http://127.0.0.1:9090"], ["ftp://x"]
+    if t.startswith("`https://"):       # cache.sync.url: plain http only to loopback
+        return ["https://cloud.example:9443/sb", "http://127.0.0.1:9090"], ["ftp://x", "http://192.0.2.7:9090"]
     if t == "env var name":
         return ["SB_SOME_KEY"], ["not a name"]
     if t == "string":

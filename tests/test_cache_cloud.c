@@ -125,7 +125,7 @@ static int admin_purge(const char *url, const char *key, const char *token) {
     snprintf(headers, sizeof headers, "Authorization: Bearer %s\r\n", token);
     snprintf(path, sizeof path, "/v1/entries/%s", key);
     sbc_http_reply r;
-    assert_int_equal(sbc_http_request("DELETE", url, path, headers, NULL, 0, 5000, &r, NULL), 0);
+    assert_int_equal(sbc_http_request("DELETE", url, path, headers, NULL, 0, 5000, NULL, &r, NULL), 0);
     sbc_buf_free(&r.body);
     return r.status;
 }
@@ -194,7 +194,7 @@ static int post_sync(const char *url, const char *edge, const char *ts, const ch
     snprintf(headers, sizeof headers, "X-Edge-Id: %s\r\nX-Timestamp: %s\r\nX-Signature: %s\r\n",
              edge, ts, sig);
     sbc_http_reply r;
-    assert_int_equal(sbc_http_request("POST", url, "/v1/sync", headers, body, strlen(body), 5000, &r, NULL), 0);
+    assert_int_equal(sbc_http_request("POST", url, "/v1/sync", headers, body, strlen(body), 5000, NULL, &r, NULL), 0);
     sbc_buf_free(&r.body);
     return r.status;
 }

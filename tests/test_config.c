@@ -183,6 +183,35 @@ static void test_defaults_and_shipped_config(void **state) {
     sb_config_free(cfg);
 }
 
+/* The sync carries callers' text: https anywhere, plain http only to this
+ * machine; ca_file must exist. */
+static void test_cache_sync_url(void **state) {
+    char yaml[512], err[SB_ERR_LEN];
+    const char *ok[] = { "https://cloud.example:8443/sb", "http://127.0.0.1:9000", "http://localhost:1",
+                         "http://[::1]:9", NULL };
+    for (int i = 0; ok[i]; i++) {
+        snprintf(yaml, sizeof yaml, "%scache:\n  sync: { url: \"%s\", edge_id: e, secret_file: key.txt, "
+                 "ca_file: key.txt }\n", M, ok[i]);
+        sb_config *cfg = NULL;
+        if (load(yaml, &cfg, err)) fail_msg("%s: %s", ok[i], err);
+        assert_string_equal(cfg->cache.sync.url, ok[i]);
+        assert_non_null(strstr(cfg->cache.sync.ca_file, "/key.txt"));
+        sb_config_free(cfg);
+    }
+    expect_error("models:\n  a: { gguf: m.gguf }\ncache:\n  sync: { url: \"http://10.0.0.5:9000\", edge_id: e, "
+                 "secret_file: key.txt }\n",
+                 ":4:16: cache.sync.url: 'http://10.0.0.5:9000' would send callers' text unencrypted; use "
+                 "https:// (http:// is accepted for a loopback host only)");
+    expect_error("models:\n  a: { gguf: m.gguf }\ncache:\n  sync: { url: \"ftp://h/\", edge_id: e, "
+                 "secret_file: key.txt }\n",
+                 ":4:16: cache.sync.url: expected https://HOST[:PORT][/PREFIX], got 'ftp://h/'");
+    snprintf(yaml, sizeof yaml, "%scache:\n  sync: { url: \"https://h\", edge_id: e, secret_file: key.txt, "
+             "ca_file: nope.pem }\n", M);
+    sb_config *cfg = NULL;
+    assert_int_equal(load(yaml, &cfg, err), SB_EINVAL);
+    assert_non_null(strstr(err, "cache.sync.ca_file"));
+}
+
 static void test_unknown_keys(void **state) {
     expect_error("models:\n  a:\n    gguf: m.gguf\n    thread: 2\n",
                  ":4:5: models.a: unknown key 'thread' (expected one of: gguf, threads, ctx, "
@@ -378,6 +407,7 @@ int main(void) {
         cmocka_unit_test(test_yaml_level_errors),
         cmocka_unit_test(test_equal_model_for_reload),
         cmocka_unit_test(test_allocation_failures),
+        cmocka_unit_test(test_cache_sync_url),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

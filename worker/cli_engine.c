@@ -20,13 +20,8 @@
 /* ---- shared option parsing ------------------------------------------------ */
 
 static int parse_int(const char *cmd, const char *opt, const char *s, long lo, long hi, int *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s ? s : "", &end, 10);
-    if (!s || errno || *end || end == s || v < lo || v > hi) {
-        fprintf(stderr, "%s: %s expects an integer in [%ld, %ld], got '%s'\n", cmd, opt, lo, hi, s ? s : "");
-        return -1;
-    }
+    int64_t v;
+    if (sb_opt_int(cmd, opt, s, lo, hi, &v)) return -1;
     *out = (int)v;
     return 0;
 }
