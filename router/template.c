@@ -242,6 +242,47 @@ void sb_tmpl_render_segs(const sb_tmpl *t, const sb_tmpl_env *env, sb_segs *out)
     render(t, env, &k);
 }
 
+/* Bytes of a line break at s[0..n): \n \r \v \f, U+0085 NEL, U+2028 LINE
+ * SEPARATOR, U+2029 PARAGRAPH SEPARATOR (what a model may read as a new
+ * line); 0 if none starts there. */
+static size_t line_break_at(const unsigned char *s, size_t n) {
+    if (s[0] == '\n' || s[0] == '\r' || s[0] == '\v' || s[0] == '\f') return 1;
+    if (n >= 2 && s[0] == 0xC2 && s[1] == 0x85) return 2;
+    if (n >= 3 && s[0] == 0xE2 && s[1] == 0x80 && (s[2] == 0xA8 || s[2] == 0xA9)) return 3;
+    return 0;
+}
+
+/* src appended to dst, each run of line breaks in untrusted text as one
+ * space: a caller's words stay on the line the prompt gave them. */
+static void segs_cat_one_line(sb_segs *dst, const sb_segs *src) {
+    if (src->oom) dst->oom = 1;
+    for (size_t i = 0; i < src->n; i++) {
+        const unsigned char *t = (const unsigned char *)src->text.p + src->v[i].off;
+        size_t n = src->v[i].len, run = 0;
+        if (src->v[i].special) { sb_segs_add(dst, (const char *)t, n, true); continue; }
+        for (size_t k = 0; k < n;) {
+            size_t b = line_break_at(t + k, n - k);
+            if (!b) { k++; continue; }
+            sb_segs_add(dst, (const char *)t + run, k - run, false);
+            sb_segs_add(dst, " ", 1, false);
+            while (k < n && (b = line_break_at(t + k, n - k))) k += b;
+            run = k;
+        }
+        sb_segs_add(dst, (const char *)t + run, n - run, false);
+    }
+}
+
+void sb_intent_caller(const sb_stage *s, const sb_tmpl_env *env, bool content_free, sb_segs *out) {
+    sb_segs utt;
+    sb_segs_init(&utt);
+    if (content_free) sb_segs_add(&utt, "N/A", 3, false);
+    else sb_tmpl_render_segs(s->utterance, env, &utt);
+    sb_segs_add(out, "Caller: ", 8, true);
+    segs_cat_one_line(out, &utt);
+    sb_segs_add(out, "\nIntent:", 8, true);
+    sb_segs_free(&utt);
+}
+
 /* The intent prompt. Labels are listed with their descriptions, then the
  * few-shot examples as "Caller: ... / Intent: label" pairs, so the model
  * sees exactly the answer format it is scored on. Everything here is fixed
