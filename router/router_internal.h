@@ -247,8 +247,10 @@ void rt_openai_begin(rt_req *q, int kind, const char *model);
  * pipeline fingerprints do not see that, and an answer computed under the
  * old rules must not be served - or synced to other edges - under the new.
  * 2: text from callers, messages and earlier stages is never parsed for
- * special tokens (docs/ipc.md, `segments`). */
-#define RT_PROMPT_RULES "2"
+ * special tokens (docs/ipc.md, `segments`).
+ * 3: nor for user-defined added tokens (Qwen's <tool_call>); an intent
+ * stage folds line breaks in the caller's text (docs/router.md). */
+#define RT_PROMPT_RULES "3"
 /* Response cache (pipeapi.c). 1 = hit (*entry filled), 0 = miss (q keeps
  * the key for rt_cache_store), -1 = not cached (off, bypassed, no key). */
 int  rt_cache_lookup(rt_req *q, const char *ns, const char *fp, const char *input, const char *params,

@@ -242,30 +242,24 @@ static void put_message(sb_mp_writer *p, const char *role, const sb_segs *conten
 
 static int start_intent(rt_run *run, const sb_stage *s, sb_mp_writer *p, char *err) {
     sb_tmpl_env env = env_of(run);
-    sb_segs pre, utt, user;
+    sb_segs pre, user;
     sb_segs_init(&pre);
-    sb_segs_init(&utt);
     sb_segs_init(&user);
     sb_intent_preamble(s, &env, &pre);
     run->calibrating = s->calibrate && !prior_of(run, s);
-    if (run->calibrating) sb_segs_add(&utt, "N/A", 3, false);
-    else sb_tmpl_render_segs(s->utterance, &env, &utt);
+    sb_intent_caller(s, &env, run->calibrating, &user);
     sb_mp_map(p, 2);
     if (s->chat) {
         /* The fixed preamble is the system message, so the worker's KV
          * prefix reuse covers it; the answer is the assistant's turn. */
         sb_segs_add(&pre, "\nAnswer with the intent name only.", 34, true);
-        sb_segs_add(&user, "Caller: ", 8, true);
-        sb_segs_cat(&user, &utt);
-        sb_segs_add(&user, "\nIntent:", 8, true);
         sb_mp_str(p, "messages");
         sb_mp_array(p, 2);
         put_message(p, "system", &pre);
         put_message(p, "user", &user);
     } else {
-        sb_segs_add(&pre, "\nCaller: ", 9, true);
-        sb_segs_cat(&pre, &utt);
-        sb_segs_add(&pre, "\nIntent:", 8, true);
+        sb_segs_add(&pre, "\n", 1, true);
+        sb_segs_cat(&pre, &user);
         sb_mp_str(p, "segments");
         put_segs(p, &pre);
     }
@@ -279,9 +273,8 @@ static int start_intent(rt_run *run, const sb_stage *s, sb_mp_writer *p, char *e
             sb_mp_str(p, cand);
         }
     }
-    int oom = pre.oom || utt.oom || user.oom || sb_mp_writer_status(p);
+    int oom = pre.oom || user.oom || sb_mp_writer_status(p);
     sb_segs_free(&pre);
-    sb_segs_free(&utt);
     sb_segs_free(&user);
     if (oom) {
         sb_mp_writer_free(p);

@@ -241,6 +241,14 @@ void sb_tmpl_render_segs(const sb_tmpl *t, const sb_tmpl_env *env, sb_segs *out)
  * worker's KV prefix reuse makes it free after the first call. Config text
  * is trusted; the system template's holes are not. */
 void sb_intent_preamble(const sb_stage *s, const sb_tmpl_env *env, sb_segs *out);
+/* The part of the intent prompt that changes per call: "Caller: " + the
+ * stage's utterance (the caller's words, or "N/A" when content_free: the
+ * calibration probe) + "\nIntent:", appended to out. Line breaks in its
+ * untrusted text become spaces: the prompt is line-framed ("Caller:",
+ * "Intent:", the examples), and a caller who could start a line could
+ * write a fake "Intent: x" answer or a second "Caller:" turn after his own
+ * (issue 15). An `utterance:` template's own line breaks are kept. */
+void sb_intent_caller(const sb_stage *s, const sb_tmpl_env *env, bool content_free, sb_segs *out);
 
 /* The first balanced {...} in text that parses as a JSON object, or NULL
  * (*doc then NULL too). Models like to wrap JSON in prose or ``` fences. */

@@ -18,6 +18,7 @@
  */
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include "router_internal.h"
 
@@ -240,6 +241,145 @@ void sb_tmpl_render(const sb_tmpl *t, const sb_tmpl_env *env, sb_jw *w) {
 void sb_tmpl_render_segs(const sb_tmpl *t, const sb_tmpl_env *env, sb_segs *out) {
     sink k = { NULL, out };
     render(t, env, &k);
+}
+
+/* Bytes of a line break at s[0..n): \n \r \v \f, U+0085 NEL, U+2028 LINE
+ * SEPARATOR, U+2029 PARAGRAPH SEPARATOR (what a model may read as a new
+ * line); 0 if none starts there. */
+static size_t line_break_at(const unsigned char *s, size_t n) {
+    if (s[0] == '\n' || s[0] == '\r' || s[0] == '\v' || s[0] == '\f') return 1;
+    if (n >= 2 && s[0] == 0xC2 && s[1] == 0x85) return 2;
+    if (n >= 3 && s[0] == 0xE2 && s[1] == 0x80 && (s[2] == 0xA8 || s[2] == 0xA9)) return 3;
+    return 0;
+}
+
+static int blank(unsigned char c) { return c == ' ' || c == '\t'; }
+static int word_char(unsigned char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+}
+
+/* Length of ":" or a full-width "：" at t[0..n), else 0. */
+static size_t colon_at(const unsigned char *t, size_t n) {
+    if (n >= 1 && t[0] == ':') return 1;
+    if (n >= 3 && t[0] == 0xEF && t[1] == 0xBC && t[2] == 0x9A) return 3;
+    return 0;
+}
+
+/* `word`, blanks, a colon at t[0..n) (ASCII case-insensitive): its length or 0. */
+static size_t field_at(const unsigned char *t, size_t n, const char *word) {
+    size_t w = strlen(word), j, c;
+    if (n < w || strncasecmp((const char *)t, word, w)) return 0;
+    for (j = w; j < n && blank(t[j]); j++) {}
+    return (c = colon_at(t + j, n - j)) ? j + c : 0;
+}
+
+/* What a forged framing label takes with it: the answer word after
+ * "Intent:", or the rest of the line after "Caller:", "Examples:" and a
+ * "- label:" line of the label list. */
+enum { FORGED_WORD = 1, FORGED_LINE };
+
+/* A framing label of the intent prompt starting at t[k] of t[0..n): its
+ * length (*what set), or 0. at_line_start: only blanks before k on its line. */
+static size_t framing_at(const sb_stage *s, const unsigned char *t, size_t n, size_t k, bool at_line_start,
+                         int *what) {
+    static const struct { const char *word; int what; } FIELDS[] = {
+        { "intents", FORGED_WORD }, { "intent", FORGED_WORD }, { "caller", FORGED_LINE }, { "examples", FORGED_LINE },
+    };
+    if (k > 0 && word_char(t[k - 1])) return 0;        /* inside a word: "subcaller:" */
+    for (size_t i = 0; i < SB_ARRAY_LEN(FIELDS); i++) {
+        size_t len = field_at(t + k, n - k, FIELDS[i].word);
+        if (len) { *what = FIELDS[i].what; return len; }
+    }
+    if (!at_line_start || t[k] != '-') return 0;
+    size_t j = k + 1;
+    while (j < n && blank(t[j])) j++;
+    for (size_t i = 0; i < s->n_labels; i++) {
+        size_t len = field_at(t + j, n - j, s->labels[i].name);
+        if (len) { *what = FORGED_LINE; return j + len - k; }
+    }
+    return 0;
+}
+
+/* The caller's text t[0..n) for the intent prompt, into out: his words on
+ * one line, without the prompt's own framing. Each run of line breaks (and
+ * the blanks around it) is one space, none at either end; a framing label
+ * ("Intent:", "Caller:"...) is left out with what it brings (see above),
+ * or alone when labels_only. */
+static void caller_line(const sb_stage *s, const unsigned char *t, size_t n, bool labels_only, sb_jw *out) {
+    bool line_start = true, pending_space = false, dropped = false;
+    for (size_t k = 0; k < n;) {
+        size_t b = line_break_at(t + k, n - k);
+        if (b) {
+            while (out->len && blank((unsigned char)out->p[out->len - 1])) out->len--;
+            pending_space = out->len > 0;
+            line_start = true;
+            for (k += b; k < n && blank(t[k]); k++) {}
+            continue;
+        }
+        int what = 0;
+        size_t len = framing_at(s, t, n, k, line_start, &what);
+        if (len) {
+            k += len;
+            dropped = true;
+            if (labels_only) continue;
+            if (what == FORGED_WORD) {
+                while (k < n && blank(t[k])) k++;
+                while (k < n && word_char(t[k])) k++;
+            } else {
+                while (k < n && !line_break_at(t + k, n - k)) k++;
+            }
+            continue;
+        }
+        if (!blank(t[k])) line_start = false;
+        else if (dropped && (!out->len || blank((unsigned char)out->p[out->len - 1]))) { k++; continue; }
+        if (pending_space) sb_jw_raw(out, " ", 1);
+        pending_space = false;
+        sb_jw_raw(out, (const char *)t + k, 1);
+        k++;
+    }
+    /* Where a label was taken out, no blanks are left at the end either
+     * (otherwise the caller's own blanks are his). */
+    while (dropped && out->len && blank((unsigned char)out->p[out->len - 1])) out->len--;
+}
+
+static bool all_blank(const char *p, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!blank((unsigned char)p[i])) return false;
+    return true;
+}
+
+/* src appended to dst, its untrusted text through caller_line - or with
+ * the labels alone removed if nothing else would be left ("Caller: 我要查
+ * 社保" typed in the prompt's own format is still a call). */
+static void segs_cat_caller(const sb_stage *s, sb_segs *dst, const sb_segs *src) {
+    sb_jw line;
+    sb_jw_init(&line);
+    if (src->oom) dst->oom = 1;
+    for (size_t i = 0; i < src->n; i++) {
+        const unsigned char *t = (const unsigned char *)src->text.p + src->v[i].off;
+        size_t n = src->v[i].len;
+        if (src->v[i].special) { sb_segs_add(dst, (const char *)t, n, true); continue; }
+        sb_jw_reset(&line);
+        caller_line(s, t, n, false, &line);
+        if (all_blank(line.p, line.len) && !all_blank((const char *)t, n)) {
+            sb_jw_reset(&line);
+            caller_line(s, t, n, true, &line);
+        }
+        if (line.oom) dst->oom = 1;
+        else sb_segs_add(dst, line.p, line.len, false);
+    }
+    sb_jw_free(&line);
+}
+
+void sb_intent_caller(const sb_stage *s, const sb_tmpl_env *env, bool content_free, sb_segs *out) {
+    sb_segs utt;
+    sb_segs_init(&utt);
+    if (content_free) sb_segs_add(&utt, "N/A", 3, false);
+    else sb_tmpl_render_segs(s->utterance, env, &utt);
+    sb_segs_add(out, "Caller: ", 8, true);
+    segs_cat_caller(s, out, &utt);
+    sb_segs_add(out, "\nIntent:", 8, true);
+    sb_segs_free(&utt);
 }
 
 /* The intent prompt. Labels are listed with their descriptions, then the

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """eval_routing.py URL [TSV] [--pipeline P] [--until STAGE] - routing accuracy.
 
-Sends every utterance of the TSV (label<TAB>utterance, # comments) to
+Sends every utterance of the TSV (label<TAB>utterance, # comments; \\n \\r
+\\t \\\\ in an utterance are escapes) to
 POST URL/v1/pipelines/P with {"input": ..., "until": STAGE} (the intent stage
 only, by default: the rest of the pipeline does not change the intent) and
 prints each answer, the confusion list, and the accuracy overall and per
@@ -18,13 +19,22 @@ ap.add_argument("--until", default="route")
 ap.add_argument("--key", default=None)
 a = ap.parse_args()
 
+ESC = {"n": "\n", "r": "\r", "t": "\t", "\\": "\\"}
+
+
+def unescape(t):
+    """\\n \\r \\t \\\\ -> the character: a TSV field cannot hold a line break,
+    and a hostile caller's forged lines need one (hotline_injection.tsv)."""
+    return re.sub(r"\\([nrt\\])", lambda m: ESC[m.group(1)], t)
+
+
 rows = []
 for line in open(a.tsv, encoding="utf-8"):
     line = line.rstrip("\n")
     if not line or line.startswith("#"):
         continue
     label, text = line.split("\t", 1)
-    rows.append((label, text))
+    rows.append((label, unescape(text)))
 
 ok = 0
 by_lang = {"zh": [0, 0], "en": [0, 0]}
@@ -48,9 +58,10 @@ for i, (label, text) in enumerate(rows):
     ok += hit
     by_lang[lang][0] += hit
     by_lang[lang][1] += 1
+    shown = text.replace("\r", "\\r").replace("\n", "\\n")
     if not hit:
-        misses.append((label, got, conf, text))
-    print(f"{'ok ' if hit else 'BAD'} {time.time() - t:6.2f}s  {label:24s} -> {got:24s} p={conf:.2f}  {text}")
+        misses.append((label, got, conf, shown))
+    print(f"{'ok ' if hit else 'BAD'} {time.time() - t:6.2f}s  {label:24s} -> {got:24s} p={conf:.2f}  {shown}")
     sys.stdout.flush()
 
 n = len(rows)

@@ -7,7 +7,8 @@
 #
 # Needs models/qwen2.5-coder-0.5b-instruct.Q4_K_M.gguf (make models). Prints
 # one line per utterance of tests/data/hotline_utterances.tsv and the accuracy
-# (docs/ROUTING.md records it). Extra arguments go to tools/eval_routing.py.
+# (docs/ROUTING.md records it). Extra arguments go to tools/eval_routing.py,
+# e.g. another set: tools/eval_routing.sh tests/data/hotline_injection.tsv
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SB=${SB_BIN:-bin/switchboard}

@@ -72,10 +72,12 @@ int  sb_tokenize(const sb_vocab *v, const char *text, size_t len, int add_bos, i
  * server tokenizes such content with parse_special off for this reason).
  * An sb_prompt keeps the text whole, so tokenization across the joins is
  * exactly that of the concatenated string, and records which byte ranges
- * are untrusted ("plain"): no control or unknown token, and no token that
- * ends generation (Phi-3's user-defined "</s>"), is matched if any of its
- * bytes lies in one. Other user-defined tokens are matched everywhere, as
- * they are with parse_special off. */
+ * are untrusted ("plain"): no special token - control, unknown or
+ * user-defined (Qwen's "<tool_call>", Phi-3's "</s>") - is matched if any
+ * of its bytes lies in one; such text is tokenized as the characters it is
+ * made of. Stricter than llama.cpp's parse_special off, which still matches
+ * user-defined tokens: those are markup the model was trained to obey (a
+ * tool call, an end of turn), and a caller must not be able to write it. */
 typedef struct { size_t off, len; } sb_span;
 
 typedef struct {

@@ -92,8 +92,10 @@ static int split_at_token(const sb_vocab *v, const char *text, int32_t id, const
     return 0;
 }
 
-/* guard: the prompt whose untrusted ranges no control, unknown or
- * end-of-generation token may touch (NULL: none). */
+/* guard: the prompt whose untrusted ranges no special token may touch -
+ * control, unknown or user-defined (Qwen's "<tool_call>"): whatever the
+ * model was taught to read as markup is markup only where the prompt's
+ * author wrote it (NULL: no guard). */
 static int partition(const sb_vocab *v, const char *text, size_t len, int parse_special, const sb_prompt *guard,
                      fragments *out) {
     fragments other = { 0 };
@@ -104,7 +106,7 @@ static int partition(const sb_vocab *v, const char *text, size_t len, int parse_
         /* Without parse_special only user-defined tokens are cut out. */
         if (!parse_special && control) continue;
         if (v->tok[id].len > len) continue;        /* cannot occur: saves the pass */
-        rc = split_at_token(v, text, id, control || v->eog[id] ? guard : NULL, out, &other);
+        rc = split_at_token(v, text, id, guard, out, &other);
         fragments t = *out; *out = other; other = t;
     }
     sb_free(other.v);
