@@ -63,7 +63,7 @@ printf 'Switchboard demo: a government-service hotline on a real 0.5B model, on 
 
 # ------------------------------------------------------------------ 1. deps
 if [ "${SB_DEMO_SKIP_DEPS:-0}" != 1 ]; then
-    step "1/6 dependencies (tools/deps.sh)"
+    step "1/6 dependencies (tools/deps.sh demo)"
     tools/deps.sh demo || die "installing the dependencies failed (tools/deps.sh demo; needs root or sudo for apt-get)"
 fi
 command -v curl > /dev/null || die "curl is missing (tools/deps.sh installs it)"
