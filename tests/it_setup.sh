@@ -55,16 +55,21 @@ head -c 600000 "$fixture" > "$T/truncated.gguf"
 expect_error "$T/truncated.gguf" "runs past the end of the file" "truncated" "byte offset [0-9]"
 head -c 3000 "$fixture" > "$T/short.gguf"
 expect_error "$T/short.gguf" "value of 'tokenizer.ggml.tokens' at byte offset [0-9]" "truncated"
-# general.architecture's value type (u32 after the key) set to 13: no such type.
-python3 - "$fixture" "$T/badtype.gguf" <<'EOF'
+# Set the value type (the u32 after the key) of KEY to TYPE in a copy.
+retype() {  # KEY TYPE OUT
+    python3 - "$fixture" "$@" <<'EOF'
 import sys
-d = bytearray(open(sys.argv[1], "rb").read())
-key = b"general.architecture"
+src, key, vtype, out = sys.argv[1], sys.argv[2].encode(), int(sys.argv[3]), sys.argv[4]
+d = bytearray(open(src, "rb").read())
 at = d.index(key) + len(key)
-d[at:at + 4] = (13).to_bytes(4, "little")
-open(sys.argv[2], "wb").write(d)
+d[at:at + 4] = vtype.to_bytes(4, "little")
+open(out, "wb").write(d)
 EOF
+}
+retype general.architecture 13 "$T/badtype.gguf"          # no such type
 expect_error "$T/badtype.gguf" "type of 'general.architecture' at byte offset [0-9]" "invalid value type 13"
+retype tokenizer.ggml.bos_token_id 6 "$T/f32bos.gguf"      # u32 -> f32: well-formed, unusable
+expect_error "$T/f32bos.gguf" "'tokenizer.ggml.bos_token_id' at byte offset [0-9]*: must be an integer, found f32"
 printf 'not a model' > "$T/text.gguf"
 expect_error "$T/text.gguf" "smaller than a GGUF header"
 
@@ -72,4 +77,4 @@ rc=0
 out=$(bare tools/models.sh verify "$fixture" "$(printf '0%.0s' {1..64})" 2>&1) || rc=$?
 [ "$rc" = 1 ] && grep -q "sha256 $sha, expected 0000" <<< "$out" || fail "a wrong SHA-256 passed: $out"
 
-echo "it_setup: ok (models.sh verify under a bare venv and PATH=/usr/bin:/bin: valid, truncated, bad type, wrong hash)"
+echo "it_setup: ok (models.sh verify under a bare venv and PATH=/usr/bin:/bin: valid, truncated, bad types, wrong hash)"
