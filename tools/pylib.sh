@@ -36,12 +36,18 @@ py_pip_install() {
     "$py" -m pip install --quiet "${extra[@]}" "$@"
 }
 
-# py_on_path DIR: put `python3` -> $py first on PATH (a symlink in DIR), so
+# py_on_path DIR: put `python3` -> $py first on PATH (a wrapper in DIR), so
 # that what the scripts start by name (tests, the demo's tool stage) runs the
-# same interpreter. Nothing to do when PYTHON is unset.
+# same interpreter. A wrapper, not a symlink: a venv's python found through a
+# symlink elsewhere no longer sees its pyvenv.cfg, so it is not that venv.
+# Nothing to do when PYTHON is unset.
 py_on_path() {
     [ -n "${PYTHON:-}" ] || return 0
     local abs
     abs="$(command -v "$PYTHON")" || return 1
-    mkdir -p "$1" && ln -sfn "$abs" "$1/python3" && PATH="$1:$PATH" && export PATH
+    case "$abs" in /*) ;; *) abs="$(pwd)/$abs" ;; esac
+    mkdir -p "$1" || return 1
+    printf '#!/bin/sh\nexec %q "$@"\n' "$abs" > "$1/python3" && chmod 755 "$1/python3" || return 1
+    PATH="$1:$PATH"
+    export PATH
 }
