@@ -9,10 +9,14 @@
  */
 #include "cache_internal.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #define DEFAULT_MAX_BYTES  (256ull << 20)
 #define DEFAULT_BUSY_MS    2000     /* a put waits this long for another writer */
@@ -277,6 +281,39 @@ static int reopen_immutable(sb_cache *c, char *err) {
     return SB_OK;
 }
 
+/* ------------------------------------------------------------ file modes */
+
+/* The cache holds callers' questions and the answers: owner-only (0600).
+ * SQLite creates the database 0644 minus the umask and its -wal/-shm with the
+ * database's mode, so creating the database ourselves 0600 covers every new
+ * file whatever the umask. Files left by an older version (0644) are narrowed
+ * here on every open: group and other bits go, the owner's stay (a 0444
+ * shipped read-only cache becomes 0400). A file of another uid cannot be
+ * changed: that is logged, not fatal. Failures to open are left to SQLite,
+ * which reports them with its own context. */
+static void restrict_modes(const char *path, int create) {
+    static const char *const suffixes[] = { "", "-wal", "-shm", "-journal" };
+    char p[4096];
+    for (size_t i = 0; i < SB_ARRAY_LEN(suffixes); i++) {
+        if ((size_t)snprintf(p, sizeof p, "%s%s", path, suffixes[i]) >= sizeof p) return;
+        int flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK | (i == 0 ? (create ? O_CREAT : 0) : O_NOFOLLOW);
+        int fd = open(p, flags, 0600);
+        if (fd < 0) continue;
+        struct stat st;
+        if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 077)) {
+            if (st.st_uid != geteuid())
+                sb_warn("cache %s: mode %04o lets other users read callers' text, and it belongs to uid %u, "
+                        "not us: left as it is", p, (unsigned)(st.st_mode & 07777), (unsigned)st.st_uid);
+            else if (fchmod(fd, st.st_mode & 0700) != 0)
+                sb_warn("cache %s: chmod %04o: %s", p, (unsigned)(st.st_mode & 0700), strerror(errno));
+            else
+                sb_info("cache %s: mode %04o -> %04o (it holds callers' text)", p,
+                        (unsigned)(st.st_mode & 07777), (unsigned)(st.st_mode & 0700));
+        }
+        close(fd);
+    }
+}
+
 int sb_cache_open(const char *path, const sb_cache_opts *opts, sb_cache **out, char *err) {
     return sb_cache_open_at(path, opts, SCHEMA_VERSION, out, err);
 }
@@ -300,6 +337,7 @@ int sb_cache_open_at(const char *path, const sb_cache_opts *opts, int schema_tar
     c->read_only = c->opts.read_only;
     int flags = (c->read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) |
                 SQLITE_OPEN_NOMUTEX;    /* c->lock serialises use of the connection */
+    if (strcmp(path, ":memory:") != 0) restrict_modes(path, !c->read_only);
     int rc = sqlite3_open_v2(path, &c->db, flags, NULL), res = SB_OK;
     if (rc != SQLITE_OK) { res = sbc_fail(c, rc, err, "opening"); goto fail; }
     sqlite3_extended_result_codes(c->db, 1);

@@ -202,7 +202,8 @@ static int cmd_purge(sb_cache *c, const cli_opts *o, const char *arg) {
 
 static int cmd_export(sb_cache *c, const cli_opts *o) {
     int fd = STDOUT_FILENO;
-    if (o->output && (fd = open(o->output, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0) {
+    /* Callers' text: a new file is owner-only, like the cache itself. */
+    if (o->output && (fd = open(o->output, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0) {
         fprintf(stderr, "cache: %s: %s\n", o->output, strerror(errno));
         return SB_EXIT_FAIL;
     }

@@ -49,6 +49,10 @@ grep -q "\"key\":\"$k1\"" "$T/in.jsonl" || fail "normalised keys differ"
 [ "$("$SB" cache list --db "$T/a.sqlite" --match 'water*' --json | wc -l)" -eq 1 ] || fail "list --match"
 "$SB" cache export --db "$T/a.sqlite" -o "$T/out.jsonl" 2>/dev/null || fail "export"
 [ "$(wc -l <"$T/out.jsonl")" -eq 3 ] || fail "export count"
+# Callers' text: the export and the database files are owner-only (issue 15).
+for f in "$T/out.jsonl" "$T/a.sqlite"; do
+    [ "$(stat -c %a "$f")" = 600 ] || fail "$f is mode $(stat -c %a "$f"), want 600"
+done
 "$SB" cache import --db "$T/b.sqlite" - <"$T/out.jsonl" >/dev/null || fail "import from stdin"
 "$SB" cache purge --db "$T/b.sqlite" >/dev/null 2>&1 && fail "purge without a selection must fail"
 "$SB" cache purge --db "$T/b.sqlite" --match 'water*' | grep -q "purged 1" || fail "purge --match"

@@ -4,6 +4,9 @@
 # Each cmocka program prints its own per-test report.
 set -u
 cd "$(dirname "$0")/.."
+# PYTHON (tools/pylib.sh) is the python3 the scripts below start by name.
+. tools/pylib.sh
+py_on_path "$(pwd)/${SB_BUILD:-build}/python-bin" || { echo "run.sh: PYTHON=$PYTHON is not a command" >&2; exit 1; }
 passed=0; failed=0; failed_names=()
 run_one() {
     local name=$1; shift

@@ -38,7 +38,8 @@ enum defect {
     D_KEY_LEN_PAST_EOF, D_KEY_LEN_HUGE, D_KV_TYPE, D_ARRAY_TYPE, D_ARRAY_HUGE, D_NESTED_TOO_DEEP,
     D_DUP_KEY, D_DUP_TENSOR, D_NDIMS_0, D_NDIMS_5, D_NE_0, D_NE_OVERFLOW, D_TENSOR_TYPE_RETIRED,
     D_TENSOR_TYPE_HUGE, D_ROW_NOT_BLOCK, D_DATA_PAST_EOF, D_OFFSET_MISALIGNED, D_ALIGN_NOT_POW2,
-    D_ALIGN_WRONG_TYPE, D_BOOL_2, D_NAME_TOO_LONG, D_OFFSET_HUGE, D_COUNT
+    D_ALIGN_WRONG_TYPE, D_BOOL_2, D_NAME_TOO_LONG, D_OFFSET_HUGE, D_OVERLAP, D_KEY_EMPTY, D_BOOL_ARRAY_2,
+    D_COUNT
 };
 
 /* Must the reader accept the file, and what must its message mention? */
@@ -72,6 +73,9 @@ static const struct { const char *name; int ok; const char *says; } expect[D_COU
     [D_BOOL_2] = { "bool 2", 0, "bool" },
     [D_NAME_TOO_LONG] = { "tensor name 64 bytes", 0, "name" },
     [D_OFFSET_HUGE] = { "offset near 2^64", 0, "past the end" },
+    [D_OVERLAP] = { "tensors share bytes", 0, "overlaps tensor 't0'" },
+    [D_KEY_EMPTY] = { "empty key", 0, "empty key" },
+    [D_BOOL_ARRAY_2] = { "bool 2 in an array", 0, "bool must be 0 or 1" },
 };
 
 /* A file with 4 keys (u32, string, bool, [array of i32 arrays]) and two
@@ -89,7 +93,7 @@ static buf build(enum defect d) {
     /* kv 1: string */
     if (d == D_KEY_LEN_PAST_EOF) { put_u64(&b, 1ull << 20); return b; }
     if (d == D_KEY_LEN_HUGE) { put_u64(&b, 1ull << 40); return b; }
-    put_str(&b, "general.name");
+    put_str(&b, d == D_KEY_EMPTY ? "" : "general.name");
     put_u32(&b, d == D_KV_TYPE ? 13 : SB_GGUF_STRING);
     put_str(&b, "test model");
     /* kv 2: bool */
@@ -113,6 +117,10 @@ static buf build(enum defect d) {
     if (d == D_NESTED_TOO_DEEP) {
         for (int i = 0; i < SB_GGUF_MAX_DEPTH + 2; i++) { put_u32(&b, SB_GGUF_ARRAY); put_u64(&b, 1); }
         put_u32(&b, SB_GGUF_U8); put_u64(&b, 0);
+    } else if (d == D_BOOL_ARRAY_2) {
+        put_u32(&b, SB_GGUF_BOOL);
+        put_u64(&b, 3);
+        put(&b, "\1\0\2", 3);
     } else {
         put_u32(&b, SB_GGUF_STRING);
         put_u64(&b, 3);
@@ -131,7 +139,7 @@ static buf build(enum defect d) {
     put_u64(&b, d == D_ROW_NOT_BLOCK ? 33 : 32);
     put_u64(&b, d == D_NE_OVERFLOW ? (1ull << 62) : 2);
     put_u32(&b, SB_TYPE_Q8_0);
-    put_u64(&b, d == D_OFFSET_MISALIGNED ? 40 : d == D_OFFSET_HUGE ? UINT64_MAX - 31 : 32);
+    put_u64(&b, d == D_OFFSET_MISALIGNED ? 40 : d == D_OFFSET_HUGE ? UINT64_MAX - 31 : d == D_OVERLAP ? 0 : 32);
     while (b.n % 32) put(&b, "", 1);
     float f[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
     put(&b, f, sizeof f);                   /* t0: 32 bytes at offset 0 */

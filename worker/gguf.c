@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -130,6 +131,11 @@ static int skip_array(cursor *c, int depth, const char *what, uint32_t *elem_typ
         /* n ≤ 2^28 and size ≤ 8, so the product cannot overflow. */
         size_t bytes = (size_t)n * vtype_size[et];
         if ((rc = need(c, bytes, what))) return rc;
+        if (et == SB_GGUF_BOOL)
+            for (size_t i = 0; i < bytes; i++)
+                if (c->base[c->pos + i] > 1)
+                    return sb_seterr(c->err, SB_EFORMAT, "%s: %s at byte offset %zu: bool must be 0 or 1, got %u",
+                                     c->label, what, c->pos + i, c->base[c->pos + i]);
         c->pos += bytes;
         return 0;
     }
@@ -155,6 +161,9 @@ static int read_kv(cursor *c, sb_gguf_kv *kv) {
     int rc;
     kv->offset = c->pos;
     if ((rc = rd_str(c, &kv->key, "metadata key"))) return rc;
+    if (kv->key.len == 0)
+        return sb_seterr(c->err, SB_EFORMAT, "%s: metadata key at byte offset %llu: empty key",
+                         c->label, (unsigned long long)kv->offset);
     snprintf(what, sizeof what, "value of '%.*s'", (int)SB_MIN(kv->key.len, (size_t)SB_GGUF_MAX_NAME),
              kv->key.ptr);
     size_t at = c->pos;
@@ -206,6 +215,7 @@ static int read_tensor_info(cursor *c, sb_gguf_tensor *t, size_t idx) {
     size_t at = c->pos;
     int rc;
     char what[96];
+    t->info_offset = at;
     snprintf(what, sizeof what, "tensor %zu info", idx);
     if ((rc = rd_str(c, &t->name, what))) return rc;
     if (t->name.len == 0 || t->name.len >= SB_GGUF_MAX_NAME)
@@ -245,6 +255,33 @@ static int read_tensor_info(cursor *c, sb_gguf_tensor *t, size_t idx) {
     at = c->pos;
     if ((rc = rd_u64(c, &t->offset, what))) return rc;
     return 0;
+}
+
+static int by_offset(const void *a, const void *b) {
+    const sb_gguf_tensor *x = *(const sb_gguf_tensor *const *)a, *y = *(const sb_gguf_tensor *const *)b;
+    return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+/* Two tensors sharing bytes means a mis-assembled or hostile file: writing
+ * one (quantize, tests) would corrupt the other, and no writer makes it. */
+static int check_overlap(const sb_gguf *g, char *err) {
+    if (g->n_tensors < 2) return 0;
+    const sb_gguf_tensor **order = sb_malloc(g->n_tensors * sizeof *order);
+    if (!order) return sb_seterr(err, SB_ENOMEM, "%s: out of memory", g->path);
+    for (size_t i = 0; i < g->n_tensors; i++) order[i] = &g->tensors[i];
+    qsort(order, g->n_tensors, sizeof *order, by_offset);
+    int rc = 0;
+    for (size_t i = 1; i < g->n_tensors && !rc; i++) {
+        const sb_gguf_tensor *a = order[i - 1], *b = order[i];
+        if (b->offset < a->offset + a->nbytes)     /* both in the file: no overflow */
+            rc = sb_seterr(err, SB_EFORMAT,
+                           "%s: tensor '%.*s' (info at byte offset %llu): data [%llu, +%zu) overlaps tensor '%.*s' [%llu, +%zu)",
+                           g->path, (int)b->name.len, b->name.ptr, (unsigned long long)b->info_offset,
+                           (unsigned long long)b->offset, b->nbytes, (int)a->name.len, a->name.ptr,
+                           (unsigned long long)a->offset, a->nbytes);
+    }
+    sb_free(order);
+    return rc;
 }
 
 static int parse(sb_gguf *g, char *err) {
@@ -315,22 +352,25 @@ static int parse(sb_gguf *g, char *err) {
     g->data_offset = data;
     /* Each tensor must lie inside the file; llama.cpp also insists offsets are
      * the running aligned sum, but files written by other tools may leave
-     * gaps, so we require alignment and bounds, not adjacency. */
+     * gaps, so we require alignment, bounds and no overlap, not adjacency. */
     for (size_t i = 0; i < nt; i++) {
         sb_gguf_tensor *t = &g->tensors[i];
         size_t start, end;
         if (t->offset % g->alignment)
-            return sb_seterr(err, SB_EFORMAT, "%s: tensor '%.*s': data offset %llu is not a multiple of the alignment %u",
-                             g->path, (int)t->name.len, t->name.ptr, (unsigned long long)t->offset, g->alignment);
+            return sb_seterr(err, SB_EFORMAT,
+                             "%s: tensor '%.*s' (info at byte offset %llu): data offset %llu is not a multiple of the alignment %u",
+                             g->path, (int)t->name.len, t->name.ptr, (unsigned long long)t->info_offset,
+                             (unsigned long long)t->offset, g->alignment);
         if (t->offset > SIZE_MAX || sb_add_size(data, (size_t)t->offset, &start) ||
             sb_add_size(start, t->nbytes, &end) || end > g->size)
             return sb_seterr(err, SB_EFORMAT,
-                             "%s: tensor '%.*s': data [%llu, +%zu) at file offset %zu runs past the end of the file (%zu bytes; truncated?)",
-                             g->path, (int)t->name.len, t->name.ptr, (unsigned long long)t->offset, t->nbytes,
+                             "%s: tensor '%.*s' (info at byte offset %llu): data [%llu, +%zu) at file offset %zu runs past the end of the file (%zu bytes; truncated?)",
+                             g->path, (int)t->name.len, t->name.ptr, (unsigned long long)t->info_offset,
+                             (unsigned long long)t->offset, t->nbytes,
                              data + (size_t)SB_MIN(t->offset, (uint64_t)SIZE_MAX - data), g->size);
         t->data = g->base + start;
     }
-    return 0;
+    return check_overlap(g, err);
 }
 
 static int open_common(sb_gguf *g, sb_gguf **out, char *err) {

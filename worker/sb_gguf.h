@@ -55,6 +55,7 @@ typedef struct {
     uint64_t offset;                /* relative to the data section */
     size_t   nbytes;
     const void *data;               /* inside the mapping */
+    uint64_t info_offset;           /* byte offset of this tensor's info (its name) in the file */
 } sb_gguf_tensor;
 
 typedef struct sb_gguf sb_gguf;
