@@ -5,6 +5,7 @@
 #   - chat at temperature 0 and a default pipeline: requests that differ in
 #     case or width are misses; NFC-equivalent text and surrounding or
 #     repeated spaces are hits; indentation and line breaks count
+#   - a completion's prompt gets NFC only (its trailing space matters)
 #   - a pipeline with `cache_fold: [case, width]` folds both
 #   - `cache_fold` with an unknown value is a config error at its line
 # Set SB_BIN to test another binary.
@@ -97,6 +98,13 @@ expect("chat, NFC-equivalent (e + U+0301)", chat("cafe\u0301?"), "hit")
 expect("chat, indented code", chat("fix:\n    a()\n    b()"), "miss")
 expect("chat, other indentation", chat("fix:\n    a()\nb()"), "miss")
 expect("chat, a line break is not a space", chat("fix: a() b()"), "miss")
+def complete(prompt):
+    return post("/v1/completions", {"model": "tiny", "temperature": 0, "max_tokens": 2, "prompt": prompt})
+
+expect("completion, first ask", complete("Token: xk7q2b\nEcho:"), "miss")
+expect("completion, trailing space (decides the next token)", complete("Token: xk7q2b\nEcho: "), "miss")
+expect("completion, NFC-equivalent", complete("caf\u00e9"), "miss")
+expect("completion, NFC-equivalent", complete("cafe\u0301"), "hit")
 expect("pipeline plain, first ask", pipe("plain", "xk7q2b"), "miss")
 expect("pipeline plain, capitals", pipe("plain", "XK7Q2B"), "miss")
 expect("pipeline plain, full-width", pipe("plain", "ｘｋ７ｑ２ｂ"), "miss")
