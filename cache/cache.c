@@ -332,7 +332,6 @@ int sb_cache_open_at(const char *path, const sb_cache_opts *opts, int schema_tar
     pthread_mutex_init(&c->lock, NULL);
     if (opts) c->opts = *opts;
     if (!c->opts.max_bytes) c->opts.max_bytes = DEFAULT_MAX_BYTES;
-    if (!c->opts.norm_flags) c->opts.norm_flags = SB_NORM_DEFAULT;
     if (c->opts.busy_timeout_ms <= 0) c->opts.busy_timeout_ms = DEFAULT_BUSY_MS;
     c->read_only = c->opts.read_only;
     int flags = (c->read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) |

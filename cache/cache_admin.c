@@ -147,10 +147,13 @@ int sbc_entry_from_json(const sbj *o, sb_cache_entry *e, char *err) {
     }
     /* The key must be the hash of what the entry says it answers; otherwise a
      * crafted line (or a buggy peer) could attach an answer to another question. */
-    char want[SB_CACHE_KEY_HEX];
-    sb_cache_key(e->ns, e->fingerprint, e->input, e->params, want);
-    if (strcmp(want, e->key)) {
+    int version = sb_cache_key_version(e->key, e->ns, e->fingerprint, e->input, e->params);
+    if (version != SB_CACHE_KEY_VERSION) {
         sb_cache_entry_free(e);
+        if (version)            /* sound, but this build never looks such a key up */
+            return sb_seterr(err, SB_EUNSUP, "entry %.16s: key version %d (an older build's, which "
+                             "folded case and width); this build uses version %d", key, version,
+                             SB_CACHE_KEY_VERSION);
         return sb_seterr(err, SB_EFORMAT, "entry %.16s: key does not match its contents", key);
     }
     int64_t pinned = 0;

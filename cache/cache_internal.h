@@ -12,11 +12,13 @@
 
 #include "sb_cache.h"
 
-/* ------------------------------------------------------ NFKC tables */
+/* ------------------------------------------- NFC / NFKC tables (pinned) */
 extern const char     sb_nfkc_unicode_version[];
 extern const uint32_t sb_nfkc_ccc[], sb_nfkc_ccc_n;
 extern const uint64_t sb_nfkc_decomp[];
 extern const uint32_t sb_nfkc_decomp_n, sb_nfkc_decomp_data[];
+extern const uint64_t sb_nfc_decomp[];
+extern const uint32_t sb_nfc_decomp_n;
 extern const uint64_t sb_nfkc_comp[];
 extern const uint32_t sb_nfkc_comp_n;
 extern const uint64_t sb_latin_lower[];
@@ -72,6 +74,8 @@ int sbc_row_to_entry(struct sqlite3_stmt *st, sb_cache_entry *e);
 int sbc_evict(sb_cache *c, char *err);
 /* Insert or replace from a parsed JSON object (import, sync); see cache_admin.c. */
 struct sbj;
+/* SB_EUNSUP: a sound entry under an older key version (never looked up here);
+ * SB_EFORMAT: malformed, or a key that does not match its contents. */
 int sbc_entry_from_json(const struct sbj *o, sb_cache_entry *e, char *err);
 /* Store e (caller holds the lock and usually a transaction): from_cloud = 0
  * replaces everything (import), 1 adds a pinned cloud entry or updates the

@@ -137,11 +137,12 @@ static int apply_entry(sbc_store *s, const sbj *e, int64_t *version, char *err) 
                 "response_b64");
         return SB_OK;
     }
-    char want[SB_CACHE_KEY_HEX];
-    sb_cache_key(ns, fp, input, params, want);
+    /* Any key version this build knows: an older edge's v1 entries are kept
+     * for the older edges (reply_changes sends each edge only its versions). */
     uint8_t *bytes = NULL;
     size_t n = 0;
-    if (strcmp(want, key) || sbc_base64_decode(b64, strlen(b64), &bytes, &n)) {
+    if (!sb_cache_key_version(key, ns, fp, input, params) ||
+        sbc_base64_decode(b64, strlen(b64), &bytes, &n)) {
         sb_warn("sync: skipping entry %.16s: key does not match its contents, or response_b64 "
                 "is not base64", key);
         return SB_OK;
@@ -188,14 +189,34 @@ static int apply_delta(sbc_store *s, const sbj *d, int64_t *version, char *err) 
     return SB_OK;
 }
 
-static void reply_changes(PGresult *r, int limit, int64_t version, int applied, sbc_buf *out) {
+/* The key versions an edge can use, as a bit mask (bit v = version v): its
+ * "key_versions", or version 1 for an edge from before key versions. */
+static unsigned edge_key_versions(const sbj *req) {
+    const sbj *kv = sbj_get(req, "key_versions");
+    unsigned mask = 0;
+    for (const sbj *v = kv && kv->type == SBJ_ARR ? kv->child : NULL; v; v = v->next)
+        if (v->type == SBJ_NUM && v->num >= 1 && v->num <= SB_CACHE_KEY_VERSION) mask |= 1u << v->num;
+    return kv ? mask : 1u << 1;
+}
+
+/* An entry the edge cannot use is left out but its version still moves the
+ * cursor past it: an older edge never sees a newer key (it would refuse it,
+ * one warning per entry), a newer one never stores a key it cannot look up. */
+static int edge_can_use(PGresult *r, int i, unsigned versions) {
+    int v = sb_cache_key_version(PQgetvalue(r, i, 0), PQgetvalue(r, i, 1), PQgetvalue(r, i, 2),
+                                 PQgetvalue(r, i, 3), PQgetvalue(r, i, 4));
+    return v && ((versions >> v) & 1u);
+}
+
+static void reply_changes(PGresult *r, int limit, int64_t version, int applied, unsigned versions,
+                          sbc_buf *out) {
     int rows = PQntuples(r), more = rows > limit;
     int64_t cursor = version;
     if (more) cursor = atoll(PQgetvalue(r, limit - 1, 9));
     sbc_buf_str(out, "{\"entries\":[");
     int first = 1;
     for (int i = 0; i < rows && i < limit; i++) {
-        if (PQgetvalue(r, i, 8)[0] == 't') continue;
+        if (PQgetvalue(r, i, 8)[0] == 't' || !edge_can_use(r, i, versions)) continue;
         if (!first) sbc_buf_add(out, ",", 1);
         first = 0;
         sbc_buf_printf(out, "{\"key\":\"%s\",\"namespace\":", PQgetvalue(r, i, 0));
@@ -268,7 +289,7 @@ int sbc_store_sync(sbc_store *s, const char *edge_id, const sbj *req, int64_t th
         " WHERE version > $1::bigint AND (deleted OR (response IS NOT NULL AND"
         " global_hits >= $2::bigint)) ORDER BY version LIMIT $3::bigint",
         3, pq, err, "reading changes"))) goto fail;
-    reply_changes(r, (int)limit, version, applied, reply);
+    reply_changes(r, (int)limit, version, applied, edge_key_versions(req), reply);
     PQclear(r);
     if (exec_ok(s, "COMMIT", err)) { rc = SB_EIO; goto fail; }
     return reply->oom ? sb_seterr(err, SB_ENOMEM, "sync: out of memory") : SB_OK;

@@ -19,13 +19,16 @@ static void hash_field(sb_sha256_ctx *h, const char *s) {
     if (n) sb_sha256_update(h, s, n);
 }
 
-void sb_cache_key(const char *ns, const char *fingerprint, const char *input,
-                  const char *params, char key[SB_CACHE_KEY_HEX]) {
-    static const char tag[] = "switchboard-cache-key/v1";
+/* The tag names the key scheme: a v1 key and a v2 key of the same parts
+ * differ, so an entry made under one folding is never found by the other. */
+void sb_cache_key_v(int version, const char *ns, const char *fingerprint, const char *input,
+                    const char *params, char key[SB_CACHE_KEY_HEX]) {
+    static const char tag1[] = "switchboard-cache-key/v1", tag2[] = "switchboard-cache-key/v2";
     sb_sha256_ctx h;
     uint8_t d[SB_SHA256_LEN];
     sb_sha256_init(&h);
-    sb_sha256_update(&h, tag, sizeof tag);
+    if (version == 1) sb_sha256_update(&h, tag1, sizeof tag1);
+    else sb_sha256_update(&h, tag2, sizeof tag2);
     hash_field(&h, ns);
     hash_field(&h, fingerprint);
     hash_field(&h, input);
@@ -34,17 +37,56 @@ void sb_cache_key(const char *ns, const char *fingerprint, const char *input,
     sb_hex_encode(d, sizeof d, key);
 }
 
-int sb_cache_make_key(const sb_cache *c, const char *ns, const char *fingerprint,
-                      const char *raw_input, const char *params, sb_cache_query *q, char *err) {
+void sb_cache_key(const char *ns, const char *fingerprint, const char *input,
+                  const char *params, char key[SB_CACHE_KEY_HEX]) {
+    sb_cache_key_v(SB_CACHE_KEY_VERSION, ns, fingerprint, input, params, key);
+}
+
+int sb_cache_key_version(const char *key, const char *ns, const char *fingerprint,
+                         const char *input, const char *params) {
+    char want[SB_CACHE_KEY_HEX];
+    for (int v = SB_CACHE_KEY_VERSION; v >= 1; v--) {
+        sb_cache_key_v(v, ns, fingerprint, input, params, want);
+        if (key && !strcmp(want, key)) return v;
+    }
+    return 0;
+}
+
+const char *sb_cache_fold_name(unsigned norm) {
+    static const char *const names[4] = { "", "case", "width", "case,width" };
+    return names[((norm & SB_NORM_CASEFOLD) ? 1 : 0) | ((norm & SB_NORM_NFKC) ? 2 : 0)];
+}
+
+/* params holds "fold=NAME" as a whole |-separated field. */
+static int names_fold(const char *params, const char *name) {
+    size_t n = strlen(name);
+    for (const char *p = params; (p = strstr(p, "fold=")) != NULL; p += 5)
+        if ((p == params || p[-1] == '|') && !strncmp(p + 5, name, n) && (!p[5 + n] || p[5 + n] == '|'))
+            return 1;
+    return 0;
+}
+
+int sb_cache_make_key_norm(const sb_cache *c, unsigned norm, const char *ns,
+                           const char *fingerprint, const char *raw_input, const char *params,
+                           sb_cache_query *q, char *err) {
+    (void)c;
     q->key[0] = '\0';
     q->input = NULL;
     if (!ns || !fingerprint || !raw_input)
         return sb_seterr(err, SB_EINVAL, "cache key: namespace, fingerprint and input are required");
-    unsigned flags = c ? c->opts.norm_flags : SB_NORM_DEFAULT;
-    int rc = sb_cache_normalize(flags, raw_input, strlen(raw_input), &q->input, NULL);
+    if (!params) params = "";
+    if ((norm & SB_NORM_FOLDS) && !names_fold(params, sb_cache_fold_name(norm)))
+        return sb_seterr(err, SB_EINVAL, "cache key: params must contain \"fold=%s\"",
+                         sb_cache_fold_name(norm));
+    int rc = sb_cache_normalize(norm, raw_input, strlen(raw_input), &q->input, NULL);
     if (rc) return sb_seterr(err, rc, "cache key: normalising the input: %s", sb_strerror(rc));
-    sb_cache_key(ns, fingerprint, q->input, params ? params : "", q->key);
+    sb_cache_key(ns, fingerprint, q->input, params, q->key);
     return SB_OK;
+}
+
+int sb_cache_make_key(const sb_cache *c, const char *ns, const char *fingerprint,
+                      const char *raw_input, const char *params, sb_cache_query *q, char *err) {
+    return sb_cache_make_key_norm(c, SB_NORM_DEFAULT, ns, fingerprint, raw_input, params, q, err);
 }
 
 /* ------------------------------------------------------------ fingerprints */

@@ -1,13 +1,15 @@
-/* nfkc.c - input normalisation for cache keys: NFKC, Latin case-fold,
- * whitespace collapse and trim (see sb_cache.h for the flags).
+/* nfkc.c - input normalisation for cache keys: NFC (or NFKC), Latin
+ * case-fold, whitespace collapse and trim (see sb_cache.h for the flags).
  *
- * Why normalise: a hotline caller types "１２３，？" on one phone and
- * "123,?" on another; both are the same question and must hit the same
- * entry. NFKC folds full-width forms, ligatures and compatibility characters;
- * it is the form Python's unicodedata.normalize('NFKC') returns, and the
- * tests compare against it for every code point.
+ * What is folded by default is only what cannot change an answer: NFC (the
+ * same text by Unicode's definition: "e" + U+0301 is "é") and surrounding
+ * and repeated whitespace. Case and width folding (NFKC turns "１２３，？"
+ * into "123,?") are opt-in per pipeline: "xk7q2b" and "XK7Q2B" are different
+ * questions to a model that echoes or looks up tokens.
  *
- * The algorithm is UAX #15: full compatibility decomposition (tables from
+ * Both forms are what Python's unicodedata.normalize returns, and the tests
+ * compare against it for every code point. The algorithm is UAX #15: full
+ * canonical (NFC) or compatibility (NFKC) decomposition (tables from
  * tools/gen_nfkc.py, Hangul by arithmetic), canonical ordering by combining
  * class, then canonical composition of primary composites.
  */
@@ -51,15 +53,16 @@ static unsigned ccc_of(uint32_t c) {
     return 0;
 }
 
-/* Full NFKD expansion of c, or NULL if c maps to itself. */
-static const uint32_t *decomp_of(uint32_t c, size_t *n) {
+/* Full NFKD (compat) or NFD expansion of c, or NULL if c maps to itself. */
+static const uint32_t *decomp_of(uint32_t c, int compat, size_t *n) {
     if (c < 0xA0) return NULL;          /* ASCII and C1 controls are stable */
-    size_t lo = 0, hi = sb_nfkc_decomp_n;
+    const uint64_t *tab = compat ? sb_nfkc_decomp : sb_nfc_decomp;
+    size_t lo = 0, hi = compat ? sb_nfkc_decomp_n : sb_nfc_decomp_n;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
-        uint32_t k = (uint32_t)(sb_nfkc_decomp[mid] >> 32);
+        uint32_t k = (uint32_t)(tab[mid] >> 32);
         if (k == c) {
-            uint32_t v = (uint32_t)sb_nfkc_decomp[mid];
+            uint32_t v = (uint32_t)tab[mid];
             *n = v & 31;
             return sb_nfkc_decomp_data + (v >> 5);
         }
@@ -105,6 +108,11 @@ static int is_space(uint32_t c) {
            c == 0x205F || c == 0x3000;
 }
 
+/* The White_Space characters that end a line: LF, VT, FF, CR, NEL, LS, PS. */
+static int is_line_break(uint32_t c) {
+    return (c >= 0x0A && c <= 0x0D) || c == 0x85 || c == 0x2028 || c == 0x2029;
+}
+
 /* ------------------------------------------------------------ UTF-8 */
 
 /* Decode one code point; malformed, overlong, surrogate or out-of-range
@@ -141,9 +149,9 @@ static size_t utf8_put(uint32_t c, char *o) {
     return 4;
 }
 
-/* ------------------------------------------------------------ NFKC */
+/* ------------------------------------------------------------ NFC / NFKC */
 
-static int decompose_into(cp_vec *out, uint32_t c) {
+static int decompose_into(cp_vec *out, uint32_t c, int compat) {
     if (c >= S_BASE && c < S_BASE + S_COUNT) {
         uint32_t s = c - S_BASE, t = s % T_COUNT;
         int rc = vec_push(out, L_BASE + s / N_COUNT);
@@ -152,7 +160,7 @@ static int decompose_into(cp_vec *out, uint32_t c) {
         return rc;
     }
     size_t n = 0;
-    const uint32_t *d = decomp_of(c, &n);
+    const uint32_t *d = decomp_of(c, compat, &n);
     if (!d) return vec_push(out, c);
     for (size_t k = 0; k < n; k++)      /* table entries are already fully decomposed */
         if (vec_push(out, d[k])) return SB_ENOMEM;
@@ -202,10 +210,10 @@ static void compose(cp_vec *v) {
     v->len = out;
 }
 
-static int nfkc(cp_vec *in, cp_vec *tmp) {
+static int normal_form(cp_vec *in, cp_vec *tmp, int compat) {
     tmp->len = 0;
     for (size_t i = 0; i < in->len; i++)
-        if (decompose_into(tmp, in->cp[i])) return SB_ENOMEM;
+        if (decompose_into(tmp, in->cp[i], compat)) return SB_ENOMEM;
     canonical_order(tmp);
     compose(tmp);
     /* swap so the result is in `in` */
@@ -215,20 +223,39 @@ static int nfkc(cp_vec *in, cp_vec *tmp) {
 
 /* ------------------------------------------------------------ the pipeline */
 
+/* Case-fold, then whitespace. COLLAPSE keeps the shape of the text: line
+ * breaks stay (each one, as it is), and so does the indentation that starts
+ * a line (code, YAML and nested lists depend on it); whitespace at the end of
+ * a line goes, and any other run of White_Space becomes one U+0020. A
+ * request's JSON escapes its newlines, so the chat endpoint normalises each
+ * message before encoding it (router/openai.c), not the JSON text. */
 static void fold_and_space(cp_vec *v, unsigned flags) {
-    size_t out = 0;
-    int pending_space = 0;
+    size_t out = 0, run = 0;        /* run: where the pending whitespace starts in out */
+    int in_run = 0, indent = 1;     /* indent: the run began at a line start */
     for (size_t i = 0; i < v->len; i++) {
         uint32_t c = v->cp[i];
         if (flags & SB_NORM_CASEFOLD) c = latin_lower(c);
-        if ((flags & SB_NORM_COLLAPSE) && is_space(c)) { pending_space = 1; continue; }
-        if (pending_space) {
-            if (out > 0 || !(flags & SB_NORM_TRIM)) v->cp[out++] = ' ';
-            pending_space = 0;
+        if ((flags & SB_NORM_COLLAPSE) && is_space(c)) {
+            if (is_line_break(c)) {
+                if (in_run) out = run;      /* trailing whitespace of the line */
+                in_run = 0;
+                indent = 1;
+            } else if (!in_run) {
+                in_run = 1;
+                run = out;
+            }
+            v->cp[out++] = c;               /* kept if it turns out to be indentation */
+            continue;
         }
+        if (in_run && !indent) {
+            out = run;
+            v->cp[out++] = ' ';
+        }
+        in_run = 0;
+        indent = 0;
         v->cp[out++] = c;
     }
-    if (pending_space && !(flags & SB_NORM_TRIM)) v->cp[out++] = ' ';
+    if (in_run) out = run;                  /* the last line's trailing whitespace */
     v->len = out;
     if (flags & SB_NORM_TRIM) {
         size_t start = 0;
@@ -248,7 +275,9 @@ int sb_cache_normalize(unsigned flags, const char *in, size_t len, char **out, s
     int rc = SB_OK;
     const uint8_t *s = (const uint8_t *)in;
     for (size_t i = 0; i < len && !rc;) rc = vec_push(&v, utf8_next(s, len, &i));
-    if (!rc && (flags & SB_NORM_NFKC)) rc = nfkc(&v, &tmp);
+    /* NFKC output is also NFC; width folding replaces the default form. */
+    if (!rc && (flags & (SB_NORM_NFKC | SB_NORM_NFC)))
+        rc = normal_form(&v, &tmp, (flags & SB_NORM_NFKC) != 0);
     char *res = NULL;
     if (!rc) {
         fold_and_space(&v, flags);

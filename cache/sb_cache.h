@@ -15,8 +15,8 @@
  *                only means "not stored"
  *   periodically sb_cache_sync(cache, &sync_opts, &result, err)
  *
- * Keys are SHA-256 over (namespace, model fingerprint, normalised input,
- * params) with every field length-prefixed, so an entry made with one model
+ * Keys are SHA-256 over (key version, namespace, model fingerprint,
+ * normalised input, params) with every field length-prefixed, so an entry made with one model
  * file is never found for another: its fingerprint is part of the key.
  *
  * A handle is one SQLite connection guarded by a mutex: threads may share it.
@@ -57,14 +57,19 @@ int  sb_ct_equal(const void *a, const void *b, size_t len);
 
 /* ====================================================== normalisation */
 
-/* Applied in this order: NFKC, case-fold, collapse, trim. Invalid UTF-8 bytes
- * become U+FFFD first, so every input has exactly one normal form. */
+/* Applied in this order: NFC or NFKC, case-fold, collapse, trim. Invalid
+ * UTF-8 bytes become U+FFFD first, so every input has exactly one normal form.
+ * The default folds only what cannot change an answer; case and width are
+ * opt-in per pipeline ("xk7q2b" and "XK7Q2B" may well have different answers). */
 enum {
-    SB_NORM_NFKC     = 1u << 0, /* Unicode NFKC: "１２３，？" -> "123,?" */
-    SB_NORM_CASEFOLD = 1u << 1, /* lower-case Latin-script letters only */
-    SB_NORM_COLLAPSE = 1u << 2, /* runs of Unicode White_Space -> one U+0020 */
+    SB_NORM_NFKC     = 1u << 0, /* fold width: NFKC, "１２３，？" -> "123,?" (implies NFC) */
+    SB_NORM_CASEFOLD = 1u << 1, /* fold case: lower-case Latin-script letters only */
+    SB_NORM_COLLAPSE = 1u << 2, /* a run of White_Space inside a line -> one U+0020; line
+                                 * breaks and a line's indentation kept, line ends trimmed */
     SB_NORM_TRIM     = 1u << 3, /* drop leading and trailing White_Space */
-    SB_NORM_DEFAULT  = 0xfu,
+    SB_NORM_NFC      = 1u << 4, /* Unicode NFC: "e" + U+0301 -> "é" (canonical equivalents) */
+    SB_NORM_DEFAULT  = SB_NORM_NFC | SB_NORM_COLLAPSE | SB_NORM_TRIM,
+    SB_NORM_FOLDS    = SB_NORM_NFKC | SB_NORM_CASEFOLD,     /* the opt-in ones */
 };
 
 /* *out is a new NUL-terminated string (sb_free it); *out_len may be NULL. */
@@ -74,11 +79,27 @@ const char *sb_cache_unicode_version(void);
 
 /* ========================================================== keys */
 
+/* The key scheme. 2: NFC + whitespace by default, folds named in params.
+ * 1 (builds before it): NFKC + Latin case-fold always. A v1 key is still
+ * accepted from a sync peer and passed on (older edges use it) but never
+ * computed for a lookup: its folding is not this build's, so its answer
+ * may belong to another question. docs/cache-sync.md, "Key versions". */
+enum { SB_CACHE_KEY_VERSION = 2 };
+
 /* Key from parts the caller already normalised. params is a canonical string
  * the caller builds from the parameters that change the output (sampling,
  * max tokens, stop strings, the pipeline's version...), same order each time. */
 void sb_cache_key(const char *ns, const char *fingerprint, const char *input,
                   const char *params, char key[SB_CACHE_KEY_HEX]);
+/* The same under key scheme `version` (1 or 2). */
+void sb_cache_key_v(int version, const char *ns, const char *fingerprint, const char *input,
+                    const char *params, char key[SB_CACHE_KEY_HEX]);
+/* Which scheme made `key` from these parts: SB_CACHE_KEY_VERSION, 1, or 0
+ * when neither does (the entry's key does not match its contents). */
+int  sb_cache_key_version(const char *key, const char *ns, const char *fingerprint,
+                          const char *input, const char *params);
+/* "case", "width", "case,width" or "" for the fold flags in norm. */
+const char *sb_cache_fold_name(unsigned norm);
 
 /* Model file fingerprint, 64 hex digits. Default (flags 0): SHA-256 of the
  * file size, the whole GGUF header + metadata + tensor table, and three 4 KiB
@@ -99,7 +120,6 @@ typedef struct {
     uint64_t max_bytes;      /* cap on stored request+response bytes; 0 = 256 MiB */
     uint64_t max_file_bytes; /* hard ceiling on the file (PRAGMA max_page_count); 0 = none */
     int64_t  default_ttl_s;  /* used when a put passes ttl_s < 0; 0 = never expires */
-    unsigned norm_flags;     /* for sb_cache_make_key; 0 means SB_NORM_DEFAULT */
     int      busy_timeout_ms;/* wait for other writers; 0 = 2000 */
     int      read_only;      /* open without writing (hits not counted) */
     int      no_checkpointer;/* no background checkpoint thread (SQLite's inline one) */
@@ -133,10 +153,17 @@ typedef struct {
     char *input;                                    /* normalised; sb_free it */
 } sb_cache_query;
 
-/* Normalise raw_input with the cache's flags and compute the key. Works with
- * c == NULL (default flags) so keys stay computable when the cache is off. */
+/* Normalise raw_input with SB_NORM_DEFAULT and compute the key. c may be
+ * NULL (keys stay computable when the cache is off). */
 int sb_cache_make_key(const sb_cache *c, const char *ns, const char *fingerprint,
                       const char *raw_input, const char *params, sb_cache_query *q, char *err);
+/* The same with the SB_NORM_* flags `norm` (0: raw_input is used as given,
+ * e.g. when the caller normalised its parts itself). With a fold flag,
+ * params must contain "fold=" sb_cache_fold_name(norm) (SB_EINVAL
+ * otherwise), so that keys made with different folds never meet. */
+int sb_cache_make_key_norm(const sb_cache *c, unsigned norm, const char *ns,
+                           const char *fingerprint, const char *raw_input, const char *params,
+                           sb_cache_query *q, char *err);
 
 /* Lookup. 0 = hit (out filled; free with sb_cache_entry_free), and the hit is
  * counted (last_hit, local_hits, dirty_hits); SB_ENOTFOUND = miss (also for an

@@ -151,8 +151,11 @@ static int take_batch(sb_cache *c, const sb_cache_sync_opts *o, batch *b, char *
     if (new_sync_id(b->sync_id)) { sbc_exec(c, "ROLLBACK", NULL); return sb_seterr(err, SB_EIO, "getrandom failed"); }
     sbc_buf_str(&b->body, "{\"edge_id\":");
     sbc_buf_json_str(&b->body, o->edge_id, strlen(o->edge_id));
-    sbc_buf_printf(&b->body, ",\"sync_id\":\"%s\",\"cursor\":%lld,\"limit\":%lld", b->sync_id,
-                   (long long)cursor, (long long)(o->page_limit > 0 ? o->page_limit : 500));
+    /* key_versions: the entries this edge can use; an older edge sends none
+     * and the cloud then sends it only version 1 (docs/cache-sync.md). */
+    sbc_buf_printf(&b->body, ",\"sync_id\":\"%s\",\"cursor\":%lld,\"limit\":%lld,\"key_versions\":[%d]",
+                   b->sync_id, (long long)cursor, (long long)(o->page_limit > 0 ? o->page_limit : 500),
+                   SB_CACHE_KEY_VERSION);
     if ((rc = add_deltas(c, b)) || (rc = add_entries(c, o, b))) goto sqlfail;
     sbc_buf_str(&b->body, "}");
     if (b->body.oom) { sbc_exec(c, "ROLLBACK", NULL); return sb_seterr(err, SB_ENOMEM, "sync: out of memory"); }
@@ -202,10 +205,13 @@ static int apply_reply(sb_cache *c, const batch *b, const sbj *reply, sb_cache_s
         *more = 1;
         return sbc_exec(c, "COMMIT", err);
     }
+    int64_t older = 0;
     for (const sbj *e = entries ? entries->child : NULL; e; e = e->next) {
         sb_cache_entry ent;
         char why[SB_ERR_LEN];
-        if (sbc_entry_from_json(e, &ent, why)) { sb_warn("sync: skipping an entry: %s", why); continue; }
+        int bad = sbc_entry_from_json(e, &ent, why);
+        if (bad == SB_EUNSUP) { older++; continue; }    /* an older cloud passes every version on */
+        if (bad) { sb_warn("sync: skipping an entry: %s", why); continue; }
         r = sbc_upsert_entry(c, &ent, 1, err);
         sb_cache_entry_free(&ent);
         if (r) { sbc_exec(c, "ROLLBACK", NULL); return r; }
@@ -216,6 +222,7 @@ static int apply_reply(sb_cache *c, const batch *b, const sbj *reply, sb_cache_s
         if ((rc = exec_key(c, "DELETE FROM entries WHERE key = ?1", d->str))) goto sqlfail;
         res->deletions_received++;
     }
+    if (older) sb_info("sync: %lld entries under an older key version not stored", (long long)older);
     snprintf(sql, sizeof sql, "UPDATE meta SET value = max(value, %lld) WHERE name = 'sync_cursor'",
              (long long)cursor);
     if ((r = sbc_exec(c, sql, err))) { sbc_exec(c, "ROLLBACK", NULL); return r; }

@@ -234,6 +234,18 @@ static int content_text(const sb_json *c, sb_jw *w) {
     return 0;
 }
 
+/* A message's text in the cache's canonical input: normalised here, one
+ * message at a time, because the JSON it goes into escapes line breaks and
+ * the normaliser keeps a line's indentation (docs/cache.md). */
+static void cache_text(sb_jw *w, const char *s, size_t n, bool normalise) {
+    char *t = NULL;
+    size_t tn = 0;
+    if (normalise && !sb_cache_normalize(SB_NORM_DEFAULT, s ? s : "", n, &t, &tn)) sb_jw_strn(w, t, tn);
+    else if (normalise) w->oom = true;
+    else sb_jw_strn(w, s ? s : "", n);
+    sb_free(t);
+}
+
 static bool num_in(const sb_json *v, double lo, double hi) {
     return sb_json_type_of(v) == SB_JSON_NUMBER && sb_json_num(v) >= lo && sb_json_num(v) <= hi;
 }
@@ -316,7 +328,7 @@ void rt_handle_chat(rt_req *q, const sb_json *body, int kind) {
         if (!strcmp(role, "user")) last_user = sb_json_str(sb_json_get(m, "content"));
         sb_jw_obj(&input);
         sb_jw_key(&input, "role"); sb_jw_str(&input, !strcmp(role, "developer") ? "system" : role);
-        sb_jw_key(&input, "content"); sb_jw_strn(&input, texts.p ? texts.p : "", texts.len);
+        sb_jw_key(&input, "content"); cache_text(&input, texts.p, texts.len, r->cache && temp && sb_json_num(temp) == 0);
         sb_jw_obj_end(&input);
     }
     sb_jw_arr_end(&input);
@@ -350,7 +362,10 @@ void rt_handle_chat(rt_req *q, const sb_json *body, int kind) {
         char ns[128];
         snprintf(ns, sizeof ns, "model:%s", m->name);
         sb_cache_entry e;
-        int hit = rt_cache_lookup(q, ns, m->fingerprint, kind == RT_KIND_CHAT ? input.p : sb_json_str(prompt), params, &e);
+        /* A completion's prompt is used as sent: NFC only, as its trailing
+         * whitespace decides the next token. */
+        int hit = rt_cache_lookup(q, ns, m->fingerprint, kind == RT_KIND_CHAT ? input.p : sb_json_str(prompt),
+                                  kind == RT_KIND_CHAT ? 0 : SB_NORM_NFC, params, &e);
         if (hit == 1) {
             reply_stored(q, (const char *)e.response, e.response_len, stream);
             sb_cache_entry_free(&e);

@@ -19,13 +19,13 @@
 
 /* ---------------------------------------------------------------- cache */
 
-int rt_cache_lookup(rt_req *q, const char *ns, const char *fp, const char *input, const char *params,
-                    sb_cache_entry *entry) {
+int rt_cache_lookup(rt_req *q, const char *ns, const char *fp, const char *input, unsigned norm,
+                    const char *params, sb_cache_entry *entry) {
     rt *r = q->r;
     if (!r->cache || !fp || !fp[0] || !input) return -1;
     char err[SB_ERR_LEN];
     sb_cache_query cq;
-    if (sb_cache_make_key(r->cache, ns, fp, input, params, &cq, err)) return -1;
+    if (sb_cache_make_key_norm(r->cache, norm, ns, fp, input, params, &cq, err)) return -1;
     q->cache_key = sb_strdup(cq.key);
     q->cache_input = cq.input;
     q->cache_ns = sb_strdup(ns);
@@ -113,15 +113,28 @@ static void on_run_token(void *arg, const char *text, size_t len) {
     if (q->want_stream) rt_openai_sse_delta(q, text, len);
 }
 
+/* The pipeline's opt-in key folding (cache_fold), as SB_NORM_* flags. */
+static unsigned pipeline_fold(rt *r, const char *name) {
+    rt_conf *c = rt_conf_acquire(r);
+    const sb_pipeline *p = c ? sb_pipelines_find(c->pipes, name) : NULL;
+    unsigned fold = p ? p->cache_fold : 0;
+    rt_conf_release(c);
+    return fold;
+}
+
 /* 1: answered from the cache. */
 static int try_cache(rt_req *q, const char *name, const char *input, const char *until) {
-    char fp[SB_CACHE_KEY_HEX], ns[128], params[128];
+    char fp[SB_CACHE_KEY_HEX], ns[128], params[160];
     bool cacheable;
     if (rt_pipeline_fingerprint(q->r, name, fp, &cacheable) || !cacheable) return 0;
     snprintf(ns, sizeof ns, "pipeline:%s", name);
     sb_cache_entry e;
-    snprintf(params, sizeof params, "pipeline/v1|prompt=" RT_PROMPT_RULES "|until=%.60s", until ? until : "");
-    if (rt_cache_lookup(q, ns, fp, input, params, &e) != 1) return 0;
+    unsigned fold = pipeline_fold(q->r, name);
+    /* The folding is named in the key, so answers stored under one setting
+     * are never served under another. */
+    snprintf(params, sizeof params, "pipeline/v1|prompt=" RT_PROMPT_RULES "|until=%.60s%s%s", until ? until : "",
+             fold ? "|fold=" : "", sb_cache_fold_name(fold));
+    if (rt_cache_lookup(q, ns, fp, input, SB_NORM_DEFAULT | fold, params, &e) != 1) return 0;
     if (q->route == RT_ROUTE_PIPELINES) {
         rt_req_json(q, 200, (const char *)e.response, e.response_len, "hit");
     } else {

@@ -385,6 +385,22 @@ static void digest_node(sb_sha256_ctx *h, const sb_config_node *n) {
     sb_sha256_update(h, "/", 1);
 }
 
+/* cache_fold: [case, width] - what the cache key may fold besides NFC and
+ * whitespace. Off by default: "xk7q2b" and "XK7Q2B" can have different answers. */
+static int load_cache_fold(vctx *c, const sb_config_node *n, sb_pipeline *p) {
+    char **v = NULL;
+    size_t k = 0;
+    int rc = get_strs(c, n, "cache_fold", 2, &v, &k);
+    for (size_t i = 0; !rc && i < k; i++) {
+        if (!strcmp(v[i], "case")) p->cache_fold |= SB_NORM_CASEFOLD;
+        else if (!strcmp(v[i], "width")) p->cache_fold |= SB_NORM_NFKC;
+        else rc = FAIL(c, n, "%s.cache_fold: '%s' is not one of case, width", c->path, v[i]);
+    }
+    for (size_t i = 0; i < k; i++) sb_free(v[i]);
+    sb_free(v);
+    return rc;
+}
+
 static int load_pipeline(vctx *c, const sb_config_node *key, const sb_config_node *n, sb_pipeline *p) {
     p->line = key->line;
     p->col = key->col;
@@ -393,7 +409,7 @@ static int load_pipeline(vctx *c, const sb_config_node *key, const sb_config_nod
     p->cache = true;
     snprintf(c->path, sizeof c->path, "pipelines.%s", key->value);
     if (!(p->name = sb_strdup(key->value))) return SB_ENOMEM;
-    static const char *const keys[] = { "description", "stages", "output", "timeout_ms", "cache", NULL };
+    static const char *const keys[] = { "description", "stages", "output", "timeout_ms", "cache", "cache_fold", NULL };
     int rc = check_keys(c, n, keys);
     if (rc) return rc;
     const sb_config_node *v;
@@ -403,6 +419,7 @@ static int load_pipeline(vctx *c, const sb_config_node *key, const sb_config_nod
         p->timeout_ms = (int)t;
     if (rc) return rc;
     if ((v = sb_config_node_get(n, "cache")) && (rc = get_bool(c, v, "cache", &p->cache))) return rc;
+    if ((v = sb_config_node_get(n, "cache_fold")) && (rc = load_cache_fold(c, v, p))) return rc;
     const sb_config_node *st = sb_config_node_get(n, "stages");
     if (!st) return FAIL(c, n, "%s: missing 'stages'", c->path);
     if (st->kind != SB_CFG_SEQ || st->n_items == 0 || st->n_items > SB_PIPE_MAX_STAGES)

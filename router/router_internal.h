@@ -252,9 +252,10 @@ void rt_openai_begin(rt_req *q, int kind, const char *model);
  * stage folds line breaks in the caller's text (docs/router.md). */
 #define RT_PROMPT_RULES "3"
 /* Response cache (pipeapi.c). 1 = hit (*entry filled), 0 = miss (q keeps
- * the key for rt_cache_store), -1 = not cached (off, bypassed, no key). */
-int  rt_cache_lookup(rt_req *q, const char *ns, const char *fp, const char *input, const char *params,
-                     sb_cache_entry *entry);
+ * the key for rt_cache_store), -1 = not cached (off, bypassed, no key).
+ * norm: SB_NORM_* flags for the input (0: normalised by the caller). */
+int  rt_cache_lookup(rt_req *q, const char *ns, const char *fp, const char *input, unsigned norm,
+                     const char *params, sb_cache_entry *entry);
 void rt_cache_store(rt_req *q, const char *response, size_t len);
 
 /* ------------------------------------------------------------- runs */

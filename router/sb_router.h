@@ -182,6 +182,7 @@ typedef struct {
     int output;                     /* stage index whose output is the answer; -1: last that ran */
     int timeout_ms;                 /* whole pipeline, default 300000 */
     bool cache;                     /* store results in the response cache (default true) */
+    unsigned cache_fold;            /* opt-in key folding, SB_NORM_CASEFOLD | SB_NORM_NFKC (sb_cache.h) */
     uint8_t digest[32];             /* SHA-256 of the pipeline's source text: part of cache keys */
 } sb_pipeline;
 

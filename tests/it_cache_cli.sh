@@ -39,7 +39,9 @@ line() {  # question answer_base64
     printf '{"key":"%s","namespace":"hotline","fingerprint":"fp1","input":"%s","params":"t=0","response_b64":"%s"}\n' "$k" "$norm" "$2"
 }
 { line "Hello  WORLD" "aGk="; line "我要查社保缴费记录" "5p+l6K+i"; line "water bill" "d2F0ZXI="; } >"$T/in.jsonl"
-k1=$("$SB" cache key --ns hotline --fingerprint fp1 --params t=0 "  hello world ")
+k0=$("$SB" cache key --ns hotline --fingerprint fp1 --params t=0 "hello world")   # case is not folded
+grep -q "\"key\":\"$k0\"" "$T/in.jsonl" && fail "a key folded case"
+k1=$("$SB" cache key --ns hotline --fingerprint fp1 --params t=0 "  Hello   WORLD ")
 grep -q "\"key\":\"$k1\"" "$T/in.jsonl" || fail "normalised keys differ"
 "$SB" cache import --db "$T/a.sqlite" "$T/in.jsonl" | grep -q "imported 3 entries" || fail "import"
 "$SB" cache stats --db "$T/a.sqlite" --json | grep -q '"entries":3' || fail "stats"

@@ -22,9 +22,12 @@ static void test_hit_miss(void **state) {
     sb_cache *c = open_cache(path, 0);
     assert_int_equal(tl_get(c, "hotline", "How do I withdraw my housing fund?", NULL), SB_ENOTFOUND);
     assert_int_equal(tl_put(c, "hotline", "How do I withdraw my housing fund?", "Bring your ID.", -1, NULL), 0);
-    /* Normalisation makes these the same question. */
-    assert_int_equal(tl_get(c, "hotline", "  how do I withdraw   my HOUSING fund? ", "Bring your ID."), 0);
-    assert_int_equal(tl_get(c, "hotline", "How do I withdraw my housing fund？", "Bring your ID."), 0);
+    /* Normalisation makes these the same question: whitespace, NFC... */
+    assert_int_equal(tl_get(c, "hotline", "  How do I withdraw   my housing fund? \n", "Bring your ID."), 0);
+    assert_int_equal(tl_get(c, "hotline", "How do I withdraw my housing fund?", "Bring your ID."), 0);
+    /* ...but not case or width by default (opt-in per pipeline: test_cache_hash.c). */
+    assert_int_equal(tl_get(c, "hotline", "how do I withdraw my HOUSING fund?", NULL), SB_ENOTFOUND);
+    assert_int_equal(tl_get(c, "hotline", "How do I withdraw my housing fund？", NULL), SB_ENOTFOUND);
     assert_int_equal(tl_get(c, "other", "How do I withdraw my housing fund?", NULL), SB_ENOTFOUND);
     /* Another model file: another fingerprint, never the same entry. */
     sb_cache_query q;
@@ -38,7 +41,7 @@ static void test_hit_miss(void **state) {
     assert_int_equal(s.entries, 1);
     assert_int_equal(s.local_hits_total, 2);
     assert_int_equal(s.session_hits, 2);
-    assert_int_equal(s.session_misses, 3);
+    assert_int_equal(s.session_misses, 5);
     assert_int_equal(s.schema_version, 2);
     sb_cache_close(c);
     /* It survives a reopen, and the counts with it. */
@@ -51,7 +54,7 @@ static void test_hit_miss(void **state) {
     assert_int_equal(sb_cache_peek(c, key, &e, NULL), 0);
     assert_int_equal(e.local_hits, 2);
     assert_int_equal(e.dirty_hits, 3);           /* the put counts as one ask */
-    assert_string_equal(e.input, "how do i withdraw my housing fund?");
+    assert_string_equal(e.input, "How do I withdraw my housing fund?");
     sb_cache_entry_free(&e);
     sb_cache_close(c);
     /* A key that is not the hash of the entry's contents is refused. */
@@ -313,6 +316,11 @@ static void test_export_import_purge(void **state) {
     fprintf(f, "{\"key\":\"%s\",\"namespace\":\"hotline\",\"fingerprint\":\"fp-test\","
                "\"input\":\"evil\",\"params\":\"temp=0\",\"response_b64\":\"eA==\"}\n", key);
     fprintf(f, "not json\n{\"key\":1}\n");
+    /* A sound line from an older build (key version 1): this build would
+     * never look it up, so it is refused, not stored. */
+    sb_cache_key_v(1, "hotline", "fp-test", "old question", "temp=0", key);
+    fprintf(f, "{\"key\":\"%s\",\"namespace\":\"hotline\",\"fingerprint\":\"fp-test\","
+               "\"input\":\"old question\",\"params\":\"temp=0\",\"response_b64\":\"eA==\"}\n", key);
     fclose(f);
     sb_cache *d = open_cache(b, 0);
     int64_t in = 0, bad = 0;
@@ -320,7 +328,9 @@ static void test_export_import_purge(void **state) {
     assert_int_equal(sb_cache_import(d, fd, &in, &bad, NULL), 0);
     close(fd);
     assert_int_equal(in, 20);
-    assert_int_equal(bad, 3);
+    assert_int_equal(bad, 4);
+    sb_cache_entry old;
+    assert_int_equal(sb_cache_peek(d, key, &old, NULL), SB_ENOTFOUND);
     sb_cache_entry e;
     char k1[SB_CACHE_KEY_HEX];
     sb_cache_key("hotline", "fp-test", "water question 1", "temp=0", k1);

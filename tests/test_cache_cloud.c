@@ -6,6 +6,8 @@
  *  - a purge at the cloud removes it from both edges after their syncs
  *  - forged, tampered, stale, replayed and mis-addressed requests get 401
  *    and change nothing
+ *  - an edge from before key version 2 keeps syncing, and no edge gets
+ *    entries under a key version it does not use
  *  - a sync cut off mid-transfer (request or reply) or killed with -9, then
  *    retried, leaves exactly the state of one clean sync (table dumps)
  */
@@ -188,15 +190,22 @@ static void test_fleet_propagation_and_purge(void **state) {
 
 /* ------------------------------------------------------------ auth */
 
-static int post_sync(const char *url, const char *edge, const char *ts, const char *sig,
-                     const char *body) {
+/* The status; *reply (if asked for) gets the body, NUL-terminated. */
+static int post_sync_reply(const char *url, const char *edge, const char *ts, const char *sig,
+                           const char *body, char **reply) {
     char headers[512];
     snprintf(headers, sizeof headers, "X-Edge-Id: %s\r\nX-Timestamp: %s\r\nX-Signature: %s\r\n",
              edge, ts, sig);
     sbc_http_reply r;
     assert_int_equal(sbc_http_request("POST", url, "/v1/sync", headers, body, strlen(body), 5000, NULL, &r, NULL), 0);
+    if (reply) *reply = strndup(r.body.p ? r.body.p : "", r.body.len);
     sbc_buf_free(&r.body);
     return r.status;
+}
+
+static int post_sync(const char *url, const char *edge, const char *ts, const char *sig,
+                     const char *body) {
+    return post_sync_reply(url, edge, ts, sig, body, NULL);
 }
 
 static char *cloud_state(const cloud_proc *cp) {
@@ -267,6 +276,69 @@ static void test_auth_rejections(void **state) {
     after = cloud_state(&cp);
     assert_string_equal(applied, after);
     free(before); free(after); free(applied);
+    cloud_stop(&cp);
+    tl_rmdir(dir);
+}
+
+/* ------------------------------------------------------------ key versions */
+
+/* A sync from an edge built before key version 2, byte for byte what it
+ * sends: no "key_versions", entries keyed with the v1 scheme. */
+static int old_edge_sync(const cloud_proc *cp, const char *sync_id, const char *entries,
+                         const char *deltas, char **reply) {
+    char body[2048], ts[24], sig[SB_CACHE_KEY_HEX];
+    snprintf(body, sizeof body, "{\"nonce\":\"%s\",\"edge_id\":\"edge-b\",\"sync_id\":\"%s\",\"cursor\":0,"
+             "\"limit\":500,\"hit_deltas\":[%s],\"new_entries\":[%s]}", sync_id, sync_id, deltas, entries);
+    snprintf(ts, sizeof ts, "%lld", (long long)time(NULL));
+    sbc_sign(SECRET_B, ts, body, strlen(body), sig);
+    return post_sync_reply(cp->url, "edge-b", ts, sig, body, reply);
+}
+
+/* Issue 15: keys moved to version 2 (case and width no longer folded). An
+ * older edge keeps syncing: its v1 entries are accepted and passed on to
+ * other older edges, never to newer ones (which would serve them under
+ * other rules), and it is never sent a v2 entry it would refuse. */
+static void test_old_edge_sync(void **state) {
+    NEED_PG();
+    char *dir = tl_tmpdir();
+    cloud_proc cp;
+    cloud_start(&cp, dir);
+    /* The old edge's answer to "Echo XK7Q2B", stored under its folded input. */
+    char v1[SB_CACHE_KEY_HEX], v2[SB_CACHE_KEY_HEX], entry[1024], delta[128];
+    sb_cache_key_v(1, "hotline", "fp-test", "echo xk7q2b", "temp=0", v1);
+    snprintf(entry, sizeof entry, "{\"key\":\"%s\",\"namespace\":\"hotline\",\"fingerprint\":\"fp-test\","
+             "\"input\":\"echo xk7q2b\",\"params\":\"temp=0\",\"response_b64\":\"eGs3cTJi\","
+             "\"created_ms\":%lld,\"ttl_s\":0}", v1, (long long)sbc_now_ms());
+    snprintf(delta, sizeof delta, "{\"key\":\"%s\",\"delta\":3}", v1);
+    char *reply = NULL;
+    assert_int_equal(old_edge_sync(&cp, "old-1", entry, delta, &reply), 200);
+    assert_non_null(strstr(reply, "\"applied\":true"));
+    assert_non_null(strstr(reply, v1));                 /* it gets its own entry back, as before */
+    free(reply);
+    /* A newer edge asks the same in capitals: its own answer, under v2. */
+    sb_cache *a = edge_open(dir, "a.sqlite"), *b = edge_open(dir, "b.sqlite");
+    ask(a, "Echo XK7Q2B", "XK7Q2B", 3);
+    key_of("Echo XK7Q2B", v2);
+    sync_ok(a, cp.url, "edge-a", SECRET_A);
+    sb_cache_entry e;
+    assert_int_equal(sb_cache_peek(a, v1, &e, NULL), SB_ENOTFOUND);     /* not sent to a new edge */
+    assert_int_equal(tl_get(a, "hotline", "echo xk7q2b", NULL), SB_ENOTFOUND);
+    sync_ok(b, cp.url, "edge-b", SECRET_B);
+    assert_int_equal(tl_get(b, "hotline", "Echo XK7Q2B", "XK7Q2B"), 0);
+    assert_int_equal(sb_cache_peek(b, v1, &e, NULL), SB_ENOTFOUND);
+    /* The cloud holds both; the old edge pulls only the one it can check. */
+    char sql[320];
+    snprintf(sql, sizeof sql, "SELECT key = '%s', global_hits FROM sb_entries WHERE response IS NOT NULL"
+             " ORDER BY 1", v1);
+    char *dump = pg_dump(&g_pg, cp.db, sql);
+    assert_string_equal(dump, "f|3\nt|3\n");           /* B's hit is not reported yet */
+    free(dump);
+    assert_int_equal(old_edge_sync(&cp, "old-2", "", "", &reply), 200);
+    assert_non_null(strstr(reply, v1));
+    assert_null(strstr(reply, v2));
+    free(reply);
+    sb_cache_close(a);
+    sb_cache_close(b);
     cloud_stop(&cp);
     tl_rmdir(dir);
 }
@@ -458,6 +530,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fleet_propagation_and_purge),
         cmocka_unit_test(test_auth_rejections),
+        cmocka_unit_test(test_old_edge_sync),
         cmocka_unit_test(test_interrupted_sync_acts_once),
     };
     return cmocka_run_group_tests_name("cache_cloud", tests, group_setup, group_teardown);

@@ -1,5 +1,6 @@
-/* test_cache_hash.c - SHA-256 / HMAC-SHA256 test vectors, cache keys, and
- * the NFKC normaliser against Python's unicodedata (every code point when
+/* test_cache_hash.c - SHA-256 / HMAC-SHA256 test vectors, cache keys (both
+ * key versions, what the default folds and what is opt-in), and the NFC and
+ * NFKC normaliser against Python's unicodedata (every code point when
  * python3 is there, plus tests/data/nfkc_cases.tsv always).
  */
 #include <setjmp.h>
@@ -101,11 +102,93 @@ static void test_keys(void **state) {
     assert_string_not_equal(a, b);
     sb_cache_query q1, q2;
     assert_int_equal(sb_cache_make_key(NULL, "hotline", "fp1", "  １２３，？  ", "", &q1, NULL), 0);
-    assert_int_equal(sb_cache_make_key(NULL, "hotline", "fp1", "123,?", "", &q2, NULL), 0);
-    assert_string_equal(q1.input, "123,?");
+    assert_int_equal(sb_cache_make_key(NULL, "hotline", "fp1", "１２３，？", "", &q2, NULL), 0);
+    assert_string_equal(q1.input, "１２３，？");     /* trimmed, not width-folded */
     assert_string_equal(q1.key, q2.key);
     free(q1.input);
     free(q2.input);
+}
+
+/* Both schemes, pinned (SHA-256 of tag NUL, then each field as 8-byte LE
+ * length + bytes; computed with Python's hashlib): v1 must stay what older
+ * edges compute, or their entries could not be checked. */
+static void test_key_versions(void **state) {
+    static const char v1[] = "495edcd5ae9f22cba403198b12914ee664baf4437cefaa8cec159f0e904d51c9",
+                      v2[] = "a75bf4bda5dd8d2289179fdba53a7021d74a1c04642d8f3b8edf47e48f5eba14";
+    char k[SB_CACHE_KEY_HEX];
+    sb_cache_key_v(1, "hotline", "fp1", "hello", "t=0", k);
+    assert_string_equal(k, v1);
+    sb_cache_key("hotline", "fp1", "hello", "t=0", k);
+    assert_string_equal(k, v2);
+    assert_int_equal(SB_CACHE_KEY_VERSION, 2);
+    assert_int_equal(sb_cache_key_version(v1, "hotline", "fp1", "hello", "t=0"), 1);
+    assert_int_equal(sb_cache_key_version(v2, "hotline", "fp1", "hello", "t=0"), 2);
+    assert_int_equal(sb_cache_key_version(v2, "hotline", "fp1", "hello!", "t=0"), 0);
+}
+
+/* The key of one raw input under norm; params name the folding as the router does. */
+static void key_of(unsigned fold, const char *raw, char key[SB_CACHE_KEY_HEX]) {
+    char params[64];
+    snprintf(params, sizeof params, "t=0%s%s", fold ? "|fold=" : "", sb_cache_fold_name(fold));
+    sb_cache_query q;
+    assert_int_equal(sb_cache_make_key_norm(NULL, SB_NORM_DEFAULT | fold, "model:tool", "fp1", raw, params, &q,
+                                            NULL), 0);
+    strcpy(key, q.key);
+    free(q.input);
+}
+
+static void same_key(unsigned fold, const char *x, const char *y, int want_same) {
+    char a[SB_CACHE_KEY_HEX], b[SB_CACHE_KEY_HEX];
+    key_of(fold, x, a);
+    key_of(fold, y, b);
+    if (want_same != !strcmp(a, b))
+        fail_msg("fold %u: [%s] and [%s] should %s", fold, x, y, want_same ? "share a key" : "differ");
+}
+
+/* Issue 15: "XK7Q2B" was served the answer to "xk7q2b". By default the key
+ * folds only what cannot change an answer; case and width are opt-in. */
+static void test_key_folding(void **state) {
+    sb_cache_query q1, q2;          /* the default API, as the router called it before */
+    assert_int_equal(sb_cache_make_key(NULL, "model:tool", "fp1", "Echo back this token exactly: xk7q2b", "", &q1,
+                                       NULL), 0);
+    assert_int_equal(sb_cache_make_key(NULL, "model:tool", "fp1", "Echo back this token exactly: XK7Q2B", "", &q2,
+                                       NULL), 0);
+    assert_string_not_equal(q1.key, q2.key);
+    free(q1.input);
+    free(q2.input);
+    same_key(0, "Echo back this token exactly: xk7q2b", "Echo back this token exactly: XK7Q2B", 0);
+    same_key(SB_NORM_CASEFOLD, "Echo back this token exactly: xk7q2b", "Echo back this token exactly: XK7Q2B", 1);
+    same_key(0, "ｘｋ７ｑ２ｂ", "xk7q2b", 0);                       /* full-width */
+    same_key(SB_NORM_NFKC, "ｘｋ７ｑ２ｂ", "xk7q2b", 1);
+    same_key(SB_NORM_NFKC, "ｘｋ７ｑ２ｂ", "XK7Q2B", 0);            /* width alone keeps case */
+    same_key(SB_NORM_NFKC | SB_NORM_CASEFOLD, "ＸＫ７Ｑ２Ｂ", "xk7q2b", 1);
+    same_key(0, "ﬁle", "file", 0);                                 /* a ligature is compatibility */
+    /* NFC: canonically equivalent text is the same text. */
+    same_key(0, "caf\u00e9", "cafe\u0301", 1);
+    same_key(0, "\u212b", "\u00c5", 1);                            /* ANGSTROM SIGN = A with ring */
+    same_key(0, "\u1100\u1161\u11a8", "\uac01", 1);                /* Hangul jamo = syllable */
+    same_key(0, "q\u0307\u0323", "q\u0323\u0307", 1);              /* mark order */
+    /* Whitespace: surrounding and repeated runs go; lines and indentation stay. */
+    same_key(0, "  Echo \t back   this\u3000token \n", "Echo back this token", 1);
+    same_key(0, "a  \nb", "a\nb", 1);                              /* line ends */
+    same_key(0, "a\nb", "a b", 0);
+    same_key(0, "a\n\nb", "a\nb", 0);
+    same_key(0, "if a:\n    b()\n    c()", "if a:\n    b()\nc()", 0);
+    same_key(0, "if a:\n    b()", "if a:\n  b()", 0);
+    /* A folded key is never a default one, even for an input folding leaves alone. */
+    char a[SB_CACHE_KEY_HEX], b[SB_CACHE_KEY_HEX];
+    key_of(0, "xk7q2b", a);
+    key_of(SB_NORM_CASEFOLD, "xk7q2b", b);
+    assert_string_not_equal(a, b);
+    key_of(SB_NORM_CASEFOLD | SB_NORM_NFKC, "xk7q2b", a);
+    assert_string_not_equal(a, b);
+    /* ...which is why params must say so. */
+    char err[SB_ERR_LEN];
+    assert_int_equal(sb_cache_make_key_norm(NULL, SB_NORM_DEFAULT | SB_NORM_CASEFOLD, "m", "fp1", "x", "t=0", &q1,
+                                            err), SB_EINVAL);
+    assert_int_equal(sb_cache_make_key_norm(NULL, SB_NORM_DEFAULT | SB_NORM_CASEFOLD, "m", "fp1", "x",
+                                            "t=0|fold=case,width", &q1, err), SB_EINVAL);
+    assert_null(q1.input);
 }
 
 static char *norm(unsigned flags, const char *s) {
@@ -116,10 +199,16 @@ static char *norm(unsigned flags, const char *s) {
 
 static void test_normalize_flags(void **state) {
     char *o = norm(SB_NORM_DEFAULT, " \t Hello\u3000 WORLD\n ÀÉ Straße ");
-    assert_string_equal(o, "hello world àé straße");
+    assert_string_equal(o, "Hello WORLD\n ÀÉ Straße");
+    free(o);
+    o = norm(SB_NORM_DEFAULT | SB_NORM_FOLDS, " \t Hello\u3000 WORLD\n ÀÉ Straße ");
+    assert_string_equal(o, "hello world\n àé straße");
     free(o);
     o = norm(SB_NORM_COLLAPSE, "  a  b  ");
-    assert_string_equal(o, " a b ");
+    assert_string_equal(o, "  a b");               /* indentation kept, line end trimmed */
+    free(o);
+    o = norm(SB_NORM_COLLAPSE, "a \t\r\n\t\tb \u2028 c\n \n");
+    assert_string_equal(o, "a\r\n\t\tb\u2028 c\n\n");
     free(o);
     o = norm(SB_NORM_TRIM, "  a  b  ");
     assert_string_equal(o, "a  b");
@@ -130,12 +219,21 @@ static void test_normalize_flags(void **state) {
     o = norm(0, "as is");
     assert_string_equal(o, "as is");
     free(o);
+    o = norm(SB_NORM_NFC, "１２３ ﬁ e\u0301");     /* NFC leaves compatibility forms */
+    assert_string_equal(o, "１２３ ﬁ \u00e9");
+    free(o);
+    o = norm(SB_NORM_NFC | SB_NORM_NFKC, "１２３ ﬁ e\u0301");
+    assert_string_equal(o, "123 fi \u00e9");
+    free(o);
     /* Invalid UTF-8: bad lead, truncated, overlong, surrogate -> one U+FFFD each byte. */
     o = norm(SB_NORM_NFKC, "a\xff" "b\xe4\xb8" "c\xc0\xaf" "d\xed\xa0\x80");
     assert_string_equal(o, "a\xef\xbf\xbd" "b\xef\xbf\xbd\xef\xbf\xbd" "c\xef\xbf\xbd\xef\xbf\xbd"
                            "d\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd");
     free(o);
     o = norm(SB_NORM_DEFAULT, "");
+    assert_string_equal(o, "");
+    free(o);
+    o = norm(SB_NORM_DEFAULT, " \n\t ");
     assert_string_equal(o, "");
     free(o);
 }
@@ -172,16 +270,17 @@ static void test_nfkc_cases(void **state) {
     while (fgets(line, sizeof line, f)) {
         if (line[0] == '#') continue;
         line[strcspn(line, "\n")] = '\0';
-        char *tab = strchr(line, '\t');
-        assert_non_null(tab);
-        *tab = '\0';
+        char *tab = strchr(line, '\t'), *tab2 = tab ? strchr(tab + 1, '\t') : NULL;
+        assert_non_null(tab2);
+        *tab = *tab2 = '\0';
         hex_cps_to_utf8(line, in);
-        hex_cps_to_utf8(tab + 1, want);
-        char *got = norm(SB_NORM_NFKC, in);
-        if (strcmp(got, want)) {
-            if (bad++ < 5) fprintf(stderr, "NFKC mismatch for [%s]: got [%s] want [%s]\n", line, got, want);
+        for (int form = 0; form < 2; form++) {      /* columns: NFKC, then NFC */
+            hex_cps_to_utf8(form ? tab2 + 1 : tab + 1, want);
+            char *got = norm(form ? SB_NORM_NFC : SB_NORM_NFKC, in);
+            if (strcmp(got, want) && bad++ < 5)
+                fprintf(stderr, "%s mismatch for [%s]: got [%s] want [%s]\n", form ? "NFC" : "NFKC", line, got, want);
+            free(got);
         }
-        free(got);
         n++;
     }
     fclose(f);
@@ -190,21 +289,25 @@ static void test_nfkc_cases(void **state) {
     char *o = norm(SB_NORM_NFKC, "１２３，？");
     assert_string_equal(o, "123,?");
     free(o);
+    o = norm(SB_NORM_NFC, "１２３，？");
+    assert_string_equal(o, "１２３，？");
+    free(o);
 }
 
 /* Every code point on its own, against Python (skipped without python3). */
-static void test_nfkc_every_code_point(void **state) {
+static void every_code_point(const char *form, unsigned flag) {
     if (system("python3 -c 'import unicodedata' 2>/dev/null") != 0) {
         skip();
         return;
     }
-    FILE *p = popen("python3 -c \"\nimport unicodedata, sys\nw = sys.stdout.write\n"
-                    "print(unicodedata.unidata_version)\n"
-                    "for cp in range(0x110000):\n"
-                    "    if 0xD800 <= cp <= 0xDFFF: continue\n"
-                    "    c = chr(cp); n = unicodedata.normalize('NFKC', c)\n"
-                    "    if n != c: w('%x ' % cp + ' '.join('%x' % ord(x) for x in n) + '\\n')\n\"",
-                    "r");
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "python3 -c \"\nimport unicodedata, sys\nw = sys.stdout.write\n"
+             "print(unicodedata.unidata_version)\n"
+             "for cp in range(0x110000):\n"
+             "    if 0xD800 <= cp <= 0xDFFF: continue\n"
+             "    c = chr(cp); n = unicodedata.normalize('%s', c)\n"
+             "    if n != c: w('%%x ' %% cp + ' '.join('%%x' %% ord(x) for x in n) + '\\n')\n\"", form);
+    FILE *p = popen(cmd, "r");
     assert_non_null(p);
     char line[512], want[512], in[8];
     assert_non_null(fgets(line, sizeof line, p));
@@ -227,8 +330,8 @@ static void test_nfkc_every_code_point(void **state) {
         } else {
             strcpy(want, in);
         }
-        char *got = norm(SB_NORM_NFKC, in);
-        if (strcmp(got, want) && bad++ < 5) fprintf(stderr, "NFKC(U+%04X) differs from Python\n", cp);
+        char *got = norm(flag, in);
+        if (strcmp(got, want) && bad++ < 5) fprintf(stderr, "%s(U+%04X) differs from Python\n", form, cp);
         free(got);
         checked++;
     }
@@ -242,14 +345,20 @@ static void test_nfkc_every_code_point(void **state) {
     assert_int_equal(bad, 0);
 }
 
+static void test_nfkc_every_code_point(void **state) { every_code_point("NFKC", SB_NORM_NFKC); }
+static void test_nfc_every_code_point(void **state) { every_code_point("NFC", SB_NORM_NFC); }
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sha256_vectors),
         cmocka_unit_test(test_hmac_rfc4231),
         cmocka_unit_test(test_keys),
+        cmocka_unit_test(test_key_versions),
+        cmocka_unit_test(test_key_folding),
         cmocka_unit_test(test_normalize_flags),
         cmocka_unit_test(test_nfkc_cases),
         cmocka_unit_test(test_nfkc_every_code_point),
+        cmocka_unit_test(test_nfc_every_code_point),
     };
     return cmocka_run_group_tests_name("cache_hash", tests, NULL, NULL);
 }
