@@ -40,6 +40,7 @@ struct rt_guard {
     double t_start;
     char *hdr;                  /* the current request's header bytes so far */
     size_t hdr_len;
+    struct event *watch;        /* while a request is answered: the client's FIN or RST */
 };
 
 /* ------------------------------------------------------------- guards */
@@ -174,6 +175,40 @@ static struct bufferevent *make_bev(struct event_base *base, void *arg) {
     return bev;
 }
 
+/* evhttp stops reading a connection once it has a request's body, so it
+ * notices a client that hung up only when a write fails: for a streamed
+ * reply at the next token, for a whole one after all the compute. While a
+ * request is answered we watch the socket ourselves; EOF or an error is
+ * handed to evhttp as if its bufferevent had seen it - the path a failed
+ * write takes (close callback, job cancelled, 499). Bytes instead of EOF
+ * are a pipelined request that evhttp reads after the reply: we stop
+ * watching (level-triggered, they would wake us forever), so such a
+ * client is noticed only by a failed write, as before. */
+static void watch_stop(rt_guard *g) {
+    if (g && g->watch) event_free(g->watch);
+    if (g) g->watch = NULL;
+}
+
+static void on_watch(evutil_socket_t fd, short what, void *arg) {
+    rt_guard *g = arg;
+    char c;
+    ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+        event_add(g->watch, NULL);
+        return;
+    }
+    watch_stop(g);
+    if (n <= 0) bufferevent_trigger_event(g->bev, BEV_EVENT_READING | BEV_EVENT_EOF, 0);
+}
+
+static void watch_start(rt_guard *g) {
+    evutil_socket_t fd = bufferevent_getfd(g->bev);
+    watch_stop(g);
+    if (fd < 0) return;
+    g->watch = event_new(bufferevent_get_base(g->bev), fd, EV_READ, on_watch, g);
+    if (g->watch) event_add(g->watch, NULL);
+}
+
 static rt_guard *guard_of(rt *r, struct evhttp_request *req) {
     struct evhttp_connection *c = evhttp_request_get_connection(req);
     struct bufferevent *bev = c ? evhttp_connection_get_bufferevent(c) : NULL;
@@ -184,6 +219,7 @@ static rt_guard *guard_of(rt *r, struct evhttp_request *req) {
 
 static void guard_drop(rt *r, size_t i) {
     rt_guard *g = r->guards[i];
+    watch_stop(g);
     evbuffer_remove_cb_entry(bufferevent_get_input(g->bev), g->cbe);
     bufferevent_decref(g->bev);
     sb_free(g->hdr);
@@ -212,6 +248,7 @@ void rt_http_sweep(rt *r) {
 static void on_request_complete(struct evhttp_request *req, void *arg) {
     rt_guard *g = arg;
     g->state = G_IDLE;
+    watch_stop(g);
     /* A pipelined request may already be buffered: its clock starts now. */
     struct evbuffer *in = bufferevent_get_input(g->bev);
     size_t n = evbuffer_get_length(in);
@@ -310,6 +347,7 @@ const char *rt_req_header(rt_req *q, const char *name) {
  * reply, our close callback must not fire on a freed request. */
 static void detach(rt_req *q) {
     if (q->timer) evtimer_del(q->timer);
+    watch_stop(guard_of(q->r, q->req));     /* a FIN now must not cut the reply short */
     evhttp_connection_set_closecb(evhttp_request_get_connection(q->req), NULL, NULL);
 }
 
@@ -528,6 +566,7 @@ static void on_request(struct evhttp_request *req, void *arg) {
             evhttp_send_reply(req, 400, "Bad Request", NULL);
             return;
         }
+        watch_start(g);
     }
     const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
     const char *path = uri ? evhttp_uri_get_path(uri) : NULL;

@@ -110,7 +110,6 @@ static void dispatch(rt_model *m) {
         m->head = j->next;
         if (!m->head) m->tail = NULL;
         m->n_waiting--;
-        if (j->cancelled) { job_free(j); continue; }
         char err[SB_ERR_LEN];
         j->remote = m->remote;
         int rc = j->remote ? rt_upstream_call(m, j->method, j->params, j->timeout_ms, on_call_event, on_call_done,
@@ -140,9 +139,12 @@ int rt_model_submit(rt_model *m, const char *method, sb_mp_writer *params, int t
         rc = sb_seterr(err, SB_EIO, "model '%s' failed and the supervisor gave up on it (see its log)", m->name);
     else if (!m->up && m->n_inflight == 0)
         rc = sb_seterr(err, SB_EIO, "model '%s' is down (its worker does not answer on %s)", m->name, m->sock);
-    else if (m->n_waiting >= m->max_waiting && m->n_inflight >= RT_INFLIGHT_CAP(m))
-        rc = sb_seterr(err, SB_EBUSY, "model '%s' has %d requests waiting (max_queue); retry later", m->name,
-                       m->n_waiting);
+    /* Admissions count the moment they are made: a job joins n_waiting
+     * here and moves to n_inflight only in the deferred dispatch, so a
+     * burst that arrives in one loop pass must be bounded by the sum. */
+    else if (m->n_waiting + m->n_inflight >= m->max_waiting + RT_INFLIGHT_CAP(m))
+        rc = sb_seterr(err, SB_EBUSY, "model '%s' is full (%d in flight, %d waiting, max_queue %d); retry later",
+                       m->name, m->n_inflight, m->n_waiting, m->max_waiting);
     if (rc) {
         sb_mp_writer_free(params);
         return rc;
@@ -167,16 +169,31 @@ int rt_model_submit(rt_model *m, const char *method, sb_mp_writer *params, int t
     return 0;
 }
 
+/* Take an unsent job out of its model's FIFO. */
+static void unqueue(rt_job *j) {
+    rt_model *m = j->m;
+    rt_job *prev = NULL;
+    for (rt_job *k = m->head; k && k != j; k = k->next) prev = k;
+    if (prev) prev->next = j->next; else m->head = j->next;
+    if (m->tail == j) m->tail = prev;
+    m->n_waiting--;
+}
+
 void rt_job_cancel(rt_job *j) {
     if (!j || j->cancelled) return;
     j->cancelled = true;
-    /* A job still in the FIFO is dropped when dispatch reaches it. One at
-     * the worker: sb_ipc_aclient_cancel tells the worker to stop and
+    rt_model *m = j->m;
+    /* A job still in the FIFO leaves it now: its caller is gone, and its
+     * place must not count against max_queue until dispatch reaches it. */
+    if (!j->sent) {
+        unqueue(j);
+        job_free(j);
+        return;
+    }
+    /* One at the worker: sb_ipc_aclient_cancel tells the worker to stop and
      * promises no more callbacks, so its slot is given back here (the worker
      * stops within a token; the next job simply queues behind that). The
      * next dispatch runs from the loop, not inside whoever is cancelling. */
-    if (!j->sent) return;
-    rt_model *m = j->m;
     if (j->remote) rt_upstream_cancel(m, j->call_id);
     else sb_ipc_aclient_cancel(m->ac, j->call_id);
     m->n_inflight--;
