@@ -17,7 +17,7 @@ CC      ?= cc
 SAN     ?= 0
 BUILD   ?= build
 BIN     ?= bin
-PKGS    := libevent libevent_pthreads msgpack yaml-0.1 sqlite3 libpq libcurl
+PKGS    := libevent libevent_pthreads msgpack yaml-0.1 sqlite3 libpq libcurl libcrypto
 
 ifeq ($(SAN),1)
 BUILD   := build-san

@@ -182,13 +182,17 @@ int sb_cache_fingerprint_file(const char *path, unsigned flags, char out[SB_CACH
     int rc = SB_OK;
     if ((flags & SB_FP_FULL) || fp_gguf(&h, path) != 0) {
         /* fp_gguf may have fed part of a file before failing; start over. */
+        sb_sha256_discard(&h);
         sb_sha256_init(&h);
         sb_sha256_update(&h, tag, sizeof tag);
         hash_u64(&h, (uint64_t)st.st_size);
         rc = fp_generic(&h, fd, (uint64_t)st.st_size, (flags & SB_FP_FULL) != 0, err, path);
     }
     close(fd);
-    if (rc) return rc;
+    if (rc) {
+        sb_sha256_discard(&h);
+        return rc;
+    }
     uint8_t d[SB_SHA256_LEN];
     sb_sha256_final(&h, d);
     sb_hex_encode(d, sizeof d, out);
@@ -199,24 +203,10 @@ int sb_cache_fingerprint_file(const char *path, unsigned flags, char out[SB_CACH
 
 void sbc_sign(const char *secret, const char *timestamp, const void *body, size_t len,
               char out[SB_CACHE_KEY_HEX]) {
-    /* HMAC over timestamp "\n" body without copying the body: the inner hash
-     * is streamed, so this is sb_hmac_sha256 unrolled. */
-    uint8_t k[64] = { 0 }, pad[64], inner[SB_SHA256_LEN], mac[SB_SHA256_LEN];
-    size_t klen = strlen(secret);
-    if (klen > 64) sb_sha256(secret, klen, k);
-    else memcpy(k, secret, klen);
-    sb_sha256_ctx h;
-    for (int i = 0; i < 64; i++) pad[i] = k[i] ^ 0x36;
-    sb_sha256_init(&h);
-    sb_sha256_update(&h, pad, 64);
-    sb_sha256_update(&h, timestamp, strlen(timestamp));
-    sb_sha256_update(&h, "\n", 1);
-    sb_sha256_update(&h, body, len);
-    sb_sha256_final(&h, inner);
-    for (int i = 0; i < 64; i++) pad[i] = k[i] ^ 0x5c;
-    sb_sha256_init(&h);
-    sb_sha256_update(&h, pad, 64);
-    sb_sha256_update(&h, inner, sizeof inner);
-    sb_sha256_final(&h, mac);
+    /* HMAC over timestamp "\n" body, without copying the body. */
+    const void *parts[] = { timestamp, "\n", body };
+    const size_t lens[] = { strlen(timestamp), 1, len };
+    uint8_t mac[SB_SHA256_LEN];
+    sb_hmac_sha256_parts(secret, strlen(secret), 3, parts, lens, mac);
     sb_hex_encode(mac, sizeof mac, out);
 }

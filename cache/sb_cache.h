@@ -37,19 +37,23 @@
 #define SB_SHA256_LEN   32
 #define SB_CACHE_KEY_HEX 65     /* 64 lower-case hex digits + NUL */
 
+/* libcrypto underneath (sha256.c). A context lives from init to final (or
+ * discard, on an error path): init allocates, final and discard free. None
+ * of these fail: libcrypto running out of memory is fatal (logged, abort). */
 typedef struct {
-    uint32_t h[8];
-    uint64_t nbytes;
-    uint8_t  buf[64];
-    size_t   nbuf;
+    struct evp_md_ctx_st *md;   /* OpenSSL's EVP_MD_CTX, kept out of this header */
 } sb_sha256_ctx;
 
 void sb_sha256_init(sb_sha256_ctx *ctx);
 void sb_sha256_update(sb_sha256_ctx *ctx, const void *data, size_t len);
 void sb_sha256_final(sb_sha256_ctx *ctx, uint8_t out[SB_SHA256_LEN]);
+void sb_sha256_discard(sb_sha256_ctx *ctx);
 void sb_sha256(const void *data, size_t len, uint8_t out[SB_SHA256_LEN]);
 void sb_hmac_sha256(const void *key, size_t key_len, const void *msg, size_t msg_len,
                     uint8_t out[SB_SHA256_LEN]);
+/* HMAC over the concatenation of n parts, without copying them. */
+void sb_hmac_sha256_parts(const void *key, size_t key_len, int n, const void *const *parts,
+                          const size_t *lens, uint8_t out[SB_SHA256_LEN]);
 /* out must hold 2*len+1 bytes; lower-case, NUL-terminated. */
 void sb_hex_encode(const void *data, size_t len, char *out);
 /* Constant-time comparison (signatures, tokens): 1 if equal. */

@@ -85,6 +85,16 @@ static void test_hmac_rfc4231(void **state) {
                      "block-size data. The key needs to be hashed before being used by the HMAC "
                      "algorithm.";
     check_hmac(k, 131, m7, strlen(m7), "9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2");
+    /* The same MAC over the message in pieces (how sync requests are signed),
+     * including an empty piece. */
+    const void *parts[] = { m7, "", m7 + 10, m7 + 100 };
+    const size_t lens[] = { 10, 0, 90, strlen(m7) - 100 };
+    uint8_t mac[SB_SHA256_LEN];
+    char hex[65];
+    sb_hmac_sha256_parts(k, 131, 4, parts, lens, mac);
+    hex_of(mac, hex);
+    assert_string_equal(hex, "9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2");
+    check_hmac("", 0, "", 0, "b613679a0814d9ec772f95d778c35fc5ff1697c493715653c6c712144292c5ad");
     assert_true(sb_ct_equal("abc", "abc", 3));
     assert_false(sb_ct_equal("abc", "abd", 3));
 }
