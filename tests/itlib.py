@@ -59,3 +59,19 @@ def request(url, method, body=None, headers=None, timeout=30):
 def bearer(key):
     """The Authorization header for KEY ({} for no key)."""
     return {"Authorization": "Bearer " + key} if key else {}
+
+
+def read_to_close(s):
+    """Everything socket S receives until the peer closes (or an error or
+    S's timeout ends it); S is closed."""
+    out = b""
+    try:
+        while True:
+            c = s.recv(65536)
+            if not c:
+                break
+            out += c
+    except OSError:
+        pass
+    s.close()
+    return out

@@ -48,16 +48,7 @@ def raw_exchange(data, wait_s=0.0, timeout=10):
     except OSError:
         pass
     t0 = time.time()
-    out = b""
-    try:
-        while True:
-            c = s.recv(65536)
-            if not c:
-                break
-            out += c
-    except OSError:
-        pass
-    s.close()
+    out = itlib.read_to_close(s)
     return out, time.time() - t0
 
 

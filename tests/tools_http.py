@@ -35,17 +35,7 @@ def raw(data, timeout=5):
     s = socket.create_connection((HOST, PORT))
     s.settimeout(timeout)
     s.sendall(data)
-    out = b""
-    try:
-        while True:
-            c = s.recv(65536)
-            if not c:
-                break
-            out += c
-    except OSError:
-        pass
-    s.close()
-    return out
+    return itlib.read_to_close(s)
 
 
 for _ in range(100):                    # the router is starting
