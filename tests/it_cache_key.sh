@@ -44,8 +44,9 @@ out=$("$SB" run -c "$tmp/rt.yaml" --check 2>&1)
 write_config "[case, width]"
 "$SB" run -c "$tmp/rt.yaml" > "$tmp/run.log" 2>&1 &
 sup=$!; it_pids+=($sup)
+it_wait_http "http://127.0.0.1:$port/health" 300 0.1
 python3 - "http://127.0.0.1:$port" <<'PY' || rc=1
-import json, sys, time, urllib.request
+import json, sys, urllib.request
 URL = sys.argv[1]
 bad = 0
 
@@ -54,13 +55,6 @@ def post(path, body):
     with urllib.request.urlopen(req, timeout=30) as r:
         r.read()
         return r.headers.get("X-Cache")
-
-for _ in range(300):
-    try:
-        urllib.request.urlopen(URL + "/health", timeout=2).read()
-        break
-    except Exception:
-        time.sleep(0.1)
 
 def chat(text):
     return post("/v1/chat/completions", {"model": "tiny", "temperature": 0, "max_tokens": 2,

@@ -47,11 +47,12 @@ for s in socks: s.bind(("127.0.0.1", 0))
 print(*(s.getsockname()[1] for s in socks))' "$1"
 }
 
-# Poll URL until it answers 2xx: up to TRIES (100) times, STEP (0.05) s apart.
+# Poll URL until it answers 2xx: up to TRIES (100) times, STEP (0.05) s apart
+# (each try given 2 s: a listener that accepts and never answers is not ready).
 it_wait_http() {
     local url=$1 tries=${2:-100} step=${3:-0.05}
     for _ in $(seq 1 "$tries"); do
-        curl -sf "$url" > /dev/null 2>&1 && return 0
+        curl -sf -m 2 "$url" > /dev/null 2>&1 && return 0
         sleep "$step"
     done
     return 1
