@@ -8,27 +8,10 @@
 # another binary.
 set -u
 cd "$(dirname "$0")/.."
-SB=$(realpath "${SB_BIN:-bin/switchboard}")
-DATA=$(realpath tests/data)
-tmp=$(mktemp -d /tmp/sb-admit-XXXXXX)
+. tests/itlib.sh
+it_init admit
 run=$tmp/run
-sup=
-cleanup() {
-    if [ -n "$sup" ]; then
-        kill "$sup" 2>/dev/null
-        for _ in $(seq 1 50); do kill -0 "$sup" 2>/dev/null || break; sleep 0.1; done
-        kill -9 "$sup" 2>/dev/null
-    fi
-    wait 2>/dev/null
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-# Both ports from one process that holds them while it picks (no duplicate).
-read -r port port_up < <(python3 -c '
-import socket
-socks = [socket.socket() for _ in range(2)]
-for s in socks: s.bind(("127.0.0.1", 0))
-print(*(s.getsockname()[1] for s in socks))')
+read -r port port_up < <(it_ports 2)
 # ctx beyond the fixture's 2048 training context: a greedy 4000-token
 # answer (no EOS on these prompts) keeps the worker busy for seconds.
 cat > "$tmp/rt.yaml" <<YAML
@@ -48,14 +31,10 @@ pipelines:
       - { name: wait, kind: tool, command: ["/bin/sh", "-c", "echo \$\$ > $tmp/tool.pid; exec /bin/sleep 30"], timeout_ms: 60000 }
 YAML
 "$SB" run -c "$tmp/rt.yaml" > "$tmp/run.log" 2>&1 &
-sup=$!
+sup=$!; it_pids+=($sup)
 python3 tests/router_admit.py "http://127.0.0.1:$port" "$tmp/run.log" "$tmp/tool.pid" "$port_up"
 rc=$?
 if [ $rc -ne 0 ]; then echo "--- run.log (tail)"; tail -30 "$tmp/run.log"; fi
-kill "$sup"; for _ in $(seq 1 100); do kill -0 "$sup" 2>/dev/null || break; sleep 0.05; done
-if kill -0 "$sup" 2>/dev/null; then echo "FAIL the runtime did not stop on SIGTERM"; rc=1; fi
-sup=
-if grep -qE "ERROR: (Address|Leak)Sanitizer|runtime error:" "$tmp/run.log"; then
-    echo "FAIL sanitizer report in the runtime's log:"; grep -A30 -E "ERROR: (Address|Leak)Sanitizer|runtime error:" "$tmp/run.log" | head -60; rc=1
-fi
+it_stop "$sup" runtime || rc=1
+it_san_check "$tmp/run.log" "the runtime's log" || rc=1
 exit $rc

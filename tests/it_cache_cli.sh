@@ -6,6 +6,7 @@
 set -u
 [ -n "${IT_DEBUG:-}" ] && set -x
 cd "$(dirname "$0")/.."
+. tests/itlib.sh          # it_ports, it_wait_http (not it_init: its own cleanup)
 SB=${SB_BIN:-bin/switchboard}
 T=$(mktemp -d /tmp/sb-it-cache.XXXXXX)
 PGBIN=""; PGUSER_RUN=""; CLOUD_PID=""; ROUTER_PID=""; WORKER_PID=""
@@ -103,7 +104,7 @@ SB_EDGE_SECRET=sb "$SB" cache sync --db "$T/c.sqlite" --url "$URL" --edge-id b |
 DATA=$(realpath tests/data)
 mkdir -m 0700 "$T/run"
 echo sa >"$T/secret_a"
-HPORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+HPORT=$(it_ports 1)
 cat >"$T/edge.yaml" <<EOF
 runtime: { dir: $T/run, http: 127.0.0.1:$HPORT }
 models:
@@ -117,7 +118,7 @@ EOF
 WORKER_PID=$!
 "$SB" router -c "$T/edge.yaml" 2>"$T/router.log" &
 ROUTER_PID=$!
-for _ in $(seq 100); do curl -sf "http://127.0.0.1:$HPORT/health" >/dev/null 2>&1 && break; sleep 0.1; done
+it_wait_http "http://127.0.0.1:$HPORT/health" 100 0.1
 Q='{"model":"tiny","temperature":0,"max_tokens":3,"messages":[{"role":"user","content":"how do I withdraw my housing fund?"}]}'
 for i in 1 2 3; do curl -s -o /dev/null "http://127.0.0.1:$HPORT/v1/chat/completions" -d "$Q" || fail "ask $i"; done
 for _ in $(seq 80); do grep -q "cache sync with .*sent" "$T/router.log" && break; sleep 0.25; done

@@ -11,21 +11,9 @@
 # Set SB_BIN to test another binary.
 set -u
 cd "$(dirname "$0")/.."
-SB=$(realpath "${SB_BIN:-bin/switchboard}")
-DATA=$(realpath tests/data)
-tmp=$(mktemp -d /tmp/sb-cachekey-XXXXXX)
-sup=
-cleanup() {
-    if [ -n "$sup" ]; then
-        kill "$sup" 2>/dev/null
-        for _ in $(seq 1 50); do kill -0 "$sup" 2>/dev/null || break; sleep 0.1; done
-        kill -9 "$sup" 2>/dev/null
-    fi
-    wait 2>/dev/null
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+. tests/itlib.sh
+it_init cachekey
+port=$(it_ports 1)
 write_config() {        # $1: the folded pipeline's cache_fold value
     cat > "$tmp/rt.yaml" <<YAML
 runtime:
@@ -55,9 +43,10 @@ out=$("$SB" run -c "$tmp/rt.yaml" --check 2>&1)
 
 write_config "[case, width]"
 "$SB" run -c "$tmp/rt.yaml" > "$tmp/run.log" 2>&1 &
-sup=$!
+sup=$!; it_pids+=($sup)
+it_wait_http "http://127.0.0.1:$port/health" 300 0.1
 python3 - "http://127.0.0.1:$port" <<'PY' || rc=1
-import json, sys, time, urllib.request
+import json, sys, urllib.request
 URL = sys.argv[1]
 bad = 0
 
@@ -66,13 +55,6 @@ def post(path, body):
     with urllib.request.urlopen(req, timeout=30) as r:
         r.read()
         return r.headers.get("X-Cache")
-
-for _ in range(300):
-    try:
-        urllib.request.urlopen(URL + "/health", timeout=2).read()
-        break
-    except Exception:
-        time.sleep(0.1)
 
 def chat(text):
     return post("/v1/chat/completions", {"model": "tiny", "temperature": 0, "max_tokens": 2,
@@ -114,10 +96,7 @@ expect("pipeline folded, capitals", pipe("folded", "XK7Q2B"), "hit")
 expect("pipeline folded, full-width capitals", pipe("folded", "ＸＫ７Ｑ２Ｂ"), "hit")
 sys.exit(1 if bad else 0)
 PY
-kill "$sup"; for _ in $(seq 1 100); do kill -0 "$sup" 2>/dev/null || break; sleep 0.05; done
-sup=
-if grep -qE "ERROR: (Address|Leak)Sanitizer|runtime error:" "$tmp/run.log"; then
-    echo "FAIL sanitizer report in the runtime's log:"; grep -A30 -E "ERROR: (Address|Leak)Sanitizer|runtime error:" "$tmp/run.log" | head -60; rc=1
-fi
+it_stop "$sup" runtime > /dev/null       # (a stop that hangs is it_router.sh's check)
+it_san_check "$tmp/run.log" "the runtime's log" || rc=1
 [ $rc -ne 0 ] && { echo "--- run.log (tail)"; tail -20 "$tmp/run.log"; }
 exit $rc

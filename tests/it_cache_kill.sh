@@ -7,6 +7,7 @@
 # stores before it answers) must be a cache hit when asked again.
 set -u
 cd "$(dirname "$0")/.."
+. tests/itlib.sh          # it_ports, it_wait_http (not it_init: its own cleanup)
 SB=$(realpath "${SB_BIN:-bin/switchboard}")
 DATA=$(realpath tests/data)
 ROUNDS=${ROUNDS:-6}
@@ -20,7 +21,7 @@ cleanup() {
     rm -rf "$tmp"
 }
 trap cleanup EXIT
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port=$(it_ports 1)
 cat > "$tmp/rt.yaml" <<YAML
 runtime:
   dir: $run
@@ -37,10 +38,7 @@ worker=$!
 start_router() {
     "$SB" router -c "$tmp/rt.yaml" >> "$tmp/router.log" 2>&1 &
     router=$!
-    for _ in $(seq 1 100); do
-        curl -sf "http://127.0.0.1:$port/health" > /dev/null 2>&1 && return 0
-        sleep 0.05
-    done
+    it_wait_http "http://127.0.0.1:$port/health" 100 0.05 && return 0
     echo "FAIL router did not come up"; tail -5 "$tmp/router.log"; exit 1
 }
 fail=0

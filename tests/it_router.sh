@@ -5,22 +5,10 @@
 # oversized requests) and SIGHUP. Set SB_BIN to test another binary.
 set -u
 cd "$(dirname "$0")/.."
-SB=$(realpath "${SB_BIN:-bin/switchboard}")
-DATA=$(realpath tests/data)
-tmp=$(mktemp -d /tmp/sb-router-XXXXXX)
+. tests/itlib.sh
+it_init router
 run=$tmp/run
-sup=
-cleanup() {
-    if [ -n "$sup" ]; then
-        kill "$sup" 2>/dev/null
-        for _ in $(seq 1 50); do kill -0 "$sup" 2>/dev/null || break; sleep 0.1; done
-        kill -9 "$sup" 2>/dev/null
-    fi
-    wait 2>/dev/null
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port=$(it_ports 1)
 head -c 4096 /dev/urandom > "$tmp/corrupt.gguf"     # its worker exits 2: the model is down
 cat > "$tmp/rt.yaml" <<YAML
 runtime:
@@ -75,17 +63,12 @@ pipelines:
 YAML
 export SB_TEST_API_KEY="test-key-$$" SB_ROUTER_BODY_TIMEOUT_MS=1000
 "$SB" run -c "$tmp/rt.yaml" > "$tmp/run.log" 2>&1 &
-sup=$!
+sup=$!; it_pids+=($sup)
 python3 tests/router_http.py "http://127.0.0.1:$port" "$sup" "$tmp/rt.yaml" "$run"
 rc=$?
 if [ $rc -ne 0 ]; then echo "--- run.log (tail; all of it in /tmp/sb-router-last.log)"; tail -40 "$tmp/run.log"; cp "$tmp/run.log" /tmp/sb-router-last.log; fi
 # A clean stop: SIGTERM drains and every process exits.
-kill "$sup"; for _ in $(seq 1 100); do kill -0 "$sup" 2>/dev/null || break; sleep 0.05; done
-if kill -0 "$sup" 2>/dev/null; then echo "FAIL the runtime did not stop on SIGTERM"; rc=1; fi
-sup=
+it_stop "$sup" runtime || rc=1
 grep -q "router\[.*stopped" "$tmp/run.log" || { echo "FAIL the router did not log a clean stop"; tail -5 "$tmp/run.log"; rc=1; }
-# Under SAN=1 a sanitizer report (leaks at exit included) lands in the log.
-if grep -qE "ERROR: (Address|Leak)Sanitizer|runtime error:" "$tmp/run.log"; then
-    echo "FAIL sanitizer report in the runtime's log:"; grep -A30 -E "ERROR: (Address|Leak)Sanitizer|runtime error:" "$tmp/run.log" | head -60; rc=1
-fi
+it_san_check "$tmp/run.log" "the runtime's log" || rc=1
 exit $rc

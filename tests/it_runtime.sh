@@ -7,6 +7,7 @@
 # checks, which are in tests/test_runtime.c.
 set -u
 cd "$(dirname "$0")/.."
+. tests/itlib.sh          # it_ports (not it_init: its own cleanup)
 SB=$(realpath "${SB_BIN:-bin/switchboard}")
 ST="python3 tests/rt_state.py"
 DATA=$(realpath tests/data)
@@ -214,7 +215,7 @@ if "$SB" router --help > /dev/null 2>&1; then
     out2=$("$SB" run -c "$tmp/pipe.yaml" 2>&1); rc2=$?
     [ $rc -eq 2 ] && [ $rc2 -eq 2 ] && [[ $out == *"pipe.yaml:5:"* ]] && [ ! -e "$tmp/prun" ] &&
         ok "a bad pipeline fails --check and run (exit 2, file:line:col) before anything starts" || bad "bad pipeline: rc $rc/$rc2: $out"
-    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    port=$(it_ports 1)
     rrun=$tmp/rrun
     printf 'runtime: { dir: %s, http: "127.0.0.1:%s", drain_ms: 1000 }\nmodels:\n  spm: { gguf: %s, threads: 1, ctx: 512 }\n' \
         "$rrun" "$port" "$DATA/tiny-llama-spm-Q2_K.gguf" > "$tmp/router.yaml"

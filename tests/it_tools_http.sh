@@ -8,25 +8,15 @@
 # and JSON nested at the writer's limit. Set SB_BIN to test another binary.
 set -u
 cd "$(dirname "$0")/.."
-SB=$(realpath "${SB_BIN:-bin/switchboard}")
-DATA=$(realpath tests/data)
-tmp=$(mktemp -d /tmp/sb-tools-XXXXXX)
+. tests/itlib.sh
+it_init tools
 run=$tmp/run
 mkdir -m 700 "$run" "$tmp/live"
 marker="99$$"                  # `sleep $marker`: the orphan test's processes, and only they
-rt=
-cleanup() {
-    if [ -n "$rt" ]; then
-        kill "$rt" 2>/dev/null
-        for _ in $(seq 1 50); do kill -0 "$rt" 2>/dev/null || break; sleep 0.1; done
-        kill -9 "$rt" 2>/dev/null
-    fi
+it_cleanup_more() {
     for p in $(pgrep -f "sleep $marker" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
-    wait 2>/dev/null
-    rm -rf "$tmp"
 }
-trap cleanup EXIT
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port=$(it_ports 1)
 # The concurrency probe: count the live calls (a file each) while this one runs.
 cat > "$tmp/count.sh" <<'SH'
 touch "$1/$$"
@@ -80,14 +70,10 @@ pipelines:
 YAML
 export SB_TEST_API_KEY="tools-key-$$" SB_TEST_OTHER_SECRET="other-$$"
 "$SB" router -c "$tmp/rt.yaml" --no-socket > "$tmp/router.log" 2>&1 &
-rt=$!
+rt=$!; it_pids+=($rt)
 python3 tests/tools_http.py "http://127.0.0.1:$port" "$tmp/live" "$marker"
 rc=$?
 if [ $rc -ne 0 ]; then echo "--- router.log (tail)"; tail -20 "$tmp/router.log"; fi
-kill "$rt"; for _ in $(seq 1 100); do kill -0 "$rt" 2>/dev/null || break; sleep 0.05; done
-if kill -0 "$rt" 2>/dev/null; then echo "FAIL the router did not stop on SIGTERM"; rc=1; fi
-rt=
-if grep -qE "ERROR: (Address|Leak)Sanitizer|runtime error:" "$tmp/router.log"; then
-    echo "FAIL sanitizer report in the router's log:"; grep -A30 -E "ERROR: (Address|Leak)Sanitizer|runtime error:" "$tmp/router.log" | head -60; rc=1
-fi
+it_stop "$rt" router || rc=1
+it_san_check "$tmp/router.log" "the router's log" || rc=1
 exit $rc

@@ -10,28 +10,9 @@
 # edge keeps serving its local model. Set SB_BIN to test another binary.
 set -u
 cd "$(dirname "$0")/.."
-SB=$(realpath "${SB_BIN:-bin/switchboard}")
-DATA=$(realpath tests/data)
-tmp=$(mktemp -d /tmp/sb-upstream-XXXXXX)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-    for p in "${pids[@]}"; do
-        for _ in $(seq 1 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-        kill -9 "$p" 2>/dev/null
-    done
-    wait 2>/dev/null
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-# Four ports picked by one process that holds them all while it picks: picked
-# one at a time, the kernel may hand the same just-freed port out twice (a CI
-# run failed that way: the edge found its port taken by the upstream).
-read -r port_up port_edge port_slow port_closed < <(python3 -c '
-import socket
-socks = [socket.socket() for _ in range(4)]
-for s in socks: s.bind(("127.0.0.1", 0))
-print(*(s.getsockname()[1] for s in socks))')
+. tests/itlib.sh
+it_init upstream
+read -r port_up port_edge port_slow port_closed < <(it_ports 4)
 
 # The upstream: one fixture model behind its own API key.
 cat > "$tmp/up.yaml" <<YAML
@@ -92,11 +73,11 @@ while True:
     c, _ = s.accept()
     threading.Thread(target=hold, args=(c,), daemon=True).start()
 PY
-pids+=($!)
+it_pids+=($!)
 "$SB" run -c "$tmp/up.yaml" > "$tmp/up.log" 2>&1 &
-up_pid=$!; pids+=($up_pid)
+up_pid=$!; it_pids+=($up_pid)
 "$SB" run -c "$tmp/edge.yaml" > "$tmp/edge.log" 2>&1 &
-edge_pid=$!; pids+=($edge_pid)
+edge_pid=$!; it_pids+=($edge_pid)
 
 python3 tests/upstream_check.py "http://127.0.0.1:$port_edge" "http://127.0.0.1:$port_up" "$up_pid" \
     "$port_slow" "$port_closed"
@@ -121,13 +102,7 @@ else echo "FAIL in-flight upstream call outlived the shutdown"; rc=1; fi
 grep -q "router\[.*stopped" "$tmp/edge.log" || { echo "FAIL the edge router did not log a clean stop"; rc=1; }
 left=$(find "$tmp/edge-run" "$tmp/up-run" -maxdepth 1 -type s 2>/dev/null | wc -l)
 [ "$left" = 0 ] || { echo "FAIL $left socket(s) left after SIGTERM"; rc=1; }
-# Under SAN=1 a sanitizer report (leaks at exit included) lands in the log.
-for log in "$tmp/edge.log" "$tmp/up.log"; do
-    if grep -qE "ERROR: (Address|Leak)Sanitizer|runtime error:" "$log"; then
-        echo "FAIL sanitizer report in $(basename "$log"):"
-        grep -A30 -E "ERROR: (Address|Leak)Sanitizer|runtime error:" "$log" | head -60; rc=1
-    fi
-done
+for log in "$tmp/edge.log" "$tmp/up.log"; do it_san_check "$log" "$(basename "$log")" || rc=1; done
 if [ $rc -ne 0 ]; then
     echo "--- edge.log (tail)"; tail -30 "$tmp/edge.log"
     echo "--- up.log (tail)"; tail -15 "$tmp/up.log"

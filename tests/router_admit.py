@@ -15,35 +15,19 @@ RST at a moment of the test's choosing:
   - a worker killed under load: every caller gets an answer, the queue is 0.
 Prints one line per check and "N passed, N failed".
 """
-import json, os, re, selectors, signal, socket, struct, sys, threading, time, urllib.error, urllib.request
+import json, os, re, selectors, signal, socket, struct, sys, threading, time
+
+sys.path.insert(0, os.path.dirname(__file__))
+import itlib  # noqa: E402
 
 URL, RUN_LOG, PIDFILE, UP_PORT = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-HOST, PORT = re.match(r"http://([^:]+):(\d+)", URL).groups()
-PORT = int(PORT)
+HOST, PORT = itlib.host_port(URL)
 LONG = 4000         # tokens: ~2.7 s of greedy decoding on the fixture (plain build)
-passed = failed = 0
-
-
-def check(cond, what, detail=""):
-    global passed, failed
-    if cond:
-        passed += 1
-        print("ok   " + what)
-    else:
-        failed += 1
-        print("FAIL " + what + (": " + str(detail) if detail else ""))
-    sys.stdout.flush()
-    return cond
+check = itlib.Checks()
 
 
 def http(method, path, body=None, timeout=30):
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(URL + path, data=data, method=method, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, dict(r.headers), r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, dict(e.headers), e.read()
+    return itlib.request(URL + path, method, body, {"Content-Type": "application/json"}, timeout)
 
 
 def health():
@@ -322,5 +306,4 @@ while time.time() < deadline and health()["status"] != "up":
 f = follow_up_s()
 check(isinstance(f, float), "the restarted worker serves again", f)
 
-print("%d passed, %d failed" % (passed, failed))
-sys.exit(1 if failed else 0)
+sys.exit(check.summary())

@@ -7,40 +7,21 @@ sees it, pipelines, the cache, every error class with its JSON body, 64
 concurrent streams on one worker, the gateway's own overhead, /metrics and
 SIGHUP reload. Prints one line per check and "N passed, N failed".
 """
-import json, os, re, signal, socket, subprocess, sys, threading, time, urllib.error, urllib.request
+import json, os, re, signal, socket, subprocess, sys, threading, time, urllib.request
+
+sys.path.insert(0, os.path.dirname(__file__))
+import itlib  # noqa: E402
 
 URL, SUP_PID, CONFIG, RUN_DIR = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 KEY = os.environ["SB_TEST_API_KEY"]
-HOST, PORT = re.match(r"http://([^:]+):(\d+)", URL).groups()
-PORT = int(PORT)
-passed = failed = 0
-
-
-def check(cond, what, detail=""):
-    global passed, failed
-    if cond:
-        passed += 1
-        print("ok   " + what)
-    else:
-        failed += 1
-        print("FAIL " + what + (": " + str(detail) if detail else ""))
-    sys.stdout.flush()
-    return cond
+HOST, PORT = itlib.host_port(URL)
+check = itlib.Checks()
 
 
 def http(method, path, body=None, headers=None, key=KEY, timeout=30):
     """(status, headers, body bytes); body may be a dict (JSON) or bytes."""
-    h = {"Content-Type": "application/json"}
-    if key:
-        h["Authorization"] = "Bearer " + key
-    h.update(headers or {})
-    data = json.dumps(body).encode() if isinstance(body, (dict, list)) else body
-    req = urllib.request.Request(URL + path, data=data, method=method, headers=h)
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, dict(r.headers), r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, dict(e.headers), e.read()
+    h = {"Content-Type": "application/json", **itlib.bearer(key), **(headers or {})}
+    return itlib.request(URL + path, method, body, h, timeout)
 
 
 def is_error_body(raw, code=None):
@@ -67,16 +48,7 @@ def raw_exchange(data, wait_s=0.0, timeout=10):
     except OSError:
         pass
     t0 = time.time()
-    out = b""
-    try:
-        while True:
-            c = s.recv(65536)
-            if not c:
-                break
-            out += c
-    except OSError:
-        pass
-    s.close()
+    out = itlib.read_to_close(s)
     return out, time.time() - t0
 
 
@@ -536,5 +508,4 @@ check(b'"pipeline:p2"' in b and b'"pipeline:p3"' not in b, "SIGHUP with an inval
 open(CONFIG, "w").write(orig)
 alive("the reloads")
 
-print("\n%d passed, %d failed" % (passed, failed))
-sys.exit(1 if failed else 0)
+sys.exit(check.summary(blank_line=True))

@@ -5,38 +5,21 @@ Driven by tests/it_tools_http.sh against `switchboard router` with the
 tool-only pipelines of its config. Prints one line per check and
 "N passed, N failed"; exit 1 on any failure.
 """
-import hashlib, json, os, re, socket, subprocess, sys, threading, time, urllib.error, urllib.request
+import hashlib, json, os, re, socket, subprocess, sys, threading, time
+
+sys.path.insert(0, os.path.dirname(__file__))
+import itlib  # noqa: E402
 
 URL, LIVE = sys.argv[1], sys.argv[2]
 ORPHAN = "sleep " + sys.argv[3]          # not in our own argv, so pgrep -f cannot match us
 KEY = os.environ["SB_TEST_API_KEY"]
-HOST, PORT = re.match(r"http://([^:]+):(\d+)", URL).groups()
-PORT = int(PORT)
-passed = failed = 0
-
-
-def check(cond, what, detail=""):
-    global passed, failed
-    if cond:
-        passed += 1
-        print("ok   " + what)
-    else:
-        failed += 1
-        print("FAIL " + what + (": " + str(detail)[:600] if detail else ""))
-    sys.stdout.flush()
-    return cond
+HOST, PORT = itlib.host_port(URL)
+check = itlib.Checks(detail_max=600)
 
 
 def http(method, path, body=None, timeout=60):
     """(status, headers, body bytes); body may be a dict (JSON) or bytes."""
-    h = {"Content-Type": "application/json", "Authorization": "Bearer " + KEY}
-    data = json.dumps(body).encode() if isinstance(body, dict) else body
-    req = urllib.request.Request(URL + path, data=data, method=method, headers=h)
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, dict(r.headers), r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, dict(e.headers), e.read()
+    return itlib.request(URL + path, method, body, {"Content-Type": "application/json", **itlib.bearer(KEY)}, timeout)
 
 
 def pipeline(name, text):
@@ -52,17 +35,7 @@ def raw(data, timeout=5):
     s = socket.create_connection((HOST, PORT))
     s.settimeout(timeout)
     s.sendall(data)
-    out = b""
-    try:
-        while True:
-            c = s.recv(65536)
-            if not c:
-                break
-            out += c
-    except OSError:
-        pass
-    s.close()
-    return out
+    return itlib.read_to_close(s)
 
 
 for _ in range(100):                    # the router is starting
@@ -195,5 +168,4 @@ except ValueError as e:
     good, r = False, "%s: %r" % (e, b[-200:])
 check(good, "a tool's JSON nested 63 deep: the reply is valid JSON with the tool's text", r)
 
-print("%d passed, %d failed" % (passed, failed))
-sys.exit(1 if failed else 0)
+sys.exit(check.summary())

@@ -7,38 +7,21 @@ API key); `slow` points at a listener that never answers, `closed` at a
 port nobody listens on, `badkey` at UP with the wrong key. Prints one line
 per check and exits 1 if any failed.
 """
-import json, os, signal, sys, time, urllib.error, urllib.request
+import json, os, signal, sys, time, urllib.request
+
+sys.path.insert(0, os.path.dirname(__file__))
+import itlib  # noqa: E402
 
 EDGE, UP, UP_PID, SLOW_PORT, CLOSED_PORT = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
 UP_KEY = os.environ["SB_UP_KEY"]
-passed = failed = 0
-
-
-def check(cond, what, detail=""):
-    global passed, failed
-    if cond:
-        passed += 1
-        print("ok   " + what)
-    else:
-        failed += 1
-        print("FAIL " + what + (": " + str(detail)[:600] if detail else ""))
-    sys.stdout.flush()
-    return cond
+check = itlib.Checks(detail_max=600)
 
 
 def http(base, method, path, body=None, key=None, timeout=60, raw=False):
     """(status, headers, body: parsed JSON unless raw or not JSON, seconds)."""
-    h = {"Content-Type": "application/json", "Cache-Control": "no-cache"}
-    if key:
-        h["Authorization"] = "Bearer " + key
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(base + path, data=data, method=method, headers=h)
+    h = {"Content-Type": "application/json", "Cache-Control": "no-cache", **itlib.bearer(key)}
     t = time.time()
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            st, hd, b = r.status, dict(r.headers), r.read()
-    except urllib.error.HTTPError as e:
-        st, hd, b = e.code, dict(e.headers), e.read()
+    st, hd, b = itlib.request(base + path, method, body, h, timeout)
     dt = time.time() - t
     if not raw:
         try:
@@ -213,5 +196,4 @@ check(st == 200 and b["models"]["intent"]["status"] == "up", "edge /health still
 st, _, b, _ = http(EDGE, "POST", "/v1/chat/completions", chat)
 check(st in (503, 504) and "upstream" in error_message(b), "chat to the stopped upstream: %d with a reason" % st, b)
 
-print("%d passed, %d failed" % (passed, failed))
-sys.exit(1 if failed else 0)
+sys.exit(check.summary())

@@ -1,0 +1,78 @@
+# tests/itlib.sh - what the tests/it_*.sh scripts that start the runtime share.
+# Sourced (not run: tests/run.sh runs every it_*.sh, hence the name) from the
+# repository root, after the script's `cd "$(dirname "$0")/.."`:
+#   . tests/itlib.sh
+#   it_init NAME        SB, DATA, tmp (/tmp/sb-NAME-XXXXXX), cleanup on exit
+#   read -r a b < <(it_ports 2)
+#   "$SB" run ... & it_pids+=($!)
+# Every process in it_pids is stopped on exit (SIGTERM, then SIGKILL after
+# 5 s); a script that defines it_cleanup_more has it called before the wait.
+
+# SB, DATA and a private tmp dir removed with everything it_pids holds on exit.
+it_init() {
+    SB=$(realpath "${SB_BIN:-bin/switchboard}")
+    DATA=$(realpath tests/data)
+    tmp=$(mktemp -d "/tmp/sb-$1-XXXXXX")
+    it_pids=()
+    trap it_cleanup EXIT
+}
+
+it_cleanup() {
+    local p
+    for p in "${it_pids[@]}"; do kill "$p" 2>/dev/null; done
+    for p in "${it_pids[@]}"; do
+        for _ in $(seq 1 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+        kill -9 "$p" 2>/dev/null
+    done
+    if declare -F it_cleanup_more > /dev/null; then it_cleanup_more; fi
+    wait 2>/dev/null
+    rm -rf "$tmp"
+}
+
+# Drop PID from it_pids (it has exited: its number may be reused).
+it_forget() {
+    local p keep=()
+    for p in "${it_pids[@]}"; do [ "$p" = "$1" ] || keep+=("$p"); done
+    it_pids=("${keep[@]}")
+}
+
+# N free TCP ports on 127.0.0.1, on one line. One process holds them all
+# while it picks: picked one at a time, the kernel may hand the same
+# just-freed port out twice (a CI run failed that way).
+it_ports() {
+    python3 -c '
+import socket, sys
+socks = [socket.socket() for _ in range(int(sys.argv[1]))]
+for s in socks: s.bind(("127.0.0.1", 0))
+print(*(s.getsockname()[1] for s in socks))' "$1"
+}
+
+# Poll URL until it answers 2xx: up to TRIES (100) times, STEP (0.05) s apart
+# (each try given 2 s: a listener that accepts and never answers is not ready).
+it_wait_http() {
+    local url=$1 tries=${2:-100} step=${3:-0.05}
+    for _ in $(seq 1 "$tries"); do
+        curl -sf -m 2 "$url" > /dev/null 2>&1 && return 0
+        sleep "$step"
+    done
+    return 1
+}
+
+# SIGTERM PID and give it 5 s to exit; forgotten either way. Prints
+# "FAIL the WHAT did not stop on SIGTERM" and fails if it is still there.
+it_stop() {
+    local pid=$1 what=$2
+    kill "$pid"; for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+    it_forget "$pid"
+    if kill -0 "$pid" 2>/dev/null; then echo "FAIL the $what did not stop on SIGTERM"; return 1; fi
+}
+
+# Fails (printing the report) if LOG holds a sanitizer report: under SAN=1
+# leaks at exit and UBSan errors land in the runtime's log. WHAT names it.
+it_san_check() {
+    local log=$1 what=$2
+    grep -qE "ERROR: (Address|Leak)Sanitizer|runtime error:" "$log" || return 0
+    echo "FAIL sanitizer report in $what:"
+    grep -A30 -E "ERROR: (Address|Leak)Sanitizer|runtime error:" "$log" | head -60
+    return 1
+}
