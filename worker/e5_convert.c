@@ -357,15 +357,17 @@ static int write_tensor(sb_outfile *of, const out_tensor *t, char *err) {
     const sb_kq_traits *kq = sb_kq_table(SB_KQ_REF);
     const size_t rb_in = sb_kq_row_size(&kq[SB_TYPE_Q4_0], t->ne0), rb_out = sb_kq_row_size(&kq[t->type], t->ne0);
     float *row = sb_malloc((size_t)t->ne0 * sizeof *row);
-    uint8_t *q = sb_malloc(rb_out);
-    int rc = row && q ? 0 : sb_seterr(err, SB_ENOMEM, "out of memory");
+    uint8_t *q = sb_malloc(rb_out), *in = sb_malloc(rb_in);     /* E5S1 data need not be aligned */
+    int rc = row && q && in ? 0 : sb_seterr(err, SB_ENOMEM, "out of memory");
     for (int64_t r = 0; r < t->ne1 && !rc; r++) {
-        kq[SB_TYPE_Q4_0].to_float(t->src->data + (size_t)r * rb_in, row, t->ne0);
+        memcpy(in, t->src->data + (size_t)r * rb_in, rb_in);
+        kq[SB_TYPE_Q4_0].to_float(in, row, t->ne0);
         kq[t->type].from_float_ref(row, q, t->ne0);
         rc = sb_outfile_write(of, q, rb_out, err);
     }
     sb_free(row);
     sb_free(q);
+    sb_free(in);
     return rc;
 }
 
