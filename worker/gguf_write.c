@@ -188,6 +188,16 @@ int sb_gguf_writer_set_u32(sb_gguf_writer *w, const char *key, uint32_t v) {
     return put_kv(w, key, strlen(key), blob, 8);
 }
 
+/* The value bytes are the caller's serialization (arrays: u32 element type,
+ * u64 count, elements); they are copied. */
+int sb_gguf_writer_set_raw(sb_gguf_writer *w, const char *key, uint32_t type, const void *value, size_t n) {
+    uint8_t *blob = sb_malloc(4 + n);
+    if (!blob) return SB_ENOMEM;
+    memcpy(blob, &type, 4);
+    if (n) memcpy(blob + 4, value, n);
+    return put_kv(w, key, strlen(key), blob, 4 + n);
+}
+
 int sb_gguf_writer_set_str(sb_gguf_writer *w, const char *key, const char *s) {
     uint64_t len = strlen(s);
     uint8_t *blob = sb_malloc(12 + (size_t)len);

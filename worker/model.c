@@ -120,22 +120,22 @@ static int load_hparams(const sb_gguf *g, sb_hparams *hp, char *err) {
     return 0;
 }
 
-static int find_weight(const sb_model *m, const char *name, int64_t ne0, int64_t ne1, int required,
-                       sb_weight *w, char *err) {
-    const sb_gguf_tensor *t = sb_gguf_find_tensor(m->gguf, name);
+int sb_weight_find(const sb_gguf *g, const char *name, int64_t ne0, int64_t ne1, int required,
+                   sb_weight *w, char *err) {
+    const sb_gguf_tensor *t = sb_gguf_find_tensor(g, name);
     memset(w, 0, sizeof *w);
     if (!t) {
         if (!required) return 0;
-        return sb_seterr(err, SB_EFORMAT, "%s: missing tensor '%s'", sb_gguf_path(m->gguf), name);
+        return sb_seterr(err, SB_EFORMAT, "%s: missing tensor '%s'", sb_gguf_path(g), name);
     }
     if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != 1 || t->ne[3] != 1)
         return sb_seterr(err, SB_EFORMAT, "%s: tensor '%s' has shape [%lld, %lld, %lld], expected [%lld, %lld]",
-                         sb_gguf_path(m->gguf), name, (long long)t->ne[0], (long long)t->ne[1],
+                         sb_gguf_path(g), name, (long long)t->ne[0], (long long)t->ne[1],
                          (long long)t->ne[2], (long long)ne0, (long long)ne1);
     const sb_kq_traits *tt = &sb_kq_table(SB_KQ_REF)[t->type];
     if (ne1 > 1 && !tt->vec_dot)
         return sb_seterr(err, SB_EUNSUP, "%s: tensor '%s' has type %s, which has no dot-product kernel",
-                         sb_gguf_path(m->gguf), name, tt->name);
+                         sb_gguf_path(g), name, tt->name);
     w->data = t->data;
     w->type = (int)t->type;
     w->ne0 = ne0;
@@ -144,26 +144,35 @@ static int find_weight(const sb_model *m, const char *name, int64_t ne0, int64_t
     return 0;
 }
 
+static int find_weight(const sb_model *m, const char *name, int64_t ne0, int64_t ne1, int required,
+                       sb_weight *w, char *err) {
+    return sb_weight_find(m->gguf, name, ne0, ne1, required, w, err);
+}
+
 /* Small 1-D tensors (norms, biases) are converted to F32 copies: a few KB,
  * and the forward pass then never cares which type the file used. */
-static int load_vector(const sb_model *m, const char *name, int64_t n, int required, float **out, char *err) {
+int sb_weight_load_vector(const sb_gguf *g, const char *name, int64_t n, int required, float **out, char *err) {
     sb_weight w;
     *out = NULL;
-    int rc = find_weight(m, name, n, 1, required, &w, err);
+    int rc = sb_weight_find(g, name, n, 1, required, &w, err);
     if (rc || !w.data) return rc;
     const sb_kq_traits *tt = &sb_kq_table(SB_KQ_REF)[w.type];
     if (!tt->to_float)
-        return sb_seterr(err, SB_EUNSUP, "%s: tensor '%s': type %s cannot be converted", sb_gguf_path(m->gguf), name, tt->name);
+        return sb_seterr(err, SB_EUNSUP, "%s: tensor '%s': type %s cannot be converted", sb_gguf_path(g), name, tt->name);
     float *v = sb_aligned_alloc((size_t)n * sizeof(float));
     if (!v) return sb_seterr(err, SB_ENOMEM, "out of memory");
     tt->to_float(w.data, v, n);
     for (int64_t i = 0; i < n; i++)
         if (!isfinite(v[i])) {
             sb_aligned_free(v);
-            return sb_seterr(err, SB_EFORMAT, "%s: tensor '%s' element %lld is not finite", sb_gguf_path(m->gguf), name, (long long)i);
+            return sb_seterr(err, SB_EFORMAT, "%s: tensor '%s' element %lld is not finite", sb_gguf_path(g), name, (long long)i);
         }
     *out = v;
     return 0;
+}
+
+static int load_vector(const sb_model *m, const char *name, int64_t n, int required, float **out, char *err) {
+    return sb_weight_load_vector(m->gguf, name, n, required, out, err);
 }
 
 static int load_layer(sb_model *m, int il, char *err) {

@@ -16,6 +16,16 @@ typedef struct {
     void       *x8_buf;         /* non-NULL: data is this anonymous copy in the x8 layout (sb_kq_x8_pack) */
 } sb_weight;
 
+/* Tensor `name` of g as an [ne0 x ne1] weight (ne1 > 1 needs a dot
+ * kernel for its type); absent and not required: w->data is NULL. Errors
+ * name the tensor and the shape or type that is wrong. Shared with the
+ * encoder (encoder.c). */
+int sb_weight_find(const sb_gguf *g, const char *name, int64_t ne0, int64_t ne1, int required,
+                   sb_weight *w, char *err);
+/* A 1-D tensor of n elements, converted to an sb_aligned_alloc'ed F32 copy
+ * (*out NULL when absent and not required); non-finite values are refused. */
+int sb_weight_load_vector(const sb_gguf *g, const char *name, int64_t n, int required, float **out, char *err);
+
 typedef struct {
     float     *attn_norm;       /* [n_embd], converted to F32 at load */
     float     *ffn_norm;

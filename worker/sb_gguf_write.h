@@ -36,6 +36,9 @@ int sb_gguf_writer_copy_kv(sb_gguf_writer *w, const sb_gguf *src, const sb_gguf_
 /* Typed setters (replace + move to the end, as gguf_set_val_*). */
 int sb_gguf_writer_set_u32(sb_gguf_writer *w, const char *key, uint32_t v);
 int sb_gguf_writer_set_str(sb_gguf_writer *w, const char *key, const char *s);
+/* Any value already serialized as GGUF stores it after the type tag (a
+ * float, a bool, an array: u32 element type, u64 count, elements). */
+int sb_gguf_writer_set_raw(sb_gguf_writer *w, const char *key, uint32_t type, const void *value, size_t n);
 /* Remove a key if present (no error if absent). */
 void sb_gguf_writer_remove(sb_gguf_writer *w, const char *key);
 size_t sb_gguf_writer_n_kv(const sb_gguf_writer *w);
