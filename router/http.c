@@ -576,6 +576,7 @@ static void on_request(struct evhttp_request *req, void *arg) {
     const char *pipe_name = NULL;
     if (!strcmp(path, "/v1/chat/completions")) route = RT_ROUTE_CHAT;
     else if (!strcmp(path, "/v1/completions")) route = RT_ROUTE_COMPLETIONS;
+    else if (!strcmp(path, "/v1/embeddings")) route = RT_ROUTE_EMBEDDINGS;
     else if (!strcmp(path, "/v1/models") || !strcmp(path, "/v1/pipelines")) route = RT_ROUTE_MODELS;
     else if (!strncmp(path, "/v1/pipelines/", 14)) { route = RT_ROUTE_PIPELINES; pipe_name = path + 14; }
     else if (!strcmp(path, "/health")) route = RT_ROUTE_HEALTH;
@@ -621,6 +622,7 @@ static void on_request(struct evhttp_request *req, void *arg) {
     if (!body) return;
     const sb_json *root = sb_json_root(body);
     if (route == RT_ROUTE_PIPELINES) rt_handle_pipeline(q, pipe_name, root);
+    else if (route == RT_ROUTE_EMBEDDINGS) rt_handle_embeddings(q, root);
     else rt_handle_chat(q, root, route == RT_ROUTE_CHAT ? RT_KIND_CHAT : RT_KIND_COMPLETION);
     sb_json_doc_free(body);
 }

@@ -16,7 +16,7 @@ static const double lat_bounds[RT_LAT_BUCKETS] = { 0.001, 0.005, 0.01, 0.025, 0.
 
 const char *rt_route_name(int route) {
     static const char *const names[RT_ROUTE_COUNT] = { "chat_completions", "completions", "models", "pipelines",
-                                                       "health", "metrics", "other" };
+                                                       "health", "metrics", "other", "embeddings" };
     return route >= 0 && route < RT_ROUTE_COUNT ? names[route] : "other";
 }
 

@@ -214,11 +214,19 @@ static void on_health(void *arg, uint64_t id, const sb_ipc_result *res) {
     rt_model *m = arg;
     m->probing = false;
     int64_t pid = 0;
+    const char *kind = NULL;
     if (res->ok && sb_mp_get_int(res->result, "pid", SB_MP_OPTIONAL, 0, INT64_MAX, &pid, NULL) == 0) {
         if (!m->up) sb_info("model '%s': worker up (pid %lld)", m->name, (long long)pid);
+        /* A worker says what it serves; an older one without "kind" is a decoder. */
+        sb_mp_get_str(res->result, "kind", SB_MP_OPTIONAL, &kind, NULL, NULL);
+        bool was = m->kind_known && m->encoder, came_up = !m->up || pid != m->pid;
+        m->encoder = kind && !strcmp(kind, "encoder");
+        m->kind_known = true;
+
         if (m->pid && pid != m->pid) m->restarts++;
         m->pid = pid;
         m->up = true;
+        if (came_up || was != m->encoder) rt_intent_models_changed(m->r);
     } else {
         if (m->up) sb_warn("model '%s': worker down (%s)", m->name, res->message ? res->message : "no answer");
         if (m->up) m->down_since = sb_now_s();
@@ -326,7 +334,8 @@ void rt_models_sync(rt *r, const sb_config *cfg) {
         m->deadline_ms = cm->deadline_ms;
         m->max_tokens = cm->max_tokens;
         m->fingerprint[0] = '\0';
-        if (r->cache && cm->gguf) {
+        /* Always: the intent stage's embedding cache is keyed by it too. */
+        if (cm->gguf) {
             char err[SB_ERR_LEN];
             if (sb_cache_fingerprint_file(cm->gguf, 0, m->fingerprint, err)) {
                 sb_warn("model '%s': no fingerprint, its answers will not be cached: %s", cm->name, err);

@@ -6,6 +6,7 @@
  *   http.c      evhttp front door: limits, 408/413/431 with JSON bodies,
  *               auth, routing, one log line per request
  *   openai.c    /v1/chat/completions, /v1/completions (SSE), /v1/models
+ *   embeddings.c  /v1/embeddings (encoder models)
  *   pipeapi.c   /v1/pipelines/NAME, pipeline:NAME models, the cache
  *   run.c       the pipeline executor (intent -> generate -> tool ...)
  *   tool.c      tool stages: a child process or an HTTP call, with timeouts
@@ -91,6 +92,7 @@ struct rt_model {
     char *sock;
     char *gguf;
     bool remote;                    /* upstream: served over HTTP by upstream.c */
+    bool kind_known, encoder;       /* from the worker's health: an embedding model */
     rt_upcall *upcalls;             /* remote: calls in flight */
     bool removed;                   /* gone from the config after a reload */
     int max_waiting, deadline_ms, max_tokens;
@@ -135,7 +137,7 @@ int  rt_worker_error_status(const char *code, const char **type);
 /* ------------------------------------------------------------ metrics */
 
 enum { RT_ROUTE_CHAT, RT_ROUTE_COMPLETIONS, RT_ROUTE_MODELS, RT_ROUTE_PIPELINES, RT_ROUTE_HEALTH,
-       RT_ROUTE_METRICS, RT_ROUTE_OTHER, RT_ROUTE_COUNT };
+       RT_ROUTE_METRICS, RT_ROUTE_OTHER, RT_ROUTE_EMBEDDINGS, RT_ROUTE_COUNT };
 #define RT_LAT_BUCKETS 14
 #define RT_MAX_STATUS 16
 
@@ -209,6 +211,8 @@ struct rt_req {
     const char *method;
     int kind;                       /* openai.c: chat or completion */
     bool include_usage;
+    int n_embed;                    /* embeddings.c: vectors expected */
+    bool embed_b64;                 /* embeddings.c: encoding_format base64 */
     char *cache_key;                /* set on a cacheable miss */
     char *cache_input, *cache_ns, *cache_fp, *cache_params;
     sb_jw out;                      /* scratch */
@@ -233,6 +237,7 @@ sb_json_doc *rt_req_body_json(rt_req *q);
 void rt_handle_chat(rt_req *q, const sb_json *body, int kind);
 void rt_handle_models(rt_req *q);
 void rt_handle_pipeline(rt_req *q, const char *name, const sb_json *body);
+void rt_handle_embeddings(rt_req *q, const sb_json *body);         /* embeddings.c */
 /* model = "pipeline:NAME" on the completions endpoints. */
 void rt_handle_pipeline_chat(rt_req *q, const char *name, const char *input, bool stream);
 enum { RT_KIND_CHAT, RT_KIND_COMPLETION };
@@ -304,6 +309,13 @@ int  rt_tool_start(rt *r, const rt_tool_spec *spec, const char *input, size_t in
 /* Stop a call (client gone, run timed out): SIGKILLs the tool's process
  * group and reaps it, or takes it out of the queue; no callback. NULL ok. */
 void rt_tool_cancel(rt_tool *t);
+
+/* ------------------------------------------------- embedding intents */
+
+/* intent_embed.c: intent stages that classify by sentence embeddings. A
+ * model came up or changed kind: build the example indexes that wait for
+ * it (asynchronously; runs that need one wait for it). */
+void rt_intent_models_changed(rt *r);
 
 /* cache_sync.c: periodic sync of the response cache with the cloud tier. */
 typedef struct rt_sync rt_sync;

@@ -2,10 +2,11 @@
  *
  * Two threads. The loop thread runs libevent: it accepts, decodes, answers
  * the cheap methods (health, info, tokenize, detokenize) at once and queues
- * generate/score jobs. The compute thread takes jobs one at a time and runs
- * them on the engine (whose own pool spreads each matmul over the cores);
- * tokens and final responses go back through sb_ipc_reply_*, which is safe
- * from any thread. So a long generation never delays a health check, and a
+ * generate/score jobs (embed jobs when the model is an encoder: serve_embed.c).
+ * The compute thread takes jobs one at a time and runs them on the engine
+ * (whose own pool spreads each matmul over the cores); tokens and final
+ * responses go back through sb_ipc_reply_*, which is safe from any
+ * thread. So a long generation never delays a health check, and a
  * cancel (or a client that disconnects) reaches the running job through its
  * atomic flag within one token.
  *
@@ -28,17 +29,20 @@
 #include "sb_engine.h"
 #include "sb_ipc.h"
 #include "sb_kq.h"
+#include "serve_embed.h"
 
 #define MAX_CANDIDATES 256
 #define MAX_STOPS 16
 #define MAX_MESSAGES 256
+
+enum { JOB_GENERATE, JOB_SCORE, JOB_EMBED };
 
 typedef struct job job;
 struct job {
     job *next;
     sb_ipc_reply *reply;
     const sb_mp_obj *params;
-    int is_score;
+    int kind;                   /* JOB_* */
     atomic_int cancel;
 };
 
@@ -46,7 +50,8 @@ typedef struct {
     const char *name, *model_path, *socket_path;
     int max_queue, max_tokens_cap, drain_ms;
     int deadline_ms;            /* default for requests without deadline_ms; 0 = none */
-    sb_engine *engine;
+    sb_engine *engine;          /* a decoder model, or */
+    sb_encoder *encoder;        /* an encoder model (serve_embed.c) */
     struct event_base *base;
     sb_ipc_server *server;
     pthread_t compute;
@@ -362,7 +367,8 @@ static void *compute_main(void *arg) {
         w->current = j;
         pthread_mutex_unlock(&w->mu);
         if (sb_ipc_reply_cancelled(j->reply)) sb_ipc_reply_error(j->reply, SB_IPC_CANCELLED, "cancelled before it started");
-        else if (j->is_score) run_score(w, j, wr);
+        else if (j->kind == JOB_SCORE) run_score(w, j, wr);
+        else if (j->kind == JOB_EMBED) sb_serve_embed(w->encoder, j->reply, j->params, &j->cancel, wr);
         else run_generate(w, j, wr);
         pthread_mutex_lock(&w->mu);
         w->running = 0;
@@ -381,7 +387,18 @@ static void on_cancel(void *arg, sb_ipc_reply *r) {
     atomic_store(&((job *)arg)->cancel, 1);
 }
 
-static void enqueue(worker *w, sb_ipc_reply *r, const sb_mp_obj *params, int is_score) {
+static void enqueue(worker *w, sb_ipc_reply *r, const sb_mp_obj *params, int kind) {
+    /* Each kind of model does one kind of work; say which, rather than a
+     * crash or an empty answer. */
+    if ((kind == JOB_EMBED) != (w->encoder != NULL)) {
+        sb_ipc_reply_error(r, SB_IPC_INVALID_REQUEST,
+                           w->encoder ? "model '%s' is an encoder (embedding) model: it answers 'embed', not "
+                                        "'generate' or 'score'"
+                                      : "model '%s' is a generative (decoder) model: 'embed' needs an encoder "
+                                        "model such as multilingual-e5-small",
+                           w->name);
+        return;
+    }
     pthread_mutex_lock(&w->mu);
     if (w->stopping) {
         pthread_mutex_unlock(&w->mu);
@@ -404,7 +421,7 @@ static void enqueue(worker *w, sb_ipc_reply *r, const sb_mp_obj *params, int is_
     }
     j->reply = r;
     j->params = params;
-    j->is_score = is_score;
+    j->kind = kind;
     sb_ipc_reply_on_cancel(r, on_cancel, j);
     if (w->tail) w->tail->next = j; else w->head = j;
     w->tail = j;
@@ -413,8 +430,17 @@ static void enqueue(worker *w, sb_ipc_reply *r, const sb_mp_obj *params, int is_
     pthread_mutex_unlock(&w->mu);
 }
 
-static void h_generate(void *ud, sb_ipc_reply *r, const char *m, const sb_mp_obj *p) { (void)m; enqueue(ud, r, p, 0); }
-static void h_score(void *ud, sb_ipc_reply *r, const char *m, const sb_mp_obj *p) { (void)m; enqueue(ud, r, p, 1); }
+static void h_generate(void *ud, sb_ipc_reply *r, const char *m, const sb_mp_obj *p) { enqueue(ud, r, p, JOB_GENERATE); }
+static void h_score(void *ud, sb_ipc_reply *r, const char *m, const sb_mp_obj *p) { enqueue(ud, r, p, JOB_SCORE); }
+static void h_embed(void *ud, sb_ipc_reply *r, const char *m, const sb_mp_obj *p) { enqueue(ud, r, p, JOB_EMBED); }
+
+/* tokenize/detokenize read the decoder's vocabulary. */
+static bool no_vocab(worker *w, sb_ipc_reply *r) {
+    if (!w->encoder) return false;
+    sb_ipc_reply_error(r, SB_IPC_INVALID_REQUEST, "model '%s' is an encoder (embedding) model: 'embed' reports "
+                       "token counts; tokenize and detokenize serve generative models", w->name);
+    return true;
+}
 
 static void h_health(void *ud, sb_ipc_reply *r, const char *m, const sb_mp_obj *p) {
     worker *w = ud;
@@ -423,8 +449,9 @@ static void h_health(void *ud, sb_ipc_reply *r, const char *m, const sb_mp_obj *
     pthread_mutex_lock(&w->mu);
     int queued = w->n_queued, running = w->running, stopping = w->stopping;
     pthread_mutex_unlock(&w->mu);
-    sb_mp_map(wr, 5);
+    sb_mp_map(wr, 6);
     sb_mp_kv_str(wr, "status", stopping ? "draining" : "ok");
+    sb_mp_kv_str(wr, "kind", w->encoder ? "encoder" : "decoder");
     sb_mp_kv_str(wr, "name", w->name);
     sb_mp_kv_i64(wr, "pid", getpid());
     sb_mp_kv_i64(wr, "queued", queued);
@@ -435,6 +462,14 @@ static void h_health(void *ud, sb_ipc_reply *r, const char *m, const sb_mp_obj *
 
 static void h_info(void *ud, sb_ipc_reply *r, const char *m, const sb_mp_obj *p) {
     worker *w = ud;
+    if (w->encoder) {
+        sb_mp_writer *wr;
+        if (sb_mp_writer_new(&wr)) { sb_ipc_reply_error(r, SB_IPC_INTERNAL, "out of memory"); return; }
+        sb_serve_encoder_info(w->encoder, w->name, w->model_path, wr);
+        sb_ipc_reply_ok(r, wr);
+        sb_mp_writer_free(wr);
+        return;
+    }
     const sb_model *model = sb_engine_model(w->engine);
     const sb_hparams *hp = sb_model_hparams(model);
     const sb_gguf *g = sb_model_gguf(model);
@@ -444,9 +479,10 @@ static void h_info(void *ud, sb_ipc_reply *r, const char *m, const sb_mp_obj *p)
     sb_gguf_get_str(g, "general.name", &gname);
     sb_mp_writer *wr;
     if (sb_mp_writer_new(&wr)) { sb_ipc_reply_error(r, SB_IPC_INTERNAL, "out of memory"); return; }
-    sb_mp_map(wr, 16);
+    sb_mp_map(wr, 17);
     sb_mp_kv_str(wr, "name", w->name);
     sb_mp_kv_str(wr, "model", w->model_path);
+    sb_mp_kv_str(wr, "kind", "decoder");
     sb_mp_str(wr, "model_name");
     sb_mp_strn(wr, gname.ptr, gname.len);
     sb_mp_kv_str(wr, "architecture", hp->arch_name);
@@ -476,6 +512,7 @@ static void h_tokenize(void *ud, sb_ipc_reply *r, const char *m, const sb_mp_obj
     /* messages are formatted here on the loop thread: the engine's chat
      * template and vocab are read-only after load. */
     static const char *const allowed[] = { "text", "segments", "messages", "add_bos", "special", NULL };
+    if (no_vocab(w, r)) return;
     if (sb_mp_check_keys(p, allowed, err) || sb_mp_get_bool(p, "add_bos", SB_MP_OPTIONAL, &bos, err) ||
         sb_mp_get_bool(p, "special", SB_MP_OPTIONAL, &special, err) ||
         (rc = request_tokens(w, p, "text", special, bos, &ids, &n, err))) {
@@ -500,6 +537,7 @@ static void h_detokenize(void *ud, sb_ipc_reply *r, const char *m, const sb_mp_o
     const sb_mp_obj *toks;
     bool special = false;
     static const char *const allowed[] = { "tokens", "special", NULL };
+    if (no_vocab(w, r)) return;
     if (sb_mp_check_keys(p, allowed, err) ||
         sb_mp_get_container(p, "tokens", SB_MP_REQUIRED, SB_MP_ARRAY, &toks, err) ||
         sb_mp_get_bool(p, "special", SB_MP_OPTIONAL, &special, err)) {
@@ -662,17 +700,24 @@ int sb_cmd_worker(int argc, char **argv) {
     }
     char err[SB_ERR_LEN];
     double t0 = sb_now_s();
-    if (sb_engine_open(w.model_path, &cp, &w.engine, err)) {
+    /* An encoder (embedding) model is served like any other; only its
+     * methods differ. --ctx, --kv and --batch do not apply to it. */
+    int rc_open = sb_serve_is_encoder_file(w.model_path)
+                      ? sb_encoder_open(w.model_path, cp.n_threads, -1, &w.encoder, err)
+                      : sb_engine_open(w.model_path, &cp, &w.engine, err);
+    if (rc_open) {
         sb_error("%s", err);
         return SB_EXIT_CONFIG;
     }
     char desc[256];
-    sb_model_describe(sb_engine_model(w.engine), desc, sizeof desc);
-    sb_info("loaded %s in %.2f s: %s; context %d, %d threads, kernels %s", w.model_path, sb_now_s() - t0, desc,
-            sb_engine_n_ctx(w.engine), cp.n_threads, sb_kq_level_name(sb_kq_best_level()));
+    if (w.encoder) sb_encoder_describe(w.encoder, desc, sizeof desc);
+    else sb_model_describe(sb_engine_model(w.engine), desc, sizeof desc);
+    sb_info("loaded %s in %.2f s: %s; %s %d, %d threads, kernels %s", w.model_path, sb_now_s() - t0, desc,
+            w.encoder ? "encoder, window" : "context", w.encoder ? sb_encoder_n_ctx(w.encoder) : sb_engine_n_ctx(w.engine),
+            cp.n_threads, sb_kq_level_name(sb_kq_best_level()));
     static const sb_ipc_method methods[] = {
         { "health", h_health }, { "info", h_info }, { "tokenize", h_tokenize }, { "detokenize", h_detokenize },
-        { "generate", h_generate }, { "score", h_score },
+        { "generate", h_generate }, { "score", h_score }, { "embed", h_embed },
     };
     int rc = SB_EXIT_FAIL;
     pthread_mutex_init(&w.mu, NULL);
@@ -712,6 +757,7 @@ out:
     if (w.server) sb_ipc_server_free(w.server);
     if (w.base) event_base_free(w.base);
     sb_engine_free(w.engine);
+    sb_encoder_free(w.encoder);
     pthread_cond_destroy(&w.cv);
     pthread_mutex_destroy(&w.mu);
     return rc;

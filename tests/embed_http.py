@@ -1,0 +1,237 @@
+#!/usr/bin/env python3
+"""Encoder models served like any other (tests/it_embed_http.sh drives it).
+
+    embed_http.py URL RUNDIR SWITCHBOARD_BIN ENCODER_GGUF ROUTER_LOG
+
+The worker's socket protocol (health/info kind, `embed`, clear errors for
+the other kind's methods), then POST /v1/embeddings with the real `openai`
+client and raw HTTP: shape, vectors equal to `switchboard embed`'s, the
+API key, body limit, queue bound and a caller who hangs up.
+"""
+import json
+import math
+import os
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+import itlib  # noqa: E402
+
+url, run, sb, gguf, router_log = sys.argv[1:6]
+KEY = os.environ["SB_TEST_API_KEY"]
+check = itlib.Checks(detail_max=300)
+
+
+# ------------------------------------------------ a little msgpack (stdlib only)
+def mp_enc(v):
+    if isinstance(v, bool):
+        return b"\xc3" if v else b"\xc2"
+    if isinstance(v, int):
+        return struct.pack(">Bq", 0xD3, v)
+    if isinstance(v, str):
+        b = v.encode()
+        return struct.pack(">BI", 0xDB, len(b)) + b
+    if isinstance(v, list):
+        return struct.pack(">BI", 0xDD, len(v)) + b"".join(mp_enc(x) for x in v)
+    if isinstance(v, dict):
+        return struct.pack(">BI", 0xDF, len(v)) + b"".join(mp_enc(k) + mp_enc(x) for k, x in v.items())
+    raise TypeError(v)
+
+
+def mp_dec(b, i=0):
+    t = b[i]
+    fixed = {0xC0: None, 0xC2: False, 0xC3: True}
+    if t in fixed:
+        return fixed[t], i + 1
+    if t <= 0x7F:
+        return t, i + 1
+    if t >= 0xE0:
+        return t - 256, i + 1
+    if 0xA0 <= t <= 0xBF or t in (0xD9, 0xDA, 0xDB):
+        n, i = (t & 0x1F, i + 1) if t <= 0xBF else (int.from_bytes(b[i + 1:i + 1 + (1 << (t - 0xD9))], "big"),
+                                                     i + 1 + (1 << (t - 0xD9)))
+        return b[i:i + n].decode(), i + n
+    ints = {0xCC: ">B", 0xCD: ">H", 0xCE: ">I", 0xCF: ">Q", 0xD0: ">b", 0xD1: ">h", 0xD2: ">i", 0xD3: ">q",
+            0xCA: ">f", 0xCB: ">d"}
+    if t in ints:
+        n = struct.calcsize(ints[t])
+        return struct.unpack(ints[t], b[i + 1:i + 1 + n])[0], i + 1 + n
+    if 0x90 <= t <= 0x9F or t in (0xDC, 0xDD) or 0x80 <= t <= 0x8F or t in (0xDE, 0xDF):
+        is_map = 0x80 <= t <= 0x8F or t in (0xDE, 0xDF)
+        if t in (0xDC, 0xDE):
+            n, i = struct.unpack(">H", b[i + 1:i + 3])[0], i + 3
+        elif t in (0xDD, 0xDF):
+            n, i = struct.unpack(">I", b[i + 1:i + 5])[0], i + 5
+        else:
+            n, i = t & 0x0F, i + 1
+        out = {} if is_map else []
+        for _ in range(n):
+            if is_map:
+                k, i = mp_dec(b, i)
+                out[k], i = mp_dec(b, i)
+            else:
+                x, i = mp_dec(b, i)
+                out.append(x)
+        return out, i
+    raise ValueError("msgpack type 0x%02x" % t)
+
+
+def call(sock_path, method, params):
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(30)
+    s.connect(sock_path)
+    body = mp_enc({"id": 1, "method": method, "params": params})
+    s.sendall(struct.pack(">I", len(body)) + body)
+    buf = b""
+    while len(buf) < 4 or len(buf) < 4 + struct.unpack(">I", buf[:4])[0]:
+        c = s.recv(1 << 20)
+        if not c:
+            break
+        buf += c
+    s.close()
+    return mp_dec(buf, 4)[0]
+
+
+def cosine(a, b):
+    return sum(x * y for x, y in zip(a, b)) / math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
+
+
+def cli_vectors(texts, kind="--query"):
+    out = subprocess.run([sb, "embed", "-m", gguf, kind] + texts, capture_output=True, text=True, check=True).stdout
+    return [json.loads(l) for l in out.splitlines()]
+
+
+# ---------------------------------------------------------- the worker socket
+e5, llm = run + "/e5.sock", run + "/tiny.sock"
+h = call(e5, "health", {})
+check(h.get("ok") and h["result"].get("kind") == "encoder", "worker health says encoder", h)
+h = call(llm, "health", {})
+check(h.get("ok") and h["result"].get("kind") == "decoder", "decoder worker health says decoder", h)
+i = call(e5, "info", {})
+r = i.get("result", {})
+check(i.get("ok") and r.get("kind") == "encoder" and r.get("n_embd") == 64 and r.get("architecture") == "bert"
+      and r.get("n_layer") == 2, "worker info describes the encoder", i)
+g = call(e5, "generate", {"prompt": "hello"})
+check(not g["ok"] and g["error"]["code"] == "invalid_request" and "encoder" in g["error"]["message"],
+      "generate on an encoder: a clear error", g)
+g = call(e5, "score", {"prompt": "hello", "candidates": ["a"]})
+check(not g["ok"] and "encoder" in g["error"]["message"], "score on an encoder: a clear error", g)
+g = call(llm, "embed", {"text": "hello"})
+check(not g["ok"] and g["error"]["code"] == "invalid_request" and "encoder" in g["error"]["message"],
+      "embed on a decoder: a clear error", g)
+g = call(e5, "embed", {"texts": ["hello world", "社保卡办理"], "kind": "query"})
+want = cli_vectors(["hello world", "社保卡办理"])
+ok = g.get("ok") and len(g["result"]["embeddings"]) == 2
+check(ok and all(cosine(a, b) > 0.9999 for a, b in zip(g["result"]["embeddings"], want))
+      and g["result"]["n_tokens"] == sum(g["result"]["tokens"]) and g["result"]["dim"] == 64,
+      "embed: the vectors of `switchboard embed`, token counts", g if not ok else "")
+for bad, what in [({"text": "a", "texts": ["b"]}, "exactly one"), ({"texts": []}, "1..256"),
+                  ({"text": "a", "kind": "doc"}, "'kind'"), ({"text": 3}, "'text'"), ({"text": "a", "x": 1}, "'x'")]:
+    g = call(e5, "embed", bad)
+    check(not g["ok"] and what in g["error"]["message"], "embed refuses %s" % json.dumps(bad), g)
+
+# ----------------------------------------------------- /v1/embeddings, openai
+try:
+    import openai
+except ImportError:
+    openai = None
+check(openai is not None, "the openai package is installed (tools/deps.sh)")
+if openai:
+    client = openai.OpenAI(base_url=url + "/v1", api_key=KEY, max_retries=0)
+    texts = ["hello world", "公积金 hello", "the query: is a test"]
+    res = client.embeddings.create(model="e5", input="hello world")
+    v = res.data[0].embedding
+    check(len(res.data) == 1 and len(v) == 64 and abs(sum(x * x for x in v) - 1) < 1e-4
+          and cosine(v, want[0]) > 0.9999, "openai: one string -> one unit vector, as the CLI's")
+    res = client.embeddings.create(model="e5", input=texts)
+    want3 = cli_vectors(texts)
+    check([d.index for d in res.data] == [0, 1, 2] and all(cosine(d.embedding, w) > 0.9999
+                                                             for d, w in zip(res.data, want3)),
+          "openai: a list -> vectors in order")
+    check(res.usage.prompt_tokens > 0 and res.usage.total_tokens == res.usage.prompt_tokens and res.model == "e5",
+          "openai: usage and model", res.usage)
+    try:
+        client.embeddings.create(model="tiny", input="hello")
+        check(False, "openai: a decoder model is refused")
+    except openai.BadRequestError as e:
+        check("encoder" in str(e), "openai: a decoder model is refused with 400 and why", e)
+    try:
+        openai.OpenAI(base_url=url + "/v1", api_key="wrong", max_retries=0).embeddings.create(model="e5", input="x")
+        check(False, "openai: a wrong key is refused")
+    except openai.AuthenticationError:
+        check(True, "openai: a wrong key is refused (401)")
+
+# ------------------------------------------------------ /v1/embeddings, raw
+E = url + "/v1/embeddings"
+H = itlib.bearer(KEY)
+st, _, body = itlib.request(E, "POST", {"model": "e5", "input": ["hello world"], "encoding_format": "float"}, H)
+j = json.loads(body)
+check(st == 200 and j["object"] == "list" and j["data"][0]["object"] == "embedding" and j["data"][0]["index"] == 0
+      and j["model"] == "e5" and set(j["usage"]) == {"prompt_tokens", "total_tokens"},
+      "raw: OpenAI's shape", body[:200])
+st, _, body = itlib.request(E, "POST", {"model": "e5", "input": "hello world", "input_type": "passage"}, H)
+check(st == 200 and cosine(json.loads(body)["data"][0]["embedding"], cli_vectors(["hello world"], "--passage")[0])
+      > 0.9999, "raw: input_type passage uses the passage: prefix", body[:200])
+for req, status, what in [({"model": "e5", "input": [[1, 2, 3]]}, 400, "token arrays"),
+                          ({"model": "e5", "input": []}, 400, "1 to 256"),
+                          ({"model": "e5"}, 400, "'input'"),
+                          ({"model": "e5", "input": "a", "encoding_format": "hex"}, 400, "encoding_format"),
+                          ({"model": "e5", "input": "a", "dimensions": 8}, 400, "dimensions"),
+                          ({"model": "nope", "input": "a"}, 404, "does not exist"),
+                          ({"model": "tiny", "input": "a"}, 400, "generative")]:
+    st, _, body = itlib.request(E, "POST", req, H)
+    check(st == status and what in body.decode(), "raw: %s -> %d" % (json.dumps(req)[:60], status), body[:200])
+st, _, body = itlib.request(E, "POST", {"model": "e5", "input": "x"})
+check(st == 401, "raw: no key -> 401", body[:200])
+st, _, body = itlib.request(E, "POST", {"model": "e5", "input": "x" * (2 << 20)}, H)
+check(st == 413, "raw: a body over --max-body -> 413", body[:200])
+
+# ------------------------------------------- queue bound (e5: max_queue 1)
+LONG = ["hello world the query " * 180] * 60          # ~0.6 s of work each
+results = []
+
+
+def one():
+    results.append(itlib.request(E, "POST", {"model": "e5", "input": LONG}, H, timeout=60))
+
+
+ts = [threading.Thread(target=one) for _ in range(7)]
+for t in ts:
+    t.start()
+for t in ts:
+    t.join()
+codes = sorted(r[0] for r in results)
+busy = [r for r in results if r[0] == 503]
+check(codes.count(200) >= 1 and busy and all(b"queue_full" in r[2] and "Retry-After" in r[1] for r in busy)
+      and codes.count(200) <= 3, "7 at once on max_queue 1: at most 3 admitted, the rest 503 queue_full", codes)
+
+
+# ----------------------------------------------------------- hang-up
+def raw_post(obj):
+    b = json.dumps(obj).encode()
+    s = socket.create_connection(itlib.host_port(url))
+    s.sendall(b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAuthorization: Bearer "
+              + KEY.encode() + b"\r\nContent-Length: " + str(len(b)).encode() + b"\r\n\r\n" + b)
+    return s
+
+
+t0 = time.time()
+st, _, _ = itlib.request(E, "POST", {"model": "e5", "input": LONG}, H, timeout=60)
+full = time.time() - t0
+BIG = LONG * 4                                       # ~4x as long
+s = raw_post({"model": "e5", "input": BIG})
+time.sleep(0.3)
+s.close()
+t0 = time.time()
+st, _, _ = itlib.request(E, "POST", {"model": "e5", "input": "after"}, H, timeout=60)
+after = time.time() - t0
+check(st == 200 and after < 2 * full, "a caller who hangs up: the worker stops (next call %.2f s, the dropped one "
+      "would take ~%.2f s)" % (after, 4 * full), st)
+time.sleep(0.2)
+log = open(router_log, errors="replace").read()
+check("499" in log and "/v1/embeddings" in log, "the router logs the hang-up as 499")
+sys.exit(check.summary())

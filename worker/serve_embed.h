@@ -1,0 +1,28 @@
+/* serve_embed.h - the worker's encoder side (serve_embed.c), shared with
+ * serve.c only; not an API. A worker whose GGUF is an encoder model
+ * (sb_encoder_file_is_encoder) answers `embed` instead of generate/score. */
+#ifndef SB_SERVE_EMBED_H
+#define SB_SERVE_EMBED_H
+
+#include <stdatomic.h>
+
+#include "sb_encoder.h"
+#include "sb_ipc.h"
+
+/* Texts in one `embed` request: as many as a score request has candidates,
+ * and ~900 KB of f64 vectors for e5-small, well inside a frame. */
+#define SB_EMBED_MAX_TEXTS 256
+
+/* 1: the file at path is an encoder GGUF; 0: it is not (or cannot be read:
+ * the decoder loader then reports why). */
+int sb_serve_is_encoder_file(const char *path);
+
+/* Run one `embed` request on the compute thread and answer r (ok, error or
+ * cancelled: checked between texts). wr is scratch. */
+void sb_serve_embed(sb_encoder *e, sb_ipc_reply *r, const sb_mp_obj *params, const atomic_int *cancel,
+                    sb_mp_writer *wr);
+
+/* The `info` map of an encoder worker (docs/ipc.md). */
+void sb_serve_encoder_info(const sb_encoder *e, const char *name, const char *path, sb_mp_writer *wr);
+
+#endif
