@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "router_internal.h"
+#include "sb_classify.h"
 
 typedef struct {
     const sb_config *cfg;
@@ -165,6 +166,105 @@ static int label_index(const sb_stage *s, const char *name) {
     return -1;
 }
 
+/* examples_file: "label<TAB>utterance" lines (blank lines and # comments
+ * skipped; the label out_of_scope feeds the reject class), appended to
+ * s->extra_*. A bad line is reported as FILE:LINE inside the config error. */
+#define MAX_FILE_EXAMPLES 20000
+static int push_extra(sb_stage *s, const char *text, size_t len, int label) {
+    char **t = sb_realloc(s->extra_text, (s->n_extra + 1) * sizeof *t);
+    if (t) s->extra_text = t;
+    int *l = t ? sb_realloc(s->extra_label, (s->n_extra + 1) * sizeof *l) : NULL;
+    if (l) s->extra_label = l;
+    char *d = l ? sb_malloc(len + 1) : NULL;
+    if (!d) return SB_ENOMEM;
+    memcpy(d, text, len);
+    d[len] = '\0';
+    s->extra_text[s->n_extra] = d;
+    s->extra_label[s->n_extra++] = label;
+    return 0;
+}
+
+static int load_examples_file(vctx *c, const sb_config_node *n, sb_stage *s) {
+    char path[1024];
+    const char *f = s->examples_file;
+    snprintf(path, sizeof path, "%s%s%s", f[0] == '/' ? "" : c->cfg->base_dir, f[0] == '/' ? "" : "/", f);
+    FILE *fp = fopen(path, "r");
+    if (!fp) return FAIL(c, n, "%s.examples_file: cannot read %s", c->path, path);
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t got;
+    int rc = 0, lineno = 0;
+    while (!rc && (got = getline(&line, &cap, fp)) >= 0) {
+        lineno++;
+        while (got && (line[got - 1] == '\n' || line[got - 1] == '\r')) line[--got] = '\0';
+        if (!got || line[0] == '#') continue;
+        char *tab = strchr(line, '\t');
+        if (tab) *tab = '\0';
+        int label = tab ? label_index(s, line) : -1;
+        bool oos = label < 0 && tab && !strcmp(line, SB_CLS_OOS_NAME);
+        if (!tab || !tab[1] || (label < 0 && !oos))
+            rc = FAIL(c, n, "%s.examples_file: %s:%d: expected 'label<TAB>utterance' with one of this stage's "
+                      "labels or %s", c->path, path, lineno, SB_CLS_OOS_NAME);
+        else if (s->n_extra >= MAX_FILE_EXAMPLES)
+            rc = FAIL(c, n, "%s.examples_file: %s: more than %d examples", c->path, path, MAX_FILE_EXAMPLES);
+        else
+            rc = push_extra(s, tab + 1, strlen(tab + 1), oos ? SB_CLS_OOS : label);
+    }
+    free(line);
+    fclose(fp);
+    return rc;
+}
+
+/* method, score_model, hybrid_margin, classifier, examples_file,
+ * out_of_scope: how the stage classifies (router/intent_embed.c). */
+static int load_intent_method(vctx *c, const sb_config_node *n, sb_stage *s) {
+    const sb_config_node *v;
+    int rc = 0;
+    s->classifier = -1;
+    s->hybrid_margin = 0.02;
+    if ((v = sb_config_node_get(n, "method"))) {
+        static const char *const names[] = { "auto", "score", "embed", "hybrid" };
+        s->method = -1;
+        for (int i = 0; v->kind == SB_CFG_SCALAR && i < 4; i++)
+            if (!strcmp(v->value, names[i])) s->method = i;
+        if (s->method < 0) return FAIL(c, v, "%s.method: expected embed, score, hybrid or auto", c->path);
+    }
+    if ((v = sb_config_node_get(n, "score_model"))) {
+        if (s->method != SB_INTENT_HYBRID) return FAIL(c, v, "%s.score_model: only with method: hybrid", c->path);
+        if ((rc = get_str(c, v, "score_model", &s->score_model))) return rc;
+        if (!sb_config_find_model(c->cfg, s->score_model))
+            return FAIL(c, v, "%s.score_model: no model named '%s' under models:", c->path, s->score_model);
+    } else if (s->method == SB_INTENT_HYBRID) {
+        return FAIL(c, n, "%s: method: hybrid needs a generative 'score_model'", c->path);
+    }
+    if ((v = sb_config_node_get(n, "hybrid_margin")) && (rc = get_num(c, v, "hybrid_margin", 0, 2, &s->hybrid_margin)))
+        return rc;
+    const char *embed_only[] = { "classifier", "examples_file", "out_of_scope", "hybrid_margin" };
+    for (int i = 0; s->method == SB_INTENT_SCORE && i < 4; i++)
+        if ((v = sb_config_node_get(n, embed_only[i])))
+            return FAIL(c, v, "%s.%s: applies to method embed or hybrid, not score", c->path, embed_only[i]);
+    if ((v = sb_config_node_get(n, "classifier"))) {
+        s->classifier = v->kind == SB_CFG_SCALAR ? sb_cls_method_parse(v->value) : -1;
+        if (s->classifier < 0) return FAIL(c, v, "%s.classifier: expected centroid, 1nn, knn or logreg", c->path);
+    }
+    if ((v = sb_config_node_get(n, "examples_file")) &&
+        ((rc = get_str(c, v, "examples_file", &s->examples_file)) || (rc = load_examples_file(c, v, s))))
+        return rc;
+    if ((v = sb_config_node_get(n, "out_of_scope"))) {
+        char **oos;
+        size_t k;
+        if ((rc = get_strs(c, v, "out_of_scope", 256, &oos, &k)) == 0)
+            for (size_t i = 0; i < k && !rc; i++) rc = push_extra(s, oos[i], strlen(oos[i]), SB_CLS_OOS);
+        for (size_t i = 0; oos && i < k; i++) sb_free(oos[i]);
+        sb_free(oos);
+        if (rc) return rc;
+    }
+    for (size_t i = 0; i < s->n_extra; i++)
+        if (s->extra_label[i] == SB_CLS_OOS && !s->fallback)
+            return FAIL(c, n, "%s: out-of-scope examples need a 'fallback' label for the calls they reject", c->path);
+    return 0;
+}
+
 static int load_when(vctx *c, const sb_config_node *n, sb_pipeline *p, size_t idx, sb_stage *s) {
     static const char *const keys[] = { "intent", "intent_not", NULL };
     if (n->kind != SB_CFG_MAP || n->n_pairs != 1)
@@ -265,7 +365,9 @@ static int load_stage(vctx *c, const sb_config_node *n, sb_pipeline *p, size_t i
     else return FAIL(c, kd, "%s.kind: expected intent, generate or tool, got '%s'", c->path, k);
     snprintf(c->path + strlen(c->path), sizeof c->path - strlen(c->path), "(%s)", s->name);
     static const char *const intent_keys[] = { "name", "kind", "when", "model", "system", "chat", "labels",
-                                               "min_confidence", "fallback", "utterance", "calibrate", NULL };
+                                               "min_confidence", "fallback", "utterance", "calibrate", "method",
+                                               "score_model", "hybrid_margin", "classifier", "examples_file",
+                                               "out_of_scope", NULL };
     static const char *const gen_keys[] = { "name", "kind", "when", "model", "system", "chat", "prompt", "temperature",
                                             "top_p", "top_k", "min_p", "repeat_penalty", "seed", "max_tokens", "stop",
                                             "json", NULL };
@@ -303,6 +405,7 @@ static int load_stage(vctx *c, const sb_config_node *n, sb_pipeline *p, size_t i
         } else if (s->min_confidence > 0) {
             return FAIL(c, n, "%s: min_confidence needs a 'fallback' label", c->path);
         }
+        if ((rc = load_intent_method(c, n, s))) return rc;
         rc = (v = sb_config_node_get(n, "utterance")) ? tmpl(c, v, "utterance", &scope, &s->utterance)
                                                        : rt_tmpl_compile("{{input}}", &scope, &s->utterance, NULL, 0);
         return rc;
@@ -439,6 +542,12 @@ static int load_pipeline(vctx *c, const sb_config_node *key, const sb_config_nod
     sb_sha256_ctx h;
     sb_sha256_init(&h);
     digest_node(&h, n);
+    /* An examples_file changes the routes without changing the YAML. */
+    for (size_t i = 0; i < p->n_stages; i++)
+        for (size_t k = 0; k < p->stages[i].n_extra; k++) {
+            sb_sha256_update(&h, &p->stages[i].extra_label[k], sizeof(int));
+            sb_sha256_update(&h, p->stages[i].extra_text[k], strlen(p->stages[i].extra_text[k]) + 1);
+        }
     sb_sha256_final(&h, p->digest);
     return 0;
 }
@@ -457,6 +566,11 @@ static void free_stage(sb_stage *s) {
     }
     sb_free(s->labels);
     sb_free(s->fallback);
+    sb_free(s->score_model);
+    sb_free(s->examples_file);
+    for (size_t i = 0; i < s->n_extra; i++) sb_free(s->extra_text[i]);
+    sb_free(s->extra_text);
+    sb_free(s->extra_label);
     rt_tmpl_free(s->utterance);
     rt_tmpl_free(s->prompt);
     for (size_t i = 0; i < s->n_stops; i++) sb_free(s->stops[i]);

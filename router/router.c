@@ -35,6 +35,7 @@ void rt_conf_release(rt_conf *c) {
         n = p->next;
         sb_free(p);
     }
+    rt_intent_free_all(c);
     sb_pipelines_free(c->pipes);
     sb_config_free(c->cfg);
     sb_free(c);
@@ -197,6 +198,7 @@ static void reload(router *ro) {
     rt_conf_release(r->conf);
     r->conf = c;
     rt_models_sync(r, c->cfg);
+    rt_intent_models_changed(r);        /* the new stages' indexes, for models already up */
     sb_info("reloaded %s: %zu model(s), %zu pipeline(s)", r->config_path, c->cfg->n_models, c->pipes ? c->pipes->n : 0);
 }
 
@@ -390,6 +392,7 @@ out:
     if (r->sweep_timer) event_free(r->sweep_timer);
     if (r->sock_server) sb_ipc_server_free(r->sock_server);
     rt_http_stop(r);
+    rt_intent_cancel_builds(r->conf);   /* their jobs belong to the models */
     rt_models_free(r);
     if (r->base) event_base_free(r->base);
     rt_sync_stop(r->sync);

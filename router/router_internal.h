@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "sb_cache.h"
+#include "sb_classify.h"
 #include "sb_config.h"
 #include "sb_ipc.h"
 #include "sb_router.h"
@@ -48,10 +49,13 @@ typedef struct rt_prior {
     double p[SB_PIPE_MAX_LABELS];
 } rt_prior;
 
+typedef struct rt_eindex rt_eindex;
+
 typedef struct {
     sb_config *cfg;
     sb_pipelines *pipes;
     rt_prior *priors;               /* calibrate: true stages, once measured */
+    rt_eindex *eindex;              /* intent_embed.c: embedding stages' example indexes */
     int refs;
 } rt_conf;
 
@@ -316,6 +320,16 @@ void rt_tool_cancel(rt_tool *t);
  * model came up or changed kind: build the example indexes that wait for
  * it (asynchronously; runs that need one wait for it). */
 void rt_intent_models_changed(rt *r);
+/* Stage s classifies by embeddings now: method embed or hybrid, or auto
+ * with an encoder model (as its worker's health says). */
+bool rt_intent_embeds(rt *r, const sb_stage *s);
+/* The trained classifier of stage s in generation c: 0 with *out; 1 while
+ * its index is being built (a build is started if none runs: ask again
+ * shortly); < 0 when the build failed (SB_EIO/SB_EBUSY: the model is down
+ * or full; others: the encoder or the examples are wrong), with err. */
+int  rt_intent_classifier(rt *r, rt_conf *c, const sb_stage *s, const sb_classifier **out, char *err);
+void rt_intent_cancel_builds(rt_conf *c);   /* before the models are freed */
+void rt_intent_free_all(rt_conf *c);        /* rt_conf_release */
 
 /* cache_sync.c: periodic sync of the response cache with the cloud tier. */
 typedef struct rt_sync rt_sync;

@@ -57,6 +57,7 @@ struct rt_run {
     int last_ran;
     int until;                      /* stop after this stage; -1: run all */
     bool calibrating;               /* the running score call measures the prior */
+    bool index_wait;                /* polling for an embedding stage's index */
     struct event *timer, *kick;
     bool done;
 };
@@ -143,6 +144,8 @@ static void stage_done(rt_run *run, int status, const char *error) {
 
 /* ------------------------------------------------------------- intent */
 
+static void set_intent(rt_run *run, const sb_stage *s, double conf, bool rejected);
+
 static void on_scored(void *arg, const sb_ipc_result *res) {
     rt_run *run = arg;
     run->job = NULL;
@@ -159,23 +162,31 @@ static void on_scored(void *arg, const sb_ipc_result *res) {
         fail(run, 502, "server_error", "intent stage '%s': %s", s->name, "the worker returned a wrong number of scores");
         return;
     }
-    size_t best = 0;
     const rt_prior *pr = s->calibrate ? prior_of(run, s) : NULL;
-    double sum = 0;
     for (size_t i = 0; i < s->n_labels; i++) {
         double v = 0;
         sb_mp_as_f64(sb_mp_array_at(probs, (uint32_t)i), &v);
         if (pr) v /= pr->p[i] > 1e-9 ? pr->p[i] : 1e-9;
         run->probs[i] = v;
-        sum += v;
     }
+    set_intent(run, s, -1, false);
+}
+
+/* run->probs holds the labels' unnormalised scores: normalise them and
+ * pick the intent (the fallback below min_confidence, or when the
+ * embedding classifier's out-of-scope class won). conf < 0: the top
+ * label's probability is the confidence. */
+static void set_intent(rt_run *run, const sb_stage *s, double conf, bool rejected) {
+    size_t best = 0;
+    double sum = 0;
+    for (size_t i = 0; i < s->n_labels; i++) sum += run->probs[i];
     for (size_t i = 0; i < s->n_labels; i++) {
         run->probs[i] = sum > 0 ? run->probs[i] / sum : 1.0 / (double)s->n_labels;
         if (run->probs[i] > run->probs[best]) best = i;
     }
-    run->confidence = run->probs[best];
+    run->confidence = conf < 0 ? run->probs[best] : conf;
     const char *label = s->labels[best].name;
-    if (run->confidence < s->min_confidence && s->fallback) label = s->fallback;
+    if ((rejected || run->confidence < s->min_confidence) && s->fallback) label = s->fallback;
     sb_free(run->intent);
     run->intent = sb_strdup(label);
     run->intent_stage = (int)run->cur;
@@ -280,13 +291,87 @@ static int start_intent(rt_run *run, const sb_stage *s, sb_mp_writer *p, char *e
         sb_mp_writer_free(p);
         return sb_seterr(err, SB_ENOMEM, "out of memory");
     }
-    rt_model *m = rt_model_find(run->r, s->model);
+    /* hybrid: the embedding was unsure, the generative model decides. */
+    const char *model = s->method == SB_INTENT_HYBRID ? s->score_model : s->model;
+    rt_model *m = rt_model_find(run->r, model);
     if (!m) {
         sb_mp_writer_free(p);
-        return sb_seterr(err, SB_EIO, "model '%s' is not configured in this router", s->model);
+        return sb_seterr(err, SB_EIO, "model '%s' is not configured in this router", model);
     }
     return rt_model_submit(m, "score", p, m->deadline_ms, NULL, run->calibrating ? on_prior : on_scored, run,
                            &run->job, err);
+}
+
+/* An embedding stage: the caller's vector against the stage's examples.
+ * The result has the score method's shape: probabilities over the labels
+ * (the out-of-scope class, when trained, is not a label: its winning sends
+ * the call to the fallback, with its probability as the confidence). */
+static void on_embedded(void *arg, const sb_ipc_result *res) {
+    rt_run *run = arg;
+    run->job = NULL;
+    const sb_stage *s = &run->p->stages[run->cur];
+    const sb_classifier *cls = NULL;
+    char err[SB_ERR_LEN];
+    const sb_mp_obj *v = res->ok ? sb_mp_array_at(sb_mp_map_get(res->result, "embeddings"), 0) : NULL;
+    if (!res->ok) {
+        const char *type;
+        int st = rt_worker_error_status(res->code, &type);
+        fail(run, st, type, "intent stage '%s': %s", s->name, res->message ? res->message : "failed");
+        return;
+    }
+    float vec[4096];
+    uint32_t dim = sb_mp_count(v);
+    if (rt_intent_classifier(run->r, run->conf, s, &cls, err) != 0 || dim == 0 || dim > 4096) {
+        fail(run, 502, "server_error", "intent stage '%s': %s", s->name, "the encoder's vector does not fit the index");
+        return;
+    }
+    for (uint32_t i = 0; i < dim; i++) {
+        double x = 0;
+        sb_mp_as_f64(sb_mp_array_at(v, i), &x);
+        vec[i] = (float)x;
+    }
+    sb_cls_result cr;
+    if (sb_cls_classify(cls, vec, &cr)) {
+        fail(run, 502, "server_error", "intent stage '%s': %s", s->name, "the encoder's vector does not fit the index");
+        return;
+    }
+    if (s->method == SB_INTENT_HYBRID && cr.n > 1 && cr.margin < s->hybrid_margin) {
+        sb_mp_writer *p;
+        int rc = sb_mp_writer_new(&p) ? SB_ENOMEM : start_intent(run, s, p, err);
+        if (rc) fail(run, rc == SB_EBUSY || rc == SB_EIO ? 503 : 500, "model_unavailable", "stage '%s': %s", s->name, err);
+        return;
+    }
+    for (size_t i = 0; i < s->n_labels; i++) run->probs[i] = 0;
+    for (int k = 0; k < cr.n; k++)
+        if (cr.idx[k] < (int)s->n_labels) run->probs[cr.idx[k]] = cr.prob[k];
+    run->model_s += sb_now_s() - run->t_stage;
+    set_intent(run, s, cr.confidence, cr.rejected);
+}
+
+/* 1: the stage's index is still being built (step polls again). */
+static int start_intent_embed(rt_run *run, const sb_stage *s, sb_mp_writer *p, char *err) {
+    const sb_classifier *cls;
+    int rc = rt_intent_classifier(run->r, run->conf, s, &cls, err);
+    rt_model *m = rc ? NULL : rt_model_find(run->r, s->model);
+    if (rc || !m) {
+        sb_mp_writer_free(p);
+        return rc ? rc : sb_seterr(err, SB_EIO, "model '%s' is not configured in this router", s->model);
+    }
+    sb_tmpl_env env = env_of(run);
+    sb_jw u;
+    sb_jw_init(&u);
+    sb_tmpl_render(s->utterance, &env, &u);
+    sb_mp_map(p, 2);
+    sb_mp_kv_str(p, "kind", "query");
+    sb_mp_str(p, "text");
+    sb_mp_strn(p, u.p ? u.p : "", u.len);
+    int oom = u.oom || sb_mp_writer_status(p);
+    sb_jw_free(&u);
+    if (oom) {
+        sb_mp_writer_free(p);
+        return sb_seterr(err, SB_ENOMEM, "out of memory");
+    }
+    return rt_model_submit(m, "embed", p, m->deadline_ms, NULL, on_embedded, run, &run->job, err);
 }
 
 /* ----------------------------------------------------------- generate */
@@ -441,7 +526,8 @@ static void step(rt_run *run) {
     if (run->done) return;
     while (run->cur < run->p->n_stages && (run->until < 0 || run->cur <= (size_t)run->until)) {
         const sb_stage *s = &run->p->stages[run->cur];
-        run->t_stage = sb_now_s();
+        if (!run->index_wait) run->t_stage = sb_now_s();
+        run->index_wait = false;
         if (!when_matches(run, s)) {
             run->res[run->cur].status = ST_SKIPPED;
             run->cur++;
@@ -459,10 +545,17 @@ static void step(rt_run *run) {
         }
         sb_mp_writer *p;
         if (sb_mp_writer_new(&p)) { fail(run, 500, "server_error", "%s%s", "out of memory", ""); return; }
-        rc = s->kind == SB_STAGE_INTENT ? start_intent(run, s, p, err)
-                                        : start_generate(run, s, p, run->on_token && is_answer_stage(run, run->cur), err);
+        if (s->kind == SB_STAGE_INTENT && rt_intent_embeds(run->r, s)) rc = start_intent_embed(run, s, p, err);
+        else if (s->kind == SB_STAGE_INTENT) rc = start_intent(run, s, p, err);
+        else rc = start_generate(run, s, p, run->on_token && is_answer_stage(run, run->cur), err);
+        if (rc == 1) {              /* its examples are being embedded: look again soon */
+            struct timeval soon = { 0, 20000 };
+            run->index_wait = true;
+            evtimer_add(run->kick, &soon);
+            return;
+        }
         if (rc) {
-            int st = rc == SB_EBUSY || rc == SB_EIO ? 503 : rc == SB_EUNSUP ? 501 : 500;
+            int st = rc == SB_EBUSY || rc == SB_EIO ? 503 : rc == SB_EUNSUP && s->kind != SB_STAGE_INTENT ? 501 : 500;
             fail(run, st, rc == SB_EBUSY ? "server_busy" : "model_unavailable", "stage '%s': %s", s->name, err);
         }
         return;
@@ -632,10 +725,13 @@ int rt_pipeline_fingerprint(rt *r, const char *name, char *out, bool *cacheable)
     sb_sha256_update(&h, p->digest, sizeof p->digest);
     bool ok = p->cache;
     for (size_t i = 0; i < p->n_stages; i++) {
-        if (!p->stages[i].model) continue;
-        rt_model *m = rt_model_find(r, p->stages[i].model);
-        if (!m || !m->fingerprint[0]) { ok = false; continue; }
-        sb_sha256_update(&h, m->fingerprint, strlen(m->fingerprint));
+        const char *names[2] = { p->stages[i].model, p->stages[i].score_model };
+        for (int k = 0; k < 2; k++) {
+            if (!names[k]) continue;
+            rt_model *m = rt_model_find(r, names[k]);
+            if (!m || !m->fingerprint[0]) { ok = false; continue; }
+            sb_sha256_update(&h, m->fingerprint, strlen(m->fingerprint));
+        }
     }
     uint8_t d[SB_SHA256_LEN];
     sb_sha256_final(&h, d);

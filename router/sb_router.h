@@ -113,6 +113,10 @@ void sb_jw_raw(sb_jw *w, const char *s, size_t n);
 #define SB_TOOL_QUEUE       64
 
 typedef enum { SB_STAGE_INTENT, SB_STAGE_GENERATE, SB_STAGE_TOOL } sb_stage_kind;
+/* How an intent stage decides: AUTO follows its model's kind (an encoder
+ * embeds, a decoder scores); HYBRID embeds and asks score_model's label
+ * likelihood only when the embedding's top-2 margin is small. */
+enum { SB_INTENT_AUTO, SB_INTENT_SCORE, SB_INTENT_EMBED, SB_INTENT_HYBRID };
 const char *sb_stage_kind_name(sb_stage_kind k);
 
 /* A template: literal text with {{input}}, {{intent}}, {{confidence}}, {{config_dir}},
@@ -152,6 +156,15 @@ typedef struct {
     char *fallback;                 /* a label, or NULL */
     sb_tmpl *utterance;             /* how the caller's text is shown; default "{{input}}" */
     bool calibrate;                 /* divide by the labels' prior on a content-free input */
+    /* intent by sentence embeddings (router/intent_embed.c, docs/router.md) */
+    int method;                     /* SB_INTENT_* */
+    char *score_model;              /* hybrid: the generative model asked on close calls */
+    double hybrid_margin;           /* hybrid: asked when the top-2 score margin is below this */
+    int classifier;                 /* sb_cls_method (sb_classify.h); -1: its default */
+    char *examples_file;            /* as written in the config */
+    char **extra_text;              /* examples_file lines, then out_of_scope examples */
+    int *extra_label;               /* their label index; -1: out of scope */
+    size_t n_extra;
     /* generate */
     sb_tmpl *prompt;
     sb_sampling sampling;

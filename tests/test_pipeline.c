@@ -265,6 +265,54 @@ static void test_rejections(void **state) {
                  "pipe.yaml:5:16", "list of 1-32 stages");
 }
 
+/* Intent stages that classify by embeddings: method, score_model,
+ * classifier, examples_file (read at load, bad lines named FILE:LINE),
+ * out_of_scope. */
+static void test_embedding_keys(void **state) {
+    const char *tsv = "/tmp/sb-pipe-test-examples.tsv";
+    FILE *f = fopen(tsv, "w");
+    assert_non_null(f);
+    fputs("# label<TAB>utterance\na\tx three\n\nout_of_scope\twhat is the weather\nb\tsecond one\n", f);
+    fclose(f);
+    sb_config *cfg;
+    sb_pipelines *ps;
+    char err[SB_ERR_LEN] = "";
+    int rc = load(HEAD INTENT "        method: embed\n        examples_file: /tmp/sb-pipe-test-examples.tsv\n"
+                  "        out_of_scope: [\"tell me a joke\"]\n        classifier: knn\n", &cfg, &ps, err);
+    if (rc) fail_msg("%s", err);
+    const sb_stage *s = &ps->items[0].stages[0];
+    assert_int_equal(s->method, SB_INTENT_EMBED);
+    assert_int_equal(s->classifier, SB_CLS_KNN);
+    assert_int_equal(s->n_extra, 4);
+    assert_string_equal(s->extra_text[0], "x three");
+    assert_int_equal(s->extra_label[0], 0);
+    assert_int_equal(s->extra_label[1], SB_CLS_OOS);
+    assert_int_equal(s->extra_label[2], 1);
+    assert_string_equal(s->extra_text[3], "tell me a joke");
+    assert_int_equal(s->extra_label[3], SB_CLS_OOS);
+    sb_pipelines_free(ps);
+    sb_config_free(cfg);
+
+    expect_error(HEAD INTENT "        method: dance\n", "pipe.yaml:14:17", "expected embed, score, hybrid or auto");
+    expect_error(HEAD INTENT "        method: hybrid\n", "pipe.yaml:7:9", "needs a generative 'score_model'");
+    expect_error(HEAD INTENT "        score_model: m\n", "pipe.yaml:14:22", "only with method: hybrid");
+    expect_error(HEAD INTENT "        method: hybrid\n        score_model: zz\n", "pipe.yaml:15:22", "no model named 'zz'");
+    expect_error(HEAD INTENT "        method: score\n        classifier: knn\n", "pipe.yaml:15:21",
+                 "applies to method embed or hybrid");
+    expect_error(HEAD INTENT "        classifier: svm\n", "pipe.yaml:14:21", "expected centroid, 1nn, knn or logreg");
+    expect_error(HEAD INTENT "        examples_file: /nonexistent/x.tsv\n", "pipe.yaml:14:24", "cannot read /nonexistent/x.tsv");
+    f = fopen(tsv, "w");
+    assert_non_null(f);
+    fputs("a\tfine\nzzz\tno such label\n", f);
+    fclose(f);
+    expect_error(HEAD INTENT "        examples_file: /tmp/sb-pipe-test-examples.tsv\n", "sb-pipe-test-examples.tsv:2:",
+                 "expected 'label<TAB>utterance'");
+    expect_error(HEAD "      - name: route\n        kind: intent\n        model: m\n        labels:\n"
+                 "          a: {}\n          b: {}\n        out_of_scope: [\"a joke\"]\n",
+                 "pipe.yaml:7:9", "out-of-scope examples need a 'fallback' label");
+    remove(tsv);
+}
+
 /* The shipped configs name models this checkout may not have; validate
  * their pipelines against a fixture model under each of their model names
  * (whatever roles a config defines). */
@@ -344,6 +392,7 @@ int main(void) {
         cmocka_unit_test(test_valid_pipeline),
         cmocka_unit_test(test_intent_caller_one_line),
         cmocka_unit_test(test_rejections),
+        cmocka_unit_test(test_embedding_keys),
         cmocka_unit_test(test_shipped_configs),
         cmocka_unit_test(test_allocation_failures),
     };
