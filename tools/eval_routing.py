@@ -39,6 +39,7 @@ for line in open(a.tsv, encoding="utf-8"):
 ok = 0
 by_lang = {"zh": [0, 0], "en": [0, 0]}
 misses = []
+lat = []
 t0 = time.time()
 for i, (label, text) in enumerate(rows):
     body = {"input": text}
@@ -52,6 +53,7 @@ for i, (label, text) in enumerate(rows):
     t = time.time()
     with urllib.request.urlopen(req, timeout=600) as r:
         res = json.load(r)
+    lat.append(time.time() - t)
     got, conf = res["intent"], res["confidence"]
     lang = "zh" if re.search("[\u4e00-\u9fff]", text) else "en"
     hit = got == label
@@ -70,3 +72,6 @@ for label, got, conf, text in misses:
     print(f"miss: expected {label}, got {got} ({conf:.2f}): {text}")
 print(f"\naccuracy: {ok}/{n} = {100.0 * ok / n:.1f}%  (zh {by_lang['zh'][0]}/{by_lang['zh'][1]}, "
       f"en {by_lang['en'][0]}/{by_lang['en'][1]})  in {time.time() - t0:.1f} s")
+lat.sort()
+print(f"route time per call through HTTP: p50 {1e3 * lat[len(lat) // 2]:.1f} ms, "
+      f"p95 {1e3 * lat[min(len(lat) - 1, int(0.95 * len(lat)))]:.1f} ms, max {1e3 * lat[-1]:.1f} ms")
