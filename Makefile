@@ -73,7 +73,8 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c -o $@ $<
 
-$(BUILD)/tests/%: tests/%.c $(LIB)
+# Tests include tests/*.h (their shared harnesses): a change there rebuilds them.
+$(BUILD)/tests/%: tests/%.c $(LIB) $(wildcard tests/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests -o $@ $< $(LIB) $(TEST_LIBS) $(LDSAN) $(LDLIBS)
 

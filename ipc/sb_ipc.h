@@ -287,6 +287,13 @@ bool sb_ipc_reply_cancelled(const sb_ipc_reply *r);     /* any thread */
  * sb_ipc_reply_ok/_error returns the handler may free what `arg` points to. */
 typedef void (*sb_ipc_cancel_fn)(void *arg, sb_ipc_reply *r);
 void sb_ipc_reply_on_cancel(sb_ipc_reply *r, sb_ipc_cancel_fn fn, void *arg);
+/* fn(arg) runs once, on the thread that sends the final response, just
+ * before that response is queued: a server that counts its busy slots frees
+ * the slot there, so a client that sends its next request the moment it
+ * reads this response never finds the slot still taken. Set it from the
+ * thread that will answer, before answering. */
+typedef void (*sb_ipc_final_fn)(void *arg);
+void sb_ipc_reply_on_final(sb_ipc_reply *r, sb_ipc_final_fn fn, void *arg);
 
 /* ==================================================== blocking client == */
 

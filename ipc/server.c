@@ -83,6 +83,8 @@ struct sb_ipc_reply {
     bool cancel_called;
     sb_ipc_cancel_fn cancel_fn;
     void *cancel_arg;
+    sb_ipc_final_fn final_fn;
+    void *final_arg;
     qitem final_item;           /* preallocated so a final reply cannot fail to queue */
 };
 
@@ -521,6 +523,7 @@ static int finish(sb_ipc_reply *r, encode_fn fn, const void *a, const void *b) {
         sb_error("ipc: second final response for request %llu ignored", (unsigned long long)r->id);
         return SB_EINVAL;
     }
+    if (r->final_fn) r->final_fn(r->final_arg);
     /* Close the guard so the cancel callback can no longer start; if it is
      * running on the loop thread right now, wait for it (it only sets a
      * flag), unless it is this very call's caller. */
@@ -571,6 +574,11 @@ bool sb_ipc_reply_cancelled(const sb_ipc_reply *r) { return atomic_load(&r->canc
 void sb_ipc_reply_on_cancel(sb_ipc_reply *r, sb_ipc_cancel_fn fn, void *arg) {
     r->cancel_fn = fn;
     r->cancel_arg = arg;
+}
+
+void sb_ipc_reply_on_final(sb_ipc_reply *r, sb_ipc_final_fn fn, void *arg) {
+    r->final_fn = fn;
+    r->final_arg = arg;
 }
 
 /* ============================================================ lifecycle */

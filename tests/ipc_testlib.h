@@ -39,6 +39,7 @@
 typedef struct {
     atomic_int cancelled;       /* slow requests that saw their cancel flag */
     atomic_int cancel_callbacks;
+    atomic_int slot_busy;       /* "slot": one request at a time, like a worker */
     sb_ipc_server *srv;
 } server_state;
 
@@ -150,6 +151,29 @@ TESTLIB void start_job(server_state *st, sb_ipc_reply *r, const sb_mp_obj *param
     pthread_detach(t);
 }
 
+/* A worker's compute thread: answer, then tidy up for a while before it
+ * marks its slot free again. The slot is freed by the final-response hook,
+ * so a client that asks again the moment it has the answer finds it free. */
+TESTLIB void slot_free(void *arg) { atomic_store(&((server_state *)arg)->slot_busy, 0); }
+TESTLIB void *slot_thread(void *arg) {
+    job *j = arg;
+    server_state *st = j->st;
+    sb_ipc_reply_on_final(j->reply, slot_free, st);
+    sb_ipc_reply_ok(j->reply, NULL);
+    sb_free(j);
+    sleep_ms(20);
+    slot_free(st);
+    return NULL;
+}
+TESTLIB void m_slot(void *ud, sb_ipc_reply *r, const char *m, const sb_mp_obj *p) {
+    server_state *st = ud;
+    if (atomic_exchange(&st->slot_busy, 1)) {
+        sb_ipc_reply_error(r, SB_IPC_BUSY, "slot taken");
+        return;
+    }
+    start_job(st, r, p, slot_thread);
+}
+
 TESTLIB void m_stream(void *ud, sb_ipc_reply *r, const char *m, const sb_mp_obj *p) { start_job(ud, r, p, stream_thread); }
 TESTLIB void m_slow(void *ud, sb_ipc_reply *r, const char *m, const sb_mp_obj *p)   { start_job(ud, r, p, slow_thread); }
 TESTLIB void m_flood(void *ud, sb_ipc_reply *r, const char *m, const sb_mp_obj *p)  { start_job(ud, r, p, flood_thread); }
@@ -179,7 +203,7 @@ TESTLIB void m_badresult(void *ud, sb_ipc_reply *r, const char *method, const sb
 
 TESTLIB const sb_ipc_method methods[] = {
     { "echo", m_echo }, { "stream", m_stream }, { "slow", m_slow },
-    { "flood", m_flood }, { "stats", m_stats }, { "badresult", m_badresult },
+    { "flood", m_flood }, { "stats", m_stats }, { "badresult", m_badresult }, { "slot", m_slot },
 };
 
 TESTLIB void on_term(evutil_socket_t fd, short what, void *arg) { event_base_loopbreak(arg); }

@@ -315,6 +315,23 @@ static void test_duplicate_id_and_busy(void **state) {
     sb_mp_writer_free(w);
 }
 
+/* A client that asks again as soon as it has its answer must find the
+ * server's one slot free (sb_ipc_reply_on_final): the worker's compute
+ * thread used to free it only after the reply went out, and the router's
+ * next call could be told 'busy'. */
+static void test_slot_free_when_answered(void **state) {
+    sb_ipc_client *c;
+    char err[SB_ERR_LEN];
+    assert_int_equal(sb_ipc_client_connect(g_path, 2000, &c, err), 0);
+    for (int i = 0; i < 20; i++) {
+        sb_ipc_result res;
+        if (sb_ipc_call(c, "slot", NULL, 2000, NULL, NULL, &res, err)) fail_msg("call %d: %s", i, err);
+        if (!res.ok) fail_msg("call %d: %s: %s", i, res.code ? res.code : "?", res.message ? res.message : "");
+        sb_ipc_result_free(&res);
+    }
+    sb_ipc_client_close(c);
+}
+
 static void test_bad_handler_result(void **state) {
     sb_ipc_client *c;
     assert_int_equal(sb_ipc_client_connect(g_path, 1000, &c, NULL), 0);
@@ -477,6 +494,7 @@ int main(void) {
         cmocka_unit_test(test_disconnect_cancels),
         cmocka_unit_test(test_cancel_method),
         cmocka_unit_test(test_call_timeout),
+        cmocka_unit_test(test_slot_free_when_answered),
         cmocka_unit_test(test_duplicate_id_and_busy),
         cmocka_unit_test(test_bad_handler_result),
         cmocka_unit_test(test_output_bound),

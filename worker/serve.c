@@ -351,6 +351,19 @@ static void run_score(worker *w, job *j, sb_mp_writer *wr) {
     for (uint32_t i = 0; i < nc; i++) sb_free(ctoks[i]);
 }
 
+/* The running job's final response is about to go out: its slot is free
+ * from here on, not from when the compute thread gets back to the queue.
+ * Otherwise a client that sends its next request the moment it reads the
+ * answer is told 'busy' (the router keeps two calls at a worker, so with
+ * max_queue 1 the second one found 1 running + 1 queued). */
+static void job_answered(void *arg) {
+    worker *w = arg;
+    pthread_mutex_lock(&w->mu);
+    w->running = 0;
+    w->current = NULL;
+    pthread_mutex_unlock(&w->mu);
+}
+
 static void *compute_main(void *arg) {
     worker *w = arg;
     sb_mp_writer *wr = NULL;
@@ -366,6 +379,7 @@ static void *compute_main(void *arg) {
         w->running = 1;
         w->current = j;
         pthread_mutex_unlock(&w->mu);
+        sb_ipc_reply_on_final(j->reply, job_answered, w);
         if (sb_ipc_reply_cancelled(j->reply)) sb_ipc_reply_error(j->reply, SB_IPC_CANCELLED, "cancelled before it started");
         else if (j->kind == JOB_SCORE) run_score(w, j, wr);
         else if (j->kind == JOB_EMBED) sb_serve_embed(w->encoder, j->reply, j->params, &j->cancel, wr);
