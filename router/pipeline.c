@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sb_classify.h"
 #include "router_internal.h"
 
 typedef struct {
@@ -265,7 +266,8 @@ static int load_stage(vctx *c, const sb_config_node *n, sb_pipeline *p, size_t i
     else return FAIL(c, kd, "%s.kind: expected intent, generate or tool, got '%s'", c->path, k);
     snprintf(c->path + strlen(c->path), sizeof c->path - strlen(c->path), "(%s)", s->name);
     static const char *const intent_keys[] = { "name", "kind", "when", "model", "system", "chat", "labels",
-                                               "min_confidence", "fallback", "utterance", "calibrate", NULL };
+                                               "min_confidence", "fallback", "utterance", "calibrate", "classifier",
+                                               "out_of_scope", NULL };
     static const char *const gen_keys[] = { "name", "kind", "when", "model", "system", "chat", "prompt", "temperature",
                                             "top_p", "top_k", "min_p", "repeat_penalty", "seed", "max_tokens", "stop",
                                             "json", NULL };
@@ -303,6 +305,14 @@ static int load_stage(vctx *c, const sb_config_node *n, sb_pipeline *p, size_t i
         } else if (s->min_confidence > 0) {
             return FAIL(c, n, "%s: min_confidence needs a 'fallback' label", c->path);
         }
+        if ((v = sb_config_node_get(n, "classifier"))) {
+            if ((rc = get_str(c, v, "classifier", &s->classifier))) return rc;
+            if (sb_cls_method_parse(s->classifier) < 0)
+                return FAIL(c, v, "%s.classifier: expected centroid, 1nn, knn or logreg, got '%s'", c->path, s->classifier);
+        }
+        if ((v = sb_config_node_get(n, "out_of_scope")) &&
+            (rc = get_strs(c, v, "out_of_scope", 256, &s->out_of_scope, &s->n_out_of_scope)))
+            return rc;
         rc = (v = sb_config_node_get(n, "utterance")) ? tmpl(c, v, "utterance", &scope, &s->utterance)
                                                        : rt_tmpl_compile("{{input}}", &scope, &s->utterance, NULL, 0);
         return rc;
@@ -457,6 +467,9 @@ static void free_stage(sb_stage *s) {
     }
     sb_free(s->labels);
     sb_free(s->fallback);
+    sb_free(s->classifier);
+    for (size_t i = 0; i < s->n_out_of_scope; i++) sb_free(s->out_of_scope[i]);
+    sb_free(s->out_of_scope);
     rt_tmpl_free(s->utterance);
     rt_tmpl_free(s->prompt);
     for (size_t i = 0; i < s->n_stops; i++) sb_free(s->stops[i]);

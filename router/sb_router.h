@@ -152,6 +152,9 @@ typedef struct {
     char *fallback;                 /* a label, or NULL */
     sb_tmpl *utterance;             /* how the caller's text is shown; default "{{input}}" */
     bool calibrate;                 /* divide by the labels' prior on a content-free input */
+    char *classifier;               /* encoder models: centroid|1nn|knn|logreg (sb_classify.h); NULL = centroid */
+    char **out_of_scope;            /* encoder models: examples of calls no label takes (a reject class) */
+    size_t n_out_of_scope;
     /* generate */
     sb_tmpl *prompt;
     sb_sampling sampling;
