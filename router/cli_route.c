@@ -30,7 +30,8 @@ typedef struct {
     const char *config, *pipeline, *stage, *file;
     int method;                 /* sb_cls_method; -1 until resolved: the stage's classifier: key */
     int max_examples;           /* per label; 0 = all */
-    int threads, json, verbose, no_desc, no_oos, k;
+    int threads, json, verbose, no_desc, no_oos, k, center;
+    double desc_weight;         /* < 0: the classifier's default */
     double min_conf, min_acc;   /* min_conf < 0: the stage's min_confidence */
 } opts;
 
@@ -80,6 +81,8 @@ static void usage(FILE *f) {
         "      --k N               knn neighbours (default 5)\n"
         "      --examples N        use only the first N examples of each label\n"
         "      --no-desc           leave the labels' descriptions out\n"
+        "      --desc-weight N     a description counts as N examples in a centroid (default 1)\n"
+        "      --center            subtract the training vectors' mean before comparing\n"
         "      --no-oos            leave the out_of_scope examples out\n"
         "      --min-confidence X  reject below X (default: the stage's min_confidence)\n"
         "      --min-accuracy X    exit 3 when overall accuracy is below X (0-1)\n"
@@ -94,11 +97,11 @@ static void usage(FILE *f) {
 static int parse_opts(int argc, char **argv, opts *o) {
     static const struct option lo[] = {
         {"config", 1, 0, 'c'}, {"pipeline", 1, 0, 'p'}, {"stage", 1, 0, 'S'}, {"method", 1, 0, 'm'},
-        {"k", 1, 0, 'k'}, {"examples", 1, 0, 'e'}, {"no-desc", 0, 0, 'D'}, {"no-oos", 0, 0, 'O'},
+        {"k", 1, 0, 'k'}, {"center", 0, 0, 'Z'}, {"desc-weight", 1, 0, 'W'}, {"examples", 1, 0, 'e'}, {"no-desc", 0, 0, 'D'}, {"no-oos", 0, 0, 'O'},
         {"min-confidence", 1, 0, 'C'}, {"min-accuracy", 1, 0, 'A'}, {"json", 0, 0, 'j'},
         {"threads", 1, 0, 't'}, {"verbose", 0, 0, 'v'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
-    o->method = -1, o->threads = 1, o->min_conf = -1, o->min_acc = -1;
+    o->method = -1, o->threads = 1, o->min_conf = -1, o->min_acc = -1, o->desc_weight = -1;
     int ch;
     int64_t v;
     char *end;
@@ -127,6 +130,11 @@ static int parse_opts(int argc, char **argv, opts *o) {
             o->threads = (int)v;
             break;
         case 'D': o->no_desc = 1; break;
+        case 'Z': o->center = 1; break;
+        case 'W':
+            if (sb_opt_int("route eval", "--desc-weight", optarg, 0, 100, &v)) return -1;
+            o->desc_weight = (double)v;
+            break;
         case 'O': o->no_oos = 1; break;
         case 'C': case 'A': {
             double x = strtod(optarg, &end);
@@ -174,7 +182,9 @@ static int train(eval *ev, const opts *o, char *err) {
     sb_cls_opts_default(&co);
     co.method = (sb_cls_method)o->method;
     if (o->k) co.k = o->k;
+    if (o->desc_weight >= 0) co.desc_weight = (float)o->desc_weight;
     if (o->no_desc) co.desc_weight = 0;
+    co.center = o->center;
     int rc = sb_cls_new(sb_encoder_dim(ev->enc), (int)st->n_labels, names, &co, &ev->cls, err);
     if (rc) return rc;
     float *v = sb_malloc((size_t)sb_encoder_dim(ev->enc) * sizeof *v);
