@@ -82,7 +82,8 @@ static void usage(FILE *f) {
         "      --examples N        use only the first N examples of each label\n"
         "      --no-desc           leave the labels' descriptions out\n"
         "      --desc-weight N     a description counts as N examples in a centroid (default 1)\n"
-        "      --center            subtract the training vectors' mean before comparing\n"
+        "      --no-center         compare raw vectors (default: the training vectors'\n"
+        "                          mean is subtracted first; --center says so explicitly)\n"
         "      --no-oos            leave the out_of_scope examples out\n"
         "      --min-confidence X  reject below X (default: the stage's min_confidence)\n"
         "      --min-accuracy X    exit 3 when overall accuracy is below X (0-1)\n"
@@ -97,11 +98,11 @@ static void usage(FILE *f) {
 static int parse_opts(int argc, char **argv, opts *o) {
     static const struct option lo[] = {
         {"config", 1, 0, 'c'}, {"pipeline", 1, 0, 'p'}, {"stage", 1, 0, 'S'}, {"method", 1, 0, 'm'},
-        {"k", 1, 0, 'k'}, {"center", 0, 0, 'Z'}, {"desc-weight", 1, 0, 'W'}, {"examples", 1, 0, 'e'}, {"no-desc", 0, 0, 'D'}, {"no-oos", 0, 0, 'O'},
+        {"k", 1, 0, 'k'}, {"center", 0, 0, 'Z'}, {"no-center", 0, 0, 'N'}, {"desc-weight", 1, 0, 'W'}, {"examples", 1, 0, 'e'}, {"no-desc", 0, 0, 'D'}, {"no-oos", 0, 0, 'O'},
         {"min-confidence", 1, 0, 'C'}, {"min-accuracy", 1, 0, 'A'}, {"json", 0, 0, 'j'},
         {"threads", 1, 0, 't'}, {"verbose", 0, 0, 'v'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
-    o->method = -1, o->threads = 1, o->min_conf = -1, o->min_acc = -1, o->desc_weight = -1;
+    o->method = -1, o->threads = 1, o->min_conf = -1, o->min_acc = -1, o->desc_weight = -1, o->center = 1;
     int ch;
     int64_t v;
     char *end;
@@ -131,6 +132,7 @@ static int parse_opts(int argc, char **argv, opts *o) {
             break;
         case 'D': o->no_desc = 1; break;
         case 'Z': o->center = 1; break;
+        case 'N': o->center = 0; break;
         case 'W':
             if (sb_opt_int("route eval", "--desc-weight", optarg, 0, 100, &v)) return -1;
             o->desc_weight = (double)v;

@@ -55,7 +55,7 @@ typedef struct {
                             renormalise, then compare (see classify.c centre_points) */
 } sb_cls_opts;
 
-/* Defaults: centroid, k 5, desc_weight 1, l2 1e-3, 300 iterations, calibrated. */
+/* Defaults: centroid, k 5, desc_weight 1, l2 1e-3, 300 iterations, calibrated, centred. */
 void sb_cls_opts_default(sb_cls_opts *o);
 /* "centroid" | "1nn" | "knn" | "logreg" -> method; -1 if unknown. */
 int         sb_cls_method_parse(const char *s);
