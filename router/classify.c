@@ -24,6 +24,8 @@ struct sb_classifier {
     char **names;
     sb_cls_opts o;
     float *x;                         /* points, n × dim: examples then (at train) descriptions */
+    float *tx, *center;               /* centring: the points minus their mean, renormalised; the mean */
+    const float *pts;                 /* what the scores use: x, or tx when centring */
     int *y;                           /* class of each point */
     unsigned char *is_desc;
     size_t n, cap, n_ex;              /* n_ex: points that are examples (held out for T) */
@@ -45,6 +47,7 @@ void sb_cls_opts_default(sb_cls_opts *o) {
     o->l2 = 1e-3f;
     o->iters = 300;
     o->calibrate = 1;
+    o->center = 1;              /* +2-3 points for every method on tests/data/routing_corpus.tsv (docs/ROUTING.md) */
 }
 
 static const char *const method_names[] = {"centroid", "1nn", "knn", "logreg"};
@@ -70,9 +73,9 @@ static float dot(const float *a, const float *b, int n) {
 int sb_cls_new(int dim, int n_labels, const char *const *names, const sb_cls_opts *opts, sb_classifier **out,
                char *err) {
     *out = NULL;
-    if (dim < 1 || n_labels < 1 || n_labels > SB_CLS_MAX_LABELS)
-        return sb_seterr(err, SB_EINVAL, "classifier: %d labels of dim %d (1..%d labels)", n_labels, dim,
-                         SB_CLS_MAX_LABELS);
+    if (dim < 1 || dim > SB_CLS_MAX_DIM || n_labels < 1 || n_labels > SB_CLS_MAX_LABELS)
+        return sb_seterr(err, SB_EINVAL, "classifier: %d labels of dim %d (1..%d labels, 1..%d dims)", n_labels, dim,
+                         SB_CLS_MAX_LABELS, SB_CLS_MAX_DIM);
     sb_classifier *c = sb_calloc(1, sizeof *c);
     if (!c) return sb_seterr(err, SB_ENOMEM, "classifier: out of memory");
     c->dim = dim;
@@ -107,7 +110,9 @@ static void free_trained(sb_classifier *c) {
     sb_free(c->W);
     sb_free(c->b);
     sb_free(c->mu);
-    c->csum = c->cnorm = c->W = c->b = c->mu = NULL;
+    sb_free(c->tx);
+    sb_free(c->center);
+    c->csum = c->cnorm = c->W = c->b = c->mu = c->tx = c->center = NULL;
     c->trained = 0;
 }
 
@@ -190,7 +195,7 @@ static float point_weight(const sb_classifier *c, size_t i) {
 static float centroid_score(const sb_classifier *c, const float *v, int k, size_t ex) {
     const float *s = c->csum + (size_t)k * c->dim;
     if (ex == SIZE_MAX || c->y[ex] != k) return c->cnorm[k] > 0 ? dot(v, s, c->dim) / c->cnorm[k] : -1.0f;
-    const float *xe = c->x + ex * (size_t)c->dim;
+    const float *xe = c->pts + ex * (size_t)c->dim;
     float w = point_weight(c, ex), num = 0, nn = 0;
     for (int d = 0; d < c->dim; d++) {
         float t = s[d] - w * xe[d];
@@ -208,7 +213,7 @@ static void knn_scores(const sb_classifier *c, const float *v, size_t ex, float 
     if (k > 64) k = 64;
     for (size_t i = 0; i < c->n; i++) {
         if (i == ex) continue;
-        float sim = dot(v, c->x + i * (size_t)c->dim, c->dim);
+        float sim = dot(v, c->pts + i * (size_t)c->dim, c->dim);
         if (got == k && sim <= best[k - 1]) continue;
         int j = got < k ? got++ : k - 1;
         while (j > 0 && best[j - 1] < sim) {
@@ -243,7 +248,7 @@ static void scores(const sb_classifier *c, const float *v, size_t ex, float *s) 
         for (int k = 0; k < c->n_classes; k++) s[k] = -1.0f;
         for (size_t i = 0; i < c->n; i++) {
             if (i == ex) continue;
-            float sim = dot(v, c->x + i * (size_t)c->dim, c->dim);
+            float sim = dot(v, c->pts + i * (size_t)c->dim, c->dim);
             if (sim > s[c->y[i]]) s[c->y[i]] = sim;
         }
         break;
@@ -276,7 +281,7 @@ static int logreg_fit(const sb_classifier *c, int skip_fold, float *W, float *b)
         size_t m = 0;
         for (size_t i = 0; i < c->n; i++) {
             if (skip_fold >= 0 && !c->is_desc[i] && (int)(i % LOGREG_FOLDS) == skip_fold) continue;
-            const float *xi = c->x + i * (size_t)D;
+            const float *xi = c->pts + i * (size_t)D;
             for (int d = 0; d < D; d++) z[d] = (xi[d] - c->mu[d]) * c->zscale;
             float mx = -INFINITY, sum = 0;
             for (int k = 0; k < C; k++) {
@@ -308,11 +313,11 @@ static void logreg_standardise(sb_classifier *c) {
     int D = c->dim;
     memset(c->mu, 0, (size_t)D * sizeof *c->mu);
     for (size_t i = 0; i < c->n; i++)
-        for (int d = 0; d < D; d++) c->mu[d] += c->x[i * (size_t)D + d] / (float)c->n;
+        for (int d = 0; d < D; d++) c->mu[d] += c->pts[i * (size_t)D + d] / (float)c->n;
     double ss = 0;
     for (size_t i = 0; i < c->n; i++)
         for (int d = 0; d < D; d++) {
-            double t = c->x[i * (size_t)D + d] - c->mu[d];
+            double t = c->pts[i * (size_t)D + d] - c->mu[d];
             ss += t * t;
         }
     ss /= (double)c->n;
@@ -357,7 +362,7 @@ static float fit_temperature(const float *S, const int *Y, size_t m, int C) {
 static int heldout_scores(sb_classifier *c, float *S) {
     int C = c->n_classes;
     if (c->o.method != SB_CLS_LOGREG) {
-        for (size_t i = 0; i < c->n_ex; i++) scores(c, c->x + i * (size_t)c->dim, i, S + i * (size_t)C);
+        for (size_t i = 0; i < c->n_ex; i++) scores(c, c->pts + i * (size_t)c->dim, i, S + i * (size_t)C);
         return 0;
     }
     float *W = sb_malloc((size_t)C * c->dim * sizeof *W), b[SB_CLS_MAX_LABELS + 1];
@@ -369,7 +374,7 @@ static int heldout_scores(sb_classifier *c, float *S) {
             return SB_ENOMEM;
         }
         for (size_t i = (size_t)f; i < c->n_ex; i += LOGREG_FOLDS)
-            logreg_logits(c, W, b, c->x + i * (size_t)c->dim, S + i * (size_t)C);
+            logreg_logits(c, W, b, c->pts + i * (size_t)c->dim, S + i * (size_t)C);
     }
     sb_free(W);
     return 0;
@@ -388,6 +393,31 @@ static int calibrate(sb_classifier *c) {
 
 /* ---- training ---- */
 
+static void unit_of(const float *center, const float *v, int dim, float *out) {
+    float ss = 0;
+    for (int d = 0; d < dim; d++) out[d] = v[d] - center[d], ss += out[d] * out[d];
+    float inv = ss > 1e-24f ? 1.0f / sqrtf(ss) : 0.0f;
+    for (int d = 0; d < dim; d++) out[d] *= inv;
+}
+
+/* Sentence encoders put every text in a narrow cone (e5's cosines between
+ * unrelated calls are ~0.7-0.8): the common direction says nothing about
+ * the label. Subtracting the training points' mean (and renormalising)
+ * spreads the labels apart before any method compares them. */
+static int centre_points(sb_classifier *c) {
+    int D = c->dim;
+    c->pts = c->x;
+    if (!c->o.center) return 0;
+    c->center = sb_calloc((size_t)D, sizeof *c->center);
+    c->tx = sb_malloc(c->n * (size_t)D * sizeof *c->tx);
+    if (!c->center || !c->tx) return SB_ENOMEM;
+    for (size_t i = 0; i < c->n; i++)
+        for (int d = 0; d < D; d++) c->center[d] += c->x[i * (size_t)D + d] / (float)c->n;
+    for (size_t i = 0; i < c->n; i++) unit_of(c->center, c->x + i * (size_t)D, D, c->tx + i * (size_t)D);
+    c->pts = c->tx;
+    return 0;
+}
+
 static int build_centroids(sb_classifier *c) {
     int C = c->n_classes, D = c->dim;
     c->csum = sb_calloc((size_t)C * D, sizeof *c->csum);
@@ -395,7 +425,7 @@ static int build_centroids(sb_classifier *c) {
     if (!c->csum || !c->cnorm) return SB_ENOMEM;
     for (size_t i = 0; i < c->n; i++) {
         float w = point_weight(c, i), *s = c->csum + (size_t)c->y[i] * D;
-        for (int d = 0; d < D; d++) s[d] += w * c->x[i * (size_t)D + d];
+        for (int d = 0; d < D; d++) s[d] += w * c->pts[i * (size_t)D + d];
     }
     for (int k = 0; k < C; k++) c->cnorm[k] = sqrtf(dot(c->csum + (size_t)k * D, c->csum + (size_t)k * D, D));
     return 0;
@@ -418,15 +448,15 @@ int sb_cls_train(sb_classifier *c, char *err) {
                              c->o.desc_weight > 0 ? " and no description" : "");
         }
     }
-    int rc = 0;
-    if (c->o.method == SB_CLS_CENTROID) rc = build_centroids(c);
+    int rc = centre_points(c);
+    if (rc == 0 && c->o.method == SB_CLS_CENTROID) rc = build_centroids(c);
     if (c->o.method == SB_CLS_LOGREG) {
         c->W = sb_malloc((size_t)c->n_classes * c->dim * sizeof *c->W);
         c->b = sb_calloc((size_t)c->n_classes, sizeof *c->b);
         c->mu = sb_calloc((size_t)c->dim, sizeof *c->mu);
         if (!c->W || !c->b || !c->mu) goto oom;
         logreg_standardise(c);
-        rc = logreg_fit(c, -1, c->W, c->b);
+        if (rc == 0) rc = logreg_fit(c, -1, c->W, c->b);
     }
     if (rc == 0) rc = calibrate(c);
     if (rc != 0) goto oom;
@@ -444,7 +474,8 @@ int sb_cls_classify(const sb_classifier *c, const float *v, sb_cls_result *r) {
     memset(r, 0, sizeof *r);
     if (!c->trained) return SB_EINVAL;
     int C = c->n_classes;
-    float s[SB_CLS_MAX_LABELS + 1], p[SB_CLS_MAX_LABELS + 1], mx = -INFINITY, sum = 0;
+    float s[SB_CLS_MAX_LABELS + 1], p[SB_CLS_MAX_LABELS + 1], mx = -INFINITY, sum = 0, u[SB_CLS_MAX_DIM];
+    if (c->center) unit_of(c->center, v, c->dim, u), v = u;
     scores(c, v, SIZE_MAX, s);
     for (int k = 0; k < C; k++) mx = fmaxf(mx, s[k] / c->T);
     for (int k = 0; k < C; k++) sum += (p[k] = expf(s[k] / c->T - mx));

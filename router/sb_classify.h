@@ -36,6 +36,7 @@
 #include <stddef.h>
 
 #define SB_CLS_MAX_LABELS 64     /* a hotline has ~10 intents; bounds the result struct */
+#define SB_CLS_MAX_DIM 4096      /* classify keeps one centred vector on the stack */
 #define SB_CLS_OOS (-1)          /* label of an out-of-scope (reject-class) example */
 #define SB_CLS_OOS_NAME "out_of_scope"
 
@@ -50,9 +51,11 @@ typedef struct {
     int   iters;         /* logreg: gradient steps (0 = 300) */
     int   calibrate;     /* 1: fit T (see above); 0: T = fixed_t */
     float fixed_t;       /* T when not calibrating (0 = 0.05 for similarity methods, 1 for logreg) */
+    int   center;        /* 1: subtract the training points' mean from every vector (and the call's),
+                            renormalise, then compare (see classify.c centre_points) */
 } sb_cls_opts;
 
-/* Defaults: centroid, k 5, desc_weight 1, l2 1e-3, 300 iterations, calibrated. */
+/* Defaults: centroid, k 5, desc_weight 1, l2 1e-3, 300 iterations, calibrated, centred. */
 void sb_cls_opts_default(sb_cls_opts *o);
 /* "centroid" | "1nn" | "knn" | "logreg" -> method; -1 if unknown. */
 int         sb_cls_method_parse(const char *s);

@@ -51,6 +51,7 @@ static sb_classifier *make(sb_cls_method m, int n_labels, float desc_weight) {
     sb_cls_opts_default(&o);
     o.method = m;
     o.desc_weight = desc_weight;
+    o.center = 0;                             /* exact cases compare raw cosines */
     sb_classifier *c = NULL;
     char err[SB_ERR_LEN] = "";
     assert_int_equal(sb_cls_new(DIM, n_labels, NAMES, &o, &c, err), 0);
@@ -111,7 +112,7 @@ static void test_knn_weighted_vote(void **st) {
     (void)st;
     sb_cls_opts o;
     sb_cls_opts_default(&o);
-    o.method = SB_CLS_KNN, o.k = 3, o.desc_weight = 0, o.calibrate = 0;
+    o.method = SB_CLS_KNN, o.k = 3, o.desc_weight = 0, o.calibrate = 0, o.center = 0;
     sb_classifier *c = NULL;
     assert_int_equal(sb_cls_new(DIM, 2, NAMES, &o, &c, NULL), 0);
     float v[DIM];
@@ -134,6 +135,36 @@ static void test_knn_weighted_vote(void **st) {
     /* uncalibrated: p = softmax(score / 0.05) */
     double e = exp((1.1 / 3 - 0.9 / 3) / 0.05);
     assert_float_equal(r.prob[0], e / (1 + e), 1e-4);
+    sb_cls_free(c);
+}
+
+/* Centring: every score is the cosine of (call - mean) with (example - mean),
+ * the mean taken over the training points. */
+static void test_centring(void **st) {
+    (void)st;
+    sb_cls_opts o;
+    sb_cls_opts_default(&o);
+    o.method = SB_CLS_1NN, o.desc_weight = 0, o.center = 1;
+    sb_classifier *c = NULL;
+    assert_int_equal(sb_cls_new(DIM, 3, NAMES, &o, &c, NULL), 0);
+    float e[3][DIM], m[DIM] = {0}, q[DIM] = {0};
+    for (int k = 0; k < 3; k++) {
+        unit(e[k], k), add(c, k, e[k]);
+        for (int d = 0; d < DIM; d++) m[d] += e[k][d] / 3;
+    }
+    train(c);
+    q[0] = 0.7f, q[2] = 0.714f, q[3] = 0.1f;
+    normalise(q, DIM);
+    sb_cls_result r;
+    assert_int_equal(sb_cls_classify(c, q, &r), 0);
+    for (int j = 0; j < r.n; j++) {
+        double num = 0, nq = 0, ne = 0;
+        for (int d = 0; d < DIM; d++) {
+            double a = q[d] - m[d], b = e[r.idx[j]][d] - m[d];
+            num += a * b, nq += a * a, ne += b * b;
+        }
+        assert_float_equal(r.score[j], num / sqrt(nq * ne), 1e-5);
+    }
     sb_cls_free(c);
 }
 
@@ -360,6 +391,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_centroid_is_renormalised_mean),
         cmocka_unit_test(test_knn_weighted_vote),
+        cmocka_unit_test(test_centring),
         cmocka_unit_test(test_description),
         cmocka_unit_test(test_methods_accuracy),
         cmocka_unit_test(test_calibration),

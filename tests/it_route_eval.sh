@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# `switchboard route eval` (issue 17 item 6) on the tiny random encoder of
+# tests/e5_tiny.py: the figures of a random model mean nothing, so the
+# checks are mechanical - a call that IS a training example is routed to it
+# by 1-NN (cosine 1), a mislabelled call is a miss, the --min-accuracy gate
+# exits 3 below the bar and 0 above, --json parses and carries the report,
+# and bad input is a clean exit 2 (decoder model, unknown label, pipeline,
+# option). Then, only where models/multilingual-e5-small.Q4_0.gguf is
+# installed, the real corpus must keep its measured accuracy (docs/ROUTING.md).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SB_BIN="${SB_BIN:-$PWD/bin/switchboard}"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+python3 tests/e5_tiny.py "$SB_BIN" "$tmp" > /dev/null
+
+fail() { echo "it_route_eval: FAIL: $*" >&2; exit 1; }
+expect() {   # expect EXIT_CODE STDERR_SUBSTRING CMD...
+    local want="$1" msg="$2" rc=0; shift 2
+    "$@" >"$tmp/out" 2>"$tmp/err" || rc=$?
+    [[ "$rc" == "$want" ]] || fail "$* exited $rc, want $want ($(head -c 300 "$tmp/err"))"
+    grep -qF -- "$msg" "$tmp/err" || fail "$*: stderr lacks '$msg': $(head -c 300 "$tmp/err")"
+}
+
+cat > "$tmp/route.yaml" <<EOF
+runtime: { dir: $tmp/run }
+models:
+  enc: { gguf: $tmp/tiny-q4_0.gguf, threads: 1 }
+  dec: { gguf: $PWD/tests/data/tiny-llama-spm-Q4_0.gguf, threads: 1 }
+pipelines:
+  hotline:
+    stages:
+      - name: route
+        kind: intent
+        model: enc
+        classifier: 1nn
+        labels:
+          social_insurance: { examples: ["社保卡办理", "the query: is a test"] }
+          housing_fund: { examples: ["公积金 hello", "wild cards, yes!"] }
+        out_of_scope: ["hello world"]
+        min_confidence: 0.2
+        fallback: social_insurance
+  decoder:
+    stages:
+      - { name: route, kind: intent, model: dec, labels: { a: { examples: [x] }, b: { examples: [y] } } }
+EOF
+# every call is a training example: 1-NN routes each to its own label
+printf '# label\tlang\tutterance\tstyle\nsocial_insurance\tzh\t社保卡办理\tplain\nhousing_fund\tzh\t公积金 hello\tasr\nhousing_fund\ten\twild cards, yes!\tplain\nout_of_scope\ten\thello world\tplain\nsocial_insurance\tthe query: is a test\n' > "$tmp/good.tsv"
+# the same plus one call labelled wrong: 5/6 right
+{ cat "$tmp/good.tsv"; printf 'housing_fund\ten\t社保卡办理\tplain\n'; } > "$tmp/bad.tsv"
+
+ev() { "$SB_BIN" route eval -c "$tmp/route.yaml" --pipeline hotline "$@"; }
+ev "$tmp/good.tsv" > "$tmp/out" || fail "route eval on the good set exited $?"
+grep -q "^accuracy        1.0000  (5/5)" "$tmp/out" || fail "good set: $(head -5 "$tmp/out")"
+grep -q "lang  zh       1.0000  (2/2)" "$tmp/out" || fail "per-language line: $(cat "$tmp/out")"
+grep -q "lang  en       1.0000  (3/3)" "$tmp/out" || fail "a line without a lang column is detected as en: $(cat "$tmp/out")"
+ev --min-accuracy 1 "$tmp/good.tsv" > /dev/null || fail "--min-accuracy 1 on a perfect set exited $?"
+expect 3 "accuracy 0.8333 is below --min-accuracy 0.9000" ev --min-accuracy 0.9 "$tmp/bad.tsv"
+grep -q "MISS housing_fund -> social_insurance" "$tmp/out" || fail "the miss is not listed: $(cat "$tmp/out")"
+ev --min-accuracy 0.83 "$tmp/bad.tsv" > /dev/null || fail "--min-accuracy 0.83 at 5/6 exited $?"
+ev --json "$tmp/bad.tsv" > "$tmp/j" || fail "--json exited $?"
+python3 - "$tmp/j" <<'EOF' || fail "--json report: $(cat "$tmp/j")"
+import json, sys
+j = json.load(open(sys.argv[1]))
+o = j["overall"]
+assert o["n"] == 6 and o["correct"] == 5 and abs(o["accuracy"] - 5 / 6) < 1e-6, o
+assert j["method"] == "1nn" and j["labels"] == ["social_insurance", "housing_fund", "out_of_scope"]
+assert j["confusion"] == [[2, 0, 0], [1, 2, 0], [0, 0, 1]], j["confusion"]
+assert j["by_style"]["asr"]["n"] == 1 and j["by_lang"]["zh"]["n"] == 2 and j["by_style"]["-"]["n"] == 1
+assert j["reject"]["out_of_scope"] == 1 and j["reject"]["out_of_scope_rejected"] == 1
+assert j["misses"] == [{"expected": "housing_fund", "got": "social_insurance", "confidence": j["misses"][0]["confidence"],
+                        "text": "社保卡办理"}]
+assert j["latency_ms"]["p50"] > 0 and 0 <= j["ece"] <= 1
+EOF
+# every method runs on the same data
+for m in centroid knn logreg; do ev --method "$m" --center "$tmp/good.tsv" > /dev/null || fail "--method $m exited $?"; done
+
+expect 2 "is not an encoder model" "$SB_BIN" route eval -c "$tmp/route.yaml" --pipeline decoder "$tmp/good.tsv"
+expect 2 "no pipeline 'nope'" "$SB_BIN" route eval -c "$tmp/route.yaml" --pipeline nope "$tmp/good.tsv"
+printf 'tax\tzh\t个税\n' > "$tmp/unknown.tsv"
+expect 2 "line 1: 'tax' is not a label of stage 'route'" ev "$tmp/unknown.tsv"
+expect 2 "--method expects centroid, 1nn, knn or logreg" ev --method svm "$tmp/good.tsv"
+expect 2 "--min-accuracy expects a number in [0, 1]" ev --min-accuracy 95 "$tmp/good.tsv"
+expect 1 "cannot read" ev "$tmp/missing.tsv"
+sed 's/classifier: 1nn/classifier: svm/' "$tmp/route.yaml" > "$tmp/badcls.yaml"
+expect 2 "classifier: expected centroid, 1nn, knn or logreg" "$SB_BIN" route eval -c "$tmp/badcls.yaml" --pipeline hotline "$tmp/good.tsv"
+"$SB_BIN" route eval --help | grep -q -- "--min-accuracy" || fail "route eval --help"
+
+# The real model, where installed: the shipped config keeps its measured figure.
+model=models/multilingual-e5-small.Q4_0.gguf
+if [[ -f "$model" ]]; then
+    "$SB_BIN" route eval -c configs/hotline_embed.yaml --pipeline hotline --min-accuracy "${SB_ROUTE_MIN:-0.85}" \
+        tests/data/routing_corpus.tsv > "$tmp/real" || fail "real model: $(sed -n '1,12p' "$tmp/real")"
+    echo "it_route_eval: real model $(sed -n 3p "$tmp/real")"
+else
+    echo "it_route_eval: real-model run skipped (tools/models.sh e5 installs it)"
+fi
+echo "it_route_eval: ok"
