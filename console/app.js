@@ -192,7 +192,7 @@ function renderLatency() {
 }
 
 function renderWorkers() {
-  const t = el("table", {}, el("tr", {}, ...["model", "state", "pid", "restarts", "queue", "RSS", "tok/s", "KV reuse"].map((h) => el("th", {}, h))));
+  const t = el("table", {}, el("tr", {}, ...["model", "state", "pid", "restarts", "queue", "RSS", "tok/s", "KV hit"].map((h) => el("th", {}, h))));
   for (const w of S.state.workers) {
     const cls = w.state === "idle" || w.state === "busy" || w.state === "remote" ? "ok" : "bad";
     t.append(el("tr", {}, el("td", {}, w.model), el("td", { class: cls }, w.state), el("td", {}, w.pid ?? "–"),

@@ -74,6 +74,8 @@ typedef struct rt_obs {
     rt_req **subs;
     size_t n_subs, cap_subs;
     struct event *tick;
+    struct event *flush;                        /* sends the batch of calls */
+    sb_jw batch;                                /* SSE events not sent yet */
 } rt_obs;
 /* At start and after each reload: the console section (ring size, masking,
  * feedback file). 0 or < 0 with err (logged by the caller; the router

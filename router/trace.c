@@ -553,7 +553,10 @@ void rt_handle_feedback_tsv(rt_req *q) {
 
 int rt_obs_configure(rt *r, const sb_config *cfg, char *err) {
     rt_obs *o = r->obs;
-    if (!o && !(o = r->obs = sb_calloc(1, sizeof *o))) return sb_seterr(err, SB_ENOMEM, "out of memory");
+    if (!o) {
+        if (!(o = r->obs = sb_calloc(1, sizeof *o))) return sb_seterr(err, SB_ENOMEM, "out of memory");
+        sb_jw_init(&o->batch);
+    }
     size_t cap = (size_t)cfg->console.traces;
     if (cap != o->cap) {            /* a new size starts an empty ring */
         rt_trace **ring = cap ? sb_calloc(cap, sizeof *ring) : NULL;
