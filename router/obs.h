@@ -76,6 +76,9 @@ typedef struct rt_obs {
     struct event *tick;
     struct event *flush;                        /* sends the batch of calls */
     sb_jw batch;                                /* SSE events not sent yet */
+    sb_cache_stats_t cstats;                    /* the cache's figures, as of cstats_at */
+    double cstats_at;
+    bool cstats_ok;
 } rt_obs;
 /* At start and after each reload: the console section (ring size, masking,
  * feedback file). 0 or < 0 with err (logged by the caller; the router
