@@ -41,6 +41,12 @@ AVX512_FLAGS := $(AVX2_FLAGS) -mavx512f -mavx512bw -mavx512dq -mavx512vl -mavx51
 
 LIB_SRC  := $(filter-out supervisor/main.c,$(wildcard $(addsuffix /*.c,$(MODULES))))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+# The operator console's page (console/*: HTML, JS, CSS) is compiled into the
+# binary as C arrays (xxd -i, named after the path: console_app_js...), so
+# GET /console works offline with nothing installed beside the binary.
+CONSOLE_FILES := console/index.html console/app.js console/app.css
+CONSOLE_OBJ   := $(BUILD)/gen/console_assets.o
+LIB_OBJ  += $(CONSOLE_OBJ)
 MAIN_OBJ := $(BUILD)/supervisor/main.o
 LIB      := $(BUILD)/libswitchboard.a
 
@@ -72,6 +78,13 @@ $(BUILD)/%_avx512.o: %_avx512.c
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c -o $@ $<
+
+$(BUILD)/gen/console_assets.c: $(CONSOLE_FILES)
+	@mkdir -p $(dir $@)
+	for f in $(CONSOLE_FILES); do xxd -i $$f || exit 1; done > $@.tmp && mv $@.tmp $@
+
+$(CONSOLE_OBJ): $(BUILD)/gen/console_assets.c
+	$(CC) $(CFLAGS) -c -o $@ $<
 
 # Tests include tests/*.h (their shared harnesses): a change there rebuilds them.
 $(BUILD)/tests/%: tests/%.c $(LIB) $(wildcard tests/*.h)

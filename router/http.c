@@ -27,6 +27,7 @@
 #include <strings.h>
 #include <sys/socket.h>
 
+#include "obs.h"
 #include "router_internal.h"
 
 enum { G_IDLE, G_READING, G_HANDLING };
@@ -273,7 +274,8 @@ static void req_log_and_free(rt_req *q) {
     if (q->timer) event_free(q->timer);
     if (q->prev) q->prev->next = q->next; else r->reqs = q->next;
     if (q->next) q->next->prev = q->prev;
-    if (q->route != RT_ROUTE_METRICS && q->route != RT_ROUTE_HEALTH) r->metrics.in_flight--;
+    if (q->route != RT_ROUTE_METRICS && q->route != RT_ROUTE_HEALTH && q->route != RT_ROUTE_CONSOLE)
+        r->metrics.in_flight--;
     sb_free(q->cache_key);
     sb_free(q->cache_input);
     sb_free(q->cache_ns);
@@ -326,8 +328,9 @@ rt_req *rt_req_new(rt *r, struct evhttp_request *req, int route) {
     q->next = r->reqs;
     if (r->reqs) r->reqs->prev = q;
     r->reqs = q;
-    /* Probes do not count: /metrics would otherwise always see itself. */
-    if (route != RT_ROUTE_METRICS && route != RT_ROUTE_HEALTH) r->metrics.in_flight++;
+    /* Probes do not count: /metrics would otherwise always see itself; nor
+     * does the console, whose live feed stays open. */
+    if (route != RT_ROUTE_METRICS && route != RT_ROUTE_HEALTH && route != RT_ROUTE_CONSOLE) r->metrics.in_flight++;
     evhttp_connection_set_closecb(evhttp_request_get_connection(req), on_conn_close, q);
     return q;
 }
@@ -353,9 +356,16 @@ static void detach(rt_req *q) {
 
 void rt_req_json(rt_req *q, int status, const char *json, size_t len, const char *x_cache) {
     if (q->gone) return;
+    if (x_cache) evhttp_add_header(evhttp_request_get_output_headers(q->req), "X-Cache", x_cache);
+    rt_req_reply(q, status, "application/json", json, len);
+}
+
+void rt_req_reply(rt_req *q, int status, const char *type, const char *body, size_t len) {
+    if (q->gone) return;
     struct evkeyvalq *h = evhttp_request_get_output_headers(q->req);
-    evhttp_add_header(h, "Content-Type", "application/json");
-    if (x_cache) evhttp_add_header(h, "X-Cache", x_cache);
+    evhttp_add_header(h, "Content-Type", type);
+    if (q->call_id[0]) evhttp_add_header(h, "X-Call-Id", q->call_id);
+    const char *json = body;
     struct evbuffer *b = evbuffer_new();
     if (b) evbuffer_add(b, json, len);
     q->status = status;
@@ -418,6 +428,7 @@ void rt_req_sse_start(rt_req *q, const char *x_cache) {
     evhttp_add_header(h, "Content-Type", "text/event-stream");
     evhttp_add_header(h, "Cache-Control", "no-cache");
     if (x_cache) evhttp_add_header(h, "X-Cache", x_cache);
+    if (q->call_id[0]) evhttp_add_header(h, "X-Call-Id", q->call_id);
     q->streaming = true;
     q->status = 200;
     evhttp_send_reply_start(q->req, 200, "OK");
@@ -556,6 +567,31 @@ static void handle_metrics(rt_req *q) {
     req_log_and_free(q);
 }
 
+static void unauthorized(rt_req *q) {
+    evhttp_add_header(evhttp_request_get_output_headers(q->req), "WWW-Authenticate", "Bearer");
+    rt_req_error(q, 401, "invalid_request_error", "invalid_api_key",
+                 "missing or wrong API key (send 'Authorization: Bearer KEY')");
+}
+
+/* The console's routes (obs.h): the page itself needs no key (it is code,
+ * no data); everything it shows does. */
+static void console_route(rt_req *q, const char *path, bool is_get, bool is_post) {
+    bool calls = !strncmp(path, "/v1/calls/", 10);
+    if (is_get && rt_console_static(q, path)) return;
+    if (!is_get && !(is_post && calls)) {
+        evhttp_add_header(evhttp_request_get_output_headers(q->req), "Allow", "GET");
+        rt_req_error(q, 405, "invalid_request_error", "method_not_allowed", "%s takes GET", path);
+        return;
+    }
+    if (!authorized(q->r, q->req)) unauthorized(q);
+    else if (calls) rt_handle_calls(q, path + 10, is_post);
+    else if (!strcmp(path, "/v1/calls")) rt_handle_calls(q, "", false);
+    else if (!strcmp(path, "/v1/feedback.tsv")) rt_handle_feedback_tsv(q);
+    else if (!strcmp(path, "/v1/console/events")) rt_handle_console_events(q);
+    else if (!strcmp(path, "/v1/console/state")) rt_handle_console_state(q);
+    else rt_req_error(q, 404, "invalid_request_error", "not_found", "no route for %s", path);
+}
+
 static void on_request(struct evhttp_request *req, void *arg) {
     rt *r = arg;
     rt_guard *g = guard_of(r, req);
@@ -581,6 +617,9 @@ static void on_request(struct evhttp_request *req, void *arg) {
     else if (!strncmp(path, "/v1/pipelines/", 14)) { route = RT_ROUTE_PIPELINES; pipe_name = path + 14; }
     else if (!strcmp(path, "/health")) route = RT_ROUTE_HEALTH;
     else if (!strcmp(path, "/metrics")) route = RT_ROUTE_METRICS;
+    else if (!strcmp(path, "/console") || !strncmp(path, "/console/", 9) || !strncmp(path, "/v1/console/", 12) ||
+             !strcmp(path, "/v1/calls") || !strncmp(path, "/v1/calls/", 10) || !strcmp(path, "/v1/feedback.tsv"))
+        route = RT_ROUTE_CONSOLE;
     rt_req *q = rt_req_new(r, req, route);
     if (!q) { evhttp_send_error(req, 500, "out of memory"); return; }
     snprintf(q->path, sizeof q->path, "%s", path);
@@ -602,6 +641,7 @@ static void on_request(struct evhttp_request *req, void *arg) {
         rt_req_error(q, 404, "invalid_request_error", "not_found", "no route for %s", path);
         return;
     }
+    if (route == RT_ROUTE_CONSOLE) { console_route(q, path, is_get, is_post); return; }
     bool want_get = route == RT_ROUTE_MODELS || route == RT_ROUTE_HEALTH || route == RT_ROUTE_METRICS;
     if ((want_get && !is_get) || (!want_get && !is_post)) {
         evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", want_get ? "GET" : "POST");
@@ -611,12 +651,7 @@ static void on_request(struct evhttp_request *req, void *arg) {
     }
     if (route == RT_ROUTE_HEALTH) { handle_health(q); return; }
     if (route == RT_ROUTE_METRICS) { handle_metrics(q); return; }
-    if (!authorized(r, req)) {
-        evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate", "Bearer");
-        rt_req_error(q, 401, "invalid_request_error", "invalid_api_key",
-                     "missing or wrong API key (send 'Authorization: Bearer KEY')");
-        return;
-    }
+    if (!authorized(r, req)) { unauthorized(q); return; }
     if (route == RT_ROUTE_MODELS) { rt_handle_models(q); return; }
     sb_json_doc *body = rt_req_body_json(q);
     if (!body) return;

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "obs.h"
 #include "router_internal.h"
 
 /* Seconds. From a cache hit (< 1 ms) to a long composer answer (minutes on
@@ -16,7 +17,8 @@ static const double lat_bounds[RT_LAT_BUCKETS] = { 0.001, 0.005, 0.01, 0.025, 0.
 
 const char *rt_route_name(int route) {
     static const char *const names[RT_ROUTE_COUNT] = { "chat_completions", "completions", "models", "pipelines",
-                                                       "health", "metrics", "other", "embeddings" };
+                                                       "health", "metrics", "other", "embeddings",
+                                                       "console" };
     return route >= 0 && route < RT_ROUTE_COUNT ? names[route] : "other";
 }
 
@@ -128,4 +130,5 @@ void rt_metrics_render(rt *r, sb_jw *w) {
             line(w, "%s{model=\"%s\"} %.6g\n", fam[f].name, md->name, v);
         }
     }
+    rt_hist_render(r, w);
 }

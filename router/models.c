@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "obs.h"
 #include "router_internal.h"
 
 struct rt_job {
@@ -29,6 +30,8 @@ struct rt_job {
     void *arg;
     uint64_t call_id;
     bool sent, cancelled;
+    bool got_token;                 /* a streamed token came: its time to first token is counted */
+    double t_submit, t_sent;        /* for the queue-wait, call and TTFT histograms (obs.h) */
     bool remote;                    /* sent through upstream.c (a reload may flip m->remote) */
 };
 
@@ -82,8 +85,24 @@ static void account(rt_model *m, const sb_ipc_result *res) {
     if (ct > 0 && gms > 0) m->last_tps = (double)ct / (gms / 1e3);
 }
 
+/* The model histograms (obs.h). A generate that did not stream has its
+ * time to first token from the worker's prompt time. */
+static void observe_call(rt_job *j, const sb_ipc_result *res) {
+    if (!res->ok) return;
+    rt *r = j->m->r;
+    rt_hist_observe(r, RT_H_MODEL, j->m->name, j->method, sb_now_s() - j->t_sent);
+    double pms = 0;
+    if (!j->got_token && !strcmp(j->method, "generate") &&
+        !sb_mp_get_num(res->result, "prompt_ms", SB_MP_OPTIONAL, 0, 1e12, &pms, NULL) && pms > 0)
+        rt_hist_observe(r, RT_H_TTFT_MODEL, j->m->name, NULL, j->t_sent - j->t_submit + pms / 1e3);
+}
+
 static void on_call_event(void *arg, uint64_t id, const char *event, const sb_mp_obj *data) {
     rt_job *j = arg;
+    if (!j->got_token && !strcmp(event, "token")) {
+        j->got_token = true;
+        rt_hist_observe(j->m->r, RT_H_TTFT_MODEL, j->m->name, NULL, sb_now_s() - j->t_submit);
+    }
     if (!j->cancelled && j->on_event) j->on_event(j->arg, event, data);
 }
 
@@ -92,6 +111,7 @@ static void on_call_done(void *arg, uint64_t id, const sb_ipc_result *res) {
     rt_model *m = j->m;
     m->n_inflight--;
     account(m, res);
+    observe_call(j, res);
     if (!j->cancelled) j->on_done(j->arg, res);
     job_free(j);
     dispatch(m);
@@ -124,6 +144,8 @@ static void dispatch(rt_model *m) {
             continue;
         }
         j->sent = true;
+        j->t_sent = sb_now_s();
+        rt_hist_observe(m->r, RT_H_QUEUE, m->name, NULL, j->t_sent - j->t_submit);
         m->n_inflight++;
         m->requests++;
     }
@@ -155,7 +177,7 @@ int rt_model_submit(rt_model *m, const char *method, sb_mp_writer *params, int t
         return sb_seterr(err, SB_ENOMEM, "out of memory");
     }
     *j = (rt_job){ .m = m, .method = method, .params = params, .timeout_ms = timeout_ms, .on_event = on_event,
-                   .on_done = on_done, .arg = arg };
+                   .on_done = on_done, .arg = arg, .t_submit = sb_now_s() };
     if (m->tail) m->tail->next = j; else m->head = j;
     m->tail = j;
     m->n_waiting++;

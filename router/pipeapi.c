@@ -15,6 +15,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "obs.h"
 #include "router_internal.h"
 
 /* ---------------------------------------------------------------- cache */
@@ -75,6 +76,16 @@ static void reply_run_json(rt_req *q, rt_run *run) {
     rt_req_json(q, 200, w->p, w->len, q->cache_key ? "miss" : NULL);
 }
 
+/* The call's trace (obs.h), recorded before the reply frees q. */
+static void trace(rt_req *q, const char *pipeline, const char *input, const rt_run *run, const sb_cache_entry *hit,
+                  int status, const char *error) {
+    rt_call_info ci = { .call_id = q->call_id, .pipeline = pipeline, .input = input, .run = run,
+                        .cached = hit ? (const char *)hit->response : NULL, .cached_len = hit ? hit->response_len : 0,
+                        .cache = hit ? "hit" : q->cache_key ? "miss" : "off", .source = "http", .status = status,
+                        .error = error, .t0 = q->t0 };
+    rt_trace_record(q->r, &ci);
+}
+
 static void on_run_done(void *arg, rt_run *run) {
     rt_req *q = arg;
     q->run = NULL;
@@ -82,6 +93,7 @@ static void on_run_done(void *arg, rt_run *run) {
     q->t_model = rt_run_model_seconds(run);
     const char *type, *msg;
     int st = rt_run_failed(run, &type, &msg);
+    trace(q, rt_run_pipeline(run), rt_run_input(run), run, NULL, st ? st : 200, st ? msg : NULL);
     if (st) {
         if (st == 503) rt_req_retry_after(q, 2);
         rt_req_error(q, st, type, type, "%s", msg);
@@ -135,6 +147,7 @@ static int try_cache(rt_req *q, const char *name, const char *input, const char 
     snprintf(params, sizeof params, "pipeline/v1|prompt=" RT_PROMPT_RULES "|until=%.60s%s%s", until ? until : "",
              fold ? "|fold=" : "", sb_cache_fold_name(fold));
     if (rt_cache_lookup(q, ns, fp, input, SB_NORM_DEFAULT | fold, params, &e) != 1) return 0;
+    trace(q, name, input, NULL, &e, 200, NULL);
     if (q->route == RT_ROUTE_PIPELINES) {
         rt_req_json(q, 200, (const char *)e.response, e.response_len, "hit");
     } else {
@@ -159,8 +172,21 @@ static int try_cache(rt_req *q, const char *name, const char *input, const char 
     return 1;
 }
 
+/* The call's id: the caller's X-Call-Id when valid, else a new one. */
+static bool call_id(rt_req *q) {
+    const char *h = rt_req_header(q, "X-Call-Id");
+    if (h && !rt_call_id_valid(h)) {
+        rt_req_error(q, 400, "invalid_request_error", "invalid_call_id",
+                     "X-Call-Id: expected 1-%d characters of A-Z a-z 0-9 . _ : -", RT_CALL_ID_MAX);
+        return false;
+    }
+    if (h) snprintf(q->call_id, sizeof q->call_id, "%s", h);
+    else rt_call_id_new(q->r, q->call_id);
+    return true;
+}
+
 static void start(rt_req *q, const char *name, const char *input, const char *until) {
-    if (try_cache(q, name, input, until)) return;
+    if (!call_id(q) || try_cache(q, name, input, until)) return;
     char err[SB_ERR_LEN];
     int rc = rt_run_start(q->r, name, input, q->want_stream ? on_run_token : NULL, on_run_done, q, &q->run, err);
     if (!rc && until && rt_run_until(q->run, until)) {

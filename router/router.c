@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "obs.h"
 #include "router_internal.h"
 #include "sb_cmd.h"
 
@@ -98,12 +99,19 @@ static int load_conf(const char *path, rt_conf **out, char *err) {
 
 /* ---------------------------------------------------------- router.sock */
 
-typedef struct { sb_ipc_reply *reply; rt_run *run; } sock_call;
+typedef struct { sb_ipc_reply *reply; rt_run *run; rt *r; double t0; } sock_call;
 
 static void sock_run_done(void *arg, rt_run *run) {
     sock_call *sc = arg;
     const char *type, *msg;
-    if (rt_run_failed(run, &type, &msg)) {
+    char id[RT_CALL_ID_MAX + 1];
+    rt_call_id_new(sc->r, id);
+    int st = rt_run_failed(run, &type, &msg);
+    rt_call_info ci = { .call_id = id, .pipeline = rt_run_pipeline(run), .input = rt_run_input(run), .run = run,
+                        .cache = "off", .source = "socket", .status = st ? st : 200, .error = st ? msg : NULL,
+                        .t0 = sc->t0 };
+    rt_trace_record(sc->r, &ci);
+    if (st) {
         sb_ipc_reply_error(sc->reply, SB_IPC_INTERNAL, "%s: %s", type, msg);
     } else {
         sb_jw j;
@@ -150,6 +158,8 @@ static void m_pipeline(void *ud, sb_ipc_reply *reply, const char *method, const 
     sock_call *sc = sb_calloc(1, sizeof *sc);
     if (!sc) { sb_ipc_reply_error(reply, SB_IPC_INTERNAL, "out of memory"); return; }
     sc->reply = reply;
+    sc->r = r;
+    sc->t0 = sb_now_s();
     if (rt_run_start(r, name, input, NULL, sock_run_done, sc, &sc->run, err)) {
         sb_free(sc);
         sb_ipc_reply_error(reply, SB_IPC_INVALID_REQUEST, "%s", err);
@@ -195,6 +205,7 @@ static void reload(router *ro) {
         sb_warn("runtime.http changed to %s: restart the router to listen there", c->cfg->runtime.http);
     sb_free(r->api_key);
     r->api_key = key;
+    if (rt_obs_configure(r, c->cfg, err)) sb_warn("console: %s", err);
     rt_conf_release(r->conf);
     r->conf = c;
     rt_models_sync(r, c->cfg);
@@ -342,6 +353,7 @@ int sb_cmd_router(int argc, char **argv) {
     }
     r->base = sb_ipc_base_new();
     if (!r->base) { sb_error("no event base"); goto out; }
+    if (rt_obs_configure(r, cfg, err)) sb_warn("console: %s", err);
     rt_models_sync(r, cfg);
     if (rt_http_start(r, host, port, err)) { sb_error("%s", err); goto out; }
     static const sb_ipc_method methods[] = { { "health", m_health }, { "pipeline", m_pipeline } };
@@ -391,6 +403,7 @@ out:
     if (r->health_timer) event_free(r->health_timer);
     if (r->sweep_timer) event_free(r->sweep_timer);
     if (r->sock_server) sb_ipc_server_free(r->sock_server);
+    rt_obs_free(r);
     rt_http_stop(r);
     rt_intent_cancel_builds(r->conf);   /* their jobs belong to the models */
     rt_models_free(r);

@@ -141,7 +141,7 @@ int  rt_worker_error_status(const char *code, const char **type);
 /* ------------------------------------------------------------ metrics */
 
 enum { RT_ROUTE_CHAT, RT_ROUTE_COMPLETIONS, RT_ROUTE_MODELS, RT_ROUTE_PIPELINES, RT_ROUTE_HEALTH,
-       RT_ROUTE_METRICS, RT_ROUTE_OTHER, RT_ROUTE_EMBEDDINGS, RT_ROUTE_COUNT };
+       RT_ROUTE_METRICS, RT_ROUTE_OTHER, RT_ROUTE_EMBEDDINGS, RT_ROUTE_CONSOLE, RT_ROUTE_COUNT };
 #define RT_LAT_BUCKETS 14
 #define RT_MAX_STATUS 16
 
@@ -175,6 +175,7 @@ struct rt {
     size_t n_models;
     sb_cache *cache;
     struct rt_sync *sync;       /* periodic cloud sync, or NULL */
+    struct rt_obs *obs;             /* obs.h: histograms, call traces, the console */
     char *api_key;                  /* NULL: no auth */
     int body_timeout_ms;            /* 408 after this long inside one request's bytes */
     size_t max_body, max_headers;
@@ -210,6 +211,7 @@ struct rt_req {
     rt_run *run;
     rt_req *next, *prev;
     char id[40];                    /* chatcmpl-... */
+    char call_id[65];               /* a pipeline call's X-Call-Id (obs.h), or "" */
     char model[96];
     char path[96];
     const char *method;
@@ -226,6 +228,7 @@ struct rt_req {
 /* Reply helpers (http.c). After a final reply q is freed. */
 rt_req *rt_req_new(rt *r, struct evhttp_request *req, int route);
 void rt_req_json(rt_req *q, int status, const char *json, size_t len, const char *x_cache);
+void rt_req_reply(rt_req *q, int status, const char *content_type, const char *body, size_t len);
 void rt_req_error(rt_req *q, int status, const char *type, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 void rt_req_retry_after(rt_req *q, int seconds);

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "obs.h"
 #include "router_internal.h"
 
 enum { ST_PENDING, ST_OK, ST_SKIPPED, ST_ERROR };
@@ -28,6 +29,7 @@ typedef struct {
     sb_json_doc *doc;
     const sb_json *json;
     char *error;
+    char *input;                    /* what the stage was given, kept for call traces only */
     int prompt_tokens, completion_tokens;
 } stage_res;
 
@@ -50,7 +52,8 @@ struct rt_run {
     rt_job *job;
     rt_tool *tool;
     sb_jw text;                     /* the running generate stage's tokens */
-    double t0, t_stage, model_s;
+    double t0, t_stage, model_s, t_first;    /* t_first: the answer's first streamed token */
+    bool fell_back;                 /* the intent is the fallback label */
     int fail_status;
     const char *fail_type;
     char fail_msg[SB_ERR_LEN + 64];
@@ -122,6 +125,7 @@ static void finish(rt_run *run) {
     if (run->done) return;
     run->done = true;
     if (run->timer) evtimer_del(run->timer);
+    if (!run->fail_status) rt_hist_observe(run->r, RT_H_PIPELINE, run->p->name, NULL, sb_now_s() - run->t0);
     run->on_done(run->arg, run);
 }
 
@@ -138,8 +142,23 @@ static void stage_done(rt_run *run, int status, const char *error) {
     sr->ms = (sb_now_s() - run->t_stage) * 1e3;
     if (error) sr->error = sb_strdup(error);
     if (status == ST_OK || status == ST_ERROR) run->last_ran = (int)run->cur;
+    rt_hist_observe(run->r, RT_H_STAGE, run->p->name, run->p->stages[run->cur].name, sr->ms / 1e3);
     run->cur++;
     schedule(run);
+}
+
+/* What the running stage was given (its prompt, utterance or stdin), for
+ * the call's trace; not kept when traces are off. Capped: a trace shows
+ * what went in, it is not an archive. */
+#define RT_TRACE_INPUT_MAX 16384
+static void keep_input(rt_run *run, const char *p, size_t n) {
+    stage_res *sr = &run->res[run->cur];
+    if (!rt_trace_on(run->r) || sr->input) return;
+    if (n > RT_TRACE_INPUT_MAX) n = RT_TRACE_INPUT_MAX;
+    if ((sr->input = sb_malloc(n + 1))) {
+        if (n) memcpy(sr->input, p, n);
+        sr->input[n] = '\0';
+    }
 }
 
 /* ------------------------------------------------------------- intent */
@@ -186,7 +205,8 @@ static void set_intent(rt_run *run, const sb_stage *s, double conf, bool rejecte
     }
     run->confidence = conf < 0 ? run->probs[best] : conf;
     const char *label = s->labels[best].name;
-    if ((rejected || run->confidence < s->min_confidence) && s->fallback) label = s->fallback;
+    run->fell_back = (rejected || run->confidence < s->min_confidence) && s->fallback;
+    if (run->fell_back) label = s->fallback;
     sb_free(run->intent);
     run->intent = sb_strdup(label);
     run->intent_stage = (int)run->cur;
@@ -259,6 +279,7 @@ static int start_intent(rt_run *run, const sb_stage *s, sb_mp_writer *p, char *e
     sb_intent_preamble(s, &env, &pre);
     run->calibrating = s->calibrate && !prior_of(run, s);
     sb_intent_caller(s, &env, run->calibrating, &user);
+    keep_input(run, user.text.p, user.text.len);
     sb_mp_map(p, 2);
     if (s->chat) {
         /* The fixed preamble is the system message, so the worker's KV
@@ -361,6 +382,7 @@ static int start_intent_embed(rt_run *run, const sb_stage *s, sb_mp_writer *p, c
     sb_jw u;
     sb_jw_init(&u);
     sb_tmpl_render(s->utterance, &env, &u);
+    keep_input(run, u.p, u.len);
     sb_mp_map(p, 2);
     sb_mp_kv_str(p, "kind", "query");
     sb_mp_str(p, "text");
@@ -381,6 +403,10 @@ static void on_gen_token(void *arg, const char *event, const sb_mp_obj *data) {
     const char *t;
     size_t n;
     if (strcmp(event, "token") || sb_mp_get_str(data, "text", SB_MP_REQUIRED, &t, &n, NULL)) return;
+    if (!run->t_first) {
+        run->t_first = sb_now_s();
+        rt_hist_observe(run->r, RT_H_TTFT_PIPELINE, run->p->name, NULL, run->t_first - run->t0);
+    }
     if (run->on_token) run->on_token(run->arg, t, n);
 }
 
@@ -431,6 +457,7 @@ static int start_generate(rt_run *run, const sb_stage *s, sb_mp_writer *p, bool 
     sb_segs_init(&prompt);
     if (s->system) sb_tmpl_render_segs(s->system, &env, &sys);
     sb_tmpl_render_segs(s->prompt, &env, &prompt);
+    keep_input(run, prompt.text.p, prompt.text.len);
     const sb_sampling *sp = &s->sampling;
     uint32_t n = 3 + (sp->top_p >= 0) + (sp->min_p >= 0) + (sp->repeat_penalty >= 0) + (sp->top_k >= 0) +
                  (sp->max_tokens > 0) + (sp->seed >= 0) + (s->n_stops > 0);
@@ -502,6 +529,7 @@ static int start_tool(rt_run *run, const sb_stage *s, char *err) {
     else if (s->args_from >= 0 && run->res[s->args_from].json) sb_jw_value(&in, run->res[s->args_from].json);
     else if (!s->url && s->args_from < 0) sb_jw_raw(&in, run->input, strlen(run->input));  /* the default stdin */
     int oom = in.oom;
+    keep_input(run, in.p, in.len);
     for (size_t i = 0; i < s->n_argv; i++) {
         sb_jw_init(&args[i]);
         sb_tmpl_render(s->argv[i], &env, &args[i]);
@@ -618,6 +646,7 @@ void rt_run_free(rt_run *run) {
     for (size_t i = 0; run->res && i < run->p->n_stages; i++) {
         sb_free(run->res[i].output);
         sb_free(run->res[i].error);
+        sb_free(run->res[i].input);
         sb_json_doc_free(run->res[i].doc);
     }
     sb_free(run->res);
@@ -668,11 +697,20 @@ void rt_run_usage(const rt_run *run, int *pt, int *ct) {
 }
 
 double rt_run_model_seconds(const rt_run *run) { return run->model_s; }
+const char *rt_run_pipeline(const rt_run *run) { return run->p->name; }
+const char *rt_run_input(const rt_run *run) { return run->input; }
 
-void rt_run_result_json(const rt_run *run, sb_jw *w) {
+/* trace: also each stage's input and model, whether the intent fell back
+ * and the time to the first streamed token (GET /v1/calls/ID). */
+static void result_json(const rt_run *run, sb_jw *w, bool trace) {
     static const char *const status[] = { "not_run", "ok", "skipped", "error" };
     const sb_pipeline *p = run->p;
     sb_jw_obj(w);
+    if (trace) {
+        sb_jw_key(w, "fallback"); sb_jw_bool(w, run->fell_back);
+        sb_jw_key(w, "ttft_ms");
+        if (run->t_first) sb_jw_num(w, (double)(int64_t)((run->t_first - run->t0) * 1e4) / 10); else sb_jw_null(w);
+    }
     sb_jw_key(w, "pipeline"); sb_jw_str(w, p->name);
     sb_jw_key(w, "intent"); sb_jw_str(w, run->intent);
     sb_jw_key(w, "confidence");
@@ -701,6 +739,10 @@ void rt_run_result_json(const rt_run *run, sb_jw *w) {
         if (sr->json) { sb_jw_key(w, "json"); sb_jw_value(w, sr->json); }
         if (sr->error) { sb_jw_key(w, "error"); sb_jw_str(w, sr->error); }
         sb_jw_key(w, "ms"); sb_jw_num(w, (double)(int64_t)(sr->ms * 10) / 10);
+        if (trace) {
+            sb_jw_key(w, "model"); sb_jw_str(w, p->stages[i].model);
+            sb_jw_key(w, "input"); sb_jw_str(w, sr->input);
+        }
         sb_jw_obj_end(w);
     }
     sb_jw_arr_end(w);
@@ -715,6 +757,9 @@ void rt_run_result_json(const rt_run *run, sb_jw *w) {
     sb_jw_key(w, "ms"); sb_jw_num(w, (double)(int64_t)((sb_now_s() - run->t0) * 1e4) / 10);
     sb_jw_obj_end(w);
 }
+
+void rt_run_result_json(const rt_run *run, sb_jw *w) { result_json(run, w, false); }
+void rt_run_trace_json(const rt_run *run, sb_jw *w) { result_json(run, w, true); }
 
 int rt_pipeline_fingerprint(rt *r, const char *name, char *out, bool *cacheable) {
     rt_conf *c = rt_conf_acquire(r);

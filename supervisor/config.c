@@ -604,6 +604,23 @@ static int load_cache(ctx *c, const sb_config_node *cs) {
     return check_sync_url(c, sb_config_node_get(sy, "url"), cfg->cache.sync.url);
 }
 
+static int load_console(ctx *c, const sb_config_node *cn) {
+    static const char *const keys[] = { "traces", "show_caller_text", "feedback_path", NULL };
+    static const char *const bools[] = { "false", "true", NULL };
+    sb_config *cfg = c->cfg;
+    cfg->console.traces = 200;
+    if (!(cfg->console.feedback_path = resolve(cfg->runtime.dir, "feedback.sqlite"))) return SB_ENOMEM;
+    if (!cn) return 0;
+    int rc, show = 0;
+    if ((rc = want_map(c, cn, "console")) || (rc = check_keys(c, cn, "console", keys)) ||
+        (rc = get_int(c, cn, "console", "traces", 0, 100000, &cfg->console.traces)) ||
+        (rc = get_enum(c, cn, "console", "show_caller_text", bools, &show)) ||
+        (rc = get_path(c, cn, "console", "feedback_path", false, &cfg->console.feedback_path, NULL)))
+        return rc;
+    cfg->console.show_caller_text = show;
+    return 0;
+}
+
 /* Only the shape here; the router validates stages against its engine. */
 static int load_pipelines(ctx *c, const sb_config_node *ps) {
     if (!ps) return 0;
@@ -623,7 +640,7 @@ static int load_pipelines(ctx *c, const sb_config_node *ps) {
 }
 
 static int load_schema(sb_config *cfg, char *err) {
-    static const char *const keys[] = { "runtime", "models", "cache", "pipelines", NULL };
+    static const char *const keys[] = { "runtime", "models", "cache", "pipelines", "console", NULL };
     ctx c = { cfg, err };
     const sb_config_node *root = cfg->root;
     int rc;
@@ -634,6 +651,7 @@ static int load_schema(sb_config *cfg, char *err) {
         (rc = load_runtime(&c, sb_config_node_get(root, "runtime"))) ||
         (rc = load_models(&c, sb_config_node_get(root, "models"))) ||
         (rc = load_cache(&c, sb_config_node_get(root, "cache"))) ||
+        (rc = load_console(&c, sb_config_node_get(root, "console"))) ||
         (rc = load_pipelines(&c, sb_config_node_get(root, "pipelines"))))
         return rc;
     return 0;
@@ -730,6 +748,7 @@ void sb_config_free(sb_config *cfg) {
     sb_free(cfg->cache.sync.edge_id);
     sb_free(cfg->cache.sync.secret_file);
     sb_free(cfg->cache.sync.ca_file);
+    sb_free(cfg->console.feedback_path);
     node_free(cfg->root);
     sb_free(cfg->path);
     sb_free(cfg->base_dir);

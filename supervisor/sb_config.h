@@ -109,6 +109,11 @@ typedef struct {
         } sync;
         const sb_config_node *node;     /* the raw section */
     } cache;
+    struct {                    /* console: call traces, the operator console, feedback */
+        int traces;             /* calls kept in the trace ring, [0, 100000]; default 200; 0 = off */
+        bool show_caller_text;  /* traces show the caller's words; default false (masked) */
+        char *feedback_path;    /* absolute; default RUNTIME_DIR/feedback.sqlite */
+    } console;
     const sb_config_node *pipelines;    /* map NAME -> map, or NULL; see router */
     sb_config_node *root;
 } sb_config;

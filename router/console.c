@@ -1,0 +1,263 @@
+/* console.c - GET /console: the operator's page, and its live feed.
+ *
+ * The page (console/index.html, app.js, app.css in the repository) is
+ * embedded into the binary at build time (the Makefile runs xxd -i), so it
+ * works offline and needs nothing installed beside the binary. It holds no
+ * data, so it is served without the API key; everything it shows comes
+ * from the routes below, behind the key, which the page sends as a bearer
+ * header (docs/operations.md, "The console").
+ *
+ *   GET /v1/console/events   SSE: one "hello" (recent calls + a snapshot),
+ *                            then a "call" per finished call, a "feedback"
+ *                            per operator mark and a "state" snapshot per
+ *                            second
+ *   GET /v1/console/state    the snapshot once (JSON)
+ *
+ * The snapshot's work (cache stats, percentiles over the ring) is done
+ * once per tick for all subscribers, and the tick stops when nobody
+ * watches: without a console open the router pays only for the traces.
+ */
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "obs.h"
+
+/* The files of console/, embedded by the Makefile (xxd -i names them after the path). */
+extern unsigned char console_index_html[], console_app_js[], console_app_css[];
+extern unsigned int console_index_html_len, console_app_js_len, console_app_css_len;
+
+#define HELLO_CALLS 100                 /* calls the page gets when it connects */
+#define TICK_MS 1000
+/* Calls are sent in batches this often: one write per subscriber per batch
+ * instead of one per call keeps the feed's cost under load far below 1 %
+ * of the router's CPU (docs/router.md), well inside the 1 s promise. */
+#define BATCH_MS 100
+/* sb_cache_stats counts the entries table (10-40 ms at a few thousand
+ * entries on a busy box), holding the loop: its figures (entries, bytes,
+ * sync) are refreshed this often, the hit rate every tick. */
+#define CACHE_STATS_S 15
+
+bool rt_console_static(rt_req *q, const char *path) {
+    const struct { const char *path, *type; const unsigned char *data; const unsigned int *len; } assets[] = {
+        { "/console", "text/html; charset=utf-8", console_index_html, &console_index_html_len },
+        { "/console/app.js", "text/javascript; charset=utf-8", console_app_js, &console_app_js_len },
+        { "/console/app.css", "text/css; charset=utf-8", console_app_css, &console_app_css_len },
+    };
+    for (size_t i = 0; i < SB_ARRAY_LEN(assets); i++) {
+        if (strcmp(path, assets[i].path)) continue;
+        struct evkeyvalq *h = evhttp_request_get_output_headers(q->req);
+        /* Only our own files, no framing: the key the page holds stays there. */
+        evhttp_add_header(h, "Content-Security-Policy",
+                          "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+                          "img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'none'");
+        evhttp_add_header(h, "X-Content-Type-Options", "nosniff");
+        evhttp_add_header(h, "Referrer-Policy", "no-referrer");
+        evhttp_add_header(h, "Cache-Control", "no-cache");
+        rt_req_reply(q, 200, assets[i].type, (const char *)assets[i].data, *assets[i].len);
+        return true;
+    }
+    return false;
+}
+
+/* ------------------------------------------------------------ snapshot */
+
+static long rss_kb(int64_t pid) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%lld/statm", (long long)pid);
+    FILE *f = fopen(path, "r");
+    long size = 0, rss = -1;
+    if (f) {
+        if (fscanf(f, "%ld %ld", &size, &rss) != 2) rss = -1;
+        fclose(f);
+    }
+    return rss < 0 ? -1 : rss * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+static void workers_json(rt *r, sb_jw *w) {
+    sb_jw_arr(w);
+    for (size_t i = 0; i < r->n_models; i++) {
+        const rt_model *m = r->models[i];
+        if (m->removed) continue;
+        sb_jw_obj(w);
+        sb_jw_key(w, "model"); sb_jw_str(w, m->name);
+        sb_jw_key(w, "state");
+        sb_jw_str(w, m->remote ? "remote" : m->up ? (m->n_inflight ? "busy" : "idle") : m->failed ? "failed" : "down");
+        sb_jw_key(w, "kind"); sb_jw_str(w, m->kind_known ? (m->encoder ? "encoder" : "generative") : NULL);
+        sb_jw_key(w, "pid"); if (m->pid > 0 && !m->remote) sb_jw_int(w, m->pid); else sb_jw_null(w);
+        sb_jw_key(w, "restarts"); sb_jw_int(w, (int64_t)m->restarts);
+        sb_jw_key(w, "queued"); sb_jw_int(w, m->n_waiting);
+        sb_jw_key(w, "in_flight"); sb_jw_int(w, m->n_inflight);
+        sb_jw_key(w, "requests"); sb_jw_int(w, (int64_t)m->requests);
+        sb_jw_key(w, "errors"); sb_jw_int(w, (int64_t)m->errors);
+        sb_jw_key(w, "tokens_per_s"); sb_jw_num(w, m->last_tps);
+        /* The share of prompt tokens the worker's KV prefix cache served. */
+        sb_jw_key(w, "kv_reuse");
+        if (m->prompt_tokens) sb_jw_num(w, (double)m->reused_tokens / (double)m->prompt_tokens); else sb_jw_null(w);
+        long kb = m->pid > 0 && !m->remote ? rss_kb(m->pid) : -1;
+        sb_jw_key(w, "rss_kb"); if (kb >= 0) sb_jw_int(w, kb); else sb_jw_null(w);
+        sb_jw_obj_end(w);
+    }
+    sb_jw_arr_end(w);
+}
+
+static void cache_json(rt *r, sb_jw *w) {
+    const rt_metrics *m = &r->metrics;
+    sb_jw_obj(w);
+    sb_jw_key(w, "enabled"); sb_jw_bool(w, r->cache != NULL);
+    sb_jw_key(w, "hits"); sb_jw_int(w, (int64_t)m->cache_hits);
+    sb_jw_key(w, "misses"); sb_jw_int(w, (int64_t)m->cache_misses);
+    sb_jw_key(w, "bypass"); sb_jw_int(w, (int64_t)m->cache_bypass);
+    uint64_t look = m->cache_hits + m->cache_misses;
+    sb_jw_key(w, "hit_rate"); if (look) sb_jw_num(w, (double)m->cache_hits / (double)look); else sb_jw_null(w);
+    rt_obs *o = r->obs;
+    double now = sb_now_s();
+    if (r->cache && (!o->cstats_at || now - o->cstats_at >= CACHE_STATS_S)) {
+        o->cstats_ok = !sb_cache_stats(r->cache, &o->cstats, NULL);
+        o->cstats_at = now;
+    }
+    const sb_cache_stats_t st = o->cstats;
+    if (r->cache && o->cstats_ok) {
+        sb_jw_key(w, "stats_age_s"); sb_jw_int(w, (int64_t)(now - o->cstats_at));
+        sb_jw_key(w, "entries"); sb_jw_int(w, st.entries);
+        sb_jw_key(w, "bytes"); sb_jw_int(w, st.bytes);
+        sb_jw_key(w, "max_bytes"); sb_jw_int(w, st.max_bytes);
+        sb_jw_key(w, "sync");
+        sb_jw_obj(w);
+        sb_jw_key(w, "url"); sb_jw_str(w, r->sync ? r->conf->cfg->cache.sync.url : NULL);
+        sb_jw_key(w, "cursor"); sb_jw_int(w, st.sync_cursor);
+        sb_jw_key(w, "pending"); sb_jw_bool(w, st.sync_pending != 0);
+        sb_jw_key(w, "dirty_entries"); sb_jw_int(w, st.dirty_entries);
+        sb_jw_key(w, "cloud_entries"); sb_jw_int(w, st.cloud_entries);
+        sb_jw_obj_end(w);
+    }
+    sb_jw_obj_end(w);
+}
+
+static void state_json(rt *r, sb_jw *w) {
+    sb_jw_obj(w);
+    sb_jw_key(w, "type"); sb_jw_str(w, "state");
+    sb_jw_key(w, "uptime_s"); sb_jw_num(w, (double)(int64_t)(sb_now_s() - r->started));
+    sb_jw_key(w, "router");
+    sb_jw_obj(w);
+    sb_jw_key(w, "pid"); sb_jw_int(w, getpid());
+    sb_jw_key(w, "in_flight"); sb_jw_int(w, (int64_t)r->metrics.in_flight);
+    sb_jw_key(w, "rss_kb"); sb_jw_int(w, rss_kb(getpid()));
+    sb_jw_key(w, "traces"); sb_jw_int(w, r->obs ? (int64_t)r->obs->cap : 0);
+    sb_jw_key(w, "caller_text"); sb_jw_str(w, r->obs && r->obs->show_text ? "shown" : "masked");
+    sb_jw_obj_end(w);
+    sb_jw_key(w, "workers"); workers_json(r, w);
+    sb_jw_key(w, "cache"); cache_json(r, w);
+    sb_jw_key(w, "routing"); rt_trace_routing_json(r, w);
+    sb_jw_key(w, "latency"); rt_trace_latency_json(r, w);
+    sb_jw_obj_end(w);
+}
+
+void rt_handle_console_state(rt_req *q) {
+    sb_jw *w = &q->out;
+    sb_jw_reset(w);
+    state_json(q->r, w);
+    if (w->oom) rt_req_error(q, 500, "server_error", "out_of_memory", "out of memory");
+    else rt_req_json(q, 200, w->p, w->len, NULL);
+}
+
+/* ---------------------------------------------------------- the feed */
+
+static void unsubscribe(rt_obs *o, rt_req *q) {
+    for (size_t i = 0; i < o->n_subs; i++)
+        if (o->subs[i] == q) { o->subs[i] = o->subs[--o->n_subs]; return; }
+}
+
+static void sub_gone(rt_req *q) {
+    if (q->r->obs) unsubscribe(q->r->obs, q);
+}
+
+static void send_raw(rt_req *q, const char *p, size_t n) {
+    if (q->gone || !q->streaming || !q->req) return;
+    struct evbuffer *b = evbuffer_new();
+    if (!b) return;
+    evbuffer_add(b, p, n);
+    evhttp_send_reply_chunk(q->req, b);
+    evbuffer_free(b);
+}
+
+static void on_flush(evutil_socket_t fd, short what, void *arg) {
+    rt_obs *o = arg;
+    for (size_t i = 0; i < o->n_subs; i++) send_raw(o->subs[i], o->batch.p, o->batch.len);
+    sb_jw_reset(&o->batch);
+}
+
+void rt_console_publish(rt *r, const char *summary, size_t len) {
+    rt_obs *o = r->obs;
+    if (!o || !o->n_subs) return;
+    if (!o->flush && !(o->flush = evtimer_new(r->base, on_flush, o))) return;
+    sb_jw_raw(&o->batch, "data: ", 6);
+    sb_jw_raw(&o->batch, summary, len);
+    sb_jw_raw(&o->batch, "\n\n", 2);
+    if (o->batch.oom) { sb_jw_reset(&o->batch); o->batch.oom = 0; return; }
+    struct timeval tv = { 0, BATCH_MS * 1000 };
+    if (!evtimer_pending(o->flush, NULL)) evtimer_add(o->flush, &tv);
+}
+
+void rt_console_stop(rt *r) {
+    rt_obs *o = r->obs;
+    if (!o) return;
+    while (o->n_subs) {
+        rt_req *q = o->subs[--o->n_subs];
+        q->on_gone = NULL;
+        rt_req_sse_end(q);
+    }
+    if (o->tick) event_free(o->tick);
+    o->tick = NULL;
+    if (o->flush) event_free(o->flush);
+    o->flush = NULL;
+    sb_jw_free(&o->batch);
+    sb_free(o->subs);
+    o->subs = NULL;
+    o->cap_subs = 0;
+}
+
+static void on_tick(evutil_socket_t fd, short what, void *arg) {
+    rt *r = arg;
+    rt_obs *o = r->obs;
+    if (r->stopping) { rt_console_stop(r); return; }    /* a feed never ends by itself: drain would wait */
+    if (!o->n_subs) { event_del(o->tick); return; }
+    sb_jw w;
+    sb_jw_init(&w);
+    state_json(r, &w);
+    if (!w.oom) rt_console_publish(r, w.p, w.len);
+    sb_jw_free(&w);
+}
+
+void rt_handle_console_events(rt_req *q) {
+    rt *r = q->r;
+    rt_obs *o = r->obs;
+    if (!o) { rt_req_error(q, 503, "server_error", "console_unavailable", "the console is not available"); return; }
+    if (o->n_subs == o->cap_subs) {
+        size_t cap = o->cap_subs ? o->cap_subs * 2 : 4;
+        rt_req **ns = sb_realloc(o->subs, cap * sizeof *ns);
+        if (!ns) { rt_req_error(q, 500, "server_error", "out_of_memory", "out of memory"); return; }
+        o->subs = ns;
+        o->cap_subs = cap;
+    }
+    if (!o->tick && !(o->tick = event_new(r->base, -1, EV_PERSIST, on_tick, r))) {
+        rt_req_error(q, 500, "server_error", "out_of_memory", "out of memory");
+        return;
+    }
+    struct timeval tv = { TICK_MS / 1000, (TICK_MS % 1000) * 1000 };
+    if (!event_pending(o->tick, EV_TIMEOUT, NULL)) event_add(o->tick, &tv);
+    rt_req_sse_start(q, NULL);
+    o->subs[o->n_subs++] = q;
+    q->on_gone = sub_gone;
+    sb_jw *w = &q->out;
+    sb_jw_reset(w);
+    sb_jw_obj(w);
+    sb_jw_key(w, "type"); sb_jw_str(w, "hello");
+    sb_jw_key(w, "calls"); rt_trace_recent_json(r, w, HELLO_CALLS);
+    sb_jw_key(w, "state"); state_json(r, w);
+    sb_jw_obj_end(w);
+    if (!w->oom) rt_req_sse_send(q, w->p, w->len);
+}

@@ -1,0 +1,135 @@
+/* obs.h - the operator's view, shared by the files of router/ only:
+ *
+ *   hist.c      latency histograms for /metrics (per stage, pipeline,
+ *               model call, queue wait, time to first token)
+ *   trace.c     call ids, the ring of recent call traces, GET /v1/calls/ID,
+ *               operator feedback (POST /v1/calls/ID/feedback, TSV export)
+ *   console.c   GET /console (the page), its live feed over SSE and the
+ *               snapshot it shows (workers, cache, routing, latency)
+ *
+ * All of it runs on the loop thread. rt.obs owns the state; a router
+ * without it (out of memory at start) simply records nothing.
+ */
+#ifndef SB_ROUTER_OBS_H
+#define SB_ROUTER_OBS_H
+
+#include "router_internal.h"
+
+/* ------------------------------------------------------------ histograms */
+
+/* Families; the label names are fixed per family (hist.c's table). */
+enum { RT_H_STAGE,              /* pipeline, stage */
+       RT_H_PIPELINE,           /* pipeline: a successful run, end to end */
+       RT_H_TTFT_PIPELINE,      /* pipeline: run start to the answer's first streamed token */
+       RT_H_MODEL,              /* model, method: a call at the worker (or upstream) */
+       RT_H_QUEUE,              /* model: time in the router's FIFO */
+       RT_H_TTFT_MODEL,         /* model: submit to the first token of a generate */
+       RT_H_COUNT };
+
+/* Observe `seconds` in family f under label values a (and b). No-op
+ * without rt.obs; a family keeps at most RT_HIST_MAX_SERIES series. */
+#define RT_HIST_MAX_SERIES 256
+void rt_hist_observe(rt *r, int f, const char *a, const char *b, double seconds);
+void rt_hist_render(rt *r, sb_jw *w);           /* appended by rt_metrics_render */
+void rt_hist_free(struct rt_obs *o);
+
+/* ---------------------------------------------------------------- state */
+
+#define RT_HIST_BUCKETS 16
+typedef struct {
+    char a[SB_CONFIG_MAX_NAME + 1], b[SB_CONFIG_MAX_NAME + 1];
+    uint64_t bucket[RT_HIST_BUCKETS + 1];       /* the last: above every bound */
+    double sum;
+    uint64_t n;
+} rt_hseries;
+typedef struct {
+    rt_hseries *s;
+    size_t n, cap;
+    uint64_t dropped;                           /* observations of series beyond the cap */
+} rt_hfam;
+
+typedef struct rt_trace rt_trace;
+typedef struct sb_feedback sb_feedback;
+/* Calls per intent, one slot per minute over the last hour. */
+#define RT_ROUTING_SLOTS 60
+#define RT_ROUTING_INTENTS 32
+typedef struct {
+    int64_t minute;                             /* Unix minute this slot counts; older = empty */
+    uint32_t calls, fallback, other;            /* other: intents beyond the table */
+    uint32_t n[RT_ROUTING_INTENTS];
+} rt_rslot;
+
+typedef struct rt_obs {
+    rt_hfam fam[RT_H_COUNT];
+    /* trace.c: the ring, newest at (head - 1) mod cap */
+    rt_trace **ring;
+    size_t cap, head, count;
+    bool show_text;
+    char *feedback_path;
+    sb_feedback *fb;                            /* opened at the first use */
+    char intents[RT_ROUTING_INTENTS][SB_CONFIG_MAX_NAME + 1];
+    rt_rslot slots[RT_ROUTING_SLOTS];
+    uint64_t next_id;
+    /* console.c: the SSE subscribers and their tick */
+    rt_req **subs;
+    size_t n_subs, cap_subs;
+    struct event *tick;
+    struct event *flush;                        /* sends the batch of calls */
+    sb_jw batch;                                /* SSE events not sent yet */
+    sb_cache_stats_t cstats;                    /* the cache's figures, as of cstats_at */
+    double cstats_at;
+    bool cstats_ok;
+} rt_obs;
+/* At start and after each reload: the console section (ring size, masking,
+ * feedback file). 0 or < 0 with err (logged by the caller; the router
+ * serves without what failed). */
+int  rt_obs_configure(rt *r, const sb_config *cfg, char *err);
+void rt_obs_free(rt *r);
+
+/* ---------------------------------------------------------------- calls */
+
+/* A caller's own X-Call-Id: 1-64 of [A-Za-z0-9._:-]. */
+#define RT_CALL_ID_MAX 64
+bool rt_call_id_valid(const char *s);
+void rt_call_id_new(rt *r, char out[RT_CALL_ID_MAX + 1]);
+bool rt_trace_on(rt *r);                        /* the ring holds at least one call */
+
+/* One finished pipeline call, as the console and GET /v1/calls/ID see it. */
+typedef struct {
+    const char *call_id, *pipeline, *input;
+    const rt_run *run;              /* NULL on a cache hit or when no run started */
+    const char *cached;             /* a hit: the stored result JSON */
+    size_t cached_len;
+    const char *cache;              /* "hit", "miss" or "off" */
+    const char *source;             /* "http" or "socket" */
+    int status;                     /* HTTP status of the reply */
+    const char *error;              /* the failure's message, or NULL */
+    double t0;                      /* sb_now_s() when the call arrived */
+} rt_call_info;
+void rt_trace_record(rt *r, const rt_call_info *ci);
+
+/* The call routes (trace.c): GET /v1/calls/ID, POST /v1/calls/ID/feedback,
+ * GET /v1/feedback.tsv. rest is the path after "/v1/calls/". */
+void rt_handle_calls(rt_req *q, const char *rest, bool is_post);
+void rt_handle_feedback_tsv(rt_req *q);
+
+/* The console (console.c): GET /console, /console/app.js, /console/app.css,
+ * GET /v1/console/events (SSE), GET /v1/console/state. */
+bool rt_console_static(rt_req *q, const char *path);    /* true: answered */
+void rt_handle_console_events(rt_req *q);
+void rt_handle_console_state(rt_req *q);
+/* trace.c -> console.c: a call was recorded; summary is its JSON line. */
+void rt_console_publish(rt *r, const char *summary, size_t len);
+void rt_console_stop(rt *r);                    /* end every live feed (shutdown) */
+/* The snapshot (console.c) over the trace ring (trace.c). */
+void rt_trace_latency_json(rt *r, sb_jw *w);
+void rt_trace_recent_json(rt *r, sb_jw *w, int max);
+void rt_trace_routing_json(rt *r, sb_jw *w);
+
+/* run.c: the result plus each stage's input and model, the fallback flag
+ * and the time to the first streamed token. */
+void rt_run_trace_json(const rt_run *run, sb_jw *w);
+const char *rt_run_pipeline(const rt_run *run);
+const char *rt_run_input(const rt_run *run);
+
+#endif
