@@ -1,12 +1,12 @@
 /* fuzz_nfkc.c - libFuzzer target for the cache-key normaliser (tools/fuzz.sh).
  *
  * The caller's text reaches sb_cache_normalize straight from an HTTP body.
- * The first byte picks the flags (any of the four), the rest is the text,
+ * The first byte picks the flags (any of the five), the rest is the text,
  * valid UTF-8 or not. Whatever it is:
  *   - the output is valid UTF-8 of exactly *out_len bytes, NUL-terminated;
- *   - normalising is idempotent, for the chosen flags and for NFKC alone
- *     (norm(norm(x)) == norm(x): otherwise a key computed from a stored
- *     input would not find its own entry);
+ *   - normalising is idempotent, for the chosen flags and for NFKC and NFC
+ *     alone (norm(norm(x)) == norm(x): otherwise a key computed from a
+ *     stored input would not find its own entry);
  *   - with no flags, valid UTF-8 comes back unchanged.
  */
 #include <stdint.h>
@@ -52,17 +52,18 @@ static size_t put_utf8(uint32_t c, char *o) {
     return 4;
 }
 
-/* Byte 0: the flags (low 4 bits); bit 4 set: the rest is pairs of bytes,
+/* Byte 0: the flags (low 5 bits); bit 5 set: the rest is pairs of bytes,
  * (block, offset), turned into code points of the blocks above, so the
  * mutator reaches mark and jamo sequences that random bytes seldom form;
  * clear: the rest is the text as is. */
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!size) return 0;
-    unsigned flags = data[0] & SB_NORM_DEFAULT;
+    const unsigned all = SB_NORM_NFKC | SB_NORM_CASEFOLD | SB_NORM_COLLAPSE | SB_NORM_TRIM | SB_NORM_NFC;
+    unsigned flags = data[0] & all;
     const char *text = (const char *)data + 1;
     size_t len = size - 1;
     char *built = NULL;
-    if (data[0] & 0x10) {
+    if (data[0] & 0x20) {
         built = sb_malloc(len * 2 + 1);
         if (!built) return 0;
         size_t n = 0;
@@ -75,6 +76,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     check(flags, text, len);
     if (flags != SB_NORM_NFKC) check(SB_NORM_NFKC, text, len);
+    if (flags != SB_NORM_NFC) check(SB_NORM_NFC, text, len);
     sb_free(built);
     return 0;
 }
