@@ -40,7 +40,7 @@ done
 rm -f $BUILD/libfuzz.a
 ar rcs $BUILD/libfuzz.a "${objs[@]}" || { echo "fuzz.sh: no objects to archive"; exit 2; }
 
-PKGS="libevent libevent_pthreads msgpack yaml-0.1 sqlite3"
+PKGS="libevent libevent_pthreads msgpack yaml-0.1 sqlite3 libcurl libcrypto"
 INCLUDES=$(for m in common worker worker/kernels ipc router cache supervisor; do printf -- '-I%s ' "$m"; done)
 targets=()
 if [ $# -gt 0 ]; then
