@@ -12,6 +12,9 @@
 # Corpora grow in tests/fuzz/corpus-NAME/ (git-ignored); if tests/fuzz/seed-NAME/
 # exists its files are used as seeds. Crash reproducers land in build-fuzz/.
 # Exit status: non-zero if any target found a crash, leak or timeout.
+# The targets and what each checks: docs/operations.md, "Fuzzing the parsers
+# that read from the network". `make test` also links each target with
+# tests/fuzz/replay.c and replays its seeds (tests/it_fuzz_seeds.sh).
 set -u
 cd "$(dirname "$0")/.."
 CC=${FUZZ_CC:-clang}
