@@ -91,9 +91,19 @@ $(BUILD)/tests/%: tests/%.c $(LIB) $(wildcard tests/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests -o $@ $< $(LIB) $(TEST_LIBS) $(LDSAN) $(LDLIBS)
 
+# The fuzz targets with a plain main() that replays files (tests/fuzz/replay.c):
+# built by the project's compiler and flags, run over their seeds by
+# tests/it_fuzz_seeds.sh. Fuzzing proper is `make fuzz`.
+FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz-replay/%)
+
+$(BUILD)/fuzz-replay/%: tests/fuzz/%.c tests/fuzz/replay.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< tests/fuzz/replay.c $(LIB) $(LDSAN) $(LDLIBS)
+
 # The integration tests drive the real binary; under SAN=1 that is the
 # sanitized build, so forked workers are checked too.
-test: $(TEST_BIN) $(SB_BIN)
+test: $(TEST_BIN) $(SB_BIN) $(FUZZ_BIN)
 	SB_BIN=$(abspath $(SB_BIN)) SB_BUILD=$(BUILD) tests/run.sh $(TEST_BIN)
 
 deps:

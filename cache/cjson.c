@@ -303,6 +303,8 @@ static int parse_value(reader *r, sbj **out) {
         if (!n->is_int) {
             double d = strtod(tmp, &end);
             if (*end) return fail(r, "bad number");
+            /* Converting a double outside int64_t's range is undefined. */
+            if (!(d > -9223372036854775808.0 && d < 9223372036854775808.0)) return fail(r, "number out of range");
             n->num = (int64_t)d;
         }
         return SB_OK;

@@ -279,8 +279,13 @@ int sb_cache_normalize(unsigned flags, const char *in, size_t len, char **out, s
     if (!rc && (flags & (SB_NORM_NFKC | SB_NORM_NFC)))
         rc = normal_form(&v, &tmp, (flags & SB_NORM_NFKC) != 0);
     char *res = NULL;
+    if (!rc) fold_and_space(&v, flags);
+    /* Folding can make a pair composable ("W" U+030A -> "w" U+030A, which
+     * composes to U+1E98): compose again, or the output is not its own
+     * normal form and a key made from a stored input misses its entry. */
+    if (!rc && (flags & (SB_NORM_NFKC | SB_NORM_NFC)) && (flags & SB_NORM_CASEFOLD))
+        rc = normal_form(&v, &tmp, (flags & SB_NORM_NFKC) != 0);
     if (!rc) {
-        fold_and_space(&v, flags);
         res = sb_malloc(v.len * 4 + 1);
         if (!res) rc = SB_ENOMEM;
     }

@@ -577,12 +577,15 @@ static void escaped(sb_jw *w, const char *s, size_t n) {
     put(w, "\"");
 }
 
-void sb_jw_key(sb_jw *w, const char *key) {
+/* A key of n bytes: parsed keys may hold an escaped NUL ("a\u0000b"). */
+static void key_n(sb_jw *w, const char *key, size_t n) {
     pre(w);
-    escaped(w, key, strlen(key));
+    escaped(w, key, n);
     put(w, ":");
     w->after_key = 1;
 }
+
+void sb_jw_key(sb_jw *w, const char *key) { key_n(w, key, strlen(key)); }
 
 void sb_jw_strn(sb_jw *w, const char *s, size_t n) { pre(w); escaped(w, s, n); }
 void sb_jw_str(sb_jw *w, const char *s) {
@@ -602,8 +605,16 @@ void sb_jw_int(sb_jw *w, int64_t v) {
 void sb_jw_num(sb_jw *w, double v) {
     if (!isfinite(v)) { sb_jw_null(w); return; }
     char b[40];
-    if (v == floor(v) && fabs(v) < 1e15) snprintf(b, sizeof b, "%.0f", v);
-    else snprintf(b, sizeof b, "%.9g", v);
+    if (v == floor(v) && fabs(v) < 1e15) {
+        snprintf(b, sizeof b, "%.0f", v);
+    } else {
+        /* The fewest digits (15 to 17) that read back as the same double:
+         * a value passed through (a seed, a tool argument) keeps its value. */
+        for (int digits = 15; digits <= 17; digits++) {
+            snprintf(b, sizeof b, "%.*g", digits, v);
+            if (strtod(b, NULL) == v) break;
+        }
+    }
     pre(w);
     put(w, b);
 }
@@ -622,7 +633,7 @@ void sb_jw_value(sb_jw *w, const sb_json *v) {
     case SB_JSON_OBJECT:
         sb_jw_obj(w);
         for (size_t i = 0; i < v->len; i++) {
-            sb_jw_key(w, v->keys[i]);
+            key_n(w, v->keys[i], v->key_lens[i]);
             sb_jw_value(w, &v->items[i]);
         }
         sb_jw_obj_end(w);

@@ -132,6 +132,11 @@ int  rt_upstream_call(rt_model *m, const char *method, const sb_mp_writer *param
                       sb_ipc_aevent_fn on_event, sb_ipc_adone_fn on_done, void *arg, uint64_t *id_out, char *err);
 int  rt_upstream_cancel(rt_model *m, uint64_t id);     /* SB_ENOTFOUND when finished */
 void rt_upstream_free_all(rt_model *m);                 /* no callbacks */
+/* The answer parsing of a call without the network: status `code` (0: no
+ * answer), the body in pieces of `chunk` bytes (0: one piece), exactly one
+ * on_done. For tests/fuzz/fuzz_upstream.c. */
+void rt_upstream_feed(bool chat, bool stream, int code, const char *body, size_t len, size_t chunk,
+                      sb_ipc_aevent_fn on_event, sb_ipc_adone_fn on_done, void *arg);
 void rt_models_sync(rt *r, const sb_config *cfg);       /* add / update / retire */
 void rt_models_poll(rt *r);                             /* health probes */
 void rt_models_free(rt *r);

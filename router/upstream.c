@@ -221,9 +221,8 @@ static void sse_drain(rt_upcall *c) {
     }
 }
 
-static void on_chunk(struct evhttp_request *req, void *arg) {
-    rt_upcall *c = arg;
-    struct evbuffer *in = evhttp_request_get_input_buffer(req);
+/* Bytes of a streamed answer as they arrive (code: the HTTP status). */
+static void take_chunk(rt_upcall *c, struct evbuffer *in, int code) {
     if (c->done) { evbuffer_drain(in, evbuffer_get_length(in)); return; }
     if (evbuffer_get_length(c->body) + evbuffer_get_length(in) > UP_MAX_BODY) {
         evbuffer_drain(in, evbuffer_get_length(in));
@@ -231,13 +230,19 @@ static void on_chunk(struct evhttp_request *req, void *arg) {
         return;
     }
     evbuffer_add_buffer(c->body, in);
-    if (evhttp_request_get_response_code(req) == 200) sse_drain(c);
+    if (code == 200) sse_drain(c);
+}
+
+static void on_chunk(struct evhttp_request *req, void *arg) {
+    take_chunk(arg, evhttp_request_get_input_buffer(req), evhttp_request_get_response_code(req));
 }
 
 static void on_error(enum evhttp_request_error e, void *arg) {
     rt_upcall *c = arg;
     c->http_error = (int)e + 1;
 }
+
+static void finish_answer(rt_upcall *c, int code);
 
 static void on_response(struct evhttp_request *req, void *arg) {
     rt_upcall *c = arg;
@@ -248,6 +253,16 @@ static void on_response(struct evhttp_request *req, void *arg) {
         struct evbuffer *in = evhttp_request_get_input_buffer(req);
         evbuffer_add_buffer(c->body, in);
     }
+    finish_answer(c, code);
+    /* The connection is freed from the loop, after evhttp has finished
+     * with this request. (evhttp_connection_free_on_completion() set here
+     * would be too late: evhttp decides whether to free before it calls
+     * back, so the connection would leak.) */
+    schedule_free(c);
+}
+
+/* The whole answer is in c->body (code 0: none came). */
+static void finish_answer(rt_upcall *c, int code) {
     size_t len = evbuffer_get_length(c->body);
     const char *body = len ? (const char *)evbuffer_pullup(c->body, -1) : "";
     if (!code) {
@@ -267,11 +282,6 @@ static void on_response(struct evhttp_request *req, void *arg) {
     } else {
         finish_whole(c, body, len);
     }
-    /* The connection is freed from the loop, after evhttp has finished
-     * with this request. (evhttp_connection_free_on_completion() set here
-     * would be too late: evhttp decides whether to free before it calls
-     * back, so the connection would leak.) */
-    schedule_free(c);
 }
 
 static void on_timeout(evutil_socket_t fd, short what, void *arg) {
@@ -487,4 +497,31 @@ int rt_upstream_cancel(rt_model *m, uint64_t id) {
 
 void rt_upstream_free_all(rt_model *m) {
     while (m->upcalls) call_free(m->upcalls);
+}
+
+/* An answer handed over by the caller instead of evhttp (the fuzz target):
+ * the same parsing, callbacks and one on_done, with no connection. */
+void rt_upstream_feed(bool chat, bool stream, int code, const char *body, size_t len, size_t chunk,
+                      sb_ipc_aevent_fn on_event, sb_ipc_adone_fn on_done, void *arg) {
+    rt_upcall c = { .id = 1, .chat = chat, .stream = stream, .on_event = on_event, .on_done = on_done,
+                    .arg = arg, .t0 = sb_now_s() };
+    snprintf(c.url, sizeof c.url, "http://upstream.test/v1");
+    sb_jw_init(&c.text);
+    struct evbuffer *in = evbuffer_new();
+    c.body = evbuffer_new();
+    if (!in || !c.body) {
+        deliver_error(&c, SB_IPC_INTERNAL, "out of memory");
+    } else {
+        for (size_t off = 0; off < len;) {
+            size_t n = chunk && chunk < len - off ? chunk : len - off;
+            evbuffer_add(in, body + off, n);
+            off += n;
+            if (stream) take_chunk(&c, in, code);
+        }
+        evbuffer_add_buffer(c.body, in);
+        finish_answer(&c, code);
+    }
+    if (in) evbuffer_free(in);
+    if (c.body) evbuffer_free(c.body);
+    sb_jw_free(&c.text);
 }

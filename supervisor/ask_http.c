@@ -465,6 +465,60 @@ static void build_body(const sb_ask_req *q, buf *b) {
     buf_str(b, "}");
 }
 
+/* The answer on h->fd (the request is sent): read, print, exit code. */
+static int read_answer(http *h) {
+    int code = SB_EXIT_FAIL;
+    if (read_headers(h)) goto out;
+    /* An error comes as JSON whatever we asked for; read it whole. */
+    if (h->status >= 300) h->sse = false;
+    if (read_body(h)) goto out;
+    if (h->last && isatty(STDOUT_FILENO) && h->last != '\n') fputc('\n', stdout);
+    if (h->status >= 300) { report_error(h->body.p ? h->body.p : "", h->body.len, h->status); goto out; }
+    if (h->failed) { if (!h->sse) fprintf(stderr, "ask: response body too large\n"); goto out; }
+    if (h->sse && !h->done) { fprintf(stderr, "ask: the stream ended without [DONE]\n"); goto out; }
+    if (!h->sse) {
+        const char *b = h->body.p ? h->body.p : "", *e = b + h->body.len;
+        const char *choice = j_at(j_get(b, e, "choices"), e, 0);
+        buf t = { 0 };
+        if (j_str(j_get(j_get(choice, e, "message"), e, "content"), e, &t) && j_str(j_get(choice, e, "text"), e, &t)) {
+            fprintf(stderr, "ask: no choices[0].message.content in the answer: %.200s\n", b);
+            sb_free(t.p);
+            goto out;
+        }
+        if (h->q->json) {
+            fwrite(b, 1, h->body.len, stdout);
+            fputc('\n', stdout);
+        } else {
+            print_text(h, t.p ? t.p : "", t.len);
+            if (isatty(STDOUT_FILENO) && h->last != '\n') fputc('\n', stdout);
+        }
+        buf f = { 0 };
+        if (!j_str(j_get(choice, e, "finish_reason"), e, &f) && f.p) snprintf(h->finish, sizeof h->finish, "%s", f.p);
+        sb_free(f.p);
+        sb_free(t.p);
+    } else if (h->q->json) {
+        printf("{\"ok\": true, \"text\": ");
+        sb_ask_json_string(stdout, h->text.p ? h->text.p : "", h->text.len);
+        printf(", \"finish_reason\": ");
+        sb_ask_json_string(stdout, h->finish, strlen(h->finish));
+        printf("}\n");
+    }
+    if (h->q->verbose) fprintf(stderr, "ask: HTTP %d, finish: %s\n", h->status, h->finish[0] ? h->finish : "?");
+    code = SB_EXIT_OK;
+out:
+    sb_free(h->in.p);
+    sb_free(h->body.p);
+    sb_free(h->line.p);
+    sb_free(h->data.p);
+    sb_free(h->text.p);
+    return code;
+}
+
+int sb_ask_http_answer(const sb_ask_req *q, int fd) {
+    http h = { .q = q, .fd = fd, .deadline_ms = q->timeout_ms > 0 ? now_ms() + q->timeout_ms : -1 };
+    return read_answer(&h);
+}
+
 int sb_ask_http(const sb_ask_req *q) {
     char host[256], port[16], path[1024];
     if (parse_url(q->url, host, sizeof host, port, sizeof port, path, sizeof path)) return SB_EXIT_CONFIG;
@@ -483,51 +537,10 @@ int sb_ask_http(const sb_ask_req *q) {
     buf_str(&req, "\r\n");
     buf_add(&req, body.p, body.len);
     if (req.oom || body.oom) { fprintf(stderr, "ask: out of memory\n"); goto out; }
-    if (connect_to(&h, host, port) || send_all(&h, req.p, req.len) || read_headers(&h)) goto out;
-    /* An error comes as JSON whatever we asked for; read it whole. */
-    if (h.status >= 300) h.sse = false;
-    if (read_body(&h)) goto out;
-    if (h.last && isatty(STDOUT_FILENO) && h.last != '\n') fputc('\n', stdout);
-    if (h.status >= 300) { report_error(h.body.p ? h.body.p : "", h.body.len, h.status); goto out; }
-    if (h.failed) { if (!h.sse) fprintf(stderr, "ask: response body too large\n"); goto out; }
-    if (h.sse && !h.done) { fprintf(stderr, "ask: the stream ended without [DONE]\n"); goto out; }
-    if (!h.sse) {
-        const char *b = h.body.p ? h.body.p : "", *e = b + h.body.len;
-        const char *choice = j_at(j_get(b, e, "choices"), e, 0);
-        buf t = { 0 };
-        if (j_str(j_get(j_get(choice, e, "message"), e, "content"), e, &t) && j_str(j_get(choice, e, "text"), e, &t)) {
-            fprintf(stderr, "ask: no choices[0].message.content in the answer: %.200s\n", b);
-            sb_free(t.p);
-            goto out;
-        }
-        if (q->json) {
-            fwrite(b, 1, h.body.len, stdout);
-            fputc('\n', stdout);
-        } else {
-            print_text(&h, t.p ? t.p : "", t.len);
-            if (isatty(STDOUT_FILENO) && h.last != '\n') fputc('\n', stdout);
-        }
-        buf f = { 0 };
-        if (!j_str(j_get(choice, e, "finish_reason"), e, &f) && f.p) snprintf(h.finish, sizeof h.finish, "%s", f.p);
-        sb_free(f.p);
-        sb_free(t.p);
-    } else if (q->json) {
-        printf("{\"ok\": true, \"text\": ");
-        sb_ask_json_string(stdout, h.text.p ? h.text.p : "", h.text.len);
-        printf(", \"finish_reason\": ");
-        sb_ask_json_string(stdout, h.finish, strlen(h.finish));
-        printf("}\n");
-    }
-    if (q->verbose) fprintf(stderr, "ask: HTTP %d, finish: %s\n", h.status, h.finish[0] ? h.finish : "?");
-    code = SB_EXIT_OK;
+    if (!connect_to(&h, host, port) && !send_all(&h, req.p, req.len)) code = read_answer(&h);
 out:
     fflush(stdout);
     if (h.fd >= 0) close(h.fd);
-    sb_free(h.in.p);
-    sb_free(h.body.p);
-    sb_free(h.line.p);
-    sb_free(h.data.p);
-    sb_free(h.text.p);
     sb_free(body.p);
     sb_free(req.p);
     return code;

@@ -31,6 +31,10 @@ typedef struct {
  * the answer like the socket path does. Returns an exit code: 0, 1 for an
  * error answer or a transport failure (message on stderr). */
 int sb_ask_http(const sb_ask_req *req);
+/* The reading half of sb_ask_http: the answer arriving on fd (the request
+ * already sent; the caller closes fd), printed the same way, same exit
+ * codes. Its own entry point so tests/fuzz/fuzz_ask.c can feed it bytes. */
+int sb_ask_http_answer(const sb_ask_req *req, int fd);
 
 /* Print bytes as a JSON string: valid UTF-8 passes through, control
  * characters are escaped, invalid bytes become U+FFFD (JSON must be UTF-8;

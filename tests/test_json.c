@@ -187,6 +187,66 @@ static void test_emitter_round_trip(void **state) {
     sb_jw_free(&w2);
 }
 
+/* parse -> sb_jw_value -> parse gives the same value, and the same bytes
+ * when written again (what tests/fuzz/fuzz_json.c checks on every input;
+ * the cases below are what it found). */
+static void assert_round_trip(const char *in, size_t len, const char *want_out) {
+    sb_json_doc *d = NULL, *d2 = NULL;
+    char err[SB_ERR_LEN] = "";
+    assert_int_equal(sb_json_parse(in, len, &d, err), 0);
+    sb_jw w;
+    sb_jw_init(&w);
+    sb_jw_value(&w, sb_json_root(d));
+    assert_false(w.oom);
+    if (want_out) assert_string_equal(w.p, want_out);
+    if (sb_json_parse(w.p, w.len, &d2, err)) fail_msg("writer output is not JSON: %s: %s", err, w.p);
+    sb_jw w2;
+    sb_jw_init(&w2);
+    sb_jw_value(&w2, sb_json_root(d2));
+    assert_int_equal(w2.len, w.len);
+    assert_memory_equal(w2.p, w.p, w.len);
+    sb_jw_free(&w2);
+    sb_jw_free(&w);
+    sb_json_doc_free(d2);
+    sb_json_doc_free(d);
+}
+
+static void test_numbers_keep_their_value(void **state) {
+    /* Was "%.9g": a seed of 123456789012345678 went out as 1.23456789e+17. */
+    const char *in = "[123456789012345678,0.1,3.141592653589793,1.0000000000000002,-2.5e-300,1e300,4503599627370497]";
+    assert_round_trip(in, strlen(in), NULL);
+    sb_json_doc *d = parse_ok(in);
+    sb_jw w;
+    sb_jw_init(&w);
+    sb_jw_value(&w, sb_json_root(d));
+    sb_json_doc *d2 = parse_ok(w.p);
+    for (size_t i = 0; i < sb_json_len(sb_json_root(d)); i++)
+        assert_true(sb_json_num(sb_json_at(sb_json_root(d), i)) == sb_json_num(sb_json_at(sb_json_root(d2), i)));
+    sb_jw_reset(&w);
+    sb_jw_num(&w, 0.7);                 /* still the short form when it reads back */
+    assert_string_equal(w.p, "0.7");
+    sb_jw_free(&w);
+    sb_json_doc_free(d2);
+    sb_json_doc_free(d);
+}
+
+static void test_key_with_nul_round_trips(void **state) {
+    /* Was written with strlen: {"a\u0000b":1} came out as {"a":1}. */
+    const char *in = "{\"a\\u0000b\":1,\"c\":2}";
+    assert_round_trip(in, strlen(in), "{\"a\\u0000b\":1,\"c\":2}");
+}
+
+static void test_writer_depth_matches_parser(void **state) {
+    /* The deepest document the parser accepts, with siblings at every level,
+     * written back whole (test_emitter_depth: one level more is an error). */
+    char deep[8 * SB_JSON_MAX_DEPTH];
+    size_t n = 0;
+    for (int i = 0; i < SB_JSON_MAX_DEPTH; i++) n += (size_t)sprintf(deep + n, "[0,");
+    n += (size_t)sprintf(deep + n, "1,2");
+    for (int i = 0; i < SB_JSON_MAX_DEPTH; i++) n += (size_t)sprintf(deep + n, ",3]");
+    assert_round_trip(deep, n, deep);
+}
+
 static void test_extract_object(void **state) {
     sb_json_doc *d;
     const char *s = "Sure! Here it is:\n```json\n{\"topic\": \"pension {record}\", \"n\": [1]}\n```";
@@ -223,6 +283,9 @@ int main(void) {
         cmocka_unit_test(test_emitter_round_trip),
         cmocka_unit_test(test_emitter_depth),
         cmocka_unit_test(test_find_nul),
+        cmocka_unit_test(test_numbers_keep_their_value),
+        cmocka_unit_test(test_key_with_nul_round_trips),
+        cmocka_unit_test(test_writer_depth_matches_parser),
         cmocka_unit_test(test_extract_object),
         cmocka_unit_test(test_allocation_failures),
     };

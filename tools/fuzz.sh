@@ -12,6 +12,9 @@
 # Corpora grow in tests/fuzz/corpus-NAME/ (git-ignored); if tests/fuzz/seed-NAME/
 # exists its files are used as seeds. Crash reproducers land in build-fuzz/.
 # Exit status: non-zero if any target found a crash, leak or timeout.
+# The targets and what each checks: docs/operations.md, "Fuzzing the parsers
+# that read from the network". `make test` also links each target with
+# tests/fuzz/replay.c and replays its seeds (tests/it_fuzz_seeds.sh).
 set -u
 cd "$(dirname "$0")/.."
 CC=${FUZZ_CC:-clang}
@@ -40,7 +43,7 @@ done
 rm -f $BUILD/libfuzz.a
 ar rcs $BUILD/libfuzz.a "${objs[@]}" || { echo "fuzz.sh: no objects to archive"; exit 2; }
 
-PKGS="libevent libevent_pthreads msgpack yaml-0.1 sqlite3"
+PKGS="libevent libevent_pthreads msgpack yaml-0.1 sqlite3 libcurl libcrypto"
 INCLUDES=$(for m in common worker worker/kernels ipc router cache supervisor; do printf -- '-I%s ' "$m"; done)
 targets=()
 if [ $# -gt 0 ]; then
