@@ -22,7 +22,8 @@
 #include "sb_common.h"
 
 #define MAX_HEADER_BYTES  (64u << 10)
-#define MAX_BODY_BYTES    (16u << 20)   /* a non-streamed answer; SSE is consumed as it comes */
+#define MAX_BODY_BYTES    (16u << 20)   /* a non-streamed answer, one SSE event's data, a streamed answer */
+#define MAX_SSE_LINE      (MAX_BODY_BYTES + 64)
 #define MAX_JSON_DEPTH    64
 #define CONNECT_TIMEOUT_MS 10000
 
@@ -316,6 +317,11 @@ static int read_more(http *h) {
 
 static void print_text(http *h, const char *s, size_t n) {
     if (!n) return;
+    if (h->text.len + n > MAX_BODY_BYTES) {
+        fprintf(stderr, "ask: answer longer than %u MiB; stopped reading\n", MAX_BODY_BYTES >> 20);
+        h->failed = true;
+        return;
+    }
     buf_add(&h->text, s, n);
     if (h->q->json) return;
     fwrite(s, 1, n, stdout);
@@ -357,7 +363,15 @@ static void body_bytes(http *h, const char *p, size_t n) {
         return;
     }
     for (size_t i = 0; i < n && !h->done && !h->failed; i++) {
-        if (p[i] != '\n') { buf_add(&h->line, p + i, 1); continue; }
+        if (p[i] != '\n') {
+            if (h->line.len >= MAX_SSE_LINE) {
+                fprintf(stderr, "ask: SSE line longer than %u MiB from the server\n", MAX_SSE_LINE >> 20);
+                h->failed = true;
+                return;
+            }
+            buf_add(&h->line, p + i, 1);
+            continue;
+        }
         if (h->line.len && h->line.p[h->line.len - 1] == '\r') h->line.p[--h->line.len] = '\0';
         if (!h->line.len) {
             sse_event(h);
@@ -366,6 +380,11 @@ static void body_bytes(http *h, const char *p, size_t n) {
         } else if (!strncmp(h->line.p, "data:", 5)) {
             const char *v = h->line.p + 5;
             if (*v == ' ') v++;
+            if (h->data.len + strlen(v) + 1 > MAX_BODY_BYTES) {
+                fprintf(stderr, "ask: SSE event data longer than %u MiB from the server\n", MAX_BODY_BYTES >> 20);
+                h->failed = true;
+                return;
+            }
             if (h->data.len) buf_add(&h->data, "\n", 1);
             buf_str(&h->data, v);
         }               /* event:, id:, retry: and ": comments" are ignored */
@@ -392,7 +411,12 @@ static int read_headers(http *h) {
             h->have_length = true;
             h->length = (size_t)strtoull(l + 15, NULL, 10);
         } else if (!strncasecmp(l, "Transfer-Encoding:", 18)) {
-            h->chunked = strcasestr(l, "chunked") != NULL;
+            /* this header's value only: l runs on into the later headers */
+            const char *nl = strstr(l, "\r\n");
+            const size_t n = nl ? (size_t)(nl - l) : strlen(l);
+            char v[128];
+            snprintf(v, sizeof v, "%.*s", (int)SB_MIN(n, sizeof v - 1), l);
+            h->chunked = strcasestr(v, "chunked") != NULL;
         } else if (!strncasecmp(l, "Content-Type:", 13)) {
             char *nl = strstr(l, "\r\n");
             char c = nl ? *nl : 0;

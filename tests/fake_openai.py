@@ -11,6 +11,9 @@ request body it receives to LOGFILE (one JSON per line) and answers by the
   "bad"          400 with an OpenAI error body
   "cut"          a stream that stops before [DONE] and closes
   "pipeline:P"   the answer "pipeline P"
+  "endless"      an SSE line that never ends (20 MiB without a newline)
+  "flood"        SSE events without end, 1 MiB of content each
+  "notchunked"   Content-Length framing, with "chunked" in a later header
 /v1/completions answers choices[0].text. Stops after 60 s idle.
 """
 import json
@@ -62,6 +65,25 @@ def handle(conn, log):
     if model == "bad":
         b = json.dumps({"error": {"message": "unknown model 'bad'", "type": "invalid_request_error"}}).encode()
         conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(b) + b)
+        return
+    if model in ("endless", "flood"):
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n")
+        big = json.dumps({"choices": [{"index": 0, "delta": {"content": "x" * (1 << 20)}}]}).encode()
+        try:
+            if model == "endless":
+                conn.sendall(b"data: ")
+                for _ in range(20):
+                    conn.sendall(b"y" * (1 << 20))
+            else:
+                for _ in range(64):
+                    conn.sendall(b"data: " + big + b"\n\n")
+        except OSError:
+            pass                    # the client gave up, as it should
+        return
+    if model == "notchunked":
+        b = json.dumps({"choices": [{"index": 0, "message": {"content": "plain"}, "finish_reason": "stop"}]}).encode()
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: identity\r\n"
+                     b"X-Note: not chunked\r\nContent-Length: %d\r\n\r\n" % len(b) + b)
         return
     pieces = ["pipeline " + model[9:]] if model.startswith("pipeline:") else ANSWER
     if path.endswith("/completions") and not path.endswith("/chat/completions"):

@@ -44,6 +44,14 @@ out=$("$SB" ask --url "$url" --model bad "Hi" 2> "$tmp/err"); rc=$?
 out=$("$SB" ask --url "$url" --model cut "Hi" 2> "$tmp/err"); rc=$?
 [ $rc -eq 1 ] && grep -q "ask:" "$tmp/err" && ok "a stream cut before [DONE] fails ($(head -1 "$tmp/err"))" || bad "cut: rc $rc err $(cat "$tmp/err")"
 
+# A hostile or broken server cannot make ask grow without bound.
+out=$("$SB" ask --url "$url" --model endless "Hi" 2> "$tmp/err"); rc=$?
+[ $rc -eq 1 ] && grep -q "SSE line longer than" "$tmp/err" && ok "an SSE line without end is refused ($(head -1 "$tmp/err"))" || bad "endless: rc $rc err $(head -c 300 "$tmp/err")"
+out=$("$SB" ask --url "$url" --model flood "Hi" 2> "$tmp/err" >/dev/null); rc=$?
+[ $rc -eq 1 ] && grep -q "answer longer than" "$tmp/err" && ok "an answer streamed without end is cut ($(head -1 "$tmp/err"))" || bad "flood: rc $rc err $(head -c 300 "$tmp/err")"
+out=$("$SB" ask --url "$url" --no-stream --model notchunked "Hi" 2> "$tmp/err"); rc=$?
+[ $rc -eq 0 ] && [ "$out" = "plain" ] && ok "'chunked' in another header does not make the body chunked" || bad "notchunked: rc $rc out '$out' err $(cat "$tmp/err")"
+
 out=$("$SB" ask --url "$url" --pipeline hotline "my water bill is wrong" 2> "$tmp/err"); rc=$?
 [ $rc -eq 0 ] && [ "$out" = "pipeline hotline" ] && grep -q '"model": "pipeline:hotline"' "$tmp/requests.log" &&
     ok "--pipeline sends model pipeline:NAME" || bad "pipeline: rc $rc out '$out'"
