@@ -45,6 +45,7 @@ SECTIONS = {                      # heading text -> section id
     "### Both kinds": "both",
     "## `cache`": "cache",
     "### `cache.sync`": "sync",
+    "## `knowledge`": "knowledge",
 }
 
 
@@ -82,6 +83,10 @@ def config(section, key, value):
     runtime = {"dir": run_dir}
     model = {"gguf": GGUF}
     cache = None
+    kb = None
+    if section == "knowledge":
+        kb = {"path": os.path.join(TMP, "kb.sqlite"), "embed_model": "m"}
+        kb[key] = value
     if section == "runtime":
         runtime[key] = value
     elif section in ("local", "both"):
@@ -108,6 +113,8 @@ def config(section, key, value):
     lines = ["runtime:"] + block(runtime, 2) + ["models:", "  m:"] + block(model, 4)
     if cache is not None:
         lines += ["cache:"] + (block(cache, 2) if cache else ["  path: %s" % os.path.join(TMP, "c.sqlite")])
+    if kb is not None:
+        lines += ["knowledge:", "  kb:"] + block(kb, 4)
     del kv
     return "\n".join(lines) + "\n"
 
@@ -151,6 +158,8 @@ def sample_values(section, key, typ):
         return ["http://127.0.0.1:9090"], ["ftp://x"]
     if t.startswith("`https://"):       # cache.sync.url: plain http only to loopback
         return ["https://cloud.example:9443/sb", "http://127.0.0.1:9090"], ["ftp://x", "http://192.0.2.7:9090"]
+    if t == "model name":                # knowledge.embed_model: a model of models:
+        return ["m"], ["no-such-model"]
     if t == "env var name":
         return ["SB_SOME_KEY"], ["not a name"]
     if t == "string":
@@ -193,7 +202,8 @@ for sec, doc_keys in [("runtime", set(tables.get("runtime", {}))),
                       ("local", set(tables.get("local", {})) | set(tables.get("both", {}))),
                       ("remote", set(tables.get("remote", {})) | set(tables.get("both", {}))),
                       ("cache", set(tables.get("cache", {}))),
-                      ("sync", set(tables.get("sync", {})))]:
+                      ("sync", set(tables.get("sync", {}))),
+                      ("knowledge", set(tables.get("knowledge", {})))]:
     keys, out = loader_keys(sec)
     if check(keys is not None, "%s: the loader lists its keys" % sec, out):
         check(keys == doc_keys, "%s: the loader's keys == the documented keys" % sec,
