@@ -184,8 +184,12 @@ static int md_line(const char *s, size_t n, bool *in_code, sb_bytes *p, sb_bytes
         for (size_t i = 0; i < n; i++) sep &= strchr("|-: ", s[i]) != NULL;
         if (sep) return 0;
         if (md_inline(tmp, s, n)) return SB_ENOMEM;
-        for (size_t i = 0; i < tmp->n; i++) if (tmp->p[i] == '|') tmp->p[i] = ' ';
-        return kb_blocks_push(out, 0, tmp->p, tmp->n);
+        size_t k = 0;                           /* cells one space apart */
+        for (size_t i = 0; i < tmp->n; i++) {
+            char ch = tmp->p[i] == '|' ? ' ' : tmp->p[i];
+            if (ch != ' ' || (k && tmp->p[k - 1] != ' ')) tmp->p[k++] = ch;
+        }
+        return kb_blocks_push(out, 0, tmp->p, k);
     }
     if (md_inline(tmp, s + lm, n - lm)) return SB_ENOMEM;
     return para_add(p, tmp->p, tmp->n);
