@@ -181,8 +181,10 @@ static int add_sentence(chunker *c, const char *s, size_t n, bool para_start) {
         if (!n) return 0;
         size_t t = c->count(c->ud, s, n);
         size_t take = t > (size_t)c->max ? best_cut(c, s, n) : n;
-        if (take < n) t = c->count(c->ud, s, take);
-        int rc = push_unit(c, (unit){ s, take, t ? t : 1, para_start });
+        size_t keep = take;                     /* the cut's spaces stay out of both halves */
+        while (keep > 1 && s[keep - 1] == ' ') keep--;
+        if (take < n) t = c->count(c->ud, s, keep);
+        int rc = push_unit(c, (unit){ s, keep, t ? t : 1, para_start });
         if (rc) return rc;
         s += take;
         n -= take;

@@ -137,6 +137,7 @@ static void test_chunk_long_sentence_no_mid_word(void **state) {
     for (size_t i = 0; i < n; i++) {
         assert_true(c[i].n_tokens <= 16);
         assert_whole_words(c[i].text, doc);
+        assert_true(c[i].text[0] != ' ' && c[i].text[strlen(c[i].text) - 1] != ' ');   /* the cut's space dropped */
     }
     sb_kb_chunks_free(c, n);
 }
