@@ -198,6 +198,11 @@ int sb_kb_add_file(sb_kb *kb, const char *path, const char *source, sb_kb_progre
     return rc;
 }
 
+const char *sb_kb_embed_id(const sb_kb *kb, int *dim) {
+    if (dim) *dim = kb->meta_dim;
+    return kb->meta_dim ? kb->meta_id : NULL;
+}
+
 int sb_kb_remove(sb_kb *kb, const char *source, char *err) { return kb_store_remove(kb->store, source, err); }
 int sb_kb_list(sb_kb *kb, sb_kb_doc **out, size_t *n, char *err) { return kb_store_list(kb->store, out, n, err); }
 
@@ -240,11 +245,12 @@ static int vector_list(sb_kb *kb, const float *q, scored *top, size_t *n, size_t
     const float *vecs;
     size_t total;
     *n = 0;
-    int rc = kb_store_vectors(kb->store, kb->dim, &ids, &vecs, &total, err);
+    const int dim = kb->meta_dim;               /* a caller's query vector has the base's length */
+    int rc = kb_store_vectors(kb->store, dim, &ids, &vecs, &total, err);
     for (size_t i = 0; !rc && i < total; i++) {
-        const float *v = vecs + i * (size_t)kb->dim;
+        const float *v = vecs + i * (size_t)dim;
         float dot = 0;
-        for (int d = 0; d < kb->dim; d++) dot += q[d] * v[d];
+        for (int d = 0; d < dim; d++) dot += q[d] * v[d];
         keep_top(top, n, k, ids[i], dot);
     }
     return rc;

@@ -156,8 +156,16 @@ typedef struct {
     int top_k;                  /* [1, SB_KB_MAX_TOP_K] */
     int candidates;             /* per list before fusion; 0 = 50 */
     int rrf_k;                  /* 0 = 60 (Cormack et al. 2009) */
-    const float *qvec;          /* the query's "query: " vector, or NULL: embed it here */
+    /* The query's L2-normalised "query: " vector from the base's embedder
+     * (sb_kb_embed_id: compare it with the model that made the vector),
+     * sb_kb_embed_id's dim floats; or NULL: embedded here with the encoder
+     * given to sb_kb_open. Only read by vector and hybrid modes. */
+    const float *qvec;
 } sb_kb_search_opts;
+
+/* The embedder the base was built with ("multilingual-e5-small.Q4_0.gguf
+ * 73637376") and its dimension, or NULL before anything was added. */
+const char *sb_kb_embed_id(const sb_kb *kb, int *dim);
 
 /* The top_k chunks for `query`. *out is sb_malloc'ed (sb_kb_hits_free);
  * fewer hits than top_k when fewer chunks match (BM25) or exist. */

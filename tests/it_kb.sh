@@ -52,6 +52,10 @@ expect 2 "unknown --mode 'fuzzy'" "$SB" kb search -c "$tmp/c.yaml" --kb kb --mod
 expect 2 "unknown --fts 'ngram'" "$SB" kb add -c "$tmp/c.yaml" --kb kb --fts ngram "$tmp/rent.md"
 expect 2 "--top-k expects an integer" "$SB" kb search -c "$tmp/c.yaml" --kb kb -k 0 hello
 [[ ! -e "$tmp/kb.sqlite" ]] || fail "a failed command created the base"
+sed 's/embed_model: tiny, chunk_tokens: 64, overlap: 8/embed_model: tiny, chunk_tokens: 64, overlap: 64/' "$tmp/c.yaml" > "$tmp/bad.yaml"
+expect 2 "knowledge.kb.overlap: 64 must be less than chunk_tokens (64)" "$SB" kb list -c "$tmp/bad.yaml" --kb kb
+sed 's/embed_model: tiny,/embed_model: nope,/' "$tmp/c.yaml" > "$tmp/bad.yaml"
+expect 2 "knowledge.kb.embed_model: 'nope' is not a local (gguf) model of models:" "$SB" kb list -c "$tmp/bad.yaml"
 touch "$tmp/a.docx"
 expect 1 "unsupported file type" "$SB" kb add -c "$tmp/c.yaml" --kb kb "$tmp/a.docx"
 expect 1 "missing.md: No such file" "$SB" kb add -c "$tmp/c.yaml" --kb kb "$tmp/missing.md"

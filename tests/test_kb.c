@@ -360,6 +360,41 @@ static void test_store_embedder_identity(void **state) {
     sb_kb_close(kb);
 }
 
+/* The router's way: no encoder in-process, the query vector comes from a
+ * worker (here: the fake embedder called by the test). */
+static void test_store_caller_vector(void **state) {
+    (void)state;
+    sb_kb *kb = open_fake(NULL, "fake-1");
+    sb_kb_add_result r;
+    assert_int_equal(add(kb, "rent.md", RENT, &r), 0);
+    assert_int_equal(add(kb, "tax.md", TAX, &r), 0);
+    sb_kb_close(kb);
+    sb_kb_opts o = { .path = g_path };
+    char err[SB_ERR_LEN];
+    assert_int_equal(sb_kb_open(&o, &kb, err), 0);
+    int dim = 0;
+    assert_string_equal(sb_kb_embed_id(kb, &dim), "fake-1");
+    assert_int_equal(dim, DIM);
+    float q[DIM];
+    const char *text = "annual settlement March June";
+    assert_int_equal(fake_embed(NULL, 1, text, strlen(text), q, err), 0);
+    for (int mode = SB_KB_VECTOR; mode <= SB_KB_HYBRID; mode++) {
+        sb_kb_search_opts so = { .mode = (sb_kb_mode)mode, .top_k = 2, .qvec = q };
+        sb_kb_hit *h;
+        size_t n;
+        assert_int_equal(sb_kb_search(kb, text, strlen(text), &so, &h, &n, err), 0);
+        assert_int_equal(n, 2);
+        assert_string_equal(h[0].source, "tax.md");
+        assert_true(h[0].vec_rank == 1);
+        sb_kb_hits_free(h, n);
+    }
+    sb_kb_search_opts so = { .mode = SB_KB_VECTOR, .top_k = 2 };   /* no vector, no encoder */
+    sb_kb_hit *h;
+    size_t n;
+    assert_int_equal(sb_kb_search(kb, text, strlen(text), &so, &h, &n, err), SB_EINVAL);
+    sb_kb_close(kb);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chunk_english),
@@ -370,6 +405,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_store_add_search_remove, setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_atomic_replace, setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_embedder_identity, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_store_caller_vector, setup, teardown),
     };
     return cmocka_run_group_tests_name("kb", tests, NULL, NULL);
 }
