@@ -6,6 +6,7 @@
 # stay whole. The real-model evaluation is tests/it_kb_real.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. tests/itlib.sh          # it_expect
 SB="$(realpath "${SB_BIN:-bin/switchboard}")"
 tmp="$(mktemp -d /tmp/sb-kb-XXXXXX)"
 pid=
@@ -13,12 +14,6 @@ trap '[ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; rm -rf "$tmp"' EXIT
 python3 tests/e5_tiny.py --model-only "$SB" "$tmp"
 
 fail() { echo "it_kb: FAIL: $*" >&2; exit 1; }
-expect() {   # expect EXIT_CODE STDERR_SUBSTRING CMD...
-    local want="$1" msg="$2" rc=0; shift 2
-    "$@" >"$tmp/out" 2>"$tmp/err" || rc=$?
-    [[ "$rc" == "$want" ]] || fail "$* exited $rc, want $want ($(head -c 300 "$tmp/err"))"
-    grep -qF -- "$msg" "$tmp/err" || fail "$*: stderr lacks '$msg': $(head -c 300 "$tmp/err")"
-}
 cat > "$tmp/c.yaml" <<EOF
 models:
   tiny: { gguf: $tmp/tiny-q8_0.gguf }
@@ -40,30 +35,30 @@ EOF
 printf '办理营业执照需要身份证。网上登记一个工作日内核准。\n' > "$tmp/licence.txt"
 
 # ---- errors
-expect 2 "usage: switchboard kb" "$SB" kb
+it_expect 2 "usage: switchboard kb" "$SB" kb
 "$SB" kb --help | grep -q "search QUERY" || fail "kb --help"
-expect 2 "-c CONFIG is required" "$SB" kb add "$tmp/rent.md"
-expect 2 "unknown command 'frob'" "$SB" kb frob -c "$tmp/c.yaml"
-expect 2 "give --kb NAME" "$SB" kb list -c "$tmp/c.yaml"
-expect 2 "no such knowledge base (knowledge bases: kb wrong): nope" "$SB" kb list -c "$tmp/c.yaml" --kb nope
-expect 2 "no such knowledge base" "$SB" kb search -c "$tmp/c.yaml" --kb kb --mode bm25 hello
-expect 2 "not an encoder" "$SB" kb add -c "$tmp/c.yaml" --kb wrong "$tmp/rent.md"
-expect 2 "unknown --mode 'fuzzy'" "$SB" kb search -c "$tmp/c.yaml" --kb kb --mode fuzzy hello
-expect 2 "unknown --fts 'ngram'" "$SB" kb add -c "$tmp/c.yaml" --kb kb --fts ngram "$tmp/rent.md"
-expect 2 "--top-k expects an integer" "$SB" kb search -c "$tmp/c.yaml" --kb kb -k 0 hello
+it_expect 2 "-c CONFIG is required" "$SB" kb add "$tmp/rent.md"
+it_expect 2 "unknown command 'frob'" "$SB" kb frob -c "$tmp/c.yaml"
+it_expect 2 "give --kb NAME" "$SB" kb list -c "$tmp/c.yaml"
+it_expect 2 "no such knowledge base (knowledge bases: kb wrong): nope" "$SB" kb list -c "$tmp/c.yaml" --kb nope
+it_expect 2 "no such knowledge base" "$SB" kb search -c "$tmp/c.yaml" --kb kb --mode bm25 hello
+it_expect 2 "not an encoder" "$SB" kb add -c "$tmp/c.yaml" --kb wrong "$tmp/rent.md"
+it_expect 2 "unknown --mode 'fuzzy'" "$SB" kb search -c "$tmp/c.yaml" --kb kb --mode fuzzy hello
+it_expect 2 "unknown --fts 'ngram'" "$SB" kb add -c "$tmp/c.yaml" --kb kb --fts ngram "$tmp/rent.md"
+it_expect 2 "--top-k expects an integer" "$SB" kb search -c "$tmp/c.yaml" --kb kb -k 0 hello
 [[ ! -e "$tmp/kb.sqlite" ]] || fail "a failed command created the base"
 sed 's/embed_model: tiny, chunk_tokens: 64, overlap: 8/embed_model: tiny, chunk_tokens: 64, overlap: 64/' "$tmp/c.yaml" > "$tmp/bad.yaml"
-expect 2 "knowledge.kb.overlap: 64 must be less than chunk_tokens (64)" "$SB" kb list -c "$tmp/bad.yaml" --kb kb
+it_expect 2 "knowledge.kb.overlap: 64 must be less than chunk_tokens (64)" "$SB" kb list -c "$tmp/bad.yaml" --kb kb
 sed 's/embed_model: tiny,/embed_model: nope,/' "$tmp/c.yaml" > "$tmp/bad.yaml"
-expect 2 "knowledge.kb.embed_model: 'nope' is not a local (gguf) model of models:" "$SB" kb list -c "$tmp/bad.yaml"
+it_expect 2 "knowledge.kb.embed_model: 'nope' is not a local (gguf) model of models:" "$SB" kb list -c "$tmp/bad.yaml"
 touch "$tmp/a.docx"
-expect 1 "unsupported file type" "$SB" kb add -c "$tmp/c.yaml" --kb kb "$tmp/a.docx"
-expect 1 "missing.md: No such file" "$SB" kb add -c "$tmp/c.yaml" --kb kb "$tmp/missing.md"
+it_expect 1 "unsupported file type" "$SB" kb add -c "$tmp/c.yaml" --kb kb "$tmp/a.docx"
+it_expect 1 "missing.md: No such file" "$SB" kb add -c "$tmp/c.yaml" --kb kb "$tmp/missing.md"
 printf 'ok \xff bad\n' > "$tmp/bin.txt"
-expect 1 "not UTF-8 text (invalid byte 0xFF at offset 3)" "$SB" kb add -c "$tmp/c.yaml" --kb kb "$tmp/bin.txt"
+it_expect 1 "not UTF-8 text (invalid byte 0xFF at offset 3)" "$SB" kb add -c "$tmp/c.yaml" --kb kb "$tmp/bin.txt"
 if ! command -v pdftotext >/dev/null; then
     printf '%%PDF-1.4\n' > "$tmp/a.pdf"
-    expect 1 "poppler-utils" "$SB" kb add -c "$tmp/c.yaml" --kb kb "$tmp/a.pdf"
+    it_expect 1 "poppler-utils" "$SB" kb add -c "$tmp/c.yaml" --kb kb "$tmp/a.pdf"
 fi
 
 # ---- add, list, stats, search, remove
@@ -90,7 +85,7 @@ head -1 "$tmp/out" | grep -q "licence.txt" || fail "Chinese bm25 search (bigrams
 [[ "$(grep -c '^[0-9]\.' "$tmp/out")" == 3 ]] || fail "hybrid search did not return top 3: $(cat "$tmp/out")"
 "$SB" kb add -c "$tmp/c.yaml" --kb kb "$tmp/rent.md" 2>"$tmp/err"
 grep -q "rent.md: unchanged" "$tmp/err" || fail "unchanged re-add: $(cat "$tmp/err")"
-expect 1 "no source 'nope.md'" "$SB" kb remove -c "$tmp/c.yaml" --kb kb nope.md
+it_expect 1 "no source 'nope.md'" "$SB" kb remove -c "$tmp/c.yaml" --kb kb nope.md
 "$SB" kb remove -c "$tmp/c.yaml" --kb kb tax.html 2>/dev/null
 "$SB" kb stats -c "$tmp/c.yaml" --kb kb | grep -q "^documents  2" || fail "kb remove"
 
