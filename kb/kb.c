@@ -79,8 +79,9 @@ int sb_kb_open(const sb_kb_opts *o, sb_kb **out, char *err) {
     kb->chunk_tokens = o->chunk_tokens > 0 ? o->chunk_tokens : DEFAULT_CHUNK_TOKENS;
     kb->overlap = o->chunk_tokens > 0 ? o->overlap : DEFAULT_OVERLAP;
     kb->fts = o->fts;
-    int rc = kb_store_open(o->path, o->create, o->readonly, &kb->store, err);
-    if (!rc) rc = open_embedder(kb, o, err);
+    /* the embedder first: a wrong model must not leave an empty base behind */
+    int rc = open_embedder(kb, o, err);
+    if (!rc) rc = kb_store_open(o->path, o->create, o->readonly, &kb->store, err);
     if (!rc) {
         rc = kb_store_get_meta(kb->store, &kb->meta_dim, kb->meta_id, sizeof kb->meta_id, &kb->fts, err);
         if (rc == SB_ENOTFOUND) {               /* a new base takes this embedder */
