@@ -21,7 +21,7 @@
 #include "sb_common.h"
 #include "sb_kb.h"
 
-#define DIM 64
+#define DIM 384          /* multilingual-e5-small's, so the scan benchmark is to scale */
 
 /* One token per ASCII word (letters/digits run) and per other non-space
  * character - the shape of a real tokenizer on Chinese. */
@@ -360,6 +360,67 @@ static void test_store_embedder_identity(void **state) {
     sb_kb_close(kb);
 }
 
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The brute-force scan at the issue's scale: 5,000 chunks x 384 floats
+ * (the fake embedder stands in for the encoder, whose cost is measured in
+ * docs/KNOWLEDGE.md separately). Prints the search latency per mode. */
+static void test_store_latency_5000(void **state) {
+    (void)state;
+    /* 300 made-up words, 40 per chunk: a term is in ~13 % of the chunks,
+     * commoner than most words of real notes (a harder case for BM25). */
+    char words[300][8];
+    for (int i = 0; i < 300; i++) snprintf(words[i], sizeof words[i], "w%dx", i);
+    sb_kb *kb = open_fake(NULL, "fake-1");
+    srand(21);
+    char *doc = malloc(1 << 20);
+    double t0 = sb_now_s();
+    for (int d = 0; d < 50; d++) {
+        size_t len = 0;
+        for (int sct = 0; sct < 100; sct++) {
+            len += (size_t)sprintf(doc + len, "## Section %d\n\n", sct);
+            for (int w = 0; w < 40; w++) len += (size_t)sprintf(doc + len, "%s ", words[rand() % 300]);
+            len += (size_t)sprintf(doc + len, "end.\n\n");
+        }
+        char name[32];
+        snprintf(name, sizeof name, "doc%02d.md", d);
+        sb_kb_add_result r;
+        assert_int_equal(add(kb, name, doc, &r), 0);
+        assert_int_equal(r.n_chunks, 100);
+    }
+    double ingest = sb_now_s() - t0;
+    free(doc);
+    enum { N = 100 };
+    double ms[3][N];
+    float q[DIM];
+    char err[SB_ERR_LEN];
+    for (int mode = SB_KB_BM25; mode <= SB_KB_HYBRID; mode++) {
+        for (int i = 0; i < N; i++) {
+            char query[128];
+            snprintf(query, sizeof query, "%s %s %s", words[rand() % 300], words[rand() % 300], words[rand() % 300]);
+            assert_int_equal(fake_embed(NULL, 1, query, strlen(query), q, err), 0);
+            sb_kb_search_opts so = { .mode = (sb_kb_mode)mode, .top_k = 5, .qvec = q };
+            sb_kb_hit *h;
+            size_t n;
+            double t = sb_now_s();
+            assert_int_equal(sb_kb_search(kb, query, strlen(query), &so, &h, &n, err), 0);
+            ms[mode][i] = (sb_now_s() - t) * 1000;
+            assert_int_equal(n, 5);
+            sb_kb_hits_free(h, n);
+        }
+        qsort(ms[mode], N, sizeof ms[mode][0], cmp_double);
+    }
+    fprintf(stderr, "# kb 5,000 chunks x %d floats (fake embedder): ingest %.2f s; search p50/p95 ms: bm25 %.2f/%.2f, "
+            "vector scan %.2f/%.2f, hybrid %.2f/%.2f (first vector search, which loads the vectors, in the p95)\n",
+            DIM, ingest, ms[0][N / 2], ms[0][N * 95 / 100], ms[1][N / 2], ms[1][N * 95 / 100], ms[2][N / 2],
+            ms[2][N * 95 / 100]);
+    assert_true(ms[2][N / 2] < 1000);           /* sanity only: machines vary */
+    sb_kb_close(kb);
+}
+
 /* The router's way: no encoder in-process, the query vector comes from a
  * worker (here: the fake embedder called by the test). */
 static void test_store_caller_vector(void **state) {
@@ -406,6 +467,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_store_atomic_replace, setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_embedder_identity, setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_caller_vector, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_store_latency_5000, setup, teardown),
     };
     return cmocka_run_group_tests_name("kb", tests, NULL, NULL);
 }
