@@ -397,6 +397,15 @@ static void test_store_latency_5000(void **state) {
     double ms[3][N];
     float q[DIM];
     char err[SB_ERR_LEN];
+    /* the first vector search reads every vector from SQLite */
+    assert_int_equal(fake_embed(NULL, 1, "w1x", 3, q, err), 0);
+    sb_kb_search_opts first = { .mode = SB_KB_VECTOR, .top_k = 5, .qvec = q };
+    sb_kb_hit *fh;
+    size_t fn;
+    double tf = sb_now_s();
+    assert_int_equal(sb_kb_search(kb, "w1x", 3, &first, &fh, &fn, err), 0);
+    double first_ms = (sb_now_s() - tf) * 1000;
+    sb_kb_hits_free(fh, fn);
     for (int mode = SB_KB_BM25; mode <= SB_KB_HYBRID; mode++) {
         for (int i = 0; i < N; i++) {
             char query[128];
@@ -413,10 +422,10 @@ static void test_store_latency_5000(void **state) {
         }
         qsort(ms[mode], N, sizeof ms[mode][0], cmp_double);
     }
-    fprintf(stderr, "# kb 5,000 chunks x %d floats (fake embedder): ingest %.2f s; search p50/p95 ms: bm25 %.2f/%.2f, "
-            "vector scan %.2f/%.2f, hybrid %.2f/%.2f (first vector search, which loads the vectors, in the p95)\n",
-            DIM, ingest, ms[0][N / 2], ms[0][N * 95 / 100], ms[1][N / 2], ms[1][N * 95 / 100], ms[2][N / 2],
-            ms[2][N * 95 / 100]);
+    fprintf(stderr, "# kb 5,000 chunks x %d floats (fake embedder): ingest %.2f s; first vector search (reads the "
+            "vectors) %.1f ms; then p50/p95 ms: bm25 %.2f/%.2f, vector scan %.2f/%.2f, hybrid %.2f/%.2f\n",
+            DIM, ingest, first_ms, ms[0][N / 2], ms[0][N * 95 / 100], ms[1][N / 2], ms[1][N * 95 / 100],
+            ms[2][N / 2], ms[2][N * 95 / 100]);
     assert_true(ms[2][N / 2] < 1000);           /* sanity only: machines vary */
     sb_kb_close(kb);
 }
