@@ -111,7 +111,7 @@ static int next_chunk(chunker *c, bool keep_overlap) {
     while (keep_overlap && c->fresh && keep + 1 < c->n_u &&
            t + c->u[c->n_u - 1 - keep].tokens <= (size_t)c->overlap)
         t += c->u[c->n_u - 1 - keep++].tokens;
-    memmove(c->u, c->u + c->n_u - keep, keep * sizeof *c->u);
+    if (keep) memmove(c->u, c->u + c->n_u - keep, keep * sizeof *c->u);
     c->n_u = keep;
     c->tokens = t;
     c->fresh = 0;

@@ -372,7 +372,7 @@ static void test_store_latency_5000(void **state) {
     (void)state;
     /* 300 made-up words, 40 per chunk: a term is in ~13 % of the chunks,
      * commoner than most words of real notes (a harder case for BM25). */
-    char words[300][8];
+    char words[300][16];
     for (int i = 0; i < 300; i++) snprintf(words[i], sizeof words[i], "w%dx", i);
     sb_kb *kb = open_fake(NULL, "fake-1");
     srand(21);
