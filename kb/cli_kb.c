@@ -131,7 +131,7 @@ static int cmd_add(const kb_args *a, int n, char **files) {
     }
     if (!a->quiet)
         fprintf(stderr, "kb add: %d files, %zu chunks written, %.1f s%s\n", n - failed, chunks, sb_now_s() - t0,
-                failed ? "" : "");
+                failed ? "; some files failed (above)" : "");
     sb_kb_close(kb);
     return failed ? SB_EXIT_FAIL : SB_EXIT_OK;
 }
