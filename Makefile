@@ -28,7 +28,7 @@ OPT     := -O2
 LDSAN   :=
 endif
 
-MODULES  := common worker worker/kernels ipc router cache supervisor
+MODULES  := common worker worker/kernels ipc router cache kb supervisor
 INCLUDES := $(addprefix -I,$(MODULES))
 WARN     := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter
 CFLAGS   ?=

@@ -621,6 +621,49 @@ static int load_console(ctx *c, const sb_config_node *cn) {
     return 0;
 }
 
+/* knowledge.NAME: the model must be a local one of this config; whether its
+ * GGUF is an encoder is checked by `kb` when it opens it (the loader does
+ * not read model files). */
+static int load_kb(ctx *c, const sb_config_node *key, const sb_config_node *v, sb_config_kb *k) {
+    static const char *const keys[] = { "path", "embed_model", "chunk_tokens", "overlap", NULL };
+    char what[SB_CONFIG_MAX_NAME + 16];
+    snprintf(what, sizeof what, "knowledge.%s", key->value);
+    *k = (sb_config_kb){ .line = key->line, .col = key->col, .chunk_tokens = 200, .overlap = 32 };
+    if (!(k->name = sb_strdup(key->value))) return SB_ENOMEM;
+    if (!valid_name(key->value, SB_CONFIG_MAX_NAME))
+        return FAIL(c, key, "knowledge: name '%s' must be 1-%d characters of A-Z a-z 0-9 _ -",
+                    key->value, SB_CONFIG_MAX_NAME);
+    int rc;
+    if ((rc = want_map(c, v, what)) || (rc = check_keys(c, v, what, keys)) ||
+        (rc = get_path(c, v, what, "path", false, &k->path, NULL)) ||
+        (rc = get_str(c, v, what, "embed_model", &k->embed_model)) ||
+        (rc = get_int(c, v, what, "chunk_tokens", 64, 510, &k->chunk_tokens)) ||
+        (rc = get_int(c, v, what, "overlap", 0, 128, &k->overlap)))
+        return rc;
+    if (!k->path || !k->embed_model)
+        return FAIL(c, v, "%s: expected 'path' (the SQLite file) and 'embed_model' (an encoder of models:)", what);
+    const sb_config_model *m = sb_config_find_model(c->cfg, k->embed_model);
+    if (!m || !m->gguf)
+        return FAIL(c, sb_config_node_get(v, "embed_model"), "%s.embed_model: '%s' is not a local (gguf) model "
+                    "of models:", what, k->embed_model);
+    if (k->overlap >= k->chunk_tokens)
+        return FAIL(c, sb_config_node_get(v, "overlap"), "%s.overlap: %d must be less than chunk_tokens (%d)",
+                    what, k->overlap, k->chunk_tokens);
+    return 0;
+}
+
+static int load_knowledge(ctx *c, const sb_config_node *ks) {
+    if (!ks) return 0;
+    int rc = want_map(c, ks, "knowledge");
+    if (rc) return rc;
+    if (ks->n_pairs && !(c->cfg->kbs = sb_calloc(ks->n_pairs, sizeof *c->cfg->kbs))) return SB_ENOMEM;
+    for (size_t i = 0; i < ks->n_pairs; i++) {
+        c->cfg->n_kbs = i + 1;                  /* so free sees partial entries */
+        if ((rc = load_kb(c, ks->pairs[i].key, ks->pairs[i].value, &c->cfg->kbs[i]))) return rc;
+    }
+    return 0;
+}
+
 /* Only the shape here; the router validates stages against its engine. */
 static int load_pipelines(ctx *c, const sb_config_node *ps) {
     if (!ps) return 0;
@@ -640,7 +683,7 @@ static int load_pipelines(ctx *c, const sb_config_node *ps) {
 }
 
 static int load_schema(sb_config *cfg, char *err) {
-    static const char *const keys[] = { "runtime", "models", "cache", "pipelines", "console", NULL };
+    static const char *const keys[] = { "runtime", "models", "cache", "knowledge", "pipelines", "console", NULL };
     ctx c = { cfg, err };
     const sb_config_node *root = cfg->root;
     int rc;
@@ -651,6 +694,7 @@ static int load_schema(sb_config *cfg, char *err) {
         (rc = load_runtime(&c, sb_config_node_get(root, "runtime"))) ||
         (rc = load_models(&c, sb_config_node_get(root, "models"))) ||
         (rc = load_cache(&c, sb_config_node_get(root, "cache"))) ||
+        (rc = load_knowledge(&c, sb_config_node_get(root, "knowledge"))) ||
         (rc = load_console(&c, sb_config_node_get(root, "console"))) ||
         (rc = load_pipelines(&c, sb_config_node_get(root, "pipelines"))))
         return rc;
@@ -738,6 +782,12 @@ void sb_config_free(sb_config *cfg) {
         sb_free(m->api_key_env);
     }
     sb_free(cfg->models);
+    for (size_t i = 0; i < cfg->n_kbs; i++) {
+        sb_free(cfg->kbs[i].name);
+        sb_free(cfg->kbs[i].path);
+        sb_free(cfg->kbs[i].embed_model);
+    }
+    sb_free(cfg->kbs);
     sb_free(cfg->runtime.dir);
     sb_free(cfg->runtime.http);
     sb_free(cfg->runtime.http_host);
@@ -758,6 +808,12 @@ void sb_config_free(sb_config *cfg) {
 const sb_config_model *sb_config_find_model(const sb_config *cfg, const char *name) {
     for (size_t i = 0; i < cfg->n_models; i++)
         if (!strcmp(cfg->models[i].name, name)) return &cfg->models[i];
+    return NULL;
+}
+
+const sb_config_kb *sb_config_find_kb(const sb_config *cfg, const char *name) {
+    for (size_t i = 0; i < cfg->n_kbs; i++)
+        if (!strcmp(cfg->kbs[i].name, name)) return &cfg->kbs[i];
     return NULL;
 }
 

@@ -80,6 +80,16 @@ typedef struct {
     int64_t gguf_mtime_ns;
 } sb_config_model;
 
+/* knowledge.NAME: a retrieval base (docs/KNOWLEDGE.md, kb/sb_kb.h). */
+typedef struct {
+    char *name;                 /* [A-Za-z0-9_-], <= 64 */
+    int line, col;
+    char *path;                 /* absolute SQLite file (created by `kb add`) */
+    char *embed_model;          /* names a local model of models: (an encoder) */
+    int chunk_tokens;           /* [64, 510], default 200: one e5 window */
+    int overlap;                /* [0, 128], default 32; < chunk_tokens */
+} sb_config_kb;
+
 typedef struct {
     char *path;                 /* the file as given */
     char *base_dir;             /* its directory, absolute */
@@ -114,6 +124,8 @@ typedef struct {
         bool show_caller_text;  /* traces show the caller's words; default false (masked) */
         char *feedback_path;    /* absolute; default RUNTIME_DIR/feedback.sqlite */
     } console;
+    sb_config_kb *kbs;          /* knowledge:, in file order */
+    size_t n_kbs;
     const sb_config_node *pipelines;    /* map NAME -> map, or NULL; see router */
     sb_config_node *root;
 } sb_config;
@@ -128,6 +140,7 @@ int  sb_config_parse(const char *text, size_t len, const char *path,
 void sb_config_free(sb_config *cfg);                /* NULL ok */
 
 const sb_config_model *sb_config_find_model(const sb_config *cfg, const char *name);
+const sb_config_kb *sb_config_find_kb(const sb_config *cfg, const char *name);
 /* Same settings and same GGUF file identity: on SIGHUP, a worker whose model
  * compares equal keeps running. Positions are ignored. */
 bool sb_config_equal_model(const sb_config_model *a, const sb_config_model *b);

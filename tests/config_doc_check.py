@@ -46,6 +46,7 @@ SECTIONS = {                      # heading text -> section id
     "## `cache`": "cache",
     "### `cache.sync`": "sync",
     "## `console`": "console",
+    "## `knowledge`": "knowledge",
 }
 
 
@@ -83,6 +84,10 @@ def config(section, key, value):
     runtime = {"dir": run_dir}
     model = {"gguf": GGUF}
     cache = console = None
+    kb = None
+    if section == "knowledge":
+        kb = {"path": os.path.join(TMP, "kb.sqlite"), "embed_model": "m"}
+        kb[key] = value
     if section == "runtime":
         runtime[key] = value
     elif section in ("local", "both"):
@@ -113,6 +118,8 @@ def config(section, key, value):
         lines += ["cache:"] + (block(cache, 2) if cache else ["  path: %s" % os.path.join(TMP, "c.sqlite")])
     if console is not None:
         lines += ["console:"] + block(console, 2)
+    if kb is not None:
+        lines += ["knowledge:", "  kb:"] + block(kb, 4)
     del kv
     return "\n".join(lines) + "\n"
 
@@ -156,6 +163,8 @@ def sample_values(section, key, typ):
         return ["http://127.0.0.1:9090"], ["ftp://x"]
     if t.startswith("`https://"):       # cache.sync.url: plain http only to loopback
         return ["https://cloud.example:9443/sb", "http://127.0.0.1:9090"], ["ftp://x", "http://192.0.2.7:9090"]
+    if t == "model name":                # knowledge.embed_model: a model of models:
+        return ["m"], ["no-such-model"]
     if t == "env var name":
         return ["SB_SOME_KEY"], ["not a name"]
     if t == "string":
@@ -199,7 +208,8 @@ for sec, doc_keys in [("runtime", set(tables.get("runtime", {}))),
                       ("remote", set(tables.get("remote", {})) | set(tables.get("both", {}))),
                       ("cache", set(tables.get("cache", {}))),
                       ("sync", set(tables.get("sync", {}))),
-                      ("console", set(tables.get("console", {})))]:
+                      ("console", set(tables.get("console", {}))),
+                      ("knowledge", set(tables.get("knowledge", {})))]:
     keys, out = loader_keys(sec)
     if check(keys is not None, "%s: the loader lists its keys" % sec, out):
         check(keys == doc_keys, "%s: the loader's keys == the documented keys" % sec,

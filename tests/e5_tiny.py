@@ -13,6 +13,7 @@ content tokens, mean pooling and L2 normalisation. Token ids must be
 identical; cosine >= 0.999 on every text.
 
     e5_tiny.py SWITCHBOARD_BIN WORKDIR
+    e5_tiny.py --model-only SWITCHBOARD_BIN WORKDIR   (just WORKDIR/tiny-q8_0.gguf)
 Standard library only.
 """
 import json
@@ -233,6 +234,11 @@ def run(cmd, **kw):
 
 
 def main():
+    if sys.argv[1] == "--model-only":   # e5_tiny.py --model-only SB WORK: only WORK/tiny-q8_0.gguf (tests/it_kb.sh)
+        sb, work = sys.argv[2], sys.argv[3]
+        make_model(work + "/tiny.e5s1")
+        run([sb, "convert-e5", "--type", "q8_0", work + "/tiny.e5s1", work + "/tiny-q8_0.gguf"])
+        return 0
     sb, work = sys.argv[1], sys.argv[2]
     toks, scores, W = make_model(work + "/tiny.e5s1")
     with open(work + "/texts.txt", "w", encoding="utf-8") as f:

@@ -6,27 +6,22 @@
 # cosine >= 0.999); then the command's errors.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. tests/itlib.sh          # it_expect
 SB_BIN="${SB_BIN:-$PWD/bin/switchboard}"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 python3 tests/e5_tiny.py "$SB_BIN" "$tmp"
 
 fail() { echo "it_embed: FAIL: $*" >&2; exit 1; }
-expect() {   # expect EXIT_CODE STDERR_SUBSTRING CMD...
-    local want="$1" msg="$2" rc=0; shift 2
-    "$@" >"$tmp/out" 2>"$tmp/err" || rc=$?
-    [[ "$rc" == "$want" ]] || fail "$* exited $rc, want $want ($(head -c 300 "$tmp/err"))"
-    grep -qF -- "$msg" "$tmp/err" || fail "$*: stderr lacks '$msg': $(head -c 300 "$tmp/err")"
-}
-expect 2 "-m MODEL is required" "$SB_BIN" embed hello
-expect 2 "not an encoder model" "$SB_BIN" embed -m tests/data/tiny-llama-spm-Q4_0.gguf hello
-expect 2 "give TEXT arguments or -f FILE" "$SB_BIN" embed -m "$tmp/tiny-q4_0.gguf"
-expect 1 "cannot read" "$SB_BIN" embed -m "$tmp/tiny-q4_0.gguf" -f "$tmp/missing.txt"
-expect 1 "not an E5S1 file" "$SB_BIN" convert-e5 tests/data/tiny-llama-spm-Q4_0.gguf "$tmp/x.gguf"
+it_expect 2 "-m MODEL is required" "$SB_BIN" embed hello
+it_expect 2 "not an encoder model" "$SB_BIN" embed -m tests/data/tiny-llama-spm-Q4_0.gguf hello
+it_expect 2 "give TEXT arguments or -f FILE" "$SB_BIN" embed -m "$tmp/tiny-q4_0.gguf"
+it_expect 1 "cannot read" "$SB_BIN" embed -m "$tmp/tiny-q4_0.gguf" -f "$tmp/missing.txt"
+it_expect 1 "not an E5S1 file" "$SB_BIN" convert-e5 tests/data/tiny-llama-spm-Q4_0.gguf "$tmp/x.gguf"
 head -c 5000 "$tmp/tiny.e5s1" > "$tmp/cut.e5s1"
-expect 1 "cut.e5s1: " "$SB_BIN" convert-e5 "$tmp/cut.e5s1" "$tmp/x.gguf"
+it_expect 1 "cut.e5s1: " "$SB_BIN" convert-e5 "$tmp/cut.e5s1" "$tmp/x.gguf"
 [[ ! -e "$tmp/x.gguf" ]] || fail "a failed conversion left $tmp/x.gguf"
-expect 2 "unknown --type" "$SB_BIN" convert-e5 --type q2_k "$tmp/tiny.e5s1" "$tmp/x.gguf"
+it_expect 2 "unknown --type" "$SB_BIN" convert-e5 --type q2_k "$tmp/tiny.e5s1" "$tmp/x.gguf"
 "$SB_BIN" embed --help | grep -q "query: " || fail "embed --help"
 # --passage and --raw change the prefix, so the vector
 q="$("$SB_BIN" embed -m "$tmp/tiny-q4_0.gguf" --tokens hello)"

@@ -76,3 +76,17 @@ it_san_check() {
     grep -A30 -E "ERROR: (Address|Leak)Sanitizer|runtime error:" "$log" | head -60
     return 1
 }
+
+# it_expect EXIT_CODE STDERR_SUBSTRING CMD...: CMD exits with EXIT_CODE and
+# its stderr holds the substring (output in $tmp/out and $tmp/err); else the
+# script fails, naming itself.
+it_expect() {
+    local want="$1" msg="$2" rc=0; shift 2
+    "$@" >"$tmp/out" 2>"$tmp/err" || rc=$?
+    if [[ "$rc" != "$want" ]]; then
+        echo "${0##*/}: FAIL: $* exited $rc, want $want ($(head -c 300 "$tmp/err"))" >&2; exit 1
+    fi
+    if ! grep -qF -- "$msg" "$tmp/err"; then
+        echo "${0##*/}: FAIL: $*: stderr lacks '$msg': $(head -c 300 "$tmp/err")" >&2; exit 1
+    fi
+}

@@ -221,7 +221,7 @@ static void test_unknown_keys(void **state) {
                  "api_key_file, log_level, drain_ms)");
     expect_error("modles:\n  a: {}\n",
                  ":1:1: configuration: unknown key 'modles' (expected one of: runtime, models, "
-                 "cache, pipelines, console)");
+                 "cache, knowledge, pipelines, console)");
     /* gguf-only keys on a remote model */
     expect_error("models:\n  c: { upstream: http://h:1/v1, threads: 2 }\n",
                  ":2:33: models.c: unknown key 'threads' (expected one of: upstream, model, "

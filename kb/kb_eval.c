@@ -1,0 +1,143 @@
+/* kb_eval.c - `switchboard kb eval`: recall@1/3/5, MRR and latency of each
+ * search mode over labelled questions, per language (a question with any
+ * CJK character counts as Chinese). */
+#include "kb_internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define EVAL_DEPTH 10           /* MRR counts ranks up to 10 (MRR@10) */
+#define MAX_QUESTIONS 100000
+
+typedef struct { char *query, *expected; int zh; } question;
+
+typedef struct {
+    int n, r1, r3, r5;
+    double rr;
+    double *ms;
+} tally;
+
+static int load_tsv(const char *path, question **out, size_t *n) {
+    FILE *f = fopen(path, "r");
+    if (!f) { fprintf(stderr, "kb eval: %s: %s\n", path, strerror(errno)); return SB_EXIT_FAIL; }
+    char *line = NULL;
+    size_t cap = 0, qcap = 0, lineno = 0;
+    ssize_t got;
+    int rc = 0;
+    *out = NULL;
+    *n = 0;
+    while (!rc && (got = getline(&line, &cap, f)) >= 0) {
+        lineno++;
+        while (got && (line[got - 1] == '\n' || line[got - 1] == '\r')) line[--got] = '\0';
+        if (!got || line[0] == '#') continue;
+        char *tab = strchr(line, '\t');
+        if (!tab || tab == line || !tab[1] || strchr(tab + 1, '\t')) {
+            fprintf(stderr, "kb eval: %s:%zu: expected QUERY<TAB>EXPECTED_SOURCE\n", path, lineno);
+            rc = SB_EXIT_CONFIG;
+            break;
+        }
+        *tab = '\0';
+        if (*n == qcap) {
+            qcap = qcap ? qcap * 2 : 128;
+            question *v = qcap <= MAX_QUESTIONS ? sb_realloc(*out, qcap * sizeof *v) : NULL;
+            if (!v) { rc = SB_EXIT_FAIL; fprintf(stderr, "kb eval: %s: too many lines\n", path); break; }
+            *out = v;
+        }
+        question *q = &(*out)[(*n)++];
+        q->query = sb_strdup(line);
+        q->expected = sb_strdup(tab + 1);
+        q->zh = 0;
+        for (size_t i = 0; line[i];) {
+            size_t used;
+            q->zh |= kb_is_cjk(kb_cp_at(line, strlen(line), i, &used));
+            i += used;
+        }
+        if (!q->query || !q->expected) rc = SB_EXIT_FAIL;
+    }
+    free(line);
+    fclose(f);
+    if (!rc && !*n) { fprintf(stderr, "kb eval: %s: no questions\n", path); rc = SB_EXIT_CONFIG; }
+    return rc;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double pct(double *v, int n, double p) {
+    if (!n) return 0;
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    int i = (int)(p * (n - 1) + 0.5);
+    return v[i];
+}
+
+static void report(const char *mode, const char *lang, tally *t) {
+    if (!t->n) return;
+    double d = t->n;
+    double p50 = pct(t->ms, t->n, 0.5), p95 = pct(t->ms, t->n, 0.95);
+    printf("%-8s %-4s %4d  %5.3f  %5.3f  %5.3f  %5.3f  %7.1f  %7.1f\n", mode, lang, t->n, t->r1 / d, t->r3 / d,
+           t->r5 / d, t->rr / d, p50, p95);
+}
+
+int kb_eval_run(sb_kb *kb, const char *tsv, int misses) {
+    question *qs = NULL;
+    size_t n = 0;
+    int rc = load_tsv(tsv, &qs, &n);
+    int n_zh = 0;
+    for (size_t i = 0; !rc && i < n; i++) n_zh += qs[i].zh;
+    if (!rc) {
+        printf("kb eval: %zu questions (%d zh, %zu en) from %s\n", n, n_zh, n - (size_t)n_zh, tsv);
+        printf("%-8s %-4s %4s  %5s  %5s  %5s  %5s  %7s  %7s\n", "mode", "lang", "n", "R@1", "R@3", "R@5", "MRR",
+               "p50 ms", "p95 ms");
+    }
+    for (int mode = SB_KB_BM25; !rc && mode <= SB_KB_HYBRID; mode++) {
+        tally t[3] = { 0 };                     /* all, zh, en */
+        for (int k = 0; k < 3; k++) t[k].ms = sb_calloc(n, sizeof(double));
+        if (!t[0].ms || !t[1].ms || !t[2].ms) rc = SB_EXIT_FAIL;
+        for (size_t i = 0; !rc && i < n; i++) {
+            sb_kb_search_opts o = { .mode = (sb_kb_mode)mode, .top_k = EVAL_DEPTH };
+            sb_kb_hit *h;
+            size_t nh;
+            char err[SB_ERR_LEN];
+            double t0 = sb_now_s();
+            if (sb_kb_search(kb, qs[i].query, strlen(qs[i].query), &o, &h, &nh, err)) {
+                fprintf(stderr, "kb eval: %s\n", err);
+                rc = SB_EXIT_FAIL;
+                break;
+            }
+            double ms = (sb_now_s() - t0) * 1000;
+            int rank = 0;
+            for (size_t j = 0; j < nh && !rank; j++)
+                if (!strcmp(h[j].source, qs[i].expected)) rank = (int)j + 1;
+            if (misses && (!rank || rank > 5))
+                printf("  miss %-6s %s  (want %s, got %s)\n", sb_kb_mode_name((sb_kb_mode)mode), qs[i].query,
+                       qs[i].expected, nh ? h[0].source : "nothing");
+            sb_kb_hits_free(h, nh);
+            tally *ts[2] = { &t[0], &t[qs[i].zh ? 1 : 2] };
+            for (int k = 0; k < 2; k++) {
+                tally *x = ts[k];
+                x->ms[x->n++] = ms;
+                x->r1 += rank == 1;
+                x->r3 += rank && rank <= 3;
+                x->r5 += rank && rank <= 5;
+                x->rr += rank ? 1.0 / rank : 0;
+            }
+        }
+        if (!rc) {
+            report(sb_kb_mode_name((sb_kb_mode)mode), "all", &t[0]);
+            report(sb_kb_mode_name((sb_kb_mode)mode), "zh", &t[1]);
+            report(sb_kb_mode_name((sb_kb_mode)mode), "en", &t[2]);
+        }
+        for (int k = 0; k < 3; k++) sb_free(t[k].ms);
+    }
+    if (!rc) printf("hybrid+rerank: not measured (no reranker yet: the retrieve stage's rerank, issue 21 item 3)\n");
+    for (size_t i = 0; i < n; i++) {
+        sb_free(qs[i].query);
+        sb_free(qs[i].expected);
+    }
+    sb_free(qs);
+    return rc;
+}

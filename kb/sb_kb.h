@@ -1,0 +1,179 @@
+/* sb_kb.h - knowledge bases: the agency's documents, chunked and indexed
+ * twice in one SQLite file, for retrieval (issue 21, docs/KNOWLEDGE.md).
+ *
+ * A base is a SQLite file (WAL, mode 0600: it holds agency text) with
+ *   docs    one row per source (the file's base name), its SHA-256 and the
+ *           chunking it was cut with;
+ *   chunks  source, section heading path ("Housing fund > Withdrawal"),
+ *           position (0-based chunk index in the source), text, token count
+ *           and the encoder's L2-normalised "passage: " vector (float32 BLOB);
+ *   fts     an FTS5 table over the same chunks (BM25).
+ * Only kb/ includes sqlite3.h. Adding a source replaces its previous chunks
+ * in one transaction, so a reader (or a kill -9) sees the old version or
+ * the new one, never a mix.
+ *
+ * Search: BM25 (FTS5), vector (brute-force dot product over every chunk,
+ * vectors cached in memory and reloaded when another connection changes the
+ * file), or hybrid: reciprocal rank fusion of both lists.
+ *
+ * The embedder is pluggable: sb_kb_open() with an encoder GGUF uses
+ * sb_encoder (worker/sb_encoder.h) in-process; a caller that embeds
+ * elsewhere (the router, through a worker's embed method) passes a query
+ * vector to sb_kb_search() instead and opens the base without an encoder.
+ *
+ * Not thread-safe: one caller at a time per sb_kb (open one per thread).
+ */
+#ifndef SB_KB_H
+#define SB_KB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SB_KB_MAX_FILE_BYTES (64u << 20)   /* one policy document; refuse junk early */
+#define SB_KB_MAX_TOP_K      100
+
+typedef struct sb_kb sb_kb;
+
+typedef enum { SB_KB_BM25 = 0, SB_KB_VECTOR = 1, SB_KB_HYBRID = 2 } sb_kb_mode;
+typedef enum { SB_KB_TEXT = 0, SB_KB_MARKDOWN = 1, SB_KB_HTML = 2, SB_KB_PDF = 3 } sb_kb_format;
+
+/* ------------------------------------------------------------ chunking */
+
+/* Tokens in s[0..n) (without <s>, </s> or a prefix). */
+typedef size_t (*sb_kb_count_fn)(void *ud, const char *s, size_t n);
+
+typedef struct {
+    char *section;      /* heading path, " > "-joined; "" before any heading */
+    char *text;         /* the chunk, whole sentences (or words) only */
+    int n_tokens;       /* count_fn of text */
+    int position;       /* 0-based index in the document */
+} sb_kb_chunk;
+
+/* Cut a document (UTF-8; SB_KB_PDF is not accepted here, see
+ * sb_kb_read_file) into chunks of at most chunk_tokens tokens: a chunk never
+ * spans two sections; it holds whole sentences (ended by . ! ? followed by a
+ * space, or by 。！？；), repeating up to `overlap` tokens of whole sentences
+ * from the previous chunk of its section; a sentence longer than a chunk is
+ * cut between words (at ， 、 ： or between characters for Chinese). Only a
+ * single word longer than chunk_tokens is cut inside (at a UTF-8 boundary).
+ * 0, SB_EINVAL (invalid UTF-8: err names the byte offset), SB_ENOMEM. */
+int  sb_kb_chunk_text(const char *text, size_t len, sb_kb_format fmt, int chunk_tokens, int overlap,
+                      sb_kb_count_fn count, void *ud, sb_kb_chunk **out, size_t *n_out, char *err);
+void sb_kb_chunks_free(sb_kb_chunk *c, size_t n);
+
+/* The format from the file name's extension: .md .markdown, .html .htm,
+ * .pdf, .txt .text (or none). -1 for anything else. */
+int  sb_kb_format_of(const char *path);
+/* Read a document as UTF-8 text. PDF goes through `pdftotext` (poppler-utils);
+ * without it: SB_EUNSUP, err names the tool and the package. *out is
+ * sb_malloc'ed and NUL-terminated. SB_EIO, SB_ERANGE (over
+ * SB_KB_MAX_FILE_BYTES), SB_EUNSUP (unknown extension). */
+int  sb_kb_read_file(const char *path, sb_kb_format fmt, char **out, size_t *len, char *err);
+
+/* ---------------------------------------------------------------- store */
+
+/* Embed text (kind: SB_EMBED_QUERY 1 or SB_EMBED_PASSAGE 2 of sb_encoder.h)
+ * into out[0..dim), L2-normalised. 0 or a negative SB_E* code. */
+typedef int (*sb_kb_embed_fn)(void *ud, int kind, const char *text, size_t len, float *out, char *err);
+
+typedef enum { SB_KB_FTS_BIGRAM = 0, SB_KB_FTS_TRIGRAM = 1, SB_KB_FTS_UNICODE61 = 2 } sb_kb_fts;
+
+typedef struct {
+    const char *path;           /* the SQLite file */
+    int create;                 /* create it (0600) if missing; else SB_ENOTFOUND */
+    int readonly;
+    /* The embedder: an encoder GGUF (opened here with `threads`), or a
+     * callback with its dimension, or neither (BM25 only; adding fails). */
+    const char *encoder_gguf;
+    int threads;
+    sb_kb_embed_fn embed;
+    sb_kb_count_fn count;       /* with embed: token counter for chunking */
+    void *ud;
+    int dim;
+    /* Identity of the embedder (e.g. "e5 multilingual-e5-small.Q4_0.gguf
+     * 73400320"): recorded when the base is created; adding or vector search
+     * with another one fails, since vectors of two models don't compare.
+     * NULL with encoder_gguf: derived from the file's name and size. */
+    const char *embed_id;
+    int chunk_tokens, overlap;  /* for sb_kb_add_*; 0: 200 and 32 */
+    sb_kb_fts fts;              /* the FTS tokenizer of a new base */
+} sb_kb_opts;
+
+int  sb_kb_open(const sb_kb_opts *o, sb_kb **out, char *err);
+void sb_kb_close(sb_kb *kb);                          /* NULL ok */
+
+/* Progress of one add: called after each chunk is embedded (done, total),
+ * and once more with done == total when it is stored. */
+typedef void (*sb_kb_progress_fn)(void *ud, const char *source, size_t done, size_t total);
+
+typedef struct {
+    int unchanged;              /* same bytes and chunking: nothing written */
+    int replaced;               /* the source existed and was replaced */
+    size_t n_chunks, n_tokens;
+    double embed_s, store_s;
+} sb_kb_add_result;
+
+/* Chunk, embed and store one document under `source` (replacing what that
+ * source had, in one transaction). sb_kb_add_file reads and converts the
+ * file; source NULL = its base name. */
+int  sb_kb_add_text(sb_kb *kb, const char *source, const char *text, size_t len, sb_kb_format fmt,
+                    sb_kb_progress_fn progress, void *pud, sb_kb_add_result *res, char *err);
+int  sb_kb_add_file(sb_kb *kb, const char *path, const char *source, sb_kb_progress_fn progress, void *pud,
+                    sb_kb_add_result *res, char *err);
+/* Remove a source and its chunks. SB_ENOTFOUND if it is not in the base. */
+int  sb_kb_remove(sb_kb *kb, const char *source, char *err);
+
+typedef struct {
+    char *source;
+    int n_chunks, n_tokens;
+    int64_t bytes, added_s;     /* the document's size; when it was added (Unix time) */
+    char *sha256;               /* hex */
+} sb_kb_doc;
+int  sb_kb_list(sb_kb *kb, sb_kb_doc **out, size_t *n, char *err);
+void sb_kb_docs_free(sb_kb_doc *d, size_t n);
+
+typedef struct {
+    int64_t n_docs, n_chunks, n_tokens, file_bytes;
+    int dim;
+    char fts[16];               /* "bigram", "trigram", "unicode61" */
+    char embed_id[160];
+} sb_kb_stats;
+int  sb_kb_stats_get(sb_kb *kb, sb_kb_stats *st, char *err);
+
+/* --------------------------------------------------------------- search */
+
+typedef struct {
+    int64_t id;                 /* chunk id */
+    char *source, *section, *text;
+    int position;
+    /* BM25: -bm25() (higher is better); vector: cosine; hybrid: the RRF sum. */
+    double score;
+    int bm25_rank, vec_rank;    /* 1-based rank in each list; 0 = not in it */
+} sb_kb_hit;
+
+typedef struct {
+    sb_kb_mode mode;
+    int top_k;                  /* [1, SB_KB_MAX_TOP_K] */
+    int candidates;             /* per list before fusion; 0 = 50 */
+    int rrf_k;                  /* 0 = 60 (Cormack et al. 2009) */
+    /* The query's L2-normalised "query: " vector from the base's embedder
+     * (sb_kb_embed_id: compare it with the model that made the vector),
+     * sb_kb_embed_id's dim floats; or NULL: embedded here with the encoder
+     * given to sb_kb_open. Only read by vector and hybrid modes. */
+    const float *qvec;
+} sb_kb_search_opts;
+
+/* The embedder the base was built with ("multilingual-e5-small.Q4_0.gguf
+ * 73637376") and its dimension, or NULL before anything was added. */
+const char *sb_kb_embed_id(const sb_kb *kb, int *dim);
+
+/* The top_k chunks for `query`. *out is sb_malloc'ed (sb_kb_hits_free);
+ * fewer hits than top_k when fewer chunks match (BM25) or exist. */
+int  sb_kb_search(sb_kb *kb, const char *query, size_t len, const sb_kb_search_opts *o, sb_kb_hit **out,
+                  size_t *n, char *err);
+void sb_kb_hits_free(sb_kb_hit *h, size_t n);
+
+const char *sb_kb_mode_name(sb_kb_mode m);
+int         sb_kb_mode_parse(const char *s);          /* -1 if unknown */
+
+#endif
