@@ -115,3 +115,17 @@ int sb_opt_int(const char *cmd, const char *opt, const char *s, int64_t lo, int6
     *out = v;
     return 0;
 }
+
+int sb_bytes_put(sb_bytes *b, const void *d, size_t n) {
+    if (b->n + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + n) cap *= 2;
+        char *p = sb_realloc(b->p, cap);
+        if (!p) return SB_ENOMEM;
+        b->p = p;
+        b->cap = cap;
+    }
+    if (n) memcpy(b->p + b->n, d, n);
+    b->n += n;
+    return 0;
+}

@@ -71,6 +71,11 @@ void  sb_malloc_fail_after(long after);
 uint64_t sb_now_ns(void);
 double   sb_now_s(void);
 
+/* ---- a growable byte buffer ---- */
+typedef struct { char *p; size_t n, cap; } sb_bytes;
+/* Append n bytes (doubling from 256); 0 or SB_ENOMEM (b unchanged). */
+int sb_bytes_put(sb_bytes *b, const void *d, size_t n);
+
 /* ---- command-line options ---- */
 /* A whole decimal integer in [lo, hi] from option `opt` of command `cmd`
  * (s may be NULL). 0 and *out set, or -1 after printing

@@ -8,7 +8,7 @@
 #include "kb_internal.h"
 #include "sb_cmd.h"
 #include "sb_config.h"
-#include "sb_router.h"          /* sb_jw: --json output */
+#include "sb_json.h"
 
 #define PROGRESS_EVERY_S 2.0    /* a long file reports this often while it is embedded */
 

@@ -7,7 +7,7 @@
 
 #include "sb_common.h"
 #include "sb_kb.h"
-#include "vocab_impl.h"         /* sb_utf8_decode, sb_bytes */
+#include "sb_utf8.h"
 
 /* A block of a document after extraction: a heading (level 1-6) or a
  * paragraph / list item / table row (level 0), as clean UTF-8 text. */

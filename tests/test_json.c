@@ -1,4 +1,4 @@
-/* test_json.c - the router's strict JSON parser and emitter (router/json.c).
+/* test_json.c - the router's strict JSON parser and emitter (common/json.c).
  *
  * Every HTTP body goes through this parser, so the rejections matter as much
  * as the acceptances: each case below is one thing a lenient parser lets

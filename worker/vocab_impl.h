@@ -4,6 +4,7 @@
 #ifndef SB_VOCAB_IMPL_H
 #define SB_VOCAB_IMPL_H
 
+#include "sb_utf8.h"
 #include "sb_vocab.h"
 
 /* ---- Unicode (unicode.c, table in the generated unicode_data.c) ---- */
@@ -26,27 +27,13 @@ extern const size_t   sb_ucd_n_ranges;
 
 /* Flags of a code point; beyond U+10FFFF: SB_UCD_UNDEFINED (as llama.cpp). */
 unsigned sb_ucd_flags(uint32_t cp);
-/* Length of the UTF-8 sequence a lead byte announces (1 for continuation
- * bytes), llama.cpp's unicode_len_utf8. */
-size_t   sb_utf8_len(uint8_t lead);
-/* Decode the code point at s[0..n): returns the bytes used, or 0 when the
- * sequence is invalid. No overlong/surrogate checks - llama.cpp has none. */
-size_t   sb_utf8_decode(const uint8_t *s, size_t n, uint32_t *cp);
-/* Encode cp (<= 0x10FFFF) into out; returns 1..4. */
-size_t   sb_utf8_encode(uint32_t cp, char out[4]);
-/* Whole text to code points; an invalid byte becomes U+FFFD and decoding
- * resumes at the next byte (llama.cpp's unicode_cpts_from_utf8).
- * *out is sb_malloc'ed. */
-int      sb_utf8_to_cpts(const char *s, size_t n, uint32_t **out, size_t *n_out);
 /* GPT-2 byte <-> printable code point (bytes_to_unicode). */
 uint32_t sb_byte_to_cp(uint8_t b);
 int      sb_cp_to_byte(uint32_t cp);          /* -1 if cp is not one of the 256 */
 
 /* ---- growable arrays ---- */
 typedef struct { int32_t *v; size_t n, cap; } sb_ids;
-typedef struct { char *p; size_t n, cap; } sb_bytes;
 int sb_ids_push(sb_ids *a, int32_t x);
-int sb_bytes_put(sb_bytes *b, const void *d, size_t n);
 
 /* ---- binary heap of fixed-size elements (the SPM and BPE merge queues) ---- */
 typedef struct {

@@ -11,7 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sb_router.h"
+#include "sb_json.h"
+#include "sb_common.h"
 
 struct sb_json {
     sb_json_type type;

@@ -1,0 +1,28 @@
+/* sb_utf8.h - UTF-8 code points in and out, for the tokenizers and any
+ * module that walks text by code point (kb's chunker).
+ *
+ * The decoder is lenient in exactly llama.cpp's way (no overlong or
+ * surrogate checks): the tokenizers must cut text where llama.cpp does, or
+ * token ids differ. Validation of untrusted input (JSON, HTTP) is the JSON
+ * reader's strict check, not this.
+ */
+#ifndef SB_UTF8_H
+#define SB_UTF8_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Length of the UTF-8 sequence a lead byte announces (1 for continuation
+ * bytes), llama.cpp's unicode_len_utf8. */
+size_t   sb_utf8_len(uint8_t lead);
+/* Decode the code point at s[0..n): returns the bytes used, or 0 when the
+ * sequence is invalid. No overlong/surrogate checks - llama.cpp has none. */
+size_t   sb_utf8_decode(const uint8_t *s, size_t n, uint32_t *cp);
+/* Encode cp (<= 0x10FFFF) into out; returns 1..4. */
+size_t   sb_utf8_encode(uint32_t cp, char out[4]);
+/* Whole text to code points; an invalid byte becomes U+FFFD and decoding
+ * resumes at the next byte (llama.cpp's unicode_cpts_from_utf8).
+ * *out is sb_malloc'ed. */
+int      sb_utf8_to_cpts(const char *s, size_t n, uint32_t **out, size_t *n_out);
+
+#endif
