@@ -38,7 +38,7 @@ typedef struct {
 typedef struct {
     int expected, got;          /* class indices; n_labels = out_of_scope */
     int lang, style;            /* tag indices */
-    float conf, ms;
+    float conf, margin, ms;     /* margin: the method's top-2 score gap, what hybrid_margin compares */
     char *text;
 } call;
 
@@ -89,7 +89,8 @@ static void usage(FILE *f) {
         "      --min-accuracy X    exit 3 when overall accuracy is below X (0-1)\n"
         "      --json              one JSON object instead of the text report\n"
         "  -t, --threads N         encoder threads (default 1)\n"
-        "  -v, --verbose           every call, not only the misses\n"
+        "  -v, --verbose           every call, not only the misses (with --json: \"calls\"\n"
+        "                          instead of \"misses\", each with its margin and ms)\n"
         "  -h, --help              this help\n"
         "\n"
         "Exit: 0, 1 runtime error, 2 usage/config error, 3 below --min-accuracy.\n");
@@ -316,6 +317,7 @@ static int classify_all(eval *ev, char *err) {
         c->ms = (float)((sb_now_s() - t0) * 1000.0);
         c->got = r.top;
         c->conf = r.confidence;
+        c->margin = r.margin;
     }
     sb_free(v);
     return rc;
@@ -433,8 +435,8 @@ static void print_text(const eval *ev, const opts *o, const summary *s) {
     for (size_t k = 0; k < ev->n; k++) {
         const call *c = &ev->calls[k];
         if (!o->verbose && c->got == c->expected) continue;
-        printf("  %s %s -> %s (%.2f) %s\n", c->got == c->expected ? "ok  " : "MISS", cls_name(ev, c->expected),
-               cls_name(ev, c->got), (double)c->conf, c->text);
+        printf("  %s %s -> %s (%.2f, margin %.3f) %s\n", c->got == c->expected ? "ok  " : "MISS",
+               cls_name(ev, c->expected), cls_name(ev, c->got), (double)c->conf, (double)c->margin, c->text);
     }
 }
 
@@ -509,15 +511,17 @@ static int print_json(const eval *ev, const opts *o, const summary *s) {
         sb_jw_arr_end(&w);
     }
     sb_jw_arr_end(&w);
-    sb_jw_key(&w, "misses");
+    sb_jw_key(&w, o->verbose ? "calls" : "misses");
     sb_jw_arr(&w);
     for (size_t k = 0; k < ev->n; k++) {
         const call *c = &ev->calls[k];
-        if (c->got == c->expected) continue;
+        if (c->got == c->expected && !o->verbose) continue;
         sb_jw_obj(&w);
         sb_jw_key(&w, "expected"), sb_jw_str(&w, cls_name(ev, c->expected));
         sb_jw_key(&w, "got"), sb_jw_str(&w, cls_name(ev, c->got));
         sb_jw_key(&w, "confidence"), sb_jw_num(&w, c->conf);
+        sb_jw_key(&w, "margin"), sb_jw_num(&w, c->margin);
+        sb_jw_key(&w, "ms"), sb_jw_num(&w, c->ms);
         sb_jw_key(&w, "text"), sb_jw_str(&w, c->text);
         sb_jw_obj_end(&w);
     }

@@ -33,7 +33,8 @@ for line in open(a.tsv, encoding="utf-8"):
     line = line.rstrip("\n")
     if not line or line.startswith("#"):
         continue
-    label, text = line.split("\t", 1)
+    f = line.split("\t")   # label<TAB>utterance, or label<TAB>lang<TAB>utterance<TAB>style (routing_corpus.tsv)
+    label, text = (f[0], "\t".join(f[1:])) if len(f) < 4 else (f[0], f[2])
     rows.append((label, unescape(text)))
 
 ok = 0
