@@ -31,7 +31,7 @@ typedef struct {
 static int fail(sc *c, const char *fmt, const char *a) {
     char msg[256];
     snprintf(msg, sizeof msg, fmt, a);
-    return sb_seterr(c->err, SB_EINVAL, "%s: %s", c->path[0] ? c->path : "$", msg);
+    return sb_seterr(c->err, SB_EINVAL, "%s: %s", c->path, msg);
 }
 
 static size_t path_push(sc *c, const char *fmt, const char *a) {
@@ -520,7 +520,7 @@ int sb_json_schema_compile(const char *schema, size_t len, sb_grammar **out, cha
     char perr[SB_ERR_LEN];
     if (sb_json_parse(schema, len, &doc, perr))
         return sb_seterr(err, SB_EINVAL, "json schema: not JSON: %s", perr);
-    sc c = { .err = err, .ws = -1, .comma = -1, .chr = -1, .u8 = -1, .chars = -1, .number = -1, .integer = -1, .any = -1,
+    sc c = { .err = err, .path = "$", .ws = -1, .comma = -1, .chr = -1, .u8 = -1, .chars = -1, .number = -1, .integer = -1, .any = -1,
              .any_obj = -1 };
     int rc = sb_gram_new(&c.g), root = -1;
     if (rc == 0) rc = node(&c, sb_json_root(doc), &root);
