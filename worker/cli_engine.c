@@ -364,10 +364,14 @@ int sb_cmd_generate(int argc, char **argv) {
     char err[SB_ERR_LEN];
     char *schema_text = NULL, *lines = NULL;
     size_t schema_len = 0, lines_len = 0;
-    if (schema && sb_json_schema_load(schema, &schema_text, &schema_len, err)) {
+    sb_grammar *check = NULL;
+    if (schema && (sb_json_schema_load(schema, &schema_text, &schema_len, err) ||
+                   sb_json_schema_compile(schema_text, schema_len, &check, err))) {
         fprintf(stderr, "generate: --json-schema: %s\n", err);
+        sb_free(schema_text);
         return SB_EXIT_CONFIG;
     }
+    sb_grammar_free(check);     /* compiled again (and cached) by the engine */
     if (prompts && sb_read_file(prompts, 64u << 20, &lines, &lines_len, err)) {
         fprintf(stderr, "generate: --prompts: %s\n", err);
         sb_free(schema_text);
