@@ -109,7 +109,7 @@ void sb_gram_alt(sb_grammar *g, int rule, sb_gseq *s) {
         return;
     }
     g->alts[g->n_alts++] = (struct alt){ rule, g->n_el };
-    memcpy(g->el + g->n_el, s->e, (size_t)s->n * sizeof *s->e);
+    if (s->n) memcpy(g->el + g->n_el, s->e, (size_t)s->n * sizeof *s->e);
     g->n_el += s->n;
     g->el[g->n_el++] = (sb_gel){ GE_END, 0 };
     s->n = 0;
@@ -252,9 +252,10 @@ static void expand(const sb_grammar *g, const int32_t *below, int nb, int32_t po
 #define EXPAND_GUARD 64
 
 static void sset_start(const sb_grammar *g, sset *out) {
+    static const int32_t none[1] = { 0 };   /* memcpy/memcmp want a pointer even for 0 bytes */
     sset_clear(out);
     int r = g->root;
-    for (int a = 0; a < g->rule_n[r]; a++) expand(g, NULL, 0, g->alt_start[g->rule_first[r] + a], out, EXPAND_GUARD);
+    for (int a = 0; a < g->rule_n[r]; a++) expand(g, none, 0, g->alt_start[g->rule_first[r] + a], out, EXPAND_GUARD);
 }
 
 /* out = the stacks of in that survive byte c. */
@@ -279,8 +280,8 @@ static int sset_copy(sset *dst, const sset *src) {
     if (grow((void **)&dst->v, &dst->cap, src->n, sizeof *dst->v) ||
         grow((void **)&dst->h, &dst->cap_h, src->ns, sizeof *dst->h))
         return SB_ENOMEM;
-    memcpy(dst->v, src->v, (size_t)src->n * sizeof *src->v);
-    memcpy(dst->h, src->h, (size_t)src->ns * sizeof *src->h);
+    if (src->n) memcpy(dst->v, src->v, (size_t)src->n * sizeof *src->v);
+    if (src->ns) memcpy(dst->h, src->h, (size_t)src->ns * sizeof *src->h);
     dst->n = src->n;
     dst->ns = src->ns;
     return 0;
