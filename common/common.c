@@ -129,3 +129,31 @@ int sb_bytes_put(sb_bytes *b, const void *d, size_t n) {
     b->n += n;
     return 0;
 }
+
+int sb_read_file(const char *path, size_t max, char **out, size_t *len, char *err) {
+    *out = NULL;
+    *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return sb_seterr(err, SB_EIO, "%s: %s", path, strerror(errno));
+    size_t cap = 4096, n = 0;
+    char *buf = sb_malloc(cap);
+    int rc = 0;
+    for (size_t got; buf && (got = fread(buf + n, 1, cap - 1 - n, f)) > 0;) {
+        n += got;
+        if (n > max) { rc = sb_seterr(err, SB_ERANGE, "%s: larger than %zu bytes", path, max); break; }
+        if (n == cap - 1) {
+            char *nb = sb_realloc(buf, cap * 2);
+            if (!nb) { sb_free(buf); buf = NULL; break; }
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    if (!rc && !buf) rc = sb_seterr(err, SB_ENOMEM, "%s: out of memory", path);
+    if (!rc && ferror(f)) rc = sb_seterr(err, SB_EIO, "%s: %s", path, strerror(errno));
+    fclose(f);
+    if (rc) { sb_free(buf); return rc; }
+    buf[n] = 0;
+    *out = buf;
+    *len = n;
+    return 0;
+}

@@ -70,6 +70,9 @@ void  sb_malloc_fail_after(long after);
 /* Monotonic clock in nanoseconds / seconds. */
 uint64_t sb_now_ns(void);
 double   sb_now_s(void);
+/* Read a whole file (at most max bytes) into *out, NUL-terminated, sb_free()
+ * by the caller. SB_EIO (err names the path and errno) or SB_ERANGE (too big). */
+int      sb_read_file(const char *path, size_t max, char **out, size_t *len, char *err);
 
 /* ---- a growable byte buffer ---- */
 typedef struct { char *p; size_t n, cap; } sb_bytes;

@@ -16,6 +16,8 @@
 #include "sb_model.h"
 #include "sb_vocab.h"
 #include "sb_engine.h"
+#include "sb_grammar.h"
+#include "sb_router.h"     /* sb_jw for --prompts output */
 
 /* ---- shared option parsing ------------------------------------------------ */
 
@@ -211,6 +213,10 @@ static void generate_usage(FILE *f) {
             "  --repeat-last-n N    penalty window (default 64)\n"
             "  --seed S             sampling seed (default: random)\n"
             "  --stop S             stop string (repeatable)\n"
+            "  --json-schema S      constrain the output to JSON valid against schema S (inline\n"
+            "                       JSON, or a file); see docs/GRAMMAR.md\n"
+            "  --prompts FILE       one prompt per line instead of -p; prints one JSON line per\n"
+            "                       prompt: {\"text\", \"n_gen\", \"t_gen\", \"t_mask\", \"finish\"}\n"
             "  -t T                 threads (default 2)\n"
             "  -c CTX               context size (default min(trained, 4096))\n"
             "  --kv-f32             F32 KV cache\n"
@@ -221,6 +227,12 @@ static int print_piece(void *ud, const char *text, size_t len, int32_t token) {
     (void)ud; (void)token;
     fwrite(text, 1, len, stdout);
     fflush(stdout);
+    return 0;
+}
+
+static int collect_piece(void *ud, const char *text, size_t len, int32_t token) {
+    (void)token;
+    sb_jw_raw(ud, text, len);
     return 0;
 }
 
@@ -236,8 +248,77 @@ static int parse_float(const char *cmd, const char *opt, const char *s, double l
     return 0;
 }
 
+/* Tokenize one prompt (wrapped in the chat template when chat) and
+ * generate; with json_lines the text is collected and printed as a JSON
+ * line with the timings (--prompts), else streamed. */
+static int gen_one(sb_engine *e, const char *prompt, int chat, const char *system, int verbose, sb_gen_opts *go,
+                   int json_lines, char *err) {
+    sb_prompt chat_prompt = { 0 };
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    int rc;
+    if (chat) {
+        /* The messages' text stays text, as in a worker's `generate`
+         * (docs/ipc.md): only the template's markers are control tokens. */
+        sb_chat_msg msgs[2];
+        size_t nm = 0;
+        if (system) msgs[nm++] = (sb_chat_msg){ "system", system, NULL, 0 };
+        msgs[nm++] = (sb_chat_msg){ "user", prompt, NULL, 0 };
+        if ((rc = sb_engine_chat_prompt(e, msgs, nm, &chat_prompt, err)) ||
+            (rc = sb_engine_tokenize_prompt(e, &chat_prompt, &ids, &n_ids, err)))
+            goto out;
+    } else if ((rc = sb_engine_tokenize(e, prompt, strlen(prompt), 1, &ids, &n_ids, err))) {
+        goto out;
+    }
+    if (verbose) {
+        fprintf(stderr, "prompt: %zu tokens:", n_ids);
+        for (size_t i = 0; i < n_ids; i++) fprintf(stderr, " %d", ids[i]);
+        fputc('\n', stderr);
+    }
+    sb_gen_result res;
+    sb_jw text;
+    sb_jw_init(&text);
+    go->on_piece = json_lines ? collect_piece : print_piece;
+    go->ud = &text;
+    rc = sb_engine_generate(e, ids, (int)n_ids, go, &res, err);
+    if (rc == 0 && json_lines) {
+        sb_jw w;
+        sb_jw_init(&w);
+        sb_jw_obj(&w);
+        sb_jw_key(&w, "text");
+        sb_jw_strn(&w, text.p ? text.p : "", text.len);
+        sb_jw_key(&w, "n_gen");
+        sb_jw_int(&w, res.n_gen);
+        sb_jw_key(&w, "t_gen");
+        sb_jw_num(&w, res.t_gen);
+        sb_jw_key(&w, "t_mask");
+        sb_jw_num(&w, res.t_mask);
+        sb_jw_key(&w, "masks_computed");
+        sb_jw_int(&w, (int64_t)res.masks_computed);
+        sb_jw_key(&w, "finish");
+        sb_jw_str(&w, res.finish);
+        sb_jw_obj_end(&w);
+        if (!w.oom) printf("%s\n", w.p);
+        fflush(stdout);
+        sb_jw_free(&w);
+    } else if (rc == 0) {
+        printf("\n");
+        fprintf(stderr, "generate: prompt %d tokens in %.2f s (%.1f t/s), %d generated in %.2f s (%.1f t/s), "
+                "finish: %s\n", res.n_prompt, res.t_prompt, res.t_prompt > 0 ? res.n_prompt / res.t_prompt : 0.0,
+                res.n_gen, res.t_gen, res.t_gen > 0 ? res.n_gen / res.t_gen : 0.0, res.finish);
+        if (go->json_schema)
+            fprintf(stderr, "generate: grammar masks %.3f s (%llu computed, %llu cached)\n", res.t_mask,
+                    (unsigned long long)res.masks_computed, (unsigned long long)res.masks_reused);
+    }
+    sb_jw_free(&text);
+out:
+    sb_prompt_free(&chat_prompt);
+    sb_free(ids);
+    return rc;
+}
+
 int sb_cmd_generate(int argc, char **argv) {
-    const char *model = NULL, *prompt = NULL, *system = NULL;
+    const char *model = NULL, *prompt = NULL, *system = NULL, *schema = NULL, *prompts = NULL;
     int chat = 0, threads = 2, n_ctx = 0, kv_f32 = 0, verbose = 0;
     const char *stops[16];
     size_t n_stops = 0;
@@ -251,6 +332,8 @@ int sb_cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "-m") && v) { model = v; i++; }
         else if (!strcmp(a, "-p") && v) { prompt = v; i++; }
         else if (!strcmp(a, "--system") && v) { system = v; i++; }
+        else if (!strcmp(a, "--json-schema") && v) { schema = v; i++; }
+        else if (!strcmp(a, "--prompts") && v) { prompts = v; i++; }
         else if (!strcmp(a, "--chat")) chat = 1;
         else if (!strcmp(a, "--kv-f32")) kv_f32 = 1;
         else if (!strcmp(a, "--verbose-prompt")) verbose = 1;
@@ -277,54 +360,52 @@ int sb_cmd_generate(int argc, char **argv) {
         else { fprintf(stderr, "generate: unknown or incomplete option '%s'\n", a); generate_usage(stderr); return SB_EXIT_CONFIG; }
         if (bad) return SB_EXIT_CONFIG;
     }
-    if (!model || !prompt) { generate_usage(stderr); return SB_EXIT_CONFIG; }
+    if (!model || !prompt == !prompts) { generate_usage(stderr); return SB_EXIT_CONFIG; }
     char err[SB_ERR_LEN];
+    char *schema_text = NULL, *lines = NULL;
+    size_t schema_len = 0, lines_len = 0;
+    sb_grammar *check = NULL;
+    if (schema && (sb_json_schema_load(schema, &schema_text, &schema_len, err) ||
+                   sb_json_schema_compile(schema_text, schema_len, &check, err))) {
+        fprintf(stderr, "generate: --json-schema: %s\n", err);
+        sb_free(schema_text);
+        return SB_EXIT_CONFIG;
+    }
+    sb_grammar_free(check);     /* compiled again (and cached) by the engine */
+    if (prompts && sb_read_file(prompts, 64u << 20, &lines, &lines_len, err)) {
+        fprintf(stderr, "generate: --prompts: %s\n", err);
+        sb_free(schema_text);
+        return SB_EXIT_CONFIG;
+    }
+    go.json_schema = schema_text;
+    go.json_schema_len = schema_len;
+    go.stops = stops;
+    go.n_stops = n_stops;
     sb_ctx_params cp;
     sb_ctx_params_default(&cp);
     cp.n_threads = threads;
     cp.n_ctx = n_ctx;
     cp.kv_f32 = kv_f32;
     sb_engine *e;
-    if (sb_engine_open(model, &cp, &e, err)) { fprintf(stderr, "generate: %s\n", err); return SB_EXIT_FAIL; }
     int rc = SB_EXIT_FAIL;
-    sb_prompt chat_prompt = { 0 };
-    int32_t *ids = NULL;
-    size_t n_ids = 0;
-    if (chat) {
-        /* The messages' text stays text, as in a worker's `generate`
-         * (docs/ipc.md): only the template's markers are control tokens. */
-        sb_chat_msg msgs[2];
-        size_t nm = 0;
-        if (system) msgs[nm++] = (sb_chat_msg){ "system", system, NULL, 0 };
-        msgs[nm++] = (sb_chat_msg){ "user", prompt, NULL, 0 };
-        if (sb_engine_chat_prompt(e, msgs, nm, &chat_prompt, err) ||
-            sb_engine_tokenize_prompt(e, &chat_prompt, &ids, &n_ids, err)) {
-            fprintf(stderr, "generate: %s\n", err);
-            goto out;
+    if (sb_engine_open(model, &cp, &e, err)) { fprintf(stderr, "generate: %s\n", err); goto done; }
+    if (!prompts) {
+        if (gen_one(e, prompt, chat, system, verbose, &go, 0, err) == 0) rc = SB_EXIT_OK;
+        else fprintf(stderr, "\ngenerate: %s\n", err);
+    } else {
+        rc = SB_EXIT_OK;
+        for (char *line = lines, *nl; rc == SB_EXIT_OK && line && *line; line = nl ? nl + 1 : NULL) {
+            if ((nl = strchr(line, '\n'))) *nl = 0;
+            if (*line && gen_one(e, line, chat, system, verbose, &go, 1, err)) {
+                fprintf(stderr, "generate: %s\n", err);
+                rc = SB_EXIT_FAIL;
+            }
         }
-    } else if (sb_engine_tokenize(e, prompt, strlen(prompt), 1, &ids, &n_ids, err)) {
-        fprintf(stderr, "generate: %s\n", err);
-        goto out;
     }
-    if (verbose) {
-        fprintf(stderr, "prompt: %zu tokens:", n_ids);
-        for (size_t i = 0; i < n_ids; i++) fprintf(stderr, " %d", ids[i]);
-        fputc('\n', stderr);
-    }
-    go.stops = stops;
-    go.n_stops = n_stops;
-    go.on_piece = print_piece;
-    sb_gen_result res;
-    if (sb_engine_generate(e, ids, (int)n_ids, &go, &res, err)) { fprintf(stderr, "\ngenerate: %s\n", err); goto out; }
-    printf("\n");
-    fprintf(stderr, "generate: prompt %d tokens in %.2f s (%.1f t/s), %d generated in %.2f s (%.1f t/s), finish: %s\n",
-            res.n_prompt, res.t_prompt, res.t_prompt > 0 ? res.n_prompt / res.t_prompt : 0.0, res.n_gen, res.t_gen,
-            res.t_gen > 0 ? res.n_gen / res.t_gen : 0.0, res.finish);
-    rc = SB_EXIT_OK;
-out:
-    sb_prompt_free(&chat_prompt);
-    sb_free(ids);
     sb_engine_free(e);
+done:
+    sb_free(schema_text);
+    sb_free(lines);
     return rc;
 }
 

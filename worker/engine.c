@@ -6,6 +6,19 @@
 #include "sb_common.h"
 #include "sb_engine.h"
 #include "sb_gguf.h"
+#include "sb_grammar.h"
+
+/* Compiled schemas kept per engine: a pipeline stage or a client repeats its
+ * schema, and its masks are the expensive part to rebuild. */
+#define GRAMMAR_CACHE 4
+
+typedef struct {
+    char       *schema;
+    size_t      len;
+    sb_grammar *g;
+    sb_gmatch  *m;
+    uint64_t    used;           /* LRU clock */
+} gram_slot;
 
 struct sb_engine {
     sb_model *model;
@@ -15,6 +28,9 @@ struct sb_engine {
     int32_t  *hist;             /* the tokens the KV cache holds, in order */
     int       n_hist;
     float    *logits;           /* one row: the last evaluated token's */
+    sb_tok_trie *trie;          /* built on the first constrained request */
+    gram_slot gram[GRAMMAR_CACHE];
+    uint64_t  gram_clock;
 };
 
 void sb_gen_opts_default(sb_gen_opts *o) {
@@ -54,6 +70,12 @@ fail:
 
 void sb_engine_free(sb_engine *e) {
     if (!e) return;
+    for (int i = 0; i < GRAMMAR_CACHE; i++) {
+        sb_gmatch_free(e->gram[i].m);
+        sb_grammar_free(e->gram[i].g);
+        sb_free(e->gram[i].schema);
+    }
+    sb_tok_trie_free(e->trie);
     sb_ctx_free(e->ctx);
     sb_vocab_free(e->vocab);
     sb_model_free(e->model);
@@ -105,6 +127,54 @@ static int prefill(sb_engine *e, const int32_t *prompt, int n, int *reused, char
     return 0;
 }
 
+/* The matcher for a schema, from the cache or compiled now, reset to the
+ * start of a document. */
+static int engine_matcher(sb_engine *e, const char *schema, size_t len, sb_gmatch **out, char *err) {
+    int rc;
+    if (!e->trie && (rc = sb_tok_trie_new(e->vocab, sb_model_hparams(e->model)->n_vocab, &e->trie, err))) return rc;
+    gram_slot *victim = &e->gram[0];
+    for (int i = 0; i < GRAMMAR_CACHE; i++) {
+        gram_slot *s = &e->gram[i];
+        if (s->schema && s->len == len && !memcmp(s->schema, schema, len)) {
+            s->used = ++e->gram_clock;
+            sb_gmatch_reset(s->m);
+            *out = s->m;
+            return 0;
+        }
+        if (s->used < victim->used) victim = s;
+    }
+    gram_slot n = { sb_malloc(len + 1), len, NULL, NULL, ++e->gram_clock };
+    if (!n.schema) return sb_seterr(err, SB_ENOMEM, "out of memory");
+    memcpy(n.schema, schema, len);
+    if ((rc = sb_json_schema_compile(schema, len, &n.g, err)) || (rc = sb_gmatch_new(n.g, e->trie, &n.m, err))) {
+        sb_grammar_free(n.g);
+        sb_free(n.schema);
+        return rc;
+    }
+    sb_gmatch_free(victim->m);
+    sb_grammar_free(victim->g);
+    sb_free(victim->schema);
+    *victim = n;
+    *out = n.m;
+    return 0;
+}
+
+/* The next token: sampled freely, or among those the grammar allows. */
+static int next_token(sb_engine *e, sb_sampler *smp, sb_gmatch *gm, sb_gen_result *res, int32_t *tok, char *err) {
+    if (!gm) { *tok = sb_sampler_sample(smp, e->logits); return 0; }
+    double t0 = sb_now_s();
+    const uint32_t *mask = sb_gmatch_mask(gm);
+    if (!mask) return sb_seterr(err, SB_ENOMEM, "out of memory for a grammar mask");
+    *tok = sb_sampler_sample_masked(smp, e->logits, mask);
+    if (*tok == -2) return sb_seterr(err, SB_ENOMEM, "out of memory");
+    /* -1: no token can continue (a vocabulary without the bytes the grammar
+     * needs): the caller ends the generation. */
+    if (*tok >= 0 && sb_gmatch_token(gm, *tok))
+        return sb_seterr(err, SB_EINVAL, "grammar: token %d allowed by the mask but rejected", *tok);
+    res->t_mask += sb_now_s() - t0;
+    return 0;
+}
+
 int sb_engine_generate(sb_engine *e, const int32_t *prompt, int n_prompt, const sb_gen_opts *o, sb_gen_result *res,
                        char *err) {
     memset(res, 0, sizeof *res);
@@ -116,10 +186,14 @@ int sb_engine_generate(sb_engine *e, const int32_t *prompt, int n_prompt, const 
         return sb_seterr(err, SB_ERANGE, "prompt of %d tokens does not fit the context of %d", n_prompt, n_ctx);
     sb_sampler *smp = NULL;
     sb_stop_matcher *stop = NULL;
+    sb_gmatch *gm = NULL;
+    uint64_t mc0 = 0, mr0 = 0;
     int rc;
     if ((rc = sb_sampler_new(&o->sampling, sb_model_hparams(e->model)->n_vocab, &smp, err)) ||
-        (rc = sb_stop_new(o->stops, o->n_stops, &stop, err)))
+        (rc = sb_stop_new(o->stops, o->n_stops, &stop, err)) ||
+        (o->json_schema && (rc = engine_matcher(e, o->json_schema, o->json_schema_len, &gm, err))))
         goto out;
+    if (gm) sb_gmatch_stats(gm, &mc0, &mr0);
     double t0 = sb_now_s();
     if ((rc = prefill(e, prompt, n_prompt, &res->n_reused, err))) goto out;
     double t1 = sb_now_s();
@@ -136,8 +210,9 @@ int sb_engine_generate(sb_engine *e, const int32_t *prompt, int n_prompt, const 
         if (res->n_gen >= max_tokens) { res->finish = "length"; break; }
         if (o->cancel && atomic_load(o->cancel)) { res->finish = "cancelled"; break; }
         if (o->deadline > 0 && sb_now_s() > o->deadline) { res->finish = "timeout"; break; }
-        int32_t tok = sb_sampler_sample(smp, e->logits);
-        if (sb_vocab_is_eog(e->vocab, tok)) break;
+        int32_t tok;
+        if ((rc = next_token(e, smp, gm, res, &tok, err))) goto out;
+        if (tok < 0 || sb_vocab_is_eog(e->vocab, tok)) break;
         sb_sampler_accept(smp, tok);
         res->n_gen++;
         int len = sb_token_to_piece(e->vocab, tok, piece, sizeof piece, 0);
@@ -145,6 +220,9 @@ int sb_engine_generate(sb_engine *e, const int32_t *prompt, int n_prompt, const 
         int matched = sb_stop_feed(stop, piece, (size_t)len, &emit, &emit_len);
         if (emit_len && o->on_piece && o->on_piece(o->ud, emit, emit_len, tok)) { res->finish = "cancelled"; break; }
         if (matched) break;
+        /* A complete document that nothing can extend: EOS is the only
+         * token left, so skip the pass that would produce it. */
+        if (gm && !sb_gmatch_can_continue(gm)) break;
         if (e->n_hist >= n_ctx) { res->finish = "length"; break; }
         if ((rc = sb_ctx_eval(e->ctx, &tok, 1, e->logits, 0, err))) {
             sb_ctx_truncate(e->ctx, 0);
@@ -160,6 +238,11 @@ int sb_engine_generate(sb_engine *e, const int32_t *prompt, int n_prompt, const 
     res->t_gen = sb_now_s() - t1;
     rc = 0;
 out:
+    if (gm) {
+        sb_gmatch_stats(gm, &res->masks_computed, &res->masks_reused);
+        res->masks_computed -= mc0;
+        res->masks_reused -= mr0;
+    }
     sb_stop_free(stop);
     sb_sampler_free(smp);
     return rc;

@@ -27,6 +27,8 @@
 
 typedef struct { int32_t id; float logit; } cand_t;
 
+static inline int sb_mask_bit(const uint32_t *mask, int32_t t) { return t >= 0 && ((mask[t >> 5] >> (t & 31)) & 1); }
+
 struct sb_sampler {
     sb_sampling_params par;
     int32_t  n_vocab;
@@ -43,6 +45,7 @@ struct sb_sampler {
     int      n_pen;
     float   *work;              /* n_vocab: penalised copy, top-k-off path only */
     float   *w;                 /* n_vocab: unnormalised probabilities */
+    float   *masked;            /* n_vocab: logits with disallowed ones -inf (lazy) */
 };
 
 /* ---- PRNG: xoshiro256** (Blackman & Vigna), seeded through splitmix64 so
@@ -160,6 +163,7 @@ void sb_sampler_free(sb_sampler *s) {
     sb_free(s->count);
     sb_free(s->work);
     sb_free(s->w);
+    sb_free(s->masked);
     sb_free(s);
 }
 
@@ -489,4 +493,33 @@ double sb_logsumexp(const float *logits, int n) {
     double sum = 0.0;
     for (int i = 0; i < n; i++) sum += exp((double)logits[i] - mx);
     return (double)mx + log(sum);
+}
+
+/* Masking by copy keeps every stage above untouched: a -inf logit is never
+ * kept by top-k over a finite one, has zero weight in top-p, min-p and the
+ * draw, and stays -inf under the penalties. What can still come out is a
+ * -inf token when fewer finite ones exist than a stage keeps and rounding
+ * lands on it, or argmax's "nothing to prefer" fallback: both are replaced
+ * by the best allowed token. */
+int32_t sb_sampler_sample_masked(sb_sampler *s, const float *logits, const uint32_t *mask) {
+    const int n = s->n_vocab;
+    if (!s->masked && !(s->masked = sb_malloc((size_t)n * sizeof *s->masked))) return -2;
+    float *x = s->masked;
+    int32_t best = -1;
+    for (int w = 0; w < (n + 31) / 32; w++) {
+        uint32_t bits = mask[w];
+        const int base = w * 32, end = SB_MIN(base + 32, n);
+        if (bits == 0) {
+            for (int i = base; i < end; i++) x[i] = -INFINITY;
+            continue;
+        }
+        for (int i = base; i < end; i++) {
+            int on = (bits >> (i - base)) & 1;
+            x[i] = on ? logits[i] : -INFINITY;
+            if (on && (best < 0 || (!isnan(x[i]) && !(x[best] >= x[i])))) best = i;
+        }
+    }
+    if (best < 0) return -1;
+    int32_t tok = sb_sampler_sample(s, x);
+    return sb_mask_bit(mask, tok) ? tok : best;
 }

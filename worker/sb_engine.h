@@ -55,12 +55,21 @@ typedef struct {
     const atomic_int *cancel;       /* nonzero: stop as soon as possible */
     sb_piece_fn on_piece;
     void *ud;
+    /* JSON Schema text (not NUL-terminated): only tokens that continue a
+     * document valid against it are sampled, EOS only once it is complete,
+     * and generation ends as soon as nothing can follow (docs/GRAMMAR.md).
+     * NULL: unconstrained. The compiled grammar and its mask cache are kept
+     * for the engine's last few schemas. */
+    const char *json_schema;
+    size_t json_schema_len;
 } sb_gen_opts;
 
 typedef struct {
     int n_prompt, n_reused, n_gen;
     const char *finish;             /* "stop", "length", "cancelled", "timeout" */
     double t_prompt, t_gen;         /* seconds */
+    double t_mask;                  /* of t_gen: computing grammar masks */
+    uint64_t masks_computed, masks_reused;  /* this call's mask cache misses / hits */
 } sb_gen_result;
 
 void sb_gen_opts_default(sb_gen_opts *o);

@@ -75,6 +75,14 @@ void sb_sampler_free(sb_sampler *s);
  * does not record the token: call sb_sampler_accept with the token actually
  * used (it may differ, e.g. a forced token). */
 int32_t sb_sampler_sample(sb_sampler *s, const float *logits);
+/* The same chain over the tokens whose bit is set in mask (bit t of
+ * mask[t/32]; a grammar's allowed set): the others count as -inf logits at
+ * every stage, so the draw is the unconstrained chain's renormalised over
+ * the allowed tokens. Always returns an allowed token when there is one;
+ * -1 when the mask is empty, -2 when the masked copy of the logits (made
+ * on first use) cannot be allocated. Costs one pass over the logits on top
+ * of sb_sampler_sample. */
+int32_t sb_sampler_sample_masked(sb_sampler *s, const float *logits, const uint32_t *mask);
 /* Add a token to the penalty history (a no-op when penalties are off). */
 void sb_sampler_accept(sb_sampler *s, int32_t token);
 /* Forget the history and restart the PRNG from the seed in use, so that a

@@ -227,7 +227,7 @@ static void run_generate(worker *w, job *j, sb_mp_writer *wr) {
     const sb_mp_obj *stops = NULL;
     static const char *const allowed[] = { "prompt", "segments", "messages", "max_tokens", "temperature", "top_k",
                                            "top_p", "min_p", "repeat_penalty", "repeat_last_n", "seed", "stop",
-                                           "stream", "deadline_ms", "special", NULL };
+                                           "stream", "deadline_ms", "special", "json_schema", NULL };
     if (sb_mp_check_keys(p, allowed, err) ||
         sb_mp_get_int(p, "max_tokens", SB_MP_OPTIONAL, 1, w->max_tokens_cap, &max_tokens, err) ||
         sb_mp_get_num(p, "temperature", SB_MP_OPTIONAL, 0, 100, &temp, err) ||
@@ -240,7 +240,8 @@ static void run_generate(worker *w, job *j, sb_mp_writer *wr) {
         sb_mp_get_bool(p, "stream", SB_MP_OPTIONAL, &stream, err) ||
         sb_mp_get_bool(p, "special", SB_MP_OPTIONAL, &special, err) ||
         sb_mp_get_int(p, "deadline_ms", SB_MP_OPTIONAL, 0, 86400000, &deadline_ms, err) ||
-        sb_mp_get_container(p, "stop", SB_MP_OPTIONAL, SB_MP_ARRAY, &stops, err)) {
+        sb_mp_get_container(p, "stop", SB_MP_OPTIONAL, SB_MP_ARRAY, &stops, err) ||
+        sb_mp_get_str(p, "json_schema", SB_MP_OPTIONAL, &o.json_schema, &o.json_schema_len, err)) {
         reply_invalid(j->reply, err);
         return;
     }
