@@ -17,7 +17,7 @@
 #include "sb_vocab.h"
 #include "sb_engine.h"
 #include "sb_grammar.h"
-#include "sb_router.h"     /* sb_jw for --prompts output */
+#include "sb_json.h"       /* sb_jw for --prompts output */
 
 /* ---- shared option parsing ------------------------------------------------ */
 

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "sb_grammar.h"
-#include "sb_router.h"      /* sb_json_* parser and sb_jw emitter */
+#include "sb_json.h"
 
 #define MAX_UNROLL 4096     /* maxLength / maxItems / {n,m} copies a grammar may hold */
 #define WS_INDENT  16       /* spaces after a newline between tokens */
