@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "router_internal.h"
+#include "sb_grammar.h"
 
 #define MAX_STOPS 16
 
@@ -246,6 +247,42 @@ static void cache_text(sb_jw *w, const char *s, size_t n, bool normalise) {
     sb_free(t);
 }
 
+/* response_format -> the JSON Schema text the worker constrains decoding
+ * with (docs/GRAMMAR.md), in *schema (empty: none). 0, or -1 with msg set.
+ * json_object is the schema of any object. The schema is compiled here
+ * too, so an unsupported keyword is the caller's 400, not a worker error. */
+static int response_schema(const sb_json *rf, sb_jw *schema, char *msg, size_t n) {
+    if (!rf || sb_json_type_of(rf) == SB_JSON_NULL) return 0;
+    const char *type = sb_json_str(sb_json_get(rf, "type"));
+    if (sb_json_type_of(rf) != SB_JSON_OBJECT || !type) {
+        snprintf(msg, n, "'response_format': expected {\"type\": \"text\" | \"json_object\" | \"json_schema\", ...}");
+        return -1;
+    }
+    if (!strcmp(type, "text")) return 0;
+    if (!strcmp(type, "json_object")) {
+        sb_jw_raw(schema, "{\"type\":\"object\"}", 17);
+    } else if (!strcmp(type, "json_schema")) {
+        const sb_json *s = sb_json_get(sb_json_get(rf, "json_schema"), "schema");
+        if (sb_json_type_of(s) != SB_JSON_OBJECT && sb_json_type_of(s) != SB_JSON_BOOL) {
+            snprintf(msg, n, "'response_format.json_schema.schema': expected a JSON Schema object");
+            return -1;
+        }
+        sb_jw_value(schema, s);
+    } else {
+        snprintf(msg, n, "'response_format.type': '%.40s' is not one of text, json_object, json_schema", type);
+        return -1;
+    }
+    sb_grammar *g = NULL;
+    char err[SB_ERR_LEN];
+    if (schema->oom) { snprintf(msg, n, "'response_format': schema too large or too deep"); return -1; }
+    if (sb_json_schema_compile(schema->p, schema->len, &g, err)) {
+        snprintf(msg, n, "'response_format.json_schema.schema': %s", err);
+        return -1;
+    }
+    sb_grammar_free(g);
+    return 0;
+}
+
 static bool num_in(const sb_json *v, double lo, double hi) {
     return sb_json_type_of(v) == SB_JSON_NUMBER && sb_json_num(v) >= lo && sb_json_num(v) <= hi;
 }
@@ -253,9 +290,11 @@ static bool num_in(const sb_json *v, double lo, double hi) {
 void rt_handle_chat(rt_req *q, const sb_json *body, int kind) {
     rt *r = q->r;
     sb_mp_writer *p = NULL;
-    sb_jw input, texts;
+    sb_jw input, texts, schema;
     sb_jw_init(&input);
     sb_jw_init(&texts);
+    sb_jw_init(&schema);
+    char why[SB_ERR_LEN + 64];
     const sb_json *jm = sb_json_get(body, "model");
     const sb_json *stream_v = sb_json_get(body, "stream");
     if (sb_json_type_of(jm) != SB_JSON_STRING) BAD("'model': expected a string naming a model or pipeline:NAME");
@@ -314,6 +353,7 @@ void rt_handle_chat(rt_req *q, const sb_json *body, int kind) {
             }
         } else BAD("'stop': expected a string or an array of at most %d strings", MAX_STOPS);
     }
+    if (response_schema(sb_json_get(body, "response_format"), &schema, why, sizeof why)) BAD("%s", why);
     /* Messages: checked, and the canonical input for the cache. */
     sb_jw_arr(&input);
     for (size_t i = 0; kind == RT_KIND_CHAT && i < sb_json_len(msgs); i++) {
@@ -337,6 +377,7 @@ void rt_handle_chat(rt_req *q, const sb_json *body, int kind) {
     if (!strncmp(model, "pipeline:", 9)) {
         const char *in = kind == RT_KIND_CHAT ? last_user : sb_json_str(prompt);
         if (kind == RT_KIND_CHAT && !in) BAD("'messages': a pipeline needs a user message with string content");
+        if (schema.len) BAD("'response_format': a pipeline's stages carry their own json_schema (docs/router.md)");
         rt_handle_pipeline_chat(q, model + 9, in, stream);
         goto out;
     }
@@ -348,6 +389,8 @@ void rt_handle_chat(rt_req *q, const sb_json *body, int kind) {
     }
     if (mt && sb_json_num(mt) > m->max_tokens)
         BAD("'max_tokens': %.0f exceeds this model's limit of %d", sb_json_num(mt), m->max_tokens);
+    if (schema.len && m->remote)
+        BAD("'response_format': schema-constrained output needs a local model; '%.80s' is an upstream", m->name);
 
     /* The cache: deterministic requests only (temperature 0). */
     char params[512];
@@ -358,6 +401,13 @@ void rt_handle_chat(rt_req *q, const sb_json *body, int kind) {
                       mt ? (int)sb_json_num(mt) : -1, top_k ? (int)sb_json_num(top_k) : -1, rp ? sb_json_num(rp) : -1);
     for (size_t i = 0; i < n_stop && pl > 0 && (size_t)pl < sizeof params; i++)
         pl += snprintf(params + pl, sizeof params - (size_t)pl, "%zu:%s,", sb_json_len(stops[i]), sb_json_str(stops[i]));
+    if (schema.len && pl > 0 && (size_t)pl < sizeof params) {     /* another schema, another answer */
+        uint8_t d[SB_SHA256_LEN];
+        char hex[SB_CACHE_KEY_HEX];
+        sb_sha256(schema.p, schema.len, d);
+        sb_hex_encode(d, sizeof d, hex);
+        pl += snprintf(params + pl, sizeof params - (size_t)pl, "|schema=%s", hex);
+    }
     if (temp && sb_json_num(temp) == 0 && m->fingerprint[0] && (size_t)pl < sizeof params) {
         char ns[128];
         snprintf(ns, sizeof ns, "model:%s", m->name);
@@ -375,7 +425,7 @@ void rt_handle_chat(rt_req *q, const sb_json *body, int kind) {
 
     /* The worker call. */
     if (sb_mp_writer_new(&p)) { rt_req_error(q, 500, "server_error", "out_of_memory", "out of memory"); goto out; }
-    uint32_t np = 2 + !!mt + !!temp + !!top_p + !!top_k + !!min_p + !!rp + !!seed + (n_stop > 0);
+    uint32_t np = 2 + !!mt + !!temp + !!top_p + !!top_k + !!min_p + !!rp + !!seed + (n_stop > 0) + (schema.len > 0);
     sb_mp_map(p, np);
     sb_mp_kv_bool(p, "stream", stream);
     if (kind == RT_KIND_CHAT) {
@@ -407,6 +457,10 @@ void rt_handle_chat(rt_req *q, const sb_json *body, int kind) {
         sb_mp_array(p, (uint32_t)n_stop);
         for (size_t i = 0; i < n_stop; i++) sb_mp_strn(p, sb_json_str(stops[i]), sb_json_len(stops[i]));
     }
+    if (schema.len) {
+        sb_mp_str(p, "json_schema");
+        sb_mp_strn(p, schema.p, schema.len);
+    }
     if (sb_mp_writer_status(p)) { rt_req_error(q, 500, "server_error", "out_of_memory", "out of memory"); goto out; }
     char err[SB_ERR_LEN];
     int rc = rt_model_submit(m, "generate", p, m->deadline_ms, stream ? on_token : NULL, on_done, q, &q->job, err);
@@ -424,6 +478,7 @@ out:
     sb_mp_writer_free(p);
     sb_jw_free(&input);
     sb_jw_free(&texts);
+    sb_jw_free(&schema);
 }
 
 void rt_handle_models(rt_req *q) {

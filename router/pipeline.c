@@ -14,6 +14,7 @@
 
 #include "router_internal.h"
 #include "sb_classify.h"
+#include "sb_grammar.h"
 
 typedef struct {
     const sb_config *cfg;
@@ -343,6 +344,30 @@ static int load_tool_limits(vctx *c, const sb_config_node *n, sb_stage *s) {
     return rc;
 }
 
+/* json_schema: inline JSON text (a YAML block scalar starting with '{'), or
+ * a file path relative to the config. Compiled here so an unsupported
+ * keyword is a config error at its line; the text goes to the worker with
+ * every call and into the pipeline's digest (a file's content included). */
+static int load_json_schema(vctx *c, const sb_config_node *v, sb_stage *s) {
+    if (v->kind != SB_CFG_SCALAR) return FAIL(c, v, "%s.json_schema: expected JSON text or a file path", c->path);
+    const sb_config_model *m = sb_config_find_model(c->cfg, s->model);
+    if (m && m->upstream)
+        return FAIL(c, v, "%s.json_schema: constrained decoding needs a local model; '%s' is an upstream", c->path, s->model);
+    char path[1024], err[SB_ERR_LEN];
+    const char *arg = v->value;
+    if (arg[strspn(arg, " \t\r\n")] != '{' && arg[0] != '/') {
+        snprintf(path, sizeof path, "%s/%s", c->cfg->base_dir, arg);
+        arg = path;
+    }
+    size_t len;
+    if (sb_json_schema_load(arg, &s->json_schema, &len, err)) return FAIL(c, v, "%s.json_schema: %s", c->path, err);
+    sb_grammar *g = NULL;
+    if (sb_json_schema_compile(s->json_schema, len, &g, err)) return FAIL(c, v, "%s.json_schema: %s", c->path, err);
+    sb_grammar_free(g);
+    s->json = true;
+    return 0;
+}
+
 static int load_stage(vctx *c, const sb_config_node *n, sb_pipeline *p, size_t idx) {
     sb_stage *s = &p->stages[idx];
     s->line = n->line;
@@ -370,7 +395,7 @@ static int load_stage(vctx *c, const sb_config_node *n, sb_pipeline *p, size_t i
                                                "out_of_scope", NULL };
     static const char *const gen_keys[] = { "name", "kind", "when", "model", "system", "chat", "prompt", "temperature",
                                             "top_p", "top_k", "min_p", "repeat_penalty", "seed", "max_tokens", "stop",
-                                            "json", NULL };
+                                            "json", "json_schema", NULL };
     static const char *const tool_keys[] = { "name", "kind", "when", "command", "stdin", "url", "method", "body",
                                              "args_from", "timeout_ms", "env", "max_concurrent", "max_queue", NULL };
     if ((rc = check_keys(c, n, s->kind == SB_STAGE_INTENT ? intent_keys : s->kind == SB_STAGE_GENERATE ? gen_keys : tool_keys)))
@@ -425,6 +450,7 @@ static int load_stage(vctx *c, const sb_config_node *n, sb_pipeline *p, size_t i
             sb_free(stops);
         }
         if ((v = sb_config_node_get(n, "json")) && (rc = get_bool(c, v, "json", &s->json))) return rc;
+        if ((v = sb_config_node_get(n, "json_schema")) && (rc = load_json_schema(c, v, s))) return rc;
         return 0;
     }
     /* tool */
@@ -548,6 +574,9 @@ static int load_pipeline(vctx *c, const sb_config_node *key, const sb_config_nod
             sb_sha256_update(&h, &p->stages[i].extra_label[k], sizeof(int));
             sb_sha256_update(&h, p->stages[i].extra_text[k], strlen(p->stages[i].extra_text[k]) + 1);
         }
+    /* ... and so does a json_schema file. */
+    for (size_t i = 0; i < p->n_stages; i++)
+        if (p->stages[i].json_schema) sb_sha256_update(&h, p->stages[i].json_schema, strlen(p->stages[i].json_schema) + 1);
     sb_sha256_final(&h, p->digest);
     return 0;
 }
@@ -566,6 +595,7 @@ static void free_stage(sb_stage *s) {
     }
     sb_free(s->labels);
     sb_free(s->fallback);
+    sb_free(s->json_schema);
     sb_free(s->score_model);
     sb_free(s->examples_file);
     for (size_t i = 0; i < s->n_extra; i++) sb_free(s->extra_text[i]);

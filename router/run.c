@@ -460,7 +460,7 @@ static int start_generate(rt_run *run, const sb_stage *s, sb_mp_writer *p, bool 
     keep_input(run, prompt.text.p, prompt.text.len);
     const sb_sampling *sp = &s->sampling;
     uint32_t n = 3 + (sp->top_p >= 0) + (sp->min_p >= 0) + (sp->repeat_penalty >= 0) + (sp->top_k >= 0) +
-                 (sp->max_tokens > 0) + (sp->seed >= 0) + (s->n_stops > 0);
+                 (sp->max_tokens > 0) + (sp->seed >= 0) + (s->n_stops > 0) + (s->json_schema != NULL);
     sb_mp_map(p, n);
     if (s->chat) {
         sb_mp_str(p, "messages");
@@ -485,6 +485,7 @@ static int start_generate(rt_run *run, const sb_stage *s, sb_mp_writer *p, bool 
         sb_mp_array(p, (uint32_t)s->n_stops);
         for (size_t i = 0; i < s->n_stops; i++) sb_mp_str(p, s->stops[i]);
     }
+    if (s->json_schema) sb_mp_kv_str(p, "json_schema", s->json_schema);
     int oom = sys.oom || prompt.oom || sb_mp_writer_status(p);
     sb_segs_free(&sys);
     sb_segs_free(&prompt);

@@ -91,6 +91,7 @@ typedef struct {
     sb_sampling sampling;
     char *stops[SB_PIPE_MAX_STOPS];
     size_t n_stops;
+    char *json_schema;              /* JSON Schema text: decoding is constrained to it (implies json) */
     bool json;                      /* extract and validate a JSON object */
     /* tool */
     sb_tmpl *argv[SB_PIPE_MAX_ARGS];    /* command; argv[0] is the program */

@@ -210,6 +210,46 @@ static void test_intent_caller_one_line(void **state) {
     sb_config_free(cfg);
 }
 
+/* json_schema on a generate stage: inline JSON text or a file, compiled at
+ * load (an unsupported keyword is an error at its line), implying json, part
+ * of the digest; refused on an upstream model (no constrained decoding there). */
+static void test_json_schema_key(void **state) {
+    const char *ok = HEAD "      - name: x\n        kind: generate\n        model: m\n        prompt: hi\n"
+                          "        json_schema: |\n          {\"type\": \"object\", \"properties\": {\"topic\": "
+                          "{\"type\": \"string\", \"maxLength\": 40}}, \"required\": [\"topic\"], "
+                          "\"additionalProperties\": false}\n";
+    sb_config *cfg = NULL;
+    sb_pipelines *ps = NULL;
+    char err[SB_ERR_LEN] = "";
+    if (load(ok, &cfg, &ps, err)) fail_msg("%s", err);
+    const sb_pipeline *p = sb_pipelines_find(ps, "p");
+    assert_non_null(p->stages[0].json_schema);
+    assert_non_null(strstr(p->stages[0].json_schema, "\"topic\""));
+    assert_true(p->stages[0].json);
+    uint8_t d1[SB_SHA256_LEN];
+    memcpy(d1, p->digest, sizeof d1);
+    sb_pipelines_free(ps);
+    sb_config_free(cfg);
+    /* Another schema, another digest (another cache key). */
+    char other[1024];
+    snprintf(other, sizeof other, "%s", ok);
+    *strstr(other, "40") = '5';
+    assert_int_equal(load(other, &cfg, &ps, err), 0);
+    assert_memory_not_equal(d1, sb_pipelines_find(ps, "p")->digest, sizeof d1);
+    sb_pipelines_free(ps);
+    sb_config_free(cfg);
+    expect_error(HEAD "      - name: x\n        kind: generate\n        model: m\n        prompt: hi\n"
+                      "        json_schema: '{\"type\": \"integer\", \"minimum\": 3}'\n",
+                 "pipe.yaml:11:22", "unsupported keyword 'minimum'");
+    expect_error(HEAD "      - name: x\n        kind: generate\n        model: m\n        prompt: hi\n"
+                      "        json_schema: no-such-schema.json\n",
+                 "pipe.yaml:11:22", "no-such-schema.json");
+    expect_error("runtime: { dir: /tmp/sb-pipe-test }\nmodels:\n  u: { upstream: \"http://127.0.0.1:9/v1\" }\n"
+                 "pipelines:\n  p:\n    stages:\n      - name: x\n        kind: generate\n        model: u\n"
+                 "        prompt: hi\n        json_schema: '{\"type\": \"object\"}'\n",
+                 "pipe.yaml:11:22", "needs a local model");
+}
+
 static void test_rejections(void **state) {
     expect_error(HEAD "      - name: x\n        kind: dance\n", "pipe.yaml:8:15", "expected intent, generate or tool");
     expect_error(HEAD "      - name: x\n        kind: generate\n        model: nope\n        prompt: hi\n",
@@ -392,6 +432,7 @@ int main(void) {
         cmocka_unit_test(test_valid_pipeline),
         cmocka_unit_test(test_intent_caller_one_line),
         cmocka_unit_test(test_rejections),
+        cmocka_unit_test(test_json_schema_key),
         cmocka_unit_test(test_embedding_keys),
         cmocka_unit_test(test_shipped_configs),
         cmocka_unit_test(test_allocation_failures),
