@@ -16,6 +16,7 @@
 #include "sb_model.h"
 #include "sb_vocab.h"
 #include "sb_engine.h"
+#include "sb_spec.h"
 
 /* ---- shared option parsing ------------------------------------------------ */
 
@@ -214,7 +215,10 @@ static void generate_usage(FILE *f) {
             "  -t T                 threads (default 2)\n"
             "  -c CTX               context size (default min(trained, 4096))\n"
             "  --kv-f32             F32 KV cache\n"
-            "  --verbose-prompt     print the prompt's tokens to stderr\n");
+            "  --verbose-prompt     print the prompt's tokens to stderr\n"
+            "  --lookup N           speculative: draft up to N tokens by prompt lookup\n"
+            "  --draft FILE         speculative: draft with this model (same vocabulary)\n"
+            "  --n-draft N          tokens per draft-model step (default 4)\n");
 }
 
 static int print_piece(void *ud, const char *text, size_t len, int32_t token) {
@@ -236,8 +240,20 @@ static int parse_float(const char *cmd, const char *opt, const char *s, double l
     return 0;
 }
 
+/* Open the draft model for --draft into go->draft (same context size and
+ * threads as the target) after checking its vocabulary. 0 or -1 (logged). */
+static int open_draft(const char *cmd, const sb_engine *e, const char *path, const sb_ctx_params *cp, sb_gen_opts *go) {
+    char err[SB_ERR_LEN];
+    if (sb_engine_open(path, cp, &go->draft, err) || sb_engine_check_draft(e, go->draft, err)) {
+        fprintf(stderr, "%s: --draft %s: %s\n", cmd, path, err);
+        return -1;
+    }
+    if (go->n_draft <= 0) go->n_draft = 4;
+    return 0;
+}
+
 int sb_cmd_generate(int argc, char **argv) {
-    const char *model = NULL, *prompt = NULL, *system = NULL;
+    const char *model = NULL, *prompt = NULL, *system = NULL, *draft = NULL;
     int chat = 0, threads = 2, n_ctx = 0, kv_f32 = 0, verbose = 0;
     const char *stops[16];
     size_t n_stops = 0;
@@ -254,6 +270,9 @@ int sb_cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "--chat")) chat = 1;
         else if (!strcmp(a, "--kv-f32")) kv_f32 = 1;
         else if (!strcmp(a, "--verbose-prompt")) verbose = 1;
+        else if (!strcmp(a, "--draft") && v) { draft = v; i++; }
+        else if (!strcmp(a, "--lookup")) { bad = parse_int("generate", a, v, 0, SB_SPEC_MAX_DRAFT, &go.lookup); i++; }
+        else if (!strcmp(a, "--n-draft")) { bad = parse_int("generate", a, v, 1, SB_SPEC_MAX_DRAFT, &go.n_draft); i++; }
         else if (!strcmp(a, "--stop") && v) {
             if (n_stops == SB_ARRAY_LEN(stops)) { fprintf(stderr, "generate: at most 16 --stop strings\n"); return SB_EXIT_CONFIG; }
             stops[n_stops++] = v; i++;
@@ -290,6 +309,7 @@ int sb_cmd_generate(int argc, char **argv) {
     sb_prompt chat_prompt = { 0 };
     int32_t *ids = NULL;
     size_t n_ids = 0;
+    if (draft && open_draft("generate", e, draft, &cp, &go) != 0) goto out;
     if (chat) {
         /* The messages' text stays text, as in a worker's `generate`
          * (docs/ipc.md): only the template's markers are control tokens. */
@@ -320,10 +340,12 @@ int sb_cmd_generate(int argc, char **argv) {
     fprintf(stderr, "generate: prompt %d tokens in %.2f s (%.1f t/s), %d generated in %.2f s (%.1f t/s), finish: %s\n",
             res.n_prompt, res.t_prompt, res.t_prompt > 0 ? res.n_prompt / res.t_prompt : 0.0, res.n_gen, res.t_gen,
             res.t_gen > 0 ? res.n_gen / res.t_gen : 0.0, res.finish);
+    if (res.n_drafted) fprintf(stderr, "generate: drafted %d, accepted %d\n", res.n_drafted, res.n_accepted);
     rc = SB_EXIT_OK;
 out:
     sb_prompt_free(&chat_prompt);
     sb_free(ids);
+    sb_engine_free(go.draft);
     sb_engine_free(e);
     return rc;
 }

@@ -55,15 +55,29 @@ typedef struct {
     const atomic_int *cancel;       /* nonzero: stop as soon as possible */
     sb_piece_fn on_piece;
     void *ud;
+    /* Speculative decoding (docs/SPECULATIVE.md): draft up to `lookup`
+     * tokens per step by prompt lookup, or up to `n_draft` with the `draft`
+     * engine (checked with sb_engine_check_draft; lookup wins when both are
+     * set). Drafts are verified in one batched pass; greedy output is
+     * token for token that of plain decoding, sampled output has the same
+     * distribution. 0 / NULL: off. At most SB_SPEC_MAX_DRAFT. */
+    int lookup;
+    sb_engine *draft;
+    int n_draft;
 } sb_gen_opts;
 
 typedef struct {
     int n_prompt, n_reused, n_gen;
+    int n_drafted, n_accepted;      /* speculative: tokens proposed, and accepted by the model */
     const char *finish;             /* "stop", "length", "cancelled", "timeout" */
     double t_prompt, t_gen;         /* seconds */
 } sb_gen_result;
 
 void sb_gen_opts_default(sb_gen_opts *o);
+
+/* 0 if `draft` can draft for `target`: the same token list (ids and
+ * texts). SB_EINVAL with a message naming the first difference otherwise. */
+int sb_engine_check_draft(const sb_engine *target, const sb_engine *draft, char *err);
 
 int sb_engine_generate(sb_engine *e, const int32_t *prompt, int n_prompt, const sb_gen_opts *o,
                        sb_gen_result *res, char *err);
