@@ -218,7 +218,9 @@ static void generate_usage(FILE *f) {
             "  --verbose-prompt     print the prompt's tokens to stderr\n"
             "  --lookup N           speculative: draft up to N tokens by prompt lookup\n"
             "  --draft FILE         speculative: draft with this model (same vocabulary)\n"
-            "  --n-draft N          tokens per draft-model step (default 4)\n");
+            "  --n-draft N          tokens per draft-model step (default 4)\n"
+            "  --spec-exact         verify drafts through the one-token kernels (greedy\n"
+            "                       output bit-identical to plain decoding; slower)\n");
 }
 
 static int print_piece(void *ud, const char *text, size_t len, int32_t token) {
@@ -271,6 +273,7 @@ int sb_cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "--kv-f32")) kv_f32 = 1;
         else if (!strcmp(a, "--verbose-prompt")) verbose = 1;
         else if (!strcmp(a, "--draft") && v) { draft = v; i++; }
+        else if (!strcmp(a, "--spec-exact")) go.spec_exact = 1;
         else if (!strcmp(a, "--lookup")) { bad = parse_int("generate", a, v, 0, SB_SPEC_MAX_DRAFT, &go.lookup); i++; }
         else if (!strcmp(a, "--n-draft")) { bad = parse_int("generate", a, v, 1, SB_SPEC_MAX_DRAFT, &go.n_draft); i++; }
         else if (!strcmp(a, "--stop") && v) {

@@ -236,7 +236,7 @@ static int spec_step(gen_state *g, int32_t *tok, char *err) {
     }
     if (k == 0) return 2;
     g->draft[0] = *tok;
-    int rc = sb_ctx_verify(e->ctx, g->draft, k + 1, g->rows, err);
+    int rc = sb_ctx_verify(e->ctx, g->draft, k + 1, g->rows, g->o->spec_exact, err);
     if (rc) return eval_failed(e, rc);
     e->hist[e->n_hist++] = *tok;
     g->res->n_drafted += k;

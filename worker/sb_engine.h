@@ -58,12 +58,14 @@ typedef struct {
     /* Speculative decoding (docs/SPECULATIVE.md): draft up to `lookup`
      * tokens per step by prompt lookup, or up to `n_draft` with the `draft`
      * engine (checked with sb_engine_check_draft; lookup wins when both are
-     * set). Drafts are verified in one batched pass; greedy output is
-     * token for token that of plain decoding, sampled output has the same
-     * distribution. 0 / NULL: off. At most SB_SPEC_MAX_DRAFT. */
+     * set). Drafts are verified in one batched pass; sampled output has the
+     * distribution of plain decoding, greedy output its tokens (exactly
+     * with spec_exact; else up to the tiled kernels' rounding, which can
+     * only flip a near-tie). 0 / NULL: off. At most SB_SPEC_MAX_DRAFT. */
     int lookup;
     sb_engine *draft;
     int n_draft;
+    int spec_exact;                 /* verify through the one-token kernels (sb_ctx_verify) */
 } sb_gen_opts;
 
 typedef struct {
