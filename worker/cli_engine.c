@@ -366,7 +366,9 @@ static void bench_usage(FILE *f) {
             "  -t T      threads (default 2)\n"
             "  -r RUNS   repetitions (default 5)\n"
             "  --kv-f32  F32 KV cache\n"
-            "  --json    one JSON object with pp_tps and tg_tps (medians)\n");
+            "  --json    one JSON object with pp_tps and tg_tps (medians)\n\n"
+            "With --lookup N or --draft FILE: speculative against plain decoding on a\n"
+            "real prompt (bench --lookup 1 --help).\n");
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -380,6 +382,8 @@ static double median(double *v, int n) {
 }
 
 int sb_cmd_bench(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)      /* speculative decoding measures real text: worker/cli_bench_spec.c */
+        if (!strcmp(argv[i], "--lookup") || !strcmp(argv[i], "--draft")) return sb_cmd_bench_spec(argc, argv);
     const char *model = NULL;
     int pp = 512, tg = 128, threads = 2, runs = 5, json = 0, kv_f32 = 0;
     for (int i = 1; i < argc; i++) {

@@ -30,4 +30,7 @@ int sb_spec_lookup(const int32_t *ctx, int n_ctx, int max_draft, int32_t *draft)
 int sb_spec_accept(const int32_t *ids, const float *p, int n, int32_t x, const float *q, double u, double u2,
                    int32_t *out);
 
+/* `switchboard bench --lookup N | --draft FILE` (worker/cli_bench_spec.c). */
+int sb_cmd_bench_spec(int argc, char **argv);
+
 #endif
