@@ -127,6 +127,7 @@ static sb_engine *open_engine(const char *path) {
 static void gen(sb_engine *e, const int32_t *prompt, int n, sb_gen_opts *o, toks *out, sb_gen_result *res) {
     char err[SB_ERR_LEN];
     out->n = 0;
+    sb_engine_reset(e);         /* every run from the whole prompt, the same numbers */
     o->on_piece = grab;
     o->ud = out;
     if (sb_engine_generate(e, prompt, n, o, res, err)) fail_msg("generate: %s", err);

@@ -115,8 +115,9 @@ int sb_cmd_bench_spec(int argc, char **argv) {
             o.on_piece = collect;
             o.ud = t;
             sb_gen_result res;
-            /* A different first token each time defeats the KV prefix reuse
-             * only for the prompt, which is not what is timed. */
+            /* Both modes from the same numbers: the whole prompt in one
+             * batch (prefix reuse would redo its last token alone). */
+            sb_engine_reset(e);
             if (sb_engine_generate(e, ids, (int)n_ids, &o, &res, err)) { fprintf(stderr, "bench: %s\n", err); goto out; }
             if (r < 0) continue;
             tps[mode * runs + r] = res.t_gen > 0 ? res.n_gen / res.t_gen : 0;

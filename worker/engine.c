@@ -106,6 +106,11 @@ static int prefill(sb_engine *e, const int32_t *prompt, int n, int *reused, char
     return 0;
 }
 
+void sb_engine_reset(sb_engine *e) {
+    sb_ctx_truncate(e->ctx, 0);
+    e->n_hist = 0;
+}
+
 int sb_engine_check_draft(const sb_engine *target, const sb_engine *draft, char *err) {
     const int32_t n = sb_vocab_n_tokens(target->vocab), nd = sb_vocab_n_tokens(draft->vocab);
     if (n != nd) return sb_seterr(err, SB_EINVAL, "draft model has %d tokens, the model %d: not the same vocabulary", nd, n);

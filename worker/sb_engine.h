@@ -77,6 +77,11 @@ typedef struct {
 
 void sb_gen_opts_default(sb_gen_opts *o);
 
+/* Forget the KV cache, so the next prompt is evaluated whole: runs that
+ * must compare outputs start from the same numbers (a reused prefix
+ * re-evaluates the last prompt token alone, through other kernels). */
+void sb_engine_reset(sb_engine *e);
+
 /* 0 if `draft` can draft for `target`: the same token list (ids and
  * texts). SB_EINVAL with a message naming the first difference otherwise. */
 int sb_engine_check_draft(const sb_engine *target, const sb_engine *draft, char *err);
