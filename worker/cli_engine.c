@@ -18,6 +18,7 @@
 #include "sb_engine.h"
 #include "sb_grammar.h"
 #include "sb_json.h"       /* sb_jw for --prompts output */
+#include "sb_spec.h"
 
 /* ---- shared option parsing ------------------------------------------------ */
 
@@ -220,7 +221,12 @@ static void generate_usage(FILE *f) {
             "  -t T                 threads (default 2)\n"
             "  -c CTX               context size (default min(trained, 4096))\n"
             "  --kv-f32             F32 KV cache\n"
-            "  --verbose-prompt     print the prompt's tokens to stderr\n");
+            "  --verbose-prompt     print the prompt's tokens to stderr\n"
+            "  --lookup N           speculative: draft up to N tokens by prompt lookup\n"
+            "  --draft FILE         speculative: draft with this model (same vocabulary)\n"
+            "  --n-draft N          tokens per draft-model step (default 4)\n"
+            "  --spec-exact         verify drafts through the one-token kernels (greedy\n"
+            "                       output bit-identical to plain decoding; slower)\n");
 }
 
 static int print_piece(void *ud, const char *text, size_t len, int32_t token) {
@@ -309,6 +315,7 @@ static int gen_one(sb_engine *e, const char *prompt, int chat, const char *syste
         if (go->json_schema)
             fprintf(stderr, "generate: grammar masks %.3f s (%llu computed, %llu cached)\n", res.t_mask,
                     (unsigned long long)res.masks_computed, (unsigned long long)res.masks_reused);
+        if (res.n_drafted) fprintf(stderr, "generate: drafted %d, accepted %d\n", res.n_drafted, res.n_accepted);
     }
     sb_jw_free(&text);
 out:
@@ -317,8 +324,20 @@ out:
     return rc;
 }
 
+/* Open the draft model for --draft into go->draft (same context size and
+ * threads as the target) after checking its vocabulary. 0 or -1 (logged). */
+static int open_draft(const char *cmd, const sb_engine *e, const char *path, const sb_ctx_params *cp, sb_gen_opts *go) {
+    char err[SB_ERR_LEN];
+    if (sb_engine_open(path, cp, &go->draft, err) || sb_engine_check_draft(e, go->draft, err)) {
+        fprintf(stderr, "%s: --draft %s: %s\n", cmd, path, err);
+        return -1;
+    }
+    if (go->n_draft <= 0) go->n_draft = 4;
+    return 0;
+}
+
 int sb_cmd_generate(int argc, char **argv) {
-    const char *model = NULL, *prompt = NULL, *system = NULL, *schema = NULL, *prompts = NULL;
+    const char *model = NULL, *prompt = NULL, *system = NULL, *schema = NULL, *prompts = NULL, *draft = NULL;
     int chat = 0, threads = 2, n_ctx = 0, kv_f32 = 0, verbose = 0;
     const char *stops[16];
     size_t n_stops = 0;
@@ -337,6 +356,10 @@ int sb_cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "--chat")) chat = 1;
         else if (!strcmp(a, "--kv-f32")) kv_f32 = 1;
         else if (!strcmp(a, "--verbose-prompt")) verbose = 1;
+        else if (!strcmp(a, "--draft") && v) { draft = v; i++; }
+        else if (!strcmp(a, "--spec-exact")) go.spec_exact = 1;
+        else if (!strcmp(a, "--lookup")) { bad = parse_int("generate", a, v, 0, SB_SPEC_MAX_DRAFT, &go.lookup); i++; }
+        else if (!strcmp(a, "--n-draft")) { bad = parse_int("generate", a, v, 1, SB_SPEC_MAX_DRAFT, &go.n_draft); i++; }
         else if (!strcmp(a, "--stop") && v) {
             if (n_stops == SB_ARRAY_LEN(stops)) { fprintf(stderr, "generate: at most 16 --stop strings\n"); return SB_EXIT_CONFIG; }
             stops[n_stops++] = v; i++;
@@ -389,6 +412,7 @@ int sb_cmd_generate(int argc, char **argv) {
     sb_engine *e;
     int rc = SB_EXIT_FAIL;
     if (sb_engine_open(model, &cp, &e, err)) { fprintf(stderr, "generate: %s\n", err); goto done; }
+    if (draft && open_draft("generate", e, draft, &cp, &go) != 0) goto out;
     if (!prompts) {
         if (gen_one(e, prompt, chat, system, verbose, &go, 0, err) == 0) rc = SB_EXIT_OK;
         else fprintf(stderr, "\ngenerate: %s\n", err);
@@ -402,6 +426,8 @@ int sb_cmd_generate(int argc, char **argv) {
             }
         }
     }
+out:
+    sb_engine_free(go.draft);
     sb_engine_free(e);
 done:
     sb_free(schema_text);
@@ -422,7 +448,9 @@ static void bench_usage(FILE *f) {
             "  -t T      threads (default 2)\n"
             "  -r RUNS   repetitions (default 5)\n"
             "  --kv-f32  F32 KV cache\n"
-            "  --json    one JSON object with pp_tps and tg_tps (medians)\n");
+            "  --json    one JSON object with pp_tps and tg_tps (medians)\n\n"
+            "With --lookup N or --draft FILE: speculative against plain decoding on a\n"
+            "real prompt (bench --lookup 1 --help).\n");
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -436,6 +464,8 @@ static double median(double *v, int n) {
 }
 
 int sb_cmd_bench(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)      /* speculative decoding measures real text: worker/cli_bench_spec.c */
+        if (!strcmp(argv[i], "--lookup") || !strcmp(argv[i], "--draft")) return sb_cmd_bench_spec(argc, argv);
     const char *model = NULL;
     int pp = 512, tg = 128, threads = 2, runs = 5, json = 0, kv_f32 = 0;
     for (int i = 1; i < argc; i++) {

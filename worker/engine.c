@@ -19,6 +19,7 @@ typedef struct {
     sb_gmatch  *m;
     uint64_t    used;           /* LRU clock */
 } gram_slot;
+#include "sb_spec.h"
 
 struct sb_engine {
     sb_model *model;
@@ -175,23 +176,208 @@ static int next_token(sb_engine *e, sb_sampler *smp, sb_gmatch *gm, sb_gen_resul
     return 0;
 }
 
+void sb_engine_reset(sb_engine *e) {
+    sb_ctx_truncate(e->ctx, 0);
+    e->n_hist = 0;
+}
+
+int sb_engine_check_draft(const sb_engine *target, const sb_engine *draft, char *err) {
+    const int32_t n = sb_vocab_n_tokens(target->vocab), nd = sb_vocab_n_tokens(draft->vocab);
+    if (n != nd) return sb_seterr(err, SB_EINVAL, "draft model has %d tokens, the model %d: not the same vocabulary", nd, n);
+    for (int32_t t = 0; t < n; t++) {
+        const sb_str a = sb_vocab_text(target->vocab, t), b = sb_vocab_text(draft->vocab, t);
+        if (a.len != b.len || memcmp(a.ptr, b.ptr, a.len))
+            return sb_seterr(err, SB_EINVAL, "draft model's token %d is '%.*s', the model's '%.*s': not the same vocabulary",
+                             (int)t, (int)SB_MIN(b.len, 40), b.ptr, (int)SB_MIN(a.len, 40), a.ptr);
+    }
+    return 0;
+}
+
+/* One generation's state, shared by the plain and the speculative steps. */
+typedef struct {
+    sb_engine *e;
+    const sb_gen_opts *o;
+    sb_gen_result *res;
+    sb_sampler *smp;
+    sb_stop_matcher *stop;
+    int max_tokens, n_ctx, n_vocab;
+    /* speculative only */
+    int max_draft;
+    int32_t draft[SB_SPEC_MAX_DRAFT + 1];   /* [0] the token being verified after, then the drafts */
+    float *rows;                /* (max_draft + 1) × n_vocab verification logits */
+    int32_t *ids;               /* n_vocab: the target's distribution at one position */
+    float *probs;
+    sb_sampler *dsmp;           /* the draft model's sampler */
+    float *q;                   /* max_draft × n_vocab: its distributions (temp > 0) */
+} gen_state;
+
+/* Hand one chosen token to the caller. Returns 1 when generation ends with
+ * it (res->finish says why; an end-of-generation token is not emitted). */
+static int emit(gen_state *g, int32_t tok) {
+    const sb_gen_opts *o = g->o;
+    sb_gen_result *res = g->res;
+    if (res->n_gen >= g->max_tokens) { res->finish = "length"; return 1; }
+    if (o->cancel && atomic_load(o->cancel)) { res->finish = "cancelled"; return 1; }
+    if (o->deadline > 0 && sb_now_s() > o->deadline) { res->finish = "timeout"; return 1; }
+    if (sb_vocab_is_eog(g->e->vocab, tok)) return 1;
+    sb_sampler_accept(g->smp, tok);
+    res->n_gen++;
+    char piece[256];
+    const char *out;
+    size_t out_len;
+    int len = sb_token_to_piece(g->e->vocab, tok, piece, sizeof piece, 0);
+    if (len < 0) len = 0;
+    int matched = sb_stop_feed(g->stop, piece, (size_t)len, &out, &out_len);
+    if (out_len && o->on_piece && o->on_piece(o->ud, out, out_len, tok)) { res->finish = "cancelled"; return 1; }
+    return matched != 0;
+}
+
+/* A failed pass may have written part of the batch: trust nothing. */
+static int eval_failed(sb_engine *e, int rc) {
+    sb_ctx_truncate(e->ctx, 0);
+    e->n_hist = 0;
+    return rc;
+}
+
+/* Draft up to max tokens after e->hist + tok with the draft model into
+ * g->draft[1..]: greedy at temp 0, else sampled, its distributions kept in
+ * g->q for the acceptance rule. Returns the count. */
+static int draft_model(gen_state *g, int32_t tok, int max, char *err) {
+    sb_engine *e = g->e, *d = g->o->draft;
+    const int dv = sb_model_hparams(d->model)->n_vocab;
+    e->hist[e->n_hist] = tok;       /* the draft model sees what the target will */
+    int rc = prefill(d, e->hist, e->n_hist + 1, NULL, err);
+    if (rc) return rc > 0 ? -rc : rc;
+    const int sampled = g->o->sampling.temp > 0;
+    int n = 0;
+    while (n < max) {
+        int32_t x;
+        if (sampled) {
+            const int nq = sb_sampler_dist(g->dsmp, d->logits, g->ids, g->probs);
+            float *q = g->q + (size_t)n * g->n_vocab;
+            memset(q, 0, (size_t)g->n_vocab * sizeof *q);
+            double u = sb_sampler_uniform(g->dsmp) , run = 0.0;
+            x = g->ids[nq - 1];
+            for (int i = 0; i < nq; i++) {
+                run += g->probs[i];
+                if (run > u) { x = g->ids[i]; break; }
+            }
+            for (int i = 0; i < nq; i++)
+                if (g->ids[i] < g->n_vocab) q[g->ids[i]] = g->probs[i];
+        } else {
+            x = sb_sampler_sample(g->dsmp, d->logits);
+        }
+        /* A token the target cannot take ends the draft: drafting less is
+         * always allowed. */
+        if (x < 0 || x >= g->n_vocab || x >= dv) break;
+        g->draft[1 + n++] = x;
+        if (n == max || d->n_hist >= sb_ctx_n_ctx(d->ctx)) break;
+        if ((rc = sb_ctx_eval(d->ctx, &x, 1, d->logits, 0, err))) return eval_failed(d, rc);
+        d->hist[d->n_hist++] = x;
+    }
+    return n;
+}
+
+/* Decide drafted token x from the target's row: 1 and *next = x if
+ * accepted, 0 and *next = the token to emit instead. q_row: the draft's
+ * distribution (NULL for a deterministic draft). */
+static int decide(gen_state *g, const float *row, int32_t x, const float *q_row, int32_t *next) {
+    if (g->o->sampling.temp <= 0) {
+        *next = sb_sampler_sample(g->smp, row);     /* the argmax, as plain decoding picks it */
+        return *next == x;
+    }
+    const int n = sb_sampler_dist(g->smp, row, g->ids, g->probs);
+    const double u = sb_sampler_uniform(g->smp), u2 = sb_sampler_uniform(g->smp);
+    return sb_spec_accept(g->ids, g->probs, n, x, q_row, u, u2, next);
+}
+
+/* One speculative step after the emitted token *tok: draft, verify
+ * [*tok, drafts] in one pass, emit the accepted drafts, roll the KV cache
+ * back past the rejected ones and leave in *tok the next token to emit.
+ * Returns 1 when generation ended, 0 to go on, < 0 on error; SB_EAGAIN-like
+ * "nothing drafted" is 2 (the caller then takes a plain step). */
+static int spec_step(gen_state *g, int32_t *tok, char *err) {
+    sb_engine *e = g->e;
+    int max = SB_MIN(g->max_draft, g->n_ctx - e->n_hist - 1);
+    max = SB_MIN(max, g->max_tokens - g->res->n_gen);
+    if (max <= 0) return 2;
+    int k;
+    if (g->o->lookup > 0) {
+        e->hist[e->n_hist] = *tok;
+        k = sb_spec_lookup(e->hist, e->n_hist + 1, max, g->draft + 1);
+    } else {
+        k = draft_model(g, *tok, max, err);
+        if (k < 0) return k;
+    }
+    if (k == 0) return 2;
+    g->draft[0] = *tok;
+    int rc = sb_ctx_verify(e->ctx, g->draft, k + 1, g->rows, g->o->spec_exact, err);
+    if (rc) return eval_failed(e, rc);
+    e->hist[e->n_hist++] = *tok;
+    g->res->n_drafted += k;
+    int done = 0, i = 0;
+    for (; i < k && !done; i++) {
+        const float *q_row = g->o->lookup > 0 || g->o->sampling.temp <= 0 ? NULL : g->q + (size_t)i * g->n_vocab;
+        if (!decide(g, g->rows + (size_t)i * g->n_vocab, g->draft[1 + i], q_row, tok)) break;
+        g->res->n_accepted++;
+        e->hist[e->n_hist++] = g->draft[1 + i];
+        done = emit(g, g->draft[1 + i]);
+    }
+    /* All accepted: the last row is a free token from the target. */
+    if (i == k && !done) *tok = sb_sampler_sample(g->smp, g->rows + (size_t)k * g->n_vocab);
+    sb_ctx_truncate(e->ctx, e->n_hist);
+    return done;
+}
+
+static int spec_init(gen_state *g, char *err) {
+    const sb_gen_opts *o = g->o;
+    /* A schema constrains every token, drafted ones included, and decide()
+     * samples unmasked: no speculation under a grammar (for now). */
+    g->max_draft = o->json_schema ? 0 : SB_MIN(o->lookup > 0 ? o->lookup : o->draft ? o->n_draft : 0, SB_SPEC_MAX_DRAFT);
+    if (g->max_draft <= 0) return 0;
+    const size_t nv = (size_t)g->n_vocab;
+    /* ids/probs hold the target's and the draft's distributions in turn */
+    const size_t nd = o->draft ? SB_MAX(nv, (size_t)sb_model_hparams(o->draft->model)->n_vocab) : nv;
+    g->rows = sb_aligned_alloc((size_t)(g->max_draft + 1) * nv * sizeof(float));
+    g->ids = sb_malloc(nd * sizeof *g->ids);
+    g->probs = sb_malloc(nd * sizeof *g->probs);
+    if (!g->rows || !g->ids || !g->probs) return sb_seterr(err, SB_ENOMEM, "out of memory for %d drafted rows", g->max_draft);
+    if (o->lookup > 0 || !o->draft) return 0;
+    sb_sampling_params dp = o->sampling;
+    dp.repeat_last_n = 0;               /* any q is valid: keep the draft's simple */
+    dp.seed = o->sampling.seed == SB_SEED_RANDOM ? SB_SEED_RANDOM : o->sampling.seed + 1;
+    int rc = sb_sampler_new(&dp, sb_model_hparams(o->draft->model)->n_vocab, &g->dsmp, err);
+    if (rc) return rc;
+    if (o->sampling.temp > 0 && !(g->q = sb_malloc((size_t)g->max_draft * nv * sizeof *g->q)))
+        return sb_seterr(err, SB_ENOMEM, "out of memory for %d draft distributions", g->max_draft);
+    return 0;
+}
+
+static void spec_free(gen_state *g) {
+    sb_aligned_free(g->rows);
+    sb_free(g->ids);
+    sb_free(g->probs);
+    sb_free(g->q);
+    sb_sampler_free(g->dsmp);
+}
+
 int sb_engine_generate(sb_engine *e, const int32_t *prompt, int n_prompt, const sb_gen_opts *o, sb_gen_result *res,
                        char *err) {
     memset(res, 0, sizeof *res);
     res->n_prompt = n_prompt;
     res->finish = "stop";
-    const int n_ctx = sb_ctx_n_ctx(e->ctx);
+    gen_state g = { .e = e, .o = o, .res = res, .n_ctx = sb_ctx_n_ctx(e->ctx),
+                    .n_vocab = sb_model_hparams(e->model)->n_vocab };
     if (n_prompt <= 0) return sb_seterr(err, SB_EINVAL, "empty prompt");
-    if (n_prompt >= n_ctx)
-        return sb_seterr(err, SB_ERANGE, "prompt of %d tokens does not fit the context of %d", n_prompt, n_ctx);
-    sb_sampler *smp = NULL;
-    sb_stop_matcher *stop = NULL;
+    if (n_prompt >= g.n_ctx)
+        return sb_seterr(err, SB_ERANGE, "prompt of %d tokens does not fit the context of %d", n_prompt, g.n_ctx);
     sb_gmatch *gm = NULL;
     uint64_t mc0 = 0, mr0 = 0;
     int rc;
-    if ((rc = sb_sampler_new(&o->sampling, sb_model_hparams(e->model)->n_vocab, &smp, err)) ||
-        (rc = sb_stop_new(o->stops, o->n_stops, &stop, err)) ||
-        (o->json_schema && (rc = engine_matcher(e, o->json_schema, o->json_schema_len, &gm, err))))
+    if ((rc = sb_sampler_new(&o->sampling, g.n_vocab, &g.smp, err)) ||
+        (rc = sb_stop_new(o->stops, o->n_stops, &g.stop, err)) ||
+        (o->json_schema && (rc = engine_matcher(e, o->json_schema, o->json_schema_len, &gm, err))) ||
+        (rc = spec_init(&g, err)))
         goto out;
     if (gm) sb_gmatch_stats(gm, &mc0, &mr0);
     double t0 = sb_now_s();
@@ -200,41 +386,31 @@ int sb_engine_generate(sb_engine *e, const int32_t *prompt, int n_prompt, const 
     res->t_prompt = t1 - t0;
     /* Penalties look back over the prompt too, as llama.cpp's do. */
     int window = o->sampling.repeat_last_n > 0 ? o->sampling.repeat_last_n : 0;
-    for (int i = SB_MAX(0, n_prompt - window); i < n_prompt; i++) sb_sampler_accept(smp, prompt[i]);
-    const int max_tokens = o->max_tokens > 0 ? o->max_tokens : n_ctx;
-    int stopped = 0;
-    char piece[256];
-    const char *emit;
-    size_t emit_len;
-    while (!stopped) {
-        if (res->n_gen >= max_tokens) { res->finish = "length"; break; }
-        if (o->cancel && atomic_load(o->cancel)) { res->finish = "cancelled"; break; }
-        if (o->deadline > 0 && sb_now_s() > o->deadline) { res->finish = "timeout"; break; }
-        int32_t tok;
-        if ((rc = next_token(e, smp, gm, res, &tok, err))) goto out;
-        if (tok < 0 || sb_vocab_is_eog(e->vocab, tok)) break;
-        sb_sampler_accept(smp, tok);
-        res->n_gen++;
-        int len = sb_token_to_piece(e->vocab, tok, piece, sizeof piece, 0);
-        if (len < 0) len = 0;
-        int matched = sb_stop_feed(stop, piece, (size_t)len, &emit, &emit_len);
-        if (emit_len && o->on_piece && o->on_piece(o->ud, emit, emit_len, tok)) { res->finish = "cancelled"; break; }
-        if (matched) break;
+    for (int i = SB_MAX(0, n_prompt - window); i < n_prompt; i++) sb_sampler_accept(g.smp, prompt[i]);
+    g.max_tokens = o->max_tokens > 0 ? o->max_tokens : g.n_ctx;
+    int32_t tok;
+    if ((rc = next_token(e, g.smp, gm, res, &tok, err))) goto out;
+    /* tok < 0: the grammar allows no token (a vocabulary without the bytes
+     * it needs); emit() ends on end-of-generation, length, cancel, stop. */
+    while (tok >= 0 && !emit(&g, tok)) {
         /* A complete document that nothing can extend: EOS is the only
          * token left, so skip the pass that would produce it. */
         if (gm && !sb_gmatch_can_continue(gm)) break;
-        if (e->n_hist >= n_ctx) { res->finish = "length"; break; }
-        if ((rc = sb_ctx_eval(e->ctx, &tok, 1, e->logits, 0, err))) {
-            sb_ctx_truncate(e->ctx, 0);
-            e->n_hist = 0;
-            goto out;
-        }
+        if (e->n_hist >= g.n_ctx) { res->finish = "length"; break; }
+        int st = g.max_draft > 0 ? spec_step(&g, &tok, err) : 2;
+        if (st < 0) { rc = st; goto out; }
+        if (st == 1) break;
+        if (st == 0) continue;
+        if ((rc = sb_ctx_eval(e->ctx, &tok, 1, e->logits, 0, err))) { eval_failed(e, rc); goto out; }
         e->hist[e->n_hist++] = tok;
+        if ((rc = next_token(e, g.smp, gm, res, &tok, err))) goto out;
     }
     /* Whatever the matcher still holds (a partial stop string that never
      * completed, a trailing incomplete UTF-8 sequence) belongs to the output. */
-    if (sb_stop_which(stop) < 0 && sb_stop_flush(stop, &emit, &emit_len) == 0 && emit_len && o->on_piece)
-        o->on_piece(o->ud, emit, emit_len, -1);
+    const char *emit_text;
+    size_t emit_len;
+    if (sb_stop_which(g.stop) < 0 && sb_stop_flush(g.stop, &emit_text, &emit_len) == 0 && emit_len && o->on_piece)
+        o->on_piece(o->ud, emit_text, emit_len, -1);
     res->t_gen = sb_now_s() - t1;
     rc = 0;
 out:
@@ -243,8 +419,9 @@ out:
         res->masks_computed -= mc0;
         res->masks_reused -= mr0;
     }
-    sb_stop_free(stop);
-    sb_sampler_free(smp);
+    spec_free(&g);
+    sb_stop_free(g.stop);
+    sb_sampler_free(g.smp);
     return rc;
 }
 

@@ -368,3 +368,11 @@ int sb_ctx_eval(sb_ctx *c, const int32_t *tokens, int n, float *logits, int all_
     }
     return 0;
 }
+
+int sb_ctx_verify(sb_ctx *c, const int32_t *tokens, int n, float *logits, int exact, char *err) {
+    if (n > c->n_batch) return sb_seterr(err, SB_EINVAL, "verify: %d tokens exceed the batch of %d", n, c->n_batch);
+    c->mm.decode_kernels = exact;
+    int rc = sb_ctx_eval(c, tokens, n, logits, 1, err);
+    c->mm.decode_kernels = 0;
+    return rc;
+}

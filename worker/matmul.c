@@ -167,7 +167,7 @@ void sb_mm_run(sb_mm *mm, const float *x, int n_tok, const sb_mm_out *outs, int 
         p->w = outs[i].w;
         p->dot = tt->vec_dot;
         const int x8 = p->w->x8_buf != NULL;
-        p->gemm = n_tok > (x8 ? X8_GEMM_MIN_TOKS - 1 : 1) ? tt->gemm : NULL;
+        p->gemm = n_tok > (x8 ? X8_GEMM_MIN_TOKS - 1 : 1) && !mm->decode_kernels ? tt->gemm : NULL;
         p->gemv8 = x8 && !p->gemm ? tt->gemv8 : NULL;
         p->act = a->buf;
         p->act_stride = a->row_bytes;

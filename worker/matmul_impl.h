@@ -23,6 +23,7 @@ typedef struct {
     int                 act_next;
     uint8_t            *x8_rows;    /* per thread: a row block of an x8 weight back in file layout, for gemm */
     size_t              x8_rows_bytes;
+    int                 decode_kernels; /* nonzero: never the tiled path, so every token's numbers are a lone token's */
 } sb_mm;
 
 /* One product of a run: y[t][0..w->ne1) = W · x[t], rows y_stride floats apart. */

@@ -439,7 +439,10 @@ static int32_t draw(sb_sampler *s, int n, float temp) {
     return c[n - 1].id;     /* rounding left target at the very top */
 }
 
-int32_t sb_sampler_sample(sb_sampler *s, const float *logits) {
+/* The chain up to the draw: the kept candidates in s->cand (their count),
+ * or 0 with the token in *pick when the chain has decided alone (greedy,
+ * nothing with any weight). */
+static int chain(sb_sampler *s, const float *logits, int32_t *pick) {
     const sb_sampling_params *p = &s->par;
     const int n = s->n_vocab;
     const int32_t *count = NULL;
@@ -448,7 +451,7 @@ int32_t sb_sampler_sample(sb_sampler *s, const float *logits) {
         collect_penalties(s, logits);
         count = s->count;
     }
-    if (p->temp <= 0.0f) return argmax(logits, n, count, s->pen, s->n_pen);
+    if (p->temp <= 0.0f) return *pick = argmax(logits, n, count, s->pen, s->n_pen), 0;
 
     const int k = p->top_k > 0 && p->top_k < n ? p->top_k : 0;
     int kept, min_p_done = 0;
@@ -478,10 +481,39 @@ int32_t sb_sampler_sample(sb_sampler *s, const float *logits) {
                 if (!isnan(x[i])) s->cand[kept++] = (cand_t){ i, x[i] };
         }
     }
-    if (kept == 0) return argmax(logits, n, count, s->pen, s->n_pen);  /* all NaN / -inf */
+    if (kept == 0) return *pick = argmax(logits, n, count, s->pen, s->n_pen), 0;  /* all NaN / -inf */
     if (p->min_p > 0.0f && !min_p_done) kept = min_p_cand(s->cand, kept, p->min_p);
-    return draw(s, kept, p->temp);
+    return kept;
 }
+
+int32_t sb_sampler_sample(sb_sampler *s, const float *logits) {
+    int32_t pick = 0;
+    const int kept = chain(s, logits, &pick);
+    return kept ? draw(s, kept, s->par.temp) : pick;
+}
+
+int sb_sampler_dist(sb_sampler *s, const float *logits, int32_t *ids, float *probs) {
+    int32_t pick = 0;
+    const int n = chain(s, logits, &pick);
+    float mx = -INFINITY;
+    for (int i = 0; i < n; i++)
+        if (s->cand[i].logit > mx) mx = s->cand[i].logit;
+    if (n == 0 || mx == -INFINITY) {        /* draw's point masses */
+        ids[0] = n ? s->cand[0].id : pick;
+        probs[0] = 1.0f;
+        return 1;
+    }
+    const float inv_temp = 1.0f / s->par.temp;
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) sum += s->w[i] = expf((s->cand[i].logit - mx) * inv_temp);
+    for (int i = 0; i < n; i++) {
+        ids[i] = s->cand[i].id;
+        probs[i] = (float)(s->w[i] / sum);
+    }
+    return n;
+}
+
+double sb_sampler_uniform(sb_sampler *s) { return rng_uniform(s->rng); }
 
 double sb_logsumexp(const float *logits, int n) {
     if (n <= 0) return -INFINITY;

@@ -62,10 +62,22 @@ typedef struct {
      * for the engine's last few schemas. */
     const char *json_schema;
     size_t json_schema_len;
+    /* Speculative decoding (docs/SPECULATIVE.md): draft up to `lookup`
+     * tokens per step by prompt lookup, or up to `n_draft` with the `draft`
+     * engine (checked with sb_engine_check_draft; lookup wins when both are
+     * set). Drafts are verified in one batched pass; sampled output has the
+     * distribution of plain decoding, greedy output its tokens (exactly
+     * with spec_exact; else up to the tiled kernels' rounding, which can
+     * only flip a near-tie). 0 / NULL: off. At most SB_SPEC_MAX_DRAFT. */
+    int lookup;
+    sb_engine *draft;
+    int n_draft;
+    int spec_exact;                 /* verify through the one-token kernels (sb_ctx_verify) */
 } sb_gen_opts;
 
 typedef struct {
     int n_prompt, n_reused, n_gen;
+    int n_drafted, n_accepted;      /* speculative: tokens proposed, and accepted by the model */
     const char *finish;             /* "stop", "length", "cancelled", "timeout" */
     double t_prompt, t_gen;         /* seconds */
     double t_mask;                  /* of t_gen: computing grammar masks */
@@ -73,6 +85,15 @@ typedef struct {
 } sb_gen_result;
 
 void sb_gen_opts_default(sb_gen_opts *o);
+
+/* Forget the KV cache, so the next prompt is evaluated whole: runs that
+ * must compare outputs start from the same numbers (a reused prefix
+ * re-evaluates the last prompt token alone, through other kernels). */
+void sb_engine_reset(sb_engine *e);
+
+/* 0 if `draft` can draft for `target`: the same token list (ids and
+ * texts). SB_EINVAL with a message naming the first difference otherwise. */
+int sb_engine_check_draft(const sb_engine *target, const sb_engine *draft, char *err);
 
 int sb_engine_generate(sb_engine *e, const int32_t *prompt, int n_prompt, const sb_gen_opts *o,
                        sb_gen_result *res, char *err);

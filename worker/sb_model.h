@@ -74,5 +74,12 @@ void sb_ctx_truncate(sb_ctx *c, int n);
  * only). Long inputs are split into n_batch-sized passes internally.
  * Fails with SB_ERANGE if the context would overflow. */
 int sb_ctx_eval(sb_ctx *c, const int32_t *tokens, int n, float *logits, int all_logits, char *err);
+/* sb_ctx_eval with all logits, for speculative verification (n <= the
+ * batch size). exact: through the one-token kernels (vec_dot/gemv8, never
+ * the tiled gemm), so each row is bit for bit the row that decoding the
+ * tokens one at a time gives, at about n times a token's compute; otherwise
+ * the tiled kernels, which sum in another order (rows agree to ~1e-6
+ * relative; docs/SPECULATIVE.md). */
+int sb_ctx_verify(sb_ctx *c, const int32_t *tokens, int n, float *logits, int exact, char *err);
 
 #endif

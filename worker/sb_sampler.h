@@ -83,6 +83,13 @@ int32_t sb_sampler_sample(sb_sampler *s, const float *logits);
  * on first use) cannot be allocated. Costs one pass over the logits on top
  * of sb_sampler_sample. */
 int32_t sb_sampler_sample_masked(sb_sampler *s, const float *logits, const uint32_t *mask);
+/* The distribution sb_sampler_sample draws from (speculative decoding's p):
+ * its support into ids[] and probabilities summing to 1 into probs[] (both
+ * n_vocab long), returning the count (>= 1; greedy: the argmax, prob 1).
+ * Uses no randomness. */
+int sb_sampler_dist(sb_sampler *s, const float *logits, int32_t *ids, float *probs);
+/* The next number of the sampler's PRNG, uniform in [0, 1). */
+double sb_sampler_uniform(sb_sampler *s);
 /* Add a token to the penalty history (a no-op when penalties are off). */
 void sb_sampler_accept(sb_sampler *s, int32_t token);
 /* Forget the history and restart the PRNG from the seed in use, so that a

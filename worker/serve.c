@@ -29,6 +29,7 @@
 #include "sb_engine.h"
 #include "sb_ipc.h"
 #include "sb_kq.h"
+#include "sb_spec.h"
 #include "serve_embed.h"
 
 #define MAX_CANDIDATES 256
@@ -49,6 +50,7 @@ struct job {
 typedef struct {
     const char *name, *model_path, *socket_path;
     int max_queue, max_tokens_cap, drain_ms;
+    int lookup;                 /* default prompt-lookup draft length (--lookup; docs/SPECULATIVE.md) */
     int deadline_ms;            /* default for requests without deadline_ms; 0 = none */
     sb_engine *engine;          /* a decoder model, or */
     sb_encoder *encoder;        /* an encoder model (serve_embed.c) */
@@ -220,14 +222,14 @@ static void run_generate(worker *w, job *j, sb_mp_writer *wr) {
     sb_gen_opts o;
     sb_gen_opts_default(&o);
     int64_t max_tokens = o.max_tokens, top_k = o.sampling.top_k, last_n = o.sampling.repeat_last_n,
-            deadline_ms = w->deadline_ms;
+            deadline_ms = w->deadline_ms, lookup = w->lookup;
     double temp = o.sampling.temp, top_p = o.sampling.top_p, min_p = o.sampling.min_p, rp = o.sampling.repeat_penalty;
     uint64_t seed = o.sampling.seed;
     bool stream = false, special = true;
     const sb_mp_obj *stops = NULL;
     static const char *const allowed[] = { "prompt", "segments", "messages", "max_tokens", "temperature", "top_k",
                                            "top_p", "min_p", "repeat_penalty", "repeat_last_n", "seed", "stop",
-                                           "stream", "deadline_ms", "special", "json_schema", NULL };
+                                           "stream", "deadline_ms", "special", "json_schema", "lookup", NULL };
     if (sb_mp_check_keys(p, allowed, err) ||
         sb_mp_get_int(p, "max_tokens", SB_MP_OPTIONAL, 1, w->max_tokens_cap, &max_tokens, err) ||
         sb_mp_get_num(p, "temperature", SB_MP_OPTIONAL, 0, 100, &temp, err) ||
@@ -240,6 +242,7 @@ static void run_generate(worker *w, job *j, sb_mp_writer *wr) {
         sb_mp_get_bool(p, "stream", SB_MP_OPTIONAL, &stream, err) ||
         sb_mp_get_bool(p, "special", SB_MP_OPTIONAL, &special, err) ||
         sb_mp_get_int(p, "deadline_ms", SB_MP_OPTIONAL, 0, 86400000, &deadline_ms, err) ||
+        sb_mp_get_int(p, "lookup", SB_MP_OPTIONAL, 0, SB_SPEC_MAX_DRAFT, &lookup, err) ||
         sb_mp_get_container(p, "stop", SB_MP_OPTIONAL, SB_MP_ARRAY, &stops, err) ||
         sb_mp_get_str(p, "json_schema", SB_MP_OPTIONAL, &o.json_schema, &o.json_schema_len, err)) {
         reply_invalid(j->reply, err);
@@ -268,6 +271,7 @@ static void run_generate(worker *w, job *j, sb_mp_writer *wr) {
     o.sampling.repeat_penalty = (float)rp;
     o.sampling.repeat_last_n = (int)last_n;
     o.sampling.seed = seed;
+    o.lookup = (int)lookup;
     o.stops = stop_v;
     o.n_stops = n_stops;
     o.cancel = &j->cancel;
@@ -284,7 +288,7 @@ static void run_generate(worker *w, job *j, sb_mp_writer *wr) {
         sb_ipc_reply_error(j->reply, SB_IPC_CANCELLED, "cancelled after %d tokens", res.n_gen);
     } else {
         sb_mp_writer_reset(wr);
-        sb_mp_map(wr, 7);
+        sb_mp_map(wr, 9);
         sb_mp_str(wr, "text");
         sb_mp_strn(wr, sink.buf ? sink.buf : "", sink.len);
         sb_mp_kv_str(wr, "finish_reason", res.finish);
@@ -293,6 +297,8 @@ static void run_generate(worker *w, job *j, sb_mp_writer *wr) {
         sb_mp_kv_i64(wr, "completion_tokens", res.n_gen);
         sb_mp_kv_f64(wr, "prompt_ms", res.t_prompt * 1e3);
         sb_mp_kv_f64(wr, "gen_ms", res.t_gen * 1e3);
+        sb_mp_kv_i64(wr, "drafted_tokens", res.n_drafted);
+        sb_mp_kv_i64(wr, "accepted_tokens", res.n_accepted);
         sb_ipc_reply_ok(j->reply, wr);
     }
     sb_free(sink.buf);
@@ -635,6 +641,7 @@ static void usage(FILE *f) {
             "  --kv f16|f32       KV cache type (default f16)\n"
             "  --max-queue N      queued generate/score requests before 'busy' (default 16)\n"
             "  --max-tokens N     cap on max_tokens per request (default 4096)\n"
+            "  --lookup N         prompt-lookup speculative decoding, N drafted tokens (default 0 = off)\n"
             "  --drain-ms N       how long SIGTERM waits for running requests (default 10000)\n"
             "  --deadline-ms N    deadline of a generate without its own deadline_ms (default 0 = none)\n"
             "  --batch N          prompt tokens per forward pass (default 128; scratch memory grows with it)\n\n"
@@ -690,6 +697,7 @@ int sb_cmd_worker(int argc, char **argv) {
         else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) { bad = arg_int(a, v, 16, 1 << 20, &cp.n_ctx); i++; }
         else if (!strcmp(a, "--max-queue")) { bad = arg_int(a, v, 0, 1 << 16, &w.max_queue); i++; }
         else if (!strcmp(a, "--max-tokens")) { bad = arg_int(a, v, 1, 1 << 20, &w.max_tokens_cap); i++; }
+        else if (!strcmp(a, "--lookup")) { bad = arg_int(a, v, 0, SB_SPEC_MAX_DRAFT, &w.lookup); i++; }
         else if (!strcmp(a, "--drain-ms")) { bad = arg_int(a, v, 0, 3600000, &w.drain_ms); i++; }
         else if (!strcmp(a, "--deadline-ms")) { bad = arg_int(a, v, 0, 86400000, &w.deadline_ms); i++; }
         else if (!strcmp(a, "--batch")) { bad = arg_int(a, v, 1, 4096, &cp.n_batch); i++; }

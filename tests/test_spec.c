@@ -1,0 +1,302 @@
+/* test_spec.c - speculative decoding: prompt-lookup drafts, the acceptance
+ * rule, and the engine's verify/rollback loop on the fixtures.
+ *
+ *  - the acceptance rule's output must be distributed as the target p for a
+ *    point-mass draft (prompt lookup) and for a real draft distribution q:
+ *    "always accept", "accept with p(x)" but redraw from p, or a residual
+ *    without max(0, ·) all fail the chi-square bound;
+ *  - greedy generation with drafts (lookup and a Q2_K draft model of the
+ *    same vocabulary) gives the tokens of plain decoding: exactly through
+ *    the one-token kernels, on every fixture; a missing KV rollback or a
+ *    wrong accept test changes them;
+ *  - at temperature > 0 the second token (the first one a draft decides)
+ *    has the same distribution over seeds with and without drafting.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "sb_engine.h"
+#include "sb_spec.h"
+
+#define TARGET "tests/data/tiny-llama-spm-Q8_0.gguf"
+#define DRAFT  "tests/data/tiny-llama-spm-Q2_K.gguf"
+
+/* Chi-square quantile at z = 4.75 (p ~ 1e-6), Wilson-Hilferty. */
+static double chi2_bound(int df) {
+    const double a = 2.0 / (9.0 * df), z = 4.75;
+    return df * pow(1 - a + z * sqrt(a), 3);
+}
+
+static uint64_t rng = 88172645463325252ull;
+static double uni(void) {
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return (double)(rng >> 11) * 0x1.0p-53;
+}
+
+static void test_lookup(void **state) {
+    (void)state;
+    int32_t d[8];
+    /* "5 6" occurs twice; the most recent one (followed by 9 1) wins, and
+     * the 3-gram "4 5 6" beats both. */
+    const int32_t a[] = { 1, 5, 6, 7, 8, 5, 6, 9, 1, 2, 5, 6 };
+    assert_int_equal(sb_spec_lookup(a, 12, 8, d), 5);
+    assert_int_equal(d[0], 9); assert_int_equal(d[1], 1); assert_int_equal(d[4], 6);
+    assert_int_equal(sb_spec_lookup(a, 12, 3, d), 3);
+    const int32_t b[] = { 4, 5, 6, 7, 8, 5, 6, 9, 4, 5, 6 };
+    assert_int_equal(sb_spec_lookup(b, 11, 2, d), 2);
+    assert_int_equal(d[0], 7); assert_int_equal(d[1], 8);
+    const int32_t c[] = { 1, 2, 3, 4, 5 };
+    assert_int_equal(sb_spec_lookup(c, 5, 8, d), 0);
+    assert_int_equal(sb_spec_lookup(b, 11, 0, d), 0);
+}
+
+/* Draw n outcomes of the rule and compare with p by chi-square. */
+static int check_rule(const float *qdense, int nv, const int32_t *ids, const float *p, int n, int32_t fixed_x) {
+    enum { DRAWS = 200000 };
+    int count[16] = { 0 };
+    int accepted = 0;
+    for (int d = 0; d < DRAWS; d++) {
+        int32_t x = fixed_x;
+        if (qdense) {           /* x ~ q */
+            double u = uni(), run = 0;
+            x = nv - 1;
+            for (int t = 0; t < nv; t++) if ((run += qdense[t]) > u) { x = t; break; }
+        }
+        int32_t out;
+        accepted += sb_spec_accept(ids, p, n, x, qdense, uni(), uni(), &out);
+        assert_true(out >= 0 && out < 16);
+        count[out]++;
+    }
+    double chi2 = 0;
+    for (int i = 0; i < n; i++) {
+        const double e = DRAWS * (double)p[i];
+        chi2 += (count[ids[i]] - e) * (count[ids[i]] - e) / e;
+    }
+    int outside = DRAWS;
+    for (int i = 0; i < n; i++) outside -= count[ids[i]];
+    assert_int_equal(outside, 0);           /* nothing outside p's support */
+    if (chi2 > chi2_bound(n - 1)) fail_msg("chi-square %.1f > %.1f", chi2, chi2_bound(n - 1));
+    return accepted;
+}
+
+static void test_accept_rule(void **state) {
+    (void)state;
+    const int32_t ids[] = { 3, 7, 9, 12 };
+    const float p[] = { 0.45f, 0.30f, 0.20f, 0.05f };
+    int a = check_rule(NULL, 16, ids, p, 4, 7);     /* lookup draft of a likely token: taken 30 % of the time */
+    assert_true(a > 58000 && a < 62000);
+    assert_true(check_rule(NULL, 16, ids, p, 4, 12) > 0);  /* of an unlikely one */
+    assert_int_equal(check_rule(NULL, 16, ids, p, 4, 5), 0);  /* of one p excludes: never accepted */
+    float q[16] = { 0 };                    /* a draft model that is over-confident, with mass where p has none */
+    q[3] = 0.1f; q[7] = 0.6f; q[9] = 0.1f; q[5] = 0.2f;
+    check_rule(q, 16, ids, p, 4, -1);
+    float q2[16] = { 0 };
+    q2[3] = 0.45f; q2[7] = 0.30f; q2[9] = 0.20f; q2[12] = 0.05f;  /* q = p: always accepted */
+    assert_int_equal(check_rule(q2, 16, ids, p, 4, -1), 200000);
+}
+
+/* ---- the engine ---- */
+
+typedef struct { int32_t tok[512]; int n; } toks;
+
+static int grab(void *ud, const char *text, size_t len, int32_t token) {
+    (void)text; (void)len;
+    toks *t = ud;
+    if (token >= 0 && t->n < 512) t->tok[t->n++] = token;
+    return 0;
+}
+
+static sb_engine *open_engine(const char *path) {
+    sb_ctx_params cp;
+    sb_ctx_params_default(&cp);
+    cp.n_threads = 2;
+    cp.n_ctx = 512;
+    sb_engine *e = NULL;
+    char err[SB_ERR_LEN];
+    if (sb_engine_open(path, &cp, &e, err)) fail_msg("%s: %s", path, err);
+    return e;
+}
+
+static void gen(sb_engine *e, const int32_t *prompt, int n, sb_gen_opts *o, toks *out, sb_gen_result *res) {
+    char err[SB_ERR_LEN];
+    out->n = 0;
+    sb_engine_reset(e);         /* every run from the whole prompt, the same numbers */
+    o->on_piece = grab;
+    o->ud = out;
+    if (sb_engine_generate(e, prompt, n, o, res, err)) fail_msg("generate: %s", err);
+}
+
+static int32_t *prompt_of(sb_engine *e, const char *text, int *n) {
+    int32_t *ids;
+    size_t nn;
+    char err[SB_ERR_LEN];
+    if (sb_engine_tokenize(e, text, strlen(text), 1, &ids, &nn, err)) fail_msg("%s", err);
+    *n = (int)nn;
+    return ids;
+}
+
+static const char *const FIXTURES[] = {
+    "tests/data/tiny-llama-spm-Q2_K.gguf", "tests/data/tiny-llama-spm-Q4_K_M.gguf",
+    "tests/data/tiny-llama-spm-Q8_0.gguf", "tests/data/tiny-llama-spm-f16.gguf",
+    "tests/data/tiny-llama3-Q4_K_M.gguf", "tests/data/tiny-phi3-Q4_K_M.gguf",
+};
+
+static void test_greedy_identity(void **state) {
+    (void)state;
+    const char *text = "one two three four one two three four one two three";
+    sb_engine *draft = open_engine(DRAFT);
+    for (size_t f = 0; f < sizeof FIXTURES / sizeof *FIXTURES; f++) {
+        sb_engine *e = open_engine(FIXTURES[f]);
+        int n;
+        int32_t *prompt = prompt_of(e, text, &n);
+        static toks plain, spec;
+        sb_gen_opts o;
+        sb_gen_result r0, r1;
+        sb_gen_opts_default(&o);
+        o.sampling.temp = 0;
+        o.max_tokens = 200;
+        gen(e, prompt, n, &o, &plain, &r0);
+        assert_int_equal(r0.n_drafted, 0);
+        const int same_vocab = sb_engine_check_draft(e, draft, NULL) == 0;
+        for (int mode = 0; mode < 3; mode++) {
+            if (mode == 2 && !same_vocab) continue;
+            sb_gen_opts so = o;
+            so.spec_exact = 1;
+            so.lookup = mode == 0 ? 4 : mode == 1 ? SB_SPEC_MAX_DRAFT : 0;
+            if (mode == 2) { so.draft = draft; so.n_draft = 5; }
+            gen(e, prompt, n, &so, &spec, &r1);
+            if (spec.n != plain.n || memcmp(spec.tok, plain.tok, (size_t)plain.n * sizeof(int32_t)))
+                fail_msg("%s mode %d: speculative greedy differs from plain (%d vs %d tokens)", FIXTURES[f], mode,
+                         spec.n, plain.n);
+            assert_int_equal(r1.n_gen, r0.n_gen);
+            assert_string_equal(r1.finish, r0.finish);
+            /* The loop really ran: drafts were made, some taken, some not. */
+            assert_true(r1.n_drafted > 0);
+            assert_true(r1.n_accepted > 0 && r1.n_accepted <= r1.n_drafted);
+            if (mode != 2) assert_true(r1.n_accepted < r1.n_drafted);
+        }
+        free(prompt);
+        sb_engine_free(e);
+    }
+    sb_engine_free(draft);
+}
+
+/* The draft engine must refuse a model of another vocabulary. */
+static void test_draft_vocab_check(void **state) {
+    (void)state;
+    sb_engine *a = open_engine(TARGET), *b = open_engine("tests/data/tiny-llama3-Q4_K_M.gguf");
+    char err[SB_ERR_LEN] = "";
+    assert_int_equal(sb_engine_check_draft(a, b, err), SB_EINVAL);
+    assert_non_null(strstr(err, "not the same vocabulary"));
+    sb_engine *c = open_engine(DRAFT);
+    assert_int_equal(sb_engine_check_draft(a, c, err), 0);
+    sb_engine_free(a); sb_engine_free(b); sb_engine_free(c);
+}
+
+/* For the lookup test: a prompt after which (almost) every likely first
+ * token t makes a draft, i.e. the bigram (last prompt token, t) occurs in it:
+ * segments [L, t, y] for the first tokens seen, then the base prompt. The
+ * segments change what comes first, so iterate a few times. */
+static int32_t *lookup_prompt(sb_engine *e, int32_t *base, int *n, int nv) {
+    const int nb = *n;
+    const int32_t last = base[nb - 1];
+    char *seen = calloc((size_t)nv, 1);
+    int32_t *p = malloc(512 * sizeof *p);
+    memcpy(p, base, (size_t)nb * sizeof *p);
+    int np = nb;
+    static toks t;
+    for (int it = 0; it < 4; it++) {
+        for (int s = 0; s < 100; s++) {
+            sb_gen_opts o;
+            sb_gen_result r;
+            sb_gen_opts_default(&o);
+            o.sampling.temp = 0.7f;
+            o.sampling.top_k = 12;
+            o.sampling.seed = 1000000u + (unsigned)s;
+            o.max_tokens = 1;
+            gen(e, p, np, &o, &t, &r);
+            if (t.n == 1) seen[t.tok[0]] = 1;
+        }
+        np = 0;
+        for (int v = 0; v < nv && np + 3 + nb <= 400; v++)
+            if (seen[v]) { p[np++] = last; p[np++] = v; p[np++] = base[1]; }
+        memcpy(p + np, base, (size_t)nb * sizeof *p);
+        np += nb;
+    }
+    free(seen);
+    free(base);
+    *n = np;
+    return p;
+}
+
+/* Second token over seeds, with and without drafting: two-sample chi-square
+ * over the outcomes seen at least 10 times in all. */
+static void sampled_second_token(int use_draft) {
+    enum { SEEDS = 1500 };
+    sb_engine *e = open_engine(TARGET), *d = use_draft ? open_engine(DRAFT) : NULL;
+    int n;
+    int32_t *prompt = prompt_of(e, "a b c d a b c d a b c d a b c", &n);
+    int nv = sb_model_hparams(sb_engine_model(e))->n_vocab;
+    if (!use_draft) prompt = lookup_prompt(e, prompt, &n, nv);
+    int *cnt[2] = { calloc((size_t)nv, sizeof(int)), calloc((size_t)nv, sizeof(int)) };
+    long drafted = 0;
+    static toks t;
+    for (int mode = 0; mode < 2; mode++)
+        for (int s = 0; s < SEEDS; s++) {
+            sb_gen_opts o;
+            sb_gen_result r;
+            sb_gen_opts_default(&o);
+            o.sampling.temp = 0.7f;
+            o.sampling.top_k = 12;
+            o.sampling.seed = (uint64_t)s * 2 + (uint64_t)mode;     /* independent samples */
+            o.max_tokens = 2;
+            if (mode) {
+                if (use_draft) { o.draft = d; o.n_draft = 3; }
+                else o.lookup = 4;
+            }
+            gen(e, prompt, n, &o, &t, &r);
+            /* A piece held back (part of a UTF-8 sequence) or an end
+             * token leaves fewer: the same for both modes when they agree. */
+            cnt[mode][t.n == 2 ? t.tok[1] : 0]++;
+            if (mode) drafted += r.n_drafted;
+        }
+    double chi2 = 0;
+    int df = -1;
+    for (int i = 0; i < nv; i++) {
+        const int a = cnt[0][i], b = cnt[1][i];
+        if (a + b < 10) continue;
+        chi2 += (double)(a - b) * (a - b) / (a + b);
+        df++;
+    }
+    assert_true(df >= 2);
+    fprintf(stderr, "# %s: %ld drafted over %d seeds\n", use_draft ? "draft" : "lookup", drafted, SEEDS);
+    assert_true(drafted > SEEDS / 2);       /* most second tokens were decided by the rule */
+    if (chi2 > chi2_bound(df)) fail_msg("%s: chi-square %.1f > %.1f (df %d)", use_draft ? "draft" : "lookup", chi2,
+                                        chi2_bound(df), df);
+    free(cnt[0]); free(cnt[1]);
+    free(prompt);
+    sb_engine_free(d);
+    sb_engine_free(e);
+}
+
+static void test_sampled_lookup(void **state) { (void)state; sampled_second_token(0); }
+static void test_sampled_draft(void **state) { (void)state; sampled_second_token(1); }
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_lookup),
+        cmocka_unit_test(test_accept_rule),
+        cmocka_unit_test(test_greedy_identity),
+        cmocka_unit_test(test_draft_vocab_check),
+        cmocka_unit_test(test_sampled_lookup),
+        cmocka_unit_test(test_sampled_draft),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
