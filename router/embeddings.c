@@ -61,16 +61,7 @@ static int put_vector(sb_jw *w, const sb_mp_obj *vec, bool b64) {
 
 static void on_embedded(void *arg, const sb_ipc_result *res) {
     rt_req *q = arg;
-    q->job = NULL;
-    q->on_gone = NULL;
-    if (!res->ok) {
-        const char *type;
-        int status = rt_worker_error_status(res->code, &type);
-        if (status == 503) rt_req_retry_after(q, 2);
-        rt_req_error(q, status, type, res->code ? res->code : "error", "model '%s': %s", q->model,
-                     res->message ? res->message : "failed");
-        return;
-    }
+    if (rt_req_model_failed(q, res)) return;
     const sb_mp_obj *vecs = sb_mp_map_get(res->result, "embeddings");
     int64_t nt = 0;
     double ms = 0;

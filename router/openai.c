@@ -173,18 +173,21 @@ static void on_token(void *arg, const char *event, const sb_mp_obj *data) {
     rt_openai_sse_delta(q, text, len);
 }
 
-static void on_done(void *arg, const sb_ipc_result *res) {
-    rt_req *q = arg;
+bool rt_req_model_failed(rt_req *q, const sb_ipc_result *res) {
     q->job = NULL;
     q->on_gone = NULL;
-    if (!res->ok) {
-        const char *type;
-        int status = rt_worker_error_status(res->code, &type);
-        if (status == 503) rt_req_retry_after(q, 2);
-        rt_req_error(q, status, type, res->code ? res->code : "error", "model '%s': %s", q->model,
-                     res->message ? res->message : "failed");
-        return;
-    }
+    if (res->ok) return false;
+    const char *type;
+    int status = rt_worker_error_status(res->code, &type);
+    if (status == 503) rt_req_retry_after(q, 2);
+    rt_req_error(q, status, type, res->code ? res->code : "error", "model '%s': %s", q->model,
+                 res->message ? res->message : "failed");
+    return true;
+}
+
+static void on_done(void *arg, const sb_ipc_result *res) {
+    rt_req *q = arg;
+    if (rt_req_model_failed(q, res)) return;
     const char *text = "", *finish = "stop";
     size_t len = 0;
     int64_t pt = 0, ct = 0;

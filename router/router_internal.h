@@ -232,6 +232,10 @@ struct rt_req {
 
 /* Reply helpers (http.c). After a final reply q is freed. */
 rt_req *rt_req_new(rt *r, struct evhttp_request *req, int route);
+/* A model call of request q (its job) has ended: detach it, and when it
+ * failed answer q with the mapped status (503 with Retry-After). true: q
+ * was answered with the error. (openai.c) */
+bool rt_req_model_failed(rt_req *q, const sb_ipc_result *res);
 void rt_req_json(rt_req *q, int status, const char *json, size_t len, const char *x_cache);
 void rt_req_reply(rt_req *q, int status, const char *content_type, const char *body, size_t len);
 void rt_req_error(rt_req *q, int status, const char *type, const char *code, const char *fmt, ...)
