@@ -270,7 +270,7 @@ static int bm25_list(sb_kb *kb, const char *query, size_t len, scored *top, size
     return rc;
 }
 
-typedef struct { int64_t id; double score; int ra, rb; } fused;
+typedef struct { int64_t id; double score; int ra, rb; double cos; } fused;
 
 static int by_score(const void *a, const void *b) {
     double x = ((const fused *)a)->score, y = ((const fused *)b)->score;
@@ -283,13 +283,14 @@ static int by_score(const void *a, const void *b) {
 static size_t fuse(const scored *a, size_t na, const scored *b, size_t nb, int rrf_k, bool hybrid, fused *out) {
     size_t n = 0;
     for (size_t i = 0; i < na; i++)
-        out[n++] = (fused){ a[i].id, hybrid ? 1.0 / (rrf_k + (double)(i + 1)) : a[i].score, (int)i + 1, 0 };
+        out[n++] = (fused){ a[i].id, hybrid ? 1.0 / (rrf_k + (double)(i + 1)) : a[i].score, (int)i + 1, 0, 0 };
     for (size_t j = 0; j < nb; j++) {
         size_t i = 0;
         while (i < n && out[i].id != b[j].id) i++;
-        if (i == n) out[n++] = (fused){ b[j].id, 0, 0, 0 };
+        if (i == n) out[n++] = (fused){ b[j].id, 0, 0, 0, 0 };
         out[i].score += hybrid ? 1.0 / (rrf_k + (double)(j + 1)) : b[j].score;
         out[i].rb = (int)j + 1;
+        out[i].cos = b[j].score;
     }
     qsort(out, n, sizeof *out, by_score);
     return n;
@@ -318,7 +319,8 @@ static int fetch_hits(sb_kb *kb, const fused *f, size_t nf, int top_k, sb_kb_hit
     int rc = 0;
     for (size_t i = 0; !rc && i < nf && *n < (size_t)top_k; i++) {
         sb_kb_hit *h = &hits[*n];
-        *h = (sb_kb_hit){ .id = f[i].id, .score = f[i].score, .bm25_rank = f[i].ra, .vec_rank = f[i].rb };
+        *h = (sb_kb_hit){ .id = f[i].id, .score = f[i].score, .bm25_rank = f[i].ra, .vec_rank = f[i].rb,
+                          .cosine = f[i].cos };
         rc = kb_store_fetch(kb->store, h, err);
         if (rc == SB_ENOTFOUND) rc = 0;
         else if (!rc) (*n)++;

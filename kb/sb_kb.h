@@ -149,6 +149,7 @@ typedef struct {
     /* BM25: -bm25() (higher is better); vector: cosine; hybrid: the RRF sum. */
     double score;
     int bm25_rank, vec_rank;    /* 1-based rank in each list; 0 = not in it */
+    double cosine;              /* vector, hybrid: cosine with the query (0 when vec_rank is 0) */
 } sb_kb_hit;
 
 typedef struct {

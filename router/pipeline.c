@@ -15,6 +15,7 @@
 #include "router_internal.h"
 #include "sb_classify.h"
 #include "sb_grammar.h"
+#include "sb_kb.h"
 
 typedef struct {
     const sb_config *cfg;
@@ -25,7 +26,8 @@ typedef struct {
 #define FAIL(c, node, ...) sb_config_node_error((c)->cfg, (node), (c)->err, __VA_ARGS__)
 
 const char *sb_stage_kind_name(sb_stage_kind k) {
-    return k == SB_STAGE_INTENT ? "intent" : k == SB_STAGE_GENERATE ? "generate" : "tool";
+    static const char *const names[] = { "intent", "generate", "tool", "retrieve" };
+    return (unsigned)k <= SB_STAGE_RETRIEVE ? names[k] : "?";
 }
 
 /* ----------------------------------------------------------- node types */
@@ -266,14 +268,37 @@ static int load_intent_method(vctx *c, const sb_config_node *n, sb_stage *s) {
     return 0;
 }
 
+/* when: {found: STAGE} / {not_found: STAGE}: an earlier retrieve stage. */
+static int load_when_found(vctx *c, const sb_config_node *k, const sb_config_node *v, sb_pipeline *p, size_t idx,
+                           sb_stage *s) {
+    s->when_found_negate = !strcmp(k->value, "not_found");
+    for (size_t j = 0; v->kind == SB_CFG_SCALAR && j < idx; j++)
+        if (p->stages[j].kind == SB_STAGE_RETRIEVE && !strcmp(p->stages[j].name, v->value)) s->when_found = (int)j;
+    if (s->when_found < 0)
+        return FAIL(c, v, "%s.when.%s: expected the name of an earlier retrieve stage", c->path, k->value);
+    return 0;
+}
+
 static int load_when(vctx *c, const sb_config_node *n, sb_pipeline *p, size_t idx, sb_stage *s) {
-    static const char *const keys[] = { "intent", "intent_not", NULL };
-    if (n->kind != SB_CFG_MAP || n->n_pairs != 1)
-        return FAIL(c, n, "%s.when: expected {intent: [labels]} or {intent_not: [labels]}", c->path);
+    static const char *const keys[] = { "intent", "intent_not", "found", "not_found", NULL };
+    if (n->kind != SB_CFG_MAP || n->n_pairs < 1 || n->n_pairs > 2)
+        return FAIL(c, n, "%s.when: expected {intent: [labels]} or {intent_not: [labels]}, and/or {found: STAGE} "
+                    "or {not_found: STAGE}", c->path);
     int rc = check_keys(c, n, keys);
     if (rc) return rc;
-    s->when_negate = !strcmp(n->pairs[0].key->value, "intent_not");
-    if ((rc = get_strs(c, n->pairs[0].value, "when.intent", SB_PIPE_MAX_LABELS, &s->when_intents, &s->n_when)))
+    const sb_config_node *in = NULL;
+    for (size_t i = 0; i < n->n_pairs; i++) {
+        const sb_config_node *k = n->pairs[i].key;
+        bool found_key = !strcmp(k->value, "found") || !strcmp(k->value, "not_found");
+        if (found_key ? s->when_found >= 0 : in != NULL)
+            return FAIL(c, k, "%s.when: '%s' with another condition of its kind", c->path, k->value);
+        if (found_key && (rc = load_when_found(c, k, n->pairs[i].value, p, idx, s))) return rc;
+        if (!found_key) in = n->pairs[i].key;
+    }
+    if (!in) return 0;
+    const sb_config_node *iv = sb_config_node_get(n, in->value);
+    s->when_negate = !strcmp(in->value, "intent_not");
+    if ((rc = get_strs(c, iv, "when.intent", SB_PIPE_MAX_LABELS, &s->when_intents, &s->n_when)))
         return rc;
     /* Each label must be one an earlier intent stage can produce. */
     for (size_t k = 0; k < s->n_when; k++) {
@@ -285,10 +310,35 @@ static int load_when(vctx *c, const sb_config_node *n, sb_pipeline *p, size_t id
         }
         if (!any_intent) return FAIL(c, n, "%s.when: no intent stage runs before this one", c->path);
         if (!found)
-            return FAIL(c, n->pairs[0].value, "%s.when: '%s' is not a label of an earlier intent stage", c->path,
+            return FAIL(c, iv, "%s.when: '%s' is not a label of an earlier intent stage", c->path,
                         s->when_intents[k]);
     }
     return 0;
+}
+
+/* kind: retrieve - kb, query, top_k, mode, min_score. The stage embeds
+ * with the base's embed_model, so that is its model (and the pipeline's
+ * cache fingerprint covers it). */
+static int load_retrieve(vctx *c, const sb_config_node *n, sb_stage *s, const rt_tmpl_scope *scope) {
+    const sb_config_node *v = sb_config_node_get(n, "kb");
+    int rc;
+    if (!v) return FAIL(c, n, "%s: missing 'kb' (a knowledge base of knowledge:)", c->path);
+    if ((rc = get_str(c, v, "kb", &s->kb))) return rc;
+    const sb_config_kb *kb = sb_config_find_kb(c->cfg, s->kb);
+    if (!kb) return FAIL(c, v, "%s.kb: no knowledge base named '%s' under knowledge:", c->path, s->kb);
+    if (!(s->model = sb_strdup(kb->embed_model))) return SB_ENOMEM;
+    long long k = 3;
+    if ((v = sb_config_node_get(n, "top_k")) && (rc = get_int(c, v, "top_k", 1, SB_PIPE_MAX_TOP_K, &k))) return rc;
+    s->kb_top_k = (int)k;
+    s->kb_mode = SB_KB_HYBRID;
+    if ((v = sb_config_node_get(n, "mode"))) {
+        s->kb_mode = v->kind == SB_CFG_SCALAR ? sb_kb_mode_parse(v->value) : -1;
+        if (s->kb_mode < 0) return FAIL(c, v, "%s.mode: expected bm25, vector or hybrid", c->path);
+    }
+    s->min_score = -1;
+    if ((v = sb_config_node_get(n, "min_score")) && (rc = get_num(c, v, "min_score", 0, 1e9, &s->min_score))) return rc;
+    return (v = sb_config_node_get(n, "query")) ? tmpl(c, v, "query", scope, &s->query)
+                                                 : rt_tmpl_compile("{{input}}", scope, &s->query, NULL, 0);
 }
 
 static int load_sampling(vctx *c, const sb_config_node *n, sb_stage *s, const sb_config *cfg) {
@@ -373,11 +423,12 @@ static int load_stage(vctx *c, const sb_config_node *n, sb_pipeline *p, size_t i
     s->line = n->line;
     s->col = n->col;
     s->args_from = -1;
+    s->when_found = -1;
     s->chat = true;
     if (n->kind != SB_CFG_MAP) return FAIL(c, n, "%s: expected a mapping, got %s", c->path, what(n));
     const sb_config_node *nm = sb_config_node_get(n, "name"), *kd = sb_config_node_get(n, "kind");
     if (!nm) return FAIL(c, n, "%s: missing 'name'", c->path);
-    if (!kd) return FAIL(c, n, "%s: missing 'kind' (intent, generate or tool)", c->path);
+    if (!kd) return FAIL(c, n, "%s: missing 'kind' (intent, generate, tool or retrieve)", c->path);
     int rc = get_str(c, nm, "name", &s->name);
     if (rc) return rc;
     if (!valid_name(s->name)) return FAIL(c, nm, "%s.name: must be 1-%d characters of A-Z a-z 0-9 _ -", c->path, SB_CONFIG_MAX_NAME);
@@ -387,7 +438,8 @@ static int load_stage(vctx *c, const sb_config_node *n, sb_pipeline *p, size_t i
     if (!strcmp(k, "intent")) s->kind = SB_STAGE_INTENT;
     else if (!strcmp(k, "generate")) s->kind = SB_STAGE_GENERATE;
     else if (!strcmp(k, "tool")) s->kind = SB_STAGE_TOOL;
-    else return FAIL(c, kd, "%s.kind: expected intent, generate or tool, got '%s'", c->path, k);
+    else if (!strcmp(k, "retrieve")) s->kind = SB_STAGE_RETRIEVE;
+    else return FAIL(c, kd, "%s.kind: expected intent, generate, tool or retrieve, got '%s'", c->path, k);
     snprintf(c->path + strlen(c->path), sizeof c->path - strlen(c->path), "(%s)", s->name);
     static const char *const intent_keys[] = { "name", "kind", "when", "model", "system", "chat", "labels",
                                                "min_confidence", "fallback", "utterance", "calibrate", "method",
@@ -398,8 +450,10 @@ static int load_stage(vctx *c, const sb_config_node *n, sb_pipeline *p, size_t i
                                             "json", "json_schema", NULL };
     static const char *const tool_keys[] = { "name", "kind", "when", "command", "stdin", "url", "method", "body",
                                              "args_from", "timeout_ms", "env", "max_concurrent", "max_queue", NULL };
-    if ((rc = check_keys(c, n, s->kind == SB_STAGE_INTENT ? intent_keys : s->kind == SB_STAGE_GENERATE ? gen_keys : tool_keys)))
-        return rc;
+    static const char *const retrieve_keys[] = { "name", "kind", "when", "kb", "query", "top_k", "min_score", "mode",
+                                                 NULL };
+    static const char *const *const keys_of[] = { intent_keys, gen_keys, tool_keys, retrieve_keys };
+    if ((rc = check_keys(c, n, keys_of[s->kind]))) return rc;
     const char *names[SB_PIPE_MAX_STAGES];
     bool has_intent = false;
     for (size_t j = 0; j < idx; j++) {
@@ -409,6 +463,7 @@ static int load_stage(vctx *c, const sb_config_node *n, sb_pipeline *p, size_t i
     rt_tmpl_scope scope = { names, idx, has_intent };
     const sb_config_node *v;
     if ((v = sb_config_node_get(n, "when")) && (rc = load_when(c, v, p, idx, s))) return rc;
+    if (s->kind == SB_STAGE_RETRIEVE) return load_retrieve(c, n, s, &scope);
     if (s->kind != SB_STAGE_TOOL) {
         if (!(v = sb_config_node_get(n, "model"))) return FAIL(c, n, "%s: missing 'model'", c->path);
         if ((rc = get_str(c, v, "model", &s->model))) return rc;
@@ -609,6 +664,8 @@ static void free_stage(sb_stage *s) {
     for (size_t i = 0; i < s->n_env; i++) sb_free(s->env[i]);
     sb_free(s->url);
     rt_tmpl_free(s->body);
+    sb_free(s->kb);
+    rt_tmpl_free(s->query);
 }
 
 void sb_pipelines_free(sb_pipelines *ps) {

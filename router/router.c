@@ -37,6 +37,7 @@ void rt_conf_release(rt_conf *c) {
         sb_free(p);
     }
     rt_intent_free_all(c);
+    rt_retrieve_free_all(c);
     sb_pipelines_free(c->pipes);
     sb_config_free(c->cfg);
     sb_free(c);

@@ -50,17 +50,28 @@ typedef struct rt_prior {
 } rt_prior;
 
 typedef struct rt_eindex rt_eindex;
+typedef struct rt_kbh rt_kbh;
 
 typedef struct {
     sb_config *cfg;
     sb_pipelines *pipes;
     rt_prior *priors;               /* calibrate: true stages, once measured */
     rt_eindex *eindex;              /* intent_embed.c: embedding stages' example indexes */
+    rt_kbh *kbs;                    /* retrieve.c: the knowledge bases retrieve stages opened */
     int refs;
 } rt_conf;
 
 void rt_conf_release(rt_conf *c);
 rt_conf *rt_conf_acquire(rt *r);
+
+/* retrieve.c: search retrieve stage s's base for query (qvec: its dim-float
+ * "query: " vector from the base's embed_model; NULL in bm25 mode) and render
+ * the passages as text (prompts) and as {"found", "passages": [{source,
+ * section, score, text}]}. *found is false below min_score (no passages).
+ * 0 or SB_E* with err (no base file, another embedder, SQLite). */
+int  rt_retrieve(rt_conf *c, const sb_stage *s, const char *query, size_t len, const float *qvec, int dim,
+                 sb_jw *text, sb_jw *json, bool *found, char *err);
+void rt_retrieve_free_all(rt_conf *c);
 
 /* ------------------------------------------------------------ templates */
 

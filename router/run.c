@@ -19,6 +19,7 @@
 
 #include "obs.h"
 #include "router_internal.h"
+#include "sb_kb.h"
 
 enum { ST_PENDING, ST_OK, ST_SKIPPED, ST_ERROR };
 
@@ -31,6 +32,7 @@ typedef struct {
     char *error;
     char *input;                    /* what the stage was given, kept for call traces only */
     int prompt_tokens, completion_tokens;
+    bool found;                     /* retrieve: passages at or above min_score */
 } stage_res;
 
 struct rt_run {
@@ -92,6 +94,7 @@ static sb_tmpl_env env_of(rt_run *run) {
 }
 
 static bool when_matches(const rt_run *run, const sb_stage *s) {
+    if (s->when_found >= 0 && run->res[s->when_found].found == s->when_found_negate) return false;
     if (!s->n_when) return true;
     if (!run->intent) return s->when_negate;
     bool in = false;
@@ -323,6 +326,20 @@ static int start_intent(rt_run *run, const sb_stage *s, sb_mp_writer *p, char *e
                            &run->job, err);
 }
 
+/* An `embed` result's first vector into out[0..max): its dimension, 0 if
+ * there is none or it is longer. */
+static uint32_t first_vector(const sb_ipc_result *res, float *out, uint32_t max) {
+    const sb_mp_obj *v = res->ok ? sb_mp_array_at(sb_mp_map_get(res->result, "embeddings"), 0) : NULL;
+    uint32_t dim = sb_mp_count(v);
+    if (dim > max) return 0;
+    for (uint32_t i = 0; i < dim; i++) {
+        double x = 0;
+        sb_mp_as_f64(sb_mp_array_at(v, i), &x);
+        out[i] = (float)x;
+    }
+    return dim;
+}
+
 /* An embedding stage: the caller's vector against the stage's examples.
  * The result has the score method's shape: probabilities over the labels
  * (the out-of-scope class, when trained, is not a label: its winning sends
@@ -333,7 +350,6 @@ static void on_embedded(void *arg, const sb_ipc_result *res) {
     const sb_stage *s = &run->p->stages[run->cur];
     const sb_classifier *cls = NULL;
     char err[SB_ERR_LEN];
-    const sb_mp_obj *v = res->ok ? sb_mp_array_at(sb_mp_map_get(res->result, "embeddings"), 0) : NULL;
     if (!res->ok) {
         const char *type;
         int st = rt_worker_error_status(res->code, &type);
@@ -341,15 +357,10 @@ static void on_embedded(void *arg, const sb_ipc_result *res) {
         return;
     }
     float vec[4096];
-    uint32_t dim = sb_mp_count(v);
-    if (rt_intent_classifier(run->r, run->conf, s, &cls, err) != 0 || dim == 0 || dim > 4096) {
+    uint32_t dim = first_vector(res, vec, 4096);
+    if (rt_intent_classifier(run->r, run->conf, s, &cls, err) != 0 || dim == 0) {
         fail(run, 502, "server_error", "intent stage '%s': %s", s->name, "the encoder's vector does not fit the index");
         return;
-    }
-    for (uint32_t i = 0; i < dim; i++) {
-        double x = 0;
-        sb_mp_as_f64(sb_mp_array_at(v, i), &x);
-        vec[i] = (float)x;
     }
     sb_cls_result cr;
     if (sb_cls_classify(cls, vec, &cr)) {
@@ -549,6 +560,68 @@ static int start_tool(rt_run *run, const sb_stage *s, char *err) {
     return rc;
 }
 
+/* ------------------------------------------------------------ retrieve */
+
+/* Search with the query vector (NULL in bm25 mode) and finish the stage.
+ * A missing base or a failed search is the stage's error, as for a tool:
+ * the pipeline goes on with found false and can hand the call off. */
+static void retrieve_with(rt_run *run, const sb_stage *s, const float *qvec, int dim) {
+    sb_tmpl_env env = env_of(run);
+    sb_jw q, text, json;
+    sb_jw_init(&q);
+    sb_jw_init(&text);
+    sb_jw_init(&json);
+    sb_tmpl_render(s->query, &env, &q);
+    stage_res *sr = &run->res[run->cur];
+    char err[SB_ERR_LEN];
+    int rc = q.oom ? sb_seterr(err, SB_ENOMEM, "out of memory")
+                   : rt_retrieve(run->conf, s, q.p ? q.p : "", q.len, qvec, dim, &text, &json, &sr->found, err);
+    if (!rc) {
+        sr->output = trimmed(text.p ? text.p : "", text.len);
+        if (sb_json_parse(json.p, json.len, &sr->doc, NULL) == 0) sr->json = sb_json_root(sr->doc);
+        json_fits(sr);
+    }
+    sb_jw_free(&q);
+    sb_jw_free(&text);
+    sb_jw_free(&json);
+    stage_done(run, rc ? ST_ERROR : ST_OK, rc ? err : NULL);
+}
+
+static void on_query_embedded(void *arg, const sb_ipc_result *res) {
+    rt_run *run = arg;
+    run->job = NULL;
+    const sb_stage *s = &run->p->stages[run->cur];
+    float vec[4096];
+    uint32_t dim = first_vector(res, vec, 4096);
+    run->model_s += sb_now_s() - run->t_stage;
+    if (!dim) {
+        stage_done(run, ST_ERROR, res->ok ? "the encoder returned no vector"
+                                          : res->message ? res->message : "the encoder failed");
+        return;
+    }
+    retrieve_with(run, s, vec, (int)dim);
+}
+
+static int start_retrieve(rt_run *run, const sb_stage *s, char *err) {
+    if (s->kb_mode == SB_KB_BM25) { retrieve_with(run, s, NULL, 0); return 0; }
+    rt_model *m = rt_model_find(run->r, s->model);
+    if (!m) return sb_seterr(err, SB_EIO, "model '%s' is not configured in this router", s->model);
+    sb_tmpl_env env = env_of(run);
+    sb_jw q;
+    sb_jw_init(&q);
+    sb_tmpl_render(s->query, &env, &q);
+    keep_input(run, q.p, q.len);
+    sb_mp_writer *p;
+    if (q.oom || sb_mp_writer_new(&p)) { sb_jw_free(&q); return sb_seterr(err, SB_ENOMEM, "out of memory"); }
+    sb_mp_map(p, 2);
+    sb_mp_kv_str(p, "kind", "query");
+    sb_mp_str(p, "texts");
+    sb_mp_array(p, 1);
+    sb_mp_strn(p, q.p ? q.p : "", q.len);
+    sb_jw_free(&q);
+    return rt_model_submit(m, "embed", p, m->deadline_ms, NULL, on_query_embedded, run, &run->job, err);
+}
+
 /* --------------------------------------------------------------- steps */
 
 static void step(rt_run *run) {
@@ -564,6 +637,10 @@ static void step(rt_run *run) {
         }
         char err[SB_ERR_LEN];
         int rc;
+        if (s->kind == SB_STAGE_RETRIEVE) {
+            if ((rc = start_retrieve(run, s, err))) stage_done(run, ST_ERROR, err);
+            return;
+        }
         if (s->kind == SB_STAGE_TOOL) {
             rc = start_tool(run, s, err);
             /* A full tool queue is load, not a broken tool: the caller

@@ -28,12 +28,13 @@
 #define SB_PIPE_MAX_STOPS   8
 #define SB_PIPE_MAX_ARGS    32
 #define SB_PIPE_MAX_ENV     32
+#define SB_PIPE_MAX_TOP_K   20      /* passages of a retrieve stage: they go into a prompt */
 /* Tool stage defaults: 8 processes is more than a 2-8 core edge box runs
  * usefully at once, and 64 waiting calls drain in seconds at tool speeds. */
 #define SB_TOOL_CONCURRENT  8
 #define SB_TOOL_QUEUE       64
 
-typedef enum { SB_STAGE_INTENT, SB_STAGE_GENERATE, SB_STAGE_TOOL } sb_stage_kind;
+typedef enum { SB_STAGE_INTENT, SB_STAGE_GENERATE, SB_STAGE_TOOL, SB_STAGE_RETRIEVE } sb_stage_kind;
 /* How an intent stage decides: AUTO follows its model's kind (an encoder
  * embeds, a decoder scores); HYBRID embeds and asks score_model's label
  * likelihood only when the embedding's top-2 margin is small. */
@@ -66,6 +67,10 @@ typedef struct {
     char **when_intents;
     size_t n_when;
     bool when_negate;
+    /* when: {found: STAGE} / {not_found: STAGE}: that retrieve stage's
+     * verdict; -1: no condition. Both conditions must hold when both given. */
+    int when_found;
+    bool when_found_negate;
     /* intent + generate */
     char *model;
     sb_tmpl *system;                /* may be NULL */
@@ -106,6 +111,12 @@ typedef struct {
     size_t n_env;
     int max_concurrent;             /* calls of this stage running at once (default SB_TOOL_CONCURRENT) */
     int max_queue;                  /* calls waiting beyond that; more get 503 (default SB_TOOL_QUEUE) */
+    /* retrieve (router/retrieve.c): model is the base's embed_model */
+    char *kb;                       /* a knowledge: entry */
+    sb_tmpl *query;                 /* default "{{input}}" */
+    int kb_top_k;                   /* [1, SB_PIPE_MAX_TOP_K], default 3 */
+    int kb_mode;                    /* sb_kb_mode: 0 bm25, 1 vector, 2 hybrid (default) */
+    double min_score;               /* < 0: none; else the best passage's cosine (bm25: BM25 score) */
 } sb_stage;
 
 typedef struct {

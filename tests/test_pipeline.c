@@ -251,7 +251,7 @@ static void test_json_schema_key(void **state) {
 }
 
 static void test_rejections(void **state) {
-    expect_error(HEAD "      - name: x\n        kind: dance\n", "pipe.yaml:8:15", "expected intent, generate or tool");
+    expect_error(HEAD "      - name: x\n        kind: dance\n", "pipe.yaml:8:15", "expected intent, generate, tool or retrieve");
     expect_error(HEAD "      - name: x\n        kind: generate\n        model: nope\n        prompt: hi\n",
                  "pipe.yaml:9:16", "no model named 'nope'");
     expect_error(HEAD "      - name: x\n        kind: generate\n        model: m\n        prompt: hi\n        temprature: 1\n",
@@ -353,6 +353,72 @@ static void test_embedding_keys(void **state) {
     remove(tsv);
 }
 
+/* Retrieve stages: kb, query, top_k, mode, min_score, their defaults, and
+ * when: {found: STAGE} / {not_found: STAGE} (with or without an intent). */
+#define KBHEAD "runtime: { dir: /tmp/sb-pipe-test }\n" \
+               "models:\n  m: { gguf: tiny-llama-spm-Q4_K_M.gguf }\n" \
+               "knowledge:\n  pol: { path: /tmp/sb-pipe-test/pol.sqlite, embed_model: m }\n" \
+               "pipelines:\n  p:\n    stages:\n"
+#define RETRIEVE_ANSWER "      - name: answer\n        kind: generate\n        model: m\n        prompt: hi\n" \
+                        "        when: { intent: [a], found: docs }\n" \
+                        "      - name: handoff\n        kind: generate\n        model: m\n        prompt: hi\n" \
+                        "        when: { not_found: docs }\n"
+#define RETRIEVE "      - name: docs\n        kind: retrieve\n        kb: pol\n"
+static void test_retrieve_keys(void **state) {
+    sb_config *cfg;
+    sb_pipelines *ps;
+    char err[SB_ERR_LEN] = "";
+    int rc = load(KBHEAD INTENT RETRIEVE "        query: \"{{input}} ({{intent}})\"\n        top_k: 5\n"
+                  "        mode: bm25\n        min_score: 0.8\n"
+                  RETRIEVE_ANSWER, &cfg, &ps, err);
+    if (rc) fail_msg("%s", err);
+    const sb_stage *s = &ps->items[0].stages[1];
+    assert_int_equal(s->kind, SB_STAGE_RETRIEVE);
+    assert_string_equal(sb_stage_kind_name(s->kind), "retrieve");
+    assert_string_equal(s->kb, "pol");
+    assert_string_equal(s->model, "m");             /* the base's embed_model */
+    assert_string_equal(sb_tmpl_source(s->query), "{{input}} ({{intent}})");
+    assert_int_equal(s->kb_top_k, 5);
+    assert_int_equal(s->kb_mode, 0);
+    assert_true(s->min_score == 0.8);
+    const sb_stage *a = &ps->items[0].stages[2], *h = &ps->items[0].stages[3];
+    assert_int_equal(a->when_found, 1);
+    assert_false(a->when_found_negate);
+    assert_int_equal(a->n_when, 1);
+    assert_int_equal(h->when_found, 1);
+    assert_true(h->when_found_negate);
+    assert_int_equal(h->n_when, 0);
+    assert_int_equal(ps->items[0].stages[0].when_found, -1);
+    sb_pipelines_free(ps);
+    sb_config_free(cfg);
+
+    rc = load(KBHEAD RETRIEVE, &cfg, &ps, err);
+    if (rc) fail_msg("%s", err);
+    s = &ps->items[0].stages[0];
+    assert_string_equal(sb_tmpl_source(s->query), "{{input}}");
+    assert_int_equal(s->kb_top_k, 3);
+    assert_int_equal(s->kb_mode, 2);                /* hybrid */
+    assert_true(s->min_score < 0);
+    sb_pipelines_free(ps);
+    sb_config_free(cfg);
+
+    expect_error(KBHEAD "      - name: docs\n        kind: retrieve\n", "pipe.yaml:9:9", "missing 'kb'");
+    expect_error(KBHEAD RETRIEVE "        model: m\n", "pipe.yaml:12:9", "unknown key 'model'");
+    expect_error(KBHEAD "      - name: docs\n        kind: retrieve\n        kb: nope\n", "pipe.yaml:11:13",
+                 "no knowledge base named 'nope'");
+    expect_error(KBHEAD RETRIEVE "        top_k: 0\n", "pipe.yaml:12:16", "top_k");
+    expect_error(KBHEAD RETRIEVE "        top_k: 21\n", "pipe.yaml:12:16", "top_k");
+    expect_error(KBHEAD RETRIEVE "        mode: fuzzy\n", "pipe.yaml:12:15", "expected bm25, vector or hybrid");
+    expect_error(KBHEAD RETRIEVE "        min_score: -1\n", "pipe.yaml:12:20", "min_score");
+    expect_error(KBHEAD RETRIEVE "        query: \"{{stages.later.output}}\"\n", "pipe.yaml:12", "later");
+    expect_error(KBHEAD INTENT "      - name: g\n        kind: generate\n        model: m\n        prompt: hi\n"
+                 "        when: { found: route }\n", "pipe.yaml:20:24", "earlier retrieve stage");
+    expect_error(KBHEAD "      - name: g\n        kind: generate\n        model: m\n        prompt: hi\n"
+                 "        when: { not_found: docs }\n" RETRIEVE, "pipe.yaml:13:28", "earlier retrieve stage");
+    expect_error(KBHEAD RETRIEVE "      - name: g\n        kind: generate\n        model: m\n        prompt: hi\n"
+                 "        when: { found: docs, not_found: docs }\n", "pipe.yaml:16:30", "another condition of its kind");
+}
+
 /* The shipped configs name models this checkout may not have; validate
  * their pipelines against a fixture model under each of their model names
  * (whatever roles a config defines). */
@@ -434,6 +500,7 @@ int main(void) {
         cmocka_unit_test(test_rejections),
         cmocka_unit_test(test_json_schema_key),
         cmocka_unit_test(test_embedding_keys),
+        cmocka_unit_test(test_retrieve_keys),
         cmocka_unit_test(test_shipped_configs),
         cmocka_unit_test(test_allocation_failures),
     };

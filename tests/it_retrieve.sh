@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Retrieve stages (issue 21 item 3) through real HTTP: a runtime serving the
+# tiny random e5 encoder of tests/e5_tiny.py (no download), a base ingested
+# here with `switchboard kb add`, and pipelines whose retrieve stage feeds
+# later templates ({{stages.NAME.output}}, {{stages.NAME.json...}}) and
+# branches with when: {found: ...} / {not_found: ...}. The encoder's weights
+# are random, so hits are pinned down by BM25 (hybrid keeps BM25's first hit
+# first when the vector list is noise) and min_score: 1.5 (above any cosine)
+# forces "not found". Set SB_BIN to test another binary.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. tests/itlib.sh
+it_init retrieve
+fail() { echo "it_retrieve: FAIL: $*" >&2; tail -20 "$tmp/run.log" >&2 2>/dev/null; exit 1; }
+port=$(it_ports 1)
+python3 tests/e5_tiny.py --model-only "$SB" "$tmp" > /dev/null
+tool() {    # a tool stage that shows what the templates rendered
+    printf '      - { name: %s, kind: tool, when: { %s: docs }, command: ["printf", "%%s", "%s"] }\n' "$1" "$2" "$3"
+}
+cat > "$tmp/c.yaml" <<EOF
+runtime: { dir: $tmp/run, http: 127.0.0.1:$port, drain_ms: 1000 }
+models:
+  e5: { gguf: $tmp/tiny-q8_0.gguf, threads: 1 }
+knowledge:
+  pol: { path: $tmp/pol.sqlite, embed_model: e5, chunk_tokens: 64, overlap: 8 }
+  absent: { path: $tmp/absent.sqlite, embed_model: e5 }
+pipelines:
+  ask:
+    cache: false
+    stages:
+      - { name: docs, kind: retrieve, kb: pol, query: "{{input}} lease", top_k: 2 }
+$(tool answer found 'FOUND {{stages.docs.json.found}} FIRST {{stages.docs.output}}')
+$(tool handoff not_found 'HANDOFF')
+  strict:
+    cache: false
+    stages:
+      - { name: docs, kind: retrieve, kb: pol, min_score: 1.5 }
+$(tool answer found 'FOUND')
+$(tool handoff not_found 'HANDOFF {{stages.docs.json}}')
+  keywords:
+    cache: false
+    stages:
+      - { name: docs, kind: retrieve, kb: pol, mode: bm25, top_k: 1, min_score: 0.000001 }
+$(tool answer found 'FOUND {{stages.docs.json.passages}}')
+$(tool handoff not_found 'HANDOFF')
+  nobase:
+    cache: false
+    stages:
+      - { name: docs, kind: retrieve, kb: absent }
+$(tool handoff not_found 'HANDOFF')
+EOF
+cat > "$tmp/rent.md" <<'EOF'
+# Housing fund
+
+## Rent
+
+Bring the lease and your identity card. Money arrives within five days.
+EOF
+printf '# Tax\n\nThe annual settlement runs from March to June.\n' > "$tmp/tax.md"
+"$SB" kb add -c "$tmp/c.yaml" --kb pol --quiet "$tmp/rent.md" "$tmp/tax.md" || fail "kb add"
+"$SB" run -c "$tmp/c.yaml" > "$tmp/run.log" 2>&1 &
+it_pids+=($!)
+it_wait_http "http://127.0.0.1:$port/health" 200 0.05 || fail "the runtime did not come up"
+call() { curl -s -m 30 "http://127.0.0.1:$port/v1/pipelines/$1" -d "{\"input\": \"$2\"}"; }
+
+call ask "identity card for rent" > "$tmp/ask.json"
+python3 - "$tmp/ask.json" <<'EOF' || fail "ask: $(cat "$tmp/ask.json")"
+import json, sys
+r = json.load(open(sys.argv[1]))
+docs = r["stages"][0]
+assert docs["kind"] == "retrieve" and docs["status"] == "ok", docs
+j = docs["json"]
+assert j["found"] is True and len(j["passages"]) == 2, j
+p = j["passages"][0]
+assert p["source"] == "rent.md" and p["section"] == "Housing fund > Rent" and "lease" in p["text"], p
+assert set(p) == {"source", "section", "score", "text"}, p
+assert docs["output"].startswith("[1] rent.md > Housing fund > Rent\nBring the lease"), docs["output"]
+assert "\n\n[2] " in docs["output"], docs["output"]
+assert r["output"].startswith("FOUND true FIRST [1] rent.md > Housing fund > Rent"), r["output"]
+assert r["stages"][2]["status"] == "skipped", r["stages"][2]
+EOF
+
+call strict "identity card for rent" > "$tmp/strict.json"
+python3 - "$tmp/strict.json" <<'EOF' || fail "strict: $(cat "$tmp/strict.json")"
+import json, sys
+r = json.load(open(sys.argv[1]))
+docs = r["stages"][0]
+assert docs["status"] == "ok" and docs["json"] == {"found": False, "passages": []} and docs["output"] == "", docs
+assert r["stages"][1]["status"] == "skipped", r
+assert r["output"] == 'HANDOFF {"found":false,"passages":[]}', r["output"]
+EOF
+
+call keywords "settlement March" > "$tmp/kw.json"
+python3 - "$tmp/kw.json" <<'EOF' || fail "keywords: $(cat "$tmp/kw.json")"
+import json, sys
+r = json.load(open(sys.argv[1]))
+out = r["output"]
+assert out.startswith("FOUND [") and json.loads(out[6:])[0]["source"] == "tax.md", out
+EOF
+call keywords "zebra" > "$tmp/kw2.json"
+grep -q '"output":"HANDOFF"' "$tmp/kw2.json" || fail "bm25 without a match: $(cat "$tmp/kw2.json")"
+
+# A base nobody has added to yet: the stage fails, the run goes on and hands off.
+call nobase "rent" > "$tmp/nobase.json"
+python3 - "$tmp/nobase.json" <<'EOF' || fail "nobase: $(cat "$tmp/nobase.json")"
+import json, sys
+r = json.load(open(sys.argv[1]))
+docs = r["stages"][0]
+assert docs["status"] == "error" and "does not exist yet: run switchboard kb add" in docs["error"], docs
+assert r["output"] == "HANDOFF", r
+EOF
+
+# The base changes under the running router: the next call sees it.
+printf '# Pets\n\nA dog licence costs twenty yuan.\n' > "$tmp/pets.md"
+"$SB" kb add -c "$tmp/c.yaml" --kb pol --quiet "$tmp/pets.md" || fail "kb add pets"
+call keywords "dog licence" | grep -q 'pets.md' || fail "a document added after start is not found"
+echo "it_retrieve: ok"
