@@ -72,16 +72,48 @@ static void render_text(const sb_kb_hit *h, size_t n, sb_jw *w) {
     }
 }
 
-static void render_json(const sb_kb_hit *h, size_t n, bool found, sb_jw *w) {
+/* A passage's score: what min_score is judged on - the cosine with the
+ * query (vector, hybrid: the RRF sum has no absolute meaning), BM25 in bm25
+ * mode. */
+static double score_of(const sb_stage *s, const sb_kb_hit *h) {
+    return s->kb_mode == SB_KB_BM25 ? h->score : h->cosine;
+}
+
+/* source and section at the top are the best passage's, and cite lists
+ * every passage as "SOURCE, SECTION; ...", for a citation
+ * ({{stages.NAME.json.cite}}: templates reach one level down). */
+static void put_cite(const sb_kb_hit *h, size_t n, sb_jw *w) {
+    sb_jw c;
+    sb_jw_init(&c);
+    for (size_t i = 0; i < n; i++) {
+        if (i) sb_jw_raw(&c, "; ", 2);
+        sb_jw_raw(&c, h[i].source, strlen(h[i].source));
+        if (h[i].section && h[i].section[0]) {
+            sb_jw_raw(&c, ", ", 2);
+            sb_jw_raw(&c, h[i].section, strlen(h[i].section));
+        }
+    }
+    sb_jw_key(w, "cite");
+    sb_jw_strn(w, c.p ? c.p : "", c.len);
+    w->oom |= c.oom;
+    sb_jw_free(&c);
+}
+
+static void render_json(const sb_stage *s, const sb_kb_hit *h, size_t n, bool found, sb_jw *w) {
     sb_jw_obj(w);
     sb_jw_key(w, "found"); sb_jw_bool(w, found);
+    if (n) {
+        sb_jw_key(w, "source"); sb_jw_str(w, h[0].source);
+        sb_jw_key(w, "section"); sb_jw_str(w, h[0].section);
+        put_cite(h, n, w);
+    }
     sb_jw_key(w, "passages");
     sb_jw_arr(w);
     for (size_t i = 0; i < n; i++) {
         sb_jw_obj(w);
         sb_jw_key(w, "source"); sb_jw_str(w, h[i].source);
         sb_jw_key(w, "section"); sb_jw_str(w, h[i].section);
-        sb_jw_key(w, "score"); sb_jw_num(w, (double)(int64_t)(h[i].score * 1e4) / 1e4);
+        sb_jw_key(w, "score"); sb_jw_num(w, (double)(int64_t)(score_of(s, &h[i]) * 1e4) / 1e4);
         sb_jw_key(w, "text"); sb_jw_str(w, h[i].text);
         sb_jw_obj_end(w);
     }
@@ -89,14 +121,10 @@ static void render_json(const sb_kb_hit *h, size_t n, bool found, sb_jw *w) {
     sb_jw_obj_end(w);
 }
 
-/* min_score is judged on the best cosine (vector, hybrid: the RRF sum has no
- * absolute meaning) or the best BM25 score (bm25 mode). */
 static bool is_found(const sb_stage *s, const sb_kb_hit *h, size_t n) {
     double best = 0;
-    for (size_t i = 0; i < n; i++) {
-        double v = s->kb_mode == SB_KB_BM25 ? h[i].score : h[i].cosine;
-        if (v > best) best = v;
-    }
+    for (size_t i = 0; i < n; i++)
+        if (score_of(s, &h[i]) > best) best = score_of(s, &h[i]);
     return n > 0 && (s->min_score < 0 || best >= s->min_score);
 }
 
@@ -118,7 +146,7 @@ int rt_retrieve(rt_conf *c, const sb_stage *s, const char *query, size_t len, co
     *found = is_found(s, hits, n);
     size_t shown = *found ? n : 0;
     render_text(hits, shown, text);
-    render_json(hits, shown, *found, json);
+    render_json(s, hits, shown, *found, json);
     sb_kb_hits_free(hits, n);
     return text->oom || json->oom ? sb_seterr(err, SB_ENOMEM, "out of memory") : 0;
 }

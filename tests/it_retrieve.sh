@@ -74,6 +74,8 @@ assert j["found"] is True and len(j["passages"]) == 2, j
 p = j["passages"][0]
 assert p["source"] == "rent.md" and p["section"] == "Housing fund > Rent" and "lease" in p["text"], p
 assert set(p) == {"source", "section", "score", "text"}, p
+assert j["source"] == "rent.md" and j["section"] == "Housing fund > Rent", j
+assert j["cite"] == "rent.md, Housing fund > Rent; rent.md, Housing fund > Rent", j
 assert docs["output"].startswith("[1] rent.md > Housing fund > Rent\nBring the lease"), docs["output"]
 assert "\n\n[2] " in docs["output"], docs["output"]
 assert r["output"].startswith("FOUND true FIRST [1] rent.md > Housing fund > Rent"), r["output"]
