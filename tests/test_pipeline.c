@@ -449,6 +449,16 @@ static void check_shipped(const char *path) {
         }
         l = eol + 1;
     }
+    /* knowledge: as is (retrieve stages name its bases). */
+    const char *kb = strstr(text, "\nknowledge:\n");
+    if (kb) {
+        const char *end = kb + 12;
+        while (*end == ' ' || *end == '#' || *end == '\n') {     /* up to the next top-level key */
+            const char *eol = strchr(end, '\n');
+            end = eol ? eol + 1 : end + strlen(end);
+        }
+        len += (size_t)snprintf(yaml + len, cap - len, "%.*s", (int)(end - kb), kb);
+    }
     snprintf(yaml + len, cap - len, "%s", pipes);
     sb_config *cfg;
     sb_pipelines *ps;
@@ -468,6 +478,7 @@ static void check_shipped(const char *path) {
 static void test_shipped_configs(void **state) {
     check_shipped("configs/hotline.yaml");
     check_shipped("configs/demo.yaml");
+    check_shipped("configs/hotline_kb.yaml");
 
 }
 

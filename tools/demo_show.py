@@ -64,6 +64,13 @@ def main():
                                          if k in facts}, ensure_ascii=False)))
     elif lookup.get("status") == "error":
         print(wrap("lookup", f"error: {lookup.get('error')}"))
+    docs = stages.get("docs", {})
+    found = docs.get("json") or {}
+    if docs.get("status") == "ok":
+        print(wrap("docs", f"{found.get('cite')} (best cosine {found['passages'][0]['score']:.3f})"
+                   if found.get("found") else "nothing in the policy base above min_score"))
+    elif docs.get("status") == "error":
+        print(wrap("docs", f"error: {docs.get('error')}"))
     reply = d.get("output") or ""
     print(wrap("reply", reply))
     timing = ", ".join(f"{s['name']} {s['ms'] / 1000:.1f}" for s in d.get("stages", [])
