@@ -18,6 +18,9 @@ it_init() {
 }
 
 it_cleanup() {
+    # Runs as the EXIT trap, also of scripts under set -e: a pid that has
+    # already exited (kill fails) must not turn a passed run into exit 1.
+    set +e
     local p
     for p in "${it_pids[@]}"; do kill "$p" 2>/dev/null; done
     for p in "${it_pids[@]}"; do
