@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "sb_cmd.h"
 #include "sb_common.h"
 #include "sb_config.h"
 #include "sb_feedback.h"

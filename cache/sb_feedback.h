@@ -41,7 +41,4 @@ typedef void (*sb_feedback_pair_fn)(void *arg, const char *pipeline, const char 
                                     int64_t n);
 int  sb_feedback_confusion(sb_feedback *f, sb_feedback_pair_fn fn, void *arg, char *err);
 
-/* `switchboard feedback export -c CONFIG [--pipeline P]` */
-int  sb_cmd_feedback(int argc, char **argv);
-
 #endif

@@ -18,6 +18,7 @@ int sb_cmd_embed(int argc, char **argv);     /* worker/cli_embed.c */
 int sb_cmd_convert_e5(int argc, char **argv); /* worker/cli_embed.c */
 int sb_cmd_worker(int argc, char **argv);    /* worker/serve.c */
 int sb_cmd_cache(int argc, char **argv);     /* cache/cli_cache.c */
+int sb_cmd_feedback(int argc, char **argv);  /* cache/cli_feedback.c */
 int sb_cmd_cloud(int argc, char **argv);     /* cache/cloud.c */
 int sb_cmd_router(int argc, char **argv);    /* router/router.c */
 int sb_cmd_route(int argc, char **argv);     /* router/cli_route.c */

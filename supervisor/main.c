@@ -4,7 +4,6 @@
 
 #include "sb_common.h"
 #include "sb_cmd.h"
-#include "sb_feedback.h"
 
 typedef struct {
     const char *name;
