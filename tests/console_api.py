@@ -13,18 +13,13 @@
   * feedback: an unknown label refused, a valid one stored.
 Prints one line per check; exit 1 on any failure.
 """
-import json, re, sys, threading, time, urllib.error, urllib.request
+import json, os, re, sys, threading, time, urllib.error, urllib.request
 
 URL, KEY, PIPE = sys.argv[1:4]
-failed = 0
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import itlib  # noqa: E402
 
-
-def check(cond, what, detail=""):
-    global failed
-    print(("ok   " if cond else "FAIL ") + what + ("" if cond or not detail else ": " + str(detail)[:400]))
-    sys.stdout.flush()
-    failed += not cond
-    return cond
+check = itlib.Checks(detail_max=400)
 
 
 def http(path, body=None, headers=None, key=True):
@@ -170,5 +165,5 @@ st, _, body = http("/v1/console/state")
 conf = json.loads(body)["routing"]["confusion"]
 check(any(p["corrected"] == "billing" for p in conf), "the routing view shows the correction", conf)
 
-print("console api check: %s" % ("FAILED" if failed else "passed"))
-sys.exit(1 if failed else 0)
+print("console api check: %s" % ("FAILED" if check.failed else "passed"))
+sys.exit(1 if check.failed else 0)

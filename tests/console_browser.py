@@ -16,15 +16,10 @@ Prints one line per check; exit 1 on any failure.
 import base64, json, os, select, shutil, subprocess, sys, tempfile, time, urllib.request
 
 URL, KEY, PIPE, OUT = sys.argv[1:5]
-failed = 0
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import itlib  # noqa: E402
 
-
-def check(cond, what, detail=""):
-    global failed
-    print(("ok   " if cond else "FAIL ") + what + ("" if cond or not detail else ": " + str(detail)[:300]))
-    sys.stdout.flush()
-    failed += not cond
-    return cond
+check = itlib.Checks(detail_max=300)
 
 
 def http(path, body=None, headers=None):
@@ -173,5 +168,5 @@ try:
 finally:
     c.close()
 
-print("console browser check: %s" % ("FAILED" if failed else "passed"))
-sys.exit(1 if failed else 0)
+print("console browser check: %s" % ("FAILED" if check.failed else "passed"))
+sys.exit(1 if check.failed else 0)

@@ -7,6 +7,8 @@ and keeps its own special clients (raw sockets, the openai SDK) to itself.
 """
 import json
 import re
+import socket
+import struct
 import sys
 import urllib.error
 import urllib.request
@@ -75,3 +77,81 @@ def read_to_close(s):
         pass
     s.close()
     return out
+
+
+# ------------------------------------------- msgpack and the worker socket
+def mp_enc(v):
+    """msgpack for the types the worker protocol uses."""
+    if v is None:
+        return b"\xc0"
+    if isinstance(v, bool):
+        return b"\xc3" if v else b"\xc2"
+    if isinstance(v, int):
+        return bytes([v]) if 0 <= v < 128 else struct.pack(">Bq", 0xD3, v)
+    if isinstance(v, float):
+        return struct.pack(">Bd", 0xCB, v)
+    if isinstance(v, str):
+        b = v.encode()
+        return struct.pack(">BI", 0xDB, len(b)) + b
+    if isinstance(v, list):
+        return struct.pack(">BI", 0xDD, len(v)) + b"".join(mp_enc(x) for x in v)
+    if isinstance(v, dict):
+        return struct.pack(">BI", 0xDF, len(v)) + b"".join(mp_enc(k) + mp_enc(x) for k, x in v.items())
+    raise TypeError(v)
+
+
+def mp_dec(b, i=0):
+    """(object, next index) for every msgpack type but ext/bin; strings are
+    decoded with errors="replace" (a token piece may be part of a character)."""
+    t = b[i]
+    fixed = {0xC0: None, 0xC2: False, 0xC3: True}
+    if t in fixed:
+        return fixed[t], i + 1
+    if t <= 0x7F:
+        return t, i + 1
+    if t >= 0xE0:
+        return t - 256, i + 1
+    if 0xA0 <= t <= 0xBF or t in (0xD9, 0xDA, 0xDB):
+        n, i = (t & 0x1F, i + 1) if t <= 0xBF else (int.from_bytes(b[i + 1:i + 1 + (1 << (t - 0xD9))], "big"),
+                                                     i + 1 + (1 << (t - 0xD9)))
+        return b[i:i + n].decode(errors="replace"), i + n
+    nums = {0xCC: ">B", 0xCD: ">H", 0xCE: ">I", 0xCF: ">Q", 0xD0: ">b", 0xD1: ">h", 0xD2: ">i", 0xD3: ">q",
+            0xCA: ">f", 0xCB: ">d"}
+    if t in nums:
+        n = struct.calcsize(nums[t])
+        return struct.unpack(nums[t], b[i + 1:i + 1 + n])[0], i + 1 + n
+    if 0x80 <= t <= 0x9F or t in (0xDC, 0xDD, 0xDE, 0xDF):
+        is_map = 0x80 <= t <= 0x8F or t in (0xDE, 0xDF)
+        if t in (0xDC, 0xDE):
+            n, i = struct.unpack(">H", b[i + 1:i + 3])[0], i + 3
+        elif t in (0xDD, 0xDF):
+            n, i = struct.unpack(">I", b[i + 1:i + 5])[0], i + 5
+        else:
+            n, i = t & 0x0F, i + 1
+        out = {} if is_map else []
+        for _ in range(n):
+            if is_map:
+                k, i = mp_dec(b, i)
+                out[k], i = mp_dec(b, i)
+            else:
+                x, i = mp_dec(b, i)
+                out.append(x)
+        return out, i
+    raise ValueError("msgpack type 0x%02x" % t)
+
+
+def ipc_call(sock_path, method, params, timeout=30):
+    """One request on a worker's socket (docs/ipc.md); the whole reply map."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    s.connect(sock_path)
+    body = mp_enc({"id": 1, "method": method, "params": params})
+    s.sendall(struct.pack(">I", len(body)) + body)
+    buf = b""
+    while len(buf) < 4 or len(buf) < 4 + struct.unpack(">I", buf[:4])[0]:
+        c = s.recv(1 << 20)
+        if not c:
+            break
+        buf += c
+    s.close()
+    return mp_dec(buf, 4)[0]

@@ -133,75 +133,8 @@ st, h, b = http("POST", "/v1/chat/completions", dict(cache_body, temperature=0.8
 check(h.get("X-Cache") is None, "cache: sampled (temperature > 0) requests are not cached", h.get("X-Cache"))
 
 # ------------------------------------------- special tokens in untrusted text
-def mp_enc(o):
-    """msgpack for the few types the worker protocol uses."""
-    if o is None:
-        return b"\xc0"
-    if o is True or o is False:
-        return b"\xc3" if o else b"\xc2"
-    if isinstance(o, int):
-        return bytes([o]) if 0 <= o < 128 else b"\xcf" + o.to_bytes(8, "big")
-    if isinstance(o, str):
-        b = o.encode()
-        return (bytes([0xa0 | len(b)]) if len(b) < 32 else b"\xdb" + len(b).to_bytes(4, "big")) + b
-    if isinstance(o, list):
-        return b"\xdd" + len(o).to_bytes(4, "big") + b"".join(mp_enc(x) for x in o)
-    return b"\xdf" + len(o).to_bytes(4, "big") + b"".join(mp_enc(k) + mp_enc(v) for k, v in o.items())
-
-
-def mp_dec(b, i=0):
-    """(object, next index) for every msgpack type but ext/bin."""
-    t = b[i]
-    if t < 0x80:
-        return t, i + 1
-    if t >= 0xe0:
-        return t - 256, i + 1
-    if 0xa0 <= t < 0xc0 or t in (0xd9, 0xda, 0xdb):
-        ln, i = (t & 31, i + 1) if t < 0xc0 else (int.from_bytes(b[i + 1:i + 1 + (1 << (t - 0xd9))], "big"),
-                                                    i + 1 + (1 << (t - 0xd9)))
-        return b[i:i + ln].decode(errors="replace"), i + ln
-    if 0x90 <= t < 0xa0 or t in (0xdc, 0xdd) or 0x80 <= t < 0x90 or t in (0xde, 0xdf):
-        is_map = 0x80 <= t < 0x90 or t in (0xde, 0xdf)
-        if t < 0xa0:
-            n, i = t & 15, i + 1
-        else:
-            w = 2 if t in (0xdc, 0xde) else 4
-            n, i = int.from_bytes(b[i + 1:i + 1 + w], "big"), i + 1 + w
-        out = {} if is_map else []
-        for _ in range(n):
-            if is_map:
-                k, i = mp_dec(b, i)
-                out[k], i = mp_dec(b, i)
-            else:
-                v, i = mp_dec(b, i)
-                out.append(v)
-        return out, i
-    if t in (0xc0, 0xc2, 0xc3):
-        return {0xc0: None, 0xc2: False, 0xc3: True}[t], i + 1
-    if t in (0xcc, 0xcd, 0xce, 0xcf, 0xd0, 0xd1, 0xd2, 0xd3):
-        w = 1 << ((t - 0xcc) & 3)
-        return int.from_bytes(b[i + 1:i + 1 + w], "big", signed=t >= 0xd0), i + 1 + w
-    if t in (0xca, 0xcb):
-        import struct
-        w = 4 if t == 0xca else 8
-        return struct.unpack(">f" if w == 4 else ">d", b[i + 1:i + 1 + w])[0], i + 1 + w
-    raise ValueError("msgpack type 0x%02x" % t)
-
-
 def worker_call(name, method, params):
-    frame = mp_enc({"id": 1, "method": method, "params": params})
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(20)
-    s.connect(RUN_DIR + "/" + name + ".sock")
-    s.sendall(len(frame).to_bytes(4, "big") + frame)
-    buf = b""
-    while len(buf) < 4 or len(buf) < 4 + int.from_bytes(buf[:4], "big"):
-        c = s.recv(65536)
-        if not c:
-            break
-        buf += c
-    s.close()
-    r = mp_dec(buf[4:])[0]
+    r = itlib.ipc_call(RUN_DIR + "/" + name + ".sock", method, params, timeout=20)
     if not r.get("ok"):
         raise RuntimeError("%s: %s" % (method, r.get("error")))
     return r["result"]
