@@ -8,7 +8,8 @@
 #   1. pip-downloads the llama-cpp-python sdist (it vendors llama.cpp's source);
 #   2. builds vendor/llama.cpp with CMake ONCE, as shared libraries plus the
 #      command-line tools the PyPI package does not ship (llama-bench,
-#      llama-quantize, llama-perplexity, llama-tokenize, llama-completion);
+#      llama-quantize, llama-perplexity, llama-tokenize, llama-completion,
+#      llama-batched-bench, llama-server);
 #   3. pip-installs the llama-cpp-python bindings with LLAMA_BUILD=OFF (so pip
 #      does not compile llama.cpp a second time on our two cores) and copies the
 #      freshly built shared libraries into site-packages/llama_cpp/lib, which is
@@ -31,7 +32,10 @@ src="$src_parent/llama_cpp_python-$PKG_VERSION"
 build="$cache/build-$PKG_VERSION"
 bin="$build/bin"
 jobs="${LLAMACPP_JOBS:-2}"   # the machine has 2 cores shared by everyone
-tools=(llama-bench llama-quantize llama-perplexity llama-tokenize llama-completion)
+# llama-batched-bench and llama-server: the batching yardstick and the
+# upstream: back-end test (issue 18).
+tools=(llama-bench llama-quantize llama-perplexity llama-tokenize llama-completion
+       llama-batched-bench llama-server)
 
 env_only=0
 [[ "${1:-}" == "--env" ]] && env_only=1
@@ -74,7 +78,7 @@ build_llamacpp() {
             -DGGML_NATIVE=ON \
             -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
             -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-            -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
+            -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_APP=OFF \
             -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_COMMON=ON \
             -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON \
             '-DCMAKE_INSTALL_RPATH=$ORIGIN' \

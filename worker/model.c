@@ -37,6 +37,8 @@ void sb_ctx_params_default(sb_ctx_params *p) {
     p->kv_f32 = 0;
     p->kq_level = -1;
     p->n_batch = 0;
+    p->n_seq = 0;
+    p->kv_blocks = 0;
 }
 
 static int get_hp_u32(const sb_gguf *g, const char *arch, const char *suffix, int required,

@@ -105,4 +105,50 @@ int sb_engine_generate(sb_engine *e, const int32_t *prompt, int n_prompt, const 
 int sb_engine_score(sb_engine *e, const int32_t *prompt, int n_prompt, const int32_t *const *cands,
                     const int *cand_lens, int n_cands, double *logprobs, char *err);
 
+/* ---- many requests at once (continuous batching) ---------------------------
+ *
+ * With ctx params n_seq > 1 the engine runs several tasks together: each
+ * sb_engine_step is one forward pass that advances every running
+ * generation by a token, and every prompt still being read by a chunk
+ * (chunked prefill), so a new request joins at the next step. A task's
+ * output is what it gives run alone (sb_ctx_eval_parts).
+ *
+ * Prefixes: the engine keeps an LRU of evaluated prompt prefixes (whole
+ * KV blocks, shared read-only); a new task starts from the longest one
+ * that matches and evaluates only the rest. Cached prefixes are evicted,
+ * least recently used first, when admission needs their blocks.
+ *
+ * Same thread rules as the rest of the engine: one caller at a time.
+ * sb_engine_generate/score run a single task to completion through the
+ * same machinery (speculative decoding still runs alone, see spec). */
+
+typedef struct sb_task sb_task;
+
+/* Admit a task. SB_EBUSY, nothing changed, when no sequence is free or the
+ * pool (after evicting unused prefixes) lacks the blocks for its prompt;
+ * the caller keeps it queued. The prompt and candidates are copied; `o`
+ * (callbacks, stops, cancel flag) must stay valid until the task is freed.
+ * priority: higher first when the step's token budget is short. */
+int sb_engine_submit_generate(sb_engine *e, const int32_t *prompt, int n_prompt, const sb_gen_opts *o,
+                              int priority, sb_task **out, char *err);
+int sb_engine_submit_score(sb_engine *e, const int32_t *prompt, int n_prompt, const int32_t *const *cands,
+                           const int *cand_lens, int n_cands, int priority, sb_task **out, char *err);
+/* One batched forward pass over the running tasks. Returns how many are
+ * still running (0: idle), or an error that failed every running task. */
+int sb_engine_step(sb_engine *e, char *err);
+/* 0 while running; 1 when finished (res filled; for a score task,
+ * logprobs[0..n_cands) and n_tokens too); < 0: the task failed, err says why. */
+int sb_task_poll(const sb_task *t, sb_gen_result *res, double *logprobs, char *err);
+/* Free a task, finished or not: a running one is dropped and its blocks
+ * return to the pool at once. */
+void sb_task_free(sb_engine *e, sb_task *t);
+
+typedef struct {
+    int seqs_max, seqs_running;
+    int blocks_total, blocks_free, blocks_cached;   /* cached: held by the prefix LRU only */
+    uint64_t prefix_hits, prefix_misses, prefix_tokens_reused;
+    uint64_t steps, step_tokens;                     /* forward passes, tokens they carried */
+} sb_engine_stats;
+void sb_engine_stats_get(const sb_engine *e, sb_engine_stats *s);
+
 #endif

@@ -45,7 +45,13 @@ typedef struct {
     int kv_f32;             /* 0: F16 KV cache (llama.cpp's default), 1: F32 */
     int kq_level;           /* kernel level, -1 = best this CPU allows */
     int n_batch;            /* max tokens per internal forward pass; 0 = 512 */
+    int n_seq;              /* sequences the context can hold at once; 0 = 1 */
+    int kv_blocks;          /* KV pool size in blocks of SB_KV_BLOCK positions, shared by
+                               all sequences; 0 = n_ctx / SB_KV_BLOCK (rounded up) */
 } sb_ctx_params;
+
+/* Positions per KV block: the unit of the pool, of sharing and of admission. */
+#define SB_KV_BLOCK 16
 
 void sb_ctx_params_default(sb_ctx_params *p);
 
@@ -81,5 +87,50 @@ int sb_ctx_eval(sb_ctx *c, const int32_t *tokens, int n, float *logits, int all_
  * the tiled kernels, which sum in another order (rows agree to ~1e-6
  * relative; docs/SPECULATIVE.md). */
 int sb_ctx_verify(sb_ctx *c, const int32_t *tokens, int n, float *logits, int exact, char *err);
+
+/* ---- several sequences in one context (continuous batching) ----------------
+ *
+ * The KV cache is one pool of blocks of SB_KV_BLOCK positions (all layers'
+ * K and V of those positions), handed to sequences as they grow. Sequence 0
+ * exists from sb_ctx_new and is the one sb_ctx_eval/n_past/truncate act on,
+ * so single-sequence callers are unchanged. Every sequence may grow to n_ctx
+ * positions; the pool, not a per-sequence split, bounds the total.
+ *
+ * Blocks are reference-counted: sb_ctx_seq_fork shares a sequence's whole
+ * blocks read-only with another (a stage's fixed prompt is evaluated once);
+ * a shared block is never written, the partial last block is copied. */
+
+/* A free sequence id (its n_past 0). SB_EBUSY when all n_seq are in use. */
+int  sb_ctx_seq_new(sb_ctx *c, int *seq, char *err);
+/* Release seq and its blocks (a shared block when its last user goes).
+ * Sequence 0 is never released, only emptied. */
+void sb_ctx_seq_free(sb_ctx *c, int seq);
+int  sb_ctx_seq_n_past(const sb_ctx *c, int seq);
+/* Forget seq's positions n.. (blocks no longer needed go back to the pool). */
+void sb_ctx_seq_truncate(sb_ctx *c, int seq, int n);
+/* dst (empty) becomes src's first n positions: whole blocks shared, the
+ * partial last block copied. SB_EBUSY when the copy finds no free block. */
+int  sb_ctx_seq_fork(sb_ctx *c, int dst, int src, int n, char *err);
+int  sb_ctx_kv_blocks_total(const sb_ctx *c);
+int  sb_ctx_kv_blocks_free(const sb_ctx *c);
+/* Blocks appending n_new positions to seq would take from the pool. */
+int  sb_ctx_kv_blocks_needed(const sb_ctx *c, int seq, int n_new);
+
+/* One part of a multi-sequence pass: tokens appended to `seq` at its n_past. */
+typedef struct {
+    int seq;
+    const int32_t *tokens;
+    int n;
+    float *logits;          /* NULL, the last token's row, or n rows when all_logits */
+    int all_logits;
+} sb_seq_part;
+
+/* One forward pass over every part (their tokens together ≤ the batch size;
+ * one part per sequence). Each part's numbers are those it gets evaluated
+ * alone: one-token parts through the decode kernels, longer parts through
+ * the prompt kernels, so what else is in the batch never changes a
+ * sequence's logits. SB_EBUSY when the pool lacks the blocks (nothing is
+ * changed); SB_ERANGE when a sequence would pass n_ctx. */
+int  sb_ctx_eval_parts(sb_ctx *c, const sb_seq_part *parts, int n_parts, char *err);
 
 #endif
