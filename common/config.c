@@ -605,7 +605,7 @@ static int load_cache(ctx *c, const sb_config_node *cs) {
 }
 
 static int load_console(ctx *c, const sb_config_node *cn) {
-    static const char *const keys[] = { "traces", "show_caller_text", "feedback_path", NULL };
+    static const char *const keys[] = { "traces", "show_caller_text", "feedback_path", "otel_file", NULL };
     static const char *const bools[] = { "false", "true", NULL };
     sb_config *cfg = c->cfg;
     cfg->console.traces = 200;
@@ -615,7 +615,8 @@ static int load_console(ctx *c, const sb_config_node *cn) {
     if ((rc = want_map(c, cn, "console")) || (rc = check_keys(c, cn, "console", keys)) ||
         (rc = get_int(c, cn, "console", "traces", 0, 100000, &cfg->console.traces)) ||
         (rc = get_enum(c, cn, "console", "show_caller_text", bools, &show)) ||
-        (rc = get_path(c, cn, "console", "feedback_path", false, &cfg->console.feedback_path, NULL)))
+        (rc = get_path(c, cn, "console", "feedback_path", false, &cfg->console.feedback_path, NULL)) ||
+        (rc = get_path(c, cn, "console", "otel_file", false, &cfg->console.otel_file, NULL)))
         return rc;
     cfg->console.show_caller_text = show;
     return 0;
@@ -799,6 +800,7 @@ void sb_config_free(sb_config *cfg) {
     sb_free(cfg->cache.sync.secret_file);
     sb_free(cfg->cache.sync.ca_file);
     sb_free(cfg->console.feedback_path);
+    sb_free(cfg->console.otel_file);
     node_free(cfg->root);
     sb_free(cfg->path);
     sb_free(cfg->base_dir);

@@ -123,6 +123,7 @@ typedef struct {
         int traces;             /* calls kept in the trace ring, [0, 100000]; default 200; 0 = off */
         bool show_caller_text;  /* traces show the caller's words; default false (masked) */
         char *feedback_path;    /* absolute; default RUNTIME_DIR/feedback.sqlite */
+        char *otel_file;        /* absolute; finished calls appended as OTLP/JSON lines; NULL = off */
     } console;
     sb_config_kb *kbs;          /* knowledge:, in file order */
     size_t n_kbs;

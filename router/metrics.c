@@ -131,4 +131,5 @@ void rt_metrics_render(rt *r, sb_jw *w) {
         }
     }
     rt_hist_render(r, w);
+    rt_otel_render(r, w);
 }

@@ -6,6 +6,7 @@
  *               operator feedback (POST /v1/calls/ID/feedback, TSV export)
  *   console.c   GET /console (the page), its live feed over SSE and the
  *               snapshot it shows (workers, cache, routing, latency)
+ *   otel.c      finished calls as OTLP/JSON spans appended to a file
  *
  * All of it runs on the loop thread. rt.obs owns the state; a router
  * without it (out of memory at start) simply records nothing.
@@ -79,6 +80,7 @@ typedef struct rt_obs {
     sb_cache_stats_t cstats;                    /* the cache's figures, as of cstats_at */
     double cstats_at;
     bool cstats_ok;
+    struct rt_otel *otel;                       /* otel.c; NULL until console.otel_file is set */
 } rt_obs;
 /* At start and after each reload: the console section (ring size, masking,
  * feedback file). 0 or < 0 with err (logged by the caller; the router
@@ -126,10 +128,23 @@ void rt_trace_latency_json(rt *r, sb_jw *w);
 void rt_trace_recent_json(rt *r, sb_jw *w, int max);
 void rt_trace_routing_json(rt *r, sb_jw *w);
 
+/* The OpenTelemetry export (otel.c). configure: at start and on each
+ * reload, (re)opens path (rotation by rename); NULL turns it off. 0, or
+ * < 0 with err when the file cannot be opened (the router serves, calls
+ * are counted as not exported). export: one finished call, from trace,
+ * its masked trace as the ring keeps it (without the closing brace);
+ * never fails the call. render: the counters for /metrics. */
+int  rt_otel_configure(rt_obs *o, const char *path, char *err);
+bool rt_otel_on(const rt_obs *o);
+void rt_otel_export(rt *r, const rt_call_info *ci, const char *trace, size_t len);
+void rt_otel_render(rt *r, sb_jw *w);
+void rt_otel_free(rt_obs *o);
+
 /* run.c: the result plus each stage's input and model, the fallback flag
  * and the time to the first streamed token. */
 void rt_run_trace_json(const rt_run *run, sb_jw *w);
 const char *rt_run_pipeline(const rt_run *run);
 const char *rt_run_input(const rt_run *run);
+double rt_run_t0(const rt_run *run);            /* sb_now_s() when the run started */
 
 #endif

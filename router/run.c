@@ -26,6 +26,7 @@ enum { ST_PENDING, ST_OK, ST_SKIPPED, ST_ERROR };
 typedef struct {
     int status;
     double ms;
+    double t_start;                 /* sb_now_s() when it started; 0: never started */
     char *output;
     sb_json_doc *doc;
     const sb_json *json;
@@ -635,6 +636,7 @@ static void step(rt_run *run) {
             run->cur++;
             continue;
         }
+        run->res[run->cur].t_start = run->t_stage;
         char err[SB_ERR_LEN];
         int rc;
         if (s->kind == SB_STAGE_RETRIEVE) {
@@ -777,6 +779,7 @@ void rt_run_usage(const rt_run *run, int *pt, int *ct) {
 double rt_run_model_seconds(const rt_run *run) { return run->model_s; }
 const char *rt_run_pipeline(const rt_run *run) { return run->p->name; }
 const char *rt_run_input(const rt_run *run) { return run->input; }
+double rt_run_t0(const rt_run *run) { return run->t0; }
 
 /* trace: also each stage's input and model, whether the intent fell back
  * and the time to the first streamed token (GET /v1/calls/ID). */
@@ -820,6 +823,15 @@ static void result_json(const rt_run *run, sb_jw *w, bool trace) {
         if (trace) {
             sb_jw_key(w, "model"); sb_jw_str(w, p->stages[i].model);
             sb_jw_key(w, "input"); sb_jw_str(w, sr->input);
+            /* When it started, from the run's start (µs): the waterfall of
+             * OTel spans; a stage running when the run failed has one too. */
+            sb_jw_key(w, "start_ms");
+            if (sr->t_start > 0) sb_jw_num(w, (double)(int64_t)((sr->t_start - run->t0) * 1e6) / 1e3); else sb_jw_null(w);
+            sb_jw_key(w, "usage");
+            sb_jw_obj(w);
+            sb_jw_key(w, "prompt_tokens"); sb_jw_int(w, sr->prompt_tokens);
+            sb_jw_key(w, "completion_tokens"); sb_jw_int(w, sr->completion_tokens);
+            sb_jw_obj_end(w);
         }
         sb_jw_obj_end(w);
     }

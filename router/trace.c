@@ -254,7 +254,7 @@ static int build(rt *r, rt_trace *t, const rt_call_info *ci) {
 
 void rt_trace_record(rt *r, const rt_call_info *ci) {
     rt_obs *o = r->obs;
-    if (!o || !o->cap || !ci->call_id[0]) return;
+    if (!o || (!o->cap && !rt_otel_on(o)) || !ci->call_id[0]) return;
     rt_trace *t = sb_calloc(1, sizeof *t);
     if (!t) return;
     snprintf(t->id, sizeof t->id, "%s", ci->call_id);
@@ -269,6 +269,8 @@ void rt_trace_record(rt *r, const rt_call_info *ci) {
         trace_free(t);
         return;
     }
+    rt_otel_export(r, &c, t->full, t->full_len);
+    if (!o->cap) { trace_free(t); return; }     /* exported only: the ring is off */
     trace_free(o->ring[o->head]);
     o->ring[o->head] = t;
     o->head = (o->head + 1) % o->cap;
@@ -574,7 +576,7 @@ int rt_obs_configure(rt *r, const sb_config *cfg, char *err) {
         sb_free(o->feedback_path);
         o->feedback_path = sb_strdup(cfg->console.feedback_path);
     }
-    return 0;
+    return rt_otel_configure(o, cfg->console.otel_file, err);
 }
 
 void rt_obs_free(rt *r) {
@@ -585,6 +587,7 @@ void rt_obs_free(rt *r) {
     sb_free(o->ring);
     sb_feedback_close(o->fb);
     sb_free(o->feedback_path);
+    rt_otel_free(o);
     rt_hist_free(o);
     sb_free(o);
     r->obs = NULL;
