@@ -65,6 +65,27 @@ fetch_source() {
         || die "sdist has no vendor/llama.cpp (layout changed?)"
 }
 
+# -march=native, except where the CPU lists AMX: in the VMs we run on, the
+# first AMX tile instruction (ggml's AMX repack for Q4_K/Q8_0 weights) takes a
+# general-protection fault (the hypervisor does not grant the tile state), so
+# every llama.cpp tool crashes. There we name the CPU's other features one by
+# one, and llama.cpp keeps its AVX-512/VNNI kernels and its other repacks.
+arch_cmake_flags() {
+    local f
+    f="$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || true)"
+    if [[ " $f " != *" amx_tile "* ]]; then echo "-DGGML_NATIVE=ON"; return; fi
+    echo "-DGGML_NATIVE=OFF"
+    local pair
+    for pair in avx:AVX avx2:AVX2 fma:FMA f16c:F16C bmi2:BMI2 avx_vnni:AVX_VNNI avx512f:AVX512 \
+                avx512vbmi:AVX512_VBMI avx512_vnni:AVX512_VNNI avx512_bf16:AVX512_BF16; do
+        [[ " $f " == *" ${pair%%:*} "* ]] && echo "-DGGML_${pair#*:}=ON"
+    done
+    echo "-DGGML_AMX_TILE=OFF"; echo "-DGGML_AMX_INT8=OFF"; echo "-DGGML_AMX_BF16=OFF"
+}
+mapfile -t arch_flags < <(arch_cmake_flags)
+# The build directory names the choice, so a cache built the other way is not reused.
+[[ " ${arch_flags[*]} " == *"GGML_NATIVE=OFF"* ]] && build="$build-noamx" && bin="$build/bin"
+
 build_llamacpp() {
     command -v cmake >/dev/null || die "cmake not found (apt-get install cmake)"
     command -v g++ >/dev/null || die "g++ not found (apt-get install g++)"
@@ -75,7 +96,7 @@ build_llamacpp() {
         cmake -S "$src/vendor/llama.cpp" -B "$build" \
             -DCMAKE_BUILD_TYPE=Release \
             -DBUILD_SHARED_LIBS=ON \
-            -DGGML_NATIVE=ON \
+            "${arch_flags[@]}" \
             -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
             -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
             -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_APP=OFF \
