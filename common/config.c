@@ -459,8 +459,8 @@ static int load_runtime(ctx *c, const sb_config_node *rt) {
 
 static int load_model(ctx *c, const sb_config_node *key, const sb_config_node *v,
                       sb_config_model *m) {
-    static const char *const local_keys[] = { "gguf", "threads", "ctx", "kv_type", "idle",
-                                              "max_queue", "max_tokens", "deadline_ms", NULL };
+    static const char *const local_keys[] = { "gguf", "threads", "ctx", "kv_type", "idle", "parallel",
+                                              "kv_mb", "max_queue", "max_tokens", "deadline_ms", NULL };
     static const char *const remote_keys[] = { "upstream", "model", "api_key_env", "timeout_ms",
                                                "max_queue", "max_tokens", "deadline_ms", NULL };
     static const char *const kv_types[] = { "f16", "f32", NULL };
@@ -505,6 +505,8 @@ static int load_model(ctx *c, const sb_config_node *key, const sb_config_node *v
     if ((rc = get_path(c, v, what, "gguf", true, &m->gguf, &st)) ||
         (rc = get_int(c, v, what, "threads", 1, SB_CONFIG_MAX_THREADS, &m->threads)) ||
         (rc = get_int(c, v, what, "ctx", SB_CONFIG_MIN_CTX, SB_CONFIG_MAX_CTX, &m->ctx)) ||
+        (rc = get_int(c, v, what, "parallel", 1, SB_CONFIG_MAX_PARALLEL, &m->parallel)) ||
+        (rc = get_int(c, v, what, "kv_mb", 1, SB_CONFIG_MAX_KV_MB, &m->kv_mb)) ||
         (rc = get_enum(c, v, what, "kv_type", kv_types, &kv)))
         return rc;
     m->kv_type = (sb_kv_type)kv;
@@ -822,7 +824,8 @@ static bool str_eq(const char *a, const char *b) { return a == b || (a && b && !
 bool sb_config_equal_model(const sb_config_model *a, const sb_config_model *b) {
     return str_eq(a->name, b->name) && str_eq(a->gguf, b->gguf) &&
            a->threads == b->threads && a->ctx == b->ctx && a->kv_type == b->kv_type &&
-           a->idle_unload_s == b->idle_unload_s && str_eq(a->upstream, b->upstream) &&
+           a->idle_unload_s == b->idle_unload_s && a->parallel == b->parallel && a->kv_mb == b->kv_mb &&
+           str_eq(a->upstream, b->upstream) &&
            str_eq(a->upstream_model, b->upstream_model) && str_eq(a->api_key_env, b->api_key_env) &&
            a->timeout_ms == b->timeout_ms && a->max_queue == b->max_queue &&
            a->max_tokens == b->max_tokens && a->deadline_ms == b->deadline_ms &&
