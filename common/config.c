@@ -461,7 +461,7 @@ static int load_model(ctx *c, const sb_config_node *key, const sb_config_node *v
                       sb_config_model *m) {
     static const char *const local_keys[] = { "gguf", "threads", "ctx", "kv_type", "idle", "parallel",
                                               "kv_mb", "max_queue", "max_tokens", "deadline_ms", NULL };
-    static const char *const remote_keys[] = { "upstream", "model", "api_key_env", "timeout_ms",
+    static const char *const remote_keys[] = { "upstream", "model", "api_key_env", "timeout_ms", "parallel",
                                                "max_queue", "max_tokens", "deadline_ms", NULL };
     static const char *const kv_types[] = { "f16", "f32", NULL };
     char what[SB_CONFIG_MAX_NAME + 16];
@@ -480,6 +480,7 @@ static int load_model(ctx *c, const sb_config_node *key, const sb_config_node *v
         return FAIL(c, g ? u : v, "%s: expected exactly one of 'gguf' (a local model file) "
                     "or 'upstream' (a remote endpoint)", what);
     if ((rc = check_keys(c, v, what, g ? local_keys : remote_keys)) ||
+        (rc = get_int(c, v, what, "parallel", 1, SB_CONFIG_MAX_PARALLEL, &m->parallel)) ||
         (rc = get_int(c, v, what, "max_queue", 0, 65536, &m->max_queue)) ||
         (rc = get_int(c, v, what, "max_tokens", 1, SB_CONFIG_MAX_CTX, &m->max_tokens)) ||
         (rc = get_int(c, v, what, "deadline_ms", 100, 3600000, &m->deadline_ms)))
@@ -505,7 +506,6 @@ static int load_model(ctx *c, const sb_config_node *key, const sb_config_node *v
     if ((rc = get_path(c, v, what, "gguf", true, &m->gguf, &st)) ||
         (rc = get_int(c, v, what, "threads", 1, SB_CONFIG_MAX_THREADS, &m->threads)) ||
         (rc = get_int(c, v, what, "ctx", SB_CONFIG_MIN_CTX, SB_CONFIG_MAX_CTX, &m->ctx)) ||
-        (rc = get_int(c, v, what, "parallel", 1, SB_CONFIG_MAX_PARALLEL, &m->parallel)) ||
         (rc = get_int(c, v, what, "kv_mb", 1, SB_CONFIG_MAX_KV_MB, &m->kv_mb)) ||
         (rc = get_enum(c, v, what, "kv_type", kv_types, &kv)))
         return rc;

@@ -135,7 +135,7 @@ static void fail_job_now(rt_job *j, const char *code, const char *msg) {
 }
 
 int rt_model_capacity(const rt_model *m) {
-    if (m->remote) return RT_UPSTREAM_INFLIGHT;
+    if (m->remote) return m->cfg_parallel > 0 ? m->cfg_parallel : RT_UPSTREAM_INFLIGHT;
     if (m->parallel > 0) return (int)m->parallel;
     return m->cfg_parallel > 0 ? m->cfg_parallel : RT_WORKER_INFLIGHT;
 }

@@ -98,7 +98,8 @@ bool rt_tmpl_uses_stage(const sb_tmpl *t, int stage);
  * and everything beyond waits here, where priority orders it. */
 #define RT_WORKER_INFLIGHT 2
 /* An upstream is a server (or a cluster) that batches many requests; the
- * router's queue still orders what exceeds this. */
+ * router's queue still orders what exceeds this. Its entry's `parallel`
+ * (the server's slots, llama-server -np) overrides it. */
 #define RT_UPSTREAM_INFLIGHT 16
 /* A job of priority p queues as if it had arrived p seconds earlier: a
  * higher priority goes ahead of what arrived up to that long before it,
@@ -124,7 +125,7 @@ struct rt_model {
     sb_ipc_aclient *ac;
     rt_job *head, *tail;
     int n_waiting, n_inflight;
-    int cfg_parallel;               /* the config's parallel (0: unset), until the worker reports its own */
+    int cfg_parallel;               /* the config's parallel (0: unset): an upstream's cap; a worker's until it reports its own */
     double service_s;               /* moving average of a call's time at the worker (0: none yet) */
     /* health, polled */
     bool up, probing;

@@ -216,10 +216,10 @@ static void test_unknown_keys(void **state) {
     expect_error("models:\n  a:\n    gguf: m.gguf\n    thread: 2\n",
                  ":4:5: models.a: unknown key 'thread' (expected one of: gguf, threads, ctx, "
                  "kv_type, idle, parallel, kv_mb, max_queue, max_tokens, deadline_ms)");
-    /* A worker's batch is a local matter: an upstream batches on its own. */
-    expect_error("models:\n  c: { upstream: http://h:1/v1, parallel: 4 }\n",
-                 ":2:33: models.c: unknown key 'parallel' (expected one of: upstream, model, "
-                 "api_key_env, timeout_ms, max_queue, max_tokens, deadline_ms)");
+    /* A KV pool is a worker's: an upstream sizes its own. */
+    expect_error("models:\n  c: { upstream: http://h:1/v1, kv_mb: 4 }\n",
+                 ":2:33: models.c: unknown key 'kv_mb' (expected one of: upstream, model, "
+                 "api_key_env, timeout_ms, parallel, max_queue, max_tokens, deadline_ms)");
     expect_error("runtime:\n  dir: x\n  htp: 1\nmodels: {}\n",
                  ":3:3: runtime: unknown key 'htp' (expected one of: dir, http, api_key_env, "
                  "api_key_file, log_level, drain_ms)");
@@ -229,7 +229,7 @@ static void test_unknown_keys(void **state) {
     /* gguf-only keys on a remote model */
     expect_error("models:\n  c: { upstream: http://h:1/v1, threads: 2 }\n",
                  ":2:33: models.c: unknown key 'threads' (expected one of: upstream, model, "
-                 "api_key_env, timeout_ms, max_queue, max_tokens, deadline_ms)");
+                 "api_key_env, timeout_ms, parallel, max_queue, max_tokens, deadline_ms)");
 }
 
 static void test_wrong_types(void **state) {
@@ -279,6 +279,12 @@ static void test_parallel_and_kv_mb(void **state) {
     assert_false(sb_config_equal_model(&a->models[0], &b->models[0]));
     sb_config_free(a);
     sb_config_free(b);
+    /* On an upstream: the requests it gets at once (its slots). */
+    assert_int_equal(load("models:\n  u: { upstream: http://h:1/v1, parallel: 4 }\n", &a, err), 0);
+    assert_int_equal(a->models[0].parallel, 4);
+    sb_config_free(a);
+    expect_error("models:\n  u: { upstream: http://h:1/v1, parallel: 65 }\n",
+                 ":2:43: models.u.parallel: expected an integer in [1, 64], got '65'");
 }
 
 static void test_impossible_values(void **state) {
