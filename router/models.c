@@ -188,8 +188,8 @@ static void dispatch(rt_model *m) {
         bool send_prio = !j->remote && j->priority && m->parallel > 0 &&
                          (!strcmp(j->method, "generate") || !strcmp(j->method, "score"));
         if (send_prio && add_priority(j))
-            sb_warn("model '%s': %s call sent without its priority %d (out of memory)", m->name, j->method,
-                    j->priority);
+            sb_warn("model '%s': %s call sent without its priority %d (out of memory, or params that are "
+                    "not a map or already hold one)", m->name, j->method, j->priority);
         int rc = j->remote ? rt_upstream_call(m, j->method, j->params, j->timeout_ms, on_call_event, on_call_done,
                                               j, &j->call_id, err)
                            : sb_ipc_aclient_call(m->ac, j->method, j->params, j->timeout_ms, on_call_event,
@@ -319,6 +319,7 @@ static void read_batch_health(rt_model *m, const sb_mp_obj *h) {
         *at[i] = v;
     }
     if (m->parallel == 0) m->parallel = -1;     /* never a capacity of 0 */
+    if (m->parallel > SB_CONFIG_MAX_PARALLEL) m->parallel = SB_CONFIG_MAX_PARALLEL;
 }
 
 static void on_health(void *arg, uint64_t id, const sb_ipc_result *res) {
