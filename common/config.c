@@ -459,9 +459,9 @@ static int load_runtime(ctx *c, const sb_config_node *rt) {
 
 static int load_model(ctx *c, const sb_config_node *key, const sb_config_node *v,
                       sb_config_model *m) {
-    static const char *const local_keys[] = { "gguf", "threads", "ctx", "kv_type", "idle",
-                                              "max_queue", "max_tokens", "deadline_ms", NULL };
-    static const char *const remote_keys[] = { "upstream", "model", "api_key_env", "timeout_ms",
+    static const char *const local_keys[] = { "gguf", "threads", "ctx", "kv_type", "idle", "parallel",
+                                              "kv_mb", "max_queue", "max_tokens", "deadline_ms", NULL };
+    static const char *const remote_keys[] = { "upstream", "model", "api_key_env", "timeout_ms", "parallel",
                                                "max_queue", "max_tokens", "deadline_ms", NULL };
     static const char *const kv_types[] = { "f16", "f32", NULL };
     char what[SB_CONFIG_MAX_NAME + 16];
@@ -480,6 +480,7 @@ static int load_model(ctx *c, const sb_config_node *key, const sb_config_node *v
         return FAIL(c, g ? u : v, "%s: expected exactly one of 'gguf' (a local model file) "
                     "or 'upstream' (a remote endpoint)", what);
     if ((rc = check_keys(c, v, what, g ? local_keys : remote_keys)) ||
+        (rc = get_int(c, v, what, "parallel", 1, SB_CONFIG_MAX_PARALLEL, &m->parallel)) ||
         (rc = get_int(c, v, what, "max_queue", 0, 65536, &m->max_queue)) ||
         (rc = get_int(c, v, what, "max_tokens", 1, SB_CONFIG_MAX_CTX, &m->max_tokens)) ||
         (rc = get_int(c, v, what, "deadline_ms", 100, 3600000, &m->deadline_ms)))
@@ -505,6 +506,7 @@ static int load_model(ctx *c, const sb_config_node *key, const sb_config_node *v
     if ((rc = get_path(c, v, what, "gguf", true, &m->gguf, &st)) ||
         (rc = get_int(c, v, what, "threads", 1, SB_CONFIG_MAX_THREADS, &m->threads)) ||
         (rc = get_int(c, v, what, "ctx", SB_CONFIG_MIN_CTX, SB_CONFIG_MAX_CTX, &m->ctx)) ||
+        (rc = get_int(c, v, what, "kv_mb", 1, SB_CONFIG_MAX_KV_MB, &m->kv_mb)) ||
         (rc = get_enum(c, v, what, "kv_type", kv_types, &kv)))
         return rc;
     m->kv_type = (sb_kv_type)kv;
@@ -824,7 +826,8 @@ static bool str_eq(const char *a, const char *b) { return a == b || (a && b && !
 bool sb_config_equal_model(const sb_config_model *a, const sb_config_model *b) {
     return str_eq(a->name, b->name) && str_eq(a->gguf, b->gguf) &&
            a->threads == b->threads && a->ctx == b->ctx && a->kv_type == b->kv_type &&
-           a->idle_unload_s == b->idle_unload_s && str_eq(a->upstream, b->upstream) &&
+           a->idle_unload_s == b->idle_unload_s && a->parallel == b->parallel && a->kv_mb == b->kv_mb &&
+           str_eq(a->upstream, b->upstream) &&
            str_eq(a->upstream_model, b->upstream_model) && str_eq(a->api_key_env, b->api_key_env) &&
            a->timeout_ms == b->timeout_ms && a->max_queue == b->max_queue &&
            a->max_tokens == b->max_tokens && a->deadline_ms == b->deadline_ms &&

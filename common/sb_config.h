@@ -25,6 +25,8 @@
 #define SB_CONFIG_MAX_THREADS 256
 #define SB_CONFIG_MIN_CTX     16
 #define SB_CONFIG_MAX_CTX     (1 << 20)
+#define SB_CONFIG_MAX_PARALLEL 64           /* sequences per worker (issue 18: batches of <= 64) */
+#define SB_CONFIG_MAX_KV_MB   (1 << 20)     /* 1 TiB of KV: past any box this runs on */
 
 /* ------------------------------------------------------ generic node tree */
 
@@ -66,11 +68,14 @@ typedef struct {
     int ctx;                    /* [16, 2^20], default 2048 */
     sb_kv_type kv_type;         /* f16 (default) | f32 */
     int idle_unload_s;          /* 0 = "keep"; N = "unload-after:N" */
+    int kv_mb;                  /* the worker's KV pool in MiB; 0 = unset: the worker sizes it */
     char *upstream;             /* http(s)://host[:port][/path] */
     char *upstream_model;       /* model name sent upstream; default the entry name */
     char *api_key_env;          /* env var holding the upstream key, or NULL */
     int timeout_ms;             /* upstream request timeout, default 30000 */
     /* Both kinds */
+    int parallel;               /* [1, 64]; 0 = unset. Local: sequences the worker runs at once (unset: the
+                                 * worker's default); remote: calls in flight upstream (unset: 16) */
     int max_queue;              /* requests waiting behind the running one, default 8 */
     int max_tokens;             /* default per-request cap, default 512 (<= ctx) */
     int deadline_ms;            /* default per-request deadline, default 120000 */

@@ -144,10 +144,10 @@ void rt_handle_embeddings(rt_req *q, const sb_json *body) {
     }
     if (sb_mp_writer_status(p)) { rt_req_error(q, 500, "server_error", "out_of_memory", "out of memory"); goto out; }
     char err[SB_ERR_LEN];
-    int rc = rt_model_submit(m, "embed", p, m->deadline_ms, NULL, on_embedded, q, &q->job, err);
+    int rc = rt_model_submit(m, "embed", p, m->deadline_ms, 0, NULL, on_embedded, q, &q->job, err);
     p = NULL;
     if (rc) {
-        if (rc == SB_EBUSY || rc == SB_EIO) rt_req_retry_after(q, rc == SB_EBUSY ? 1 : 5);
+        if (rc == SB_EBUSY || rc == SB_EIO) rt_req_retry_after(q, rc == SB_EBUSY ? rt_model_retry_after(m) : 5);
         rt_req_error(q, rc == SB_ENOMEM ? 500 : 503, rc == SB_EBUSY ? "server_busy" : "model_unavailable",
                      rc == SB_EBUSY ? "queue_full" : "model_unavailable", "%s", err);
         goto out;

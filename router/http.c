@@ -539,6 +539,7 @@ static void handle_health(rt_req *q) {
             sb_jw_key(w, "pid"); sb_jw_int(w, m->pid);
             sb_jw_key(w, "queued"); sb_jw_int(w, m->n_waiting);
             sb_jw_key(w, "in_flight"); sb_jw_int(w, m->n_inflight);
+            sb_jw_key(w, "capacity"); sb_jw_int(w, rt_model_capacity(m));
             sb_jw_key(w, "restarts"); sb_jw_int(w, (int64_t)m->restarts);
         }
         sb_jw_obj_end(w);

@@ -234,7 +234,7 @@ static void next_batch(rt_eindex *ix) {
     sb_mp_str(p, "texts");
     sb_mp_array(p, (uint32_t)ix->n_batch);
     for (size_t k = 0; k < ix->n_batch; k++) sb_mp_str(p, ix->texts[ix->batch[k]].text);
-    int rc = rt_model_submit(m, "embed", p, m->deadline_ms, NULL, on_batch, ix, &ix->job, err);
+    int rc = rt_model_submit(m, "embed", p, m->deadline_ms, 0, NULL, on_batch, ix, &ix->job, err);
     if (rc) build_failed(ix, rc, "%s", err);
 }
 

@@ -4,6 +4,7 @@
  * Statuses are kept per route in a short table: a route sees a handful of
  * distinct codes, and anything beyond RT_MAX_STATUS lands in the last slot.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -45,6 +46,37 @@ static void line(sb_jw *w, const char *fmt, ...) {
     int n = vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
     if (n > 0) sb_jw_raw(w, buf, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1);
+}
+
+/* What a batching worker's health reports (rt_model, -1: not reported).
+ * A family no worker reports is left out: an older worker or an encoder
+ * has no KV pool, and a 0 there would read as an empty one. */
+static void render_batch(rt *r, sb_jw *w) {
+    static const struct { const char *name, *type, *help; size_t off; } fam[] = {
+        { "switchboard_model_parallel", "gauge", "Sequences the worker runs at once (its batch).",
+          offsetof(rt_model, parallel) },
+        { "switchboard_model_running", "gauge", "Sequences the worker is running now.", offsetof(rt_model, running) },
+        { "switchboard_kv_blocks", "gauge", "Blocks in the worker's KV pool.", offsetof(rt_model, kv_blocks_total) },
+        { "switchboard_kv_blocks_free", "gauge", "Free blocks in the worker's KV pool.",
+          offsetof(rt_model, kv_blocks_free) },
+        { "switchboard_prefix_cache_hits_total", "counter", "Prompts that started with a cached prefix.",
+          offsetof(rt_model, prefix_hits) },
+        { "switchboard_prefix_cache_misses_total", "counter", "Prompts whose prefix was not cached.",
+          offsetof(rt_model, prefix_misses) },
+        { "switchboard_prefix_cache_tokens_reused_total", "counter", "Prompt tokens served from cached prefixes.",
+          offsetof(rt_model, prefix_tokens_reused) },
+    };
+    for (size_t f = 0; f < SB_ARRAY_LEN(fam); f++) {
+        bool head = false;
+        for (size_t i = 0; i < r->n_models; i++) {
+            rt_model *md = r->models[i];
+            int64_t v = *(const int64_t *)((const char *)md + fam[f].off);
+            if (md->removed || md->remote || v < 0) continue;
+            if (!head) line(w, "# HELP %s %s\n# TYPE %s %s\n", fam[f].name, fam[f].help, fam[f].name, fam[f].type);
+            head = true;
+            line(w, "%s{model=\"%s\"} %lld\n", fam[f].name, md->name, (long long)v);
+        }
+    }
 }
 
 void rt_metrics_render(rt *r, sb_jw *w) {
@@ -130,6 +162,7 @@ void rt_metrics_render(rt *r, sb_jw *w) {
             line(w, "%s{model=\"%s\"} %.6g\n", fam[f].name, md->name, v);
         }
     }
+    render_batch(r, w);
     rt_hist_render(r, w);
     rt_otel_render(r, w);
 }

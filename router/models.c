@@ -1,16 +1,19 @@
 /* models.c - one dispatcher per worker socket.
  *
  * Every HTTP request and pipeline stage that needs a model goes through
- * rt_model_submit(). The router keeps its own FIFO per model and hands the
- * worker at most RT_WORKER_INFLIGHT calls at a time: the worker computes one
- * job at a time anyway, so a deeper queue there would only make the order
- * the worker's business and turn a burst of clients into `busy` errors. Here
- * the burst waits its turn (up to the model's max_queue), first come first
- * served, and the queue depth is visible in /metrics.
+ * rt_model_submit(). The router keeps its own queue per model and hands the
+ * worker at most rt_model_capacity() calls at a time: the number of
+ * sequences the worker says it runs at once (`parallel` in its health), so
+ * each call joins the worker's running batch at its next step, and a deeper
+ * queue there would only make the order the worker's and turn a burst of
+ * clients into `busy` errors. Here the burst waits its turn (up to the
+ * model's max_queue), by priority and then first come first served, and the
+ * queue depth is visible in /metrics.
  *
  * A health probe every second per worker tells up from down (so requests
- * to a dead worker get 503 at once, not after a connect timeout) and a pid
- * that changed means the supervisor restarted it.
+ * to a dead worker get 503 at once, not after a connect timeout), a pid
+ * that changed means the supervisor restarted it, and a batching worker's
+ * capacity and KV pool figures come with it.
  */
 #include <event2/event.h>
 #include <stdio.h>
@@ -32,6 +35,8 @@ struct rt_job {
     bool sent, cancelled;
     bool got_token;                 /* a streamed token came: its time to first token is counted */
     double t_submit, t_sent;        /* for the queue-wait, call and TTFT histograms (obs.h) */
+    int priority;
+    double key;                     /* queue order: t_submit - priority * RT_PRIORITY_STEP_S */
     bool remote;                    /* sent through upstream.c (a reload may flip m->remote) */
 };
 
@@ -110,6 +115,12 @@ static void on_call_done(void *arg, uint64_t id, const sb_ipc_result *res) {
     rt_job *j = arg;
     rt_model *m = j->m;
     m->n_inflight--;
+    if (res->ok) {
+        /* A moving average over the last ~5 calls: Retry-After follows the
+         * load without jumping on one long answer. */
+        double dt = sb_now_s() - j->t_sent;
+        m->service_s = m->service_s > 0 ? 0.8 * m->service_s + 0.2 * dt : dt;
+    }
     account(m, res);
     observe_call(j, res);
     if (!j->cancelled) j->on_done(j->arg, res);
@@ -123,15 +134,62 @@ static void fail_job_now(rt_job *j, const char *code, const char *msg) {
     job_free(j);
 }
 
+int rt_model_capacity(const rt_model *m) {
+    if (m->remote) return m->cfg_parallel > 0 ? m->cfg_parallel : RT_UPSTREAM_INFLIGHT;
+    if (m->parallel > 0) return (int)m->parallel;
+    return m->cfg_parallel > 0 ? m->cfg_parallel : RT_WORKER_INFLIGHT;
+}
+
+int rt_model_retry_after(const rt_model *m) {
+    if (m->service_s <= 0) return 1;
+    /* By then the worker has taken everything waiting now: a retry finds room. */
+    double s = (m->n_waiting + 1) * m->service_s / rt_model_capacity(m);
+    return s >= RT_RETRY_AFTER_MAX_S ? RT_RETRY_AFTER_MAX_S : s < 1 ? 1 : (int)s + (s > (int)s);
+}
+
+/* The job's params with "priority" added, for a worker that takes it (its
+ * health reports `parallel`; an older worker refuses unknown keys). 0, or
+ * SB_ENOMEM / SB_EINVAL with the params left as they were. */
+static int add_priority(rt_job *j) {
+    size_t len;
+    const void *data = sb_mp_writer_data(j->params, &len);
+    sb_mp_doc *d;
+    if (sb_mp_decode(data, len, &d, NULL)) return SB_EINVAL;
+    const sb_mp_obj *root = sb_mp_doc_root(d);
+    sb_mp_writer *w = NULL;
+    int rc = sb_mp_type_of(root) != SB_MP_MAP || sb_mp_map_get(root, "priority") ? SB_EINVAL
+             : sb_mp_writer_new(&w) ? SB_ENOMEM : 0;
+    if (!rc) {
+        uint32_t n = sb_mp_count(root);
+        sb_mp_map(w, n + 1);
+        for (uint32_t i = 0; i < n; i++) {
+            sb_mp_copy(w, sb_mp_map_key_at(root, i));
+            sb_mp_copy(w, sb_mp_map_val_at(root, i));
+        }
+        sb_mp_kv_i64(w, "priority", j->priority);
+        rc = sb_mp_writer_status(w) ? SB_ENOMEM : 0;
+    }
+    sb_mp_doc_free(d);
+    if (rc) { sb_mp_writer_free(w); return rc; }
+    sb_mp_writer_free(j->params);
+    j->params = w;
+    return 0;
+}
+
 /* Hand waiting jobs to the worker while it has room. */
 static void dispatch(rt_model *m) {
-    while (m->head && m->n_inflight < RT_INFLIGHT_CAP(m)) {
+    while (m->head && m->n_inflight < rt_model_capacity(m)) {
         rt_job *j = m->head;
         m->head = j->next;
         if (!m->head) m->tail = NULL;
         m->n_waiting--;
         char err[SB_ERR_LEN];
         j->remote = m->remote;
+        bool send_prio = !j->remote && j->priority && m->parallel > 0 &&
+                         (!strcmp(j->method, "generate") || !strcmp(j->method, "score"));
+        if (send_prio && add_priority(j))
+            sb_warn("model '%s': %s call sent without its priority %d (out of memory, or params that are "
+                    "not a map or already hold one)", m->name, j->method, j->priority);
         int rc = j->remote ? rt_upstream_call(m, j->method, j->params, j->timeout_ms, on_call_event, on_call_done,
                                               j, &j->call_id, err)
                            : sb_ipc_aclient_call(m->ac, j->method, j->params, j->timeout_ms, on_call_event,
@@ -148,11 +206,28 @@ static void dispatch(rt_model *m) {
         rt_hist_observe(m->r, RT_H_QUEUE, m->name, NULL, j->t_sent - j->t_submit);
         m->n_inflight++;
         m->requests++;
+        sb_debug("model '%s': %s call %llu sent, priority %d%s, %d of %d in flight, %d waiting", m->name, j->method,
+                 (unsigned long long)j->call_id, j->priority, send_prio ? " (passed on)" : "", m->n_inflight,
+                 rt_model_capacity(m), m->n_waiting);
     }
 }
 
-int rt_model_submit(rt_model *m, const char *method, sb_mp_writer *params, int timeout_ms, rt_event_fn on_event,
-                    rt_done_fn on_done, void *arg, rt_job **out, char *err) {
+/* Into the queue by key; equal keys keep their arrival order. The common
+ * case (same priority, later arrival) appends at once. */
+static void enqueue(rt_model *m, rt_job *j) {
+    if (!m->tail || m->tail->key <= j->key) {
+        if (m->tail) m->tail->next = j; else m->head = j;
+        m->tail = j;
+        return;
+    }
+    rt_job **at = &m->head;
+    while ((*at)->key <= j->key) at = &(*at)->next;
+    j->next = *at;
+    *at = j;
+}
+
+int rt_model_submit(rt_model *m, const char *method, sb_mp_writer *params, int timeout_ms, int priority,
+                    rt_event_fn on_event, rt_done_fn on_done, void *arg, rt_job **out, char *err) {
     *out = NULL;
     int rc = 0;
     if (m->removed)
@@ -164,7 +239,7 @@ int rt_model_submit(rt_model *m, const char *method, sb_mp_writer *params, int t
     /* Admissions count the moment they are made: a job joins n_waiting
      * here and moves to n_inflight only in the deferred dispatch, so a
      * burst that arrives in one loop pass must be bounded by the sum. */
-    else if (m->n_waiting + m->n_inflight >= m->max_waiting + RT_INFLIGHT_CAP(m))
+    else if (m->n_waiting + m->n_inflight >= m->max_waiting + rt_model_capacity(m))
         rc = sb_seterr(err, SB_EBUSY, "model '%s' is full (%d in flight, %d waiting, max_queue %d); retry later",
                        m->name, m->n_inflight, m->n_waiting, m->max_waiting);
     if (rc) {
@@ -177,14 +252,14 @@ int rt_model_submit(rt_model *m, const char *method, sb_mp_writer *params, int t
         return sb_seterr(err, SB_ENOMEM, "out of memory");
     }
     *j = (rt_job){ .m = m, .method = method, .params = params, .timeout_ms = timeout_ms, .on_event = on_event,
-                   .on_done = on_done, .arg = arg, .t_submit = sb_now_s() };
-    if (m->tail) m->tail->next = j; else m->head = j;
-    m->tail = j;
+                   .on_done = on_done, .arg = arg, .t_submit = sb_now_s(), .priority = priority };
+    j->key = j->t_submit - priority * RT_PRIORITY_STEP_S;
+    enqueue(m, j);
     m->n_waiting++;
     *out = j;
     /* Dispatch from the loop, never inside submit: on_done must not run
      * before the caller has stored the job handle. */
-    if (m->n_inflight < RT_INFLIGHT_CAP(m)) {
+    if (m->n_inflight < rt_model_capacity(m)) {
         struct timeval now = { 0, 0 };
         event_base_once(m->r->base, -1, EV_TIMEOUT, dispatch_cb, m, &now);
     }
@@ -232,6 +307,21 @@ rt_model *rt_model_find(rt *r, const char *name) {
 
 /* ------------------------------------------------------------- health */
 
+/* A batching worker's figures from its health reply; -1 where absent. */
+static void read_batch_health(rt_model *m, const sb_mp_obj *h) {
+    static const char *const keys[] = { "parallel", "running", "kv_blocks_total", "kv_blocks_free",
+                                        "prefix_hits", "prefix_misses", "prefix_tokens_reused" };
+    int64_t *const at[] = { &m->parallel, &m->running, &m->kv_blocks_total, &m->kv_blocks_free,
+                            &m->prefix_hits, &m->prefix_misses, &m->prefix_tokens_reused };
+    for (size_t i = 0; i < SB_ARRAY_LEN(keys); i++) {
+        int64_t v = -1;
+        if (h && sb_mp_get_int(h, keys[i], SB_MP_OPTIONAL, 0, INT64_MAX, &v, NULL)) v = -1;
+        *at[i] = v;
+    }
+    if (m->parallel == 0) m->parallel = -1;     /* never a capacity of 0 */
+    if (m->parallel > SB_CONFIG_MAX_PARALLEL) m->parallel = SB_CONFIG_MAX_PARALLEL;
+}
+
 static void on_health(void *arg, uint64_t id, const sb_ipc_result *res) {
     rt_model *m = arg;
     m->probing = false;
@@ -248,6 +338,7 @@ static void on_health(void *arg, uint64_t id, const sb_ipc_result *res) {
         if (m->pid && pid != m->pid) m->restarts++;
         m->pid = pid;
         m->up = true;
+        read_batch_health(m, res->result);
         if (came_up || was != m->encoder) rt_intent_models_changed(m->r);
     } else {
         if (m->up) sb_warn("model '%s': worker down (%s)", m->name, res->message ? res->message : "no answer");
@@ -338,6 +429,7 @@ void rt_models_sync(rt *r, const sb_config *cfg) {
             if (!m) continue;
             m->r = r;
             m->up = true;           /* until a probe or a call says otherwise */
+            read_batch_health(m, NULL);
             m->name = sb_strdup(cm->name);
             m->sock = sb_strdup(path);
             if (!m->name || !m->sock || sb_ipc_aclient_new(r->base, path, 0, &m->ac, NULL)) {
@@ -353,6 +445,7 @@ void rt_models_sync(rt *r, const sb_config *cfg) {
         sb_free(m->gguf);
         m->gguf = cm->gguf ? sb_strdup(cm->gguf) : NULL;
         m->max_waiting = cm->max_queue;
+        m->cfg_parallel = cm->parallel;
         m->deadline_ms = cm->deadline_ms;
         m->max_tokens = cm->max_tokens;
         m->fingerprint[0] = '\0';

@@ -95,7 +95,7 @@ static void on_run_done(void *arg, rt_run *run) {
     int st = rt_run_failed(run, &type, &msg);
     trace(q, rt_run_pipeline(run), rt_run_input(run), run, NULL, st ? st : 200, st ? msg : NULL);
     if (st) {
-        if (st == 503) rt_req_retry_after(q, 2);
+        if (st == 503) rt_req_retry_after(q, rt_run_retry_after(run) ? rt_run_retry_after(run) : 2);
         rt_req_error(q, st, type, type, "%s", msg);
     } else if (q->route == RT_ROUTE_PIPELINES) {
         reply_run_json(q, run);

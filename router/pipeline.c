@@ -444,14 +444,14 @@ static int load_stage(vctx *c, const sb_config_node *n, sb_pipeline *p, size_t i
     static const char *const intent_keys[] = { "name", "kind", "when", "model", "system", "chat", "labels",
                                                "min_confidence", "fallback", "utterance", "calibrate", "method",
                                                "score_model", "hybrid_margin", "classifier", "examples_file",
-                                               "out_of_scope", NULL };
+                                               "out_of_scope", "priority", NULL };
     static const char *const gen_keys[] = { "name", "kind", "when", "model", "system", "chat", "prompt", "temperature",
                                             "top_p", "top_k", "min_p", "repeat_penalty", "seed", "max_tokens", "stop",
-                                            "json", "json_schema", NULL };
+                                            "json", "json_schema", "priority", NULL };
     static const char *const tool_keys[] = { "name", "kind", "when", "command", "stdin", "url", "method", "body",
                                              "args_from", "timeout_ms", "env", "max_concurrent", "max_queue", NULL };
     static const char *const retrieve_keys[] = { "name", "kind", "when", "kb", "query", "top_k", "min_score", "mode",
-                                                 NULL };
+                                                 "priority", NULL };
     static const char *const *const keys_of[] = { intent_keys, gen_keys, tool_keys, retrieve_keys };
     if ((rc = check_keys(c, n, keys_of[s->kind]))) return rc;
     const char *names[SB_PIPE_MAX_STAGES];
@@ -463,6 +463,14 @@ static int load_stage(vctx *c, const sb_config_node *n, sb_pipeline *p, size_t i
     rt_tmpl_scope scope = { names, idx, has_intent };
     const sb_config_node *v;
     if ((v = sb_config_node_get(n, "when")) && (rc = load_when(c, v, p, idx, s))) return rc;
+    /* An intent stage is short (one prompt, a few labels) and every later
+     * stage of its call waits on it: by default it goes ahead of generations
+     * that arrived up to a second before it (docs/router.md, "Priority"). */
+    long long prio = s->kind == SB_STAGE_INTENT ? 1 : 0;
+    if ((v = sb_config_node_get(n, "priority")) &&
+        (rc = get_int(c, v, "priority", -SB_PIPE_MAX_PRIORITY, SB_PIPE_MAX_PRIORITY, &prio)))
+        return rc;
+    s->priority = (int)prio;
     if (s->kind == SB_STAGE_RETRIEVE) return load_retrieve(c, n, s, &scope);
     if (s->kind != SB_STAGE_TOOL) {
         if (!(v = sb_config_node_get(n, "model"))) return FAIL(c, n, "%s: missing 'model'", c->path);

@@ -90,14 +90,25 @@ bool rt_tmpl_uses_stage(const sb_tmpl *t, int stage);
 
 /* --------------------------------------------------------------- models */
 
-/* Requests handed to a worker at once. Two keeps the worker's queue fed
- * (the next job is there when one finishes) while the router's own FIFO
- * decides the order: first come, first served, nobody starves. */
+/* Requests handed to a worker at once when its health does not say how
+ * many sequences it runs (a worker from before batching, an encoder): two
+ * keeps its queue fed (the next job is there when one finishes) while the
+ * router's own queue decides the order. A worker that reports `parallel`
+ * gets exactly that many: each joins its running batch at the next step,
+ * and everything beyond waits here, where priority orders it. */
 #define RT_WORKER_INFLIGHT 2
 /* An upstream is a server (or a cluster) that batches many requests; the
- * router's FIFO still orders what exceeds this. */
+ * router's queue still orders what exceeds this. Its entry's `parallel`
+ * (the server's slots, llama-server -np) overrides it. */
 #define RT_UPSTREAM_INFLIGHT 16
-#define RT_INFLIGHT_CAP(m) ((m)->remote ? RT_UPSTREAM_INFLIGHT : RT_WORKER_INFLIGHT)
+/* A job of priority p queues as if it had arrived p seconds earlier: a
+ * higher priority goes ahead of what arrived up to that long before it,
+ * and nothing waits behind newer work for more than 2 * 10 s of priority. */
+#define RT_PRIORITY_STEP_S 1.0
+/* Retry-After on a full queue: the time the worker takes to drain the
+ * queue, from the observed service time; 1 s before any call finished,
+ * never more than RT_RETRY_AFTER_MAX_S. */
+#define RT_RETRY_AFTER_MAX_S 60
 
 typedef void (*rt_event_fn)(void *arg, const char *event, const sb_mp_obj *data);
 typedef void (*rt_done_fn)(void *arg, const sb_ipc_result *res);
@@ -114,12 +125,19 @@ struct rt_model {
     sb_ipc_aclient *ac;
     rt_job *head, *tail;
     int n_waiting, n_inflight;
+    int cfg_parallel;               /* the config's parallel (0: unset): an upstream's cap; a worker's until it reports its own */
+    double service_s;               /* moving average of a call's time at the worker (0: none yet) */
     /* health, polled */
     bool up, probing;
     bool failed;                    /* the supervisor gave up on it (state.json) */
     int64_t pid;
     uint64_t restarts;
     double down_since;
+    /* The batching worker's health (docs/ipc.md); -1: not reported (a
+     * worker from before batching, an encoder): /metrics leaves it out.
+     * parallel > 0 also means the worker takes a `priority` param. */
+    int64_t parallel, running, kv_blocks_total, kv_blocks_free;
+    int64_t prefix_hits, prefix_misses, prefix_tokens_reused;
     /* metrics */
     uint64_t requests, errors, busy;
     uint64_t prompt_tokens, completion_tokens, reused_tokens;
@@ -128,11 +146,17 @@ struct rt_model {
     rt *r;
 };
 
-/* Queue a call. params is taken over (freed by the dispatcher). 0: on_done
- * comes exactly once, later, from the loop. SB_EBUSY: the router's queue
- * for the model is full; SB_EIO: the worker is down; SB_EUNSUP: remote. */
-int  rt_model_submit(rt_model *m, const char *method, sb_mp_writer *params, int timeout_ms,
+/* Queue a call. params is taken over (freed by the dispatcher). priority
+ * orders the router's queue (RT_PRIORITY_STEP_S) and goes to a worker that
+ * takes it (generate, score). 0: on_done comes exactly once, later, from
+ * the loop. SB_EBUSY: the router's queue for the model is full (answer 503
+ * with rt_model_retry_after); SB_EIO: the worker is down. */
+int  rt_model_submit(rt_model *m, const char *method, sb_mp_writer *params, int timeout_ms, int priority,
                      rt_event_fn on_event, rt_done_fn on_done, void *arg, rt_job **out, char *err);
+/* Calls handed to m's worker (or upstream) at once. */
+int  rt_model_capacity(const rt_model *m);
+/* Seconds a caller refused with a full queue should wait: [1, RT_RETRY_AFTER_MAX_S]. */
+int  rt_model_retry_after(const rt_model *m);
 /* No callbacks after this; the worker is told to stop. */
 void rt_job_cancel(rt_job *j);
 rt_model *rt_model_find(rt *r, const char *name);
@@ -307,6 +331,8 @@ int  rt_run_until(rt_run *run, const char *stage);
 void rt_run_free(rt_run *run);                      /* after on_done */
 /* After on_done: 0 or the HTTP status of the failure (with type, message). */
 int  rt_run_failed(const rt_run *run, const char **type, const char **message);
+/* After a 503: the Retry-After of the full model queue that caused it, or 0. */
+int  rt_run_retry_after(const rt_run *run);
 void rt_run_result_json(const rt_run *run, sb_jw *w);
 const char *rt_run_output(const rt_run *run);
 void rt_run_usage(const rt_run *run, int *prompt_tokens, int *completion_tokens);

@@ -58,6 +58,7 @@ struct rt_run {
     double t0, t_stage, model_s, t_first;    /* t_first: the answer's first streamed token */
     bool fell_back;                 /* the intent is the fallback label */
     int fail_status;
+    int retry_after;                /* a model's queue was full: seconds for Retry-After (0: none) */
     const char *fail_type;
     char fail_msg[SB_ERR_LEN + 64];
     int last_ran;
@@ -69,6 +70,21 @@ struct rt_run {
 };
 
 static void step(rt_run *run);
+
+/* Stage s's call to its model; a full queue leaves the Retry-After the
+ * caller is answered with. Takes p over. */
+static int submit(rt_run *run, const sb_stage *s, const char *model, const char *method, sb_mp_writer *p,
+                  rt_event_fn on_event, rt_done_fn on_done, char *err) {
+    rt_model *m = rt_model_find(run->r, model);
+    if (!m) {
+        sb_mp_writer_free(p);
+        return sb_seterr(err, SB_EIO, "model '%s' is not configured in this router", model);
+    }
+    int rc = rt_model_submit(m, method, p, m->deadline_ms, s->priority, on_event, on_done, run, &run->job, err);
+    if (rc == SB_EBUSY) run->retry_after = rt_model_retry_after(m);
+    return rc;
+}
+
 static void step_cb(evutil_socket_t fd, short what, void *arg) { step(arg); }
 
 /* Steps run from the loop, never inside the callback that finished the
@@ -318,13 +334,7 @@ static int start_intent(rt_run *run, const sb_stage *s, sb_mp_writer *p, char *e
     }
     /* hybrid: the embedding was unsure, the generative model decides. */
     const char *model = s->method == SB_INTENT_HYBRID ? s->score_model : s->model;
-    rt_model *m = rt_model_find(run->r, model);
-    if (!m) {
-        sb_mp_writer_free(p);
-        return sb_seterr(err, SB_EIO, "model '%s' is not configured in this router", model);
-    }
-    return rt_model_submit(m, "score", p, m->deadline_ms, NULL, run->calibrating ? on_prior : on_scored, run,
-                           &run->job, err);
+    return submit(run, s, model, "score", p, NULL, run->calibrating ? on_prior : on_scored, err);
 }
 
 /* An `embed` result's first vector into out[0..max): its dimension, 0 if
@@ -385,10 +395,9 @@ static void on_embedded(void *arg, const sb_ipc_result *res) {
 static int start_intent_embed(rt_run *run, const sb_stage *s, sb_mp_writer *p, char *err) {
     const sb_classifier *cls;
     int rc = rt_intent_classifier(run->r, run->conf, s, &cls, err);
-    rt_model *m = rc ? NULL : rt_model_find(run->r, s->model);
-    if (rc || !m) {
+    if (rc) {
         sb_mp_writer_free(p);
-        return rc ? rc : sb_seterr(err, SB_EIO, "model '%s' is not configured in this router", s->model);
+        return rc;
     }
     sb_tmpl_env env = env_of(run);
     sb_jw u;
@@ -405,7 +414,7 @@ static int start_intent_embed(rt_run *run, const sb_stage *s, sb_mp_writer *p, c
         sb_mp_writer_free(p);
         return sb_seterr(err, SB_ENOMEM, "out of memory");
     }
-    return rt_model_submit(m, "embed", p, m->deadline_ms, NULL, on_embedded, run, &run->job, err);
+    return submit(run, s, s->model, "embed", p, NULL, on_embedded, err);
 }
 
 /* ----------------------------------------------------------- generate */
@@ -505,13 +514,7 @@ static int start_generate(rt_run *run, const sb_stage *s, sb_mp_writer *p, bool 
         sb_mp_writer_free(p);
         return sb_seterr(err, SB_ENOMEM, "out of memory");
     }
-    rt_model *m = rt_model_find(run->r, s->model);
-    if (!m) {
-        sb_mp_writer_free(p);
-        return sb_seterr(err, SB_EIO, "model '%s' is not configured in this router", s->model);
-    }
-    return rt_model_submit(m, "generate", p, m->deadline_ms, stream ? on_gen_token : NULL, on_generated, run,
-                           &run->job, err);
+    return submit(run, s, s->model, "generate", p, stream ? on_gen_token : NULL, on_generated, err);
 }
 
 /* --------------------------------------------------------------- tool */
@@ -620,7 +623,7 @@ static int start_retrieve(rt_run *run, const sb_stage *s, char *err) {
     sb_mp_array(p, 1);
     sb_mp_strn(p, q.p ? q.p : "", q.len);
     sb_jw_free(&q);
-    return rt_model_submit(m, "embed", p, m->deadline_ms, NULL, on_query_embedded, run, &run->job, err);
+    return submit(run, s, s->model, "embed", p, NULL, on_query_embedded, err);
 }
 
 /* --------------------------------------------------------------- steps */
@@ -755,6 +758,8 @@ int rt_run_until(rt_run *run, const char *stage) {
     if (i >= 0) run->until = i;
     return i < 0 ? SB_ENOTFOUND : 0;
 }
+
+int rt_run_retry_after(const rt_run *run) { return run->fail_status == 503 ? run->retry_after : 0; }
 
 int rt_run_failed(const rt_run *run, const char **type, const char **message) {
     if (!run->fail_status) return 0;

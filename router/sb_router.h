@@ -29,6 +29,7 @@
 #define SB_PIPE_MAX_ARGS    32
 #define SB_PIPE_MAX_ENV     32
 #define SB_PIPE_MAX_TOP_K   20      /* passages of a retrieve stage: they go into a prompt */
+#define SB_PIPE_MAX_PRIORITY 10     /* stage priority in [-10, 10]; each step is worth a second of waiting */
 /* Tool stage defaults: 8 processes is more than a 2-8 core edge box runs
  * usefully at once, and 64 waiting calls drain in seconds at tool speeds. */
 #define SB_TOOL_CONCURRENT  8
@@ -71,7 +72,8 @@ typedef struct {
      * verdict; -1: no condition. Both conditions must hold when both given. */
     int when_found;
     bool when_found_negate;
-    /* intent + generate */
+    /* intent + generate (+ retrieve: its base's model) */
+    int priority;                   /* [-10, 10]: the model queue's order; default 1 for intent, else 0 */
     char *model;
     sb_tmpl *system;                /* may be NULL */
     bool chat;                      /* messages with the chat template (default) or a raw prompt */

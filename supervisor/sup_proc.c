@@ -82,6 +82,10 @@ static void build_cmdline(const child *c, cmdline *cl) {
     arg(cl, "--max-tokens"); arg(cl, "%d", m->max_tokens);
     arg(cl, "--drain-ms");   arg(cl, "%d", cfg->runtime.drain_ms);
     arg(cl, "--deadline-ms"); arg(cl, "%d", m->deadline_ms);
+    /* Only when set: unset, the worker picks (and a worker built before
+     * batching, which knows neither flag, still starts). */
+    if (m->parallel) { arg(cl, "--parallel"); arg(cl, "%d", m->parallel); }
+    if (m->kv_mb) { arg(cl, "--kv-mb"); arg(cl, "%d", m->kv_mb); }
 }
 
 /* In the child, between fork and exec: only async-signal-safe calls. Every

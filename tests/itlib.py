@@ -58,6 +58,22 @@ def request(url, method, body=None, headers=None, timeout=30):
         return e.code, dict(e.headers), e.read()
 
 
+def sse_text(raw):
+    """Concatenated delta contents (or texts) of an OpenAI SSE body, and
+    whether it ended in [DONE]."""
+    text, done = "", False
+    for line in raw.decode().split("\n"):
+        if not line.startswith("data: "):
+            continue
+        data = line[6:].strip()
+        if data == "[DONE]":
+            done = True
+            continue
+        ch = json.loads(data).get("choices") or [{}]
+        text += (ch[0].get("delta") or {}).get("content") or ch[0].get("text") or ""
+    return text, done
+
+
 def bearer(key):
     """The Authorization header for KEY ({} for no key)."""
     return {"Authorization": "Bearer " + key} if key else {}

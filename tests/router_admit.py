@@ -2,7 +2,8 @@
 """router_admit.py URL RUN_LOG PIDFILE UPSTREAM_PORT - admission bounds and hung-up callers.
 
 Driven by tests/it_admit.sh against `switchboard run` with the tiny fixture
-(`tiny`: max_queue 4, so at most 2 in flight + 4 waiting). Raw sockets, so
+(`tiny`: max_queue 4, so at most its capacity - 2, or the worker's
+`parallel` - in flight + 4 waiting). Raw sockets, so
 that request bodies arrive together and clients can vanish with a FIN or an
 RST at a moment of the test's choosing:
 
@@ -101,7 +102,8 @@ while time.time() < deadline:
 check(health()["status"] == "up", "the fixture worker is up")
 
 # ------------------------------------------------ a burst of 200 at once
-N, CAP = 200, 2 + 4         # RT_WORKER_INFLIGHT + max_queue
+SLOTS = health().get("capacity", 2)    # the worker's parallel, or RT_WORKER_INFLIGHT
+N, CAP = 200, SLOTS + 4     # + max_queue
 socks, bodies = [], []
 for i in range(N):
     s = socket.create_connection((HOST, PORT))
@@ -142,8 +144,8 @@ while time.time() < end and len(answered) < N:
 status = {i: int(got[i].split(b" ")[1]) if got[i].startswith(b"HTTP/1.1 ") else 0 for i in answered}
 rejected = [i for i in answered if status[i] == 503]
 admitted = N - len(rejected)
-check(1 <= admitted <= CAP, "burst of %d bodies in one pass: %d admitted (<= 2 in flight + max_queue 4), %d rejected"
-      % (N, admitted, len(rejected)), (admitted, sorted(set(status.values()))))
+check(1 <= admitted <= CAP, "burst of %d bodies in one pass: %d admitted (<= %d in flight + max_queue 4), %d rejected"
+      % (N, admitted, SLOTS, len(rejected)), (admitted, sorted(set(status.values()))))
 
 
 def rejection_ok(raw):
@@ -158,7 +160,7 @@ def rejection_ok(raw):
 check(rejected and all(rejection_ok(got[i]) for i in rejected), "every rejection: 503 queue_full + Retry-After",
       [got[i][:300] for i in rejected if not rejection_ok(got[i])][:2])
 h = health()
-check(h["queued"] + h["in_flight"] == admitted and h["in_flight"] <= 2,
+check(h["queued"] + h["in_flight"] == admitted and h["in_flight"] <= SLOTS,
       "/health during the burst: in_flight + queued = admitted", (h, admitted))
 # The admitted callers hang up, half with a FIN, half with an RST.
 pending = [i for i in range(N) if i not in answered]

@@ -215,7 +215,11 @@ static void test_cache_sync_url(void **state) {
 static void test_unknown_keys(void **state) {
     expect_error("models:\n  a:\n    gguf: m.gguf\n    thread: 2\n",
                  ":4:5: models.a: unknown key 'thread' (expected one of: gguf, threads, ctx, "
-                 "kv_type, idle, max_queue, max_tokens, deadline_ms)");
+                 "kv_type, idle, parallel, kv_mb, max_queue, max_tokens, deadline_ms)");
+    /* A KV pool is a worker's: an upstream sizes its own. */
+    expect_error("models:\n  c: { upstream: http://h:1/v1, kv_mb: 4 }\n",
+                 ":2:33: models.c: unknown key 'kv_mb' (expected one of: upstream, model, "
+                 "api_key_env, timeout_ms, parallel, max_queue, max_tokens, deadline_ms)");
     expect_error("runtime:\n  dir: x\n  htp: 1\nmodels: {}\n",
                  ":3:3: runtime: unknown key 'htp' (expected one of: dir, http, api_key_env, "
                  "api_key_file, log_level, drain_ms)");
@@ -225,7 +229,7 @@ static void test_unknown_keys(void **state) {
     /* gguf-only keys on a remote model */
     expect_error("models:\n  c: { upstream: http://h:1/v1, threads: 2 }\n",
                  ":2:33: models.c: unknown key 'threads' (expected one of: upstream, model, "
-                 "api_key_env, timeout_ms, max_queue, max_tokens, deadline_ms)");
+                 "api_key_env, timeout_ms, parallel, max_queue, max_tokens, deadline_ms)");
 }
 
 static void test_wrong_types(void **state) {
@@ -246,6 +250,41 @@ static void test_wrong_types(void **state) {
                  ":4:14: models.a.kv_type: expected f16|f32, got 'q8'");
     expect_error("runtime:\n  log_level: verbose\nmodels: {}\n",
                  ":2:14: runtime.log_level: expected debug|info|warn|error, got 'verbose'");
+}
+
+/* Sequences per worker and its KV pool (issue 18): unset means "the
+ * worker decides", so 0 is not a value one can write. */
+static void test_parallel_and_kv_mb(void **state) {
+    expect_error("models:\n  a: { gguf: m.gguf, parallel: 0 }\n",
+                 ":2:32: models.a.parallel: expected an integer in [1, 64], got '0'");
+    expect_error("models:\n  a: { gguf: m.gguf, parallel: 65 }\n",
+                 ":2:32: models.a.parallel: expected an integer in [1, 64], got '65'");
+    expect_error("models:\n  a:\n    gguf: m.gguf\n    parallel: \"4\"\n",
+                 ":4:15: models.a.parallel: expected an integer in [1, 64], got the string \"4\"");
+    expect_error("models:\n  a: { gguf: m.gguf, kv_mb: 0 }\n",
+                 ":2:29: models.a.kv_mb: expected an integer in [1, 1048576], got '0'");
+    expect_error("models:\n  a: { gguf: m.gguf, kv_mb: 1048577 }\n",
+                 ":2:29: models.a.kv_mb: expected an integer in [1, 1048576], got '1048577'");
+    expect_error("models:\n  a:\n    gguf: m.gguf\n    kv_mb: 1.5\n",
+                 ":4:12: models.a.kv_mb: expected an integer in [1, 1048576], got '1.5'");
+    sb_config *a, *b;
+    char err[SB_ERR_LEN];
+    assert_int_equal(load("models:\n  x: { gguf: m.gguf }\n", &a, err), 0);
+    assert_int_equal(a->models[0].parallel, 0);
+    assert_int_equal(a->models[0].kv_mb, 0);
+    assert_int_equal(load("models:\n  x: { gguf: m.gguf, parallel: 64, kv_mb: 256 }\n", &b, err), 0);
+    assert_int_equal(b->models[0].parallel, 64);
+    assert_int_equal(b->models[0].kv_mb, 256);
+    /* Both are on the worker's command line: a change restarts it on reload. */
+    assert_false(sb_config_equal_model(&a->models[0], &b->models[0]));
+    sb_config_free(a);
+    sb_config_free(b);
+    /* On an upstream: the requests it gets at once (its slots). */
+    assert_int_equal(load("models:\n  u: { upstream: http://h:1/v1, parallel: 4 }\n", &a, err), 0);
+    assert_int_equal(a->models[0].parallel, 4);
+    sb_config_free(a);
+    expect_error("models:\n  u: { upstream: http://h:1/v1, parallel: 65 }\n",
+                 ":2:43: models.u.parallel: expected an integer in [1, 64], got '65'");
 }
 
 static void test_impossible_values(void **state) {
@@ -406,6 +445,7 @@ int main(void) {
         cmocka_unit_test(test_missing_files),
         cmocka_unit_test(test_yaml_level_errors),
         cmocka_unit_test(test_equal_model_for_reload),
+        cmocka_unit_test(test_parallel_and_kv_mb),
         cmocka_unit_test(test_allocation_failures),
         cmocka_unit_test(test_cache_sync_url),
     };

@@ -250,6 +250,39 @@ static void test_json_schema_key(void **state) {
                  "pipe.yaml:11:22", "needs a local model");
 }
 
+/* priority: [-10, 10] on a model stage; intent stages default to 1 (short,
+ * and the whole call waits on them), the others to 0; tool stages have
+ * their own gate and no priority. */
+static void test_priority_key(void **state) {
+    const char *ok = HEAD INTENT
+        "      - { name: g, kind: generate, model: m, prompt: hi }\n"
+        "      - { name: h, kind: generate, model: m, prompt: hi, priority: -10 }\n"
+        "      - { name: i, kind: intent, model: m, priority: 10, labels: { a: {}, b: {} } }\n";
+    sb_config *cfg = NULL;
+    sb_pipelines *ps = NULL;
+    char err[SB_ERR_LEN] = "";
+    if (load(ok, &cfg, &ps, err)) fail_msg("%s", err);
+    const sb_pipeline *p = sb_pipelines_find(ps, "p");
+    assert_int_equal(p->stages[0].priority, 1);
+    assert_int_equal(p->stages[1].priority, 0);
+    assert_int_equal(p->stages[2].priority, -10);
+    assert_int_equal(p->stages[3].priority, 10);
+    sb_pipelines_free(ps);
+    sb_config_free(cfg);
+    expect_error(HEAD "      - { name: g, kind: generate, model: m, prompt: hi, priority: 11 }\n",
+                 "pipe.yaml:7:68", "p.stages[0](g).priority: expected an integer in [-10, 10], got '11'");
+    expect_error(HEAD "      - { name: g, kind: generate, model: m, prompt: hi, priority: -11 }\n",
+                 "pipe.yaml:7:68", "expected an integer in [-10, 10], got '-11'");
+    expect_error(HEAD "      - { name: g, kind: generate, model: m, prompt: hi, priority: high }\n",
+                 "pipe.yaml:7:68", "expected an integer in [-10, 10], got 'high'");
+    expect_error(HEAD "      - { name: g, kind: generate, model: m, prompt: hi, priority: \"1\" }\n",
+                 "pipe.yaml:7:68", "expected an integer in [-10, 10], got '1'");
+    expect_error(HEAD "      - { name: g, kind: generate, model: m, prompt: hi, priority: 1.5 }\n",
+                 "pipe.yaml:7:68", "expected an integer in [-10, 10], got '1.5'");
+    expect_error(HEAD "      - { name: t, kind: tool, command: [a], priority: 1 }\n",
+                 "pipe.yaml:7:46", "unknown key 'priority'");
+}
+
 static void test_rejections(void **state) {
     expect_error(HEAD "      - name: x\n        kind: dance\n", "pipe.yaml:8:15", "expected intent, generate, tool or retrieve");
     expect_error(HEAD "      - name: x\n        kind: generate\n        model: nope\n        prompt: hi\n",
@@ -509,6 +542,7 @@ int main(void) {
         cmocka_unit_test(test_valid_pipeline),
         cmocka_unit_test(test_intent_caller_one_line),
         cmocka_unit_test(test_rejections),
+        cmocka_unit_test(test_priority_key),
         cmocka_unit_test(test_json_schema_key),
         cmocka_unit_test(test_embedding_keys),
         cmocka_unit_test(test_retrieve_keys),

@@ -47,19 +47,7 @@ def error_message(b):
     return b.get("error", {}).get("message", "") if isinstance(b, dict) else str(b)
 
 
-def sse_text(raw):
-    """Concatenated delta contents of an SSE body, and whether it ended in [DONE]."""
-    text, done = "", False
-    for line in raw.decode().split("\n"):
-        if not line.startswith("data: "):
-            continue
-        data = line[6:]
-        if data == "[DONE]":
-            done = True
-            continue
-        ch = json.loads(data).get("choices") or [{}]
-        text += (ch[0].get("delta") or {}).get("content") or ch[0].get("text") or ""
-    return text, done
+sse_text = itlib.sse_text
 
 
 def up_requests():
