@@ -11,12 +11,15 @@
 # here, the next one 503 + Retry-After at once, llama-server never queueing).
 #
 # Skips (exit 0, prints SKIP) without the binary: LLAMA_SERVER=PATH, or
-# $LLAMACPP_DIR/build-0.3.36/bin/llama-server (LLAMACPP_DIR defaults to
+# $LLAMACPP_DIR/build-0.3.36{,-noamx}/bin/llama-server (LLAMACPP_DIR defaults to
 # build/llamacpp, as in tools/llamacpp.sh). Set SB_BIN to test another binary.
 set -u
 cd "$(dirname "$0")/.."
 . tests/itlib.sh
-LS=${LLAMA_SERVER:-${LLAMACPP_DIR:-build/llamacpp}/build-${LLAMACPP_PY_VERSION:-0.3.36}/bin/llama-server}
+# tools/llamacpp.sh builds into build-V-noamx on CPUs that list AMX.
+lsdir=${LLAMACPP_DIR:-build/llamacpp}/build-${LLAMACPP_PY_VERSION:-0.3.36}
+LS=${LLAMA_SERVER:-$lsdir/bin/llama-server}
+[ -n "${LLAMA_SERVER:-}" ] || [ -x "$LS" ] || LS=$lsdir-noamx/bin/llama-server
 if [ ! -x "$LS" ]; then
     echo "SKIP it_llama_server: no llama-server at $LS (build it with LLAMACPP_DIR=... tools/llamacpp.sh, or set LLAMA_SERVER)"
     exit 0
