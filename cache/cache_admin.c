@@ -120,18 +120,18 @@ int sb_cache_export(sb_cache *c, const sb_cache_filter *f, int fd, int64_t *n_ou
 
 /* ------------------------------------------------------------ import */
 
-static int dup_str(const sbj *o, const char *name, char **out) {
+static int dup_str(const sb_json *o, const char *name, char **out) {
     const char *s;
-    if (sbj_get_str(o, name, &s)) return SB_EFORMAT;
+    if (sbc_json_str(o, name, &s)) return SB_EFORMAT;
     return (*out = sb_strdup(s)) ? SB_OK : SB_ENOMEM;
 }
 
-int sbc_entry_from_json(const sbj *o, sb_cache_entry *e, char *err) {
+int sbc_entry_from_json(const sb_json *o, sb_cache_entry *e, char *err) {
     memset(e, 0, sizeof *e);
     const char *key, *origin = NULL, *b64;
     int rc;
-    if (!o || o->type != SBJ_OBJ) return sb_seterr(err, SB_EFORMAT, "entry: not an object");
-    if (sbj_get_str(o, "key", &key) || strlen(key) != SB_CACHE_KEY_HEX - 1)
+    if (sb_json_type_of(o) != SB_JSON_OBJECT) return sb_seterr(err, SB_EFORMAT, "entry: not an object");
+    if (sbc_json_str(o, "key", &key) || strlen(key) != SB_CACHE_KEY_HEX - 1)
         return sb_seterr(err, SB_EFORMAT, "entry: \"key\" must be 64 hex digits");
     snprintf(e->key, sizeof e->key, "%s", key);
     if ((rc = dup_str(o, "namespace", &e->ns)) || (rc = dup_str(o, "fingerprint", &e->fingerprint)) ||
@@ -140,7 +140,7 @@ int sbc_entry_from_json(const sbj *o, sb_cache_entry *e, char *err) {
         return sb_seterr(err, rc, "entry %.16s: namespace, fingerprint, input, params must be "
                          "strings", key);
     }
-    if (sbj_get_str(o, "response_b64", &b64) ||
+    if (sbc_json_str(o, "response_b64", &b64) ||
         sbc_base64_decode(b64, strlen(b64), &e->response, &e->response_len)) {
         sb_cache_entry_free(e);
         return sb_seterr(err, SB_EFORMAT, "entry %.16s: \"response_b64\" missing or not base64", key);
@@ -156,16 +156,13 @@ int sbc_entry_from_json(const sbj *o, sb_cache_entry *e, char *err) {
                              SB_CACHE_KEY_VERSION);
         return sb_seterr(err, SB_EFORMAT, "entry %.16s: key does not match its contents", key);
     }
-    int64_t pinned = 0;
-    sbj_get_int(o, "created_ms", &e->created_ms);
-    sbj_get_int(o, "last_hit_ms", &e->last_hit_ms);
-    sbj_get_int(o, "local_hits", &e->local_hits);
-    sbj_get_int(o, "global_hits", &e->global_hits);
-    sbj_get_int(o, "ttl_s", &e->ttl_s);
-    const sbj *p = sbj_get(o, "pinned");
-    if (p && p->type == SBJ_BOOL) pinned = p->boolean;
-    e->pinned = (int)pinned;
-    sbj_get_str(o, "origin", &origin);
+    sbc_json_int(o, "created_ms", &e->created_ms);
+    sbc_json_int(o, "last_hit_ms", &e->last_hit_ms);
+    sbc_json_int(o, "local_hits", &e->local_hits);
+    sbc_json_int(o, "global_hits", &e->global_hits);
+    sbc_json_int(o, "ttl_s", &e->ttl_s);
+    e->pinned = sb_json_bool(sb_json_get(o, "pinned"));
+    sbc_json_str(o, "origin", &origin);
     e->origin = origin && !strcmp(origin, "cloud") ? SB_CACHE_ORIGIN_CLOUD : SB_CACHE_ORIGIN_LOCAL;
     if (!e->created_ms) e->created_ms = sbc_now_ms();
     if (!e->last_hit_ms) e->last_hit_ms = e->created_ms;
@@ -220,16 +217,16 @@ static int import_line(sb_cache *c, const char *line, size_t n, int64_t *n_in, i
                        char *err) {
     while (n && (line[n - 1] == '\r' || line[n - 1] == ' ')) n--;
     if (!n) return SB_OK;
-    sbj *j = NULL;
+    sb_json_doc *j = NULL;
     sb_cache_entry e;
     char why[SB_ERR_LEN];
-    if (sbj_parse(line, n, &j, why) || sbc_entry_from_json(j, &e, why)) {
+    if (sb_json_parse(line, n, &j, why) || sbc_entry_from_json(sb_json_root(j), &e, why)) {
         if (*n_bad < 3) sb_warn("import: skipping a line: %s", why);
         (*n_bad)++;
-        sbj_free(j);
+        sb_json_doc_free(j);
         return SB_OK;
     }
-    sbj_free(j);
+    sb_json_doc_free(j);
     int rc = sbc_upsert_entry(c, &e, 0, err);
     sb_cache_entry_free(&e);
     if (!rc) (*n_in)++;

@@ -193,17 +193,17 @@ static void handle_sync(cloud *cl, struct evhttp_request *req) {
     int rc = authenticate(cl, req, body, len, &edge, why);
     if (rc == SB_EIO) { reply_error(cl, req, 503, "Service Unavailable", why); return; }
     if (rc) { reply_error(cl, req, 401, "Unauthorized", why); return; }
-    sbj *j = NULL;
+    sb_json_doc *j = NULL;
     const char *body_edge = NULL;
-    if (sbj_parse(body, len, &j, why)) { reply_error(cl, req, 400, "Bad Request", why); return; }
-    if (sbj_get_str(j, "edge_id", &body_edge) || strcmp(body_edge, edge)) {
-        sbj_free(j);
+    if (sb_json_parse(body, len, &j, why)) { reply_error(cl, req, 400, "Bad Request", why); return; }
+    if (sbc_json_str(sb_json_root(j), "edge_id", &body_edge) || strcmp(body_edge, edge)) {
+        sb_json_doc_free(j);
         reply_error(cl, req, 401, "Unauthorized", "edge_id in the body is not the signing edge");
         return;
     }
     sbc_buf out = { 0 };
-    rc = sbc_store_sync(cl->store, edge, j, cl->cfg.push_threshold, &out, why);
-    sbj_free(j);
+    rc = sbc_store_sync(cl->store, edge, sb_json_root(j), cl->cfg.push_threshold, &out, why);
+    sb_json_doc_free(j);
     if (rc == SB_EINVAL) reply_error(cl, req, 400, "Bad Request", why);
     else if (rc) reply_error(cl, req, 503, "Service Unavailable", why);
     else reply_json(req, 200, "OK", out.p, out.len);

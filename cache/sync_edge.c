@@ -55,13 +55,14 @@ static int load_pending(sb_cache *c, batch *b, int *found) {
         snprintf(b->sync_id, sizeof b->sync_id, "%s", (const char *)sqlite3_column_text(st, 0));
         sbc_buf_add(&b->body, sqlite3_column_blob(st, 1), (size_t)sqlite3_column_bytes(st, 1));
         *found = 1;
-        sbj *j = NULL;              /* only to report what the resent batch carries */
-        if (b->body.p && sbj_parse(b->body.p, b->body.len, &j, NULL) == SB_OK) {
-            const sbj *d = sbj_get(j, "hit_deltas"), *e = sbj_get(j, "new_entries");
-            for (const sbj *x = d ? d->child : NULL; x; x = x->next) b->n_deltas++;
-            for (const sbj *x = e ? e->child : NULL; x; x = x->next) b->n_entries++;
+        sb_json_doc *j = NULL;      /* only to report what the resent batch carries */
+        if (b->body.p && sb_json_parse(b->body.p, b->body.len, &j, NULL) == SB_OK) {
+            const sb_json *d = sb_json_get(sb_json_root(j), "hit_deltas");
+            const sb_json *e = sb_json_get(sb_json_root(j), "new_entries");
+            b->n_deltas += sb_json_type_of(d) == SB_JSON_ARRAY ? (int64_t)sb_json_len(d) : 0;
+            b->n_entries += sb_json_type_of(e) == SB_JSON_ARRAY ? (int64_t)sb_json_len(e) : 0;
         }
-        sbj_free(j);
+        sb_json_doc_free(j);
         rc = SQLITE_OK;
     } else if (rc == SQLITE_DONE) {
         rc = SQLITE_OK;
@@ -186,15 +187,14 @@ static int exec_key(sb_cache *c, const char *sql, const char *key) {
 }
 
 /* Step 3: the reply, its cursor and the end of the batch, all or nothing. */
-static int apply_reply(sb_cache *c, const batch *b, const sbj *reply, sb_cache_sync_result *res,
+static int apply_reply(sb_cache *c, const batch *b, const sb_json *reply, sb_cache_sync_result *res,
                        int *more, char *err) {
     int64_t cursor = 0;
-    const sbj *more_j = sbj_get(reply, "more"), *entries = sbj_get(reply, "entries"),
-              *deletions = sbj_get(reply, "deletions");
-    if (sbj_get_int(reply, "cursor", &cursor) || (entries && entries->type != SBJ_ARR) ||
-        (deletions && deletions->type != SBJ_ARR))
+    const sb_json *entries = sb_json_get(reply, "entries"), *deletions = sb_json_get(reply, "deletions");
+    if (sbc_json_int(reply, "cursor", &cursor) || (entries && sb_json_type_of(entries) != SB_JSON_ARRAY) ||
+        (deletions && sb_json_type_of(deletions) != SB_JSON_ARRAY))
         return sb_seterr(err, SB_EFORMAT, "sync: reply has no cursor or malformed lists");
-    *more = more_j && more_j->type == SBJ_BOOL && more_j->boolean;
+    *more = sb_json_bool(sb_json_get(reply, "more"));
     int r = sbc_exec(c, "BEGIN IMMEDIATE", err), rc = SQLITE_OK;
     if (r) return r;
     int64_t pending = 0;
@@ -206,10 +206,10 @@ static int apply_reply(sb_cache *c, const batch *b, const sbj *reply, sb_cache_s
         return sbc_exec(c, "COMMIT", err);
     }
     int64_t older = 0;
-    for (const sbj *e = entries ? entries->child : NULL; e; e = e->next) {
+    for (size_t i = 0; i < sb_json_len(entries); i++) {
         sb_cache_entry ent;
         char why[SB_ERR_LEN];
-        int bad = sbc_entry_from_json(e, &ent, why);
+        int bad = sbc_entry_from_json(sb_json_at(entries, i), &ent, why);
         if (bad == SB_EUNSUP) { older++; continue; }    /* an older cloud passes every version on */
         if (bad) { sb_warn("sync: skipping an entry: %s", why); continue; }
         r = sbc_upsert_entry(c, &ent, 1, err);
@@ -217,9 +217,10 @@ static int apply_reply(sb_cache *c, const batch *b, const sbj *reply, sb_cache_s
         if (r) { sbc_exec(c, "ROLLBACK", NULL); return r; }
         res->entries_received++;
     }
-    for (const sbj *d = deletions ? deletions->child : NULL; d; d = d->next) {
-        if (d->type != SBJ_STR) continue;
-        if ((rc = exec_key(c, "DELETE FROM entries WHERE key = ?1", d->str))) goto sqlfail;
+    for (size_t i = 0; i < sb_json_len(deletions); i++) {
+        const char *key = sb_json_str(sb_json_at(deletions, i));
+        if (!key) continue;
+        if ((rc = exec_key(c, "DELETE FROM entries WHERE key = ?1", key))) goto sqlfail;
         res->deletions_received++;
     }
     if (older) sb_info("sync: %lld entries under an older key version not stored", (long long)older);
@@ -293,18 +294,18 @@ int sb_cache_sync(sb_cache *c, const sb_cache_sync_opts *o, sb_cache_sync_result
                 pthread_mutex_unlock(&c->lock);
             }
         }
-        sbj *j = NULL;
-        if (!rc && (rc = sbj_parse(reply.body.p, reply.body.len, &j, err)) == SB_OK &&
-            j->type != SBJ_OBJ)
+        sb_json_doc *j = NULL;
+        if (!rc && (rc = sb_json_parse(reply.body.p, reply.body.len, &j, err)) == SB_OK &&
+            sb_json_type_of(sb_json_root(j)) != SB_JSON_OBJECT)
             rc = sb_seterr(err, SB_EFORMAT, "sync: reply is not a JSON object");
         int more = 0;
         if (!rc) {
             pthread_mutex_lock(&c->lock);
-            rc = apply_reply(c, &b, j, res, &more, err);
+            rc = apply_reply(c, &b, sb_json_root(j), res, &more, err);
             pthread_mutex_unlock(&c->lock);
         }
         if (!rc) { res->deltas_sent += b.n_deltas; res->entries_sent += b.n_entries; }
-        sbj_free(j);
+        sb_json_doc_free(j);
         sbc_buf_free(&reply.body);
         int more_local = b.more_local || b.resumed;
         sbc_buf_free(&b.body);
