@@ -3,10 +3,10 @@
  * One HTTP/1.1 POST on a plain TCP socket (no TLS: the gateway listens on
  * the local network), the response read with Content-Length, chunked
  * encoding or until close, and a streamed answer parsed as Server-Sent
- * Events ("data: {json}" lines, "data: [DONE]" at the end). The JSON reader
- * below only walks to the few fields we print (choices[0].delta.content,
- * choices[0].message.content, error.message); the bytes come from the
- * network, so every step is bounded by the end of the buffer.
+ * Events ("data: {json}" lines, "data: [DONE]" at the end). Each body or
+ * event is read by common/json.c's strict reader, for the few fields we
+ * print (choices[0].delta.content, choices[0].message.content,
+ * error.message).
  */
 #include <errno.h>
 #include <netdb.h>
@@ -20,11 +20,11 @@
 
 #include "ask_internal.h"
 #include "sb_common.h"
+#include "sb_json.h"
 
 #define MAX_HEADER_BYTES  (64u << 10)
 #define MAX_BODY_BYTES    (16u << 20)   /* a non-streamed answer, one SSE event's data, a streamed answer */
 #define MAX_SSE_LINE      (MAX_BODY_BYTES + 64)
-#define MAX_JSON_DEPTH    64
 #define CONNECT_TIMEOUT_MS 10000
 
 /* ------------------------------------------------------------ buffers */
@@ -67,140 +67,6 @@ static void buf_json_str(buf *b, const char *s) {
     buf_add(b, "\"", 1);
 }
 
-/* --------------------------------------------------------- JSON walker */
-
-static const char *j_ws(const char *p, const char *e) {
-    while (p < e && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')) p++;
-    return p;
-}
-
-/* Past the string starting at p ('"'), or NULL. */
-static const char *j_skip_str(const char *p, const char *e) {
-    for (p++; p < e; p++) {
-        if (*p == '\\') { if (++p >= e) return NULL; }
-        else if (*p == '"') return p + 1;
-    }
-    return NULL;
-}
-
-/* Past the value at p, or NULL if it is not one. */
-static const char *j_skip(const char *p, const char *e, int depth) {
-    p = j_ws(p, e);
-    if (p >= e || depth > MAX_JSON_DEPTH) return NULL;
-    if (*p == '"') return j_skip_str(p, e);
-    if (*p == '{' || *p == '[') {
-        char close = *p == '{' ? '}' : ']';
-        p = j_ws(p + 1, e);
-        if (p < e && *p == close) return p + 1;
-        for (;;) {
-            if (close == '}') {
-                if (p >= e || *p != '"' || !(p = j_skip_str(p, e))) return NULL;
-                p = j_ws(p, e);
-                if (p >= e || *p != ':') return NULL;
-                p++;
-            }
-            if (!(p = j_skip(p, e, depth + 1))) return NULL;
-            p = j_ws(p, e);
-            if (p >= e) return NULL;
-            if (*p == close) return p + 1;
-            if (*p != ',') return NULL;
-            p = j_ws(p + 1, e);
-        }
-    }
-    const char *s = p;      /* number, true, false, null */
-    while (p < e && (strchr("+-.eE", *p) || (*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'z'))) p++;
-    return p > s ? p : NULL;
-}
-
-/* The value of `key` in the object at p, or NULL. */
-static const char *j_get(const char *p, const char *e, const char *key) {
-    p = p ? j_ws(p, e) : NULL;
-    if (!p || p >= e || *p != '{') return NULL;
-    size_t kl = strlen(key);
-    p = j_ws(p + 1, e);
-    while (p < e && *p == '"') {
-        const char *ks = p + 1, *ke = j_skip_str(p, e);
-        if (!ke) return NULL;
-        p = j_ws(ke, e);
-        if (p >= e || *p != ':') return NULL;
-        p = j_ws(p + 1, e);
-        /* Keys with escapes never match: none of ours has any. */
-        if ((size_t)(ke - 1 - ks) == kl && !memcmp(ks, key, kl)) return p;
-        if (!(p = j_skip(p, e, 1))) return NULL;
-        p = j_ws(p, e);
-        if (p < e && *p == ',') p = j_ws(p + 1, e);
-    }
-    return NULL;
-}
-
-static const char *j_at(const char *p, const char *e, int idx) {
-    p = p ? j_ws(p, e) : NULL;
-    if (!p || p >= e || *p != '[') return NULL;
-    p = j_ws(p + 1, e);
-    for (int i = 0; p < e && *p != ']'; i++) {
-        if (i == idx) return p;
-        if (!(p = j_skip(p, e, 1))) return NULL;
-        p = j_ws(p, e);
-        if (p < e && *p == ',') p = j_ws(p + 1, e);
-    }
-    return NULL;
-}
-
-static void put_utf8(buf *b, uint32_t c) {
-    char u[4];
-    size_t n;
-    if (c < 0x80) { u[0] = (char)c; n = 1; }
-    else if (c < 0x800) { u[0] = (char)(0xC0 | c >> 6); u[1] = (char)(0x80 | (c & 0x3F)); n = 2; }
-    else if (c < 0x10000) { u[0] = (char)(0xE0 | c >> 12); u[1] = (char)(0x80 | (c >> 6 & 0x3F)); u[2] = (char)(0x80 | (c & 0x3F)); n = 3; }
-    else { u[0] = (char)(0xF0 | c >> 18); u[1] = (char)(0x80 | (c >> 12 & 0x3F)); u[2] = (char)(0x80 | (c >> 6 & 0x3F)); u[3] = (char)(0x80 | (c & 0x3F)); n = 4; }
-    buf_add(b, u, n);
-}
-
-static int hex4(const char *p, const char *e, uint32_t *out) {
-    if (e - p < 4) return -1;
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++) {
-        char c = p[i];
-        v = v << 4 | (uint32_t)(c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 :
-                                c >= 'A' && c <= 'F' ? c - 'A' + 10 : 99);
-        if (v & ~0xFFFFu) return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-/* Decode the string at p into b (appended). -1 if p is not a string. */
-static int j_str(const char *p, const char *e, buf *b) {
-    p = p ? j_ws(p, e) : NULL;
-    if (!p || p >= e || *p != '"') return -1;
-    for (p++; p < e && *p != '"'; p++) {
-        if (*p != '\\') { buf_add(b, p, 1); continue; }
-        if (++p >= e) return -1;
-        uint32_t c, lo;
-        switch (*p) {
-        case 'n': buf_add(b, "\n", 1); break;
-        case 't': buf_add(b, "\t", 1); break;
-        case 'r': buf_add(b, "\r", 1); break;
-        case 'b': buf_add(b, "\b", 1); break;
-        case 'f': buf_add(b, "\f", 1); break;
-        case 'u':
-            if (hex4(p + 1, e, &c)) return -1;
-            p += 4;
-            if (c >= 0xD800 && c < 0xDC00 && e - p > 6 && p[1] == '\\' && p[2] == 'u' &&
-                !hex4(p + 3, e, &lo) && lo >= 0xDC00 && lo < 0xE000) {
-                c = 0x10000 + ((c - 0xD800) << 10) + (lo - 0xDC00);
-                p += 6;
-            } else if (c >= 0xD800 && c < 0xE000) {
-                c = 0xFFFD;     /* a lone surrogate */
-            }
-            put_utf8(b, c);
-            break;
-        default: buf_add(b, p, 1); break;      /* \" \\ \/ */
-        }
-    }
-    return p < e ? 0 : -1;
-}
-
 /* ------------------------------------------------------------- HTTP */
 
 typedef struct {
@@ -222,6 +88,27 @@ typedef struct {
 } http;
 
 static int64_t now_ms(void) { return (int64_t)(sb_now_ns() / 1000000); }
+
+/* ------------------------------------------------------ JSON reading */
+
+/* choices[0] of an answer, parsed by the one strict reader (sb_json.h). */
+static const sb_json *first_choice(const sb_json *root) {
+    return sb_json_at(sb_json_get(root, "choices"), 0);
+}
+
+/* The text of a choice: choices[0].<field>.content (chat) or
+ * choices[0].text (completions); NULL when neither is a string. */
+static const sb_json *choice_text(const sb_json *choice, const char *field) {
+    const sb_json *t = sb_json_get(sb_json_get(choice, field), "content");
+    if (sb_json_type_of(t) != SB_JSON_STRING) t = sb_json_get(choice, "text");
+    return sb_json_type_of(t) == SB_JSON_STRING ? t : NULL;
+}
+
+static void choice_finish(http *h, const sb_json *choice) {
+    const char *f = sb_json_str(sb_json_get(choice, "finish_reason"));
+    if (f) snprintf(h->finish, sizeof h->finish, "%s", f);
+}
+
 
 static int wait_fd(http *h, short events) {
     int t = h->deadline_ms < 0 ? -1 : (int)SB_MAX(0, h->deadline_ms - now_ms());
@@ -331,28 +218,37 @@ static void print_text(http *h, const char *s, size_t n) {
 
 /* The error message of an OpenAI-style error body, or the body itself. */
 static void report_error(const char *body, size_t n, int status) {
-    buf msg = { 0 };
-    const char *e = body + n;
-    if (j_str(j_get(j_get(body, e, "error"), e, "message"), e, &msg) && j_str(j_get(body, e, "error"), e, &msg))
-        buf_add(&msg, body, SB_MIN(n, 500));
-    fprintf(stderr, "ask: HTTP %d: %s\n", status, msg.p ? msg.p : "(empty body)");
-    sb_free(msg.p);
+    sb_json_doc *doc = NULL;
+    const char *msg = NULL;
+    if (!sb_json_parse(body, n, &doc, NULL)) {
+        const sb_json *e = sb_json_get(sb_json_root(doc), "error");
+        msg = sb_json_str(sb_json_get(e, "message"));
+        if (!msg) msg = sb_json_str(e);
+    }
+    if (msg) fprintf(stderr, "ask: HTTP %d: %s\n", status, msg);
+    else if (n) fprintf(stderr, "ask: HTTP %d: %.*s\n", status, (int)SB_MIN(n, 500), body);
+    else fprintf(stderr, "ask: HTTP %d: (empty body)\n", status);
+    sb_json_doc_free(doc);
 }
 
-/* One SSE event's data: a chat.completion.chunk, or [DONE]. */
+/* One SSE event's data: a chat.completion.chunk, or [DONE]. An event that
+ * is not JSON carries nothing we print. */
 static void sse_event(http *h) {
-    const char *d = h->data.p ? h->data.p : "", *e = d + h->data.len;
+    const char *d = h->data.p ? h->data.p : "";
     if (!strcmp(d, "[DONE]")) { h->done = true; return; }
     if (!h->data.len) return;
-    if (j_get(d, e, "error")) { report_error(d, h->data.len, h->status); h->failed = true; return; }
-    const char *choice = j_at(j_get(d, e, "choices"), e, 0);
-    buf t = { 0 };
-    if (!j_str(j_get(j_get(choice, e, "delta"), e, "content"), e, &t) || !j_str(j_get(choice, e, "text"), e, &t))
-        print_text(h, t.p ? t.p : "", t.len);
-    sb_free(t.p);
-    buf f = { 0 };
-    if (!j_str(j_get(choice, e, "finish_reason"), e, &f) && f.p) snprintf(h->finish, sizeof h->finish, "%s", f.p);
-    sb_free(f.p);
+    sb_json_doc *doc = NULL;
+    if (sb_json_parse(d, h->data.len, &doc, NULL)) return;
+    const sb_json *root = sb_json_root(doc);
+    if (sb_json_get(root, "error")) {
+        report_error(d, h->data.len, h->status);
+        h->failed = true;
+    } else {
+        const sb_json *choice = first_choice(root), *t = choice_text(choice, "delta");
+        if (t) print_text(h, sb_json_str(t), sb_json_len(t));
+        choice_finish(h, choice);
+    }
+    sb_json_doc_free(doc);
 }
 
 /* Body bytes, after transfer decoding. */
@@ -501,25 +397,27 @@ static int read_answer(http *h) {
     if (h->failed) { if (!h->sse) fprintf(stderr, "ask: response body too large\n"); goto out; }
     if (h->sse && !h->done) { fprintf(stderr, "ask: the stream ended without [DONE]\n"); goto out; }
     if (!h->sse) {
-        const char *b = h->body.p ? h->body.p : "", *e = b + h->body.len;
-        const char *choice = j_at(j_get(b, e, "choices"), e, 0);
-        buf t = { 0 };
-        if (j_str(j_get(j_get(choice, e, "message"), e, "content"), e, &t) && j_str(j_get(choice, e, "text"), e, &t)) {
+        const char *b = h->body.p ? h->body.p : "";
+        sb_json_doc *doc = NULL;
+        const sb_json *choice = NULL, *t = NULL;
+        if (!sb_json_parse(b, h->body.len, &doc, NULL)) {
+            choice = first_choice(sb_json_root(doc));
+            t = choice_text(choice, "message");
+        }
+        if (!t) {
             fprintf(stderr, "ask: no choices[0].message.content in the answer: %.200s\n", b);
-            sb_free(t.p);
+            sb_json_doc_free(doc);
             goto out;
         }
         if (h->q->json) {
             fwrite(b, 1, h->body.len, stdout);
             fputc('\n', stdout);
         } else {
-            print_text(h, t.p ? t.p : "", t.len);
+            print_text(h, sb_json_str(t), sb_json_len(t));
             if (isatty(STDOUT_FILENO) && h->last != '\n') fputc('\n', stdout);
         }
-        buf f = { 0 };
-        if (!j_str(j_get(choice, e, "finish_reason"), e, &f) && f.p) snprintf(h->finish, sizeof h->finish, "%s", f.p);
-        sb_free(f.p);
-        sb_free(t.p);
+        choice_finish(h, choice);
+        sb_json_doc_free(doc);
     } else if (h->q->json) {
         printf("{\"ok\": true, \"text\": ");
         sb_ask_json_string(stdout, h->text.p ? h->text.p : "", h->text.len);
