@@ -95,13 +95,13 @@ static int write_all(int fd, const void *p, size_t n) {
     return 0;
 }
 
-typedef struct { int fd; int64_t n; int failed; sbc_buf line; } export_ctx;
+typedef struct { int fd; int64_t n; int failed; sb_jw line; } export_ctx;
 
 static int export_one(void *arg, const sb_cache_entry *e) {
     export_ctx *x = arg;
-    x->line.len = 0;
-    sbc_buf_entry_json(&x->line, e);
-    sbc_buf_add(&x->line, "\n", 1);
+    sb_jw_reset(&x->line);
+    sbc_entry_json(&x->line, e);
+    sb_jw_raw(&x->line, "\n", 1);
     if (x->line.oom || write_all(x->fd, x->line.p, x->line.len)) { x->failed = 1; return 1; }
     x->n++;
     return 0;
@@ -112,7 +112,7 @@ int sb_cache_export(sb_cache *c, const sb_cache_filter *f, int fd, int64_t *n_ou
     sb_cache_filter all = { 0 };
     if (f) { all = *f; all.limit = 0; }
     int rc = sb_cache_list(c, &all, export_one, &x, err);
-    sbc_buf_free(&x.line);
+    sb_jw_free(&x.line);
     if (n_out) *n_out = x.n;
     if (!rc && x.failed) rc = sb_seterr(err, SB_EIO, "export: write failed: %s", strerror(errno));
     return rc;
@@ -237,7 +237,7 @@ int sb_cache_import(sb_cache *c, int fd, int64_t *n_in, int64_t *n_bad, char *er
     int64_t in = 0, bad = 0, in_batch = 0;
     if (!c) return sb_seterr(err, SB_EINVAL, "cache: disabled");
     if (c->read_only) return sbc_fail(c, SQLITE_READONLY, err, "import");
-    sbc_buf pending = { 0 };
+    sb_jw pending = { 0 };
     char chunk[65536];
     int res = SB_OK, eof = 0;
     pthread_mutex_lock(&c->lock);
@@ -246,8 +246,8 @@ int sb_cache_import(sb_cache *c, int fd, int64_t *n_in, int64_t *n_bad, char *er
         ssize_t r = read(fd, chunk, sizeof chunk);
         if (r < 0 && errno == EINTR) continue;
         if (r < 0) { res = sb_seterr(err, SB_EIO, "import: read: %s", strerror(errno)); break; }
-        if (r == 0) { eof = 1; sbc_buf_add(&pending, "\n", 1); }
-        else sbc_buf_add(&pending, chunk, (size_t)r);
+        if (r == 0) { eof = 1; sb_jw_raw(&pending, "\n", 1); }
+        else sb_jw_raw(&pending, chunk, (size_t)r);
         if (pending.oom) { res = sb_seterr(err, SB_ENOMEM, "import: out of memory"); break; }
         size_t start = 0;
         for (char *nl; !res && (nl = memchr(pending.p + start, '\n', pending.len - start));) {
@@ -268,7 +268,7 @@ int sb_cache_import(sb_cache *c, int fd, int64_t *n_in, int64_t *n_bad, char *er
     if (!res) res = sbc_exec(c, "COMMIT", err);
     if (res) sqlite3_exec(c->db, "ROLLBACK", NULL, NULL, NULL);
     pthread_mutex_unlock(&c->lock);
-    sbc_buf_free(&pending);
+    sb_jw_free(&pending);
     if (n_in) *n_in = res ? 0 : in;
     if (n_bad) *n_bad = bad;
     return res;

@@ -82,22 +82,12 @@ int sbc_entry_from_json(const sb_json *o, sb_cache_entry *e, char *err);
  * fleet-wide count of one we have. */
 int sbc_upsert_entry(sb_cache *c, const sb_cache_entry *e, int from_cloud, char *err);
 
-/* ------------------------------------------------------ growable buffer */
-typedef struct {
-    char  *p;
-    size_t len, cap;
-    int    oom;                     /* sticky: check once at the end */
-} sbc_buf;
-
-void sbc_buf_add(sbc_buf *b, const void *data, size_t n);
-void sbc_buf_str(sbc_buf *b, const char *s);
-void sbc_buf_printf(sbc_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* A JSON string literal with quotes; bytes that are not valid UTF-8 become U+FFFD. */
-void sbc_buf_json_str(sbc_buf *b, const char *s, size_t n);
-void sbc_buf_base64(sbc_buf *b, const void *data, size_t n);
-void sbc_buf_free(sbc_buf *b);
+/* ------------------------------------------------------ JSON writer */
+/* Bodies and lines are written into common's sb_jw (sticky failure, NUL-
+ * terminated), strings with sb_jw_strn (invalid UTF-8 becomes U+FFFD). */
+void sbc_base64_encode(sb_jw *b, const void *data, size_t n);
 /* Write an entry as one JSON object (no newline). */
-void sbc_buf_entry_json(sbc_buf *b, const sb_cache_entry *e);
+void sbc_entry_json(sb_jw *b, const sb_cache_entry *e);
 
 /* ------------------------------------------------------ JSON reader */
 /* Export lines and sync bodies are parsed by the one strict reader
@@ -112,7 +102,7 @@ int sbc_base64_decode(const char *s, size_t n, uint8_t **out, size_t *out_len);
 /* ------------------------------------------------------ HTTP (blocking) */
 typedef struct {
     int    status;
-    sbc_buf body;
+    sb_jw body;
 } sbc_http_reply;
 
 /* POST/DELETE to URL + path (http:// or https://, the peer's certificate

@@ -111,10 +111,10 @@ static void fmt_time(int64_t ms, char *out, size_t n) {
 static int print_entry(void *arg, const sb_cache_entry *e) {
     const cli_opts *o = arg;
     if (o->json) {
-        sbc_buf b = { 0 };
-        sbc_buf_entry_json(&b, e);
+        sb_jw b = { 0 };
+        sbc_entry_json(&b, e);
         if (b.p) puts(b.p);
-        sbc_buf_free(&b);
+        sb_jw_free(&b);
         return 0;
     }
     char last[32];
@@ -176,7 +176,7 @@ static int cloud_purge(const cli_opts *o, const char *key) {
     }
     int ok = r.status == 200;
     fprintf(ok ? stdout : stderr, "%d %s\n", r.status, r.body.p ? r.body.p : "");
-    sbc_buf_free(&r.body);
+    sb_jw_free(&r.body);
     return ok ? SB_EXIT_OK : SB_EXIT_FAIL;
 }
 

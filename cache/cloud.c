@@ -140,14 +140,14 @@ static void reply_json(struct evhttp_request *req, int code, const char *reason,
 
 static void reply_error(cloud *cl, struct evhttp_request *req, int code, const char *reason,
                         const char *msg) {
-    sbc_buf b = { 0 };
-    sbc_buf_str(&b, "{\"error\":");
-    sbc_buf_json_str(&b, msg, strlen(msg));
-    sbc_buf_str(&b, "}");
+    sb_jw b = { 0 };
+    sb_jw_rawf(&b, "{\"error\":");
+    sb_jw_strn(&b, msg, strlen(msg));
+    sb_jw_rawf(&b, "}");
     if (code == 401) cl->rejected++;
     sb_info("%d %s: %s", code, evhttp_request_get_uri(req), msg);
     reply_json(req, code, reason, b.p ? b.p : "{}", b.p ? b.len : 2);
-    sbc_buf_free(&b);
+    sb_jw_free(&b);
 }
 
 /* ------------------------------------------------------------ handlers */
@@ -201,13 +201,13 @@ static void handle_sync(cloud *cl, struct evhttp_request *req) {
         reply_error(cl, req, 401, "Unauthorized", "edge_id in the body is not the signing edge");
         return;
     }
-    sbc_buf out = { 0 };
+    sb_jw out = { 0 };
     rc = sbc_store_sync(cl->store, edge, sb_json_root(j), cl->cfg.push_threshold, &out, why);
     sb_json_doc_free(j);
     if (rc == SB_EINVAL) reply_error(cl, req, 400, "Bad Request", why);
     else if (rc) reply_error(cl, req, 503, "Service Unavailable", why);
     else reply_json(req, 200, "OK", out.p, out.len);
-    sbc_buf_free(&out);
+    sb_jw_free(&out);
 }
 
 static void handle_delete(cloud *cl, struct evhttp_request *req, const char *key) {

@@ -213,40 +213,40 @@ static int edge_can_use(PGresult *r, int i, unsigned versions) {
 }
 
 static void reply_changes(PGresult *r, int limit, int64_t version, int applied, unsigned versions,
-                          sbc_buf *out) {
+                          sb_jw *out) {
     int rows = PQntuples(r), more = rows > limit;
     int64_t cursor = version;
     if (more) cursor = atoll(PQgetvalue(r, limit - 1, 9));
-    sbc_buf_str(out, "{\"entries\":[");
+    sb_jw_rawf(out, "{\"entries\":[");
     int first = 1;
     for (int i = 0; i < rows && i < limit; i++) {
         if (PQgetvalue(r, i, 8)[0] == 't' || !edge_can_use(r, i, versions)) continue;
-        if (!first) sbc_buf_add(out, ",", 1);
+        if (!first) sb_jw_raw(out, ",", 1);
         first = 0;
-        sbc_buf_printf(out, "{\"key\":\"%s\",\"namespace\":", PQgetvalue(r, i, 0));
+        sb_jw_rawf(out, "{\"key\":\"%s\",\"namespace\":", PQgetvalue(r, i, 0));
         for (int col = 1; col <= 4; col++) {
             static const char *const names[] = { "", "namespace", "fingerprint", "input", "params" };
-            if (col > 1) sbc_buf_printf(out, ",\"%s\":", names[col]);
-            sbc_buf_json_str(out, PQgetvalue(r, i, col), (size_t)PQgetlength(r, i, col));
+            if (col > 1) sb_jw_rawf(out, ",\"%s\":", names[col]);
+            sb_jw_strn(out, PQgetvalue(r, i, col), (size_t)PQgetlength(r, i, col));
         }
-        sbc_buf_printf(out, ",\"response_b64\":\"%s\",\"created_ms\":%s,\"ttl_s\":%s,"
+        sb_jw_rawf(out, ",\"response_b64\":\"%s\",\"created_ms\":%s,\"ttl_s\":%s,"
                        "\"global_hits\":%s,\"origin\":\"cloud\",\"pinned\":true}",
                        PQgetvalue(r, i, 5), PQgetvalue(r, i, 6), PQgetvalue(r, i, 7),
                        PQgetvalue(r, i, 10));
     }
-    sbc_buf_str(out, "],\"deletions\":[");
+    sb_jw_rawf(out, "],\"deletions\":[");
     first = 1;
     for (int i = 0; i < rows && i < limit; i++) {
         if (PQgetvalue(r, i, 8)[0] != 't') continue;
-        sbc_buf_printf(out, "%s\"%s\"", first ? "" : ",", PQgetvalue(r, i, 0));
+        sb_jw_rawf(out, "%s\"%s\"", first ? "" : ",", PQgetvalue(r, i, 0));
         first = 0;
     }
-    sbc_buf_printf(out, "],\"cursor\":%lld,\"more\":%s,\"applied\":%s}", (long long)cursor,
+    sb_jw_rawf(out, "],\"cursor\":%lld,\"more\":%s,\"applied\":%s}", (long long)cursor,
                    more ? "true" : "false", applied ? "true" : "false");
 }
 
 int sbc_store_sync(sbc_store *s, const char *edge_id, const sb_json *req, int64_t threshold,
-                   sbc_buf *reply, char *err) {
+                   sb_jw *reply, char *err) {
     const char *sync_id;
     int64_t cursor = 0, limit = 500;
     const sb_json *deltas = sb_json_get(req, "hit_deltas"), *entries = sb_json_get(req, "new_entries");

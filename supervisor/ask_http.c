@@ -27,44 +27,13 @@
 #define MAX_SSE_LINE      (MAX_BODY_BYTES + 64)
 #define CONNECT_TIMEOUT_MS 10000
 
-/* ------------------------------------------------------------ buffers */
+/* Buffers are common's sb_jw used raw (sticky failure, NUL-terminated). */
+typedef sb_jw buf;
 
-typedef struct {
-    char *p;
-    size_t len, cap;
-    bool oom;
-} buf;
-
-static void buf_add(buf *b, const void *d, size_t n) {
-    if (b->oom) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 1024;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *np = sb_realloc(b->p, cap);
-        if (!np) { b->oom = true; return; }
-        b->p = np;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, d, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-static void buf_str(buf *b, const char *s) { buf_add(b, s, strlen(s)); }
 static void buf_consume(buf *b, size_t n) {
     memmove(b->p, b->p + n, b->len - n);
     b->len -= n;
     if (b->p) b->p[b->len] = '\0';
-}
-
-static void buf_json_str(buf *b, const char *s) {
-    buf_add(b, "\"", 1);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        char esc[8];
-        if (*p == '"' || *p == '\\') { esc[0] = '\\'; esc[1] = (char)*p; buf_add(b, esc, 2); }
-        else if (*p < 0x20) { snprintf(esc, sizeof esc, "\\u%04x", *p); buf_str(b, esc); }
-        else buf_add(b, p, 1);
-    }
-    buf_add(b, "\"", 1);
 }
 
 /* ------------------------------------------------------------- HTTP */
@@ -192,7 +161,7 @@ static int read_more(http *h) {
     char tmp[16384];
     for (;;) {
         ssize_t r = recv(h->fd, tmp, sizeof tmp, 0);
-        if (r > 0) { buf_add(&h->in, tmp, (size_t)r); return h->in.oom ? -1 : 1; }
+        if (r > 0) { sb_jw_raw(&h->in, tmp, (size_t)r); return h->in.oom ? -1 : 1; }
         if (r == 0) { h->eof = true; return 0; }
         if (errno == EINTR) continue;
         if (errno != EAGAIN) { fprintf(stderr, "ask: recv: %s\n", strerror(errno)); return -1; }
@@ -209,7 +178,7 @@ static void print_text(http *h, const char *s, size_t n) {
         h->failed = true;
         return;
     }
-    buf_add(&h->text, s, n);
+    sb_jw_raw(&h->text, s, n);
     if (h->q->json) return;
     fwrite(s, 1, n, stdout);
     fflush(stdout);
@@ -255,7 +224,7 @@ static void sse_event(http *h) {
 static void body_bytes(http *h, const char *p, size_t n) {
     if (!h->sse) {
         if (h->body.len + n > MAX_BODY_BYTES) { h->failed = true; return; }
-        buf_add(&h->body, p, n);
+        sb_jw_raw(&h->body, p, n);
         return;
     }
     for (size_t i = 0; i < n && !h->done && !h->failed; i++) {
@@ -265,7 +234,7 @@ static void body_bytes(http *h, const char *p, size_t n) {
                 h->failed = true;
                 return;
             }
-            buf_add(&h->line, p + i, 1);
+            sb_jw_raw(&h->line, p + i, 1);
             continue;
         }
         if (h->line.len && h->line.p[h->line.len - 1] == '\r') h->line.p[--h->line.len] = '\0';
@@ -281,8 +250,8 @@ static void body_bytes(http *h, const char *p, size_t n) {
                 h->failed = true;
                 return;
             }
-            if (h->data.len) buf_add(&h->data, "\n", 1);
-            buf_str(&h->data, v);
+            if (h->data.len) sb_jw_raw(&h->data, "\n", 1);
+            sb_jw_raw(&h->data, v, strlen(v));
         }               /* event:, id:, retry: and ": comments" are ignored */
         h->line.len = 0;
         if (h->line.p) h->line.p[0] = '\0';
@@ -361,28 +330,34 @@ static int read_body(http *h) {
     }
 }
 
-static void build_body(const sb_ask_req *q, buf *b) {
-    char num[64];
-    buf_str(b, "{");
-    const char *model = q->model;
+static void build_body(const sb_ask_req *q, sb_jw *b) {
+    sb_jw_obj(b);
     char pmodel[256];
+    const char *model = q->model;
     if (q->pipeline) { snprintf(pmodel, sizeof pmodel, "pipeline:%s", q->pipeline); model = pmodel; }
-    if (model) { buf_str(b, "\"model\": "); buf_json_str(b, model); buf_str(b, ", "); }
+    if (model) { sb_jw_key(b, "model"); sb_jw_str(b, model); }
     if (q->raw) {
-        buf_str(b, "\"prompt\": ");
-        buf_json_str(b, q->text);
+        sb_jw_key(b, "prompt"); sb_jw_str(b, q->text);
     } else {
-        buf_str(b, "\"messages\": [");
-        if (q->system) { buf_str(b, "{\"role\": \"system\", \"content\": "); buf_json_str(b, q->system); buf_str(b, "}, "); }
-        buf_str(b, "{\"role\": \"user\", \"content\": ");
-        buf_json_str(b, q->text);
-        buf_str(b, "}]");
+        sb_jw_key(b, "messages");
+        sb_jw_arr(b);
+        if (q->system) {
+            sb_jw_obj(b);
+            sb_jw_key(b, "role"); sb_jw_str(b, "system");
+            sb_jw_key(b, "content"); sb_jw_str(b, q->system);
+            sb_jw_obj_end(b);
+        }
+        sb_jw_obj(b);
+        sb_jw_key(b, "role"); sb_jw_str(b, "user");
+        sb_jw_key(b, "content"); sb_jw_str(b, q->text);
+        sb_jw_obj_end(b);
+        sb_jw_arr_end(b);
     }
-    buf_str(b, q->stream ? ", \"stream\": true" : ", \"stream\": false");
-    if (q->max_tokens > 0) { snprintf(num, sizeof num, ", \"max_tokens\": %lld", (long long)q->max_tokens); buf_str(b, num); }
-    if (q->temp >= 0) { snprintf(num, sizeof num, ", \"temperature\": %.17g", q->temp); buf_str(b, num); }
-    if (q->seed >= 0) { snprintf(num, sizeof num, ", \"seed\": %lld", (long long)q->seed); buf_str(b, num); }
-    buf_str(b, "}");
+    sb_jw_key(b, "stream"); sb_jw_bool(b, q->stream);
+    if (q->max_tokens > 0) { sb_jw_key(b, "max_tokens"); sb_jw_int(b, q->max_tokens); }
+    if (q->temp >= 0) { sb_jw_key(b, "temperature"); sb_jw_num(b, q->temp); }
+    if (q->seed >= 0) { sb_jw_key(b, "seed"); sb_jw_int(b, q->seed); }
+    sb_jw_obj_end(b);
 }
 
 /* The answer on h->fd (the request is sent): read, print, exit code. */
@@ -454,10 +429,10 @@ int sb_ask_http(const sb_ask_req *q) {
              "Content-Type: application/json\r\nAccept: %s\r\nContent-Length: %zu\r\nConnection: close\r\n",
              path, q->raw ? "/completions" : "/chat/completions", strchr(host, ':') ? "[" : "", host,
              strchr(host, ':') ? "]" : "", port, q->stream ? "text/event-stream" : "application/json", body.len);
-    buf_str(&req, head);
-    if (q->api_key) { buf_str(&req, "Authorization: Bearer "); buf_str(&req, q->api_key); buf_str(&req, "\r\n"); }
-    buf_str(&req, "\r\n");
-    buf_add(&req, body.p, body.len);
+    sb_jw_raw(&req, head, strlen(head));
+    if (q->api_key) sb_jw_rawf(&req, "Authorization: Bearer %s\r\n", q->api_key);
+    sb_jw_raw(&req, "\r\n", 2);
+    sb_jw_raw(&req, body.p, body.len);
     if (req.oom || body.oom) { fprintf(stderr, "ask: out of memory\n"); goto out; }
     if (!connect_to(&h, host, port) && !send_all(&h, req.p, req.len)) code = read_answer(&h);
 out:

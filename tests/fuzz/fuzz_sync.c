@@ -4,7 +4,7 @@
  * more, entries, deletions), every entry through sbc_entry_from_json and its
  * base64 answer through the decoder. The input is the body.
  * Beyond "no crash, no leak": strings are NUL-terminated at their length,
- * a valid UTF-8 string written back by sbc_buf_json_str reads back the same,
+ * a valid UTF-8 string written back by sb_jw_strn reads back the same,
  * and base64 decoding what the encoder wrote gives back the bytes.
  */
 #include <stdint.h>
@@ -16,8 +16,8 @@
 static void check_string(const char *s, size_t n) {
     if (s[n] != '\0') __builtin_trap();
     if (!valid_utf8((const unsigned char *)s, n)) return;
-    sbc_buf b = { 0 };
-    sbc_buf_json_str(&b, s, n);
+    sb_jw b = { 0 };
+    sb_jw_strn(&b, s, n);
     sb_json_doc *j = NULL;
     if (!b.oom) {
         if (sb_json_parse(b.p, b.len, &j, NULL)) __builtin_trap();
@@ -26,7 +26,7 @@ static void check_string(const char *s, size_t n) {
             __builtin_trap();
     }
     sb_json_doc_free(j);
-    sbc_buf_free(&b);
+    sb_jw_free(&b);
 }
 
 static void walk(const sb_json *j, int depth) {
@@ -44,8 +44,8 @@ static void check_base64(const char *s) {
     uint8_t *raw;
     size_t n;
     if (sbc_base64_decode(s, strlen(s), &raw, &n)) return;
-    sbc_buf b = { 0 };
-    sbc_buf_base64(&b, raw, n);
+    sb_jw b = { 0 };
+    sbc_base64_encode(&b, raw, n);
     uint8_t *again;
     size_t m;
     if (!b.oom) {
@@ -53,7 +53,7 @@ static void check_base64(const char *s) {
             __builtin_trap();
         sb_free(again);
     }
-    sbc_buf_free(&b);
+    sb_jw_free(&b);
     sb_free(raw);
 }
 
