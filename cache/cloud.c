@@ -10,6 +10,7 @@
  *   GET    /v1/health
  */
 #include "cloud_internal.h"
+#include "sb_net.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -271,27 +272,13 @@ static void usage(FILE *f) {
         "  --port-file F   write the bound port to F once listening (for scripts)\n");
 }
 
-static int split_listen(char *listen, char **host, int *port) {
-    char *colon = strrchr(listen, ':');
-    if (!colon) return -1;
-    *colon = '\0';
-    *host = listen;
-    if (**host == '[') { (*host)++; size_t n = strlen(*host); if (n && (*host)[n - 1] == ']') (*host)[n - 1] = '\0'; }
-    char *end;
-    long p = strtol(colon + 1, &end, 10);
-    if (*end || p < 0 || p > 65535) return -1;
-    *port = (int)p;
-    return 0;
-}
-
 static int serve(cloud *cl, const char *port_file) {
     int rc = SB_EXIT_FAIL, port = 0;
-    char *host = NULL, *listen = sb_strdup(cl->cfg.listen);
+    char host[SB_NET_HOST_MAX], why[SB_ERR_LEN];
     struct evhttp *http = NULL;
     struct event *sigs[2] = { 0 };
-    if (!listen || split_listen(listen, &host, &port)) {
-        fprintf(stderr, "cloud: bad listen address '%s'\n", cl->cfg.listen);
-        sb_free(listen);
+    if (sb_net_host_port(cl->cfg.listen, 0, host, sizeof host, &port, why)) {    /* 0: any free port */
+        fprintf(stderr, "cloud: bad listen address: %s\n", why);
         return SB_EXIT_CONFIG;
     }
     if (!(cl->base = event_base_new()) || !(http = evhttp_new(cl->base))) goto out;
@@ -332,7 +319,6 @@ out:
     for (int i = 0; i < 2; i++) if (sigs[i]) event_free(sigs[i]);
     if (http) evhttp_free(http);
     if (cl->base) event_base_free(cl->base);
-    sb_free(listen);
     return rc;
 }
 

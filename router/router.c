@@ -23,6 +23,7 @@
 #include "obs.h"
 #include "router_internal.h"
 #include "sb_cmd.h"
+#include "sb_net.h"
 
 typedef struct {
     rt r;
@@ -259,22 +260,6 @@ static void usage(FILE *f) {
             "Exit status: 0 after a clean stop, 2 for a bad config or address.\n");
 }
 
-static int parse_listen(const char *s, char *host, size_t hn, int *port) {
-    const char *colon = strrchr(s, ':');
-    if (!colon || colon == s) return -1;
-    const char *h = s;
-    size_t len = (size_t)(colon - s);
-    if (h[0] == '[' && len >= 2 && h[len - 1] == ']') { h++; len -= 2; }
-    if (len >= hn) return -1;
-    memcpy(host, h, len);
-    host[len] = '\0';
-    char *end;
-    long p = strtol(colon + 1, &end, 10);
-    if (*end || p < 0 || p > 65535) return -1;
-    *port = (int)p;
-    return 0;
-}
-
 int sb_cmd_router(int argc, char **argv) {
     const char *config = NULL, *listen = NULL;
     long body_ms = 10000, max_body = 1 << 20, max_headers = 16384;
@@ -322,10 +307,10 @@ int sb_cmd_router(int argc, char **argv) {
     }
     sb_log_setup("router", cfg->runtime.log_level);
     int rc = SB_EXIT_CONFIG;
-    char host[256];
+    char host[SB_NET_HOST_MAX];
     int port;
-    if (parse_listen(listen ? listen : cfg->runtime.http, host, sizeof host, &port)) {
-        sb_error("bad listen address '%s' (expected HOST:PORT)", listen ? listen : cfg->runtime.http);
+    if (sb_net_host_port(listen ? listen : cfg->runtime.http, 0, host, sizeof host, &port, err)) {
+        sb_error("bad listen address: %s", err);
         goto out;
     }
     if (load_api_key(cfg, &r->api_key, err)) { sb_error("%s", err); goto out; }

@@ -21,6 +21,7 @@
 #include "ask_internal.h"
 #include "sb_common.h"
 #include "sb_json.h"
+#include "sb_net.h"
 
 #define MAX_HEADER_BYTES  (64u << 10)
 #define MAX_BODY_BYTES    (16u << 20)   /* a non-streamed answer, one SSE event's data, a streamed answer */
@@ -87,32 +88,23 @@ static int wait_fd(http *h, short events) {
     return r;
 }
 
-static int parse_url(const char *url, char *host, size_t hcap, char *port, size_t pcap, char *path, size_t cap) {
-    if (!strncmp(url, "https://", 8)) {
+/* host, port and the API root's path ("/v1" appended unless the URL has it). */
+static int parse_url(const char *url, sb_net_url *u, char *port, size_t pcap, char *path, size_t cap) {
+    char why[SB_ERR_LEN];
+    if (sb_net_url_parse(url, u, why)) {
+        fprintf(stderr, "ask: --url expects http://HOST[:PORT][/PATH]: %s\n", why);
+        return -1;
+    }
+    if (u->https) {
         fprintf(stderr, "ask: %s: https is not supported (the gateway is plain HTTP on a local address)\n", url);
         return -1;
     }
-    if (strncmp(url, "http://", 7)) { fprintf(stderr, "ask: --url expects http://HOST[:PORT][/PATH]\n"); return -1; }
-    const char *h = url + 7, *slash = strchr(h, '/');
-    size_t hl = slash ? (size_t)(slash - h) : strlen(h);
-    const char *colon = NULL;
-    if (hl && h[0] == '[') {        /* [v6]:port */
-        const char *rb = memchr(h, ']', hl);
-        if (!rb) { fprintf(stderr, "ask: bad IPv6 address in %s\n", url); return -1; }
-        colon = rb + 1 < h + hl && rb[1] == ':' ? rb + 1 : NULL;
-        snprintf(host, hcap, "%.*s", (int)(rb - h - 1), h + 1);
-    } else {
-        colon = memchr(h, ':', hl);
-        snprintf(host, hcap, "%.*s", (int)(colon ? (size_t)(colon - h) : hl), h);
-    }
-    snprintf(port, pcap, "%.*s", colon ? (int)(h + hl - colon - 1) : 2, colon ? colon + 1 : "80");
-    if (!host[0] || !port[0]) { fprintf(stderr, "ask: --url expects http://HOST[:PORT][/PATH]\n"); return -1; }
+    snprintf(port, pcap, "%d", u->port);
     /* A base ending in /v1 is the API root already (as OpenAI clients take it). */
-    const char *base = slash ? slash : "";
-    size_t bl = strlen(base);
-    while (bl && base[bl - 1] == '/') bl--;
-    bool has_v1 = bl >= 3 && !memcmp(base + bl - 3, "/v1", 3);
-    snprintf(path, cap, "%.*s%s", (int)bl, base, has_v1 ? "" : "/v1");
+    size_t bl = strlen(u->path);
+    while (bl && u->path[bl - 1] == '/') bl--;
+    bool has_v1 = bl >= 3 && !memcmp(u->path + bl - 3, "/v1", 3);
+    snprintf(path, cap, "%.*s%s", (int)bl, u->path, has_v1 ? "" : "/v1");
     return 0;
 }
 
@@ -417,8 +409,10 @@ int sb_ask_http_answer(const sb_ask_req *q, int fd) {
 }
 
 int sb_ask_http(const sb_ask_req *q) {
-    char host[256], port[16], path[1024];
-    if (parse_url(q->url, host, sizeof host, port, sizeof port, path, sizeof path)) return SB_EXIT_CONFIG;
+    sb_net_url u;
+    char port[16], path[1100];
+    if (parse_url(q->url, &u, port, sizeof port, path, sizeof path)) return SB_EXIT_CONFIG;
+    const char *host = u.host;
     http h = { .q = q, .fd = -1, .deadline_ms = q->timeout_ms > 0 ? now_ms() + q->timeout_ms : -1 };
     buf body = { 0 }, req = { 0 };
     int code = SB_EXIT_FAIL;
@@ -427,8 +421,8 @@ int sb_ask_http(const sb_ask_req *q) {
     snprintf(head, sizeof head,
              "POST %s%s HTTP/1.1\r\nHost: %s%s%s:%s\r\nUser-Agent: switchboard-ask\r\n"
              "Content-Type: application/json\r\nAccept: %s\r\nContent-Length: %zu\r\nConnection: close\r\n",
-             path, q->raw ? "/completions" : "/chat/completions", strchr(host, ':') ? "[" : "", host,
-             strchr(host, ':') ? "]" : "", port, q->stream ? "text/event-stream" : "application/json", body.len);
+             path, q->raw ? "/completions" : "/chat/completions", u.ipv6 ? "[" : "", host,
+             u.ipv6 ? "]" : "", port, q->stream ? "text/event-stream" : "application/json", body.len);
     sb_jw_raw(&req, head, strlen(head));
     if (q->api_key) sb_jw_rawf(&req, "Authorization: Bearer %s\r\n", q->api_key);
     sb_jw_raw(&req, "\r\n", 2);

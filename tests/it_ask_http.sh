@@ -79,6 +79,12 @@ python3 -c "import json,sys; d=json.loads(sys.argv[1]); assert d['ok'] and d['te
 [ $rc -eq 2 ] && grep -q "https is not supported" "$tmp/err" && ok "https is refused as usage" || bad "https: rc $rc"
 "$SB" ask --url "http://127.0.0.1:1" --wait-ms 0 "Hi" 2> "$tmp/err"; rc=$?
 [ $rc -eq 1 ] && grep -q "onnection refused" "$tmp/err" && ok "nothing listening: exit 1" || bad "refused: rc $rc $(cat "$tmp/err")"
+"$SB" ask --url "http://[::1]:1/v1" --wait-ms 0 "Hi" 2> "$tmp/err"; rc=$?
+[ $rc -eq 1 ] && grep -q "connect ::1:1" "$tmp/err" && ok "an [IPv6]:port URL is parsed (then refused: exit 1)" || bad "ipv6: rc $rc $(cat "$tmp/err")"
+for u in "http://127.0.0.1:" "http://127.0.0.1:99999" "http://127.0.0.1:x/v1" "ftp://127.0.0.1/" "http://u@127.0.0.1:1/"; do
+    "$SB" ask --url "$u" "Hi" 2> "$tmp/err"; rc=$?
+    [ $rc -eq 2 ] && grep -q "expects http://HOST" "$tmp/err" && ok "bad URL $u: usage, exit 2" || bad "bad URL $u: rc $rc $(cat "$tmp/err")"
+done
 "$SB" ask "Hi" 2> /dev/null; rc=$?
 [ $rc -eq 2 ] && ok "no --socket/--url: usage, exit 2" || bad "usage: rc $rc"
 "$SB" ask --socket /nonexistent.sock --wait-ms 0 "Hi" 2> "$tmp/err"; rc=$?
