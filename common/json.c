@@ -71,9 +71,7 @@ typedef struct {
     sb_json_doc *doc;
     char *err;
     int failed;
-    /* scratch for string decoding, reused */
-    char *tmp;
-    size_t tmp_cap;
+    sb_bytes tmp;           /* scratch for string decoding, reused */
 } parser;
 
 static int fail(parser *p, const unsigned char *at, const char *what) {
@@ -90,20 +88,6 @@ static int fail(parser *p, const unsigned char *at, const char *what) {
 
 static void skip_ws(parser *p) {
     while (p->s < p->end && (*p->s == ' ' || *p->s == '\t' || *p->s == '\n' || *p->s == '\r')) p->s++;
-}
-
-static int tmp_put(parser *p, size_t *n, const void *src, size_t k) {
-    if (*n + k + 1 > p->tmp_cap) {
-        size_t cap = p->tmp_cap ? p->tmp_cap : 256;
-        while (cap < *n + k + 1) cap *= 2;
-        char *t = sb_realloc(p->tmp, cap);
-        if (!t) return -1;
-        p->tmp = t;
-        p->tmp_cap = cap;
-    }
-    memcpy(p->tmp + *n, src, k);
-    *n += k;
-    return 0;
 }
 
 static int hex4(const unsigned char *s, unsigned *out) {
@@ -123,7 +107,7 @@ static int hex4(const unsigned char *s, unsigned *out) {
 /* p->s at the opening quote. On success *out is an arena copy. */
 static int parse_string(parser *p, char **out, size_t *out_len) {
     const unsigned char *q = p->s + 1;
-    size_t n = 0;
+    p->tmp.n = 0;
     for (;;) {
         if (q >= p->end) return fail(p, q, "unterminated string");
         unsigned c = *q;
@@ -154,23 +138,24 @@ static int parse_string(parser *p, char **out, size_t *out_len) {
                     q += 6;
                 }
                 char u[4];
-                if (tmp_put(p, &n, u, sb_utf8_encode(cp, u))) return SB_ENOMEM;
+                if (sb_bytes_put(&p->tmp, u, sb_utf8_encode(cp, u))) return SB_ENOMEM;
                 continue;
             }
             default: return fail(p, q, "unknown escape");
             }
-            if (tmp_put(p, &n, &lit, 1)) return SB_ENOMEM;
+            if (sb_bytes_put(&p->tmp, &lit, 1)) return SB_ENOMEM;
             q += 2;
             continue;
         }
         size_t k = sb_utf8_valid(q, (size_t)(p->end - q));
         if (!k) return fail(p, q, "invalid UTF-8");
-        if (tmp_put(p, &n, q, k)) return SB_ENOMEM;
+        if (sb_bytes_put(&p->tmp, q, k)) return SB_ENOMEM;
         q += k;
     }
+    size_t n = p->tmp.n;
     char *s = arena_alloc(p->doc, n + 1);
     if (!s) return SB_ENOMEM;
-    if (n) memcpy(s, p->tmp, n);
+    if (n) memcpy(s, p->tmp.p, n);
     s[n] = '\0';
     *out = s;
     *out_len = n;
@@ -347,13 +332,13 @@ int sb_json_parse(const char *text, size_t len, sb_json_doc **out, char *err) {
     sb_json_doc *d = sb_calloc(1, sizeof *d);
     if (!d) return sb_seterr(err, SB_ENOMEM, "out of memory");
     parser p = { (const unsigned char *)text, (const unsigned char *)text + len, (const unsigned char *)text,
-                 d, err, 0, NULL, 0 };
+                 d, err, 0, { 0 } };
     int rc = parse_value(&p, &d->root, 0);
     if (!rc) {
         skip_ws(&p);
         if (p.s != p.end) rc = fail(&p, p.s, "trailing characters after the value");
     }
-    sb_free(p.tmp);
+    sb_free(p.tmp.p);
     if (rc) {
         if (rc == SB_ENOMEM) sb_seterr(err, SB_ENOMEM, "out of memory parsing JSON");
         sb_json_doc_free(d);
@@ -454,17 +439,13 @@ void sb_jw_reset(sb_jw *w) {
 }
 
 static int reserve(sb_jw *w, size_t extra) {
+    size_t need;
     if (w->oom) return -1;
-    if (w->len + extra + 1 <= w->cap) return 0;
-    size_t cap = w->cap ? w->cap : 256;
-    while (cap < w->len + extra + 1) {
-        if (cap > SIZE_MAX / 4) { w->oom = 1; return -1; }
-        cap *= 2;
+    if (sb_add_size(w->len, extra, &need) || sb_add_size(need, 1, &need) ||
+        sb_grow(&w->p, &w->cap, need)) {
+        w->oom = 1;
+        return -1;
     }
-    char *p = sb_realloc(w->p, cap);
-    if (!p) { w->oom = 1; return -1; }
-    w->p = p;
-    w->cap = cap;
     return 0;
 }
 

@@ -250,22 +250,13 @@ static int parse_int(const char *opt, const char *v, int64_t lo, int64_t hi, int
 }
 
 static char *read_stdin(void) {
-    size_t cap = 4096, len = 0;
-    char *buf = sb_malloc(cap);
-    while (buf) {
-        if (len + 1 == cap) {
-            if (cap > MAX_STDIN_TEXT) { sb_free(buf); fprintf(stderr, "ask: stdin is too large\n"); return NULL; }
-            char *nb = sb_realloc(buf, cap * 2);
-            if (!nb) { sb_free(buf); return NULL; }
-            buf = nb;
-            cap *= 2;
-        }
-        size_t r = fread(buf + len, 1, cap - 1 - len, stdin);
-        len += r;
-        if (r == 0) break;
+    char *text, err[SB_ERR_LEN];
+    size_t len;
+    if (sb_read_stream(stdin, "stdin", MAX_STDIN_TEXT, &text, &len, err)) {
+        fprintf(stderr, "ask: %s\n", err);
+        return NULL;
     }
-    if (buf) buf[len] = '\0';
-    return buf;
+    return text;
 }
 
 static char *join_words(int argc, char **argv) {
