@@ -265,17 +265,17 @@ static void stop_checkpointer(sb_cache *c) {
 }
 
 static int reopen_immutable(sb_cache *c, char *err) {
-    sbc_buf uri = { 0 };
-    sbc_buf_str(&uri, "file:");
+    sb_jw uri = { 0 };
+    sb_jw_rawf(&uri, "file:");
     for (const char *p = c->path; *p; p++) {
-        if (*p == '%' || *p == '?' || *p == '#') sbc_buf_printf(&uri, "%%%02X", (unsigned char)*p);
-        else sbc_buf_add(&uri, p, 1);
+        if (*p == '%' || *p == '?' || *p == '#') sb_jw_rawf(&uri, "%%%02X", (unsigned char)*p);
+        else sb_jw_raw(&uri, p, 1);
     }
-    sbc_buf_str(&uri, "?immutable=1");
-    if (uri.oom) { sbc_buf_free(&uri); return sb_seterr(err, SB_ENOMEM, "cache: out of memory"); }
+    sb_jw_rawf(&uri, "?immutable=1");
+    if (uri.oom) { sb_jw_free(&uri); return sb_seterr(err, SB_ENOMEM, "cache: out of memory"); }
     int rc = sqlite3_open_v2(uri.p, &c->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI |
                              SQLITE_OPEN_NOMUTEX, NULL);
-    sbc_buf_free(&uri);
+    sb_jw_free(&uri);
     if (rc != SQLITE_OK) return sbc_fail(c, rc, err, "opening read-only");
     sqlite3_extended_result_codes(c->db, 1);
     return SB_OK;

@@ -95,13 +95,13 @@ static int write_all(int fd, const void *p, size_t n) {
     return 0;
 }
 
-typedef struct { int fd; int64_t n; int failed; sbc_buf line; } export_ctx;
+typedef struct { int fd; int64_t n; int failed; sb_jw line; } export_ctx;
 
 static int export_one(void *arg, const sb_cache_entry *e) {
     export_ctx *x = arg;
-    x->line.len = 0;
-    sbc_buf_entry_json(&x->line, e);
-    sbc_buf_add(&x->line, "\n", 1);
+    sb_jw_reset(&x->line);
+    sbc_entry_json(&x->line, e);
+    sb_jw_raw(&x->line, "\n", 1);
     if (x->line.oom || write_all(x->fd, x->line.p, x->line.len)) { x->failed = 1; return 1; }
     x->n++;
     return 0;
@@ -112,7 +112,7 @@ int sb_cache_export(sb_cache *c, const sb_cache_filter *f, int fd, int64_t *n_ou
     sb_cache_filter all = { 0 };
     if (f) { all = *f; all.limit = 0; }
     int rc = sb_cache_list(c, &all, export_one, &x, err);
-    sbc_buf_free(&x.line);
+    sb_jw_free(&x.line);
     if (n_out) *n_out = x.n;
     if (!rc && x.failed) rc = sb_seterr(err, SB_EIO, "export: write failed: %s", strerror(errno));
     return rc;
@@ -120,18 +120,18 @@ int sb_cache_export(sb_cache *c, const sb_cache_filter *f, int fd, int64_t *n_ou
 
 /* ------------------------------------------------------------ import */
 
-static int dup_str(const sbj *o, const char *name, char **out) {
+static int dup_str(const sb_json *o, const char *name, char **out) {
     const char *s;
-    if (sbj_get_str(o, name, &s)) return SB_EFORMAT;
+    if (sbc_json_str(o, name, &s)) return SB_EFORMAT;
     return (*out = sb_strdup(s)) ? SB_OK : SB_ENOMEM;
 }
 
-int sbc_entry_from_json(const sbj *o, sb_cache_entry *e, char *err) {
+int sbc_entry_from_json(const sb_json *o, sb_cache_entry *e, char *err) {
     memset(e, 0, sizeof *e);
     const char *key, *origin = NULL, *b64;
     int rc;
-    if (!o || o->type != SBJ_OBJ) return sb_seterr(err, SB_EFORMAT, "entry: not an object");
-    if (sbj_get_str(o, "key", &key) || strlen(key) != SB_CACHE_KEY_HEX - 1)
+    if (sb_json_type_of(o) != SB_JSON_OBJECT) return sb_seterr(err, SB_EFORMAT, "entry: not an object");
+    if (sbc_json_str(o, "key", &key) || strlen(key) != SB_CACHE_KEY_HEX - 1)
         return sb_seterr(err, SB_EFORMAT, "entry: \"key\" must be 64 hex digits");
     snprintf(e->key, sizeof e->key, "%s", key);
     if ((rc = dup_str(o, "namespace", &e->ns)) || (rc = dup_str(o, "fingerprint", &e->fingerprint)) ||
@@ -140,7 +140,7 @@ int sbc_entry_from_json(const sbj *o, sb_cache_entry *e, char *err) {
         return sb_seterr(err, rc, "entry %.16s: namespace, fingerprint, input, params must be "
                          "strings", key);
     }
-    if (sbj_get_str(o, "response_b64", &b64) ||
+    if (sbc_json_str(o, "response_b64", &b64) ||
         sbc_base64_decode(b64, strlen(b64), &e->response, &e->response_len)) {
         sb_cache_entry_free(e);
         return sb_seterr(err, SB_EFORMAT, "entry %.16s: \"response_b64\" missing or not base64", key);
@@ -156,16 +156,13 @@ int sbc_entry_from_json(const sbj *o, sb_cache_entry *e, char *err) {
                              SB_CACHE_KEY_VERSION);
         return sb_seterr(err, SB_EFORMAT, "entry %.16s: key does not match its contents", key);
     }
-    int64_t pinned = 0;
-    sbj_get_int(o, "created_ms", &e->created_ms);
-    sbj_get_int(o, "last_hit_ms", &e->last_hit_ms);
-    sbj_get_int(o, "local_hits", &e->local_hits);
-    sbj_get_int(o, "global_hits", &e->global_hits);
-    sbj_get_int(o, "ttl_s", &e->ttl_s);
-    const sbj *p = sbj_get(o, "pinned");
-    if (p && p->type == SBJ_BOOL) pinned = p->boolean;
-    e->pinned = (int)pinned;
-    sbj_get_str(o, "origin", &origin);
+    sbc_json_int(o, "created_ms", &e->created_ms);
+    sbc_json_int(o, "last_hit_ms", &e->last_hit_ms);
+    sbc_json_int(o, "local_hits", &e->local_hits);
+    sbc_json_int(o, "global_hits", &e->global_hits);
+    sbc_json_int(o, "ttl_s", &e->ttl_s);
+    e->pinned = sb_json_bool(sb_json_get(o, "pinned"));
+    sbc_json_str(o, "origin", &origin);
     e->origin = origin && !strcmp(origin, "cloud") ? SB_CACHE_ORIGIN_CLOUD : SB_CACHE_ORIGIN_LOCAL;
     if (!e->created_ms) e->created_ms = sbc_now_ms();
     if (!e->last_hit_ms) e->last_hit_ms = e->created_ms;
@@ -220,16 +217,16 @@ static int import_line(sb_cache *c, const char *line, size_t n, int64_t *n_in, i
                        char *err) {
     while (n && (line[n - 1] == '\r' || line[n - 1] == ' ')) n--;
     if (!n) return SB_OK;
-    sbj *j = NULL;
+    sb_json_doc *j = NULL;
     sb_cache_entry e;
     char why[SB_ERR_LEN];
-    if (sbj_parse(line, n, &j, why) || sbc_entry_from_json(j, &e, why)) {
+    if (sb_json_parse(line, n, &j, why) || sbc_entry_from_json(sb_json_root(j), &e, why)) {
         if (*n_bad < 3) sb_warn("import: skipping a line: %s", why);
         (*n_bad)++;
-        sbj_free(j);
+        sb_json_doc_free(j);
         return SB_OK;
     }
-    sbj_free(j);
+    sb_json_doc_free(j);
     int rc = sbc_upsert_entry(c, &e, 0, err);
     sb_cache_entry_free(&e);
     if (!rc) (*n_in)++;
@@ -240,7 +237,7 @@ int sb_cache_import(sb_cache *c, int fd, int64_t *n_in, int64_t *n_bad, char *er
     int64_t in = 0, bad = 0, in_batch = 0;
     if (!c) return sb_seterr(err, SB_EINVAL, "cache: disabled");
     if (c->read_only) return sbc_fail(c, SQLITE_READONLY, err, "import");
-    sbc_buf pending = { 0 };
+    sb_jw pending = { 0 };
     char chunk[65536];
     int res = SB_OK, eof = 0;
     pthread_mutex_lock(&c->lock);
@@ -249,8 +246,8 @@ int sb_cache_import(sb_cache *c, int fd, int64_t *n_in, int64_t *n_bad, char *er
         ssize_t r = read(fd, chunk, sizeof chunk);
         if (r < 0 && errno == EINTR) continue;
         if (r < 0) { res = sb_seterr(err, SB_EIO, "import: read: %s", strerror(errno)); break; }
-        if (r == 0) { eof = 1; sbc_buf_add(&pending, "\n", 1); }
-        else sbc_buf_add(&pending, chunk, (size_t)r);
+        if (r == 0) { eof = 1; sb_jw_raw(&pending, "\n", 1); }
+        else sb_jw_raw(&pending, chunk, (size_t)r);
         if (pending.oom) { res = sb_seterr(err, SB_ENOMEM, "import: out of memory"); break; }
         size_t start = 0;
         for (char *nl; !res && (nl = memchr(pending.p + start, '\n', pending.len - start));) {
@@ -271,7 +268,7 @@ int sb_cache_import(sb_cache *c, int fd, int64_t *n_in, int64_t *n_bad, char *er
     if (!res) res = sbc_exec(c, "COMMIT", err);
     if (res) sqlite3_exec(c->db, "ROLLBACK", NULL, NULL, NULL);
     pthread_mutex_unlock(&c->lock);
-    sbc_buf_free(&pending);
+    sb_jw_free(&pending);
     if (n_in) *n_in = res ? 0 : in;
     if (n_bad) *n_bad = bad;
     return res;

@@ -11,6 +11,7 @@
 #include <stddef.h>
 
 #include "sb_cache.h"
+#include "sb_json.h"
 
 /* ------------------------------------------- NFC / NFKC tables (pinned) */
 extern const char     sb_nfkc_unicode_version[];
@@ -73,58 +74,35 @@ int sbc_row_to_entry(struct sqlite3_stmt *st, sb_cache_entry *e);
 /* Evict until the cap holds (inside the caller's transaction). */
 int sbc_evict(sb_cache *c, char *err);
 /* Insert or replace from a parsed JSON object (import, sync); see cache_admin.c. */
-struct sbj;
 /* SB_EUNSUP: a sound entry under an older key version (never looked up here);
  * SB_EFORMAT: malformed, or a key that does not match its contents. */
-int sbc_entry_from_json(const struct sbj *o, sb_cache_entry *e, char *err);
+int sbc_entry_from_json(const sb_json *o, sb_cache_entry *e, char *err);
 /* Store e (caller holds the lock and usually a transaction): from_cloud = 0
  * replaces everything (import), 1 adds a pinned cloud entry or updates the
  * fleet-wide count of one we have. */
 int sbc_upsert_entry(sb_cache *c, const sb_cache_entry *e, int from_cloud, char *err);
 
-/* ------------------------------------------------------ growable buffer */
-typedef struct {
-    char  *p;
-    size_t len, cap;
-    int    oom;                     /* sticky: check once at the end */
-} sbc_buf;
-
-void sbc_buf_add(sbc_buf *b, const void *data, size_t n);
-void sbc_buf_str(sbc_buf *b, const char *s);
-void sbc_buf_printf(sbc_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* A JSON string literal with quotes; bytes that are not valid UTF-8 become U+FFFD. */
-void sbc_buf_json_str(sbc_buf *b, const char *s, size_t n);
-void sbc_buf_base64(sbc_buf *b, const void *data, size_t n);
-void sbc_buf_free(sbc_buf *b);
+/* ------------------------------------------------------ JSON writer */
+/* Bodies and lines are written into common's sb_jw (sticky failure, NUL-
+ * terminated), strings with sb_jw_strn (invalid UTF-8 becomes U+FFFD). */
+void sbc_base64_encode(sb_jw *b, const void *data, size_t n);
 /* Write an entry as one JSON object (no newline). */
-void sbc_buf_entry_json(sbc_buf *b, const sb_cache_entry *e);
+void sbc_entry_json(sb_jw *b, const sb_cache_entry *e);
 
 /* ------------------------------------------------------ JSON reader */
-typedef enum { SBJ_NULL, SBJ_BOOL, SBJ_NUM, SBJ_STR, SBJ_ARR, SBJ_OBJ } sbj_type;
-
-typedef struct sbj {
-    sbj_type    type;
-    char       *key;                /* member name inside an object */
-    char       *str;                /* SBJ_STR: decoded UTF-8, NUL-terminated */
-    size_t      str_len;
-    int64_t     num;                /* SBJ_NUM: integral part (we only send integers) */
-    int         is_int, boolean;
-    struct sbj *child, *next;       /* containers: first element; siblings */
-} sbj;
-
-#define SBJ_MAX_DEPTH 32
-int  sbj_parse(const char *text, size_t len, sbj **out, char *err);
-void sbj_free(sbj *j);
-const sbj *sbj_get(const sbj *obj, const char *key);   /* NULL if absent */
-/* Typed getters; SB_ENOTFOUND if absent, SB_EFORMAT if the wrong type. */
-int sbj_get_str(const sbj *obj, const char *key, const char **out);
-int sbj_get_int(const sbj *obj, const char *key, int64_t *out);
+/* Export lines and sync bodies are parsed by the one strict reader
+ * (sb_json.h); these read an object's members the way the wire format
+ * needs. SB_ENOTFOUND if absent, SB_EFORMAT if of the wrong type. */
+int sbc_json_str(const sb_json *obj, const char *key, const char **out);
+/* A number's integral part (the wire format sends counts and times, all
+ * integers); SB_EFORMAT also when it does not fit in an int64_t. */
+int sbc_json_int(const sb_json *obj, const char *key, int64_t *out);
 int sbc_base64_decode(const char *s, size_t n, uint8_t **out, size_t *out_len);
 
 /* ------------------------------------------------------ HTTP (blocking) */
 typedef struct {
     int    status;
-    sbc_buf body;
+    sb_jw body;
 } sbc_http_reply;
 
 /* POST/DELETE to URL + path (http:// or https://, the peer's certificate

@@ -111,10 +111,10 @@ static void fmt_time(int64_t ms, char *out, size_t n) {
 static int print_entry(void *arg, const sb_cache_entry *e) {
     const cli_opts *o = arg;
     if (o->json) {
-        sbc_buf b = { 0 };
-        sbc_buf_entry_json(&b, e);
+        sb_jw b = { 0 };
+        sbc_entry_json(&b, e);
         if (b.p) puts(b.p);
-        sbc_buf_free(&b);
+        sb_jw_free(&b);
         return 0;
     }
     char last[32];
@@ -176,7 +176,7 @@ static int cloud_purge(const cli_opts *o, const char *key) {
     }
     int ok = r.status == 200;
     fprintf(ok ? stdout : stderr, "%d %s\n", r.status, r.body.p ? r.body.p : "");
-    sbc_buf_free(&r.body);
+    sb_jw_free(&r.body);
     return ok ? SB_EXIT_OK : SB_EXIT_FAIL;
 }
 
@@ -290,7 +290,10 @@ static int cmd_sync(sb_cache *c, const cli_opts *o) {
     return SB_EXIT_OK;
 }
 
-int sb_cmd_cache(int argc, char **argv) {
+/* The options after SUBCOMMAND into *o; -1 when the command ends here
+ * (exit code in *code), else the number of arguments left (at most one,
+ * in *arg). */
+static int parse_opts(int argc, char **argv, cli_opts *o, const char **arg, int *code) {
     static const struct option longopts[] = {
         { "db", required_argument, NULL, 'D' }, { "config", required_argument, NULL, 'c' },
         { "ns", required_argument, NULL, 'n' }, { "fingerprint", required_argument, NULL, 'f' },
@@ -305,47 +308,83 @@ int sb_cmd_cache(int argc, char **argv) {
         { "ca-file", required_argument, NULL, 'A' }, { "timeout-ms", required_argument, NULL, 'O' },
         { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 },
     };
+    int ch;
+    *code = SB_EXIT_CONFIG;
+    optind = 1;
+    while ((ch = getopt_long(argc - 1, argv + 1, "c:o:h", longopts, NULL)) != -1) {
+        switch (ch) {
+        case 'D': o->db = optarg; break;
+        case 'c': o->config = optarg; break;
+        case 'n': o->ns = optarg; break;
+        case 'f': o->fingerprint = optarg; break;
+        case 'm': o->match = optarg; break;
+        case 'L': if (sb_opt_int("cache", "--limit", optarg, 0, INT64_MAX, &o->limit)) return -1; break;
+        case 'o': o->output = optarg; break;
+        case 'j': o->json = 1; break;
+        case 'a': o->all = 1; break;
+        case 'u': o->url = optarg; break;
+        case 'e': o->edge_id = optarg; break;
+        case 's': o->secret = optarg; break;
+        case 'S': o->secret_file = optarg; break;
+        case 'N': o->no_upload = 1; break;
+        case 'M': if (sb_opt_int("cache", "--min-asks", optarg, 0, INT64_MAX, &o->min_asks)) return -1; break;
+        case 'G': o->model = optarg; break;
+        case 'P': o->params = optarg; break;
+        case 'F': o->full = 1; break;
+        case 'C': o->cloud = optarg; break;
+        case 'T': o->admin_token = optarg; break;
+        case 'A': o->ca_file = optarg; break;
+        case 'O':
+            if (sb_opt_int("cache", "--timeout-ms", optarg, 1, 3600000, &o->timeout_ms)) return -1;
+            break;
+        case 'h': usage(stdout); *code = SB_EXIT_OK; return -1;
+        default: usage(stderr); return -1;
+        }
+    }
+    int npos = argc - 1 - optind;
+    *arg = npos > 0 ? argv[1 + optind] : NULL;
+    if (npos > 1) { fprintf(stderr, "cache: too many arguments\n"); return -1; }
+    return npos;
+}
+
+/* A subcommand on the local database. */
+static int run_local(const char *sub, const cli_opts *o, const char *arg) {
+    int needs_arg = !strcmp(sub, "get") || !strcmp(sub, "import");
+    if (needs_arg && !arg) { fprintf(stderr, "cache: %s needs an argument\n", sub); return SB_EXIT_CONFIG; }
+    int read_only = !strcmp(sub, "stats") || !strcmp(sub, "list") || !strcmp(sub, "get") ||
+                    !strcmp(sub, "export") || !strcmp(sub, "check");
+    sb_cache *c = NULL;
+    int rc = open_from(o, read_only, &c);
+    if (rc) return rc;
+    char err[SB_ERR_LEN];
+    if (!strcmp(sub, "stats")) rc = cmd_stats(c, o);
+    else if (!strcmp(sub, "list")) {
+        sb_cache_filter f = filter_of(o);
+        if (sb_cache_list(c, &f, print_entry, (void *)o, err)) { fprintf(stderr, "cache: %s\n", err); rc = SB_EXIT_FAIL; }
+    } else if (!strcmp(sub, "get")) rc = cmd_get(c, o, arg);
+    else if (!strcmp(sub, "purge")) rc = cmd_purge(c, o, arg);
+    else if (!strcmp(sub, "export")) rc = cmd_export(c, o);
+    else if (!strcmp(sub, "import")) rc = cmd_import(c, arg);
+    else if (!strcmp(sub, "vacuum")) {
+        if (sb_cache_vacuum(c, err)) { fprintf(stderr, "cache: %s\n", err); rc = SB_EXIT_FAIL; }
+        else printf("vacuumed\n");
+    } else if (!strcmp(sub, "check")) {
+        if (sb_cache_check(c, err)) { fprintf(stderr, "cache: %s\n", err); rc = SB_EXIT_FAIL; }
+        else printf("ok\n");
+    } else if (!strcmp(sub, "sync")) rc = cmd_sync(c, o);
+    sb_cache_close(c);
+    return rc;
+}
+
+int sb_cmd_cache(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? SB_EXIT_CONFIG : SB_EXIT_OK;
     }
-    const char *sub = argv[1];
+    const char *sub = argv[1], *arg;
     cli_opts o = { 0 };
-    int ch;
-    optind = 1;
-    while ((ch = getopt_long(argc - 1, argv + 1, "c:o:h", longopts, NULL)) != -1) {
-        switch (ch) {
-        case 'D': o.db = optarg; break;
-        case 'c': o.config = optarg; break;
-        case 'n': o.ns = optarg; break;
-        case 'f': o.fingerprint = optarg; break;
-        case 'm': o.match = optarg; break;
-        case 'L': if (sb_opt_int("cache", "--limit", optarg, 0, INT64_MAX, &o.limit)) return SB_EXIT_CONFIG; break;
-        case 'o': o.output = optarg; break;
-        case 'j': o.json = 1; break;
-        case 'a': o.all = 1; break;
-        case 'u': o.url = optarg; break;
-        case 'e': o.edge_id = optarg; break;
-        case 's': o.secret = optarg; break;
-        case 'S': o.secret_file = optarg; break;
-        case 'N': o.no_upload = 1; break;
-        case 'M': if (sb_opt_int("cache", "--min-asks", optarg, 0, INT64_MAX, &o.min_asks)) return SB_EXIT_CONFIG; break;
-        case 'G': o.model = optarg; break;
-        case 'P': o.params = optarg; break;
-        case 'F': o.full = 1; break;
-        case 'C': o.cloud = optarg; break;
-        case 'T': o.admin_token = optarg; break;
-        case 'A': o.ca_file = optarg; break;
-        case 'O':
-            if (sb_opt_int("cache", "--timeout-ms", optarg, 1, 3600000, &o.timeout_ms)) return SB_EXIT_CONFIG;
-            break;
-        case 'h': usage(stdout); return SB_EXIT_OK;
-        default: usage(stderr); return SB_EXIT_CONFIG;
-        }
-    }
-    int npos = argc - 1 - optind;
-    const char *arg = npos > 0 ? argv[1 + optind] : NULL;
-    if (npos > 1) { fprintf(stderr, "cache: too many arguments\n"); return SB_EXIT_CONFIG; }
+    int code;
+    if (parse_opts(argc, argv, &o, &arg, &code) < 0) return code;
     if (!strcmp(sub, "key")) return cmd_key(&o, arg);
     if (!strcmp(sub, "purge") && o.cloud) {
         if (!arg || strlen(arg) != SB_CACHE_KEY_HEX - 1) { fprintf(stderr, "cache: purge --cloud needs a full 64-digit KEY\n"); return SB_EXIT_CONFIG; }
@@ -356,29 +395,5 @@ int sb_cmd_cache(int argc, char **argv) {
     int known = 0;
     for (int i = 0; subs[i]; i++) known |= !strcmp(sub, subs[i]);
     if (!known) { fprintf(stderr, "cache: unknown command '%s'\n\n", sub); usage(stderr); return SB_EXIT_CONFIG; }
-    int needs_arg = !strcmp(sub, "get") || !strcmp(sub, "import");
-    if (needs_arg && !arg) { fprintf(stderr, "cache: %s needs an argument\n", sub); return SB_EXIT_CONFIG; }
-    int read_only = !strcmp(sub, "stats") || !strcmp(sub, "list") || !strcmp(sub, "get") ||
-                    !strcmp(sub, "export") || !strcmp(sub, "check");
-    sb_cache *c = NULL;
-    int rc = open_from(&o, read_only, &c);
-    if (rc) return rc;
-    char err[SB_ERR_LEN];
-    if (!strcmp(sub, "stats")) rc = cmd_stats(c, &o);
-    else if (!strcmp(sub, "list")) {
-        sb_cache_filter f = filter_of(&o);
-        if (sb_cache_list(c, &f, print_entry, &o, err)) { fprintf(stderr, "cache: %s\n", err); rc = SB_EXIT_FAIL; }
-    } else if (!strcmp(sub, "get")) rc = cmd_get(c, &o, arg);
-    else if (!strcmp(sub, "purge")) rc = cmd_purge(c, &o, arg);
-    else if (!strcmp(sub, "export")) rc = cmd_export(c, &o);
-    else if (!strcmp(sub, "import")) rc = cmd_import(c, arg);
-    else if (!strcmp(sub, "vacuum")) {
-        if (sb_cache_vacuum(c, err)) { fprintf(stderr, "cache: %s\n", err); rc = SB_EXIT_FAIL; }
-        else printf("vacuumed\n");
-    } else if (!strcmp(sub, "check")) {
-        if (sb_cache_check(c, err)) { fprintf(stderr, "cache: %s\n", err); rc = SB_EXIT_FAIL; }
-        else printf("ok\n");
-    } else if (!strcmp(sub, "sync")) rc = cmd_sync(c, &o);
-    sb_cache_close(c);
-    return rc;
+    return run_local(sub, &o, arg);
 }

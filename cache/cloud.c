@@ -10,6 +10,7 @@
  *   GET    /v1/health
  */
 #include "cloud_internal.h"
+#include "sb_net.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -140,14 +141,14 @@ static void reply_json(struct evhttp_request *req, int code, const char *reason,
 
 static void reply_error(cloud *cl, struct evhttp_request *req, int code, const char *reason,
                         const char *msg) {
-    sbc_buf b = { 0 };
-    sbc_buf_str(&b, "{\"error\":");
-    sbc_buf_json_str(&b, msg, strlen(msg));
-    sbc_buf_str(&b, "}");
+    sb_jw b = { 0 };
+    sb_jw_rawf(&b, "{\"error\":");
+    sb_jw_strn(&b, msg, strlen(msg));
+    sb_jw_rawf(&b, "}");
     if (code == 401) cl->rejected++;
     sb_info("%d %s: %s", code, evhttp_request_get_uri(req), msg);
     reply_json(req, code, reason, b.p ? b.p : "{}", b.p ? b.len : 2);
-    sbc_buf_free(&b);
+    sb_jw_free(&b);
 }
 
 /* ------------------------------------------------------------ handlers */
@@ -193,21 +194,21 @@ static void handle_sync(cloud *cl, struct evhttp_request *req) {
     int rc = authenticate(cl, req, body, len, &edge, why);
     if (rc == SB_EIO) { reply_error(cl, req, 503, "Service Unavailable", why); return; }
     if (rc) { reply_error(cl, req, 401, "Unauthorized", why); return; }
-    sbj *j = NULL;
+    sb_json_doc *j = NULL;
     const char *body_edge = NULL;
-    if (sbj_parse(body, len, &j, why)) { reply_error(cl, req, 400, "Bad Request", why); return; }
-    if (sbj_get_str(j, "edge_id", &body_edge) || strcmp(body_edge, edge)) {
-        sbj_free(j);
+    if (sb_json_parse(body, len, &j, why)) { reply_error(cl, req, 400, "Bad Request", why); return; }
+    if (sbc_json_str(sb_json_root(j), "edge_id", &body_edge) || strcmp(body_edge, edge)) {
+        sb_json_doc_free(j);
         reply_error(cl, req, 401, "Unauthorized", "edge_id in the body is not the signing edge");
         return;
     }
-    sbc_buf out = { 0 };
-    rc = sbc_store_sync(cl->store, edge, j, cl->cfg.push_threshold, &out, why);
-    sbj_free(j);
+    sb_jw out = { 0 };
+    rc = sbc_store_sync(cl->store, edge, sb_json_root(j), cl->cfg.push_threshold, &out, why);
+    sb_json_doc_free(j);
     if (rc == SB_EINVAL) reply_error(cl, req, 400, "Bad Request", why);
     else if (rc) reply_error(cl, req, 503, "Service Unavailable", why);
     else reply_json(req, 200, "OK", out.p, out.len);
-    sbc_buf_free(&out);
+    sb_jw_free(&out);
 }
 
 static void handle_delete(cloud *cl, struct evhttp_request *req, const char *key) {
@@ -271,27 +272,13 @@ static void usage(FILE *f) {
         "  --port-file F   write the bound port to F once listening (for scripts)\n");
 }
 
-static int split_listen(char *listen, char **host, int *port) {
-    char *colon = strrchr(listen, ':');
-    if (!colon) return -1;
-    *colon = '\0';
-    *host = listen;
-    if (**host == '[') { (*host)++; size_t n = strlen(*host); if (n && (*host)[n - 1] == ']') (*host)[n - 1] = '\0'; }
-    char *end;
-    long p = strtol(colon + 1, &end, 10);
-    if (*end || p < 0 || p > 65535) return -1;
-    *port = (int)p;
-    return 0;
-}
-
 static int serve(cloud *cl, const char *port_file) {
     int rc = SB_EXIT_FAIL, port = 0;
-    char *host = NULL, *listen = sb_strdup(cl->cfg.listen);
+    char host[SB_NET_HOST_MAX], why[SB_ERR_LEN];
     struct evhttp *http = NULL;
     struct event *sigs[2] = { 0 };
-    if (!listen || split_listen(listen, &host, &port)) {
-        fprintf(stderr, "cloud: bad listen address '%s'\n", cl->cfg.listen);
-        sb_free(listen);
+    if (sb_net_host_port(cl->cfg.listen, 0, host, sizeof host, &port, why)) {    /* 0: any free port */
+        fprintf(stderr, "cloud: bad listen address: %s\n", why);
         return SB_EXIT_CONFIG;
     }
     if (!(cl->base = event_base_new()) || !(http = evhttp_new(cl->base))) goto out;
@@ -332,7 +319,6 @@ out:
     for (int i = 0; i < 2; i++) if (sigs[i]) event_free(sigs[i]);
     if (http) evhttp_free(http);
     if (cl->base) event_base_free(cl->base);
-    sb_free(listen);
     return rc;
 }
 

@@ -20,8 +20,8 @@ int  sbc_store_remember_signature(sbc_store *s, const char *sig, int64_t ts, int
 /* Apply one sync request (already authenticated for edge_id) in one
  * transaction and write the reply object into reply. SB_EINVAL: the request
  * is malformed (400); SB_EIO: the database failed (503), nothing applied. */
-int  sbc_store_sync(sbc_store *s, const char *edge_id, const sbj *req, int64_t threshold,
-                    sbc_buf *reply, char *err);
+int  sbc_store_sync(sbc_store *s, const char *edge_id, const sb_json *req, int64_t threshold,
+                    sb_jw *reply, char *err);
 
 /* Tombstone a key: every edge deletes it on its next sync. */
 int  sbc_store_delete(sbc_store *s, const char *key, int64_t *version, char *err);

@@ -13,6 +13,7 @@
 #include "cloud_internal.h"
 
 #include <libpq-fe.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,14 +126,14 @@ static int valid_key(const char *k) {
 /* An uploaded entry: fills a stub (deltas came first), or revives a purged
  * key only with an answer made after the purge - an edge that had not yet
  * heard of the purge must not bring the old answer back. */
-static int apply_entry(sbc_store *s, const sbj *e, int64_t *version, char *err) {
+static int apply_entry(sbc_store *s, const sb_json *e, int64_t *version, char *err) {
     const char *key, *ns, *fp, *input, *params, *b64;
     int64_t created = 0, ttl = 0;
     /* A bad entry is skipped, not fatal: failing the request would leave the
      * edge resending the same batch forever, and its other deltas unapplied. */
-    if (sbj_get_str(e, "key", &key) || !valid_key(key) || sbj_get_str(e, "namespace", &ns) ||
-        sbj_get_str(e, "fingerprint", &fp) || sbj_get_str(e, "input", &input) ||
-        sbj_get_str(e, "params", &params) || sbj_get_str(e, "response_b64", &b64)) {
+    if (sbc_json_str(e, "key", &key) || !valid_key(key) || sbc_json_str(e, "namespace", &ns) ||
+        sbc_json_str(e, "fingerprint", &fp) || sbc_json_str(e, "input", &input) ||
+        sbc_json_str(e, "params", &params) || sbc_json_str(e, "response_b64", &b64)) {
         sb_warn("sync: skipping an entry without key, namespace, fingerprint, input, params, "
                 "response_b64");
         return SB_OK;
@@ -148,8 +149,8 @@ static int apply_entry(sbc_store *s, const sbj *e, int64_t *version, char *err) 
         return SB_OK;
     }
     sb_free(bytes);
-    sbj_get_int(e, "created_ms", &created);
-    sbj_get_int(e, "ttl_s", &ttl);
+    sbc_json_int(e, "created_ms", &created);
+    sbc_json_int(e, "ttl_s", &ttl);
     num v = n2s(++*version), c = n2s(created), t = n2s(ttl);
     const char *p[9] = { key, ns, fp, input, params, b64, c.v, t.v, v.v };
     PGresult *r = run(s,
@@ -169,10 +170,10 @@ static int apply_entry(sbc_store *s, const sbj *e, int64_t *version, char *err) 
     return SB_OK;
 }
 
-static int apply_delta(sbc_store *s, const sbj *d, int64_t *version, char *err) {
+static int apply_delta(sbc_store *s, const sb_json *d, int64_t *version, char *err) {
     const char *key;
     int64_t delta = 0;
-    if (sbj_get_str(d, "key", &key) || !valid_key(key) || sbj_get_int(d, "delta", &delta) ||
+    if (sbc_json_str(d, "key", &key) || !valid_key(key) || sbc_json_int(d, "delta", &delta) ||
         delta <= 0 || delta > 1000000000)
         return SB_OK;           /* skipped, like a bad entry */
     num v = n2s(++*version), n = n2s(delta);
@@ -191,11 +192,14 @@ static int apply_delta(sbc_store *s, const sbj *d, int64_t *version, char *err) 
 
 /* The key versions an edge can use, as a bit mask (bit v = version v): its
  * "key_versions", or version 1 for an edge from before key versions. */
-static unsigned edge_key_versions(const sbj *req) {
-    const sbj *kv = sbj_get(req, "key_versions");
+static unsigned edge_key_versions(const sb_json *req) {
+    const sb_json *kv = sb_json_get(req, "key_versions");
     unsigned mask = 0;
-    for (const sbj *v = kv && kv->type == SBJ_ARR ? kv->child : NULL; v; v = v->next)
-        if (v->type == SBJ_NUM && v->num >= 1 && v->num <= SB_CACHE_KEY_VERSION) mask |= 1u << v->num;
+    for (size_t i = 0; sb_json_type_of(kv) == SB_JSON_ARRAY && i < sb_json_len(kv); i++) {
+        const sb_json *v = sb_json_at(kv, i);
+        double n = trunc(sb_json_num(v));       /* the integral part, as the old reader kept */
+        if (sb_json_type_of(v) == SB_JSON_NUMBER && n >= 1 && n <= SB_CACHE_KEY_VERSION) mask |= 1u << (int)n;
+    }
     return kv ? mask : 1u << 1;
 }
 
@@ -209,49 +213,50 @@ static int edge_can_use(PGresult *r, int i, unsigned versions) {
 }
 
 static void reply_changes(PGresult *r, int limit, int64_t version, int applied, unsigned versions,
-                          sbc_buf *out) {
+                          sb_jw *out) {
     int rows = PQntuples(r), more = rows > limit;
     int64_t cursor = version;
     if (more) cursor = atoll(PQgetvalue(r, limit - 1, 9));
-    sbc_buf_str(out, "{\"entries\":[");
+    sb_jw_rawf(out, "{\"entries\":[");
     int first = 1;
     for (int i = 0; i < rows && i < limit; i++) {
         if (PQgetvalue(r, i, 8)[0] == 't' || !edge_can_use(r, i, versions)) continue;
-        if (!first) sbc_buf_add(out, ",", 1);
+        if (!first) sb_jw_raw(out, ",", 1);
         first = 0;
-        sbc_buf_printf(out, "{\"key\":\"%s\",\"namespace\":", PQgetvalue(r, i, 0));
+        sb_jw_rawf(out, "{\"key\":\"%s\",\"namespace\":", PQgetvalue(r, i, 0));
         for (int col = 1; col <= 4; col++) {
             static const char *const names[] = { "", "namespace", "fingerprint", "input", "params" };
-            if (col > 1) sbc_buf_printf(out, ",\"%s\":", names[col]);
-            sbc_buf_json_str(out, PQgetvalue(r, i, col), (size_t)PQgetlength(r, i, col));
+            if (col > 1) sb_jw_rawf(out, ",\"%s\":", names[col]);
+            sb_jw_strn(out, PQgetvalue(r, i, col), (size_t)PQgetlength(r, i, col));
         }
-        sbc_buf_printf(out, ",\"response_b64\":\"%s\",\"created_ms\":%s,\"ttl_s\":%s,"
+        sb_jw_rawf(out, ",\"response_b64\":\"%s\",\"created_ms\":%s,\"ttl_s\":%s,"
                        "\"global_hits\":%s,\"origin\":\"cloud\",\"pinned\":true}",
                        PQgetvalue(r, i, 5), PQgetvalue(r, i, 6), PQgetvalue(r, i, 7),
                        PQgetvalue(r, i, 10));
     }
-    sbc_buf_str(out, "],\"deletions\":[");
+    sb_jw_rawf(out, "],\"deletions\":[");
     first = 1;
     for (int i = 0; i < rows && i < limit; i++) {
         if (PQgetvalue(r, i, 8)[0] != 't') continue;
-        sbc_buf_printf(out, "%s\"%s\"", first ? "" : ",", PQgetvalue(r, i, 0));
+        sb_jw_rawf(out, "%s\"%s\"", first ? "" : ",", PQgetvalue(r, i, 0));
         first = 0;
     }
-    sbc_buf_printf(out, "],\"cursor\":%lld,\"more\":%s,\"applied\":%s}", (long long)cursor,
+    sb_jw_rawf(out, "],\"cursor\":%lld,\"more\":%s,\"applied\":%s}", (long long)cursor,
                    more ? "true" : "false", applied ? "true" : "false");
 }
 
-int sbc_store_sync(sbc_store *s, const char *edge_id, const sbj *req, int64_t threshold,
-                   sbc_buf *reply, char *err) {
+int sbc_store_sync(sbc_store *s, const char *edge_id, const sb_json *req, int64_t threshold,
+                   sb_jw *reply, char *err) {
     const char *sync_id;
     int64_t cursor = 0, limit = 500;
-    const sbj *deltas = sbj_get(req, "hit_deltas"), *entries = sbj_get(req, "new_entries");
-    if (sbj_get_str(req, "sync_id", &sync_id) || !*sync_id || strlen(sync_id) > 64 ||
-        sbj_get_int(req, "cursor", &cursor) || cursor < 0 ||
-        (deltas && deltas->type != SBJ_ARR) || (entries && entries->type != SBJ_ARR))
+    const sb_json *deltas = sb_json_get(req, "hit_deltas"), *entries = sb_json_get(req, "new_entries");
+    if (sbc_json_str(req, "sync_id", &sync_id) || !*sync_id || strlen(sync_id) > 64 ||
+        sbc_json_int(req, "cursor", &cursor) || cursor < 0 ||
+        (deltas && sb_json_type_of(deltas) != SB_JSON_ARRAY) ||
+        (entries && sb_json_type_of(entries) != SB_JSON_ARRAY))
         return sb_seterr(err, SB_EINVAL, "sync: needs sync_id, cursor >= 0, and arrays "
                          "hit_deltas / new_entries");
-    sbj_get_int(req, "limit", &limit);
+    sbc_json_int(req, "limit", &limit);
     if (limit < 1 || limit > 5000) limit = 500;
     if (exec_ok(s, "BEGIN", err)) return SB_EIO;
     int rc = SB_EIO, applied = 0;
@@ -268,10 +273,10 @@ int sbc_store_sync(sbc_store *s, const char *edge_id, const sbj *req, int64_t th
     applied = atoi(PQcmdTuples(r)) == 1;
     PQclear(r);
     if (applied) {
-        for (const sbj *e = entries ? entries->child : NULL; e; e = e->next)
-            if ((rc = apply_entry(s, e, &version, err))) goto fail;
-        for (const sbj *d = deltas ? deltas->child : NULL; d; d = d->next)
-            if ((rc = apply_delta(s, d, &version, err))) goto fail;
+        for (size_t i = 0; i < sb_json_len(entries); i++)
+            if ((rc = apply_entry(s, sb_json_at(entries, i), &version, err))) goto fail;
+        for (size_t i = 0; i < sb_json_len(deltas); i++)
+            if ((rc = apply_delta(s, sb_json_at(deltas, i), &version, err))) goto fail;
         num v = n2s(version);
         const char *pv[1] = { v.v };
         rc = SB_EIO;

@@ -21,7 +21,7 @@
 #define MAX_REPLY (256u << 20)      /* a sync page is a few MB at most */
 
 typedef struct {
-    sbc_buf *body;
+    sb_jw *body;
     int too_large;
 } sink;
 
@@ -32,7 +32,7 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg) {
         s->too_large = 1;
         return 0;                   /* makes libcurl stop with CURLE_WRITE_ERROR */
     }
-    sbc_buf_add(s->body, p, len);
+    sb_jw_raw(s->body, p, len);
     return s->body->oom ? 0 : len;
 }
 
@@ -98,18 +98,18 @@ int sbc_http_request(const char *method, const char *url, const char *path, cons
     memset(reply, 0, sizeof *reply);
     if (strncmp(url, "http://", 7) && strncmp(url, "https://", 8))
         return sb_seterr(err, SB_EINVAL, "url %s: only http:// and https:// are supported", url);
-    sbc_buf full = { 0 };
+    sb_jw full = { 0 };
     size_t ul = strlen(url);
     while (ul && url[ul - 1] == '/') ul--;      /* "https://cloud/" + "/v1/sync" */
-    sbc_buf_add(&full, url, ul);
-    sbc_buf_add(&full, path, strlen(path));
-    sbc_buf_add(&full, "", 1);
+    sb_jw_raw(&full, url, ul);
+    sb_jw_raw(&full, path, strlen(path));
+    sb_jw_raw(&full, "", 1);
     int oom = full.oom;
     struct curl_slist *hdrs = oom ? NULL : header_list(headers, &oom);
     CURL *h = oom ? NULL : curl_easy_init();
     if (!h) {
         curl_slist_free_all(hdrs);
-        sbc_buf_free(&full);
+        sb_jw_free(&full);
         return sb_seterr(err, SB_ENOMEM, "%s %s%s: out of memory", method, url, path);
     }
     char curl_err[CURL_ERROR_SIZE] = "";
@@ -121,7 +121,7 @@ int sbc_http_request(const char *method, const char *url, const char *path, cons
         long status = 0;
         curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
         reply->status = (int)status;
-        if (!reply->body.p) sbc_buf_add(&reply->body, "", 0);
+        if (!reply->body.p) sb_jw_raw(&reply->body, "", 0);
         if (reply->body.oom) rc = sb_seterr(err, SB_ENOMEM, "%s %s%s: reply: out of memory", method, url, path);
     } else if (s.too_large || c == CURLE_FILESIZE_EXCEEDED) {
         rc = sb_seterr(err, SB_ERANGE, "%s %s%s: reply too large (over %u MiB)", method, url, path,
@@ -136,7 +136,7 @@ int sbc_http_request(const char *method, const char *url, const char *path, cons
     }
     curl_easy_cleanup(h);
     curl_slist_free_all(hdrs);
-    sbc_buf_free(&full);
-    if (rc) sbc_buf_free(&reply->body);
+    sb_jw_free(&full);
+    if (rc) sb_jw_free(&reply->body);
     return rc;
 }

@@ -27,7 +27,7 @@
 
 typedef struct {
     char    sync_id[33];
-    sbc_buf body;
+    sb_jw body;
     int     resumed, more_local;
     int64_t n_deltas, n_entries;
 } batch;
@@ -53,15 +53,16 @@ static int load_pending(sb_cache *c, batch *b, int *found) {
     rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) {
         snprintf(b->sync_id, sizeof b->sync_id, "%s", (const char *)sqlite3_column_text(st, 0));
-        sbc_buf_add(&b->body, sqlite3_column_blob(st, 1), (size_t)sqlite3_column_bytes(st, 1));
+        sb_jw_raw(&b->body, sqlite3_column_blob(st, 1), (size_t)sqlite3_column_bytes(st, 1));
         *found = 1;
-        sbj *j = NULL;              /* only to report what the resent batch carries */
-        if (b->body.p && sbj_parse(b->body.p, b->body.len, &j, NULL) == SB_OK) {
-            const sbj *d = sbj_get(j, "hit_deltas"), *e = sbj_get(j, "new_entries");
-            for (const sbj *x = d ? d->child : NULL; x; x = x->next) b->n_deltas++;
-            for (const sbj *x = e ? e->child : NULL; x; x = x->next) b->n_entries++;
+        sb_json_doc *j = NULL;      /* only to report what the resent batch carries */
+        if (b->body.p && sb_json_parse(b->body.p, b->body.len, &j, NULL) == SB_OK) {
+            const sb_json *d = sb_json_get(sb_json_root(j), "hit_deltas");
+            const sb_json *e = sb_json_get(sb_json_root(j), "new_entries");
+            b->n_deltas += sb_json_type_of(d) == SB_JSON_ARRAY ? (int64_t)sb_json_len(d) : 0;
+            b->n_entries += sb_json_type_of(e) == SB_JSON_ARRAY ? (int64_t)sb_json_len(e) : 0;
         }
-        sbj_free(j);
+        sb_json_doc_free(j);
         rc = SQLITE_OK;
     } else if (rc == SQLITE_DONE) {
         rc = SQLITE_OK;
@@ -79,10 +80,10 @@ static int add_deltas(sb_cache *c, batch *b) {
     rc = sqlite3_prepare_v2(c->db, "UPDATE entries SET dirty_hits = 0 WHERE id = ?1", -1, &clr, NULL);
     if (rc != SQLITE_OK) { sqlite3_finalize(sel); return rc; }
     sqlite3_bind_int(sel, 1, MAX_DELTAS_PER_BATCH + 1);
-    sbc_buf_str(&b->body, ",\"hit_deltas\":[");
+    sb_jw_rawf(&b->body, ",\"hit_deltas\":[");
     while ((rc = sqlite3_step(sel)) == SQLITE_ROW) {
         if (b->n_deltas == MAX_DELTAS_PER_BATCH) { b->more_local = 1; continue; }
-        sbc_buf_printf(&b->body, "%s{\"key\":\"%s\",\"delta\":%lld}", b->n_deltas ? "," : "",
+        sb_jw_rawf(&b->body, "%s{\"key\":\"%s\",\"delta\":%lld}", b->n_deltas ? "," : "",
                        (const char *)sqlite3_column_text(sel, 1),
                        (long long)sqlite3_column_int64(sel, 2));
         sqlite3_bind_int64(clr, 1, sqlite3_column_int64(sel, 0));
@@ -91,15 +92,15 @@ static int add_deltas(sb_cache *c, batch *b) {
         if (r2 != SQLITE_DONE) { rc = r2; break; }
         b->n_deltas++;
     }
-    sbc_buf_str(&b->body, "]");
+    sb_jw_rawf(&b->body, "]");
     sqlite3_finalize(sel);
     sqlite3_finalize(clr);
     return rc == SQLITE_DONE || rc == SQLITE_ROW ? SQLITE_OK : rc;
 }
 
 static int add_entries(sb_cache *c, const sb_cache_sync_opts *o, batch *b) {
-    sbc_buf_str(&b->body, ",\"new_entries\":[");
-    if (o->no_upload) { sbc_buf_str(&b->body, "]"); return SQLITE_OK; }
+    sb_jw_rawf(&b->body, ",\"new_entries\":[");
+    if (o->no_upload) { sb_jw_rawf(&b->body, "]"); return SQLITE_OK; }
     sqlite3_stmt *sel, *mark;
     int rc = sqlite3_prepare_v2(c->db, "SELECT " SBC_ENTRY_COLUMNS ", id FROM entries"
                                 " WHERE uploaded = 0 AND origin = 0 AND local_hits + 1 >= ?1"
@@ -115,8 +116,8 @@ static int add_entries(sb_cache *c, const sb_cache_sync_opts *o, batch *b) {
         if (b->n_entries == MAX_ENTRIES_PER_BATCH) { b->more_local = 1; continue; }
         sb_cache_entry e;
         if (sbc_row_to_entry(sel, &e)) { rc = SQLITE_NOMEM; break; }
-        if (b->n_entries) sbc_buf_add(&b->body, ",", 1);
-        sbc_buf_entry_json(&b->body, &e);
+        if (b->n_entries) sb_jw_raw(&b->body, ",", 1);
+        sbc_entry_json(&b->body, &e);
         sb_cache_entry_free(&e);
         sqlite3_bind_int64(mark, 1, sqlite3_column_int64(sel, 14));
         int r2 = sqlite3_step(mark);
@@ -124,7 +125,7 @@ static int add_entries(sb_cache *c, const sb_cache_sync_opts *o, batch *b) {
         if (r2 != SQLITE_DONE) { rc = r2; break; }
         b->n_entries++;
     }
-    sbc_buf_str(&b->body, "]");
+    sb_jw_rawf(&b->body, "]");
     sqlite3_finalize(sel);
     sqlite3_finalize(mark);
     return rc == SQLITE_DONE || rc == SQLITE_ROW ? SQLITE_OK : rc;
@@ -149,15 +150,15 @@ static int take_batch(sb_cache *c, const sb_cache_sync_opts *o, batch *b, char *
     int64_t cursor = 0;
     if ((rc = scalar(c, "SELECT value FROM meta WHERE name = 'sync_cursor'", &cursor))) goto sqlfail;
     if (new_sync_id(b->sync_id)) { sbc_exec(c, "ROLLBACK", NULL); return sb_seterr(err, SB_EIO, "getrandom failed"); }
-    sbc_buf_str(&b->body, "{\"edge_id\":");
-    sbc_buf_json_str(&b->body, o->edge_id, strlen(o->edge_id));
+    sb_jw_rawf(&b->body, "{\"edge_id\":");
+    sb_jw_strn(&b->body, o->edge_id, strlen(o->edge_id));
     /* key_versions: the entries this edge can use; an older edge sends none
      * and the cloud then sends it only version 1 (docs/cache-sync.md). */
-    sbc_buf_printf(&b->body, ",\"sync_id\":\"%s\",\"cursor\":%lld,\"limit\":%lld,\"key_versions\":[%d]",
+    sb_jw_rawf(&b->body, ",\"sync_id\":\"%s\",\"cursor\":%lld,\"limit\":%lld,\"key_versions\":[%d]",
                    b->sync_id, (long long)cursor, (long long)(o->page_limit > 0 ? o->page_limit : 500),
                    SB_CACHE_KEY_VERSION);
     if ((rc = add_deltas(c, b)) || (rc = add_entries(c, o, b))) goto sqlfail;
-    sbc_buf_str(&b->body, "}");
+    sb_jw_rawf(&b->body, "}");
     if (b->body.oom) { sbc_exec(c, "ROLLBACK", NULL); return sb_seterr(err, SB_ENOMEM, "sync: out of memory"); }
     sqlite3_stmt *st;
     if ((rc = sqlite3_prepare_v2(c->db, "INSERT INTO sync_outbox(sync_id, body, created_ms)"
@@ -186,15 +187,14 @@ static int exec_key(sb_cache *c, const char *sql, const char *key) {
 }
 
 /* Step 3: the reply, its cursor and the end of the batch, all or nothing. */
-static int apply_reply(sb_cache *c, const batch *b, const sbj *reply, sb_cache_sync_result *res,
+static int apply_reply(sb_cache *c, const batch *b, const sb_json *reply, sb_cache_sync_result *res,
                        int *more, char *err) {
     int64_t cursor = 0;
-    const sbj *more_j = sbj_get(reply, "more"), *entries = sbj_get(reply, "entries"),
-              *deletions = sbj_get(reply, "deletions");
-    if (sbj_get_int(reply, "cursor", &cursor) || (entries && entries->type != SBJ_ARR) ||
-        (deletions && deletions->type != SBJ_ARR))
+    const sb_json *entries = sb_json_get(reply, "entries"), *deletions = sb_json_get(reply, "deletions");
+    if (sbc_json_int(reply, "cursor", &cursor) || (entries && sb_json_type_of(entries) != SB_JSON_ARRAY) ||
+        (deletions && sb_json_type_of(deletions) != SB_JSON_ARRAY))
         return sb_seterr(err, SB_EFORMAT, "sync: reply has no cursor or malformed lists");
-    *more = more_j && more_j->type == SBJ_BOOL && more_j->boolean;
+    *more = sb_json_bool(sb_json_get(reply, "more"));
     int r = sbc_exec(c, "BEGIN IMMEDIATE", err), rc = SQLITE_OK;
     if (r) return r;
     int64_t pending = 0;
@@ -206,10 +206,10 @@ static int apply_reply(sb_cache *c, const batch *b, const sbj *reply, sb_cache_s
         return sbc_exec(c, "COMMIT", err);
     }
     int64_t older = 0;
-    for (const sbj *e = entries ? entries->child : NULL; e; e = e->next) {
+    for (size_t i = 0; i < sb_json_len(entries); i++) {
         sb_cache_entry ent;
         char why[SB_ERR_LEN];
-        int bad = sbc_entry_from_json(e, &ent, why);
+        int bad = sbc_entry_from_json(sb_json_at(entries, i), &ent, why);
         if (bad == SB_EUNSUP) { older++; continue; }    /* an older cloud passes every version on */
         if (bad) { sb_warn("sync: skipping an entry: %s", why); continue; }
         r = sbc_upsert_entry(c, &ent, 1, err);
@@ -217,9 +217,10 @@ static int apply_reply(sb_cache *c, const batch *b, const sbj *reply, sb_cache_s
         if (r) { sbc_exec(c, "ROLLBACK", NULL); return r; }
         res->entries_received++;
     }
-    for (const sbj *d = deletions ? deletions->child : NULL; d; d = d->next) {
-        if (d->type != SBJ_STR) continue;
-        if ((rc = exec_key(c, "DELETE FROM entries WHERE key = ?1", d->str))) goto sqlfail;
+    for (size_t i = 0; i < sb_json_len(deletions); i++) {
+        const char *key = sb_json_str(sb_json_at(deletions, i));
+        if (!key) continue;
+        if ((rc = exec_key(c, "DELETE FROM entries WHERE key = ?1", key))) goto sqlfail;
         res->deletions_received++;
     }
     if (older) sb_info("sync: %lld entries under an older key version not stored", (long long)older);
@@ -246,17 +247,17 @@ static int send_batch(const sb_cache_sync_opts *o, const batch *b, sbc_http_repl
     char ts[24], sig[SB_CACHE_KEY_HEX], headers[512], nonce[33];
     if (strpbrk(o->edge_id, "\r\n")) return sb_seterr(err, SB_EINVAL, "sync: bad edge id");
     if (new_sync_id(nonce)) return sb_seterr(err, SB_EIO, "getrandom failed");
-    sbc_buf body = { 0 };
-    sbc_buf_printf(&body, "{\"nonce\":\"%s\",", nonce);
-    sbc_buf_add(&body, b->body.p + 1, b->body.len - 1);     /* the stored object minus '{' */
-    if (body.oom) { sbc_buf_free(&body); return sb_seterr(err, SB_ENOMEM, "sync: out of memory"); }
+    sb_jw body = { 0 };
+    sb_jw_rawf(&body, "{\"nonce\":\"%s\",", nonce);
+    sb_jw_raw(&body, b->body.p + 1, b->body.len - 1);     /* the stored object minus '{' */
+    if (body.oom) { sb_jw_free(&body); return sb_seterr(err, SB_ENOMEM, "sync: out of memory"); }
     snprintf(ts, sizeof ts, "%lld", (long long)time(NULL));
     sbc_sign(o->secret, ts, body.p, body.len, sig);
     snprintf(headers, sizeof headers, "X-Edge-Id: %s\r\nX-Timestamp: %s\r\nX-Signature: %s\r\n",
              o->edge_id, ts, sig);
     int rc = sbc_http_request("POST", o->url, "/v1/sync", headers, body.p, body.len,
                               o->timeout_ms > 0 ? o->timeout_ms : 10000, o->ca_file, reply, err);
-    sbc_buf_free(&body);
+    sb_jw_free(&body);
     return rc;
 }
 
@@ -273,7 +274,7 @@ int sb_cache_sync(sb_cache *c, const sb_cache_sync_opts *o, sb_cache_sync_result
         pthread_mutex_lock(&c->lock);
         int rc = take_batch(c, o, &b, err);
         pthread_mutex_unlock(&c->lock);
-        if (rc) { sbc_buf_free(&b.body); return rc; }
+        if (rc) { sb_jw_free(&b.body); return rc; }
         res->rounds++;
         res->resumed |= b.resumed;
         sbc_http_reply reply;
@@ -293,21 +294,21 @@ int sb_cache_sync(sb_cache *c, const sb_cache_sync_opts *o, sb_cache_sync_result
                 pthread_mutex_unlock(&c->lock);
             }
         }
-        sbj *j = NULL;
-        if (!rc && (rc = sbj_parse(reply.body.p, reply.body.len, &j, err)) == SB_OK &&
-            j->type != SBJ_OBJ)
+        sb_json_doc *j = NULL;
+        if (!rc && (rc = sb_json_parse(reply.body.p, reply.body.len, &j, err)) == SB_OK &&
+            sb_json_type_of(sb_json_root(j)) != SB_JSON_OBJECT)
             rc = sb_seterr(err, SB_EFORMAT, "sync: reply is not a JSON object");
         int more = 0;
         if (!rc) {
             pthread_mutex_lock(&c->lock);
-            rc = apply_reply(c, &b, j, res, &more, err);
+            rc = apply_reply(c, &b, sb_json_root(j), res, &more, err);
             pthread_mutex_unlock(&c->lock);
         }
         if (!rc) { res->deltas_sent += b.n_deltas; res->entries_sent += b.n_entries; }
-        sbj_free(j);
-        sbc_buf_free(&reply.body);
+        sb_json_doc_free(j);
+        sb_jw_free(&reply.body);
         int more_local = b.more_local || b.resumed;
-        sbc_buf_free(&b.body);
+        sb_jw_free(&b.body);
         if (rc) return rc;
         if (!more && !more_local) return SB_OK;
     }

@@ -116,17 +116,47 @@ int sb_opt_int(const char *cmd, const char *opt, const char *s, int64_t lo, int6
     return 0;
 }
 
+int sb_grow(char **p, size_t *cap, size_t need) {
+    if (need <= *cap) return 0;
+    size_t c = *cap ? *cap : 256;
+    while (c < need)
+        if (sb_mul_size(c, 2, &c)) { c = need; break; }
+    char *np = sb_realloc(*p, c);
+    if (!np) return SB_ENOMEM;
+    *p = np;
+    *cap = c;
+    return 0;
+}
+
+int sb_bytes_reserve(sb_bytes *b, size_t extra) {
+    size_t need;
+    if (sb_add_size(b->n, extra, &need)) return SB_ENOMEM;
+    return sb_grow(&b->p, &b->cap, need);
+}
+
 int sb_bytes_put(sb_bytes *b, const void *d, size_t n) {
-    if (b->n + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n) cap *= 2;
-        char *p = sb_realloc(b->p, cap);
-        if (!p) return SB_ENOMEM;
-        b->p = p;
-        b->cap = cap;
-    }
+    if (sb_bytes_reserve(b, n)) return SB_ENOMEM;
     if (n) memcpy(b->p + b->n, d, n);
     b->n += n;
+    return 0;
+}
+
+int sb_read_stream(FILE *f, const char *name, size_t max, char **out, size_t *len, char *err) {
+    *out = NULL;
+    *len = 0;
+    sb_bytes b = { 0 };
+    int rc = 0;
+    for (size_t got = 1; !rc && got;) {
+        if (sb_bytes_reserve(&b, 4096)) { rc = sb_seterr(err, SB_ENOMEM, "%s: out of memory", name); break; }
+        got = fread(b.p + b.n, 1, b.cap - 1 - b.n, f);   /* one byte kept for the NUL */
+        b.n += got;
+        if (b.n > max) rc = sb_seterr(err, SB_ERANGE, "%s: larger than %zu bytes", name, max);
+    }
+    if (!rc && ferror(f)) rc = sb_seterr(err, SB_EIO, "%s: %s", name, strerror(errno));
+    if (rc) { sb_free(b.p); return rc; }
+    b.p[b.n] = 0;
+    *out = b.p;
+    *len = b.n;
     return 0;
 }
 
@@ -135,25 +165,7 @@ int sb_read_file(const char *path, size_t max, char **out, size_t *len, char *er
     *len = 0;
     FILE *f = fopen(path, "rb");
     if (!f) return sb_seterr(err, SB_EIO, "%s: %s", path, strerror(errno));
-    size_t cap = 4096, n = 0;
-    char *buf = sb_malloc(cap);
-    int rc = 0;
-    for (size_t got; buf && (got = fread(buf + n, 1, cap - 1 - n, f)) > 0;) {
-        n += got;
-        if (n > max) { rc = sb_seterr(err, SB_ERANGE, "%s: larger than %zu bytes", path, max); break; }
-        if (n == cap - 1) {
-            char *nb = sb_realloc(buf, cap * 2);
-            if (!nb) { sb_free(buf); buf = NULL; break; }
-            buf = nb;
-            cap *= 2;
-        }
-    }
-    if (!rc && !buf) rc = sb_seterr(err, SB_ENOMEM, "%s: out of memory", path);
-    if (!rc && ferror(f)) rc = sb_seterr(err, SB_EIO, "%s: %s", path, strerror(errno));
+    int rc = sb_read_stream(f, path, max, out, len, err);
     fclose(f);
-    if (rc) { sb_free(buf); return rc; }
-    buf[n] = 0;
-    *out = buf;
-    *len = n;
-    return 0;
+    return rc;
 }

@@ -8,6 +8,7 @@
  * key path, so a config can be fixed without reading this file.
  */
 #include "sb_config.h"
+#include "sb_net.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -366,59 +367,6 @@ static bool valid_env_name(const char *s) {
     return true;
 }
 
-/* "host:port" or "[v6]:port"; host is letters, digits, '.', '-' (or hex and
- * ':' inside brackets). Returns the port, or -1. */
-static int parse_host_port(const char *s, size_t slen, char *host, size_t hostcap) {
-    const char *colon;
-    const char *h = s, *hend;
-    if (*s == '[') {
-        const char *close = memchr(s, ']', slen);
-        if (!close || close[1] != ':') return -1;
-        h = s + 1;
-        hend = close;
-        colon = close + 1;
-        for (const char *p = h; p < hend; p++)
-            if (!strchr("0123456789abcdefABCDEF:.", *p)) return -1;
-    } else {
-        colon = NULL;
-        for (const char *p = s; p < s + slen; p++) if (*p == ':') colon = p;
-        if (!colon) return -1;
-        hend = colon;
-        for (const char *p = h; p < hend; p++)
-            if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-", *p))
-                return -1;
-    }
-    if (hend == h || (size_t)(hend - h) >= hostcap) return -1;
-    const char *port = colon + 1, *pend = s + slen;
-    if (port == pend || pend - port > 5) return -1;
-    long v = 0;
-    for (const char *p = port; p < pend; p++) {
-        if (*p < '0' || *p > '9') return -1;
-        v = v * 10 + (*p - '0');
-    }
-    if (v < 1 || v > 65535) return -1;
-    memcpy(host, h, (size_t)(hend - h));
-    host[hend - h] = '\0';
-    return (int)v;
-}
-
-/* http(s)://host[:port][/path] */
-static bool valid_url(const char *u) {
-    const char *rest = !strncmp(u, "http://", 7) ? u + 7 : !strncmp(u, "https://", 8) ? u + 8 : NULL;
-    if (!rest) return false;
-    size_t auth = strcspn(rest, "/");
-    if (auth == 0) return false;
-    char host[256];
-    if (memchr(rest, ':', auth) || rest[0] == '[')
-        return parse_host_port(rest, auth, host, sizeof host) > 0;
-    for (size_t i = 0; i < auth; i++)
-        if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-", rest[i]))
-            return false;
-    for (const char *p = rest + auth; *p; p++)
-        if ((unsigned char)*p <= ' ') return false;
-    return true;
-}
-
 static int load_runtime(ctx *c, const sb_config_node *rt) {
     static const char *const keys[] = { "dir", "http", "api_key_env", "api_key_file",
                                         "log_level", "drain_ms", NULL };
@@ -447,9 +395,9 @@ static int load_runtime(ctx *c, const sb_config_node *rt) {
                         "runtime.api_key_env: expected an environment variable name, got '%s'",
                         cfg->runtime.api_key_env);
     }
-    char host[256];
-    int port = parse_host_port(cfg->runtime.http, strlen(cfg->runtime.http), host, sizeof host);
-    if (port < 0)
+    char host[SB_NET_HOST_MAX];
+    int port;
+    if (sb_net_host_port(cfg->runtime.http, 1, host, sizeof host, &port, NULL))
         return FAIL(c, sb_config_node_get(rt, "http"),
                     "runtime.http: expected HOST:PORT with a port in [1, 65535], got '%s'",
                     cfg->runtime.http);
@@ -491,7 +439,7 @@ static int load_model(ctx *c, const sb_config_node *key, const sb_config_node *v
             (rc = get_str(c, v, what, "api_key_env", &m->api_key_env)) ||
             (rc = get_int(c, v, what, "timeout_ms", 1, 3600000, &m->timeout_ms)))
             return rc;
-        if (!valid_url(m->upstream))
+        if (sb_net_url_parse(m->upstream, &(sb_net_url){ 0 }, NULL))
             return FAIL(c, u, "%s.upstream: expected http(s)://HOST[:PORT][/PATH], got '%s'",
                         what, m->upstream);
         if (m->api_key_env && !valid_env_name(m->api_key_env))

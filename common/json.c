@@ -7,12 +7,14 @@
  * column and byte, which is what the client sees in the 400 body.
  */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "sb_json.h"
 #include "sb_common.h"
+#include "sb_utf8.h"
 
 struct sb_json {
     sb_json_type type;
@@ -69,9 +71,7 @@ typedef struct {
     sb_json_doc *doc;
     char *err;
     int failed;
-    /* scratch for string decoding, reused */
-    char *tmp;
-    size_t tmp_cap;
+    sb_bytes tmp;           /* scratch for string decoding, reused */
 } parser;
 
 static int fail(parser *p, const unsigned char *at, const char *what) {
@@ -90,40 +90,6 @@ static void skip_ws(parser *p) {
     while (p->s < p->end && (*p->s == ' ' || *p->s == '\t' || *p->s == '\n' || *p->s == '\r')) p->s++;
 }
 
-/* Length of the valid UTF-8 sequence at s (1-4) or 0: no overlongs, no
- * surrogates, nothing above U+10FFFF. */
-static size_t utf8_len(const unsigned char *s, const unsigned char *end) {
-    unsigned c = s[0];
-    if (c < 0x80) return 1;
-    size_t n;
-    unsigned min;
-    if ((c & 0xe0) == 0xc0) { n = 2; min = 0x80; c &= 0x1f; }
-    else if ((c & 0xf0) == 0xe0) { n = 3; min = 0x800; c &= 0x0f; }
-    else if ((c & 0xf8) == 0xf0) { n = 4; min = 0x10000; c &= 0x07; }
-    else return 0;
-    if ((size_t)(end - s) < n) return 0;
-    for (size_t i = 1; i < n; i++) {
-        if ((s[i] & 0xc0) != 0x80) return 0;
-        c = (c << 6) | (s[i] & 0x3f);
-    }
-    if (c < min || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff)) return 0;
-    return n;
-}
-
-static int tmp_put(parser *p, size_t *n, const void *src, size_t k) {
-    if (*n + k + 1 > p->tmp_cap) {
-        size_t cap = p->tmp_cap ? p->tmp_cap : 256;
-        while (cap < *n + k + 1) cap *= 2;
-        char *t = sb_realloc(p->tmp, cap);
-        if (!t) return -1;
-        p->tmp = t;
-        p->tmp_cap = cap;
-    }
-    memcpy(p->tmp + *n, src, k);
-    *n += k;
-    return 0;
-}
-
 static int hex4(const unsigned char *s, unsigned *out) {
     unsigned v = 0;
     for (int i = 0; i < 4; i++) {
@@ -138,26 +104,10 @@ static int hex4(const unsigned char *s, unsigned *out) {
     return 0;
 }
 
-static size_t utf8_encode(unsigned cp, unsigned char *o) {
-    if (cp < 0x80) { o[0] = (unsigned char)cp; return 1; }
-    if (cp < 0x800) { o[0] = (unsigned char)(0xc0 | cp >> 6); o[1] = (unsigned char)(0x80 | (cp & 0x3f)); return 2; }
-    if (cp < 0x10000) {
-        o[0] = (unsigned char)(0xe0 | cp >> 12);
-        o[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3f));
-        o[2] = (unsigned char)(0x80 | (cp & 0x3f));
-        return 3;
-    }
-    o[0] = (unsigned char)(0xf0 | cp >> 18);
-    o[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3f));
-    o[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3f));
-    o[3] = (unsigned char)(0x80 | (cp & 0x3f));
-    return 4;
-}
-
 /* p->s at the opening quote. On success *out is an arena copy. */
 static int parse_string(parser *p, char **out, size_t *out_len) {
     const unsigned char *q = p->s + 1;
-    size_t n = 0;
+    p->tmp.n = 0;
     for (;;) {
         if (q >= p->end) return fail(p, q, "unterminated string");
         unsigned c = *q;
@@ -187,24 +137,25 @@ static int parse_string(parser *p, char **out, size_t *out_len) {
                     cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
                     q += 6;
                 }
-                unsigned char u[4];
-                if (tmp_put(p, &n, u, utf8_encode(cp, u))) return SB_ENOMEM;
+                char u[4];
+                if (sb_bytes_put(&p->tmp, u, sb_utf8_encode(cp, u))) return SB_ENOMEM;
                 continue;
             }
             default: return fail(p, q, "unknown escape");
             }
-            if (tmp_put(p, &n, &lit, 1)) return SB_ENOMEM;
+            if (sb_bytes_put(&p->tmp, &lit, 1)) return SB_ENOMEM;
             q += 2;
             continue;
         }
-        size_t k = utf8_len(q, p->end);
+        size_t k = sb_utf8_valid(q, (size_t)(p->end - q));
         if (!k) return fail(p, q, "invalid UTF-8");
-        if (tmp_put(p, &n, q, k)) return SB_ENOMEM;
+        if (sb_bytes_put(&p->tmp, q, k)) return SB_ENOMEM;
         q += k;
     }
+    size_t n = p->tmp.n;
     char *s = arena_alloc(p->doc, n + 1);
     if (!s) return SB_ENOMEM;
-    if (n) memcpy(s, p->tmp, n);
+    if (n) memcpy(s, p->tmp.p, n);
     s[n] = '\0';
     *out = s;
     *out_len = n;
@@ -381,13 +332,13 @@ int sb_json_parse(const char *text, size_t len, sb_json_doc **out, char *err) {
     sb_json_doc *d = sb_calloc(1, sizeof *d);
     if (!d) return sb_seterr(err, SB_ENOMEM, "out of memory");
     parser p = { (const unsigned char *)text, (const unsigned char *)text + len, (const unsigned char *)text,
-                 d, err, 0, NULL, 0 };
+                 d, err, 0, { 0 } };
     int rc = parse_value(&p, &d->root, 0);
     if (!rc) {
         skip_ws(&p);
         if (p.s != p.end) rc = fail(&p, p.s, "trailing characters after the value");
     }
-    sb_free(p.tmp);
+    sb_free(p.tmp.p);
     if (rc) {
         if (rc == SB_ENOMEM) sb_seterr(err, SB_ENOMEM, "out of memory parsing JSON");
         sb_json_doc_free(d);
@@ -488,25 +439,36 @@ void sb_jw_reset(sb_jw *w) {
 }
 
 static int reserve(sb_jw *w, size_t extra) {
+    size_t need;
     if (w->oom) return -1;
-    if (w->len + extra + 1 <= w->cap) return 0;
-    size_t cap = w->cap ? w->cap : 256;
-    while (cap < w->len + extra + 1) {
-        if (cap > SIZE_MAX / 4) { w->oom = 1; return -1; }
-        cap *= 2;
+    if (sb_add_size(w->len, extra, &need) || sb_add_size(need, 1, &need) ||
+        sb_grow(&w->p, &w->cap, need)) {
+        w->oom = 1;
+        return -1;
     }
-    char *p = sb_realloc(w->p, cap);
-    if (!p) { w->oom = 1; return -1; }
-    w->p = p;
-    w->cap = cap;
     return 0;
 }
 
-void sb_jw_raw(sb_jw *w, const char *s, size_t n) {
+void sb_jw_raw(sb_jw *w, const void *s, size_t n) {
     if (reserve(w, n)) return;
     if (n) memcpy(w->p + w->len, s, n);
     w->len += n;
     w->p[w->len] = '\0';
+}
+
+void sb_jw_rawf(sb_jw *w, const char *fmt, ...) {
+    char small[256];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(small, sizeof small, fmt, ap);
+    va_end(ap);
+    if (n < 0) { w->oom = 1; return; }
+    if ((size_t)n < sizeof small) { sb_jw_raw(w, small, (size_t)n); return; }
+    if (reserve(w, (size_t)n)) return;
+    va_start(ap, fmt);
+    vsnprintf(w->p + w->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    w->len += (size_t)n;
 }
 
 static void put(sb_jw *w, const char *s) { sb_jw_raw(w, s, strlen(s)); }
@@ -558,7 +520,7 @@ static void escaped(sb_jw *w, const char *s, size_t n) {
         if (q >= end) break;
         unsigned c = *q;
         if (c >= 0x80) {
-            size_t k = utf8_len(q, end);
+            size_t k = sb_utf8_valid(q, (size_t)(end - q));
             if (k) sb_jw_raw(w, (const char *)q, k);
             else put(w, "\xef\xbf\xbd");        /* U+FFFD */
             q += k ? k : 1;

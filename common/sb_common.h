@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdarg.h>
+#include <stdio.h>
 
 #define SB_ERR_LEN 256          /* room for "file: field at byte offset N: why" */
 
@@ -73,10 +74,19 @@ double   sb_now_s(void);
 /* Read a whole file (at most max bytes) into *out, NUL-terminated, sb_free()
  * by the caller. SB_EIO (err names the path and errno) or SB_ERANGE (too big). */
 int      sb_read_file(const char *path, size_t max, char **out, size_t *len, char *err);
+/* The same for an open stream (stdin); name is for messages. */
+int      sb_read_stream(FILE *f, const char *name, size_t max, char **out, size_t *len, char *err);
 
-/* ---- a growable byte buffer ---- */
+/* ---- growable buffers ---- */
+/* The one growth policy: make *p (sb_realloc'ed) hold at least `need`
+ * bytes, doubling *cap from 256. 0, or SB_ENOMEM (*p and *cap unchanged).
+ * sb_bytes below and the JSON writer's sb_jw (sb_json.h: text, sticky
+ * failure, NUL-terminated) are built on it. */
+int sb_grow(char **p, size_t *cap, size_t need);
 typedef struct { char *p; size_t n, cap; } sb_bytes;
-/* Append n bytes (doubling from 256); 0 or SB_ENOMEM (b unchanged). */
+/* Room for `extra` more bytes; 0 or SB_ENOMEM (b unchanged). */
+int sb_bytes_reserve(sb_bytes *b, size_t extra);
+/* Append n bytes; 0 or SB_ENOMEM (b unchanged). */
 int sb_bytes_put(sb_bytes *b, const void *d, size_t n);
 
 /* ---- command-line options ---- */

@@ -83,7 +83,10 @@ void sb_jw_num(sb_jw *w, double v);                     /* NaN/Inf -> null */
 void sb_jw_bool(sb_jw *w, bool v);
 void sb_jw_null(sb_jw *w);
 void sb_jw_value(sb_jw *w, const sb_json *v);           /* re-encode a parsed value */
-/* Raw text appended as is, outside the comma logic (SSE framing). */
-void sb_jw_raw(sb_jw *w, const char *s, size_t n);
+/* Raw text appended as is, outside the comma logic (SSE framing, a
+ * protocol's fixed parts, or sb_jw used as a plain growable byte buffer:
+ * sticky failure, always NUL-terminated). */
+void sb_jw_raw(sb_jw *w, const void *s, size_t n);
+void sb_jw_rawf(sb_jw *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #endif

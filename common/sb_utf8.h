@@ -3,8 +3,8 @@
  *
  * The decoder is lenient in exactly llama.cpp's way (no overlong or
  * surrogate checks): the tokenizers must cut text where llama.cpp does, or
- * token ids differ. Validation of untrusted input (JSON, HTTP) is the JSON
- * reader's strict check, not this.
+ * token ids differ. Validation of untrusted input (JSON, HTTP) is the
+ * strict sb_utf8_valid below, which the JSON reader and writer use.
  */
 #ifndef SB_UTF8_H
 #define SB_UTF8_H
@@ -18,6 +18,10 @@ size_t   sb_utf8_len(uint8_t lead);
 /* Decode the code point at s[0..n): returns the bytes used, or 0 when the
  * sequence is invalid. No overlong/surrogate checks - llama.cpp has none. */
 size_t   sb_utf8_decode(const uint8_t *s, size_t n, uint32_t *cp);
+/* Length (1..4) of the well-formed UTF-8 sequence at s[0..n) (RFC 3629: no
+ * overlong form, no surrogate, nothing above U+10FFFF), or 0 if it is not
+ * one. n >= 1. */
+size_t   sb_utf8_valid(const uint8_t *s, size_t n);
 /* Encode cp (<= 0x10FFFF) into out; returns 1..4. */
 size_t   sb_utf8_encode(uint32_t cp, char out[4]);
 /* Whole text to code points; an invalid byte becomes U+FFFD and decoding

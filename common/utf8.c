@@ -33,6 +33,23 @@ size_t sb_utf8_decode(const uint8_t *s, size_t n, uint32_t *cp) {
     return 0;                                        /* 0xF8..0xFF */
 }
 
+size_t sb_utf8_valid(const uint8_t *s, size_t n) {
+    uint32_t c = s[0], min;
+    size_t len;
+    if (c < 0x80) return 1;
+    if ((c & 0xE0) == 0xC0) { len = 2; min = 0x80; c &= 0x1F; }
+    else if ((c & 0xF0) == 0xE0) { len = 3; min = 0x800; c &= 0x0F; }
+    else if ((c & 0xF8) == 0xF0) { len = 4; min = 0x10000; c &= 0x07; }
+    else return 0;
+    if (n < len) return 0;
+    for (size_t i = 1; i < len; i++) {
+        if (!is_cont(s[i])) return 0;
+        c = (c << 6) | (s[i] & 0x3F);
+    }
+    if (c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) return 0;
+    return len;
+}
+
 size_t sb_utf8_encode(uint32_t cp, char out[4]) {
     if (cp <= 0x7F) { out[0] = (char)cp; return 1; }
     if (cp <= 0x7FF) {

@@ -17,26 +17,10 @@
 /* ================================================================ writer */
 
 struct sb_mp_writer {
-    char  *buf;
-    size_t len, cap;
+    sb_bytes out;
     int    status;              /* sticky first error */
     msgpack_packer pk;
 };
-
-static int writer_grow(sb_mp_writer *w, size_t extra) {
-    size_t need;
-    if (sb_add_size(w->len, extra, &need)) return SB_ENOMEM;
-    if (need <= w->cap) return 0;
-    size_t cap = w->cap ? w->cap : 256;
-    while (cap < need) {
-        if (sb_mul_size(cap, 2, &cap)) { cap = need; break; }
-    }
-    char *nb = sb_realloc(w->buf, cap);
-    if (!nb) return SB_ENOMEM;
-    w->buf = nb;
-    w->cap = cap;
-    return 0;
-}
 
 /* msgpack_packer's sink: returning non-zero makes the pack call fail. */
 static int writer_sink(void *data, const char *p, size_t n) {
@@ -45,9 +29,7 @@ static int writer_sink(void *data, const char *p, size_t n) {
     /* Empty bodies arrive with NULL or stale pointers (msgpack-c's empty
      * strings): never hand those to memcpy. Found by fuzz_frame. */
     if (n == 0) return 0;
-    if (writer_grow(w, n)) { w->status = SB_ENOMEM; return -1; }
-    memcpy(w->buf + w->len, p, n);
-    w->len += n;
+    if (sb_bytes_put(&w->out, p, n)) { w->status = SB_ENOMEM; return -1; }
     return 0;
 }
 
@@ -61,25 +43,25 @@ int sb_mp_writer_new(sb_mp_writer **out) {
 
 void sb_mp_writer_free(sb_mp_writer *w) {
     if (!w) return;
-    sb_free(w->buf);
+    sb_free(w->out.p);
     sb_free(w);
 }
 
-void sb_mp_writer_reset(sb_mp_writer *w) { w->len = 0; w->status = 0; }
+void sb_mp_writer_reset(sb_mp_writer *w) { w->out.n = 0; w->status = 0; }
 int sb_mp_writer_status(const sb_mp_writer *w) { return w->status; }
 
 const void *sb_mp_writer_data(const sb_mp_writer *w, size_t *len) {
-    *len = w->len;
-    return w->buf;
+    *len = w->out.n;
+    return w->out.p;
 }
 
 int sb_mp_writer_detach(sb_mp_writer *w, void **buf, size_t *len) {
     if (w->status) return w->status;
-    if (!w->buf && writer_grow(w, 1)) return SB_ENOMEM;   /* never hand out NULL */
-    *buf = w->buf;
-    *len = w->len;
-    w->buf = NULL;
-    w->len = w->cap = 0;
+    if (!w->out.p && sb_bytes_reserve(&w->out, 1)) return SB_ENOMEM;   /* never hand out NULL */
+    *buf = w->out.p;
+    *len = w->out.n;
+    w->out.p = NULL;
+    w->out.n = w->out.cap = 0;
     return 0;
 }
 
@@ -121,10 +103,10 @@ void sb_mp_frame_begin(sb_mp_writer *w) {
 
 int sb_mp_frame_end(sb_mp_writer *w, size_t max_frame) {
     if (w->status) return w->status;
-    if (w->len < SB_IPC_FRAME_HEADER) return w->status = SB_EINVAL;
-    size_t payload = w->len - SB_IPC_FRAME_HEADER;
+    if (w->out.n < SB_IPC_FRAME_HEADER) return w->status = SB_EINVAL;
+    size_t payload = w->out.n - SB_IPC_FRAME_HEADER;
     if (payload > max_frame || payload > UINT32_MAX) return w->status = SB_ERANGE;
-    unsigned char *h = (unsigned char *)w->buf;
+    unsigned char *h = (unsigned char *)w->out.p;
     h[0] = (unsigned char)(payload >> 24);
     h[1] = (unsigned char)(payload >> 16);
     h[2] = (unsigned char)(payload >> 8);

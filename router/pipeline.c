@@ -418,7 +418,8 @@ static int load_json_schema(vctx *c, const sb_config_node *v, sb_stage *s) {
     return 0;
 }
 
-static int load_stage(vctx *c, const sb_config_node *n, sb_pipeline *p, size_t idx) {
+/* name and kind of stage idx; c->path gets "(NAME)"; unknown keys refused. */
+static int load_stage_head(vctx *c, const sb_config_node *n, sb_pipeline *p, size_t idx) {
     sb_stage *s = &p->stages[idx];
     s->line = n->line;
     s->col = n->col;
@@ -453,7 +454,129 @@ static int load_stage(vctx *c, const sb_config_node *n, sb_pipeline *p, size_t i
     static const char *const retrieve_keys[] = { "name", "kind", "when", "kb", "query", "top_k", "min_score", "mode",
                                                  "priority", NULL };
     static const char *const *const keys_of[] = { intent_keys, gen_keys, tool_keys, retrieve_keys };
-    if ((rc = check_keys(c, n, keys_of[s->kind]))) return rc;
+    return check_keys(c, n, keys_of[s->kind]);
+}
+
+/* A model stage's model, system and chat. */
+static int load_model_keys(vctx *c, const sb_config_node *n, sb_stage *s, const rt_tmpl_scope *scope) {
+    const sb_config_node *v;
+    int rc;
+    if (!(v = sb_config_node_get(n, "model"))) return FAIL(c, n, "%s: missing 'model'", c->path);
+    if ((rc = get_str(c, v, "model", &s->model))) return rc;
+    if (!sb_config_find_model(c->cfg, s->model))
+        return FAIL(c, v, "%s.model: no model named '%s' under models:", c->path, s->model);
+    if ((v = sb_config_node_get(n, "system")) && (rc = tmpl(c, v, "system", scope, &s->system))) return rc;
+    if ((v = sb_config_node_get(n, "chat")) && (rc = get_bool(c, v, "chat", &s->chat))) return rc;
+    return 0;
+}
+
+static int load_intent(vctx *c, const sb_config_node *n, sb_stage *s, const rt_tmpl_scope *scope) {
+    const sb_config_node *v;
+    int rc;
+    if (!(v = sb_config_node_get(n, "labels"))) return FAIL(c, n, "%s: missing 'labels'", c->path);
+    if ((rc = load_labels(c, v, s))) return rc;
+    if ((v = sb_config_node_get(n, "calibrate")) && (rc = get_bool(c, v, "calibrate", &s->calibrate))) return rc;
+    if ((v = sb_config_node_get(n, "min_confidence")) && (rc = get_num(c, v, "min_confidence", 0, 1, &s->min_confidence)))
+        return rc;
+    if ((v = sb_config_node_get(n, "fallback"))) {
+        if ((rc = get_str(c, v, "fallback", &s->fallback))) return rc;
+        if (label_index(s, s->fallback) < 0)
+            return FAIL(c, v, "%s.fallback: '%s' is not one of this stage's labels", c->path, s->fallback);
+    } else if (s->min_confidence > 0) {
+        return FAIL(c, n, "%s: min_confidence needs a 'fallback' label", c->path);
+    }
+    if ((rc = load_intent_method(c, n, s))) return rc;
+    return (v = sb_config_node_get(n, "utterance")) ? tmpl(c, v, "utterance", scope, &s->utterance)
+                                                    : rt_tmpl_compile("{{input}}", scope, &s->utterance, NULL, 0);
+}
+
+static int load_generate(vctx *c, const sb_config_node *n, sb_stage *s, const rt_tmpl_scope *scope) {
+    const sb_config_node *v;
+    int rc;
+    if (!(v = sb_config_node_get(n, "prompt"))) return FAIL(c, n, "%s: missing 'prompt'", c->path);
+    if ((rc = tmpl(c, v, "prompt", scope, &s->prompt))) return rc;
+    if ((rc = load_sampling(c, n, s, c->cfg))) return rc;
+    if ((v = sb_config_node_get(n, "stop"))) {
+        char **stops;
+        if ((rc = get_strs(c, v, "stop", SB_PIPE_MAX_STOPS, &stops, &s->n_stops))) {
+            for (size_t i = 0; stops && stops[i] && i < SB_PIPE_MAX_STOPS; i++) sb_free(stops[i]);
+            sb_free(stops);
+            return rc;
+        }
+        memcpy(s->stops, stops, s->n_stops * sizeof *stops);
+        sb_free(stops);
+    }
+    if ((v = sb_config_node_get(n, "json")) && (rc = get_bool(c, v, "json", &s->json))) return rc;
+    if ((v = sb_config_node_get(n, "json_schema")) && (rc = load_json_schema(c, v, s))) return rc;
+    return 0;
+}
+
+/* args_from: an earlier stage that produces JSON. */
+static int load_args_from(vctx *c, const sb_config_node *v, sb_pipeline *p, size_t idx, sb_stage *s) {
+    if (v->kind != SB_CFG_SCALAR) return FAIL(c, v, "%s.args_from: expected a stage name", c->path);
+    for (size_t j = 0; j < idx; j++)
+        if (!strcmp(p->stages[j].name, v->value)) s->args_from = (int)j;
+    if (s->args_from < 0) return FAIL(c, v, "%s.args_from: no earlier stage named '%s'", c->path, v->value);
+    if (!p->stages[s->args_from].json && p->stages[s->args_from].kind != SB_STAGE_TOOL)
+        return FAIL(c, v, "%s.args_from: stage '%s' does not produce JSON (set json: true on it)", c->path, v->value);
+    return 0;
+}
+
+/* A command tool: argv templates (no shell) and its environment. */
+static int load_command(vctx *c, const sb_config_node *n, const sb_config_node *cmd, sb_stage *s,
+                        const rt_tmpl_scope *scope) {
+    int rc;
+    size_t k = cmd->kind == SB_CFG_SEQ ? cmd->n_items : 0;
+    if (!k || k > SB_PIPE_MAX_ARGS)
+        return FAIL(c, cmd, "%s.command: expected a list of 1-%d strings (program and arguments; no shell)", c->path,
+                    SB_PIPE_MAX_ARGS);
+    for (size_t i = 0; i < k; i++) {
+        if ((rc = tmpl(c, cmd->items[i], "command", scope, &s->argv[i]))) return rc;
+        s->n_argv++;
+    }
+    const sb_config_node *v = sb_config_node_get(n, "env");
+    return v ? load_env(c, v, s) : 0;
+}
+
+/* An HTTP tool: url, method, body. */
+static int load_http_tool(vctx *c, const sb_config_node *n, const sb_config_node *url, sb_stage *s,
+                          const rt_tmpl_scope *scope) {
+    const sb_config_node *v;
+    int rc;
+    if ((v = sb_config_node_get(n, "env"))) return FAIL(c, v, "%s.env: only a command tool has an environment", c->path);
+    if ((rc = get_str(c, url, "url", &s->url))) return rc;
+    if (strncmp(s->url, "http://", 7)) return FAIL(c, url, "%s.url: only http:// URLs are supported", c->path);
+    if ((v = sb_config_node_get(n, "method"))) {
+        if (v->kind != SB_CFG_SCALAR || (strcmp(v->value, "GET") && strcmp(v->value, "POST")))
+            return FAIL(c, v, "%s.method: expected GET or POST", c->path);
+        s->http_post = !strcmp(v->value, "POST");
+    } else {
+        s->http_post = true;
+    }
+    if ((v = sb_config_node_get(n, "body")) && (rc = tmpl(c, v, "body", scope, &s->body))) return rc;
+    return 0;
+}
+
+static int load_tool(vctx *c, const sb_config_node *n, sb_pipeline *p, size_t idx, const rt_tmpl_scope *scope) {
+    sb_stage *s = &p->stages[idx];
+    const sb_config_node *cmd = sb_config_node_get(n, "command"), *url = sb_config_node_get(n, "url"), *v;
+    int rc;
+    if (!cmd == !url) return FAIL(c, n, "%s: a tool stage needs exactly one of 'command' or 'url'", c->path);
+    if ((v = sb_config_node_get(n, "args_from")) && (rc = load_args_from(c, v, p, idx, s))) return rc;
+    long long t = 10000;
+    if ((v = sb_config_node_get(n, "timeout_ms")) && (rc = get_int(c, v, "timeout_ms", 1, 3600000, &t))) return rc;
+    s->timeout_ms = (int)t;
+    if ((rc = load_tool_limits(c, n, s))) return rc;
+    if ((v = sb_config_node_get(n, "stdin")) && (rc = tmpl(c, v, "stdin", scope, &s->stdin_tmpl))) return rc;
+    return cmd ? load_command(c, n, cmd, s, scope) : load_http_tool(c, n, url, s, scope);
+}
+
+static int load_stage(vctx *c, const sb_config_node *n, sb_pipeline *p, size_t idx) {
+    sb_stage *s = &p->stages[idx];
+    int rc = load_stage_head(c, n, p, idx);
+    if (rc) return rc;
+    /* What its templates may name: the stages before it, and the intent's
+     * outcome when there is an intent stage among them. */
     const char *names[SB_PIPE_MAX_STAGES];
     bool has_intent = false;
     for (size_t j = 0; j < idx; j++) {
@@ -471,90 +594,12 @@ static int load_stage(vctx *c, const sb_config_node *n, sb_pipeline *p, size_t i
         (rc = get_int(c, v, "priority", -SB_PIPE_MAX_PRIORITY, SB_PIPE_MAX_PRIORITY, &prio)))
         return rc;
     s->priority = (int)prio;
-    if (s->kind == SB_STAGE_RETRIEVE) return load_retrieve(c, n, s, &scope);
-    if (s->kind != SB_STAGE_TOOL) {
-        if (!(v = sb_config_node_get(n, "model"))) return FAIL(c, n, "%s: missing 'model'", c->path);
-        if ((rc = get_str(c, v, "model", &s->model))) return rc;
-        if (!sb_config_find_model(c->cfg, s->model))
-            return FAIL(c, v, "%s.model: no model named '%s' under models:", c->path, s->model);
-        if ((v = sb_config_node_get(n, "system")) && (rc = tmpl(c, v, "system", &scope, &s->system))) return rc;
-        if ((v = sb_config_node_get(n, "chat")) && (rc = get_bool(c, v, "chat", &s->chat))) return rc;
+    switch (s->kind) {
+    case SB_STAGE_RETRIEVE: return load_retrieve(c, n, s, &scope);
+    case SB_STAGE_TOOL: return load_tool(c, n, p, idx, &scope);
+    case SB_STAGE_INTENT: return (rc = load_model_keys(c, n, s, &scope)) ? rc : load_intent(c, n, s, &scope);
+    default: return (rc = load_model_keys(c, n, s, &scope)) ? rc : load_generate(c, n, s, &scope);
     }
-    if (s->kind == SB_STAGE_INTENT) {
-        if (!(v = sb_config_node_get(n, "labels"))) return FAIL(c, n, "%s: missing 'labels'", c->path);
-        if ((rc = load_labels(c, v, s))) return rc;
-        if ((v = sb_config_node_get(n, "calibrate")) && (rc = get_bool(c, v, "calibrate", &s->calibrate))) return rc;
-        if ((v = sb_config_node_get(n, "min_confidence")) && (rc = get_num(c, v, "min_confidence", 0, 1, &s->min_confidence)))
-            return rc;
-        if ((v = sb_config_node_get(n, "fallback"))) {
-            if ((rc = get_str(c, v, "fallback", &s->fallback))) return rc;
-            if (label_index(s, s->fallback) < 0)
-                return FAIL(c, v, "%s.fallback: '%s' is not one of this stage's labels", c->path, s->fallback);
-        } else if (s->min_confidence > 0) {
-            return FAIL(c, n, "%s: min_confidence needs a 'fallback' label", c->path);
-        }
-        if ((rc = load_intent_method(c, n, s))) return rc;
-        rc = (v = sb_config_node_get(n, "utterance")) ? tmpl(c, v, "utterance", &scope, &s->utterance)
-                                                       : rt_tmpl_compile("{{input}}", &scope, &s->utterance, NULL, 0);
-        return rc;
-    }
-    if (s->kind == SB_STAGE_GENERATE) {
-        if (!(v = sb_config_node_get(n, "prompt"))) return FAIL(c, n, "%s: missing 'prompt'", c->path);
-        if ((rc = tmpl(c, v, "prompt", &scope, &s->prompt))) return rc;
-        if ((rc = load_sampling(c, n, s, c->cfg))) return rc;
-        if ((v = sb_config_node_get(n, "stop"))) {
-            char **stops;
-            if ((rc = get_strs(c, v, "stop", SB_PIPE_MAX_STOPS, &stops, &s->n_stops))) {
-                for (size_t i = 0; stops && stops[i] && i < SB_PIPE_MAX_STOPS; i++) sb_free(stops[i]);
-                sb_free(stops);
-                return rc;
-            }
-            memcpy(s->stops, stops, s->n_stops * sizeof *stops);
-            sb_free(stops);
-        }
-        if ((v = sb_config_node_get(n, "json")) && (rc = get_bool(c, v, "json", &s->json))) return rc;
-        if ((v = sb_config_node_get(n, "json_schema")) && (rc = load_json_schema(c, v, s))) return rc;
-        return 0;
-    }
-    /* tool */
-    const sb_config_node *cmd = sb_config_node_get(n, "command"), *url = sb_config_node_get(n, "url");
-    if (!cmd == !url) return FAIL(c, n, "%s: a tool stage needs exactly one of 'command' or 'url'", c->path);
-    if ((v = sb_config_node_get(n, "args_from"))) {
-        if (v->kind != SB_CFG_SCALAR) return FAIL(c, v, "%s.args_from: expected a stage name", c->path);
-        for (size_t j = 0; j < idx; j++)
-            if (!strcmp(p->stages[j].name, v->value)) s->args_from = (int)j;
-        if (s->args_from < 0) return FAIL(c, v, "%s.args_from: no earlier stage named '%s'", c->path, v->value);
-        if (!p->stages[s->args_from].json && p->stages[s->args_from].kind != SB_STAGE_TOOL)
-            return FAIL(c, v, "%s.args_from: stage '%s' does not produce JSON (set json: true on it)", c->path, v->value);
-    }
-    long long t = 10000;
-    if ((v = sb_config_node_get(n, "timeout_ms")) && (rc = get_int(c, v, "timeout_ms", 1, 3600000, &t))) return rc;
-    s->timeout_ms = (int)t;
-    if ((rc = load_tool_limits(c, n, s))) return rc;
-    if ((v = sb_config_node_get(n, "stdin")) && (rc = tmpl(c, v, "stdin", &scope, &s->stdin_tmpl))) return rc;
-    if (cmd) {
-        size_t k2 = cmd->kind == SB_CFG_SEQ ? cmd->n_items : 0;
-        if (!k2 || k2 > SB_PIPE_MAX_ARGS)
-            return FAIL(c, cmd, "%s.command: expected a list of 1-%d strings (program and arguments; no shell)", c->path,
-                        SB_PIPE_MAX_ARGS);
-        for (size_t i = 0; i < k2; i++) {
-            if ((rc = tmpl(c, cmd->items[i], "command", &scope, &s->argv[i]))) return rc;
-            s->n_argv++;
-        }
-        return (v = sb_config_node_get(n, "env")) ? load_env(c, v, s) : 0;
-    }
-    if ((v = sb_config_node_get(n, "env"))) return FAIL(c, v, "%s.env: only a command tool has an environment", c->path);
-    if ((rc = get_str(c, url, "url", &s->url))) return rc;
-    if (strncmp(s->url, "http://", 7)) return FAIL(c, url, "%s.url: only http:// URLs are supported", c->path);
-    if ((v = sb_config_node_get(n, "method"))) {
-        if (v->kind != SB_CFG_SCALAR || (strcmp(v->value, "GET") && strcmp(v->value, "POST")))
-            return FAIL(c, v, "%s.method: expected GET or POST", c->path);
-        s->http_post = !strcmp(v->value, "POST");
-    } else {
-        s->http_post = true;
-    }
-    if ((v = sb_config_node_get(n, "body")) && (rc = tmpl(c, v, "body", &scope, &s->body))) return rc;
-    return 0;
 }
 
 /* ------------------------------------------------------------ pipelines */

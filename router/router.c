@@ -13,6 +13,7 @@
  */
 #include <ctype.h>
 #include <event2/event.h>
+#include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,7 @@
 #include "obs.h"
 #include "router_internal.h"
 #include "sb_cmd.h"
+#include "sb_net.h"
 
 typedef struct {
     rt r;
@@ -259,130 +261,101 @@ static void usage(FILE *f) {
             "Exit status: 0 after a clean stop, 2 for a bad config or address.\n");
 }
 
-static int parse_listen(const char *s, char *host, size_t hn, int *port) {
-    const char *colon = strrchr(s, ':');
-    if (!colon || colon == s) return -1;
-    const char *h = s;
-    size_t len = (size_t)(colon - s);
-    if (h[0] == '[' && len >= 2 && h[len - 1] == ']') { h++; len -= 2; }
-    if (len >= hn) return -1;
-    memcpy(host, h, len);
-    host[len] = '\0';
-    char *end;
-    long p = strtol(colon + 1, &end, 10);
-    if (*end || p < 0 || p > 65535) return -1;
-    *port = (int)p;
-    return 0;
-}
+typedef struct {
+    const char *config, *listen;
+    int64_t body_ms, max_body, max_headers;
+    bool no_socket, check;
+} router_args;
 
-int sb_cmd_router(int argc, char **argv) {
-    const char *config = NULL, *listen = NULL;
-    long body_ms = 10000, max_body = 1 << 20, max_headers = 16384;
-    bool no_socket = false, check = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        long *num = NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return SB_EXIT_OK; }
-        else if ((!strcmp(a, "-c") || !strcmp(a, "--config")) && v) { config = v; i++; }
-        else if (!strcmp(a, "--listen") && v) { listen = v; i++; }
-        else if (!strcmp(a, "--body-timeout-ms")) num = &body_ms;
-        else if (!strcmp(a, "--max-body")) num = &max_body;
-        else if (!strcmp(a, "--max-headers")) num = &max_headers;
-        else if (!strcmp(a, "--no-socket")) no_socket = true;
-        else if (!strcmp(a, "--check")) check = true;
-        else { fprintf(stderr, "router: unknown or incomplete option '%s'\n", a); usage(stderr); return SB_EXIT_CONFIG; }
-        if (num) {
-            char *end;
-            *num = v ? strtol(v, &end, 10) : -1;
-            if (!v || *end || *num < 100 || *num > (1L << 30)) {
-                fprintf(stderr, "router: %s expects an integer in [100, 2^30]\n", a);
-                return SB_EXIT_CONFIG;
-            }
-            i++;
+/* argv into *a. -1 when the command ends here, with its exit code in *code. */
+static int parse_args(int argc, char **argv, router_args *a, int *code) {
+    enum { O_LISTEN = 256, O_BODY_MS, O_MAX_BODY, O_MAX_HEADERS, O_NO_SOCKET, O_CHECK };
+    static const struct option longopts[] = {
+        { "config", required_argument, NULL, 'c' }, { "listen", required_argument, NULL, O_LISTEN },
+        { "body-timeout-ms", required_argument, NULL, O_BODY_MS },
+        { "max-body", required_argument, NULL, O_MAX_BODY },
+        { "max-headers", required_argument, NULL, O_MAX_HEADERS },
+        { "no-socket", no_argument, NULL, O_NO_SOCKET }, { "check", no_argument, NULL, O_CHECK },
+        { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 },
+    };
+    *a = (router_args){ .body_ms = 10000, .max_body = 1 << 20, .max_headers = 16384 };
+    *code = SB_EXIT_CONFIG;
+    int ch, bad = 0;
+    optind = 1;
+    while (!bad && (ch = getopt_long(argc, argv, "c:h", longopts, NULL)) != -1) {
+        switch (ch) {
+        case 'c': a->config = optarg; break;
+        case O_LISTEN: a->listen = optarg; break;
+        case O_BODY_MS: bad = sb_opt_int("router", "--body-timeout-ms", optarg, 100, 1 << 30, &a->body_ms); break;
+        case O_MAX_BODY: bad = sb_opt_int("router", "--max-body", optarg, 100, 1 << 30, &a->max_body); break;
+        case O_MAX_HEADERS: bad = sb_opt_int("router", "--max-headers", optarg, 100, 1 << 30, &a->max_headers); break;
+        case O_NO_SOCKET: a->no_socket = true; break;
+        case O_CHECK: a->check = true; break;
+        case 'h': usage(stdout); *code = SB_EXIT_OK; return -1;
+        default: usage(stderr); return -1;
         }
     }
-    if (!config) { usage(stderr); return SB_EXIT_CONFIG; }
+    if (bad) return -1;
+    if (!a->config || optind != argc) { usage(stderr); return -1; }
     /* The supervisor starts us with -c only; tests and operators can still
      * tune the limits through the environment it passes on. */
     const char *env_bt = getenv("SB_ROUTER_BODY_TIMEOUT_MS");
-    if (env_bt && body_ms == 10000) body_ms = strtol(env_bt, NULL, 10) >= 100 ? strtol(env_bt, NULL, 10) : body_ms;
+    if (env_bt && a->body_ms == 10000 && strtol(env_bt, NULL, 10) >= 100) a->body_ms = strtol(env_bt, NULL, 10);
+    return 0;
+}
+
+/* The response cache and its sync thread; a cache that will not open is
+ * logged and left off, the router serves without it. */
+static void open_cache(rt *r, const sb_config *cfg) {
     char err[SB_ERR_LEN];
-    router ro;
-    memset(&ro, 0, sizeof ro);
-    rt *r = &ro.r;
-    if (load_conf(config, &r->conf, err)) {
-        fprintf(stderr, "%s\n", err);
-        return SB_EXIT_CONFIG;
+    if (!cfg->cache.enabled) return;
+    sb_cache_opts co = { .max_bytes = (uint64_t)cfg->cache.max_mb << 20, .default_ttl_s = cfg->cache.ttl_s };
+    if (sb_cache_open(cfg->cache.path, &co, &r->cache, err)) {
+        sb_warn("response cache disabled: %s", err);
+        r->cache = NULL;
     }
+    if (!r->cache || !cfg->cache.sync.url) return;
+    if (rt_sync_start(r->cache, cfg->cache.sync.url, cfg->cache.sync.edge_id, cfg->cache.sync.secret_file,
+                      cfg->cache.sync.ca_file, cfg->cache.sync.interval_s, &r->sync, err))
+        sb_warn("cache sync disabled: %s", err);
+    else
+        sb_info("cache sync with %s every %d s as edge '%s'", cfg->cache.sync.url,
+                cfg->cache.sync.interval_s, cfg->cache.sync.edge_id);
+}
+
+/* The event loop's sources: HTTP, DIR/router.sock, signals, timers. */
+static int start_serving(router *ro, const char *host, int port, bool no_socket, char *err) {
+    rt *r = &ro->r;
     const sb_config *cfg = r->conf->cfg;
-    if (check) {
-        printf("%s: ok (%zu model(s), %zu pipeline(s))\n", config, cfg->n_models, r->conf->pipes ? r->conf->pipes->n : 0);
-        rt_conf_release(r->conf);
-        return SB_EXIT_OK;
-    }
-    sb_log_setup("router", cfg->runtime.log_level);
-    int rc = SB_EXIT_CONFIG;
-    char host[256];
-    int port;
-    if (parse_listen(listen ? listen : cfg->runtime.http, host, sizeof host, &port)) {
-        sb_error("bad listen address '%s' (expected HOST:PORT)", listen ? listen : cfg->runtime.http);
-        goto out;
-    }
-    if (load_api_key(cfg, &r->api_key, err)) { sb_error("%s", err); goto out; }
-    r->config_path = sb_strdup(config);
-    r->body_timeout_ms = (int)body_ms;
-    r->max_body = (size_t)max_body;
-    r->max_headers = (size_t)max_headers;
-    r->started = sb_now_s();
-    r->started_wall = (long long)time(NULL);
-    ro.drain_ms = cfg->runtime.drain_ms;
-    signal(SIGPIPE, SIG_IGN);           /* a vanished client is a write error, not a death */
-    if (cfg->cache.enabled) {
-        sb_cache_opts co = { .max_bytes = (uint64_t)cfg->cache.max_mb << 20, .default_ttl_s = cfg->cache.ttl_s };
-        if (sb_cache_open(cfg->cache.path, &co, &r->cache, err)) {
-            sb_warn("response cache disabled: %s", err);
-            r->cache = NULL;
-        }
-        if (r->cache && cfg->cache.sync.url) {
-            if (rt_sync_start(r->cache, cfg->cache.sync.url, cfg->cache.sync.edge_id, cfg->cache.sync.secret_file,
-                              cfg->cache.sync.ca_file, cfg->cache.sync.interval_s, &r->sync, err))
-                sb_warn("cache sync disabled: %s", err);
-            else
-                sb_info("cache sync with %s every %d s as edge '%s'", cfg->cache.sync.url,
-                        cfg->cache.sync.interval_s, cfg->cache.sync.edge_id);
-        }
-    }
-    r->base = sb_ipc_base_new();
-    if (!r->base) { sb_error("no event base"); goto out; }
+    if (!(r->base = sb_ipc_base_new())) return sb_seterr(err, SB_ENOMEM, "no event base");
     if (rt_obs_configure(r, cfg, err)) sb_warn("console: %s", err);
     rt_models_sync(r, cfg);
-    if (rt_http_start(r, host, port, err)) { sb_error("%s", err); goto out; }
+    if (rt_http_start(r, host, port, err)) return SB_EIO;
     static const sb_ipc_method methods[] = { { "health", m_health }, { "pipeline", m_pipeline } };
-    char sock[512];
+    char sock[512], why[SB_ERR_LEN];
     snprintf(sock, sizeof sock, "%s/router.sock", cfg->runtime.dir);
     sb_ipc_server_opts so = { .path = sock, .methods = methods, .n_methods = SB_ARRAY_LEN(methods), .ud = r };
-    if (!no_socket && sb_ipc_server_new(r->base, &so, &r->sock_server, err)) {
-        sb_error("cannot serve %s: %s", sock, err);
-        goto out;
-    }
-    ro.sig_hup = evsignal_new(r->base, SIGHUP, on_signal, &ro);
-    ro.sig_term = evsignal_new(r->base, SIGTERM, on_signal, &ro);
-    ro.sig_int = evsignal_new(r->base, SIGINT, on_signal, &ro);
+    if (!no_socket && sb_ipc_server_new(r->base, &so, &r->sock_server, why))
+        return sb_seterr(err, SB_EIO, "cannot serve %s: %s", sock, why);
+    ro->sig_hup = evsignal_new(r->base, SIGHUP, on_signal, ro);
+    ro->sig_term = evsignal_new(r->base, SIGTERM, on_signal, ro);
+    ro->sig_int = evsignal_new(r->base, SIGINT, on_signal, ro);
     r->health_timer = event_new(r->base, -1, EV_PERSIST, on_health_timer, r);
     r->sweep_timer = event_new(r->base, -1, EV_PERSIST, on_sweep_timer, r);
     struct timeval one_s = { 1, 0 }, sweep = { 0, 200000 };
-    event_add(ro.sig_hup, NULL);
-    event_add(ro.sig_term, NULL);
-    event_add(ro.sig_int, NULL);
+    event_add(ro->sig_hup, NULL);
+    event_add(ro->sig_term, NULL);
+    event_add(ro->sig_int, NULL);
     event_add(r->health_timer, &one_s);
     event_add(r->sweep_timer, &sweep);
     rt_models_poll(r);
-    sb_info("listening on http://%s:%d (%zu model(s), %zu pipeline(s)%s%s)", host, port, cfg->n_models,
-            r->conf->pipes ? r->conf->pipes->n : 0, r->api_key ? ", API key required" : "",
-            r->cache ? ", cache on" : "");
-    event_base_dispatch(r->base);
+    return 0;
+}
+
+/* After the loop: answer what the drain deadline left in flight, so
+ * evhttp_free finds no request of ours. */
+static void finish_requests(rt *r) {
     if (r->reqs) sb_warn("drain deadline passed with requests in flight; cancelling them");
-    /* Finish whatever is left so evhttp_free finds no request of ours. */
     for (int spins = 0; r->reqs && spins < 1000; spins++) {
         rt_req *q = r->reqs;
         if (q->gone) {                  /* its deferred finish is queued: run it */
@@ -394,13 +367,14 @@ int sb_cmd_router(int argc, char **argv) {
         rt_req_retry_after(q, 5);
         rt_req_error(q, 503, "server_busy", "shutting_down", "the router is shutting down");
     }
-    sb_info("stopped");
-    rc = SB_EXIT_OK;
-out:
-    if (ro.drain_timer) event_free(ro.drain_timer);
-    if (ro.sig_hup) event_free(ro.sig_hup);
-    if (ro.sig_term) event_free(ro.sig_term);
-    if (ro.sig_int) event_free(ro.sig_int);
+}
+
+static void close_router(router *ro) {
+    rt *r = &ro->r;
+    if (ro->drain_timer) event_free(ro->drain_timer);
+    if (ro->sig_hup) event_free(ro->sig_hup);
+    if (ro->sig_term) event_free(ro->sig_term);
+    if (ro->sig_int) event_free(ro->sig_int);
     if (r->health_timer) event_free(r->health_timer);
     if (r->sweep_timer) event_free(r->sweep_timer);
     if (r->sock_server) sb_ipc_server_free(r->sock_server);
@@ -414,5 +388,53 @@ out:
     rt_conf_release(r->conf);
     sb_free(r->api_key);
     sb_free(r->config_path);
+}
+
+int sb_cmd_router(int argc, char **argv) {
+    router_args a;
+    int code;
+    if (parse_args(argc, argv, &a, &code)) return code;
+    char err[SB_ERR_LEN];
+    router ro;
+    memset(&ro, 0, sizeof ro);
+    rt *r = &ro.r;
+    if (load_conf(a.config, &r->conf, err)) {
+        fprintf(stderr, "%s\n", err);
+        return SB_EXIT_CONFIG;
+    }
+    const sb_config *cfg = r->conf->cfg;
+    if (a.check) {
+        printf("%s: ok (%zu model(s), %zu pipeline(s))\n", a.config, cfg->n_models, r->conf->pipes ? r->conf->pipes->n : 0);
+        rt_conf_release(r->conf);
+        return SB_EXIT_OK;
+    }
+    sb_log_setup("router", cfg->runtime.log_level);
+    int rc = SB_EXIT_CONFIG;
+    char host[SB_NET_HOST_MAX];
+    int port;
+    if (sb_net_host_port(a.listen ? a.listen : cfg->runtime.http, 0, host, sizeof host, &port, err)) {
+        sb_error("bad listen address: %s", err);
+        goto out;
+    }
+    if (load_api_key(cfg, &r->api_key, err)) { sb_error("%s", err); goto out; }
+    r->config_path = sb_strdup(a.config);
+    r->body_timeout_ms = (int)a.body_ms;
+    r->max_body = (size_t)a.max_body;
+    r->max_headers = (size_t)a.max_headers;
+    r->started = sb_now_s();
+    r->started_wall = (long long)time(NULL);
+    ro.drain_ms = cfg->runtime.drain_ms;
+    signal(SIGPIPE, SIG_IGN);           /* a vanished client is a write error, not a death */
+    open_cache(r, cfg);
+    if (start_serving(&ro, host, port, a.no_socket, err)) { sb_error("%s", err); goto out; }
+    sb_info("listening on http://%s:%d (%zu model(s), %zu pipeline(s)%s%s)", host, port, cfg->n_models,
+            r->conf->pipes ? r->conf->pipes->n : 0, r->api_key ? ", API key required" : "",
+            r->cache ? ", cache on" : "");
+    event_base_dispatch(r->base);
+    finish_requests(r);
+    sb_info("stopped");
+    rc = SB_EXIT_OK;
+out:
+    close_router(&ro);
     return rc;
 }

@@ -73,8 +73,7 @@ struct rt_tool {
     struct evhttp_connection *conn;
     bool cancelled;
     /* both */
-    char *out;
-    size_t out_len;
+    sb_jw out;                  /* stdout or the HTTP body, NUL-terminated */
     char err[SB_ERR_LEN];
 };
 
@@ -96,25 +95,20 @@ static void tool_free(rt_tool *t) {
     free_strv(t->env);
     sb_free(t->url);
     sb_free(t->input);
-    sb_free(t->out);
+    sb_jw_free(&t->out);
     gate_leave(t);
     sb_free(t);
 }
 
 static int append(rt_tool *t, const char *p, size_t n) {
-    if (t->out_len + n > TOOL_MAX_OUTPUT) return -1;
-    char *o = sb_realloc(t->out, t->out_len + n + 1);
-    if (!o) return -1;
-    memcpy(o + t->out_len, p, n);
-    t->out = o;
-    t->out_len += n;
-    t->out[t->out_len] = '\0';
-    return 0;
+    if (t->out.len + n > TOOL_MAX_OUTPUT) return -1;
+    sb_jw_raw(&t->out, p, n);
+    return t->out.oom ? -1 : 0;
 }
 
 static void complete(rt_tool *t, int rc) {
     t->finished = true;
-    t->done(t->arg, rc, t->out ? t->out : "", t->out_len, rc ? t->err : NULL);
+    t->done(t->arg, rc, t->out.p && !t->out.oom ? t->out.p : "", t->out.oom ? 0 : t->out.len, rc ? t->err : NULL);
     tool_free(t);
 }
 

@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "router_internal.h"
+#include "sb_net.h"
 
 #define UP_MAX_BODY   (8u << 20)    /* an answer is KBs; more is a broken upstream */
 #define UP_MAX_URL    1024
@@ -377,37 +378,31 @@ static int build_body(rt_upcall *c, const sb_mp_obj *p, const char *model, sb_jw
 }
 
 static int start_request(rt_upcall *c, const sb_config_model *cm, const sb_jw *body, char *err) {
-    if (!strncmp(cm->upstream, "https://", 8))
+    sb_net_url u;
+    if (sb_net_url_parse(cm->upstream, &u, NULL))
+        return sb_seterr(err, SB_EINVAL, "upstream '%s' is not a valid URL", cm->upstream);
+    if (u.https)
         return sb_seterr(err, SB_EUNSUP, "upstream %s: https is not supported by this build; "
                          "put a TLS-terminating proxy on this host and point upstream at it over http",
                          cm->upstream);
-    struct evhttp_uri *u = evhttp_uri_parse(cm->upstream);
-    const char *host = u ? evhttp_uri_get_host(u) : NULL;
-    if (!host) {
-        if (u) evhttp_uri_free(u);
-        return sb_seterr(err, SB_EINVAL, "upstream '%s' is not a valid URL", cm->upstream);
-    }
-    int port = evhttp_uri_get_port(u);
-    const char *base = evhttp_uri_get_path(u);
-    size_t bl = base ? strlen(base) : 0;
-    while (bl && base[bl - 1] == '/') bl--;     /* ".../v1/" and ".../v1" are the same */
+    size_t bl = strlen(u.path);
+    while (bl && u.path[bl - 1] == '/') bl--;   /* ".../v1/" and ".../v1" are the same */
     /* The config loader caps a URL well below these sizes; truncation
      * would only shorten a message. */
     char path[UP_MAX_URL / 2], hosthdr[300];
     if (bl > sizeof path - 32) bl = sizeof path - 32;
-    snprintf(path, sizeof path, "%.*s/%s", (int)bl, base ? base : "", c->chat ? "chat/completions" : "completions");
-    if (port > 0) snprintf(hosthdr, sizeof hosthdr, "%.255s:%d", host, port);
-    else snprintf(hosthdr, sizeof hosthdr, "%.255s", host);
+    snprintf(path, sizeof path, "%.*s/%s", (int)bl, u.path, c->chat ? "chat/completions" : "completions");
+    const char *lb = u.ipv6 ? "[" : "", *rb = u.ipv6 ? "]" : "";
+    if (u.port_given) snprintf(hosthdr, sizeof hosthdr, "%s%.255s%s:%d", lb, u.host, rb, u.port);
+    else snprintf(hosthdr, sizeof hosthdr, "%s%.255s%s", lb, u.host, rb);
     snprintf(c->url, sizeof c->url, "http://%s%s", hosthdr, path);
 
     const char *key = NULL;
     if (cm->api_key_env && !(key = getenv(cm->api_key_env))) {
-        evhttp_uri_free(u);
         return sb_seterr(err, SB_EINVAL, "upstream model '%s': api_key_env %s is not set in the router's environment",
                          cm->name, cm->api_key_env);
     }
-    c->conn = evhttp_connection_base_new(c->m->r->base, NULL, host, (ev_uint16_t)(port > 0 ? port : 80));
-    evhttp_uri_free(u);
+    c->conn = evhttp_connection_base_new(c->m->r->base, NULL, u.host, (ev_uint16_t)u.port);
     c->req = c->conn ? evhttp_request_new(on_response, c) : NULL;
     if (!c->req) return sb_seterr(err, SB_ENOMEM, "cannot create the HTTP request to %s", c->url);
     evhttp_connection_set_retries(c->conn, 0);

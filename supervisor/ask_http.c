@@ -3,10 +3,10 @@
  * One HTTP/1.1 POST on a plain TCP socket (no TLS: the gateway listens on
  * the local network), the response read with Content-Length, chunked
  * encoding or until close, and a streamed answer parsed as Server-Sent
- * Events ("data: {json}" lines, "data: [DONE]" at the end). The JSON reader
- * below only walks to the few fields we print (choices[0].delta.content,
- * choices[0].message.content, error.message); the bytes come from the
- * network, so every step is bounded by the end of the buffer.
+ * Events ("data: {json}" lines, "data: [DONE]" at the end). Each body or
+ * event is read by common/json.c's strict reader, for the few fields we
+ * print (choices[0].delta.content, choices[0].message.content,
+ * error.message).
  */
 #include <errno.h>
 #include <netdb.h>
@@ -20,185 +20,21 @@
 
 #include "ask_internal.h"
 #include "sb_common.h"
+#include "sb_json.h"
+#include "sb_net.h"
 
 #define MAX_HEADER_BYTES  (64u << 10)
 #define MAX_BODY_BYTES    (16u << 20)   /* a non-streamed answer, one SSE event's data, a streamed answer */
 #define MAX_SSE_LINE      (MAX_BODY_BYTES + 64)
-#define MAX_JSON_DEPTH    64
 #define CONNECT_TIMEOUT_MS 10000
 
-/* ------------------------------------------------------------ buffers */
+/* Buffers are common's sb_jw used raw (sticky failure, NUL-terminated). */
+typedef sb_jw buf;
 
-typedef struct {
-    char *p;
-    size_t len, cap;
-    bool oom;
-} buf;
-
-static void buf_add(buf *b, const void *d, size_t n) {
-    if (b->oom) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 1024;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *np = sb_realloc(b->p, cap);
-        if (!np) { b->oom = true; return; }
-        b->p = np;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, d, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-static void buf_str(buf *b, const char *s) { buf_add(b, s, strlen(s)); }
 static void buf_consume(buf *b, size_t n) {
     memmove(b->p, b->p + n, b->len - n);
     b->len -= n;
     if (b->p) b->p[b->len] = '\0';
-}
-
-static void buf_json_str(buf *b, const char *s) {
-    buf_add(b, "\"", 1);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        char esc[8];
-        if (*p == '"' || *p == '\\') { esc[0] = '\\'; esc[1] = (char)*p; buf_add(b, esc, 2); }
-        else if (*p < 0x20) { snprintf(esc, sizeof esc, "\\u%04x", *p); buf_str(b, esc); }
-        else buf_add(b, p, 1);
-    }
-    buf_add(b, "\"", 1);
-}
-
-/* --------------------------------------------------------- JSON walker */
-
-static const char *j_ws(const char *p, const char *e) {
-    while (p < e && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')) p++;
-    return p;
-}
-
-/* Past the string starting at p ('"'), or NULL. */
-static const char *j_skip_str(const char *p, const char *e) {
-    for (p++; p < e; p++) {
-        if (*p == '\\') { if (++p >= e) return NULL; }
-        else if (*p == '"') return p + 1;
-    }
-    return NULL;
-}
-
-/* Past the value at p, or NULL if it is not one. */
-static const char *j_skip(const char *p, const char *e, int depth) {
-    p = j_ws(p, e);
-    if (p >= e || depth > MAX_JSON_DEPTH) return NULL;
-    if (*p == '"') return j_skip_str(p, e);
-    if (*p == '{' || *p == '[') {
-        char close = *p == '{' ? '}' : ']';
-        p = j_ws(p + 1, e);
-        if (p < e && *p == close) return p + 1;
-        for (;;) {
-            if (close == '}') {
-                if (p >= e || *p != '"' || !(p = j_skip_str(p, e))) return NULL;
-                p = j_ws(p, e);
-                if (p >= e || *p != ':') return NULL;
-                p++;
-            }
-            if (!(p = j_skip(p, e, depth + 1))) return NULL;
-            p = j_ws(p, e);
-            if (p >= e) return NULL;
-            if (*p == close) return p + 1;
-            if (*p != ',') return NULL;
-            p = j_ws(p + 1, e);
-        }
-    }
-    const char *s = p;      /* number, true, false, null */
-    while (p < e && (strchr("+-.eE", *p) || (*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'z'))) p++;
-    return p > s ? p : NULL;
-}
-
-/* The value of `key` in the object at p, or NULL. */
-static const char *j_get(const char *p, const char *e, const char *key) {
-    p = p ? j_ws(p, e) : NULL;
-    if (!p || p >= e || *p != '{') return NULL;
-    size_t kl = strlen(key);
-    p = j_ws(p + 1, e);
-    while (p < e && *p == '"') {
-        const char *ks = p + 1, *ke = j_skip_str(p, e);
-        if (!ke) return NULL;
-        p = j_ws(ke, e);
-        if (p >= e || *p != ':') return NULL;
-        p = j_ws(p + 1, e);
-        /* Keys with escapes never match: none of ours has any. */
-        if ((size_t)(ke - 1 - ks) == kl && !memcmp(ks, key, kl)) return p;
-        if (!(p = j_skip(p, e, 1))) return NULL;
-        p = j_ws(p, e);
-        if (p < e && *p == ',') p = j_ws(p + 1, e);
-    }
-    return NULL;
-}
-
-static const char *j_at(const char *p, const char *e, int idx) {
-    p = p ? j_ws(p, e) : NULL;
-    if (!p || p >= e || *p != '[') return NULL;
-    p = j_ws(p + 1, e);
-    for (int i = 0; p < e && *p != ']'; i++) {
-        if (i == idx) return p;
-        if (!(p = j_skip(p, e, 1))) return NULL;
-        p = j_ws(p, e);
-        if (p < e && *p == ',') p = j_ws(p + 1, e);
-    }
-    return NULL;
-}
-
-static void put_utf8(buf *b, uint32_t c) {
-    char u[4];
-    size_t n;
-    if (c < 0x80) { u[0] = (char)c; n = 1; }
-    else if (c < 0x800) { u[0] = (char)(0xC0 | c >> 6); u[1] = (char)(0x80 | (c & 0x3F)); n = 2; }
-    else if (c < 0x10000) { u[0] = (char)(0xE0 | c >> 12); u[1] = (char)(0x80 | (c >> 6 & 0x3F)); u[2] = (char)(0x80 | (c & 0x3F)); n = 3; }
-    else { u[0] = (char)(0xF0 | c >> 18); u[1] = (char)(0x80 | (c >> 12 & 0x3F)); u[2] = (char)(0x80 | (c >> 6 & 0x3F)); u[3] = (char)(0x80 | (c & 0x3F)); n = 4; }
-    buf_add(b, u, n);
-}
-
-static int hex4(const char *p, const char *e, uint32_t *out) {
-    if (e - p < 4) return -1;
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++) {
-        char c = p[i];
-        v = v << 4 | (uint32_t)(c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 :
-                                c >= 'A' && c <= 'F' ? c - 'A' + 10 : 99);
-        if (v & ~0xFFFFu) return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-/* Decode the string at p into b (appended). -1 if p is not a string. */
-static int j_str(const char *p, const char *e, buf *b) {
-    p = p ? j_ws(p, e) : NULL;
-    if (!p || p >= e || *p != '"') return -1;
-    for (p++; p < e && *p != '"'; p++) {
-        if (*p != '\\') { buf_add(b, p, 1); continue; }
-        if (++p >= e) return -1;
-        uint32_t c, lo;
-        switch (*p) {
-        case 'n': buf_add(b, "\n", 1); break;
-        case 't': buf_add(b, "\t", 1); break;
-        case 'r': buf_add(b, "\r", 1); break;
-        case 'b': buf_add(b, "\b", 1); break;
-        case 'f': buf_add(b, "\f", 1); break;
-        case 'u':
-            if (hex4(p + 1, e, &c)) return -1;
-            p += 4;
-            if (c >= 0xD800 && c < 0xDC00 && e - p > 6 && p[1] == '\\' && p[2] == 'u' &&
-                !hex4(p + 3, e, &lo) && lo >= 0xDC00 && lo < 0xE000) {
-                c = 0x10000 + ((c - 0xD800) << 10) + (lo - 0xDC00);
-                p += 6;
-            } else if (c >= 0xD800 && c < 0xE000) {
-                c = 0xFFFD;     /* a lone surrogate */
-            }
-            put_utf8(b, c);
-            break;
-        default: buf_add(b, p, 1); break;      /* \" \\ \/ */
-        }
-    }
-    return p < e ? 0 : -1;
 }
 
 /* ------------------------------------------------------------- HTTP */
@@ -223,6 +59,27 @@ typedef struct {
 
 static int64_t now_ms(void) { return (int64_t)(sb_now_ns() / 1000000); }
 
+/* ------------------------------------------------------ JSON reading */
+
+/* choices[0] of an answer, parsed by the one strict reader (sb_json.h). */
+static const sb_json *first_choice(const sb_json *root) {
+    return sb_json_at(sb_json_get(root, "choices"), 0);
+}
+
+/* The text of a choice: choices[0].<field>.content (chat) or
+ * choices[0].text (completions); NULL when neither is a string. */
+static const sb_json *choice_text(const sb_json *choice, const char *field) {
+    const sb_json *t = sb_json_get(sb_json_get(choice, field), "content");
+    if (sb_json_type_of(t) != SB_JSON_STRING) t = sb_json_get(choice, "text");
+    return sb_json_type_of(t) == SB_JSON_STRING ? t : NULL;
+}
+
+static void choice_finish(http *h, const sb_json *choice) {
+    const char *f = sb_json_str(sb_json_get(choice, "finish_reason"));
+    if (f) snprintf(h->finish, sizeof h->finish, "%s", f);
+}
+
+
 static int wait_fd(http *h, short events) {
     int t = h->deadline_ms < 0 ? -1 : (int)SB_MAX(0, h->deadline_ms - now_ms());
     struct pollfd pfd = { h->fd, events, 0 };
@@ -231,32 +88,23 @@ static int wait_fd(http *h, short events) {
     return r;
 }
 
-static int parse_url(const char *url, char *host, size_t hcap, char *port, size_t pcap, char *path, size_t cap) {
-    if (!strncmp(url, "https://", 8)) {
+/* host, port and the API root's path ("/v1" appended unless the URL has it). */
+static int parse_url(const char *url, sb_net_url *u, char *port, size_t pcap, char *path, size_t cap) {
+    char why[SB_ERR_LEN];
+    if (sb_net_url_parse(url, u, why)) {
+        fprintf(stderr, "ask: --url expects http://HOST[:PORT][/PATH]: %s\n", why);
+        return -1;
+    }
+    if (u->https) {
         fprintf(stderr, "ask: %s: https is not supported (the gateway is plain HTTP on a local address)\n", url);
         return -1;
     }
-    if (strncmp(url, "http://", 7)) { fprintf(stderr, "ask: --url expects http://HOST[:PORT][/PATH]\n"); return -1; }
-    const char *h = url + 7, *slash = strchr(h, '/');
-    size_t hl = slash ? (size_t)(slash - h) : strlen(h);
-    const char *colon = NULL;
-    if (hl && h[0] == '[') {        /* [v6]:port */
-        const char *rb = memchr(h, ']', hl);
-        if (!rb) { fprintf(stderr, "ask: bad IPv6 address in %s\n", url); return -1; }
-        colon = rb + 1 < h + hl && rb[1] == ':' ? rb + 1 : NULL;
-        snprintf(host, hcap, "%.*s", (int)(rb - h - 1), h + 1);
-    } else {
-        colon = memchr(h, ':', hl);
-        snprintf(host, hcap, "%.*s", (int)(colon ? (size_t)(colon - h) : hl), h);
-    }
-    snprintf(port, pcap, "%.*s", colon ? (int)(h + hl - colon - 1) : 2, colon ? colon + 1 : "80");
-    if (!host[0] || !port[0]) { fprintf(stderr, "ask: --url expects http://HOST[:PORT][/PATH]\n"); return -1; }
+    snprintf(port, pcap, "%d", u->port);
     /* A base ending in /v1 is the API root already (as OpenAI clients take it). */
-    const char *base = slash ? slash : "";
-    size_t bl = strlen(base);
-    while (bl && base[bl - 1] == '/') bl--;
-    bool has_v1 = bl >= 3 && !memcmp(base + bl - 3, "/v1", 3);
-    snprintf(path, cap, "%.*s%s", (int)bl, base, has_v1 ? "" : "/v1");
+    size_t bl = strlen(u->path);
+    while (bl && u->path[bl - 1] == '/') bl--;
+    bool has_v1 = bl >= 3 && !memcmp(u->path + bl - 3, "/v1", 3);
+    snprintf(path, cap, "%.*s%s", (int)bl, u->path, has_v1 ? "" : "/v1");
     return 0;
 }
 
@@ -305,7 +153,7 @@ static int read_more(http *h) {
     char tmp[16384];
     for (;;) {
         ssize_t r = recv(h->fd, tmp, sizeof tmp, 0);
-        if (r > 0) { buf_add(&h->in, tmp, (size_t)r); return h->in.oom ? -1 : 1; }
+        if (r > 0) { sb_jw_raw(&h->in, tmp, (size_t)r); return h->in.oom ? -1 : 1; }
         if (r == 0) { h->eof = true; return 0; }
         if (errno == EINTR) continue;
         if (errno != EAGAIN) { fprintf(stderr, "ask: recv: %s\n", strerror(errno)); return -1; }
@@ -322,7 +170,7 @@ static void print_text(http *h, const char *s, size_t n) {
         h->failed = true;
         return;
     }
-    buf_add(&h->text, s, n);
+    sb_jw_raw(&h->text, s, n);
     if (h->q->json) return;
     fwrite(s, 1, n, stdout);
     fflush(stdout);
@@ -331,35 +179,44 @@ static void print_text(http *h, const char *s, size_t n) {
 
 /* The error message of an OpenAI-style error body, or the body itself. */
 static void report_error(const char *body, size_t n, int status) {
-    buf msg = { 0 };
-    const char *e = body + n;
-    if (j_str(j_get(j_get(body, e, "error"), e, "message"), e, &msg) && j_str(j_get(body, e, "error"), e, &msg))
-        buf_add(&msg, body, SB_MIN(n, 500));
-    fprintf(stderr, "ask: HTTP %d: %s\n", status, msg.p ? msg.p : "(empty body)");
-    sb_free(msg.p);
+    sb_json_doc *doc = NULL;
+    const char *msg = NULL;
+    if (!sb_json_parse(body, n, &doc, NULL)) {
+        const sb_json *e = sb_json_get(sb_json_root(doc), "error");
+        msg = sb_json_str(sb_json_get(e, "message"));
+        if (!msg) msg = sb_json_str(e);
+    }
+    if (msg) fprintf(stderr, "ask: HTTP %d: %s\n", status, msg);
+    else if (n) fprintf(stderr, "ask: HTTP %d: %.*s\n", status, (int)SB_MIN(n, 500), body);
+    else fprintf(stderr, "ask: HTTP %d: (empty body)\n", status);
+    sb_json_doc_free(doc);
 }
 
-/* One SSE event's data: a chat.completion.chunk, or [DONE]. */
+/* One SSE event's data: a chat.completion.chunk, or [DONE]. An event that
+ * is not JSON carries nothing we print. */
 static void sse_event(http *h) {
-    const char *d = h->data.p ? h->data.p : "", *e = d + h->data.len;
+    const char *d = h->data.p ? h->data.p : "";
     if (!strcmp(d, "[DONE]")) { h->done = true; return; }
     if (!h->data.len) return;
-    if (j_get(d, e, "error")) { report_error(d, h->data.len, h->status); h->failed = true; return; }
-    const char *choice = j_at(j_get(d, e, "choices"), e, 0);
-    buf t = { 0 };
-    if (!j_str(j_get(j_get(choice, e, "delta"), e, "content"), e, &t) || !j_str(j_get(choice, e, "text"), e, &t))
-        print_text(h, t.p ? t.p : "", t.len);
-    sb_free(t.p);
-    buf f = { 0 };
-    if (!j_str(j_get(choice, e, "finish_reason"), e, &f) && f.p) snprintf(h->finish, sizeof h->finish, "%s", f.p);
-    sb_free(f.p);
+    sb_json_doc *doc = NULL;
+    if (sb_json_parse(d, h->data.len, &doc, NULL)) return;
+    const sb_json *root = sb_json_root(doc);
+    if (sb_json_get(root, "error")) {
+        report_error(d, h->data.len, h->status);
+        h->failed = true;
+    } else {
+        const sb_json *choice = first_choice(root), *t = choice_text(choice, "delta");
+        if (t) print_text(h, sb_json_str(t), sb_json_len(t));
+        choice_finish(h, choice);
+    }
+    sb_json_doc_free(doc);
 }
 
 /* Body bytes, after transfer decoding. */
 static void body_bytes(http *h, const char *p, size_t n) {
     if (!h->sse) {
         if (h->body.len + n > MAX_BODY_BYTES) { h->failed = true; return; }
-        buf_add(&h->body, p, n);
+        sb_jw_raw(&h->body, p, n);
         return;
     }
     for (size_t i = 0; i < n && !h->done && !h->failed; i++) {
@@ -369,7 +226,7 @@ static void body_bytes(http *h, const char *p, size_t n) {
                 h->failed = true;
                 return;
             }
-            buf_add(&h->line, p + i, 1);
+            sb_jw_raw(&h->line, p + i, 1);
             continue;
         }
         if (h->line.len && h->line.p[h->line.len - 1] == '\r') h->line.p[--h->line.len] = '\0';
@@ -385,8 +242,8 @@ static void body_bytes(http *h, const char *p, size_t n) {
                 h->failed = true;
                 return;
             }
-            if (h->data.len) buf_add(&h->data, "\n", 1);
-            buf_str(&h->data, v);
+            if (h->data.len) sb_jw_raw(&h->data, "\n", 1);
+            sb_jw_raw(&h->data, v, strlen(v));
         }               /* event:, id:, retry: and ": comments" are ignored */
         h->line.len = 0;
         if (h->line.p) h->line.p[0] = '\0';
@@ -465,28 +322,34 @@ static int read_body(http *h) {
     }
 }
 
-static void build_body(const sb_ask_req *q, buf *b) {
-    char num[64];
-    buf_str(b, "{");
-    const char *model = q->model;
+static void build_body(const sb_ask_req *q, sb_jw *b) {
+    sb_jw_obj(b);
     char pmodel[256];
+    const char *model = q->model;
     if (q->pipeline) { snprintf(pmodel, sizeof pmodel, "pipeline:%s", q->pipeline); model = pmodel; }
-    if (model) { buf_str(b, "\"model\": "); buf_json_str(b, model); buf_str(b, ", "); }
+    if (model) { sb_jw_key(b, "model"); sb_jw_str(b, model); }
     if (q->raw) {
-        buf_str(b, "\"prompt\": ");
-        buf_json_str(b, q->text);
+        sb_jw_key(b, "prompt"); sb_jw_str(b, q->text);
     } else {
-        buf_str(b, "\"messages\": [");
-        if (q->system) { buf_str(b, "{\"role\": \"system\", \"content\": "); buf_json_str(b, q->system); buf_str(b, "}, "); }
-        buf_str(b, "{\"role\": \"user\", \"content\": ");
-        buf_json_str(b, q->text);
-        buf_str(b, "}]");
+        sb_jw_key(b, "messages");
+        sb_jw_arr(b);
+        if (q->system) {
+            sb_jw_obj(b);
+            sb_jw_key(b, "role"); sb_jw_str(b, "system");
+            sb_jw_key(b, "content"); sb_jw_str(b, q->system);
+            sb_jw_obj_end(b);
+        }
+        sb_jw_obj(b);
+        sb_jw_key(b, "role"); sb_jw_str(b, "user");
+        sb_jw_key(b, "content"); sb_jw_str(b, q->text);
+        sb_jw_obj_end(b);
+        sb_jw_arr_end(b);
     }
-    buf_str(b, q->stream ? ", \"stream\": true" : ", \"stream\": false");
-    if (q->max_tokens > 0) { snprintf(num, sizeof num, ", \"max_tokens\": %lld", (long long)q->max_tokens); buf_str(b, num); }
-    if (q->temp >= 0) { snprintf(num, sizeof num, ", \"temperature\": %.17g", q->temp); buf_str(b, num); }
-    if (q->seed >= 0) { snprintf(num, sizeof num, ", \"seed\": %lld", (long long)q->seed); buf_str(b, num); }
-    buf_str(b, "}");
+    sb_jw_key(b, "stream"); sb_jw_bool(b, q->stream);
+    if (q->max_tokens > 0) { sb_jw_key(b, "max_tokens"); sb_jw_int(b, q->max_tokens); }
+    if (q->temp >= 0) { sb_jw_key(b, "temperature"); sb_jw_num(b, q->temp); }
+    if (q->seed >= 0) { sb_jw_key(b, "seed"); sb_jw_int(b, q->seed); }
+    sb_jw_obj_end(b);
 }
 
 /* The answer on h->fd (the request is sent): read, print, exit code. */
@@ -501,25 +364,27 @@ static int read_answer(http *h) {
     if (h->failed) { if (!h->sse) fprintf(stderr, "ask: response body too large\n"); goto out; }
     if (h->sse && !h->done) { fprintf(stderr, "ask: the stream ended without [DONE]\n"); goto out; }
     if (!h->sse) {
-        const char *b = h->body.p ? h->body.p : "", *e = b + h->body.len;
-        const char *choice = j_at(j_get(b, e, "choices"), e, 0);
-        buf t = { 0 };
-        if (j_str(j_get(j_get(choice, e, "message"), e, "content"), e, &t) && j_str(j_get(choice, e, "text"), e, &t)) {
+        const char *b = h->body.p ? h->body.p : "";
+        sb_json_doc *doc = NULL;
+        const sb_json *choice = NULL, *t = NULL;
+        if (!sb_json_parse(b, h->body.len, &doc, NULL)) {
+            choice = first_choice(sb_json_root(doc));
+            t = choice_text(choice, "message");
+        }
+        if (!t) {
             fprintf(stderr, "ask: no choices[0].message.content in the answer: %.200s\n", b);
-            sb_free(t.p);
+            sb_json_doc_free(doc);
             goto out;
         }
         if (h->q->json) {
             fwrite(b, 1, h->body.len, stdout);
             fputc('\n', stdout);
         } else {
-            print_text(h, t.p ? t.p : "", t.len);
+            print_text(h, sb_json_str(t), sb_json_len(t));
             if (isatty(STDOUT_FILENO) && h->last != '\n') fputc('\n', stdout);
         }
-        buf f = { 0 };
-        if (!j_str(j_get(choice, e, "finish_reason"), e, &f) && f.p) snprintf(h->finish, sizeof h->finish, "%s", f.p);
-        sb_free(f.p);
-        sb_free(t.p);
+        choice_finish(h, choice);
+        sb_json_doc_free(doc);
     } else if (h->q->json) {
         printf("{\"ok\": true, \"text\": ");
         sb_ask_json_string(stdout, h->text.p ? h->text.p : "", h->text.len);
@@ -544,8 +409,10 @@ int sb_ask_http_answer(const sb_ask_req *q, int fd) {
 }
 
 int sb_ask_http(const sb_ask_req *q) {
-    char host[256], port[16], path[1024];
-    if (parse_url(q->url, host, sizeof host, port, sizeof port, path, sizeof path)) return SB_EXIT_CONFIG;
+    sb_net_url u;
+    char port[16], path[1100];
+    if (parse_url(q->url, &u, port, sizeof port, path, sizeof path)) return SB_EXIT_CONFIG;
+    const char *host = u.host;
     http h = { .q = q, .fd = -1, .deadline_ms = q->timeout_ms > 0 ? now_ms() + q->timeout_ms : -1 };
     buf body = { 0 }, req = { 0 };
     int code = SB_EXIT_FAIL;
@@ -554,12 +421,12 @@ int sb_ask_http(const sb_ask_req *q) {
     snprintf(head, sizeof head,
              "POST %s%s HTTP/1.1\r\nHost: %s%s%s:%s\r\nUser-Agent: switchboard-ask\r\n"
              "Content-Type: application/json\r\nAccept: %s\r\nContent-Length: %zu\r\nConnection: close\r\n",
-             path, q->raw ? "/completions" : "/chat/completions", strchr(host, ':') ? "[" : "", host,
-             strchr(host, ':') ? "]" : "", port, q->stream ? "text/event-stream" : "application/json", body.len);
-    buf_str(&req, head);
-    if (q->api_key) { buf_str(&req, "Authorization: Bearer "); buf_str(&req, q->api_key); buf_str(&req, "\r\n"); }
-    buf_str(&req, "\r\n");
-    buf_add(&req, body.p, body.len);
+             path, q->raw ? "/completions" : "/chat/completions", u.ipv6 ? "[" : "", host,
+             u.ipv6 ? "]" : "", port, q->stream ? "text/event-stream" : "application/json", body.len);
+    sb_jw_raw(&req, head, strlen(head));
+    if (q->api_key) sb_jw_rawf(&req, "Authorization: Bearer %s\r\n", q->api_key);
+    sb_jw_raw(&req, "\r\n", 2);
+    sb_jw_raw(&req, body.p, body.len);
     if (req.oom || body.oom) { fprintf(stderr, "ask: out of memory\n"); goto out; }
     if (!connect_to(&h, host, port) && !send_all(&h, req.p, req.len)) code = read_answer(&h);
 out:

@@ -12,6 +12,7 @@
 #include "ask_internal.h"
 #include "sb_cmd.h"
 #include "sb_common.h"
+#include "sb_json.h"
 #include "sb_ipc.h"
 
 #define MAX_STDIN_TEXT (16u << 20)      /* the frame limit: a larger prompt could not be sent */
@@ -46,27 +47,11 @@ static void usage(FILE *f) {
 /* ------------------------------------------------------------ JSON out */
 
 void sb_ask_json_string(FILE *f, const char *str, size_t n) {
-    const unsigned char *s = (const unsigned char *)str;
-    fputc('"', f);
-    for (size_t i = 0; i < n;) {
-        unsigned char ch = s[i];
-        if (ch == '"' || ch == '\\') { fprintf(f, "\\%c", ch); i++; continue; }
-        if (ch < 0x20) { fprintf(f, "\\u%04x", ch); i++; continue; }
-        if (ch < 0x80) { fputc(ch, f); i++; continue; }
-        size_t len = (ch & 0xE0) == 0xC0 ? 2 : (ch & 0xF0) == 0xE0 ? 3 : (ch & 0xF8) == 0xF0 ? 4 : 0;
-        uint32_t cp = len ? ch & (0x7Fu >> len) : 0;
-        bool ok = len && i + len <= n;
-        for (size_t k = 1; ok && k < len; k++) {
-            ok = (s[i + k] & 0xC0) == 0x80;
-            cp = cp << 6 | (s[i + k] & 0x3F);
-        }
-        static const uint32_t min_cp[] = { 0, 0, 0x80, 0x800, 0x10000 };
-        if (ok && (cp < min_cp[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))) ok = false;
-        if (!ok) { fputs("\xEF\xBF\xBD", f); i++; continue; }
-        fwrite(s + i, 1, len, f);
-        i += len;
-    }
-    fputc('"', f);
+    sb_jw w = { 0 };
+    sb_jw_strn(&w, str, n);
+    if (w.oom) fputs("null", f);    /* out of memory: still valid JSON */
+    else fwrite(w.p, 1, w.len, f);
+    sb_jw_free(&w);
 }
 
 static void mp_to_json(FILE *f, const sb_mp_obj *o) {
@@ -265,22 +250,13 @@ static int parse_int(const char *opt, const char *v, int64_t lo, int64_t hi, int
 }
 
 static char *read_stdin(void) {
-    size_t cap = 4096, len = 0;
-    char *buf = sb_malloc(cap);
-    while (buf) {
-        if (len + 1 == cap) {
-            if (cap > MAX_STDIN_TEXT) { sb_free(buf); fprintf(stderr, "ask: stdin is too large\n"); return NULL; }
-            char *nb = sb_realloc(buf, cap * 2);
-            if (!nb) { sb_free(buf); return NULL; }
-            buf = nb;
-            cap *= 2;
-        }
-        size_t r = fread(buf + len, 1, cap - 1 - len, stdin);
-        len += r;
-        if (r == 0) break;
+    char *text, err[SB_ERR_LEN];
+    size_t len;
+    if (sb_read_stream(stdin, "stdin", MAX_STDIN_TEXT, &text, &len, err)) {
+        fprintf(stderr, "ask: %s\n", err);
+        return NULL;
     }
-    if (buf) buf[len] = '\0';
-    return buf;
+    return text;
 }
 
 static char *join_words(int argc, char **argv) {

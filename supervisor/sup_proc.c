@@ -2,6 +2,7 @@
  * with a clean slate, exit statuses in words, and DIR/state.json.
  */
 #include "sup_internal.h"
+#include "sb_json.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -185,15 +186,13 @@ int sb_supervisor_check_router(const char *config_path) {
 
 /* ------------------------------------------------------------ state file */
 
+/* Through common's JSON writer: a path or name with bytes that are not
+ * UTF-8 (a config under such a directory) still makes valid JSON. */
 static void json_str(FILE *f, const char *s) {
-    if (!s) { fputs("null", f); return; }
-    fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
-        else if (*p < 0x20) fprintf(f, "\\u%04x", *p);
-        else fputc(*p, f);
-    }
-    fputc('"', f);
+    sb_jw w = { 0 };
+    sb_jw_str(&w, s);
+    fputs(w.oom ? "null" : w.p, f);
+    sb_jw_free(&w);
 }
 
 static void write_child(FILE *f, const child *c) {

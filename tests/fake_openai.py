@@ -58,7 +58,9 @@ def handle(conn, log):
         headers[k.strip().lower()] = v.strip()
     body = f.read(int(headers.get("content-length", "0")))
     with open(log, "a") as lf:
-        lf.write(body.decode() + "\n")
+        # backslashreplace: a body that is not UTF-8 is logged (as \\xNN,
+        # which no JSON parser takes) instead of killing the handler
+        lf.write(body.decode("utf-8", "backslashreplace") + "\n")
     req = json.loads(body)
     model = req.get("model", "m")
     stream = req.get("stream", False)

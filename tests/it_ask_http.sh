@@ -53,11 +53,23 @@ out=$("$SB" ask --url "$url" --no-stream --model notchunked "Hi" 2> "$tmp/err");
 [ $rc -eq 0 ] && [ "$out" = "plain" ] && ok "'chunked' in another header does not make the body chunked" || bad "notchunked: rc $rc out '$out' err $(cat "$tmp/err")"
 
 out=$("$SB" ask --url "$url" --pipeline hotline "my water bill is wrong" 2> "$tmp/err"); rc=$?
-[ $rc -eq 0 ] && [ "$out" = "pipeline hotline" ] && grep -q '"model": "pipeline:hotline"' "$tmp/requests.log" &&
+[ $rc -eq 0 ] && [ "$out" = "pipeline hotline" ] &&
+    python3 -c 'import json,sys; assert json.loads(sys.argv[1])["model"] == "pipeline:hotline"' "$(tail -1 "$tmp/requests.log")" &&
     ok "--pipeline sends model pipeline:NAME" || bad "pipeline: rc $rc out '$out'"
 
 out=$("$SB" ask --url "$url" --raw --no-stream "Once upon" 2> "$tmp/err"); rc=$?
 [ $rc -eq 0 ] && [ "$out" = "raw:Once upon" ] && ok "--raw uses /v1/completions with a prompt" || bad "raw: rc $rc out '$out' err $(cat "$tmp/err")"
+
+# Text that is not UTF-8 (a file of another encoding on stdin, a stray
+# byte): the request body is still valid JSON, each bad byte U+FFFD. (ask's
+# own escaper used to copy such bytes through, and the server got invalid JSON.)
+out=$("$SB" ask --url "$url" --no-stream --system $'sys\xfe' $'bad \xff\xe4\xbd byte' 2> "$tmp/err"); rc=$?
+python3 - "$(tail -1 "$tmp/requests.log")" <<'EOF' && [ $rc -eq 0 ] && ok "invalid UTF-8 in the text: the body is valid JSON, U+FFFD" || bad "invalid UTF-8 body: rc $rc $(tail -1 "$tmp/requests.log")"
+import json, sys
+r = json.loads(sys.argv[1])
+assert r["messages"] == [{"role": "system", "content": "sys\ufffd"},
+                         {"role": "user", "content": "bad \ufffd\ufffd\ufffd byte"}], r
+EOF
 
 out=$("$SB" ask --url "$url" --json "Hi" 2> "$tmp/err"); rc=$?
 python3 -c "import json,sys; d=json.loads(sys.argv[1]); assert d['ok'] and d['text']==sys.argv[2] and d['finish_reason']=='stop'" "$out" "$want" &&
@@ -67,6 +79,12 @@ python3 -c "import json,sys; d=json.loads(sys.argv[1]); assert d['ok'] and d['te
 [ $rc -eq 2 ] && grep -q "https is not supported" "$tmp/err" && ok "https is refused as usage" || bad "https: rc $rc"
 "$SB" ask --url "http://127.0.0.1:1" --wait-ms 0 "Hi" 2> "$tmp/err"; rc=$?
 [ $rc -eq 1 ] && grep -q "onnection refused" "$tmp/err" && ok "nothing listening: exit 1" || bad "refused: rc $rc $(cat "$tmp/err")"
+"$SB" ask --url "http://[::1]:1/v1" --wait-ms 0 "Hi" 2> "$tmp/err"; rc=$?
+[ $rc -eq 1 ] && grep -q "connect ::1:1" "$tmp/err" && ok "an [IPv6]:port URL is parsed (then refused: exit 1)" || bad "ipv6: rc $rc $(cat "$tmp/err")"
+for u in "http://127.0.0.1:" "http://127.0.0.1:99999" "http://127.0.0.1:x/v1" "ftp://127.0.0.1/" "http://u@127.0.0.1:1/"; do
+    "$SB" ask --url "$u" "Hi" 2> "$tmp/err"; rc=$?
+    [ $rc -eq 2 ] && grep -q "expects http://HOST" "$tmp/err" && ok "bad URL $u: usage, exit 2" || bad "bad URL $u: rc $rc $(cat "$tmp/err")"
+done
 "$SB" ask "Hi" 2> /dev/null; rc=$?
 [ $rc -eq 2 ] && ok "no --socket/--url: usage, exit 2" || bad "usage: rc $rc"
 "$SB" ask --socket /nonexistent.sock --wait-ms 0 "Hi" 2> "$tmp/err"; rc=$?

@@ -128,7 +128,7 @@ static int admin_purge(const char *url, const char *key, const char *token) {
     snprintf(path, sizeof path, "/v1/entries/%s", key);
     sbc_http_reply r;
     assert_int_equal(sbc_http_request("DELETE", url, path, headers, NULL, 0, 5000, NULL, &r, NULL), 0);
-    sbc_buf_free(&r.body);
+    sb_jw_free(&r.body);
     return r.status;
 }
 
@@ -199,7 +199,7 @@ static int post_sync_reply(const char *url, const char *edge, const char *ts, co
     sbc_http_reply r;
     assert_int_equal(sbc_http_request("POST", url, "/v1/sync", headers, body, strlen(body), 5000, NULL, &r, NULL), 0);
     if (reply) *reply = strndup(r.body.p ? r.body.p : "", r.body.len);
-    sbc_buf_free(&r.body);
+    sb_jw_free(&r.body);
     return r.status;
 }
 
@@ -368,12 +368,12 @@ static pid_t proxy_start(const char *cloud_url, int mode, int *port_out, int *no
         close(nfd[0]);
         int c = accept(ls, NULL, NULL);
         char buf[1 << 16];
-        sbc_buf req = { 0 };
+        sb_jw req = { 0 };
         size_t need = 0;
         for (;;) {              /* the whole request: headers + Content-Length bytes */
             ssize_t r = read(c, buf, sizeof buf);
             if (r <= 0) _exit(1);
-            sbc_buf_add(&req, buf, (size_t)r);
+            sb_jw_raw(&req, buf, (size_t)r);
             char *end = strstr(req.p, "\r\n\r\n");
             if (end) {
                 char *cl = strcasestr(req.p, "Content-Length:");
@@ -391,8 +391,8 @@ static pid_t proxy_start(const char *cloud_url, int mode, int *port_out, int *no
             _exit(0);           /* both connections drop with the request half sent */
         }
         if (write(u, req.p, req.len) != (ssize_t)req.len) _exit(3);
-        sbc_buf reply = { 0 };
-        for (ssize_t r; (r = read(u, buf, sizeof buf)) > 0;) sbc_buf_add(&reply, buf, (size_t)r);
+        sb_jw reply = { 0 };
+        for (ssize_t r; (r = read(u, buf, sizeof buf)) > 0;) sb_jw_raw(&reply, buf, (size_t)r);
         if (mode == CUT_REPLY) {
             if (write(c, reply.p, reply.len / 2) < 0) _exit(4);
             _exit(0);
@@ -410,8 +410,8 @@ static pid_t proxy_start(const char *cloud_url, int mode, int *port_out, int *no
 typedef struct { char *s; size_t len; } strbuf;
 
 static int dump_entry(void *arg, const sb_cache_entry *e) {
-    sbc_buf *b = arg;
-    sbc_buf_printf(b, "%s|%s|%s|%.*s|%lld|%lld|%d|%d|%lld\n", e->key, e->ns, e->input,
+    sb_jw *b = arg;
+    sb_jw_rawf(b, "%s|%s|%s|%.*s|%lld|%lld|%d|%d|%lld\n", e->key, e->ns, e->input,
                    (int)e->response_len, (const char *)e->response, (long long)e->local_hits,
                    (long long)e->global_hits, e->origin, e->pinned, (long long)e->dirty_hits);
     return 0;
@@ -422,18 +422,18 @@ static int cmp_lines(const void *a, const void *b) {
 }
 
 static char *edge_state(sb_cache *c) {
-    sbc_buf b = { 0 };
+    sb_jw b = { 0 };
     assert_int_equal(sb_cache_list(c, NULL, dump_entry, &b, NULL), 0);
     char *lines[256];
     int n = 0;
     for (char *p = b.p ? strtok(b.p, "\n") : NULL; p && n < 256; p = strtok(NULL, "\n")) lines[n++] = p;
     qsort(lines, (size_t)n, sizeof *lines, cmp_lines);
-    sbc_buf out = { 0 };
-    for (int i = 0; i < n; i++) sbc_buf_printf(&out, "%s\n", lines[i]);
+    sb_jw out = { 0 };
+    for (int i = 0; i < n; i++) sb_jw_rawf(&out, "%s\n", lines[i]);
     sb_cache_stats_t s;
     assert_int_equal(sb_cache_stats(c, &s, NULL), 0);
-    sbc_buf_printf(&out, "cursor %lld pending %lld\n", (long long)s.sync_cursor, (long long)s.sync_pending);
-    sbc_buf_free(&b);
+    sb_jw_rawf(&out, "cursor %lld pending %lld\n", (long long)s.sync_cursor, (long long)s.sync_pending);
+    sb_jw_free(&b);
     return out.p;
 }
 
@@ -497,9 +497,9 @@ static char *run_scenario(int mode) {
     }
     sync_ok(a, cp.url, "edge-a", SECRET_A);              /* the retry (or the clean sync) */
     sync_ok(b, cp.url, "edge-b", SECRET_B);
-    sbc_buf all = { 0 };
+    sb_jw all = { 0 };
     char *ea = edge_state(a), *eb = edge_state(b), *cl = cloud_entries(&cp);
-    sbc_buf_printf(&all, "A:\n%sB:\n%sCLOUD:\n%s", ea, eb, cl);
+    sb_jw_rawf(&all, "A:\n%sB:\n%sCLOUD:\n%s", ea, eb, cl);
     free(ea); free(eb); free(cl);
     assert_int_equal(sb_cache_check(a, NULL), 0);
     sb_cache_close(a);

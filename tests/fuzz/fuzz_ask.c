@@ -1,7 +1,7 @@
 /* fuzz_ask.c - libFuzzer target for what `switchboard ask --url` reads from
  * the gateway (supervisor/ask_http.c): the status line and headers,
  * Content-Length, chunked or close-delimited bodies, Server-Sent Events and
- * the JSON walker that picks the text out of each event.
+ * the fields picked out of each event by the JSON reader (common/json.c).
  *
  * The first byte sets the request's options (--json, -v), the rest is the
  * server's byte stream: it is written into one end of a socket pair, the
