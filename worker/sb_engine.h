@@ -25,6 +25,12 @@
 typedef struct sb_engine sb_engine;
 
 int  sb_engine_open(const char *path, const sb_ctx_params *p, sb_engine **out, char *err);
+/* The same with a KV pool of kv_mb MiB (0: p->kv_blocks decides). p->n_seq
+ * is the number of tasks that may run at once (sb_engine_submit_*). */
+int  sb_engine_open_kv(const char *path, const sb_ctx_params *p, int kv_mb, sb_engine **out, char *err);
+/* MiB of KV one full context takes (a pool smaller than this cannot hold
+ * one sequence at n_ctx). */
+int  sb_engine_kv_mb_min(const sb_engine *e, int kv_f32);
 void sb_engine_free(sb_engine *e);
 const sb_model *sb_engine_model(const sb_engine *e);
 const sb_vocab *sb_engine_vocab(const sb_engine *e);
