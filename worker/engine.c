@@ -35,9 +35,15 @@ int sb_engine_open_kv(const char *path, const sb_ctx_params *p, int kv_mb, sb_en
     sb_ctx_params cp = *p;
     const int max_tasks = SB_MAX(1, p->n_seq);
     cp.n_seq = sb_sched_ctx_seqs(max_tasks);
+    const int n_ctx = p->n_ctx > 0 ? p->n_ctx : SB_MIN(hp->n_ctx_train, 4096);
     if (kv_mb > 0) {
         size_t blocks = (size_t)kv_mb * 1024 * 1024 / kv_block_bytes(hp, p->kv_f32);
         cp.kv_blocks = (int)SB_MIN(blocks, (size_t)1 << 24);
+    } else if (cp.kv_blocks <= 0 && max_tasks > 1) {
+        /* One whole context, plus 1024 positions for each further sequence:
+         * any one sequence can still reach n_ctx, and N short requests
+         * (a pipeline stage's few hundred tokens) fit without N contexts. */
+        cp.kv_blocks = (n_ctx + SB_KV_BLOCK - 1) / SB_KV_BLOCK + (max_tasks - 1) * (SB_MIN(n_ctx, 1024) / SB_KV_BLOCK);
     }
     if ((rc = sb_ctx_new(e->model, &cp, &e->ctx, err))) goto fail;
     if (sb_vocab_n_tokens(e->vocab) > hp->n_vocab) {
@@ -45,7 +51,7 @@ int sb_engine_open_kv(const char *path, const sb_ctx_params *p, int kv_mb, sb_en
                        sb_vocab_n_tokens(e->vocab), hp->n_vocab);
         goto fail;
     }
-    e->n_batch = p->n_batch > 0 ? p->n_batch : 512;
+    e->n_batch = SB_MIN(p->n_batch > 0 ? p->n_batch : 512, sb_ctx_n_ctx(e->ctx));
     e->hist = sb_malloc((size_t)sb_ctx_n_ctx(e->ctx) * sizeof *e->hist);
     e->logits = sb_aligned_alloc((size_t)hp->n_vocab * sizeof(float));
     if (!e->hist || !e->logits) { rc = sb_seterr(err, SB_ENOMEM, "out of memory"); goto fail; }

@@ -31,39 +31,11 @@
 #include "sb_kq.h"
 #include "sb_spec.h"
 #include "serve_embed.h"
+#include "serve_impl.h"
 
-#define MAX_CANDIDATES 256
-#define MAX_STOPS 16
 #define MAX_MESSAGES 256
-
-enum { JOB_GENERATE, JOB_SCORE, JOB_EMBED };
-
-typedef struct job job;
-struct job {
-    job *next;
-    sb_ipc_reply *reply;
-    const sb_mp_obj *params;
-    int kind;                   /* JOB_* */
-    atomic_int cancel;
-};
-
-typedef struct {
-    const char *name, *model_path, *socket_path;
-    int max_queue, max_tokens_cap, drain_ms;
-    int lookup;                 /* default prompt-lookup draft length (--lookup; docs/SPECULATIVE.md) */
-    int deadline_ms;            /* default for requests without deadline_ms; 0 = none */
-    sb_engine *engine;          /* a decoder model, or */
-    sb_encoder *encoder;        /* an encoder model (serve_embed.c) */
-    struct event_base *base;
-    sb_ipc_server *server;
-    pthread_t compute;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    job *head, *tail;
-    job *current;               /* the job on the compute thread, under mu */
-    int n_queued, running, stopping;
-    struct event *sig_term, *sig_int, *drain_timer;
-} worker;
+/* --parallel default: see docs/BATCHING.md "Scheduling" for the measurement. */
+#define DEFAULT_PARALLEL 1
 
 /* ---- small helpers -------------------------------------------------------- */
 
@@ -179,11 +151,6 @@ static int request_tokens(worker *w, const sb_mp_obj *params, const char *key, b
 
 /* ---- compute thread ----------------------------------------------------------- */
 
-typedef struct {
-    job *j;
-    sb_mp_writer *wr;
-} stream_ctx;
-
 static int on_piece(void *ud, const char *text, size_t len, int32_t token) {
     stream_ctx *s = ud;
     sb_mp_writer_reset(s->wr);
@@ -193,14 +160,6 @@ static int on_piece(void *ud, const char *text, size_t len, int32_t token) {
     sb_mp_kv_i64(s->wr, "token", token);
     return sb_ipc_reply_event(s->j->reply, "token", s->wr) == SB_ECANCEL;
 }
-
-/* Collects the whole text for the final response (streamed or not). */
-typedef struct {
-    stream_ctx s;
-    int stream;
-    char *buf;
-    size_t len, cap;
-} gen_sink;
 
 static int sink_piece(void *ud, const char *text, size_t len, int32_t token) {
     gen_sink *g = ud;
@@ -216,20 +175,29 @@ static int sink_piece(void *ud, const char *text, size_t len, int32_t token) {
     return g->stream ? on_piece(&g->s, text, len, token) : 0;
 }
 
-static void run_generate(worker *w, job *j, sb_mp_writer *wr) {
+/* 'priority' is read at enqueue (the queue is ordered by it); here it is
+ * only validated. */
+static int get_priority(const sb_mp_obj *p, char *err) {
+    int64_t prio = 0;
+    return sb_mp_get_int(p, "priority", SB_MP_OPTIONAL, -1000, 1000, &prio, err);
+}
+
+int sb_serve_gen_prepare(worker *w, job *j, sb_mp_writer *wr, gen_req *g) {
     char err[SB_ERR_LEN];
     const sb_mp_obj *p = j->params;
-    sb_gen_opts o;
-    sb_gen_opts_default(&o);
-    int64_t max_tokens = o.max_tokens, top_k = o.sampling.top_k, last_n = o.sampling.repeat_last_n,
+    memset(g, 0, sizeof *g);
+    sb_gen_opts *o = &g->o;
+    sb_gen_opts_default(o);
+    int64_t max_tokens = o->max_tokens, top_k = o->sampling.top_k, last_n = o->sampling.repeat_last_n,
             deadline_ms = w->deadline_ms, lookup = w->lookup;
-    double temp = o.sampling.temp, top_p = o.sampling.top_p, min_p = o.sampling.min_p, rp = o.sampling.repeat_penalty;
-    uint64_t seed = o.sampling.seed;
+    double temp = o->sampling.temp, top_p = o->sampling.top_p, min_p = o->sampling.min_p, rp = o->sampling.repeat_penalty;
+    uint64_t seed = o->sampling.seed;
     bool stream = false, special = true;
     const sb_mp_obj *stops = NULL;
     static const char *const allowed[] = { "prompt", "segments", "messages", "max_tokens", "temperature", "top_k",
                                            "top_p", "min_p", "repeat_penalty", "repeat_last_n", "seed", "stop",
-                                           "stream", "deadline_ms", "special", "json_schema", "lookup", NULL };
+                                           "stream", "deadline_ms", "special", "json_schema", "lookup", "priority",
+                                           NULL };
     if (sb_mp_check_keys(p, allowed, err) ||
         sb_mp_get_int(p, "max_tokens", SB_MP_OPTIONAL, 1, w->max_tokens_cap, &max_tokens, err) ||
         sb_mp_get_num(p, "temperature", SB_MP_OPTIONAL, 0, 100, &temp, err) ||
@@ -243,119 +211,162 @@ static void run_generate(worker *w, job *j, sb_mp_writer *wr) {
         sb_mp_get_bool(p, "special", SB_MP_OPTIONAL, &special, err) ||
         sb_mp_get_int(p, "deadline_ms", SB_MP_OPTIONAL, 0, 86400000, &deadline_ms, err) ||
         sb_mp_get_int(p, "lookup", SB_MP_OPTIONAL, 0, SB_SPEC_MAX_DRAFT, &lookup, err) ||
+        get_priority(p, err) ||
         sb_mp_get_container(p, "stop", SB_MP_OPTIONAL, SB_MP_ARRAY, &stops, err) ||
-        sb_mp_get_str(p, "json_schema", SB_MP_OPTIONAL, &o.json_schema, &o.json_schema_len, err)) {
+        sb_mp_get_str(p, "json_schema", SB_MP_OPTIONAL, &o->json_schema, &o->json_schema_len, err)) {
         reply_invalid(j->reply, err);
-        return;
+        return -1;
     }
-    const char *stop_v[MAX_STOPS];
     size_t n_stops = stops ? sb_mp_count(stops) : 0;
-    if (n_stops > MAX_STOPS) { reply_invalid(j->reply, "'stop': at most 16 strings"); return; }
+    if (n_stops > MAX_STOPS) { reply_invalid(j->reply, "'stop': at most 16 strings"); return -1; }
     for (size_t i = 0; i < n_stops; i++)
-        if (sb_mp_as_str(sb_mp_array_at(stops, (uint32_t)i), &stop_v[i], NULL)) {
+        if (sb_mp_as_str(sb_mp_array_at(stops, (uint32_t)i), &g->stop_v[i], NULL)) {
             reply_invalid(j->reply, "'stop': expected an array of strings");
-            return;
+            return -1;
         }
-    int32_t *ids = NULL;
-    size_t n_ids = 0;
-    int rc = request_tokens(w, p, "prompt", special, true, &ids, &n_ids, err);
+    int rc = request_tokens(w, p, "prompt", special, true, &g->ids, &g->n_ids, err);
     if (rc) {
         sb_ipc_reply_error(j->reply, rc == SB_ENOMEM ? SB_IPC_INTERNAL : SB_IPC_INVALID_REQUEST, "%s", err);
-        return;
+        return -1;
     }
-    o.max_tokens = (int)max_tokens;
-    o.sampling.temp = (float)temp;
-    o.sampling.top_k = (int)top_k;
-    o.sampling.top_p = (float)top_p;
-    o.sampling.min_p = (float)min_p;
-    o.sampling.repeat_penalty = (float)rp;
-    o.sampling.repeat_last_n = (int)last_n;
-    o.sampling.seed = seed;
-    o.lookup = (int)lookup;
-    o.stops = stop_v;
-    o.n_stops = n_stops;
-    o.cancel = &j->cancel;
-    o.deadline = deadline_ms > 0 ? sb_now_s() + (double)deadline_ms / 1000.0 : 0;
-    gen_sink sink = { { j, wr }, stream, NULL, 0, 0 };
-    o.on_piece = sink_piece;
-    o.ud = &sink;
-    sb_gen_result res;
-    rc = sb_engine_generate(w->engine, ids, (int)n_ids, &o, &res, err);
-    sb_free(ids);
+    o->max_tokens = (int)max_tokens;
+    o->sampling.temp = (float)temp;
+    o->sampling.top_k = (int)top_k;
+    o->sampling.top_p = (float)top_p;
+    o->sampling.min_p = (float)min_p;
+    o->sampling.repeat_penalty = (float)rp;
+    o->sampling.repeat_last_n = (int)last_n;
+    o->sampling.seed = seed;
+    o->lookup = (int)lookup;
+    o->stops = g->stop_v;
+    o->n_stops = n_stops;
+    o->cancel = &j->cancel;
+    o->deadline = deadline_ms > 0 ? sb_now_s() + (double)deadline_ms / 1000.0 : 0;
+    g->sink = (gen_sink){ { j, wr }, stream, NULL, 0, 0 };
+    o->on_piece = sink_piece;
+    o->ud = &g->sink;
+    return 0;
+}
+
+void sb_serve_gen_reply(job *j, gen_req *g, int rc, const sb_gen_result *res, const char *err, sb_mp_writer *wr) {
     if (rc) {
         sb_ipc_reply_error(j->reply, rc == SB_ERANGE || rc == SB_EINVAL ? SB_IPC_INVALID_REQUEST : SB_IPC_INTERNAL, "%s", err);
-    } else if (!strcmp(res.finish, "cancelled") && sb_ipc_reply_cancelled(j->reply)) {
-        sb_ipc_reply_error(j->reply, SB_IPC_CANCELLED, "cancelled after %d tokens", res.n_gen);
+    } else if (!strcmp(res->finish, "cancelled") && sb_ipc_reply_cancelled(j->reply)) {
+        sb_ipc_reply_error(j->reply, SB_IPC_CANCELLED, "cancelled after %d tokens", res->n_gen);
     } else {
         sb_mp_writer_reset(wr);
         sb_mp_map(wr, 9);
         sb_mp_str(wr, "text");
-        sb_mp_strn(wr, sink.buf ? sink.buf : "", sink.len);
-        sb_mp_kv_str(wr, "finish_reason", res.finish);
-        sb_mp_kv_i64(wr, "prompt_tokens", res.n_prompt);
-        sb_mp_kv_i64(wr, "reused_tokens", res.n_reused);
-        sb_mp_kv_i64(wr, "completion_tokens", res.n_gen);
-        sb_mp_kv_f64(wr, "prompt_ms", res.t_prompt * 1e3);
-        sb_mp_kv_f64(wr, "gen_ms", res.t_gen * 1e3);
-        sb_mp_kv_i64(wr, "drafted_tokens", res.n_drafted);
-        sb_mp_kv_i64(wr, "accepted_tokens", res.n_accepted);
+        sb_mp_strn(wr, g->sink.buf ? g->sink.buf : "", g->sink.len);
+        sb_mp_kv_str(wr, "finish_reason", res->finish);
+        sb_mp_kv_i64(wr, "prompt_tokens", res->n_prompt);
+        sb_mp_kv_i64(wr, "reused_tokens", res->n_reused);
+        sb_mp_kv_i64(wr, "completion_tokens", res->n_gen);
+        sb_mp_kv_f64(wr, "prompt_ms", res->t_prompt * 1e3);
+        sb_mp_kv_f64(wr, "gen_ms", res->t_gen * 1e3);
+        sb_mp_kv_i64(wr, "drafted_tokens", res->n_drafted);
+        sb_mp_kv_i64(wr, "accepted_tokens", res->n_accepted);
         sb_ipc_reply_ok(j->reply, wr);
     }
-    sb_free(sink.buf);
 }
 
-static void run_score(worker *w, job *j, sb_mp_writer *wr) {
+void sb_serve_gen_free(gen_req *g) {
+    sb_free(g->ids);
+    sb_free(g->sink.buf);
+    g->ids = NULL;
+    g->sink.buf = NULL;
+}
+
+static void run_generate(worker *w, job *j, sb_mp_writer *wr) {
+    gen_req g;
+    if (sb_serve_gen_prepare(w, j, wr, &g)) return;
+    char err[SB_ERR_LEN];
+    sb_gen_result res;
+    int rc = sb_engine_generate(w->engine, g.ids, (int)g.n_ids, &g.o, &res, err);
+    sb_serve_gen_reply(j, &g, rc, &res, err, wr);
+    sb_serve_gen_free(&g);
+}
+
+int sb_serve_score_prepare(worker *w, job *j, score_req *s) {
     char err[SB_ERR_LEN];
     const sb_mp_obj *p = j->params, *cands = NULL;
-    static const char *const allowed[] = { "prompt", "segments", "messages", "candidates", "special", NULL };
+    static const char *const allowed[] = { "prompt", "segments", "messages", "candidates", "special", "priority", NULL };
     bool special = true;
-    if (sb_mp_check_keys(p, allowed, err) ||
+    memset(s, 0, sizeof *s);
+    if (sb_mp_check_keys(p, allowed, err) || get_priority(p, err) ||
         sb_mp_get_container(p, "candidates", SB_MP_REQUIRED, SB_MP_ARRAY, &cands, err) ||
         sb_mp_get_bool(p, "special", SB_MP_OPTIONAL, &special, err)) {
         reply_invalid(j->reply, err);
-        return;
+        return -1;
     }
     uint32_t nc = sb_mp_count(cands);
-    if (nc == 0 || nc > MAX_CANDIDATES) { reply_invalid(j->reply, "'candidates': expected 1..256 strings"); return; }
-    int32_t *ids = NULL, *ctoks[MAX_CANDIDATES] = {0};
-    int clen[MAX_CANDIDATES];
-    size_t n_ids;
-    double lp[MAX_CANDIDATES];
-    int rc = request_tokens(w, p, "prompt", special, true, &ids, &n_ids, err);
+    if (nc == 0 || nc > MAX_CANDIDATES) { reply_invalid(j->reply, "'candidates': expected 1..256 strings"); return -1; }
+    s->nc = nc;
+    int rc = request_tokens(w, p, "prompt", special, true, &s->ids, &s->n_ids, err);
     for (uint32_t i = 0; i < nc && !rc; i++) {
         const char *cs;
         size_t cl, n;
         if (sb_mp_as_str(sb_mp_array_at(cands, i), &cs, &cl)) { rc = sb_seterr(err, SB_EINVAL, "'candidates'[%u]: expected a string", i); break; }
         /* A continuation: no BOS, no special tokens. */
-        rc = sb_tokenize(sb_engine_vocab(w->engine), cs, cl, 0, 0, &ctoks[i], &n, err);
-        clen[i] = (int)n;
+        rc = sb_tokenize(sb_engine_vocab(w->engine), cs, cl, 0, 0, &s->ctoks[i], &n, err);
+        s->clen[i] = (int)n;
         if (!rc && n == 0) rc = sb_seterr(err, SB_EINVAL, "'candidates'[%u] is empty", i);
     }
-    if (!rc) rc = sb_engine_score(w->engine, ids, (int)n_ids, (const int32_t *const *)ctoks, clen, (int)nc, lp, err);
+    if (rc) {
+        sb_serve_score_reply(j, s, rc, err, NULL);
+        sb_serve_score_free(s);
+        return -1;
+    }
+    return 0;
+}
+
+void sb_serve_score_reply(job *j, const score_req *s, int rc, const char *err, sb_mp_writer *wr) {
     if (rc) {
         sb_ipc_reply_error(j->reply, rc == SB_EINVAL || rc == SB_ERANGE ? SB_IPC_INVALID_REQUEST : SB_IPC_INTERNAL, "%s", err);
-    } else {
-        /* probs: softmax over the candidates' total log-probabilities, i.e.
-         * P(candidate | prompt, one of these candidates). */
-        double mx = lp[0], sum = 0;
-        for (uint32_t i = 1; i < nc; i++) mx = lp[i] > mx ? lp[i] : mx;
-        for (uint32_t i = 0; i < nc; i++) sum += exp(lp[i] - mx);
-        sb_mp_writer_reset(wr);
-        sb_mp_map(wr, 4);
-        sb_mp_str(wr, "logprobs");
-        sb_mp_array(wr, nc);
-        for (uint32_t i = 0; i < nc; i++) sb_mp_f64(wr, lp[i]);
-        sb_mp_str(wr, "probs");
-        sb_mp_array(wr, nc);
-        for (uint32_t i = 0; i < nc; i++) sb_mp_f64(wr, exp(lp[i] - mx) / sum);
-        sb_mp_str(wr, "tokens");
-        sb_mp_array(wr, nc);
-        for (uint32_t i = 0; i < nc; i++) sb_mp_i64(wr, clen[i]);
-        sb_mp_kv_i64(wr, "prompt_tokens", (int64_t)n_ids);
-        sb_ipc_reply_ok(j->reply, wr);
+        return;
     }
-    sb_free(ids);
-    for (uint32_t i = 0; i < nc; i++) sb_free(ctoks[i]);
+    /* probs: softmax over the candidates' total log-probabilities, i.e.
+     * P(candidate | prompt, one of these candidates). */
+    const uint32_t nc = s->nc;
+    const double *lp = s->lp;
+    double mx = lp[0], sum = 0;
+    for (uint32_t i = 1; i < nc; i++) mx = lp[i] > mx ? lp[i] : mx;
+    for (uint32_t i = 0; i < nc; i++) sum += exp(lp[i] - mx);
+    sb_mp_writer_reset(wr);
+    sb_mp_map(wr, 4);
+    sb_mp_str(wr, "logprobs");
+    sb_mp_array(wr, nc);
+    for (uint32_t i = 0; i < nc; i++) sb_mp_f64(wr, lp[i]);
+    sb_mp_str(wr, "probs");
+    sb_mp_array(wr, nc);
+    for (uint32_t i = 0; i < nc; i++) sb_mp_f64(wr, exp(lp[i] - mx) / sum);
+    sb_mp_str(wr, "tokens");
+    sb_mp_array(wr, nc);
+    for (uint32_t i = 0; i < nc; i++) sb_mp_i64(wr, s->clen[i]);
+    sb_mp_kv_i64(wr, "prompt_tokens", (int64_t)s->n_ids);
+    sb_ipc_reply_ok(j->reply, wr);
+}
+
+void sb_serve_score_free(score_req *s) {
+    sb_free(s->ids);
+    s->ids = NULL;
+    for (uint32_t i = 0; i < s->nc; i++) {
+        sb_free(s->ctoks[i]);
+        s->ctoks[i] = NULL;
+    }
+}
+
+static void run_score(worker *w, job *j, sb_mp_writer *wr) {
+    score_req *s = sb_malloc(sizeof *s);
+    if (!s) { sb_ipc_reply_error(j->reply, SB_IPC_INTERNAL, "out of memory"); return; }
+    if (sb_serve_score_prepare(w, j, s) == 0) {
+        char err[SB_ERR_LEN];
+        int rc = sb_engine_score(w->engine, s->ids, (int)s->n_ids, (const int32_t *const *)s->ctoks, s->clen,
+                                 (int)s->nc, s->lp, err);
+        sb_serve_score_reply(j, s, rc, err, wr);
+        sb_serve_score_free(s);
+    }
+    sb_free(s);
 }
 
 /* The running job's final response is about to go out: its slot is free
@@ -391,6 +402,7 @@ static void *compute_main(void *arg) {
         else if (j->kind == JOB_SCORE) run_score(w, j, wr);
         else if (j->kind == JOB_EMBED) sb_serve_embed(w->encoder, j->reply, j->params, &j->cancel, wr);
         else run_generate(w, j, wr);
+        if (w->engine) sb_serve_publish_stats(w);
         pthread_mutex_lock(&w->mu);
         w->running = 0;
         w->current = NULL;
@@ -426,9 +438,9 @@ static void enqueue(worker *w, sb_ipc_reply *r, const sb_mp_obj *params, int kin
         sb_ipc_reply_error(r, SB_IPC_BUSY, "worker '%s' is shutting down", w->name);
         return;
     }
-    /* max_queue counts requests waiting behind the running one, so 0 still
-     * serves one request at a time instead of refusing everything. */
-    if (w->n_queued + w->running > w->max_queue) {
+    /* max_queue counts requests waiting behind the running ones, so 0 still
+     * serves `parallel` requests at once instead of refusing everything. */
+    if (w->n_queued + w->running >= w->max_queue + w->parallel) {
         int q = w->n_queued;
         pthread_mutex_unlock(&w->mu);
         sb_ipc_reply_error(r, SB_IPC_BUSY, "worker '%s' queue is full (%d waiting); retry later", w->name, q);
@@ -443,9 +455,16 @@ static void enqueue(worker *w, sb_ipc_reply *r, const sb_mp_obj *params, int kin
     j->reply = r;
     j->params = params;
     j->kind = kind;
+    /* A bad value is reported when the job is parsed; here it only orders. */
+    int64_t prio = 0;
+    if (sb_mp_as_i64(sb_mp_map_get(params, "priority"), &prio) == 0) j->priority = (int)SB_MAX(-1000, SB_MIN(1000, prio));
     sb_ipc_reply_on_cancel(r, on_cancel, j);
-    if (w->tail) w->tail->next = j; else w->head = j;
-    w->tail = j;
+    /* Higher priority first, FIFO among equals. */
+    job **at = &w->head;
+    while (*at && (*at)->priority >= j->priority) at = &(*at)->next;
+    j->next = *at;
+    *at = j;
+    if (!j->next) w->tail = j;
     w->n_queued++;
     pthread_cond_signal(&w->cv);
     pthread_mutex_unlock(&w->mu);
@@ -463,20 +482,42 @@ static bool no_vocab(worker *w, sb_ipc_reply *r) {
     return true;
 }
 
+/* The batching figures health and info share (a router's /metrics reads
+ * them): sequences, KV blocks, prefix cache. 7 keys. */
+static void put_load(sb_mp_writer *wr, const worker *w, int running, const sb_engine_stats *st) {
+    sb_mp_kv_i64(wr, "parallel", w->parallel);
+    sb_mp_kv_i64(wr, "running", running);
+    sb_mp_kv_i64(wr, "kv_blocks_total", st->blocks_total);
+    sb_mp_kv_i64(wr, "kv_blocks_free", st->blocks_free);
+    sb_mp_kv_u64(wr, "prefix_hits", st->prefix_hits);
+    sb_mp_kv_u64(wr, "prefix_misses", st->prefix_misses);
+    sb_mp_kv_u64(wr, "prefix_tokens_reused", st->prefix_tokens_reused);
+}
+
+void sb_serve_publish_stats(worker *w) {
+    sb_engine_stats st;
+    sb_engine_stats_get(w->engine, &st);
+    pthread_mutex_lock(&w->mu);
+    w->stats = st;
+    pthread_mutex_unlock(&w->mu);
+}
+
 static void h_health(void *ud, sb_ipc_reply *r, const char *m, const sb_mp_obj *p) {
     worker *w = ud;
     sb_mp_writer *wr;
     if (sb_mp_writer_new(&wr)) { sb_ipc_reply_error(r, SB_IPC_INTERNAL, "out of memory"); return; }
     pthread_mutex_lock(&w->mu);
     int queued = w->n_queued, running = w->running, stopping = w->stopping;
+    sb_engine_stats st = w->stats;
     pthread_mutex_unlock(&w->mu);
-    sb_mp_map(wr, 6);
+    sb_mp_map(wr, 13);
     sb_mp_kv_str(wr, "status", stopping ? "draining" : "ok");
     sb_mp_kv_str(wr, "kind", w->encoder ? "encoder" : "decoder");
     sb_mp_kv_str(wr, "name", w->name);
     sb_mp_kv_i64(wr, "pid", getpid());
     sb_mp_kv_i64(wr, "queued", queued);
     sb_mp_kv_bool(wr, "busy", running != 0);
+    put_load(wr, w, running, &st);
     sb_ipc_reply_ok(r, wr);
     sb_mp_writer_free(wr);
 }
@@ -500,7 +541,12 @@ static void h_info(void *ud, sb_ipc_reply *r, const char *m, const sb_mp_obj *p)
     sb_gguf_get_str(g, "general.name", &gname);
     sb_mp_writer *wr;
     if (sb_mp_writer_new(&wr)) { sb_ipc_reply_error(r, SB_IPC_INTERNAL, "out of memory"); return; }
-    sb_mp_map(wr, 17);
+    pthread_mutex_lock(&w->mu);
+    int running = w->running;
+    sb_engine_stats st = w->stats;
+    pthread_mutex_unlock(&w->mu);
+    sb_mp_map(wr, 17 + 7);
+    put_load(wr, w, running, &st);
     sb_mp_kv_str(wr, "name", w->name);
     sb_mp_kv_str(wr, "model", w->model_path);
     sb_mp_kv_str(wr, "kind", "decoder");
@@ -644,12 +690,16 @@ static void usage(FILE *f) {
             "  --lookup N         prompt-lookup speculative decoding, N drafted tokens (default 0 = off)\n"
             "  --drain-ms N       how long SIGTERM waits for running requests (default 10000)\n"
             "  --deadline-ms N    deadline of a generate without its own deadline_ms (default 0 = none)\n"
-            "  --batch N          prompt tokens per forward pass (default 128; scratch memory grows with it)\n\n"
+            "  --batch N          prompt tokens per forward pass (default 128; scratch memory grows with it)\n"
+            "  --parallel N       requests run at once, batched in one forward pass per step (default %d;\n"
+            "                     1: one at a time, as before batching)\n"
+            "  --kv-mb M          KV pool shared by those requests, MiB (default: one whole context plus\n"
+            "                     1024 positions per further request; at least one context)\n\n"
             "Exit status: 0 after a clean drain, 2 when the model or options are bad\n"
             "(a supervisor should not restart it), 1 on other failures.\n\n"
             "Test hook: with SB_TEST_WORKER_ABORT=NAME[,NAME...] in the environment, a\n"
             "worker whose --name is listed aborts (SIGABRT) before loading its model, so\n"
-            "tests can make a model crash-loop under the supervisor.\n");
+            "tests can make a model crash-loop under the supervisor.\n", DEFAULT_PARALLEL);
 }
 
 static int arg_int(const char *opt, const char *v, int lo, int hi, int *out) {
@@ -661,6 +711,21 @@ static int arg_int(const char *opt, const char *v, int lo, int hi, int *out) {
     }
     *out = (int)x;
     return 0;
+}
+
+/* A decoder with room for `parallel` tasks; a --kv-mb below one context is
+ * raised to it (a request must always be able to reach n_ctx). */
+static int open_engine(worker *w, sb_ctx_params *cp, char *err) {
+    cp->n_seq = w->parallel;
+    int rc = sb_engine_open_kv(w->model_path, cp, w->kv_mb, &w->engine, err);
+    if (rc || w->kv_mb <= 0) return rc;
+    int min = sb_engine_kv_mb_min(w->engine, cp->kv_f32);
+    if (w->kv_mb >= min) return 0;
+    sb_warn("--kv-mb %d is less than one context (%d MiB): using %d", w->kv_mb, min, min);
+    sb_engine_free(w->engine);
+    w->engine = NULL;
+    w->kv_mb = min;
+    return sb_engine_open_kv(w->model_path, cp, min, &w->engine, err);
 }
 
 /* The supervisor's crash-loop handling needs a worker that dies at start-up
@@ -678,7 +743,7 @@ static bool test_abort_requested(const char *name) {
 }
 
 int sb_cmd_worker(int argc, char **argv) {
-    worker w = { .max_queue = 16, .max_tokens_cap = 4096, .drain_ms = 10000 };
+    worker w = { .max_queue = 16, .max_tokens_cap = 4096, .drain_ms = 10000, .parallel = DEFAULT_PARALLEL };
     sb_ctx_params cp;
     sb_ctx_params_default(&cp);
     cp.n_threads = 2;
@@ -700,6 +765,8 @@ int sb_cmd_worker(int argc, char **argv) {
         else if (!strcmp(a, "--lookup")) { bad = arg_int(a, v, 0, SB_SPEC_MAX_DRAFT, &w.lookup); i++; }
         else if (!strcmp(a, "--drain-ms")) { bad = arg_int(a, v, 0, 3600000, &w.drain_ms); i++; }
         else if (!strcmp(a, "--deadline-ms")) { bad = arg_int(a, v, 0, 86400000, &w.deadline_ms); i++; }
+        else if (!strcmp(a, "--parallel")) { bad = arg_int(a, v, 1, 64, &w.parallel); i++; }
+        else if (!strcmp(a, "--kv-mb")) { bad = arg_int(a, v, 0, 1 << 20, &w.kv_mb); i++; }
         else if (!strcmp(a, "--batch")) { bad = arg_int(a, v, 1, 4096, &cp.n_batch); i++; }
         else if (!strcmp(a, "--kv") && v) {
             if (!strcmp(v, "f16")) cp.kv_f32 = 0;
@@ -727,10 +794,15 @@ int sb_cmd_worker(int argc, char **argv) {
      * methods differ. --ctx, --kv and --batch do not apply to it. */
     int rc_open = sb_serve_is_encoder_file(w.model_path)
                       ? sb_encoder_open(w.model_path, cp.n_threads, -1, &w.encoder, err)
-                      : sb_engine_open(w.model_path, &cp, &w.engine, err);
+                      : open_engine(&w, &cp, err);
     if (rc_open) {
         sb_error("%s", err);
         return SB_EXIT_CONFIG;
+    }
+    if (w.engine) {
+        sb_engine_stats st;
+        sb_engine_stats_get(w.engine, &st);
+        sb_info("parallel %d: KV pool of %d blocks of %d positions", w.parallel, st.blocks_total, SB_KV_BLOCK);
     }
     char desc[256];
     if (w.encoder) sb_encoder_describe(w.encoder, desc, sizeof desc);
@@ -752,7 +824,9 @@ int sb_cmd_worker(int argc, char **argv) {
         rc = SB_EXIT_CONFIG;
         goto out;
     }
-    if (pthread_create(&w.compute, NULL, compute_main, &w) != 0) { sb_error("cannot start the compute thread"); goto out; }
+    if (w.engine) sb_serve_publish_stats(&w);
+    void *(*loop)(void *) = w.engine && w.parallel > 1 ? sb_serve_batch_main : compute_main;
+    if (pthread_create(&w.compute, NULL, loop, &w) != 0) { sb_error("cannot start the compute thread"); goto out; }
     w.sig_term = evsignal_new(w.base, SIGTERM, on_signal, &w);
     w.sig_int = evsignal_new(w.base, SIGINT, on_signal, &w);
     event_add(w.sig_term, NULL);
@@ -760,7 +834,7 @@ int sb_cmd_worker(int argc, char **argv) {
     sb_info("ready on %s", w.socket_path);
     event_base_dispatch(w.base);
     pthread_mutex_lock(&w.mu);
-    w.stopping = 1;
+    w.stopping = 2;             /* the batch loop cancels its running tasks */
     int abandoned = w.n_queued + w.running;
     for (job *j = w.head; j; j = j->next) atomic_store(&j->cancel, 1);
     /* The running job left the queue: without this it would run to its end. */
