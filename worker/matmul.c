@@ -92,12 +92,13 @@ typedef struct {
     size_t y_stride;
     int rows;                   /* rows per task */
     int n_tok_blocks;           /* gemm path; 1 otherwise */
+    int n_tok;                  /* tokens of this part's segment */
     int first_task;
 } mm_part;
 
 typedef struct {
-    mm_part part[SB_MM_MAX_OUTS];
-    int n_parts, n_tok;
+    mm_part part[SB_MM_MAX_OUTS * (SB_MM_MAX_SEGS + 1)];
+    int n_parts;
     const sb_mm *mm;
 } mm_job;
 
@@ -140,12 +141,16 @@ static void run_gemm(const mm_part *p, int local, int n_tok, uint8_t *x8_rows) {
 
 static void mm_task(void *arg, int task, int thread) {
     const mm_job *j = arg;
-    int k = j->n_parts - 1;
-    while (k > 0 && task < j->part[k].first_task) k--;
-    const mm_part *p = &j->part[k];
+    int lo = 0, hi = j->n_parts - 1;         /* the last part with first_task <= task */
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (j->part[mid].first_task <= task) lo = mid;
+        else hi = mid - 1;
+    }
+    const mm_part *p = &j->part[lo];
     const int local = task - p->first_task;
-    if (p->gemm) run_gemm(p, local, j->n_tok, j->mm->x8_rows + (size_t)thread * j->mm->x8_rows_bytes);
-    else run_1x1(p, (int64_t)local * p->rows, j->n_tok);
+    if (p->gemm) run_gemm(p, local, p->n_tok, j->mm->x8_rows + (size_t)thread * j->mm->x8_rows_bytes);
+    else run_1x1(p, (int64_t)local * p->rows, p->n_tok);
 }
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -153,28 +158,50 @@ static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 /* Tasks of part p with `rows` rows per task. */
 static int64_t part_tasks(const mm_part *p, int rows) { return ceil_div(p->w->ne1, rows) * p->n_tok_blocks; }
 
+/* The token segments of a run: {first token, tokens, one-token kernels}. */
+typedef struct { int t0, n, one; } mm_seg;
+
+static int mm_segments(const sb_mm *mm, int n_tok, mm_seg *seg) {
+    int n = 0, t = 0;
+    if (mm->n_one > 0) {
+        seg[n++] = (mm_seg){ 0, mm->n_one, 1 };
+        t = mm->n_one;
+    }
+    for (int i = 0; i < mm->n_seg; i++) {
+        seg[n++] = (mm_seg){ t, mm->seg[i], 0 };
+        t += mm->seg[i];
+    }
+    if (t < n_tok) seg[n++] = (mm_seg){ t, n_tok - t, 0 };   /* the default: one segment of all tokens */
+    return n;
+}
+
 void sb_mm_run(sb_mm *mm, const float *x, int n_tok, const sb_mm_out *outs, int n_outs) {
     mm_job j;
-    j.n_parts = n_outs;
-    j.n_tok = n_tok;
+    mm_seg segs[SB_MM_MAX_SEGS + 2];
+    const int n_segs = mm_segments(mm, n_tok, segs);
+    j.n_parts = 0;
     j.mm = mm;
     const int n_threads = sb_pool_size(mm->pool);
     int all_gemm = 1;
     for (int i = 0; i < n_outs; i++) {
         const sb_kq_traits *tt = &mm->kq[outs[i].w->type];
         const sb_act_slot *a = act_get(mm, x, n_tok, outs[i].w->ne0, tt->vec_dot_type);
-        mm_part *p = &j.part[i];
-        p->w = outs[i].w;
-        p->dot = tt->vec_dot;
-        const int x8 = p->w->x8_buf != NULL;
-        p->gemm = n_tok > (x8 ? X8_GEMM_MIN_TOKS - 1 : 1) && !mm->decode_kernels ? tt->gemm : NULL;
-        p->gemv8 = x8 && !p->gemm ? tt->gemv8 : NULL;
-        p->act = a->buf;
-        p->act_stride = a->row_bytes;
-        p->y = outs[i].y;
-        p->y_stride = outs[i].y_stride;
-        p->n_tok_blocks = p->gemm ? (int)ceil_div(n_tok, GEMM_TOKS) : 1;
-        all_gemm &= p->gemm != NULL;
+        for (int sg = 0; sg < n_segs; sg++) {
+            const mm_seg *g = &segs[sg];
+            mm_part *p = &j.part[j.n_parts++];
+            p->w = outs[i].w;
+            p->dot = tt->vec_dot;
+            const int x8 = p->w->x8_buf != NULL;
+            p->gemm = !g->one && g->n > (x8 ? X8_GEMM_MIN_TOKS - 1 : 1) && !mm->decode_kernels ? tt->gemm : NULL;
+            p->gemv8 = x8 && !p->gemm ? tt->gemv8 : NULL;
+            p->act_stride = a->row_bytes;
+            p->act = (const uint8_t *)a->buf + (size_t)g->t0 * p->act_stride;
+            p->y_stride = outs[i].y_stride;
+            p->y = outs[i].y + (size_t)g->t0 * p->y_stride;
+            p->n_tok = g->n;
+            p->n_tok_blocks = p->gemm ? (int)ceil_div(g->n, GEMM_TOKS) : 1;
+            all_gemm &= p->gemm != NULL;
+        }
     }
     /* Rows per task (`rows` for the 1x1 parts, or for all parts when all
      * are tiled): enough tasks that every thread gets several and a
@@ -186,14 +213,14 @@ void sb_mm_run(sb_mm *mm, const float *x, int n_tok, const sb_mm_out *outs, int 
     const int min_rows = all_gemm ? 8 : 1;
     for (;;) {
         int64_t n_tasks = 0;
-        for (int i = 0; i < n_outs; i++)
+        for (int i = 0; i < j.n_parts; i++)
             n_tasks += part_tasks(&j.part[i], j.part[i].gemm && !all_gemm ? GEMM_ROWS : rows);
         if (!all_gemm && n_tasks > TASKS_PER_THREAD * n_threads && rows < (1 << 20)) rows *= 2;
         else if (n_tasks < 4 * n_threads && rows > min_rows) rows /= 2;
         else break;
     }
     int first = 0;
-    for (int i = 0; i < n_outs; i++) {
+    for (int i = 0; i < j.n_parts; i++) {
         mm_part *p = &j.part[i];
         p->rows = p->gemm && !all_gemm ? GEMM_ROWS : rows;
         if (p->gemv8) p->rows = SB_MAX(8, p->rows / 8 * 8);

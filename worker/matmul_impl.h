@@ -8,6 +8,7 @@
 
 #define SB_MM_ACT_SLOTS 3       /* (input, activation type) pairs cached: one run never evicts its own */
 #define SB_MM_MAX_OUTS 3        /* matrices one run can share an input between (q, k, v) */
+#define SB_MM_MAX_SEGS 32       /* several-token segments of one run (parts of a multi-sequence pass) */
 
 typedef struct {
     const float *src;           /* the f32 input this slot was made from */
@@ -24,6 +25,14 @@ typedef struct {
     uint8_t            *x8_rows;    /* per thread: a row block of an x8 weight back in file layout, for gemm */
     size_t              x8_rows_bytes;
     int                 decode_kernels; /* nonzero: never the tiled path, so every token's numbers are a lone token's */
+    /* Token segments of the next runs (a multi-sequence pass sets them, 0/0
+     * restores the default of one segment of all tokens): tokens
+     * [0, n_one) go through the one-token kernels; then n_seg segments of
+     * seg[i] tokens each, each run as if it were a run of its own (the same
+     * path choice and token blocks), so a part's numbers do not depend on
+     * what else is in the batch. */
+    int                 n_one, n_seg;
+    const int          *seg;
 } sb_mm;
 
 /* One product of a run: y[t][0..w->ne1) = W · x[t], rows y_stride floats apart. */
