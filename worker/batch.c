@@ -27,6 +27,13 @@
 
 #define PREFIX_SLOTS 8      /* cached prefixes (one sequence each) per engine */
 #define FORK_SLOTS   8      /* score candidates evaluated at once, all tasks together */
+/* Prompt passes of fewer tokens than this take other kernel paths (few-token
+ * gemv, narrow tiles), whose sums differ in the last bits from a long
+ * pass's; from 8 tokens on, any cut gives the numbers of one whole pass
+ * (measured on the fixtures at every cut of a 60-token prompt; test_batch
+ * checks it end to end). */
+#define MIN_CHUNK    8
+#define MULTI_PARTS  32     /* several-token parts one eval_parts pass takes (its SB_MM_MAX_SEGS) */
 
 enum { T_PREFILL, T_DECODE, T_CANDS, T_DONE, T_FAILED };
 enum { K_GEN, K_SCORE };
@@ -70,6 +77,7 @@ typedef struct {
 
 struct sb_sched {
     int max_tasks, n_run, forks_used, max_prefix_blocks;
+    int multi;              /* several-token parts planned this step */
     sb_task **run;
     prefix_t pfx[PREFIX_SLOTS];
     uint64_t clock, order;
@@ -83,13 +91,20 @@ int sb_sched_ctx_seqs(int max_tasks) { return 1 + max_tasks + PREFIX_SLOTS + FOR
 
 static int blocks_for(int positions) { return (positions + SB_KV_BLOCK - 1) / SB_KV_BLOCK; }
 
+/* The small final pass sb_ctx_eval makes of n tokens (n_batch-sized
+ * passes, then the rest): its size when under MIN_CHUNK, else 0. */
+static int tail_of(int n, int n_batch) {
+    const int r = n % n_batch;
+    return n > n_batch && r < MIN_CHUNK ? r : 0;
+}
+
 int sb_sched_new(sb_engine *e, int max_tasks, char *err) {
     sb_sched *s = sb_calloc(1, sizeof *s);
     if (!s) return sb_seterr(err, SB_ENOMEM, "out of memory");
     e->sched = s;
     const int max_parts = max_tasks + FORK_SLOTS;
     s->max_tasks = max_tasks;
-    s->run = sb_calloc((size_t)max_tasks, sizeof *s->run);
+    s->run = sb_calloc((size_t)max_tasks + 1, sizeof *s->run);
     s->parts = sb_calloc((size_t)max_parts, sizeof *s->parts);
     s->part_task = sb_calloc((size_t)max_parts, sizeof *s->part_task);
     s->part_fork = sb_calloc((size_t)max_parts, sizeof *s->part_fork);
@@ -121,15 +136,29 @@ void sb_sched_free(sb_engine *e) {
 
 /* ---- prefix cache ---------------------------------------------------------- */
 
-/* The longest cached prefix of prompt that leaves at least 2 tokens to
- * evaluate: the rest then goes through the prompt kernels, as it would with
- * no cache, so a hit never changes a task's numbers. */
-static prefix_t *prefix_match(sb_sched *s, const int32_t *prompt, int n) {
+/* The cached entry sharing the most whole blocks with prompt, and in *n
+ * how many positions (a multiple of SB_KV_BLOCK): an entry need not be a
+ * prefix of the prompt, only start like it (a stage's system prompt is the
+ * start of every entry its calls leave). Enough tokens stay to be
+ * evaluated in passes of MIN_CHUNK or more (and the tail sb_ctx_eval
+ * would pass alone): the rest then gets the numbers it gets with no cache,
+ * so a hit never changes a task's output. */
+static prefix_t *prefix_match(sb_sched *s, const int32_t *prompt, int n_prompt, int n_batch, int *n) {
     prefix_t *best = NULL;
+    *n = 0;
+    /* What is left to evaluate must still be cut as run alone (chunk()). */
+    const int room = n_batch < 2 * MIN_CHUNK ? 0 : n_prompt - tail_of(n_prompt, n_batch) - MIN_CHUNK;
     for (int i = 0; i < PREFIX_SLOTS; i++) {
         prefix_t *p = &s->pfx[i];
-        if (p->seq < 0 || p->n > n - 2 || (best && p->n <= best->n)) continue;
-        if (!memcmp(p->tokens, prompt, (size_t)p->n * sizeof *prompt)) best = p;
+        if (p->seq < 0) continue;
+        const int lim = SB_MIN(p->n, room);
+        int k = 0;
+        while (k < lim && p->tokens[k] == prompt[k]) k++;
+        k = k / SB_KV_BLOCK * SB_KV_BLOCK;
+        if (k > *n) {
+            best = p;
+            *n = k;
+        }
     }
     return best;
 }
@@ -154,7 +183,9 @@ static prefix_t *prefix_lru(sb_sched *s, const prefix_t *keep) {
  * an entry. Shares blocks, takes none; a failure only loses the entry. */
 static void prefix_add(sb_engine *e, sb_task *t) {
     sb_sched *s = e->sched;
-    const int n = t->n_prompt / SB_KV_BLOCK * SB_KV_BLOCK;
+    /* Not the small tail pass: its numbers are only right where it is the
+     * tail. */
+    const int n = (t->n_prompt - tail_of(t->n_prompt, e->n_batch)) / SB_KV_BLOCK * SB_KV_BLOCK;
     if (n < SB_KV_BLOCK || n / SB_KV_BLOCK > s->max_prefix_blocks) return;
     for (int i = 0; i < PREFIX_SLOTS; i++) {
         prefix_t *p = &s->pfx[i];
@@ -199,18 +230,22 @@ static int reserved(const sb_sched *s) {
  * never hold the task. */
 static int admit(sb_engine *e, sb_task *t, int (*need)(const sb_task *, int matched), char *err) {
     sb_sched *s = e->sched;
+    if (!s->max_tasks)
+        return sb_seterr(err, SB_EINVAL, "engine opened for one request at a time (ctx n_seq 0): no tasks");
     if (s->n_run >= s->max_tasks)
         return sb_seterr(err, SB_EBUSY, "all %d sequences are running", s->max_tasks);
     const int total = sb_ctx_kv_blocks_total(e->ctx);
     if (need(t, 0) > total)
         return sb_seterr(err, SB_ERANGE, "the request needs %d KV blocks, the pool has %d", need(t, 0), total);
-    prefix_t *hit = prefix_match(s, t->prompt, t->n_prompt);
-    int want = need(t, hit ? hit->n : 0);
+    int matched;
+    prefix_t *hit = prefix_match(s, t->prompt, t->n_prompt, e->n_batch, &matched);
+    int want = need(t, matched);
     while (sb_ctx_kv_blocks_free(e->ctx) - reserved(s) < want) {
         prefix_t *v = prefix_lru(s, hit);
         if (!v && hit) {            /* the match itself must go: start from scratch */
             v = hit;
             hit = NULL;
+            matched = 0;
             want = need(t, 0);
         }
         if (!v) break;
@@ -225,14 +260,14 @@ static int admit(sb_engine *e, sb_task *t, int (*need)(const sb_task *, int matc
      * remembered tokens are gone. */
     if (t->seq == 0) e->n_hist = 0;
     if (hit) {
-        if ((rc = sb_ctx_seq_fork(e->ctx, t->seq, hit->seq, hit->n, err))) {
+        if ((rc = sb_ctx_seq_fork(e->ctx, t->seq, hit->seq, matched, err))) {
             sb_ctx_seq_free(e->ctx, t->seq);
             return rc;
         }
         hit->used = ++s->clock;
-        t->n_done = hit->n;
+        t->n_done = matched;
         s->hits++;
-        s->reused += (uint64_t)hit->n;
+        s->reused += (uint64_t)matched;
     } else {
         s->misses++;
     }
@@ -416,18 +451,29 @@ int sb_task_poll(const sb_task *t, sb_gen_result *res, double *logprobs, char *e
 
 /* ---- one step ----------------------------------------------------------------- */
 
-/* Tokens of n remaining to take from a budget: whole if they fit, else a
- * chunk that leaves no single token behind; 0 when the budget allows no
- * chunk of at least 2 (a lone token would go through the decode kernels,
- * and a task's numbers must not depend on how its prompt was cut). */
-static int chunk(int n, int budget) {
-    int take = SB_MIN(n, budget);
-    if (take < n && n - take == 1) take--;
-    return take >= 2 || take == n ? take : 0;
+/* The next piece of a range of n tokens, done of them evaluated, within
+ * budget; 0: none this step. A task's numbers must be those it gets alone
+ * (sb_ctx_eval in n_batch-sized passes), and a pass of fewer than
+ * MIN_CHUNK tokens goes through other kernel paths than a longer one. So:
+ * the range's body is cut anywhere as long as every piece has at least
+ * MIN_CHUNK tokens (or is the whole of a short body), and the tail that
+ * sb_ctx_eval would pass alone is passed alone. With a budget too small
+ * for that freedom, the passes are sb_ctx_eval's own. */
+static int chunk(int done, int n, int n_batch, int budget) {
+    if (n_batch < 2 * MIN_CHUNK) {
+        const int take = SB_MIN(n_batch, n - done);
+        return take <= budget ? take : 0;
+    }
+    const int tail = tail_of(n, n_batch), body = n - tail - done;
+    if (body <= 0) return tail <= budget ? tail : 0;
+    int take = SB_MIN(body, budget);
+    if (take < body && body - take < MIN_CHUNK) take = body - MIN_CHUNK;
+    return take == body || take >= MIN_CHUNK ? take : 0;
 }
 
 static int add_part(sb_sched *s, int *np, sb_task *t, int fork, int seq, const int32_t *tokens, int n,
                     float *logits, int all) {
+    s->multi += n > 1;
     s->parts[*np] = (sb_seq_part){ seq, tokens, n, logits, all };
     s->part_task[*np] = t;
     s->part_fork[*np] = fork;
@@ -444,7 +490,7 @@ static int plan_cands(sb_engine *e, sb_task *t, int *np, int budget) {
     for (int i = 0; i < FORK_SLOTS; i++) {      /* candidates already under way */
         fork_t *f = &t->forks[i];
         if (f->seq < 0) continue;
-        int take = chunk(t->cand_lens[f->cand] - 1 - f->done, budget - used);
+        int take = s->multi < MULTI_PARTS ? chunk(f->done, t->cand_lens[f->cand] - 1, e->n_batch, budget - used) : 0;
         if (take)
             used += add_part(s, np, t, i, f->seq, t->cands[f->cand] + f->done, take,
                              f->rows + (size_t)f->done * n_vocab, 1);
@@ -462,7 +508,7 @@ static int plan_cands(sb_engine *e, sb_task *t, int *np, int budget) {
             if (t->forks[i].seq >= 0) active++;
             else if (slot < 0) slot = i;
         }
-        int take = chunk(len - 1, budget - used);
+        int take = s->multi < MULTI_PARTS ? chunk(0, len - 1, e->n_batch, budget - used) : 0;
         if (!take || active >= t->fork_cap || s->forks_used >= FORK_SLOTS) break;
         fork_t *f = &t->forks[slot];
         char err[SB_ERR_LEN];
@@ -513,20 +559,21 @@ static void reap(sb_engine *e) {
 /* The parts of this step into s->parts; returns their count. */
 static int plan(sb_engine *e) {
     sb_sched *s = e->sched;
-    sb_task *order[s->max_tasks > 0 ? s->max_tasks : 1];
+    sb_task *order[s->max_tasks + 1];
     const int n = s->n_run;
     memcpy(order, s->run, (size_t)n * sizeof *order);
     qsort(order, (size_t)n, sizeof *order, by_urgency);
     int np = 0, budget = e->n_batch;
+    s->multi = 0;
     for (int i = 0; i < n && budget > 0; i++)   /* decodes first: one token each */
         if (order[i]->state == T_DECODE)
             budget -= add_part(s, &np, order[i], -1, order[i]->seq, &order[i]->pending, 1, order[i]->logits, 0);
-    const int lone_ok = e->n_batch < 2;
     for (int i = 0; i < n && budget > 0; i++) {
         sb_task *t = order[i];
         if (t->state == T_PREFILL) {
             const int rem = t->n_prompt - t->n_done;
-            int take = lone_ok ? SB_MIN(rem, budget) : chunk(rem, budget);
+            int take = chunk(t->n_done, t->n_prompt, e->n_batch, budget);
+            if (take > 1 && s->multi >= MULTI_PARTS) take = 0;
             if (take)
                 budget -= add_part(s, &np, t, -1, t->seq, t->prompt + t->n_done, take,
                                    take == rem ? t->logits : NULL, 0);

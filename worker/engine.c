@@ -34,7 +34,9 @@ int sb_engine_open_kv(const char *path, const sb_ctx_params *p, int kv_mb, sb_en
      * score forks get sequences of their own (sb_sched_ctx_seqs). */
     sb_ctx_params cp = *p;
     const int max_tasks = SB_MAX(1, p->n_seq);
-    cp.n_seq = sb_sched_ctx_seqs(max_tasks);
+    /* n_seq 0 (the default): one sequence, sb_engine_generate/score only,
+     * no per-sequence buffers; tasks need n_seq >= 1. */
+    cp.n_seq = p->n_seq > 0 ? sb_sched_ctx_seqs(max_tasks) : 1;
     const int n_ctx = p->n_ctx > 0 ? p->n_ctx : SB_MIN(hp->n_ctx_train, 4096);
     if (kv_mb > 0) {
         size_t blocks = (size_t)kv_mb * 1024 * 1024 / kv_block_bytes(hp, p->kv_f32);
@@ -55,7 +57,7 @@ int sb_engine_open_kv(const char *path, const sb_ctx_params *p, int kv_mb, sb_en
     e->hist = sb_malloc((size_t)sb_ctx_n_ctx(e->ctx) * sizeof *e->hist);
     e->logits = sb_aligned_alloc((size_t)hp->n_vocab * sizeof(float));
     if (!e->hist || !e->logits) { rc = sb_seterr(err, SB_ENOMEM, "out of memory"); goto fail; }
-    if ((rc = sb_sched_new(e, max_tasks, err))) goto fail;
+    if ((rc = sb_sched_new(e, p->n_seq > 0 ? max_tasks : 0, err))) goto fail;
     sb_str tmpl;
     e->chat_kind = SB_CHAT_UNKNOWN;
     if (sb_gguf_get_str(sb_model_gguf(e->model), "tokenizer.chat_template", &tmpl) == 0)

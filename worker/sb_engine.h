@@ -26,7 +26,8 @@ typedef struct sb_engine sb_engine;
 
 int  sb_engine_open(const char *path, const sb_ctx_params *p, sb_engine **out, char *err);
 /* The same with a KV pool of kv_mb MiB. p->n_seq is the number of tasks that
- * may run at once (sb_engine_submit_*). kv_mb 0: p->kv_blocks decides, and
+ * may run at once (sb_engine_submit_*; 0, the default: none, only
+ * sb_engine_generate/score). kv_mb 0: p->kv_blocks decides, and
  * when that is 0 too the pool holds one whole context plus 1024 positions
  * per further task (n_seq 1: one context, as before). */
 int  sb_engine_open_kv(const char *path, const sb_ctx_params *p, int kv_mb, sb_engine **out, char *err);

@@ -716,7 +716,7 @@ static int arg_int(const char *opt, const char *v, int lo, int hi, int *out) {
 /* A decoder with room for `parallel` tasks; a --kv-mb below one context is
  * raised to it (a request must always be able to reach n_ctx). */
 static int open_engine(worker *w, sb_ctx_params *cp, char *err) {
-    cp->n_seq = w->parallel;
+    cp->n_seq = w->parallel > 1 ? w->parallel : 0;   /* 1: sb_engine_generate alone, no task sequences */
     int rc = sb_engine_open_kv(w->model_path, cp, w->kv_mb, &w->engine, err);
     if (rc || w->kv_mb <= 0) return rc;
     int min = sb_engine_kv_mb_min(w->engine, cp->kv_f32);
