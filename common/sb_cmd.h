@@ -12,6 +12,7 @@ int sb_cmd_tokenize(int argc, char **argv);  /* worker/cli_tokenize.c */
 int sb_cmd_logits(int argc, char **argv);    /* worker/cli_engine.c */
 int sb_cmd_generate(int argc, char **argv);  /* worker/cli_engine.c */
 int sb_cmd_bench(int argc, char **argv);     /* worker/cli_engine.c */
+int sb_cmd_bench_batch(int argc, char **argv); /* worker/cli_bench_batch.c: bench --parallel */
 int sb_cmd_perplexity(int argc, char **argv); /* worker/cli_perplexity.c */
 int sb_cmd_quantize(int argc, char **argv);  /* worker/cli_quantize.c */
 int sb_cmd_embed(int argc, char **argv);     /* worker/cli_embed.c */

@@ -450,7 +450,8 @@ static void bench_usage(FILE *f) {
             "  --kv-f32  F32 KV cache\n"
             "  --json    one JSON object with pp_tps and tg_tps (medians)\n\n"
             "With --lookup N or --draft FILE: speculative against plain decoding on a\n"
-            "real prompt (bench --lookup 1 --help).\n");
+            "real prompt (bench --lookup 1 --help). With --parallel 1,2,4,8: several\n"
+            "sequences decoding together (bench --parallel 1 --help).\n");
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -466,6 +467,8 @@ static double median(double *v, int n) {
 int sb_cmd_bench(int argc, char **argv) {
     for (int i = 1; i < argc; i++)      /* speculative decoding measures real text: worker/cli_bench_spec.c */
         if (!strcmp(argv[i], "--lookup") || !strcmp(argv[i], "--draft")) return sb_cmd_bench_spec(argc, argv);
+    for (int i = 1; i < argc; i++)      /* several sequences at once: worker/cli_bench_batch.c */
+        if (!strcmp(argv[i], "--parallel") || !strcmp(argv[i], "-npl")) return sb_cmd_bench_batch(argc, argv);
     const char *model = NULL;
     int pp = 512, tg = 128, threads = 2, runs = 5, json = 0, kv_f32 = 0;
     for (int i = 1; i < argc; i++) {

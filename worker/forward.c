@@ -92,13 +92,14 @@ int sb_ctx_new(const sb_model *m, const sb_ctx_params *p, sb_ctx **out, char *er
     c->vec = sb_kq_vec_table(level);
     c->n_ctx = p->n_ctx > 0 ? p->n_ctx : SB_MIN(hp->n_ctx_train, 4096);
     c->n_batch = p->n_batch > 0 ? p->n_batch : DEFAULT_BATCH;
-    if (c->n_batch > c->n_ctx) c->n_batch = c->n_ctx;
+    const int n_seq = p->n_seq > 0 ? p->n_seq : 1;
+    /* a pass holds at most every sequence's whole context */
+    if (c->n_batch > (int64_t)c->n_ctx * n_seq) c->n_batch = c->n_ctx * n_seq;
     c->kv_type = p->kv_f32 ? SB_TYPE_F32 : SB_TYPE_F16;
     int nt = p->n_threads > 0 ? p->n_threads : 1;
     if (nt > 256) nt = 256;
     const size_t dq = (size_t)hp->n_head * hp->head_dim, dkv = (size_t)hp->n_head_kv * hp->head_dim;
     const size_t nb = (size_t)c->n_batch, hd = (size_t)hp->head_dim;
-    const int n_seq = p->n_seq > 0 ? p->n_seq : 1;
     int rc = sb_kv_init(&c->kv, hp->n_layer, dkv * (c->kv_type == SB_TYPE_F16 ? 2 : 4), c->n_ctx, n_seq,
                         p->kv_blocks, err);
     if (rc) {
