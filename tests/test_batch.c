@@ -10,7 +10,8 @@
  *    gets SB_EBUSY at submit, and no running task ever fails;
  *  - the prefix cache: a second task with the same system prompt starts
  *    from its cached blocks, evaluates that many fewer tokens, and the
- *    counters say so;
+ *    counters say so; two such tasks at once: the second waits for the
+ *    first to read the shared part;
  *  - a score task gives exactly sb_engine_score's log-probabilities;
  *  - when the budget is short, the higher priority's prompt goes first.
  */
@@ -340,6 +341,42 @@ static void test_prefix_cache(void **state) {
     sb_engine_free(e);
 }
 
+/* Two calls with one system prompt at the same moment: the second waits
+ * (SB_EBUSY) while the first reads the shared part, then starts from it. */
+static void test_prefix_wait(void **state) {
+    (void)state;
+    enum { SYS = 100, USER = 10 };
+    sb_engine *e = open_engine(FIXTURES[2], 2, 0, 32);
+    const int nv = sb_model_hparams(sb_engine_model(e))->n_vocab;
+    int32_t a[SYS + USER], b[SYS + USER];
+    make_prompt(a, SYS, nv, 31);
+    memcpy(b, a, sizeof(int32_t) * SYS);
+    make_prompt(a + SYS, USER, nv, 32);
+    make_prompt(b + SYS, USER, nv, 33);
+    out_t ga, gb, ref;
+    sb_gen_result r;
+    alone(e, b, SYS + USER, 6, &ref, &r);
+    sb_gen_opts oa, ob;
+    greedy(&oa, 6, &ga);
+    greedy(&ob, 6, &gb);
+    sb_task *t[2];
+    char err[SB_ERR_LEN];
+    assert_int_equal(sb_engine_submit_generate(e, a, SYS + USER, &oa, 0, &t[0], err), 0);
+    assert_int_equal(sb_engine_submit_generate(e, b, SYS + USER, &ob, 0, &t[1], err), SB_EBUSY);
+    int steps = 0;
+    while (sb_engine_submit_generate(e, b, SYS + USER, &ob, 0, &t[1], err) == SB_EBUSY) {
+        assert_int_equal(sb_engine_step(e, err), 1);
+        assert_true(++steps < 10);
+    }
+    run_all(e, t, 2);
+    sb_task_poll(t[1], &r, NULL, err);
+    assert_int_equal(r.n_reused, 96);
+    assert_same(&gb, &ref);
+    sb_task_free(e, t[0]);
+    sb_task_free(e, t[1]);
+    sb_engine_free(e);
+}
+
 /* Ten candidates (more than run at once; lengths 1 to 40, one longer than
  * the step budget) after a 21-token prompt, scored next to a running
  * generation: exactly sb_engine_score's numbers. */
@@ -412,6 +449,7 @@ int main(void) {
         cmocka_unit_test(test_cancel_frees_blocks),
         cmocka_unit_test(test_pool_exhaustion_busy),
         cmocka_unit_test(test_prefix_cache),
+        cmocka_unit_test(test_prefix_wait),
         cmocka_unit_test(test_score_equals),
         cmocka_unit_test(test_priority),
     };

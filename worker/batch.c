@@ -136,6 +136,14 @@ void sb_sched_free(sb_engine *e) {
 
 /* ---- prefix cache ---------------------------------------------------------- */
 
+/* Positions, in whole blocks, that a and b (up to lim) start with alike. */
+static int shared_blocks(const int32_t *a, int n_a, const int32_t *b, int lim) {
+    lim = SB_MIN(n_a, lim);
+    int k = 0;
+    while (k < lim && a[k] == b[k]) k++;
+    return k / SB_KV_BLOCK * SB_KV_BLOCK;
+}
+
 /* The cached entry sharing the most whole blocks with prompt, and in *n
  * how many positions (a multiple of SB_KV_BLOCK): an entry need not be a
  * prefix of the prompt, only start like it (a stage's system prompt is the
@@ -151,10 +159,7 @@ static prefix_t *prefix_match(sb_sched *s, const int32_t *prompt, int n_prompt, 
     for (int i = 0; i < PREFIX_SLOTS; i++) {
         prefix_t *p = &s->pfx[i];
         if (p->seq < 0) continue;
-        const int lim = SB_MIN(p->n, room);
-        int k = 0;
-        while (k < lim && p->tokens[k] == prompt[k]) k++;
-        k = k / SB_KV_BLOCK * SB_KV_BLOCK;
+        const int k = shared_blocks(p->tokens, p->n, prompt, room);
         if (k > *n) {
             best = p;
             *n = k;
@@ -239,6 +244,15 @@ static int admit(sb_engine *e, sb_task *t, int (*need)(const sb_task *, int matc
         return sb_seterr(err, SB_ERANGE, "the request needs %d KV blocks, the pool has %d", need(t, 0), total);
     int matched;
     prefix_t *hit = prefix_match(s, t->prompt, t->n_prompt, e->n_batch, &matched);
+    /* A running task is still reading more of this prompt's start than the
+     * cache holds: wait for it (a step or a few) and start from its entry,
+     * rather than read the same system prompt N times over. */
+    const int room = t->n_prompt - tail_of(t->n_prompt, e->n_batch) - MIN_CHUNK;
+    for (int i = 0; i < s->n_run && e->n_batch >= 2 * MIN_CHUNK; i++) {
+        const sb_task *r = s->run[i];
+        if (r->state == T_PREFILL && shared_blocks(r->prompt, r->n_prompt, t->prompt, room) > matched)
+            return sb_seterr(err, SB_EBUSY, "waiting for a running task to finish reading the same prefix");
+    }
     int want = need(t, matched);
     while (sb_ctx_kv_blocks_free(e->ctx) - reserved(s) < want) {
         prefix_t *v = prefix_lru(s, hit);
