@@ -345,7 +345,7 @@ static void test_prefix_cache(void **state) {
  * (SB_EBUSY) while the first reads the shared part, then starts from it. */
 static void test_prefix_wait(void **state) {
     (void)state;
-    enum { SYS = 100, USER = 10 };
+    enum { SYS = 100, USER = 20 };
     sb_engine *e = open_engine(FIXTURES[2], 2, 0, 32);
     const int nv = sb_model_hparams(sb_engine_model(e))->n_vocab;
     int32_t a[SYS + USER], b[SYS + USER];

@@ -27,12 +27,13 @@
 
 #define PREFIX_SLOTS 8      /* cached prefixes (one sequence each) per engine */
 #define FORK_SLOTS   8      /* score candidates evaluated at once, all tasks together */
-/* Prompt passes of fewer tokens than this take other kernel paths (few-token
- * gemv, narrow tiles), whose sums differ in the last bits from a long
- * pass's; from 8 tokens on, any cut gives the numbers of one whole pass
- * (measured on the fixtures at every cut of a 60-token prompt; test_batch
- * checks it end to end). */
-#define MIN_CHUNK    8
+/* Prompt passes of fewer tokens than this may take other kernel paths
+ * (few-token gemv, narrow tiles) whose sums differ in the last bits from a
+ * long pass's. Measured: from 8 tokens on, any cut of a prompt gives the
+ * numbers of one whole pass (every cut of a 60-token prompt, fixtures);
+ * 16 leaves room for a small-batch kernel path up to 16 rows. test_batch
+ * checks the end result: together == alone. */
+#define MIN_CHUNK    16
 #define MULTI_PARTS  32     /* several-token parts one eval_parts pass takes (its SB_MM_MAX_SEGS) */
 
 enum { T_PREFILL, T_DECODE, T_CANDS, T_DONE, T_FAILED };
