@@ -6,7 +6,8 @@ their Unix sockets.
     worker: every one answered, each text equal to the reference's;
   - health answers during the burst, quickly, and shows requests running
     together; afterwards its prefix-cache counters show hits;
-  - a score request equals the reference's;
+  - 3 concurrent json_schema requests with one schema and a score request
+    equal the reference's;
   - 12 long requests at once: parallel 4 + max_queue 4 take 8, the rest get
     'busy'; the accepted ones all finish;
   - 'priority' must be an integer.
@@ -95,6 +96,26 @@ check(h["prefix_hits"] >= 1 and h["prefix_tokens_reused"] >= 16 and h["running"]
       "prefix cache: %d hits, %d misses, %d tokens reused" % (h["prefix_hits"], h["prefix_misses"],
                                                               h["prefix_tokens_reused"]))
 check(h["kv_blocks_free"] <= h["kv_blocks_total"], "blocks accounted", str(h))
+
+# ---- json_schema: 3 concurrent requests with one schema (the cached grammar
+# is lent to one, the others get matchers of their own) == the reference
+schema = '{"type": "object", "properties": {"topic": {"type": "string", "maxLength": 12}}, "required": ["topic"]}'
+sref = [gen(ref_sock, q, max_tokens=40, json_schema=schema) for q in QUESTIONS[:3]]
+sout = [None] * 3
+
+
+def one_schema(i):
+    sout[i] = gen(batch_sock, QUESTIONS[i], max_tokens=40, json_schema=schema)
+
+
+threads = [threading.Thread(target=one_schema, args=(i,)) for i in range(3)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+check(all(o and o.get("ok") for o in sout + sref) and
+      [o["result"]["text"] for o in sout] == [r["result"]["text"] for r in sref],
+      "3 concurrent json_schema requests == the reference", str(sout[:1]) + str(sref[:1]))
 
 # ---- score
 sc = {"prompt": SYSTEM + "Which office handles water?", "candidates": ["water", "the tax office", "noise"]}
