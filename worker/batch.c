@@ -361,21 +361,10 @@ int sb_engine_submit_generate(sb_engine *e, const int32_t *prompt, int n_prompt,
 int sb_engine_submit_score(sb_engine *e, const int32_t *prompt, int n_prompt, const int32_t *const *cands,
                            const int *cand_lens, int n_cands, int priority, sb_task **out, char *err) {
     *out = NULL;
-    const int n_ctx = sb_ctx_n_ctx(e->ctx), n_vocab = sb_model_hparams(e->model)->n_vocab;
-    if (n_prompt <= 0) return sb_seterr(err, SB_EINVAL, "empty prompt");
-    if (n_cands <= 0) return sb_seterr(err, SB_EINVAL, "no candidates");
-    int longest = 0, n_long = 0;
-    for (int c = 0; c < n_cands; c++) {
-        if (cand_lens[c] <= 0) return sb_seterr(err, SB_EINVAL, "candidate %d is empty", c);
-        for (int j = 0; j < cand_lens[c]; j++)
-            if (cands[c][j] < 0 || cands[c][j] >= n_vocab)
-                return sb_seterr(err, SB_EINVAL, "candidate %d: token %d outside the vocabulary", c, cands[c][j]);
-        longest = SB_MAX(longest, cand_lens[c]);
-        n_long += cand_lens[c] > 1;
-    }
-    if (n_prompt + longest > n_ctx)
-        return sb_seterr(err, SB_ERANGE, "prompt (%d) + longest candidate (%d) exceed the context (%d)", n_prompt,
-                         longest, n_ctx);
+    const int n_vocab = sb_model_hparams(e->model)->n_vocab;
+    int longest, n_long;
+    int rc = engine_score_check(e, n_prompt, cands, cand_lens, n_cands, &longest, &n_long, err);
+    if (rc) return rc;
     sb_task *t = task_new(K_SCORE, prompt, n_prompt, priority, n_vocab);
     if (!t) return sb_seterr(err, SB_ENOMEM, "out of memory");
     t->n_cands = n_cands;
@@ -383,7 +372,7 @@ int sb_engine_submit_score(sb_engine *e, const int32_t *prompt, int n_prompt, co
     t->cands = sb_calloc((size_t)n_cands, sizeof *t->cands);
     t->cand_lens = sb_malloc((size_t)n_cands * sizeof *t->cand_lens);
     t->lp = sb_calloc((size_t)n_cands, sizeof *t->lp);
-    int rc = !t->cands || !t->cand_lens || !t->lp ? SB_ENOMEM : 0;
+    rc = !t->cands || !t->cand_lens || !t->lp ? SB_ENOMEM : 0;
     for (int c = 0; c < n_cands && !rc; c++) {
         t->cand_lens[c] = cand_lens[c];
         if (!(t->cands[c] = sb_malloc((size_t)cand_lens[c] * sizeof **cands))) rc = SB_ENOMEM;
@@ -513,7 +502,7 @@ static int plan_cands(sb_engine *e, sb_task *t, int *np, int budget) {
     while (t->cand_next < t->n_cands) {
         const int c = t->cand_next, len = t->cand_lens[c];
         if (len == 1) {
-            t->lp[c] = (double)t->logits[t->cands[c][0]] - sb_logsumexp(t->logits, n_vocab);
+            t->lp[c] = engine_row_logprob(t->logits, n_vocab, t->cands[c][0]);
             t->cand_next++;
             t->cands_done++;
             continue;
@@ -607,11 +596,8 @@ static void part_done(sb_engine *e, sb_task *t, int fork, int n) {
         fork_t *f = &t->forks[fork];
         const int c = f->cand, len = t->cand_lens[c];
         if ((f->done += n) < len - 1) return;
-        double lp = (double)t->logits[t->cands[c][0]] - sb_logsumexp(t->logits, n_vocab);
-        for (int j = 1; j < len; j++) {
-            const float *row = f->rows + (size_t)(j - 1) * n_vocab;
-            lp += (double)row[t->cands[c][j]] - sb_logsumexp(row, n_vocab);
-        }
+        double lp = engine_row_logprob(t->logits, n_vocab, t->cands[c][0]);
+        for (int j = 1; j < len; j++) lp += engine_row_logprob(f->rows + (size_t)(j - 1) * n_vocab, n_vocab, t->cands[c][j]);
         t->lp[c] = lp;
         fork_release(e, t, f);
         if (++t->cands_done == t->n_cands) task_finish(e, t);

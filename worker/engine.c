@@ -486,26 +486,37 @@ out:
     return rc;
 }
 
-static double row_logprob(const float *row, int n_vocab, int32_t tok) {
+double engine_row_logprob(const float *row, int n_vocab, int32_t tok) {
     return (double)row[tok] - sb_logsumexp(row, n_vocab);
 }
 
-int sb_engine_score(sb_engine *e, const int32_t *prompt, int n_prompt, const int32_t *const *cands,
-                    const int *cand_lens, int n_cands, double *logprobs, char *err) {
+int engine_score_check(const sb_engine *e, int n_prompt, const int32_t *const *cands, const int *cand_lens,
+                       int n_cands, int *longest, int *n_long, char *err) {
     const int n_ctx = sb_ctx_n_ctx(e->ctx), n_vocab = sb_model_hparams(e->model)->n_vocab;
     if (n_prompt <= 0) return sb_seterr(err, SB_EINVAL, "empty prompt");
-    int longest = 0;
+    if (n_cands <= 0) return sb_seterr(err, SB_EINVAL, "no candidates");
+    *longest = *n_long = 0;
     for (int c = 0; c < n_cands; c++) {
         if (cand_lens[c] <= 0) return sb_seterr(err, SB_EINVAL, "candidate %d is empty", c);
         for (int j = 0; j < cand_lens[c]; j++)
             if (cands[c][j] < 0 || cands[c][j] >= n_vocab)
                 return sb_seterr(err, SB_EINVAL, "candidate %d: token %d outside the vocabulary", c, cands[c][j]);
-        longest = SB_MAX(longest, cand_lens[c]);
+        *longest = SB_MAX(*longest, cand_lens[c]);
+        *n_long += cand_lens[c] > 1;
     }
-    if (n_prompt + longest > n_ctx)
+    if (n_prompt + *longest > n_ctx)
         return sb_seterr(err, SB_ERANGE, "prompt (%d) + longest candidate (%d) exceed the context (%d)", n_prompt,
-                         longest, n_ctx);
-    int rc = prefill(e, prompt, n_prompt, NULL, err);
+                         *longest, n_ctx);
+    return 0;
+}
+
+int sb_engine_score(sb_engine *e, const int32_t *prompt, int n_prompt, const int32_t *const *cands,
+                    const int *cand_lens, int n_cands, double *logprobs, char *err) {
+    const int n_vocab = sb_model_hparams(e->model)->n_vocab;
+    int longest, n_long;
+    int rc = engine_score_check(e, n_prompt, cands, cand_lens, n_cands, &longest, &n_long, err);
+    if (rc) return rc;
+    rc = prefill(e, prompt, n_prompt, NULL, err);
     if (rc) return rc;
     float *first = sb_aligned_alloc((size_t)n_vocab * sizeof(float));
     float *rows = longest > 1 ? sb_aligned_alloc((size_t)(longest - 1) * (size_t)n_vocab * sizeof(float)) : NULL;
@@ -515,12 +526,12 @@ int sb_engine_score(sb_engine *e, const int32_t *prompt, int n_prompt, const int
     }
     memcpy(first, e->logits, (size_t)n_vocab * sizeof(float));
     for (int c = 0; c < n_cands && rc == 0; c++) {
-        double lp = row_logprob(first, n_vocab, cands[c][0]);
+        double lp = engine_row_logprob(first, n_vocab, cands[c][0]);
         if (cand_lens[c] > 1) {
             sb_ctx_truncate(e->ctx, n_prompt);
             rc = sb_ctx_eval(e->ctx, cands[c], cand_lens[c] - 1, rows, 1, err);
             for (int j = 1; j < cand_lens[c] && rc == 0; j++)
-                lp += row_logprob(rows + (size_t)(j - 1) * n_vocab, n_vocab, cands[c][j]);
+                lp += engine_row_logprob(rows + (size_t)(j - 1) * n_vocab, n_vocab, cands[c][j]);
         }
         logprobs[c] = lp;
     }

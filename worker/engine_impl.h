@@ -74,6 +74,13 @@ int  gen_core_take(gen_core *c, int32_t tok, int n_past, int n_ctx);
 void gen_core_flush(gen_core *c);
 void gen_core_free(gen_core *c);
 
+/* log P(tok) from one row of logits. */
+double engine_row_logprob(const float *row, int n_vocab, int32_t tok);
+/* A score request's checks (sb_engine_score's errors): the longest
+ * candidate and how many have more than one token. */
+int  engine_score_check(const sb_engine *e, int n_prompt, const int32_t *const *cands, const int *cand_lens,
+                        int n_cands, int *longest, int *n_long, char *err);
+
 /* batch.c. Context sequences an engine running max_tasks tasks needs:
  * sequence 0 (sb_engine_generate/score), the tasks', the cached prefixes'
  * and the score tasks' candidate forks. */
