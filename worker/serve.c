@@ -35,7 +35,7 @@
 
 #define MAX_MESSAGES 256
 /* --parallel default: see docs/BATCHING.md "Scheduling" for the measurement. */
-#define DEFAULT_PARALLEL 1
+#define DEFAULT_PARALLEL 4
 
 /* ---- small helpers -------------------------------------------------------- */
 
