@@ -9,7 +9,12 @@
  *  2. the output lands where ldc says and nothing else is written;
  *     the same at the extremes of every quant range (16-bit sums that
  *     would wrap);
- *  3. the _ref gemm is exactly vec_dot_ref per pair (bit for bit).
+ *  3. the _ref gemm is exactly vec_dot_ref per pair (bit for bit);
+ *  4. a (row, token) result does not depend on the other rows and tokens of
+ *     its call (tile and panel edges), as long as the call's token count
+ *     stays on the same side of the kernel's method switch (≤ 3 or ≥ 8
+ *     tokens at every level): what lets a multi-sequence pass run each
+ *     part's tokens as their own call (docs/BATCHING.md).
  */
 #include <math.h>
 #include <setjmp.h>
@@ -177,12 +182,52 @@ static void test_gemm_ref_is_vec_dot_ref(void **state) {
     }
 }
 
+/* s_sub (rows r0.., tokens c0..) must equal the same pairs of s_full. */
+static void check_sub(int level, int type, int n, const uint8_t *x, size_t bx, const uint8_t *y, size_t by,
+                      const float *full, int ld_full, int r0, int nr, int c0, int nc) {
+    const sb_kq_traits *t = &sb_kq_table(level)[type];
+    float *sub = malloc(sizeof(float) * (size_t)nr * (size_t)nc);
+    assert_non_null(sub);
+    t->gemm(n, nr, nc, x + (size_t)r0 * bx, bx, y + (size_t)c0 * by, by, sub, (size_t)nr);
+    for (int c = 0; c < nc; c++)
+        for (int r = 0; r < nr; r++)
+            if (memcmp(&sub[(size_t)c * nr + r], &full[(size_t)(c0 + c) * ld_full + r0 + r], sizeof(float)))
+                fail_msg("%s gemm at %s: pair (%d,%d) of a %dx%d call differs from the same pair in a wider call",
+                         t->name, sb_kq_level_name(level), r0 + r, c0 + c, nr, nc);
+    free(sub);
+}
+
+static void test_gemm_position_independent(void **state) {
+    (void)state;
+    for (int level = 0; level <= sb_kq_best_level(); level++)
+        for (int type = 0; type < SB_TYPE_COUNT; type++) {
+            const sb_kq_traits *t = &sb_kq_table(level)[type];
+            if (!t->gemm) continue;
+            const int n = t->blck_size == 32 ? 896 : 2048, nr = 37;
+            size_t bx, by;
+            uint8_t *x = make_rows(type, nr, n, &bx), *y = make_rows(t->vec_dot_type, 24, n, &by);
+            float *full = malloc(sizeof(float) * (size_t)nr * 24), *small = malloc(sizeof(float) * (size_t)nr * 3);
+            assert_true(full && small);
+            t->gemm(n, nr, 24, x, bx, y, by, full, (size_t)nr);        /* packed panels at every level */
+            check_sub(level, type, n, x, bx, y, by, full, nr, 3, 29, 5, 9);
+            check_sub(level, type, n, x, bx, y, by, full, nr, 17, 20, 13, 11);
+            t->gemm(n, nr, 3, x, bx, y, by, small, (size_t)nr);        /* tiles or pairs at every level */
+            check_sub(level, type, n, x, bx, y, by, small, nr, 1, 7, 1, 2);
+            check_sub(level, type, n, x, bx, y, by, small, nr, 6, 30, 2, 1);
+            free(full);
+            free(small);
+            free(x);
+            free(y);
+        }
+}
+
 int main(void) {
     rng_seed(0x2545F4914F6CDD1Dull);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemm_matches_vec_dot),
         cmocka_unit_test(test_gemm_extreme_values),
         cmocka_unit_test(test_gemm_ref_is_vec_dot_ref),
+        cmocka_unit_test(test_gemm_position_independent),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -13,7 +13,9 @@
  *  d. a pass the pool cannot hold fails with SB_EBUSY and changes nothing,
  *     the other sequences keep working, seq_free returns the blocks; the
  *     other refusals (ERANGE, duplicate sequence, batch size);
- *  e. truncate returns blocks.
+ *  e. truncate returns blocks;
+ *  f. a sliding window (phi3's 2047) that starts off a 4-position boundary
+ *     and spans shared and own blocks gives the contiguous cache's numbers.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -348,12 +350,61 @@ static void test_exhaustion(void **state) {
     sb_model_free(m);
 }
 
+/* ---- f ---------------------------------------------------------------------------- */
+
+static sb_ctx *ctx_long(const sb_model *m, int n_seq) {
+    char err[SB_ERR_LEN];
+    sb_ctx_params p;
+    sb_ctx_params_default(&p);
+    p.n_threads = 2;
+    p.n_ctx = 2112;
+    p.n_batch = 256;
+    p.n_seq = n_seq;
+    p.kv_blocks = n_seq * 2112 / SB_KV_BLOCK;
+    sb_ctx *c = NULL;
+    if (sb_ctx_new(m, &p, &c, err)) fail_msg("sb_ctx_new: %s", err);
+    return c;
+}
+
+static void test_sliding_window(void **state) {
+    (void)state;
+    sb_model *m = load("tests/data/tiny-phi3-Q8_0.gguf");
+    assert_int_equal(sb_model_hparams(m)->n_swa, 2047);
+    const int nv = sb_model_hparams(m)->n_vocab;
+    int32_t *t = malloc(sizeof(int32_t) * 2300);
+    tokens(t, 2300, 5, nv);
+    float *ref = malloc(sizeof(float) * (size_t)nv * 4), *got = malloc(sizeof(float) * (size_t)nv * 4);
+    /* alone, contiguous: 2082 positions, the last 4 with windows starting at 32..35 */
+    sb_ctx *r = ctx_long(m, 1);
+    chunked(r, 0, t, 2078, 256, ref);
+    for (int i = 0; i < 4; i++) eval_part(r, 0, t + 2078 + i, 1, ref + (size_t)i * nv, 0);
+    sb_ctx_free(r);
+    /* the same positions as a fork of the first 1024, after the source took the blocks that follow them */
+    char err[SB_ERR_LEN];
+    sb_ctx *c = ctx_long(m, 2);
+    chunked(c, 0, t, 1024, 256, got);
+    int b;
+    assert_int_equal(sb_ctx_seq_new(c, &b, err), 0);
+    assert_int_equal(sb_ctx_seq_fork(c, b, 0, 1024, err), 0);
+    chunked(c, 0, t + 2100, 200, 200, got);
+    eval_part(c, b, t + 1024, 256, got, 0);       /* 1024 + 256 chunks, as the reference's */
+    chunked(c, b, t + 1280, 2078 - 1280, 256, got);
+    for (int i = 0; i < 4; i++) eval_part(c, b, t + 2078 + i, 1, got + (size_t)i * nv, 0);
+    assert_memory_equal(ref, got, sizeof(float) * (size_t)nv * 4);
+    sb_ctx_free(c);
+    free(t);
+    free(ref);
+    free(got);
+    sb_model_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_single),
         cmocka_unit_test(test_batch_independence),
         cmocka_unit_test(test_fork),
         cmocka_unit_test(test_exhaustion),
+        cmocka_unit_test(test_sliding_window),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -10,6 +10,11 @@
  * converted once per input to the weight type's vec_dot_type (Q8_K, Q8_0,
  * F16…) and every weight row is dotted with every token's row, blocks of
  * rows at a time so that a block stays in cache while all tokens pass by.
+ *
+ * A pass may hold parts of several sequences (sb_ctx_eval_parts): each
+ * token carries its sequence and position, K/V go to that sequence's
+ * blocks of the pool (kv.c), and every part gets the numbers it gets alone
+ * (docs/BATCHING.md).
  */
 #include <math.h>
 #include <string.h>

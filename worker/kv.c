@@ -35,8 +35,9 @@ int sb_kv_init(sb_kv *kv, int n_layer, size_t row_bytes, int n_ctx, int n_seq, i
     kv->table = sb_calloc((size_t)n_seq * (size_t)kv->max_blocks, sizeof *kv->table);
     kv->n_past = sb_malloc((size_t)n_seq * sizeof *kv->n_past);
     if (!kv->k || !kv->v || !kv->ref || !kv->table || !kv->n_past) {
+        const int nb = kv->n_blocks;
         sb_kv_free(kv);
-        return sb_seterr(err, SB_ENOMEM, "out of memory for a KV pool of %d blocks (%.1f MiB)", n_blocks,
+        return sb_seterr(err, SB_ENOMEM, "out of memory for a KV pool of %d blocks (%.1f MiB)", nb,
                          2.0 * (double)bytes / 1048576.0);
     }
     kv->n_free = kv->n_blocks;

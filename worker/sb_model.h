@@ -105,6 +105,7 @@ int  sb_ctx_seq_new(sb_ctx *c, int *seq, char *err);
 /* Release seq and its blocks (a shared block when its last user goes).
  * Sequence 0 is never released, only emptied. */
 void sb_ctx_seq_free(sb_ctx *c, int seq);
+/* -1 when seq is not in use. */
 int  sb_ctx_seq_n_past(const sb_ctx *c, int seq);
 /* Forget seq's positions n.. (blocks no longer needed go back to the pool). */
 void sb_ctx_seq_truncate(sb_ctx *c, int seq, int n);
@@ -125,8 +126,9 @@ typedef struct {
     int all_logits;
 } sb_seq_part;
 
-/* One forward pass over every part (their tokens together ≤ the batch size;
- * one part per sequence). Each part's numbers are those it gets evaluated
+/* One forward pass over every part (their tokens together ≤ the batch size,
+ * which may reach n_seq × n_ctx; one part per sequence, each in use; at
+ * most 32 parts of several tokens; SB_EINVAL otherwise). Each part's numbers are those it gets evaluated
  * alone: one-token parts through the decode kernels, longer parts through
  * the prompt kernels, so what else is in the batch never changes a
  * sequence's logits. SB_EBUSY when the pool lacks the blocks (nothing is
