@@ -9,6 +9,7 @@
 #include <event2/event.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 
 #include "sb_engine.h"
 #include "sb_ipc.h"
@@ -80,6 +81,16 @@ typedef struct {
     int clen[MAX_CANDIDATES];
     double lp[MAX_CANDIDATES];
 } score_req;
+
+void sb_serve_reply_invalid(sb_ipc_reply *r, const char *err);
+/* The prompt of a request as token ids, BOS added when add_bos and the
+ * model asks for it: exactly one of `key` ("prompt", or "text" for
+ * tokenize), "segments" or "messages" (docs/ipc.md). */
+int  sb_serve_request_tokens(worker *w, const sb_mp_obj *params, const char *key, bool special, bool add_bos,
+                             int32_t **ids, size_t *n_ids, char *err);
+/* One request run to its reply on the engine alone (--parallel 1). */
+void sb_serve_run_generate(worker *w, job *j, sb_mp_writer *wr);
+void sb_serve_run_score(worker *w, job *j, sb_mp_writer *wr);
 
 /* Parse j's params into g / s. 0, or nonzero after an error reply. wr is
  * the compute thread's scratch writer (streamed pieces use it). */
