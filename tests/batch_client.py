@@ -12,7 +12,11 @@ their Unix sockets.
     'busy'; the accepted ones all finish;
   - 'priority' must be an integer.
 
-usage: batch_client.py SOCK_REF SOCK_BATCH
+  - on a worker whose pool holds one long generation: a second one waits
+    (queued, in order), and a score request behind it is answered at once,
+    while the first still runs.
+
+usage: batch_client.py SOCK_REF SOCK_BATCH SOCK_TIGHT
 """
 import sys
 import threading
@@ -20,7 +24,7 @@ import time
 
 import itlib
 
-ref_sock, batch_sock = sys.argv[1], sys.argv[2]
+ref_sock, batch_sock, tight_sock = sys.argv[1], sys.argv[2], sys.argv[3]
 check = itlib.Checks(detail_max=600)
 
 SYSTEM = ("You are the front desk of a city hotline. Answer in one short sentence, "
@@ -47,7 +51,7 @@ def wait_ready(sock):
     return False
 
 
-check(wait_ready(ref_sock) and wait_ready(batch_sock), "both workers answer health")
+check(wait_ready(ref_sock) and wait_ready(batch_sock) and wait_ready(tight_sock), "the workers answer health")
 h = itlib.ipc_call(batch_sock, "health", {})["result"]
 keys = ["parallel", "running", "kv_blocks_total", "kv_blocks_free", "prefix_hits", "prefix_misses",
         "prefix_tokens_reused"]
@@ -147,5 +151,38 @@ check(busy >= 1 and busy + done == 12 and done >= 8,
       str([o for o in long_out if o and not o.get("ok") and o["error"]["code"] != "busy"][:1]))
 h = itlib.ipc_call(batch_sock, "health", {})["result"]
 check(h["running"] == 0 and h["queued"] == 0, "idle again afterwards", str(h))
+
+# ---- a score request is not stuck behind a generation the pool cannot take
+tight = {}
+
+
+def long_gen(key):
+    tight[key] = gen(tight_sock, "Tell me everything.", max_tokens=3000)
+
+
+def wait_health(pred):
+    for _ in range(500):
+        h = itlib.ipc_call(tight_sock, "health", {})["result"]
+        if pred(h):
+            return h
+        time.sleep(0.002)
+    return None
+
+
+ta = threading.Thread(target=long_gen, args=("a",))
+ta.start()
+h1 = wait_health(lambda h: h["running"] == 1)
+tb = threading.Thread(target=long_gen, args=("b",))
+tb.start()
+h2 = wait_health(lambda h: h["queued"] == 1)
+sc = itlib.ipc_call(tight_sock, "score", {"prompt": "Which one?", "candidates": ["this", "that"]})
+a_running = ta.is_alive()
+ta.join()
+tb.join()
+check(h1 is not None and h2 is not None and sc.get("ok") and a_running,
+      "pool full: the second generation waits, a score behind it is answered while the first runs",
+      "health %s / %s, score %s, first still running %s" % (h1, h2, sc, a_running))
+check(tight.get("a", {}).get("ok") and tight.get("b", {}).get("ok"), "both long generations finish",
+      str(tight)[:300])
 
 sys.exit(check.summary())

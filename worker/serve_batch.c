@@ -4,8 +4,8 @@
  * while sb_engine_submit_* accepts them, run one sb_engine_step (a forward
  * pass that advances every running task), answer the tasks that finished,
  * repeat. A job the pool cannot take now (SB_EBUSY) stays queued, in
- * order, until a finished task frees room; one it can never take gets an
- * error. Pieces stream from inside the step (sb_ipc_reply_event is safe
+ * order, until a finished task frees room (score jobs behind it may start);
+ * one it can never take gets an error. Pieces stream from inside the step (sb_ipc_reply_event is safe
  * from this thread); health and info stay on the loop thread and read the
  * figures published after each step. Cancel (or a client gone, or the
  * drain deadline) ends a task within one step, its blocks back in the pool.
@@ -61,12 +61,19 @@ static void unlink_job(worker *w, job *j) {
     w->n_queued--;
 }
 
-/* Admit from the head of the queue while tasks are accepted. Returns the
- * new number of active tasks. */
+/* Admit from the head of the queue while tasks are accepted. A job the
+ * engine cannot take yet (SB_EBUSY) keeps its place, and the generations
+ * behind it wait too (no overtaking); score jobs behind it are still tried:
+ * they are short and take few blocks. Returns the new number of active
+ * tasks. Only this thread removes jobs, so a job it left queued stays a
+ * valid cursor while the loop thread inserts others. */
 static int admit(worker *w, active *act, int n_act, sb_mp_writer *wr) {
+    job *cur = NULL;            /* the last job left queued: go on after it */
+    int blocked = 0;
     while (n_act < w->parallel) {
         pthread_mutex_lock(&w->mu);
-        job *j = w->head;
+        job *j = cur ? cur->next : w->head;
+        while (j && blocked && j->kind != JOB_SCORE) j = (cur = j)->next;
         pthread_mutex_unlock(&w->mu);
         if (!j) break;
         char err[SB_ERR_LEN];
@@ -76,7 +83,11 @@ static int admit(worker *w, active *act, int n_act, sb_mp_writer *wr) {
             sb_ipc_reply_error(j->reply, SB_IPC_CANCELLED, "cancelled before it started");
         else if (j->req || (j->req = req_new(w, j, wr)))
             rc = submit(w, j, &t, err);
-        if (rc == SB_EBUSY) break;              /* stays queued, first in line */
+        if (rc == SB_EBUSY) {   /* stays queued, in its place */
+            cur = j;
+            blocked = 1;
+            continue;
+        }
         pthread_mutex_lock(&w->mu);
         unlink_job(w, j);
         if (rc == 0) w->running++;
