@@ -6,33 +6,9 @@
 #include "sb_common.h"
 #include "sb_engine.h"
 #include "sb_gguf.h"
-#include "sb_grammar.h"
+#include "engine_impl.h"
 
-/* Compiled schemas kept per engine: a pipeline stage or a client repeats its
- * schema, and its masks are the expensive part to rebuild. */
-#define GRAMMAR_CACHE 4
-
-typedef struct {
-    char       *schema;
-    size_t      len;
-    sb_grammar *g;
-    sb_gmatch  *m;
-    uint64_t    used;           /* LRU clock */
-} gram_slot;
 #include "sb_spec.h"
-
-struct sb_engine {
-    sb_model *model;
-    sb_vocab *vocab;
-    sb_ctx   *ctx;
-    int       chat_kind;
-    int32_t  *hist;             /* the tokens the KV cache holds, in order */
-    int       n_hist;
-    float    *logits;           /* one row: the last evaluated token's */
-    sb_tok_trie *trie;          /* built on the first constrained request */
-    gram_slot gram[GRAMMAR_CACHE];
-    uint64_t  gram_clock;
-};
 
 void sb_gen_opts_default(sb_gen_opts *o) {
     memset(o, 0, sizeof *o);
@@ -40,24 +16,48 @@ void sb_gen_opts_default(sb_gen_opts *o) {
     sb_sampling_defaults(&o->sampling);
 }
 
-int sb_engine_open(const char *path, const sb_ctx_params *p, sb_engine **out, char *err) {
+/* Bytes of one KV block: K and V of SB_KV_BLOCK positions in every layer. */
+static size_t kv_block_bytes(const sb_hparams *hp, int kv_f32) {
+    return (size_t)2 * (size_t)hp->n_layer * (size_t)hp->n_head_kv * (size_t)hp->head_dim * SB_KV_BLOCK *
+           (kv_f32 ? 4 : 2);
+}
+
+int sb_engine_open_kv(const char *path, const sb_ctx_params *p, int kv_mb, sb_engine **out, char *err) {
     *out = NULL;
     sb_engine *e = sb_calloc(1, sizeof *e);
     if (!e) return sb_seterr(err, SB_ENOMEM, "out of memory");
     int rc;
-    if ((rc = sb_model_load(path, &e->model, err)) ||
-        (rc = sb_vocab_load(sb_model_gguf(e->model), &e->vocab, err)) ||
-        (rc = sb_ctx_new(e->model, p, &e->ctx, err)))
+    if ((rc = sb_model_load(path, &e->model, err)) || (rc = sb_vocab_load(sb_model_gguf(e->model), &e->vocab, err)))
         goto fail;
     const sb_hparams *hp = sb_model_hparams(e->model);
+    /* Sequence 0 serves sb_engine_generate/score; tasks, cached prefixes and
+     * score forks get sequences of their own (sb_sched_ctx_seqs). */
+    sb_ctx_params cp = *p;
+    const int max_tasks = SB_MAX(1, p->n_seq);
+    /* n_seq 0 (the default): one sequence, sb_engine_generate/score only,
+     * no per-sequence buffers; tasks need n_seq >= 1. */
+    cp.n_seq = p->n_seq > 0 ? sb_sched_ctx_seqs(max_tasks) : 1;
+    const int n_ctx = p->n_ctx > 0 ? p->n_ctx : SB_MIN(hp->n_ctx_train, 4096);
+    if (kv_mb > 0) {
+        size_t blocks = (size_t)kv_mb * 1024 * 1024 / kv_block_bytes(hp, p->kv_f32);
+        cp.kv_blocks = (int)SB_MIN(blocks, (size_t)1 << 24);
+    } else if (cp.kv_blocks <= 0 && max_tasks > 1) {
+        /* One whole context, plus 1024 positions for each further sequence:
+         * any one sequence can still reach n_ctx, and N short requests
+         * (a pipeline stage's few hundred tokens) fit without N contexts. */
+        cp.kv_blocks = (n_ctx + SB_KV_BLOCK - 1) / SB_KV_BLOCK + (max_tasks - 1) * (SB_MIN(n_ctx, 1024) / SB_KV_BLOCK);
+    }
+    if ((rc = sb_ctx_new(e->model, &cp, &e->ctx, err))) goto fail;
     if (sb_vocab_n_tokens(e->vocab) > hp->n_vocab) {
         rc = sb_seterr(err, SB_EFORMAT, "%s: vocabulary has %d tokens but the output layer only %d", path,
                        sb_vocab_n_tokens(e->vocab), hp->n_vocab);
         goto fail;
     }
+    e->n_batch = SB_MIN(p->n_batch > 0 ? p->n_batch : 512, sb_ctx_n_ctx(e->ctx));
     e->hist = sb_malloc((size_t)sb_ctx_n_ctx(e->ctx) * sizeof *e->hist);
     e->logits = sb_aligned_alloc((size_t)hp->n_vocab * sizeof(float));
     if (!e->hist || !e->logits) { rc = sb_seterr(err, SB_ENOMEM, "out of memory"); goto fail; }
+    if ((rc = sb_sched_new(e, p->n_seq > 0 ? max_tasks : 0, err))) goto fail;
     sb_str tmpl;
     e->chat_kind = SB_CHAT_UNKNOWN;
     if (sb_gguf_get_str(sb_model_gguf(e->model), "tokenizer.chat_template", &tmpl) == 0)
@@ -69,8 +69,18 @@ fail:
     return rc;
 }
 
+int sb_engine_open(const char *path, const sb_ctx_params *p, sb_engine **out, char *err) {
+    return sb_engine_open_kv(path, p, 0, out, err);
+}
+
+int sb_engine_kv_mb_min(const sb_engine *e, int kv_f32) {
+    size_t b = kv_block_bytes(sb_model_hparams(e->model), kv_f32) * (size_t)((sb_ctx_n_ctx(e->ctx) + SB_KV_BLOCK - 1) / SB_KV_BLOCK);
+    return (int)((b + (1u << 20) - 1) >> 20);
+}
+
 void sb_engine_free(sb_engine *e) {
     if (!e) return;
+    sb_sched_free(e);
     for (int i = 0; i < GRAMMAR_CACHE; i++) {
         sb_gmatch_free(e->gram[i].m);
         sb_grammar_free(e->gram[i].g);
@@ -128,52 +138,146 @@ static int prefill(sb_engine *e, const int32_t *prompt, int n, int *reused, char
     return 0;
 }
 
-/* The matcher for a schema, from the cache or compiled now, reset to the
- * start of a document. */
-static int engine_matcher(sb_engine *e, const char *schema, size_t len, sb_gmatch **out, char *err) {
+/* A matcher for a schema at the start of a document, into c->gm: the
+ * cached slot's own one when nobody else uses it (its masks are reused), a
+ * fresh one on the slot's grammar when it is in use (several tasks with
+ * one schema), or a grammar compiled for this generation alone when every
+ * slot is busy. A slot with users is never evicted. */
+static int core_matcher(gen_core *c, const char *schema, size_t len, char *err) {
+    sb_engine *e = c->e;
     int rc;
     if (!e->trie && (rc = sb_tok_trie_new(e->vocab, sb_model_hparams(e->model)->n_vocab, &e->trie, err))) return rc;
-    gram_slot *victim = &e->gram[0];
+    gram_slot *victim = NULL;
     for (int i = 0; i < GRAMMAR_CACHE; i++) {
         gram_slot *s = &e->gram[i];
         if (s->schema && s->len == len && !memcmp(s->schema, schema, len)) {
             s->used = ++e->gram_clock;
-            sb_gmatch_reset(s->m);
-            *out = s->m;
+            if (!s->lent) {
+                sb_gmatch_reset(s->m);
+                c->gm = s->m;
+                s->lent = 1;
+            } else if ((rc = sb_gmatch_new(s->g, e->trie, &c->gm, err))) {
+                return rc;
+            }
+            s->users++;
+            c->gslot = i;
             return 0;
         }
-        if (s->used < victim->used) victim = s;
+        if (!s->users && (!victim || s->used < victim->used)) victim = s;
     }
-    gram_slot n = { sb_malloc(len + 1), len, NULL, NULL, ++e->gram_clock };
-    if (!n.schema) return sb_seterr(err, SB_ENOMEM, "out of memory");
-    memcpy(n.schema, schema, len);
-    if ((rc = sb_json_schema_compile(schema, len, &n.g, err)) || (rc = sb_gmatch_new(n.g, e->trie, &n.m, err))) {
-        sb_grammar_free(n.g);
-        sb_free(n.schema);
+    sb_grammar *g = NULL;
+    sb_gmatch *m = NULL;
+    char *copy = victim ? sb_malloc(len + 1) : NULL;
+    if (victim && !copy) return sb_seterr(err, SB_ENOMEM, "out of memory");
+    if ((rc = sb_json_schema_compile(schema, len, &g, err)) || (rc = sb_gmatch_new(g, e->trie, &m, err))) {
+        sb_grammar_free(g);
+        sb_free(copy);
         return rc;
     }
+    c->gm = m;
+    if (!victim) { c->own_g = g; return 0; }
+    memcpy(copy, schema, len);
     sb_gmatch_free(victim->m);
     sb_grammar_free(victim->g);
     sb_free(victim->schema);
-    *victim = n;
-    *out = n.m;
+    *victim = (gram_slot){ copy, len, g, m, ++e->gram_clock, 1, 1 };
+    c->gslot = (int)(victim - e->gram);
     return 0;
 }
 
-/* The next token: sampled freely, or among those the grammar allows. */
-static int next_token(sb_engine *e, sb_sampler *smp, sb_gmatch *gm, sb_gen_result *res, int32_t *tok, char *err) {
-    if (!gm) { *tok = sb_sampler_sample(smp, e->logits); return 0; }
+int gen_core_init(gen_core *c, sb_engine *e, const sb_gen_opts *o, sb_gen_result *res, const int32_t *prompt,
+                  int n_prompt, char *err) {
+    memset(res, 0, sizeof *res);
+    res->n_prompt = n_prompt;
+    res->finish = "stop";
+    *c = (gen_core){ .e = e, .o = o, .res = res, .gslot = -1 };
+    const int n_vocab = sb_model_hparams(e->model)->n_vocab, n_ctx = sb_ctx_n_ctx(e->ctx);
+    int rc;
+    if ((rc = sb_sampler_new(&o->sampling, n_vocab, &c->smp, err)) ||
+        (rc = sb_stop_new(o->stops, o->n_stops, &c->stop, err)) ||
+        (o->json_schema && (rc = core_matcher(c, o->json_schema, o->json_schema_len, err))))
+        return rc;
+    if (c->gm) sb_gmatch_stats(c->gm, &c->mc0, &c->mr0);
+    /* Penalties look back over the prompt too, as llama.cpp's do. */
+    int window = o->sampling.repeat_last_n > 0 ? o->sampling.repeat_last_n : 0;
+    for (int i = SB_MAX(0, n_prompt - window); i < n_prompt; i++) sb_sampler_accept(c->smp, prompt[i]);
+    c->max_tokens = o->max_tokens > 0 ? o->max_tokens : n_ctx;
+    return 0;
+}
+
+void gen_core_free(gen_core *c) {
+    if (c->gm) {
+        sb_gmatch_stats(c->gm, &c->res->masks_computed, &c->res->masks_reused);
+        c->res->masks_computed -= c->mc0;
+        c->res->masks_reused -= c->mr0;
+        if (c->gslot >= 0) {
+            gram_slot *s = &c->e->gram[c->gslot];
+            s->users--;
+            if (c->gm == s->m) s->lent = 0;
+            else sb_gmatch_free(c->gm);
+        } else {
+            sb_gmatch_free(c->gm);
+        }
+    }
+    sb_grammar_free(c->own_g);
+    sb_stop_free(c->stop);
+    sb_sampler_free(c->smp);
+    c->gm = NULL;
+    c->own_g = NULL;
+    c->stop = NULL;
+    c->smp = NULL;
+}
+
+int gen_core_next(gen_core *c, const float *logits, int32_t *tok, char *err) {
+    if (!c->gm) { *tok = sb_sampler_sample(c->smp, logits); return 0; }
     double t0 = sb_now_s();
-    const uint32_t *mask = sb_gmatch_mask(gm);
+    const uint32_t *mask = sb_gmatch_mask(c->gm);
     if (!mask) return sb_seterr(err, SB_ENOMEM, "out of memory for a grammar mask");
-    *tok = sb_sampler_sample_masked(smp, e->logits, mask);
+    *tok = sb_sampler_sample_masked(c->smp, logits, mask);
     if (*tok == -2) return sb_seterr(err, SB_ENOMEM, "out of memory");
     /* -1: no token can continue (a vocabulary without the bytes the grammar
      * needs): the caller ends the generation. */
-    if (*tok >= 0 && sb_gmatch_token(gm, *tok))
+    if (*tok >= 0 && sb_gmatch_token(c->gm, *tok))
         return sb_seterr(err, SB_EINVAL, "grammar: token %d allowed by the mask but rejected", *tok);
-    res->t_mask += sb_now_s() - t0;
+    c->res->t_mask += sb_now_s() - t0;
     return 0;
+}
+
+int gen_core_emit(gen_core *c, int32_t tok) {
+    const sb_gen_opts *o = c->o;
+    sb_gen_result *res = c->res;
+    if (res->n_gen >= c->max_tokens) { res->finish = "length"; return 1; }
+    if (o->cancel && atomic_load(o->cancel)) { res->finish = "cancelled"; return 1; }
+    if (o->deadline > 0 && sb_now_s() > o->deadline) { res->finish = "timeout"; return 1; }
+    if (sb_vocab_is_eog(c->e->vocab, tok)) return 1;
+    sb_sampler_accept(c->smp, tok);
+    res->n_gen++;
+    char piece[256];
+    const char *out;
+    size_t out_len;
+    int len = sb_token_to_piece(c->e->vocab, tok, piece, sizeof piece, 0);
+    if (len < 0) len = 0;
+    int matched = sb_stop_feed(c->stop, piece, (size_t)len, &out, &out_len);
+    if (out_len && o->on_piece && o->on_piece(o->ud, out, out_len, tok)) { res->finish = "cancelled"; return 1; }
+    return matched != 0;
+}
+
+int gen_core_take(gen_core *c, int32_t tok, int n_past, int n_ctx) {
+    if (tok < 0 || gen_core_emit(c, tok)) return 1;
+    /* A complete document that nothing can extend: EOS is the only token
+     * left, so skip the pass that would produce it. */
+    if (c->gm && !sb_gmatch_can_continue(c->gm)) return 1;
+    if (n_past >= n_ctx) { c->res->finish = "length"; return 1; }
+    return 0;
+}
+
+void gen_core_flush(gen_core *c) {
+    /* Whatever the matcher still holds (a partial stop string that never
+     * completed, a trailing incomplete UTF-8 sequence) belongs to the output. */
+    const char *text;
+    size_t len;
+    if (sb_stop_which(c->stop) < 0 && sb_stop_flush(c->stop, &text, &len) == 0 && len && c->o->on_piece)
+        c->o->on_piece(c->o->ud, text, len, -1);
 }
 
 void sb_engine_reset(sb_engine *e) {
@@ -195,11 +299,11 @@ int sb_engine_check_draft(const sb_engine *target, const sb_engine *draft, char 
 
 /* One generation's state, shared by the plain and the speculative steps. */
 typedef struct {
+    gen_core c;                 /* choose and emit: the batched tasks' code path too */
     sb_engine *e;
     const sb_gen_opts *o;
     sb_gen_result *res;
-    sb_sampler *smp;
-    sb_stop_matcher *stop;
+    sb_sampler *smp;            /* c.smp */
     int max_tokens, n_ctx, n_vocab;
     /* speculative only */
     int max_draft;
@@ -211,26 +315,7 @@ typedef struct {
     float *q;                   /* max_draft × n_vocab: its distributions (temp > 0) */
 } gen_state;
 
-/* Hand one chosen token to the caller. Returns 1 when generation ends with
- * it (res->finish says why; an end-of-generation token is not emitted). */
-static int emit(gen_state *g, int32_t tok) {
-    const sb_gen_opts *o = g->o;
-    sb_gen_result *res = g->res;
-    if (res->n_gen >= g->max_tokens) { res->finish = "length"; return 1; }
-    if (o->cancel && atomic_load(o->cancel)) { res->finish = "cancelled"; return 1; }
-    if (o->deadline > 0 && sb_now_s() > o->deadline) { res->finish = "timeout"; return 1; }
-    if (sb_vocab_is_eog(g->e->vocab, tok)) return 1;
-    sb_sampler_accept(g->smp, tok);
-    res->n_gen++;
-    char piece[256];
-    const char *out;
-    size_t out_len;
-    int len = sb_token_to_piece(g->e->vocab, tok, piece, sizeof piece, 0);
-    if (len < 0) len = 0;
-    int matched = sb_stop_feed(g->stop, piece, (size_t)len, &out, &out_len);
-    if (out_len && o->on_piece && o->on_piece(o->ud, out, out_len, tok)) { res->finish = "cancelled"; return 1; }
-    return matched != 0;
-}
+static int emit(gen_state *g, int32_t tok) { return gen_core_emit(&g->c, tok); }
 
 /* A failed pass may have written part of the batch: trust nothing. */
 static int eval_failed(sb_engine *e, int rc) {
@@ -371,80 +456,67 @@ int sb_engine_generate(sb_engine *e, const int32_t *prompt, int n_prompt, const 
     if (n_prompt <= 0) return sb_seterr(err, SB_EINVAL, "empty prompt");
     if (n_prompt >= g.n_ctx)
         return sb_seterr(err, SB_ERANGE, "prompt of %d tokens does not fit the context of %d", n_prompt, g.n_ctx);
-    sb_gmatch *gm = NULL;
-    uint64_t mc0 = 0, mr0 = 0;
     int rc;
-    if ((rc = sb_sampler_new(&o->sampling, g.n_vocab, &g.smp, err)) ||
-        (rc = sb_stop_new(o->stops, o->n_stops, &g.stop, err)) ||
-        (o->json_schema && (rc = engine_matcher(e, o->json_schema, o->json_schema_len, &gm, err))) ||
-        (rc = spec_init(&g, err)))
-        goto out;
-    if (gm) sb_gmatch_stats(gm, &mc0, &mr0);
+    if ((rc = gen_core_init(&g.c, e, o, res, prompt, n_prompt, err)) || (rc = spec_init(&g, err))) goto out;
+    g.smp = g.c.smp;
+    g.max_tokens = g.c.max_tokens;
     double t0 = sb_now_s();
     if ((rc = prefill(e, prompt, n_prompt, &res->n_reused, err))) goto out;
     double t1 = sb_now_s();
     res->t_prompt = t1 - t0;
-    /* Penalties look back over the prompt too, as llama.cpp's do. */
-    int window = o->sampling.repeat_last_n > 0 ? o->sampling.repeat_last_n : 0;
-    for (int i = SB_MAX(0, n_prompt - window); i < n_prompt; i++) sb_sampler_accept(g.smp, prompt[i]);
-    g.max_tokens = o->max_tokens > 0 ? o->max_tokens : g.n_ctx;
     int32_t tok;
-    if ((rc = next_token(e, g.smp, gm, res, &tok, err))) goto out;
-    /* tok < 0: the grammar allows no token (a vocabulary without the bytes
-     * it needs); emit() ends on end-of-generation, length, cancel, stop. */
-    while (tok >= 0 && !emit(&g, tok)) {
-        /* A complete document that nothing can extend: EOS is the only
-         * token left, so skip the pass that would produce it. */
-        if (gm && !sb_gmatch_can_continue(gm)) break;
-        if (e->n_hist >= g.n_ctx) { res->finish = "length"; break; }
+    if ((rc = gen_core_next(&g.c, e->logits, &tok, err))) goto out;
+    /* gen_core_take ends on a token the grammar cannot give (< 0),
+     * end-of-generation, length, cancel, stop, a finished document. */
+    while (!gen_core_take(&g.c, tok, e->n_hist, g.n_ctx)) {
         int st = g.max_draft > 0 ? spec_step(&g, &tok, err) : 2;
         if (st < 0) { rc = st; goto out; }
         if (st == 1) break;
         if (st == 0) continue;
         if ((rc = sb_ctx_eval(e->ctx, &tok, 1, e->logits, 0, err))) { eval_failed(e, rc); goto out; }
         e->hist[e->n_hist++] = tok;
-        if ((rc = next_token(e, g.smp, gm, res, &tok, err))) goto out;
+        if ((rc = gen_core_next(&g.c, e->logits, &tok, err))) goto out;
     }
-    /* Whatever the matcher still holds (a partial stop string that never
-     * completed, a trailing incomplete UTF-8 sequence) belongs to the output. */
-    const char *emit_text;
-    size_t emit_len;
-    if (sb_stop_which(g.stop) < 0 && sb_stop_flush(g.stop, &emit_text, &emit_len) == 0 && emit_len && o->on_piece)
-        o->on_piece(o->ud, emit_text, emit_len, -1);
+    gen_core_flush(&g.c);
     res->t_gen = sb_now_s() - t1;
     rc = 0;
 out:
-    if (gm) {
-        sb_gmatch_stats(gm, &res->masks_computed, &res->masks_reused);
-        res->masks_computed -= mc0;
-        res->masks_reused -= mr0;
-    }
     spec_free(&g);
-    sb_stop_free(g.stop);
-    sb_sampler_free(g.smp);
+    gen_core_free(&g.c);
     return rc;
 }
 
-static double row_logprob(const float *row, int n_vocab, int32_t tok) {
+double engine_row_logprob(const float *row, int n_vocab, int32_t tok) {
     return (double)row[tok] - sb_logsumexp(row, n_vocab);
 }
 
-int sb_engine_score(sb_engine *e, const int32_t *prompt, int n_prompt, const int32_t *const *cands,
-                    const int *cand_lens, int n_cands, double *logprobs, char *err) {
+int engine_score_check(const sb_engine *e, int n_prompt, const int32_t *const *cands, const int *cand_lens,
+                       int n_cands, int *longest, int *n_long, char *err) {
     const int n_ctx = sb_ctx_n_ctx(e->ctx), n_vocab = sb_model_hparams(e->model)->n_vocab;
     if (n_prompt <= 0) return sb_seterr(err, SB_EINVAL, "empty prompt");
-    int longest = 0;
+    if (n_cands <= 0) return sb_seterr(err, SB_EINVAL, "no candidates");
+    *longest = *n_long = 0;
     for (int c = 0; c < n_cands; c++) {
         if (cand_lens[c] <= 0) return sb_seterr(err, SB_EINVAL, "candidate %d is empty", c);
         for (int j = 0; j < cand_lens[c]; j++)
             if (cands[c][j] < 0 || cands[c][j] >= n_vocab)
                 return sb_seterr(err, SB_EINVAL, "candidate %d: token %d outside the vocabulary", c, cands[c][j]);
-        longest = SB_MAX(longest, cand_lens[c]);
+        *longest = SB_MAX(*longest, cand_lens[c]);
+        *n_long += cand_lens[c] > 1;
     }
-    if (n_prompt + longest > n_ctx)
+    if (n_prompt + *longest > n_ctx)
         return sb_seterr(err, SB_ERANGE, "prompt (%d) + longest candidate (%d) exceed the context (%d)", n_prompt,
-                         longest, n_ctx);
-    int rc = prefill(e, prompt, n_prompt, NULL, err);
+                         *longest, n_ctx);
+    return 0;
+}
+
+int sb_engine_score(sb_engine *e, const int32_t *prompt, int n_prompt, const int32_t *const *cands,
+                    const int *cand_lens, int n_cands, double *logprobs, char *err) {
+    const int n_vocab = sb_model_hparams(e->model)->n_vocab;
+    int longest, n_long;
+    int rc = engine_score_check(e, n_prompt, cands, cand_lens, n_cands, &longest, &n_long, err);
+    if (rc) return rc;
+    rc = prefill(e, prompt, n_prompt, NULL, err);
     if (rc) return rc;
     float *first = sb_aligned_alloc((size_t)n_vocab * sizeof(float));
     float *rows = longest > 1 ? sb_aligned_alloc((size_t)(longest - 1) * (size_t)n_vocab * sizeof(float)) : NULL;
@@ -454,12 +526,12 @@ int sb_engine_score(sb_engine *e, const int32_t *prompt, int n_prompt, const int
     }
     memcpy(first, e->logits, (size_t)n_vocab * sizeof(float));
     for (int c = 0; c < n_cands && rc == 0; c++) {
-        double lp = row_logprob(first, n_vocab, cands[c][0]);
+        double lp = engine_row_logprob(first, n_vocab, cands[c][0]);
         if (cand_lens[c] > 1) {
             sb_ctx_truncate(e->ctx, n_prompt);
             rc = sb_ctx_eval(e->ctx, cands[c], cand_lens[c] - 1, rows, 1, err);
             for (int j = 1; j < cand_lens[c] && rc == 0; j++)
-                lp += row_logprob(rows + (size_t)(j - 1) * n_vocab, n_vocab, cands[c][j]);
+                lp += engine_row_logprob(rows + (size_t)(j - 1) * n_vocab, n_vocab, cands[c][j]);
         }
         logprobs[c] = lp;
     }

@@ -25,6 +25,15 @@
 typedef struct sb_engine sb_engine;
 
 int  sb_engine_open(const char *path, const sb_ctx_params *p, sb_engine **out, char *err);
+/* The same with a KV pool of kv_mb MiB. p->n_seq is the number of tasks that
+ * may run at once (sb_engine_submit_*; 0, the default: none, only
+ * sb_engine_generate/score). kv_mb 0: p->kv_blocks decides, and
+ * when that is 0 too the pool holds one whole context plus 1024 positions
+ * per further task (n_seq 1: one context, as before). */
+int  sb_engine_open_kv(const char *path, const sb_ctx_params *p, int kv_mb, sb_engine **out, char *err);
+/* MiB of KV one full context takes (a pool smaller than this cannot hold
+ * one sequence at n_ctx). */
+int  sb_engine_kv_mb_min(const sb_engine *e, int kv_f32);
 void sb_engine_free(sb_engine *e);
 const sb_model *sb_engine_model(const sb_engine *e);
 const sb_vocab *sb_engine_vocab(const sb_engine *e);
@@ -119,14 +128,21 @@ int sb_engine_score(sb_engine *e, const int32_t *prompt, int n_prompt, const int
  * least recently used first, when admission needs their blocks.
  *
  * Same thread rules as the rest of the engine: one caller at a time.
- * sb_engine_generate/score run a single task to completion through the
- * same machinery (speculative decoding still runs alone, see spec). */
+ * sb_engine_generate/score keep their own path on sequence 0 (token-exact
+ * prefix reuse with the previous call, speculative decoding); they share
+ * the choose-and-emit code with tasks, so a task's output is theirs, but
+ * must not run while tasks do (their sequence 0 is not reserved). Tasks
+ * need an engine opened with n_seq >= 1 (SB_EINVAL otherwise). Scheduling,
+ * reservations and the prefix cache: docs/BATCHING.md. */
 
 typedef struct sb_task sb_task;
 
-/* Admit a task. SB_EBUSY, nothing changed, when no sequence is free or the
- * pool (after evicting unused prefixes) lacks the blocks for its prompt;
- * the caller keeps it queued. The prompt and candidates are copied; `o`
+/* Admit a task. SB_EBUSY, nothing changed, when no sequence is free, when
+ * the pool (after evicting cached prefixes) cannot reserve every block the
+ * task may take (prompt + max_tokens, capped by n_ctx), or while a running
+ * task is still reading the start this prompt shares with it (it then
+ * starts from that task's cached prefix); the caller keeps it queued.
+ * SB_ERANGE when the task could never fit (the prompt, or the whole pool). The prompt and candidates are copied; `o`
  * (callbacks, stops, cancel flag) must stay valid until the task is freed.
  * priority: higher first when the step's token budget is short. */
 int sb_engine_submit_generate(sb_engine *e, const int32_t *prompt, int n_prompt, const sb_gen_opts *o,
@@ -136,8 +152,9 @@ int sb_engine_submit_score(sb_engine *e, const int32_t *prompt, int n_prompt, co
 /* One batched forward pass over the running tasks. Returns how many are
  * still running (0: idle), or an error that failed every running task. */
 int sb_engine_step(sb_engine *e, char *err);
-/* 0 while running; 1 when finished (res filled; for a score task,
- * logprobs[0..n_cands) and n_tokens too); < 0: the task failed, err says why. */
+/* 0 while running; 1 when finished (res filled, or for a score task its
+ * n_prompt / n_reused / t_prompt and logprobs[0..n_cands)); < 0: the task
+ * failed, err says why. */
 int sb_task_poll(const sb_task *t, sb_gen_result *res, double *logprobs, char *err);
 /* Free a task, finished or not: a running one is dropped and its blocks
  * return to the pool at once. */

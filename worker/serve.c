@@ -3,19 +3,20 @@
  * Two threads. The loop thread runs libevent: it accepts, decodes, answers
  * the cheap methods (health, info, tokenize, detokenize) at once and queues
  * generate/score jobs (embed jobs when the model is an encoder: serve_embed.c).
- * The compute thread takes jobs one at a time and runs them on the engine
- * (whose own pool spreads each matmul over the cores); tokens and final
- * responses go back through sb_ipc_reply_*, which is safe from any
- * thread. So a long generation never delays a health check, and a
+ * The compute thread runs them on the engine (whose own pool spreads each
+ * matmul over the cores): with --parallel 1 one job at a time (here), with
+ * more as engine tasks batched into one forward pass per step
+ * (serve_batch.c); requests are parsed and answered in serve_jobs.c. Tokens
+ * and final responses go back through sb_ipc_reply_*, which is safe from
+ * any thread. So a long generation never delays a health check, and a
  * cancel (or a client that disconnects) reaches the running job through its
- * atomic flag within one token.
+ * atomic flag within one token (one step when batched).
  *
  * SIGTERM/SIGINT: stop accepting, let queued and running jobs finish until
  * the drain deadline, then exit 0. Exit 2 (SB_EXIT_CONFIG) when the model
  * cannot be loaded: the supervisor does not restart such a worker.
  */
 #include <event2/event.h>
-#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -31,332 +32,11 @@
 #include "sb_kq.h"
 #include "sb_spec.h"
 #include "serve_embed.h"
+#include "serve_impl.h"
 
-#define MAX_CANDIDATES 256
-#define MAX_STOPS 16
-#define MAX_MESSAGES 256
+/* --parallel default: see docs/BATCHING.md "Scheduling" for the measurement. */
+#define DEFAULT_PARALLEL 4
 
-enum { JOB_GENERATE, JOB_SCORE, JOB_EMBED };
-
-typedef struct job job;
-struct job {
-    job *next;
-    sb_ipc_reply *reply;
-    const sb_mp_obj *params;
-    int kind;                   /* JOB_* */
-    atomic_int cancel;
-};
-
-typedef struct {
-    const char *name, *model_path, *socket_path;
-    int max_queue, max_tokens_cap, drain_ms;
-    int lookup;                 /* default prompt-lookup draft length (--lookup; docs/SPECULATIVE.md) */
-    int deadline_ms;            /* default for requests without deadline_ms; 0 = none */
-    sb_engine *engine;          /* a decoder model, or */
-    sb_encoder *encoder;        /* an encoder model (serve_embed.c) */
-    struct event_base *base;
-    sb_ipc_server *server;
-    pthread_t compute;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    job *head, *tail;
-    job *current;               /* the job on the compute thread, under mu */
-    int n_queued, running, stopping;
-    struct event *sig_term, *sig_int, *drain_timer;
-} worker;
-
-/* ---- small helpers -------------------------------------------------------- */
-
-static void reply_invalid(sb_ipc_reply *r, const char *err) { sb_ipc_reply_error(r, SB_IPC_INVALID_REQUEST, "%s", err); }
-
-/* ---- prompts -------------------------------------------------------------- */
-
-/* Segments in one request (the top-level list, or all messages' parts). */
-#define MAX_SEGMENTS 65536
-
-/* [{"text": str, "special": bool = false}, ...] appended to p, or to parts
- * (when p is NULL; *n_parts counts them). `what` names the list in errors. */
-static int read_segments(const sb_mp_obj *arr, const char *what, sb_prompt *p, sb_text_seg *parts, size_t *n_parts,
-                         char *err) {
-    static const char *const keys[] = { "text", "special", NULL };
-    uint32_t n = sb_mp_count(arr);
-    for (uint32_t i = 0; i < n; i++) {
-        const sb_mp_obj *o = sb_mp_array_at(arr, i);
-        const char *t;
-        size_t l;
-        bool special = false;
-        char why[SB_ERR_LEN];
-        if (sb_mp_type_of(o) != SB_MP_MAP || sb_mp_check_keys(o, keys, why) ||
-            sb_mp_get_str(o, "text", SB_MP_REQUIRED, &t, &l, why) ||
-            sb_mp_get_bool(o, "special", SB_MP_OPTIONAL, &special, why))
-            return sb_seterr(err, SB_EINVAL, "%s[%u]: expected {\"text\": str, \"special\": bool}", what, i);
-        if (p) sb_prompt_add(p, t, l, special);
-        else parts[(*n_parts)++] = (sb_text_seg){ t, l, special };
-    }
-    return 0;
-}
-
-/* "messages": [{"role": str, "content": str | segments}] in the model's
- * chat template. A string content is the sender's text and never holds
- * control tokens; the template's markers are trusted unless `special` is off. */
-static int chat_prompt(worker *w, const sb_mp_obj *msgs, bool special, sb_prompt *p, char *err) {
-    uint32_t n = sb_mp_count(msgs);
-    if (n == 0 || n > MAX_MESSAGES) return sb_seterr(err, SB_EINVAL, "'messages': expected 1..%d messages", MAX_MESSAGES);
-    sb_chat_msg m[MAX_MESSAGES];
-    size_t total = 0, used = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        const sb_mp_obj *c = sb_mp_map_get(sb_mp_array_at(msgs, i), "content");
-        if (sb_mp_type_of(c) == SB_MP_ARRAY) total += sb_mp_count(c);
-    }
-    if (total > MAX_SEGMENTS) return sb_seterr(err, SB_EINVAL, "'messages': at most %d content segments", MAX_SEGMENTS);
-    sb_text_seg *parts = total ? sb_malloc(total * sizeof *parts) : NULL;
-    if (total && !parts) return sb_seterr(err, SB_ENOMEM, "out of memory");
-    int rc = 0;
-    for (uint32_t i = 0; i < n && !rc; i++) {
-        const sb_mp_obj *o = sb_mp_array_at(msgs, i), *c = sb_mp_map_get(o, "content");
-        size_t l;
-        char why[SB_ERR_LEN], what[48];
-        m[i] = (sb_chat_msg){ 0 };
-        if (sb_mp_type_of(o) != SB_MP_MAP || sb_mp_get_str(o, "role", SB_MP_REQUIRED, &m[i].role, &l, why) ||
-            (sb_mp_type_of(c) != SB_MP_ARRAY && sb_mp_get_str(o, "content", SB_MP_REQUIRED, &m[i].content, &l, why))) {
-            rc = sb_seterr(err, SB_EINVAL, "'messages'[%u]: expected a map with string 'role' and 'content' "
-                           "(a string or [{text, special}])", i);
-            break;
-        }
-        if (sb_mp_type_of(c) == SB_MP_ARRAY) {
-            snprintf(what, sizeof what, "'messages'[%u].content", i);
-            m[i].parts = parts + used;
-            rc = read_segments(c, what, NULL, parts, &used, err);
-            m[i].n_parts = (size_t)(parts + used - m[i].parts);
-        }
-    }
-    if (!rc) rc = sb_engine_chat_prompt(w->engine, m, n, p, err);
-    if (!rc && !special) sb_prompt_all_plain(p);
-    sb_free(parts);
-    return rc;
-}
-
-/* The prompt of a request as token ids, BOS added when add_bos and the
- * model asks for it. Exactly one of: `key` ("prompt", or "text" for
- * tokenize: one string, special tokens parsed when `special`), "segments"
- * (each piece with its own special flag: a pipeline's template text and the
- * caller's words spliced into it) or "messages". */
-static int request_tokens(worker *w, const sb_mp_obj *params, const char *key, bool special, bool add_bos,
-                          int32_t **ids, size_t *n_ids, char *err) {
-    *ids = NULL;
-    *n_ids = 0;
-    const sb_mp_obj *msgs = NULL, *segs = NULL;
-    if (sb_mp_get_container(params, "messages", SB_MP_OPTIONAL, SB_MP_ARRAY, &msgs, err) ||
-        sb_mp_get_container(params, "segments", SB_MP_OPTIONAL, SB_MP_ARRAY, &segs, err))
-        return SB_EINVAL;
-    int given = !!msgs + !!segs + (sb_mp_map_get(params, key) != NULL);
-    if (given != 1)
-        return sb_seterr(err, SB_EINVAL, "expected exactly one of '%s', 'segments' and 'messages', got %d", key, given);
-    const sb_vocab *v = sb_engine_vocab(w->engine);
-    if (!msgs && !segs) {
-        const char *text;
-        size_t len;
-        if (sb_mp_get_str(params, key, SB_MP_REQUIRED, &text, &len, err)) return SB_EINVAL;
-        return sb_tokenize(v, text, len, add_bos, special, ids, n_ids, err);
-    }
-    sb_prompt p = { 0 };
-    int rc = 0;
-    if (segs) {
-        /* Each segment says what it is; a global switch would only blur that. */
-        if (sb_mp_map_get(params, "special"))
-            rc = sb_seterr(err, SB_EINVAL, "'special' does not apply to 'segments' (each segment has its own)");
-        else if (sb_mp_count(segs) > MAX_SEGMENTS)
-            rc = sb_seterr(err, SB_EINVAL, "'segments': at most %d", MAX_SEGMENTS);
-        else
-            rc = read_segments(segs, "'segments'", &p, NULL, NULL, err);
-    } else {
-        rc = chat_prompt(w, msgs, special, &p, err);
-    }
-    if (!rc) rc = sb_tokenize_prompt(v, &p, add_bos, ids, n_ids, err);
-    sb_prompt_free(&p);
-    return rc;
-}
-
-/* ---- compute thread ----------------------------------------------------------- */
-
-typedef struct {
-    job *j;
-    sb_mp_writer *wr;
-} stream_ctx;
-
-static int on_piece(void *ud, const char *text, size_t len, int32_t token) {
-    stream_ctx *s = ud;
-    sb_mp_writer_reset(s->wr);
-    sb_mp_map(s->wr, 2);
-    sb_mp_str(s->wr, "text");
-    sb_mp_strn(s->wr, text, len);
-    sb_mp_kv_i64(s->wr, "token", token);
-    return sb_ipc_reply_event(s->j->reply, "token", s->wr) == SB_ECANCEL;
-}
-
-/* Collects the whole text for the final response (streamed or not). */
-typedef struct {
-    stream_ctx s;
-    int stream;
-    char *buf;
-    size_t len, cap;
-} gen_sink;
-
-static int sink_piece(void *ud, const char *text, size_t len, int32_t token) {
-    gen_sink *g = ud;
-    if (g->len + len + 1 > g->cap) {
-        size_t cap = (g->len + len + 1) * 2;
-        char *nb = sb_realloc(g->buf, cap);
-        if (!nb) return 1;
-        g->buf = nb;
-        g->cap = cap;
-    }
-    memcpy(g->buf + g->len, text, len);
-    g->len += len;
-    return g->stream ? on_piece(&g->s, text, len, token) : 0;
-}
-
-static void run_generate(worker *w, job *j, sb_mp_writer *wr) {
-    char err[SB_ERR_LEN];
-    const sb_mp_obj *p = j->params;
-    sb_gen_opts o;
-    sb_gen_opts_default(&o);
-    int64_t max_tokens = o.max_tokens, top_k = o.sampling.top_k, last_n = o.sampling.repeat_last_n,
-            deadline_ms = w->deadline_ms, lookup = w->lookup;
-    double temp = o.sampling.temp, top_p = o.sampling.top_p, min_p = o.sampling.min_p, rp = o.sampling.repeat_penalty;
-    uint64_t seed = o.sampling.seed;
-    bool stream = false, special = true;
-    const sb_mp_obj *stops = NULL;
-    static const char *const allowed[] = { "prompt", "segments", "messages", "max_tokens", "temperature", "top_k",
-                                           "top_p", "min_p", "repeat_penalty", "repeat_last_n", "seed", "stop",
-                                           "stream", "deadline_ms", "special", "json_schema", "lookup", NULL };
-    if (sb_mp_check_keys(p, allowed, err) ||
-        sb_mp_get_int(p, "max_tokens", SB_MP_OPTIONAL, 1, w->max_tokens_cap, &max_tokens, err) ||
-        sb_mp_get_num(p, "temperature", SB_MP_OPTIONAL, 0, 100, &temp, err) ||
-        sb_mp_get_int(p, "top_k", SB_MP_OPTIONAL, 0, 1 << 20, &top_k, err) ||
-        sb_mp_get_num(p, "top_p", SB_MP_OPTIONAL, 0, 1, &top_p, err) ||
-        sb_mp_get_num(p, "min_p", SB_MP_OPTIONAL, 0, 1, &min_p, err) ||
-        sb_mp_get_num(p, "repeat_penalty", SB_MP_OPTIONAL, 0.01, 100, &rp, err) ||
-        sb_mp_get_int(p, "repeat_last_n", SB_MP_OPTIONAL, 0, 1 << 20, &last_n, err) ||
-        sb_mp_get_u64(p, "seed", SB_MP_OPTIONAL, &seed, err) ||
-        sb_mp_get_bool(p, "stream", SB_MP_OPTIONAL, &stream, err) ||
-        sb_mp_get_bool(p, "special", SB_MP_OPTIONAL, &special, err) ||
-        sb_mp_get_int(p, "deadline_ms", SB_MP_OPTIONAL, 0, 86400000, &deadline_ms, err) ||
-        sb_mp_get_int(p, "lookup", SB_MP_OPTIONAL, 0, SB_SPEC_MAX_DRAFT, &lookup, err) ||
-        sb_mp_get_container(p, "stop", SB_MP_OPTIONAL, SB_MP_ARRAY, &stops, err) ||
-        sb_mp_get_str(p, "json_schema", SB_MP_OPTIONAL, &o.json_schema, &o.json_schema_len, err)) {
-        reply_invalid(j->reply, err);
-        return;
-    }
-    const char *stop_v[MAX_STOPS];
-    size_t n_stops = stops ? sb_mp_count(stops) : 0;
-    if (n_stops > MAX_STOPS) { reply_invalid(j->reply, "'stop': at most 16 strings"); return; }
-    for (size_t i = 0; i < n_stops; i++)
-        if (sb_mp_as_str(sb_mp_array_at(stops, (uint32_t)i), &stop_v[i], NULL)) {
-            reply_invalid(j->reply, "'stop': expected an array of strings");
-            return;
-        }
-    int32_t *ids = NULL;
-    size_t n_ids = 0;
-    int rc = request_tokens(w, p, "prompt", special, true, &ids, &n_ids, err);
-    if (rc) {
-        sb_ipc_reply_error(j->reply, rc == SB_ENOMEM ? SB_IPC_INTERNAL : SB_IPC_INVALID_REQUEST, "%s", err);
-        return;
-    }
-    o.max_tokens = (int)max_tokens;
-    o.sampling.temp = (float)temp;
-    o.sampling.top_k = (int)top_k;
-    o.sampling.top_p = (float)top_p;
-    o.sampling.min_p = (float)min_p;
-    o.sampling.repeat_penalty = (float)rp;
-    o.sampling.repeat_last_n = (int)last_n;
-    o.sampling.seed = seed;
-    o.lookup = (int)lookup;
-    o.stops = stop_v;
-    o.n_stops = n_stops;
-    o.cancel = &j->cancel;
-    o.deadline = deadline_ms > 0 ? sb_now_s() + (double)deadline_ms / 1000.0 : 0;
-    gen_sink sink = { { j, wr }, stream, NULL, 0, 0 };
-    o.on_piece = sink_piece;
-    o.ud = &sink;
-    sb_gen_result res;
-    rc = sb_engine_generate(w->engine, ids, (int)n_ids, &o, &res, err);
-    sb_free(ids);
-    if (rc) {
-        sb_ipc_reply_error(j->reply, rc == SB_ERANGE || rc == SB_EINVAL ? SB_IPC_INVALID_REQUEST : SB_IPC_INTERNAL, "%s", err);
-    } else if (!strcmp(res.finish, "cancelled") && sb_ipc_reply_cancelled(j->reply)) {
-        sb_ipc_reply_error(j->reply, SB_IPC_CANCELLED, "cancelled after %d tokens", res.n_gen);
-    } else {
-        sb_mp_writer_reset(wr);
-        sb_mp_map(wr, 9);
-        sb_mp_str(wr, "text");
-        sb_mp_strn(wr, sink.buf ? sink.buf : "", sink.len);
-        sb_mp_kv_str(wr, "finish_reason", res.finish);
-        sb_mp_kv_i64(wr, "prompt_tokens", res.n_prompt);
-        sb_mp_kv_i64(wr, "reused_tokens", res.n_reused);
-        sb_mp_kv_i64(wr, "completion_tokens", res.n_gen);
-        sb_mp_kv_f64(wr, "prompt_ms", res.t_prompt * 1e3);
-        sb_mp_kv_f64(wr, "gen_ms", res.t_gen * 1e3);
-        sb_mp_kv_i64(wr, "drafted_tokens", res.n_drafted);
-        sb_mp_kv_i64(wr, "accepted_tokens", res.n_accepted);
-        sb_ipc_reply_ok(j->reply, wr);
-    }
-    sb_free(sink.buf);
-}
-
-static void run_score(worker *w, job *j, sb_mp_writer *wr) {
-    char err[SB_ERR_LEN];
-    const sb_mp_obj *p = j->params, *cands = NULL;
-    static const char *const allowed[] = { "prompt", "segments", "messages", "candidates", "special", NULL };
-    bool special = true;
-    if (sb_mp_check_keys(p, allowed, err) ||
-        sb_mp_get_container(p, "candidates", SB_MP_REQUIRED, SB_MP_ARRAY, &cands, err) ||
-        sb_mp_get_bool(p, "special", SB_MP_OPTIONAL, &special, err)) {
-        reply_invalid(j->reply, err);
-        return;
-    }
-    uint32_t nc = sb_mp_count(cands);
-    if (nc == 0 || nc > MAX_CANDIDATES) { reply_invalid(j->reply, "'candidates': expected 1..256 strings"); return; }
-    int32_t *ids = NULL, *ctoks[MAX_CANDIDATES] = {0};
-    int clen[MAX_CANDIDATES];
-    size_t n_ids;
-    double lp[MAX_CANDIDATES];
-    int rc = request_tokens(w, p, "prompt", special, true, &ids, &n_ids, err);
-    for (uint32_t i = 0; i < nc && !rc; i++) {
-        const char *cs;
-        size_t cl, n;
-        if (sb_mp_as_str(sb_mp_array_at(cands, i), &cs, &cl)) { rc = sb_seterr(err, SB_EINVAL, "'candidates'[%u]: expected a string", i); break; }
-        /* A continuation: no BOS, no special tokens. */
-        rc = sb_tokenize(sb_engine_vocab(w->engine), cs, cl, 0, 0, &ctoks[i], &n, err);
-        clen[i] = (int)n;
-        if (!rc && n == 0) rc = sb_seterr(err, SB_EINVAL, "'candidates'[%u] is empty", i);
-    }
-    if (!rc) rc = sb_engine_score(w->engine, ids, (int)n_ids, (const int32_t *const *)ctoks, clen, (int)nc, lp, err);
-    if (rc) {
-        sb_ipc_reply_error(j->reply, rc == SB_EINVAL || rc == SB_ERANGE ? SB_IPC_INVALID_REQUEST : SB_IPC_INTERNAL, "%s", err);
-    } else {
-        /* probs: softmax over the candidates' total log-probabilities, i.e.
-         * P(candidate | prompt, one of these candidates). */
-        double mx = lp[0], sum = 0;
-        for (uint32_t i = 1; i < nc; i++) mx = lp[i] > mx ? lp[i] : mx;
-        for (uint32_t i = 0; i < nc; i++) sum += exp(lp[i] - mx);
-        sb_mp_writer_reset(wr);
-        sb_mp_map(wr, 4);
-        sb_mp_str(wr, "logprobs");
-        sb_mp_array(wr, nc);
-        for (uint32_t i = 0; i < nc; i++) sb_mp_f64(wr, lp[i]);
-        sb_mp_str(wr, "probs");
-        sb_mp_array(wr, nc);
-        for (uint32_t i = 0; i < nc; i++) sb_mp_f64(wr, exp(lp[i] - mx) / sum);
-        sb_mp_str(wr, "tokens");
-        sb_mp_array(wr, nc);
-        for (uint32_t i = 0; i < nc; i++) sb_mp_i64(wr, clen[i]);
-        sb_mp_kv_i64(wr, "prompt_tokens", (int64_t)n_ids);
-        sb_ipc_reply_ok(j->reply, wr);
-    }
-    sb_free(ids);
-    for (uint32_t i = 0; i < nc; i++) sb_free(ctoks[i]);
-}
 
 /* The running job's final response is about to go out: its slot is free
  * from here on, not from when the compute thread gets back to the queue.
@@ -388,9 +68,10 @@ static void *compute_main(void *arg) {
         pthread_mutex_unlock(&w->mu);
         sb_ipc_reply_on_final(j->reply, job_answered, w);
         if (sb_ipc_reply_cancelled(j->reply)) sb_ipc_reply_error(j->reply, SB_IPC_CANCELLED, "cancelled before it started");
-        else if (j->kind == JOB_SCORE) run_score(w, j, wr);
+        else if (j->kind == JOB_SCORE) sb_serve_run_score(w, j, wr);
         else if (j->kind == JOB_EMBED) sb_serve_embed(w->encoder, j->reply, j->params, &j->cancel, wr);
-        else run_generate(w, j, wr);
+        else sb_serve_run_generate(w, j, wr);
+        if (w->engine) sb_serve_publish_stats(w);
         pthread_mutex_lock(&w->mu);
         w->running = 0;
         w->current = NULL;
@@ -426,9 +107,9 @@ static void enqueue(worker *w, sb_ipc_reply *r, const sb_mp_obj *params, int kin
         sb_ipc_reply_error(r, SB_IPC_BUSY, "worker '%s' is shutting down", w->name);
         return;
     }
-    /* max_queue counts requests waiting behind the running one, so 0 still
-     * serves one request at a time instead of refusing everything. */
-    if (w->n_queued + w->running > w->max_queue) {
+    /* max_queue counts requests waiting behind the running ones, so 0 still
+     * serves `parallel` requests at once instead of refusing everything. */
+    if (w->n_queued + w->running >= w->max_queue + w->parallel) {
         int q = w->n_queued;
         pthread_mutex_unlock(&w->mu);
         sb_ipc_reply_error(r, SB_IPC_BUSY, "worker '%s' queue is full (%d waiting); retry later", w->name, q);
@@ -443,9 +124,16 @@ static void enqueue(worker *w, sb_ipc_reply *r, const sb_mp_obj *params, int kin
     j->reply = r;
     j->params = params;
     j->kind = kind;
+    /* A bad value is reported when the job is parsed; here it only orders. */
+    int64_t prio = 0;
+    if (sb_mp_as_i64(sb_mp_map_get(params, "priority"), &prio) == 0) j->priority = (int)SB_MAX(-1000, SB_MIN(1000, prio));
     sb_ipc_reply_on_cancel(r, on_cancel, j);
-    if (w->tail) w->tail->next = j; else w->head = j;
-    w->tail = j;
+    /* Higher priority first, FIFO among equals. */
+    job **at = &w->head;
+    while (*at && (*at)->priority >= j->priority) at = &(*at)->next;
+    j->next = *at;
+    *at = j;
+    if (!j->next) w->tail = j;
     w->n_queued++;
     pthread_cond_signal(&w->cv);
     pthread_mutex_unlock(&w->mu);
@@ -463,20 +151,42 @@ static bool no_vocab(worker *w, sb_ipc_reply *r) {
     return true;
 }
 
+/* The batching figures health and info share (a router's /metrics reads
+ * them): sequences, KV blocks, prefix cache. 7 keys. */
+static void put_load(sb_mp_writer *wr, const worker *w, int running, const sb_engine_stats *st) {
+    sb_mp_kv_i64(wr, "parallel", w->parallel);
+    sb_mp_kv_i64(wr, "running", running);
+    sb_mp_kv_i64(wr, "kv_blocks_total", st->blocks_total);
+    sb_mp_kv_i64(wr, "kv_blocks_free", st->blocks_free);
+    sb_mp_kv_u64(wr, "prefix_hits", st->prefix_hits);
+    sb_mp_kv_u64(wr, "prefix_misses", st->prefix_misses);
+    sb_mp_kv_u64(wr, "prefix_tokens_reused", st->prefix_tokens_reused);
+}
+
+void sb_serve_publish_stats(worker *w) {
+    sb_engine_stats st;
+    sb_engine_stats_get(w->engine, &st);
+    pthread_mutex_lock(&w->mu);
+    w->stats = st;
+    pthread_mutex_unlock(&w->mu);
+}
+
 static void h_health(void *ud, sb_ipc_reply *r, const char *m, const sb_mp_obj *p) {
     worker *w = ud;
     sb_mp_writer *wr;
     if (sb_mp_writer_new(&wr)) { sb_ipc_reply_error(r, SB_IPC_INTERNAL, "out of memory"); return; }
     pthread_mutex_lock(&w->mu);
     int queued = w->n_queued, running = w->running, stopping = w->stopping;
+    sb_engine_stats st = w->stats;
     pthread_mutex_unlock(&w->mu);
-    sb_mp_map(wr, 6);
+    sb_mp_map(wr, 13);
     sb_mp_kv_str(wr, "status", stopping ? "draining" : "ok");
     sb_mp_kv_str(wr, "kind", w->encoder ? "encoder" : "decoder");
     sb_mp_kv_str(wr, "name", w->name);
     sb_mp_kv_i64(wr, "pid", getpid());
     sb_mp_kv_i64(wr, "queued", queued);
     sb_mp_kv_bool(wr, "busy", running != 0);
+    put_load(wr, w, running, &st);
     sb_ipc_reply_ok(r, wr);
     sb_mp_writer_free(wr);
 }
@@ -500,7 +210,12 @@ static void h_info(void *ud, sb_ipc_reply *r, const char *m, const sb_mp_obj *p)
     sb_gguf_get_str(g, "general.name", &gname);
     sb_mp_writer *wr;
     if (sb_mp_writer_new(&wr)) { sb_ipc_reply_error(r, SB_IPC_INTERNAL, "out of memory"); return; }
-    sb_mp_map(wr, 17);
+    pthread_mutex_lock(&w->mu);
+    int running = w->running;
+    sb_engine_stats st = w->stats;
+    pthread_mutex_unlock(&w->mu);
+    sb_mp_map(wr, 17 + 7);
+    put_load(wr, w, running, &st);
     sb_mp_kv_str(wr, "name", w->name);
     sb_mp_kv_str(wr, "model", w->model_path);
     sb_mp_kv_str(wr, "kind", "decoder");
@@ -536,9 +251,9 @@ static void h_tokenize(void *ud, sb_ipc_reply *r, const char *m, const sb_mp_obj
     if (no_vocab(w, r)) return;
     if (sb_mp_check_keys(p, allowed, err) || sb_mp_get_bool(p, "add_bos", SB_MP_OPTIONAL, &bos, err) ||
         sb_mp_get_bool(p, "special", SB_MP_OPTIONAL, &special, err) ||
-        (rc = request_tokens(w, p, "text", special, bos, &ids, &n, err))) {
+        (rc = sb_serve_request_tokens(w, p, "text", special, bos, &ids, &n, err))) {
         if (rc == SB_ENOMEM) sb_ipc_reply_error(r, SB_IPC_INTERNAL, "%s", err);
-        else reply_invalid(r, err);
+        else sb_serve_reply_invalid(r, err);
         return;
     }
     sb_mp_writer *wr;
@@ -562,7 +277,7 @@ static void h_detokenize(void *ud, sb_ipc_reply *r, const char *m, const sb_mp_o
     if (sb_mp_check_keys(p, allowed, err) ||
         sb_mp_get_container(p, "tokens", SB_MP_REQUIRED, SB_MP_ARRAY, &toks, err) ||
         sb_mp_get_bool(p, "special", SB_MP_OPTIONAL, &special, err)) {
-        reply_invalid(r, err);
+        sb_serve_reply_invalid(r, err);
         return;
     }
     const sb_vocab *v = sb_engine_vocab(w->engine);
@@ -644,12 +359,16 @@ static void usage(FILE *f) {
             "  --lookup N         prompt-lookup speculative decoding, N drafted tokens (default 0 = off)\n"
             "  --drain-ms N       how long SIGTERM waits for running requests (default 10000)\n"
             "  --deadline-ms N    deadline of a generate without its own deadline_ms (default 0 = none)\n"
-            "  --batch N          prompt tokens per forward pass (default 128; scratch memory grows with it)\n\n"
+            "  --batch N          prompt tokens per forward pass (default 128; scratch memory grows with it)\n"
+            "  --parallel N       requests run at once, batched in one forward pass per step (default %d;\n"
+            "                     1: one at a time, as before batching)\n"
+            "  --kv-mb M          KV pool shared by those requests, MiB (default: one whole context plus\n"
+            "                     1024 positions per further request; at least one context)\n\n"
             "Exit status: 0 after a clean drain, 2 when the model or options are bad\n"
             "(a supervisor should not restart it), 1 on other failures.\n\n"
             "Test hook: with SB_TEST_WORKER_ABORT=NAME[,NAME...] in the environment, a\n"
             "worker whose --name is listed aborts (SIGABRT) before loading its model, so\n"
-            "tests can make a model crash-loop under the supervisor.\n");
+            "tests can make a model crash-loop under the supervisor.\n", DEFAULT_PARALLEL);
 }
 
 static int arg_int(const char *opt, const char *v, int lo, int hi, int *out) {
@@ -661,6 +380,21 @@ static int arg_int(const char *opt, const char *v, int lo, int hi, int *out) {
     }
     *out = (int)x;
     return 0;
+}
+
+/* A decoder with room for `parallel` tasks; a --kv-mb below one context is
+ * raised to it (a request must always be able to reach n_ctx). */
+static int open_engine(worker *w, sb_ctx_params *cp, char *err) {
+    cp->n_seq = w->parallel > 1 ? w->parallel : 0;   /* 1: sb_engine_generate alone, no task sequences */
+    int rc = sb_engine_open_kv(w->model_path, cp, w->kv_mb, &w->engine, err);
+    if (rc || w->kv_mb <= 0) return rc;
+    int min = sb_engine_kv_mb_min(w->engine, cp->kv_f32);
+    if (w->kv_mb >= min) return 0;
+    sb_warn("--kv-mb %d is less than one context (%d MiB): using %d", w->kv_mb, min, min);
+    sb_engine_free(w->engine);
+    w->engine = NULL;
+    w->kv_mb = min;
+    return sb_engine_open_kv(w->model_path, cp, min, &w->engine, err);
 }
 
 /* The supervisor's crash-loop handling needs a worker that dies at start-up
@@ -678,7 +412,7 @@ static bool test_abort_requested(const char *name) {
 }
 
 int sb_cmd_worker(int argc, char **argv) {
-    worker w = { .max_queue = 16, .max_tokens_cap = 4096, .drain_ms = 10000 };
+    worker w = { .max_queue = 16, .max_tokens_cap = 4096, .drain_ms = 10000, .parallel = DEFAULT_PARALLEL };
     sb_ctx_params cp;
     sb_ctx_params_default(&cp);
     cp.n_threads = 2;
@@ -700,6 +434,8 @@ int sb_cmd_worker(int argc, char **argv) {
         else if (!strcmp(a, "--lookup")) { bad = arg_int(a, v, 0, SB_SPEC_MAX_DRAFT, &w.lookup); i++; }
         else if (!strcmp(a, "--drain-ms")) { bad = arg_int(a, v, 0, 3600000, &w.drain_ms); i++; }
         else if (!strcmp(a, "--deadline-ms")) { bad = arg_int(a, v, 0, 86400000, &w.deadline_ms); i++; }
+        else if (!strcmp(a, "--parallel")) { bad = arg_int(a, v, 1, 64, &w.parallel); i++; }
+        else if (!strcmp(a, "--kv-mb")) { bad = arg_int(a, v, 0, 1 << 20, &w.kv_mb); i++; }
         else if (!strcmp(a, "--batch")) { bad = arg_int(a, v, 1, 4096, &cp.n_batch); i++; }
         else if (!strcmp(a, "--kv") && v) {
             if (!strcmp(v, "f16")) cp.kv_f32 = 0;
@@ -727,10 +463,15 @@ int sb_cmd_worker(int argc, char **argv) {
      * methods differ. --ctx, --kv and --batch do not apply to it. */
     int rc_open = sb_serve_is_encoder_file(w.model_path)
                       ? sb_encoder_open(w.model_path, cp.n_threads, -1, &w.encoder, err)
-                      : sb_engine_open(w.model_path, &cp, &w.engine, err);
+                      : open_engine(&w, &cp, err);
     if (rc_open) {
         sb_error("%s", err);
         return SB_EXIT_CONFIG;
+    }
+    if (w.engine) {
+        sb_engine_stats st;
+        sb_engine_stats_get(w.engine, &st);
+        sb_info("parallel %d: KV pool of %d blocks of %d positions", w.parallel, st.blocks_total, SB_KV_BLOCK);
     }
     char desc[256];
     if (w.encoder) sb_encoder_describe(w.encoder, desc, sizeof desc);
@@ -752,7 +493,9 @@ int sb_cmd_worker(int argc, char **argv) {
         rc = SB_EXIT_CONFIG;
         goto out;
     }
-    if (pthread_create(&w.compute, NULL, compute_main, &w) != 0) { sb_error("cannot start the compute thread"); goto out; }
+    if (w.engine) sb_serve_publish_stats(&w);
+    void *(*loop)(void *) = w.engine && w.parallel > 1 ? sb_serve_batch_main : compute_main;
+    if (pthread_create(&w.compute, NULL, loop, &w) != 0) { sb_error("cannot start the compute thread"); goto out; }
     w.sig_term = evsignal_new(w.base, SIGTERM, on_signal, &w);
     w.sig_int = evsignal_new(w.base, SIGINT, on_signal, &w);
     event_add(w.sig_term, NULL);
@@ -760,7 +503,7 @@ int sb_cmd_worker(int argc, char **argv) {
     sb_info("ready on %s", w.socket_path);
     event_base_dispatch(w.base);
     pthread_mutex_lock(&w.mu);
-    w.stopping = 1;
+    w.stopping = 2;             /* the batch loop cancels its running tasks */
     int abandoned = w.n_queued + w.running;
     for (job *j = w.head; j; j = j->next) atomic_store(&j->cancel, 1);
     /* The running job left the queue: without this it would run to its end. */
