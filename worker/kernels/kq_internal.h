@@ -243,6 +243,16 @@ void sb_kq_dot_q3_K_q8_K_avx512(int n, float *s, const void *x, const void *y);
 void sb_kq_dot_q4_K_q8_K_avx512(int n, float *s, const void *x, const void *y);
 void sb_kq_dot_q5_K_q8_K_avx512(int n, float *s, const void *x, const void *y);
 void sb_kq_dot_q6_K_q8_K_avx512(int n, float *s, const void *x, const void *y);
+#define KQ_DOTN_ARGS int n, int nt, float *s, size_t s_stride, const void *x, const void *y, size_t y_stride
+/* kq_dotn_avx512.c: vec_dotn, bit for bit the vec_dot of this level */
+void sb_kq_dotn_q2_K_q8_K_avx512(KQ_DOTN_ARGS);
+void sb_kq_dotn_q3_K_q8_K_avx512(KQ_DOTN_ARGS);
+void sb_kq_dotn_q4_K_q8_K_avx512(KQ_DOTN_ARGS);
+void sb_kq_dotn_q5_K_q8_K_avx512(KQ_DOTN_ARGS);
+void sb_kq_dotn_q6_K_q8_K_avx512(KQ_DOTN_ARGS);
+void sb_kq_dotn_q4_0_q8_0_avx512(KQ_DOTN_ARGS);    /* these three in kq_avx512.c, beside their vec_dot */
+void sb_kq_dotn_q5_0_q8_0_avx512(KQ_DOTN_ARGS);
+void sb_kq_dotn_q8_0_q8_0_avx512(KQ_DOTN_ARGS);
 void sb_kq_deq_f16_avx512(const void *src, float *dst, int64_t n);
 void sb_kq_act_f16_avx512(const float *src, void *dst, int64_t n);
 
