@@ -9,7 +9,7 @@
  *     sequence's numbers not depend on what else is in its decode batch;
  *  2. each result is the reference vec_dot within the kernels' tolerance;
  *  3. the kernels exist where they are meant to (Q2_K…Q6_K, Q4_0, Q5_0, Q8_0 at
- *     AVX-512), so 1 and 2 do not pass vacuously, and a level never keeps
+ *     AVX-512; Q4_K…Q6_K at AVX2), so 1 and 2 do not pass vacuously, and a level never keeps
  *     the vec_dotn of a level below whose vec_dot it replaced.
  */
 #include <math.h>
@@ -157,6 +157,11 @@ static void test_dotn_table(void **state) {
     } else {
         print_message("    (no AVX-512 on this CPU: only the fallbacks and lower levels are checked)\n");
     }
+    static const int avx2_types[] = { SB_TYPE_Q4_K, SB_TYPE_Q5_K, SB_TYPE_Q6_K };
+    if (sb_kq_best_level() >= SB_KQ_AVX2)
+        for (size_t i = 0; i < sizeof avx2_types / sizeof avx2_types[0]; i++)
+            if (!sb_kq_table(SB_KQ_AVX2)[avx2_types[i]].vec_dotn)
+                fail_msg("%s has no AVX2 vec_dotn", ref_row(avx2_types[i])->name);
     /* a vec_dotn belongs to one vec_dot: where a level replaced vec_dot,
      * it may not inherit the vec_dotn written against the one below */
     for (int l = 1; l < SB_KQ_LEVELS; l++) {

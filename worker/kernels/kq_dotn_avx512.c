@@ -78,6 +78,7 @@ KQ_INLINE void kblock_decode(int wt, const uint8_t *blk, kblock *b) {
         break;
     }
     }
+#pragma GCC unroll 4
     for (int j = 0; j < 4; j++) {
         b->q[j] = kq_kstep_decode(wt, blk, j);
         b->sc[j] = spread_scales(sc, shift == 4 ? 2 * j : 4 * j, shift);
@@ -103,6 +104,7 @@ KQ_INLINE void dotn_k(int wt, int n, int nt, float *s, size_t s_stride, const vo
         for (int t = 0; t < nt; t++) {
             const sb_block_q8_K *y = (const sb_block_q8_K *)tok_row(vy, y_stride, t) + i;
             __m512i sumi = _mm512_setzero_si512();
+#pragma GCC unroll 4
             for (int j = 0; j < 4; j++)
                 sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(b.q[j], _mm512_loadu_si512(y->qs + 64 * j)), b.sc[j]);
             const __m256i m = _mm256_madd_epi16(b.pair16, _mm256_loadu_si256((const __m256i *)y->bsums));

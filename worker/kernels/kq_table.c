@@ -118,11 +118,11 @@ static const kq_override over_avx2[SB_TYPE_COUNT] = {
     OVR(SB_TYPE_Q2_K, .vec_dot = sb_kq_dot_q2_K_q8_K_avx2, .gemm = sb_kq_gemm_q2_K_q8_K_avx2),
     OVR(SB_TYPE_Q3_K, .vec_dot = sb_kq_dot_q3_K_q8_K_avx2, .gemm = sb_kq_gemm_q3_K_q8_K_avx2),
     OVR(SB_TYPE_Q4_K, .vec_dot = sb_kq_dot_q4_K_q8_K_avx2, .gemm = sb_kq_gemm_q4_K_q8_K_avx2,
-        .gemv8 = sb_kq_gemv8_q4_K_q8_K_avx2),
+        .gemv8 = sb_kq_gemv8_q4_K_q8_K_avx2, .vec_dotn = sb_kq_dotn_q4_K_q8_K_avx2),
     OVR(SB_TYPE_Q5_K, .vec_dot = sb_kq_dot_q5_K_q8_K_avx2, .gemm = sb_kq_gemm_q5_K_q8_K_avx2,
-        .gemv8 = sb_kq_gemv8_q5_K_q8_K_avx2),
+        .gemv8 = sb_kq_gemv8_q5_K_q8_K_avx2, .vec_dotn = sb_kq_dotn_q5_K_q8_K_avx2),
     OVR(SB_TYPE_Q6_K, .vec_dot = sb_kq_dot_q6_K_q8_K_avx2, .gemm = sb_kq_gemm_q6_K_q8_K_avx2,
-        .gemv8 = sb_kq_gemv8_q6_K_q8_K_avx2),
+        .gemv8 = sb_kq_gemv8_q6_K_q8_K_avx2, .vec_dotn = sb_kq_dotn_q6_K_q8_K_avx2),
     OVR(SB_TYPE_Q8_K, .from_float = sb_kq_act_q8_K_avx2),
 };
 
