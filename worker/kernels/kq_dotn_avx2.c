@@ -11,6 +11,11 @@
 #include "kq_x86.h"
 
 #define NT_MAX SB_KQ_DOTN_MAX
+/* Below this many tokens the 1×1 kernel per token is as fast or faster:
+ * spilling the unpacked block to L1 and reading it back costs about what
+ * it saves (kq_bench dotn, AVX2 on the Zen 5 box: 0.6-0.8x at nt 1-2,
+ * 0.95-1.17x at 4, 1.2-1.55x at 8-16). */
+#define SHARED_MIN_NT 3
 #define KQ_INLINE static inline __attribute__((always_inline))
 
 enum { W_Q4_K, W_Q5_K, W_Q6_K };
@@ -70,6 +75,12 @@ KQ_INLINE void decode_q6(const uint8_t *blk, kblock2 *b) {
 }
 
 KQ_INLINE void dotn_k2(int wt, int n, int nt, float *s, size_t s_stride, const void *vx, const void *vy, size_t y_stride) {
+    if (nt < SHARED_MIN_NT) {
+        const sb_vec_dot_fn dot = wt == W_Q4_K ? sb_kq_dot_q4_K_q8_K_avx2 : wt == W_Q5_K ? sb_kq_dot_q5_K_q8_K_avx2
+                                                                          : sb_kq_dot_q6_K_q8_K_avx2;
+        for (int t = 0; t < nt; t++) dot(n, s + (size_t)t * s_stride, vx, (const uint8_t *)vy + (size_t)t * y_stride);
+        return;
+    }
     const uint8_t *x = vx;
     const size_t bb = wt == W_Q4_K ? sizeof(sb_block_q4_K) : wt == W_Q5_K ? sizeof(sb_block_q5_K) : sizeof(sb_block_q6_K);
     __m256 acc[NT_MAX], acc_min[NT_MAX];
