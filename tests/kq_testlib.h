@@ -119,4 +119,18 @@ static inline uint8_t *make_extreme_rows(int type, int rows, int n, size_t *row_
     return m;
 }
 
+/* Σ|x·y| of two rows after dequantizing them: the scale of the tolerance
+ * for float sums taken in another order. */
+static inline double abs_dot(int xt, const uint8_t *x, int yt, const uint8_t *y, int n) {
+    float *fx = malloc(sizeof(float) * (size_t)n), *fy = malloc(sizeof(float) * (size_t)n);
+    assert_true(fx && fy);
+    ref_row(xt)->to_float(x, fx, n);
+    ref_row(yt)->to_float(y, fy, n);
+    double a = 0;
+    for (int i = 0; i < n; i++) a += fabs((double)fx[i] * fy[i]);
+    free(fx);
+    free(fy);
+    return a;
+}
+
 #endif

@@ -31,19 +31,6 @@
 
 static int is_weight(int type) { return ref_row(type)->blck_size > 0 && ref_row(type)->vec_dot != NULL; }
 
-/* Σ|x·y| of two rows after dequantizing them (the tolerance's scale). */
-static double abs_dot(int xt, const uint8_t *x, int yt, const uint8_t *y, int n) {
-    float *fx = malloc(sizeof(float) * (size_t)n), *fy = malloc(sizeof(float) * (size_t)n);
-    assert_true(fx && fy);
-    ref_row(xt)->to_float(x, fx, n);
-    ref_row(yt)->to_float(y, fy, n);
-    double a = 0;
-    for (int i = 0; i < n; i++) a += fabs((double)fx[i] * fy[i]);
-    free(fx);
-    free(fy);
-    return a;
-}
-
 /* nt activation rows of n elements, y_stride bytes apart (an odd stride:
  * rows start at every alignment), quantized from random floats of varied
  * size, or all at the most negative value the quantizer writes. */

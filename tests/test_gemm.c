@@ -24,18 +24,6 @@
 #include "kq_testlib.h"
 #include "sb_kq.h"
 
-static double abs_dot(int xt, const uint8_t *x, int yt, const uint8_t *y, int n) {
-    float *fx = malloc(sizeof(float) * (size_t)n), *fy = malloc(sizeof(float) * (size_t)n);
-    assert_true(fx && fy);
-    ref_row(xt)->to_float(x, fx, n);
-    ref_row(yt)->to_float(y, fy, n);
-    double a = 0;
-    for (int i = 0; i < n; i++) a += fabs((double)fx[i] * fy[i]);
-    free(fx);
-    free(fy);
-    return a;
-}
-
 #define SENTINEL -12345.0f
 
 /* One nr × nc tile of the given rows at one level, checked pair by pair;
