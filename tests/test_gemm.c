@@ -29,18 +29,6 @@
 #include "kq_testlib.h"
 #include "sb_kq.h"
 
-static double abs_dot(int xt, const uint8_t *x, int yt, const uint8_t *y, int n) {
-    float *fx = malloc(sizeof(float) * (size_t)n), *fy = malloc(sizeof(float) * (size_t)n);
-    assert_true(fx && fy);
-    ref_row(xt)->to_float(x, fx, n);
-    ref_row(yt)->to_float(y, fy, n);
-    double a = 0;
-    for (int i = 0; i < n; i++) a += fabs((double)fx[i] * fy[i]);
-    free(fx);
-    free(fy);
-    return a;
-}
-
 #define SENTINEL -12345.0f
 
 /* One nr × nc tile of the given rows at one level, checked pair by pair;
@@ -76,45 +64,6 @@ static void check_tile(int level, int type, int n, int nr, int nc) {
     uint8_t *x = make_rows(type, nr, n, &bx);
     uint8_t *y = make_rows(sb_kq_table(level)[type].vec_dot_type, nc, n, &by);
     check_tile_of(level, type, n, nr, nc, x, bx, y, by);
-}
-
-/* Rows whose every quant has the largest magnitude its type allows (all
- * bits set; Q4_0 / Q5_0 / Q8_0 at their most negative) with d = dmin = 1,
- * and activations all at -127: the integer sums of a kernel that adds
- * 16-bit products in more groups than fit would wrap here, where random
- * weights stay far from the limits. */
-static uint8_t *make_extreme_rows(int type, int rows, int n, size_t *row_bytes) {
-    const sb_kq_traits *t = ref_row(type);
-    *row_bytes = sb_kq_row_size(t, n);
-    const size_t total = *row_bytes * (size_t)rows;
-    uint8_t *m = malloc(total + 64);
-    assert_non_null(m);
-    if (!t->vec_dot) {      /* an activation type: quantize a constant */
-        float *f = malloc(sizeof(float) * (size_t)n);
-        assert_non_null(f);
-        for (int i = 0; i < n; i++) f[i] = 1.0f;
-        for (int r = 0; r < rows; r++) t->from_float(f, m + (size_t)r * *row_bytes, n);
-        free(f);
-        return m;
-    }
-    const int fill = type == SB_TYPE_Q8_0 ? 0x81 : type == SB_TYPE_Q4_0 || type == SB_TYPE_Q5_0 ? 0x00 : 0xFF;
-    memset(m, fill, total);
-    size_t d_at = 0, dmin_at = (size_t)-1;   /* where the fp16 scales sit in a block */
-    switch (type) {
-    case SB_TYPE_Q2_K: d_at = offsetof(sb_block_q2_K, d); dmin_at = offsetof(sb_block_q2_K, dmin); break;
-    case SB_TYPE_Q3_K: d_at = offsetof(sb_block_q3_K, d); break;
-    case SB_TYPE_Q4_K: d_at = offsetof(sb_block_q4_K, d); dmin_at = offsetof(sb_block_q4_K, dmin); break;
-    case SB_TYPE_Q5_K: d_at = offsetof(sb_block_q5_K, d); dmin_at = offsetof(sb_block_q5_K, dmin); break;
-    case SB_TYPE_Q6_K: d_at = offsetof(sb_block_q6_K, d); break;
-    default: break;         /* Q4_0, Q5_0, Q8_0: d first */
-    }
-    const sb_fp16 one = 0x3C00;
-    for (size_t b = 0; b < total; b += t->type_size) {
-        memcpy(m + b + d_at, &one, sizeof one);
-        if (dmin_at != (size_t)-1) memcpy(m + b + dmin_at, &one, sizeof one);
-        if (type == SB_TYPE_Q5_0) memset(m + b + offsetof(sb_block_q5_0, qs), 0x00, 16);   /* qh 0: q = -16 */
-    }
-    return m;
 }
 
 static int has_gemm(int type) { return ref_row(type)->blck_size > 0 && ref_row(type)->gemm != NULL; }

@@ -46,40 +46,6 @@ static int is_weight(int type) {
 
 static float f16_random_finite(float scale) { return sb_fp16_to_fp32(sb_fp32_to_fp16(scale * rng_normal())); }
 
-/* Random bytes for a row of `type`, then make every scale a finite fp16 of
- * sane size (random bytes would give NaN/Inf scales, which no quantizer
- * writes). Offsets are those of the block structs in sb_kq.h. */
-static void fill_random_blocks(int type, void *row, int n) {
-    const sb_kq_traits *t = ref_row(type);
-    const size_t bytes = sb_kq_row_size(t, n);
-    uint8_t *p = row;
-    for (size_t i = 0; i < bytes; i++) p[i] = (uint8_t)rng_u32();
-    if (type == SB_TYPE_F32) {
-        for (int i = 0; i < n; i++) ((float *)row)[i] = rng_normal();
-        return;
-    }
-    if (type == SB_TYPE_F16 || type == SB_TYPE_BF16) {
-        for (int i = 0; i < n; i++)
-            ((uint16_t *)row)[i] = type == SB_TYPE_F16 ? sb_fp32_to_fp16(rng_normal()) : sb_fp32_to_bf16(rng_normal());
-        return;
-    }
-    static const struct { int type; int off[2]; } scale_fields[] = {
-        { SB_TYPE_Q4_0, { 0, -1 } }, { SB_TYPE_Q4_1, { 0, 2 } }, { SB_TYPE_Q5_0, { 0, -1 } },
-        { SB_TYPE_Q5_1, { 0, 2 } }, { SB_TYPE_Q8_0, { 0, -1 } }, { SB_TYPE_Q2_K, { 80, 82 } },
-        { SB_TYPE_Q3_K, { 108, -1 } }, { SB_TYPE_Q4_K, { 0, 2 } }, { SB_TYPE_Q5_K, { 0, 2 } },
-        { SB_TYPE_Q6_K, { 208, -1 } },
-    };
-    for (size_t k = 0; k < sizeof scale_fields / sizeof scale_fields[0]; k++) {
-        if (scale_fields[k].type != type) continue;
-        for (size_t b = 0; b < bytes / t->type_size; b++)
-            for (int f = 0; f < 2; f++) {
-                if (scale_fields[k].off[f] < 0) continue;
-                const sb_fp16 h = sb_fp32_to_fp16(0.01f * rng_normal());
-                memcpy(p + b * t->type_size + scale_fields[k].off[f], &h, 2);
-            }
-    }
-}
-
 /* Σ x·y and Σ|x·y| of two rows after dequantizing them. */
 static void float_dot(int xt, const void *x, int yt, const void *y, int n, double *dot, double *abs_dot) {
     float *fx = malloc(sizeof(float) * (size_t)n), *fy = malloc(sizeof(float) * (size_t)n);

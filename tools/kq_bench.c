@@ -5,12 +5,14 @@
  *   make BUILD=build && cc -O2 -std=c11 -D_GNU_SOURCE -Icommon -Iworker -Iworker/kernels \
  *       -o build/kq_bench tools/kq_bench.c build/libswitchboard.a -lm -ldl -pthread
  *   build/kq_bench [path/to/libggml-cpu.so]
+ *   build/kq_bench dotn [rounds]     (only the small-batch decode table)
  *
  * Each measurement dots one activation row with 64 weight rows of 4096
  * elements (a few hundred KB: L2-resident, so this is kernel speed, not
  * DRAM speed); best of 150 interleaved 2 ms windows. GB/s counts weight bytes.
  * Then the tiled kernels (gemm) of the best level on 64 rows × 64 tokens
- * against vec_dot per pair, in multiply-adds per second.
+ * against vec_dot per pair, in multiply-adds per second. `dotn`: vec_dotn
+ * (one weight row, up to 16 decode tokens) against vec_dot per token.
  */
 #include <dlfcn.h>
 #include <math.h>
@@ -173,7 +175,87 @@ static void bench_gemv8(const float *xf, const float *yf) {
     free(out);
 }
 
+/* Seconds for one matrix of `rows` rows against nt tokens: vec_dot per
+ * (row, token), rows outer so the row is in L1 for its later tokens (the
+ * stronger baseline), or (dotn) vec_dotn per row. */
+static double cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Thread CPU seconds (not wall time: on a box shared with other jobs a
+ * pass of several ms is often preempted; CPU time leaves that out, though
+ * not the cache a neighbour evicted). */
+static double dotn_pass(const sb_kq_traits *t, int dotn, int n, const uint8_t *w, size_t rs, int rows, int nt,
+                        const uint8_t *y, size_t ys, float *out) {
+    const double t0 = cpu_now();
+    for (int r = 0; r < rows; r++) {
+        const uint8_t *wr = w + (size_t)r * rs;
+        if (dotn) t->vec_dotn(n, nt, out + r, (size_t)rows, wr, y, ys);
+        else
+            for (int k = 0; k < nt; k++) t->vec_dot(n, out + (size_t)k * rows + r, wr, y + (size_t)k * ys);
+    }
+    sink = out[rows - 1];
+    return cpu_now() - t0;
+}
+
+/* Small-batch decode (`kq_bench dotn`): per token, nt decode tokens against
+ * model-shaped matrices (Phi-3-mini 3072 x 8192, Llama-3-8B 4096 x 14336),
+ * vec_dot x nt against vec_dotn, one thread, best of `rounds` interleaved. */
+static void bench_dotn(int rounds) {
+    static const int types[] = { SB_TYPE_Q4_K, SB_TYPE_Q5_K, SB_TYPE_Q6_K };
+    static const struct { const char *name; int n, rows; } shapes[] = { { "phi3", 3072, 8192 }, { "llama8b", 4096, 14336 } };
+    static const int nts[] = { 1, 2, 4, 8, 16 };
+    enum { NNT = sizeof nts / sizeof nts[0] };
+    const int best = sb_kq_best_level();
+    const sb_kq_traits *ref = sb_kq_table(SB_KQ_REF);
+    printf("vec_dotn at %s: CPU us per token per matrix, vec_dot x nt (rows outer) / vec_dotn, one thread, best of %d\n",
+           sb_kq_level_name(best), rounds);
+    printf("%-5s %-8s %9s", "type", "shape", "MB");
+    for (int k = 0; k < NNT; k++) printf("   nt=%-2d dot/dotn  ratio", nts[k]);
+    printf("\n");
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            const sb_kq_traits *t = &sb_kq_table(best)[types[ti]];
+            if (!t->vec_dotn) continue;
+            const int n = shapes[si].n, rows = shapes[si].rows;
+            const size_t rs = sb_kq_row_size(t, n), ys = sb_kq_row_size(&ref[SB_TYPE_Q8_K], n);
+            uint8_t *w = malloc(rs * rows), *y = malloc(ys * 16);
+            float *f = malloc(sizeof(float) * n), *out = malloc(sizeof(float) * rows * 16);
+            for (int r = 0; r < ROWS; r++) {
+                for (int i = 0; i < n; i++) f[i] = frand();
+                t->from_float_ref(f, w + (size_t)r * rs, n);
+            }
+            for (int r = ROWS; r < rows; r++) memcpy(w + (size_t)r * rs, w + (size_t)(r % ROWS) * rs, rs);
+            for (int k = 0; k < 16; k++) {
+                for (int i = 0; i < n; i++) f[i] = frand();
+                ref[SB_TYPE_Q8_K].from_float(f, y + (size_t)k * ys, n);
+            }
+            double tb[NNT][2];
+            for (int k = 0; k < NNT; k++) tb[k][0] = tb[k][1] = 1e9;
+            for (int rep = 0; rep < rounds; rep++)
+                for (int k = 0; k < NNT; k++)
+                    for (int v = 0; v < 2; v++) {
+                        const double el = dotn_pass(t, v, n, w, rs, rows, nts[k], y, ys, out) / nts[k];
+                        if (el < tb[k][v]) tb[k][v] = el;
+                    }
+            printf("%-5s %-8s %9.1f", t->name, shapes[si].name, rs * rows / 1e6);
+            for (int k = 0; k < NNT; k++)
+                printf("   %6.0f/%-6.0f %5.2fx", tb[k][0] * 1e6, tb[k][1] * 1e6, tb[k][0] / tb[k][1]);
+            printf("\n");
+            free(w);
+            free(y);
+            free(f);
+            free(out);
+        }
+}
+
 int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "dotn") == 0) {
+        bench_dotn(argc > 2 ? atoi(argv[2]) : 7);
+        return 0;
+    }
     const char *lib = argc > 1 ? argv[1] : "build/llamacpp/build-0.3.36/bin/libggml-cpu.so";
     const ggml_traits_cpu *(*ggml_traits)(int) = NULL;
     void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);

@@ -4,7 +4,9 @@
  * Q8_0, F16…), as llama.cpp does, and cached for the other matrices that
  * read the same input. Then:
  *   - one token (decode): tasks are blocks of rows, each row one vec_dot;
- *     numerics are exactly those of the 1×1 kernels;
+ *     numerics are exactly those of the 1×1 kernels; a few tokens that
+ *     must keep those numerics (decode_kernels: a batch of sequences, an
+ *     exact verify) take each row through vec_dotn for up to 16 at once;
  *   - several tokens (prompt): tasks are blocks of rows × blocks of tokens
  *     through the type's tiled kernel (traits .gemm), when it has one.
  * Several matrices that share an input go into one pool run.
@@ -84,6 +86,7 @@ static const sb_act_slot *act_get(sb_mm *mm, const float *src, int n_tok, int64_
 typedef struct {
     const sb_weight *w;
     sb_vec_dot_fn dot;
+    sb_vec_dotn_fn dotn;        /* several tokens, 1x1 path: one weight row for up to 16 of them; NULL: dot per token */
     sb_gemv8_fn gemv8;          /* x8 weight, few tokens: 8 rows per call */
     sb_gemm_fn gemm;            /* NULL: the 1×1 path */
     const uint8_t *act;
@@ -103,11 +106,21 @@ typedef struct {
 } mm_job;
 
 /* Rows r0.. of every token, one vec_dot per row (or one gemv8 per 8 rows:
- * row blocks of x8 parts are multiples of 8). */
+ * row blocks of x8 parts are multiples of 8). With several tokens and a
+ * vec_dotn, rows go outer and each row meets up to 16 tokens in one call,
+ * which unpacks its blocks once for all of them; every result is still the
+ * lone token's vec_dot bit for bit (sb_kq.h). */
 static void run_1x1(const mm_part *p, int64_t r0, int n_tok) {
     const int64_t r1 = SB_MIN(r0 + p->rows, p->w->ne1);
     const uint8_t *wd = p->w->data;
     const int n = (int)p->w->ne0;
+    if (n_tok > 1 && p->dotn && !p->gemv8) {
+        for (int64_t r = r0; r < r1; r++)
+            for (int t0 = 0; t0 < n_tok; t0 += SB_KQ_DOTN_MAX)
+                p->dotn(n, SB_MIN(SB_KQ_DOTN_MAX, n_tok - t0), p->y + (size_t)t0 * p->y_stride + r, p->y_stride,
+                        wd + (size_t)r * p->w->row_bytes, p->act + (size_t)t0 * p->act_stride, p->act_stride);
+        return;
+    }
     for (int t = 0; t < n_tok; t++) {
         const uint8_t *a = p->act + (size_t)t * p->act_stride;
         float *y = p->y + (size_t)t * p->y_stride;
@@ -191,6 +204,7 @@ void sb_mm_run(sb_mm *mm, const float *x, int n_tok, const sb_mm_out *outs, int 
             mm_part *p = &j.part[j.n_parts++];
             p->w = outs[i].w;
             p->dot = tt->vec_dot;
+            p->dotn = tt->vec_dotn;
             const int x8 = p->w->x8_buf != NULL;
             p->gemm = !g->one && g->n > (x8 ? X8_GEMM_MIN_TOKS - 1 : 1) && !mm->decode_kernels ? tt->gemm : NULL;
             p->gemv8 = x8 && !p->gemm ? tt->gemv8 : NULL;

@@ -254,3 +254,88 @@ void sb_kq_dot_bf16_bf16_avx512(int n, float *s, const void *vx, const void *vy)
     for (; i < n; i++) sum += sb_bf16_to_fp32(x[i]) * sb_bf16_to_fp32(y[i]);
     *s = sum;
 }
+
+/* ==== vec_dotn of Q4_0 / Q5_0 / Q8_0 (sb_kq.h) ============================= */
+/* The 4-block step of the 1×1 dots above with the weight half shared: per
+ * 4 blocks the quants are unpacked once (Q8_0: |x| and its sign mask) for
+ * every token, then each token runs the rest of its 1×1 kernel - the same
+ * integer sums, its own two accumulators, the same reduction and AVX2 tail -
+ * so each result is that kernel's bit for bit (as kq_dotn_avx512.c does for
+ * the k-quants). */
+enum { L_Q4_0, L_Q5_0, L_Q8_0 };
+
+typedef struct {
+    __m512i u[2];       /* blocks i, i+1 and i+2, i+3: unsigned quants (Q8_0: |x|) */
+    __mmask64 neg[2];   /* Q8_0: where x < 0 */
+    float d[4];
+} legacy_quad;
+
+static inline __attribute__((always_inline)) void legacy_decode(int wt, const void *vx, int i, legacy_quad *q) {
+    for (int k = 0; k < 2; k++) {
+        const int b = i + 2 * k;
+        if (wt == L_Q4_0) {
+            const sb_block_q4_0 *x = vx;
+            q->u[k] = load_q4_0_x2(&x[b]);
+            q->d[2 * k] = kq_f16(x[b].d), q->d[2 * k + 1] = kq_f16(x[b + 1].d);
+        } else if (wt == L_Q5_0) {
+            const sb_block_q5_0 *x = vx;
+            q->u[k] = q5_x2(x[b].qs, x[b].qh, x[b + 1].qs, x[b + 1].qh);
+            q->d[2 * k] = kq_f16(x[b].d), q->d[2 * k + 1] = kq_f16(x[b + 1].d);
+        } else {
+            const sb_block_q8_0 *x = vx;
+            const __m512i v = load_2x32(x[b].qs, x[b + 1].qs);
+            q->neg[k] = _mm512_movepi8_mask(v);
+            q->u[k] = _mm512_abs_epi8(v);
+            q->d[2 * k] = kq_f16(x[b].d), q->d[2 * k + 1] = kq_f16(x[b + 1].d);
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) void dotn_legacy(int wt, int n, int nt, float *s, size_t s_stride,
+                                                              const void *vx, const void *vy, size_t y_stride) {
+    const int nb = n / 32;
+    const size_t xb = wt == L_Q4_0 ? sizeof(sb_block_q4_0) : wt == L_Q5_0 ? sizeof(sb_block_q5_0) : sizeof(sb_block_q8_0);
+    const __m512i bias = _mm512_set1_epi8(wt == L_Q4_0 ? 8 : 16);
+    __m512 acc0[SB_KQ_DOTN_MAX], acc1[SB_KQ_DOTN_MAX];
+    for (int t = 0; t < nt; t++) acc0[t] = acc1[t] = _mm512_setzero_ps();
+    int i = 0;
+    for (; i + 4 <= nb; i += 4) {
+        legacy_quad q;
+        legacy_decode(wt, vx, i, &q);
+        for (int t = 0; t < nt; t++) {
+            const sb_block_q8_0 *y = (const sb_block_q8_0 *)((const uint8_t *)vy + (size_t)t * y_stride);
+            const __m512i y0 = load_2x32(y[i].qs, y[i + 1].qs), y1 = load_2x32(y[i + 2].qs, y[i + 3].qs);
+            __m512i p0, p1;
+            if (wt == L_Q8_0) {
+                p0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q.u[0], _mm512_mask_sub_epi8(y0, q.neg[0], _mm512_setzero_si512(), y0));
+                p1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q.u[1], _mm512_mask_sub_epi8(y1, q.neg[1], _mm512_setzero_si512(), y1));
+            } else {
+                p0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q.u[0], y0);
+                p1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q.u[1], y1);
+                p0 = _mm512_sub_epi32(p0, _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, y0));
+                p1 = _mm512_sub_epi32(p1, _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, y1));
+            }
+            const __m512 d0 = scale_2(q.d[0] * kq_f16(y[i].d), q.d[1] * kq_f16(y[i + 1].d));
+            const __m512 d1 = scale_2(q.d[2] * kq_f16(y[i + 2].d), q.d[3] * kq_f16(y[i + 3].d));
+            acc0[t] = _mm512_fmadd_ps(d0, _mm512_cvtepi32_ps(p0), acc0[t]);
+            acc1[t] = _mm512_fmadd_ps(d1, _mm512_cvtepi32_ps(p1), acc1[t]);
+        }
+    }
+    for (int t = 0; t < nt; t++) {
+        float sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0[t], acc1[t]));
+        if (i < nb) {
+            const void *xr = (const uint8_t *)vx + (size_t)i * xb;
+            const void *yr = (const sb_block_q8_0 *)((const uint8_t *)vy + (size_t)t * y_stride) + i;
+            float rest;
+            if (wt == L_Q4_0) sb_kq_dot_q4_0_q8_0_avx2((nb - i) * 32, &rest, xr, yr);
+            else if (wt == L_Q5_0) sb_kq_dot_q5_0_q8_0_avx2((nb - i) * 32, &rest, xr, yr);
+            else sb_kq_dot_q8_0_q8_0_avx2((nb - i) * 32, &rest, xr, yr);
+            sum += rest;
+        }
+        s[(size_t)t * s_stride] = sum;
+    }
+}
+
+void sb_kq_dotn_q4_0_q8_0_avx512(KQ_DOTN_ARGS) { dotn_legacy(L_Q4_0, n, nt, s, s_stride, x, y, y_stride); }
+void sb_kq_dotn_q5_0_q8_0_avx512(KQ_DOTN_ARGS) { dotn_legacy(L_Q5_0, n, nt, s, s_stride, x, y, y_stride); }
+void sb_kq_dotn_q8_0_q8_0_avx512(KQ_DOTN_ARGS) { dotn_legacy(L_Q8_0, n, nt, s, s_stride, x, y, y_stride); }

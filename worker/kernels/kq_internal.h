@@ -219,6 +219,11 @@ KQ_DECLARE_DOTS(ref)
 KQ_DECLARE_DOTS(avx2)
 
 /* ---- AVX2 level (kq_avx2.c, kq_kquants_avx2.c) ---------------------------- */
+#define KQ_DOTN_ARGS int n, int nt, float *s, size_t s_stride, const void *x, const void *y, size_t y_stride
+/* kq_dotn_avx2.c: vec_dotn, bit for bit the AVX2 vec_dot */
+void sb_kq_dotn_q4_K_q8_K_avx2(KQ_DOTN_ARGS);
+void sb_kq_dotn_q5_K_q8_K_avx2(KQ_DOTN_ARGS);
+void sb_kq_dotn_q6_K_q8_K_avx2(KQ_DOTN_ARGS);
 void sb_kq_act_q8_0_avx2(const float *src, void *dst, int64_t n);
 void sb_kq_act_q8_1_avx2(const float *src, void *dst, int64_t n);
 void sb_kq_act_q8_K_avx2(const float *src, void *dst, int64_t n);
@@ -243,6 +248,15 @@ void sb_kq_dot_q3_K_q8_K_avx512(int n, float *s, const void *x, const void *y);
 void sb_kq_dot_q4_K_q8_K_avx512(int n, float *s, const void *x, const void *y);
 void sb_kq_dot_q5_K_q8_K_avx512(int n, float *s, const void *x, const void *y);
 void sb_kq_dot_q6_K_q8_K_avx512(int n, float *s, const void *x, const void *y);
+/* kq_dotn_avx512.c: vec_dotn, bit for bit the vec_dot of this level */
+void sb_kq_dotn_q2_K_q8_K_avx512(KQ_DOTN_ARGS);
+void sb_kq_dotn_q3_K_q8_K_avx512(KQ_DOTN_ARGS);
+void sb_kq_dotn_q4_K_q8_K_avx512(KQ_DOTN_ARGS);
+void sb_kq_dotn_q5_K_q8_K_avx512(KQ_DOTN_ARGS);
+void sb_kq_dotn_q6_K_q8_K_avx512(KQ_DOTN_ARGS);
+void sb_kq_dotn_q4_0_q8_0_avx512(KQ_DOTN_ARGS);    /* these three in kq_avx512.c, beside their vec_dot */
+void sb_kq_dotn_q5_0_q8_0_avx512(KQ_DOTN_ARGS);
+void sb_kq_dotn_q8_0_q8_0_avx512(KQ_DOTN_ARGS);
 void sb_kq_deq_f16_avx512(const void *src, float *dst, int64_t n);
 void sb_kq_act_f16_avx512(const float *src, void *dst, int64_t n);
 

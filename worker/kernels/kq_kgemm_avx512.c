@@ -19,14 +19,6 @@
 #define TILE_R 2
 #define TILE_C 4
 
-/* int16 lanes: scale base + lane >> shift of sc16 (see kq_kquants_avx512.c). */
-KQ_INLINE __m512i spread_scales(__m512i sc16, int base, int shift) {
-    const __m512i iota = _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16,
-                                          15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-    const __m512i idx = _mm512_add_epi16(_mm512_set1_epi16((short)base), _mm512_srli_epi16(iota, (unsigned)shift));
-    return _mm512_permutexvar_epi16(idx, sc16);
-}
-
 /* What one weight row needs for a super-block, whatever the columns. */
 typedef struct {
     __m512i sc;         /* int16 sub-block scales (low 256 or 128 bits) */

@@ -14,20 +14,6 @@
  */
 #include "kq_x86.h"
 
-/* Shuffle controls that broadcast int16 scale k of the 8 in each 128-bit
- * lane: bytes 2k, 2k+1 everywhere. (The loops using them are unrolled, so
- * these fold into constants.) */
-static inline __m256i scale_pair_shuffle(int k) {
-    return _mm256_set1_epi16((short)(((2 * k + 1) << 8) | (2 * k)));
-}
-
-/* For the 16-element sub-blocks: lane 0 gets int16 scale 2k, lane 1 scale
- * 2k+1 (a 32-byte chunk spans two sub-blocks). */
-static inline __m256i scale_16_shuffle(int k) {
-    const __m256i lane1_plus2 = _mm256_setr_epi64x(0, 0, 0x0202020202020202LL, 0x0202020202020202LL);
-    return _mm256_add_epi8(_mm256_set1_epi16((short)(((4 * k + 1) << 8) | (4 * k))), lane1_plus2);
-}
-
 /* ==== Q2_K: q in 0..3, x = d·(sc&15)·q - dmin·(sc>>4) ===================== */
 
 void sb_kq_dot_q2_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {

@@ -1,7 +1,8 @@
 /* kq_kstep_avx512.h - private to the AVX-512 k-quant matrix kernels
- * (kq_kgemm_avx512.c, kq_kpack_avx512.c): the weight types they share and
- * the decode of one 64-quant step of a super-block, so the tiled kernels and
- * the panel packer unpack bits with one piece of code. Include only from
+ * (kq_kgemm_avx512.c, kq_kpack_avx512.c, kq_dotn_avx512.c): the weight types
+ * they share, the decode of one 64-quant step of a super-block and the
+ * spread of its sub-block scales, so the tiled kernels, the panel packer and
+ * the multi-token dots unpack bits with one piece of code. Include only from
  * files compiled with the AVX-512 flags. */
 #ifndef SB_KQ_KSTEP_AVX512_H
 #define SB_KQ_KSTEP_AVX512_H
@@ -23,6 +24,14 @@ KQ_INLINE size_t block_bytes(int wt) {
 }
 
 KQ_INLINE __m512i join(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
+
+/* int16 lanes: scale base + lane >> shift of sc16 (see kq_kquants_avx512.c). */
+KQ_INLINE __m512i spread_scales(__m512i sc16, int base, int shift) {
+    const __m512i iota = _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16,
+                                          15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    const __m512i idx = _mm512_add_epi16(_mm512_set1_epi16((short)base), _mm512_srli_epi16(iota, (unsigned)shift));
+    return _mm512_permutexvar_epi16(idx, sc16);
+}
 
 /* Quants 64j..64j+63 of one super-block as unsigned bytes, element order
  * (the decode of kq_kquants_avx512.c, without the scales). */

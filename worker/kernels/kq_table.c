@@ -96,6 +96,7 @@ typedef struct {
     sb_vec_dot_fn    vec_dot;
     sb_gemm_fn       gemm;
     sb_gemv8_fn      gemv8;
+    sb_vec_dotn_fn   vec_dotn;      /* only with this level's own vec_dot */
 } kq_override;
 
 #define OVR(id, ...) [id] = { __VA_ARGS__ }
@@ -117,11 +118,11 @@ static const kq_override over_avx2[SB_TYPE_COUNT] = {
     OVR(SB_TYPE_Q2_K, .vec_dot = sb_kq_dot_q2_K_q8_K_avx2, .gemm = sb_kq_gemm_q2_K_q8_K_avx2),
     OVR(SB_TYPE_Q3_K, .vec_dot = sb_kq_dot_q3_K_q8_K_avx2, .gemm = sb_kq_gemm_q3_K_q8_K_avx2),
     OVR(SB_TYPE_Q4_K, .vec_dot = sb_kq_dot_q4_K_q8_K_avx2, .gemm = sb_kq_gemm_q4_K_q8_K_avx2,
-        .gemv8 = sb_kq_gemv8_q4_K_q8_K_avx2),
+        .gemv8 = sb_kq_gemv8_q4_K_q8_K_avx2, .vec_dotn = sb_kq_dotn_q4_K_q8_K_avx2),
     OVR(SB_TYPE_Q5_K, .vec_dot = sb_kq_dot_q5_K_q8_K_avx2, .gemm = sb_kq_gemm_q5_K_q8_K_avx2,
-        .gemv8 = sb_kq_gemv8_q5_K_q8_K_avx2),
+        .gemv8 = sb_kq_gemv8_q5_K_q8_K_avx2, .vec_dotn = sb_kq_dotn_q5_K_q8_K_avx2),
     OVR(SB_TYPE_Q6_K, .vec_dot = sb_kq_dot_q6_K_q8_K_avx2, .gemm = sb_kq_gemm_q6_K_q8_K_avx2,
-        .gemv8 = sb_kq_gemv8_q6_K_q8_K_avx2),
+        .gemv8 = sb_kq_gemv8_q6_K_q8_K_avx2, .vec_dotn = sb_kq_dotn_q6_K_q8_K_avx2),
     OVR(SB_TYPE_Q8_K, .from_float = sb_kq_act_q8_K_avx2),
 };
 
@@ -132,16 +133,24 @@ static const kq_override over_avx512[SB_TYPE_COUNT] = {
     OVR(SB_TYPE_F16, .to_float = sb_kq_deq_f16_avx512, .from_float = sb_kq_act_f16_avx512,
         .vec_dot = sb_kq_dot_f16_f16_avx512),
     OVR(SB_TYPE_BF16, .vec_dot = sb_kq_dot_bf16_bf16_avx512),
-    OVR(SB_TYPE_Q4_0, .vec_dot = sb_kq_dot_q4_0_q8_0_avx512, .gemm = sb_kq_gemm_q4_0_q8_0_avx512),
+    OVR(SB_TYPE_Q4_0, .vec_dot = sb_kq_dot_q4_0_q8_0_avx512, .gemm = sb_kq_gemm_q4_0_q8_0_avx512,
+        .vec_dotn = sb_kq_dotn_q4_0_q8_0_avx512),
     OVR(SB_TYPE_Q4_1, .vec_dot = sb_kq_dot_q4_1_q8_1_avx512),
-    OVR(SB_TYPE_Q5_0, .vec_dot = sb_kq_dot_q5_0_q8_0_avx512, .gemm = sb_kq_gemm_q5_0_q8_0_avx512),
+    OVR(SB_TYPE_Q5_0, .vec_dot = sb_kq_dot_q5_0_q8_0_avx512, .gemm = sb_kq_gemm_q5_0_q8_0_avx512,
+        .vec_dotn = sb_kq_dotn_q5_0_q8_0_avx512),
     OVR(SB_TYPE_Q5_1, .vec_dot = sb_kq_dot_q5_1_q8_1_avx512),
-    OVR(SB_TYPE_Q8_0, .vec_dot = sb_kq_dot_q8_0_q8_0_avx512, .gemm = sb_kq_gemm_q8_0_q8_0_avx512),
-    OVR(SB_TYPE_Q2_K, .vec_dot = sb_kq_dot_q2_K_q8_K_avx512, .gemm = sb_kq_gemm_q2_K_q8_K_avx512),
-    OVR(SB_TYPE_Q3_K, .vec_dot = sb_kq_dot_q3_K_q8_K_avx512, .gemm = sb_kq_gemm_q3_K_q8_K_avx512),
-    OVR(SB_TYPE_Q4_K, .vec_dot = sb_kq_dot_q4_K_q8_K_avx512, .gemm = sb_kq_gemm_q4_K_q8_K_avx512),
-    OVR(SB_TYPE_Q5_K, .vec_dot = sb_kq_dot_q5_K_q8_K_avx512, .gemm = sb_kq_gemm_q5_K_q8_K_avx512),
-    OVR(SB_TYPE_Q6_K, .vec_dot = sb_kq_dot_q6_K_q8_K_avx512, .gemm = sb_kq_gemm_q6_K_q8_K_avx512),
+    OVR(SB_TYPE_Q8_0, .vec_dot = sb_kq_dot_q8_0_q8_0_avx512, .gemm = sb_kq_gemm_q8_0_q8_0_avx512,
+        .vec_dotn = sb_kq_dotn_q8_0_q8_0_avx512),
+    OVR(SB_TYPE_Q2_K, .vec_dot = sb_kq_dot_q2_K_q8_K_avx512, .gemm = sb_kq_gemm_q2_K_q8_K_avx512,
+        .vec_dotn = sb_kq_dotn_q2_K_q8_K_avx512),
+    OVR(SB_TYPE_Q3_K, .vec_dot = sb_kq_dot_q3_K_q8_K_avx512, .gemm = sb_kq_gemm_q3_K_q8_K_avx512,
+        .vec_dotn = sb_kq_dotn_q3_K_q8_K_avx512),
+    OVR(SB_TYPE_Q4_K, .vec_dot = sb_kq_dot_q4_K_q8_K_avx512, .gemm = sb_kq_gemm_q4_K_q8_K_avx512,
+        .vec_dotn = sb_kq_dotn_q4_K_q8_K_avx512),
+    OVR(SB_TYPE_Q5_K, .vec_dot = sb_kq_dot_q5_K_q8_K_avx512, .gemm = sb_kq_gemm_q5_K_q8_K_avx512,
+        .vec_dotn = sb_kq_dotn_q5_K_q8_K_avx512),
+    OVR(SB_TYPE_Q6_K, .vec_dot = sb_kq_dot_q6_K_q8_K_avx512, .gemm = sb_kq_gemm_q6_K_q8_K_avx512,
+        .vec_dotn = sb_kq_dotn_q6_K_q8_K_avx512),
 };
 
 static const kq_override *const overrides[SB_KQ_LEVELS] = { NULL, over_avx2, over_avx512 };
@@ -151,7 +160,13 @@ static const char *const level_names[SB_KQ_LEVELS] = { "ref", "avx2", "avx512" }
 static void apply(sb_kq_traits *row, const kq_override *o) {
     RESOLVE(row, o, to_float);
     RESOLVE(row, o, from_float);
-    RESOLVE(row, o, vec_dot);
+    /* vec_dotn must give its level's vec_dot bit for bit, so it goes with
+     * the vec_dot it was written against: a level that overrides vec_dot
+     * and has no vec_dotn drops the one below (vec_dot per row instead). */
+    if (o->vec_dot) {
+        row->vec_dot = o->vec_dot;
+        row->vec_dotn = o->vec_dotn;
+    }
     RESOLVE(row, o, gemm);
     RESOLVE(row, o, gemv8);
 }

@@ -104,6 +104,21 @@ static inline __m256i kq_k4_mins_dot_bsums(__m128i sm, const int16_t *bsums) {
     return _mm256_madd_epi16(_mm256_cvtepu8_epi16(dup), _mm256_loadu_si256((const __m256i *)bsums));
 }
 
+/* Shuffle controls that broadcast int16 scale k of the 8 in each 128-bit
+ * lane: bytes 2k, 2k+1 everywhere. (The loops using them are unrolled, so
+ * these fold into constants.) Shared by the AVX2 k-quant dots and their
+ * multi-token twins (kq_dotn_avx2.c). */
+static inline __m256i scale_pair_shuffle(int k) {
+    return _mm256_set1_epi16((short)(((2 * k + 1) << 8) | (2 * k)));
+}
+
+/* For the 16-element sub-blocks: lane 0 gets int16 scale 2k, lane 1 scale
+ * 2k+1 (a 32-byte chunk spans two sub-blocks). */
+static inline __m256i scale_16_shuffle(int k) {
+    const __m256i lane1_plus2 = _mm256_setr_epi64x(0, 0, 0x0202020202020202LL, 0x0202020202020202LL);
+    return _mm256_add_epi8(_mm256_set1_epi16((short)(((4 * k + 1) << 8) | (4 * k))), lane1_plus2);
+}
+
 /* 16 packed nibbles -> 32 bytes 0..15: low nibbles first (elements 0..15),
  * then high nibbles (16..31), the legacy-quant element order. */
 static inline __m256i kq_nibbles_32(const uint8_t *p) {

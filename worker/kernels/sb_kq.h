@@ -86,6 +86,15 @@ typedef void (*sb_gemm_fn)(int n, int nr, int nc, const void *x, size_t bx, cons
  * sb_kq_x8_pack. Same integer sums and per-block float steps as the
  * reference vec_dot, so the results are the reference's bit for bit. */
 typedef void (*sb_gemv8_fn)(int n, float *s, const void *x8, const void *y);
+/* One weight row against nt ≤ SB_KQ_DOTN_MAX activation rows (a decode step
+ * of nt sequences): s[t·s_stride] = dot(x, y + t·y_stride bytes) for t < nt.
+ * Each weight block is read and unpacked once for all nt rows, and each
+ * result is the same level's vec_dot(n, &s, x, y_t) BIT FOR BIT (per row the
+ * same integer sums, float steps and reduction as the 1×1 kernel), so a
+ * sequence's numbers do not depend on what else is in its batch. */
+#define SB_KQ_DOTN_MAX 16
+typedef void (*sb_vec_dotn_fn)(int n, int nt, float *s, size_t s_stride, const void *x, const void *y,
+                               size_t y_stride);
 
 typedef struct {
     const char      *name;          /* "Q4_K", as llama.cpp prints it */
@@ -99,6 +108,7 @@ typedef struct {
     int              vec_dot_type;  /* what activations are converted to */
     sb_gemm_fn       gemm;          /* tiled vec_dot; NULL: call vec_dot per pair */
     sb_gemv8_fn      gemv8;         /* 8 rows in the x8 layout; NULL: this level keeps the file layout */
+    sb_vec_dotn_fn   vec_dotn;      /* this level's vec_dot for nt rows; NULL: call sb_kq_vec_dotn */
 } sb_kq_traits;
 
 enum sb_kq_level { SB_KQ_REF = 0, SB_KQ_AVX2 = 1, SB_KQ_AVX512 = 2, SB_KQ_LEVELS };
@@ -144,6 +154,20 @@ typedef struct {
 
 /* The vector kernels of one level (same levels as sb_kq_table). */
 const sb_kq_vec *sb_kq_vec_table(int level);
+
+/* traits->vec_dotn, or (a type or level without one) vec_dot per row: the
+ * same numbers either way. nt may exceed SB_KQ_DOTN_MAX (done in groups). */
+static inline void sb_kq_vec_dotn(const sb_kq_traits *t, int n, int nt, float *s, size_t s_stride, const void *x,
+                                  const void *y, size_t y_stride) {
+    for (int t0 = 0; t0 < nt; t0 += SB_KQ_DOTN_MAX) {
+        const int m = nt - t0 < SB_KQ_DOTN_MAX ? nt - t0 : SB_KQ_DOTN_MAX;
+        float *so = s + (size_t)t0 * s_stride;
+        const uint8_t *yo = (const uint8_t *)y + (size_t)t0 * y_stride;
+        if (t->vec_dotn) t->vec_dotn(n, m, so, s_stride, x, yo, y_stride);
+        else
+            for (int k = 0; k < m; k++) t->vec_dot(n, so + (size_t)k * s_stride, x, yo + (size_t)k * y_stride);
+    }
+}
 
 /* Bytes of one row of n elements of `type` (n a multiple of the block). */
 static inline size_t sb_kq_row_size(const sb_kq_traits *t, int64_t n) {

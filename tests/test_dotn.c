@@ -1,0 +1,170 @@
+/* test_dotn.c - the multi-token dots (traits .vec_dotn, sb_kq_vec_dotn).
+ *
+ * For every weight type at every level this CPU runs, one weight row against
+ * nt = 1..16 activation rows (and 37 through sb_kq_vec_dotn's groups):
+ *  1. each result is the same level's vec_dot on that row pair, BIT FOR BIT
+ *     (memcmp), on quantized random rows, random-byte blocks and rows at
+ *     the extremes of the quant ranges, with padded activation strides and an
+ *     output stride whose gaps must stay untouched; this is what lets a
+ *     sequence's numbers not depend on what else is in its decode batch;
+ *  2. each result is the reference vec_dot within the kernels' tolerance;
+ *  3. the kernels exist where they are meant to (Q2_K…Q6_K, Q4_0, Q5_0, Q8_0 at
+ *     AVX-512; Q4_K…Q6_K at AVX2), so 1 and 2 do not pass vacuously, and a level never keeps
+ *     the vec_dotn of a level below whose vec_dot it replaced.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "kq_testlib.h"
+#include "sb_kq.h"
+
+#define S_STRIDE 3                  /* output floats apart: the gaps are checked */
+#define SENTINEL -12345.0f
+#define NT_BIG 37                   /* through sb_kq_vec_dotn: groups of 16, 16, 5 */
+
+static int is_weight(int type) { return ref_row(type)->blck_size > 0 && ref_row(type)->vec_dot != NULL; }
+
+/* nt activation rows of n elements, y_stride bytes apart, quantized from random floats of varied
+ * size, or all at the most negative value the quantizer writes. */
+static uint8_t *make_acts(int yt, int nt, int n, size_t y_stride, int extreme) {
+    uint8_t *y = calloc(1, y_stride * (size_t)nt + 64);
+    float *f = malloc(sizeof(float) * (size_t)n);
+    assert_true(y && f);
+    for (int t = 0; t < nt; t++) {
+        const float scale = extreme ? 1.0f : (float)(1 + t % 5) * (t % 3 ? 1.0f : 30.0f);
+        for (int i = 0; i < n; i++) f[i] = extreme ? -1.0f : scale * rng_normal();
+        ref_row(yt)->from_float(f, y + (size_t)t * y_stride, n);
+    }
+    free(f);
+    return y;
+}
+
+/* One weight row x against nt activation rows at one level. */
+static void check_row(int level, int type, int n, int nt, const uint8_t *x, const uint8_t *y, size_t y_stride,
+                      const char *what) {
+    const sb_kq_traits *t = &sb_kq_table(level)[type];
+    float *s = malloc(sizeof(float) * S_STRIDE * (size_t)nt);
+    assert_non_null(s);
+    for (int i = 0; i < S_STRIDE * nt; i++) s[i] = SENTINEL;
+    if (nt <= SB_KQ_DOTN_MAX && t->vec_dotn) t->vec_dotn(n, nt, s, S_STRIDE, x, y, y_stride);
+    else sb_kq_vec_dotn(t, n, nt, s, S_STRIDE, x, y, y_stride);
+    for (int k = 0; k < nt; k++) {
+        const uint8_t *yk = y + (size_t)k * y_stride;
+        float one, ref;
+        t->vec_dot(n, &one, x, yk);
+        ref_row(type)->vec_dot(n, &ref, x, yk);
+        const float got = s[k * S_STRIDE];
+        if (memcmp(&got, &one, sizeof got))
+            fail_msg("%s vec_dotn at %s (%s), n %d, nt %d, token %d: %.9g (0x%08x), vec_dot %.9g (0x%08x)", t->name,
+                     sb_kq_level_name(level), what, n, nt, k, got, sb_fp32_to_bits(got), one, sb_fp32_to_bits(one));
+        const double tol = 2e-6 * abs_dot(type, x, t->vec_dot_type, yk, n) + 1e-30;
+        if (!(fabs((double)got - ref) <= tol))
+            fail_msg("%s vec_dotn at %s (%s), n %d, token %d: %.9g, ref %.9g (tol %.3g)", t->name,
+                     sb_kq_level_name(level), what, n, k, got, ref, tol);
+        for (int g = 1; g < S_STRIDE; g++)
+            if (s[k * S_STRIDE + g] != SENTINEL) fail_msg("%s vec_dotn wrote into the stride gap", t->name);
+    }
+    free(s);
+}
+
+/* Row lengths: one block, an odd block count (the legacy kernels' 4-block
+ * loop plus their tail), and model rows (Phi-3's 3072, 8B's 4096 / 14336
+ * are covered in shape by 3072's 12 super-blocks). */
+static int lengths_for(int type, int *out) {
+    const int bs = ref_row(type)->blck_size;
+    if (bs == 1) {
+        out[0] = 17, out[1] = 64 + 5, out[2] = 3072;
+        return 3;
+    }
+    out[0] = bs, out[1] = 7 * bs, out[2] = 3 * bs, out[3] = 3072;
+    return 4;
+}
+
+static void test_dotn_bit_identical(void **state) {
+    (void)state;
+    rng_seed(7);
+    for (int level = 0; level <= sb_kq_best_level(); level++)
+        for (int type = 0; type < SB_TYPE_COUNT; type++) {
+            if (!is_weight(type)) continue;
+            const int yt = ref_row(type)->vec_dot_type;
+            int lens[4];
+            const int nl = lengths_for(type, lens);
+            for (int li = 0; li < nl; li++) {
+                const int n = lens[li];
+                /* padded rows: every 4-byte offset mod 64 (4: Q8_K's and
+                 * F32's float alignment, which real rows keep) */
+                const size_t y_stride = sb_kq_row_size(ref_row(yt), n) + 4 * (2 * (size_t)li + 1);
+                size_t bx;
+                uint8_t *x = make_rows(type, 1, n, &bx), *rx = malloc(bx + 64);
+                assert_non_null(rx);
+                fill_random_blocks(type, rx, n);
+                uint8_t *y = make_acts(yt, NT_BIG, n, y_stride, 0);
+                for (int nt = 1; nt <= SB_KQ_DOTN_MAX; nt++) {
+                    check_row(level, type, n, nt, x, y, y_stride, "quantized");
+                    check_row(level, type, n, nt, rx, y + (size_t)(nt % 3) * y_stride, y_stride, "random bytes");
+                }
+                check_row(level, type, n, NT_BIG, x, y, y_stride, "37 tokens");
+                free(x);
+                free(rx);
+                free(y);
+            }
+        }
+}
+
+/* Every quant at the largest magnitude of its type (kq_testlib.h) against
+ * saturated activations: the saturating / 16-bit steps at their limits. */
+static void test_dotn_extremes(void **state) {
+    (void)state;
+    for (int level = 0; level <= sb_kq_best_level(); level++)
+        for (int type = 0; type < SB_TYPE_COUNT; type++) {
+            if (!ref_row(type)->gemm) continue;     /* the types make_extreme_rows knows */
+            const int n = 7 * ref_row(type)->blck_size, yt = ref_row(type)->vec_dot_type;
+            size_t bx, by;
+            uint8_t *x = make_extreme_rows(type, 1, n, &bx), *y = make_extreme_rows(yt, SB_KQ_DOTN_MAX, n, &by);
+            for (int nt = 1; nt <= SB_KQ_DOTN_MAX; nt += 5) check_row(level, type, n, nt, x, y, by, "extremes");
+            free(x);
+            free(y);
+        }
+}
+
+static void test_dotn_table(void **state) {
+    (void)state;
+    static const int avx512_types[] = { SB_TYPE_Q2_K, SB_TYPE_Q3_K, SB_TYPE_Q4_K, SB_TYPE_Q5_K, SB_TYPE_Q6_K,
+                                        SB_TYPE_Q4_0, SB_TYPE_Q5_0, SB_TYPE_Q8_0 };
+    if (sb_kq_best_level() >= SB_KQ_AVX512) {
+        const sb_kq_traits *t = sb_kq_table(SB_KQ_AVX512);
+        for (size_t i = 0; i < sizeof avx512_types / sizeof avx512_types[0]; i++)
+            if (!t[avx512_types[i]].vec_dotn) fail_msg("%s has no AVX-512 vec_dotn", t[avx512_types[i]].name);
+    } else {
+        print_message("    (no AVX-512 on this CPU: only the fallbacks and lower levels are checked)\n");
+    }
+    static const int avx2_types[] = { SB_TYPE_Q4_K, SB_TYPE_Q5_K, SB_TYPE_Q6_K };
+    if (sb_kq_best_level() >= SB_KQ_AVX2)
+        for (size_t i = 0; i < sizeof avx2_types / sizeof avx2_types[0]; i++)
+            if (!sb_kq_table(SB_KQ_AVX2)[avx2_types[i]].vec_dotn)
+                fail_msg("%s has no AVX2 vec_dotn", ref_row(avx2_types[i])->name);
+    /* a vec_dotn belongs to one vec_dot: where a level replaced vec_dot,
+     * it may not inherit the vec_dotn written against the one below */
+    for (int l = 1; l < SB_KQ_LEVELS; l++) {
+        const sb_kq_traits *t = sb_kq_table(l), *below = sb_kq_table(l - 1);
+        for (int id = 0; id < SB_TYPE_COUNT; id++)
+            if (t[id].vec_dot != below[id].vec_dot && t[id].vec_dotn)
+                assert_true(t[id].vec_dotn != below[id].vec_dotn);
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_dotn_table),
+        cmocka_unit_test(test_dotn_bit_identical),
+        cmocka_unit_test(test_dotn_extremes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
