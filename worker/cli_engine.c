@@ -448,10 +448,47 @@ static void bench_usage(FILE *f) {
             "  -t T      threads (default 2)\n"
             "  -r RUNS   repetitions (default 5)\n"
             "  --kv-f32  F32 KV cache\n"
+            "  --profile time per op kind per token (norms, matmuls, attention, barrier\n"
+            "            waits...), summed over layers, for pp and tg; tg then also\n"
+            "            takes the greedy argmax of each token's logits (sampling)\n"
             "  --json    one JSON object with pp_tps and tg_tps (medians)\n\n"
             "With --lookup N or --draft FILE: speculative against plain decoding on a\n"
             "real prompt (bench --lookup 1 --help). With --parallel 1,2,4,8: several\n"
             "sequences decoding together (bench --parallel 1 --help).\n");
+}
+
+/* µs per token of every op kind in the measured runs, pp and tg side by side;
+ * wall: the runs' wall time in seconds. */
+static void print_profile(const sb_prof *pp, double pp_tok, double pp_wall, const sb_prof *tg, double tg_tok,
+                          double tg_wall) {
+    const sb_prof *pr[2] = { tg, pp };
+    const double tok[2] = { tg_tok, pp_tok }, wall[2] = { tg_wall, pp_wall };
+    double sum[2] = { 0, 0 };
+    for (int k = 0; k < 2; k++)
+        for (int op = 0; op < SB_OP_COUNT; op++) sum[k] += (double)pr[k]->ns[op];
+    printf("\nprofile (µs per token, summed over layers; %% of the profiled time)\n");
+    printf("%-24s %12s %7s %12s %7s\n", "op", "tg µs/tok", "tg %", "pp µs/tok", "pp %");
+    for (int op = 0; op < SB_OP_COUNT; op++) {
+        printf("%-24s", sb_op_name(op));
+        for (int k = 0; k < 2; k++) {
+            const double us = tok[k] > 0 ? (double)pr[k]->ns[op] / 1e3 / tok[k] : 0;
+            printf(" %12.1f %6.1f%%", us, sum[k] > 0 ? 100.0 * (double)pr[k]->ns[op] / sum[k] : 0.0);
+        }
+        printf("\n");
+    }
+    printf("%-24s", "profiled / wall");
+    for (int k = 0; k < 2; k++)
+        printf(" %12.1f %6.1f%%", tok[k] > 0 ? sum[k] / 1e3 / tok[k] : 0,
+               wall[k] > 0 ? 100.0 * sum[k] / 1e9 / wall[k] : 0.0);
+    printf("\n");
+}
+
+/* The greedy choice (what the bench's --profile counts as sampling). */
+static int argmax(const float *v, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (v[i] > v[best]) best = i;
+    return best;
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -470,7 +507,10 @@ int sb_cmd_bench(int argc, char **argv) {
     for (int i = 1; i < argc; i++)      /* several sequences at once: worker/cli_bench_batch.c */
         if (!strcmp(argv[i], "--parallel") || !strcmp(argv[i], "-npl")) return sb_cmd_bench_batch(argc, argv);
     const char *model = NULL;
-    int pp = 512, tg = 128, threads = 2, runs = 5, json = 0, kv_f32 = 0;
+    int pp = 512, tg = 128, threads = 2, runs = 5, json = 0, kv_f32 = 0, profile = 0;
+    sb_prof pp_prof = { 0 }, tg_prof = { 0 };
+    double pp_wall = 0, tg_wall = 0;
+    volatile int picked = 0;    /* --profile's argmax, kept from being optimised away */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { bench_usage(stdout); return SB_EXIT_OK; }
@@ -481,6 +521,7 @@ int sb_cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "-r")) { if (parse_int("bench", a, v, 1, 1000, &runs)) return SB_EXIT_CONFIG; i++; }
         else if (!strcmp(a, "--json")) json = 1;
         else if (!strcmp(a, "--kv-f32")) kv_f32 = 1;
+        else if (!strcmp(a, "--profile")) profile = 1;
         else { fprintf(stderr, "bench: unknown or incomplete option '%s'\n", a); bench_usage(stderr); return SB_EXIT_CONFIG; }
     }
     if (!model) { bench_usage(stderr); return SB_EXIT_CONFIG; }
@@ -512,19 +553,32 @@ int sb_cmd_bench(int argc, char **argv) {
     for (int r = -1; r < runs; r++) {       /* r = -1: warm-up (page in the weights) */
         if (pp > 0) {
             sb_ctx_truncate(c, 0);
+            if (profile && r >= 0) sb_ctx_set_profile(c, &pp_prof);
             double t0 = sb_now_s();
             if (sb_ctx_eval(c, toks, pp, logits, 0, err)) { fprintf(stderr, "bench: %s\n", err); goto out; }
             if (r >= 0) pp_t[r] = pp / (sb_now_s() - t0);
+            if (r >= 0) pp_wall += pp / pp_t[r];
+            sb_ctx_set_profile(c, NULL);
         }
         if (tg > 0) {
             sb_ctx_truncate(c, 0);
             int32_t t = toks[0];
+            const int prof_on = profile && r >= 0;
+            if (prof_on) sb_ctx_set_profile(c, &tg_prof);
             double t0 = sb_now_s();
             for (int i = 0; i < tg; i++) {
                 if (sb_ctx_eval(c, &t, 1, logits, 0, err)) { fprintf(stderr, "bench: %s\n", err); goto out; }
+                if (prof_on) {
+                    const uint64_t s0 = sb_now_ns();
+                    picked = argmax(logits, hp->n_vocab);
+                    tg_prof.ns[SB_OP_SAMPLE] += sb_now_ns() - s0;
+                }
                 t = toks[(i + 1) % n_tok];
             }
             if (r >= 0) tg_t[r] = tg / (sb_now_s() - t0);
+            if (r >= 0) tg_wall += tg / tg_t[r];
+            (void)picked;
+            sb_ctx_set_profile(c, NULL);
         }
         if (!json && r >= 0)
             fprintf(stderr, "bench: run %d: pp %.2f t/s, tg %.2f t/s\n", r + 1, pp > 0 ? pp_t[r] : 0.0, tg > 0 ? tg_t[r] : 0.0);
@@ -538,6 +592,7 @@ int sb_cmd_bench(int argc, char **argv) {
     else
         printf("pp%d: %.2f tokens/s   tg%d: %.2f tokens/s   (median of %d, %d threads)\n", pp, pp_med, tg, tg_med,
                runs, threads);
+    if (profile && !json) print_profile(&pp_prof, (double)pp * runs, pp_wall, &tg_prof, (double)tg * runs, tg_wall);
     rc = SB_EXIT_OK;
 out:
     sb_free(toks);

@@ -47,7 +47,25 @@ struct sb_ctx {
     float *vtmp;                /* [n_threads][head_dim] */
     sb_fp16 *kgat, *vgat;       /* [n_threads][n_ctx][head_dim]: a fragmented window's K and V, gathered (F16 cache) */
     float *rope_cs;             /* [n_batch][n_rot] cos,sin pairs */
+    sb_prof *prof;              /* per-op profile, or NULL */
 };
+
+#define MARK(c, op) sb_prof_mark((c)->prof, SB_OP_##op)
+
+const char *sb_op_name(int op) {
+    static const char *const names[SB_OP_COUNT] = {
+        "embed + rope cache", "attn_norm", "act quantize", "qkv matmul", "qkv post (bias, rope)", "kv store",
+        "attention", "wo matmul", "residual add", "ffn_norm", "gate/up matmul", "swiglu", "down matmul",
+        "output norm", "output matmul", "sampling", "pool barrier wait",
+    };
+    return op >= 0 && op < SB_OP_COUNT ? names[op] : "?";
+}
+
+void sb_ctx_set_profile(sb_ctx *c, sb_prof *p) {
+    c->prof = p;
+    c->mm.prof = p;
+    sb_pool_set_wait_counter(c->pool, p ? &p->wait : NULL);
+}
 
 int sb_ctx_n_ctx(const sb_ctx *c) { return c->n_ctx; }
 int sb_ctx_n_past(const sb_ctx *c) { return c->kv.n_past[0]; }
@@ -358,30 +376,42 @@ static void run_layers(sb_ctx *c, int n) {
         const sb_layer *L = &m->layers[il];
         sb_mm_reset(&c->mm);
         run_tokens(c, L, ST_ATTN_NORM, n);
+        MARK(c, ATTN_NORM);
         if (L->wqkv.data) {
             matmul(c, &L->wqkv, c->xb, n, c->qkv, dq + 2 * dkv);
         } else {
             const sb_mm_out qkv[3] = { { &L->wq, c->q, dq }, { &L->wk, c->k, dkv }, { &L->wv, c->v, dkv } };
             sb_mm_run(&c->mm, c->xb, n, qkv, 3);
         }
+        MARK(c, QKV);
         run_tokens(c, L, ST_QKV_POST, n);
+        MARK(c, ROPE);
         store_kv(c, il, n);
+        MARK(c, KV_STORE);
         attn_job aj = { c, il, n };
         sb_pool_run(c->pool, attn_task, &aj, n * hp->n_head);
+        MARK(c, ATTN);
         /* Residual: wo writes into xb, then x += xb. */
         matmul(c, &L->wo, c->att, n, c->xb, (size_t)d);
+        MARK(c, WO);
         for (size_t i = 0; i < (size_t)n * d; i++) c->x[i] += c->xb[i];
+        MARK(c, RESIDUAL);
         sb_mm_reset(&c->mm);
         run_tokens(c, L, ST_FFN_NORM, n);
+        MARK(c, FFN_NORM);
         if (L->w_gate.data) {
             const sb_mm_out gate_up[2] = { { &L->w_gate, c->ffa, (size_t)hp->n_ff }, { &L->w_up, c->ffb, (size_t)hp->n_ff } };
             sb_mm_run(&c->mm, c->xb, n, gate_up, 2);
         } else {
             matmul(c, &L->w_up, c->xb, n, c->ffa, 2 * (size_t)hp->n_ff);
         }
+        MARK(c, GATE_UP);
         run_tokens(c, L, ST_SWIGLU, n);
+        MARK(c, SWIGLU);
         matmul(c, &L->w_down, c->ffb, n, c->xb, (size_t)d);
+        MARK(c, DOWN);
         for (size_t i = 0; i < (size_t)n * d; i++) c->x[i] += c->xb[i];
+        MARK(c, RESIDUAL);
     }
 }
 
@@ -398,6 +428,7 @@ static void pass_logits(sb_ctx *c, const sb_seq_part *parts, int n_parts) {
     for (int i = 0; i < n_parts; t += parts[i].n, i++)
         if (parts[i].logits && (!parts[i].all_logits || parts[i].n == 1))
             rmsnorm(c->xb + (size_t)n1++ * d, c->x + (size_t)(t + parts[i].n - 1) * d, m->output_norm, d, hp->rms_eps);
+    MARK(c, OUT_NORM);
     if (n1) {
         float *dst = n_parts == 1 ? parts[0].logits : c->lbuf;
         c->mm.n_one = n1;
@@ -406,6 +437,7 @@ static void pass_logits(sb_ctx *c, const sb_seq_part *parts, int n_parts) {
         for (int i = 0, r = 0; i < n_parts && dst == c->lbuf; i++)
             if (parts[i].logits && (!parts[i].all_logits || parts[i].n == 1))
                 memcpy(parts[i].logits, c->lbuf + (size_t)r++ * nv, nv * sizeof(float));
+        MARK(c, OUTPUT);
     }
     t = 0;
     for (int i = 0; i < n_parts; t += parts[i].n, i++) {
@@ -413,7 +445,9 @@ static void pass_logits(sb_ctx *c, const sb_seq_part *parts, int n_parts) {
         sb_mm_reset(&c->mm);
         for (int k = 0; k < parts[i].n; k++)
             rmsnorm(c->xb + (size_t)k * d, c->x + (size_t)(t + k) * d, m->output_norm, d, hp->rms_eps);
+        MARK(c, OUT_NORM);
         matmul(c, &m->output, c->xb, parts[i].n, parts[i].logits, nv);
+        MARK(c, OUTPUT);
     }
 }
 
@@ -426,6 +460,10 @@ static void eval_pass(sb_ctx *c, const sb_seq_part *parts, int n_parts) {
     const int d = hp->n_embd;
     const sb_kq_traits *et = &c->kq[m->tok_embd.type];
     int segs[SB_MM_MAX_SEGS], n_one = 0, n_seg = 0, t = 0;
+    if (c->prof) {
+        c->prof->last = sb_now_ns();
+        c->prof->last_wait = c->prof->wait;
+    }
     for (int i = 0; i < n_parts; i++) {
         const sb_seq_part *pp = &parts[i];
         if (pp->n == 1) n_one++;
@@ -443,6 +481,7 @@ static void eval_pass(sb_ctx *c, const sb_seq_part *parts, int n_parts) {
                        m->rope_freqs);
         }
     }
+    MARK(c, EMBED);
     c->mm.n_one = n_one;
     c->mm.n_seg = n_seg;
     c->mm.seg = segs;

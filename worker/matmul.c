@@ -78,6 +78,7 @@ static const sb_act_slot *act_get(sb_mm *mm, const float *src, int n_tok, int64_
     s->row_bytes = sb_kq_row_size(tt, ne0);
     quant_job j = { tt, src, s->buf, ne0, s->row_bytes };
     sb_pool_run(mm->pool, quant_task, &j, n_tok);
+    sb_prof_mark(mm->prof, SB_OP_ACT_QUANT);
     return s;
 }
 

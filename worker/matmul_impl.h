@@ -4,6 +4,7 @@
 #define SB_MATMUL_IMPL_H
 
 #include "model_impl.h"
+#include "sb_common.h"
 #include "sb_pool.h"
 
 #define SB_MM_ACT_SLOTS 3       /* (input, activation type) pairs cached: one run never evicts its own */
@@ -33,7 +34,20 @@ typedef struct {
      * what else is in the batch. */
     int                 n_one, n_seg;
     const int          *seg;
+    sb_prof            *prof;       /* per-op profile (forward.c's), or NULL */
 } sb_mm;
+
+/* Profiling: the time since the previous mark goes to `op`, except what
+ * the pool spent waiting at run ends meanwhile, which goes to
+ * SB_OP_BARRIER. A no-op when p is NULL. */
+static inline void sb_prof_mark(sb_prof *p, int op) {
+    if (!p) return;
+    const uint64_t now = sb_now_ns(), dw = p->wait - p->last_wait;
+    p->ns[op] += now - p->last - dw;
+    p->ns[SB_OP_BARRIER] += dw;
+    p->last = now;
+    p->last_wait = p->wait;
+}
 
 /* One product of a run: y[t][0..w->ne1) = W · x[t], rows y_stride floats apart. */
 typedef struct {

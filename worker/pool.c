@@ -63,6 +63,7 @@ struct sb_pool {
     uint32_t run;                           /* caller-only: run number */
     sb_pool_fn fn;
     void *arg;
+    uint64_t *wait_ns;                      /* caller-only: profiling counter, or NULL */
     pthread_mutex_t mu;
     pthread_cond_t cv;
 };
@@ -211,8 +212,12 @@ void sb_pool_run(sb_pool *p, sb_pool_fn fn, void *arg, int n_tasks) {
      * within microseconds. If that thread was preempted mid-task, spinning
      * would burn the slice it needs: yield instead. */
     int spins = 0;
+    const uint64_t t0 = p->wait_ns ? sb_now_ns() : 0;
     while (atomic_load_explicit(&p->tasks_done, memory_order_acquire) < n_tasks) {
         if (++spins < YIELD_AFTER) _mm_pause();
         else sched_yield();
     }
+    if (p->wait_ns) *p->wait_ns += sb_now_ns() - t0;
 }
+
+void sb_pool_set_wait_counter(sb_pool *p, uint64_t *ns) { p->wait_ns = ns; }

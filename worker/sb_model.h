@@ -66,6 +66,26 @@ size_t sb_model_weight_bytes(const sb_model *m);
 /* One-line description: "llama 2L 256d Q2_K mix, 0.9 MB". */
 void sb_model_describe(const sb_model *m, char *buf, size_t cap);
 
+/* Per-op time of the forward pass (switchboard bench --profile): ns[op] sums
+ * the wall time of every step of that kind over all layers and passes since
+ * the struct was zeroed; time the pool's calling thread spends waiting for
+ * the others to finish a run goes to SB_OP_BARRIER instead of the step.
+ * SB_OP_SAMPLE is the caller's to fill. `last`, `last_wait` and `wait` are
+ * the context's bookkeeping. */
+enum {
+    SB_OP_EMBED, SB_OP_ATTN_NORM, SB_OP_ACT_QUANT, SB_OP_QKV, SB_OP_ROPE, SB_OP_KV_STORE, SB_OP_ATTN, SB_OP_WO,
+    SB_OP_RESIDUAL, SB_OP_FFN_NORM, SB_OP_GATE_UP, SB_OP_SWIGLU, SB_OP_DOWN, SB_OP_OUT_NORM, SB_OP_OUTPUT,
+    SB_OP_SAMPLE, SB_OP_BARRIER, SB_OP_COUNT
+};
+typedef struct {
+    uint64_t ns[SB_OP_COUNT];
+    uint64_t last, last_wait, wait;
+} sb_prof;
+const char *sb_op_name(int op);
+/* Start (p non-NULL) or stop (NULL) accumulating into p. Off costs one
+ * pointer test per step. */
+void sb_ctx_set_profile(sb_ctx *c, sb_prof *p);
+
 int  sb_ctx_new(const sb_model *m, const sb_ctx_params *p, sb_ctx **out, char *err);
 void sb_ctx_free(sb_ctx *c);
 int  sb_ctx_n_ctx(const sb_ctx *c);

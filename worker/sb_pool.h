@@ -10,6 +10,8 @@
 #ifndef SB_POOL_H
 #define SB_POOL_H
 
+#include <stdint.h>
+
 typedef void (*sb_pool_fn)(void *arg, int task, int thread);
 typedef struct sb_pool sb_pool;
 
@@ -20,5 +22,8 @@ int  sb_pool_size(const sb_pool *p);
 /* Run fn(arg, task, thread) for every task; blocks until all have finished.
  * Not re-entrant: fn must not call sb_pool_run on the same pool. */
 void sb_pool_run(sb_pool *p, sb_pool_fn fn, void *arg, int n_tasks);
+/* With ns non-NULL, every run adds the nanoseconds the caller spent waiting
+ * for other threads' tasks after finishing its own to *ns (profiling). */
+void sb_pool_set_wait_counter(sb_pool *p, uint64_t *ns);
 
 #endif
