@@ -3,12 +3,13 @@
 #
 #   tools/bench.sh [--models tinyllama,phi3,llama3] [--rounds N] [--quick]
 #                  [--threads T] [--sb PATH] [--out DIR]
-#                  [--no-scaling | --scaling-only]
+#                  [--no-scaling | --scaling-only] [--no-interleaved-bw]
 #
 #   --quick    pp 128, tg 32, 3 rounds: a fast look, not a result
 #   --sb PATH  the switchboard binary to measure (default bin/switchboard;
 #              e.g. build-me/bin/switchboard for your own build)
 #   --out DIR  where results.json/results.md go (default build/bench)
+#   --no-interleaved-bw  for a --sb binary without `bench --membw`
 #
 # Steps (each is skipped when its result already exists):
 #   1. llama.cpp and its llama-bench/llama-quantize   (tools/llamacpp.sh)
@@ -16,7 +17,9 @@
 #   3. memory read bandwidth, T threads, best of 10   (tools/membw.sh)
 #   4. per model, R rounds of: switchboard bench, then llama-bench, each -r 1
 #      on the same file with the same threads; medians, ratios, bandwidth
-#      fraction; then TinyLlama decode at -t 1 vs -t 2    (tests/bench/compare.py)
+#      fraction (against the best-of-4 probe before the round, and against
+#      the probes ours interleaves with its decode windows: bench --membw);
+#      then TinyLlama decode at -t 1 vs -t 2             (tests/bench/compare.py)
 # Output: build/bench/results.json (every sample, with load averages) and
 # build/bench/results.md (the table for docs/PERFORMANCE.md).
 set -euo pipefail
@@ -44,6 +47,7 @@ while [[ $# -gt 0 ]]; do
         --quick) pp=128; tg=32; rounds=3; shift ;;
         --no-scaling) extra+=(--no-scaling); shift ;;
         --scaling-only) extra+=(--scaling-only); models=tinyllama; shift ;;
+        --no-interleaved-bw) extra+=(--no-interleaved-bw); shift ;;
         -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
         *) die "unknown option $1 (see --help)" ;;
     esac

@@ -13,6 +13,7 @@
 #include "sb_cmd.h"
 #include "sb_common.h"
 #include "sb_kq.h"
+#include "sb_bwprobe.h"
 #include "sb_model.h"
 #include "sb_vocab.h"
 #include "sb_engine.h"
@@ -448,6 +449,8 @@ static void bench_usage(FILE *f) {
             "  -t T      threads (default 2)\n"
             "  -r RUNS   repetitions (default 5)\n"
             "  --kv-f32  F32 KV cache\n"
+            "  --membw   probe the memory read bandwidth between windows of 16 decode\n"
+            "            tokens (outside the tg timing) and report tg as a fraction of it\n"
             "  --profile time per op kind per token (norms, matmuls, attention, barrier\n"
             "            waits...), summed over layers, for pp and tg; tg then also\n"
             "            takes the greedy argmax of each token's logits (sampling)\n"
@@ -483,6 +486,42 @@ static void print_profile(const sb_prof *pp, double pp_tok, double pp_wall, cons
     printf("\n");
 }
 
+#define BW_WINDOW 16     /* decode tokens between two bandwidth probes */
+
+/* Bytes of K and V one decode step at position pos reads (F16 or F32 cache). */
+static double kv_bytes_at(const sb_hparams *hp, int pos, int kv_f32) {
+    const int start = hp->n_swa > 0 ? SB_MAX(0, pos - hp->n_swa + 1) : 0;
+    return 2.0 * hp->n_layer * (pos - start + 1) * (double)hp->n_head_kv * hp->head_dim * (kv_f32 ? 4 : 2);
+}
+
+/* Interleaved bandwidth windows of the measured tg runs. */
+typedef struct {
+    double *bw, *frac;          /* per window: probe GB/s, decode bytes/s over it */
+    int n;
+    double kv_bytes;            /* KV bytes read over all measured tokens */
+    long n_tok;
+} bw_windows;
+
+/* median, min, max of v[0..n) (sorts v). */
+static void spread(double *v, int n, double out[3]);
+
+static void print_bw(const bw_windows *w, size_t weight_bytes, int json) {
+    double b[3], f[3];
+    spread(w->bw, w->n, b);
+    spread(w->frac, w->n, f);
+    const double kv = w->n_tok ? w->kv_bytes / (double)w->n_tok : 0;
+    if (json)
+        printf(",\"bw_windows\":%d,\"bw_gbs\":%.2f,\"bw_gbs_min\":%.2f,\"bw_gbs_max\":%.2f,"
+               "\"kv_bytes_per_token\":%.0f,\"bytes_per_token\":%.0f,\"tg_bw_frac\":%.4f,"
+               "\"tg_bw_frac_min\":%.4f,\"tg_bw_frac_max\":%.4f", w->n, b[0], b[1], b[2], kv,
+               (double)weight_bytes + kv, f[0], f[1], f[2]);
+    else
+        printf("membw, interleaved (%d windows of %d tokens): median %.1f GB/s (%.1f-%.1f); bytes per token %.1f MB "
+               "(weights %.1f + KV %.2f); tg at %.0f%% of the interleaved limit (median of windows; %.0f-%.0f%%)\n",
+               w->n, BW_WINDOW, b[0], b[1], b[2], ((double)weight_bytes + kv) / 1e6, (double)weight_bytes / 1e6,
+               kv / 1e6, 100 * f[0], 100 * f[1], 100 * f[2]);
+}
+
 /* The greedy choice (what the bench's --profile counts as sampling). */
 static int argmax(const float *v, int n) {
     int best = 0;
@@ -501,13 +540,21 @@ static double median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+static void spread(double *v, int n, double out[3]) {
+    out[0] = n ? median(v, n) : 0;
+    out[1] = n ? v[0] : 0;
+    out[2] = n ? v[n - 1] : 0;
+}
+
 int sb_cmd_bench(int argc, char **argv) {
     for (int i = 1; i < argc; i++)      /* speculative decoding measures real text: worker/cli_bench_spec.c */
         if (!strcmp(argv[i], "--lookup") || !strcmp(argv[i], "--draft")) return sb_cmd_bench_spec(argc, argv);
     for (int i = 1; i < argc; i++)      /* several sequences at once: worker/cli_bench_batch.c */
         if (!strcmp(argv[i], "--parallel") || !strcmp(argv[i], "-npl")) return sb_cmd_bench_batch(argc, argv);
     const char *model = NULL;
-    int pp = 512, tg = 128, threads = 2, runs = 5, json = 0, kv_f32 = 0, profile = 0;
+    int pp = 512, tg = 128, threads = 2, runs = 5, json = 0, kv_f32 = 0, profile = 0, membw = 0;
+    sb_bwprobe *probe = NULL;
+    bw_windows bw = { 0 };
     sb_prof pp_prof = { 0 }, tg_prof = { 0 };
     double pp_wall = 0, tg_wall = 0;
     volatile int picked = 0;    /* --profile's argmax, kept from being optimised away */
@@ -522,6 +569,7 @@ int sb_cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--json")) json = 1;
         else if (!strcmp(a, "--kv-f32")) kv_f32 = 1;
         else if (!strcmp(a, "--profile")) profile = 1;
+        else if (!strcmp(a, "--membw")) membw = 1;
         else { fprintf(stderr, "bench: unknown or incomplete option '%s'\n", a); bench_usage(stderr); return SB_EXIT_CONFIG; }
     }
     if (!model) { bench_usage(stderr); return SB_EXIT_CONFIG; }
@@ -543,6 +591,15 @@ int sb_cmd_bench(int argc, char **argv) {
     double *pp_t = sb_calloc((size_t)runs, sizeof(double)), *tg_t = sb_calloc((size_t)runs, sizeof(double));
     int rc = SB_EXIT_FAIL;
     if (!toks || !logits || !pp_t || !tg_t) { fprintf(stderr, "bench: out of memory\n"); goto out; }
+    if (membw && tg > 0) {
+        const int nw = runs * ((tg + BW_WINDOW - 1) / BW_WINDOW);
+        bw.bw = sb_calloc((size_t)nw, sizeof(double));
+        bw.frac = sb_calloc((size_t)nw, sizeof(double));
+        if (!bw.bw || !bw.frac || sb_bwprobe_new(threads, 1ul << 30, &probe)) {
+            fprintf(stderr, "bench: out of memory for the bandwidth probe\n");
+            goto out;
+        }
+    }
     /* Token ids do not change the cost; a fixed LCG keeps runs comparable. */
     uint32_t s = 12345;
     for (int i = 0; i < n_tok; i++) { s = s * 1664525u + 1013904223u; toks[i] = (int32_t)(s % (uint32_t)hp->n_vocab); }
@@ -565,9 +622,26 @@ int sb_cmd_bench(int argc, char **argv) {
             int32_t t = toks[0];
             const int prof_on = profile && r >= 0;
             if (prof_on) sb_ctx_set_profile(c, &tg_prof);
-            double t0 = sb_now_s();
+            double t0 = sb_now_s(), w_t0 = t0, w_gbs = 0, w_bytes = 0, probe_s = 0;
             for (int i = 0; i < tg; i++) {
+                if (probe && r >= 0 && i % BW_WINDOW == 0) {   /* a window starts: probe, outside the timing */
+                    const double p0 = sb_now_s();
+                    w_gbs = sb_bwprobe_window(probe);
+                    w_t0 = sb_now_s();
+                    probe_s += w_t0 - p0;
+                    w_bytes = 0;
+                }
                 if (sb_ctx_eval(c, &t, 1, logits, 0, err)) { fprintf(stderr, "bench: %s\n", err); goto out; }
+                if (probe && r >= 0) {
+                    const double kvb = kv_bytes_at(hp, i, kv_f32);
+                    w_bytes += (double)sb_model_weight_bytes(m) + kvb;
+                    bw.kv_bytes += kvb;
+                    bw.n_tok++;
+                    if ((i + 1) % BW_WINDOW == 0 || i + 1 == tg) {
+                        bw.bw[bw.n] = w_gbs;
+                        bw.frac[bw.n++] = w_bytes / (sb_now_s() - w_t0) / 1e9 / w_gbs;
+                    }
+                }
                 if (prof_on) {
                     const uint64_t s0 = sb_now_ns();
                     picked = argmax(logits, hp->n_vocab);
@@ -575,7 +649,7 @@ int sb_cmd_bench(int argc, char **argv) {
                 }
                 t = toks[(i + 1) % n_tok];
             }
-            if (r >= 0) tg_t[r] = tg / (sb_now_s() - t0);
+            if (r >= 0) tg_t[r] = tg / (sb_now_s() - t0 - probe_s);
             if (r >= 0) tg_wall += tg / tg_t[r];
             (void)picked;
             sb_ctx_set_profile(c, NULL);
@@ -584,14 +658,18 @@ int sb_cmd_bench(int argc, char **argv) {
             fprintf(stderr, "bench: run %d: pp %.2f t/s, tg %.2f t/s\n", r + 1, pp > 0 ? pp_t[r] : 0.0, tg > 0 ? tg_t[r] : 0.0);
     }
     double pp_med = pp > 0 ? median(pp_t, runs) : 0, tg_med = tg > 0 ? median(tg_t, runs) : 0;
-    if (json)
+    if (json) {
         printf("{\"model\":\"%s\",\"threads\":%d,\"kernels\":\"%s\",\"pp\":%d,\"tg\":%d,\"runs\":%d,"
-               "\"pp_tps\":%.3f,\"tg_tps\":%.3f,\"weight_bytes\":%zu}\n",
+               "\"pp_tps\":%.3f,\"tg_tps\":%.3f,\"weight_bytes\":%zu",
                model, threads, sb_kq_level_name(sb_kq_best_level()), pp, tg, runs, pp_med, tg_med,
                sb_model_weight_bytes(m));
-    else
+        if (probe) print_bw(&bw, sb_model_weight_bytes(m), 1);
+        printf("}\n");
+    } else {
         printf("pp%d: %.2f tokens/s   tg%d: %.2f tokens/s   (median of %d, %d threads)\n", pp, pp_med, tg, tg_med,
                runs, threads);
+        if (probe) print_bw(&bw, sb_model_weight_bytes(m), 0);
+    }
     if (profile && !json) print_profile(&pp_prof, (double)pp * runs, pp_wall, &tg_prof, (double)tg * runs, tg_wall);
     rc = SB_EXIT_OK;
 out:
@@ -599,6 +677,9 @@ out:
     sb_free(logits);
     sb_free(pp_t);
     sb_free(tg_t);
+    sb_free(bw.bw);
+    sb_free(bw.frac);
+    sb_bwprobe_free(probe);
     sb_ctx_free(c);
     sb_model_free(m);
     return rc;

@@ -17,6 +17,12 @@ Method (see docs/PERFORMANCE.md):
     with the bandwidth measured in every round, just before that round's
     runs (on a shared host it moves by tens of percent within minutes), and
     the median of the per-round fractions reported;
+  * and, unless --no-interleaved-bw, against the bandwidth `switchboard
+    bench --membw` probes between its windows of 16 decode tokens (each
+    window's decode bytes/s over the probe next to it, median of windows;
+    bytes = weights + the KV rows read); llama.cpp's decode is set against
+    the median of the interleaved probes of the same round, run just before
+    it (issue 22);
   * thread scaling: TinyLlama decode at -t 1 and -t 2, alternated likewise.
 Every raw sample and the 1-minute load average at the time it was taken go
 into results.json, so noisy runs can be recognised later.
@@ -120,23 +126,25 @@ class Engines:
     def __init__(self, args):
         self.args = args
 
-    def ours_cmd(self, path, threads, pp, tg):
+    def ours_cmd(self, path, threads, pp, tg, membw=False):
         return [self.args.sb, "bench", "-m", path, "-p", str(pp), "-n", str(tg),
-                "-t", str(threads), "-r", "1", "--json"]
+                "-t", str(threads), "-r", "1", "--json"] + (["--membw"] if membw else [])
 
     def llama_cmd(self, path, threads, pp, tg):
         return [self.args.llama_bench, "-m", path, "-t", str(threads),
                 "-p", str(pp), "-n", str(tg), "-r", "1", "-fa", str(self.args.fa),
                 "-o", "json"]
 
-    def ours(self, path, threads, pp, tg):
-        out, err, dt, load1 = run(self.ours_cmd(path, threads, pp, tg))
+    def ours(self, path, threads, pp, tg, membw=False):
+        out, err, dt, load1 = run(self.ours_cmd(path, threads, pp, tg, membw))
         sample = {"load1": load1, "seconds": round(dt, 1)}
         if err is None:
             try:
                 obj = parse_ours(out)
                 sample.update(pp=obj.get("pp_tps"), tg=obj.get("tg_tps"),
-                              weight_bytes=obj.get("weight_bytes"), raw=obj)
+                              weight_bytes=obj.get("weight_bytes"), raw=obj,
+                              bw_int=obj.get("bw_gbs"), frac_int=obj.get("tg_bw_frac"),
+                              bytes_per_token=obj.get("bytes_per_token"))
             except ValueError as exc:
                 err = str(exc)
         if err:
@@ -191,7 +199,7 @@ def bench_model(key, eng, args):
     for r in range(args.rounds):
         bw, _ = measure_bandwidth(args, args.membw_round_reps)
         if ours_ok:
-            s_ours = eng.ours(path, args.threads, args.pp, args.tg)
+            s_ours = eng.ours(path, args.threads, args.pp, args.tg, not args.no_interleaved_bw)
             s_ours["bw_gbs"] = bw
             res["ours"].append(s_ours)
             # an engine that cannot run this model yet would fail every
@@ -199,13 +207,16 @@ def bench_model(key, eng, args):
             ours_ok = "error" not in s_ours
         s_llama = eng.llama(path, args.threads, args.pp, args.tg)
         s_llama["bw_gbs"] = bw
+        s_llama["bw_int"] = res["ours"][-1].get("bw_int")   # the interleaved probes just before it
         res["llamacpp"].append(s_llama)
         o = res["ours"][-1]
         log(f"  round {r + 1}/{args.rounds}: ours pp {fmt(o.get('pp'))} "
             f"tg {fmt(o.get('tg'))}{' [' + o['error'] + ']' if 'error' in o else ''}"
             f" | llama.cpp pp {fmt(s_llama.get('pp'))} tg {fmt(s_llama.get('tg'))}"
             f"{' [' + s_llama['error'] + ']' if 'error' in s_llama else ''}"
-            f" | bandwidth {fmt(bw, 1)} GB/s | load {s_llama['load1']:.2f}")
+            f" | bandwidth {fmt(bw, 1)} GB/s, interleaved {fmt(o.get('bw_int'), 1)}"
+            f" (ours at {fmt(100 * o['frac_int'] if o.get('frac_int') else None, 0)} %)"
+            f" | load {s_llama['load1']:.2f}")
     for side in ("ours", "llamacpp"):
         res[side + "_pp"] = summarise(res[side], "pp")
         res[side + "_tg"] = summarise(res[side], "tg")
@@ -220,6 +231,15 @@ def bench_model(key, eng, args):
                        if s.get("tg") and s.get("bw_gbs") and nbytes])
     res["bw_frac_ours"] = frac("ours", res["ours_weight_bytes"])
     res["bw_frac_llamacpp"] = frac("llamacpp", res["llama_weight_bytes"])
+    # against the interleaved probes: ours window by window, llama.cpp
+    # against the same round's median probe (bytes: + the mean KV read)
+    res["bw_int_gbs"] = summarise(res["ours"], "bw_int")
+    res["bw_frac_int_ours"] = median([s["frac_int"] for s in res["ours"] if s.get("frac_int")])
+    bpt = [s["bytes_per_token"] for s in res["ours"] if s.get("bytes_per_token")]
+    res["ours_bytes_per_token"] = bpt[0] if bpt else None
+    kv = (bpt[0] - res["ours_weight_bytes"]) if bpt and res["ours_weight_bytes"] else 0
+    res["bw_frac_int_llamacpp"] = median([s["tg"] * (res["llama_weight_bytes"] + kv) / (s["bw_int"] * 1e9)
+                                          for s in res["llamacpp"] if s.get("tg") and s.get("bw_int")])
     return res
 
 
@@ -283,8 +303,10 @@ def markdown(results):
     if models:
         lines += ["", f"| model | file | ours {pp} | llama.cpp {pp} | {pp} ours/llama.cpp | "
         f"ours {tg} | llama.cpp {tg} | {tg} ours/llama.cpp | ours {tg} % of BW limit | "
-        f"llama.cpp {tg} % of BW limit | BW GB/s (min–max of rounds) | load (1 min) |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        f"llama.cpp {tg} % of BW limit | BW GB/s (min–max of rounds) | "
+        f"ours {tg} % of interleaved limit | llama.cpp {tg} % of interleaved limit | "
+        f"interleaved BW GB/s (median of rounds, min–max) | MB per token | load (1 min) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     def pct(x):
         return "—" if x is None else f"{100 * x:.0f}%"
     for m in models:
@@ -295,6 +317,10 @@ def markdown(results):
             f"{fmt(m['llamacpp_tg']['median'])} | {times(m['ratio_tg'])} | "
             f"{pct(m['bw_frac_ours'])} | {pct(m['bw_frac_llamacpp'])} | "
             f"{fmt(m['bw_gbs']['min'], 1)}–{fmt(m['bw_gbs']['max'], 1)} | "
+            f"{pct(m.get('bw_frac_int_ours'))} | {pct(m.get('bw_frac_int_llamacpp'))} | "
+            f"{fmt(m.get('bw_int_gbs', {}).get('median'), 1)} ({fmt(m.get('bw_int_gbs', {}).get('min'), 1)}–"
+            f"{fmt(m.get('bw_int_gbs', {}).get('max'), 1)}) | "
+            f"{fmt((m.get('ours_bytes_per_token') or 0) / 1e6, 1)} | "
             f"{fmt(median([s['load1'] for s in m['ours'] + m['llamacpp']]), 1)} |")
     ts = results.get("thread_scaling")
     if ts:
@@ -364,6 +390,8 @@ def main():
     ap.add_argument("--membw-reps", type=int, default=10, help="passes per reader at the start")
     ap.add_argument("--membw-round-reps", type=int, default=4, help="passes per reader in each round")
     ap.add_argument("--no-scaling", action="store_true")
+    ap.add_argument("--no-interleaved-bw", action="store_true",
+                    help="do not pass --membw to switchboard bench (binaries without it)")
     ap.add_argument("--scaling-only", action="store_true",
                     help="only the TinyLlama -t 1 vs -t 2 decode comparison")
     ap.add_argument("--out", default=os.path.join(REPO_ROOT, "build", "bench"))
