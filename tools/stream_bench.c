@@ -4,6 +4,9 @@
  *   make && cc -O2 -std=c11 -D_GNU_SOURCE -mavx2 -Icommon -Iworker -Iworker/kernels \
  *       -o build/stream_bench tools/stream_bench.c build/libswitchboard.a -lm -pthread
  *   build/stream_bench [rounds]
+ * (An A/B of a kernel build flag: build the library twice, e.g. `make
+ * BUILD=build-nopf CFLAGS=-DKQ_AVX512_PREFETCH=0`, link this against each
+ * and alternate the two; compare the dot/ld columns.)
  *
  * Decode reads every weight byte once per token, so its ceiling is how fast
  * a core can pull a stream in while doing the kernel's arithmetic. Four
@@ -157,7 +160,7 @@ int main(int argc, char **argv) {
            sb_kq_level_name(best), rounds, WIN_BYTES >> 20);
     printf("%-6s %7s %9s %9s %9s %9s %9s %9s\n", "type", "threads", reader_name[0], reader_name[1], reader_name[2],
            reader_name[3], "dot/ld", "gemv8/ld");
-    static const int types[] = { SB_TYPE_Q4_K, SB_TYPE_Q5_K, SB_TYPE_Q6_K };
+    static const int types[] = { SB_TYPE_Q2_K, SB_TYPE_Q3_K, SB_TYPE_Q4_K, SB_TYPE_Q5_K, SB_TYPE_Q6_K };
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
         const sb_kq_traits *t = &sb_kq_table(best)[types[k]];
         const size_t rs = sb_kq_row_size(t, N);

@@ -26,6 +26,16 @@ static inline __m512i join(__m256i lo, __m256i hi) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
+/* Decode streams the weights from DRAM: the AVX2 dots' prefetch of the
+ * bytes KQ_PREFETCH_AHEAD ahead (kq_x86.h). KQ_AVX512_PREFETCH=0 builds
+ * without it, for the A/B of docs/PERFORMANCE.md ("AVX-512 decode"). */
+#ifndef KQ_AVX512_PREFETCH
+#define KQ_AVX512_PREFETCH 1
+#endif
+static inline void kq512_prefetch(const void *block, size_t bytes) {
+    if (KQ_AVX512_PREFETCH) kq_prefetch_ahead(block, bytes);
+}
+
 static inline __m512i load_q8_64(const int8_t *p) { return _mm512_loadu_si512(p); }
 
 /* One 64-quant step: acc += scales · Σpairs(q·q8). */
@@ -33,15 +43,32 @@ static inline __m512i step(__m512i acc, __m512i q, const int8_t *q8, __m512i sca
     return _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(q, load_q8_64(q8)), scales);
 }
 
+/* 32 bytes in both halves of a register (a broadcast load: no shuffle). */
+static inline __m512i load_32_twice(const uint8_t *p) { return _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)p)); }
+
+/* Per-16-bit-lane counts: lo in the low 256 bits, hi in the high ones, so
+ * one vpsrlvw of [bytes, bytes] gives two 2-bit planes (Q2_K/Q3_K) without
+ * shifting two halves apart and joining them (a port-5 insert each). */
+static inline __m512i halves_epi16(short lo, short hi) {
+    return _mm512_inserti64x4(_mm512_set1_epi16(lo), _mm256_set1_epi16(hi), 1);
+}
+
+/* Q2_K/Q3_K: planes p and p+1 of 32 quant bytes broadcast to both halves,
+ * as 0..3 per byte; sh = halves_epi16(2p, 2p + 2). */
+static inline __m512i planes2(__m512i bits2, __m512i sh, __m512i m3) {
+    return _mm512_and_si512(_mm512_srlv_epi16(bits2, sh), m3);
+}
+
 /* ==== Q2_K ================================================================== */
 
 void sb_kq_dot_q2_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy) {
     const sb_block_q2_K *x = vx;
     const sb_block_q8_K *y = vy;
-    const __m512i m3 = _mm512_set1_epi8(3);
+    const __m512i m3 = _mm512_set1_epi8(3), sh01 = halves_epi16(0, 2), sh23 = halves_epi16(4, 6);
     __m512 acc = _mm512_setzero_ps();
     __m256 acc_min = _mm256_setzero_ps();
     for (int i = 0; i < n / SB_QK_K; i++) {
+        kq512_prefetch(&x[i], sizeof x[i]);
         const __m128i packed = _mm_loadu_si128((const __m128i *)x[i].scales);
         const __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(packed, _mm_set1_epi8(0xF)));
         const __m256i mn16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0xF)));
@@ -50,10 +77,9 @@ void sb_kq_dot_q2_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy)
         __m512i sumi = _mm512_setzero_si512();
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
-            const __m256i bits = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * h));
+            const __m512i bits = load_32_twice(x[i].qs + 32 * h);
             /* planes 0,1 then 2,3 of this 128: elements 0..63, 64..127 */
-            const __m512i q01 = _mm512_and_si512(join(bits, _mm256_srli_epi16(bits, 2)), m3);
-            const __m512i q23 = _mm512_and_si512(join(_mm256_srli_epi16(bits, 4), _mm256_srli_epi16(bits, 6)), m3);
+            const __m512i q01 = planes2(bits, sh01, m3), q23 = planes2(bits, sh23, m3);
             sumi = step(sumi, q01, y[i].qs + 128 * h, spread_scales(sc, 8 * h, 3));
             sumi = step(sumi, q23, y[i].qs + 128 * h + 64, spread_scales(sc, 8 * h + 4, 3));
         }
@@ -69,23 +95,33 @@ void sb_kq_dot_q2_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy)
 void sb_kq_dot_q3_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy) {
     const sb_block_q3_K *x = vx;
     const sb_block_q8_K *y = vy;
-    const __m512i m3 = _mm512_set1_epi8(3), one = _mm512_set1_epi8(1);
+    const __m512i m3 = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
+    const __m512i sh01 = halves_epi16(0, 2), sh23 = halves_epi16(4, 6);
+    /* hmask bit k of each byte to bit 2, by a dword rotate left of 2 - k
+     * (mod 32): the bit that lands on bit 2 of a byte comes from that same
+     * byte for k = 0..7. rot[h][j]: planes 4h+2j, 4h+2j+1 in the two halves. */
+    const __m512i rot[2][2] = {
+        { _mm512_inserti64x4(_mm512_set1_epi32(2), _mm256_set1_epi32(1), 1),
+          _mm512_inserti64x4(_mm512_set1_epi32(0), _mm256_set1_epi32(31), 1) },
+        { _mm512_inserti64x4(_mm512_set1_epi32(30), _mm256_set1_epi32(29), 1),
+          _mm512_inserti64x4(_mm512_set1_epi32(28), _mm256_set1_epi32(27), 1) },
+    };
     __m512 acc = _mm512_setzero_ps();
     for (int i = 0; i < n / SB_QK_K; i++) {
+        kq512_prefetch(&x[i], sizeof x[i]);
         const __m256i sc16 = _mm256_cvtepi8_epi16(kq_scales_q3_128(x[i].scales));
         const __m512i offset = _mm512_zextsi256_si512(_mm256_slli_epi32(_mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y[i].bsums)), 2));
         const __m512i sc = _mm512_castsi256_si512(sc16);
-        const __m256i hm = _mm256_loadu_si256((const __m256i *)x[i].hmask);
+        const __m512i hm = load_32_twice(x[i].hmask);
         __m512i sumi = _mm512_setzero_si512();
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
-            const __m256i bits = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * h));
-            const int pl = 4 * h; /* hmask bit of plane 0 of this half */
-            /* high bit of plane k as 0/4 */
-            const __m512i h01 = _mm512_slli_epi16(_mm512_and_si512(join(_mm256_srli_epi16(hm, pl), _mm256_srli_epi16(hm, pl + 1)), one), 2);
-            const __m512i h23 = _mm512_slli_epi16(_mm512_and_si512(join(_mm256_srli_epi16(hm, pl + 2), _mm256_srli_epi16(hm, pl + 3)), one), 2);
-            const __m512i q01 = _mm512_or_si512(_mm512_and_si512(join(bits, _mm256_srli_epi16(bits, 2)), m3), h01);
-            const __m512i q23 = _mm512_or_si512(_mm512_and_si512(join(_mm256_srli_epi16(bits, 4), _mm256_srli_epi16(bits, 6)), m3), h23);
+            const __m512i bits = load_32_twice(x[i].qs + 32 * h);
+            /* high bit of each plane as 0/4 (hmask bit 4h + plane) */
+            const __m512i h01 = _mm512_and_si512(_mm512_rolv_epi32(hm, rot[h][0]), four);
+            const __m512i h23 = _mm512_and_si512(_mm512_rolv_epi32(hm, rot[h][1]), four);
+            const __m512i q01 = _mm512_or_si512(planes2(bits, sh01, m3), h01);
+            const __m512i q23 = _mm512_or_si512(planes2(bits, sh23, m3), h23);
             sumi = step(sumi, q01, y[i].qs + 128 * h, spread_scales(sc, 8 * h, 3));
             sumi = step(sumi, q23, y[i].qs + 128 * h + 64, spread_scales(sc, 8 * h + 4, 3));
         }
@@ -96,9 +132,6 @@ void sb_kq_dot_q3_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy)
 }
 
 /* ==== Q4_K / Q5_K =========================================================== */
-
-/* 32 bytes in both halves of a register (a broadcast load: no shuffle). */
-static inline __m512i load_32_twice(const uint8_t *p) { return _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)p)); }
 
 /* Per-16-bit-lane shift counts: 0 in the low half, 4 in the high half, so
  * one vpsrlvw turns [bytes, bytes] into [low nibbles, high nibbles]. */
@@ -113,6 +146,7 @@ void sb_kq_dot_q4_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy)
     __m512 acc = _mm512_setzero_ps();
     __m256 acc_min = _mm256_setzero_ps();
     for (int i = 0; i < n / SB_QK_K; i++) {
+        kq512_prefetch(&x[i], sizeof x[i]);
         const __m128i sm = kq_scales_k4_128(&x[i]);
         const __m512i sc = _mm512_castsi128_si512(_mm_cvtepu8_epi16(sm));
         __m512i sumi = _mm512_setzero_si512();
@@ -136,6 +170,7 @@ void sb_kq_dot_q5_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy)
     __m512 acc = _mm512_setzero_ps();
     __m256 acc_min = _mm256_setzero_ps();
     for (int i = 0; i < n / SB_QK_K; i++) {
+        kq512_prefetch(&x[i], sizeof x[i]);
         const __m128i sm = kq_scales_k4_128(&x[i]);
         const __m512i sc = _mm512_castsi128_si512(_mm_cvtepu8_epi16(sm));
         const __m256i qh = _mm256_loadu_si256((const __m256i *)x[i].qh);
@@ -164,6 +199,7 @@ void sb_kq_dot_q6_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy)
     const __m512i m4 = _mm512_set1_epi8(0xF), m2 = _mm512_set1_epi8(0x30);
     __m512 acc = _mm512_setzero_ps();
     for (int i = 0; i < n / SB_QK_K; i++) {
+        kq512_prefetch(&x[i], sizeof x[i]);
         const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i].scales));
         const __m512i offset = _mm512_zextsi256_si512(_mm256_slli_epi32(_mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y[i].bsums)), 5));
         const __m512i sc = _mm512_castsi256_si512(sc16);
