@@ -9,8 +9,8 @@
  *   DELETE /v1/entries/{key}   Authorization: Bearer ADMIN_TOKEN
  *   GET    /v1/health
  */
-#include "cloud_internal.h"
-#include "sb_net.h"
+#include "cache/cloud_internal.h"
+#include "common/sb_net.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -1,6 +1,6 @@
 /* keys.c - cache keys, model fingerprints and request signatures. */
-#include "cache_internal.h"
-#include "sb_gguf.h"
+#include "cache/cache_internal.h"
+#include "worker/gguf/sb_gguf.h"
 
 #include <errno.h>
 #include <fcntl.h>

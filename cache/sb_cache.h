@@ -30,7 +30,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "sb_common.h"
+#include "common/sb_common.h"
 
 /* ============================================================ hashing */
 

@@ -13,7 +13,7 @@
  *      state, and the retry gets the same reply again (the cursor did not move).
  * Rounds repeat while the cloud says there is more or deltas remain.
  */
-#include "cache_internal.h"
+#include "cache/cache_internal.h"
 
 #include <sqlite3.h>
 #include <stdio.h>

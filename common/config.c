@@ -7,8 +7,8 @@
  * error names the file, line and column of the offending node and the dotted
  * key path, so a config can be fixed without reading this file.
  */
-#include "sb_config.h"
-#include "sb_net.h"
+#include "common/sb_config.h"
+#include "common/sb_net.h"
 
 #include <errno.h>
 #include <fcntl.h>

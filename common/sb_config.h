@@ -17,7 +17,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include "sb_common.h"
+#include "common/sb_common.h"
 
 #define SB_CONFIG_MAX_BYTES   (4u << 20)    /* a config is a few KB; refuse junk early */
 #define SB_CONFIG_MAX_DEPTH   64

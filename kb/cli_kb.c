@@ -5,10 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kb_internal.h"
-#include "sb_cmd.h"
-#include "sb_config.h"
-#include "sb_json.h"
+#include "kb/kb_internal.h"
+#include "common/sb_cmd.h"
+#include "common/sb_config.h"
+#include "common/sb_json.h"
 
 #define PROGRESS_EVERY_S 2.0    /* a long file reports this often while it is embedded */
 

@@ -1,15 +1,15 @@
 /* kb.c - a knowledge base: the store plus its embedder; ingest (read,
  * chunk, embed, replace) and search (BM25, vector scan, fusion).
  */
-#include "kb_internal.h"
+#include "kb/kb_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
-#include "sb_cache.h"           /* sb_sha256 */
-#include "sb_encoder.h"
+#include "cache/sb_cache.h"           /* sb_sha256 */
+#include "worker/engine/sb_encoder.h"
 
 #define DEFAULT_CHUNK_TOKENS 200
 #define DEFAULT_OVERLAP      32

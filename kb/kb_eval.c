@@ -1,7 +1,7 @@
 /* kb_eval.c - `switchboard kb eval`: recall@1/3/5, MRR and latency of each
  * search mode over labelled questions, per language (a question with any
  * CJK character counts as Chinese). */
-#include "kb_internal.h"
+#include "kb/kb_internal.h"
 
 #include <errno.h>
 #include <stdio.h>

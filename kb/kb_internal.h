@@ -5,9 +5,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "sb_common.h"
-#include "sb_kb.h"
-#include "sb_utf8.h"
+#include "common/sb_common.h"
+#include "kb/sb_kb.h"
+#include "common/sb_utf8.h"
 
 /* A block of a document after extraction: a heading (level 1-6) or a
  * paragraph / list item / table row (level 0), as clean UTF-8 text. */

@@ -17,7 +17,7 @@
  * file), or hybrid: reciprocal rank fusion of both lists.
  *
  * The embedder is pluggable: sb_kb_open() with an encoder GGUF uses
- * sb_encoder (worker/sb_encoder.h) in-process; a caller that embeds
+ * sb_encoder (worker/engine/sb_encoder.h) in-process; a caller that embeds
  * elsewhere (the router, through a worker's embed method) passes a query
  * vector to sb_kb_search() instead and opens the base without an encoder.
  *

@@ -6,7 +6,7 @@
  * replaced in one BEGIN IMMEDIATE transaction, so readers and a kill -9 see
  * the whole old version or the whole new one.
  */
-#include "kb_internal.h"
+#include "kb/kb_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "router_internal.h"
+#include "router/router_internal.h"
 
 struct rt_sync {
     sb_cache *cache;

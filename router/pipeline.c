@@ -12,10 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "router_internal.h"
-#include "sb_classify.h"
-#include "sb_grammar.h"
-#include "sb_kb.h"
+#include "router/router_internal.h"
+#include "router/sb_classify.h"
+#include "worker/engine/sb_grammar.h"
+#include "kb/sb_kb.h"
 
 typedef struct {
     const sb_config *cfg;

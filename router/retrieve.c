@@ -17,8 +17,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "router_internal.h"
-#include "sb_kb.h"
+#include "router/router_internal.h"
+#include "kb/sb_kb.h"
 
 struct rt_kbh {
     rt_kbh *next;

@@ -21,10 +21,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "obs.h"
-#include "router_internal.h"
-#include "sb_cmd.h"
-#include "sb_net.h"
+#include "router/obs.h"
+#include "router/router_internal.h"
+#include "common/sb_cmd.h"
+#include "common/sb_net.h"
 
 typedef struct {
     rt r;

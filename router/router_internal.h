@@ -19,11 +19,11 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "sb_cache.h"
-#include "sb_classify.h"
-#include "sb_config.h"
-#include "sb_ipc.h"
-#include "sb_router.h"
+#include "cache/sb_cache.h"
+#include "router/sb_classify.h"
+#include "common/sb_config.h"
+#include "ipc/sb_ipc.h"
+#include "router/sb_router.h"
 
 struct event_base;
 struct event;

@@ -17,9 +17,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "obs.h"
-#include "router_internal.h"
-#include "sb_kb.h"
+#include "router/obs.h"
+#include "router/router_internal.h"
+#include "kb/sb_kb.h"
 
 enum { ST_PENDING, ST_OK, ST_SKIPPED, ST_ERROR };
 

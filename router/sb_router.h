@@ -17,9 +17,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "sb_common.h"
-#include "sb_config.h"
-#include "sb_json.h"
+#include "common/sb_common.h"
+#include "common/sb_config.h"
+#include "common/sb_json.h"
 
 /* =========================================================== pipelines == */
 

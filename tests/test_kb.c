@@ -18,8 +18,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "sb_common.h"
-#include "sb_kb.h"
+#include "common/sb_common.h"
+#include "kb/sb_kb.h"
 
 #define DIM 384          /* multilingual-e5-small's, so the scan benchmark is to scale */
 
