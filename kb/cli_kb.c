@@ -37,6 +37,10 @@ static const char *const usage_text =
     "  eval FILE.tsv      recall@1/3/5, MRR and latency of each mode over labelled\n"
     "                     questions (query<TAB>expected source per line, # comments)\n"
     "      --misses       print the questions each mode missed in its top 5\n"
+    "      --rerank-model GGUF  also measure hybrid + rerank: a decoder model judges\n"
+    "                     each of the top N passages (label likelihood, in-process)\n"
+    "      --rerank-top-n N  passages reranked per question (default 5)\n"
+    "      --rerank-prompt T  the prompt, with {{query}} and {{passage}}\n"
     "\n"
     "common options:\n"
     "  -c, --config FILE  the YAML config (required)\n"
@@ -46,8 +50,8 @@ static const char *const usage_text =
 
 typedef struct {
     const char *config, *kb, *name, *mode;
-    const char *fts;
-    int threads, top_k, quiet, json, misses;
+    const char *fts, *rerank_model, *rerank_prompt;
+    int threads, top_k, quiet, json, misses, rerank_n;
 } kb_args;
 
 static int usage_error(const char *fmt, const char *arg) {
@@ -244,19 +248,28 @@ static int cmd_eval(const kb_args *a, int n, char **files) {
     sb_kb *kb;
     int rc = open_kb(a, 0, 1, &kb);
     if (rc) return rc;
-    rc = kb_eval_run(kb, files[0], a->misses);
+    kb_eval_opts eo = { .misses = a->misses, .rerank_n = a->rerank_n, .rerank_prompt = a->rerank_prompt };
+    char err[SB_ERR_LEN];
+    if (a->rerank_model && sb_kb_reranker_open(a->rerank_model, a->threads ? a->threads : 2, &eo.reranker, err)) {
+        fprintf(stderr, "kb eval: %s\n", err);
+        rc = SB_EXIT_FAIL;
+    }
+    if (!rc) rc = kb_eval_run(kb, files[0], &eo);
+    sb_kb_reranker_close(eo.reranker);
     sb_kb_close(kb);
     return rc;
 }
 
 int sb_cmd_kb(int argc, char **argv) {
-    enum { OPT_KB = 256, OPT_NAME, OPT_FTS, OPT_QUIET, OPT_MODE, OPT_JSON, OPT_MISSES };
+    enum { OPT_KB = 256, OPT_NAME, OPT_FTS, OPT_QUIET, OPT_MODE, OPT_JSON, OPT_MISSES, OPT_RR_MODEL, OPT_RR_N, OPT_RR_PROMPT };
     static const struct option opts[] = {
         { "config", required_argument, NULL, 'c' }, { "kb", required_argument, NULL, OPT_KB },
         { "threads", required_argument, NULL, 't' }, { "name", required_argument, NULL, OPT_NAME },
         { "fts", required_argument, NULL, OPT_FTS }, { "quiet", no_argument, NULL, OPT_QUIET },
         { "mode", required_argument, NULL, OPT_MODE }, { "top-k", required_argument, NULL, 'k' },
         { "json", no_argument, NULL, OPT_JSON }, { "misses", no_argument, NULL, OPT_MISSES },
+        { "rerank-model", required_argument, NULL, OPT_RR_MODEL }, { "rerank-top-n", required_argument, NULL, OPT_RR_N },
+        { "rerank-prompt", required_argument, NULL, OPT_RR_PROMPT },
         { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 },
     };
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
@@ -264,7 +277,7 @@ int sb_cmd_kb(int argc, char **argv) {
         return argc < 2 ? SB_EXIT_CONFIG : SB_EXIT_OK;
     }
     const char *cmd = argv[1];
-    kb_args a = { .top_k = 5 };
+    kb_args a = { .top_k = 5, .rerank_n = 5 };
     int64_t v;
     optind = 1;
     int c;
@@ -280,6 +293,9 @@ int sb_cmd_kb(int argc, char **argv) {
         case OPT_MODE: a.mode = optarg; break;
         case OPT_JSON: a.json = 1; break;
         case OPT_MISSES: a.misses = 1; break;
+        case OPT_RR_MODEL: a.rerank_model = optarg; break;
+        case OPT_RR_PROMPT: a.rerank_prompt = optarg; break;
+        case OPT_RR_N: if (sb_opt_int("kb", "--rerank-top-n", optarg, 1, SB_KB_MAX_TOP_K, &v)) return SB_EXIT_CONFIG; a.rerank_n = (int)v; break;
         case 'h': fputs(usage_text, stdout); return SB_EXIT_OK;
         default: return usage_error("%sbad option", "");
         }

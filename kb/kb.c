@@ -320,7 +320,7 @@ static int fetch_hits(sb_kb *kb, const fused *f, size_t nf, int top_k, sb_kb_hit
     for (size_t i = 0; !rc && i < nf && *n < (size_t)top_k; i++) {
         sb_kb_hit *h = &hits[*n];
         *h = (sb_kb_hit){ .id = f[i].id, .score = f[i].score, .bm25_rank = f[i].ra, .vec_rank = f[i].rb,
-                          .cosine = f[i].cos };
+                          .cosine = f[i].cos, .rerank = -1 };
         rc = kb_store_fetch(kb->store, h, err);
         if (rc == SB_ENOTFOUND) rc = 0;
         else if (!rc) (*n)++;

@@ -83,7 +83,14 @@ int  kb_store_vectors(kb_store *s, int dim, const int64_t **ids, const float **v
 /* Fill source, section, text and position of h->id. */
 int  kb_store_fetch(kb_store *s, sb_kb_hit *h, char *err);
 
-/* kb_eval.c: `kb eval` on an open base; returns a process exit code. */
-int  kb_eval_run(sb_kb *kb, const char *tsv, int misses);
+/* kb_eval.c: `kb eval` on an open base; returns a process exit code.
+ * With a reranker, a fourth mode: hybrid with its top rerank_n reranked. */
+typedef struct {
+    int misses;
+    sb_kb_reranker *reranker;   /* NULL: hybrid + rerank is not measured */
+    const char *rerank_prompt;  /* NULL: SB_KB_RERANK_PROMPT */
+    int rerank_n;
+} kb_eval_opts;
+int  kb_eval_run(sb_kb *kb, const char *tsv, const kb_eval_opts *eo);
 
 #endif

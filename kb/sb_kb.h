@@ -150,6 +150,7 @@ typedef struct {
     double score;
     int bm25_rank, vec_rank;    /* 1-based rank in each list; 0 = not in it */
     double cosine;              /* vector, hybrid: cosine with the query (0 when vec_rank is 0) */
+    double rerank;              /* the reranker's P(yes) in [0, 1]; -1: not reranked */
 } sb_kb_hit;
 
 typedef struct {
@@ -173,6 +174,38 @@ const char *sb_kb_embed_id(const sb_kb *kb, int *dim);
 int  sb_kb_search(sb_kb *kb, const char *query, size_t len, const sb_kb_search_opts *o, sb_kb_hit **out,
                   size_t *n, char *err);
 void sb_kb_hits_free(sb_kb_hit *h, size_t n);
+
+/* --------------------------------------------------------------- rerank
+ *
+ * A decoder model judges each candidate passage: the prompt asks whether the
+ * passage answers the question, and the passage's score is the model's
+ * P(" yes") / (P(" yes") + P(" no")) after it - label likelihood, as the
+ * intent stage's `method: score` (the worker's `score` method gives the
+ * same number as probs[0] for candidates {" yes", " no"}). A probability in
+ * [0, 1], comparable across questions, unlike the RRF sum. */
+
+#define SB_KB_RERANK_PROMPT                                                                          \
+    "Question: {{query}}\nPassage: {{passage}}\n"                                                    \
+    "Does the passage answer the question? Answer yes or no.\nAnswer:"
+#define SB_KB_RERANK_YES " yes"
+#define SB_KB_RERANK_NO  " no"
+
+/* tmpl (NULL: SB_KB_RERANK_PROMPT) with {{query}} replaced by the query and
+ * {{passage}} by the hit's "SECTION\nTEXT". sb_malloc'ed, NUL-terminated;
+ * NULL if out of memory. */
+char  *sb_kb_rerank_prompt(const char *tmpl, const char *query, size_t qlen, const sb_kb_hit *h, size_t *len);
+/* P(yes) of the two candidates' log-probabilities. */
+double sb_kb_rerank_prob(double lp_yes, double lp_no);
+/* Reorder h[0..n) by rerank, best first (stable: ties keep their order). */
+void   sb_kb_rerank_sort(sb_kb_hit *h, size_t n);
+
+/* In-process reranker (kb eval): a decoder GGUF run by worker/sb_engine.h. */
+typedef struct sb_kb_reranker sb_kb_reranker;
+int  sb_kb_reranker_open(const char *gguf, int threads, sb_kb_reranker **out, char *err);
+void sb_kb_reranker_close(sb_kb_reranker *r);           /* NULL ok */
+/* Score h[0..n) (sets .rerank) and reorder them. */
+int  sb_kb_rerank(sb_kb_reranker *r, const char *tmpl, const char *query, size_t qlen, sb_kb_hit *h, size_t n,
+                  char *err);
 
 const char *sb_kb_mode_name(sb_kb_mode m);
 int         sb_kb_mode_parse(const char *s);          /* -1 if unknown */

@@ -65,12 +65,21 @@ void rt_conf_release(rt_conf *c);
 rt_conf *rt_conf_acquire(rt *r);
 
 /* retrieve.c: search retrieve stage s's base for query (qvec: its dim-float
- * "query: " vector from the base's embed_model; NULL in bm25 mode) and render
- * the passages as text (prompts) and as {"found", "passages": [{source,
- * section, score, text}]}. *found is false below min_score (no passages).
- * 0 or SB_E* with err (no base file, another embedder, SQLite). */
-int  rt_retrieve(rt_conf *c, const sb_stage *s, const char *query, size_t len, const float *qvec, int dim,
-                 sb_jw *text, sb_jw *json, bool *found, char *err);
+ * "query: " vector from the base's embed_model; NULL in bm25 mode); with
+ * rerank, have its rerank model judge the top_n passages (one `score` call
+ * at a time, each in *job while it runs) and reorder them. done is called
+ * once - maybe before rt_retrieve_start returns - with 0 or SB_E* and err
+ * (no base file, another embedder, SQLite, the rerank call), unless the
+ * caller cancels *job first. *out (always set) holds the passages until
+ * rt_retrieve_free. rt_retrieve_render writes the top_k as text (prompts)
+ * and as {"found", "passages": [{source, section, score, text}]}; *found is
+ * false below min_score (no passages). */
+typedef struct rt_rr rt_rr;
+typedef void (*rt_retrieve_fn)(void *arg, int rc, const char *err);
+void rt_retrieve_start(rt *r, rt_conf *c, const sb_stage *s, const char *query, size_t len, const float *qvec,
+                       int dim, rt_job **job, rt_retrieve_fn done, void *arg, rt_rr **out);
+int  rt_retrieve_render(const sb_stage *s, rt_rr *rr, sb_jw *text, sb_jw *json, bool *found, char *err);
+void rt_retrieve_free(rt_rr *rr);
 void rt_retrieve_free_all(rt_conf *c);
 
 /* ------------------------------------------------------------ templates */

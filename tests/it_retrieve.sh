@@ -6,7 +6,10 @@
 # branches with when: {found: ...} / {not_found: ...}. The encoder's weights
 # are random, so hits are pinned down by BM25 (hybrid keeps BM25's first hit
 # first when the vector list is noise) and min_score: 1.5 (above any cosine)
-# forces "not found". Set SB_BIN to test another binary.
+# forces "not found". The rerank stages ask the tiny random llama fixture:
+# its yes/no judgements are noise, so they check the machinery (every
+# passage judged, P(yes) in [0, 1], top_k kept, min_score on P(yes)), not
+# the quality. Set SB_BIN to test another binary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . tests/itlib.sh
@@ -21,6 +24,7 @@ cat > "$tmp/c.yaml" <<EOF
 runtime: { dir: $tmp/run, http: 127.0.0.1:$port, drain_ms: 1000 }
 models:
   e5: { gguf: $tmp/tiny-q8_0.gguf, threads: 1 }
+  judge: { gguf: $PWD/tests/data/tiny-llama-spm-Q4_K_M.gguf, threads: 1, ctx: 1024 }
 knowledge:
   pol: { path: $tmp/pol.sqlite, embed_model: e5, chunk_tokens: 64, overlap: 8 }
   absent: { path: $tmp/absent.sqlite, embed_model: e5 }
@@ -42,6 +46,27 @@ $(tool handoff not_found 'HANDOFF {{stages.docs.json}}')
     stages:
       - { name: docs, kind: retrieve, kb: pol, mode: bm25, top_k: 1, min_score: 0.000001 }
 $(tool answer found 'FOUND {{stages.docs.json.passages}}')
+$(tool handoff not_found 'HANDOFF')
+  rerank:
+    cache: false
+    stages:
+      - { name: docs, kind: retrieve, kb: pol, top_k: 1, min_score: 0, rerank: { model: judge, top_n: 3 } }
+$(tool answer found 'FOUND')
+$(tool handoff not_found 'HANDOFF')
+  rrstrict:
+    cache: false
+    stages:
+      - name: docs
+        kind: retrieve
+        kb: pol
+        min_score: 1.01
+        rerank: { model: judge, prompt: "Q: {{query}} P: {{passage}} Relevant?" }
+$(tool answer found 'FOUND')
+$(tool handoff not_found 'HANDOFF')
+  rrenc:
+    cache: false
+    stages:
+      - { name: docs, kind: retrieve, kb: pol, rerank: { model: e5 } }
 $(tool handoff not_found 'HANDOFF')
   nobase:
     cache: false
@@ -101,6 +126,37 @@ assert out.startswith("FOUND [") and json.loads(out[6:])[0]["source"] == "tax.md
 EOF
 call keywords "zebra" > "$tmp/kw2.json"
 grep -q '"output":"HANDOFF"' "$tmp/kw2.json" || fail "bm25 without a match: $(cat "$tmp/kw2.json")"
+
+# Rerank: the judge scores both passages (top_n 3 > the 2 chunks), the
+# best P(yes) is kept (top_k 1), and min_score applies to P(yes).
+call rerank "identity card for rent" > "$tmp/rr.json"
+python3 - "$tmp/rr.json" <<'EOF' || fail "rerank: $(cat "$tmp/rr.json")"
+import json, sys
+r = json.load(open(sys.argv[1]))
+docs = r["stages"][0]
+assert docs["status"] == "ok", docs
+ps = docs["json"]["passages"]
+assert docs["json"]["found"] is True and len(ps) == 1, docs
+assert 0 <= ps[0]["score"] <= 1, ps
+assert r["output"] == "FOUND", r
+EOF
+call rrstrict "identity card for rent" > "$tmp/rrs.json"
+python3 - "$tmp/rrs.json" <<'EOF' || fail "rerank min_score: $(cat "$tmp/rrs.json")"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["stages"][0]["status"] == "ok" and r["stages"][0]["json"]["found"] is False, r
+assert r["output"] == "HANDOFF", r
+EOF
+# The judge is really asked: an encoder cannot judge, so the stage fails
+# (and the run hands off) instead of keeping the search's order.
+call rrenc "identity card for rent" > "$tmp/rre.json"
+python3 - "$tmp/rre.json" <<'EOF' || fail "rerank by an encoder: $(cat "$tmp/rre.json")"
+import json, sys
+r = json.load(open(sys.argv[1]))
+docs = r["stages"][0]
+assert docs["status"] == "error" and "rerank model 'e5'" in docs["error"], docs
+assert r["output"] == "HANDOFF", r
+EOF
 
 # A base nobody has added to yet: the stage fails, the run goes on and hands off.
 call nobase "rent" > "$tmp/nobase.json"
