@@ -361,6 +361,10 @@ int sb_kb_search(sb_kb *kb, const char *query, size_t len, const sb_kb_search_op
     return rc;
 }
 
+int sb_kb_version(sb_kb *kb, char out[65], char *err) {
+    return kb_store_version(kb->store, out, err);
+}
+
 void sb_kb_hits_free(sb_kb_hit *h, size_t n) {
     for (size_t i = 0; h && i < n; i++) {
         sb_free(h[i].source);

@@ -80,6 +80,8 @@ int  kb_store_bm25(kb_store *s, const char *match, int limit, int64_t *ids, doub
 /* Every chunk's id and vector, cached; reloaded when the file changed
  * (PRAGMA data_version, or our own write). Valid until the next call. */
 int  kb_store_vectors(kb_store *s, int dim, const int64_t **ids, const float **vecs, size_t *n, char *err);
+/* sb_kb_version of the file (cached until it changes). */
+int  kb_store_version(kb_store *s, char out[65], char *err);
 /* Fill source, section, text and position of h->id. */
 int  kb_store_fetch(kb_store *s, sb_kb_hit *h, char *err);
 

@@ -140,6 +140,14 @@ typedef struct {
 } sb_kb_stats;
 int  sb_kb_stats_get(sb_kb *kb, sb_kb_stats *st, char *err);
 
+/* The base's content version (64 hex digits + NUL): a SHA-256 of its
+ * embedder, tokenizer and every source's name, SHA-256 and chunking. Any
+ * add or remove that changes what a search can return changes it; the same
+ * content gives the same version (a base deleted and re-added from the same
+ * files, or a copy pulled from the cloud). Cheap: recomputed only after the
+ * file changed. A cached answer that used the base keys on it. */
+int  sb_kb_version(sb_kb *kb, char out[65], char *err);
+
 /* --------------------------------------------------------------- search */
 
 typedef struct {

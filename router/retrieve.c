@@ -55,6 +55,12 @@ static int open_kb(rt_conf *c, const sb_stage *s, rt_kbh **out, char *err) {
     return 0;
 }
 
+int rt_retrieve_version(rt_conf *c, const sb_stage *s, char out[65], char *err) {
+    rt_kbh *h;
+    int rc = open_kb(c, s, &h, err);
+    return rc ? rc : sb_kb_version(h->kb, out, err);
+}
+
 /* The text form, for prompts: one block per passage, its source first so a
  * reply can cite it. */
 static void render_text(const sb_kb_hit *h, size_t n, sb_jw *w) {

@@ -80,6 +80,9 @@ void rt_retrieve_start(rt *r, rt_conf *c, const sb_stage *s, const char *query, 
                        int dim, rt_job **job, rt_retrieve_fn done, void *arg, rt_rr **out);
 int  rt_retrieve_render(const sb_stage *s, rt_rr *rr, sb_jw *text, sb_jw *json, bool *found, char *err);
 void rt_retrieve_free(rt_rr *rr);
+/* The content version of retrieve stage s's base (sb_kb_version), for the
+ * pipeline's cache key. */
+int  rt_retrieve_version(rt_conf *c, const sb_stage *s, char out[65], char *err);
 void rt_retrieve_free_all(rt_conf *c);
 
 /* ------------------------------------------------------------ templates */

@@ -862,8 +862,16 @@ int rt_pipeline_fingerprint(rt *r, const char *name, char *out, bool *cacheable)
     sb_sha256_update(&h, p->digest, sizeof p->digest);
     bool ok = p->cache;
     for (size_t i = 0; i < p->n_stages; i++) {
-        const char *names[2] = { p->stages[i].model, p->stages[i].score_model };
-        for (int k = 0; k < 2; k++) {
+        const sb_stage *s = &p->stages[i];
+        const char *names[3] = { s->model, s->score_model, s->rerank_model };
+        /* An answer made from a knowledge base is only as fresh as the
+         * base: its content version is part of the key, so `kb add` or a
+         * pulled snapshot makes the old answers unreachable. A base that
+         * cannot be read makes the call uncacheable. */
+        char ver[65], err[SB_ERR_LEN];
+        if (s->kind == SB_STAGE_RETRIEVE && rt_retrieve_version(c, s, ver, err)) ok = false;
+        else if (s->kind == SB_STAGE_RETRIEVE) sb_sha256_update(&h, ver, sizeof ver);
+        for (int k = 0; k < 3; k++) {
             if (!names[k]) continue;
             rt_model *m = rt_model_find(r, names[k]);
             if (!m || !m->fingerprint[0]) { ok = false; continue; }

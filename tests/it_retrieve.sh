@@ -28,6 +28,7 @@ models:
 knowledge:
   pol: { path: $tmp/pol.sqlite, embed_model: e5, chunk_tokens: 64, overlap: 8 }
   absent: { path: $tmp/absent.sqlite, embed_model: e5 }
+cache: { path: $tmp/run/cache.sqlite }
 pipelines:
   ask:
     cache: false
@@ -68,6 +69,10 @@ $(tool handoff not_found 'HANDOFF')
     stages:
       - { name: docs, kind: retrieve, kb: pol, rerank: { model: e5 } }
 $(tool handoff not_found 'HANDOFF')
+  cached:
+    stages:
+      - { name: docs, kind: retrieve, kb: pol, mode: bm25, top_k: 1 }
+$(tool answer found '{{stages.docs.output}}')
   nobase:
     cache: false
     stages:
@@ -172,4 +177,20 @@ EOF
 printf '# Pets\n\nA dog licence costs twenty yuan.\n' > "$tmp/pets.md"
 "$SB" kb add -c "$tmp/c.yaml" --kb pol --quiet "$tmp/pets.md" || fail "kb add pets"
 call keywords "dog licence" | grep -q 'pets.md' || fail "a document added after start is not found"
+
+# A cached answer does not outlive the passages it was made from: the
+# base's content version is part of the pipeline's cache key.
+cached() {
+    curl -s -m 30 -D "$tmp/$2.h" -o "$tmp/$2.json" "http://127.0.0.1:$port/v1/pipelines/cached" \
+         -d "{\"input\": \"$1\"}"
+    tr -d '\r' < "$tmp/$2.h" | awk -F': ' 'tolower($1) == "x-cache" { print $2 }'
+}
+[ "$(cached 'dog licence cost' c1)" = miss ] || fail "cached: first call not a miss: $(cat "$tmp/c1.h")"
+[ "$(cached 'dog licence cost' c2)" = hit ] || fail "cached: second call not a hit: $(cat "$tmp/c2.h")"
+grep -q 'twenty yuan' "$tmp/c2.json" || fail "cached: $(cat "$tmp/c2.json")"
+printf '# Pets\n\nA dog licence costs thirty yuan since May.\n' > "$tmp/pets.md"
+"$SB" kb add -c "$tmp/c.yaml" --kb pol --quiet "$tmp/pets.md" || fail "kb add pets (changed)"
+[ "$(cached 'dog licence cost' c3)" = miss ] || fail "cached: a hit after the base changed: $(cat "$tmp/c3.json")"
+grep -q 'thirty yuan' "$tmp/c3.json" || fail "cached: not the new passage: $(cat "$tmp/c3.json")"
+[ "$(cached 'dog licence cost' c4)" = hit ] || fail "cached: the new answer is not cached"
 echo "it_retrieve: ok"
