@@ -29,6 +29,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sb_cache.h"           /* sb_cloud_peer: the sync's transport */
+
 #define SB_KB_MAX_FILE_BYTES (64u << 20)   /* one policy document; refuse junk early */
 #define SB_KB_MAX_TOP_K      100
 
@@ -214,6 +216,43 @@ void sb_kb_reranker_close(sb_kb_reranker *r);           /* NULL ok */
 /* Score h[0..n) (sets .rerank) and reorder them. */
 int  sb_kb_rerank(sb_kb_reranker *r, const char *tmpl, const char *query, size_t qlen, sb_kb_hit *h, size_t n,
                   char *err);
+
+/* ----------------------------------------------------------------- sync
+ *
+ * The cloud tier publishes a base, edges pull it (docs/KNOWLEDGE.md, "Sync"):
+ * versioned by sb_kb_version, the manifest MAC'ed per edge by the cloud
+ * (sb_cloud_file_mac), the snapshot checked against the manifest's SHA-256
+ * and content version, and swapped in atomically. */
+
+typedef struct {
+    char version[65];           /* sb_kb_version of the snapshot */
+    char sha256[65];            /* of the snapshot file */
+    int64_t bytes;
+} sb_kb_published;
+
+/* Write a consistent snapshot of kb to DIR/NAME.sqlite and its manifest to
+ * DIR/NAME.json ({name, version, sha256, bytes, published_s}), each through
+ * a temporary file, fsync and rename: the cloud serves either the old pair
+ * or the new one (an edge that fetched the manifest just before a publish
+ * gets a snapshot that fails the manifest's SHA-256, refuses it and takes the
+ * new version at its next pull). */
+int sb_kb_publish(sb_kb *kb, const char *dir, const char *name, sb_kb_published *out, char *err);
+
+typedef struct {
+    int unchanged;              /* the base already had the published version */
+    sb_kb_published got;        /* the cloud's manifest */
+    double fetch_s, swap_s;
+} sb_kb_pull_result;
+
+/* Bring the base at `path` (created if missing) to the version the cloud
+ * publishes under `name`: check the manifest's MAC with the edge's secret,
+ * download the snapshot to PATH.pull (0600, fsync'ed), check its size,
+ * SHA-256 and content version against the manifest, then copy it over the
+ * base in one SQLite transaction (the backup API): open readers - a running
+ * router - see the old base or the new one, and a kill -9 at any point
+ * leaves the old one. Anything that does not match is refused (SB_EINVAL,
+ * the message says what) and the base is not touched. */
+int sb_kb_pull(const char *path, const char *name, const sb_cloud_peer *peer, sb_kb_pull_result *res, char *err);
 
 const char *sb_kb_mode_name(sb_kb_mode m);
 int         sb_kb_mode_parse(const char *s);          /* -1 if unknown */

@@ -422,3 +422,43 @@ int kb_store_version(kb_store *s, char out[65], char *err) {
     memcpy(out, s->version, 65);
     return 0;
 }
+
+int64_t kb_store_data_version(kb_store *s) {
+    return data_version(s);
+}
+
+int kb_store_snapshot(kb_store *s, const char *path, char *err) {
+    sqlite3_stmt *st;
+    int rc = prepare(s, "VACUUM INTO ?1", &st, err);
+    if (rc) return rc;
+    sqlite3_bind_text(st, 1, path, -1, SQLITE_STATIC);
+    rc = sqlite3_step(st) == SQLITE_DONE ? 0 : db_fail(s, sqlite3_errcode(s->db), err, "snapshot (VACUUM INTO)");
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* The backup API copies every page of src over this base under one write
+ * transaction: readers (the router) see the old content or the new, a kill
+ * -9 rolls back to the old, and in WAL mode the copy stays WAL. */
+int kb_store_restore(kb_store *s, const char *src, char *err) {
+    sqlite3 *from = NULL;
+    int rc = sqlite3_open_v2(src, &from, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL);
+    sqlite3_backup *b = rc == SQLITE_OK ? sqlite3_backup_init(s->db, "main", from, "main") : NULL;
+    if (!b) {
+        rc = sb_seterr(err, SB_EIO, "%s: restoring from %s: %s", s->path, src,
+                       from ? sqlite3_errmsg(rc == SQLITE_OK ? s->db : from) : "out of memory");
+        sqlite3_close(from);
+        return rc;
+    }
+    double t0 = sb_now_s();
+    while ((rc = sqlite3_backup_step(b, -1)) == SQLITE_BUSY || rc == SQLITE_LOCKED) {
+        if (sb_now_s() - t0 > BUSY_MS / 1000.0) break;      /* a writer holds the base: give up, as a writer would */
+        sqlite3_sleep(20);
+    }
+    int done = rc == SQLITE_DONE;
+    rc = sqlite3_backup_finish(b);
+    int r = done && rc == SQLITE_OK ? 0 : db_fail(s, done ? rc : sqlite3_errcode(s->db), err, "restoring a snapshot");
+    sqlite3_close(from);
+    s->vec_version = s->ver_version = -1;
+    return r;
+}

@@ -343,14 +343,16 @@ int sb_cmd_router(int argc, char **argv) {
             sb_warn("response cache disabled: %s", err);
             r->cache = NULL;
         }
-        if (r->cache && cfg->cache.sync.url) {
-            if (rt_sync_start(r->cache, cfg->cache.sync.url, cfg->cache.sync.edge_id, cfg->cache.sync.secret_file,
-                              cfg->cache.sync.ca_file, cfg->cache.sync.interval_s, &r->sync, err))
-                sb_warn("cache sync disabled: %s", err);
-            else
-                sb_info("cache sync with %s every %d s as edge '%s'", cfg->cache.sync.url,
-                        cfg->cache.sync.interval_s, cfg->cache.sync.edge_id);
-        }
+    }
+    size_t n_pull = 0;
+    for (size_t i = 0; i < cfg->n_kbs; i++) n_pull += cfg->kbs[i].pull;
+    if (cfg->cache.sync.url && (r->cache || n_pull)) {
+        if (rt_sync_start(r->cache, cfg, &r->sync, err))
+            sb_warn("cloud sync disabled: %s", err);
+        else
+            sb_info("cloud sync with %s every %d s as edge '%s' (%s, %zu knowledge base(s) pulled)",
+                    cfg->cache.sync.url, cfg->cache.sync.interval_s, cfg->cache.sync.edge_id,
+                    r->cache ? "response cache" : "no cache", n_pull);
     }
     r->base = sb_ipc_base_new();
     if (!r->base) { sb_error("no event base"); goto out; }

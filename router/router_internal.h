@@ -366,10 +366,10 @@ int  rt_intent_classifier(rt *r, rt_conf *c, const sb_stage *s, const sb_classif
 void rt_intent_cancel_builds(rt_conf *c);   /* before the models are freed */
 void rt_intent_free_all(rt_conf *c);        /* rt_conf_release */
 
-/* cache_sync.c: periodic sync of the response cache with the cloud tier. */
+/* cache_sync.c: periodic sync with the cloud tier of cfg->cache.sync: the
+ * response cache (NULL: none) and the knowledge bases marked pull. */
 typedef struct rt_sync rt_sync;
-int  rt_sync_start(sb_cache *cache, const char *url, const char *edge_id, const char *secret_file,
-                   const char *ca_file, int interval_s, rt_sync **out, char *err);
+int  rt_sync_start(sb_cache *cache, const sb_config *cfg, rt_sync **out, char *err);
 void rt_sync_stop(rt_sync *s);      /* NULL ok; waits for a sync in progress */
 
 #endif
