@@ -41,6 +41,7 @@ static const char *const usage_text =
     "                     each of the top N passages (label likelihood, in-process)\n"
     "      --rerank-top-n N  passages reranked per question (default 5)\n"
     "      --rerank-prompt T  the prompt, with {{query}} and {{passage}}\n"
+    "      --rerank-chat  the prompt as a user message of the model's chat template\n"
     "  publish            (cloud side) snapshot the base into --dir DIR, the cloud's\n"
     "                     kb_dir: DIR/NAME.sqlite + DIR/NAME.json (version, SHA-256)\n"
     "      --dir DIR      where `switchboard cloud` serves it from (its kb_dir)\n"
@@ -59,7 +60,7 @@ typedef struct {
     const char *config, *kb, *name, *mode;
     const char *fts, *rerank_model, *rerank_prompt;
     const char *dir, *url, *edge_id, *secret_file, *ca_file;
-    int threads, top_k, quiet, json, misses, rerank_n;
+    int threads, top_k, quiet, json, misses, rerank_n, rerank_chat;
 } kb_args;
 
 static int usage_error(const char *fmt, const char *arg) {
@@ -270,7 +271,7 @@ static int cmd_eval(const kb_args *a, int n, char **files) {
     if (rc) return rc;
     kb_eval_opts eo = { .misses = a->misses, .rerank_n = a->rerank_n, .rerank_prompt = a->rerank_prompt };
     char err[SB_ERR_LEN];
-    if (a->rerank_model && sb_kb_reranker_open(a->rerank_model, a->threads ? a->threads : 2, &eo.reranker, err)) {
+    if (a->rerank_model && sb_kb_reranker_open(a->rerank_model, a->threads ? a->threads : 2, a->rerank_chat, &eo.reranker, err)) {
         fprintf(stderr, "kb eval: %s\n", err);
         rc = SB_EXIT_FAIL;
     }
@@ -338,7 +339,7 @@ static int kb_cmd_pull(const kb_args *a) {
 
 int sb_cmd_kb(int argc, char **argv) {
     enum { OPT_KB = 256, OPT_NAME, OPT_FTS, OPT_QUIET, OPT_MODE, OPT_JSON, OPT_MISSES, OPT_RR_MODEL, OPT_RR_N, OPT_RR_PROMPT,
-           OPT_DIR, OPT_URL, OPT_EDGE, OPT_SECRET, OPT_CA };
+           OPT_DIR, OPT_URL, OPT_EDGE, OPT_SECRET, OPT_CA, OPT_RR_CHAT };
     static const struct option opts[] = {
         { "config", required_argument, NULL, 'c' }, { "kb", required_argument, NULL, OPT_KB },
         { "threads", required_argument, NULL, 't' }, { "name", required_argument, NULL, OPT_NAME },
@@ -349,7 +350,7 @@ int sb_cmd_kb(int argc, char **argv) {
         { "rerank-prompt", required_argument, NULL, OPT_RR_PROMPT },
         { "dir", required_argument, NULL, OPT_DIR }, { "url", required_argument, NULL, OPT_URL },
         { "edge-id", required_argument, NULL, OPT_EDGE }, { "secret-file", required_argument, NULL, OPT_SECRET },
-        { "ca-file", required_argument, NULL, OPT_CA },
+        { "ca-file", required_argument, NULL, OPT_CA }, { "rerank-chat", no_argument, NULL, OPT_RR_CHAT },
         { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 },
     };
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
@@ -375,6 +376,7 @@ int sb_cmd_kb(int argc, char **argv) {
         case OPT_MISSES: a.misses = 1; break;
         case OPT_RR_MODEL: a.rerank_model = optarg; break;
         case OPT_RR_PROMPT: a.rerank_prompt = optarg; break;
+        case OPT_RR_CHAT: a.rerank_chat = 1; break;
         case OPT_DIR: a.dir = optarg; break;
         case OPT_URL: a.url = optarg; break;
         case OPT_EDGE: a.edge_id = optarg; break;

@@ -194,9 +194,10 @@ void sb_kb_hits_free(sb_kb_hit *h, size_t n);
  * same number as probs[0] for candidates {" yes", " no"}). A probability in
  * [0, 1], comparable across questions, unlike the RRF sum. */
 
-#define SB_KB_RERANK_PROMPT                                                                          \
-    "Question: {{query}}\nPassage: {{passage}}\n"                                                    \
-    "Does the passage answer the question? Answer yes or no.\nAnswer:"
+/* The passage first: measured better than the question first on the demo
+ * base (docs/KNOWLEDGE.md, "Evaluation"). */
+#define SB_KB_RERANK_PROMPT \
+    "Passage: {{passage}}\nQuestion: {{query}}\nDoes the passage answer the question? Answer:"
 #define SB_KB_RERANK_YES " yes"
 #define SB_KB_RERANK_NO  " no"
 
@@ -208,12 +209,20 @@ char  *sb_kb_rerank_prompt(const char *tmpl, const char *query, size_t qlen, con
 double sb_kb_rerank_prob(double lp_yes, double lp_no);
 /* Reorder h[0..n) by rerank, best first (stable: ties keep their order). */
 void   sb_kb_rerank_sort(sb_kb_hit *h, size_t n);
+/* Reorder h[0..n), given in the search's order with .rerank set, by
+ * reciprocal rank fusion of the two ranks (k = SB_KB_RERANK_RRF_K): the
+ * reranker moves a passage up or down, not from last to first on its own. */
+#define SB_KB_RERANK_RRF_K 60
+void   sb_kb_rerank_fuse(sb_kb_hit *h, size_t n);
 
 /* In-process reranker (kb eval): a decoder GGUF run by worker/sb_engine.h. */
 typedef struct sb_kb_reranker sb_kb_reranker;
-int  sb_kb_reranker_open(const char *gguf, int threads, sb_kb_reranker **out, char *err);
+/* chat: the prompt goes in as a user message of the model's chat template
+ * and the candidates are "yes" / "no" (the answer's first words). */
+int  sb_kb_reranker_open(const char *gguf, int threads, int chat, sb_kb_reranker **out, char *err);
 void sb_kb_reranker_close(sb_kb_reranker *r);           /* NULL ok */
-/* Score h[0..n) (sets .rerank) and reorder them. */
+/* Score h[0..n) (sets .rerank; the order is left to sb_kb_rerank_sort or
+ * sb_kb_rerank_fuse). */
 int  sb_kb_rerank(sb_kb_reranker *r, const char *tmpl, const char *query, size_t qlen, sb_kb_hit *h, size_t n,
                   char *err);
 

@@ -316,13 +316,13 @@ static int load_when(vctx *c, const sb_config_node *n, sb_pipeline *p, size_t id
     return 0;
 }
 
-/* rerank: {model, top_n, prompt} - a generative model of the config judges
+/* rerank: {model, top_n, prompt, chat, fuse} - a generative model of the config judges
  * each of the top_n passages (retrieve.c); min_score is then its P(yes). */
 static int load_rerank(vctx *c, const sb_config_node *n, sb_stage *s) {
-    static const char *const keys[] = { "model", "top_n", "prompt", NULL };
+    static const char *const keys[] = { "model", "top_n", "prompt", "chat", "fuse", NULL };
     const sb_config_node *v;
     int rc;
-    if (n->kind != SB_CFG_MAP) return FAIL(c, n, "%s.rerank: expected a mapping {model, top_n, prompt}", c->path);
+    if (n->kind != SB_CFG_MAP) return FAIL(c, n, "%s.rerank: expected a mapping {model, top_n, prompt, chat, fuse}", c->path);
     if ((rc = check_keys(c, n, keys))) return rc;
     if (!(v = sb_config_node_get(n, "model"))) return FAIL(c, n, "%s.rerank: missing 'model'", c->path);
     if ((rc = get_str(c, v, "rerank.model", &s->rerank_model))) return rc;
@@ -332,6 +332,8 @@ static int load_rerank(vctx *c, const sb_config_node *n, sb_stage *s) {
     if ((v = sb_config_node_get(n, "top_n")) && (rc = get_int(c, v, "rerank.top_n", 1, SB_PIPE_MAX_TOP_K, &k)))
         return rc;
     if (k < s->kb_top_k) return FAIL(c, v, "%s.rerank.top_n: must be at least top_k (%d)", c->path, s->kb_top_k);
+    if ((v = sb_config_node_get(n, "chat")) && (rc = get_bool(c, v, "rerank.chat", &s->rerank_chat))) return rc;
+    if ((v = sb_config_node_get(n, "fuse")) && (rc = get_bool(c, v, "rerank.fuse", &s->rerank_fuse))) return rc;
     s->rerank_top_n = (int)k;
     if ((v = sb_config_node_get(n, "prompt"))) {
         if ((rc = get_str(c, v, "rerank.prompt", &s->rerank_prompt))) return rc;

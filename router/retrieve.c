@@ -187,7 +187,8 @@ static void on_judged(void *arg, const sb_ipc_result *res) {
 static void rerank_next(rt_rr *rr) {
     char err[SB_ERR_LEN];
     if (rr->next >= rr->n) {
-        sb_kb_rerank_sort(rr->hits, rr->n);
+        if (rr->s->rerank_fuse) sb_kb_rerank_fuse(rr->hits, rr->n);
+        else sb_kb_rerank_sort(rr->hits, rr->n);
         rr->done(rr->arg, 0, NULL);
         return;
     }
@@ -198,15 +199,27 @@ static void rerank_next(rt_rr *rr) {
     int rc = !m ? sb_seterr(err, SB_EIO, "model '%s' is not configured in this router", rr->s->rerank_model)
              : !prompt || sb_mp_writer_new(&p) ? sb_seterr(err, SB_ENOMEM, "out of memory") : 0;
     if (!rc) {
-        /* The passage is agency text: never parsed for special tokens. */
-        sb_mp_map(p, 3);
-        sb_mp_str(p, "prompt");
-        sb_mp_strn(p, prompt, len);
-        sb_mp_kv_bool(p, "special", false);
+        /* The passage is agency text: never parsed for special tokens (a
+         * message's string content never is). In chat form the answer
+         * starts the assistant's turn: "yes", not " yes". */
+        bool chat = rr->s->rerank_chat;
+        sb_mp_map(p, chat ? 2 : 3);
+        if (chat) {
+            sb_mp_str(p, "messages");
+            sb_mp_array(p, 1);
+            sb_mp_map(p, 2);
+            sb_mp_kv_str(p, "role", "user");
+            sb_mp_str(p, "content");
+            sb_mp_strn(p, prompt, len);
+        } else {
+            sb_mp_str(p, "prompt");
+            sb_mp_strn(p, prompt, len);
+            sb_mp_kv_bool(p, "special", false);
+        }
         sb_mp_str(p, "candidates");
         sb_mp_array(p, 2);
-        sb_mp_str(p, SB_KB_RERANK_YES);
-        sb_mp_str(p, SB_KB_RERANK_NO);
+        sb_mp_str(p, SB_KB_RERANK_YES + chat);
+        sb_mp_str(p, SB_KB_RERANK_NO + chat);
         if (sb_mp_writer_status(p)) {
             rc = sb_seterr(err, SB_ENOMEM, "out of memory");
         } else {

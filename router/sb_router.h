@@ -121,6 +121,8 @@ typedef struct {
     char *rerank_model;             /* rerank: a generative model judging each passage; NULL: none */
     int rerank_top_n;               /* passages it judges (default 5; at least top_k) */
     char *rerank_prompt;            /* {{query}} and {{passage}}; NULL: SB_KB_RERANK_PROMPT */
+    bool rerank_chat;               /* the prompt as a user message of the model's chat template */
+    bool rerank_fuse;               /* order by RRF of the search's rank and P(yes)'s, not P(yes) alone */
 } sb_stage;
 
 typedef struct {

@@ -51,7 +51,7 @@ $(tool handoff not_found 'HANDOFF')
   rerank:
     cache: false
     stages:
-      - { name: docs, kind: retrieve, kb: pol, top_k: 1, min_score: 0, rerank: { model: judge, top_n: 3 } }
+      - { name: docs, kind: retrieve, kb: pol, top_k: 1, min_score: 0, rerank: { model: judge, top_n: 3, fuse: true } }
 $(tool answer found 'FOUND')
 $(tool handoff not_found 'HANDOFF')
   rrstrict:
@@ -61,7 +61,7 @@ $(tool handoff not_found 'HANDOFF')
         kind: retrieve
         kb: pol
         min_score: 1.01
-        rerank: { model: judge, prompt: "Q: {{query}} P: {{passage}} Relevant?" }
+        rerank: { model: judge, chat: true, prompt: "Q: {{query}} P: {{passage}} Relevant?" }
 $(tool answer found 'FOUND')
 $(tool handoff not_found 'HANDOFF')
   rrenc:

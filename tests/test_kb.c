@@ -384,7 +384,7 @@ static void test_rerank_helpers(void **state) {
     assert_int_equal(n, strlen(p));
     sb_free(p);
     p = sb_kb_rerank_prompt(NULL, "q", 1, &h[1], NULL);
-    assert_non_null(strstr(p, "Question: q\nPassage: B\n"));
+    assert_non_null(strstr(p, "Passage: B\nQuestion: q\n"));
     sb_free(p);
     assert_true(fabs(sb_kb_rerank_prob(log(0.75), log(0.25)) - 0.75) < 1e-12);
     assert_true(fabs(sb_kb_rerank_prob(-1000, -1000) - 0.5) < 1e-12);   /* no underflow */
@@ -392,6 +392,16 @@ static void test_rerank_helpers(void **state) {
     assert_string_equal(h[0].text, "B");
     assert_string_equal(h[1].text, "Bring the lease.");                 /* stable among ties */
     assert_string_equal(h[2].text, "C");
+    /* Fusion: search ranks 1..4, the reranker puts the last first: it
+     * rises to 2nd (ranks 4+1: RRF favours a first place in either list
+     * over s2's 2+3), not to 1st (s1: 1+2). */
+    sb_kb_hit f[4] = { { .text = "s1", .rerank = 0.5 }, { .text = "s2", .rerank = 0.3 },
+                       { .text = "s3", .rerank = 0.2 }, { .text = "s4", .rerank = 0.9 } };
+    sb_kb_rerank_fuse(f, 4);
+    assert_string_equal(f[0].text, "s1");
+    assert_string_equal(f[1].text, "s4");
+    assert_string_equal(f[2].text, "s2");
+    assert_string_equal(f[3].text, "s3");
 }
 
 /* Vectors of another embedder do not mix with the base's. */
