@@ -72,6 +72,9 @@ ask() { curl -s -m 10 "http://127.0.0.1:$port/v1/pipelines/ask" -d '{"input": "l
 
 it_expect 2 "--dir DIR is required" "$SB" kb publish -c "$tmp/pub.yaml"
 publish "Money arrives within five days."
+# Only the cloud's edges get it: unsigned requests are refused.
+[ "$(curl -s -o /dev/null -w '%{http_code}' "$CLOUD/v1/kb/pol/snapshot")" = 401 ] || fail "an unsigned GET was served"
+it_expect 1 "answered 401" "$SB" kb pull -c "$tmp/edge.yaml" --edge-id nobody
 grep -q "^published pol: version" "$tmp/pub.out" || fail "publish: $(cat "$tmp/pub.out")"
 [ "$(stat -c %a "$tmp/kbdir/pol.sqlite")" = 600 ] || fail "the published snapshot is not 0600"
 # The edge runtime (knowledge.pol.pull: true) pulls the base when it starts.

@@ -152,26 +152,23 @@ r = json.load(open(sys.argv[1]))
 assert r["stages"][0]["status"] == "ok" and r["stages"][0]["json"]["found"] is False, r
 assert r["output"] == "HANDOFF", r
 EOF
+# stage_fails PIPELINE INPUT MESSAGE: the retrieve stage fails with MESSAGE,
+# the run goes on and hands off.
+stage_fails() {
+    call "$1" "$2" > "$tmp/$1.json"
+    python3 - "$tmp/$1.json" "$3" <<'EOF' || fail "$1: $(cat "$tmp/$1.json")"
+import json, sys
+r = json.load(open(sys.argv[1]))
+docs = r["stages"][0]
+assert docs["status"] == "error" and sys.argv[2] in docs["error"], docs
+assert r["output"] == "HANDOFF", r
+EOF
+}
 # The judge is really asked: an encoder cannot judge, so the stage fails
-# (and the run hands off) instead of keeping the search's order.
-call rrenc "identity card for rent" > "$tmp/rre.json"
-python3 - "$tmp/rre.json" <<'EOF' || fail "rerank by an encoder: $(cat "$tmp/rre.json")"
-import json, sys
-r = json.load(open(sys.argv[1]))
-docs = r["stages"][0]
-assert docs["status"] == "error" and "rerank model 'e5'" in docs["error"], docs
-assert r["output"] == "HANDOFF", r
-EOF
-
-# A base nobody has added to yet: the stage fails, the run goes on and hands off.
-call nobase "rent" > "$tmp/nobase.json"
-python3 - "$tmp/nobase.json" <<'EOF' || fail "nobase: $(cat "$tmp/nobase.json")"
-import json, sys
-r = json.load(open(sys.argv[1]))
-docs = r["stages"][0]
-assert docs["status"] == "error" and "does not exist yet: run switchboard kb add" in docs["error"], docs
-assert r["output"] == "HANDOFF", r
-EOF
+# instead of keeping the search's order.
+stage_fails rrenc "identity card for rent" "rerank model 'e5'"
+# A base nobody has added to yet.
+stage_fails nobase "rent" "does not exist yet: run switchboard kb add"
 
 # The base changes under the running router: the next call sees it.
 printf '# Pets\n\nA dog licence costs twenty yuan.\n' > "$tmp/pets.md"
