@@ -570,7 +570,7 @@ static int start_tool(rt_run *run, const sb_stage *s, char *err) {
 static void on_retrieved(void *arg, int rc, const char *err) {
     rt_run *run = arg;
     stage_res *sr = &run->res[run->cur];
-    char e[SB_ERR_LEN];
+    char e[SB_ERR_LEN] = "";
     sb_jw text, json;
     sb_jw_init(&text);
     sb_jw_init(&json);
