@@ -93,6 +93,7 @@ typedef struct {
     char *embed_model;          /* names a local model of models: (an encoder) */
     int chunk_tokens;           /* [64, 510], default 200: one e5 window */
     int overlap;                /* [0, 128], default 32; < chunk_tokens */
+    bool pull;                  /* the router pulls it from cache.sync's cloud (docs/KNOWLEDGE.md "Sync") */
 } sb_config_kb;
 
 typedef struct {
