@@ -468,6 +468,9 @@ int sb_cmd_worker(int argc, char **argv) {
         sb_error("%s", err);
         return SB_EXIT_CONFIG;
     }
+    /* An encoder runs its embed jobs one at a time: say so, so the router
+     * sends it no more than that and its queue bound stays max_queue. */
+    if (w.encoder) w.parallel = 1;
     if (w.engine) {
         sb_engine_stats st;
         sb_engine_stats_get(w.engine, &st);
