@@ -9,8 +9,10 @@
 #   make bench      side-by-side benchmark against llama.cpp (see docs/PERFORMANCE.md)
 #   make models     install a real small instruct GGUF into models/
 #
-# Sources are found by wildcard: adding a .c file to a module directory is
-# enough. Files named *_avx2.c / *_avx512.c get their ISA flags only there; the
+# Sources are found by wildcard: adding a .c file to a module directory (or a
+# sub-folder of one, e.g. worker/engine/) is enough. Includes name their module
+# from the top ("worker/engine/sb_engine.h"), so the only -I is the root.
+# Files named *_avx2.c / *_avx512.c get their ISA flags only there; the
 # rest of the binary stays baseline x86-64 and picks kernels by CPUID at run time.
 
 CC      ?= cc
@@ -28,8 +30,9 @@ OPT     := -O2
 LDSAN   :=
 endif
 
-MODULES  := common worker worker/kernels ipc router cache kb supervisor
-INCLUDES := $(addprefix -I,$(MODULES))
+TOP      := common ipc worker cache kb router supervisor
+MODULES  := $(patsubst %/,%,$(sort $(dir $(shell find $(TOP) -name '*.c' 2>/dev/null))))
+INCLUDES := -I.
 WARN     := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter
 CFLAGS   ?=
 override CFLAGS += -std=c11 -g $(OPT) $(WARN) -D_GNU_SOURCE -pthread $(INCLUDES) \
@@ -89,7 +92,7 @@ $(CONSOLE_OBJ): $(BUILD)/gen/console_assets.c
 # Tests include tests/*.h (their shared harnesses): a change there rebuilds them.
 $(BUILD)/tests/%: tests/%.c $(LIB) $(wildcard tests/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Itests -o $@ $< $(LIB) $(TEST_LIBS) $(LDSAN) $(LDLIBS)
+	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(TEST_LIBS) $(LDSAN) $(LDLIBS)
 
 # The fuzz targets with a plain main() that replays files (tests/fuzz/replay.c):
 # built by the project's compiler and flags, run over their seeds by

@@ -7,7 +7,7 @@
  * right trade for a cache: losing an entry costs one recomputation, an fsync
  * per request would cost milliseconds.
  */
-#include "cache_internal.h"
+#include "cache/cache_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>

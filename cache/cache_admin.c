@@ -2,7 +2,7 @@
  * the operator's side of the cache (`switchboard cache ...`). None of these
  * is on a request's path, so statements are prepared per call.
  */
-#include "cache_internal.h"
+#include "cache/cache_internal.h"
 
 #include <errno.h>
 #include <sqlite3.h>

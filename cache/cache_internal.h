@@ -10,8 +10,8 @@
 #include <stdint.h>
 #include <stddef.h>
 
-#include "sb_cache.h"
-#include "sb_json.h"
+#include "cache/sb_cache.h"
+#include "common/sb_json.h"
 
 /* ------------------------------------------- NFC / NFKC tables (pinned) */
 extern const char     sb_nfkc_unicode_version[];

@@ -2,9 +2,9 @@
  * response cache (stats, list, get, purge, export, import, vacuum, check,
  * key) and the edge side of the cloud sync (sync).
  */
-#include "cache_internal.h"
-#include "sb_cmd.h"
-#include "sb_config.h"
+#include "cache/cache_internal.h"
+#include "common/sb_cmd.h"
+#include "common/sb_config.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -4,10 +4,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "sb_cmd.h"
-#include "sb_common.h"
-#include "sb_config.h"
-#include "sb_feedback.h"
+#include "common/sb_cmd.h"
+#include "common/sb_common.h"
+#include "common/sb_config.h"
+#include "cache/sb_feedback.h"
 
 static void usage(FILE *f) {
     fprintf(f, "usage: switchboard feedback export (-c CONFIG | --db PATH) [--pipeline NAME]\n\n"

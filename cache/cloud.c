@@ -7,13 +7,17 @@
  *
  *   POST   /v1/sync            signed by an edge (X-Edge-Id, X-Timestamp, X-Signature)
  *   DELETE /v1/entries/{key}   Authorization: Bearer ADMIN_TOKEN
+ *   GET    /v1/kb/{name}/manifest, /v1/kb/{name}/snapshot
+ *                              signed by an edge: a knowledge base published
+ *                              into kb_dir (`switchboard kb publish`)
  *   GET    /v1/health
  */
-#include "cloud_internal.h"
-#include "sb_net.h"
+#include "cache/cloud_internal.h"
+#include "common/sb_net.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <event2/buffer.h>
 #include <event2/event.h>
 #include <event2/http.h>
@@ -24,6 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <time.h>
 
 #define MAX_EDGES      4096
@@ -33,6 +39,7 @@ typedef struct { char *id, *secret; } edge_secret;
 
 typedef struct {
     char        *listen, *database, *admin_token;
+    char        *kb_dir;            /* published knowledge bases; NULL: none served */
     int64_t      push_threshold;    /* fleet-wide asks before an entry is pushed */
     int64_t      max_body_mb;
     edge_secret *edges;
@@ -62,7 +69,7 @@ static char *unquote(char *v) {
 }
 
 static void free_config(cloud_config *c) {
-    sb_free(c->listen); sb_free(c->database); sb_free(c->admin_token);
+    sb_free(c->listen); sb_free(c->database); sb_free(c->admin_token); sb_free(c->kb_dir);
     for (size_t i = 0; i < c->n_edges; i++) { sb_free(c->edges[i].id); sb_free(c->edges[i].secret); }
     sb_free(c->edges);
     memset(c, 0, sizeof *c);
@@ -108,6 +115,7 @@ static int load_config(const char *path, cloud_config *c, char *err) {
         else if (!strcmp(key, "listen")) rc = set_str(&c->listen, val);
         else if (!strcmp(key, "database")) rc = set_str(&c->database, val);
         else if (!strcmp(key, "admin_token")) rc = set_str(&c->admin_token, val);
+        else if (!strcmp(key, "kb_dir")) rc = set_str(&c->kb_dir, val);
         else if (!strcmp(key, "push_threshold") || !strcmp(key, "max_body_mb")) {
             char *end;
             long long n = strtoll(val, &end, 10);
@@ -116,7 +124,7 @@ static int load_config(const char *path, cloud_config *c, char *err) {
             *(key[0] == 'p' ? &c->push_threshold : &c->max_body_mb) = n;
         } else {
             rc = sb_seterr(err, SB_EINVAL, "%s:%d: unknown key '%s' (listen, database, "
-                           "admin_token, push_threshold, max_body_mb, edges)", path, lineno, key);
+                           "admin_token, push_threshold, max_body_mb, kb_dir, edges)", path, lineno, key);
         }
     }
     fclose(f);
@@ -230,6 +238,106 @@ static void handle_delete(cloud *cl, struct evhttp_request *req, const char *key
     reply_json(req, 200, "OK", body, (size_t)n);
 }
 
+/* ------------------------------------------------ published knowledge bases */
+
+/* A published base's name: what `kb publish` accepts, and nothing that can
+ * leave kb_dir. */
+static int kb_name_ok(const char *s, size_t n) {
+    if (!n || n > 64) return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9') ||
+              s[i] == '_' || s[i] == '-'))
+            return 0;
+    return 1;
+}
+
+/* The manifest `kb publish` wrote (version, sha256, bytes), with the MAC
+ * for the asking edge: the edge checks it with its own secret, then the
+ * snapshot against the SHA-256 it names. */
+static void kb_manifest(cloud *cl, struct evhttp_request *req, const char *edge, const char *dir, const char *name) {
+    char path[4096], why[SB_ERR_LEN];
+    snprintf(path, sizeof path, "%s/%s.json", dir, name);
+    char *text = NULL;
+    size_t len = 0;
+    sb_json_doc *j = NULL;
+    const char *version, *sha;
+    int64_t bytes, published = 0;
+    if (sb_read_file(path, 1 << 16, &text, &len, why)) {
+        reply_error(cl, req, 404, "Not Found", "no knowledge base published under that name");
+    } else if (sb_json_parse(text, len, &j, why) || sbc_json_str(sb_json_root(j), "version", &version) ||
+               sbc_json_str(sb_json_root(j), "sha256", &sha) || sbc_json_int(sb_json_root(j), "bytes", &bytes)) {
+        reply_error(cl, req, 500, "Internal Server Error", "the published manifest is unreadable");
+    } else {
+        sbc_json_int(sb_json_root(j), "published_s", &published);
+        char mac[SB_CACHE_KEY_HEX];
+        sb_cloud_file_mac(find_secret(cl, edge), name, version, sha, bytes, mac);
+        sb_jw b = { 0 };
+        sb_jw_raw(&b, "{\"name\":", 8);
+        sb_jw_str(&b, name);
+        sb_jw_raw(&b, ",\"version\":", 11);
+        sb_jw_str(&b, version);
+        sb_jw_raw(&b, ",\"sha256\":", 10);
+        sb_jw_str(&b, sha);
+        sb_jw_rawf(&b, ",\"bytes\":%lld,\"published_s\":%lld,\"mac\":\"%s\"}", (long long)bytes,
+                   (long long)published, mac);
+        if (b.oom) reply_error(cl, req, 503, "Service Unavailable", "out of memory");
+        else reply_json(req, 200, "OK", b.p, b.len);
+        sb_jw_free(&b);
+    }
+    sb_json_doc_free(j);
+    sb_free(text);
+}
+
+static void kb_snapshot(cloud *cl, struct evhttp_request *req, const char *dir, const char *name) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s.sqlite", dir, name);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st)) {
+        if (fd >= 0) close(fd);
+        reply_error(cl, req, 404, "Not Found", "no knowledge base published under that name");
+        return;
+    }
+    struct evbuffer *out = evbuffer_new();
+    /* evbuffer_add_file owns fd from here, also when it fails. */
+    if (!out || evbuffer_add_file(out, fd, 0, st.st_size)) {
+        if (!out) close(fd);
+        if (out) evbuffer_free(out);
+        reply_error(cl, req, 503, "Service Unavailable", "cannot read the snapshot");
+        return;
+    }
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/octet-stream");
+    evhttp_send_reply(req, 200, "OK", out);
+    evbuffer_free(out);
+}
+
+/* GET /v1/kb/NAME/{manifest,snapshot}?nonce=N, signed over that whole URI
+ * (the nonce makes each request's signature new, so the replay check does
+ * not refuse a second pull within the same second). */
+static void handle_kb(cloud *cl, struct evhttp_request *req, const char *uri) {
+    const char *rest = uri + 7, *slash = strchr(rest, '/');
+    size_t qn = strcspn(uri, "?");
+    char why[SB_ERR_LEN] = "", name[65];
+    const char *edge = NULL;
+    if (evhttp_request_get_command(req) != EVHTTP_REQ_GET) {
+        reply_error(cl, req, 405, "Method Not Allowed", "GET /v1/kb/{name}/manifest or /snapshot");
+        return;
+    }
+    if (!cl->cfg.kb_dir) { reply_error(cl, req, 404, "Not Found", "this cloud publishes no knowledge base"); return; }
+    int rc = authenticate(cl, req, uri, strlen(uri), &edge, why);
+    if (rc == SB_EIO) { reply_error(cl, req, 503, "Service Unavailable", why); return; }
+    if (rc) { reply_error(cl, req, 401, "Unauthorized", why); return; }
+    if (!slash || !kb_name_ok(rest, (size_t)(slash - rest))) {
+        reply_error(cl, req, 400, "Bad Request", "bad knowledge base name");
+        return;
+    }
+    snprintf(name, sizeof name, "%.*s", (int)(slash - rest), rest);
+    size_t what = qn - (size_t)(slash + 1 - uri);
+    if (what == 8 && !strncmp(slash + 1, "manifest", 8)) kb_manifest(cl, req, edge, cl->cfg.kb_dir, name);
+    else if (what == 8 && !strncmp(slash + 1, "snapshot", 8)) kb_snapshot(cl, req, cl->cfg.kb_dir, name);
+    else reply_error(cl, req, 404, "Not Found", "unknown path");
+}
+
 static void on_request(struct evhttp_request *req, void *arg) {
     cloud *cl = arg;
     cl->requests++;
@@ -241,6 +349,8 @@ static void on_request(struct evhttp_request *req, void *arg) {
     } else if (!strncmp(uri, "/v1/entries/", 12)) {
         if (m == EVHTTP_REQ_DELETE) handle_delete(cl, req, uri + 12);
         else reply_error(cl, req, 405, "Method Not Allowed", "DELETE /v1/entries/{key}");
+    } else if (!strncmp(uri, "/v1/kb/", 7)) {
+        handle_kb(cl, req, uri);
     } else if (!strcmp(uri, "/v1/health")) {
         char body[128];
         int n = snprintf(body, sizeof body, "{\"ok\":true,\"requests\":%lld,\"rejected\":%lld}",
@@ -264,9 +374,11 @@ static void usage(FILE *f) {
         "usage: switchboard cloud -c FILE [--listen HOST:PORT] [--database DSN] [--port-file F]\n\n"
         "The cloud tier of the response cache: edges sync hit counts and entries\n"
         "with it (POST /v1/sync), operators purge keys fleet-wide\n"
-        "(DELETE /v1/entries/KEY). State lives in PostgreSQL. See docs/cache-sync.md.\n\n"
+        "(DELETE /v1/entries/KEY), and it serves the knowledge bases published into\n"
+        "kb_dir (`switchboard kb publish`) to the same edges (GET /v1/kb/NAME/...).\n"
+        "State lives in PostgreSQL. See docs/cache-sync.md and docs/KNOWLEDGE.md.\n\n"
         "  -c FILE         config: listen, database, admin_token, push_threshold,\n"
-        "                  max_body_mb, edges: {EDGE_ID: SECRET, ...}\n"
+        "                  max_body_mb, kb_dir, edges: {EDGE_ID: SECRET, ...}\n"
         "  --listen A      override listen (port 0 picks a free port)\n"
         "  --database DSN  override the libpq connection string\n"
         "  --port-file F   write the bound port to F once listening (for scripts)\n");

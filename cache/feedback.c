@@ -14,8 +14,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "sb_common.h"
-#include "sb_feedback.h"
+#include "common/sb_common.h"
+#include "cache/sb_feedback.h"
 
 struct sb_feedback {
     sqlite3 *db;

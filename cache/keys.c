@@ -1,9 +1,10 @@
 /* keys.c - cache keys, model fingerprints and request signatures. */
-#include "cache_internal.h"
-#include "sb_gguf.h"
+#include "cache/cache_internal.h"
+#include "worker/gguf/sb_gguf.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -200,6 +201,18 @@ int sb_cache_fingerprint_file(const char *path, unsigned flags, char out[SB_CACH
 }
 
 /* ------------------------------------------------------------ signatures */
+
+void sb_cloud_file_mac(const char *secret, const char *name, const char *version, const char *sha256,
+                       int64_t bytes, char out[SB_CACHE_KEY_HEX]) {
+    char n[24];
+    snprintf(n, sizeof n, "%lld", (long long)bytes);
+    const void *parts[] = { "sb-file\n", name, "\n", version, "\n", sha256, "\n", n };
+    size_t lens[8];
+    for (int i = 0; i < 8; i++) lens[i] = strlen(parts[i]);
+    uint8_t mac[SB_SHA256_LEN];
+    sb_hmac_sha256_parts(secret, strlen(secret), 8, parts, lens, mac);
+    sb_hex_encode(mac, sizeof mac, out);
+}
 
 void sbc_sign(const char *secret, const char *timestamp, const void *body, size_t len,
               char out[SB_CACHE_KEY_HEX]) {

@@ -13,7 +13,7 @@
  * tools/gen_nfkc.py, Hangul by arithmetic), canonical ordering by combining
  * class, then canonical composition of primary composites.
  */
-#include "cache_internal.h"
+#include "cache/cache_internal.h"
 
 #include <string.h>
 

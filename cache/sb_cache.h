@@ -30,7 +30,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "sb_common.h"
+#include "common/sb_common.h"
 
 /* ============================================================ hashing */
 
@@ -257,5 +257,30 @@ typedef struct {
  * and the cursor advanced in one transaction. SB_EIO: network or HTTP error;
  * SB_EINVAL: rejected (401/400) - the message says which. */
 int sb_cache_sync(sb_cache *c, const sb_cache_sync_opts *o, sb_cache_sync_result *res, char *err);
+
+/* ================================================ files the cloud publishes
+ *
+ * The cloud tier also serves files an operator published there (knowledge
+ * base snapshots: `switchboard kb publish` / `kb pull`, docs/KNOWLEDGE.md),
+ * to the same edges, with the same credentials and transport as the sync. */
+
+typedef struct {
+    const char *url, *edge_id, *secret;  /* as for sb_cache_sync */
+    const char *ca_file;                 /* NULL = system store */
+    int         timeout_ms;              /* the whole request; 0 = 60000 */
+} sb_cloud_peer;
+
+/* GET url + path, signed as a sync is (X-Edge-Id, X-Timestamp, X-Signature;
+ * a fresh nonce in the query makes every request's signature new). 200 only:
+ * any other status is SB_EINVAL (401, 404) or SB_EIO, with the cloud's
+ * message. *body is sb_malloc'ed and NUL-terminated (*len excludes it). */
+int  sb_cloud_get(const sb_cloud_peer *p, const char *path, char **body, size_t *len, char *err);
+
+/* The MAC a manifest of a published file carries for one edge:
+ * hex HMAC-SHA256(secret, "sb-file\n" NAME "\n" VERSION "\n" SHA256 "\n" BYTES).
+ * The cloud computes it with the edge's secret; the edge recomputes and
+ * compares (sb_ct_equal) before it trusts the SHA-256 it names. */
+void sb_cloud_file_mac(const char *secret, const char *name, const char *version, const char *sha256,
+                       int64_t bytes, char out[SB_CACHE_KEY_HEX]);
 
 #endif

@@ -12,7 +12,7 @@
  * a failed malloc in Redis: logged and fatal, so that every key function
  * keeps its can't-fail contract.
  */
-#include "sb_cache.h"
+#include "cache/sb_cache.h"
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>

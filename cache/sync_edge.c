@@ -13,7 +13,7 @@
  *      state, and the retry gets the same reply again (the cursor did not move).
  * Rounds repeat while the cloud says there is more or deltas remain.
  */
-#include "cache_internal.h"
+#include "cache/cache_internal.h"
 
 #include <sqlite3.h>
 #include <stdio.h>
@@ -243,19 +243,29 @@ sqlfail:
 /* Every attempt gets a fresh nonce in the body, so its signature is new: an
  * honest retry of a stored batch within the same second is never taken for
  * a replay, while the sync_id still makes the retry a no-op at the cloud. */
+/* The headers that authenticate a request: body is what the signature
+ * covers (the POST body, or for a GET its path with the nonce). */
+static int sign_headers(const char *edge_id, const char *secret, const void *body, size_t len, char *headers,
+                        size_t cap, char *err) {
+    char ts[24], sig[SB_CACHE_KEY_HEX];
+    if (strpbrk(edge_id, "\r\n")) return sb_seterr(err, SB_EINVAL, "sync: bad edge id");
+    snprintf(ts, sizeof ts, "%lld", (long long)time(NULL));
+    sbc_sign(secret, ts, body, len, sig);
+    snprintf(headers, cap, "X-Edge-Id: %s\r\nX-Timestamp: %s\r\nX-Signature: %s\r\n", edge_id, ts, sig);
+    return SB_OK;
+}
+
 static int send_batch(const sb_cache_sync_opts *o, const batch *b, sbc_http_reply *reply, char *err) {
-    char ts[24], sig[SB_CACHE_KEY_HEX], headers[512], nonce[33];
+    char headers[512], nonce[33];
     if (strpbrk(o->edge_id, "\r\n")) return sb_seterr(err, SB_EINVAL, "sync: bad edge id");
     if (new_sync_id(nonce)) return sb_seterr(err, SB_EIO, "getrandom failed");
     sb_jw body = { 0 };
     sb_jw_rawf(&body, "{\"nonce\":\"%s\",", nonce);
     sb_jw_raw(&body, b->body.p + 1, b->body.len - 1);     /* the stored object minus '{' */
     if (body.oom) { sb_jw_free(&body); return sb_seterr(err, SB_ENOMEM, "sync: out of memory"); }
-    snprintf(ts, sizeof ts, "%lld", (long long)time(NULL));
-    sbc_sign(o->secret, ts, body.p, body.len, sig);
-    snprintf(headers, sizeof headers, "X-Edge-Id: %s\r\nX-Timestamp: %s\r\nX-Signature: %s\r\n",
-             o->edge_id, ts, sig);
-    int rc = sbc_http_request("POST", o->url, "/v1/sync", headers, body.p, body.len,
+    int rc = sign_headers(o->edge_id, o->secret, body.p, body.len, headers, sizeof headers, err);
+    if (!rc)
+        rc = sbc_http_request("POST", o->url, "/v1/sync", headers, body.p, body.len,
                               o->timeout_ms > 0 ? o->timeout_ms : 10000, o->ca_file, reply, err);
     sb_jw_free(&body);
     return rc;
@@ -313,4 +323,35 @@ int sb_cache_sync(sb_cache *c, const sb_cache_sync_opts *o, sb_cache_sync_result
         if (!more && !more_local) return SB_OK;
     }
     return sb_seterr(err, SB_EIO, "sync: still more after %d rounds", MAX_ROUNDS);
+}
+
+int sb_cloud_get(const sb_cloud_peer *p, const char *path, char **body, size_t *len, char *err) {
+    *body = NULL;
+    *len = 0;
+    if (!p || !p->url || !p->edge_id || !*p->edge_id || !p->secret || !*p->secret)
+        return sb_seterr(err, SB_EINVAL, "cloud: url, edge id and secret are required");
+    char nonce[33], headers[512];
+    if (new_sync_id(nonce)) return sb_seterr(err, SB_EIO, "getrandom failed");
+    sb_jw full = { 0 };
+    sb_jw_rawf(&full, "%s?nonce=%s", path, nonce);
+    if (full.oom) return sb_seterr(err, SB_ENOMEM, "cloud: out of memory");
+    sbc_http_reply reply = { 0 };
+    int rc = sign_headers(p->edge_id, p->secret, full.p, full.len, headers, sizeof headers, err);
+    if (!rc)
+        rc = sbc_http_request("GET", p->url, full.p, headers, NULL, 0, p->timeout_ms > 0 ? p->timeout_ms : 60000,
+                              p->ca_file, &reply, err);
+    sb_jw_free(&full);
+    if (!rc && reply.status != 200)
+        rc = sb_seterr(err, reply.status == 401 || reply.status == 404 || reply.status == 400 ? SB_EINVAL : SB_EIO,
+                       "cloud: GET %s%s answered %d: %.160s", p->url, path, reply.status,
+                       reply.body.p ? reply.body.p : "");
+    if (!rc) sb_jw_raw(&reply.body, "", 1);             /* NUL-terminated for the caller */
+    if (!rc && reply.body.oom) rc = sb_seterr(err, SB_ENOMEM, "cloud: out of memory");
+    if (rc) {
+        sb_jw_free(&reply.body);
+        return rc;
+    }
+    *body = reply.body.p;
+    *len = reply.body.len - 1;
+    return SB_OK;
 }

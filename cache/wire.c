@@ -3,7 +3,7 @@
  * object. Parsing itself is common/json.c's strict reader: the input
  * arrives over the network, and one reader means one set of rules.
  */
-#include "cache_internal.h"
+#include "cache/cache_internal.h"
 
 #include <math.h>
 #include <stdarg.h>

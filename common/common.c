@@ -1,5 +1,5 @@
 /* common.c - errors, logging, allocation and clocks (see sb_common.h). */
-#include "sb_common.h"
+#include "common/sb_common.h"
 
 #include <errno.h>
 #include <stdio.h>

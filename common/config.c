@@ -7,8 +7,8 @@
  * error names the file, line and column of the offending node and the dotted
  * key path, so a config can be fixed without reading this file.
  */
-#include "sb_config.h"
-#include "sb_net.h"
+#include "common/sb_config.h"
+#include "common/sb_net.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -576,7 +576,8 @@ static int load_console(ctx *c, const sb_config_node *cn) {
  * GGUF is an encoder is checked by `kb` when it opens it (the loader does
  * not read model files). */
 static int load_kb(ctx *c, const sb_config_node *key, const sb_config_node *v, sb_config_kb *k) {
-    static const char *const keys[] = { "path", "embed_model", "chunk_tokens", "overlap", NULL };
+    static const char *const keys[] = { "path", "embed_model", "chunk_tokens", "overlap", "pull", NULL };
+    static const char *const bools[] = { "false", "true", NULL };
     char what[SB_CONFIG_MAX_NAME + 16];
     snprintf(what, sizeof what, "knowledge.%s", key->value);
     *k = (sb_config_kb){ .line = key->line, .col = key->col, .chunk_tokens = 200, .overlap = 32 };
@@ -584,8 +585,9 @@ static int load_kb(ctx *c, const sb_config_node *key, const sb_config_node *v, s
     if (!valid_name(key->value, SB_CONFIG_MAX_NAME))
         return FAIL(c, key, "knowledge: name '%s' must be 1-%d characters of A-Z a-z 0-9 _ -",
                     key->value, SB_CONFIG_MAX_NAME);
-    int rc;
+    int rc, pull = 0;
     if ((rc = want_map(c, v, what)) || (rc = check_keys(c, v, what, keys)) ||
+        (rc = get_enum(c, v, what, "pull", bools, &pull)) ||
         (rc = get_path(c, v, what, "path", false, &k->path, NULL)) ||
         (rc = get_str(c, v, what, "embed_model", &k->embed_model)) ||
         (rc = get_int(c, v, what, "chunk_tokens", 64, 510, &k->chunk_tokens)) ||
@@ -600,6 +602,9 @@ static int load_kb(ctx *c, const sb_config_node *key, const sb_config_node *v, s
     if (k->overlap >= k->chunk_tokens)
         return FAIL(c, sb_config_node_get(v, "overlap"), "%s.overlap: %d must be less than chunk_tokens (%d)",
                     what, k->overlap, k->chunk_tokens);
+    /* pulled from the cloud of cache.sync (loaded before this section) */
+    if ((k->pull = pull) && !c->cfg->cache.sync.url)
+        return FAIL(c, sb_config_node_get(v, "pull"), "%s.pull: needs cache.sync (the cloud to pull from)", what);
     return 0;
 }
 

@@ -12,9 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sb_json.h"
-#include "sb_common.h"
-#include "sb_utf8.h"
+#include "common/sb_json.h"
+#include "common/sb_common.h"
+#include "common/sb_utf8.h"
 
 struct sb_json {
     sb_json_type type;

@@ -7,13 +7,13 @@
  * the host limited to what getaddrinfo takes - not percent escapes or the
  * sub-delimiters RFC 3986 allows in a reg-name.
  */
-#include "sb_net.h"
+#include "common/sb_net.h"
 
 #include <event2/http.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "sb_common.h"
+#include "common/sb_common.h"
 
 static bool host_chars_ok(const char *h) {
     if (!*h) return false;

@@ -7,16 +7,16 @@
 #ifndef SB_CMD_H
 #define SB_CMD_H
 
-int sb_cmd_inspect(int argc, char **argv);   /* worker/cli_inspect.c */
-int sb_cmd_tokenize(int argc, char **argv);  /* worker/cli_tokenize.c */
-int sb_cmd_logits(int argc, char **argv);    /* worker/cli_engine.c */
-int sb_cmd_generate(int argc, char **argv);  /* worker/cli_engine.c */
-int sb_cmd_bench(int argc, char **argv);     /* worker/cli_engine.c */
-int sb_cmd_bench_batch(int argc, char **argv); /* worker/cli_bench_batch.c: bench --parallel */
-int sb_cmd_perplexity(int argc, char **argv); /* worker/cli_perplexity.c */
-int sb_cmd_quantize(int argc, char **argv);  /* worker/cli_quantize.c */
-int sb_cmd_embed(int argc, char **argv);     /* worker/cli_embed.c */
-int sb_cmd_convert_e5(int argc, char **argv); /* worker/cli_embed.c */
+int sb_cmd_inspect(int argc, char **argv);   /* worker/cli/cli_inspect.c */
+int sb_cmd_tokenize(int argc, char **argv);  /* worker/cli/cli_tokenize.c */
+int sb_cmd_logits(int argc, char **argv);    /* worker/cli/cli_engine.c */
+int sb_cmd_generate(int argc, char **argv);  /* worker/cli/cli_engine.c */
+int sb_cmd_bench(int argc, char **argv);     /* worker/cli/cli_engine.c */
+int sb_cmd_bench_batch(int argc, char **argv); /* worker/cli/cli_bench_batch.c: bench --parallel */
+int sb_cmd_perplexity(int argc, char **argv); /* worker/cli/cli_perplexity.c */
+int sb_cmd_quantize(int argc, char **argv);  /* worker/cli/cli_quantize.c */
+int sb_cmd_embed(int argc, char **argv);     /* worker/cli/cli_embed.c */
+int sb_cmd_convert_e5(int argc, char **argv); /* worker/cli/cli_embed.c */
 int sb_cmd_worker(int argc, char **argv);    /* worker/serve.c */
 int sb_cmd_cache(int argc, char **argv);     /* cache/cli_cache.c */
 int sb_cmd_feedback(int argc, char **argv);  /* cache/cli_feedback.c */

@@ -17,7 +17,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include "sb_common.h"
+#include "common/sb_common.h"
 
 #define SB_CONFIG_MAX_BYTES   (4u << 20)    /* a config is a few KB; refuse junk early */
 #define SB_CONFIG_MAX_DEPTH   64
@@ -93,6 +93,7 @@ typedef struct {
     char *embed_model;          /* names a local model of models: (an encoder) */
     int chunk_tokens;           /* [64, 510], default 200: one e5 window */
     int overlap;                /* [0, 128], default 32; < chunk_tokens */
+    bool pull;                  /* the router pulls it from cache.sync's cloud (docs/KNOWLEDGE.md "Sync") */
 } sb_config_kb;
 
 typedef struct {

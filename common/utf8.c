@@ -1,7 +1,7 @@
 /* utf8.c - UTF-8 code points in and out (sb_utf8.h). */
-#include "sb_utf8.h"
+#include "common/sb_utf8.h"
 
-#include "sb_common.h"
+#include "common/sb_common.h"
 
 size_t sb_utf8_len(uint8_t lead) {
     static const uint8_t by_high_nibble[16] = { 1,1,1,1,1,1,1,1, 1,1,1,1, 2,2, 3, 4 };

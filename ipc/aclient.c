@@ -10,7 +10,7 @@
  * `depth` counts our frames on the stack and a free requested inside one is
  * carried out when the outermost returns.
  */
-#include "sb_ipc.h"
+#include "ipc/sb_ipc.h"
 
 #include <errno.h>
 #include <event2/buffer.h>

@@ -6,7 +6,7 @@
  * a call that timed out, the answer to our own cancel) are skipped by id, so
  * a timeout does not poison the connection.
  */
-#include "sb_ipc.h"
+#include "ipc/sb_ipc.h"
 
 #include <errno.h>
 #include <poll.h>

@@ -5,7 +5,7 @@
  * before buffering or allocating anything for it. Everything after the
  * header is handed to sb_mp_decode, which validates before it allocates.
  */
-#include "sb_ipc.h"
+#include "ipc/sb_ipc.h"
 
 #include <event2/buffer.h>
 #include <string.h>

@@ -7,7 +7,7 @@
  * elements really are in the buffer; only then does msgpack-c decode it, and
  * its allocations are bounded by SB_MP_MAX_OBJECTS * sizeof(msgpack_object).
  */
-#include "sb_ipc.h"
+#include "ipc/sb_ipc.h"
 
 #include <math.h>
 #include <msgpack.h>

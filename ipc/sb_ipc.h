@@ -23,7 +23,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include "sb_common.h"
+#include "common/sb_common.h"
 
 struct event_base;
 struct evbuffer;

@@ -18,7 +18,7 @@
  * its data (the read loop, the hub drain): we mark it dead and let close_ev
  * do the work from a clean stack.
  */
-#include "sb_ipc.h"
+#include "ipc/sb_ipc.h"
 
 #include <errno.h>
 #include <event2/buffer.h>

@@ -8,7 +8,7 @@
  * with it and embedded with it), and two sections under one heading would
  * mislabel half the chunk.
  */
-#include "kb_internal.h"
+#include "kb/kb_internal.h"
 
 #include <string.h>
 

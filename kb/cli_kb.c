@@ -5,10 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kb_internal.h"
-#include "sb_cmd.h"
-#include "sb_config.h"
-#include "sb_json.h"
+#include "kb/kb_internal.h"
+#include "common/sb_cmd.h"
+#include "common/sb_config.h"
+#include "common/sb_json.h"
 
 #define PROGRESS_EVERY_S 2.0    /* a long file reports this often while it is embedded */
 
@@ -37,6 +37,18 @@ static const char *const usage_text =
     "  eval FILE.tsv      recall@1/3/5, MRR and latency of each mode over labelled\n"
     "                     questions (query<TAB>expected source per line, # comments)\n"
     "      --misses       print the questions each mode missed in its top 5\n"
+    "      --rerank-model GGUF  also measure hybrid + rerank: a decoder model judges\n"
+    "                     each of the top N passages (label likelihood, in-process)\n"
+    "      --rerank-top-n N  passages reranked per question (default 5)\n"
+    "      --rerank-prompt T  the prompt, with {{query}} and {{passage}}\n"
+    "      --rerank-chat  the prompt as a user message of the model's chat template\n"
+    "  publish            (cloud side) snapshot the base into --dir DIR, the cloud's\n"
+    "                     kb_dir: DIR/NAME.sqlite + DIR/NAME.json (version, SHA-256)\n"
+    "      --dir DIR      where `switchboard cloud` serves it from (its kb_dir)\n"
+    "  pull               (edge side) fetch the version the cloud publishes, check its\n"
+    "                     MAC, SHA-256 and version, and swap it in atomically; the\n"
+    "                     cloud and credentials are the config's cache.sync\n"
+    "      --url URL --edge-id ID --secret-file F --ca-file F   override cache.sync\n"
     "\n"
     "common options:\n"
     "  -c, --config FILE  the YAML config (required)\n"
@@ -46,8 +58,9 @@ static const char *const usage_text =
 
 typedef struct {
     const char *config, *kb, *name, *mode;
-    const char *fts;
-    int threads, top_k, quiet, json, misses;
+    const char *fts, *rerank_model, *rerank_prompt;
+    const char *dir, *url, *edge_id, *secret_file, *ca_file;
+    int threads, top_k, quiet, json, misses, rerank_n, rerank_chat;
 } kb_args;
 
 static int usage_error(const char *fmt, const char *arg) {
@@ -59,7 +72,8 @@ static int usage_error(const char *fmt, const char *arg) {
 
 /* --------------------------------------------------------- opening a base */
 
-static int open_kb(const kb_args *a, int create, int need_encoder, sb_kb **out) {
+/* The config and the base --kb names (or its only one). */
+static int find_kb(const kb_args *a, sb_config **cfg_out, const sb_config_kb **out) {
     char err[SB_ERR_LEN] = "";
     sb_config *cfg = NULL;
     int rc = sb_config_load(a->config, &cfg, err);
@@ -75,6 +89,17 @@ static int open_kb(const kb_args *a, int create, int need_encoder, sb_kb **out) 
         sb_config_free(cfg);
         return SB_EXIT_CONFIG;
     }
+    *cfg_out = cfg;
+    *out = k;
+    return 0;
+}
+
+static int open_kb(const kb_args *a, int create, int need_encoder, sb_kb **out) {
+    char err[SB_ERR_LEN] = "";
+    sb_config *cfg = NULL;
+    const sb_config_kb *k = NULL;
+    int rc = find_kb(a, &cfg, &k);
+    if (rc) return rc;
     const sb_config_model *m = sb_config_find_model(cfg, k->embed_model);
     int fts = a->fts ? kb_fts_parse(a->fts) : SB_KB_FTS_BIGRAM;
     if (fts < 0) { sb_config_free(cfg); return usage_error("unknown --fts '%s' (bigram, trigram, unicode61)", a->fts); }
@@ -244,19 +269,88 @@ static int cmd_eval(const kb_args *a, int n, char **files) {
     sb_kb *kb;
     int rc = open_kb(a, 0, 1, &kb);
     if (rc) return rc;
-    rc = kb_eval_run(kb, files[0], a->misses);
+    kb_eval_opts eo = { .misses = a->misses, .rerank_n = a->rerank_n, .rerank_prompt = a->rerank_prompt };
+    char err[SB_ERR_LEN];
+    if (a->rerank_model && sb_kb_reranker_open(a->rerank_model, a->threads ? a->threads : 2, a->rerank_chat, &eo.reranker, err)) {
+        fprintf(stderr, "kb eval: %s\n", err);
+        rc = SB_EXIT_FAIL;
+    }
+    if (!rc) rc = kb_eval_run(kb, files[0], &eo);
+    sb_kb_reranker_close(eo.reranker);
     sb_kb_close(kb);
     return rc;
 }
 
+/* ------------------------------------------------------- publish, pull */
+
+static int kb_cmd_publish(const kb_args *a) {
+    if (!a->dir) return usage_error("%spublish: --dir DIR is required (the cloud's kb_dir)", "");
+    sb_kb *kb;
+    int rc = open_kb(a, 0, 0, &kb);
+    if (rc) return rc;
+    sb_config *cfg = NULL;
+    const sb_config_kb *k = NULL;
+    if ((rc = find_kb(a, &cfg, &k))) { sb_kb_close(kb); return rc; }
+    char err[SB_ERR_LEN];
+    sb_kb_published p;
+    rc = sb_kb_publish(kb, a->dir, k->name, &p, err);
+    if (rc) fprintf(stderr, "kb publish %s: %s\n", k->name, err);
+    else printf("published %s: version %.16s, %lld bytes, sha256 %s, in %s\n", k->name, p.version,
+                (long long)p.bytes, p.sha256, a->dir);
+    sb_config_free(cfg);
+    sb_kb_close(kb);
+    return rc ? SB_EXIT_FAIL : SB_EXIT_OK;
+}
+
+static int kb_cmd_pull(const kb_args *a) {
+    sb_config *cfg = NULL;
+    const sb_config_kb *k = NULL;
+    int rc = find_kb(a, &cfg, &k);
+    if (rc) return rc;
+    sb_cloud_peer peer = { .url = a->url ? a->url : cfg->cache.sync.url,
+                           .edge_id = a->edge_id ? a->edge_id : cfg->cache.sync.edge_id,
+                           .ca_file = a->ca_file ? a->ca_file : cfg->cache.sync.ca_file };
+    const char *sf = a->secret_file ? a->secret_file : cfg->cache.sync.secret_file;
+    char err[SB_ERR_LEN], *secret = NULL;
+    size_t n = 0;
+    if (!peer.url || !peer.edge_id || !sf) {
+        sb_config_free(cfg);
+        return usage_error("%spull: no cloud: set cache.sync (url, edge_id, secret_file) or give --url, --edge-id "
+                           "and --secret-file", "");
+    }
+    if (sb_read_file(sf, 4096, &secret, &n, err)) {
+        fprintf(stderr, "kb pull: secret file: %s\n", err);
+        sb_config_free(cfg);
+        return SB_EXIT_CONFIG;
+    }
+    while (n && (secret[n - 1] == '\n' || secret[n - 1] == '\r' || secret[n - 1] == ' ')) secret[--n] = '\0';
+    peer.secret = secret;
+    sb_kb_pull_result r;
+    rc = sb_kb_pull(k->path, k->name, &peer, &r, err);
+    if (rc) fprintf(stderr, "kb pull %s: %s\n", k->name, err);
+    else if (r.unchanged) printf("%s: up to date (version %.16s)\n", k->name, r.got.version);
+    else printf("%s: pulled version %.16s (%lld bytes) in %.2f s, swapped in %.3f s\n", k->name, r.got.version,
+                (long long)r.got.bytes, r.fetch_s, r.swap_s);
+    memset(secret, 0, n);
+    sb_free(secret);
+    sb_config_free(cfg);
+    return rc ? SB_EXIT_FAIL : SB_EXIT_OK;
+}
+
 int sb_cmd_kb(int argc, char **argv) {
-    enum { OPT_KB = 256, OPT_NAME, OPT_FTS, OPT_QUIET, OPT_MODE, OPT_JSON, OPT_MISSES };
+    enum { OPT_KB = 256, OPT_NAME, OPT_FTS, OPT_QUIET, OPT_MODE, OPT_JSON, OPT_MISSES, OPT_RR_MODEL, OPT_RR_N, OPT_RR_PROMPT,
+           OPT_DIR, OPT_URL, OPT_EDGE, OPT_SECRET, OPT_CA, OPT_RR_CHAT };
     static const struct option opts[] = {
         { "config", required_argument, NULL, 'c' }, { "kb", required_argument, NULL, OPT_KB },
         { "threads", required_argument, NULL, 't' }, { "name", required_argument, NULL, OPT_NAME },
         { "fts", required_argument, NULL, OPT_FTS }, { "quiet", no_argument, NULL, OPT_QUIET },
         { "mode", required_argument, NULL, OPT_MODE }, { "top-k", required_argument, NULL, 'k' },
         { "json", no_argument, NULL, OPT_JSON }, { "misses", no_argument, NULL, OPT_MISSES },
+        { "rerank-model", required_argument, NULL, OPT_RR_MODEL }, { "rerank-top-n", required_argument, NULL, OPT_RR_N },
+        { "rerank-prompt", required_argument, NULL, OPT_RR_PROMPT },
+        { "dir", required_argument, NULL, OPT_DIR }, { "url", required_argument, NULL, OPT_URL },
+        { "edge-id", required_argument, NULL, OPT_EDGE }, { "secret-file", required_argument, NULL, OPT_SECRET },
+        { "ca-file", required_argument, NULL, OPT_CA }, { "rerank-chat", no_argument, NULL, OPT_RR_CHAT },
         { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 },
     };
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
@@ -264,7 +358,7 @@ int sb_cmd_kb(int argc, char **argv) {
         return argc < 2 ? SB_EXIT_CONFIG : SB_EXIT_OK;
     }
     const char *cmd = argv[1];
-    kb_args a = { .top_k = 5 };
+    kb_args a = { .top_k = 5, .rerank_n = 5 };
     int64_t v;
     optind = 1;
     int c;
@@ -280,21 +374,32 @@ int sb_cmd_kb(int argc, char **argv) {
         case OPT_MODE: a.mode = optarg; break;
         case OPT_JSON: a.json = 1; break;
         case OPT_MISSES: a.misses = 1; break;
+        case OPT_RR_MODEL: a.rerank_model = optarg; break;
+        case OPT_RR_PROMPT: a.rerank_prompt = optarg; break;
+        case OPT_RR_CHAT: a.rerank_chat = 1; break;
+        case OPT_DIR: a.dir = optarg; break;
+        case OPT_URL: a.url = optarg; break;
+        case OPT_EDGE: a.edge_id = optarg; break;
+        case OPT_SECRET: a.secret_file = optarg; break;
+        case OPT_CA: a.ca_file = optarg; break;
+        case OPT_RR_N: if (sb_opt_int("kb", "--rerank-top-n", optarg, 1, SB_KB_MAX_TOP_K, &v)) return SB_EXIT_CONFIG; a.rerank_n = (int)v; break;
         case 'h': fputs(usage_text, stdout); return SB_EXIT_OK;
         default: return usage_error("%sbad option", "");
         }
     }
     int rest = argc - 1 - optind;
     char **args = argv + 1 + optind;
-    static const char *const cmds[] = { "add", "list", "remove", "stats", "search", "eval", NULL };
+    static const char *const cmds[] = { "add", "list", "remove", "stats", "search", "eval", "publish", "pull", NULL };
     bool known = false;
     for (const char *const *k = cmds; *k; k++) known |= !strcmp(*k, cmd);
-    if (!known) return usage_error("unknown command '%s' (add, list, remove, stats, search, eval)", cmd);
+    if (!known) return usage_error("unknown command '%s' (add, list, remove, stats, search, eval, publish, pull)", cmd);
     if (!a.config) return usage_error("%s-c CONFIG is required", "");
     if (!strcmp(cmd, "add")) return cmd_add(&a, rest, args);
     if (!strcmp(cmd, "remove")) return cmd_remove(&a, rest, args);
     if (!strcmp(cmd, "search")) return cmd_search(&a, rest, args);
     if (!strcmp(cmd, "eval")) return cmd_eval(&a, rest, args);
     if (rest) return usage_error("unexpected argument '%s'", args[0]);
+    if (!strcmp(cmd, "publish")) return kb_cmd_publish(&a);
+    if (!strcmp(cmd, "pull")) return kb_cmd_pull(&a);
     return !strcmp(cmd, "list") ? cmd_list(&a) : cmd_stats(&a);
 }

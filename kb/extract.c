@@ -7,7 +7,7 @@
  * dropped. HTML: h1-h6 are headings, block elements end a paragraph,
  * script/style/head/nav are dropped, entities decoded.
  */
-#include "kb_internal.h"
+#include "kb/kb_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>

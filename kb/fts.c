@@ -14,7 +14,7 @@
  * Questions are free text, never FTS5 syntax: every term is quoted and the
  * terms are OR-ed, BM25 ranks by how many and how rare.
  */
-#include "kb_internal.h"
+#include "kb/kb_internal.h"
 
 #include <string.h>
 

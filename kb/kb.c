@@ -1,15 +1,15 @@
 /* kb.c - a knowledge base: the store plus its embedder; ingest (read,
  * chunk, embed, replace) and search (BM25, vector scan, fusion).
  */
-#include "kb_internal.h"
+#include "kb/kb_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
-#include "sb_cache.h"           /* sb_sha256 */
-#include "sb_encoder.h"
+#include "cache/sb_cache.h"           /* sb_sha256 */
+#include "worker/engine/sb_encoder.h"
 
 #define DEFAULT_CHUNK_TOKENS 200
 #define DEFAULT_OVERLAP      32
@@ -25,6 +25,7 @@ struct sb_kb {
     int dim;                    /* the embedder's; 0 = none */
     char embed_id[160];
     int meta_dim;               /* the base's; 0 = no embedder recorded yet */
+    int64_t meta_seen;          /* data_version the meta was read at (a pulled snapshot replaces it) */
     char meta_id[160];
     sb_kb_fts fts;
     int chunk_tokens, overlap;
@@ -94,7 +95,27 @@ int sb_kb_open(const sb_kb_opts *o, sb_kb **out, char *err) {
         }
     }
     if (rc) { sb_kb_close(kb); return rc; }
+    kb->meta_seen = kb_store_data_version(kb->store);
     *out = kb;
+    return 0;
+}
+
+/* The meta rows again when another process replaced the content (`kb
+ * pull` restores a whole snapshot: its embedder and tokenizer come with it). */
+static int refresh_meta(sb_kb *kb, char *err) {
+    int64_t v = kb_store_data_version(kb->store);
+    if (v >= 0 && v == kb->meta_seen) return 0;
+    int dim = 0;
+    char id[sizeof kb->meta_id];
+    sb_kb_fts fts = kb->fts;
+    int rc = kb_store_get_meta(kb->store, &dim, id, sizeof id, &fts, err);
+    if (rc && rc != SB_ENOTFOUND) return rc;
+    if (!rc) {
+        kb->meta_dim = dim;
+        memcpy(kb->meta_id, id, sizeof id);
+        kb->fts = fts;
+    }
+    kb->meta_seen = v;
     return 0;
 }
 
@@ -320,7 +341,7 @@ static int fetch_hits(sb_kb *kb, const fused *f, size_t nf, int top_k, sb_kb_hit
     for (size_t i = 0; !rc && i < nf && *n < (size_t)top_k; i++) {
         sb_kb_hit *h = &hits[*n];
         *h = (sb_kb_hit){ .id = f[i].id, .score = f[i].score, .bm25_rank = f[i].ra, .vec_rank = f[i].rb,
-                          .cosine = f[i].cos };
+                          .cosine = f[i].cos, .rerank = -1 };
         rc = kb_store_fetch(kb->store, h, err);
         if (rc == SB_ENOTFOUND) rc = 0;
         else if (!rc) (*n)++;
@@ -340,6 +361,8 @@ int sb_kb_search(sb_kb *kb, const char *query, size_t len, const sb_kb_search_op
     *n = 0;
     if (o->top_k < 1 || o->top_k > SB_KB_MAX_TOP_K || (unsigned)o->mode > SB_KB_HYBRID)
         return sb_seterr(err, SB_EINVAL, "kb search: top_k must be in [1, %d]", SB_KB_MAX_TOP_K);
+    int rc0 = refresh_meta(kb, err);
+    if (rc0) return rc0;
     if (!kb->meta_dim) return 0;                /* nothing added yet: no hits */
     if (!kb->dim && !o->qvec && o->mode != SB_KB_BM25)
         return sb_seterr(err, SB_EINVAL, "kb search: no embedding model and no query vector for %s search",
@@ -359,6 +382,15 @@ int sb_kb_search(sb_kb *kb, const char *query, size_t len, const sb_kb_search_op
     sb_free(vec);
     sb_free(f);
     return rc;
+}
+
+kb_store *kb_store_of(sb_kb *kb) {
+    return kb->store;
+}
+
+int sb_kb_version(sb_kb *kb, char out[65], char *err) {
+    int rc = refresh_meta(kb, err);
+    return rc ? rc : kb_store_version(kb->store, out, err);
 }
 
 void sb_kb_hits_free(sb_kb_hit *h, size_t n) {

@@ -1,7 +1,7 @@
 /* kb_eval.c - `switchboard kb eval`: recall@1/3/5, MRR and latency of each
  * search mode over labelled questions, per language (a question with any
  * CJK character counts as Chinese). */
-#include "kb_internal.h"
+#include "kb/kb_internal.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -82,7 +82,98 @@ static void report(const char *mode, const char *lang, tally *t) {
            t->r5 / d, t->rr / d, p50, p95);
 }
 
-int kb_eval_run(sb_kb *kb, const char *tsv, int misses) {
+#define MODE_RERANK (SB_KB_HYBRID + 1)  /* hybrid, its top rerank_n reordered by the reranker */
+#define MODE_FUSED  (SB_KB_HYBRID + 2)  /* the same judgements, fused with hybrid's ranks */
+
+static const char *eval_mode_name(int mode) {
+    return mode == MODE_RERANK ? "hyb+rr" : mode == MODE_FUSED ? "hyb+rrf" : sb_kb_mode_name((sb_kb_mode)mode);
+}
+
+static int rank_of(const sb_kb_hit *h, size_t n, const char *expected) {
+    for (size_t j = 0; j < n; j++)
+        if (!strcmp(h[j].source, expected)) return (int)j + 1;
+    return 0;
+}
+
+/* One question in one mode: the expected source's rank (0: not in the top
+ * EVAL_DEPTH) and the time it took, rerank included. MODE_RERANK also
+ * gives MODE_FUSED's rank in *fused (same judgements, other order). */
+static int eval_one(sb_kb *kb, const question *q, int mode, const kb_eval_opts *eo, int *rank, int *fused,
+                    double *ms) {
+    sb_kb_search_opts o = { .mode = mode == MODE_RERANK ? SB_KB_HYBRID : (sb_kb_mode)mode, .top_k = EVAL_DEPTH };
+    sb_kb_hit *h;
+    size_t nh, nr = 0;
+    char err[SB_ERR_LEN];
+    double t0 = sb_now_s();
+    int rc = sb_kb_search(kb, q->query, strlen(q->query), &o, &h, &nh, err);
+    if (!rc && mode == MODE_RERANK)
+        rc = sb_kb_rerank(eo->reranker, eo->rerank_prompt, q->query, strlen(q->query), h,
+                          nr = SB_MIN(nh, (size_t)eo->rerank_n), err);
+    if (rc) {
+        fprintf(stderr, "kb eval: %s\n", err);
+        return SB_EXIT_FAIL;
+    }
+    if (nr) {
+        sb_kb_hit *c = sb_malloc(nr * sizeof *c);   /* shallow: only reordered */
+        if (!c) {
+            sb_kb_hits_free(h, nh);
+            return SB_EXIT_FAIL;
+        }
+        memcpy(c, h, nr * sizeof *c);
+        sb_kb_rerank_fuse(c, nr);
+        int fr = rank_of(c, nr, q->expected);
+        *fused = fr ? fr : rank_of(h, nh, q->expected);  /* below the judged ones nothing moves */
+        sb_free(c);
+        sb_kb_rerank_sort(h, nr);
+    }
+    *ms = (sb_now_s() - t0) * 1000;
+    *rank = rank_of(h, nh, q->expected);
+    if (eo->misses && (!*rank || *rank > 5))
+        printf("  miss %-6s %s  (want %s, got %s)\n", eval_mode_name(mode), q->query, q->expected,
+               nh ? h[0].source : "nothing");
+    sb_kb_hits_free(h, nh);
+    return 0;
+}
+
+static void count(tally *t, const question *q, int rank, double ms) {
+    tally *ts[2] = { &t[0], &t[q->zh ? 1 : 2] };
+    for (int k = 0; k < 2; k++) {
+        tally *x = ts[k];
+        x->ms[x->n++] = ms;
+        x->r1 += rank == 1;
+        x->r3 += rank && rank <= 3;
+        x->r5 += rank && rank <= 5;
+        x->rr += rank ? 1.0 / rank : 0;
+    }
+}
+
+/* A mode over every question; MODE_RERANK reports MODE_FUSED too. */
+static int eval_mode(sb_kb *kb, const question *qs, size_t n, int mode, const kb_eval_opts *eo) {
+    tally t[2][3] = { 0 };                  /* [mode, fused] x [all, zh, en] */
+    int rc = 0, modes = mode == MODE_RERANK ? 2 : 1;
+    for (int m = 0; m < 2; m++)
+        for (int k = 0; k < 3; k++)
+            if (!(t[m][k].ms = sb_calloc(n, sizeof(double)))) rc = SB_EXIT_FAIL;
+    for (size_t i = 0; !rc && i < n; i++) {
+        int rank = 0, fused = 0;
+        double ms;
+        if ((rc = eval_one(kb, &qs[i], mode, eo, &rank, &fused, &ms))) break;
+        count(t[0], &qs[i], rank, ms);
+        if (modes == 2) count(t[1], &qs[i], fused, ms);
+    }
+    for (int m = 0; !rc && m < modes; m++) {
+        const char *name = eval_mode_name(m ? MODE_FUSED : mode);
+        report(name, "all", &t[m][0]);
+        report(name, "zh", &t[m][1]);
+        report(name, "en", &t[m][2]);
+        fflush(stdout);
+    }
+    for (int m = 0; m < 2; m++)
+        for (int k = 0; k < 3; k++) sb_free(t[m][k].ms);
+    return rc;
+}
+
+int kb_eval_run(sb_kb *kb, const char *tsv, const kb_eval_opts *eo) {
     question *qs = NULL;
     size_t n = 0;
     int rc = load_tsv(tsv, &qs, &n);
@@ -93,47 +184,9 @@ int kb_eval_run(sb_kb *kb, const char *tsv, int misses) {
         printf("%-8s %-4s %4s  %5s  %5s  %5s  %5s  %7s  %7s\n", "mode", "lang", "n", "R@1", "R@3", "R@5", "MRR",
                "p50 ms", "p95 ms");
     }
-    for (int mode = SB_KB_BM25; !rc && mode <= SB_KB_HYBRID; mode++) {
-        tally t[3] = { 0 };                     /* all, zh, en */
-        for (int k = 0; k < 3; k++) t[k].ms = sb_calloc(n, sizeof(double));
-        if (!t[0].ms || !t[1].ms || !t[2].ms) rc = SB_EXIT_FAIL;
-        for (size_t i = 0; !rc && i < n; i++) {
-            sb_kb_search_opts o = { .mode = (sb_kb_mode)mode, .top_k = EVAL_DEPTH };
-            sb_kb_hit *h;
-            size_t nh;
-            char err[SB_ERR_LEN];
-            double t0 = sb_now_s();
-            if (sb_kb_search(kb, qs[i].query, strlen(qs[i].query), &o, &h, &nh, err)) {
-                fprintf(stderr, "kb eval: %s\n", err);
-                rc = SB_EXIT_FAIL;
-                break;
-            }
-            double ms = (sb_now_s() - t0) * 1000;
-            int rank = 0;
-            for (size_t j = 0; j < nh && !rank; j++)
-                if (!strcmp(h[j].source, qs[i].expected)) rank = (int)j + 1;
-            if (misses && (!rank || rank > 5))
-                printf("  miss %-6s %s  (want %s, got %s)\n", sb_kb_mode_name((sb_kb_mode)mode), qs[i].query,
-                       qs[i].expected, nh ? h[0].source : "nothing");
-            sb_kb_hits_free(h, nh);
-            tally *ts[2] = { &t[0], &t[qs[i].zh ? 1 : 2] };
-            for (int k = 0; k < 2; k++) {
-                tally *x = ts[k];
-                x->ms[x->n++] = ms;
-                x->r1 += rank == 1;
-                x->r3 += rank && rank <= 3;
-                x->r5 += rank && rank <= 5;
-                x->rr += rank ? 1.0 / rank : 0;
-            }
-        }
-        if (!rc) {
-            report(sb_kb_mode_name((sb_kb_mode)mode), "all", &t[0]);
-            report(sb_kb_mode_name((sb_kb_mode)mode), "zh", &t[1]);
-            report(sb_kb_mode_name((sb_kb_mode)mode), "en", &t[2]);
-        }
-        for (int k = 0; k < 3; k++) sb_free(t[k].ms);
-    }
-    if (!rc) printf("hybrid+rerank: not measured (no reranker yet: the retrieve stage's rerank, issue 21 item 3)\n");
+    for (int mode = SB_KB_BM25; !rc && mode <= SB_KB_HYBRID; mode++) rc = eval_mode(kb, qs, n, mode, eo);
+    if (!rc && eo->reranker) rc = eval_mode(kb, qs, n, MODE_RERANK, eo);
+    else if (!rc) printf("hyb+rr: not measured (give --rerank-model GGUF)\n");
     for (size_t i = 0; i < n; i++) {
         sb_free(qs[i].query);
         sb_free(qs[i].expected);

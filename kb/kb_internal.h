@@ -5,9 +5,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "sb_common.h"
-#include "sb_kb.h"
-#include "sb_utf8.h"
+#include "common/sb_common.h"
+#include "kb/sb_kb.h"
+#include "common/sb_utf8.h"
 
 /* A block of a document after extraction: a heading (level 1-6) or a
  * paragraph / list item / table row (level 0), as clean UTF-8 text. */
@@ -80,10 +80,28 @@ int  kb_store_bm25(kb_store *s, const char *match, int limit, int64_t *ids, doub
 /* Every chunk's id and vector, cached; reloaded when the file changed
  * (PRAGMA data_version, or our own write). Valid until the next call. */
 int  kb_store_vectors(kb_store *s, int dim, const int64_t **ids, const float **vecs, size_t *n, char *err);
+/* PRAGMA data_version: changes when another connection commits. */
+int64_t kb_store_data_version(kb_store *s);
+/* A consistent, compact copy of the base into a new file (VACUUM INTO). */
+int  kb_store_snapshot(kb_store *s, const char *path, char *err);
+/* Replace the whole base by the SQLite file src, in one transaction. */
+int  kb_store_restore(kb_store *s, const char *src, char *err);
+/* sb_kb_version of the file (cached until it changes). */
+int  kb_store_version(kb_store *s, char out[65], char *err);
 /* Fill source, section, text and position of h->id. */
 int  kb_store_fetch(kb_store *s, sb_kb_hit *h, char *err);
 
-/* kb_eval.c: `kb eval` on an open base; returns a process exit code. */
-int  kb_eval_run(sb_kb *kb, const char *tsv, int misses);
+/* kb.c: the base's store (sync.c snapshots it). */
+kb_store *kb_store_of(sb_kb *kb);
+
+/* kb_eval.c: `kb eval` on an open base; returns a process exit code.
+ * With a reranker, a fourth mode: hybrid with its top rerank_n reranked. */
+typedef struct {
+    int misses;
+    sb_kb_reranker *reranker;   /* NULL: hybrid + rerank is not measured */
+    const char *rerank_prompt;  /* NULL: SB_KB_RERANK_PROMPT */
+    int rerank_n;
+} kb_eval_opts;
+int  kb_eval_run(sb_kb *kb, const char *tsv, const kb_eval_opts *eo);
 
 #endif

@@ -17,7 +17,7 @@
  * file), or hybrid: reciprocal rank fusion of both lists.
  *
  * The embedder is pluggable: sb_kb_open() with an encoder GGUF uses
- * sb_encoder (worker/sb_encoder.h) in-process; a caller that embeds
+ * sb_encoder (worker/engine/sb_encoder.h) in-process; a caller that embeds
  * elsewhere (the router, through a worker's embed method) passes a query
  * vector to sb_kb_search() instead and opens the base without an encoder.
  *
@@ -28,6 +28,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "cache/sb_cache.h"           /* sb_cloud_peer: the sync's transport */
 
 #define SB_KB_MAX_FILE_BYTES (64u << 20)   /* one policy document; refuse junk early */
 #define SB_KB_MAX_TOP_K      100
@@ -140,6 +142,14 @@ typedef struct {
 } sb_kb_stats;
 int  sb_kb_stats_get(sb_kb *kb, sb_kb_stats *st, char *err);
 
+/* The base's content version (64 hex digits + NUL): a SHA-256 of its
+ * embedder, tokenizer and every source's name, SHA-256 and chunking. Any
+ * add or remove that changes what a search can return changes it; the same
+ * content gives the same version (a base deleted and re-added from the same
+ * files, or a copy pulled from the cloud). Cheap: recomputed only after the
+ * file changed. A cached answer that used the base keys on it. */
+int  sb_kb_version(sb_kb *kb, char out[65], char *err);
+
 /* --------------------------------------------------------------- search */
 
 typedef struct {
@@ -150,6 +160,7 @@ typedef struct {
     double score;
     int bm25_rank, vec_rank;    /* 1-based rank in each list; 0 = not in it */
     double cosine;              /* vector, hybrid: cosine with the query (0 when vec_rank is 0) */
+    double rerank;              /* the reranker's P(yes) in [0, 1]; -1: not reranked */
 } sb_kb_hit;
 
 typedef struct {
@@ -173,6 +184,84 @@ const char *sb_kb_embed_id(const sb_kb *kb, int *dim);
 int  sb_kb_search(sb_kb *kb, const char *query, size_t len, const sb_kb_search_opts *o, sb_kb_hit **out,
                   size_t *n, char *err);
 void sb_kb_hits_free(sb_kb_hit *h, size_t n);
+
+/* --------------------------------------------------------------- rerank
+ *
+ * A decoder model judges each candidate passage: the prompt asks whether the
+ * passage answers the question, and the passage's score is the model's
+ * P(" yes") / (P(" yes") + P(" no")) after it - label likelihood, as the
+ * intent stage's `method: score` (the worker's `score` method gives the
+ * same number as probs[0] for candidates {" yes", " no"}). A probability in
+ * [0, 1], comparable across questions, unlike the RRF sum. */
+
+/* The passage first: measured better than the question first on the demo
+ * base (docs/KNOWLEDGE.md, "Evaluation"). */
+#define SB_KB_RERANK_PROMPT \
+    "Passage: {{passage}}\nQuestion: {{query}}\nDoes the passage answer the question? Answer:"
+#define SB_KB_RERANK_YES " yes"
+#define SB_KB_RERANK_NO  " no"
+
+/* tmpl (NULL: SB_KB_RERANK_PROMPT) with {{query}} replaced by the query and
+ * {{passage}} by the hit's "SECTION\nTEXT". sb_malloc'ed, NUL-terminated;
+ * NULL if out of memory. */
+char  *sb_kb_rerank_prompt(const char *tmpl, const char *query, size_t qlen, const sb_kb_hit *h, size_t *len);
+/* P(yes) of the two candidates' log-probabilities. */
+double sb_kb_rerank_prob(double lp_yes, double lp_no);
+/* Reorder h[0..n) by rerank, best first (stable: ties keep their order). */
+void   sb_kb_rerank_sort(sb_kb_hit *h, size_t n);
+/* Reorder h[0..n), given in the search's order with .rerank set, by
+ * reciprocal rank fusion of the two ranks (k = SB_KB_RERANK_RRF_K): the
+ * reranker moves a passage up or down, not from last to first on its own. */
+#define SB_KB_RERANK_RRF_K 60
+void   sb_kb_rerank_fuse(sb_kb_hit *h, size_t n);
+
+/* In-process reranker (kb eval): a decoder GGUF run by worker/sb_engine.h. */
+typedef struct sb_kb_reranker sb_kb_reranker;
+/* chat: the prompt goes in as a user message of the model's chat template
+ * and the candidates are "yes" / "no" (the answer's first words). */
+int  sb_kb_reranker_open(const char *gguf, int threads, int chat, sb_kb_reranker **out, char *err);
+void sb_kb_reranker_close(sb_kb_reranker *r);           /* NULL ok */
+/* Score h[0..n) (sets .rerank; the order is left to sb_kb_rerank_sort or
+ * sb_kb_rerank_fuse). */
+int  sb_kb_rerank(sb_kb_reranker *r, const char *tmpl, const char *query, size_t qlen, sb_kb_hit *h, size_t n,
+                  char *err);
+
+/* ----------------------------------------------------------------- sync
+ *
+ * The cloud tier publishes a base, edges pull it (docs/KNOWLEDGE.md, "Sync"):
+ * versioned by sb_kb_version, the manifest MAC'ed per edge by the cloud
+ * (sb_cloud_file_mac), the snapshot checked against the manifest's SHA-256
+ * and content version, and swapped in atomically. */
+
+typedef struct {
+    char version[65];           /* sb_kb_version of the snapshot */
+    char sha256[65];            /* of the snapshot file */
+    int64_t bytes;
+} sb_kb_published;
+
+/* Write a consistent snapshot of kb to DIR/NAME.sqlite and its manifest to
+ * DIR/NAME.json ({name, version, sha256, bytes, published_s}), each through
+ * a temporary file, fsync and rename: the cloud serves either the old pair
+ * or the new one (an edge that fetched the manifest just before a publish
+ * gets a snapshot that fails the manifest's SHA-256, refuses it and takes the
+ * new version at its next pull). */
+int sb_kb_publish(sb_kb *kb, const char *dir, const char *name, sb_kb_published *out, char *err);
+
+typedef struct {
+    int unchanged;              /* the base already had the published version */
+    sb_kb_published got;        /* the cloud's manifest */
+    double fetch_s, swap_s;
+} sb_kb_pull_result;
+
+/* Bring the base at `path` (created if missing) to the version the cloud
+ * publishes under `name`: check the manifest's MAC with the edge's secret,
+ * download the snapshot to PATH.pull (0600, fsync'ed), check its size,
+ * SHA-256 and content version against the manifest, then copy it over the
+ * base in one SQLite transaction (the backup API): open readers - a running
+ * router - see the old base or the new one, and a kill -9 at any point
+ * leaves the old one. Anything that does not match is refused (SB_EINVAL,
+ * the message says what) and the base is not touched. */
+int sb_kb_pull(const char *path, const char *name, const sb_cloud_peer *peer, sb_kb_pull_result *res, char *err);
 
 const char *sb_kb_mode_name(sb_kb_mode m);
 int         sb_kb_mode_parse(const char *s);          /* -1 if unknown */

@@ -6,7 +6,8 @@
  * replaced in one BEGIN IMMEDIATE transaction, so readers and a kill -9 see
  * the whole old version or the whole new one.
  */
-#include "kb_internal.h"
+#include "kb/kb_internal.h"
+#include "cache/sb_cache.h"           /* sb_sha256, sb_hex_encode */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -24,6 +25,8 @@ struct kb_store {
     sqlite3 *db;
     char *path;
     int64_t vec_version;        /* data_version the cache was loaded at; -1 = stale */
+    int64_t ver_version;        /* data_version `version` was computed at; -1 = stale */
+    char version[65];
     int64_t *ids;
     float *vecs;
     size_t n_vecs;
@@ -75,7 +78,7 @@ int kb_store_open(const char *path, int create, int readonly, kb_store **out, ch
         sb_free(s);
         return sb_seterr(err, SB_ENOMEM, "out of memory");
     }
-    s->vec_version = -1;
+    s->vec_version = s->ver_version = -1;
     int flags = (readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE) | SQLITE_OPEN_NOMUTEX;
     if ((rc = sqlite3_open_v2(path, &s->db, flags, NULL)) != SQLITE_OK) {
         rc = db_fail(s, rc, err, "open");
@@ -138,6 +141,7 @@ int kb_store_set_meta(kb_store *s, int dim, const char *embed_id, sb_kb_fts fts,
     sqlite3_finalize(st);
     if (!rc) rc = exec(s, "COMMIT", err);
     if (rc) sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+    s->ver_version = -1;
     return rc;
 }
 
@@ -237,7 +241,7 @@ int kb_store_replace(kb_store *s, const char *source, const char *sha, int64_t b
     if (!rc) rc = insert_chunks(s, sqlite3_last_insert_rowid(s->db), c, n, vecs, dim, fts, err);
     if (!rc) rc = exec(s, "COMMIT", err);
     if (rc) sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
-    s->vec_version = -1;                        /* data_version ignores our own writes */
+    s->vec_version = s->ver_version = -1;       /* data_version ignores our own writes */
     return rc;
 }
 
@@ -250,7 +254,7 @@ int kb_store_remove(kb_store *s, const char *source, char *err) {
     else rc = delete_doc(s, id, err);
     if (!rc) rc = exec(s, "COMMIT", err);
     if (rc) sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
-    s->vec_version = -1;
+    s->vec_version = s->ver_version = -1;
     return rc;
 }
 
@@ -386,4 +390,75 @@ int kb_store_fetch(kb_store *s, sb_kb_hit *h, char *err) {
     }
     sqlite3_finalize(st);
     return rc;
+}
+
+/* The content version: SHA-256 over the meta rows (embedder, dimension,
+ * tokenizer) and every source's name, SHA-256 and chunking, in a fixed
+ * order - what the chunks and vectors are a function of. Recomputed only
+ * when the file changed (data_version, or our own write). */
+int kb_store_version(kb_store *s, char out[65], char *err) {
+    int64_t v = data_version(s);
+    if (v < 0 || v != s->ver_version) {
+        static const char *const sql[2] = { "SELECT key, value, '' FROM meta ORDER BY key",
+                                            "SELECT source, sha256, chunking FROM docs ORDER BY source" };
+        sb_sha256_ctx h;
+        sb_sha256_init(&h);
+        int rc = 0;
+        for (int q = 0; !rc && q < 2; q++) {
+            sqlite3_stmt *st;
+            if ((rc = prepare(s, sql[q], &st, err))) break;
+            while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+                for (int c = 0; c < 3; c++)     /* each field with its NUL: no two rows hash alike */
+                    sb_sha256_update(&h, sqlite3_column_text(st, c), (size_t)sqlite3_column_bytes(st, c) + 1);
+            rc = rc == SQLITE_DONE ? 0 : db_fail(s, rc, err, "reading the version");
+            sqlite3_finalize(st);
+        }
+        uint8_t d[SB_SHA256_LEN];
+        if (rc) { sb_sha256_discard(&h); return rc; }
+        sb_sha256_final(&h, d);
+        sb_hex_encode(d, sizeof d, s->version);
+        s->ver_version = v;
+    }
+    memcpy(out, s->version, 65);
+    return 0;
+}
+
+int64_t kb_store_data_version(kb_store *s) {
+    return data_version(s);
+}
+
+int kb_store_snapshot(kb_store *s, const char *path, char *err) {
+    sqlite3_stmt *st;
+    int rc = prepare(s, "VACUUM INTO ?1", &st, err);
+    if (rc) return rc;
+    sqlite3_bind_text(st, 1, path, -1, SQLITE_STATIC);
+    rc = sqlite3_step(st) == SQLITE_DONE ? 0 : db_fail(s, sqlite3_errcode(s->db), err, "snapshot (VACUUM INTO)");
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* The backup API copies every page of src over this base under one write
+ * transaction: readers (the router) see the old content or the new, a kill
+ * -9 rolls back to the old, and in WAL mode the copy stays WAL. */
+int kb_store_restore(kb_store *s, const char *src, char *err) {
+    sqlite3 *from = NULL;
+    int rc = sqlite3_open_v2(src, &from, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL);
+    sqlite3_backup *b = rc == SQLITE_OK ? sqlite3_backup_init(s->db, "main", from, "main") : NULL;
+    if (!b) {
+        rc = sb_seterr(err, SB_EIO, "%s: restoring from %s: %s", s->path, src,
+                       from ? sqlite3_errmsg(rc == SQLITE_OK ? s->db : from) : "out of memory");
+        sqlite3_close(from);
+        return rc;
+    }
+    double t0 = sb_now_s();
+    while ((rc = sqlite3_backup_step(b, -1)) == SQLITE_BUSY || rc == SQLITE_LOCKED) {
+        if (sb_now_s() - t0 > BUSY_MS / 1000.0) break;      /* a writer holds the base: give up, as a writer would */
+        sqlite3_sleep(20);
+    }
+    int done = rc == SQLITE_DONE;
+    rc = sqlite3_backup_finish(b);
+    int r = done && rc == SQLITE_OK ? 0 : db_fail(s, done ? rc : sqlite3_errcode(s->db), err, "restoring a snapshot");
+    sqlite3_close(from);
+    s->vec_version = s->ver_version = -1;
+    return r;
 }

@@ -1,5 +1,9 @@
 /* cache_sync.c - the router's periodic sync of its response cache with the
- * cloud tier (cache.sync in the config, protocol in docs/cache-sync.md).
+ * cloud tier (cache.sync in the config, protocol in docs/cache-sync.md), and
+ * the pull of the knowledge bases marked `pull: true` from the same cloud
+ * (sb_kb_pull: at start, then at every interval; docs/KNOWLEDGE.md "Sync").
+ * A pulled base is swapped in by one SQLite transaction, which the loop
+ * thread's retrieve stages see at their next query.
  *
  * A sync does network I/O and may take seconds, so it runs on its own
  * thread, never on the event loop. The cache handle is shared: sb_cache
@@ -12,20 +16,40 @@
 #include <string.h>
 #include <time.h>
 
-#include "router_internal.h"
+#include "router/router_internal.h"
+#include "kb/sb_kb.h"
+
+typedef struct { char *name, *path; } pull_kb;
 
 struct rt_sync {
     sb_cache *cache;
     char *url, *edge_id, *secret, *ca_file;
     int interval_s;
+    pull_kb *kbs;           /* knowledge bases to pull */
+    size_t n_kbs;
     int stop;
     pthread_t tid;
     pthread_mutex_t mu;
     pthread_cond_t cv;      /* CLOCK_MONOTONIC: an interval is not moved by clock changes */
 };
 
+static void pull_kbs(rt_sync *s) {
+    sb_cloud_peer peer = { .url = s->url, .edge_id = s->edge_id, .secret = s->secret, .ca_file = s->ca_file };
+    for (size_t i = 0; i < s->n_kbs; i++) {
+        char err[SB_ERR_LEN];
+        sb_kb_pull_result r;
+        if (sb_kb_pull(s->kbs[i].path, s->kbs[i].name, &peer, &r, err))
+            sb_warn("knowledge base '%s': pull from %s failed, keeping the base it has (retrying in %d s): %s",
+                    s->kbs[i].name, s->url, s->interval_s, err);
+        else if (!r.unchanged)
+            sb_info("knowledge base '%s': pulled version %.16s (%lld bytes) from %s in %.0f ms", s->kbs[i].name,
+                    r.got.version, (long long)r.got.bytes, s->url, (r.fetch_s + r.swap_s) * 1e3);
+    }
+}
+
 static void *sync_main(void *arg) {
     rt_sync *s = arg;
+    pull_kbs(s);                /* a new edge answers from the published base as soon as it can */
     pthread_mutex_lock(&s->mu);
     while (!s->stop) {
         struct timespec until;
@@ -39,12 +63,15 @@ static void *sync_main(void *arg) {
                                  .ca_file = s->ca_file };
         sb_cache_sync_result res;
         double t0 = sb_now_s();
-        if (sb_cache_sync(s->cache, &o, &res, err))
+        if (!s->cache)
+            ;                   /* knowledge bases only */
+        else if (sb_cache_sync(s->cache, &o, &res, err))
             sb_warn("cache sync with %s failed (retrying in %d s): %s", s->url, s->interval_s, err);
         else
             sb_info("cache sync with %s: sent %lld hit deltas and %lld entries, got %lld entries and %lld deletions in %.0f ms",
                     s->url, (long long)res.deltas_sent, (long long)res.entries_sent, (long long)res.entries_received,
                     (long long)res.deletions_received, (sb_now_s() - t0) * 1e3);
+        pull_kbs(s);
         pthread_mutex_lock(&s->mu);
     }
     pthread_mutex_unlock(&s->mu);
@@ -69,6 +96,11 @@ static void sync_free(rt_sync *s) {
     sb_free(s->url);
     sb_free(s->edge_id);
     sb_free(s->ca_file);
+    for (size_t i = 0; i < s->n_kbs; i++) {
+        sb_free(s->kbs[i].name);
+        sb_free(s->kbs[i].path);
+    }
+    sb_free(s->kbs);
     if (s->secret) memset(s->secret, 0, strlen(s->secret));
     sb_free(s->secret);
     sb_free(s);
@@ -86,11 +118,26 @@ void rt_sync_stop(rt_sync *s) {
     sync_free(s);
 }
 
-int rt_sync_start(sb_cache *cache, const char *url, const char *edge_id, const char *secret_file,
-                  const char *ca_file, int interval_s, rt_sync **out, char *err) {
+int rt_sync_start(sb_cache *cache, const sb_config *cfg, rt_sync **out, char *err) {
     *out = NULL;
+    const char *url = cfg->cache.sync.url, *edge_id = cfg->cache.sync.edge_id,
+               *secret_file = cfg->cache.sync.secret_file, *ca_file = cfg->cache.sync.ca_file;
+    int interval_s = cfg->cache.sync.interval_s;
     rt_sync *s = sb_calloc(1, sizeof *s);
-    if (!s) return sb_seterr(err, SB_ENOMEM, "out of memory");
+    if (!s || !(s->kbs = sb_calloc(cfg->n_kbs + 1, sizeof *s->kbs))) {
+        sb_free(s);
+        return sb_seterr(err, SB_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < cfg->n_kbs; i++) {
+        if (!cfg->kbs[i].pull) continue;
+        pull_kb *k = &s->kbs[s->n_kbs++];
+        k->name = sb_strdup(cfg->kbs[i].name);
+        k->path = sb_strdup(cfg->kbs[i].path);
+        if (!k->name || !k->path) {
+            sync_free(s);
+            return sb_seterr(err, SB_ENOMEM, "out of memory");
+        }
+    }
     s->cache = cache;
     s->interval_s = interval_s;
     s->url = sb_strdup(url);

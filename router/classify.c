@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sb_classify.h"
-#include "sb_common.h"
+#include "router/sb_classify.h"
+#include "common/sb_common.h"
 
 #define LOGREG_FOLDS 5           /* cross-validation folds for logreg's temperature */
 #define LOGREG_LR 1.0f           /* step on standardised features: the CE gradient is 1/2-Lipschitz there */

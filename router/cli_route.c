@@ -16,10 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "router_internal.h"
-#include "sb_classify.h"
-#include "sb_cmd.h"
-#include "sb_encoder.h"
+#include "router/router_internal.h"
+#include "router/sb_classify.h"
+#include "common/sb_cmd.h"
+#include "worker/engine/sb_encoder.h"
 
 #define EXIT_BELOW 3            /* accuracy below --min-accuracy */
 #define MAX_LINE 16384          /* a rambling call fits; longer lines are an error, not cut silently */

@@ -24,7 +24,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "obs.h"
+#include "router/obs.h"
 
 /* The files of console/, embedded by the Makefile (xxd -i names them after the path). */
 extern unsigned char console_index_html[], console_app_js[], console_app_css[];

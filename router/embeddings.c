@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "router_internal.h"
+#include "router/router_internal.h"
 
 /* As many texts as the worker takes in one call (serve_embed.h). */
 #define MAX_INPUTS 256

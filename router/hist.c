@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "obs.h"
+#include "router/obs.h"
 
 /* Seconds: a cache hit's stage is sub-millisecond; a composer on a 2-core
  * box takes tens of seconds. Buckets per decade 1, 2.5, 5. */

@@ -27,8 +27,8 @@
 #include <strings.h>
 #include <sys/socket.h>
 
-#include "obs.h"
-#include "router_internal.h"
+#include "router/obs.h"
+#include "router/router_internal.h"
 
 enum { G_IDLE, G_READING, G_HANDLING };
 

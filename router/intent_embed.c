@@ -27,8 +27,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "router_internal.h"
-#include "sb_classify.h"
+#include "router/router_internal.h"
+#include "router/sb_classify.h"
 
 #define CACHE_FILE "embed-cache.bin"
 #define CACHE_MAGIC "SBEMB1\n"              /* 8 bytes with its NUL */

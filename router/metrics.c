@@ -8,8 +8,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "obs.h"
-#include "router_internal.h"
+#include "router/obs.h"
+#include "router/router_internal.h"
 
 /* Seconds. From a cache hit (< 1 ms) to a long composer answer (minutes on
  * a 2-core box). */

@@ -19,8 +19,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "obs.h"
-#include "router_internal.h"
+#include "router/obs.h"
+#include "router/router_internal.h"
 
 struct rt_job {
     rt_job *next;

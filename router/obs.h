@@ -14,7 +14,7 @@
 #ifndef SB_ROUTER_OBS_H
 #define SB_ROUTER_OBS_H
 
-#include "router_internal.h"
+#include "router/router_internal.h"
 
 /* ------------------------------------------------------------ histograms */
 

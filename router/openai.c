@@ -11,8 +11,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "router_internal.h"
-#include "sb_grammar.h"
+#include "router/router_internal.h"
+#include "worker/engine/sb_grammar.h"
 
 #define MAX_STOPS 16
 

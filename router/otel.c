@@ -27,7 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "obs.h"
+#include "router/obs.h"
 
 #define OTEL_SCOPE "switchboard.router"
 /* The layout of the spans' attributes below; bumped when it changes. */

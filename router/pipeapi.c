@@ -15,8 +15,8 @@
 #include <string.h>
 #include <strings.h>
 
-#include "obs.h"
-#include "router_internal.h"
+#include "router/obs.h"
+#include "router/router_internal.h"
 
 /* ---------------------------------------------------------------- cache */
 

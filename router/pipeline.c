@@ -12,10 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "router_internal.h"
-#include "sb_classify.h"
-#include "sb_grammar.h"
-#include "sb_kb.h"
+#include "router/router_internal.h"
+#include "router/sb_classify.h"
+#include "worker/engine/sb_grammar.h"
+#include "kb/sb_kb.h"
 
 typedef struct {
     const sb_config *cfg;
@@ -316,6 +316,33 @@ static int load_when(vctx *c, const sb_config_node *n, sb_pipeline *p, size_t id
     return 0;
 }
 
+/* rerank: {model, top_n, prompt, chat, fuse} - a generative model of the config judges
+ * each of the top_n passages (retrieve.c); min_score is then its P(yes). */
+static int load_rerank(vctx *c, const sb_config_node *n, sb_stage *s) {
+    static const char *const keys[] = { "model", "top_n", "prompt", "chat", "fuse", NULL };
+    const sb_config_node *v;
+    int rc;
+    if (n->kind != SB_CFG_MAP) return FAIL(c, n, "%s.rerank: expected a mapping {model, top_n, prompt, chat, fuse}", c->path);
+    if ((rc = check_keys(c, n, keys))) return rc;
+    if (!(v = sb_config_node_get(n, "model"))) return FAIL(c, n, "%s.rerank: missing 'model'", c->path);
+    if ((rc = get_str(c, v, "rerank.model", &s->rerank_model))) return rc;
+    if (!sb_config_find_model(c->cfg, s->rerank_model))
+        return FAIL(c, v, "%s.rerank.model: no model named '%s' under models:", c->path, s->rerank_model);
+    long long k = SB_MAX(5, s->kb_top_k);
+    if ((v = sb_config_node_get(n, "top_n")) && (rc = get_int(c, v, "rerank.top_n", 1, SB_PIPE_MAX_TOP_K, &k)))
+        return rc;
+    if (k < s->kb_top_k) return FAIL(c, v, "%s.rerank.top_n: must be at least top_k (%d)", c->path, s->kb_top_k);
+    if ((v = sb_config_node_get(n, "chat")) && (rc = get_bool(c, v, "rerank.chat", &s->rerank_chat))) return rc;
+    if ((v = sb_config_node_get(n, "fuse")) && (rc = get_bool(c, v, "rerank.fuse", &s->rerank_fuse))) return rc;
+    s->rerank_top_n = (int)k;
+    if ((v = sb_config_node_get(n, "prompt"))) {
+        if ((rc = get_str(c, v, "rerank.prompt", &s->rerank_prompt))) return rc;
+        if (!strstr(s->rerank_prompt, "{{passage}}"))
+            return FAIL(c, v, "%s.rerank.prompt: must contain {{passage}} (and usually {{query}})", c->path);
+    }
+    return 0;
+}
+
 /* kind: retrieve - kb, query, top_k, mode, min_score. The stage embeds
  * with the base's embed_model, so that is its model (and the pipeline's
  * cache fingerprint covers it). */
@@ -337,6 +364,7 @@ static int load_retrieve(vctx *c, const sb_config_node *n, sb_stage *s, const rt
     }
     s->min_score = -1;
     if ((v = sb_config_node_get(n, "min_score")) && (rc = get_num(c, v, "min_score", 0, 1e9, &s->min_score))) return rc;
+    if ((v = sb_config_node_get(n, "rerank")) && (rc = load_rerank(c, v, s))) return rc;
     return (v = sb_config_node_get(n, "query")) ? tmpl(c, v, "query", scope, &s->query)
                                                  : rt_tmpl_compile("{{input}}", scope, &s->query, NULL, 0);
 }
@@ -452,7 +480,7 @@ static int load_stage_head(vctx *c, const sb_config_node *n, sb_pipeline *p, siz
     static const char *const tool_keys[] = { "name", "kind", "when", "command", "stdin", "url", "method", "body",
                                              "args_from", "timeout_ms", "env", "max_concurrent", "max_queue", NULL };
     static const char *const retrieve_keys[] = { "name", "kind", "when", "kb", "query", "top_k", "min_score", "mode",
-                                                 "priority", NULL };
+                                                 "rerank", "priority", NULL };
     static const char *const *const keys_of[] = { intent_keys, gen_keys, tool_keys, retrieve_keys };
     return check_keys(c, n, keys_of[s->kind]);
 }
@@ -719,6 +747,8 @@ static void free_stage(sb_stage *s) {
     rt_tmpl_free(s->body);
     sb_free(s->kb);
     rt_tmpl_free(s->query);
+    sb_free(s->rerank_model);
+    sb_free(s->rerank_prompt);
 }
 
 void sb_pipelines_free(sb_pipelines *ps) {

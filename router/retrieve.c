@@ -17,8 +17,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "router_internal.h"
-#include "sb_kb.h"
+#include "router/router_internal.h"
+#include "kb/sb_kb.h"
 
 struct rt_kbh {
     rt_kbh *next;
@@ -55,6 +55,12 @@ static int open_kb(rt_conf *c, const sb_stage *s, rt_kbh **out, char *err) {
     return 0;
 }
 
+int rt_retrieve_version(rt_conf *c, const sb_stage *s, char out[65], char *err) {
+    rt_kbh *h;
+    int rc = open_kb(c, s, &h, err);
+    return rc ? rc : sb_kb_version(h->kb, out, err);
+}
+
 /* The text form, for prompts: one block per passage, its source first so a
  * reply can cite it. */
 static void render_text(const sb_kb_hit *h, size_t n, sb_jw *w) {
@@ -72,11 +78,11 @@ static void render_text(const sb_kb_hit *h, size_t n, sb_jw *w) {
     }
 }
 
-/* A passage's score: what min_score is judged on - the cosine with the
- * query (vector, hybrid: the RRF sum has no absolute meaning), BM25 in bm25
- * mode. */
+/* A passage's score: what min_score is judged on - the reranker's P(yes)
+ * when the stage reranks, else the cosine with the query (vector, hybrid:
+ * the RRF sum has no absolute meaning), BM25 in bm25 mode. */
 static double score_of(const sb_stage *s, const sb_kb_hit *h) {
-    return s->kb_mode == SB_KB_BM25 ? h->score : h->cosine;
+    return s->rerank_model ? h->rerank : s->kb_mode == SB_KB_BM25 ? h->score : h->cosine;
 }
 
 /* source and section at the top are the best passage's, and cite lists
@@ -128,9 +134,21 @@ static bool is_found(const sb_stage *s, const sb_kb_hit *h, size_t n) {
     return n > 0 && (s->min_score < 0 || best >= s->min_score);
 }
 
-int rt_retrieve(rt_conf *c, const sb_stage *s, const char *query, size_t len, const float *qvec, int dim,
-                sb_jw *text, sb_jw *json, bool *found, char *err) {
-    *found = false;
+/* A retrieve stage in progress: its hits and, with rerank, how many the
+ * reranker has judged. */
+struct rt_rr {
+    rt *r;
+    const sb_stage *s;
+    sb_kb_hit *hits;
+    size_t n, next;             /* next: the passage being judged */
+    char *query;
+    size_t qlen;
+    rt_job **job;               /* the run's: cancelling the run cancels the score call */
+    rt_retrieve_fn done;
+    void *arg;
+};
+
+static int search(rt_conf *c, const sb_stage *s, rt_rr *rr, const float *qvec, int dim, char *err) {
     rt_kbh *h = NULL;
     int rc = open_kb(c, s, &h, err);
     if (rc) return rc;
@@ -139,16 +157,115 @@ int rt_retrieve(rt_conf *c, const sb_stage *s, const char *query, size_t len, co
     if (qvec && id && (kdim != dim || strcmp(id, h->embed_id)))
         return sb_seterr(err, SB_EINVAL, "knowledge base '%s' was built with %s, not with model '%s' (%s): re-add "
                          "its files", s->kb, id, s->model, h->embed_id);
-    sb_kb_search_opts o = { .mode = (sb_kb_mode)s->kb_mode, .top_k = s->kb_top_k, .qvec = qvec };
-    sb_kb_hit *hits;
-    size_t n;
-    if ((rc = sb_kb_search(h->kb, query, len, &o, &hits, &n, err))) return rc;
-    *found = is_found(s, hits, n);
+    /* A reranked stage fetches top_n candidates and keeps the best top_k. */
+    sb_kb_search_opts o = { .mode = (sb_kb_mode)s->kb_mode, .top_k = s->rerank_model ? s->rerank_top_n : s->kb_top_k,
+                            .qvec = qvec };
+    return sb_kb_search(h->kb, rr->query, rr->qlen, &o, &rr->hits, &rr->n, err);
+}
+
+static void rerank_next(rt_rr *rr);
+
+static void on_judged(void *arg, const sb_ipc_result *res) {
+    rt_rr *rr = arg;
+    *rr->job = NULL;
+    const sb_mp_obj *lp = res->ok ? sb_mp_map_get(res->result, "logprobs") : NULL;
+    double y = 0, n = 0;
+    if (sb_mp_count(lp) != 2 || sb_mp_as_f64(sb_mp_array_at(lp, 0), &y) || sb_mp_as_f64(sb_mp_array_at(lp, 1), &n)) {
+        char err[SB_ERR_LEN];
+        sb_seterr(err, SB_EIO, "rerank model '%s': %s", rr->s->rerank_model,
+                  res->ok ? "no log-probabilities in its answer" : res->message ? res->message : "failed");
+        rr->done(rr->arg, SB_EIO, err);
+        return;
+    }
+    rr->hits[rr->next++].rerank = sb_kb_rerank_prob(y, n);
+    rerank_next(rr);
+}
+
+/* Ask the rerank model about the next passage, one `score` call at a time
+ * (consecutive prompts share the question's prefix in the worker's KV
+ * cache); after the last, reorder and finish. */
+static void rerank_next(rt_rr *rr) {
+    char err[SB_ERR_LEN];
+    if (rr->next >= rr->n) {
+        if (rr->s->rerank_fuse) sb_kb_rerank_fuse(rr->hits, rr->n);
+        else sb_kb_rerank_sort(rr->hits, rr->n);
+        rr->done(rr->arg, 0, NULL);
+        return;
+    }
+    rt_model *m = rt_model_find(rr->r, rr->s->rerank_model);
+    size_t len;
+    char *prompt = sb_kb_rerank_prompt(rr->s->rerank_prompt, rr->query, rr->qlen, &rr->hits[rr->next], &len);
+    sb_mp_writer *p = NULL;
+    int rc = !m ? sb_seterr(err, SB_EIO, "model '%s' is not configured in this router", rr->s->rerank_model)
+             : !prompt || sb_mp_writer_new(&p) ? sb_seterr(err, SB_ENOMEM, "out of memory") : 0;
+    if (!rc) {
+        /* The passage is agency text: never parsed for special tokens (a
+         * message's string content never is). In chat form the answer
+         * starts the assistant's turn: "yes", not " yes". */
+        bool chat = rr->s->rerank_chat;
+        sb_mp_map(p, chat ? 2 : 3);
+        if (chat) {
+            sb_mp_str(p, "messages");
+            sb_mp_array(p, 1);
+            sb_mp_map(p, 2);
+            sb_mp_kv_str(p, "role", "user");
+            sb_mp_str(p, "content");
+            sb_mp_strn(p, prompt, len);
+        } else {
+            sb_mp_str(p, "prompt");
+            sb_mp_strn(p, prompt, len);
+            sb_mp_kv_bool(p, "special", false);
+        }
+        sb_mp_str(p, "candidates");
+        sb_mp_array(p, 2);
+        sb_mp_str(p, SB_KB_RERANK_YES + chat);
+        sb_mp_str(p, SB_KB_RERANK_NO + chat);
+        if (sb_mp_writer_status(p)) {
+            rc = sb_seterr(err, SB_ENOMEM, "out of memory");
+        } else {
+            rc = rt_model_submit(m, "score", p, m->deadline_ms, rr->s->priority, NULL, on_judged, rr, rr->job, err);
+            p = NULL;               /* rt_model_submit owns it, even when it fails */
+        }
+    }
+    sb_mp_writer_free(p);
+    sb_free(prompt);
+    if (rc) rr->done(rr->arg, rc, err);
+}
+
+void rt_retrieve_start(rt *r, rt_conf *c, const sb_stage *s, const char *query, size_t len, const float *qvec,
+                       int dim, rt_job **job, rt_retrieve_fn done, void *arg, rt_rr **out) {
+    char err[SB_ERR_LEN];
+    rt_rr *rr = sb_calloc(1, sizeof *rr);
+    char *q = sb_malloc(len + 1);
+    *out = rr;
+    if (!rr || !q) {
+        sb_free(q);
+        done(arg, sb_seterr(err, SB_ENOMEM, "out of memory"), err);
+        return;
+    }
+    memcpy(q, query, len);
+    q[len] = '\0';
+    *rr = (rt_rr){ .r = r, .s = s, .query = q, .qlen = len, .job = job, .done = done, .arg = arg };
+    int rc = search(c, s, rr, qvec, dim, err);
+    if (rc) done(arg, rc, err);
+    else if (s->rerank_model && rr->n) rerank_next(rr);
+    else done(arg, 0, NULL);
+}
+
+int rt_retrieve_render(const sb_stage *s, rt_rr *rr, sb_jw *text, sb_jw *json, bool *found, char *err) {
+    size_t n = SB_MIN(rr->n, (size_t)s->kb_top_k);
+    *found = is_found(s, rr->hits, n);
     size_t shown = *found ? n : 0;
-    render_text(hits, shown, text);
-    render_json(s, hits, shown, *found, json);
-    sb_kb_hits_free(hits, n);
+    render_text(rr->hits, shown, text);
+    render_json(s, rr->hits, shown, *found, json);
     return text->oom || json->oom ? sb_seterr(err, SB_ENOMEM, "out of memory") : 0;
+}
+
+void rt_retrieve_free(rt_rr *rr) {
+    if (!rr) return;
+    sb_kb_hits_free(rr->hits, rr->n);
+    sb_free(rr->query);
+    sb_free(rr);
 }
 
 void rt_retrieve_free_all(rt_conf *c) {

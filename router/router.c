@@ -21,10 +21,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "obs.h"
-#include "router_internal.h"
-#include "sb_cmd.h"
-#include "sb_net.h"
+#include "router/obs.h"
+#include "router/router_internal.h"
+#include "common/sb_cmd.h"
+#include "common/sb_net.h"
 
 typedef struct {
     rt r;
@@ -308,19 +308,23 @@ static int parse_args(int argc, char **argv, router_args *a, int *code) {
  * logged and left off, the router serves without it. */
 static void open_cache(rt *r, const sb_config *cfg) {
     char err[SB_ERR_LEN];
-    if (!cfg->cache.enabled) return;
-    sb_cache_opts co = { .max_bytes = (uint64_t)cfg->cache.max_mb << 20, .default_ttl_s = cfg->cache.ttl_s };
-    if (sb_cache_open(cfg->cache.path, &co, &r->cache, err)) {
-        sb_warn("response cache disabled: %s", err);
-        r->cache = NULL;
+    if (cfg->cache.enabled) {
+        sb_cache_opts co = { .max_bytes = (uint64_t)cfg->cache.max_mb << 20, .default_ttl_s = cfg->cache.ttl_s };
+        if (sb_cache_open(cfg->cache.path, &co, &r->cache, err)) {
+            sb_warn("response cache disabled: %s", err);
+            r->cache = NULL;
+        }
     }
-    if (!r->cache || !cfg->cache.sync.url) return;
-    if (rt_sync_start(r->cache, cfg->cache.sync.url, cfg->cache.sync.edge_id, cfg->cache.sync.secret_file,
-                      cfg->cache.sync.ca_file, cfg->cache.sync.interval_s, &r->sync, err))
-        sb_warn("cache sync disabled: %s", err);
+    /* The sync thread carries cache entries and pulls knowledge bases. */
+    size_t n_pull = 0;
+    for (size_t i = 0; i < cfg->n_kbs; i++) n_pull += cfg->kbs[i].pull;
+    if (!cfg->cache.sync.url || (!r->cache && !n_pull)) return;
+    if (rt_sync_start(r->cache, cfg, &r->sync, err))
+        sb_warn("cloud sync disabled: %s", err);
     else
-        sb_info("cache sync with %s every %d s as edge '%s'", cfg->cache.sync.url,
-                cfg->cache.sync.interval_s, cfg->cache.sync.edge_id);
+        sb_info("cloud sync with %s every %d s as edge '%s' (%s, %zu knowledge base(s) pulled)",
+                cfg->cache.sync.url, cfg->cache.sync.interval_s, cfg->cache.sync.edge_id,
+                r->cache ? "response cache" : "no cache", n_pull);
 }
 
 /* The event loop's sources: HTTP, DIR/router.sock, signals, timers. */

@@ -19,11 +19,11 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "sb_cache.h"
-#include "sb_classify.h"
-#include "sb_config.h"
-#include "sb_ipc.h"
-#include "sb_router.h"
+#include "cache/sb_cache.h"
+#include "router/sb_classify.h"
+#include "common/sb_config.h"
+#include "ipc/sb_ipc.h"
+#include "router/sb_router.h"
 
 struct event_base;
 struct event;
@@ -65,12 +65,24 @@ void rt_conf_release(rt_conf *c);
 rt_conf *rt_conf_acquire(rt *r);
 
 /* retrieve.c: search retrieve stage s's base for query (qvec: its dim-float
- * "query: " vector from the base's embed_model; NULL in bm25 mode) and render
- * the passages as text (prompts) and as {"found", "passages": [{source,
- * section, score, text}]}. *found is false below min_score (no passages).
- * 0 or SB_E* with err (no base file, another embedder, SQLite). */
-int  rt_retrieve(rt_conf *c, const sb_stage *s, const char *query, size_t len, const float *qvec, int dim,
-                 sb_jw *text, sb_jw *json, bool *found, char *err);
+ * "query: " vector from the base's embed_model; NULL in bm25 mode); with
+ * rerank, have its rerank model judge the top_n passages (one `score` call
+ * at a time, each in *job while it runs) and reorder them. done is called
+ * once - maybe before rt_retrieve_start returns - with 0 or SB_E* and err
+ * (no base file, another embedder, SQLite, the rerank call), unless the
+ * caller cancels *job first. *out (always set) holds the passages until
+ * rt_retrieve_free. rt_retrieve_render writes the top_k as text (prompts)
+ * and as {"found", "passages": [{source, section, score, text}]}; *found is
+ * false below min_score (no passages). */
+typedef struct rt_rr rt_rr;
+typedef void (*rt_retrieve_fn)(void *arg, int rc, const char *err);
+void rt_retrieve_start(rt *r, rt_conf *c, const sb_stage *s, const char *query, size_t len, const float *qvec,
+                       int dim, rt_job **job, rt_retrieve_fn done, void *arg, rt_rr **out);
+int  rt_retrieve_render(const sb_stage *s, rt_rr *rr, sb_jw *text, sb_jw *json, bool *found, char *err);
+void rt_retrieve_free(rt_rr *rr);
+/* The content version of retrieve stage s's base (sb_kb_version), for the
+ * pipeline's cache key. */
+int  rt_retrieve_version(rt_conf *c, const sb_stage *s, char out[65], char *err);
 void rt_retrieve_free_all(rt_conf *c);
 
 /* ------------------------------------------------------------ templates */
@@ -380,10 +392,10 @@ int  rt_intent_classifier(rt *r, rt_conf *c, const sb_stage *s, const sb_classif
 void rt_intent_cancel_builds(rt_conf *c);   /* before the models are freed */
 void rt_intent_free_all(rt_conf *c);        /* rt_conf_release */
 
-/* cache_sync.c: periodic sync of the response cache with the cloud tier. */
+/* cache_sync.c: periodic sync with the cloud tier of cfg->cache.sync: the
+ * response cache (NULL: none) and the knowledge bases marked pull. */
 typedef struct rt_sync rt_sync;
-int  rt_sync_start(sb_cache *cache, const char *url, const char *edge_id, const char *secret_file,
-                   const char *ca_file, int interval_s, rt_sync **out, char *err);
+int  rt_sync_start(sb_cache *cache, const sb_config *cfg, rt_sync **out, char *err);
 void rt_sync_stop(rt_sync *s);      /* NULL ok; waits for a sync in progress */
 
 #endif

@@ -17,9 +17,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "obs.h"
-#include "router_internal.h"
-#include "sb_kb.h"
+#include "router/obs.h"
+#include "router/router_internal.h"
+#include "kb/sb_kb.h"
 
 enum { ST_PENDING, ST_OK, ST_SKIPPED, ST_ERROR };
 
@@ -54,6 +54,7 @@ struct rt_run {
     int intent_stage;               /* the last intent stage that ran, or -1 */
     rt_job *job;
     rt_tool *tool;
+    rt_rr *rr;                      /* the running retrieve stage's passages */
     sb_jw text;                     /* the running generate stage's tokens */
     double t0, t_stage, model_s, t_first;    /* t_first: the answer's first streamed token */
     bool fell_back;                 /* the intent is the fallback label */
@@ -566,29 +567,41 @@ static int start_tool(rt_run *run, const sb_stage *s, char *err) {
 
 /* ------------------------------------------------------------ retrieve */
 
-/* Search with the query vector (NULL in bm25 mode) and finish the stage.
- * A missing base or a failed search is the stage's error, as for a tool:
- * the pipeline goes on with found false and can hand the call off. */
-static void retrieve_with(rt_run *run, const sb_stage *s, const float *qvec, int dim) {
-    sb_tmpl_env env = env_of(run);
-    sb_jw q, text, json;
-    sb_jw_init(&q);
+/* The retrieve stage's search (and rerank) is over: render its passages
+ * and finish the stage. A missing base or a failed search is the stage's
+ * error, as for a tool: the pipeline goes on with found false and can hand
+ * the call off. */
+static void on_retrieved(void *arg, int rc, const char *err) {
+    rt_run *run = arg;
+    stage_res *sr = &run->res[run->cur];
+    char e[SB_ERR_LEN] = "";
+    sb_jw text, json;
     sb_jw_init(&text);
     sb_jw_init(&json);
-    sb_tmpl_render(s->query, &env, &q);
-    stage_res *sr = &run->res[run->cur];
-    char err[SB_ERR_LEN];
-    int rc = q.oom ? sb_seterr(err, SB_ENOMEM, "out of memory")
-                   : rt_retrieve(run->conf, s, q.p ? q.p : "", q.len, qvec, dim, &text, &json, &sr->found, err);
-    if (!rc) {
+    if (!rc && !(rc = rt_retrieve_render(&run->p->stages[run->cur], run->rr, &text, &json, &sr->found, e))) {
         sr->output = trimmed(text.p ? text.p : "", text.len);
         if (sb_json_parse(json.p, json.len, &sr->doc, NULL) == 0) sr->json = sb_json_root(sr->doc);
         json_fits(sr);
+    } else if (rc && err) {
+        snprintf(e, sizeof e, "%s", err);
     }
-    sb_jw_free(&q);
     sb_jw_free(&text);
     sb_jw_free(&json);
-    stage_done(run, rc ? ST_ERROR : ST_OK, rc ? err : NULL);
+    rt_retrieve_free(run->rr);
+    run->rr = NULL;
+    stage_done(run, rc ? ST_ERROR : ST_OK, rc ? e : NULL);
+}
+
+/* Search with the query vector (NULL in bm25 mode). */
+static void retrieve_with(rt_run *run, const sb_stage *s, const float *qvec, int dim) {
+    sb_tmpl_env env = env_of(run);
+    sb_jw q;
+    sb_jw_init(&q);
+    sb_tmpl_render(s->query, &env, &q);
+    if (q.oom) on_retrieved(run, SB_ENOMEM, "out of memory");
+    else rt_retrieve_start(run->r, run->conf, s, q.p ? q.p : "", q.len, qvec, dim, &run->job, on_retrieved, run,
+                           &run->rr);
+    sb_jw_free(&q);
 }
 
 static void on_query_embedded(void *arg, const sb_ipc_result *res) {
@@ -738,6 +751,7 @@ void rt_run_free(rt_run *run) {
     sb_free(run->input);
     sb_free(run->intent);
     sb_jw_free(&run->text);
+    rt_retrieve_free(run->rr);
     if (run->timer) event_free(run->timer);
     if (run->kick) event_free(run->kick);
     rt_conf_release(run->conf);
@@ -865,8 +879,16 @@ int rt_pipeline_fingerprint(rt *r, const char *name, char *out, bool *cacheable)
     sb_sha256_update(&h, p->digest, sizeof p->digest);
     bool ok = p->cache;
     for (size_t i = 0; i < p->n_stages; i++) {
-        const char *names[2] = { p->stages[i].model, p->stages[i].score_model };
-        for (int k = 0; k < 2; k++) {
+        const sb_stage *s = &p->stages[i];
+        const char *names[3] = { s->model, s->score_model, s->rerank_model };
+        /* An answer made from a knowledge base is only as fresh as the
+         * base: its content version is part of the key, so `kb add` or a
+         * pulled snapshot makes the old answers unreachable. A base that
+         * cannot be read makes the call uncacheable. */
+        char ver[65], err[SB_ERR_LEN];
+        if (s->kind == SB_STAGE_RETRIEVE && rt_retrieve_version(c, s, ver, err)) ok = false;
+        else if (s->kind == SB_STAGE_RETRIEVE) sb_sha256_update(&h, ver, sizeof ver);
+        for (int k = 0; k < 3; k++) {
             if (!names[k]) continue;
             rt_model *m = rt_model_find(r, names[k]);
             if (!m || !m->fingerprint[0]) { ok = false; continue; }

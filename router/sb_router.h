@@ -17,9 +17,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "sb_common.h"
-#include "sb_config.h"
-#include "sb_json.h"
+#include "common/sb_common.h"
+#include "common/sb_config.h"
+#include "common/sb_json.h"
 
 /* =========================================================== pipelines == */
 
@@ -118,7 +118,13 @@ typedef struct {
     sb_tmpl *query;                 /* default "{{input}}" */
     int kb_top_k;                   /* [1, SB_PIPE_MAX_TOP_K], default 3 */
     int kb_mode;                    /* sb_kb_mode: 0 bm25, 1 vector, 2 hybrid (default) */
-    double min_score;               /* < 0: none; else the best passage's cosine (bm25: BM25 score) */
+    double min_score;               /* < 0: none; else the best passage's cosine (bm25: BM25 score),
+                                       or with rerank its P(yes) in [0, 1] */
+    char *rerank_model;             /* rerank: a generative model judging each passage; NULL: none */
+    int rerank_top_n;               /* passages it judges (default 5; at least top_k) */
+    char *rerank_prompt;            /* {{query}} and {{passage}}; NULL: SB_KB_RERANK_PROMPT */
+    bool rerank_chat;               /* the prompt as a user message of the model's chat template */
+    bool rerank_fuse;               /* order by RRF of the search's rank and P(yes)'s, not P(yes) alone */
 } sb_stage;
 
 typedef struct {

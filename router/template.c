@@ -20,7 +20,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "router_internal.h"
+#include "router/router_internal.h"
 
 enum { P_LIT, P_INPUT, P_INTENT, P_CONFIDENCE, P_OUTPUT, P_JSON, P_JSONKEY, P_CONFIG_DIR };
 

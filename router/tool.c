@@ -26,7 +26,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "router_internal.h"
+#include "router/router_internal.h"
 
 #define TOOL_MAX_OUTPUT (1u << 20)  /* a lookup answer is a few KB; more is a runaway tool */
 /* A command's arguments after substitution, all together. The kernel

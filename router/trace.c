@@ -21,8 +21,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "obs.h"
-#include "sb_feedback.h"
+#include "router/obs.h"
+#include "cache/sb_feedback.h"
 
 #define STAGES_MAX 16                           /* stages kept for the latency view per call */
 

@@ -32,8 +32,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "router_internal.h"
-#include "sb_net.h"
+#include "router/router_internal.h"
+#include "common/sb_net.h"
 
 #define UP_MAX_BODY   (8u << 20)    /* an answer is KBs; more is a broken upstream */
 #define UP_MAX_URL    1024

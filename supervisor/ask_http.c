@@ -18,10 +18,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "ask_internal.h"
-#include "sb_common.h"
-#include "sb_json.h"
-#include "sb_net.h"
+#include "supervisor/ask_internal.h"
+#include "common/sb_common.h"
+#include "common/sb_json.h"
+#include "common/sb_net.h"
 
 #define MAX_HEADER_BYTES  (64u << 10)
 #define MAX_BODY_BYTES    (16u << 20)   /* a non-streamed answer, one SSE event's data, a streamed answer */

@@ -9,11 +9,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ask_internal.h"
-#include "sb_cmd.h"
-#include "sb_common.h"
-#include "sb_json.h"
-#include "sb_ipc.h"
+#include "supervisor/ask_internal.h"
+#include "common/sb_cmd.h"
+#include "common/sb_common.h"
+#include "common/sb_json.h"
+#include "ipc/sb_ipc.h"
 
 #define MAX_STDIN_TEXT (16u << 20)      /* the frame limit: a larger prompt could not be sent */
 #define DEFAULT_WAIT_MS 1000            /* ride over a worker restart (100 ms backoff + load) */

@@ -2,10 +2,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "sb_cmd.h"
-#include "sb_common.h"
-#include "sb_config.h"
-#include "sb_supervisor.h"
+#include "common/sb_cmd.h"
+#include "common/sb_common.h"
+#include "common/sb_config.h"
+#include "supervisor/sb_supervisor.h"
 
 static void usage(FILE *f) {
     fprintf(f,

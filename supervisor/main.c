@@ -2,8 +2,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "sb_common.h"
-#include "sb_cmd.h"
+#include "common/sb_common.h"
+#include "common/sb_cmd.h"
 
 typedef struct {
     const char *name;

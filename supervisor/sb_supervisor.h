@@ -11,8 +11,8 @@
 #define SB_SUPERVISOR_H
 
 #include <stdbool.h>
-#include "sb_common.h"
-#include "sb_config.h"
+#include "common/sb_common.h"
+#include "common/sb_config.h"
 
 /* ------------------------------------------------------- restart policy */
 

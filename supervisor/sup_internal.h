@@ -8,9 +8,9 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "sb_config.h"
-#include "sb_ipc.h"
-#include "sb_supervisor.h"
+#include "common/sb_config.h"
+#include "ipc/sb_ipc.h"
+#include "supervisor/sb_supervisor.h"
 
 struct event;
 struct event_base;

@@ -1,8 +1,8 @@
 /* sup_proc.c - the supervisor's contact with the OS: fork+exec of a child
  * with a clean slate, exit statuses in words, and DIR/state.json.
  */
-#include "sup_internal.h"
-#include "sb_json.h"
+#include "supervisor/sup_internal.h"
+#include "common/sb_json.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -3,7 +3,7 @@
  * (sb_supervisor.h). Kept apart from the event loop so tests drive them
  * directly.
  */
-#include "sb_supervisor.h"
+#include "supervisor/sb_supervisor.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -20,9 +20,9 @@
  * Every state change is one log line and rewrites DIR/state.json, which the
  * router (and operators) read to know which models are up.
  */
-#include "sb_supervisor.h"
-#include "sb_ipc.h"
-#include "sup_internal.h"
+#include "supervisor/sb_supervisor.h"
+#include "ipc/sb_ipc.h"
+#include "supervisor/sup_internal.h"
 
 #include <errno.h>
 #include <event2/event.h>

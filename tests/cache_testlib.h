@@ -17,7 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "sb_cache.h"
+#include "cache/sb_cache.h"
 
 static inline char *tl_tmpdir(void) {
     char tmpl[] = "/tmp/sbcache-test.XXXXXX";

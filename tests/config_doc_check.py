@@ -88,6 +88,8 @@ def config(section, key, value):
     if section == "knowledge":
         kb = {"path": os.path.join(TMP, "kb.sqlite"), "embed_model": "m"}
         kb[key] = value
+        if key == "pull":               # pulled from the cloud of cache.sync
+            cache = {"sync": {"url": "http://127.0.0.1:9", "edge_id": "e1", "secret_file": secret}}
     if section == "runtime":
         runtime[key] = value
     elif section in ("local", "both"):

@@ -30,7 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "sb_ipc.h"
+#include "ipc/sb_ipc.h"
 
 #define TESTLIB static __attribute__((unused))
 

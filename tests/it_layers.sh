@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # it_layers.sh - the module layering (tools/check_layers.py): no module
 # includes a module above it (so no include cycle between modules) or
-# another module's internal header; a test uses at most one module's
-# internals. First the checker is shown to catch each kind of violation in
+# another module's internal header (cache/ may use worker/gguf/ and nothing
+# else of worker/); includes name their module; a test uses at most one
+# module's internals. First the checker is shown to catch each kind of violation in
 # a scratch repository, then it runs on this tree.
 set -u
 cd "$(dirname "$0")/.."
@@ -10,23 +11,33 @@ tmp=$(mktemp -d /tmp/sb-layers-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "it_layers: FAIL: $*"; exit 1; }
 scratch() {     # a tiny tree with one violation, given as FILE CONTENT pairs
-    rm -rf "$tmp/r"; mkdir -p "$tmp/r/common" "$tmp/r/router" "$tmp/r/cache" "$tmp/r/tests"
-    printf '' > "$tmp/r/common/sb_common.h"; printf '' > "$tmp/r/router/sb_router.h"
-    printf '' > "$tmp/r/cache/cache_internal.h"; printf '' > "$tmp/r/router/router_internal.h"
-    while [ $# -gt 0 ]; do printf '%s\n' "$2" > "$tmp/r/$1"; shift 2; done
+    rm -rf "$tmp/r"
+    for h in common/sb_common.h router/sb_router.h cache/cache_internal.h router/router_internal.h \
+             worker/gguf/sb_gguf.h worker/engine/sb_engine.h worker/tokenizer/vocab_impl.h; do
+        mkdir -p "$tmp/r/$(dirname $h)"; printf '' > "$tmp/r/$h"
+    done
+    while [ $# -gt 0 ]; do mkdir -p "$tmp/r/$(dirname "$1")"; printf '%s\n' "$2" > "$tmp/r/$1"; shift 2; done
     (cd "$tmp/r" && git init -q && git add -A) || fail "git"
     (cd "$tmp/r" && python3 "$OLDPWD/tools/check_layers.py") > "$tmp/out" 2>&1
 }
-scratch common/a.c '#include "sb_router.h"'
-[ $? -eq 1 ] && grep -q "a module above it" "$tmp/out" || fail "an upward include was not caught: $(cat "$tmp/out")"
-scratch router/b.c '#include "cache_internal.h"'
-[ $? -eq 1 ] && grep -q "internal header" "$tmp/out" || fail "a foreign internal header was not caught: $(cat "$tmp/out")"
-scratch tests/t.c '#include "cache_internal.h"
-#include "router_internal.h"'
-[ $? -eq 1 ] && grep -q "one module at most" "$tmp/out" || fail "a test using two modules' internals was not caught"
-scratch router/c.c '#include "sb_common.h"
-#include "router_internal.h"'
+refused() {     # WHAT GREP FILE CONTENT...: the checker must exit 1 saying GREP
+    local what=$1 want=$2; shift 2
+    scratch "$@"
+    [ $? -eq 1 ] && grep -q "$want" "$tmp/out" || fail "$what was not caught: $(cat "$tmp/out")"
+}
+refused "an upward include" "a module above it" common/a.c '#include "router/sb_router.h"'
+refused "the file format including the engine" "a module above it" \
+    worker/gguf/a.c '#include "worker/engine/sb_engine.h"'
+refused "cache including the engine" "a module it may not use" cache/a.c '#include "worker/engine/sb_engine.h"'
+refused "a foreign internal header" "internal header" router/b.c '#include "cache/cache_internal.h"'
+refused "a worker sub-module's internal header" "internal header" \
+    worker/engine/b.c '#include "worker/tokenizer/vocab_impl.h"'
+refused "an include not naming its module" "does not name its module" router/b.c '#include "sb_common.h"'
+refused "a test using two modules' internals" "one module at most" tests/t.c '#include "cache/cache_internal.h"
+#include "router/router_internal.h"'
+scratch router/c.c '#include "common/sb_common.h"
+#include "router/router_internal.h"' cache/k.c '#include "worker/gguf/sb_gguf.h"'
 [ $? -eq 0 ] || fail "a legal tree was refused: $(cat "$tmp/out")"
-echo "ok   the checker catches an upward include, a foreign internal header, a test with two modules' internals"
+echo "ok   the checker catches an upward include, a foreign internal header, an include not naming its module, a test with two modules' internals"
 python3 tools/check_layers.py || fail "this tree breaks the layering (above)"
 echo "it_layers: ok"

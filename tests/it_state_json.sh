@@ -20,7 +20,7 @@ models:
 YAML
 "$SB" run -c "$d/c.yaml" > "$tmp/sup.log" 2>&1 & sup=$!; it_pids+=($sup)
 state=$d/run/state.json
-for _ in $(seq 1 200); do
+for _ in $(seq 1 1200); do      # up to 60 s: a sanitized worker on a busy box
     grep -q '"ready"' "$state" 2>/dev/null && break
     sleep 0.05
 done

@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "sb_kq.h"
+#include "worker/kernels/sb_kq.h"
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
 static inline void rng_seed(uint64_t s) { rng_state = s ? s : 1; }

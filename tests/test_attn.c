@@ -17,7 +17,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "sb_kq.h"
+#include "worker/kernels/sb_kq.h"
 
 static uint64_t rng_state = 0x853C49E6748FEA9Bull;
 static float rng_normal(void) {

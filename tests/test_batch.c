@@ -24,7 +24,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "sb_engine.h"
+#include "worker/engine/sb_engine.h"
 
 static const char *const FIXTURES[] = {
     "tests/data/tiny-llama-spm-Q8_0.gguf",

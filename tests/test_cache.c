@@ -2,8 +2,8 @@
  * eviction with pinned entries, a full file, a read-only file, a corrupt
  * file, migrations, export/import, purge, and get/put latency.
  */
-#include "cache_testlib.h"
-#include "cache_internal.h"
+#include "tests/cache_testlib.h"
+#include "cache/cache_internal.h"
 
 #include <pwd.h>
 

@@ -11,9 +11,9 @@
  *  - a sync cut off mid-transfer (request or reply) or killed with -9, then
  *    retried, leaves exactly the state of one clean sync (table dumps)
  */
-#include "cache_testlib.h"
-#include "cache_internal.h"
-#include "pg_testlib.h"
+#include "tests/cache_testlib.h"
+#include "cache/cache_internal.h"
+#include "tests/pg_testlib.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

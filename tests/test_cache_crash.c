@@ -4,7 +4,7 @@
  * Afterwards PRAGMA integrity_check must say "ok" and every entry whose put
  * returned success must be there with the right bytes.
  */
-#include "cache_testlib.h"
+#include "tests/cache_testlib.h"
 
 #include <poll.h>
 #include <signal.h>

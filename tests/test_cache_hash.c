@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sb_cache.h"
+#include "cache/sb_cache.h"
 
 static void hex_of(const uint8_t *d, char *out) { sb_hex_encode(d, SB_SHA256_LEN, out); }
 

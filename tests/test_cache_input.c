@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cache_internal.h"
+#include "cache/cache_internal.h"
 
 static char *norm(unsigned flags, const char *s) {
     char *out = NULL;

@@ -5,7 +5,7 @@
  * are created owner-only, and files an older version left 0644 are narrowed
  * when the cache is opened again.
  */
-#include "cache_testlib.h"
+#include "tests/cache_testlib.h"
 
 static void expect_owner_only(const char *path) {
     static const char *const suffixes[] = { "", "-wal", "-shm" };

@@ -1,4 +1,4 @@
-/* test_charsmap.c - the precompiled-charsmap trie (worker/charsmap.c).
+/* test_charsmap.c - the precompiled-charsmap trie (worker/tokenizer/charsmap.c).
  *
  * The builder must produce a darts-clone double array in which every key
  * is found with its own replacement and every lookup returns the LONGEST
@@ -15,8 +15,8 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "sb_charsmap.h"
-#include "sb_common.h"
+#include "worker/tokenizer/sb_charsmap.h"
+#include "common/sb_common.h"
 
 static void build(const sb_charsmap_rule *r, size_t n, sb_charsmap *cm) {
     uint8_t *blob;

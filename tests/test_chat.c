@@ -18,8 +18,8 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "sb_chat.h"
-#include "sb_gguf.h"
+#include "worker/engine/sb_chat.h"
+#include "worker/gguf/sb_gguf.h"
 
 static char *slurp(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");

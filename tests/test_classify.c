@@ -18,8 +18,8 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "sb_classify.h"
-#include "sb_common.h"
+#include "router/sb_classify.h"
+#include "common/sb_common.h"
 
 #define DIM 32
 static const char *const NAMES[] = {"a", "b", "c", "d", "e", "f"};

@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "sb_config.h"
+#include "common/sb_config.h"
 
 static char g_dir[64];          /* realpath'd temp dir */
 static char g_yaml[128];        /* g_dir/c.yaml */

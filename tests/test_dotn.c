@@ -22,8 +22,8 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "kq_testlib.h"
-#include "sb_kq.h"
+#include "tests/kq_testlib.h"
+#include "worker/kernels/sb_kq.h"
 
 #define S_STRIDE 3                  /* output floats apart: the gaps are checked */
 #define SENTINEL -12345.0f

@@ -26,8 +26,8 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "kq_testlib.h"
-#include "sb_kq.h"
+#include "tests/kq_testlib.h"
+#include "worker/kernels/sb_kq.h"
 
 #define SENTINEL -12345.0f
 

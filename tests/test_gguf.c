@@ -15,8 +15,8 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "sb_gguf.h"
-#include "sb_kq.h"
+#include "worker/gguf/sb_gguf.h"
+#include "worker/kernels/sb_kq.h"
 
 typedef struct { uint8_t *p; size_t n, cap; } buf;
 

@@ -21,10 +21,10 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "sb_engine.h"
-#include "sb_gguf.h"
-#include "sb_grammar.h"
-#include "sb_router.h"
+#include "worker/engine/sb_engine.h"
+#include "worker/gguf/sb_gguf.h"
+#include "worker/engine/sb_grammar.h"
+#include "router/sb_router.h"
 
 /* Every keyword of the subset; strings bounded so garbage models finish. */
 static const char *const SCHEMA =

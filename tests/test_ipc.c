@@ -5,7 +5,7 @@
  * kind of garbage a valid request must succeed on a new connection, and the
  * group teardown checks that the server process never died.
  */
-#include "ipc_testlib.h"
+#include "tests/ipc_testlib.h"
 
 /* ================================================================ cases */
 

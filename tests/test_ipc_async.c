@@ -2,7 +2,7 @@
  * process: concurrent calls, streaming, timeouts, cancel, a server killed
  * with SIGKILL mid-stream and the reconnect after it comes back.
  */
-#include "ipc_testlib.h"
+#include "tests/ipc_testlib.h"
 
 typedef struct {
     int events;

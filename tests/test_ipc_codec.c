@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "sb_ipc.h"
+#include "ipc/sb_ipc.h"
 
 static sb_mp_doc *decode_writer(sb_mp_writer *w) {
     size_t n;

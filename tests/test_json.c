@@ -15,7 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "sb_router.h"
+#include "router/sb_router.h"
 
 static sb_json_doc *parse_ok(const char *s) {
     sb_json_doc *d = NULL;

@@ -18,8 +18,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "sb_common.h"
-#include "sb_kb.h"
+#include "common/sb_common.h"
+#include "kb/sb_kb.h"
 
 #define DIM 384          /* multilingual-e5-small's, so the scan benchmark is to scale */
 
@@ -340,6 +340,70 @@ static void test_store_atomic_replace(void **state) {
     sb_kb_close(kb);
 }
 
+/* The content version moves with every change a search could see, on this
+ * connection and on another one, and comes back with the same content. */
+static void test_store_version(void **state) {
+    (void)state;
+    sb_kb *kb = open_fake(NULL, "fake-1"), *other = open_fake(NULL, "fake-1");
+    char err[SB_ERR_LEN], v0[65], v1[65], v2[65], v3[65], seen[65];
+    sb_kb_add_result r;
+    assert_int_equal(sb_kb_version(kb, v0, err), 0);
+    assert_int_equal(strlen(v0), 64);
+    assert_int_equal(add(kb, "rent.md", RENT, &r), 0);
+    assert_int_equal(sb_kb_version(kb, v1, err), 0);
+    assert_string_not_equal(v0, v1);
+    assert_int_equal(sb_kb_version(other, seen, err), 0);
+    assert_string_equal(seen, v1);
+    assert_int_equal(add(kb, "rent.md", RENT, &r), 0);                /* unchanged: same version */
+    assert_int_equal(sb_kb_version(kb, v2, err), 0);
+    assert_string_equal(v2, v1);
+    assert_int_equal(add(kb, "rent.md", "# Rent\n\nA permit is needed now.\n", &r), 0);
+    assert_int_equal(sb_kb_version(kb, v2, err), 0);
+    assert_string_not_equal(v2, v1);
+    assert_int_equal(sb_kb_version(other, seen, err), 0);            /* another process's write */
+    assert_string_equal(seen, v2);
+    assert_int_equal(add(other, "tax.md", TAX, &r), 0);
+    assert_int_equal(sb_kb_version(kb, v3, err), 0);
+    assert_string_not_equal(v3, v2);
+    assert_int_equal(sb_kb_remove(kb, "tax.md", err), 0);
+    assert_int_equal(sb_kb_version(kb, v3, err), 0);
+    assert_string_equal(v3, v2);                                     /* the same content again */
+    sb_kb_close(other);
+    sb_kb_close(kb);
+}
+
+/* The rerank's prompt, probability and order (kb/rerank.c). */
+static void test_rerank_helpers(void **state) {
+    (void)state;
+    sb_kb_hit h[3] = { { .section = "Fund > Rent", .text = "Bring the lease.", .rerank = 0.2 },
+                       { .section = "", .text = "B", .rerank = 0.9 },
+                       { .section = NULL, .text = "C", .rerank = 0.2 } };
+    size_t n;
+    char *p = sb_kb_rerank_prompt("Q={{query}} P={{passage}} again {{query}} {{x}}", "rent?", 5, &h[0], &n);
+    assert_string_equal(p, "Q=rent? P=Fund > Rent\nBring the lease. again rent? {{x}}");
+    assert_int_equal(n, strlen(p));
+    sb_free(p);
+    p = sb_kb_rerank_prompt(NULL, "q", 1, &h[1], NULL);
+    assert_non_null(strstr(p, "Passage: B\nQuestion: q\n"));
+    sb_free(p);
+    assert_true(fabs(sb_kb_rerank_prob(log(0.75), log(0.25)) - 0.75) < 1e-12);
+    assert_true(fabs(sb_kb_rerank_prob(-1000, -1000) - 0.5) < 1e-12);   /* no underflow */
+    sb_kb_rerank_sort(h, 3);
+    assert_string_equal(h[0].text, "B");
+    assert_string_equal(h[1].text, "Bring the lease.");                 /* stable among ties */
+    assert_string_equal(h[2].text, "C");
+    /* Fusion: search ranks 1..4, the reranker puts the last first: it
+     * rises to 2nd (ranks 4+1: RRF favours a first place in either list
+     * over s2's 2+3), not to 1st (s1: 1+2). */
+    sb_kb_hit f[4] = { { .text = "s1", .rerank = 0.5 }, { .text = "s2", .rerank = 0.3 },
+                       { .text = "s3", .rerank = 0.2 }, { .text = "s4", .rerank = 0.9 } };
+    sb_kb_rerank_fuse(f, 4);
+    assert_string_equal(f[0].text, "s1");
+    assert_string_equal(f[1].text, "s4");
+    assert_string_equal(f[2].text, "s2");
+    assert_string_equal(f[3].text, "s3");
+}
+
 /* Vectors of another embedder do not mix with the base's. */
 static void test_store_embedder_identity(void **state) {
     (void)state;
@@ -476,6 +540,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_store_atomic_replace, setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_embedder_identity, setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_caller_vector, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_store_version, setup, teardown),
+        cmocka_unit_test(test_rerank_helpers),
         cmocka_unit_test_setup_teardown(test_store_latency_5000, setup, teardown),
     };
     return cmocka_run_group_tests_name("kb", tests, NULL, NULL);

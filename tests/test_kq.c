@@ -23,9 +23,9 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "sb_gguf.h"
-#include "kq_testlib.h"
-#include "sb_kq.h"
+#include "worker/gguf/sb_gguf.h"
+#include "tests/kq_testlib.h"
+#include "worker/kernels/sb_kq.h"
 
 #define N_ROW 4096          /* one row of a 4096-wide model: 16 super-blocks */
 

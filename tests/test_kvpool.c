@@ -25,8 +25,8 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "sb_common.h"
-#include "sb_model.h"
+#include "common/sb_common.h"
+#include "worker/engine/sb_model.h"
 
 static const char *const FIXTURES[] = {
     "tests/data/tiny-llama-spm-Q4_K_M.gguf", "tests/data/tiny-llama-spm-Q4_0.gguf",

@@ -9,8 +9,8 @@
 
 #include <string.h>
 
-#include "sb_common.h"
-#include "sb_net.h"
+#include "common/sb_common.h"
+#include "common/sb_net.h"
 
 static void test_host_port(void **state) {
     char host[SB_NET_HOST_MAX], err[SB_ERR_LEN];

@@ -10,8 +10,8 @@
 #include <time.h>
 #include <cmocka.h>
 
-#include "sb_common.h"
-#include "sb_pool.h"
+#include "common/sb_common.h"
+#include "worker/engine/sb_pool.h"
 
 typedef struct {
     atomic_int *hits;

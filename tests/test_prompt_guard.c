@@ -24,10 +24,10 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "router_internal.h"
-#include "sb_chat.h"
-#include "sb_gguf.h"
-#include "sb_vocab.h"
+#include "router/router_internal.h"
+#include "worker/engine/sb_chat.h"
+#include "worker/gguf/sb_gguf.h"
+#include "worker/tokenizer/sb_vocab.h"
 
 typedef struct { sb_gguf *g; sb_vocab *v; } loaded;
 

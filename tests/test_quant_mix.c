@@ -25,10 +25,10 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "sb_gguf.h"
-#include "sb_gguf_write.h"
-#include "sb_kq.h"
-#include "sb_quantize.h"
+#include "worker/gguf/sb_gguf.h"
+#include "worker/gguf/sb_gguf_write.h"
+#include "worker/kernels/sb_kq.h"
+#include "worker/quantize/sb_quantize.h"
 
 #define SYNTHETIC "tests/data/quant/synthetic.txt"
 #define EXPECTED  "tests/data/quant/expected-mix.txt"

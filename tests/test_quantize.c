@@ -31,11 +31,11 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "sb_cache.h"
-#include "sb_gguf.h"
-#include "sb_gguf_write.h"
-#include "sb_kq.h"
-#include "sb_quantize.h"
+#include "cache/sb_cache.h"
+#include "worker/gguf/sb_gguf.h"
+#include "worker/gguf/sb_gguf_write.h"
+#include "worker/kernels/sb_kq.h"
+#include "worker/quantize/sb_quantize.h"
 
 #define EXPECTED "tests/data/quant/expected-files.txt"
 

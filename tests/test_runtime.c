@@ -35,7 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "sb_ipc.h"
+#include "ipc/sb_ipc.h"
 
 #define FIXTURE "tests/data/tiny-llama-spm-Q2_K.gguf"
 

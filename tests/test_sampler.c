@@ -17,7 +17,7 @@
 #include <math.h>
 #include <cmocka.h>
 
-#include "sb_sampler.h"
+#include "worker/engine/sb_sampler.h"
 
 /* ---- helpers ---- */
 

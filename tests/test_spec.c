@@ -22,8 +22,8 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "sb_engine.h"
-#include "sb_spec.h"
+#include "worker/engine/sb_engine.h"
+#include "worker/engine/sb_spec.h"
 
 #define TARGET "tests/data/tiny-llama-spm-Q8_0.gguf"
 #define DRAFT  "tests/data/tiny-llama-spm-Q2_K.gguf"

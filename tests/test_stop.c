@@ -12,7 +12,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "sb_sampler.h"
+#include "worker/engine/sb_sampler.h"
 
 /* A deterministic test RNG for cutting text into pieces. */
 static uint64_t lcg_state = 88172645463325252ull;

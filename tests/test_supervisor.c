@@ -15,8 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ask_internal.h"
-#include "sb_supervisor.h"
+#include "supervisor/ask_internal.h"
+#include "supervisor/sb_supervisor.h"
 
 static char g_dir[64];
 

@@ -19,8 +19,8 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "sb_gguf.h"
-#include "sb_vocab.h"
+#include "worker/gguf/sb_gguf.h"
+#include "worker/tokenizer/sb_vocab.h"
 
 #define VOCAB_DIR "tests/data/vocab/"
 #define SEP "\n__ggml_vocab_test__\n"

@@ -18,8 +18,8 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "kq_testlib.h"
-#include "sb_kq.h"
+#include "tests/kq_testlib.h"
+#include "worker/kernels/sb_kq.h"
 
 static const int x8_types[] = { SB_TYPE_Q4_K, SB_TYPE_Q5_K, SB_TYPE_Q6_K };
 #define N_X8 (int)(sizeof x8_types / sizeof x8_types[0])

@@ -1,11 +1,16 @@
 #!/usr/bin/env python3
 """check_layers.py [--graph] - the module layering, checked from the includes.
 
-Modules are the source folders below, bottom up; a module may include the
-headers of the modules below it, never of one above (so no include cycle
-between modules can form), and never another module's *_internal.h or
-*_impl.h. A test or fuzz target may include the internal header of at most
-one module (the one it tests). Exit 1 with one line per violation.
+Modules are the source folders in DEPS; each lists the modules it may
+include directly, and may also include what those may (so the graph is one
+order, bottom up, and no include cycle between modules can form). Two
+exceptions keep the worker's insides its own: a module outside worker/ sees
+a worker sub-module only if it names it (cache may use worker/gguf, the file
+format, and nothing else of the worker), and a module never includes another
+module's *_internal.h or *_impl.h. Includes name their module from the
+top ("worker/engine/sb_engine.h", built with -I.). A test or fuzz target may
+include the internal header of at most one module (the one it tests).
+Exit 1 with one line per violation.
 --graph prints the module graph as a Markdown list (docs/ARCHITECTURE.md).
 Standard library only; reads the files git tracks.
 """
@@ -14,24 +19,71 @@ import re
 import subprocess
 import sys
 
-# Bottom up. Each may depend on the ones before it.
-LAYERS = ["common", "ipc", "worker/kernels", "worker", "cache", "kb", "router", "supervisor"]
+# Module -> the modules it may include directly. Bottom up.
+DEPS = {
+    "common": [],
+    "ipc": ["common"],
+    "worker/kernels": ["common"],
+    "worker/gguf": ["worker/kernels"],          # the file format: a leaf cache/ may use
+    "worker/tokenizer": ["worker/gguf"],
+    "worker/engine": ["worker/tokenizer"],
+    "worker/quantize": ["worker/engine"],       # uses the engine's pool and encoder
+    "worker": ["worker/engine", "ipc"],         # the worker server (serve*.c)
+    "worker/cli": ["worker/quantize"],          # the model commands (inspect, quantize...)
+    "cache": ["ipc", "worker/gguf"],
+    "kb": ["cache", "worker/engine"],
+    "router": ["kb", "worker/engine"],
+    "supervisor": ["router", "worker", "worker/cli"],
+}
 INTERNAL = re.compile(r"_(internal|impl)\.h$")
+INCLUDE = re.compile(r'\s*#\s*include\s+"([^"]+)"')
+
+
+def order():
+    """The modules bottom up; exits if DEPS itself has a cycle."""
+    done, out = set(), []
+
+    def visit(m, path):
+        if m in path:
+            sys.exit("check_layers: DEPS has a cycle: %s" % " -> ".join(path + [m]))
+        if m not in done:
+            for d in DEPS[m]:
+                visit(d, path + [m])
+            done.add(m)
+            out.append(m)
+    for m in DEPS:
+        visit(m, [])
+    return out
+
+
+def closure(m, full=False):
+    """What m may include. Unless full, a module outside worker/ does not
+    reach through a worker sub-module to the ones below it."""
+    seen = set()
+    for d in DEPS[m]:
+        seen.add(d)
+        if full or not d.startswith("worker") or m.startswith("worker"):
+            seen |= closure(d, full)
+    return seen
 
 
 def module_of(path):
     best = None
-    for m in LAYERS:
+    for m in DEPS:
         if path.startswith(m + "/") and (best is None or len(m) > len(best)):
             best = m
     return best
 
 
 def main():
+    layers = order()
+    allowed = {m: closure(m) for m in DEPS}
+    below = {m: closure(m, full=True) for m in DEPS}
     files = subprocess.check_output(["git", "ls-files", "*.c", "*.h"], text=True).split()
+    tracked = set(files)
     headers = {}
     for f in files:
-        if f.endswith(".h") and module_of(f):
+        if f.endswith(".h") and (module_of(f) or f.startswith("tests/")):
             headers.setdefault(os.path.basename(f), []).append(f)
     edges, problems = {}, []
     for f in files:
@@ -42,13 +94,20 @@ def main():
         internals = set()
         with open(f, errors="replace") as fh:
             for n, line in enumerate(fh, 1):
-                m = re.match(r'\s*#\s*include\s+"([^"]+)"', line)
-                if not m or os.path.basename(m.group(1)) not in headers:
+                m = INCLUDE.match(line)
+                if not m:
                     continue
                 inc = m.group(1)
-                cands = headers[os.path.basename(inc)]
-                target = next((c for c in cands if c.endswith(inc)), cands[0])
+                if inc in tracked:
+                    target = inc
+                elif os.path.basename(inc) in headers:
+                    target = headers[os.path.basename(inc)][0]
+                    problems.append('%s:%d: "%s" does not name its module: "%s"' % (f, n, inc, target))
+                else:
+                    continue
                 tmod = module_of(target)
+                if tmod is None:
+                    continue
                 if is_test:
                     if INTERNAL.search(target):
                         internals.add(tmod)
@@ -56,23 +115,24 @@ def main():
                 if tmod == mod:
                     continue
                 edges.setdefault(mod, set()).add(tmod)
-                if LAYERS.index(tmod) > LAYERS.index(mod):
-                    problems.append("%s:%d: %s includes %s from %s, a module above it" % (f, n, mod, inc, tmod))
+                if tmod not in allowed[mod]:
+                    why = "a module above it" if mod in below[tmod] or mod == tmod else "a module it may not use"
+                    problems.append("%s:%d: %s includes %s from %s, %s" % (f, n, mod, inc, tmod, why))
                 if INTERNAL.search(target):
                     problems.append("%s:%d: %s includes %s, another module's internal header" % (f, n, mod, inc))
         if len(internals) > 1:
             problems.append("%s: includes the internal headers of %s (one module at most)" %
                             (f, ", ".join(sorted(internals))))
     if "--graph" in sys.argv:
-        for m in reversed(LAYERS):
-            deps = sorted(edges.get(m, ()), key=LAYERS.index, reverse=True)
+        for m in reversed(layers):
+            deps = sorted(edges.get(m, ()), key=layers.index, reverse=True)
             print("- `%s/` -> %s" % (m, ", ".join("`%s/`" % d for d in deps) if deps else "nothing"))
     for p in problems:
         print(p)
     if problems:
-        print("check_layers: %d violation(s) of the layering (bottom up: %s)" % (len(problems), " < ".join(LAYERS)))
+        print("check_layers: %d violation(s) of the layering (bottom up: %s)" % (len(problems), " < ".join(layers)))
         return 1
-    print("check_layers: ok, %d modules, no include upward or into another module's internals" % len(LAYERS))
+    print("check_layers: ok, %d modules, no include upward or into another module's internals" % len(layers))
     return 0
 
 

@@ -35,8 +35,8 @@ if ! CFLAGS="-O1 -g $SAN -fsanitize=fuzzer-no-link -Wno-unknown-warning-option" 
     grep -oE '^[a-z/_]+\.c:[0-9]+:[0-9]+: error' $BUILD/lib.log | sort -u | head
 fi
 objs=()
-for src in $(ls common/*.c worker/*.c worker/kernels/*.c ipc/*.c router/*.c cache/*.c kb/*.c \
-                supervisor/*.c 2>/dev/null | grep -v '^supervisor/main\.c$'); do
+for src in $(find common ipc worker cache kb router supervisor -name '*.c' 2>/dev/null |
+                grep -v '^supervisor/main\.c$'); do
     o=$BUILD/${src%.c}.o
     [ -f "$o" ] && [ "$o" -nt "$src" ] && objs+=("$o")
 done
@@ -44,7 +44,7 @@ rm -f $BUILD/libfuzz.a
 ar rcs $BUILD/libfuzz.a "${objs[@]}" || { echo "fuzz.sh: no objects to archive"; exit 2; }
 
 PKGS="libevent libevent_pthreads msgpack yaml-0.1 sqlite3 libcurl libcrypto"
-INCLUDES=$(for m in common worker worker/kernels ipc router cache kb supervisor; do printf -- '-I%s ' "$m"; done)
+INCLUDES="-I."     # includes name their module: "worker/gguf/sb_gguf.h"
 targets=()
 if [ $# -gt 0 ]; then
     for n in "$@"; do targets+=("tests/fuzz/fuzz_${n#fuzz_}.c"); done

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Generate worker/unicode_data.c: the Unicode category table the BPE
+"""Generate worker/tokenizer/unicode_data.c: the Unicode category table the BPE
 pre-tokenizers need (\\p{L}, \\p{N}, \\s ... as llama.cpp's unicode.cpp sees them).
 
-    python3.13 tools/gen_unicode.py > worker/unicode_data.c
+    python3.13 tools/gen_unicode.py > worker/tokenizer/unicode_data.c
 
 Why a generated table and not libc: the pre-tokenizer regexes are defined in
 terms of Unicode general categories, and we must classify every code point

@@ -2,7 +2,7 @@
  * llama.cpp's own vec_dot on the same bytes when its CPU backend library is
  * around (dlopen, optional). Not a test: numbers only.
  *
- *   make BUILD=build && cc -O2 -std=c11 -D_GNU_SOURCE -Icommon -Iworker -Iworker/kernels \
+ *   make BUILD=build && cc -O2 -std=c11 -D_GNU_SOURCE -I. \
  *       -o build/kq_bench tools/kq_bench.c build/libswitchboard.a -lm -ldl -pthread
  *   build/kq_bench [path/to/libggml-cpu.so]
  *   build/kq_bench dotn [rounds]     (only the small-batch decode table)
@@ -21,7 +21,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "sb_kq.h"
+#include "worker/kernels/sb_kq.h"
 
 #define N 4096
 #define ROWS 64

@@ -3,7 +3,7 @@
  * and every vocabulary entry of one batched pass. Not a test: numbers for
  * tools/quant_quality.py (the logits command prints only the top 64).
  *
- *   make BUILD=build && cc -O2 -std=c11 -D_GNU_SOURCE -Icommon -Iworker -Iworker/kernels \
+ *   make BUILD=build && cc -O2 -std=c11 -D_GNU_SOURCE -I. \
  *       -o build/quant_logits tools/quant_logits.c build/libswitchboard.a -lm -pthread
  *   build/quant_logits F16.gguf IDS_CSV Q1.gguf [Q2.gguf ...]   -> one number per Q file
  */
@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sb_common.h"
-#include "sb_model.h"
+#include "common/sb_common.h"
+#include "worker/engine/sb_model.h"
 
 /* All logits (n x n_vocab) of the model at `path` for tokens[0..n). */
 static float *all_logits(const char *path, const int32_t *tokens, int n, int *n_vocab) {

@@ -1,7 +1,7 @@
 /* stream_bench.c - how fast the decode kernels stream weights from DRAM,
  * next to plain loads over the same bytes. Not a test: numbers only.
  *
- *   make && cc -O2 -std=c11 -D_GNU_SOURCE -mavx2 -Icommon -Iworker -Iworker/kernels \
+ *   make && cc -O2 -std=c11 -D_GNU_SOURCE -mavx2 -I. \
  *       -o build/stream_bench tools/stream_bench.c build/libswitchboard.a -lm -pthread
  *   build/stream_bench [rounds]
  * (An A/B of a kernel build flag: build the library twice, e.g. `make
@@ -30,8 +30,8 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "sb_common.h"
-#include "sb_kq.h"
+#include "common/sb_common.h"
+#include "worker/kernels/sb_kq.h"
 
 #define N 4096                    /* elements per row */
 #define BUF_BYTES (2ul << 30)

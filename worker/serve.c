@@ -25,14 +25,14 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "sb_cmd.h"
-#include "sb_common.h"
-#include "sb_engine.h"
-#include "sb_ipc.h"
-#include "sb_kq.h"
-#include "sb_spec.h"
-#include "serve_embed.h"
-#include "serve_impl.h"
+#include "common/sb_cmd.h"
+#include "common/sb_common.h"
+#include "worker/engine/sb_engine.h"
+#include "ipc/sb_ipc.h"
+#include "worker/kernels/sb_kq.h"
+#include "worker/engine/sb_spec.h"
+#include "worker/serve_embed.h"
+#include "worker/serve_impl.h"
 
 /* --parallel default: see docs/BATCHING.md "Scheduling" for the measurement. */
 #define DEFAULT_PARALLEL 4
@@ -468,6 +468,9 @@ int sb_cmd_worker(int argc, char **argv) {
         sb_error("%s", err);
         return SB_EXIT_CONFIG;
     }
+    /* An encoder runs its embed jobs one at a time: say so, so the router
+     * sends it no more than that and its queue bound stays max_queue. */
+    if (w.encoder) w.parallel = 1;
     if (w.engine) {
         sb_engine_stats st;
         sb_engine_stats_get(w.engine, &st);

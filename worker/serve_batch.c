@@ -13,8 +13,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "sb_common.h"
-#include "serve_impl.h"
+#include "common/sb_common.h"
+#include "worker/serve_impl.h"
 
 typedef struct {
     job *j;

@@ -7,9 +7,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "sb_common.h"
-#include "sb_kq.h"
-#include "serve_embed.h"
+#include "common/sb_common.h"
+#include "worker/kernels/sb_kq.h"
+#include "worker/serve_embed.h"
 
 int sb_serve_is_encoder_file(const char *path) {
     sb_gguf *g;

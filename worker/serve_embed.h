@@ -6,8 +6,8 @@
 
 #include <stdatomic.h>
 
-#include "sb_encoder.h"
-#include "sb_ipc.h"
+#include "worker/engine/sb_encoder.h"
+#include "ipc/sb_ipc.h"
 
 /* Texts in one `embed` request: as many as a score request has candidates,
  * and ~900 KB of f64 vectors for e5-small, well inside a frame. */

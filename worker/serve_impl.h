@@ -11,9 +11,9 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
-#include "sb_engine.h"
-#include "sb_ipc.h"
-#include "serve_embed.h"
+#include "worker/engine/sb_engine.h"
+#include "ipc/sb_ipc.h"
+#include "worker/serve_embed.h"
 
 #define MAX_CANDIDATES 256
 #define MAX_STOPS 16

@@ -6,9 +6,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "sb_common.h"
-#include "sb_spec.h"
-#include "serve_impl.h"
+#include "common/sb_common.h"
+#include "worker/engine/sb_spec.h"
+#include "worker/serve_impl.h"
 
 #define MAX_MESSAGES 256
 

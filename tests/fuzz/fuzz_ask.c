@@ -17,8 +17,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "ask_internal.h"
-#include "sb_common.h"
+#include "supervisor/ask_internal.h"
+#include "common/sb_common.h"
 
 #define MAX_INPUT (100u << 10)      /* under the socket buffer: the write never blocks */
 

@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "sb_config.h"
+#include "common/sb_config.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     sb_config *cfg = NULL;

@@ -13,7 +13,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "sb_ipc.h"
+#include "ipc/sb_ipc.h"
 
 #define FUZZ_MAX_FRAME (1u << 16)   /* above -max_len: length checks still matter */
 

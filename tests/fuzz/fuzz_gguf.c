@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "sb_gguf.h"
+#include "worker/gguf/sb_gguf.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     sb_gguf *g;

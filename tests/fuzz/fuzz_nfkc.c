@@ -12,8 +12,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "sb_cache.h"
-#include "fuzz_utf8.h"
+#include "cache/sb_cache.h"
+#include "tests/fuzz/fuzz_utf8.h"
 
 /* norm(flags, in) is valid and a fixed point of norm(flags, .). */
 static void check(unsigned flags, const char *in, size_t len) {

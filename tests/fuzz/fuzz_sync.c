@@ -10,8 +10,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "cache_internal.h"
-#include "fuzz_utf8.h"
+#include "cache/cache_internal.h"
+#include "tests/fuzz/fuzz_utf8.h"
 
 static void check_string(const char *s, size_t n) {
     if (s[n] != '\0') __builtin_trap();

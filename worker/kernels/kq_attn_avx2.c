@@ -4,7 +4,7 @@
  */
 #include <math.h>
 
-#include "kq_x86.h"
+#include "worker/kernels/kq_x86.h"
 
 static inline __m256 load_f16x8(const sb_fp16 *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 

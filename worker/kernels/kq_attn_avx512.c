@@ -8,7 +8,7 @@
  */
 #include <math.h>
 
-#include "kq_x86.h"
+#include "worker/kernels/kq_x86.h"
 
 static inline __mmask16 tail_mask(int left) { return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1); }
 

@@ -5,7 +5,7 @@
  */
 #include <math.h>
 
-#include "kq_internal.h"
+#include "worker/kernels/kq_internal.h"
 
 float sb_kq_attn_qk_f16_ref(int hd, int n_pos, const float *q, const sb_fp16 *k, size_t stride, float scale,
                             float *s) {

@@ -5,7 +5,7 @@
  * one; only the order of the float additions differs. The activation
  * quantizers produce the same bytes as their _ref twins.
  */
-#include "kq_x86.h"
+#include "worker/kernels/kq_x86.h"
 
 /* ==== float types ========================================================== */
 

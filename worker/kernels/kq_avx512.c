@@ -3,7 +3,7 @@
  * vpdpbusd does the u8×i8 multiply and the 4-way sum in one instruction.
  * Types without a kernel here use the AVX2 one (see kq_table.c).
  */
-#include "kq_x86.h"
+#include "worker/kernels/kq_x86.h"
 
 /* ==== float types ========================================================== */
 

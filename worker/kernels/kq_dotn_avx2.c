@@ -8,7 +8,7 @@
  * step and the 1×1 kernel's float step per super-block, with its own
  * accumulators, and the 1×1 kernel's final reduction.
  */
-#include "kq_x86.h"
+#include "worker/kernels/kq_x86.h"
 
 #define NT_MAX SB_KQ_DOTN_MAX
 /* Below this many tokens the 1×1 kernel per token is as fast or faster:

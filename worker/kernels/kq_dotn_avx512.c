@@ -16,7 +16,7 @@
  * block: they live in small arrays (L1), one load and store per token and
  * block, which is cheap next to the four multiply-add steps.
  */
-#include "kq_kstep_avx512.h"
+#include "worker/kernels/kq_kstep_avx512.h"
 
 #define NT_MAX SB_KQ_DOTN_MAX
 

@@ -11,7 +11,7 @@
  * column. The integers and the scale products dx·dy are those of the 1×1
  * kernels in kq_avx512.c; only the float summation order differs.
  */
-#include "kq_x86.h"
+#include "worker/kernels/kq_x86.h"
 
 #define KQ_INLINE static inline __attribute__((always_inline))
 #define TILE_R 4

@@ -3,7 +3,7 @@
  * compute, and the reference table uses them so that every level has a gemm
  * for the same types. Built without SIMD flags, like the other _ref files.
  */
-#include "kq_internal.h"
+#include "worker/kernels/kq_internal.h"
 
 #define GEMM_REF(wt, at)                                                                  \
     void sb_kq_gemm_##wt##_##at##_ref(KQ_GEMM_ARGS) {                                     \

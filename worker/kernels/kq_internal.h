@@ -19,7 +19,7 @@
 
 #include <stdint.h>
 #include <string.h>
-#include "sb_kq.h"
+#include "worker/kernels/sb_kq.h"
 
 /* Round to nearest, ties to even, for |v| < 2^22: adding 1.5·2^23 leaves the
  * integer in the low mantissa bits. The same trick as ggml's nearest_int, and

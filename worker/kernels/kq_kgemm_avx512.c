@@ -14,7 +14,7 @@
  * 32-element sub-blocks (Q4_K, Q5_K) that is sub-blocks 2j, 2j+1; for the
  * 16-element ones (Q2_K, Q3_K, Q6_K) sub-blocks 4j..4j+3.
  */
-#include "kq_kstep_avx512.h"
+#include "worker/kernels/kq_kstep_avx512.h"
 
 #define TILE_R 2
 #define TILE_C 4

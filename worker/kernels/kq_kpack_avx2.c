@@ -27,7 +27,7 @@
  * transpose; later chunks add to the output. Fewer than PACK_MIN_COLS
  * columns do not repay the packing: those are dotted pair by pair.
  */
-#include "kq_x86.h"
+#include "worker/kernels/kq_x86.h"
 
 #define KQ_INLINE static inline __attribute__((always_inline))
 

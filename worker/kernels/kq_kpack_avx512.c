@@ -24,7 +24,7 @@
  * are added to the output. Fewer than PACK_MIN_COLS columns do not repay the
  * packing: those go to the tiled kernels (kq_kgemm_avx512.c).
  */
-#include "kq_kstep_avx512.h"
+#include "worker/kernels/kq_kstep_avx512.h"
 
 #define PANEL 16                /* rows per panel: one per 32-bit lane */
 #define PACK_SB 8               /* super-blocks per packed chunk */

@@ -12,7 +12,7 @@
  * sub-block pairs as the low/high nibbles of 32 bytes; Q6_K splits 128
  * elements into ql[0..63] nibbles and qh[0..31] 2-bit planes.
  */
-#include "kq_x86.h"
+#include "worker/kernels/kq_x86.h"
 
 /* ==== Q2_K: q in 0..3, x = d·(sc&15)·q - dmin·(sc>>4) ===================== */
 

@@ -7,7 +7,7 @@
  * AVX2 needs madd + add. The integer result per super-block is exact, as in
  * the AVX2 and reference kernels; offsets and mins come from the bsums.
  */
-#include "kq_x86.h"
+#include "worker/kernels/kq_x86.h"
 
 /* A vector of int16 lanes holding scale base + lane/group of sc16 (the 16
  * int16 scales in a 256-bit register): group 8 gives one scale per 128-bit

@@ -12,7 +12,7 @@
  */
 #include <math.h>
 
-#include "kq_internal.h"
+#include "worker/kernels/kq_internal.h"
 
 #define QK SB_QK_K
 #define GROUP_MAX_EPS 1e-15f    /* ggml's "this group is all zeros" threshold */

@@ -7,7 +7,7 @@
 #ifndef SB_KQ_KSTEP_AVX512_H
 #define SB_KQ_KSTEP_AVX512_H
 
-#include "kq_x86.h"
+#include "worker/kernels/kq_x86.h"
 
 #define KQ_INLINE static inline __attribute__((always_inline))
 

@@ -13,7 +13,7 @@
  */
 #include <math.h>
 
-#include "kq_internal.h"
+#include "worker/kernels/kq_internal.h"
 
 /* ==== F32 / F16 / BF16 ================================================== */
 

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kq_internal.h"
+#include "worker/kernels/kq_internal.h"
 
 #include <cpuid.h>
 

@@ -36,7 +36,7 @@
  */
 #include <stddef.h>
 
-#include "kq_internal.h"
+#include "worker/kernels/kq_internal.h"
 
 #define QK SB_QK_K
 

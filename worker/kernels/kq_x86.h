@@ -4,7 +4,7 @@
 #define KQ_X86_H
 
 #include <immintrin.h>
-#include "kq_internal.h"
+#include "worker/kernels/kq_internal.h"
 
 /* Decode reads each weight byte once, from DRAM. The hardware prefetchers
  * do not run far enough ahead of a kernel that does this much work per

@@ -11,7 +11,7 @@
  * reference vec_dot, in the same order and without FMA, so results
  * match sb_kq_gemv8_*_ref (and vec_dot_ref) bit for bit.
  */
-#include "kq_x86.h"
+#include "worker/kernels/kq_x86.h"
 
 static inline __m256i bcast32(const int8_t *p) {
     int32_t v;

@@ -1,0 +1,246 @@
+/* matmul.c - weight matrices × a batch of activations (see matmul_impl.h).
+ *
+ * The f32 input is converted once to the weight type's vec_dot_type (Q8_K,
+ * Q8_0, F16…), as llama.cpp does, and cached for the other matrices that
+ * read the same input. Then:
+ *   - one token (decode): tasks are blocks of rows, each row one vec_dot;
+ *     numerics are exactly those of the 1×1 kernels; a few tokens that
+ *     must keep those numerics (decode_kernels: a batch of sequences, an
+ *     exact verify) take each row through vec_dotn for up to 16 at once;
+ *   - several tokens (prompt): tasks are blocks of rows × blocks of tokens
+ *     through the type's tiled kernel (traits .gemm), when it has one.
+ * Several matrices that share an input go into one pool run.
+ *
+ * Weights that model.c re-laid in the x8 layout (8 interleaved rows) go
+ * through the level's gemv8 for a few tokens; for a prompt each task first
+ * unpacks its row block back to the file layout (a few % of the gemm's
+ * time) and runs the tiled kernel on that.
+ */
+#include <string.h>
+
+#include "worker/engine/matmul_impl.h"
+#include "common/sb_common.h"
+
+#define ROWS_PER_TASK 16        /* 1×1 path: 16 floats of output = one cache line per task */
+#define TASKS_PER_THREAD 24     /* 1×1 path: above this, rows per task grow (each claim is an atomic CAS) */
+#define GEMM_ROWS 64            /* gemm path: a multiple of every tile's rows */
+#define GEMM_TOKS 512           /* a packed weight panel serves this many tokens: packing it costs about as much as 64 tokens of compute */
+#define X8_GEMM_MIN_TOKS 4      /* x8 weights: below this the tiled kernels would run vec_dot per pair anyway */
+
+int sb_mm_init(sb_mm *mm, const sb_kq_traits *kq, sb_pool *pool, size_t act_bytes, size_t x8_row_bytes) {
+    memset(mm, 0, sizeof *mm);
+    mm->kq = kq;
+    mm->pool = pool;
+    for (int i = 0; i < SB_MM_ACT_SLOTS; i++)
+        if (!(mm->act[i].buf = sb_aligned_alloc(act_bytes))) return SB_ENOMEM;
+    if (x8_row_bytes) {
+        mm->x8_rows_bytes = GEMM_ROWS * x8_row_bytes;
+        if (!(mm->x8_rows = sb_aligned_alloc(mm->x8_rows_bytes * (size_t)sb_pool_size(pool)))) return SB_ENOMEM;
+    }
+    return 0;
+}
+
+void sb_mm_free(sb_mm *mm) {
+    for (int i = 0; i < SB_MM_ACT_SLOTS; i++) sb_aligned_free(mm->act[i].buf);
+    sb_aligned_free(mm->x8_rows);
+    memset(mm, 0, sizeof *mm);
+}
+
+void sb_mm_reset(sb_mm *mm) {
+    for (int i = 0; i < SB_MM_ACT_SLOTS; i++) mm->act[i].src = NULL;
+}
+
+/* ---- activations ---------------------------------------------------------- */
+
+typedef struct {
+    const sb_kq_traits *tt;
+    const float *src;
+    void *dst;
+    int64_t ne0;
+    size_t row_bytes;
+} quant_job;
+
+static void quant_task(void *arg, int t, int thread) {
+    const quant_job *j = arg;
+    j->tt->from_float(j->src + (size_t)t * (size_t)j->ne0, (uint8_t *)j->dst + (size_t)t * j->row_bytes, j->ne0);
+}
+
+/* The input rows converted to `type`, converting only the first time a
+ * given input is used with that type since the last reset. */
+static const sb_act_slot *act_get(sb_mm *mm, const float *src, int n_tok, int64_t ne0, int type) {
+    for (int i = 0; i < SB_MM_ACT_SLOTS; i++)
+        if (mm->act[i].src == src && mm->act[i].type == type) return &mm->act[i];
+    sb_act_slot *s = &mm->act[mm->act_next];
+    mm->act_next = (mm->act_next + 1) % SB_MM_ACT_SLOTS;
+    const sb_kq_traits *tt = &mm->kq[type];
+    s->src = src;
+    s->type = type;
+    s->row_bytes = sb_kq_row_size(tt, ne0);
+    quant_job j = { tt, src, s->buf, ne0, s->row_bytes };
+    sb_pool_run(mm->pool, quant_task, &j, n_tok);
+    sb_prof_mark(mm->prof, SB_OP_ACT_QUANT);
+    return s;
+}
+
+/* ---- the run ----------------------------------------------------------------- */
+
+typedef struct {
+    const sb_weight *w;
+    sb_vec_dot_fn dot;
+    sb_vec_dotn_fn dotn;        /* several tokens, 1x1 path: one weight row for up to 16 of them; NULL: dot per token */
+    sb_gemv8_fn gemv8;          /* x8 weight, few tokens: 8 rows per call */
+    sb_gemm_fn gemm;            /* NULL: the 1×1 path */
+    const uint8_t *act;
+    size_t act_stride;
+    float *y;
+    size_t y_stride;
+    int rows;                   /* rows per task */
+    int n_tok_blocks;           /* gemm path; 1 otherwise */
+    int n_tok;                  /* tokens of this part's segment */
+    int first_task;
+} mm_part;
+
+typedef struct {
+    mm_part part[SB_MM_MAX_OUTS * (SB_MM_MAX_SEGS + 1)];
+    int n_parts;
+    const sb_mm *mm;
+} mm_job;
+
+/* Rows r0.. of every token, one vec_dot per row (or one gemv8 per 8 rows:
+ * row blocks of x8 parts are multiples of 8). With several tokens and a
+ * vec_dotn, rows go outer and each row meets up to 16 tokens in one call,
+ * which unpacks its blocks once for all of them; every result is still the
+ * lone token's vec_dot bit for bit (sb_kq.h). */
+static void run_1x1(const mm_part *p, int64_t r0, int n_tok) {
+    const int64_t r1 = SB_MIN(r0 + p->rows, p->w->ne1);
+    const uint8_t *wd = p->w->data;
+    const int n = (int)p->w->ne0;
+    if (n_tok > 1 && p->dotn && !p->gemv8) {
+        for (int64_t r = r0; r < r1; r++)
+            for (int t0 = 0; t0 < n_tok; t0 += SB_KQ_DOTN_MAX)
+                p->dotn(n, SB_MIN(SB_KQ_DOTN_MAX, n_tok - t0), p->y + (size_t)t0 * p->y_stride + r, p->y_stride,
+                        wd + (size_t)r * p->w->row_bytes, p->act + (size_t)t0 * p->act_stride, p->act_stride);
+        return;
+    }
+    for (int t = 0; t < n_tok; t++) {
+        const uint8_t *a = p->act + (size_t)t * p->act_stride;
+        float *y = p->y + (size_t)t * p->y_stride;
+        if (p->gemv8)
+            for (int64_t r = r0; r < r1; r += 8) p->gemv8(n, &y[r], wd + (size_t)r * p->w->row_bytes, a);
+        else
+            for (int64_t r = r0; r < r1; r++) p->dot(n, &y[r], wd + (size_t)r * p->w->row_bytes, a);
+    }
+}
+
+/* One block of rows × one block of tokens through the tiled kernel. Tasks
+ * are numbered token-block fastest and the pool gives each thread a
+ * contiguous range of tasks, so one thread runs every token block of a row
+ * block back to back while those rows are still in its L2. */
+static void run_gemm(const mm_part *p, int local, int n_tok, uint8_t *x8_rows) {
+    const int rb = local / p->n_tok_blocks, tb = local % p->n_tok_blocks;
+    const int64_t r0 = (int64_t)rb * p->rows;
+    const int nr = (int)SB_MIN((int64_t)p->rows, p->w->ne1 - r0);
+    const int t0 = tb * GEMM_TOKS;
+    const int nc = SB_MIN(GEMM_TOKS, n_tok - t0);
+    const size_t rbytes = p->w->row_bytes;
+    const uint8_t *x = (const uint8_t *)p->w->data + (size_t)r0 * rbytes;
+    if (p->w->x8_buf) {         /* r0 and nr are multiples of 8 (GEMM_ROWS, ne1) */
+        for (int g = 0; g < nr / 8; g++)
+            sb_kq_x8_unpack(p->w->type, p->w->ne0, x + (size_t)g * 8 * rbytes, x8_rows + (size_t)g * 8 * rbytes, rbytes);
+        x = x8_rows;
+    }
+    p->gemm((int)p->w->ne0, nr, nc, x, rbytes, p->act + (size_t)t0 * p->act_stride, p->act_stride,
+            p->y + (size_t)t0 * p->y_stride + r0, p->y_stride);
+}
+
+static void mm_task(void *arg, int task, int thread) {
+    const mm_job *j = arg;
+    int lo = 0, hi = j->n_parts - 1;         /* the last part with first_task <= task */
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (j->part[mid].first_task <= task) lo = mid;
+        else hi = mid - 1;
+    }
+    const mm_part *p = &j->part[lo];
+    const int local = task - p->first_task;
+    if (p->gemm) run_gemm(p, local, p->n_tok, j->mm->x8_rows + (size_t)thread * j->mm->x8_rows_bytes);
+    else run_1x1(p, (int64_t)local * p->rows, p->n_tok);
+}
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* Tasks of part p with `rows` rows per task. */
+static int64_t part_tasks(const mm_part *p, int rows) { return ceil_div(p->w->ne1, rows) * p->n_tok_blocks; }
+
+/* The token segments of a run: {first token, tokens, one-token kernels}. */
+typedef struct { int t0, n, one; } mm_seg;
+
+static int mm_segments(const sb_mm *mm, int n_tok, mm_seg *seg) {
+    int n = 0, t = 0;
+    if (mm->n_one > 0) {
+        seg[n++] = (mm_seg){ 0, mm->n_one, 1 };
+        t = mm->n_one;
+    }
+    for (int i = 0; i < mm->n_seg; i++) {
+        seg[n++] = (mm_seg){ t, mm->seg[i], 0 };
+        t += mm->seg[i];
+    }
+    if (t < n_tok) seg[n++] = (mm_seg){ t, n_tok - t, 0 };   /* the default: one segment of all tokens */
+    return n;
+}
+
+void sb_mm_run(sb_mm *mm, const float *x, int n_tok, const sb_mm_out *outs, int n_outs) {
+    mm_job j;
+    mm_seg segs[SB_MM_MAX_SEGS + 2];
+    const int n_segs = mm_segments(mm, n_tok, segs);
+    j.n_parts = 0;
+    j.mm = mm;
+    const int n_threads = sb_pool_size(mm->pool);
+    int all_gemm = 1;
+    for (int i = 0; i < n_outs; i++) {
+        const sb_kq_traits *tt = &mm->kq[outs[i].w->type];
+        const sb_act_slot *a = act_get(mm, x, n_tok, outs[i].w->ne0, tt->vec_dot_type);
+        for (int sg = 0; sg < n_segs; sg++) {
+            const mm_seg *g = &segs[sg];
+            mm_part *p = &j.part[j.n_parts++];
+            p->w = outs[i].w;
+            p->dot = tt->vec_dot;
+            p->dotn = tt->vec_dotn;
+            const int x8 = p->w->x8_buf != NULL;
+            p->gemm = !g->one && g->n > (x8 ? X8_GEMM_MIN_TOKS - 1 : 1) && !mm->decode_kernels ? tt->gemm : NULL;
+            p->gemv8 = x8 && !p->gemm ? tt->gemv8 : NULL;
+            p->act_stride = a->row_bytes;
+            p->act = (const uint8_t *)a->buf + (size_t)g->t0 * p->act_stride;
+            p->y_stride = outs[i].y_stride;
+            p->y = outs[i].y + (size_t)g->t0 * p->y_stride;
+            p->n_tok = g->n;
+            p->n_tok_blocks = p->gemm ? (int)ceil_div(g->n, GEMM_TOKS) : 1;
+            all_gemm &= p->gemm != NULL;
+        }
+    }
+    /* Rows per task (`rows` for the 1x1 parts, or for all parts when all
+     * are tiled): enough tasks that every thread gets several and a
+     * preempted thread's range can be stolen in small pieces; few enough
+     * that claiming them (a CAS each; ~100 ns when another thread is
+     * stealing from the same range) is not the cost: a decode step has
+     * ~110 runs. */
+    int rows = all_gemm ? GEMM_ROWS : ROWS_PER_TASK;
+    const int min_rows = all_gemm ? 8 : 1;
+    for (;;) {
+        int64_t n_tasks = 0;
+        for (int i = 0; i < j.n_parts; i++)
+            n_tasks += part_tasks(&j.part[i], j.part[i].gemm && !all_gemm ? GEMM_ROWS : rows);
+        if (!all_gemm && n_tasks > TASKS_PER_THREAD * n_threads && rows < (1 << 20)) rows *= 2;
+        else if (n_tasks < 4 * n_threads && rows > min_rows) rows /= 2;
+        else break;
+    }
+    int first = 0;
+    for (int i = 0; i < j.n_parts; i++) {
+        mm_part *p = &j.part[i];
+        p->rows = p->gemm && !all_gemm ? GEMM_ROWS : rows;
+        if (p->gemv8) p->rows = SB_MAX(8, p->rows / 8 * 8);
+        p->first_task = first;
+        first += (int)part_tasks(p, p->rows);
+    }
+    sb_pool_run(mm->pool, mm_task, &j, first);
+}
