@@ -197,6 +197,7 @@ void sb_kq_dot_q6_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy)
     const sb_block_q6_K *x = vx;
     const sb_block_q8_K *y = vy;
     const __m512i m4 = _mm512_set1_epi8(0xF), m2 = _mm512_set1_epi8(0x30);
+    const __m512i sh01 = halves_epi16(4, 2), sh23 = halves_epi16(0, 2);   /* qh bits 2p..2p+1 to bits 4..5 */
     __m512 acc = _mm512_setzero_ps();
     for (int i = 0; i < n / SB_QK_K; i++) {
         kq512_prefetch(&x[i], sizeof x[i]);
@@ -208,9 +209,8 @@ void sb_kq_dot_q6_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy)
         for (int h = 0; h < 2; h++) {
             /* ql[0..63] low nibbles are elements 0..63, high nibbles 64..127 */
             const __m512i l = _mm512_loadu_si512(x[i].ql + 64 * h);
-            const __m256i hb = _mm256_loadu_si256((const __m256i *)(x[i].qh + 32 * h));
-            const __m512i h01 = join(_mm256_slli_epi16(hb, 4), _mm256_slli_epi16(hb, 2));
-            const __m512i h23 = join(hb, _mm256_srli_epi16(hb, 2));
+            const __m512i hb = load_32_twice(x[i].qh + 32 * h);
+            const __m512i h01 = _mm512_sllv_epi16(hb, sh01), h23 = _mm512_srlv_epi16(hb, sh23);
             const __m512i q01 = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_and_si512(h01, m2));
             const __m512i q23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4), _mm512_and_si512(h23, m2));
             sumi = step(sumi, q01, y[i].qs + 128 * h, spread_scales(sc, 8 * h, 3));
