@@ -131,28 +131,6 @@ void rt_run_keep_input(rt_run *run, const char *p, size_t n) {
     }
 }
 
-/* A prompt as the worker's `segments` (docs/ipc.md). Plain pieces leave
- * `special` out: false is its default. */
-void rt_run_put_segs(sb_mp_writer *p, const sb_segs *s) {
-    sb_mp_array(p, (uint32_t)s->n);
-    for (size_t i = 0; i < s->n; i++) {
-        sb_mp_map(p, s->v[i].special ? 2 : 1);
-        sb_mp_str(p, "text");
-        sb_mp_strn(p, s->text.p + s->v[i].off, s->v[i].len);
-        if (s->v[i].special) sb_mp_kv_bool(p, "special", true);
-    }
-}
-
-/* One chat message. Its content is a plain string (which a worker never
- * parses for special tokens) unless part of it is the operator's text. */
-void rt_run_put_message(sb_mp_writer *p, const char *role, const sb_segs *content) {
-    sb_mp_map(p, 2);
-    sb_mp_kv_str(p, "role", role);
-    sb_mp_str(p, "content");
-    if (sb_segs_any_special(content)) rt_run_put_segs(p, content);
-    else sb_mp_strn(p, content->text.p ? content->text.p : "", content->text.len);
-}
-
 /* An `embed` result's first vector into out[0..max): its dimension, 0 if
  * there is none or it is longer. */
 uint32_t rt_run_first_vector(const sb_ipc_result *res, float *out, uint32_t max) {
@@ -229,38 +207,12 @@ static int start_generate(rt_run *run, const sb_stage *s, sb_mp_writer *p, bool 
     if (s->system) sb_tmpl_render_segs(s->system, &env, &sys);
     sb_tmpl_render_segs(s->prompt, &env, &prompt);
     rt_run_keep_input(run, prompt.text.p, prompt.text.len);
-    const sb_sampling *sp = &s->sampling;
-    uint32_t n = 3 + (sp->top_p >= 0) + (sp->min_p >= 0) + (sp->repeat_penalty >= 0) + (sp->top_k >= 0) +
-                 (sp->max_tokens > 0) + (sp->seed >= 0) + (s->n_stops > 0) + (s->json_schema != NULL);
-    sb_mp_map(p, n);
-    if (s->chat) {
-        sb_mp_str(p, "messages");
-        sb_mp_array(p, s->system ? 2 : 1);
-        if (s->system) rt_run_put_message(p, "system", &sys);
-        rt_run_put_message(p, "user", &prompt);
-    } else {
-        sb_segs_cat(&sys, &prompt);
-        sb_mp_str(p, "segments");
-        rt_run_put_segs(p, &sys);
-    }
-    sb_mp_kv_bool(p, "stream", stream);
-    sb_mp_kv_f64(p, "temperature", sp->temperature);
-    if (sp->top_p >= 0) sb_mp_kv_f64(p, "top_p", sp->top_p);
-    if (sp->min_p >= 0) sb_mp_kv_f64(p, "min_p", sp->min_p);
-    if (sp->repeat_penalty >= 0) sb_mp_kv_f64(p, "repeat_penalty", sp->repeat_penalty);
-    if (sp->top_k >= 0) sb_mp_kv_i64(p, "top_k", sp->top_k);
-    if (sp->max_tokens > 0) sb_mp_kv_i64(p, "max_tokens", sp->max_tokens);
-    if (sp->seed >= 0) sb_mp_kv_u64(p, "seed", (uint64_t)sp->seed);
-    if (s->n_stops) {
-        sb_mp_str(p, "stop");
-        sb_mp_array(p, (uint32_t)s->n_stops);
-        for (size_t i = 0; i < s->n_stops; i++) sb_mp_str(p, s->stops[i]);
-    }
-    if (s->json_schema) sb_mp_kv_str(p, "json_schema", s->json_schema);
-    int oom = sys.oom || prompt.oom || sb_mp_writer_status(p);
-    sb_segs_free(&sys);
-    sb_segs_free(&prompt);
-    if (oom) {
+    rt_gen_req g;
+    rt_gen_init(&g);
+    int rc = rt_gen_from_stage(&g, s, &sys, &prompt, stream);
+    if (!rc) rc = rt_gen_encode(&g, p);
+    rt_gen_free(&g);
+    if (rc) {
         sb_mp_writer_free(p);
         return sb_seterr(err, SB_ENOMEM, "out of memory");
     }

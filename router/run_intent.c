@@ -113,13 +113,13 @@ int rt_run_start_intent(rt_run *run, const sb_stage *s, sb_mp_writer *p, char *e
         sb_segs_add(&pre, "\nAnswer with the intent name only.", 34, true);
         sb_mp_str(p, "messages");
         sb_mp_array(p, 2);
-        rt_run_put_message(p, "system", &pre);
-        rt_run_put_message(p, "user", &user);
+        rt_gen_put_message(p, "system", &pre);
+        rt_gen_put_message(p, "user", &user);
     } else {
         sb_segs_add(&pre, "\n", 1, true);
         sb_segs_cat(&pre, &user);
         sb_mp_str(p, "segments");
-        rt_run_put_segs(p, &pre);
+        rt_gen_put_segs(p, &pre);
     }
     sb_mp_str(p, "candidates");
     sb_mp_array(p, (uint32_t)s->n_labels);

@@ -7,7 +7,7 @@
 
 #include <event2/event.h>
 
-#include "router/router_internal.h"
+#include "router/gen_req.h"
 
 
 enum { ST_PENDING, ST_OK, ST_SKIPPED, ST_ERROR };
@@ -73,9 +73,6 @@ void rt_run_fail(rt_run *run, int status, const char *type, const char *fmt, con
 void rt_run_stage_done(rt_run *run, int status, const char *error);
 /* What the running stage was given, kept for the call's trace. */
 void rt_run_keep_input(rt_run *run, const char *p, size_t n);
-/* A prompt as the worker's `segments`, and one chat message (docs/ipc.md). */
-void rt_run_put_segs(sb_mp_writer *p, const sb_segs *s);
-void rt_run_put_message(sb_mp_writer *p, const char *role, const sb_segs *content);
 /* An `embed` result's first vector into out[0..max): its dimension, 0 if
  * there is none or it is longer. */
 uint32_t rt_run_first_vector(const sb_ipc_result *res, float *out, uint32_t max);
