@@ -218,13 +218,82 @@ static int load_runtime(ctx *c, const sb_config_node *rt) {
     return (cfg->runtime.http_host = sb_strdup(host)) ? 0 : SB_ENOMEM;
 }
 
+/* An `upstream:` model: a remote OpenAI-compatible endpoint. */
+static int load_upstream(ctx *c, const sb_config_node *v, const char *what, sb_config_model *m) {
+    int rc;
+    if ((rc = get_str(c, v, what, "upstream", &m->upstream)) ||
+        (rc = get_str(c, v, what, "model", &m->upstream_model)) ||
+        (rc = get_str(c, v, what, "api_key_env", &m->api_key_env)) ||
+        (rc = get_int(c, v, what, "timeout_ms", 1, 3600000, &m->timeout_ms)))
+        return rc;
+    if (sb_net_url_parse(m->upstream, &(sb_net_url){ 0 }, NULL))
+        return FAIL(c, sb_config_node_get(v, "upstream"), "%s.upstream: expected http(s)://HOST[:PORT][/PATH], got '%s'",
+                    what, m->upstream);
+    if (m->api_key_env && !valid_env_name(m->api_key_env))
+        return FAIL(c, sb_config_node_get(v, "api_key_env"),
+                    "%s.api_key_env: expected an environment variable name, got '%s'",
+                    what, m->api_key_env);
+    if (!m->upstream_model && !(m->upstream_model = sb_strdup(m->name))) return SB_ENOMEM;
+    return 0;
+}
+
+/* idle: keep | unload-after:SECONDS -> m->idle_unload_s (0: keep). */
+static int load_idle(ctx *c, const sb_config_node *idle, const char *what, sb_config_model *m) {
+    const char *s = idle->kind == SB_CFG_SCALAR ? idle->value : "";
+    char *end = NULL;
+    long secs = 0;
+    if (!strncmp(s, "unload-after:", 13) && s[13] >= '0' && s[13] <= '9') {
+        errno = 0;
+        secs = strtol(s + 13, &end, 10);
+        if (errno || *end || secs < 1 || secs > INT_MAX) end = NULL;
+    }
+    if (strcmp(s, "keep") && !end)
+        return FAIL(c, idle, "%s.idle: expected 'keep' or 'unload-after:SECONDS' "
+                    "(SECONDS >= 1), got '%s'", what, s);
+    m->idle_unload_s = (int)secs;
+    return 0;
+}
+
+/* A `gguf:` model: a local file its worker loads. */
+static int load_local(ctx *c, const sb_config_node *key, const sb_config_node *v, const char *what,
+                      sb_config_model *m) {
+    static const char *const kv_types[] = { "f16", "f32", NULL };
+    struct stat st;
+    int kv = SB_KV_F16, rc;
+    if ((rc = get_path(c, v, what, "gguf", true, &m->gguf, &st)) ||
+        (rc = get_int(c, v, what, "threads", 1, SB_CONFIG_MAX_THREADS, &m->threads)) ||
+        (rc = get_int(c, v, what, "ctx", SB_CONFIG_MIN_CTX, SB_CONFIG_MAX_CTX, &m->ctx)) ||
+        (rc = get_int(c, v, what, "kv_mb", 1, SB_CONFIG_MAX_KV_MB, &m->kv_mb)) ||
+        (rc = get_enum(c, v, what, "kv_type", kv_types, &kv)))
+        return rc;
+    m->kv_type = (sb_kv_type)kv;
+    m->gguf_dev = st.st_dev;
+    m->gguf_ino = st.st_ino;
+    m->gguf_size = (uint64_t)st.st_size;
+    m->gguf_mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+    const sb_config_node *idle = sb_config_node_get(v, "idle");
+    if (idle && (rc = load_idle(c, idle, what, m))) return rc;
+    if (m->max_tokens > m->ctx && sb_config_node_get(v, "max_tokens"))
+        return FAIL(c, sb_config_node_get(v, "max_tokens"),
+                    "%s.max_tokens: %d exceeds the context size (ctx: %d)", what, m->max_tokens, m->ctx);
+    if (m->max_tokens > m->ctx) m->max_tokens = m->ctx;
+    /* The worker listens on DIR/NAME.sock; catch a path the kernel would
+     * refuse now, not when the supervisor starts the worker. */
+    struct sockaddr_un sa;
+    size_t sock_len = strlen(c->cfg->runtime.dir) + 1 + strlen(m->name) + 5;
+    if (sock_len >= sizeof sa.sun_path)
+        return FAIL(c, key, "%s: socket path '%s/%s.sock' is %zu bytes; Unix sockets allow %zu "
+                    "(use a shorter runtime.dir)", what, c->cfg->runtime.dir, m->name,
+                    sock_len, sizeof sa.sun_path - 1);
+    return 0;
+}
+
 static int load_model(ctx *c, const sb_config_node *key, const sb_config_node *v,
                       sb_config_model *m) {
     static const char *const local_keys[] = { "gguf", "threads", "ctx", "kv_type", "idle", "parallel",
                                               "kv_mb", "max_queue", "max_tokens", "deadline_ms", NULL };
     static const char *const remote_keys[] = { "upstream", "model", "api_key_env", "timeout_ms", "parallel",
                                                "max_queue", "max_tokens", "deadline_ms", NULL };
-    static const char *const kv_types[] = { "f16", "f32", NULL };
     char what[SB_CONFIG_MAX_NAME + 16];
     snprintf(what, sizeof what, "models.%s", key->value);
     int rc;
@@ -246,63 +315,7 @@ static int load_model(ctx *c, const sb_config_node *key, const sb_config_node *v
         (rc = get_int(c, v, what, "max_tokens", 1, SB_CONFIG_MAX_CTX, &m->max_tokens)) ||
         (rc = get_int(c, v, what, "deadline_ms", 100, 3600000, &m->deadline_ms)))
         return rc;
-    if (u) {
-        if ((rc = get_str(c, v, what, "upstream", &m->upstream)) ||
-            (rc = get_str(c, v, what, "model", &m->upstream_model)) ||
-            (rc = get_str(c, v, what, "api_key_env", &m->api_key_env)) ||
-            (rc = get_int(c, v, what, "timeout_ms", 1, 3600000, &m->timeout_ms)))
-            return rc;
-        if (sb_net_url_parse(m->upstream, &(sb_net_url){ 0 }, NULL))
-            return FAIL(c, u, "%s.upstream: expected http(s)://HOST[:PORT][/PATH], got '%s'",
-                        what, m->upstream);
-        if (m->api_key_env && !valid_env_name(m->api_key_env))
-            return FAIL(c, sb_config_node_get(v, "api_key_env"),
-                        "%s.api_key_env: expected an environment variable name, got '%s'",
-                        what, m->api_key_env);
-        if (!m->upstream_model && !(m->upstream_model = sb_strdup(m->name))) return SB_ENOMEM;
-        return 0;
-    }
-    struct stat st;
-    int kv = SB_KV_F16;
-    if ((rc = get_path(c, v, what, "gguf", true, &m->gguf, &st)) ||
-        (rc = get_int(c, v, what, "threads", 1, SB_CONFIG_MAX_THREADS, &m->threads)) ||
-        (rc = get_int(c, v, what, "ctx", SB_CONFIG_MIN_CTX, SB_CONFIG_MAX_CTX, &m->ctx)) ||
-        (rc = get_int(c, v, what, "kv_mb", 1, SB_CONFIG_MAX_KV_MB, &m->kv_mb)) ||
-        (rc = get_enum(c, v, what, "kv_type", kv_types, &kv)))
-        return rc;
-    m->kv_type = (sb_kv_type)kv;
-    m->gguf_dev = st.st_dev;
-    m->gguf_ino = st.st_ino;
-    m->gguf_size = (uint64_t)st.st_size;
-    m->gguf_mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
-    const sb_config_node *idle = sb_config_node_get(v, "idle");
-    if (idle) {
-        const char *s = idle->kind == SB_CFG_SCALAR ? idle->value : "";
-        char *end = NULL;
-        long secs = 0;
-        if (!strncmp(s, "unload-after:", 13) && s[13] >= '0' && s[13] <= '9') {
-            errno = 0;
-            secs = strtol(s + 13, &end, 10);
-            if (errno || *end || secs < 1 || secs > INT_MAX) end = NULL;
-        }
-        if (strcmp(s, "keep") && !end)
-            return FAIL(c, idle, "%s.idle: expected 'keep' or 'unload-after:SECONDS' "
-                        "(SECONDS >= 1), got '%s'", what, s);
-        m->idle_unload_s = (int)secs;
-    }
-    if (m->max_tokens > m->ctx && sb_config_node_get(v, "max_tokens"))
-        return FAIL(c, sb_config_node_get(v, "max_tokens"),
-                    "%s.max_tokens: %d exceeds the context size (ctx: %d)", what, m->max_tokens, m->ctx);
-    if (m->max_tokens > m->ctx) m->max_tokens = m->ctx;
-    /* The worker listens on DIR/NAME.sock; catch a path the kernel would
-     * refuse now, not when the supervisor starts the worker. */
-    struct sockaddr_un sa;
-    size_t sock_len = strlen(c->cfg->runtime.dir) + 1 + strlen(m->name) + 5;
-    if (sock_len >= sizeof sa.sun_path)
-        return FAIL(c, key, "%s: socket path '%s/%s.sock' is %zu bytes; Unix sockets allow %zu "
-                    "(use a shorter runtime.dir)", what, c->cfg->runtime.dir, m->name,
-                    sock_len, sizeof sa.sun_path - 1);
-    return 0;
+    return u ? load_upstream(c, v, what, m) : load_local(c, key, v, what, m);
 }
 
 static int load_models(ctx *c, const sb_config_node *ms) {

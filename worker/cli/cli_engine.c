@@ -97,6 +97,45 @@ static void logits_usage(FILE *f) {
             "  --kv-f32    F32 KV cache instead of F16\n");
 }
 
+/* Each position's log-sum-exp and its k largest logits, as JSON lines. */
+static void print_positions(const float *logits, int n, size_t nv, int k) {
+    int idx[64];
+    for (int i = 0; i < n; i++) {
+        const float *row = logits + (size_t)i * nv;
+        int got = top_k(row, (int)nv, k, idx);
+        printf("{\"lse\":%.6f,\"top\":[", log_sum_exp(row, (int)nv));
+        for (int j = 0; j < got; j++) printf("%s[%d,%.6f]", j ? "," : "", idx[j], row[idx[j]]);
+        printf("]}%s\n", i + 1 < n ? "," : "");
+    }
+}
+
+/* Greedy continuation: the last row's argmax, fed back one at a time (its
+ * logits land in buf), then each step's top-2 gap. -1 on failure. */
+static int print_greedy(sb_ctx *c, const float *row, float *buf, size_t nv, int n_greedy) {
+    char err[SB_ERR_LEN];
+    int idx[2];
+    float *gaps = sb_malloc(((size_t)n_greedy + 1) * sizeof(float));
+    if (!gaps) { fprintf(stderr, "logits: out of memory\n"); return -1; }
+    for (int g = 0; g < n_greedy; g++) {
+        int got = top_k(row, (int)nv, 2, idx);
+        int32_t tok = idx[0];
+        gaps[g] = got > 1 ? row[idx[0]] - row[idx[1]] : INFINITY;
+        printf("%s%d", g ? "," : "", tok);
+        if (g + 1 == n_greedy) break;
+        if (sb_ctx_eval(c, &tok, 1, buf, 0, err)) {
+            fprintf(stderr, "\nlogits: %s\n", err);
+            sb_free(gaps);
+            return -1;
+        }
+        row = buf;
+    }
+    printf("],\n\"greedy_gap\":[");
+    for (int g = 0; g < n_greedy; g++) printf("%s%.4f", g ? "," : "", gaps[g]);
+    printf("]}\n");
+    sb_free(gaps);
+    return 0;
+}
+
 int sb_cmd_logits(int argc, char **argv) {
     const char *model = NULL, *ids_s = NULL, *prompt = NULL;
     int n_greedy = 24, k = 10, threads = 2, n_ctx = 0, kv_f32 = 0;
@@ -152,36 +191,9 @@ int sb_cmd_logits(int argc, char **argv) {
     printf("{\"model\":\"%s\",\"n_vocab\":%d,\"tokens\":[", base ? base + 1 : model, hp->n_vocab);
     for (int i = 0; i < n; i++) printf("%s%d", i ? "," : "", ids[i]);
     printf("],\n\"positions\":[\n");
-    int idx[64];
-    for (int i = 0; i < n; i++) {
-        const float *row = logits + (size_t)i * nv;
-        int got = top_k(row, (int)nv, k, idx);
-        printf("{\"lse\":%.6f,\"top\":[", log_sum_exp(row, (int)nv));
-        for (int j = 0; j < got; j++) printf("%s[%d,%.6f]", j ? "," : "", idx[j], row[idx[j]]);
-        printf("]}%s\n", i + 1 < n ? "," : "");
-    }
+    print_positions(logits, n, nv, k);
     printf("],\n\"greedy\":[");
-    /* Greedy continuation: the last row's argmax, fed back one at a time. */
-    float *row = logits + (size_t)(n - 1) * nv;
-    float *gaps = sb_malloc(((size_t)n_greedy + 1) * sizeof(float));
-    if (!gaps) { fprintf(stderr, "logits: out of memory\n"); goto out; }
-    for (int g = 0; g < n_greedy; g++) {
-        int got = top_k(row, (int)nv, 2, idx);
-        int32_t tok = idx[0];
-        gaps[g] = got > 1 ? row[idx[0]] - row[idx[1]] : INFINITY;
-        printf("%s%d", g ? "," : "", tok);
-        if (g + 1 == n_greedy) break;
-        if (sb_ctx_eval(c, &tok, 1, logits, 0, err)) {
-            fprintf(stderr, "\nlogits: %s\n", err);
-            sb_free(gaps);
-            goto out;
-        }
-        row = logits;
-    }
-    printf("],\n\"greedy_gap\":[");
-    for (int g = 0; g < n_greedy; g++) printf("%s%.4f", g ? "," : "", gaps[g]);
-    printf("]}\n");
-    sb_free(gaps);
+    if (print_greedy(c, logits + (size_t)(n - 1) * nv, logits, nv, n_greedy)) goto out;
     rc = SB_EXIT_OK;
 out:
     sb_free(logits);
@@ -336,37 +348,40 @@ static int open_draft(const char *cmd, const sb_engine *e, const char *path, con
     return 0;
 }
 
-int sb_cmd_generate(int argc, char **argv) {
-    const char *model = NULL, *prompt = NULL, *system = NULL, *schema = NULL, *prompts = NULL, *draft = NULL;
-    int chat = 0, threads = 2, n_ctx = 0, kv_f32 = 0, verbose = 0;
+/* generate's command line. */
+typedef struct {
+    const char *model, *prompt, *system, *schema, *prompts, *draft;
+    int chat, threads, n_ctx, kv_f32, verbose;
     const char *stops[16];
-    size_t n_stops = 0;
-    sb_gen_opts go;
-    sb_gen_opts_default(&go);
-    sb_sampling_params *sp = &go.sampling;
+    size_t n_stops;
+} gen_args;
+
+/* argv into ga and go. -1: go on; else the exit code. */
+static int parse_generate_args(int argc, char **argv, gen_args *ga, sb_gen_opts *go) {
+    sb_sampling_params *sp = &go->sampling;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int bad = 0;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { generate_usage(stdout); return SB_EXIT_OK; }
-        else if (!strcmp(a, "-m") && v) { model = v; i++; }
-        else if (!strcmp(a, "-p") && v) { prompt = v; i++; }
-        else if (!strcmp(a, "--system") && v) { system = v; i++; }
-        else if (!strcmp(a, "--json-schema") && v) { schema = v; i++; }
-        else if (!strcmp(a, "--prompts") && v) { prompts = v; i++; }
-        else if (!strcmp(a, "--chat")) chat = 1;
-        else if (!strcmp(a, "--kv-f32")) kv_f32 = 1;
-        else if (!strcmp(a, "--verbose-prompt")) verbose = 1;
-        else if (!strcmp(a, "--draft") && v) { draft = v; i++; }
-        else if (!strcmp(a, "--spec-exact")) go.spec_exact = 1;
-        else if (!strcmp(a, "--lookup")) { bad = parse_int("generate", a, v, 0, SB_SPEC_MAX_DRAFT, &go.lookup); i++; }
-        else if (!strcmp(a, "--n-draft")) { bad = parse_int("generate", a, v, 1, SB_SPEC_MAX_DRAFT, &go.n_draft); i++; }
+        else if (!strcmp(a, "-m") && v) { ga->model = v; i++; }
+        else if (!strcmp(a, "-p") && v) { ga->prompt = v; i++; }
+        else if (!strcmp(a, "--system") && v) { ga->system = v; i++; }
+        else if (!strcmp(a, "--json-schema") && v) { ga->schema = v; i++; }
+        else if (!strcmp(a, "--prompts") && v) { ga->prompts = v; i++; }
+        else if (!strcmp(a, "--chat")) ga->chat = 1;
+        else if (!strcmp(a, "--kv-f32")) ga->kv_f32 = 1;
+        else if (!strcmp(a, "--verbose-prompt")) ga->verbose = 1;
+        else if (!strcmp(a, "--draft") && v) { ga->draft = v; i++; }
+        else if (!strcmp(a, "--spec-exact")) go->spec_exact = 1;
+        else if (!strcmp(a, "--lookup")) { bad = parse_int("generate", a, v, 0, SB_SPEC_MAX_DRAFT, &go->lookup); i++; }
+        else if (!strcmp(a, "--n-draft")) { bad = parse_int("generate", a, v, 1, SB_SPEC_MAX_DRAFT, &go->n_draft); i++; }
         else if (!strcmp(a, "--stop") && v) {
-            if (n_stops == SB_ARRAY_LEN(stops)) { fprintf(stderr, "generate: at most 16 --stop strings\n"); return SB_EXIT_CONFIG; }
-            stops[n_stops++] = v; i++;
+            if (ga->n_stops == SB_ARRAY_LEN(ga->stops)) { fprintf(stderr, "generate: at most 16 --stop strings\n"); return SB_EXIT_CONFIG; }
+            ga->stops[ga->n_stops++] = v; i++;
         }
-        else if (!strcmp(a, "-n")) { bad = parse_int("generate", a, v, 0, 1 << 20, &go.max_tokens); i++; }
-        else if (!strcmp(a, "-t")) { bad = parse_int("generate", a, v, 1, 256, &threads); i++; }
-        else if (!strcmp(a, "-c")) { bad = parse_int("generate", a, v, 16, 1 << 20, &n_ctx); i++; }
+        else if (!strcmp(a, "-n")) { bad = parse_int("generate", a, v, 0, 1 << 20, &go->max_tokens); i++; }
+        else if (!strcmp(a, "-t")) { bad = parse_int("generate", a, v, 1, 256, &ga->threads); i++; }
+        else if (!strcmp(a, "-c")) { bad = parse_int("generate", a, v, 16, 1 << 20, &ga->n_ctx); i++; }
         else if (!strcmp(a, "--temp")) { bad = parse_float("generate", a, v, 0, 100, &sp->temp); i++; }
         else if (!strcmp(a, "--top-k")) { bad = parse_int("generate", a, v, 0, 1 << 20, &sp->top_k); i++; }
         else if (!strcmp(a, "--top-p")) { bad = parse_float("generate", a, v, 0, 1, &sp->top_p); i++; }
@@ -383,44 +398,53 @@ int sb_cmd_generate(int argc, char **argv) {
         else { fprintf(stderr, "generate: unknown or incomplete option '%s'\n", a); generate_usage(stderr); return SB_EXIT_CONFIG; }
         if (bad) return SB_EXIT_CONFIG;
     }
-    if (!model || !prompt == !prompts) { generate_usage(stderr); return SB_EXIT_CONFIG; }
+    if (!ga->model || !ga->prompt == !ga->prompts) { generate_usage(stderr); return SB_EXIT_CONFIG; }
+    return -1;
+}
+
+int sb_cmd_generate(int argc, char **argv) {
+    gen_args ga = { .threads = 2 };
+    sb_gen_opts go;
+    sb_gen_opts_default(&go);
+    int rc = parse_generate_args(argc, argv, &ga, &go);
+    if (rc >= 0) return rc;
     char err[SB_ERR_LEN];
     char *schema_text = NULL, *lines = NULL;
     size_t schema_len = 0, lines_len = 0;
     sb_grammar *check = NULL;
-    if (schema && (sb_json_schema_load(schema, &schema_text, &schema_len, err) ||
-                   sb_json_schema_compile(schema_text, schema_len, &check, err))) {
+    if (ga.schema && (sb_json_schema_load(ga.schema, &schema_text, &schema_len, err) ||
+                      sb_json_schema_compile(schema_text, schema_len, &check, err))) {
         fprintf(stderr, "generate: --json-schema: %s\n", err);
         sb_free(schema_text);
         return SB_EXIT_CONFIG;
     }
     sb_grammar_free(check);     /* compiled again (and cached) by the engine */
-    if (prompts && sb_read_file(prompts, 64u << 20, &lines, &lines_len, err)) {
+    if (ga.prompts && sb_read_file(ga.prompts, 64u << 20, &lines, &lines_len, err)) {
         fprintf(stderr, "generate: --prompts: %s\n", err);
         sb_free(schema_text);
         return SB_EXIT_CONFIG;
     }
     go.json_schema = schema_text;
     go.json_schema_len = schema_len;
-    go.stops = stops;
-    go.n_stops = n_stops;
+    go.stops = ga.stops;
+    go.n_stops = ga.n_stops;
     sb_ctx_params cp;
     sb_ctx_params_default(&cp);
-    cp.n_threads = threads;
-    cp.n_ctx = n_ctx;
-    cp.kv_f32 = kv_f32;
+    cp.n_threads = ga.threads;
+    cp.n_ctx = ga.n_ctx;
+    cp.kv_f32 = ga.kv_f32;
     sb_engine *e;
-    int rc = SB_EXIT_FAIL;
-    if (sb_engine_open(model, &cp, &e, err)) { fprintf(stderr, "generate: %s\n", err); goto done; }
-    if (draft && open_draft("generate", e, draft, &cp, &go) != 0) goto out;
-    if (!prompts) {
-        if (gen_one(e, prompt, chat, system, verbose, &go, 0, err) == 0) rc = SB_EXIT_OK;
+    rc = SB_EXIT_FAIL;
+    if (sb_engine_open(ga.model, &cp, &e, err)) { fprintf(stderr, "generate: %s\n", err); goto done; }
+    if (ga.draft && open_draft("generate", e, ga.draft, &cp, &go) != 0) goto out;
+    if (!ga.prompts) {
+        if (gen_one(e, ga.prompt, ga.chat, ga.system, ga.verbose, &go, 0, err) == 0) rc = SB_EXIT_OK;
         else fprintf(stderr, "\ngenerate: %s\n", err);
     } else {
         rc = SB_EXIT_OK;
         for (char *line = lines, *nl; rc == SB_EXIT_OK && line && *line; line = nl ? nl + 1 : NULL) {
             if ((nl = strchr(line, '\n'))) *nl = 0;
-            if (*line && gen_one(e, line, chat, system, verbose, &go, 1, err)) {
+            if (*line && gen_one(e, line, ga.chat, ga.system, ga.verbose, &go, 1, err)) {
                 fprintf(stderr, "generate: %s\n", err);
                 rc = SB_EXIT_FAIL;
             }
@@ -462,6 +486,31 @@ static int cmp_double(const void *a, const void *b) {
 static double median(double *v, int n) {
     qsort(v, (size_t)n, sizeof *v, cmp_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* One run: pp prompt tokens in one batch, then tg tokens one at a time,
+ * each from an empty context; tokens/s of each (0 when skipped). -1 on
+ * failure (logged). */
+static int bench_run(sb_ctx *c, const int32_t *toks, int n_tok, int pp, int tg, float *logits, double *pps,
+                     double *tgs) {
+    char err[SB_ERR_LEN];
+    if (pp > 0) {
+        sb_ctx_truncate(c, 0);
+        double t0 = sb_now_s();
+        if (sb_ctx_eval(c, toks, pp, logits, 0, err)) { fprintf(stderr, "bench: %s\n", err); return -1; }
+        *pps = pp / (sb_now_s() - t0);
+    }
+    if (tg > 0) {
+        sb_ctx_truncate(c, 0);
+        int32_t t = toks[0];
+        double t0 = sb_now_s();
+        for (int i = 0; i < tg; i++) {
+            if (sb_ctx_eval(c, &t, 1, logits, 0, err)) { fprintf(stderr, "bench: %s\n", err); return -1; }
+            t = toks[(i + 1) % n_tok];
+        }
+        *tgs = tg / (sb_now_s() - t0);
+    }
+    return 0;
 }
 
 int sb_cmd_bench(int argc, char **argv) {
@@ -510,24 +559,12 @@ int sb_cmd_bench(int argc, char **argv) {
     if (!json) fprintf(stderr, "bench: %s\nbench: %d threads, kernels %s, pp %d, tg %d, %d runs\n", desc, threads,
                        sb_kq_level_name(sb_kq_best_level()), pp, tg, runs);
     for (int r = -1; r < runs; r++) {       /* r = -1: warm-up (page in the weights) */
-        if (pp > 0) {
-            sb_ctx_truncate(c, 0);
-            double t0 = sb_now_s();
-            if (sb_ctx_eval(c, toks, pp, logits, 0, err)) { fprintf(stderr, "bench: %s\n", err); goto out; }
-            if (r >= 0) pp_t[r] = pp / (sb_now_s() - t0);
-        }
-        if (tg > 0) {
-            sb_ctx_truncate(c, 0);
-            int32_t t = toks[0];
-            double t0 = sb_now_s();
-            for (int i = 0; i < tg; i++) {
-                if (sb_ctx_eval(c, &t, 1, logits, 0, err)) { fprintf(stderr, "bench: %s\n", err); goto out; }
-                t = toks[(i + 1) % n_tok];
-            }
-            if (r >= 0) tg_t[r] = tg / (sb_now_s() - t0);
-        }
-        if (!json && r >= 0)
-            fprintf(stderr, "bench: run %d: pp %.2f t/s, tg %.2f t/s\n", r + 1, pp > 0 ? pp_t[r] : 0.0, tg > 0 ? tg_t[r] : 0.0);
+        double pps = 0, tgs = 0;
+        if (bench_run(c, toks, n_tok, pp, tg, logits, &pps, &tgs)) goto out;
+        if (r < 0) continue;
+        pp_t[r] = pps;
+        tg_t[r] = tgs;
+        if (!json) fprintf(stderr, "bench: run %d: pp %.2f t/s, tg %.2f t/s\n", r + 1, pps, tgs);
     }
     double pp_med = pp > 0 ? median(pp_t, runs) : 0, tg_med = tg > 0 ? median(tg_t, runs) : 0;
     if (json)
