@@ -227,8 +227,8 @@ static int load_upstream(ctx *c, const sb_config_node *v, const char *what, sb_c
         (rc = get_int(c, v, what, "timeout_ms", 1, 3600000, &m->timeout_ms)))
         return rc;
     if (sb_net_url_parse(m->upstream, &(sb_net_url){ 0 }, NULL))
-        return FAIL(c, sb_config_node_get(v, "upstream"), "%s.upstream: expected http(s)://HOST[:PORT][/PATH], got '%s'",
-                    what, m->upstream);
+        return FAIL(c, sb_config_node_get(v, "upstream"),
+                    "%s.upstream: expected http(s)://HOST[:PORT][/PATH], got '%s'", what, m->upstream);
     if (m->api_key_env && !valid_env_name(m->api_key_env))
         return FAIL(c, sb_config_node_get(v, "api_key_env"),
                     "%s.api_key_env: expected an environment variable name, got '%s'",

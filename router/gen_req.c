@@ -189,6 +189,7 @@ int rt_gen_parse_openai(rt_gen_req *g, const sb_json *body, int kind, char *why,
 int rt_gen_from_stage(rt_gen_req *g, const sb_stage *s, sb_segs *sys, sb_segs *prompt, bool stream) {
     bool no_mem = sys->oom || prompt->oom;
     g->stream = stream;
+    g->priority = s->priority;
     g->sampling = s->sampling;
     g->has_seed = s->sampling.seed >= 0;
     for (size_t i = 0; i < s->n_stops && i < RT_GEN_MAX_STOPS; i++) {
@@ -285,7 +286,7 @@ int rt_gen_encode(const rt_gen_req *g, sb_mp_writer *p) {
 /* A new field changes this size: put it into rt_gen_cache_key below, or add
  * it to the list there of what the key leaves out and why; then update the
  * number. */
-static_assert(sizeof(rt_gen_req) == 504, "rt_gen_req changed: is the new field in rt_gen_cache_key?");
+static_assert(sizeof(rt_gen_req) == 512, "rt_gen_req changed: is the new field in rt_gen_cache_key?");
 
 /* A message's text in the cache's canonical input: normalised here, one
  * message at a time, because the JSON it goes into escapes line breaks and
@@ -308,8 +309,8 @@ static bool any_special(const rt_gen_req *g) {
 
 /* Left out of the key, on purpose: temperature (only 0 is cached: the
  * caller checks), top_p, min_p and seed (no effect on greedy decoding),
- * stream (the same answer either way), last_user (part of msgs), own
- * (json_schema's storage). A request with the operator's template pieces
+ * stream (the same answer either way), priority (when, not what), last_user
+ * (part of msgs), own (json_schema's storage). A request with the operator's template pieces
  * (a stage's) is not cached here: a pipeline is cached whole (pipeapi.c). */
 int rt_gen_cache_key(const rt_gen_req *g, bool normalise, sb_jw *input, unsigned *norm, char *params,
                      size_t params_len) {

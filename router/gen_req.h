@@ -37,6 +37,7 @@ typedef struct {
     size_t n_stops;
     const char *json_schema;        /* JSON Schema text decoding is held to; NULL: none */
     size_t json_schema_len;
+    int priority;                   /* the model queue's order (docs/router.md, "Priority"); OpenAI: 0 */
     sb_jw own;                      /* storage: an OpenAI response_format's schema */
 } rt_gen_req;
 

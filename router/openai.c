@@ -299,8 +299,8 @@ static void chat_submit(rt_req *q, rt_model *m, const rt_gen_req *g) {
         return;
     }
     char err[SB_ERR_LEN];
-    int rc = rt_model_submit(m, "generate", p, m->deadline_ms, 0, g->stream ? on_token : NULL, on_done, q, &q->job,
-                             err);
+    int rc = rt_model_submit(m, "generate", p, m->deadline_ms, g->priority, g->stream ? on_token : NULL, on_done, q,
+                             &q->job, err);
     if (rc) {
         if (rc == SB_EBUSY || rc == SB_EIO) rt_req_retry_after(q, rc == SB_EBUSY ? rt_model_retry_after(m) : 5);
         rt_req_error(q, rc == SB_EUNSUP ? 501 : rc == SB_ENOMEM ? 500 : 503,
