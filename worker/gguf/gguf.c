@@ -388,7 +388,7 @@ static int place_tensors(sb_gguf *g, size_t data, char *err) {
 static int parse(sb_gguf *g, char *err) {
     cursor c = { g->base, g->size, 0, g->path, err };
     int rc;
-    uint64_t nt, nkv;
+    uint64_t nt = 0, nkv = 0;
     if ((rc = read_header(g, &c, &nt, &nkv))) return rc;
     g->kv = sb_calloc((size_t)nkv, sizeof *g->kv);
     g->tensors = sb_calloc((size_t)nt, sizeof *g->tensors);
