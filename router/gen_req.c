@@ -221,6 +221,57 @@ int rt_gen_from_stage(rt_gen_req *g, const sb_stage *s, sb_segs *sys, sb_segs *p
     return no_mem || oom(g) ? SB_ENOMEM : 0;
 }
 
+/* -------------------------------------------------------------- copy */
+
+/* A role as one of the static names parse_messages and rt_gen_from_stage
+ * give (so the copy need not own it). */
+static const char *static_role(const char *role) {
+    static const char *const roles[] = { "system", "user", "assistant", "tool" };
+    for (size_t i = 0; i < SB_ARRAY_LEN(roles); i++)
+        if (!strcmp(role, roles[i])) return roles[i];
+    return NULL;
+}
+
+/* Every field: a new one must be copied here too (the static_assert below
+ * points at the cache key; this is the other place that reads them all). */
+int rt_gen_copy(rt_gen_req *dst, const rt_gen_req *src) {
+    rt_gen_init(dst);
+    dst->kind = src->kind;
+    dst->stream = src->stream;
+    dst->prompt_segments = src->prompt_segments;
+    dst->sampling = src->sampling;
+    dst->has_seed = src->has_seed;
+    dst->priority = src->priority;
+    sb_segs_cat(&dst->prompt, &src->prompt);
+    if (src->n_msgs && !(dst->msgs = sb_calloc(src->n_msgs, sizeof *dst->msgs))) return SB_ENOMEM;
+    for (size_t i = 0; i < src->n_msgs; i++, dst->n_msgs++) {
+        rt_gen_msg *m = &dst->msgs[i];
+        sb_segs_init(&m->content);
+        sb_segs_cat(&m->content, &src->msgs[i].content);
+        if (!(m->role = static_role(src->msgs[i].role))) { dst->n_msgs++; rt_gen_free(dst); return SB_EINVAL; }
+    }
+    /* Stops and the schema go into own back to back; the views are set
+     * once it has stopped growing. */
+    size_t off[RT_GEN_MAX_STOPS + 1];
+    for (size_t i = 0; i < src->n_stops; i++) {
+        off[i] = dst->own.len;
+        sb_jw_raw(&dst->own, src->stops[i], src->stop_lens[i]);
+    }
+    off[src->n_stops] = dst->own.len;
+    if (src->json_schema) sb_jw_raw(&dst->own, src->json_schema, src->json_schema_len);
+    if (oom(dst)) { rt_gen_free(dst); return SB_ENOMEM; }
+    for (size_t i = 0; i < src->n_stops; i++) {
+        dst->stops[i] = dst->own.p + off[i];
+        dst->stop_lens[i] = src->stop_lens[i];
+    }
+    dst->n_stops = src->n_stops;
+    if (src->json_schema) {
+        dst->json_schema = dst->own.p + off[src->n_stops];
+        dst->json_schema_len = src->json_schema_len;
+    }
+    return 0;
+}
+
 /* -------------------------------------------------------- the worker */
 
 /* A prompt as the worker's `segments` (docs/ipc.md). Plain pieces leave
@@ -245,10 +296,11 @@ void rt_gen_put_message(sb_mp_writer *p, const char *role, const sb_segs *conten
     else sb_mp_strn(p, content->text.p ? content->text.p : "", content->text.len);
 }
 
-int rt_gen_encode(const rt_gen_req *g, sb_mp_writer *p) {
+int rt_gen_encode(const rt_gen_req *g, int priority, sb_mp_writer *p) {
     const sb_sampling *sp = &g->sampling;
     uint32_t n = 2 + (sp->temperature >= 0) + (sp->top_p >= 0) + (sp->min_p >= 0) + (sp->repeat_penalty >= 0) +
-                 (sp->top_k >= 0) + (sp->max_tokens > 0) + g->has_seed + (g->n_stops > 0) + (g->json_schema != NULL);
+                 (sp->top_k >= 0) + (sp->max_tokens > 0) + g->has_seed + (g->n_stops > 0) + (g->json_schema != NULL) +
+                 (priority != 0);
     sb_mp_map(p, n);
     sb_mp_kv_bool(p, "stream", g->stream);
     if (g->kind == RT_KIND_CHAT) {
@@ -278,6 +330,7 @@ int rt_gen_encode(const rt_gen_req *g, sb_mp_writer *p) {
         sb_mp_str(p, "json_schema");
         sb_mp_strn(p, g->json_schema, g->json_schema_len);
     }
+    if (priority) sb_mp_kv_i64(p, "priority", priority);
     return sb_mp_writer_status(p);
 }
 

@@ -2,8 +2,9 @@
  *
  * An OpenAI chat or completion body (rt_gen_parse_openai) and a pipeline's
  * generate stage (rt_gen_from_stage) become the same typed struct, checked
- * once. What follows reads only the struct: the worker's `generate` params
- * (rt_gen_encode) and the response cache's key (rt_gen_cache_key), so a
+ * once. What follows reads only the struct: the backends, which encode it
+ * themselves (rt_gen_encode: the worker's `generate` params; upstream.c:
+ * an OpenAI body), and the response cache's key (rt_gen_cache_key), so a
  * field added here is in the key or says there why it is not (a
  * static_assert in gen_req.c fails until it does). Private to router/.
  */
@@ -20,7 +21,7 @@ typedef struct {
     sb_segs content;                /* plain text, or a stage's template pieces (special) */
 } rt_gen_msg;
 
-typedef struct {
+struct rt_gen_req {
     int kind;                       /* RT_KIND_CHAT: msgs; RT_KIND_COMPLETION: prompt */
     bool stream;                    /* the worker streams token events */
     rt_gen_msg *msgs;
@@ -38,8 +39,8 @@ typedef struct {
     const char *json_schema;        /* JSON Schema text decoding is held to; NULL: none */
     size_t json_schema_len;
     int priority;                   /* the model queue's order (docs/router.md, "Priority"); OpenAI: 0 */
-    sb_jw own;                      /* storage: an OpenAI response_format's schema */
-} rt_gen_req;
+    sb_jw own;                      /* storage: an OpenAI response_format's schema; a copy's text */
+};
 
 void rt_gen_init(rt_gen_req *g);
 void rt_gen_free(rt_gen_req *g);
@@ -53,14 +54,21 @@ int rt_gen_parse_openai(rt_gen_req *g, const sb_json *body, int kind, char *why,
  * prompt, both taken over (the caller no longer frees them). */
 int rt_gen_from_stage(rt_gen_req *g, const sb_stage *s, sb_segs *sys, sb_segs *prompt, bool stream);
 
+/* A deep copy of src that owns all its text (src may hold views into a
+ * request body or the config), for a call that waits in a model's queue.
+ * last_user is not kept (it is read before the call). 0 or SB_ENOMEM (dst
+ * is then freed). dst is initialised here. */
+int rt_gen_copy(rt_gen_req *dst, const rt_gen_req *src);
+
 /* A prompt as the worker's `segments`, and one chat message: a plain
  * string unless part of it is the operator's text (docs/ipc.md). */
 void rt_gen_put_segs(sb_mp_writer *p, const sb_segs *s);
 void rt_gen_put_message(sb_mp_writer *p, const char *role, const sb_segs *content);
 
 /* The worker's `generate` params (docs/ipc.md) into p: only what was given,
- * so the worker's defaults apply to the rest. p's status on failure. */
-int rt_gen_encode(const rt_gen_req *g, sb_mp_writer *p);
+ * so the worker's defaults apply to the rest; `priority` too unless 0 (a
+ * worker that batches takes it, docs/router.md). p's status on failure. */
+int rt_gen_encode(const rt_gen_req *g, int priority, sb_mp_writer *p);
 
 /* What the response cache keys g on, besides the namespace and the model's
  * fingerprint: *input (the canonical messages, or the prompt as sent) with

@@ -290,17 +290,10 @@ static int chat_from_cache(rt_req *q, const rt_model *m, const rt_gen_req *g) {
     return hit;
 }
 
-/* The worker call. */
+/* The model call: its backend (worker or upstream) encodes g. */
 static void chat_submit(rt_req *q, rt_model *m, const rt_gen_req *g) {
-    sb_mp_writer *p;
-    if (sb_mp_writer_new(&p) || rt_gen_encode(g, p)) {
-        sb_mp_writer_free(p);
-        rt_req_error(q, 500, "server_error", "out_of_memory", "out of memory");
-        return;
-    }
     char err[SB_ERR_LEN];
-    int rc = rt_model_submit(m, "generate", p, m->deadline_ms, g->priority, g->stream ? on_token : NULL, on_done, q,
-                             &q->job, err);
+    int rc = rt_model_submit_gen(m, g, m->deadline_ms, g->stream ? on_token : NULL, on_done, q, &q->job, err);
     if (rc) {
         if (rc == SB_EBUSY || rc == SB_EIO) rt_req_retry_after(q, rc == SB_EBUSY ? rt_model_retry_after(m) : 5);
         rt_req_error(q, rc == SB_EUNSUP ? 501 : rc == SB_ENOMEM ? 500 : 503,

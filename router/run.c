@@ -199,7 +199,7 @@ static void on_generated(void *arg, const sb_ipc_result *res) {
     rt_run_stage_done(run, ST_OK, NULL);
 }
 
-static int start_generate(rt_run *run, const sb_stage *s, sb_mp_writer *p, bool stream, char *err) {
+static int start_generate(rt_run *run, const sb_stage *s, bool stream, char *err) {
     sb_tmpl_env env = rt_run_env(run);
     sb_segs sys, prompt;
     sb_segs_init(&sys);
@@ -210,13 +210,14 @@ static int start_generate(rt_run *run, const sb_stage *s, sb_mp_writer *p, bool 
     rt_gen_req g;
     rt_gen_init(&g);
     int rc = rt_gen_from_stage(&g, s, &sys, &prompt, stream);
-    if (!rc) rc = rt_gen_encode(&g, p);
+    rt_model *m = rc ? NULL : rt_model_find(run->r, s->model);
+    if (rc) rc = sb_seterr(err, SB_ENOMEM, "out of memory");
+    else if (!m) rc = sb_seterr(err, SB_EIO, "model '%s' is not configured in this router", s->model);
+    else if ((rc = rt_model_submit_gen(m, &g, m->deadline_ms, stream ? on_gen_token : NULL, on_generated, run,
+                                       &run->job, err)) == SB_EBUSY)
+        run->retry_after = rt_model_retry_after(m);
     rt_gen_free(&g);
-    if (rc) {
-        sb_mp_writer_free(p);
-        return sb_seterr(err, SB_ENOMEM, "out of memory");
-    }
-    return rt_run_submit(run, s, s->model, "generate", p, stream ? on_gen_token : NULL, on_generated, err);
+    return rc;
 }
 
 /* --------------------------------------------------------------- tool */
@@ -368,11 +369,14 @@ static void step(rt_run *run) {
             else if (rc) rt_run_stage_done(run, ST_ERROR, err);
             return;
         }
-        sb_mp_writer *p;
-        if (sb_mp_writer_new(&p)) { rt_run_fail(run, 500, "server_error", "%s%s", "out of memory", ""); return; }
+        sb_mp_writer *p = NULL;
+        if (s->kind == SB_STAGE_INTENT && sb_mp_writer_new(&p)) {
+            rt_run_fail(run, 500, "server_error", "%s%s", "out of memory", "");
+            return;
+        }
         if (s->kind == SB_STAGE_INTENT && rt_intent_embeds(run->r, s)) rc = rt_run_start_intent_embed(run, s, p, err);
         else if (s->kind == SB_STAGE_INTENT) rc = rt_run_start_intent(run, s, p, err);
-        else rc = start_generate(run, s, p, run->on_token && is_answer_stage(run, run->cur), err);
+        else rc = start_generate(run, s, run->on_token && is_answer_stage(run, run->cur), err);
         if (rc == 1) {              /* its examples are being embedded: look again soon */
             struct timeval soon = { 0, 20000 };
             run->index_wait = true;
