@@ -211,7 +211,7 @@ static void dispatch(rt_model *m) {
                                               j, &j->call_id, err)
                            : worker_call(m, j, send_prio, err);
         if (rc) {
-            if (!m->remote) m->up = false;
+            if (!m->remote && rc != SB_ENOMEM) m->up = false;   /* out of memory is ours, not the worker's */
             char msg[SB_ERR_LEN + 64];
             snprintf(msg, sizeof msg, "model '%s' is not available: %s", m->name, err);
             fail_job_now(j, SB_IPC_DISCONNECTED, msg);
