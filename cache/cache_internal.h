@@ -11,6 +11,7 @@
 #include <stddef.h>
 
 #include "cache/sb_cache.h"
+#include "cache/sb_cache_wire.h"
 #include "common/sb_json.h"
 
 /* ------------------------------------------- NFC / NFKC tables (pinned) */
@@ -64,7 +65,6 @@ int sb_cache_open_at(const char *path, const sb_cache_opts *opts, int schema_tar
                      sb_cache **out, char *err);
 /* Map a SQLite result code to an SB_E* code, fill err and log once. */
 int sbc_fail(sb_cache *c, int rc, char *err, const char *what);
-int64_t sbc_now_ms(void);
 /* Run SQL without results; returns SB_OK or the mapped error. */
 int sbc_exec(sb_cache *c, const char *sql, char *err);
 /* Read one entry row in the column order of SBC_ENTRY_COLUMNS. */
@@ -73,50 +73,9 @@ int sbc_row_to_entry(struct sqlite3_stmt *st, sb_cache_entry *e);
     "last_hit_ms, local_hits, global_hits, ttl_s, origin, pinned, dirty_hits"
 /* Evict until the cap holds (inside the caller's transaction). */
 int sbc_evict(sb_cache *c, char *err);
-/* Insert or replace from a parsed JSON object (import, sync); see cache_admin.c. */
-/* SB_EUNSUP: a sound entry under an older key version (never looked up here);
- * SB_EFORMAT: malformed, or a key that does not match its contents. */
-int sbc_entry_from_json(const sb_json *o, sb_cache_entry *e, char *err);
 /* Store e (caller holds the lock and usually a transaction): from_cloud = 0
  * replaces everything (import), 1 adds a pinned cloud entry or updates the
  * fleet-wide count of one we have. */
 int sbc_upsert_entry(sb_cache *c, const sb_cache_entry *e, int from_cloud, char *err);
-
-/* ------------------------------------------------------ JSON writer */
-/* Bodies and lines are written into common's sb_jw (sticky failure, NUL-
- * terminated), strings with sb_jw_strn (invalid UTF-8 becomes U+FFFD). */
-void sbc_base64_encode(sb_jw *b, const void *data, size_t n);
-/* Write an entry as one JSON object (no newline). */
-void sbc_entry_json(sb_jw *b, const sb_cache_entry *e);
-
-/* ------------------------------------------------------ JSON reader */
-/* Export lines and sync bodies are parsed by the one strict reader
- * (sb_json.h); these read an object's members the way the wire format
- * needs. SB_ENOTFOUND if absent, SB_EFORMAT if of the wrong type. */
-int sbc_json_str(const sb_json *obj, const char *key, const char **out);
-/* A number's integral part (the wire format sends counts and times, all
- * integers); SB_EFORMAT also when it does not fit in an int64_t. */
-int sbc_json_int(const sb_json *obj, const char *key, int64_t *out);
-int sbc_base64_decode(const char *s, size_t n, uint8_t **out, size_t *out_len);
-
-/* ------------------------------------------------------ HTTP (blocking) */
-typedef struct {
-    int    status;
-    sb_jw body;
-} sbc_http_reply;
-
-/* POST/DELETE to URL + path (http:// or https://, the peer's certificate
- * verified against ca_file or, when NULL, the system store) with extra header
- * lines ("Name: v\r\n"). timeout_ms bounds the whole request. The whole
- * reply must arrive: a cut-off reply is SB_EIO, one over 256 MiB SB_ERANGE,
- * never a partial body. */
-int sbc_http_request(const char *method, const char *url, const char *path,
-                     const char *headers, const void *body, size_t body_len, int timeout_ms,
-                     const char *ca_file, sbc_http_reply *reply, char *err);
-
-/* HMAC-SHA256(secret, timestamp "\n" body) as 64 hex digits. */
-void sbc_sign(const char *secret, const char *timestamp, const void *body, size_t len,
-              char out[SB_CACHE_KEY_HEX]);
-#define SBC_MAX_SKEW_S 300
 
 #endif

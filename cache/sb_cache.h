@@ -13,7 +13,7 @@
  *                  other < 0    -> cache trouble: treat as a miss
  *   after reply  sb_cache_put(cache, &item, err) with the same key; an error
  *                only means "not stored"
- *   periodically sb_cache_sync(cache, &sync_opts, &result, err)
+ *   periodically sb_cache_sync(cache, &sync_opts, &result, err)  (cache/sync/sb_sync.h)
  *
  * Keys are SHA-256 over (key version, namespace, model fingerprint,
  * normalised input, params) with every field length-prefixed, so an entry made with one model
@@ -250,37 +250,5 @@ typedef struct {
     int     resumed;                         /* a batch cut off earlier was resent */
     int     rounds;                          /* HTTP requests made */
 } sb_cache_sync_result;
-
-/* One sync with the cloud (docs/cache-sync.md). Safe to kill at any point and
- * to call again: the outgoing batch is stored (with its sync_id) before it is
- * sent and resent unchanged until the reply is applied; the reply is applied
- * and the cursor advanced in one transaction. SB_EIO: network or HTTP error;
- * SB_EINVAL: rejected (401/400) - the message says which. */
-int sb_cache_sync(sb_cache *c, const sb_cache_sync_opts *o, sb_cache_sync_result *res, char *err);
-
-/* ================================================ files the cloud publishes
- *
- * The cloud tier also serves files an operator published there (knowledge
- * base snapshots: `switchboard kb publish` / `kb pull`, docs/KNOWLEDGE.md),
- * to the same edges, with the same credentials and transport as the sync. */
-
-typedef struct {
-    const char *url, *edge_id, *secret;  /* as for sb_cache_sync */
-    const char *ca_file;                 /* NULL = system store */
-    int         timeout_ms;              /* the whole request; 0 = 60000 */
-} sb_cloud_peer;
-
-/* GET url + path, signed as a sync is (X-Edge-Id, X-Timestamp, X-Signature;
- * a fresh nonce in the query makes every request's signature new). 200 only:
- * any other status is SB_EINVAL (401, 404) or SB_EIO, with the cloud's
- * message. *body is sb_malloc'ed and NUL-terminated (*len excludes it). */
-int  sb_cloud_get(const sb_cloud_peer *p, const char *path, char **body, size_t *len, char *err);
-
-/* The MAC a manifest of a published file carries for one edge:
- * hex HMAC-SHA256(secret, "sb-file\n" NAME "\n" VERSION "\n" SHA256 "\n" BYTES).
- * The cloud computes it with the edge's secret; the edge recomputes and
- * compares (sb_ct_equal) before it trusts the SHA-256 it names. */
-void sb_cloud_file_mac(const char *secret, const char *name, const char *version, const char *sha256,
-                       int64_t bytes, char out[SB_CACHE_KEY_HEX]);
 
 #endif

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 /* ------------------------------------------------------------ writer */
 
@@ -102,4 +103,11 @@ int sbc_json_int(const sb_json *obj, const char *key, int64_t *out) {
     if (!(d > -9223372036854775808.0 && d < 9223372036854775808.0)) return SB_EFORMAT;
     *out = (int64_t)d;
     return SB_OK;
+}
+
+int sbc_new_id(char out[33]) {
+    uint8_t r[16];
+    if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) return -1;
+    sb_hex_encode(r, sizeof r, out);
+    return 0;
 }

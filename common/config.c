@@ -1,9 +1,10 @@
 /* config.c - YAML config: libyaml events -> node tree -> validated sb_config.
  *
- * Two passes. The first turns libyaml's event stream into our own node tree
- * with 1-based positions, rejecting what we never want to interpret
- * (aliases, tags, duplicate keys, non-scalar keys, several documents). The
- * second walks the tree against the schema and fills plain structs. Every
+ * Two passes. The first (config_yaml.c) turns libyaml's event stream into our
+ * own node tree with 1-based positions, rejecting what we never want to
+ * interpret (aliases, tags, duplicate keys, non-scalar keys, several
+ * documents). The second, here, walks the tree against the schema and fills
+ * plain structs. Every
  * error names the file, line and column of the offending node and the dotted
  * key path, so a config can be fixed without reading this file.
  */
@@ -21,195 +22,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 #include <event2/http.h>
-#include <yaml.h>
 
-#define MAX_NODES 100000        /* no real config comes close */
-
-/* =============================================================== tree */
-
-typedef struct {
-    yaml_parser_t parser;
-    const char *path;
-    char *err;
-    size_t n_nodes;
-} reader;
-
-static void node_free(sb_config_node *n) {
-    if (!n) return;
-    sb_free(n->value);
-    for (size_t i = 0; i < n->n_pairs; i++) {
-        node_free(n->pairs[i].key);
-        node_free(n->pairs[i].value);
-    }
-    sb_free(n->pairs);
-    for (size_t i = 0; i < n->n_items; i++) node_free(n->items[i]);
-    sb_free(n->items);
-    sb_free(n);
-}
-
-static int at_mark(reader *r, yaml_mark_t m, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int at_mark(reader *r, yaml_mark_t m, const char *fmt, ...) {
-    char msg[SB_ERR_LEN];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    return sb_seterr(r->err, SB_EINVAL, "%s:%zu:%zu: %s", r->path, m.line + 1, m.column + 1, msg);
-}
-
-/* libyaml's own diagnosis, at its own position. */
-static int yaml_failure(reader *r) {
-    yaml_parser_t *p = &r->parser;
-    if (p->error == YAML_MEMORY_ERROR) return sb_seterr(r->err, SB_ENOMEM, "%s: out of memory", r->path);
-    yaml_mark_t m = p->problem_mark;
-    if (p->context)
-        return at_mark(r, m, "invalid YAML: %s %s", p->problem ? p->problem : "error", p->context);
-    return at_mark(r, m, "invalid YAML: %s", p->problem ? p->problem : "error");
-}
-
-static int next_event(reader *r, yaml_event_t *ev) {
-    return yaml_parser_parse(&r->parser, ev) ? 0 : yaml_failure(r);
-}
-
-static int grow(void **arr, size_t n, size_t elem) {
-    if (n & (n - 1)) return 0;                  /* capacity doubles at powers of two */
-    size_t cap = n ? n * 2 : 4, bytes;
-    if (sb_mul_size(cap, elem, &bytes)) return SB_ENOMEM;
-    void *p = sb_realloc(*arr, bytes);
-    if (!p) return SB_ENOMEM;
-    *arr = p;
-    return 0;
-}
-
-static int parse_node(reader *r, yaml_event_t *ev, int depth, sb_config_node **out);
-
-static int parse_children(reader *r, sb_config_node *n, int depth) {
-    yaml_event_type_t end = n->kind == SB_CFG_MAP ? YAML_MAPPING_END_EVENT : YAML_SEQUENCE_END_EVENT;
-    for (;;) {
-        yaml_event_t ev;
-        int rc = next_event(r, &ev);
-        if (rc) return rc;
-        if (ev.type == end) { yaml_event_delete(&ev); return 0; }
-        yaml_mark_t key_mark = ev.start_mark;
-        sb_config_node *child = NULL;
-        rc = parse_node(r, &ev, depth + 1, &child);     /* deletes ev */
-        if (rc) return rc;
-        if (n->kind == SB_CFG_SEQ) {
-            if (grow((void **)&n->items, n->n_items, sizeof *n->items)) { node_free(child); return SB_ENOMEM; }
-            n->items[n->n_items++] = child;
-            continue;
-        }
-        if (child->kind != SB_CFG_SCALAR) {
-            node_free(child);
-            return at_mark(r, key_mark, "mapping keys must be plain strings");
-        }
-        for (size_t i = 0; i < n->n_pairs; i++) {
-            if (!strcmp(n->pairs[i].key->value, child->value)) {
-                int line = n->pairs[i].key->line;
-                node_free(child);
-                return at_mark(r, key_mark, "duplicate key '%s' (first at line %d)",
-                               n->pairs[i].key->value, line);
-            }
-        }
-        sb_config_node *value = NULL;
-        if ((rc = next_event(r, &ev)) || (rc = parse_node(r, &ev, depth + 1, &value))) {
-            node_free(child);
-            return rc;
-        }
-        if (grow((void **)&n->pairs, n->n_pairs, sizeof *n->pairs)) {
-            node_free(child);
-            node_free(value);
-            return SB_ENOMEM;
-        }
-        n->pairs[n->n_pairs++] = (sb_config_pair){ child, value };
-    }
-}
-
-/* Build the node that starts with *ev (which this consumes). */
-static int parse_node(reader *r, yaml_event_t *ev, int depth, sb_config_node **out) {
-    *out = NULL;
-    yaml_mark_t m = ev->start_mark;
-    int rc = 0;
-    const yaml_char_t *tag = NULL;
-    if (ev->type == YAML_SCALAR_EVENT) tag = ev->data.scalar.tag;
-    if (ev->type == YAML_MAPPING_START_EVENT) tag = ev->data.mapping_start.tag;
-    if (ev->type == YAML_SEQUENCE_START_EVENT) tag = ev->data.sequence_start.tag;
-    if (ev->type == YAML_ALIAS_EVENT) rc = at_mark(r, m, "aliases (*name) are not supported");
-    else if (tag) rc = at_mark(r, m, "YAML tags (!tag) are not supported");
-    else if (depth > SB_CONFIG_MAX_DEPTH) rc = at_mark(r, m, "nested deeper than %d", SB_CONFIG_MAX_DEPTH);
-    else if (++r->n_nodes > MAX_NODES) rc = at_mark(r, m, "more than %d nodes", MAX_NODES);
-    else if (ev->type != YAML_SCALAR_EVENT && ev->type != YAML_MAPPING_START_EVENT &&
-             ev->type != YAML_SEQUENCE_START_EVENT)
-        rc = at_mark(r, m, "unexpected YAML event %d", (int)ev->type);
-    if (rc) { yaml_event_delete(ev); return rc; }
-
-    sb_config_node *n = sb_calloc(1, sizeof *n);
-    if (!n) { yaml_event_delete(ev); return SB_ENOMEM; }
-    n->line = (int)m.line + 1;
-    n->col = (int)m.column + 1;
-    if (ev->type == YAML_SCALAR_EVENT) {
-        n->kind = SB_CFG_SCALAR;
-        n->len = ev->data.scalar.length;
-        n->quoted = ev->data.scalar.style != YAML_PLAIN_SCALAR_STYLE;
-        n->value = sb_malloc(n->len + 1);
-        if (n->value) {
-            memcpy(n->value, ev->data.scalar.value, n->len);
-            n->value[n->len] = '\0';
-        }
-        yaml_event_delete(ev);
-        if (!n->value) { sb_free(n); return SB_ENOMEM; }
-        *out = n;
-        return 0;
-    }
-    n->kind = ev->type == YAML_MAPPING_START_EVENT ? SB_CFG_MAP : SB_CFG_SEQ;
-    yaml_event_delete(ev);
-    if ((rc = parse_children(r, n, depth))) { node_free(n); return rc; }
-    *out = n;
-    return 0;
-}
-
-/* The whole stream: exactly one document holding one node (or none). */
-static int parse_tree(reader *r, sb_config_node **root) {
-    *root = NULL;
-    yaml_event_t ev;
-    int rc;
-    bool have_doc = false;
-    for (;;) {
-        if ((rc = next_event(r, &ev))) goto fail;
-        yaml_event_type_t t = ev.type;
-        yaml_mark_t m = ev.start_mark;
-        if (t == YAML_STREAM_END_EVENT) { yaml_event_delete(&ev); return 0; }
-        if (t == YAML_DOCUMENT_START_EVENT && have_doc) {
-            yaml_event_delete(&ev);
-            rc = at_mark(r, m, "only one YAML document is allowed");
-            goto fail;
-        }
-        if (t == YAML_DOCUMENT_START_EVENT) have_doc = true;
-        if (t == YAML_SCALAR_EVENT || t == YAML_MAPPING_START_EVENT ||
-            t == YAML_SEQUENCE_START_EVENT || t == YAML_ALIAS_EVENT) {
-            if ((rc = parse_node(r, &ev, 0, root))) goto fail;
-            continue;
-        }
-        yaml_event_delete(&ev);
-    }
-fail:
-    node_free(*root);
-    *root = NULL;
-    return rc;
-}
-
-const sb_config_node *sb_config_node_get(const sb_config_node *map, const char *key) {
-    if (!map || map->kind != SB_CFG_MAP) return NULL;
-    for (size_t i = 0; i < map->n_pairs; i++)
-        if (!strcmp(map->pairs[i].key->value, key)) return map->pairs[i].value;
-    return NULL;
-}
-
-bool sb_config_node_is_null(const sb_config_node *n) {
-    return n && n->kind == SB_CFG_SCALAR && !n->quoted &&
-           (n->len == 0 || !strcmp(n->value, "~") || !strcmp(n->value, "null") ||
-            !strcmp(n->value, "Null") || !strcmp(n->value, "NULL"));
-}
 
 int sb_config_node_error(const sb_config *cfg, const sb_config_node *at, char *err,
                          const char *fmt, ...) {
@@ -405,13 +218,82 @@ static int load_runtime(ctx *c, const sb_config_node *rt) {
     return (cfg->runtime.http_host = sb_strdup(host)) ? 0 : SB_ENOMEM;
 }
 
+/* An `upstream:` model: a remote OpenAI-compatible endpoint. */
+static int load_upstream(ctx *c, const sb_config_node *v, const char *what, sb_config_model *m) {
+    int rc;
+    if ((rc = get_str(c, v, what, "upstream", &m->upstream)) ||
+        (rc = get_str(c, v, what, "model", &m->upstream_model)) ||
+        (rc = get_str(c, v, what, "api_key_env", &m->api_key_env)) ||
+        (rc = get_int(c, v, what, "timeout_ms", 1, 3600000, &m->timeout_ms)))
+        return rc;
+    if (sb_net_url_parse(m->upstream, &(sb_net_url){ 0 }, NULL))
+        return FAIL(c, sb_config_node_get(v, "upstream"),
+                    "%s.upstream: expected http(s)://HOST[:PORT][/PATH], got '%s'", what, m->upstream);
+    if (m->api_key_env && !valid_env_name(m->api_key_env))
+        return FAIL(c, sb_config_node_get(v, "api_key_env"),
+                    "%s.api_key_env: expected an environment variable name, got '%s'",
+                    what, m->api_key_env);
+    if (!m->upstream_model && !(m->upstream_model = sb_strdup(m->name))) return SB_ENOMEM;
+    return 0;
+}
+
+/* idle: keep | unload-after:SECONDS -> m->idle_unload_s (0: keep). */
+static int load_idle(ctx *c, const sb_config_node *idle, const char *what, sb_config_model *m) {
+    const char *s = idle->kind == SB_CFG_SCALAR ? idle->value : "";
+    char *end = NULL;
+    long secs = 0;
+    if (!strncmp(s, "unload-after:", 13) && s[13] >= '0' && s[13] <= '9') {
+        errno = 0;
+        secs = strtol(s + 13, &end, 10);
+        if (errno || *end || secs < 1 || secs > INT_MAX) end = NULL;
+    }
+    if (strcmp(s, "keep") && !end)
+        return FAIL(c, idle, "%s.idle: expected 'keep' or 'unload-after:SECONDS' "
+                    "(SECONDS >= 1), got '%s'", what, s);
+    m->idle_unload_s = (int)secs;
+    return 0;
+}
+
+/* A `gguf:` model: a local file its worker loads. */
+static int load_local(ctx *c, const sb_config_node *key, const sb_config_node *v, const char *what,
+                      sb_config_model *m) {
+    static const char *const kv_types[] = { "f16", "f32", NULL };
+    struct stat st;
+    int kv = SB_KV_F16, rc;
+    if ((rc = get_path(c, v, what, "gguf", true, &m->gguf, &st)) ||
+        (rc = get_int(c, v, what, "threads", 1, SB_CONFIG_MAX_THREADS, &m->threads)) ||
+        (rc = get_int(c, v, what, "ctx", SB_CONFIG_MIN_CTX, SB_CONFIG_MAX_CTX, &m->ctx)) ||
+        (rc = get_int(c, v, what, "kv_mb", 1, SB_CONFIG_MAX_KV_MB, &m->kv_mb)) ||
+        (rc = get_enum(c, v, what, "kv_type", kv_types, &kv)))
+        return rc;
+    m->kv_type = (sb_kv_type)kv;
+    m->gguf_dev = st.st_dev;
+    m->gguf_ino = st.st_ino;
+    m->gguf_size = (uint64_t)st.st_size;
+    m->gguf_mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+    const sb_config_node *idle = sb_config_node_get(v, "idle");
+    if (idle && (rc = load_idle(c, idle, what, m))) return rc;
+    if (m->max_tokens > m->ctx && sb_config_node_get(v, "max_tokens"))
+        return FAIL(c, sb_config_node_get(v, "max_tokens"),
+                    "%s.max_tokens: %d exceeds the context size (ctx: %d)", what, m->max_tokens, m->ctx);
+    if (m->max_tokens > m->ctx) m->max_tokens = m->ctx;
+    /* The worker listens on DIR/NAME.sock; catch a path the kernel would
+     * refuse now, not when the supervisor starts the worker. */
+    struct sockaddr_un sa;
+    size_t sock_len = strlen(c->cfg->runtime.dir) + 1 + strlen(m->name) + 5;
+    if (sock_len >= sizeof sa.sun_path)
+        return FAIL(c, key, "%s: socket path '%s/%s.sock' is %zu bytes; Unix sockets allow %zu "
+                    "(use a shorter runtime.dir)", what, c->cfg->runtime.dir, m->name,
+                    sock_len, sizeof sa.sun_path - 1);
+    return 0;
+}
+
 static int load_model(ctx *c, const sb_config_node *key, const sb_config_node *v,
                       sb_config_model *m) {
     static const char *const local_keys[] = { "gguf", "threads", "ctx", "kv_type", "idle", "parallel",
                                               "kv_mb", "max_queue", "max_tokens", "deadline_ms", NULL };
     static const char *const remote_keys[] = { "upstream", "model", "api_key_env", "timeout_ms", "parallel",
                                                "max_queue", "max_tokens", "deadline_ms", NULL };
-    static const char *const kv_types[] = { "f16", "f32", NULL };
     char what[SB_CONFIG_MAX_NAME + 16];
     snprintf(what, sizeof what, "models.%s", key->value);
     int rc;
@@ -433,63 +315,7 @@ static int load_model(ctx *c, const sb_config_node *key, const sb_config_node *v
         (rc = get_int(c, v, what, "max_tokens", 1, SB_CONFIG_MAX_CTX, &m->max_tokens)) ||
         (rc = get_int(c, v, what, "deadline_ms", 100, 3600000, &m->deadline_ms)))
         return rc;
-    if (u) {
-        if ((rc = get_str(c, v, what, "upstream", &m->upstream)) ||
-            (rc = get_str(c, v, what, "model", &m->upstream_model)) ||
-            (rc = get_str(c, v, what, "api_key_env", &m->api_key_env)) ||
-            (rc = get_int(c, v, what, "timeout_ms", 1, 3600000, &m->timeout_ms)))
-            return rc;
-        if (sb_net_url_parse(m->upstream, &(sb_net_url){ 0 }, NULL))
-            return FAIL(c, u, "%s.upstream: expected http(s)://HOST[:PORT][/PATH], got '%s'",
-                        what, m->upstream);
-        if (m->api_key_env && !valid_env_name(m->api_key_env))
-            return FAIL(c, sb_config_node_get(v, "api_key_env"),
-                        "%s.api_key_env: expected an environment variable name, got '%s'",
-                        what, m->api_key_env);
-        if (!m->upstream_model && !(m->upstream_model = sb_strdup(m->name))) return SB_ENOMEM;
-        return 0;
-    }
-    struct stat st;
-    int kv = SB_KV_F16;
-    if ((rc = get_path(c, v, what, "gguf", true, &m->gguf, &st)) ||
-        (rc = get_int(c, v, what, "threads", 1, SB_CONFIG_MAX_THREADS, &m->threads)) ||
-        (rc = get_int(c, v, what, "ctx", SB_CONFIG_MIN_CTX, SB_CONFIG_MAX_CTX, &m->ctx)) ||
-        (rc = get_int(c, v, what, "kv_mb", 1, SB_CONFIG_MAX_KV_MB, &m->kv_mb)) ||
-        (rc = get_enum(c, v, what, "kv_type", kv_types, &kv)))
-        return rc;
-    m->kv_type = (sb_kv_type)kv;
-    m->gguf_dev = st.st_dev;
-    m->gguf_ino = st.st_ino;
-    m->gguf_size = (uint64_t)st.st_size;
-    m->gguf_mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
-    const sb_config_node *idle = sb_config_node_get(v, "idle");
-    if (idle) {
-        const char *s = idle->kind == SB_CFG_SCALAR ? idle->value : "";
-        char *end = NULL;
-        long secs = 0;
-        if (!strncmp(s, "unload-after:", 13) && s[13] >= '0' && s[13] <= '9') {
-            errno = 0;
-            secs = strtol(s + 13, &end, 10);
-            if (errno || *end || secs < 1 || secs > INT_MAX) end = NULL;
-        }
-        if (strcmp(s, "keep") && !end)
-            return FAIL(c, idle, "%s.idle: expected 'keep' or 'unload-after:SECONDS' "
-                        "(SECONDS >= 1), got '%s'", what, s);
-        m->idle_unload_s = (int)secs;
-    }
-    if (m->max_tokens > m->ctx && sb_config_node_get(v, "max_tokens"))
-        return FAIL(c, sb_config_node_get(v, "max_tokens"),
-                    "%s.max_tokens: %d exceeds the context size (ctx: %d)", what, m->max_tokens, m->ctx);
-    if (m->max_tokens > m->ctx) m->max_tokens = m->ctx;
-    /* The worker listens on DIR/NAME.sock; catch a path the kernel would
-     * refuse now, not when the supervisor starts the worker. */
-    struct sockaddr_un sa;
-    size_t sock_len = strlen(c->cfg->runtime.dir) + 1 + strlen(m->name) + 5;
-    if (sock_len >= sizeof sa.sun_path)
-        return FAIL(c, key, "%s: socket path '%s/%s.sock' is %zu bytes; Unix sockets allow %zu "
-                    "(use a shorter runtime.dir)", what, c->cfg->runtime.dir, m->name,
-                    sock_len, sizeof sa.sun_path - 1);
-    return 0;
+    return u ? load_upstream(c, v, what, m) : load_local(c, key, v, what, m);
 }
 
 static int load_models(ctx *c, const sb_config_node *ms) {
@@ -682,14 +508,7 @@ int sb_config_parse(const char *text, size_t len, const char *path, sb_config **
         sb_config_free(cfg);
         return sb_seterr(err, SB_ENOMEM, "out of memory");
     }
-    reader r = { .path = path, .err = err };
-    if (!yaml_parser_initialize(&r.parser)) {
-        sb_config_free(cfg);
-        return sb_seterr(err, SB_ENOMEM, "out of memory");
-    }
-    yaml_parser_set_input_string(&r.parser, (const unsigned char *)text, len);
-    int rc = parse_tree(&r, &cfg->root);
-    yaml_parser_delete(&r.parser);
+    int rc = sb_config_tree_parse(text, len, path, &cfg->root, err);
     if (!rc) rc = load_schema(cfg, err);
     if (rc == SB_ENOMEM) sb_seterr(err, rc, "%s: out of memory", path);
     if (rc) { sb_config_free(cfg); return rc; }
@@ -756,7 +575,7 @@ void sb_config_free(sb_config *cfg) {
     sb_free(cfg->cache.sync.ca_file);
     sb_free(cfg->console.feedback_path);
     sb_free(cfg->console.otel_file);
-    node_free(cfg->root);
+    sb_config_tree_free(cfg->root);
     sb_free(cfg->path);
     sb_free(cfg->base_dir);
     sb_free(cfg);

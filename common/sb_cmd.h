@@ -18,9 +18,9 @@ int sb_cmd_quantize(int argc, char **argv);  /* worker/cli/cli_quantize.c */
 int sb_cmd_embed(int argc, char **argv);     /* worker/cli/cli_embed.c */
 int sb_cmd_convert_e5(int argc, char **argv); /* worker/cli/cli_embed.c */
 int sb_cmd_worker(int argc, char **argv);    /* worker/serve.c */
-int sb_cmd_cache(int argc, char **argv);     /* cache/cli_cache.c */
+int sb_cmd_cache(int argc, char **argv);     /* cache/sync/cli_cache.c */
 int sb_cmd_feedback(int argc, char **argv);  /* cache/cli_feedback.c */
-int sb_cmd_cloud(int argc, char **argv);     /* cache/cloud.c */
+int sb_cmd_cloud(int argc, char **argv);     /* cache/cloud/cloud.c */
 int sb_cmd_router(int argc, char **argv);    /* router/router.c */
 int sb_cmd_route(int argc, char **argv);     /* router/cli_route.c */
 int sb_cmd_kb(int argc, char **argv);       /* kb/cli_kb.c */

@@ -54,6 +54,12 @@ struct sb_config_node {
 const sb_config_node *sb_config_node_get(const sb_config_node *map, const char *key);
 /* A plain null (~, null, or nothing) scalar. */
 bool sb_config_node_is_null(const sb_config_node *n);
+/* YAML text -> *root (NULL for an empty document), the caller frees it with
+ * sb_config_tree_free. Errors are "PATH:LINE:COL: why" in err: SB_EINVAL for
+ * invalid YAML or what the loader refuses (aliases, tags, duplicate keys,
+ * several documents), SB_ENOMEM. */
+int sb_config_tree_parse(const char *text, size_t len, const char *path, sb_config_node **root, char *err);
+void sb_config_tree_free(sb_config_node *n);
 
 /* ----------------------------------------------------------- the config */
 

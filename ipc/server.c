@@ -1,7 +1,7 @@
 /* server.c - the libevent side of the wire protocol (see sb_ipc.h).
  *
  * Threading. Everything here runs on the loop thread except the sb_ipc_reply_*
- * functions, which compute threads call. Those encode their frame on the
+ * functions (reply.c), which compute threads call. Those encode their frame on the
  * calling thread and push it onto the hub: a mutex-protected FIFO plus an
  * eventfd that wakes the loop, which then writes the frames out in order.
  * One queue for all replies keeps a request's events and final response in
@@ -18,7 +18,7 @@
  * its data (the read loop, the hub drain): we mark it dead and let close_ev
  * do the work from a clean stack.
  */
-#include "ipc/sb_ipc.h"
+#include "ipc/reply_internal.h"
 
 #include <errno.h>
 #include <event2/buffer.h>
@@ -27,9 +27,7 @@
 #include <event2/listener.h>
 #include <event2/thread.h>
 #include <pthread.h>
-#include <sched.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -43,50 +41,6 @@
 #define DEFAULT_MAX_CONNECTIONS 256     /* a worker has one router plus a few CLIs */
 #define CLOSE_FLUSH_SECONDS     1       /* how long a goodbye error may take to drain */
 #define ACCEPT_RETRY_MS         100     /* pause after EMFILE instead of spinning */
-
-enum { NOT_CANCELLED = 0, CANCEL_REQUESTED = 1, DISCONNECTED = 2 };
-/* reply->guard: the cancel callback and the final response exclude each
- * other. Once the final response is queued the handler may free whatever
- * the callback's argument points to (a worker frees its job), so the
- * callback must neither run after that nor be running while it happens. */
-enum { GUARD_OPEN = 0, GUARD_IN_CALLBACK = 1, GUARD_CLOSED = 2 };
-
-typedef struct conn conn;
-
-typedef struct qitem {
-    struct qitem *next;
-    sb_ipc_reply *reply;
-    void *frame;                /* NULL: nothing to send (encode failed / dropped) */
-    size_t len;
-    bool final;
-} qitem;
-
-typedef struct {
-    pthread_mutex_t mu;
-    qitem *head, *tail;
-    int efd;
-    bool server_alive;
-    int refs;
-} hub;
-
-struct sb_ipc_reply {
-    sb_ipc_reply *prev, *next;  /* in conn->inflight (loop thread) */
-    conn *conn;                 /* loop thread only; NULL once detached */
-    hub *hub;
-    uint64_t id;
-    size_t max_frame;
-    sb_mp_doc *doc;             /* keeps params alive */
-    atomic_int cancelled;
-    atomic_bool finished;
-    atomic_int guard;           /* GUARD_*: see above */
-    pthread_t cb_thread;        /* runs the cancel callback; valid while IN_CALLBACK */
-    bool cancel_called;
-    sb_ipc_cancel_fn cancel_fn;
-    void *cancel_arg;
-    sb_ipc_final_fn final_fn;
-    void *final_arg;
-    qitem final_item;           /* preallocated so a final reply cannot fail to queue */
-};
 
 struct conn {
     conn *prev, *next;
@@ -124,53 +78,6 @@ static void conn_close(conn *c);
 struct event_base *sb_ipc_base_new(void) {
     evthread_use_pthreads();    /* idempotent with the same callbacks */
     return event_base_new();
-}
-
-/* ================================================================= hub */
-
-static void hub_unref(hub *h) {
-    pthread_mutex_lock(&h->mu);
-    int left = --h->refs;
-    pthread_mutex_unlock(&h->mu);
-    if (left) return;
-    pthread_mutex_destroy(&h->mu);
-    if (h->efd >= 0) close(h->efd);
-    sb_free(h);
-}
-
-static void reply_destroy(sb_ipc_reply *r) {
-    hub *h = r->hub;
-    sb_mp_doc_free(r->doc);
-    sb_free(r);
-    hub_unref(h);
-}
-
-/* Any thread. Takes ownership of frame. */
-static int enqueue(sb_ipc_reply *r, void *frame, size_t len, bool final) {
-    qitem *it;
-    if (final) it = &r->final_item;
-    else if (!(it = sb_malloc(sizeof *it))) { sb_free(frame); return SB_ENOMEM; }
-    *it = (qitem){ .reply = r, .frame = frame, .len = len, .final = final };
-    hub *h = r->hub;
-    pthread_mutex_lock(&h->mu);
-    if (!h->server_alive) {
-        pthread_mutex_unlock(&h->mu);
-        sb_free(frame);
-        if (final) reply_destroy(r); else sb_free(it);
-        return SB_ECANCEL;
-    }
-    bool was_empty = !h->head;
-    if (h->tail) h->tail->next = it; else h->head = it;
-    h->tail = it;
-    /* Written under the lock: once we unlock, the loop may free the reply
-     * and the server may go, and with them the last ref on efd. */
-    if (was_empty) {
-        uint64_t one = 1;
-        ssize_t w = write(h->efd, &one, sizeof one);
-        (void)w;                /* EAGAIN: the counter is already non-zero */
-    }
-    pthread_mutex_unlock(&h->mu);
-    return 0;
 }
 
 /* ======================================================= connection I/O */
@@ -476,109 +383,12 @@ static void on_wake(evutil_socket_t fd, short what, void *arg) {
                 c->n_inflight--;
             }
             s->n_inflight--;
-            reply_destroy(r);
+            sb_ipc_reply_destroy(r);
         } else {
             sb_free(it);
         }
         it = next;
     }
-}
-
-/* ======================================================= reply (any thread) */
-
-/* Encode into a fresh buffer: compute threads have no writer of their own. */
-typedef int (*encode_fn)(sb_mp_writer *w, const sb_ipc_reply *r, const void *a, const void *b);
-
-static int encode_detached(const sb_ipc_reply *r, encode_fn fn, const void *a, const void *b,
-                           void **frame, size_t *len) {
-    sb_mp_writer *w;
-    if (sb_mp_writer_new(&w)) return SB_ENOMEM;
-    int rc = fn(w, r, a, b);
-    if (!rc) rc = sb_mp_writer_detach(w, frame, len);
-    sb_mp_writer_free(w);
-    return rc;
-}
-
-static int enc_event(sb_mp_writer *w, const sb_ipc_reply *r, const void *a, const void *b) {
-    return sb_ipc_encode_event(w, r->max_frame, r->id, a, b);
-}
-static int enc_ok(sb_mp_writer *w, const sb_ipc_reply *r, const void *a, const void *b) {
-    return sb_ipc_encode_ok(w, r->max_frame, r->id, a);
-}
-static int enc_error(sb_mp_writer *w, const sb_ipc_reply *r, const void *a, const void *b) {
-    return sb_ipc_encode_error(w, r->max_frame, r->id, a, b);
-}
-
-int sb_ipc_reply_event(sb_ipc_reply *r, const char *event, const sb_mp_writer *data) {
-    if (atomic_load(&r->cancelled)) return SB_ECANCEL;
-    void *frame;
-    size_t len;
-    int rc = encode_detached(r, enc_event, event, data, &frame, &len);
-    if (rc) return rc;
-    return enqueue(r, frame, len, false);
-}
-
-static int finish(sb_ipc_reply *r, encode_fn fn, const void *a, const void *b) {
-    if (atomic_exchange(&r->finished, true)) {
-        sb_error("ipc: second final response for request %llu ignored", (unsigned long long)r->id);
-        return SB_EINVAL;
-    }
-    if (r->final_fn) r->final_fn(r->final_arg);
-    /* Close the guard so the cancel callback can no longer start; if it is
-     * running on the loop thread right now, wait for it (it only sets a
-     * flag), unless it is this very call's caller. */
-    for (;;) {
-        int g = GUARD_OPEN;
-        if (atomic_compare_exchange_weak(&r->guard, &g, GUARD_CLOSED) || g == GUARD_CLOSED) break;
-        if (g == GUARD_IN_CALLBACK && pthread_equal(r->cb_thread, pthread_self())) {
-            atomic_store(&r->guard, GUARD_CLOSED);
-            break;
-        }
-        sched_yield();
-    }
-    void *frame = NULL;
-    size_t len = 0;
-    int rc = 0;
-    if (atomic_load(&r->cancelled) != DISCONNECTED) {
-        rc = encode_detached(r, fn, a, b, &frame, &len);
-        if (rc == SB_EINVAL || rc == SB_ERANGE) {
-            /* The handler built a bad or oversized result: the client still
-             * deserves an answer it can parse. */
-            char msg[128];
-            snprintf(msg, sizeof msg, rc == SB_ERANGE ? "response exceeds the frame limit"
-                                                      : "handler produced malformed msgpack");
-            sb_error("ipc: request %llu: %s", (unsigned long long)r->id, msg);
-            if (encode_detached(r, enc_error, SB_IPC_INTERNAL, msg, &frame, &len)) frame = NULL;
-        }
-    }
-    int qrc = enqueue(r, frame, len, true);
-    return rc ? rc : qrc;
-}
-
-int sb_ipc_reply_ok(sb_ipc_reply *r, const sb_mp_writer *result) {
-    return finish(r, enc_ok, result, NULL);
-}
-
-int sb_ipc_reply_error(sb_ipc_reply *r, const char *code, const char *fmt, ...) {
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    return finish(r, enc_error, code, msg);
-}
-
-uint64_t sb_ipc_reply_id(const sb_ipc_reply *r) { return r->id; }
-bool sb_ipc_reply_cancelled(const sb_ipc_reply *r) { return atomic_load(&r->cancelled) != 0; }
-
-void sb_ipc_reply_on_cancel(sb_ipc_reply *r, sb_ipc_cancel_fn fn, void *arg) {
-    r->cancel_fn = fn;
-    r->cancel_arg = arg;
-}
-
-void sb_ipc_reply_on_final(sb_ipc_reply *r, sb_ipc_final_fn fn, void *arg) {
-    r->final_fn = fn;
-    r->final_arg = arg;
 }
 
 /* ============================================================ lifecycle */
@@ -714,13 +524,13 @@ void sb_ipc_server_free(sb_ipc_server *s) {
         while (it) {
             qitem *next = it->next;
             sb_free(it->frame);
-            if (it->final) reply_destroy(it->reply); else sb_free(it);
+            if (it->final) sb_ipc_reply_destroy(it->reply); else sb_free(it);
             it = next;
         }
     }
     if (s->wake_ev) event_free(s->wake_ev);
     if (s->accept_retry_ev) event_free(s->accept_retry_ev);
-    if (s->hub) hub_unref(s->hub);
+    if (s->hub) sb_ipc_hub_unref(s->hub);
     sb_mp_writer_free(s->scratch);
     sb_mp_doc_free(s->empty_params);
     sb_free(s->methods);

@@ -29,7 +29,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cache/sb_cache.h"           /* sb_cloud_peer: the sync's transport */
+#include "cache/sync/sb_sync.h"       /* sb_cloud_peer: the sync's transport */
 
 #define SB_KB_MAX_FILE_BYTES (64u << 20)   /* one policy document; refuse junk early */
 #define SB_KB_MAX_TOP_K      100

@@ -2,7 +2,7 @@
  * (issue 21 item 5, docs/KNOWLEDGE.md "Sync"). The transport, the edge's
  * credentials and the MAC are the cache sync's (cache/sb_cache.h:
  * sb_cloud_get, sb_cloud_file_mac); the cloud serves what publish wrote
- * (cache/cloud.c, GET /v1/kb/NAME/...). */
+ * (cache/cloud/cloud.c, GET /v1/kb/NAME/...). */
 #include "kb/kb_internal.h"
 
 #include <errno.h>
@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "common/sb_json.h"
+#include "cache/sb_cache_wire.h"     /* sb_cloud_file_mac */
 
 /* ------------------------------------------------------------- files */
 

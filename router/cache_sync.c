@@ -18,6 +18,7 @@
 
 #include "router/router_internal.h"
 #include "kb/sb_kb.h"
+#include "cache/sync/sb_sync.h"
 
 typedef struct { char *name, *path; } pull_kb;
 

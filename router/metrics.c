@@ -79,15 +79,8 @@ static void render_batch(rt *r, sb_jw *w) {
     }
 }
 
-void rt_metrics_render(rt *r, sb_jw *w) {
-    rt_metrics *m = &r->metrics;
-    sb_jw_reset(w);
-    line(w, "# HELP switchboard_http_requests_total HTTP requests answered, by route and status.\n"
-            "# TYPE switchboard_http_requests_total counter\n");
-    for (int rt_ = 0; rt_ < RT_ROUTE_COUNT; rt_++)
-        for (int i = 0; i < RT_MAX_STATUS && m->status[rt_][i].code; i++)
-            line(w, "switchboard_http_requests_total{route=\"%s\",status=\"%d\"} %llu\n", rt_route_name(rt_),
-                 m->status[rt_][i].code, (unsigned long long)m->status[rt_][i].n);
+/* Request latency: one histogram per route that has answered. */
+static void render_latency(const rt_metrics *m, sb_jw *w) {
     line(w, "# HELP switchboard_http_request_duration_seconds Time from request to the end of its reply.\n"
             "# TYPE switchboard_http_request_duration_seconds histogram\n");
     for (int rt_ = 0; rt_ < RT_ROUTE_COUNT; rt_++) {
@@ -106,6 +99,17 @@ void rt_metrics_render(rt *r, sb_jw *w) {
         line(w, "switchboard_http_request_duration_seconds_count{route=\"%s\"} %llu\n", rt_route_name(rt_),
              (unsigned long long)m->lat_count[rt_]);
     }
+}
+
+/* The HTTP front door: requests by route and status. */
+static void render_http(const rt_metrics *m, sb_jw *w) {
+    line(w, "# HELP switchboard_http_requests_total HTTP requests answered, by route and status.\n"
+            "# TYPE switchboard_http_requests_total counter\n");
+    for (int rt_ = 0; rt_ < RT_ROUTE_COUNT; rt_++)
+        for (int i = 0; i < RT_MAX_STATUS && m->status[rt_][i].code; i++)
+            line(w, "switchboard_http_requests_total{route=\"%s\",status=\"%d\"} %llu\n", rt_route_name(rt_),
+                 m->status[rt_][i].code, (unsigned long long)m->status[rt_][i].n);
+    render_latency(m, w);
     line(w, "# HELP switchboard_http_in_flight Requests being answered now.\n"
             "# TYPE switchboard_http_in_flight gauge\nswitchboard_http_in_flight %llu\n",
          (unsigned long long)m->in_flight);
@@ -116,6 +120,10 @@ void rt_metrics_render(rt *r, sb_jw *w) {
             "switchboard_http_rejected_total{reason=\"headers_too_large\"} %llu\n",
          (unsigned long long)m->rejected_408, (unsigned long long)m->rejected_413,
          (unsigned long long)m->rejected_431);
+}
+
+/* Router overhead and the response cache. */
+static void render_overhead_cache(const rt_metrics *m, sb_jw *w) {
     line(w, "# HELP switchboard_gateway_overhead_seconds Router time per successful request outside the workers.\n"
             "# TYPE switchboard_gateway_overhead_seconds summary\n"
             "switchboard_gateway_overhead_seconds_sum %.6f\nswitchboard_gateway_overhead_seconds_count %llu\n",
@@ -127,6 +135,10 @@ void rt_metrics_render(rt *r, sb_jw *w) {
             "switchboard_cache_requests_total{result=\"bypass\"} %llu\n",
          (unsigned long long)m->cache_hits, (unsigned long long)m->cache_misses,
          (unsigned long long)m->cache_bypass);
+}
+
+/* Per local model: the worker's state and counters. */
+static void render_models(rt *r, sb_jw *w) {
     static const struct { const char *name, *type, *help; } fam[] = {
         { "switchboard_model_up", "gauge", "1 when the model's worker answers its health probe." },
         { "switchboard_model_queue_depth", "gauge", "Requests waiting in the router for the model's worker." },
@@ -162,6 +174,13 @@ void rt_metrics_render(rt *r, sb_jw *w) {
             line(w, "%s{model=\"%s\"} %.6g\n", fam[f].name, md->name, v);
         }
     }
+}
+
+void rt_metrics_render(rt *r, sb_jw *w) {
+    sb_jw_reset(w);
+    render_http(&r->metrics, w);
+    render_overhead_cache(&r->metrics, w);
+    render_models(r, w);
     render_batch(r, w);
     rt_hist_render(r, w);
     rt_otel_render(r, w);

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "router/gen_req.h"
 #include "router/obs.h"
 #include "router/router_internal.h"
 
@@ -26,7 +27,8 @@ struct rt_job {
     rt_job *next;
     rt_model *m;
     const char *method;
-    sb_mp_writer *params;
+    sb_mp_writer *params;           /* the worker's params; for a generation, encoded at dispatch */
+    rt_gen_req *gen;                /* a generation: the backend encodes it (own copy) */
     int timeout_ms;
     rt_event_fn on_event;
     rt_done_fn on_done;
@@ -45,6 +47,8 @@ static void dispatch_cb(evutil_socket_t fd, short what, void *arg) { dispatch(ar
 
 static void job_free(rt_job *j) {
     sb_mp_writer_free(j->params);
+    if (j->gen) rt_gen_free(j->gen);
+    sb_free(j->gen);
     sb_free(j);
 }
 
@@ -176,6 +180,22 @@ static int add_priority(rt_job *j) {
     return 0;
 }
 
+/* The local-worker backend: a generation is encoded here, from the typed
+ * request, with its priority when the worker takes one. */
+static int worker_call(rt_model *m, rt_job *j, bool send_prio, char *err) {
+    if (j->gen) {
+        sb_mp_writer_free(j->params);
+        j->params = NULL;
+        if (sb_mp_writer_new(&j->params) || rt_gen_encode(j->gen, send_prio ? j->priority : 0, j->params))
+            return sb_seterr(err, SB_ENOMEM, "out of memory");
+    } else if (send_prio && add_priority(j)) {
+        sb_warn("model '%s': %s call sent without its priority %d (out of memory, or params that are "
+                "not a map or already hold one)", m->name, j->method, j->priority);
+    }
+    return sb_ipc_aclient_call(m->ac, j->method, j->params, j->timeout_ms, on_call_event, on_call_done, j,
+                               &j->call_id, err);
+}
+
 /* Hand waiting jobs to the worker while it has room. */
 static void dispatch(rt_model *m) {
     while (m->head && m->n_inflight < rt_model_capacity(m)) {
@@ -187,15 +207,11 @@ static void dispatch(rt_model *m) {
         j->remote = m->remote;
         bool send_prio = !j->remote && j->priority && m->parallel > 0 &&
                          (!strcmp(j->method, "generate") || !strcmp(j->method, "score"));
-        if (send_prio && add_priority(j))
-            sb_warn("model '%s': %s call sent without its priority %d (out of memory, or params that are "
-                    "not a map or already hold one)", m->name, j->method, j->priority);
-        int rc = j->remote ? rt_upstream_call(m, j->method, j->params, j->timeout_ms, on_call_event, on_call_done,
+        int rc = j->remote ? rt_upstream_call(m, j->method, j->gen, j->timeout_ms, on_call_event, on_call_done,
                                               j, &j->call_id, err)
-                           : sb_ipc_aclient_call(m->ac, j->method, j->params, j->timeout_ms, on_call_event,
-                                                 on_call_done, j, &j->call_id, err);
+                           : worker_call(m, j, send_prio, err);
         if (rc) {
-            if (!m->remote) m->up = false;
+            if (!m->remote && rc != SB_ENOMEM) m->up = false;   /* out of memory is ours, not the worker's */
             char msg[SB_ERR_LEN + 64];
             snprintf(msg, sizeof msg, "model '%s' is not available: %s", m->name, err);
             fail_job_now(j, SB_IPC_DISCONNECTED, msg);
@@ -226,9 +242,8 @@ static void enqueue(rt_model *m, rt_job *j) {
     *at = j;
 }
 
-int rt_model_submit(rt_model *m, const char *method, sb_mp_writer *params, int timeout_ms, int priority,
-                    rt_event_fn on_event, rt_done_fn on_done, void *arg, rt_job **out, char *err) {
-    *out = NULL;
+/* Whether m takes one more call now: 0, or the refusal. */
+static int admit(const rt_model *m, char *err) {
     int rc = 0;
     if (m->removed)
         rc = sb_seterr(err, SB_ENOTFOUND, "model '%s' was removed from the configuration", m->name);
@@ -242,18 +257,12 @@ int rt_model_submit(rt_model *m, const char *method, sb_mp_writer *params, int t
     else if (m->n_waiting + m->n_inflight >= m->max_waiting + rt_model_capacity(m))
         rc = sb_seterr(err, SB_EBUSY, "model '%s' is full (%d in flight, %d waiting, max_queue %d); retry later",
                        m->name, m->n_inflight, m->n_waiting, m->max_waiting);
-    if (rc) {
-        sb_mp_writer_free(params);
-        return rc;
-    }
-    rt_job *j = sb_calloc(1, sizeof *j);
-    if (!j) {
-        sb_mp_writer_free(params);
-        return sb_seterr(err, SB_ENOMEM, "out of memory");
-    }
-    *j = (rt_job){ .m = m, .method = method, .params = params, .timeout_ms = timeout_ms, .on_event = on_event,
-                   .on_done = on_done, .arg = arg, .t_submit = sb_now_s(), .priority = priority };
-    j->key = j->t_submit - priority * RT_PRIORITY_STEP_S;
+    return rc;
+}
+
+/* Into m's queue, dispatched from the loop. */
+static void queue_job(rt_model *m, rt_job *j, rt_job **out) {
+    j->key = j->t_submit - j->priority * RT_PRIORITY_STEP_S;
     enqueue(m, j);
     m->n_waiting++;
     *out = j;
@@ -263,6 +272,39 @@ int rt_model_submit(rt_model *m, const char *method, sb_mp_writer *params, int t
         struct timeval now = { 0, 0 };
         event_base_once(m->r->base, -1, EV_TIMEOUT, dispatch_cb, m, &now);
     }
+}
+
+int rt_model_submit(rt_model *m, const char *method, sb_mp_writer *params, int timeout_ms, int priority,
+                    rt_event_fn on_event, rt_done_fn on_done, void *arg, rt_job **out, char *err) {
+    *out = NULL;
+    int rc = admit(m, err);
+    rt_job *j = rc ? NULL : sb_calloc(1, sizeof *j);
+    if (!rc && !j) rc = sb_seterr(err, SB_ENOMEM, "out of memory");
+    if (rc) {
+        sb_mp_writer_free(params);
+        return rc;
+    }
+    *j = (rt_job){ .m = m, .method = method, .params = params, .timeout_ms = timeout_ms, .on_event = on_event,
+                   .on_done = on_done, .arg = arg, .t_submit = sb_now_s(), .priority = priority };
+    queue_job(m, j, out);
+    return 0;
+}
+
+int rt_model_submit_gen(rt_model *m, const rt_gen_req *g, int timeout_ms, rt_event_fn on_event, rt_done_fn on_done,
+                        void *arg, rt_job **out, char *err) {
+    *out = NULL;
+    int rc = admit(m, err);
+    if (rc) return rc;
+    rt_job *j = sb_calloc(1, sizeof *j);
+    rt_gen_req *copy = sb_malloc(sizeof *copy);
+    if (!j || !copy || rt_gen_copy(copy, g)) {
+        sb_free(j);
+        sb_free(copy);
+        return sb_seterr(err, SB_ENOMEM, "out of memory");
+    }
+    *j = (rt_job){ .m = m, .method = "generate", .gen = copy, .timeout_ms = timeout_ms, .on_event = on_event,
+                   .on_done = on_done, .arg = arg, .t_submit = sb_now_s(), .priority = g->priority };
+    queue_job(m, j, out);
     return 0;
 }
 

@@ -11,10 +11,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "router/router_internal.h"
-#include "worker/engine/sb_grammar.h"
-
-#define MAX_STOPS 16
+#include "router/gen_req.h"
 
 void rt_openai_id(rt *r, char *out, size_t n, const char *prefix) {
     snprintf(out, n, "%s-%llx%06llx", prefix, (unsigned long long)time(NULL), (unsigned long long)++r->next_id);
@@ -219,93 +216,20 @@ static void on_done(void *arg, const sb_ipc_result *res) {
     else rt_openai_reply(q, text, len, finish, (int)pt, (int)ct, q->cache_key ? "miss" : NULL);
 }
 
-/* --------------------------------------------------------- validation */
+/* ------------------------------------------------------------ a request */
 
-#define BAD(...) do { rt_req_error(q, 400, "invalid_request_error", "invalid_value", __VA_ARGS__); goto out; } while (0)
+#define BAD(...) do { rt_req_error(q, 400, "invalid_request_error", "invalid_value", __VA_ARGS__); return -1; } while (0)
 
-/* The text of a message's content: a string, or an array of parts of which
- * the {type: text} ones count. */
-static int content_text(const sb_json *c, sb_jw *w) {
-    if (sb_json_type_of(c) == SB_JSON_STRING) { sb_jw_raw(w, sb_json_str(c), sb_json_len(c)); return 0; }
-    if (sb_json_type_of(c) != SB_JSON_ARRAY) return -1;
-    for (size_t i = 0; i < sb_json_len(c); i++) {
-        const sb_json *p = sb_json_at(c, i);
-        const char *t = sb_json_str(sb_json_get(p, "type"));
-        const sb_json *tx = sb_json_get(p, "text");
-        if (!t || strcmp(t, "text") || sb_json_type_of(tx) != SB_JSON_STRING) return -1;
-        sb_jw_raw(w, sb_json_str(tx), sb_json_len(tx));
-    }
-    return 0;
-}
-
-/* A message's text in the cache's canonical input: normalised here, one
- * message at a time, because the JSON it goes into escapes line breaks and
- * the normaliser keeps a line's indentation (docs/cache.md). */
-static void cache_text(sb_jw *w, const char *s, size_t n, bool normalise) {
-    char *t = NULL;
-    size_t tn = 0;
-    if (normalise && !sb_cache_normalize(SB_NORM_DEFAULT, s ? s : "", n, &t, &tn)) sb_jw_strn(w, t, tn);
-    else if (normalise) w->oom = true;
-    else sb_jw_strn(w, s ? s : "", n);
-    sb_free(t);
-}
-
-/* response_format -> the JSON Schema text the worker constrains decoding
- * with (docs/GRAMMAR.md), in *schema (empty: none). 0, or -1 with msg set.
- * json_object is the schema of any object. The schema is compiled here
- * too, so an unsupported keyword is the caller's 400, not a worker error. */
-static int response_schema(const sb_json *rf, sb_jw *schema, char *msg, size_t n) {
-    if (!rf || sb_json_type_of(rf) == SB_JSON_NULL) return 0;
-    const char *type = sb_json_str(sb_json_get(rf, "type"));
-    if (sb_json_type_of(rf) != SB_JSON_OBJECT || !type) {
-        snprintf(msg, n, "'response_format': expected {\"type\": \"text\" | \"json_object\" | \"json_schema\", ...}");
-        return -1;
-    }
-    if (!strcmp(type, "text")) return 0;
-    if (!strcmp(type, "json_object")) {
-        sb_jw_raw(schema, "{\"type\":\"object\"}", 17);
-    } else if (!strcmp(type, "json_schema")) {
-        const sb_json *s = sb_json_get(sb_json_get(rf, "json_schema"), "schema");
-        if (sb_json_type_of(s) != SB_JSON_OBJECT && sb_json_type_of(s) != SB_JSON_BOOL) {
-            snprintf(msg, n, "'response_format.json_schema.schema': expected a JSON Schema object");
-            return -1;
-        }
-        sb_jw_value(schema, s);
-    } else {
-        snprintf(msg, n, "'response_format.type': '%.40s' is not one of text, json_object, json_schema", type);
-        return -1;
-    }
-    sb_grammar *g = NULL;
-    char err[SB_ERR_LEN];
-    if (schema->oom) { snprintf(msg, n, "'response_format': schema too large or too deep"); return -1; }
-    if (sb_json_schema_compile(schema->p, schema->len, &g, err)) {
-        snprintf(msg, n, "'response_format.json_schema.schema': %s", err);
-        return -1;
-    }
-    sb_grammar_free(g);
-    return 0;
-}
-
-static bool num_in(const sb_json *v, double lo, double hi) {
-    return sb_json_type_of(v) == SB_JSON_NUMBER && sb_json_num(v) >= lo && sb_json_num(v) <= hi;
-}
-
-void rt_handle_chat(rt_req *q, const sb_json *body, int kind) {
-    rt *r = q->r;
-    sb_mp_writer *p = NULL;
-    sb_jw input, texts, schema;
-    sb_jw_init(&input);
-    sb_jw_init(&texts);
-    sb_jw_init(&schema);
-    char why[SB_ERR_LEN + 64];
+/* What shapes the reply rather than the generation: model, stream,
+ * stream_options, n. 0, or -1 with the 400 sent. */
+static int parse_reply_options(rt_req *q, const sb_json *body, int kind, const char **model, bool *stream) {
     const sb_json *jm = sb_json_get(body, "model");
     const sb_json *stream_v = sb_json_get(body, "stream");
     if (sb_json_type_of(jm) != SB_JSON_STRING) BAD("'model': expected a string naming a model or pipeline:NAME");
     if (stream_v && sb_json_type_of(stream_v) != SB_JSON_BOOL) BAD("'stream': expected a boolean");
-    bool stream = sb_json_bool(stream_v);
-    q->want_stream = stream;
-    const char *model = sb_json_str(jm);
-    rt_openai_begin(q, kind, model);
+    *stream = q->want_stream = sb_json_bool(stream_v);
+    *model = sb_json_str(jm);
+    rt_openai_begin(q, kind, *model);
     const sb_json *so = sb_json_get(body, "stream_options");
     if (so && sb_json_type_of(so) != SB_JSON_NULL) {
         const sb_json *iu = sb_json_get(so, "include_usage");
@@ -315,173 +239,94 @@ void rt_handle_chat(rt_req *q, const sb_json *body, int kind) {
     }
     const sb_json *n = sb_json_get(body, "n");
     if (n && sb_json_type_of(n) != SB_JSON_NULL && !sb_json_is_int(n, 1, 1)) BAD("'n': only 1 is supported");
+    return 0;
+}
 
-    /* The input: messages (chat) or prompt (completions). */
-    const sb_json *msgs = sb_json_get(body, "messages"), *prompt = sb_json_get(body, "prompt");
-    const char *last_user = NULL;
-    if (kind == RT_KIND_CHAT) {
-        if (sb_json_type_of(msgs) != SB_JSON_ARRAY || sb_json_len(msgs) == 0)
-            BAD("'messages': expected a non-empty array of {role, content}");
-        if (sb_json_len(msgs) > 256) BAD("'messages': at most 256 messages");
-    } else {
-        if (sb_json_type_of(prompt) == SB_JSON_ARRAY && sb_json_len(prompt) == 1) prompt = sb_json_at(prompt, 0);
-        if (sb_json_type_of(prompt) != SB_JSON_STRING) BAD("'prompt': expected a string");
+/* model = "pipeline:NAME": the last user message (or the prompt) is the
+ * pipeline's input. */
+static void chat_pipeline(rt_req *q, const rt_gen_req *g, const char *name) {
+    const char *in = g->kind == RT_KIND_CHAT ? g->last_user : g->prompt.text.p ? g->prompt.text.p : "";
+    if (g->kind == RT_KIND_CHAT && !in) {
+        rt_req_error(q, 400, "invalid_request_error", "invalid_value",
+                     "'messages': a pipeline needs a user message with string content");
+        return;
     }
-    /* Sampling. */
-    const sb_json *mt = sb_json_get(body, "max_completion_tokens");
-    if (!mt || sb_json_type_of(mt) == SB_JSON_NULL) mt = sb_json_get(body, "max_tokens");
-    const sb_json *temp = sb_json_get(body, "temperature"), *top_p = sb_json_get(body, "top_p"),
-                  *top_k = sb_json_get(body, "top_k"), *min_p = sb_json_get(body, "min_p"),
-                  *rp = sb_json_get(body, "repeat_penalty"), *seed = sb_json_get(body, "seed"),
-                  *stop = sb_json_get(body, "stop");
-#define NUL(v) ((v) && sb_json_type_of(v) == SB_JSON_NULL ? NULL : (v))
-    mt = NUL(mt); temp = NUL(temp); top_p = NUL(top_p); top_k = NUL(top_k); min_p = NUL(min_p);
-    rp = NUL(rp); seed = NUL(seed); stop = NUL(stop);
-    if (mt && !sb_json_is_int(mt, 1, 1 << 20)) BAD("'max_tokens': expected a positive integer");
-    if (temp && !num_in(temp, 0, 2)) BAD("'temperature': expected a number in [0, 2]");
-    if (top_p && !num_in(top_p, 0, 1)) BAD("'top_p': expected a number in [0, 1]");
-    if (min_p && !num_in(min_p, 0, 1)) BAD("'min_p': expected a number in [0, 1]");
-    if (top_k && !sb_json_is_int(top_k, 0, 1 << 20)) BAD("'top_k': expected a non-negative integer");
-    if (rp && !num_in(rp, 0.01, 100)) BAD("'repeat_penalty': expected a number in [0.01, 100]");
-    if (seed && !sb_json_is_int(seed, INT64_MIN / 2, INT64_MAX / 2)) BAD("'seed': expected an integer");
-    size_t n_stop = 0;
-    const sb_json *stops[MAX_STOPS];
-    if (stop) {
-        if (sb_json_type_of(stop) == SB_JSON_STRING) stops[n_stop++] = stop;
-        else if (sb_json_type_of(stop) == SB_JSON_ARRAY && sb_json_len(stop) <= MAX_STOPS) {
-            for (size_t i = 0; i < sb_json_len(stop); i++) {
-                if (sb_json_type_of(sb_json_at(stop, i)) != SB_JSON_STRING || !sb_json_len(sb_json_at(stop, i)))
-                    BAD("'stop': expected non-empty strings");
-                stops[n_stop++] = sb_json_at(stop, i);
-            }
-        } else BAD("'stop': expected a string or an array of at most %d strings", MAX_STOPS);
+    if (g->json_schema) {
+        rt_req_error(q, 400, "invalid_request_error", "invalid_value",
+                     "'response_format': a pipeline's stages carry their own json_schema (docs/router.md)");
+        return;
     }
-    if (response_schema(sb_json_get(body, "response_format"), &schema, why, sizeof why)) BAD("%s", why);
-    /* Messages: checked, and the canonical input for the cache. */
-    sb_jw_arr(&input);
-    for (size_t i = 0; kind == RT_KIND_CHAT && i < sb_json_len(msgs); i++) {
-        const sb_json *m = sb_json_at(msgs, i);
-        const char *role = sb_json_str(sb_json_get(m, "role"));
-        sb_jw_reset(&texts);
-        if (sb_json_type_of(m) != SB_JSON_OBJECT || !role || content_text(sb_json_get(m, "content"), &texts))
-            BAD("'messages'[%zu]: expected {\"role\": string, \"content\": string or text parts}", i);
-        if (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant") && strcmp(role, "developer") &&
-            strcmp(role, "tool"))
-            BAD("'messages'[%zu].role: '%.40s' is not one of system, user, assistant, developer, tool", i, role);
-        if (!strcmp(role, "user")) last_user = sb_json_str(sb_json_get(m, "content"));
-        sb_jw_obj(&input);
-        sb_jw_key(&input, "role"); sb_jw_str(&input, !strcmp(role, "developer") ? "system" : role);
-        sb_jw_key(&input, "content"); cache_text(&input, texts.p, texts.len, r->cache && temp && sb_json_num(temp) == 0);
-        sb_jw_obj_end(&input);
-    }
-    sb_jw_arr_end(&input);
-    if (input.oom || texts.oom) { rt_req_error(q, 500, "server_error", "out_of_memory", "out of memory"); goto out; }
+    rt_handle_pipeline_chat(q, name, in, g->stream);
+}
 
-    if (!strncmp(model, "pipeline:", 9)) {
-        const char *in = kind == RT_KIND_CHAT ? last_user : sb_json_str(prompt);
-        if (kind == RT_KIND_CHAT && !in) BAD("'messages': a pipeline needs a user message with string content");
-        if (schema.len) BAD("'response_format': a pipeline's stages carry their own json_schema (docs/router.md)");
-        rt_handle_pipeline_chat(q, model + 9, in, stream);
-        goto out;
-    }
-    rt_model *m = rt_model_find(r, model);
-    if (!m) {
-        rt_req_error(q, 404, "invalid_request_error", "model_not_found",
-                     "the model '%.80s' does not exist (GET /v1/models lists them)", model);
-        goto out;
-    }
-    if (mt && sb_json_num(mt) > m->max_tokens)
-        BAD("'max_tokens': %.0f exceeds this model's limit of %d", sb_json_num(mt), m->max_tokens);
-    if (schema.len && m->remote)
+/* What the model itself allows. 0, or -1 with the 400 sent. */
+static int check_model_limits(rt_req *q, const rt_model *m, const rt_gen_req *g) {
+    if (g->sampling.max_tokens > m->max_tokens)
+        BAD("'max_tokens': %d exceeds this model's limit of %d", g->sampling.max_tokens, m->max_tokens);
+    if (g->json_schema && m->remote)
         BAD("'response_format': schema-constrained output needs a local model; '%.80s' is an upstream", m->name);
+    return 0;
+}
 
-    /* The cache: deterministic requests only (temperature 0). */
-    char params[512];
-    /* A completion's prompt is the client's own, parsed as it always was;
-     * chat messages follow the prompt rules. */
-    int pl = snprintf(params, sizeof params, "%s|max=%d|top_k=%d|rp=%g|stop=",
-                      kind == RT_KIND_CHAT ? "chat|prompt=" RT_PROMPT_RULES : "text",
-                      mt ? (int)sb_json_num(mt) : -1, top_k ? (int)sb_json_num(top_k) : -1, rp ? sb_json_num(rp) : -1);
-    for (size_t i = 0; i < n_stop && pl > 0 && (size_t)pl < sizeof params; i++)
-        pl += snprintf(params + pl, sizeof params - (size_t)pl, "%zu:%s,", sb_json_len(stops[i]), sb_json_str(stops[i]));
-    if (schema.len && pl > 0 && (size_t)pl < sizeof params) {     /* another schema, another answer */
-        uint8_t d[SB_SHA256_LEN];
-        char hex[SB_CACHE_KEY_HEX];
-        sb_sha256(schema.p, schema.len, d);
-        sb_hex_encode(d, sizeof d, hex);
-        pl += snprintf(params + pl, sizeof params - (size_t)pl, "|schema=%s", hex);
-    }
-    if (temp && sb_json_num(temp) == 0 && m->fingerprint[0] && (size_t)pl < sizeof params) {
-        char ns[128];
+/* The cache: deterministic requests only (temperature 0). 1: answered from
+ * it; 0: go on (q keeps the key when it is a miss). */
+static int chat_from_cache(rt_req *q, const rt_model *m, const rt_gen_req *g) {
+    if (g->sampling.temperature != 0 || !m->fingerprint[0]) return 0;
+    char params[512], ns[128];
+    unsigned norm;
+    sb_jw input;
+    sb_jw_init(&input);
+    int hit = 0;
+    if (!rt_gen_cache_key(g, q->r->cache != NULL, &input, &norm, params, sizeof params)) {
         snprintf(ns, sizeof ns, "model:%s", m->name);
         sb_cache_entry e;
-        /* A completion's prompt is used as sent: NFC only, as its trailing
-         * whitespace decides the next token. */
-        int hit = rt_cache_lookup(q, ns, m->fingerprint, kind == RT_KIND_CHAT ? input.p : sb_json_str(prompt),
-                                  kind == RT_KIND_CHAT ? 0 : SB_NORM_NFC, params, &e);
-        if (hit == 1) {
-            reply_stored(q, (const char *)e.response, e.response_len, stream);
+        hit = rt_cache_lookup(q, ns, m->fingerprint, input.p ? input.p : "", norm, params, &e) == 1;
+        if (hit) {
+            reply_stored(q, (const char *)e.response, e.response_len, g->stream);
             sb_cache_entry_free(&e);
-            goto out;
         }
     }
+    sb_jw_free(&input);
+    return hit;
+}
 
-    /* The worker call. */
-    if (sb_mp_writer_new(&p)) { rt_req_error(q, 500, "server_error", "out_of_memory", "out of memory"); goto out; }
-    uint32_t np = 2 + !!mt + !!temp + !!top_p + !!top_k + !!min_p + !!rp + !!seed + (n_stop > 0) + (schema.len > 0);
-    sb_mp_map(p, np);
-    sb_mp_kv_bool(p, "stream", stream);
-    if (kind == RT_KIND_CHAT) {
-        sb_mp_str(p, "messages");
-        sb_mp_array(p, (uint32_t)sb_json_len(msgs));
-        for (size_t i = 0; i < sb_json_len(msgs); i++) {
-            const sb_json *mm = sb_json_at(msgs, i);
-            const char *role = sb_json_str(sb_json_get(mm, "role"));
-            sb_jw_reset(&texts);
-            content_text(sb_json_get(mm, "content"), &texts);
-            sb_mp_map(p, 2);
-            sb_mp_kv_str(p, "role", !strcmp(role, "developer") ? "system" : role);
-            sb_mp_str(p, "content");
-            sb_mp_strn(p, texts.p ? texts.p : "", texts.len);
-        }
-    } else {
-        sb_mp_str(p, "prompt");
-        sb_mp_strn(p, sb_json_str(prompt), sb_json_len(prompt));
-    }
-    if (mt) sb_mp_kv_i64(p, "max_tokens", (int64_t)sb_json_num(mt));
-    if (temp) sb_mp_kv_f64(p, "temperature", sb_json_num(temp));
-    if (top_p) sb_mp_kv_f64(p, "top_p", sb_json_num(top_p));
-    if (top_k) sb_mp_kv_i64(p, "top_k", (int64_t)sb_json_num(top_k));
-    if (min_p) sb_mp_kv_f64(p, "min_p", sb_json_num(min_p));
-    if (rp) sb_mp_kv_f64(p, "repeat_penalty", sb_json_num(rp));
-    if (seed) sb_mp_kv_u64(p, "seed", (uint64_t)(int64_t)sb_json_num(seed));
-    if (n_stop) {
-        sb_mp_str(p, "stop");
-        sb_mp_array(p, (uint32_t)n_stop);
-        for (size_t i = 0; i < n_stop; i++) sb_mp_strn(p, sb_json_str(stops[i]), sb_json_len(stops[i]));
-    }
-    if (schema.len) {
-        sb_mp_str(p, "json_schema");
-        sb_mp_strn(p, schema.p, schema.len);
-    }
-    if (sb_mp_writer_status(p)) { rt_req_error(q, 500, "server_error", "out_of_memory", "out of memory"); goto out; }
+/* The model call: its backend (worker or upstream) encodes g. */
+static void chat_submit(rt_req *q, rt_model *m, const rt_gen_req *g) {
     char err[SB_ERR_LEN];
-    int rc = rt_model_submit(m, "generate", p, m->deadline_ms, 0, stream ? on_token : NULL, on_done, q, &q->job, err);
-    p = NULL;
+    int rc = rt_model_submit_gen(m, g, m->deadline_ms, g->stream ? on_token : NULL, on_done, q, &q->job, err);
     if (rc) {
         if (rc == SB_EBUSY || rc == SB_EIO) rt_req_retry_after(q, rc == SB_EBUSY ? rt_model_retry_after(m) : 5);
         rt_req_error(q, rc == SB_EUNSUP ? 501 : rc == SB_ENOMEM ? 500 : 503,
                      rc == SB_EBUSY ? "server_busy" : "model_unavailable",
                      rc == SB_EBUSY ? "queue_full" : "model_unavailable", "%s", err);
-        goto out;
+        return;
     }
     q->on_gone = call_gone;
     rt_req_set_deadline(q, m->deadline_ms + 5000);
+}
+
+void rt_handle_chat(rt_req *q, const sb_json *body, int kind) {
+    const char *model;
+    char why[SB_ERR_LEN + 64];
+    rt_gen_req g;
+    rt_gen_init(&g);
+    if (parse_reply_options(q, body, kind, &model, &g.stream)) goto out;
+    int rc = rt_gen_parse_openai(&g, body, kind, why, sizeof why);
+    if (rc == SB_EINVAL) { rt_req_error(q, 400, "invalid_request_error", "invalid_value", "%s", why); goto out; }
+    if (rc) { rt_req_error(q, 500, "server_error", "out_of_memory", "out of memory"); goto out; }
+    if (!strncmp(model, "pipeline:", 9)) {
+        chat_pipeline(q, &g, model + 9);
+        goto out;
+    }
+    rt_model *m = rt_model_find(q->r, model);
+    if (!m) {
+        rt_req_error(q, 404, "invalid_request_error", "model_not_found",
+                     "the model '%.80s' does not exist (GET /v1/models lists them)", model);
+        goto out;
+    }
+    if (!check_model_limits(q, m, &g) && !chat_from_cache(q, m, &g)) chat_submit(q, m, &g);
 out:
-    sb_mp_writer_free(p);
-    sb_jw_free(&input);
-    sb_jw_free(&texts);
-    sb_jw_free(&schema);
+    rt_gen_free(&g);
 }
 
 void rt_handle_models(rt_req *q) {

@@ -34,6 +34,7 @@ struct evhttp_connection;
 typedef struct rt rt;
 typedef struct rt_model rt_model;
 typedef struct rt_job rt_job;
+typedef struct rt_gen_req rt_gen_req;         /* gen_req.h */
 typedef struct rt_run rt_run;
 typedef struct rt_tool rt_tool;
 typedef struct rt_tool_gate rt_tool_gate;
@@ -165,6 +166,11 @@ struct rt_model {
  * with rt_model_retry_after); SB_EIO: the worker is down. */
 int  rt_model_submit(rt_model *m, const char *method, sb_mp_writer *params, int timeout_ms, int priority,
                      rt_event_fn on_event, rt_done_fn on_done, void *arg, rt_job **out, char *err);
+/* The same for a generation (gen_req.h): the job keeps its own copy of g,
+ * and the backend the dispatch picks encodes it - msgpack for a worker,
+ * an OpenAI body for an upstream. Its priority is g->priority. */
+int  rt_model_submit_gen(rt_model *m, const rt_gen_req *g, int timeout_ms, rt_event_fn on_event, rt_done_fn on_done,
+                         void *arg, rt_job **out, char *err);
 /* Calls handed to m's worker (or upstream) at once. */
 int  rt_model_capacity(const rt_model *m);
 /* Seconds a caller refused with a full queue should wait: [1, RT_RETRY_AFTER_MAX_S]. */
@@ -174,8 +180,9 @@ void rt_job_cancel(rt_job *j);
 rt_model *rt_model_find(rt *r, const char *name);
 /* upstream.c: a remote model's calls, with sb_ipc_aclient_call's contract
  * (on_done exactly once, from the loop; none after cancel). Only
- * `generate`; the OpenAI API has nothing for `score`. */
-int  rt_upstream_call(rt_model *m, const char *method, const sb_mp_writer *params, int timeout_ms,
+ * `generate`, the request g (read during the call only); the OpenAI API
+ * has nothing for `score`: any other method (g NULL) is refused. */
+int  rt_upstream_call(rt_model *m, const char *method, const rt_gen_req *g, int timeout_ms,
                       sb_ipc_aevent_fn on_event, sb_ipc_adone_fn on_done, void *arg, uint64_t *id_out, char *err);
 int  rt_upstream_cancel(rt_model *m, uint64_t id);     /* SB_ENOTFOUND when finished */
 void rt_upstream_free_all(rt_model *m);                 /* no callbacks */

@@ -1,7 +1,7 @@
 /* run.c - executing a pipeline: one stage at a time, all on the loop.
  *
  * A run walks its stages in order. A stage whose `when:` does not match the
- * intent is skipped; an intent stage scores every label with the worker's
+ * intent is skipped; an intent stage (run_intent.c) scores every label with the worker's
  * `score` (one shared prompt, one call); a generate stage calls `generate`;
  * a tool stage runs a child process or an HTTP request (tool.c). Each step
  * starts asynchronous work and returns; its callback records the result and
@@ -18,63 +18,12 @@
 #include <string.h>
 
 #include "router/obs.h"
-#include "router/router_internal.h"
+#include "router/run_internal.h"
 #include "kb/sb_kb.h"
-
-enum { ST_PENDING, ST_OK, ST_SKIPPED, ST_ERROR };
-
-typedef struct {
-    int status;
-    double ms;
-    double t_start;                 /* sb_now_s() when it started; 0: never started */
-    char *output;
-    sb_json_doc *doc;
-    const sb_json *json;
-    char *error;
-    char *input;                    /* what the stage was given, kept for call traces only */
-    int prompt_tokens, completion_tokens;
-    bool found;                     /* retrieve: passages at or above min_score */
-} stage_res;
-
-struct rt_run {
-    rt *r;
-    rt_conf *conf;
-    const sb_pipeline *p;
-    char *input;
-    rt_run_token_fn on_token;
-    rt_run_done_fn on_done;
-    void *arg;
-    size_t cur;
-    stage_res *res;
-    const char **outputs;           /* views for templates */
-    const sb_json **json;
-    char *intent;
-    double confidence;
-    double probs[SB_PIPE_MAX_LABELS];
-    int intent_stage;               /* the last intent stage that ran, or -1 */
-    rt_job *job;
-    rt_tool *tool;
-    rt_rr *rr;                      /* the running retrieve stage's passages */
-    sb_jw text;                     /* the running generate stage's tokens */
-    double t0, t_stage, model_s, t_first;    /* t_first: the answer's first streamed token */
-    bool fell_back;                 /* the intent is the fallback label */
-    int fail_status;
-    int retry_after;                /* a model's queue was full: seconds for Retry-After (0: none) */
-    const char *fail_type;
-    char fail_msg[SB_ERR_LEN + 64];
-    int last_ran;
-    int until;                      /* stop after this stage; -1: run all */
-    bool calibrating;               /* the running score call measures the prior */
-    bool index_wait;                /* polling for an embedding stage's index */
-    struct event *timer, *kick;
-    bool done;
-};
 
 static void step(rt_run *run);
 
-/* Stage s's call to its model; a full queue leaves the Retry-After the
- * caller is answered with. Takes p over. */
-static int submit(rt_run *run, const sb_stage *s, const char *model, const char *method, sb_mp_writer *p,
+int rt_run_submit(rt_run *run, const sb_stage *s, const char *model, const char *method, sb_mp_writer *p,
                   rt_event_fn on_event, rt_done_fn on_done, char *err) {
     rt_model *m = rt_model_find(run->r, model);
     if (!m) {
@@ -96,13 +45,13 @@ static void schedule(rt_run *run) {
     evtimer_add(run->kick, &now);
 }
 
-static rt_prior *prior_of(rt_run *run, const sb_stage *s) {
+rt_prior *rt_run_prior(rt_run *run, const sb_stage *s) {
     for (rt_prior *pr = run->conf->priors; pr; pr = pr->next)
         if (pr->stage == s) return pr;
     return NULL;
 }
 
-static sb_tmpl_env env_of(rt_run *run) {
+sb_tmpl_env rt_run_env(rt_run *run) {
     for (size_t i = 0; i < run->p->n_stages; i++) {
         run->outputs[i] = run->res[i].output;
         run->json[i] = run->res[i].json;
@@ -150,14 +99,14 @@ static void finish(rt_run *run) {
     run->on_done(run->arg, run);
 }
 
-static void fail(rt_run *run, int status, const char *type, const char *fmt, const char *a, const char *b) {
+void rt_run_fail(rt_run *run, int status, const char *type, const char *fmt, const char *a, const char *b) {
     run->fail_status = status;
     run->fail_type = type;
     snprintf(run->fail_msg, sizeof run->fail_msg, fmt, a, b);
     finish(run);
 }
 
-static void stage_done(rt_run *run, int status, const char *error) {
+void rt_run_stage_done(rt_run *run, int status, const char *error) {
     stage_res *sr = &run->res[run->cur];
     sr->status = status;
     sr->ms = (sb_now_s() - run->t_stage) * 1e3;
@@ -172,7 +121,7 @@ static void stage_done(rt_run *run, int status, const char *error) {
  * the call's trace; not kept when traces are off. Capped: a trace shows
  * what went in, it is not an archive. */
 #define RT_TRACE_INPUT_MAX 16384
-static void keep_input(rt_run *run, const char *p, size_t n) {
+void rt_run_keep_input(rt_run *run, const char *p, size_t n) {
     stage_res *sr = &run->res[run->cur];
     if (!rt_trace_on(run->r) || sr->input) return;
     if (n > RT_TRACE_INPUT_MAX) n = RT_TRACE_INPUT_MAX;
@@ -182,165 +131,9 @@ static void keep_input(rt_run *run, const char *p, size_t n) {
     }
 }
 
-/* ------------------------------------------------------------- intent */
-
-static void set_intent(rt_run *run, const sb_stage *s, double conf, bool rejected);
-
-static void on_scored(void *arg, const sb_ipc_result *res) {
-    rt_run *run = arg;
-    run->job = NULL;
-    const sb_stage *s = &run->p->stages[run->cur];
-    run->model_s += sb_now_s() - run->t_stage;
-    if (!res->ok) {
-        const char *type;
-        int st = rt_worker_error_status(res->code, &type);
-        fail(run, st, type, "intent stage '%s': %s", s->name, res->message ? res->message : "failed");
-        return;
-    }
-    const sb_mp_obj *probs = sb_mp_map_get(res->result, "probs");
-    if (sb_mp_count(probs) != s->n_labels) {
-        fail(run, 502, "server_error", "intent stage '%s': %s", s->name, "the worker returned a wrong number of scores");
-        return;
-    }
-    const rt_prior *pr = s->calibrate ? prior_of(run, s) : NULL;
-    for (size_t i = 0; i < s->n_labels; i++) {
-        double v = 0;
-        sb_mp_as_f64(sb_mp_array_at(probs, (uint32_t)i), &v);
-        if (pr) v /= pr->p[i] > 1e-9 ? pr->p[i] : 1e-9;
-        run->probs[i] = v;
-    }
-    set_intent(run, s, -1, false);
-}
-
-/* run->probs holds the labels' unnormalised scores: normalise them and
- * pick the intent (the fallback below min_confidence, or when the
- * embedding classifier's out-of-scope class won). conf < 0: the top
- * label's probability is the confidence. */
-static void set_intent(rt_run *run, const sb_stage *s, double conf, bool rejected) {
-    size_t best = 0;
-    double sum = 0;
-    for (size_t i = 0; i < s->n_labels; i++) sum += run->probs[i];
-    for (size_t i = 0; i < s->n_labels; i++) {
-        run->probs[i] = sum > 0 ? run->probs[i] / sum : 1.0 / (double)s->n_labels;
-        if (run->probs[i] > run->probs[best]) best = i;
-    }
-    run->confidence = conf < 0 ? run->probs[best] : conf;
-    const char *label = s->labels[best].name;
-    run->fell_back = (rejected || run->confidence < s->min_confidence) && s->fallback;
-    if (run->fell_back) label = s->fallback;
-    sb_free(run->intent);
-    run->intent = sb_strdup(label);
-    run->intent_stage = (int)run->cur;
-    run->res[run->cur].output = sb_strdup(label);
-    stage_done(run, ST_OK, NULL);
-}
-
-static int start_intent(rt_run *run, const sb_stage *s, sb_mp_writer *p, char *err);
-
-/* Contextual calibration (Zhao et al., 2021): a small model prefers some
- * labels whatever the caller says (the last or shortest label, a familiar
- * word). Its probabilities for a content-free utterance ("N/A") measure that
- * bias once per config; every call's probabilities are divided by them and
- * renormalised. The prior call shares the stage's prompt prefix, so it costs
- * one utterance's worth of compute. */
-static void on_prior(void *arg, const sb_ipc_result *res) {
-    rt_run *run = arg;
-    run->job = NULL;
-    const sb_stage *s = &run->p->stages[run->cur];
-    const sb_mp_obj *probs = res->ok ? sb_mp_map_get(res->result, "probs") : NULL;
-    if (!res->ok || sb_mp_count(probs) != s->n_labels) {
-        const char *type;
-        int st = res->ok ? 502 : rt_worker_error_status(res->code, &type);
-        fail(run, st, res->ok ? "server_error" : type, "intent stage '%s' (calibration): %s", s->name,
-             res->message ? res->message : "bad scores");
-        return;
-    }
-    rt_prior *pr = prior_of(run, s);
-    if (!pr && (pr = sb_calloc(1, sizeof *pr))) {
-        pr->stage = s;
-        for (size_t i = 0; i < s->n_labels; i++) sb_mp_as_f64(sb_mp_array_at(probs, (uint32_t)i), &pr->p[i]);
-        pr->next = run->conf->priors;
-        run->conf->priors = pr;
-    }
-    sb_mp_writer *p;
-    char err[SB_ERR_LEN];
-    run->calibrating = false;
-    if (sb_mp_writer_new(&p)) { fail(run, 500, "server_error", "%s%s", "out of memory", ""); return; }
-    int rc = start_intent(run, s, p, err);
-    if (rc) fail(run, rc == SB_EBUSY || rc == SB_EIO ? 503 : 500, "model_unavailable", "stage '%s': %s", s->name, err);
-}
-
-/* A prompt as the worker's `segments` (docs/ipc.md). Plain pieces leave
- * `special` out: false is its default. */
-static void put_segs(sb_mp_writer *p, const sb_segs *s) {
-    sb_mp_array(p, (uint32_t)s->n);
-    for (size_t i = 0; i < s->n; i++) {
-        sb_mp_map(p, s->v[i].special ? 2 : 1);
-        sb_mp_str(p, "text");
-        sb_mp_strn(p, s->text.p + s->v[i].off, s->v[i].len);
-        if (s->v[i].special) sb_mp_kv_bool(p, "special", true);
-    }
-}
-
-/* One chat message. Its content is a plain string (which a worker never
- * parses for special tokens) unless part of it is the operator's text. */
-static void put_message(sb_mp_writer *p, const char *role, const sb_segs *content) {
-    sb_mp_map(p, 2);
-    sb_mp_kv_str(p, "role", role);
-    sb_mp_str(p, "content");
-    if (sb_segs_any_special(content)) put_segs(p, content);
-    else sb_mp_strn(p, content->text.p ? content->text.p : "", content->text.len);
-}
-
-static int start_intent(rt_run *run, const sb_stage *s, sb_mp_writer *p, char *err) {
-    sb_tmpl_env env = env_of(run);
-    sb_segs pre, user;
-    sb_segs_init(&pre);
-    sb_segs_init(&user);
-    sb_intent_preamble(s, &env, &pre);
-    run->calibrating = s->calibrate && !prior_of(run, s);
-    sb_intent_caller(s, &env, run->calibrating, &user);
-    keep_input(run, user.text.p, user.text.len);
-    sb_mp_map(p, 2);
-    if (s->chat) {
-        /* The fixed preamble is the system message, so the worker's KV
-         * prefix reuse covers it; the answer is the assistant's turn. */
-        sb_segs_add(&pre, "\nAnswer with the intent name only.", 34, true);
-        sb_mp_str(p, "messages");
-        sb_mp_array(p, 2);
-        put_message(p, "system", &pre);
-        put_message(p, "user", &user);
-    } else {
-        sb_segs_add(&pre, "\n", 1, true);
-        sb_segs_cat(&pre, &user);
-        sb_mp_str(p, "segments");
-        put_segs(p, &pre);
-    }
-    sb_mp_str(p, "candidates");
-    sb_mp_array(p, (uint32_t)s->n_labels);
-    for (size_t i = 0; i < s->n_labels; i++) {
-        if (s->chat) sb_mp_str(p, s->labels[i].name);
-        else {
-            char cand[SB_CONFIG_MAX_NAME + 2];
-            snprintf(cand, sizeof cand, " %s", s->labels[i].name);
-            sb_mp_str(p, cand);
-        }
-    }
-    int oom = pre.oom || user.oom || sb_mp_writer_status(p);
-    sb_segs_free(&pre);
-    sb_segs_free(&user);
-    if (oom) {
-        sb_mp_writer_free(p);
-        return sb_seterr(err, SB_ENOMEM, "out of memory");
-    }
-    /* hybrid: the embedding was unsure, the generative model decides. */
-    const char *model = s->method == SB_INTENT_HYBRID ? s->score_model : s->model;
-    return submit(run, s, model, "score", p, NULL, run->calibrating ? on_prior : on_scored, err);
-}
-
 /* An `embed` result's first vector into out[0..max): its dimension, 0 if
  * there is none or it is longer. */
-static uint32_t first_vector(const sb_ipc_result *res, float *out, uint32_t max) {
+uint32_t rt_run_first_vector(const sb_ipc_result *res, float *out, uint32_t max) {
     const sb_mp_obj *v = res->ok ? sb_mp_array_at(sb_mp_map_get(res->result, "embeddings"), 0) : NULL;
     uint32_t dim = sb_mp_count(v);
     if (dim > max) return 0;
@@ -350,72 +143,6 @@ static uint32_t first_vector(const sb_ipc_result *res, float *out, uint32_t max)
         out[i] = (float)x;
     }
     return dim;
-}
-
-/* An embedding stage: the caller's vector against the stage's examples.
- * The result has the score method's shape: probabilities over the labels
- * (the out-of-scope class, when trained, is not a label: its winning sends
- * the call to the fallback, with its probability as the confidence). */
-static void on_embedded(void *arg, const sb_ipc_result *res) {
-    rt_run *run = arg;
-    run->job = NULL;
-    const sb_stage *s = &run->p->stages[run->cur];
-    const sb_classifier *cls = NULL;
-    char err[SB_ERR_LEN];
-    if (!res->ok) {
-        const char *type;
-        int st = rt_worker_error_status(res->code, &type);
-        fail(run, st, type, "intent stage '%s': %s", s->name, res->message ? res->message : "failed");
-        return;
-    }
-    float vec[4096];
-    uint32_t dim = first_vector(res, vec, 4096);
-    if (rt_intent_classifier(run->r, run->conf, s, &cls, err) != 0 || dim == 0) {
-        fail(run, 502, "server_error", "intent stage '%s': %s", s->name, "the encoder's vector does not fit the index");
-        return;
-    }
-    sb_cls_result cr;
-    if (sb_cls_classify(cls, vec, &cr)) {
-        fail(run, 502, "server_error", "intent stage '%s': %s", s->name, "the encoder's vector does not fit the index");
-        return;
-    }
-    if (s->method == SB_INTENT_HYBRID && cr.n > 1 && cr.margin < s->hybrid_margin) {
-        sb_mp_writer *p;
-        int rc = sb_mp_writer_new(&p) ? SB_ENOMEM : start_intent(run, s, p, err);
-        if (rc) fail(run, rc == SB_EBUSY || rc == SB_EIO ? 503 : 500, "model_unavailable", "stage '%s': %s", s->name, err);
-        return;
-    }
-    for (size_t i = 0; i < s->n_labels; i++) run->probs[i] = 0;
-    for (int k = 0; k < cr.n; k++)
-        if (cr.idx[k] < (int)s->n_labels) run->probs[cr.idx[k]] = cr.prob[k];
-    run->model_s += sb_now_s() - run->t_stage;
-    set_intent(run, s, cr.confidence, cr.rejected);
-}
-
-/* 1: the stage's index is still being built (step polls again). */
-static int start_intent_embed(rt_run *run, const sb_stage *s, sb_mp_writer *p, char *err) {
-    const sb_classifier *cls;
-    int rc = rt_intent_classifier(run->r, run->conf, s, &cls, err);
-    if (rc) {
-        sb_mp_writer_free(p);
-        return rc;
-    }
-    sb_tmpl_env env = env_of(run);
-    sb_jw u;
-    sb_jw_init(&u);
-    sb_tmpl_render(s->utterance, &env, &u);
-    keep_input(run, u.p, u.len);
-    sb_mp_map(p, 2);
-    sb_mp_kv_str(p, "kind", "query");
-    sb_mp_str(p, "text");
-    sb_mp_strn(p, u.p ? u.p : "", u.len);
-    int oom = u.oom || sb_mp_writer_status(p);
-    sb_jw_free(&u);
-    if (oom) {
-        sb_mp_writer_free(p);
-        return sb_seterr(err, SB_ENOMEM, "out of memory");
-    }
-    return submit(run, s, s->model, "embed", p, NULL, on_embedded, err);
 }
 
 /* ----------------------------------------------------------- generate */
@@ -448,7 +175,7 @@ static void on_generated(void *arg, const sb_ipc_result *res) {
     if (!res->ok) {
         const char *type;
         int st = rt_worker_error_status(res->code, &type);
-        fail(run, st, type, "stage '%s': %s", s->name, res->message ? res->message : "failed");
+        rt_run_fail(run, st, type, "stage '%s': %s", s->name, res->message ? res->message : "failed");
         return;
     }
     const char *text = "";
@@ -466,56 +193,31 @@ static void on_generated(void *arg, const sb_ipc_result *res) {
     sr->output = trimmed(text, len);
     if (s->json) {
         sr->json = sb_json_extract_object(text, len, &sr->doc);
-        if (!sr->json) { stage_done(run, ST_ERROR, "the model's output holds no valid JSON object"); return; }
-        if (!json_fits(sr)) { stage_done(run, ST_ERROR, "the model's JSON object is nested too deeply"); return; }
+        if (!sr->json) { rt_run_stage_done(run, ST_ERROR, "the model's output holds no valid JSON object"); return; }
+        if (!json_fits(sr)) { rt_run_stage_done(run, ST_ERROR, "the model's JSON object is nested too deeply"); return; }
     }
-    stage_done(run, ST_OK, NULL);
+    rt_run_stage_done(run, ST_OK, NULL);
 }
 
-static int start_generate(rt_run *run, const sb_stage *s, sb_mp_writer *p, bool stream, char *err) {
-    sb_tmpl_env env = env_of(run);
+static int start_generate(rt_run *run, const sb_stage *s, bool stream, char *err) {
+    sb_tmpl_env env = rt_run_env(run);
     sb_segs sys, prompt;
     sb_segs_init(&sys);
     sb_segs_init(&prompt);
     if (s->system) sb_tmpl_render_segs(s->system, &env, &sys);
     sb_tmpl_render_segs(s->prompt, &env, &prompt);
-    keep_input(run, prompt.text.p, prompt.text.len);
-    const sb_sampling *sp = &s->sampling;
-    uint32_t n = 3 + (sp->top_p >= 0) + (sp->min_p >= 0) + (sp->repeat_penalty >= 0) + (sp->top_k >= 0) +
-                 (sp->max_tokens > 0) + (sp->seed >= 0) + (s->n_stops > 0) + (s->json_schema != NULL);
-    sb_mp_map(p, n);
-    if (s->chat) {
-        sb_mp_str(p, "messages");
-        sb_mp_array(p, s->system ? 2 : 1);
-        if (s->system) put_message(p, "system", &sys);
-        put_message(p, "user", &prompt);
-    } else {
-        sb_segs_cat(&sys, &prompt);
-        sb_mp_str(p, "segments");
-        put_segs(p, &sys);
-    }
-    sb_mp_kv_bool(p, "stream", stream);
-    sb_mp_kv_f64(p, "temperature", sp->temperature);
-    if (sp->top_p >= 0) sb_mp_kv_f64(p, "top_p", sp->top_p);
-    if (sp->min_p >= 0) sb_mp_kv_f64(p, "min_p", sp->min_p);
-    if (sp->repeat_penalty >= 0) sb_mp_kv_f64(p, "repeat_penalty", sp->repeat_penalty);
-    if (sp->top_k >= 0) sb_mp_kv_i64(p, "top_k", sp->top_k);
-    if (sp->max_tokens > 0) sb_mp_kv_i64(p, "max_tokens", sp->max_tokens);
-    if (sp->seed >= 0) sb_mp_kv_u64(p, "seed", (uint64_t)sp->seed);
-    if (s->n_stops) {
-        sb_mp_str(p, "stop");
-        sb_mp_array(p, (uint32_t)s->n_stops);
-        for (size_t i = 0; i < s->n_stops; i++) sb_mp_str(p, s->stops[i]);
-    }
-    if (s->json_schema) sb_mp_kv_str(p, "json_schema", s->json_schema);
-    int oom = sys.oom || prompt.oom || sb_mp_writer_status(p);
-    sb_segs_free(&sys);
-    sb_segs_free(&prompt);
-    if (oom) {
-        sb_mp_writer_free(p);
-        return sb_seterr(err, SB_ENOMEM, "out of memory");
-    }
-    return submit(run, s, s->model, "generate", p, stream ? on_gen_token : NULL, on_generated, err);
+    rt_run_keep_input(run, prompt.text.p, prompt.text.len);
+    rt_gen_req g;
+    rt_gen_init(&g);
+    int rc = rt_gen_from_stage(&g, s, &sys, &prompt, stream);
+    rt_model *m = rc ? NULL : rt_model_find(run->r, s->model);
+    if (rc) rc = sb_seterr(err, SB_ENOMEM, "out of memory");
+    else if (!m) rc = sb_seterr(err, SB_EIO, "model '%s' is not configured in this router", s->model);
+    else if ((rc = rt_model_submit_gen(m, &g, m->deadline_ms, stream ? on_gen_token : NULL, on_generated, run,
+                                       &run->job, err)) == SB_EBUSY)
+        run->retry_after = rt_model_retry_after(m);
+    rt_gen_free(&g);
+    return rc;
 }
 
 /* --------------------------------------------------------------- tool */
@@ -533,11 +235,11 @@ static void on_tool_done(void *arg, int rc, const char *out, size_t len, const c
             json_fits(sr);          /* too deep: the stage keeps its text only */
         }
     }
-    stage_done(run, rc ? ST_ERROR : ST_OK, rc ? err : NULL);
+    rt_run_stage_done(run, rc ? ST_ERROR : ST_OK, rc ? err : NULL);
 }
 
 static int start_tool(rt_run *run, const sb_stage *s, char *err) {
-    sb_tmpl_env env = env_of(run);
+    sb_tmpl_env env = rt_run_env(run);
     sb_jw in, args[SB_PIPE_MAX_ARGS];
     char *argv[SB_PIPE_MAX_ARGS + 1] = {0};
     sb_jw_init(&in);
@@ -546,7 +248,7 @@ static int start_tool(rt_run *run, const sb_stage *s, char *err) {
     else if (s->args_from >= 0 && run->res[s->args_from].json) sb_jw_value(&in, run->res[s->args_from].json);
     else if (!s->url && s->args_from < 0) sb_jw_raw(&in, run->input, strlen(run->input));  /* the default stdin */
     int oom = in.oom;
-    keep_input(run, in.p, in.len);
+    rt_run_keep_input(run, in.p, in.len);
     for (size_t i = 0; i < s->n_argv; i++) {
         sb_jw_init(&args[i]);
         sb_tmpl_render(s->argv[i], &env, &args[i]);
@@ -589,12 +291,12 @@ static void on_retrieved(void *arg, int rc, const char *err) {
     sb_jw_free(&json);
     rt_retrieve_free(run->rr);
     run->rr = NULL;
-    stage_done(run, rc ? ST_ERROR : ST_OK, rc ? e : NULL);
+    rt_run_stage_done(run, rc ? ST_ERROR : ST_OK, rc ? e : NULL);
 }
 
 /* Search with the query vector (NULL in bm25 mode). */
 static void retrieve_with(rt_run *run, const sb_stage *s, const float *qvec, int dim) {
-    sb_tmpl_env env = env_of(run);
+    sb_tmpl_env env = rt_run_env(run);
     sb_jw q;
     sb_jw_init(&q);
     sb_tmpl_render(s->query, &env, &q);
@@ -609,10 +311,10 @@ static void on_query_embedded(void *arg, const sb_ipc_result *res) {
     run->job = NULL;
     const sb_stage *s = &run->p->stages[run->cur];
     float vec[4096];
-    uint32_t dim = first_vector(res, vec, 4096);
+    uint32_t dim = rt_run_first_vector(res, vec, 4096);
     run->model_s += sb_now_s() - run->t_stage;
     if (!dim) {
-        stage_done(run, ST_ERROR, res->ok ? "the encoder returned no vector"
+        rt_run_stage_done(run, ST_ERROR, res->ok ? "the encoder returned no vector"
                                           : res->message ? res->message : "the encoder failed");
         return;
     }
@@ -623,11 +325,11 @@ static int start_retrieve(rt_run *run, const sb_stage *s, char *err) {
     if (s->kb_mode == SB_KB_BM25) { retrieve_with(run, s, NULL, 0); return 0; }
     rt_model *m = rt_model_find(run->r, s->model);
     if (!m) return sb_seterr(err, SB_EIO, "model '%s' is not configured in this router", s->model);
-    sb_tmpl_env env = env_of(run);
+    sb_tmpl_env env = rt_run_env(run);
     sb_jw q;
     sb_jw_init(&q);
     sb_tmpl_render(s->query, &env, &q);
-    keep_input(run, q.p, q.len);
+    rt_run_keep_input(run, q.p, q.len);
     sb_mp_writer *p;
     if (q.oom || sb_mp_writer_new(&p)) { sb_jw_free(&q); return sb_seterr(err, SB_ENOMEM, "out of memory"); }
     sb_mp_map(p, 2);
@@ -636,7 +338,7 @@ static int start_retrieve(rt_run *run, const sb_stage *s, char *err) {
     sb_mp_array(p, 1);
     sb_mp_strn(p, q.p ? q.p : "", q.len);
     sb_jw_free(&q);
-    return submit(run, s, s->model, "embed", p, NULL, on_query_embedded, err);
+    return rt_run_submit(run, s, s->model, "embed", p, NULL, on_query_embedded, err);
 }
 
 /* --------------------------------------------------------------- steps */
@@ -656,22 +358,25 @@ static void step(rt_run *run) {
         char err[SB_ERR_LEN];
         int rc;
         if (s->kind == SB_STAGE_RETRIEVE) {
-            if ((rc = start_retrieve(run, s, err))) stage_done(run, ST_ERROR, err);
+            if ((rc = start_retrieve(run, s, err))) rt_run_stage_done(run, ST_ERROR, err);
             return;
         }
         if (s->kind == SB_STAGE_TOOL) {
             rc = start_tool(run, s, err);
             /* A full tool queue is load, not a broken tool: the caller
              * gets 503 + Retry-After, as for a model's full queue. */
-            if (rc == SB_EBUSY) fail(run, 503, "server_busy", "stage '%s': %s", s->name, err);
-            else if (rc) stage_done(run, ST_ERROR, err);
+            if (rc == SB_EBUSY) rt_run_fail(run, 503, "server_busy", "stage '%s': %s", s->name, err);
+            else if (rc) rt_run_stage_done(run, ST_ERROR, err);
             return;
         }
-        sb_mp_writer *p;
-        if (sb_mp_writer_new(&p)) { fail(run, 500, "server_error", "%s%s", "out of memory", ""); return; }
-        if (s->kind == SB_STAGE_INTENT && rt_intent_embeds(run->r, s)) rc = start_intent_embed(run, s, p, err);
-        else if (s->kind == SB_STAGE_INTENT) rc = start_intent(run, s, p, err);
-        else rc = start_generate(run, s, p, run->on_token && is_answer_stage(run, run->cur), err);
+        sb_mp_writer *p = NULL;
+        if (s->kind == SB_STAGE_INTENT && sb_mp_writer_new(&p)) {
+            rt_run_fail(run, 500, "server_error", "%s%s", "out of memory", "");
+            return;
+        }
+        if (s->kind == SB_STAGE_INTENT && rt_intent_embeds(run->r, s)) rc = rt_run_start_intent_embed(run, s, p, err);
+        else if (s->kind == SB_STAGE_INTENT) rc = rt_run_start_intent(run, s, p, err);
+        else rc = start_generate(run, s, run->on_token && is_answer_stage(run, run->cur), err);
         if (rc == 1) {              /* its examples are being embedded: look again soon */
             struct timeval soon = { 0, 20000 };
             run->index_wait = true;
@@ -680,7 +385,7 @@ static void step(rt_run *run) {
         }
         if (rc) {
             int st = rc == SB_EBUSY || rc == SB_EIO ? 503 : rc == SB_EUNSUP && s->kind != SB_STAGE_INTENT ? 501 : 500;
-            fail(run, st, rc == SB_EBUSY ? "server_busy" : "model_unavailable", "stage '%s': %s", s->name, err);
+            rt_run_fail(run, st, rc == SB_EBUSY ? "server_busy" : "model_unavailable", "stage '%s': %s", s->name, err);
         }
         return;
     }
@@ -695,7 +400,7 @@ static void on_run_timeout(evutil_socket_t fd, short what, void *arg) {
     run->tool = NULL;
     char ms[32];
     snprintf(ms, sizeof ms, "%d", run->p->timeout_ms);
-    fail(run, 504, "timeout", "pipeline did not finish within its timeout_ms (%s ms)%s", ms, "");
+    rt_run_fail(run, 504, "timeout", "pipeline did not finish within its timeout_ms (%s ms)%s", ms, "");
 }
 
 int rt_run_start(rt *r, const char *name, const char *input, rt_run_token_fn on_token, rt_run_done_fn on_done,

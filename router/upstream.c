@@ -7,7 +7,9 @@
  * one box sends its composer stage to a vLLM or llama.cpp server cluster -
  * or to another switchboard.
  *
- * The module mimics sb_ipc_aclient's contract, so models.c keeps one FIFO,
+ * It is the other backend beside the worker's socket: it takes the typed
+ * request (gen_req.h) and encodes it as OpenAI JSON itself. Its calls keep
+ * sb_ipc_aclient's contract, so models.c keeps one FIFO,
  * one in-flight count and one cancel path for both kinds of model: a call
  * gets exactly one on_done, from the loop and never from inside
  * rt_upstream_call; stream=true calls get "token" events as the upstream's
@@ -32,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "router/gen_req.h"
 #include "router/router_internal.h"
 #include "common/sb_net.h"
 
@@ -293,86 +296,50 @@ static void on_timeout(evutil_socket_t fd, short what, void *arg) {
 
 /* ----------------------------------------------------------- request */
 
-static void put_num(sb_jw *w, const sb_mp_obj *params, const char *key, const char *as) {
-    const sb_mp_obj *v = sb_mp_map_get(params, key);
-    double d;
-    if (v && sb_mp_as_f64(v, &d) == 0) { sb_jw_key(w, as); sb_jw_num(w, d); }
+/* A prompt's pieces as one JSON string. The OpenAI API has no way to say
+ * which parts are trusted: the upstream tokenizes the whole with its own
+ * rules (see "Upstream models" in docs/config.md). */
+static void put_text(sb_jw *w, const sb_segs *t) {
+    sb_jw_strn(w, t->text.p ? t->text.p : "", t->text.len);
 }
 
-/* A worker-style prompt text - a string, or `segments` [{text, special}] -
- * as one JSON string. The OpenAI API has no way to say which parts are
- * trusted: the upstream tokenizes the whole with its own rules (see
- * "Upstream models" in docs/config.md). */
-static int put_text(sb_jw *w, const sb_mp_obj *v) {
-    const char *s;
-    size_t n;
-    if (sb_mp_as_str(v, &s, &n) == 0) { sb_jw_strn(w, s, n); return 0; }
-    if (sb_mp_type_of(v) != SB_MP_ARRAY) return -1;
-    sb_jw joined;
-    sb_jw_init(&joined);
-    for (uint32_t i = 0; i < sb_mp_count(v); i++) {
-        if (sb_mp_get_str(sb_mp_array_at(v, i), "text", SB_MP_REQUIRED, &s, &n, NULL)) { sb_jw_free(&joined); return -1; }
-        sb_jw_raw(&joined, s, n);
-    }
-    sb_jw_strn(w, joined.p ? joined.p : "", joined.len);
-    if (joined.oom) w->oom = 1;
-    sb_jw_free(&joined);
-    return 0;
-}
-
-/* The OpenAI request body for a worker-style `generate` params map. Only
- * parameters the caller set are sent, so strict servers see nothing they
- * do not know unless a stage asked for it. */
-static int build_body(rt_upcall *c, const sb_mp_obj *p, const char *model, sb_jw *w, char *err) {
-    const sb_mp_obj *msgs = sb_mp_map_get(p, "messages"), *prompt = sb_mp_map_get(p, "prompt");
-    if (!prompt) prompt = sb_mp_map_get(p, "segments");
-    const char *s;
-    size_t n;
-    bool stream = false;
-    sb_mp_get_bool(p, "stream", SB_MP_OPTIONAL, &stream, NULL);
-    c->stream = stream;
-    c->chat = msgs != NULL;
+/* The OpenAI request body for g, encoded from the struct. Only parameters
+ * the caller set are sent, so strict servers see nothing they do not know
+ * unless a stage asked for it. json_schema is not sent (an OpenAI request
+ * with one is refused for an upstream model: docs/config.md). */
+static int build_body(rt_upcall *c, const rt_gen_req *g, const char *model, sb_jw *w, char *err) {
+    const sb_sampling *sp = &g->sampling;
+    c->stream = g->stream;
+    c->chat = g->kind == RT_KIND_CHAT;
     sb_jw_obj(w);
     sb_jw_key(w, "model"); sb_jw_str(w, model);
-    if (msgs) {
+    if (c->chat) {
         sb_jw_key(w, "messages");
         sb_jw_arr(w);
-        for (uint32_t i = 0; i < sb_mp_count(msgs); i++) {
-            const sb_mp_obj *m = sb_mp_array_at(msgs, i);
-            const char *role;
-            size_t rl;
-            if (sb_mp_get_str(m, "role", SB_MP_REQUIRED, &role, &rl, NULL))
-                return sb_seterr(err, SB_EINVAL, "messages[%u]: expected {role, content}", i);
+        for (size_t i = 0; i < g->n_msgs; i++) {
             sb_jw_obj(w);
-            sb_jw_key(w, "role"); sb_jw_strn(w, role, rl);
-            sb_jw_key(w, "content");
-            if (put_text(w, sb_mp_map_get(m, "content")))
-                return sb_seterr(err, SB_EINVAL, "messages[%u]: expected {role, content}", i);
+            sb_jw_key(w, "role"); sb_jw_str(w, g->msgs[i].role);
+            sb_jw_key(w, "content"); put_text(w, &g->msgs[i].content);
             sb_jw_obj_end(w);
         }
         sb_jw_arr_end(w);
-    } else if (prompt) {
-        sb_jw_key(w, "prompt");
-        if (put_text(w, prompt)) return sb_seterr(err, SB_EINVAL, "generate: 'prompt' or 'segments' of the wrong shape");
     } else {
-        return sb_seterr(err, SB_EINVAL, "generate needs messages or a prompt");
+        sb_jw_key(w, "prompt"); put_text(w, &g->prompt);
     }
-    put_num(w, p, "max_tokens", "max_tokens");
-    put_num(w, p, "temperature", "temperature");
-    put_num(w, p, "top_p", "top_p");
-    put_num(w, p, "top_k", "top_k");
-    put_num(w, p, "min_p", "min_p");
-    put_num(w, p, "repeat_penalty", "repeat_penalty");
-    put_num(w, p, "seed", "seed");
-    const sb_mp_obj *stop = sb_mp_map_get(p, "stop");
-    if (stop && sb_mp_count(stop)) {
+    if (sp->max_tokens > 0) { sb_jw_key(w, "max_tokens"); sb_jw_int(w, sp->max_tokens); }
+    if (sp->temperature >= 0) { sb_jw_key(w, "temperature"); sb_jw_num(w, sp->temperature); }
+    if (sp->top_p >= 0) { sb_jw_key(w, "top_p"); sb_jw_num(w, sp->top_p); }
+    if (sp->top_k >= 0) { sb_jw_key(w, "top_k"); sb_jw_int(w, sp->top_k); }
+    if (sp->min_p >= 0) { sb_jw_key(w, "min_p"); sb_jw_num(w, sp->min_p); }
+    if (sp->repeat_penalty >= 0) { sb_jw_key(w, "repeat_penalty"); sb_jw_num(w, sp->repeat_penalty); }
+    if (g->has_seed) { sb_jw_key(w, "seed"); sb_jw_int(w, sp->seed); }
+    if (g->n_stops) {
         sb_jw_key(w, "stop");
         sb_jw_arr(w);
-        for (uint32_t i = 0; i < sb_mp_count(stop); i++)
-            if (sb_mp_as_str(sb_mp_array_at(stop, i), &s, &n) == 0) sb_jw_strn(w, s, n);
+        for (size_t i = 0; i < g->n_stops; i++) sb_jw_strn(w, g->stops[i], g->stop_lens[i]);
         sb_jw_arr_end(w);
     }
-    sb_jw_key(w, "stream"); sb_jw_bool(w, stream);
+    sb_jw_key(w, "stream"); sb_jw_bool(w, g->stream);
     sb_jw_obj_end(w);
     return w->oom ? sb_seterr(err, SB_ENOMEM, "out of memory") : 0;
 }
@@ -434,17 +401,13 @@ static int start_request(rt_upcall *c, const sb_config_model *cm, const sb_jw *b
     return 0;
 }
 
-int rt_upstream_call(rt_model *m, const char *method, const sb_mp_writer *params, int timeout_ms,
+int rt_upstream_call(rt_model *m, const char *method, const rt_gen_req *g, int timeout_ms,
                      sb_ipc_aevent_fn on_event, sb_ipc_adone_fn on_done, void *arg, uint64_t *id_out, char *err) {
     const sb_config_model *cm = m->r->conf ? sb_config_find_model(m->r->conf->cfg, m->name) : NULL;
     if (!cm || !cm->upstream) return sb_seterr(err, SB_ENOTFOUND, "model '%s' has no upstream in the config", m->name);
-    if (strcmp(method, "generate"))
+    if (strcmp(method, "generate") || !g)
         return sb_seterr(err, SB_EUNSUP, "'%s' needs a local model: upstream %s only generates (intent stages score "
                          "labels, which the OpenAI API cannot)", method, cm->upstream);
-    size_t n;
-    const void *buf = params ? sb_mp_writer_data(params, &n) : NULL;
-    sb_mp_doc *doc = NULL;
-    if (!buf || sb_mp_decode(buf, n, &doc, err)) return sb_seterr(err, SB_EINVAL, "generate: bad parameters");
     rt_upcall *c = sb_calloc(1, sizeof *c);
     sb_jw body;
     sb_jw_init(&body);
@@ -463,10 +426,9 @@ int rt_upstream_call(rt_model *m, const char *method, const sb_mp_writer *params
         c->body = evbuffer_new();
         if (!c->timer || !c->reap || !c->body) rc = sb_seterr(err, SB_ENOMEM, "out of memory");
     }
-    if (!rc) rc = build_body(c, sb_mp_doc_root(doc), cm->upstream_model, &body, err);
+    if (!rc) rc = build_body(c, g, cm->upstream_model, &body, err);
     if (!rc) rc = start_request(c, cm, &body, err);
     sb_jw_free(&body);
-    sb_mp_doc_free(doc);
     if (rc) {
         if (c) { c->next = NULL; c->m = m; call_free(c); }
         return rc;

@@ -13,6 +13,7 @@ fail() { echo "it_layers: FAIL: $*"; exit 1; }
 scratch() {     # a tiny tree with one violation, given as FILE CONTENT pairs
     rm -rf "$tmp/r"
     for h in common/sb_common.h router/sb_router.h cache/cache_internal.h router/router_internal.h \
+             cache/sync/sb_sync.h cache/cloud/cloud_internal.h \
              worker/gguf/sb_gguf.h worker/engine/sb_engine.h worker/tokenizer/vocab_impl.h; do
         mkdir -p "$tmp/r/$(dirname $h)"; printf '' > "$tmp/r/$h"
     done
@@ -29,6 +30,11 @@ refused "an upward include" "a module above it" common/a.c '#include "router/sb_
 refused "the file format including the engine" "a module above it" \
     worker/gguf/a.c '#include "worker/engine/sb_engine.h"'
 refused "cache including the engine" "a module it may not use" cache/a.c '#include "worker/engine/sb_engine.h"'
+refused "the local cache including its sync" "a module above it" cache/a.c '#include "cache/sync/sb_sync.h"'
+refused "the sync client including the cloud server" "a module it may not use" \
+    cache/sync/a.c '#include "cache/cloud/cloud_internal.h"'
+refused "the router including the cloud server" "a module it may not use" \
+    router/a.c '#include "cache/cloud/cloud_internal.h"'
 refused "a foreign internal header" "internal header" router/b.c '#include "cache/cache_internal.h"'
 refused "a worker sub-module's internal header" "internal header" \
     worker/engine/b.c '#include "worker/tokenizer/vocab_impl.h"'
@@ -36,7 +42,8 @@ refused "an include not naming its module" "does not name its module" router/b.c
 refused "a test using two modules' internals" "one module at most" tests/t.c '#include "cache/cache_internal.h"
 #include "router/router_internal.h"'
 scratch router/c.c '#include "common/sb_common.h"
-#include "router/router_internal.h"' cache/k.c '#include "worker/gguf/sb_gguf.h"'
+#include "router/router_internal.h"' cache/k.c '#include "worker/gguf/sb_gguf.h"' \
+    kb/s.c '#include "cache/sync/sb_sync.h"'
 [ $? -eq 0 ] || fail "a legal tree was refused: $(cat "$tmp/out")"
 echo "ok   the checker catches an upward include, a foreign internal header, an include not naming its module, a test with two modules' internals"
 python3 tools/check_layers.py || fail "this tree breaks the layering (above)"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# it_sync_tls.sh - the cache-sync client's transport (cache/http.c, libcurl)
+# it_sync_tls.sh - the cache-sync client's transport (cache/sync/http.c, libcurl)
 # through `switchboard cache sync` against real TLS peers (tests/tls_peer.py)
 # with certificates made here by openssl:
 #   - https to a peer whose CA the edge was not given: refused (verification)

@@ -12,7 +12,8 @@
  *    retried, leaves exactly the state of one clean sync (table dumps)
  */
 #include "tests/cache_testlib.h"
-#include "cache/cache_internal.h"
+#include "cache/sync/sync_internal.h"  /* sbc_http_request: the transport under test */
+#include "cache/sb_cache_wire.h"
 #include "tests/pg_testlib.h"
 
 #include <arpa/inet.h>

@@ -268,6 +268,38 @@ static int parse_bytes(const char *p, size_t n, sb_ipc_msg *m, sb_mp_doc **d, ch
 }
 #define PARSE(lit, m, d, err) parse_bytes(lit, sizeof lit - 1, m, d, err)
 
+/* Malformed envelopes, each with the message a client would see. */
+static void check_malformed_envelopes(void) {
+    sb_ipc_msg m;
+    sb_mp_doc *d;
+    char err[SB_ERR_LEN];
+    static const struct { const char *bytes; size_t n; const char *err; uint64_t id; } bad[] = {
+#define B(lit) lit, sizeof lit - 1
+        { B("\x93\x01\x02\x03"), "frame: expected a map, got array", 0 },
+        { B("\x81\xa6method\xa4" "echo"), "missing 'id'", 0 },
+        { B("\x82\xa2id\xa1" "1\xa6method\xa1x"), "'id': expected an unsigned integer, got string", 0 },
+        { B("\x81\xa2id\x03"), "frame has none of 'method', 'event', 'ok'", 3 },
+        { B("\x82\xa2id\x00\xa6method\xa1x"), "'id': must be >= 1 (0 is reserved)", 0 },
+        { B("\x82\xa2id\x03\xa6method\xa0"), "'method': expected 1 to 64 bytes without NUL", 3 },
+        { B("\x82\xa2id\x03\xa6method\xa3x\x00y"), "'method': expected 1 to 64 bytes without NUL", 3 },
+        { B("\x83\xa2id\x03\xa6method\xa1x\xa6params\xc0"), "'params': expected a map, got nil", 3 },
+        { B("\x83\xa2id\x03\xa6method\xa1x\x01\x02"), "map key 2 is a integer, not a string", 3 },
+        { B("\x82\xa2id\x03\xa2ok\xc2"), "missing 'error' in a response with ok: false", 3 },
+        { B("\x83\xa2id\x03\xa2ok\xc3\xa5" "error\x80"), "'error' in a response with ok: true", 3 },
+        { B("\x82\xa2id\x03\xa2ok\x01"), "'ok': expected a boolean, got integer", 3 },
+        { B("\x83\xa2id\x03\xa2ok\xc2\xa5" "error\x81\xa4" "code\xa1x"), "error.missing 'message'", 3 },
+        { B("\x82\xa2id\x03\xa5" "event\x01"), "'event': expected a string, got integer", 3 },
+#undef B
+    };
+    for (size_t i = 0; i < SB_ARRAY_LEN(bad); i++) {
+        err[0] = 0;
+        assert_int_equal(parse_bytes(bad[i].bytes, bad[i].n, &m, &d, err), SB_EINVAL);
+        if (strcmp(err, bad[i].err)) fail_msg("case %zu: got '%s', want '%s'", i, err, bad[i].err);
+        assert_int_equal(m.id, bad[i].id);
+        sb_mp_doc_free(d);
+    }
+}
+
 static void test_envelopes(void **state) {
     sb_mp_writer *w, *v;
     sb_mp_writer_new(&w);
@@ -307,32 +339,7 @@ static void test_envelopes(void **state) {
     assert_string_equal(m.message, "queue full");
     sb_mp_doc_free(d);
 
-    /* Malformed envelopes, each with the message a client would see. */
-    static const struct { const char *bytes; size_t n; const char *err; uint64_t id; } bad[] = {
-#define B(lit) lit, sizeof lit - 1
-        { B("\x93\x01\x02\x03"), "frame: expected a map, got array", 0 },
-        { B("\x81\xa6method\xa4" "echo"), "missing 'id'", 0 },
-        { B("\x82\xa2id\xa1" "1\xa6method\xa1x"), "'id': expected an unsigned integer, got string", 0 },
-        { B("\x81\xa2id\x03"), "frame has none of 'method', 'event', 'ok'", 3 },
-        { B("\x82\xa2id\x00\xa6method\xa1x"), "'id': must be >= 1 (0 is reserved)", 0 },
-        { B("\x82\xa2id\x03\xa6method\xa0"), "'method': expected 1 to 64 bytes without NUL", 3 },
-        { B("\x82\xa2id\x03\xa6method\xa3x\x00y"), "'method': expected 1 to 64 bytes without NUL", 3 },
-        { B("\x83\xa2id\x03\xa6method\xa1x\xa6params\xc0"), "'params': expected a map, got nil", 3 },
-        { B("\x83\xa2id\x03\xa6method\xa1x\x01\x02"), "map key 2 is a integer, not a string", 3 },
-        { B("\x82\xa2id\x03\xa2ok\xc2"), "missing 'error' in a response with ok: false", 3 },
-        { B("\x83\xa2id\x03\xa2ok\xc3\xa5" "error\x80"), "'error' in a response with ok: true", 3 },
-        { B("\x82\xa2id\x03\xa2ok\x01"), "'ok': expected a boolean, got integer", 3 },
-        { B("\x83\xa2id\x03\xa2ok\xc2\xa5" "error\x81\xa4" "code\xa1x"), "error.missing 'message'", 3 },
-        { B("\x82\xa2id\x03\xa5" "event\x01"), "'event': expected a string, got integer", 3 },
-#undef B
-    };
-    for (size_t i = 0; i < SB_ARRAY_LEN(bad); i++) {
-        err[0] = 0;
-        assert_int_equal(parse_bytes(bad[i].bytes, bad[i].n, &m, &d, err), SB_EINVAL);
-        if (strcmp(err, bad[i].err)) fail_msg("case %zu: got '%s', want '%s'", i, err, bad[i].err);
-        assert_int_equal(m.id, bad[i].id);
-        sb_mp_doc_free(d);
-    }
+    check_malformed_envelopes();
     assert_int_equal(PARSE("\x82\xa2id\x01\xa6method\xa6health", &m, &d, err), 0);
     assert_null(m.params);                              /* params may be omitted */
     sb_mp_doc_free(d);

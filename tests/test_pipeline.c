@@ -48,6 +48,35 @@ static void expect_error(const char *yaml, const char *where, const char *what) 
     sb_config_free(cfg);
 }
 
+/* test_valid_pipeline's stages as prompts: the literal text is trusted,
+ * every hole's value is not; the intent preamble is all config text. */
+static void check_prompt_segments(const sb_pipeline *p, const sb_tmpl_env *env) {
+    sb_segs sg;
+    sb_segs_init(&sg);
+    sb_tmpl_render_segs(p->stages[1].prompt, env, &sg);
+    static const struct { const char *text; bool special; } want[] = {
+        { "Q: ", true }, { "hello", false }, { " I: ", true }, { "a", false }, { " (", true }, { "0.875", false },
+        { ")", true },
+    };
+    assert_int_equal(sg.n, SB_ARRAY_LEN(want));
+    for (size_t i = 0; i < sg.n; i++) {
+        assert_int_equal(sg.v[i].len, strlen(want[i].text));
+        assert_memory_equal(sg.text.p + sg.v[i].off, want[i].text, sg.v[i].len);
+        assert_int_equal(sg.v[i].special, want[i].special);
+    }
+    assert_string_equal(sg.text.p, "Q: hello I: a (0.875)");
+    /* The intent preamble lists labels and examples in the scored format;
+     * it is all config text. */
+    sb_segs_free(&sg);
+    sb_segs_init(&sg);
+    sb_intent_preamble(&p->stages[0], env, &sg);
+    assert_non_null(strstr(sg.text.p, "- a: first\n- b: second\n"));
+    assert_non_null(strstr(sg.text.p, "Caller: x one\nIntent: a\nCaller: x two\nIntent: a\n"));
+    assert_int_equal(sg.n, 1);
+    assert_true(sg.v[0].special);
+    sb_segs_free(&sg);
+}
+
 static void test_valid_pipeline(void **state) {
     const char *yaml = HEAD INTENT
         "      - name: gen\n"
@@ -101,31 +130,7 @@ static void test_valid_pipeline(void **state) {
     sb_jw_reset(&w);
     sb_tmpl_render(p->stages[3].prompt, &env, &w);
     assert_string_equal(w.p, "tool out {\"k\": \"v\"}");
-    /* As a prompt: the literal text is trusted, every hole's value is not. */
-    sb_segs sg;
-    sb_segs_init(&sg);
-    sb_tmpl_render_segs(p->stages[1].prompt, &env, &sg);
-    static const struct { const char *text; bool special; } want[] = {
-        { "Q: ", true }, { "hello", false }, { " I: ", true }, { "a", false }, { " (", true }, { "0.875", false },
-        { ")", true },
-    };
-    assert_int_equal(sg.n, SB_ARRAY_LEN(want));
-    for (size_t i = 0; i < sg.n; i++) {
-        assert_int_equal(sg.v[i].len, strlen(want[i].text));
-        assert_memory_equal(sg.text.p + sg.v[i].off, want[i].text, sg.v[i].len);
-        assert_int_equal(sg.v[i].special, want[i].special);
-    }
-    assert_string_equal(sg.text.p, "Q: hello I: a (0.875)");
-    /* The intent preamble lists labels and examples in the scored format;
-     * it is all config text. */
-    sb_segs_free(&sg);
-    sb_segs_init(&sg);
-    sb_intent_preamble(&p->stages[0], &env, &sg);
-    assert_non_null(strstr(sg.text.p, "- a: first\n- b: second\n"));
-    assert_non_null(strstr(sg.text.p, "Caller: x one\nIntent: a\nCaller: x two\nIntent: a\n"));
-    assert_int_equal(sg.n, 1);
-    assert_true(sg.v[0].special);
-    sb_segs_free(&sg);
+    check_prompt_segments(p, &env);
     sb_jw_free(&w);
     sb_json_doc_free(d);
     sb_pipelines_free(ps);

@@ -4,87 +4,24 @@
  *     msgpack of the wrong shape, half a frame then close, deep nesting)
  *     never crashes or stalls it, and a valid request succeeds afterwards;
  *   - `health` answers fast while a long generation runs on the worker;
- *   - three workers of the same GGUF share its pages: each adds less than
- *     64 MiB of private memory beyond its KV cache (/proc/PID/smaps_rollup);
  *   - a chat message or an untrusted segment that spells the model's EOS
  *     ("</s>") gets no EOS token, in `tokenize` and in what `generate`
  *     evaluates, while the template's own markers do.
  * The supervisor's restart/reload/stop behaviour is tests/it_runtime.sh.
  *
+ * Three workers sharing one GGUF's pages is test_runtime_mem.c.
+ *
  * SB_BIN names the binary (make test sets it; default bin/switchboard).
- * SB_MEM_GGUF=FILE runs the memory test on another model (e.g. a real one)
- * instead of the fixture.
  */
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <stdint.h>
-#include <cmocka.h>
-
-#include <errno.h>
-#include <poll.h>
-#include <pthread.h>
-#include <signal.h>
-#include <stdatomic.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
-
-#include "ipc/sb_ipc.h"
-
-#define FIXTURE "tests/data/tiny-llama-spm-Q2_K.gguf"
+#include "tests/runtime_testlib.h"
 
 static char g_bin[4096];
 static char g_dir[64];
 static char g_sock[160];
 static char g_sock_saved[160];
 static pid_t g_worker;
-static pid_t g_sup;             /* the memory test's supervisor, stopped by teardown if a test failed */
-
-static void sleep_ms(int ms) {
-    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-    nanosleep(&ts, NULL);
-}
-
-static double now_ms(void) { return (double)sb_now_ns() / 1e6; }
-
-static pid_t spawn(char *const argv[]) {
-    pid_t pid = fork();
-    if (pid == 0) {
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    return pid;
-}
-
-/* SIGTERM, then SIGKILL after timeout_ms; returns the wait status. */
-static int stop(pid_t pid, int timeout_ms) {
-    int status = 0;
-    kill(pid, SIGTERM);
-    for (int waited = 0; waited < timeout_ms; waited += 10) {
-        if (waitpid(pid, &status, WNOHANG) == pid) return status;
-        sleep_ms(10);
-    }
-    kill(pid, SIGKILL);
-    waitpid(pid, &status, 0);
-    return status;
-}
-
-static bool alive(pid_t pid) { return waitpid(pid, NULL, WNOHANG) == 0; }
 
 /* ------------------------------------------------------- client helpers */
-
-static sb_ipc_client *connect_or_fail(const char *path, int wait_ms) {
-    sb_ipc_client *c = NULL;
-    char err[SB_ERR_LEN];
-    if (sb_ipc_client_connect(path, wait_ms, &c, err)) fail_msg("connect %s: %s", path, err);
-    return c;
-}
 
 static int raw_connect(const char *path) {
     struct sockaddr_un sa = { .sun_family = AF_UNIX };
@@ -154,16 +91,10 @@ static void assert_serving(void) {
 
 /* ------------------------------------------------------------- fixtures */
 
+/* ------------------------------------------------------------- fixtures */
+
 static int setup(void **state) {
-    const char *bin = getenv("SB_BIN");
-    snprintf(g_bin, sizeof g_bin, "%s", bin && *bin ? bin : "bin/switchboard");
-    if (access(g_bin, X_OK)) {
-        fprintf(stderr, "test_runtime: %s is not executable (set SB_BIN)\n", g_bin);
-        return -1;
-    }
-    char tmpl[] = "/tmp/sb-rtc-XXXXXX";
-    if (!mkdtemp(tmpl)) return -1;
-    snprintf(g_dir, sizeof g_dir, "%s", tmpl);
+    if (runtime_test_env("test_runtime", g_bin, sizeof g_bin, g_dir, sizeof g_dir)) return -1;
     snprintf(g_sock, sizeof g_sock, "%s/w.sock", g_dir);
     char *argv[] = { g_bin, "worker", "--name", "w", "--model", FIXTURE, "--socket", g_sock, "-t", "1",
                      "--ctx", "4096", "--max-tokens", "4096", "--drain-ms", "500", NULL };
@@ -176,10 +107,7 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
     if (g_worker > 0) stop(g_worker, 5000);
-    if (g_sup > 0) stop(g_sup, 10000);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    return system(cmd);
+    return runtime_test_rmdir(g_dir);
 }
 
 /* ---------------------------------------------------------------- tests */
@@ -248,11 +176,12 @@ static void test_deep_nesting(void **state) {
 
 /* Wrong-shape envelopes and params: each answered invalid_request on a
  * connection that stays open and then serves a valid request. */
-static void test_wrong_shape(void **state) {
+/* Envelopes the server must refuse: an array root, a string id, an unknown
+ * key; each answered invalid_request on the same raw connection. */
+static void check_bad_envelopes(void) {
     int fd = raw_connect(g_sock);
     sb_mp_writer *w;
     sb_mp_writer_new(&w);
-    /* Envelopes: an array root, a string id, an unknown key. */
     for (int k = 0; k < 3; k++) {
         sb_mp_writer_reset(w);
         sb_mp_frame_begin(w);
@@ -274,6 +203,46 @@ static void test_wrong_shape(void **state) {
     }
     sb_mp_writer_free(w);
     close(fd);
+}
+
+/* Params of the wrong type or shape, case `kind` of test_wrong_shape. */
+static void put_bad_params(sb_mp_writer *p, int kind) {
+    switch (kind) {
+    case 0: sb_mp_map(p, 1); sb_mp_kv_i64(p, "messages", 5); break;
+    case 1: sb_mp_map(p, 2); sb_mp_kv_str(p, "prompt", "x"); sb_mp_kv_str(p, "max_tokens", "ten"); break;
+    case 2: sb_mp_map(p, 2); sb_mp_kv_str(p, "prompt", "x"); sb_mp_kv_i64(p, "bogus", 1); break;
+    case 3: sb_mp_map(p, 1); sb_mp_str(p, "messages"); sb_mp_array(p, 1); sb_mp_map(p, 1); sb_mp_kv_i64(p, "role", 3); break;
+    case 4: sb_mp_map(p, 2); sb_mp_kv_str(p, "prompt", "x"); sb_mp_kv_i64(p, "max_tokens", 1 << 30); break;
+    case 5: sb_mp_map(p, 1); sb_mp_kv_i64(p, "text", 42); break;
+    case 6: sb_mp_map(p, 1); sb_mp_str(p, "tokens"); sb_mp_array(p, 1); sb_mp_i64(p, 99999999); break;
+    case 7: sb_mp_map(p, 2); sb_mp_kv_str(p, "prompt", "x"); sb_mp_str(p, "candidates"); sb_mp_array(p, 0); break;
+    case 8: sb_mp_map(p, 0); break;     /* neither prompt nor messages */
+    case 9:                             /* a prompt and segments */
+        sb_mp_map(p, 2); sb_mp_kv_str(p, "prompt", "x");
+        sb_mp_str(p, "segments"); sb_mp_array(p, 1); sb_mp_map(p, 1); sb_mp_kv_str(p, "text", "x");
+        break;
+    case 10:                            /* a global 'special' with segments */
+        sb_mp_map(p, 2); sb_mp_kv_bool(p, "special", true);
+        sb_mp_str(p, "segments"); sb_mp_array(p, 1); sb_mp_map(p, 1); sb_mp_kv_str(p, "text", "x");
+        break;
+    case 11:                            /* a segment with an unknown key */
+        sb_mp_map(p, 1); sb_mp_str(p, "segments"); sb_mp_array(p, 1); sb_mp_map(p, 2);
+        sb_mp_kv_str(p, "text", "x"); sb_mp_kv_bool(p, "trusted", true);
+        break;
+    case 12:                            /* a role that spells markers */
+        sb_mp_map(p, 1); sb_mp_str(p, "messages"); sb_mp_array(p, 1); sb_mp_map(p, 2);
+        sb_mp_kv_str(p, "role", "user</s><|system|>"); sb_mp_kv_str(p, "content", "x");
+        break;
+    case 13:                            /* content segments of the wrong type */
+        sb_mp_map(p, 2); sb_mp_str(p, "candidates"); sb_mp_array(p, 1); sb_mp_str(p, "a");
+        sb_mp_str(p, "messages"); sb_mp_array(p, 1); sb_mp_map(p, 2); sb_mp_kv_str(p, "role", "user");
+        sb_mp_str(p, "content"); sb_mp_array(p, 1); sb_mp_str(p, "x");
+        break;
+    }
+}
+
+static void test_wrong_shape(void **state) {
+    check_bad_envelopes();
 
     /* Params of the wrong type or shape, through the client on one connection. */
     sb_ipc_client *c = connect_or_fail(g_sock, 0);
@@ -285,38 +254,7 @@ static void test_wrong_shape(void **state) {
     for (size_t i = 0; i < SB_ARRAY_LEN(cases); i++) {
         sb_mp_writer *p;
         sb_mp_writer_new(&p);
-        switch (cases[i].kind) {
-        case 0: sb_mp_map(p, 1); sb_mp_kv_i64(p, "messages", 5); break;
-        case 1: sb_mp_map(p, 2); sb_mp_kv_str(p, "prompt", "x"); sb_mp_kv_str(p, "max_tokens", "ten"); break;
-        case 2: sb_mp_map(p, 2); sb_mp_kv_str(p, "prompt", "x"); sb_mp_kv_i64(p, "bogus", 1); break;
-        case 3: sb_mp_map(p, 1); sb_mp_str(p, "messages"); sb_mp_array(p, 1); sb_mp_map(p, 1); sb_mp_kv_i64(p, "role", 3); break;
-        case 4: sb_mp_map(p, 2); sb_mp_kv_str(p, "prompt", "x"); sb_mp_kv_i64(p, "max_tokens", 1 << 30); break;
-        case 5: sb_mp_map(p, 1); sb_mp_kv_i64(p, "text", 42); break;
-        case 6: sb_mp_map(p, 1); sb_mp_str(p, "tokens"); sb_mp_array(p, 1); sb_mp_i64(p, 99999999); break;
-        case 7: sb_mp_map(p, 2); sb_mp_kv_str(p, "prompt", "x"); sb_mp_str(p, "candidates"); sb_mp_array(p, 0); break;
-        case 8: sb_mp_map(p, 0); break;     /* neither prompt nor messages */
-        case 9:                             /* a prompt and segments */
-            sb_mp_map(p, 2); sb_mp_kv_str(p, "prompt", "x");
-            sb_mp_str(p, "segments"); sb_mp_array(p, 1); sb_mp_map(p, 1); sb_mp_kv_str(p, "text", "x");
-            break;
-        case 10:                            /* a global 'special' with segments */
-            sb_mp_map(p, 2); sb_mp_kv_bool(p, "special", true);
-            sb_mp_str(p, "segments"); sb_mp_array(p, 1); sb_mp_map(p, 1); sb_mp_kv_str(p, "text", "x");
-            break;
-        case 11:                            /* a segment with an unknown key */
-            sb_mp_map(p, 1); sb_mp_str(p, "segments"); sb_mp_array(p, 1); sb_mp_map(p, 2);
-            sb_mp_kv_str(p, "text", "x"); sb_mp_kv_bool(p, "trusted", true);
-            break;
-        case 12:                            /* a role that spells markers */
-            sb_mp_map(p, 1); sb_mp_str(p, "messages"); sb_mp_array(p, 1); sb_mp_map(p, 2);
-            sb_mp_kv_str(p, "role", "user</s><|system|>"); sb_mp_kv_str(p, "content", "x");
-            break;
-        case 13:                            /* content segments of the wrong type */
-            sb_mp_map(p, 2); sb_mp_str(p, "candidates"); sb_mp_array(p, 1); sb_mp_str(p, "a");
-            sb_mp_str(p, "messages"); sb_mp_array(p, 1); sb_mp_map(p, 2); sb_mp_kv_str(p, "role", "user");
-            sb_mp_str(p, "content"); sb_mp_array(p, 1); sb_mp_str(p, "x");
-            break;
-        }
+        put_bad_params(p, cases[i].kind);
         sb_ipc_result res;
         char err[SB_ERR_LEN];
         assert_int_equal(sb_ipc_call(c, cases[i].method, p, 5000, NULL, NULL, &res, err), 0);
@@ -580,126 +518,6 @@ static void test_drain_deadline(void **state) {
     assert_serving();                               /* the shared worker is untouched */
 }
 
-/* ---- memory: three workers of one GGUF */
-
-typedef struct { long rss, pss, anon, shared; } mem_kb;
-
-static long field_kb(const char *text, const char *key) {
-    const char *p = strstr(text, key);
-    return p ? strtol(p + strlen(key), NULL, 10) : -1;
-}
-
-static void read_rollup(pid_t pid, mem_kb *m) {
-    char path[64], buf[8192];
-    snprintf(path, sizeof path, "/proc/%d/smaps_rollup", (int)pid);
-    FILE *f = fopen(path, "r");
-    assert_non_null(f);
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    buf[n] = '\0';
-    fclose(f);
-    m->rss = field_kb(buf, "\nRss:");
-    m->pss = field_kb(buf, "\nPss:");
-    /* What the worker allocated itself (heap, KV, buffers): file pages, the
-     * GGUF mapping included, belong to the page cache that all share. */
-    m->anon = field_kb(buf, "\nAnonymous:");
-    m->shared = field_kb(buf, "\nShared_Clean:") + field_kb(buf, "\nShared_Dirty:");
-}
-
-/* Rss and Pss (kB) of the mappings of `file` in pid. */
-static void read_file_mapping(pid_t pid, const char *file, long *rss, long *pss) {
-    char path[64], line[4096];
-    snprintf(path, sizeof path, "/proc/%d/smaps", (int)pid);
-    FILE *f = fopen(path, "r");
-    assert_non_null(f);
-    bool in = false;
-    *rss = *pss = 0;
-    size_t fl = strlen(file);
-    while (fgets(line, sizeof line, f)) {
-        size_t l = strlen(line);
-        if (l && line[l - 1] == '\n') line[--l] = '\0';
-        /* Mapping headers start with a lowercase hex address; fields ("Rss:") with a capital. */
-        if ((line[0] >= '0' && line[0] <= '9') || (line[0] >= 'a' && line[0] <= 'f'))
-            in = l >= fl && !strcmp(line + l - fl, file);
-        else if (in && !strncmp(line, "Rss:", 4)) *rss += strtol(line + 4, NULL, 10);
-        else if (in && !strncmp(line, "Pss:", 4)) *pss += strtol(line + 4, NULL, 10);
-    }
-    fclose(f);
-}
-
-static int64_t info_int(const sb_ipc_result *res, const char *key) {
-    int64_t v = -1;
-    sb_mp_get_int(res->result, key, SB_MP_REQUIRED, 0, INT64_MAX, &v, NULL);
-    return v;
-}
-
-static void test_memory_three_workers(void **state) {
-    const char *model = getenv("SB_MEM_GGUF");
-    char gguf[4096];
-    if (!realpath(model && *model ? model : FIXTURE, gguf)) fail_msg("no model %s", model ? model : FIXTURE);
-    char dir[160], cfg[200];
-    snprintf(dir, sizeof dir, "%s/mem", g_dir);
-    snprintf(cfg, sizeof cfg, "%s/mem.yaml", g_dir);
-    FILE *f = fopen(cfg, "w");
-    assert_non_null(f);
-    fprintf(f, "runtime: { dir: %s, drain_ms: 500 }\nmodels:\n", dir);
-    for (int i = 0; i < 3; i++) fprintf(f, "  m%d: { gguf: %s, threads: 1, ctx: 2048 }\n", i, gguf);
-    fclose(f);
-    char *argv[] = { g_bin, "run", "-c", cfg, "--no-router", NULL };
-    pid_t sup = g_sup = spawn(argv);
-    assert_true(sup > 0);
-    pid_t pids[3];
-    int64_t kv_bytes[3];
-    for (int i = 0; i < 3; i++) {
-        char sock[200];
-        snprintf(sock, sizeof sock, "%s/m%d.sock", dir, i);
-        sb_ipc_client *c = connect_or_fail(sock, 60000);
-        sb_ipc_result res;
-        assert_int_equal(sb_ipc_call(c, "info", NULL, 10000, NULL, NULL, &res, NULL), 0);
-        assert_true(res.ok);
-        pids[i] = (pid_t)info_int(&res, "pid");
-        int64_t n_layer = info_int(&res, "n_layer"), n_ctx = info_int(&res, "n_ctx"),
-                n_embd = info_int(&res, "n_embd"), n_head = info_int(&res, "n_head"),
-                n_head_kv = info_int(&res, "n_head_kv");
-        /* K and V, F16, per layer: n_ctx x (head_dim * n_head_kv). */
-        kv_bytes[i] = 2 * n_layer * n_ctx * (n_embd / n_head * n_head_kv) * 2;
-        sb_ipc_result_free(&res);
-        /* One generation, so the worker has touched every weight page. */
-        sb_mp_writer *p;
-        sb_mp_writer_new(&p);
-        sb_mp_map(p, 2);
-        sb_mp_kv_str(p, "prompt", "Hello");
-        sb_mp_kv_i64(p, "max_tokens", 8);
-        assert_int_equal(sb_ipc_call(c, "generate", p, 60000, NULL, NULL, &res, NULL), 0);
-        assert_true(res.ok);
-        sb_ipc_result_free(&res);
-        sb_mp_writer_free(p);
-        sb_ipc_client_close(c);
-    }
-    double beyond[3];
-    long map_rss[3], map_pss[3];
-    for (int i = 0; i < 3; i++) {
-        mem_kb m;
-        read_rollup(pids[i], &m);
-        read_file_mapping(pids[i], gguf, &map_rss[i], &map_pss[i]);
-        beyond[i] = (double)m.anon / 1024.0 - (double)kv_bytes[i] / (1 << 20);
-        printf("# worker m%d (pid %d): Rss %.1f MiB, Pss %.1f MiB, anonymous %.1f MiB, KV %.1f MiB -> "
-               "%.1f MiB beyond the KV cache; GGUF mapping Rss %.1f MiB, Pss %.1f MiB\n",
-               i, (int)pids[i], m.rss / 1024.0, m.pss / 1024.0, m.anon / 1024.0,
-               (double)kv_bytes[i] / (1 << 20), beyond[i], map_rss[i] / 1024.0, map_pss[i] / 1024.0);
-    }
-    for (int i = 0; i < 3; i++) {      /* all three printed first: the numbers are the report */
-        assert_true(beyond[i] < 64.0);
-        assert_true(map_rss[i] > 0);
-        /* Three processes share the mapped pages: each is charged about a third. */
-        assert_true(map_pss[i] * 2 < map_rss[i]);
-    }
-    int status = stop(sup, 10000);
-    g_sup = 0;
-    assert_true(WIFEXITED(status));
-    assert_int_equal(WEXITSTATUS(status), 0);
-    for (int i = 0; i < 3; i++) assert_int_equal(kill(pids[i], 0), -1);
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_random_bytes),
@@ -710,7 +528,6 @@ int main(void) {
         cmocka_unit_test(test_untrusted_text_has_no_control_tokens),
         cmocka_unit_test(test_health_during_generation),
         cmocka_unit_test(test_drain_deadline),
-        cmocka_unit_test(test_memory_three_workers),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -30,10 +30,12 @@ DEPS = {
     "worker/quantize": ["worker/engine"],       # uses the engine's pool and encoder
     "worker": ["worker/engine", "ipc"],         # the worker server (serve*.c)
     "worker/cli": ["worker/quantize"],          # the model commands (inspect, quantize...)
-    "cache": ["ipc", "worker/gguf"],
-    "kb": ["cache", "worker/engine"],
-    "router": ["kb", "worker/engine"],
-    "supervisor": ["router", "worker", "worker/cli"],
+    "cache": ["ipc", "worker/gguf"],            # the local cache: SQLite, keys, NFKC
+    "cache/sync": ["cache"],                    # the edge's sync client (libcurl) and `cache`
+    "cache/cloud": ["cache"],                   # the cloud server (`switchboard cloud`, PostgreSQL)
+    "kb": ["cache/sync", "worker/engine"],      # pulls published snapshots through the sync
+    "router": ["kb", "worker/engine"],          # and so cache/ and cache/sync/, never the cloud
+    "supervisor": ["router", "worker", "worker/cli", "cache/cloud"],
 }
 INTERNAL = re.compile(r"_(internal|impl)\.h$")
 INCLUDE = re.compile(r'\s*#\s*include\s+"([^"]+)"')

@@ -107,7 +107,7 @@ def gen_c():
         ' * Pinned: cache keys hash text normalised with these tables, so they must not',
         ' * change with a distro upgrade; a new Unicode version needs a key version bump. */',
         '#include <stdint.h>',
-        '#include "cache_internal.h"',
+        '#include "cache/cache_internal.h"',
         '',
         'const char sb_nfkc_unicode_version[] = "%s";' % unicodedata.unidata_version,
         '',

@@ -84,7 +84,7 @@ def main():
     w(" * Each entry is (first_codepoint << 9) | flags; a range ends where the\n")
     w(" * next begins. Flag bits are SB_UCD_* in vocab_impl.h.\n")
     w(" * Pinned, not libc/ICU: token ids match llama.cpp's only while text splits by its Unicode table. */\n")
-    w('#include "vocab_impl.h"\n\n')
+    w('#include "worker/tokenizer/vocab_impl.h"\n\n')
     w(f"const uint32_t sb_ucd_ranges[{len(rs)}] = {{\n")
     for i in range(0, len(rs), 6):
         chunk = rs[i:i + 6]

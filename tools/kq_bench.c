@@ -251,87 +251,102 @@ static void bench_dotn(int rounds) {
         }
 }
 
+typedef const ggml_traits_cpu *(*ggml_traits_fn)(int);
+
+/* llama.cpp's CPU type traits from its shared library, or NULL (then every
+ * comparison with it is left out). */
+static ggml_traits_fn load_ggml(const char *lib) {
+    void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        fprintf(stderr, "(no llama.cpp comparison: %s)\n", dlerror());
+        return NULL;
+    }
+    void (*init)(void) = (void (*)(void))dlsym(h, "ggml_cpu_init");
+    ggml_traits_fn traits = (ggml_traits_fn)dlsym(h, "ggml_get_type_traits_cpu");
+    if (init) init();
+    return traits;
+}
+
+/* Our activation quantizers against llama.cpp's on the same floats. */
+static void compare_activations(ggml_traits_fn ggml_traits, const float *xf) {
+    static const int act[] = { SB_TYPE_Q8_0, SB_TYPE_Q8_1, SB_TYPE_Q8_K, SB_TYPE_F16 };
+    const sb_kq_traits *ref = sb_kq_table(SB_KQ_REF);
+    for (size_t k = 0; k < sizeof act / sizeof act[0]; k++) {
+        const ggml_traits_cpu *g = ggml_traits(act[k]);
+        if (!g || !g->from_float) continue;
+        const size_t bytes = sb_kq_row_size(&ref[act[k]], N * ROWS);
+        uint8_t *a = malloc(bytes), *b = malloc(bytes);
+        sb_kq_table(sb_kq_best_level())[act[k]].from_float(xf, a, N * ROWS);
+        ((void (*)(const float *, void *, int64_t))g->from_float)(xf, b, N * ROWS);
+        printf("activation %-5s vs llama.cpp's from_float: %s\n", ref[act[k]].name,
+               memcmp(a, b, bytes) ? "DIFFERENT bytes" : "identical bytes");
+        free(a);
+        free(b);
+    }
+}
+
+/* One type's row of the vec_dot table: GB/s at every level we have, and
+ * llama.cpp's when it has the same kernel (g, may be NULL). */
+static void bench_vec_dot_type(int type, const ggml_traits_cpu *g, const float *xf, const float *yf) {
+    const int best = sb_kq_best_level();
+    const sb_kq_traits *ref = sb_kq_table(SB_KQ_REF), *t = &ref[type];
+    const size_t rs = sb_kq_row_size(t, N);
+    uint8_t *w = malloc(rs * ROWS);
+    void *y = malloc(sb_kq_row_size(&ref[t->vec_dot_type], N));
+    for (int r = 0; r < ROWS; r++) t->from_float_ref(xf + (size_t)r * N, w + r * rs, N);
+    ref[t->vec_dot_type].from_float(yf, y, N);
+    printf("%-6s %8zu", t->name, rs);
+    if (g && (!g->vec_dot || g->vec_dot_type != t->vec_dot_type)) g = NULL;
+    double bestt[SB_KQ_LEVELS + 1];
+    for (int l = 0; l <= SB_KQ_LEVELS; l++) bestt[l] = 1e9;
+    for (int rep = 0; rep < WINDOWS; rep++) {
+        for (int l = 0; l <= best; l++) {
+            const double s = window_ours(sb_kq_table(l)[type].vec_dot, w, rs, y);
+            if (s < bestt[l]) bestt[l] = s;
+        }
+        if (g) {
+            const double s = window_ggml(g->vec_dot, w, rs, y);
+            if (s < bestt[SB_KQ_LEVELS]) bestt[SB_KQ_LEVELS] = s;
+        }
+    }
+    double top = 0;
+    for (int l = 0; l <= best; l++) {
+        const double gbs = rs * ROWS / bestt[l] / 1e9;
+        if (gbs > top) top = gbs;
+        printf(" %9.2f", gbs);
+    }
+    if (g) {
+        float a, b;
+        sb_kq_table(best)[type].vec_dot(N, &a, w, y);
+        g->vec_dot(N, &b, 0, w, 0, y, 0, 1);
+        const double gbs = rs * ROWS / bestt[SB_KQ_LEVELS] / 1e9;
+        printf(" %9.2f %7.2fx  (same input, result rel. diff %.1e)", gbs, top / gbs, fabs(a - b) / (fabs(b) + 1e-30));
+    }
+    printf("\n");
+    free(w);
+    free(y);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "dotn") == 0) {
         bench_dotn(argc > 2 ? atoi(argv[2]) : 7);
         return 0;
     }
-    const char *lib = argc > 1 ? argv[1] : "build/llamacpp/build-0.3.36/bin/libggml-cpu.so";
-    const ggml_traits_cpu *(*ggml_traits)(int) = NULL;
-    void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
-    if (h) {
-        void (*init)(void) = (void (*)(void))dlsym(h, "ggml_cpu_init");
-        ggml_traits = (const ggml_traits_cpu *(*)(int))dlsym(h, "ggml_get_type_traits_cpu");
-        if (init) init();
-    } else {
-        fprintf(stderr, "(no llama.cpp comparison: %s)\n", dlerror());
-    }
+    ggml_traits_fn ggml_traits = load_ggml(argc > 1 ? argv[1] : "build/llamacpp/build-0.3.36/bin/libggml-cpu.so");
     const int best = sb_kq_best_level();
     const sb_kq_traits *ref = sb_kq_table(SB_KQ_REF);
     float *xf = malloc(sizeof(float) * N * ROWS), *yf = malloc(sizeof(float) * N);
     for (int i = 0; i < N * ROWS; i++) xf[i] = frand();
     for (int i = 0; i < N; i++) yf[i] = frand();
-    /* our activation quantizers against llama.cpp's on the same floats */
-    if (ggml_traits) {
-        static const int act[] = { SB_TYPE_Q8_0, SB_TYPE_Q8_1, SB_TYPE_Q8_K, SB_TYPE_F16 };
-        for (size_t k = 0; k < sizeof act / sizeof act[0]; k++) {
-            const ggml_traits_cpu *g = ggml_traits(act[k]);
-            if (!g || !g->from_float) continue;
-            const size_t bytes = sb_kq_row_size(&ref[act[k]], N * ROWS);
-            uint8_t *a = malloc(bytes), *b = malloc(bytes);
-            sb_kq_table(best)[act[k]].from_float(xf, a, N * ROWS);
-            ((void (*)(const float *, void *, int64_t))g->from_float)(xf, b, N * ROWS);
-            printf("activation %-5s vs llama.cpp's from_float: %s\n", ref[act[k]].name,
-                   memcmp(a, b, bytes) ? "DIFFERENT bytes" : "identical bytes");
-            free(a);
-            free(b);
-        }
-    }
+    if (ggml_traits) compare_activations(ggml_traits, xf);
     printf("vec_dot, %d x %d-element rows, GB/s of weight bytes (higher is better)\n", ROWS, N);
     printf("%-6s %8s", "type", "bytes");
     for (int l = 0; l <= best; l++) printf(" %9s", sb_kq_level_name(l));
     if (ggml_traits) printf(" %9s %8s", "llama.cpp", "ours/ll");
     printf("\n");
-    for (int type = 0; type < SB_TYPE_COUNT; type++) {
-        const sb_kq_traits *t = &ref[type];
-        if (!t->blck_size || !t->vec_dot) continue;
-        const size_t rs = sb_kq_row_size(t, N);
-        uint8_t *w = malloc(rs * ROWS);
-        void *y = malloc(sb_kq_row_size(&ref[t->vec_dot_type], N));
-        for (int r = 0; r < ROWS; r++) t->from_float_ref(xf + (size_t)r * N, w + r * rs, N);
-        ref[t->vec_dot_type].from_float(yf, y, N);
-        printf("%-6s %8zu", t->name, rs);
-        const ggml_traits_cpu *g = ggml_traits ? ggml_traits(type) : NULL;
-        if (g && (!g->vec_dot || g->vec_dot_type != t->vec_dot_type)) g = NULL;
-        double bestt[SB_KQ_LEVELS + 1];
-        for (int l = 0; l <= SB_KQ_LEVELS; l++) bestt[l] = 1e9;
-        for (int rep = 0; rep < WINDOWS; rep++) {
-            for (int l = 0; l <= best; l++) {
-                const double s = window_ours(sb_kq_table(l)[type].vec_dot, w, rs, y);
-                if (s < bestt[l]) bestt[l] = s;
-            }
-            if (g) {
-                const double s = window_ggml(g->vec_dot, w, rs, y);
-                if (s < bestt[SB_KQ_LEVELS]) bestt[SB_KQ_LEVELS] = s;
-            }
-        }
-        double top = 0;
-        for (int l = 0; l <= best; l++) {
-            const double gbs = rs * ROWS / bestt[l] / 1e9;
-            if (gbs > top) top = gbs;
-            printf(" %9.2f", gbs);
-        }
-        if (g) {
-            float a, b;
-            sb_kq_table(best)[type].vec_dot(N, &a, w, y);
-            g->vec_dot(N, &b, 0, w, 0, y, 0, 1);
-            const double gbs = rs * ROWS / bestt[SB_KQ_LEVELS] / 1e9;
-            printf(" %9.2f %7.2fx  (same input, result rel. diff %.1e)", gbs, top / gbs, fabs(a - b) / (fabs(b) + 1e-30));
-        }
-        printf("\n");
-        free(w);
-        free(y);
-    }
+    for (int type = 0; type < SB_TYPE_COUNT; type++)
+        if (ref[type].blck_size && ref[type].vec_dot)
+            bench_vec_dot_type(type, ggml_traits ? ggml_traits(type) : NULL, xf, yf);
     bench_gemv8(xf, yf);
     bench_gemm(xf, yf);
     return 0;

@@ -411,6 +411,81 @@ static bool test_abort_requested(const char *name) {
     return false;
 }
 
+/* The command line into w and cp. -1: go on; else the exit code. */
+static int parse_args(int argc, char **argv, worker *w, sb_ctx_params *cp) {
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int bad = 0;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return SB_EXIT_OK; }
+        else if (!strcmp(a, "--name") && v) { w->name = v; i++; }
+        else if (!strcmp(a, "--model") && v) { w->model_path = v; i++; }
+        else if (!strcmp(a, "--socket") && v) { w->socket_path = v; i++; }
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { bad = arg_int(a, v, 1, 256, &cp->n_threads); i++; }
+        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) { bad = arg_int(a, v, 16, 1 << 20, &cp->n_ctx); i++; }
+        else if (!strcmp(a, "--max-queue")) { bad = arg_int(a, v, 0, 1 << 16, &w->max_queue); i++; }
+        else if (!strcmp(a, "--max-tokens")) { bad = arg_int(a, v, 1, 1 << 20, &w->max_tokens_cap); i++; }
+        else if (!strcmp(a, "--lookup")) { bad = arg_int(a, v, 0, SB_SPEC_MAX_DRAFT, &w->lookup); i++; }
+        else if (!strcmp(a, "--drain-ms")) { bad = arg_int(a, v, 0, 3600000, &w->drain_ms); i++; }
+        else if (!strcmp(a, "--deadline-ms")) { bad = arg_int(a, v, 0, 86400000, &w->deadline_ms); i++; }
+        else if (!strcmp(a, "--parallel")) { bad = arg_int(a, v, 1, 64, &w->parallel); i++; }
+        else if (!strcmp(a, "--kv-mb")) { bad = arg_int(a, v, 0, 1 << 20, &w->kv_mb); i++; }
+        else if (!strcmp(a, "--batch")) { bad = arg_int(a, v, 1, 4096, &cp->n_batch); i++; }
+        else if (!strcmp(a, "--kv") && v) {
+            if (!strcmp(v, "f16")) cp->kv_f32 = 0;
+            else if (!strcmp(v, "f32")) cp->kv_f32 = 1;
+            else { fprintf(stderr, "worker: --kv expects f16 or f32\n"); bad = 1; }
+            i++;
+        } else { fprintf(stderr, "worker: unknown or incomplete option '%s'\n", a); usage(stderr); return SB_EXIT_CONFIG; }
+        if (bad) return SB_EXIT_CONFIG;
+    }
+    if (!w->model_path || !w->socket_path) { usage(stderr); return SB_EXIT_CONFIG; }
+    return -1;
+}
+
+/* The model: a decoder, or an encoder (embedding) model. 0, or the exit
+ * code. */
+static int load_model(worker *w, sb_ctx_params *cp) {
+    char err[SB_ERR_LEN];
+    double t0 = sb_now_s();
+    /* An encoder (embedding) model is served like any other; only its
+     * methods differ. --ctx, --kv and --batch do not apply to it. */
+    int rc_open = sb_serve_is_encoder_file(w->model_path)
+                      ? sb_encoder_open(w->model_path, cp->n_threads, -1, &w->encoder, err)
+                      : open_engine(w, cp, err);
+    if (rc_open) {
+        sb_error("%s", err);
+        return SB_EXIT_CONFIG;
+    }
+    /* An encoder runs its embed jobs one at a time: say so, so the router
+     * sends it no more than that and its queue bound stays max_queue. */
+    if (w->encoder) w->parallel = 1;
+    if (w->engine) {
+        sb_engine_stats st;
+        sb_engine_stats_get(w->engine, &st);
+        sb_info("parallel %d: KV pool of %d blocks of %d positions", w->parallel, st.blocks_total, SB_KV_BLOCK);
+    }
+    char desc[256];
+    if (w->encoder) sb_encoder_describe(w->encoder, desc, sizeof desc);
+    else sb_model_describe(sb_engine_model(w->engine), desc, sizeof desc);
+    sb_info("loaded %s in %.2f s: %s; %s %d, %d threads, kernels %s", w->model_path, sb_now_s() - t0, desc,
+            w->encoder ? "encoder, window" : "context", w->encoder ? sb_encoder_n_ctx(w->encoder) : sb_engine_n_ctx(w->engine),
+            cp->n_threads, sb_kq_level_name(sb_kq_best_level()));
+    return 0;
+}
+
+/* After the loop: cancel what the drain deadline left, queued or running. */
+static void cancel_unfinished(worker *w) {
+    pthread_mutex_lock(&w->mu);
+    w->stopping = 2;             /* the batch loop cancels its running tasks */
+    int abandoned = w->n_queued + w->running;
+    for (job *j = w->head; j; j = j->next) atomic_store(&j->cancel, 1);
+    /* The running job left the queue: without this it would run to its end. */
+    if (w->current) atomic_store(&w->current->cancel, 1);
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    if (abandoned) sb_warn("drain deadline passed with %d request(s) unfinished; cancelling them", abandoned);
+}
+
 int sb_cmd_worker(int argc, char **argv) {
     worker w = { .max_queue = 16, .max_tokens_cap = 4096, .drain_ms = 10000, .parallel = DEFAULT_PARALLEL };
     sb_ctx_params cp;
@@ -420,32 +495,8 @@ int sb_cmd_worker(int argc, char **argv) {
      * 0.5B model and ~180 MiB on an 8B one, per worker. 128 keeps a worker
      * within its memory budget and still fills the prompt tiles. */
     cp.n_batch = 128;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int bad = 0;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return SB_EXIT_OK; }
-        else if (!strcmp(a, "--name") && v) { w.name = v; i++; }
-        else if (!strcmp(a, "--model") && v) { w.model_path = v; i++; }
-        else if (!strcmp(a, "--socket") && v) { w.socket_path = v; i++; }
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { bad = arg_int(a, v, 1, 256, &cp.n_threads); i++; }
-        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) { bad = arg_int(a, v, 16, 1 << 20, &cp.n_ctx); i++; }
-        else if (!strcmp(a, "--max-queue")) { bad = arg_int(a, v, 0, 1 << 16, &w.max_queue); i++; }
-        else if (!strcmp(a, "--max-tokens")) { bad = arg_int(a, v, 1, 1 << 20, &w.max_tokens_cap); i++; }
-        else if (!strcmp(a, "--lookup")) { bad = arg_int(a, v, 0, SB_SPEC_MAX_DRAFT, &w.lookup); i++; }
-        else if (!strcmp(a, "--drain-ms")) { bad = arg_int(a, v, 0, 3600000, &w.drain_ms); i++; }
-        else if (!strcmp(a, "--deadline-ms")) { bad = arg_int(a, v, 0, 86400000, &w.deadline_ms); i++; }
-        else if (!strcmp(a, "--parallel")) { bad = arg_int(a, v, 1, 64, &w.parallel); i++; }
-        else if (!strcmp(a, "--kv-mb")) { bad = arg_int(a, v, 0, 1 << 20, &w.kv_mb); i++; }
-        else if (!strcmp(a, "--batch")) { bad = arg_int(a, v, 1, 4096, &cp.n_batch); i++; }
-        else if (!strcmp(a, "--kv") && v) {
-            if (!strcmp(v, "f16")) cp.kv_f32 = 0;
-            else if (!strcmp(v, "f32")) cp.kv_f32 = 1;
-            else { fprintf(stderr, "worker: --kv expects f16 or f32\n"); bad = 1; }
-            i++;
-        } else { fprintf(stderr, "worker: unknown or incomplete option '%s'\n", a); usage(stderr); return SB_EXIT_CONFIG; }
-        if (bad) return SB_EXIT_CONFIG;
-    }
-    if (!w.model_path || !w.socket_path) { usage(stderr); return SB_EXIT_CONFIG; }
+    int rc = parse_args(argc, argv, &w, &cp);
+    if (rc >= 0) return rc;
     if (!w.name) {
         const char *b = strrchr(w.model_path, '/');
         w.name = b ? b + 1 : w.model_path;
@@ -457,36 +508,13 @@ int sb_cmd_worker(int argc, char **argv) {
         sb_error("SB_TEST_WORKER_ABORT names '%s': aborting at start-up (test hook)", w.name);
         abort();
     }
+    if ((rc = load_model(&w, &cp))) return rc;
     char err[SB_ERR_LEN];
-    double t0 = sb_now_s();
-    /* An encoder (embedding) model is served like any other; only its
-     * methods differ. --ctx, --kv and --batch do not apply to it. */
-    int rc_open = sb_serve_is_encoder_file(w.model_path)
-                      ? sb_encoder_open(w.model_path, cp.n_threads, -1, &w.encoder, err)
-                      : open_engine(&w, &cp, err);
-    if (rc_open) {
-        sb_error("%s", err);
-        return SB_EXIT_CONFIG;
-    }
-    /* An encoder runs its embed jobs one at a time: say so, so the router
-     * sends it no more than that and its queue bound stays max_queue. */
-    if (w.encoder) w.parallel = 1;
-    if (w.engine) {
-        sb_engine_stats st;
-        sb_engine_stats_get(w.engine, &st);
-        sb_info("parallel %d: KV pool of %d blocks of %d positions", w.parallel, st.blocks_total, SB_KV_BLOCK);
-    }
-    char desc[256];
-    if (w.encoder) sb_encoder_describe(w.encoder, desc, sizeof desc);
-    else sb_model_describe(sb_engine_model(w.engine), desc, sizeof desc);
-    sb_info("loaded %s in %.2f s: %s; %s %d, %d threads, kernels %s", w.model_path, sb_now_s() - t0, desc,
-            w.encoder ? "encoder, window" : "context", w.encoder ? sb_encoder_n_ctx(w.encoder) : sb_engine_n_ctx(w.engine),
-            cp.n_threads, sb_kq_level_name(sb_kq_best_level()));
     static const sb_ipc_method methods[] = {
         { "health", h_health }, { "info", h_info }, { "tokenize", h_tokenize }, { "detokenize", h_detokenize },
         { "generate", h_generate }, { "score", h_score }, { "embed", h_embed },
     };
-    int rc = SB_EXIT_FAIL;
+    rc = SB_EXIT_FAIL;
     pthread_mutex_init(&w.mu, NULL);
     pthread_cond_init(&w.cv, NULL);
     w.base = sb_ipc_base_new();
@@ -505,15 +533,7 @@ int sb_cmd_worker(int argc, char **argv) {
     event_add(w.sig_int, NULL);
     sb_info("ready on %s", w.socket_path);
     event_base_dispatch(w.base);
-    pthread_mutex_lock(&w.mu);
-    w.stopping = 2;             /* the batch loop cancels its running tasks */
-    int abandoned = w.n_queued + w.running;
-    for (job *j = w.head; j; j = j->next) atomic_store(&j->cancel, 1);
-    /* The running job left the queue: without this it would run to its end. */
-    if (w.current) atomic_store(&w.current->cancel, 1);
-    pthread_cond_broadcast(&w.cv);
-    pthread_mutex_unlock(&w.mu);
-    if (abandoned) sb_warn("drain deadline passed with %d request(s) unfinished; cancelling them", abandoned);
+    cancel_unfinished(&w);
     /* Queued jobs are answered 'cancelled' by the compute thread; the running
      * one stops within a token. Then nothing touches the engine any more. */
     pthread_join(w.compute, NULL);

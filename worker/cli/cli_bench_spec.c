@@ -60,31 +60,63 @@ static void usage(FILE *f) {
             "whether the two texts are identical.\n");
 }
 
-int sb_cmd_bench_spec(int argc, char **argv) {
-    const char *model = NULL, *draft = NULL, *pfile = NULL;
-    int n = 128, threads = 2, runs = 5, json = 0;
-    sb_gen_opts go;
-    sb_gen_opts_default(&go);
-    go.sampling.temp = 0;
+/* One greedy generation of the prompt: plain (mode 0: no lookup, no
+ * draft) or speculative (mode 1: as go says), its text into t. -1 on
+ * failure (logged). */
+static int run_mode(sb_engine *e, const int32_t *ids, size_t n_ids, const sb_gen_opts *go, int mode, text_buf *t,
+                    sb_gen_result *res) {
+    char err[SB_ERR_LEN];
+    sb_gen_opts o = *go;
+    if (!mode) { o.lookup = 0; o.draft = NULL; }
+    t->len = 0;
+    o.on_piece = collect;
+    o.ud = t;
+    /* Both modes from the same numbers: the whole prompt in one batch
+     * (prefix reuse would redo its last token alone). */
+    sb_engine_reset(e);
+    if (sb_engine_generate(e, ids, (int)n_ids, &o, res, err)) { fprintf(stderr, "bench: %s\n", err); return -1; }
+    return 0;
+}
+
+/* bench --lookup/--draft's command line. */
+typedef struct {
+    const char *model, *draft, *pfile;
+    int n, threads, runs, json;
+} spec_args;
+
+/* argv into o and go. -1: go on; else the exit code. */
+static int parse_args(int argc, char **argv, spec_args *o, sb_gen_opts *go) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int64_t x = 0;
         int bad = 0;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return SB_EXIT_OK; }
-        else if (!strcmp(a, "-m") && v) { model = v; i++; }
-        else if (!strcmp(a, "--draft") && v) { draft = v; i++; }
-        else if (!strcmp(a, "--prompt-file") && v) { pfile = v; i++; }
-        else if (!strcmp(a, "--spec-exact")) go.spec_exact = 1;
-        else if (!strcmp(a, "--json")) json = 1;
-        else if (!strcmp(a, "--lookup")) { bad = sb_opt_int("bench", a, v, 1, SB_SPEC_MAX_DRAFT, &x); go.lookup = (int)x; i++; }
-        else if (!strcmp(a, "--n-draft")) { bad = sb_opt_int("bench", a, v, 1, SB_SPEC_MAX_DRAFT, &x); go.n_draft = (int)x; i++; }
-        else if (!strcmp(a, "-n")) { bad = sb_opt_int("bench", a, v, 1, 1 << 16, &x); n = (int)x; i++; }
-        else if (!strcmp(a, "-t")) { bad = sb_opt_int("bench", a, v, 1, 256, &x); threads = (int)x; i++; }
-        else if (!strcmp(a, "-r")) { bad = sb_opt_int("bench", a, v, 1, 1000, &x); runs = (int)x; i++; }
+        else if (!strcmp(a, "-m") && v) { o->model = v; i++; }
+        else if (!strcmp(a, "--draft") && v) { o->draft = v; i++; }
+        else if (!strcmp(a, "--prompt-file") && v) { o->pfile = v; i++; }
+        else if (!strcmp(a, "--spec-exact")) go->spec_exact = 1;
+        else if (!strcmp(a, "--json")) o->json = 1;
+        else if (!strcmp(a, "--lookup")) { bad = sb_opt_int("bench", a, v, 1, SB_SPEC_MAX_DRAFT, &x); go->lookup = (int)x; i++; }
+        else if (!strcmp(a, "--n-draft")) { bad = sb_opt_int("bench", a, v, 1, SB_SPEC_MAX_DRAFT, &x); go->n_draft = (int)x; i++; }
+        else if (!strcmp(a, "-n")) { bad = sb_opt_int("bench", a, v, 1, 1 << 16, &x); o->n = (int)x; i++; }
+        else if (!strcmp(a, "-t")) { bad = sb_opt_int("bench", a, v, 1, 256, &x); o->threads = (int)x; i++; }
+        else if (!strcmp(a, "-r")) { bad = sb_opt_int("bench", a, v, 1, 1000, &x); o->runs = (int)x; i++; }
         else { fprintf(stderr, "bench: unknown or incomplete option '%s'\n", a); usage(stderr); return SB_EXIT_CONFIG; }
         if (bad) return SB_EXIT_CONFIG;
     }
-    if (!model || !pfile || (!go.lookup == !draft)) { usage(stderr); return SB_EXIT_CONFIG; }
+    if (!o->model || !o->pfile || (!go->lookup == !o->draft)) { usage(stderr); return SB_EXIT_CONFIG; }
+    return -1;
+}
+
+int sb_cmd_bench_spec(int argc, char **argv) {
+    spec_args o = { .n = 128, .threads = 2, .runs = 5 };
+    sb_gen_opts go;
+    sb_gen_opts_default(&go);
+    go.sampling.temp = 0;
+    int rc = parse_args(argc, argv, &o, &go);
+    if (rc >= 0) return rc;
+    const char *model = o.model, *draft = o.draft, *pfile = o.pfile;
+    const int n = o.n, threads = o.threads, runs = o.runs, json = o.json;
     go.max_tokens = n;
     char err[SB_ERR_LEN];
     char *prompt = read_file(pfile);
@@ -97,7 +129,8 @@ int sb_cmd_bench_spec(int argc, char **argv) {
     size_t n_ids = 0;
     text_buf txt[2] = { { 0 }, { 0 } };
     double *tps = sb_calloc(2 * (size_t)runs, sizeof *tps);
-    int rc = SB_EXIT_FAIL, same = 1, drafted = 0, accepted = 0;
+    int same = 1, drafted = 0, accepted = 0;
+    rc = SB_EXIT_FAIL;
     if (!tps) goto out;
     if (sb_engine_open(model, &cp, &e, err) ||
         (draft && (sb_engine_open(draft, &cp, &go.draft, err) || sb_engine_check_draft(e, go.draft, err))) ||
@@ -108,17 +141,8 @@ int sb_cmd_bench_spec(int argc, char **argv) {
     if (draft && !go.n_draft) go.n_draft = 4;
     for (int r = -1; r < runs; r++) {       /* r = -1: warm-up */
         for (int mode = 0; mode < 2; mode++) {
-            sb_gen_opts o = go;
-            if (!mode) { o.lookup = 0; o.draft = NULL; }
-            text_buf *t = &txt[mode];
-            t->len = 0;
-            o.on_piece = collect;
-            o.ud = t;
             sb_gen_result res;
-            /* Both modes from the same numbers: the whole prompt in one
-             * batch (prefix reuse would redo its last token alone). */
-            sb_engine_reset(e);
-            if (sb_engine_generate(e, ids, (int)n_ids, &o, &res, err)) { fprintf(stderr, "bench: %s\n", err); goto out; }
+            if (run_mode(e, ids, n_ids, &go, mode, &txt[mode], &res)) goto out;
             if (r < 0) continue;
             tps[mode * runs + r] = res.t_gen > 0 ? res.n_gen / res.t_gen : 0;
             if (mode) { drafted += res.n_drafted; accepted += res.n_accepted; }

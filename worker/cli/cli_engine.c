@@ -98,6 +98,45 @@ static void logits_usage(FILE *f) {
             "  --kv-f32    F32 KV cache instead of F16\n");
 }
 
+/* Each position's log-sum-exp and its k largest logits, as JSON lines. */
+static void print_positions(const float *logits, int n, size_t nv, int k) {
+    int idx[64];
+    for (int i = 0; i < n; i++) {
+        const float *row = logits + (size_t)i * nv;
+        int got = top_k(row, (int)nv, k, idx);
+        printf("{\"lse\":%.6f,\"top\":[", log_sum_exp(row, (int)nv));
+        for (int j = 0; j < got; j++) printf("%s[%d,%.6f]", j ? "," : "", idx[j], row[idx[j]]);
+        printf("]}%s\n", i + 1 < n ? "," : "");
+    }
+}
+
+/* Greedy continuation: the last row's argmax, fed back one at a time (its
+ * logits land in buf), then each step's top-2 gap. -1 on failure. */
+static int print_greedy(sb_ctx *c, const float *row, float *buf, size_t nv, int n_greedy) {
+    char err[SB_ERR_LEN];
+    int idx[2];
+    float *gaps = sb_malloc(((size_t)n_greedy + 1) * sizeof(float));
+    if (!gaps) { fprintf(stderr, "logits: out of memory\n"); return -1; }
+    for (int g = 0; g < n_greedy; g++) {
+        int got = top_k(row, (int)nv, 2, idx);
+        int32_t tok = idx[0];
+        gaps[g] = got > 1 ? row[idx[0]] - row[idx[1]] : INFINITY;
+        printf("%s%d", g ? "," : "", tok);
+        if (g + 1 == n_greedy) break;
+        if (sb_ctx_eval(c, &tok, 1, buf, 0, err)) {
+            fprintf(stderr, "\nlogits: %s\n", err);
+            sb_free(gaps);
+            return -1;
+        }
+        row = buf;
+    }
+    printf("],\n\"greedy_gap\":[");
+    for (int g = 0; g < n_greedy; g++) printf("%s%.4f", g ? "," : "", gaps[g]);
+    printf("]}\n");
+    sb_free(gaps);
+    return 0;
+}
+
 int sb_cmd_logits(int argc, char **argv) {
     const char *model = NULL, *ids_s = NULL, *prompt = NULL;
     int n_greedy = 24, k = 10, threads = 2, n_ctx = 0, kv_f32 = 0;
@@ -153,36 +192,9 @@ int sb_cmd_logits(int argc, char **argv) {
     printf("{\"model\":\"%s\",\"n_vocab\":%d,\"tokens\":[", base ? base + 1 : model, hp->n_vocab);
     for (int i = 0; i < n; i++) printf("%s%d", i ? "," : "", ids[i]);
     printf("],\n\"positions\":[\n");
-    int idx[64];
-    for (int i = 0; i < n; i++) {
-        const float *row = logits + (size_t)i * nv;
-        int got = top_k(row, (int)nv, k, idx);
-        printf("{\"lse\":%.6f,\"top\":[", log_sum_exp(row, (int)nv));
-        for (int j = 0; j < got; j++) printf("%s[%d,%.6f]", j ? "," : "", idx[j], row[idx[j]]);
-        printf("]}%s\n", i + 1 < n ? "," : "");
-    }
+    print_positions(logits, n, nv, k);
     printf("],\n\"greedy\":[");
-    /* Greedy continuation: the last row's argmax, fed back one at a time. */
-    float *row = logits + (size_t)(n - 1) * nv;
-    float *gaps = sb_malloc(((size_t)n_greedy + 1) * sizeof(float));
-    if (!gaps) { fprintf(stderr, "logits: out of memory\n"); goto out; }
-    for (int g = 0; g < n_greedy; g++) {
-        int got = top_k(row, (int)nv, 2, idx);
-        int32_t tok = idx[0];
-        gaps[g] = got > 1 ? row[idx[0]] - row[idx[1]] : INFINITY;
-        printf("%s%d", g ? "," : "", tok);
-        if (g + 1 == n_greedy) break;
-        if (sb_ctx_eval(c, &tok, 1, logits, 0, err)) {
-            fprintf(stderr, "\nlogits: %s\n", err);
-            sb_free(gaps);
-            goto out;
-        }
-        row = logits;
-    }
-    printf("],\n\"greedy_gap\":[");
-    for (int g = 0; g < n_greedy; g++) printf("%s%.4f", g ? "," : "", gaps[g]);
-    printf("]}\n");
-    sb_free(gaps);
+    if (print_greedy(c, logits + (size_t)(n - 1) * nv, logits, nv, n_greedy)) goto out;
     rc = SB_EXIT_OK;
 out:
     sb_free(logits);
@@ -337,37 +349,40 @@ static int open_draft(const char *cmd, const sb_engine *e, const char *path, con
     return 0;
 }
 
-int sb_cmd_generate(int argc, char **argv) {
-    const char *model = NULL, *prompt = NULL, *system = NULL, *schema = NULL, *prompts = NULL, *draft = NULL;
-    int chat = 0, threads = 2, n_ctx = 0, kv_f32 = 0, verbose = 0;
+/* generate's command line. */
+typedef struct {
+    const char *model, *prompt, *system, *schema, *prompts, *draft;
+    int chat, threads, n_ctx, kv_f32, verbose;
     const char *stops[16];
-    size_t n_stops = 0;
-    sb_gen_opts go;
-    sb_gen_opts_default(&go);
-    sb_sampling_params *sp = &go.sampling;
+    size_t n_stops;
+} gen_args;
+
+/* argv into ga and go. -1: go on; else the exit code. */
+static int parse_generate_args(int argc, char **argv, gen_args *ga, sb_gen_opts *go) {
+    sb_sampling_params *sp = &go->sampling;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int bad = 0;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { generate_usage(stdout); return SB_EXIT_OK; }
-        else if (!strcmp(a, "-m") && v) { model = v; i++; }
-        else if (!strcmp(a, "-p") && v) { prompt = v; i++; }
-        else if (!strcmp(a, "--system") && v) { system = v; i++; }
-        else if (!strcmp(a, "--json-schema") && v) { schema = v; i++; }
-        else if (!strcmp(a, "--prompts") && v) { prompts = v; i++; }
-        else if (!strcmp(a, "--chat")) chat = 1;
-        else if (!strcmp(a, "--kv-f32")) kv_f32 = 1;
-        else if (!strcmp(a, "--verbose-prompt")) verbose = 1;
-        else if (!strcmp(a, "--draft") && v) { draft = v; i++; }
-        else if (!strcmp(a, "--spec-exact")) go.spec_exact = 1;
-        else if (!strcmp(a, "--lookup")) { bad = parse_int("generate", a, v, 0, SB_SPEC_MAX_DRAFT, &go.lookup); i++; }
-        else if (!strcmp(a, "--n-draft")) { bad = parse_int("generate", a, v, 1, SB_SPEC_MAX_DRAFT, &go.n_draft); i++; }
+        else if (!strcmp(a, "-m") && v) { ga->model = v; i++; }
+        else if (!strcmp(a, "-p") && v) { ga->prompt = v; i++; }
+        else if (!strcmp(a, "--system") && v) { ga->system = v; i++; }
+        else if (!strcmp(a, "--json-schema") && v) { ga->schema = v; i++; }
+        else if (!strcmp(a, "--prompts") && v) { ga->prompts = v; i++; }
+        else if (!strcmp(a, "--chat")) ga->chat = 1;
+        else if (!strcmp(a, "--kv-f32")) ga->kv_f32 = 1;
+        else if (!strcmp(a, "--verbose-prompt")) ga->verbose = 1;
+        else if (!strcmp(a, "--draft") && v) { ga->draft = v; i++; }
+        else if (!strcmp(a, "--spec-exact")) go->spec_exact = 1;
+        else if (!strcmp(a, "--lookup")) { bad = parse_int("generate", a, v, 0, SB_SPEC_MAX_DRAFT, &go->lookup); i++; }
+        else if (!strcmp(a, "--n-draft")) { bad = parse_int("generate", a, v, 1, SB_SPEC_MAX_DRAFT, &go->n_draft); i++; }
         else if (!strcmp(a, "--stop") && v) {
-            if (n_stops == SB_ARRAY_LEN(stops)) { fprintf(stderr, "generate: at most 16 --stop strings\n"); return SB_EXIT_CONFIG; }
-            stops[n_stops++] = v; i++;
+            if (ga->n_stops == SB_ARRAY_LEN(ga->stops)) { fprintf(stderr, "generate: at most 16 --stop strings\n"); return SB_EXIT_CONFIG; }
+            ga->stops[ga->n_stops++] = v; i++;
         }
-        else if (!strcmp(a, "-n")) { bad = parse_int("generate", a, v, 0, 1 << 20, &go.max_tokens); i++; }
-        else if (!strcmp(a, "-t")) { bad = parse_int("generate", a, v, 1, 256, &threads); i++; }
-        else if (!strcmp(a, "-c")) { bad = parse_int("generate", a, v, 16, 1 << 20, &n_ctx); i++; }
+        else if (!strcmp(a, "-n")) { bad = parse_int("generate", a, v, 0, 1 << 20, &go->max_tokens); i++; }
+        else if (!strcmp(a, "-t")) { bad = parse_int("generate", a, v, 1, 256, &ga->threads); i++; }
+        else if (!strcmp(a, "-c")) { bad = parse_int("generate", a, v, 16, 1 << 20, &ga->n_ctx); i++; }
         else if (!strcmp(a, "--temp")) { bad = parse_float("generate", a, v, 0, 100, &sp->temp); i++; }
         else if (!strcmp(a, "--top-k")) { bad = parse_int("generate", a, v, 0, 1 << 20, &sp->top_k); i++; }
         else if (!strcmp(a, "--top-p")) { bad = parse_float("generate", a, v, 0, 1, &sp->top_p); i++; }
@@ -384,44 +399,53 @@ int sb_cmd_generate(int argc, char **argv) {
         else { fprintf(stderr, "generate: unknown or incomplete option '%s'\n", a); generate_usage(stderr); return SB_EXIT_CONFIG; }
         if (bad) return SB_EXIT_CONFIG;
     }
-    if (!model || !prompt == !prompts) { generate_usage(stderr); return SB_EXIT_CONFIG; }
+    if (!ga->model || !ga->prompt == !ga->prompts) { generate_usage(stderr); return SB_EXIT_CONFIG; }
+    return -1;
+}
+
+int sb_cmd_generate(int argc, char **argv) {
+    gen_args ga = { .threads = 2 };
+    sb_gen_opts go;
+    sb_gen_opts_default(&go);
+    int rc = parse_generate_args(argc, argv, &ga, &go);
+    if (rc >= 0) return rc;
     char err[SB_ERR_LEN];
     char *schema_text = NULL, *lines = NULL;
     size_t schema_len = 0, lines_len = 0;
     sb_grammar *check = NULL;
-    if (schema && (sb_json_schema_load(schema, &schema_text, &schema_len, err) ||
-                   sb_json_schema_compile(schema_text, schema_len, &check, err))) {
+    if (ga.schema && (sb_json_schema_load(ga.schema, &schema_text, &schema_len, err) ||
+                      sb_json_schema_compile(schema_text, schema_len, &check, err))) {
         fprintf(stderr, "generate: --json-schema: %s\n", err);
         sb_free(schema_text);
         return SB_EXIT_CONFIG;
     }
     sb_grammar_free(check);     /* compiled again (and cached) by the engine */
-    if (prompts && sb_read_file(prompts, 64u << 20, &lines, &lines_len, err)) {
+    if (ga.prompts && sb_read_file(ga.prompts, 64u << 20, &lines, &lines_len, err)) {
         fprintf(stderr, "generate: --prompts: %s\n", err);
         sb_free(schema_text);
         return SB_EXIT_CONFIG;
     }
     go.json_schema = schema_text;
     go.json_schema_len = schema_len;
-    go.stops = stops;
-    go.n_stops = n_stops;
+    go.stops = ga.stops;
+    go.n_stops = ga.n_stops;
     sb_ctx_params cp;
     sb_ctx_params_default(&cp);
-    cp.n_threads = threads;
-    cp.n_ctx = n_ctx;
-    cp.kv_f32 = kv_f32;
+    cp.n_threads = ga.threads;
+    cp.n_ctx = ga.n_ctx;
+    cp.kv_f32 = ga.kv_f32;
     sb_engine *e;
-    int rc = SB_EXIT_FAIL;
-    if (sb_engine_open(model, &cp, &e, err)) { fprintf(stderr, "generate: %s\n", err); goto done; }
-    if (draft && open_draft("generate", e, draft, &cp, &go) != 0) goto out;
-    if (!prompts) {
-        if (gen_one(e, prompt, chat, system, verbose, &go, 0, err) == 0) rc = SB_EXIT_OK;
+    rc = SB_EXIT_FAIL;
+    if (sb_engine_open(ga.model, &cp, &e, err)) { fprintf(stderr, "generate: %s\n", err); goto done; }
+    if (ga.draft && open_draft("generate", e, ga.draft, &cp, &go) != 0) goto out;
+    if (!ga.prompts) {
+        if (gen_one(e, ga.prompt, ga.chat, ga.system, ga.verbose, &go, 0, err) == 0) rc = SB_EXIT_OK;
         else fprintf(stderr, "\ngenerate: %s\n", err);
     } else {
         rc = SB_EXIT_OK;
         for (char *line = lines, *nl; rc == SB_EXIT_OK && line && *line; line = nl ? nl + 1 : NULL) {
             if ((nl = strchr(line, '\n'))) *nl = 0;
-            if (*line && gen_one(e, line, chat, system, verbose, &go, 1, err)) {
+            if (*line && gen_one(e, line, ga.chat, ga.system, ga.verbose, &go, 1, err)) {
                 fprintf(stderr, "generate: %s\n", err);
                 rc = SB_EXIT_FAIL;
             }
@@ -546,18 +570,118 @@ static void spread(double *v, int n, double out[3]) {
     out[2] = n ? v[n - 1] : 0;
 }
 
+/* What --profile and --membw collect over the measured runs. */
+typedef struct {
+    int profile, kv_f32;
+    const sb_model *m;
+    sb_prof pp, tg;
+    double pp_wall, tg_wall;    /* seconds of the measured runs (tg: without the probes) */
+    sb_bwprobe *probe;          /* --membw, or NULL */
+    bw_windows bw;
+} bench_obs;
+
+static int bench_pp(sb_ctx *c, const int32_t *toks, int pp, float *logits, double *pps, bench_obs *o) {
+    char err[SB_ERR_LEN];
+    sb_ctx_truncate(c, 0);
+    if (o && o->profile) sb_ctx_set_profile(c, &o->pp);
+    const double t0 = sb_now_s();
+    const int rc = sb_ctx_eval(c, toks, pp, logits, 0, err);
+    const double dt = sb_now_s() - t0;
+    sb_ctx_set_profile(c, NULL);
+    if (rc) { fprintf(stderr, "bench: %s\n", err); return -1; }
+    *pps = pp / dt;
+    if (o) o->pp_wall += dt;
+    return 0;
+}
+
+/* After decode step i (position i): the window's bytes, and its fraction of
+ * the probe taken before it when the window ends. */
+static void bw_step(bench_obs *o, int i, int tg, double *w_bytes, double w_t0, double w_gbs) {
+    const double kvb = kv_bytes_at(sb_model_hparams(o->m), i, o->kv_f32);
+    *w_bytes += (double)sb_model_weight_bytes(o->m) + kvb;
+    o->bw.kv_bytes += kvb;
+    o->bw.n_tok++;
+    if ((i + 1) % BW_WINDOW == 0 || i + 1 == tg) {
+        o->bw.bw[o->bw.n] = w_gbs;
+        o->bw.frac[o->bw.n++] = *w_bytes / (sb_now_s() - w_t0) / 1e9 / w_gbs;
+    }
+}
+
+/* --profile's sampling: the greedy argmax of a token's logits, timed. */
+static void time_argmax(bench_obs *o, const float *logits) {
+    const uint64_t s0 = sb_now_ns();
+    volatile int picked = argmax(logits, sb_model_hparams(o->m)->n_vocab);
+    (void)picked;
+    o->tg.ns[SB_OP_SAMPLE] += sb_now_ns() - s0;
+}
+
+static int bench_tg(sb_ctx *c, const int32_t *toks, int n_tok, int tg, float *logits, double *tgs, bench_obs *o) {
+    char err[SB_ERR_LEN];
+    sb_ctx_truncate(c, 0);
+    sb_bwprobe *probe = o ? o->probe : NULL;
+    if (o && o->profile) sb_ctx_set_profile(c, &o->tg);
+    int32_t t = toks[0];
+    double t0 = sb_now_s(), w_t0 = t0, w_gbs = 0, w_bytes = 0, probe_s = 0;
+    for (int i = 0; i < tg; i++) {
+        if (probe && i % BW_WINDOW == 0) {      /* a window starts: probe, outside the timing */
+            const double p0 = sb_now_s();
+            w_gbs = sb_bwprobe_window(probe);
+            w_t0 = sb_now_s();
+            probe_s += w_t0 - p0;
+            w_bytes = 0;
+        }
+        if (sb_ctx_eval(c, &t, 1, logits, 0, err)) {
+            sb_ctx_set_profile(c, NULL);
+            fprintf(stderr, "bench: %s\n", err);
+            return -1;
+        }
+        if (probe) bw_step(o, i, tg, &w_bytes, w_t0, w_gbs);
+        if (o && o->profile) time_argmax(o, logits);
+        t = toks[(i + 1) % n_tok];
+    }
+    const double dt = sb_now_s() - t0 - probe_s;
+    sb_ctx_set_profile(c, NULL);
+    *tgs = tg / dt;
+    if (o) o->tg_wall += dt;
+    return 0;
+}
+
+/* One run: pp prompt tokens in one batch, then tg tokens one at a time,
+ * each from an empty context; tokens/s of each (0 when skipped). o: what
+ * the measured runs collect (NULL for the warm-up). -1 on failure (logged). */
+static int bench_run(sb_ctx *c, const int32_t *toks, int n_tok, int pp, int tg, float *logits, double *pps,
+                     double *tgs, bench_obs *o) {
+    if (pp > 0 && bench_pp(c, toks, pp, logits, pps, o)) return -1;
+    if (tg > 0 && bench_tg(c, toks, n_tok, tg, logits, tgs, o)) return -1;
+    return 0;
+}
+
+/* The results line (or JSON object), then what --membw and --profile found. */
+static void bench_report(const char *model, const sb_model *m, int threads, int pp, int tg, int runs, double pp_med,
+                         double tg_med, int json, const bench_obs *o) {
+    if (json) {
+        printf("{\"model\":\"%s\",\"threads\":%d,\"kernels\":\"%s\",\"pp\":%d,\"tg\":%d,\"runs\":%d,"
+               "\"pp_tps\":%.3f,\"tg_tps\":%.3f,\"weight_bytes\":%zu",
+               model, threads, sb_kq_level_name(sb_kq_best_level()), pp, tg, runs, pp_med, tg_med,
+               sb_model_weight_bytes(m));
+        if (o->probe) print_bw(&o->bw, sb_model_weight_bytes(m), 1);
+        printf("}\n");
+        return;
+    }
+    printf("pp%d: %.2f tokens/s   tg%d: %.2f tokens/s   (median of %d, %d threads)\n", pp, pp_med, tg, tg_med, runs,
+           threads);
+    if (o->probe) print_bw(&o->bw, sb_model_weight_bytes(m), 0);
+    if (o->profile) print_profile(&o->pp, (double)pp * runs, o->pp_wall, &o->tg, (double)tg * runs, o->tg_wall);
+}
+
 int sb_cmd_bench(int argc, char **argv) {
     for (int i = 1; i < argc; i++)      /* speculative decoding measures real text: worker/cli/cli_bench_spec.c */
         if (!strcmp(argv[i], "--lookup") || !strcmp(argv[i], "--draft")) return sb_cmd_bench_spec(argc, argv);
     for (int i = 1; i < argc; i++)      /* several sequences at once: worker/cli/cli_bench_batch.c */
         if (!strcmp(argv[i], "--parallel") || !strcmp(argv[i], "-npl")) return sb_cmd_bench_batch(argc, argv);
     const char *model = NULL;
-    int pp = 512, tg = 128, threads = 2, runs = 5, json = 0, kv_f32 = 0, profile = 0, membw = 0;
-    sb_bwprobe *probe = NULL;
-    bw_windows bw = { 0 };
-    sb_prof pp_prof = { 0 }, tg_prof = { 0 };
-    double pp_wall = 0, tg_wall = 0;
-    volatile int picked = 0;    /* --profile's argmax, kept from being optimised away */
+    int pp = 512, tg = 128, threads = 2, runs = 5, json = 0, kv_f32 = 0, membw = 0;
+    bench_obs obs = { 0 };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { bench_usage(stdout); return SB_EXIT_OK; }
@@ -568,7 +692,7 @@ int sb_cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "-r")) { if (parse_int("bench", a, v, 1, 1000, &runs)) return SB_EXIT_CONFIG; i++; }
         else if (!strcmp(a, "--json")) json = 1;
         else if (!strcmp(a, "--kv-f32")) kv_f32 = 1;
-        else if (!strcmp(a, "--profile")) profile = 1;
+        else if (!strcmp(a, "--profile")) obs.profile = 1;
         else if (!strcmp(a, "--membw")) membw = 1;
         else { fprintf(stderr, "bench: unknown or incomplete option '%s'\n", a); bench_usage(stderr); return SB_EXIT_CONFIG; }
     }
@@ -591,11 +715,13 @@ int sb_cmd_bench(int argc, char **argv) {
     double *pp_t = sb_calloc((size_t)runs, sizeof(double)), *tg_t = sb_calloc((size_t)runs, sizeof(double));
     int rc = SB_EXIT_FAIL;
     if (!toks || !logits || !pp_t || !tg_t) { fprintf(stderr, "bench: out of memory\n"); goto out; }
+    obs.m = m;
+    obs.kv_f32 = kv_f32;
     if (membw && tg > 0) {
         const int nw = runs * ((tg + BW_WINDOW - 1) / BW_WINDOW);
-        bw.bw = sb_calloc((size_t)nw, sizeof(double));
-        bw.frac = sb_calloc((size_t)nw, sizeof(double));
-        if (!bw.bw || !bw.frac || sb_bwprobe_new(threads, 1ul << 30, &probe)) {
+        obs.bw.bw = sb_calloc((size_t)nw, sizeof(double));
+        obs.bw.frac = sb_calloc((size_t)nw, sizeof(double));
+        if (!obs.bw.bw || !obs.bw.frac || sb_bwprobe_new(threads, 1ul << 30, &obs.probe)) {
             fprintf(stderr, "bench: out of memory for the bandwidth probe\n");
             goto out;
         }
@@ -608,78 +734,24 @@ int sb_cmd_bench(int argc, char **argv) {
     if (!json) fprintf(stderr, "bench: %s\nbench: %d threads, kernels %s, pp %d, tg %d, %d runs\n", desc, threads,
                        sb_kq_level_name(sb_kq_best_level()), pp, tg, runs);
     for (int r = -1; r < runs; r++) {       /* r = -1: warm-up (page in the weights) */
-        if (pp > 0) {
-            sb_ctx_truncate(c, 0);
-            if (profile && r >= 0) sb_ctx_set_profile(c, &pp_prof);
-            double t0 = sb_now_s();
-            if (sb_ctx_eval(c, toks, pp, logits, 0, err)) { fprintf(stderr, "bench: %s\n", err); goto out; }
-            if (r >= 0) pp_t[r] = pp / (sb_now_s() - t0);
-            if (r >= 0) pp_wall += pp / pp_t[r];
-            sb_ctx_set_profile(c, NULL);
-        }
-        if (tg > 0) {
-            sb_ctx_truncate(c, 0);
-            int32_t t = toks[0];
-            const int prof_on = profile && r >= 0;
-            if (prof_on) sb_ctx_set_profile(c, &tg_prof);
-            double t0 = sb_now_s(), w_t0 = t0, w_gbs = 0, w_bytes = 0, probe_s = 0;
-            for (int i = 0; i < tg; i++) {
-                if (probe && r >= 0 && i % BW_WINDOW == 0) {   /* a window starts: probe, outside the timing */
-                    const double p0 = sb_now_s();
-                    w_gbs = sb_bwprobe_window(probe);
-                    w_t0 = sb_now_s();
-                    probe_s += w_t0 - p0;
-                    w_bytes = 0;
-                }
-                if (sb_ctx_eval(c, &t, 1, logits, 0, err)) { fprintf(stderr, "bench: %s\n", err); goto out; }
-                if (probe && r >= 0) {
-                    const double kvb = kv_bytes_at(hp, i, kv_f32);
-                    w_bytes += (double)sb_model_weight_bytes(m) + kvb;
-                    bw.kv_bytes += kvb;
-                    bw.n_tok++;
-                    if ((i + 1) % BW_WINDOW == 0 || i + 1 == tg) {
-                        bw.bw[bw.n] = w_gbs;
-                        bw.frac[bw.n++] = w_bytes / (sb_now_s() - w_t0) / 1e9 / w_gbs;
-                    }
-                }
-                if (prof_on) {
-                    const uint64_t s0 = sb_now_ns();
-                    picked = argmax(logits, hp->n_vocab);
-                    tg_prof.ns[SB_OP_SAMPLE] += sb_now_ns() - s0;
-                }
-                t = toks[(i + 1) % n_tok];
-            }
-            if (r >= 0) tg_t[r] = tg / (sb_now_s() - t0 - probe_s);
-            if (r >= 0) tg_wall += tg / tg_t[r];
-            (void)picked;
-            sb_ctx_set_profile(c, NULL);
-        }
-        if (!json && r >= 0)
-            fprintf(stderr, "bench: run %d: pp %.2f t/s, tg %.2f t/s\n", r + 1, pp > 0 ? pp_t[r] : 0.0, tg > 0 ? tg_t[r] : 0.0);
+        double pps = 0, tgs = 0;
+        if (bench_run(c, toks, n_tok, pp, tg, logits, &pps, &tgs, r < 0 ? NULL : &obs)) goto out;
+        if (r < 0) continue;
+        pp_t[r] = pps;
+        tg_t[r] = tgs;
+        if (!json) fprintf(stderr, "bench: run %d: pp %.2f t/s, tg %.2f t/s\n", r + 1, pps, tgs);
     }
     double pp_med = pp > 0 ? median(pp_t, runs) : 0, tg_med = tg > 0 ? median(tg_t, runs) : 0;
-    if (json) {
-        printf("{\"model\":\"%s\",\"threads\":%d,\"kernels\":\"%s\",\"pp\":%d,\"tg\":%d,\"runs\":%d,"
-               "\"pp_tps\":%.3f,\"tg_tps\":%.3f,\"weight_bytes\":%zu",
-               model, threads, sb_kq_level_name(sb_kq_best_level()), pp, tg, runs, pp_med, tg_med,
-               sb_model_weight_bytes(m));
-        if (probe) print_bw(&bw, sb_model_weight_bytes(m), 1);
-        printf("}\n");
-    } else {
-        printf("pp%d: %.2f tokens/s   tg%d: %.2f tokens/s   (median of %d, %d threads)\n", pp, pp_med, tg, tg_med,
-               runs, threads);
-        if (probe) print_bw(&bw, sb_model_weight_bytes(m), 0);
-    }
-    if (profile && !json) print_profile(&pp_prof, (double)pp * runs, pp_wall, &tg_prof, (double)tg * runs, tg_wall);
+    bench_report(model, m, threads, pp, tg, runs, pp_med, tg_med, json, &obs);
     rc = SB_EXIT_OK;
 out:
     sb_free(toks);
     sb_free(logits);
     sb_free(pp_t);
     sb_free(tg_t);
-    sb_free(bw.bw);
-    sb_free(bw.frac);
-    sb_bwprobe_free(probe);
+    sb_free(obs.bw.bw);
+    sb_free(obs.bw.frac);
+    sb_bwprobe_free(obs.probe);
     sb_ctx_free(c);
     sb_model_free(m);
     return rc;

@@ -48,20 +48,47 @@ static char *read_file(const char *path, size_t *len) {
     return buf;
 }
 
-int sb_cmd_perplexity(int argc, char **argv) {
-    const char *model = NULL, *file = NULL;
-    long n_ctx = 512, max_chunks = -1, threads = 2;
-    int json = 0;
+/* One chunk of n_ctx tokens from an empty context (its first token replaced
+ * by bos when bos >= 0): the negative log-likelihood of each token of its
+ * second half, given all before it, added to *nll and counted in *count, as
+ * llama.cpp's perplexity does. -1 on failure (logged). */
+static int score_chunk(sb_ctx *c, const int32_t *toks, int n_ctx, int32_t bos, int32_t *chunk, float *logits,
+                       int n_vocab, double *nll, long *count) {
+    char err[SB_ERR_LEN];
+    memcpy(chunk, toks, (size_t)n_ctx * sizeof *chunk);
+    if (bos >= 0) chunk[0] = bos;
+    sb_ctx_truncate(c, 0);
+    if (sb_ctx_eval(c, chunk, n_ctx, logits, 1, err)) {
+        fprintf(stderr, "perplexity: %s\n", err);
+        return -1;
+    }
+    for (int j = n_ctx / 2; j < n_ctx - 1; j++) {
+        const float *row = logits + (size_t)j * (size_t)n_vocab;
+        *nll += sb_logsumexp(row, n_vocab) - (double)row[toks[j + 1]];
+        (*count)++;
+    }
+    return 0;
+}
+
+/* perplexity's command line. */
+typedef struct {
+    const char *model, *file;
+    long n_ctx, max_chunks, threads;
+    int json;
+} ppl_args;
+
+/* argv into o. -1: go on; else the exit code. */
+static int parse_args(int argc, char **argv, ppl_args *o) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long *target = NULL, lo = 1, hi = 1 << 20;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return SB_EXIT_OK; }
-        else if (!strcmp(a, "-m") && v) { model = v; i++; continue; }
-        else if (!strcmp(a, "-f") && v) { file = v; i++; continue; }
-        else if (!strcmp(a, "--json")) { json = 1; continue; }
-        else if (!strcmp(a, "-c")) { target = &n_ctx; lo = 8; }
-        else if (!strcmp(a, "--chunks")) target = &max_chunks;
-        else if (!strcmp(a, "-t")) { target = &threads; hi = 256; }
+        else if (!strcmp(a, "-m") && v) { o->model = v; i++; continue; }
+        else if (!strcmp(a, "-f") && v) { o->file = v; i++; continue; }
+        else if (!strcmp(a, "--json")) { o->json = 1; continue; }
+        else if (!strcmp(a, "-c")) { target = &o->n_ctx; lo = 8; }
+        else if (!strcmp(a, "--chunks")) target = &o->max_chunks;
+        else if (!strcmp(a, "-t")) { target = &o->threads; hi = 256; }
         if (!target) { fprintf(stderr, "perplexity: unknown or incomplete option '%s'\n", a); usage(stderr); return SB_EXIT_CONFIG; }
         char *end;
         errno = 0;
@@ -72,14 +99,24 @@ int sb_cmd_perplexity(int argc, char **argv) {
         }
         i++;
     }
-    if (!model || !file) { usage(stderr); return SB_EXIT_CONFIG; }
+    if (!o->model || !o->file) { usage(stderr); return SB_EXIT_CONFIG; }
+    return -1;
+}
+
+int sb_cmd_perplexity(int argc, char **argv) {
+    ppl_args o = { .n_ctx = 512, .max_chunks = -1, .threads = 2 };
+    int rc = parse_args(argc, argv, &o);
+    if (rc >= 0) return rc;
+    const char *model = o.model, *file = o.file;
+    const long n_ctx = o.n_ctx, max_chunks = o.max_chunks;
+    const int json = o.json;
     size_t text_len;
     char *text = read_file(file, &text_len);
     if (!text) { fprintf(stderr, "perplexity: cannot read %s: %s\n", file, strerror(errno)); return SB_EXIT_FAIL; }
     char err[SB_ERR_LEN];
     sb_ctx_params cp;
     sb_ctx_params_default(&cp);
-    cp.n_threads = (int)threads;
+    cp.n_threads = (int)o.threads;
     cp.n_ctx = (int)n_ctx;
     cp.n_batch = (int)n_ctx;
     sb_model *m = NULL;
@@ -88,7 +125,7 @@ int sb_cmd_perplexity(int argc, char **argv) {
     int32_t *toks = NULL, *chunk = NULL;
     float *logits = NULL;
     size_t n_tok = 0;
-    int rc = SB_EXIT_FAIL;
+    rc = SB_EXIT_FAIL;
     if (sb_model_load(model, &m, err) || sb_vocab_load(sb_model_gguf(m), &voc, err) ||
         sb_tokenize(voc, text, text_len, 1, 0, &toks, &n_tok, err) || sb_ctx_new(m, &cp, &c, err)) {
         fprintf(stderr, "perplexity: %s\n", err);
@@ -108,21 +145,11 @@ int sb_cmd_perplexity(int argc, char **argv) {
     if (!json) fprintf(stderr, "perplexity: %zu tokens, %ld chunks of %ld\n", n_tok, n_chunks, n_ctx);
     double nll = 0;
     long count = 0;
-    const int first = (int)(n_ctx / 2);
     double t0 = sb_now_s();
     for (long k = 0; k < n_chunks; k++) {
-        memcpy(chunk, toks + (size_t)k * (size_t)n_ctx, (size_t)n_ctx * sizeof *chunk);
-        if (add_bos) chunk[0] = sb_vocab_bos(voc);
-        sb_ctx_truncate(c, 0);
-        if (sb_ctx_eval(c, chunk, (int)n_ctx, logits, 1, err)) {
-            fprintf(stderr, "perplexity: %s\n", err);
+        if (score_chunk(c, toks + (size_t)k * (size_t)n_ctx, (int)n_ctx, add_bos ? sb_vocab_bos(voc) : -1, chunk,
+                        logits, n_vocab, &nll, &count))
             goto out;
-        }
-        for (int j = first; j < n_ctx - 1; j++) {
-            const float *row = logits + (size_t)j * (size_t)n_vocab;
-            nll += sb_logsumexp(row, n_vocab) - (double)row[toks[(size_t)k * (size_t)n_ctx + (size_t)j + 1]];
-            count++;
-        }
         if (!json) fprintf(stderr, "[%ld]%.4f ", k + 1, exp(nll / (double)count));
     }
     double ppl = exp(nll / (double)count);

@@ -284,11 +284,12 @@ static int check_overlap(const sb_gguf *g, char *err) {
     return rc;
 }
 
-static int parse(sb_gguf *g, char *err) {
-    cursor c = { g->base, g->size, 0, g->path, err };
+/* Magic, version and the two counts (bounded). */
+static int read_header(sb_gguf *g, cursor *c, uint64_t *nt_out, uint64_t *nkv_out) {
+    char *err = c->err;
     int rc;
     uint32_t magic;
-    if ((rc = need(&c, 4, "magic"))) return rc;
+    if ((rc = need(c, 4, "magic"))) return rc;
     memcpy(&magic, g->base, 4);
     if (memcmp(g->base, "GGUF", 4) != 0) {
         char shown[5];
@@ -297,8 +298,8 @@ static int parse(sb_gguf *g, char *err) {
         return sb_seterr(err, SB_EFORMAT, "%s: magic at byte offset 0: expected \"GGUF\", found \"%s\" (0x%08x): not a GGUF file",
                          g->path, shown, magic);
     }
-    c.pos = 4;
-    if ((rc = rd_u32(&c, &g->version, "version"))) return rc;
+    c->pos = 4;
+    if ((rc = rd_u32(c, &g->version, "version"))) return rc;
     if (g->version == 1)
         return sb_seterr(err, SB_EUNSUP, "%s: version at byte offset 4: GGUF v1 is not supported (re-convert the model)", g->path);
     if ((g->version & 0xFFFF) == 0)
@@ -307,21 +308,25 @@ static int parse(sb_gguf *g, char *err) {
     if (g->version < 2 || g->version > 3)
         return sb_seterr(err, SB_EUNSUP, "%s: version at byte offset 4: %u not supported (2 or 3)", g->path, g->version);
     uint64_t nt, nkv;
-    if ((rc = rd_u64(&c, &nt, "n_tensors")) || (rc = rd_u64(&c, &nkv, "n_kv"))) return rc;
+    if ((rc = rd_u64(c, &nt, "n_tensors")) || (rc = rd_u64(c, &nkv, "n_kv"))) return rc;
     if (nt > SB_GGUF_MAX_TENSORS)
         return sb_seterr(err, SB_EFORMAT, "%s: n_tensors at byte offset 8: %llu exceeds limit %u",
                          g->path, (unsigned long long)nt, SB_GGUF_MAX_TENSORS);
     if (nkv > SB_GGUF_MAX_KV)
         return sb_seterr(err, SB_EFORMAT, "%s: n_kv at byte offset 16: %llu exceeds limit %u",
                          g->path, (unsigned long long)nkv, SB_GGUF_MAX_KV);
-    g->kv = sb_calloc((size_t)nkv, sizeof *g->kv);
-    g->tensors = sb_calloc((size_t)nt, sizeof *g->tensors);
-    if (!g->kv || !g->tensors) return sb_seterr(err, SB_ENOMEM, "%s: out of memory for %llu keys / %llu tensors",
-                                                g->path, (unsigned long long)nkv, (unsigned long long)nt);
-    g->alignment = SB_GGUF_DEFAULT_ALIGNMENT;
+    *nt_out = nt;
+    *nkv_out = nkv;
+    return 0;
+}
+
+/* The metadata: unique keys; general.alignment sets g->alignment. */
+static int read_kvs(sb_gguf *g, cursor *c, uint64_t nkv) {
+    char *err = c->err;
+    int rc;
     for (size_t i = 0; i < nkv; i++) {
         sb_gguf_kv *kv = &g->kv[i];
-        if ((rc = read_kv(&c, kv))) return rc;
+        if ((rc = read_kv(c, kv))) return rc;
         g->n_kv = i + 1;
         for (size_t j = 0; j < i; j++)
             if (g->kv[j].key.len == kv->key.len && !memcmp(g->kv[j].key.ptr, kv->key.ptr, kv->key.len))
@@ -334,8 +339,15 @@ static int parse(sb_gguf *g, char *err) {
             g->alignment = (uint32_t)kv->v.u;
         }
     }
+    return 0;
+}
+
+/* The tensor infos: unique names. */
+static int read_tensor_infos(sb_gguf *g, cursor *c, uint64_t nt) {
+    char *err = c->err;
+    int rc;
     for (size_t i = 0; i < nt; i++) {
-        if ((rc = read_tensor_info(&c, &g->tensors[i], i))) return rc;
+        if ((rc = read_tensor_info(c, &g->tensors[i], i))) return rc;
         g->n_tensors = i + 1;
         /* Duplicate names: O(n²) over at most a few thousand tensors, once per load. */
         for (size_t j = 0; j < i; j++)
@@ -344,16 +356,16 @@ static int parse(sb_gguf *g, char *err) {
                 return sb_seterr(err, SB_EFORMAT, "%s: tensor %zu: duplicate name '%.*s'", g->path, i,
                                  (int)g->tensors[i].name.len, g->tensors[i].name.ptr);
     }
-    size_t data = c.pos;
-    size_t pad = (g->alignment - data % g->alignment) % g->alignment;
-    if (sb_add_size(data, pad, &data) || (nt > 0 && data > g->size))
-        return sb_seterr(err, SB_EFORMAT, "%s: tensor data would start at byte offset %zu, past the end of the file (%zu bytes)",
-                         g->path, c.pos + pad, g->size);
-    g->data_offset = data;
+    return 0;
+}
+
+/* Each tensor's data pointer, from data (the aligned start of the data
+ * section), after checking it lies inside the file. */
+static int place_tensors(sb_gguf *g, size_t data, char *err) {
     /* Each tensor must lie inside the file; llama.cpp also insists offsets are
      * the running aligned sum, but files written by other tools may leave
      * gaps, so we require alignment, bounds and no overlap, not adjacency. */
-    for (size_t i = 0; i < nt; i++) {
+    for (size_t i = 0; i < g->n_tensors; i++) {
         sb_gguf_tensor *t = &g->tensors[i];
         size_t start, end;
         if (t->offset % g->alignment)
@@ -370,6 +382,27 @@ static int parse(sb_gguf *g, char *err) {
                              data + (size_t)SB_MIN(t->offset, (uint64_t)SIZE_MAX - data), g->size);
         t->data = g->base + start;
     }
+    return 0;
+}
+
+static int parse(sb_gguf *g, char *err) {
+    cursor c = { g->base, g->size, 0, g->path, err };
+    int rc;
+    uint64_t nt = 0, nkv = 0;
+    if ((rc = read_header(g, &c, &nt, &nkv))) return rc;
+    g->kv = sb_calloc((size_t)nkv, sizeof *g->kv);
+    g->tensors = sb_calloc((size_t)nt, sizeof *g->tensors);
+    if (!g->kv || !g->tensors) return sb_seterr(err, SB_ENOMEM, "%s: out of memory for %llu keys / %llu tensors",
+                                                g->path, (unsigned long long)nkv, (unsigned long long)nt);
+    g->alignment = SB_GGUF_DEFAULT_ALIGNMENT;
+    if ((rc = read_kvs(g, &c, nkv)) || (rc = read_tensor_infos(g, &c, nt))) return rc;
+    size_t data = c.pos;
+    size_t pad = (g->alignment - data % g->alignment) % g->alignment;
+    if (sb_add_size(data, pad, &data) || (nt > 0 && data > g->size))
+        return sb_seterr(err, SB_EFORMAT, "%s: tensor data would start at byte offset %zu, past the end of the file (%zu bytes)",
+                         g->path, c.pos + pad, g->size);
+    g->data_offset = data;
+    if ((rc = place_tensors(g, data, err))) return rc;
     return check_overlap(g, err);
 }
 

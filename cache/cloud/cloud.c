@@ -12,7 +12,7 @@
  *                              into kb_dir (`switchboard kb publish`)
  *   GET    /v1/health
  */
-#include "cache/cloud_internal.h"
+#include "cache/cloud/cloud_internal.h"
 #include "common/sb_net.h"
 
 #include <arpa/inet.h>

@@ -2,7 +2,8 @@
  * response cache (stats, list, get, purge, export, import, vacuum, check,
  * key) and the edge side of the cloud sync (sync).
  */
-#include "cache/cache_internal.h"
+#include "cache/sync/sync_internal.h"
+#include "cache/sb_cache_wire.h"
 #include "common/sb_cmd.h"
 #include "common/sb_config.h"
 

@@ -12,7 +12,7 @@
  *   - http and https only, no redirects, no proxies from the environment
  *     (the edge talks to the one cloud URL it was configured with).
  */
-#include "cache/cache_internal.h"
+#include "cache/sync/sync_internal.h"
 
 #include <curl/curl.h>
 #include <stdio.h>

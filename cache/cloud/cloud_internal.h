@@ -3,7 +3,7 @@
 #ifndef SB_CLOUD_INTERNAL_H
 #define SB_CLOUD_INTERNAL_H
 
-#include "cache/cache_internal.h"
+#include "cache/sb_cache_wire.h"
 
 typedef struct sbc_store sbc_store;
 

@@ -10,7 +10,7 @@
  * edge's cursor ("everything up to version N") is exact. It also serialises
  * syncs, which is fine at a fleet's sync rate and keeps replicas correct.
  */
-#include "cache/cloud_internal.h"
+#include "cache/cloud/cloud_internal.h"
 
 #include <libpq-fe.h>
 #include <math.h>

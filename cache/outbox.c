@@ -1,36 +1,21 @@
-/* sync_edge.c - the edge side of the cloud sync (docs/cache-sync.md).
+/* outbox.c - the local file's side of a cloud sync (docs/cache-sync.md):
+ * steps 1 and 3 of a round, whose network step 2 is cache/sync/sync_edge.c.
  *
- * One round:
  *   1. In one transaction: take the pending batch from sync_outbox, or build
  *      a new one (hit-count deltas, new local entries, a fresh sync_id), zero
  *      the deltas it carries and store it. From here on the batch is owned by
  *      the outbox, so a kill at any later point loses nothing.
- *   2. POST it, signed. A failure leaves the outbox as it is: the next call
- *      sends the same bytes with the same sync_id, and the cloud applies a
- *      sync_id at most once.
  *   3. In one transaction: apply the reply (entries, deletions), move the
  *      cursor, delete the outbox row. A kill before the commit leaves step 1's
  *      state, and the retry gets the same reply again (the cursor did not move).
- * Rounds repeat while the cloud says there is more or deltas remain.
  */
 #include "cache/cache_internal.h"
-
 #include <sqlite3.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/random.h>
-#include <time.h>
 
 #define MAX_DELTAS_PER_BATCH   5000
 #define MAX_ENTRIES_PER_BATCH  200
-#define MAX_ROUNDS             1000     /* a runaway loop is a bug; stop and say so */
-
-typedef struct {
-    char    sync_id[33];
-    sb_jw body;
-    int     resumed, more_local;
-    int64_t n_deltas, n_entries;
-} batch;
 
 static int scalar(sb_cache *c, const char *sql, int64_t *out) {
     sqlite3_stmt *st;
@@ -44,7 +29,7 @@ static int scalar(sb_cache *c, const char *sql, int64_t *out) {
     return rc;
 }
 
-static int load_pending(sb_cache *c, batch *b, int *found) {
+static int load_pending(sb_cache *c, sb_cache_batch *b, int *found) {
     sqlite3_stmt *st;
     *found = 0;
     int rc = sqlite3_prepare_v2(c->db, "SELECT sync_id, body FROM sync_outbox ORDER BY created_ms"
@@ -72,7 +57,7 @@ static int load_pending(sb_cache *c, batch *b, int *found) {
 }
 
 /* Deltas first (cheap, and what the fleet-wide counts are made of). */
-static int add_deltas(sb_cache *c, batch *b) {
+static int add_deltas(sb_cache *c, sb_cache_batch *b) {
     sqlite3_stmt *sel, *clr;
     int rc = sqlite3_prepare_v2(c->db, "SELECT id, key, dirty_hits FROM entries WHERE dirty_hits > 0"
                                 " LIMIT ?1", -1, &sel, NULL);
@@ -98,7 +83,7 @@ static int add_deltas(sb_cache *c, batch *b) {
     return rc == SQLITE_DONE || rc == SQLITE_ROW ? SQLITE_OK : rc;
 }
 
-static int add_entries(sb_cache *c, const sb_cache_sync_opts *o, batch *b) {
+static int add_entries(sb_cache *c, const sb_cache_sync_opts *o, sb_cache_batch *b) {
     sb_jw_rawf(&b->body, ",\"new_entries\":[");
     if (o->no_upload) { sb_jw_rawf(&b->body, "]"); return SQLITE_OK; }
     sqlite3_stmt *sel, *mark;
@@ -131,15 +116,8 @@ static int add_entries(sb_cache *c, const sb_cache_sync_opts *o, batch *b) {
     return rc == SQLITE_DONE || rc == SQLITE_ROW ? SQLITE_OK : rc;
 }
 
-static int new_sync_id(char out[33]) {
-    uint8_t r[16];
-    if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) return -1;
-    sb_hex_encode(r, sizeof r, out);
-    return 0;
-}
-
 /* Step 1: the batch this round sends, stored before it leaves. */
-static int take_batch(sb_cache *c, const sb_cache_sync_opts *o, batch *b, char *err) {
+static int take_batch(sb_cache *c, const sb_cache_sync_opts *o, sb_cache_batch *b, char *err) {
     int res = sbc_exec(c, "BEGIN IMMEDIATE", err), rc, found = 0;
     if (res) return res;
     if ((rc = load_pending(c, b, &found)) != SQLITE_OK) goto sqlfail;
@@ -149,7 +127,7 @@ static int take_batch(sb_cache *c, const sb_cache_sync_opts *o, batch *b, char *
     }
     int64_t cursor = 0;
     if ((rc = scalar(c, "SELECT value FROM meta WHERE name = 'sync_cursor'", &cursor))) goto sqlfail;
-    if (new_sync_id(b->sync_id)) { sbc_exec(c, "ROLLBACK", NULL); return sb_seterr(err, SB_EIO, "getrandom failed"); }
+    if (sbc_new_id(b->sync_id)) { sbc_exec(c, "ROLLBACK", NULL); return sb_seterr(err, SB_EIO, "getrandom failed"); }
     sb_jw_rawf(&b->body, "{\"edge_id\":");
     sb_jw_strn(&b->body, o->edge_id, strlen(o->edge_id));
     /* key_versions: the entries this edge can use; an older edge sends none
@@ -187,7 +165,7 @@ static int exec_key(sb_cache *c, const char *sql, const char *key) {
 }
 
 /* Step 3: the reply, its cursor and the end of the batch, all or nothing. */
-static int apply_reply(sb_cache *c, const batch *b, const sb_json *reply, sb_cache_sync_result *res,
+static int apply_reply(sb_cache *c, const sb_cache_batch *b, const sb_json *reply, sb_cache_sync_result *res,
                        int *more, char *err) {
     int64_t cursor = 0;
     const sb_json *entries = sb_json_get(reply, "entries"), *deletions = sb_json_get(reply, "deletions");
@@ -240,118 +218,26 @@ sqlfail:
     return r;
 }
 
-/* Every attempt gets a fresh nonce in the body, so its signature is new: an
- * honest retry of a stored batch within the same second is never taken for
- * a replay, while the sync_id still makes the retry a no-op at the cloud. */
-/* The headers that authenticate a request: body is what the signature
- * covers (the POST body, or for a GET its path with the nonce). */
-static int sign_headers(const char *edge_id, const char *secret, const void *body, size_t len, char *headers,
-                        size_t cap, char *err) {
-    char ts[24], sig[SB_CACHE_KEY_HEX];
-    if (strpbrk(edge_id, "\r\n")) return sb_seterr(err, SB_EINVAL, "sync: bad edge id");
-    snprintf(ts, sizeof ts, "%lld", (long long)time(NULL));
-    sbc_sign(secret, ts, body, len, sig);
-    snprintf(headers, cap, "X-Edge-Id: %s\r\nX-Timestamp: %s\r\nX-Signature: %s\r\n", edge_id, ts, sig);
-    return SB_OK;
-}
-
-static int send_batch(const sb_cache_sync_opts *o, const batch *b, sbc_http_reply *reply, char *err) {
-    char headers[512], nonce[33];
-    if (strpbrk(o->edge_id, "\r\n")) return sb_seterr(err, SB_EINVAL, "sync: bad edge id");
-    if (new_sync_id(nonce)) return sb_seterr(err, SB_EIO, "getrandom failed");
-    sb_jw body = { 0 };
-    sb_jw_rawf(&body, "{\"nonce\":\"%s\",", nonce);
-    sb_jw_raw(&body, b->body.p + 1, b->body.len - 1);     /* the stored object minus '{' */
-    if (body.oom) { sb_jw_free(&body); return sb_seterr(err, SB_ENOMEM, "sync: out of memory"); }
-    int rc = sign_headers(o->edge_id, o->secret, body.p, body.len, headers, sizeof headers, err);
-    if (!rc)
-        rc = sbc_http_request("POST", o->url, "/v1/sync", headers, body.p, body.len,
-                              o->timeout_ms > 0 ? o->timeout_ms : 10000, o->ca_file, reply, err);
-    sb_jw_free(&body);
+int sb_cache_outbox_take(sb_cache *c, const sb_cache_sync_opts *o, sb_cache_batch *b, char *err) {
+    memset(b, 0, sizeof *b);
+    if (c->read_only) return sbc_fail(c, SQLITE_READONLY, err, "sync");
+    pthread_mutex_lock(&c->lock);
+    int rc = take_batch(c, o, b, err);
+    pthread_mutex_unlock(&c->lock);
     return rc;
 }
 
-int sb_cache_sync(sb_cache *c, const sb_cache_sync_opts *o, sb_cache_sync_result *res, char *err) {
-    sb_cache_sync_result dummy;
-    if (!res) res = &dummy;
-    memset(res, 0, sizeof *res);
-    if (!c) return sb_seterr(err, SB_EINVAL, "sync: cache disabled");
-    if (!o || !o->url || !o->edge_id || !*o->edge_id || !o->secret || !*o->secret)
-        return sb_seterr(err, SB_EINVAL, "sync: url, edge id and secret are required");
-    if (c->read_only) return sbc_fail(c, SQLITE_READONLY, err, "sync");
-    for (int round = 0; round < MAX_ROUNDS; round++) {
-        batch b = { 0 };
-        pthread_mutex_lock(&c->lock);
-        int rc = take_batch(c, o, &b, err);
-        pthread_mutex_unlock(&c->lock);
-        if (rc) { sb_jw_free(&b.body); return rc; }
-        res->rounds++;
-        res->resumed |= b.resumed;
-        sbc_http_reply reply;
-        rc = send_batch(o, &b, &reply, err);        /* no lock: requests keep flowing */
-        if (!rc && reply.status != 200) {
-            int code = reply.status == 401 || reply.status == 400 ? SB_EINVAL : SB_EIO;
-            rc = sb_seterr(err, code, "sync: %s answered %d: %.160s", o->url, reply.status,
-                           reply.body.p ? reply.body.p : "");
-            /* 400: this batch can never be accepted; resending it forever would
-             * block every later sync. Drop it (its deltas are lost, logged).
-             * 401 and 5xx keep it: a fixed secret or a recovered cloud takes it. */
-            if (reply.status == 400) {
-                sb_error("sync: dropping batch %s rejected as malformed: %s", b.sync_id, err);
-                pthread_mutex_lock(&c->lock);
-                if (exec_key(c, "DELETE FROM sync_outbox WHERE sync_id = ?1", b.sync_id))
-                    sbc_fail(c, sqlite3_errcode(c->db), NULL, "sync: dropping a batch");
-                pthread_mutex_unlock(&c->lock);
-            }
-        }
-        sb_json_doc *j = NULL;
-        if (!rc && (rc = sb_json_parse(reply.body.p, reply.body.len, &j, err)) == SB_OK &&
-            sb_json_type_of(sb_json_root(j)) != SB_JSON_OBJECT)
-            rc = sb_seterr(err, SB_EFORMAT, "sync: reply is not a JSON object");
-        int more = 0;
-        if (!rc) {
-            pthread_mutex_lock(&c->lock);
-            rc = apply_reply(c, &b, sb_json_root(j), res, &more, err);
-            pthread_mutex_unlock(&c->lock);
-        }
-        if (!rc) { res->deltas_sent += b.n_deltas; res->entries_sent += b.n_entries; }
-        sb_json_doc_free(j);
-        sb_jw_free(&reply.body);
-        int more_local = b.more_local || b.resumed;
-        sb_jw_free(&b.body);
-        if (rc) return rc;
-        if (!more && !more_local) return SB_OK;
-    }
-    return sb_seterr(err, SB_EIO, "sync: still more after %d rounds", MAX_ROUNDS);
+int sb_cache_outbox_apply(sb_cache *c, const sb_cache_batch *b, const sb_json *reply,
+                          sb_cache_sync_result *res, int *more, char *err) {
+    pthread_mutex_lock(&c->lock);
+    int rc = apply_reply(c, b, reply, res, more, err);
+    pthread_mutex_unlock(&c->lock);
+    return rc;
 }
 
-int sb_cloud_get(const sb_cloud_peer *p, const char *path, char **body, size_t *len, char *err) {
-    *body = NULL;
-    *len = 0;
-    if (!p || !p->url || !p->edge_id || !*p->edge_id || !p->secret || !*p->secret)
-        return sb_seterr(err, SB_EINVAL, "cloud: url, edge id and secret are required");
-    char nonce[33], headers[512];
-    if (new_sync_id(nonce)) return sb_seterr(err, SB_EIO, "getrandom failed");
-    sb_jw full = { 0 };
-    sb_jw_rawf(&full, "%s?nonce=%s", path, nonce);
-    if (full.oom) return sb_seterr(err, SB_ENOMEM, "cloud: out of memory");
-    sbc_http_reply reply = { 0 };
-    int rc = sign_headers(p->edge_id, p->secret, full.p, full.len, headers, sizeof headers, err);
-    if (!rc)
-        rc = sbc_http_request("GET", p->url, full.p, headers, NULL, 0, p->timeout_ms > 0 ? p->timeout_ms : 60000,
-                              p->ca_file, &reply, err);
-    sb_jw_free(&full);
-    if (!rc && reply.status != 200)
-        rc = sb_seterr(err, reply.status == 401 || reply.status == 404 || reply.status == 400 ? SB_EINVAL : SB_EIO,
-                       "cloud: GET %s%s answered %d: %.160s", p->url, path, reply.status,
-                       reply.body.p ? reply.body.p : "");
-    if (!rc) sb_jw_raw(&reply.body, "", 1);             /* NUL-terminated for the caller */
-    if (!rc && reply.body.oom) rc = sb_seterr(err, SB_ENOMEM, "cloud: out of memory");
-    if (rc) {
-        sb_jw_free(&reply.body);
-        return rc;
-    }
-    *body = reply.body.p;
-    *len = reply.body.len - 1;
-    return SB_OK;
+void sb_cache_outbox_drop(sb_cache *c, const char *sync_id) {
+    pthread_mutex_lock(&c->lock);
+    if (exec_key(c, "DELETE FROM sync_outbox WHERE sync_id = ?1", sync_id))
+        sbc_fail(c, sqlite3_errcode(c->db), NULL, "sync: dropping a batch");
+    pthread_mutex_unlock(&c->lock);
 }

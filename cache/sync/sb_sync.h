@@ -1,0 +1,37 @@
+/* sb_sync.h - the edge's side of the cloud sync (docs/cache-sync.md): one
+ * sync of a local cache with `switchboard cloud`, and signed GETs of the
+ * files the cloud publishes. Above the local cache (cache/sb_cache.h), which
+ * keeps the sync's state in its file; the transport is libcurl (http.c).
+ */
+#ifndef SB_SYNC_H
+#define SB_SYNC_H
+
+#include <stddef.h>
+#include "cache/sb_cache.h"
+
+/* One sync with the cloud (docs/cache-sync.md). Safe to kill at any point and
+ * to call again: the outgoing batch is stored (with its sync_id) before it is
+ * sent and resent unchanged until the reply is applied; the reply is applied
+ * and the cursor advanced in one transaction. SB_EIO: network or HTTP error;
+ * SB_EINVAL: rejected (401/400) - the message says which. */
+int sb_cache_sync(sb_cache *c, const sb_cache_sync_opts *o, sb_cache_sync_result *res, char *err);
+
+/* ================================================ files the cloud publishes
+ *
+ * The cloud tier also serves files an operator published there (knowledge
+ * base snapshots: `switchboard kb publish` / `kb pull`, docs/KNOWLEDGE.md),
+ * to the same edges, with the same credentials and transport as the sync. */
+
+typedef struct {
+    const char *url, *edge_id, *secret;  /* as for sb_cache_sync */
+    const char *ca_file;                 /* NULL = system store */
+    int         timeout_ms;              /* the whole request; 0 = 60000 */
+} sb_cloud_peer;
+
+/* GET url + path, signed as a sync is (X-Edge-Id, X-Timestamp, X-Signature;
+ * a fresh nonce in the query makes every request's signature new). 200 only:
+ * any other status is SB_EINVAL (401, 404) or SB_EIO, with the cloud's
+ * message. *body is sb_malloc'ed and NUL-terminated (*len excludes it). */
+int  sb_cloud_get(const sb_cloud_peer *p, const char *path, char **body, size_t *len, char *err);
+
+#endif
