@@ -656,6 +656,18 @@ static int bench_run(sb_ctx *c, const int32_t *toks, int n_tok, int pp, int tg, 
     return 0;
 }
 
+/* With membw, a probe on `threads` threads over a 1 GiB buffer (twice the
+ * L3 of the machines measured) and room for n_windows windows. */
+static int bench_obs_init(bench_obs *o, const sb_model *m, int kv_f32, int membw, int threads, int n_windows) {
+    o->m = m;
+    o->kv_f32 = kv_f32;
+    if (!membw) return 0;
+    o->bw.bw = sb_calloc((size_t)n_windows, sizeof(double));
+    o->bw.frac = sb_calloc((size_t)n_windows, sizeof(double));
+    if (!o->bw.bw || !o->bw.frac) return SB_ENOMEM;
+    return sb_bwprobe_new(threads, 1ul << 30, &o->probe);
+}
+
 /* The results line (or JSON object), then what --membw and --profile found. */
 static void bench_report(const char *model, const sb_model *m, int threads, int pp, int tg, int runs, double pp_med,
                          double tg_med, int json, const bench_obs *o) {
@@ -715,16 +727,9 @@ int sb_cmd_bench(int argc, char **argv) {
     double *pp_t = sb_calloc((size_t)runs, sizeof(double)), *tg_t = sb_calloc((size_t)runs, sizeof(double));
     int rc = SB_EXIT_FAIL;
     if (!toks || !logits || !pp_t || !tg_t) { fprintf(stderr, "bench: out of memory\n"); goto out; }
-    obs.m = m;
-    obs.kv_f32 = kv_f32;
-    if (membw && tg > 0) {
-        const int nw = runs * ((tg + BW_WINDOW - 1) / BW_WINDOW);
-        obs.bw.bw = sb_calloc((size_t)nw, sizeof(double));
-        obs.bw.frac = sb_calloc((size_t)nw, sizeof(double));
-        if (!obs.bw.bw || !obs.bw.frac || sb_bwprobe_new(threads, 1ul << 30, &obs.probe)) {
-            fprintf(stderr, "bench: out of memory for the bandwidth probe\n");
-            goto out;
-        }
+    if (bench_obs_init(&obs, m, kv_f32, membw && tg > 0, threads, runs * ((tg + BW_WINDOW - 1) / BW_WINDOW))) {
+        fprintf(stderr, "bench: out of memory for the bandwidth probe\n");
+        goto out;
     }
     /* Token ids do not change the cost; a fixed LCG keeps runs comparable. */
     uint32_t s = 12345;
