@@ -658,5 +658,6 @@ void sb_engine_stats_get(const sb_engine *e, sb_engine_stats *st) {
         .blocks_cached = prefix_blocks(s),
         .prefix_hits = s->hits, .prefix_misses = s->misses, .prefix_tokens_reused = s->reused,
         .steps = s->steps, .step_tokens = s->step_tokens,
+        .spec_drafted = e->spec_drafted, .spec_accepted = e->spec_accepted,
     };
 }
