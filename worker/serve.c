@@ -493,6 +493,8 @@ int sb_cmd_worker(int argc, char **argv) {
     if (!rc_open && w.draft_path) rc_open = open_draft(&w, &cp, err);
     if (rc_open) {
         sb_error("%s", err);
+        sb_engine_free(w.draft);        /* a refused draft leaves both engines open */
+        sb_engine_free(w.engine);
         return SB_EXIT_CONFIG;
     }
     /* An encoder runs its embed jobs one at a time: say so, so the router
