@@ -264,6 +264,8 @@ static int load_local(ctx *c, const sb_config_node *key, const sb_config_node *v
         (rc = get_int(c, v, what, "threads", 1, SB_CONFIG_MAX_THREADS, &m->threads)) ||
         (rc = get_int(c, v, what, "ctx", SB_CONFIG_MIN_CTX, SB_CONFIG_MAX_CTX, &m->ctx)) ||
         (rc = get_int(c, v, what, "kv_mb", 1, SB_CONFIG_MAX_KV_MB, &m->kv_mb)) ||
+        (rc = get_int(c, v, what, "lookup", 0, 16, &m->lookup)) ||
+        (rc = get_str(c, v, what, "draft", &m->draft)) ||
         (rc = get_enum(c, v, what, "kv_type", kv_types, &kv)))
         return rc;
     m->kv_type = (sb_kv_type)kv;
@@ -291,7 +293,8 @@ static int load_local(ctx *c, const sb_config_node *key, const sb_config_node *v
 static int load_model(ctx *c, const sb_config_node *key, const sb_config_node *v,
                       sb_config_model *m) {
     static const char *const local_keys[] = { "gguf", "threads", "ctx", "kv_type", "idle", "parallel",
-                                              "kv_mb", "max_queue", "max_tokens", "deadline_ms", NULL };
+                                              "kv_mb", "max_queue", "max_tokens", "deadline_ms", "lookup",
+                                              "draft", NULL };
     static const char *const remote_keys[] = { "upstream", "model", "api_key_env", "timeout_ms", "parallel",
                                                "max_queue", "max_tokens", "deadline_ms", NULL };
     char what[SB_CONFIG_MAX_NAME + 16];
@@ -328,6 +331,15 @@ static int load_models(ctx *c, const sb_config_node *ms) {
         c->cfg->n_models = i + 1;               /* so free sees partial entries */
         if ((rc = load_model(c, ms->pairs[i].key, ms->pairs[i].value, &c->cfg->models[i])))
             return rc;
+    }
+    /* draft: another local model; its vocabulary is checked by the worker. */
+    for (size_t i = 0; i < c->cfg->n_models; i++) {
+        const sb_config_model *m = &c->cfg->models[i], *d = m->draft ? sb_config_find_model(c->cfg, m->draft) : NULL;
+        const sb_config_node *at = sb_config_node_get(ms->pairs[i].value, "draft");
+        if (m->draft && (!d || !d->gguf || d == m))
+            return FAIL(c, at, "models.%s.draft: '%s' is not another local (gguf) model of models:", m->name, m->draft);
+        if (m->draft && m->lookup)
+            return FAIL(c, at, "models.%s: 'lookup' and 'draft' are alternatives; set one", m->name);
     }
     return 0;
 }
@@ -552,6 +564,7 @@ void sb_config_free(sb_config *cfg) {
         sb_config_model *m = &cfg->models[i];
         sb_free(m->name);
         sb_free(m->gguf);
+        sb_free(m->draft);
         sb_free(m->upstream);
         sb_free(m->upstream_model);
         sb_free(m->api_key_env);
@@ -599,6 +612,7 @@ bool sb_config_equal_model(const sb_config_model *a, const sb_config_model *b) {
     return str_eq(a->name, b->name) && str_eq(a->gguf, b->gguf) &&
            a->threads == b->threads && a->ctx == b->ctx && a->kv_type == b->kv_type &&
            a->idle_unload_s == b->idle_unload_s && a->parallel == b->parallel && a->kv_mb == b->kv_mb &&
+           a->lookup == b->lookup && str_eq(a->draft, b->draft) &&
            str_eq(a->upstream, b->upstream) &&
            str_eq(a->upstream_model, b->upstream_model) && str_eq(a->api_key_env, b->api_key_env) &&
            a->timeout_ms == b->timeout_ms && a->max_queue == b->max_queue &&

@@ -75,6 +75,8 @@ typedef struct {
     sb_kv_type kv_type;         /* f16 (default) | f32 */
     int idle_unload_s;          /* 0 = "keep"; N = "unload-after:N" */
     int kv_mb;                  /* the worker's KV pool in MiB; 0 = unset: the worker sizes it */
+    int lookup;                 /* prompt-lookup draft length [0, 16]; 0 = off (docs/SPECULATIVE.md) */
+    char *draft;                /* another local model of the config drafting for this one, or NULL */
     char *upstream;             /* http(s)://host[:port][/path] */
     char *upstream_model;       /* model name sent upstream; default the entry name */
     char *api_key_env;          /* env var holding the upstream key, or NULL */

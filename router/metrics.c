@@ -65,6 +65,10 @@ static void render_batch(rt *r, sb_jw *w) {
           offsetof(rt_model, prefix_misses) },
         { "switchboard_prefix_cache_tokens_reused_total", "counter", "Prompt tokens served from cached prefixes.",
           offsetof(rt_model, prefix_tokens_reused) },
+        { "switchboard_spec_drafted_total", "counter", "Tokens drafted for speculative decoding.",
+          offsetof(rt_model, spec_drafted) },
+        { "switchboard_spec_accepted_total", "counter", "Drafted tokens the model accepted.",
+          offsetof(rt_model, spec_accepted) },
     };
     for (size_t f = 0; f < SB_ARRAY_LEN(fam); f++) {
         bool head = false;

@@ -352,9 +352,11 @@ rt_model *rt_model_find(rt *r, const char *name) {
 /* A batching worker's figures from its health reply; -1 where absent. */
 static void read_batch_health(rt_model *m, const sb_mp_obj *h) {
     static const char *const keys[] = { "parallel", "running", "kv_blocks_total", "kv_blocks_free",
-                                        "prefix_hits", "prefix_misses", "prefix_tokens_reused" };
+                                        "prefix_hits", "prefix_misses", "prefix_tokens_reused",
+                                        "spec_drafted", "spec_accepted" };
     int64_t *const at[] = { &m->parallel, &m->running, &m->kv_blocks_total, &m->kv_blocks_free,
-                            &m->prefix_hits, &m->prefix_misses, &m->prefix_tokens_reused };
+                            &m->prefix_hits, &m->prefix_misses, &m->prefix_tokens_reused,
+                            &m->spec_drafted, &m->spec_accepted };
     for (size_t i = 0; i < SB_ARRAY_LEN(keys); i++) {
         int64_t v = -1;
         if (h && sb_mp_get_int(h, keys[i], SB_MP_OPTIONAL, 0, INT64_MAX, &v, NULL)) v = -1;

@@ -151,6 +151,7 @@ struct rt_model {
      * parallel > 0 also means the worker takes a `priority` param. */
     int64_t parallel, running, kv_blocks_total, kv_blocks_free;
     int64_t prefix_hits, prefix_misses, prefix_tokens_reused;
+    int64_t spec_drafted, spec_accepted;    /* speculative tokens (docs/SPECULATIVE.md) */
     /* metrics */
     uint64_t requests, errors, busy;
     uint64_t prompt_tokens, completion_tokens, reused_tokens;

@@ -87,6 +87,9 @@ static void build_cmdline(const child *c, cmdline *cl) {
      * batching, which knows neither flag, still starts). */
     if (m->parallel) { arg(cl, "--parallel"); arg(cl, "%d", m->parallel); }
     if (m->kv_mb) { arg(cl, "--kv-mb"); arg(cl, "%d", m->kv_mb); }
+    if (m->lookup) { arg(cl, "--lookup"); arg(cl, "%d", m->lookup); }
+    const sb_config_model *d = m->draft ? sb_config_find_model(cfg, m->draft) : NULL;
+    if (d && d->gguf) { arg(cl, "--draft"); arg(cl, "%s", d->gguf); }
 }
 
 /* In the child, between fork and exec: only async-signal-safe calls. Every

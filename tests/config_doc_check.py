@@ -116,6 +116,8 @@ def config(section, key, value):
         return out
 
     lines = ["runtime:"] + block(runtime, 2) + ["models:", "  m:"] + block(model, 4)
+    if section == "local" and key == "draft":   # models.NAME.draft: another local model
+        lines += ["  d:"] + block({"gguf": GGUF}, 4)
     if cache is not None:
         lines += ["cache:"] + (block(cache, 2) if cache else ["  path: %s" % os.path.join(TMP, "c.sqlite")])
     if console is not None:
@@ -167,6 +169,8 @@ def sample_values(section, key, typ):
         return ["https://cloud.example:9443/sb", "http://127.0.0.1:9090"], ["ftp://x", "http://192.0.2.7:9090"]
     if t == "model name":                # knowledge.embed_model: a model of models:
         return ["m"], ["no-such-model"]
+    if t == "another local model's name":   # models.NAME.draft: not itself
+        return ["d"], ["no-such-model", "m"]
     if t == "env var name":
         return ["SB_SOME_KEY"], ["not a name"]
     if t == "string":

@@ -13,7 +13,10 @@
  *    counters say so; two such tasks at once: the second waits for the
  *    first to read the shared part;
  *  - a score task gives exactly sb_engine_score's log-probabilities;
- *  - when the budget is short, the higher priority's prompt goes first.
+ *  - when the budget is short, the higher priority's prompt goes first;
+ *  - a drafting generation that runs alone speculates (lookup, a draft
+ *    model) and gives plain greedy's tokens; joined by another task it
+ *    takes plain steps, and both still give what they give alone.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -442,6 +445,62 @@ static void test_priority(void **state) {
     sb_engine_free(e);
 }
 
+/* Speculation in the batch: one task alone drafts and verifies (its
+ * drafted counter moves), its greedy tokens are plain decoding's; a task
+ * that joins mid-way makes the steps plain again, both stay exact. */
+static void test_spec_alone(void **state) {
+    (void)state;
+    enum { GEN = 60 };
+    const char *text = "one two three four one two three four one two three";
+    char err[SB_ERR_LEN];
+    sb_engine *draft = open_engine("tests/data/tiny-llama-spm-Q2_K.gguf", 0, 0, 64);
+    for (size_t f = 0; f < SB_ARRAY_LEN(FIXTURES); f++) {
+        sb_engine *e = open_engine(FIXTURES[f], 2, 0, 64);
+        const int nv = sb_model_hparams(sb_engine_model(e))->n_vocab;
+        int32_t *pa, pb[10];
+        size_t na;
+        if (sb_engine_tokenize(e, text, strlen(text), 1, &pa, &na, err)) fail_msg("%s", err);
+        make_prompt(pb, 10, nv, 3);
+        out_t ra, rb, ga, gb;
+        sb_gen_result r;
+        alone(e, pa, (int)na, GEN, &ra, &r);
+        alone(e, pb, 10, 10, &rb, &r);     /* B ends first: A is alone again after */
+        const int with_draft = sb_engine_check_draft(e, draft, NULL) == 0;
+        for (int mode = 0; mode < 4; mode++) {
+            if (mode >= 2 && !with_draft) continue;
+            const int join = mode & 1;
+            sb_gen_opts oa, ob;
+            greedy(&oa, GEN, &ga);
+            greedy(&ob, 10, &gb);
+            oa.spec_exact = 1;
+            if (mode < 2) oa.lookup = 4;
+            else { oa.draft = draft; oa.n_draft = 4; }
+            sb_task *t[2];
+            sb_engine_stats s0, s1;
+            sb_engine_stats_get(e, &s0);
+            assert_int_equal(sb_engine_submit_generate(e, pa, (int)na, &oa, 0, &t[0], err), 0);
+            if (join) {
+                for (int i = 0; i < 4; i++) assert_int_equal(sb_engine_step(e, err), 1);
+                assert_int_equal(sb_engine_submit_generate(e, pb, 10, &ob, 0, &t[1], err), 0);
+            }
+            run_all(e, t, 1 + join);
+            sb_engine_stats_get(e, &s1);
+            assert_int_equal(sb_task_poll(t[0], &r, NULL, err), 1);
+            if (ga.n != ra.n || memcmp(ga.tok, ra.tok, (size_t)ra.n * sizeof *ra.tok))
+                fail_msg("%s mode %d: speculative task differs from plain greedy", FIXTURES[f], mode);
+            assert_same(&ga, &ra);
+            if (!(r.n_drafted > 0 && r.n_accepted <= r.n_drafted)) fail_msg("%s mode %d: drafted %d accepted %d gen %d", FIXTURES[f], mode, r.n_drafted, r.n_accepted, r.n_gen);
+            assert_int_equal(s1.spec_drafted - s0.spec_drafted, (uint64_t)r.n_drafted);
+            assert_int_equal(s1.spec_accepted - s0.spec_accepted, (uint64_t)r.n_accepted);
+            if (join) assert_same(&gb, &rb);
+            for (int i = 0; i <= join; i++) sb_task_free(e, t[i]);
+        }
+        free(pa);
+        sb_engine_free(e);
+    }
+    sb_engine_free(draft);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_together_equals_alone),
@@ -452,6 +511,7 @@ int main(void) {
         cmocka_unit_test(test_prefix_wait),
         cmocka_unit_test(test_score_equals),
         cmocka_unit_test(test_priority),
+        cmocka_unit_test(test_spec_alone),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -215,7 +215,12 @@ static void test_cache_sync_url(void **state) {
 static void test_unknown_keys(void **state) {
     expect_error("models:\n  a:\n    gguf: m.gguf\n    thread: 2\n",
                  ":4:5: models.a: unknown key 'thread' (expected one of: gguf, threads, ctx, "
-                 "kv_type, idle, parallel, kv_mb, max_queue, max_tokens, deadline_ms)");
+                 "kv_type, idle, parallel, kv_mb, max_queue, max_tokens, deadline_ms, lookup, draft)");
+    /* draft: another local model, not together with lookup. */
+    expect_error("models:\n  a: { gguf: m.gguf, draft: a }\n",
+                 ":2:29: models.a.draft: 'a' is not another local (gguf) model of models:");
+    expect_error("models:\n  a: { gguf: m.gguf, draft: b, lookup: 4 }\n  b: { gguf: m.gguf }\n",
+                 ":2:29: models.a: 'lookup' and 'draft' are alternatives; set one");
     /* A KV pool is a worker's: an upstream sizes its own. */
     expect_error("models:\n  c: { upstream: http://h:1/v1, kv_mb: 4 }\n",
                  ":2:33: models.c: unknown key 'kv_mb' (expected one of: upstream, model, "
@@ -403,6 +408,13 @@ static void test_equal_model_for_reload(void **state) {
     assert_false(sb_config_equal_model(sb_config_find_model(a, "x"), sb_config_find_model(b, "x")));
     assert_true(sb_config_equal_model(sb_config_find_model(a, "y"), sb_config_find_model(b, "y")));
     assert_false(sb_config_equal_runtime(a, b));
+    sb_config_free(b);
+    /* Speculation settings are on the worker's command line. */
+    assert_int_equal(load("models:\n  x: { gguf: m.gguf, threads: 1, draft: y }\n  y: { gguf: m.gguf }\n", &b, err), 0);
+    assert_false(sb_config_equal_model(sb_config_find_model(a, "x"), sb_config_find_model(b, "x")));
+    sb_config_free(b);
+    assert_int_equal(load("models:\n  x: { gguf: m.gguf, threads: 1, lookup: 8 }\n  y: { gguf: m.gguf }\n", &b, err), 0);
+    assert_false(sb_config_equal_model(sb_config_find_model(a, "x"), sb_config_find_model(b, "x")));
     sb_config_free(b);
     /* The same path, but the file was replaced: that is a different model. */
     char p[160], tmp[170];

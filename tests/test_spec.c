@@ -102,6 +102,27 @@ static void test_accept_rule(void **state) {
     assert_int_equal(check_rule(q2, 16, ids, p, 4, -1), 200000);
 }
 
+/* Backoff: a window of 32 drafted tokens under 30 % accepted halves the
+ * draft length, down to 0 (off); a good window keeps it; each decision
+ * starts a new window. */
+static void test_backoff(void **state) {
+    (void)state;
+    int wd = 0, wa = 0, len = 8;
+    for (int i = 0; i < 3; i++) len = sb_spec_backoff(len, &wd, &wa, 8, 4);   /* 24 drafted: no decision */
+    assert_int_equal(len, 8);
+    len = sb_spec_backoff(len, &wd, &wa, 8, 4);         /* 32, 50 %: kept */
+    assert_int_equal(len, 8);
+    assert_int_equal(wd, 0);
+    for (int i = 0; i < 4; i++) len = sb_spec_backoff(len, &wd, &wa, 8, i == 0 ? 9 : 0);  /* 9 / 32 = 28 % */
+    assert_int_equal(len, 4);
+    for (int i = 0; i < 8; i++) len = sb_spec_backoff(len, &wd, &wa, 4, i < 3 ? 4 : 0);   /* 12 / 32 = 37.5 % */
+    assert_int_equal(len, 4);
+    for (int i = 0; i < 8; i++) len = sb_spec_backoff(len, &wd, &wa, 4, 1);   /* 8 / 32 */
+    assert_int_equal(len, 2);
+    for (int i = 0; i < 16; i++) len = sb_spec_backoff(len, &wd, &wa, 2, 0);
+    assert_int_equal(len, 0);                            /* below 2: off */
+}
+
 /* ---- the engine ---- */
 
 typedef struct { int32_t tok[512]; int n; } toks;
@@ -293,6 +314,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lookup),
         cmocka_unit_test(test_accept_rule),
+        cmocka_unit_test(test_backoff),
         cmocka_unit_test(test_greedy_identity),
         cmocka_unit_test(test_draft_vocab_check),
         cmocka_unit_test(test_sampled_lookup),

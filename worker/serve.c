@@ -152,7 +152,7 @@ static bool no_vocab(worker *w, sb_ipc_reply *r) {
 }
 
 /* The batching figures health and info share (a router's /metrics reads
- * them): sequences, KV blocks, prefix cache. 7 keys. */
+ * them): sequences, KV blocks, prefix cache, speculative tokens. 9 keys. */
 static void put_load(sb_mp_writer *wr, const worker *w, int running, const sb_engine_stats *st) {
     sb_mp_kv_i64(wr, "parallel", w->parallel);
     sb_mp_kv_i64(wr, "running", running);
@@ -161,6 +161,8 @@ static void put_load(sb_mp_writer *wr, const worker *w, int running, const sb_en
     sb_mp_kv_u64(wr, "prefix_hits", st->prefix_hits);
     sb_mp_kv_u64(wr, "prefix_misses", st->prefix_misses);
     sb_mp_kv_u64(wr, "prefix_tokens_reused", st->prefix_tokens_reused);
+    sb_mp_kv_u64(wr, "spec_drafted", st->spec_drafted);
+    sb_mp_kv_u64(wr, "spec_accepted", st->spec_accepted);
 }
 
 void sb_serve_publish_stats(worker *w) {
@@ -179,7 +181,7 @@ static void h_health(void *ud, sb_ipc_reply *r, const char *m, const sb_mp_obj *
     int queued = w->n_queued, running = w->running, stopping = w->stopping;
     sb_engine_stats st = w->stats;
     pthread_mutex_unlock(&w->mu);
-    sb_mp_map(wr, 13);
+    sb_mp_map(wr, 15);
     sb_mp_kv_str(wr, "status", stopping ? "draining" : "ok");
     sb_mp_kv_str(wr, "kind", w->encoder ? "encoder" : "decoder");
     sb_mp_kv_str(wr, "name", w->name);
@@ -214,7 +216,7 @@ static void h_info(void *ud, sb_ipc_reply *r, const char *m, const sb_mp_obj *p)
     int running = w->running;
     sb_engine_stats st = w->stats;
     pthread_mutex_unlock(&w->mu);
-    sb_mp_map(wr, 17 + 7);
+    sb_mp_map(wr, 17 + 9);
     put_load(wr, w, running, &st);
     sb_mp_kv_str(wr, "name", w->name);
     sb_mp_kv_str(wr, "model", w->model_path);
@@ -357,6 +359,9 @@ static void usage(FILE *f) {
             "  --max-queue N      queued generate/score requests before 'busy' (default 16)\n"
             "  --max-tokens N     cap on max_tokens per request (default 4096)\n"
             "  --lookup N         prompt-lookup speculative decoding, N drafted tokens (default 0 = off)\n"
+            "  --draft FILE       speculative decoding with a draft model of the same vocabulary\n"
+            "                     (checked at start; per request, lookup wins when both apply)\n"
+            "  --n-draft N        tokens the draft model proposes per step (default 4)\n"
             "  --drain-ms N       how long SIGTERM waits for running requests (default 10000)\n"
             "  --deadline-ms N    deadline of a generate without its own deadline_ms (default 0 = none)\n"
             "  --batch N          prompt tokens per forward pass (default 128; scratch memory grows with it)\n"
@@ -397,6 +402,24 @@ static int open_engine(worker *w, sb_ctx_params *cp, char *err) {
     return sb_engine_open_kv(w->model_path, cp, min, &w->engine, err);
 }
 
+/* The draft model: one sequence with the model's context, so it can draft
+ * wherever the model generates; refused unless its token list is the
+ * model's (sb_engine_check_draft). */
+static int open_draft(worker *w, const sb_ctx_params *cp, char *err) {
+    if (!w->engine) return sb_seterr(err, SB_EINVAL, "--draft: '%s' is an encoder model", w->name);
+    sb_ctx_params dp = *cp;
+    dp.n_seq = 0;
+    dp.kv_blocks = 0;
+    dp.n_ctx = sb_engine_n_ctx(w->engine);
+    char why[SB_ERR_LEN];
+    int rc = sb_engine_open(w->draft_path, &dp, &w->draft, why);
+    if (!rc) rc = sb_engine_check_draft(w->engine, w->draft, why);
+    if (rc) return sb_seterr(err, rc, "draft model %s cannot draft for '%s' (%s): %s", w->draft_path, w->name,
+                             w->model_path, why);
+    sb_info("draft model %s: %d tokens per draft", w->draft_path, w->n_draft);
+    return 0;
+}
+
 /* The supervisor's crash-loop handling needs a worker that dies at start-up
  * every time; a crash that a real model file would cause is not on demand. */
 static bool test_abort_requested(const char *name) {
@@ -425,6 +448,8 @@ static int parse_args(int argc, char **argv, worker *w, sb_ctx_params *cp) {
         else if (!strcmp(a, "--max-queue")) { bad = arg_int(a, v, 0, 1 << 16, &w->max_queue); i++; }
         else if (!strcmp(a, "--max-tokens")) { bad = arg_int(a, v, 1, 1 << 20, &w->max_tokens_cap); i++; }
         else if (!strcmp(a, "--lookup")) { bad = arg_int(a, v, 0, SB_SPEC_MAX_DRAFT, &w->lookup); i++; }
+        else if (!strcmp(a, "--draft") && v) { w->draft_path = v; i++; }
+        else if (!strcmp(a, "--n-draft")) { bad = arg_int(a, v, 1, SB_SPEC_MAX_DRAFT, &w->n_draft); i++; }
         else if (!strcmp(a, "--drain-ms")) { bad = arg_int(a, v, 0, 3600000, &w->drain_ms); i++; }
         else if (!strcmp(a, "--deadline-ms")) { bad = arg_int(a, v, 0, 86400000, &w->deadline_ms); i++; }
         else if (!strcmp(a, "--parallel")) { bad = arg_int(a, v, 1, 64, &w->parallel); i++; }
@@ -452,8 +477,13 @@ static int load_model(worker *w, sb_ctx_params *cp) {
     int rc_open = sb_serve_is_encoder_file(w->model_path)
                       ? sb_encoder_open(w->model_path, cp->n_threads, -1, &w->encoder, err)
                       : open_engine(w, cp, err);
+    if (!rc_open && w->draft_path) rc_open = open_draft(w, cp, err);
     if (rc_open) {
         sb_error("%s", err);
+        sb_engine_free(w->draft);       /* a refused draft leaves both engines open */
+        sb_engine_free(w->engine);
+        w->draft = NULL;
+        w->engine = NULL;
         return SB_EXIT_CONFIG;
     }
     /* An encoder runs its embed jobs one at a time: say so, so the router
@@ -487,7 +517,8 @@ static void cancel_unfinished(worker *w) {
 }
 
 int sb_cmd_worker(int argc, char **argv) {
-    worker w = { .max_queue = 16, .max_tokens_cap = 4096, .drain_ms = 10000, .parallel = DEFAULT_PARALLEL };
+    worker w = { .max_queue = 16, .max_tokens_cap = 4096, .drain_ms = 10000, .parallel = DEFAULT_PARALLEL,
+                 .n_draft = 4 };
     sb_ctx_params cp;
     sb_ctx_params_default(&cp);
     cp.n_threads = 2;
@@ -545,6 +576,7 @@ out:
     if (w.sig_int) event_free(w.sig_int);
     if (w.server) sb_ipc_server_free(w.server);
     if (w.base) event_base_free(w.base);
+    sb_engine_free(w.draft);
     sb_engine_free(w.engine);
     sb_encoder_free(w.encoder);
     pthread_cond_destroy(&w.cv);

@@ -35,6 +35,9 @@ typedef struct {
     const char *name, *model_path, *socket_path;
     int max_queue, max_tokens_cap, drain_ms;
     int lookup;                 /* default prompt-lookup draft length (--lookup; docs/SPECULATIVE.md) */
+    const char *draft_path;     /* --draft: a model of the same vocabulary drafting for this one */
+    int n_draft;                /* its tokens per draft (--n-draft) */
+    sb_engine *draft;           /* opened from draft_path, one sequence */
     int deadline_ms;            /* default for requests without deadline_ms; 0 = none */
     int parallel;               /* sequences run at once (--parallel); 1: one job at a time */
     int kv_mb;                  /* KV pool (--kv-mb); 0: the default for `parallel` */

@@ -211,6 +211,11 @@ int sb_serve_gen_prepare(worker *w, job *j, sb_mp_writer *wr, gen_req *g) {
     o->sampling.repeat_last_n = (int)last_n;
     o->sampling.seed = seed;
     o->lookup = (int)lookup;
+    o->draft = w->draft;
+    o->n_draft = w->n_draft;
+    /* Verified through the one-token kernels: greedy text is plain decoding's,
+     * token for token (docs/SPECULATIVE.md). */
+    o->spec_exact = 1;
     o->stops = g->stop_v;
     o->n_stops = n_stops;
     o->cancel = &j->cancel;

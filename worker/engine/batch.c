@@ -16,6 +16,11 @@
  *
  * The choose-and-emit code (sampling, grammar, stops, pieces) is engine.c's
  * gen_core: a task's text is what sb_engine_generate writes for its tokens.
+ *
+ * Speculation: a generation with drafting on (lookup or a draft model)
+ * that is the only running task takes speculative steps (speculate.c, the
+ * code sb_engine_generate runs) instead of one-token ones; the step after
+ * another task is admitted is a plain batched one again (step_alone).
  */
 #include <math.h>
 #include <stdio.h>
@@ -62,6 +67,9 @@ struct sb_task {
     gen_core core;
     sb_gen_result res;
     int32_t pending;        /* the chosen token, evaluated next step */
+    spec_state spec;        /* drafting (spec.max_draft > 0 only with hist) */
+    int32_t *hist;          /* speculating tasks: the tokens seq holds, room for n_ctx + 1 */
+    int n_hist;
     /* score */
     int32_t **cands;
     int *cand_lens, n_cands, cand_next, cands_done, fork_cap;
@@ -326,6 +334,8 @@ static sb_task *task_new(int kind, const int32_t *prompt, int n_prompt, int prio
 }
 
 static void task_destroy(sb_task *t) {
+    spec_free(&t->spec);
+    sb_free(t->hist);
     gen_core_free(&t->core);
     if (t->cands)
         for (int c = 0; c < t->n_cands; c++) sb_free(t->cands[c]);
@@ -335,6 +345,17 @@ static void task_destroy(sb_task *t) {
     sb_free(t->prompt);
     sb_aligned_free(t->logits);
     sb_free(t);
+}
+
+/* A speculating task's token history: its prompt now, each evaluated
+ * token after. */
+static int spec_hist(sb_task *t, int n_ctx, char *err) {
+    if (t->spec.max_draft <= 0) return 0;
+    if (!(t->hist = sb_malloc(((size_t)n_ctx + 1) * sizeof *t->hist)))
+        return sb_seterr(err, SB_ENOMEM, "out of memory for a speculative history");
+    memcpy(t->hist, t->prompt, (size_t)t->n_prompt * sizeof *t->hist);
+    t->n_hist = t->n_prompt;
+    return 0;
 }
 
 int sb_engine_submit_generate(sb_engine *e, const int32_t *prompt, int n_prompt, const sb_gen_opts *o,
@@ -350,7 +371,9 @@ int sb_engine_submit_generate(sb_engine *e, const int32_t *prompt, int n_prompt,
     t->core.e = e;          /* gen_need reads it before gen_core_init */
     t->core.res = &t->res;
     int rc = admit(e, t, gen_need, err);
-    if (!rc && (rc = gen_core_init(&t->core, e, o, &t->res, prompt, n_prompt, err))) sb_task_free(e, t);
+    if (!rc && ((rc = gen_core_init(&t->core, e, o, &t->res, prompt, n_prompt, err)) ||
+                (rc = spec_init(&t->spec, &t->core, err)) || (rc = spec_hist(t, n_ctx, err))))
+        sb_task_free(e, t);
     else if (rc) task_destroy(t);
     if (rc) return rc;
     t->res.n_reused = t->n_done;
@@ -416,6 +439,7 @@ static void task_finish(sb_engine *e, sb_task *t) {
         gen_core_flush(&t->core);
         t->res.t_gen = sb_now_s() - t->t1;
         gen_core_free(&t->core);    /* the grammar slot is free for others now */
+        spec_free(&t->spec);
     }
     t->state = T_DONE;
     task_release(e, t);
@@ -425,7 +449,10 @@ static void task_fail(sb_engine *e, sb_task *t, int rc, const char *err) {
     t->rc = rc;
     snprintf(t->err, sizeof t->err, "%s", err);
     t->state = T_FAILED;
-    if (t->kind == K_GEN) gen_core_free(&t->core);
+    if (t->kind == K_GEN) {
+        gen_core_free(&t->core);
+        spec_free(&t->spec);
+    }
     task_release(e, t);
 }
 
@@ -603,6 +630,7 @@ static void part_done(sb_engine *e, sb_task *t, int fork, int n) {
         if (++t->cands_done == t->n_cands) task_finish(e, t);
         return;
     }
+    if (t->state == T_DECODE && t->hist) t->hist[t->n_hist++] = t->pending;
     if (t->state == T_PREFILL) {
         if ((t->n_done += n) < t->n_prompt) return;
         t->t1 = sb_now_s();
@@ -621,9 +649,33 @@ static void part_done(sb_engine *e, sb_task *t, int fork, int n) {
     else t->pending = tok;
 }
 
+/* The one running task, when it is a generation that drafts: a speculative
+ * step for it instead of a one-token pass. 1 when taken; 0: take a plain
+ * step (more tasks, nothing drafted, or no pool room for the check). At
+ * temperature 0 with spec_exact the tokens are those of plain steps
+ * (speculate.c verifies through the one-token kernels a lone decode uses). */
+static int step_alone(sb_engine *e) {
+    sb_sched *s = e->sched;
+    sb_task *t = s->n_run == 1 ? s->run[0] : NULL;
+    if (!t || t->kind != K_GEN || t->state != T_DECODE || t->spec.max_draft <= 0) return 0;
+    char err[SB_ERR_LEN];
+    const int free0 = sb_ctx_kv_blocks_free(e->ctx), drafted0 = t->res.n_drafted;
+    int32_t tok = t->pending;
+    const int st = spec_step(&t->spec, t->seq, t->hist, &t->n_hist, &tok, err);
+    if (st == 2 || st == SB_EBUSY) return 0;   /* EBUSY: refused before anything changed */
+    t->resv = SB_MAX(0, t->resv - (free0 - sb_ctx_kv_blocks_free(e->ctx)));
+    s->steps++;
+    s->step_tokens += (uint64_t)(1 + t->res.n_drafted - drafted0);
+    if (st < 0) task_fail(e, t, st, err);
+    else if (st == 1 || gen_core_take(&t->core, tok, t->n_hist, sb_ctx_n_ctx(e->ctx))) task_finish(e, t);
+    else t->pending = tok;
+    return 1;
+}
+
 int sb_engine_step(sb_engine *e, char *err) {
     sb_sched *s = e->sched;
     reap(e);
+    if (step_alone(e)) return s->n_run;
     const int np = plan(e);
     if (np == 0) return s->n_run;
     int tokens = 0;
@@ -658,5 +710,6 @@ void sb_engine_stats_get(const sb_engine *e, sb_engine_stats *st) {
         .blocks_cached = prefix_blocks(s),
         .prefix_hits = s->hits, .prefix_misses = s->misses, .prefix_tokens_reused = s->reused,
         .steps = s->steps, .step_tokens = s->step_tokens,
+        .spec_drafted = e->spec_drafted, .spec_accepted = e->spec_accepted,
     };
 }

@@ -8,8 +8,6 @@
 #include "worker/gguf/sb_gguf.h"
 #include "worker/engine/engine_impl.h"
 
-#include "worker/engine/sb_spec.h"
-
 void sb_gen_opts_default(sb_gen_opts *o) {
     memset(o, 0, sizeof *o);
     o->max_tokens = 256;
@@ -118,7 +116,7 @@ int sb_engine_tokenize_prompt(const sb_engine *e, const sb_prompt *p, int32_t **
 
 /* Make the KV cache hold exactly prompt[0..n) and e->logits the last row,
  * evaluating only what is not already cached. */
-static int prefill(sb_engine *e, const int32_t *prompt, int n, int *reused, char *err) {
+int engine_prefill(sb_engine *e, const int32_t *prompt, int n, int *reused, char *err) {
     int keep = 0;
     while (keep < n && keep < e->n_hist && e->hist[keep] == prompt[keep]) keep++;
     /* The last prompt token is always evaluated: its logits are needed. */
@@ -297,26 +295,6 @@ int sb_engine_check_draft(const sb_engine *target, const sb_engine *draft, char 
     return 0;
 }
 
-/* One generation's state, shared by the plain and the speculative steps. */
-typedef struct {
-    gen_core c;                 /* choose and emit: the batched tasks' code path too */
-    sb_engine *e;
-    const sb_gen_opts *o;
-    sb_gen_result *res;
-    sb_sampler *smp;            /* c.smp */
-    int max_tokens, n_ctx, n_vocab;
-    /* speculative only */
-    int max_draft;
-    int32_t draft[SB_SPEC_MAX_DRAFT + 1];   /* [0] the token being verified after, then the drafts */
-    float *rows;                /* (max_draft + 1) × n_vocab verification logits */
-    int32_t *ids;               /* n_vocab: the target's distribution at one position */
-    float *probs;
-    sb_sampler *dsmp;           /* the draft model's sampler */
-    float *q;                   /* max_draft × n_vocab: its distributions (temp > 0) */
-} gen_state;
-
-static int emit(gen_state *g, int32_t tok) { return gen_core_emit(&g->c, tok); }
-
 /* A failed pass may have written part of the batch: trust nothing. */
 static int eval_failed(sb_engine *e, int rc) {
     sb_ctx_truncate(e->ctx, 0);
@@ -324,165 +302,42 @@ static int eval_failed(sb_engine *e, int rc) {
     return rc;
 }
 
-/* Draft up to max tokens after e->hist + tok with the draft model into
- * g->draft[1..]: greedy at temp 0, else sampled, its distributions kept in
- * g->q for the acceptance rule. Returns the count. */
-static int draft_model(gen_state *g, int32_t tok, int max, char *err) {
-    sb_engine *e = g->e, *d = g->o->draft;
-    const int dv = sb_model_hparams(d->model)->n_vocab;
-    e->hist[e->n_hist] = tok;       /* the draft model sees what the target will */
-    int rc = prefill(d, e->hist, e->n_hist + 1, NULL, err);
-    if (rc) return rc > 0 ? -rc : rc;
-    const int sampled = g->o->sampling.temp > 0;
-    int n = 0;
-    while (n < max) {
-        int32_t x;
-        if (sampled) {
-            const int nq = sb_sampler_dist(g->dsmp, d->logits, g->ids, g->probs);
-            float *q = g->q + (size_t)n * g->n_vocab;
-            memset(q, 0, (size_t)g->n_vocab * sizeof *q);
-            double u = sb_sampler_uniform(g->dsmp) , run = 0.0;
-            x = g->ids[nq - 1];
-            for (int i = 0; i < nq; i++) {
-                run += g->probs[i];
-                if (run > u) { x = g->ids[i]; break; }
-            }
-            for (int i = 0; i < nq; i++)
-                if (g->ids[i] < g->n_vocab) q[g->ids[i]] = g->probs[i];
-        } else {
-            x = sb_sampler_sample(g->dsmp, d->logits);
-        }
-        /* A token the target cannot take ends the draft: drafting less is
-         * always allowed. */
-        if (x < 0 || x >= g->n_vocab || x >= dv) break;
-        g->draft[1 + n++] = x;
-        if (n == max || d->n_hist >= sb_ctx_n_ctx(d->ctx)) break;
-        if ((rc = sb_ctx_eval(d->ctx, &x, 1, d->logits, 0, err))) return eval_failed(d, rc);
-        d->hist[d->n_hist++] = x;
-    }
-    return n;
-}
-
-/* Decide drafted token x from the target's row: 1 and *next = x if
- * accepted, 0 and *next = the token to emit instead. q_row: the draft's
- * distribution (NULL for a deterministic draft). */
-static int decide(gen_state *g, const float *row, int32_t x, const float *q_row, int32_t *next) {
-    if (g->o->sampling.temp <= 0) {
-        *next = sb_sampler_sample(g->smp, row);     /* the argmax, as plain decoding picks it */
-        return *next == x;
-    }
-    const int n = sb_sampler_dist(g->smp, row, g->ids, g->probs);
-    const double u = sb_sampler_uniform(g->smp), u2 = sb_sampler_uniform(g->smp);
-    return sb_spec_accept(g->ids, g->probs, n, x, q_row, u, u2, next);
-}
-
-/* One speculative step after the emitted token *tok: draft, verify
- * [*tok, drafts] in one pass, emit the accepted drafts, roll the KV cache
- * back past the rejected ones and leave in *tok the next token to emit.
- * Returns 1 when generation ended, 0 to go on, < 0 on error; SB_EAGAIN-like
- * "nothing drafted" is 2 (the caller then takes a plain step). */
-static int spec_step(gen_state *g, int32_t *tok, char *err) {
-    sb_engine *e = g->e;
-    int max = SB_MIN(g->max_draft, g->n_ctx - e->n_hist - 1);
-    max = SB_MIN(max, g->max_tokens - g->res->n_gen);
-    if (max <= 0) return 2;
-    int k;
-    if (g->o->lookup > 0) {
-        e->hist[e->n_hist] = *tok;
-        k = sb_spec_lookup(e->hist, e->n_hist + 1, max, g->draft + 1);
-    } else {
-        k = draft_model(g, *tok, max, err);
-        if (k < 0) return k;
-    }
-    if (k == 0) return 2;
-    g->draft[0] = *tok;
-    int rc = sb_ctx_verify(e->ctx, g->draft, k + 1, g->rows, g->o->spec_exact, err);
-    if (rc) return eval_failed(e, rc);
-    e->hist[e->n_hist++] = *tok;
-    g->res->n_drafted += k;
-    int done = 0, i = 0;
-    for (; i < k && !done; i++) {
-        const float *q_row = g->o->lookup > 0 || g->o->sampling.temp <= 0 ? NULL : g->q + (size_t)i * g->n_vocab;
-        if (!decide(g, g->rows + (size_t)i * g->n_vocab, g->draft[1 + i], q_row, tok)) break;
-        g->res->n_accepted++;
-        e->hist[e->n_hist++] = g->draft[1 + i];
-        done = emit(g, g->draft[1 + i]);
-    }
-    /* All accepted: the last row is a free token from the target. */
-    if (i == k && !done) *tok = sb_sampler_sample(g->smp, g->rows + (size_t)k * g->n_vocab);
-    sb_ctx_truncate(e->ctx, e->n_hist);
-    return done;
-}
-
-static int spec_init(gen_state *g, char *err) {
-    const sb_gen_opts *o = g->o;
-    /* A schema constrains every token, drafted ones included, and decide()
-     * samples unmasked: no speculation under a grammar (for now). */
-    g->max_draft = o->json_schema ? 0 : SB_MIN(o->lookup > 0 ? o->lookup : o->draft ? o->n_draft : 0, SB_SPEC_MAX_DRAFT);
-    if (g->max_draft <= 0) return 0;
-    const size_t nv = (size_t)g->n_vocab;
-    /* ids/probs hold the target's and the draft's distributions in turn */
-    const size_t nd = o->draft ? SB_MAX(nv, (size_t)sb_model_hparams(o->draft->model)->n_vocab) : nv;
-    g->rows = sb_aligned_alloc((size_t)(g->max_draft + 1) * nv * sizeof(float));
-    g->ids = sb_malloc(nd * sizeof *g->ids);
-    g->probs = sb_malloc(nd * sizeof *g->probs);
-    if (!g->rows || !g->ids || !g->probs) return sb_seterr(err, SB_ENOMEM, "out of memory for %d drafted rows", g->max_draft);
-    if (o->lookup > 0 || !o->draft) return 0;
-    sb_sampling_params dp = o->sampling;
-    dp.repeat_last_n = 0;               /* any q is valid: keep the draft's simple */
-    dp.seed = o->sampling.seed == SB_SEED_RANDOM ? SB_SEED_RANDOM : o->sampling.seed + 1;
-    int rc = sb_sampler_new(&dp, sb_model_hparams(o->draft->model)->n_vocab, &g->dsmp, err);
-    if (rc) return rc;
-    if (o->sampling.temp > 0 && !(g->q = sb_malloc((size_t)g->max_draft * nv * sizeof *g->q)))
-        return sb_seterr(err, SB_ENOMEM, "out of memory for %d draft distributions", g->max_draft);
-    return 0;
-}
-
-static void spec_free(gen_state *g) {
-    sb_aligned_free(g->rows);
-    sb_free(g->ids);
-    sb_free(g->probs);
-    sb_free(g->q);
-    sb_sampler_free(g->dsmp);
-}
-
 int sb_engine_generate(sb_engine *e, const int32_t *prompt, int n_prompt, const sb_gen_opts *o, sb_gen_result *res,
                        char *err) {
     memset(res, 0, sizeof *res);
     res->n_prompt = n_prompt;
     res->finish = "stop";
-    gen_state g = { .e = e, .o = o, .res = res, .n_ctx = sb_ctx_n_ctx(e->ctx),
-                    .n_vocab = sb_model_hparams(e->model)->n_vocab };
+    const int n_ctx = sb_ctx_n_ctx(e->ctx);
     if (n_prompt <= 0) return sb_seterr(err, SB_EINVAL, "empty prompt");
-    if (n_prompt >= g.n_ctx)
-        return sb_seterr(err, SB_ERANGE, "prompt of %d tokens does not fit the context of %d", n_prompt, g.n_ctx);
+    if (n_prompt >= n_ctx)
+        return sb_seterr(err, SB_ERANGE, "prompt of %d tokens does not fit the context of %d", n_prompt, n_ctx);
+    gen_core c;
+    spec_state sp = { 0 };
     int rc;
-    if ((rc = gen_core_init(&g.c, e, o, res, prompt, n_prompt, err)) || (rc = spec_init(&g, err))) goto out;
-    g.smp = g.c.smp;
-    g.max_tokens = g.c.max_tokens;
+    if ((rc = gen_core_init(&c, e, o, res, prompt, n_prompt, err)) || (rc = spec_init(&sp, &c, err))) goto out;
     double t0 = sb_now_s();
-    if ((rc = prefill(e, prompt, n_prompt, &res->n_reused, err))) goto out;
+    if ((rc = engine_prefill(e, prompt, n_prompt, &res->n_reused, err))) goto out;
     double t1 = sb_now_s();
     res->t_prompt = t1 - t0;
     int32_t tok;
-    if ((rc = gen_core_next(&g.c, e->logits, &tok, err))) goto out;
+    if ((rc = gen_core_next(&c, e->logits, &tok, err))) goto out;
     /* gen_core_take ends on a token the grammar cannot give (< 0),
      * end-of-generation, length, cancel, stop, a finished document. */
-    while (!gen_core_take(&g.c, tok, e->n_hist, g.n_ctx)) {
-        int st = g.max_draft > 0 ? spec_step(&g, &tok, err) : 2;
-        if (st < 0) { rc = st; goto out; }
+    while (!gen_core_take(&c, tok, e->n_hist, n_ctx)) {
+        int st = sp.max_draft > 0 ? spec_step(&sp, 0, e->hist, &e->n_hist, &tok, err) : 2;
+        if (st < 0) { rc = eval_failed(e, st); goto out; }
         if (st == 1) break;
         if (st == 0) continue;
         if ((rc = sb_ctx_eval(e->ctx, &tok, 1, e->logits, 0, err))) { eval_failed(e, rc); goto out; }
         e->hist[e->n_hist++] = tok;
-        if ((rc = gen_core_next(&g.c, e->logits, &tok, err))) goto out;
+        if ((rc = gen_core_next(&c, e->logits, &tok, err))) goto out;
     }
-    gen_core_flush(&g.c);
+    gen_core_flush(&c);
     res->t_gen = sb_now_s() - t1;
     rc = 0;
 out:
-    spec_free(&g);
-    gen_core_free(&g.c);
+    spec_free(&sp);
+    gen_core_free(&c);
     return rc;
 }
 
@@ -516,7 +371,7 @@ int sb_engine_score(sb_engine *e, const int32_t *prompt, int n_prompt, const int
     int longest, n_long;
     int rc = engine_score_check(e, n_prompt, cands, cand_lens, n_cands, &longest, &n_long, err);
     if (rc) return rc;
-    rc = prefill(e, prompt, n_prompt, NULL, err);
+    rc = engine_prefill(e, prompt, n_prompt, NULL, err);
     if (rc) return rc;
     float *first = sb_aligned_alloc((size_t)n_vocab * sizeof(float));
     float *rows = longest > 1 ? sb_aligned_alloc((size_t)(longest - 1) * (size_t)n_vocab * sizeof(float)) : NULL;

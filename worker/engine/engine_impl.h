@@ -9,6 +9,7 @@
 
 #include "worker/engine/sb_engine.h"
 #include "worker/engine/sb_grammar.h"
+#include "worker/engine/sb_spec.h"
 
 /* Compiled schemas kept per engine: a pipeline stage or a client repeats its
  * schema, and its masks are the expensive part to rebuild. */
@@ -39,6 +40,7 @@ struct sb_engine {
     gram_slot gram[GRAMMAR_CACHE];
     uint64_t  gram_clock;
     sb_sched *sched;
+    uint64_t  spec_drafted, spec_accepted;  /* speculative tokens, all generations (health, /metrics) */
 };
 
 /* One generation's choose-and-emit state. */
@@ -73,6 +75,38 @@ int  gen_core_take(gen_core *c, int32_t tok, int n_past, int n_ctx);
 /* Generation over: release what the stop matcher still holds. */
 void gen_core_flush(gen_core *c);
 void gen_core_free(gen_core *c);
+
+/* Make sequence 0 hold exactly prompt[0..n) and e->logits its last row,
+ * evaluating only what follows the longest prefix it already holds. */
+int  engine_prefill(sb_engine *e, const int32_t *prompt, int n, int *reused, char *err);
+
+/* speculate.c: one generation's speculative state (docs/SPECULATIVE.md). */
+typedef struct {
+    gen_core *c;                /* the generation it drafts for */
+    int max_draft;              /* tokens per draft now; 0: off (no drafts, a schema, or backed off) */
+    int n_vocab;
+    int win_drafted, win_accepted;          /* sb_spec_backoff's window */
+    int32_t draft[SB_SPEC_MAX_DRAFT + 1];   /* [0] the token verified after, then the drafts */
+    float *rows;                /* (max_draft + 1) × n_vocab verification logits */
+    int32_t *ids;               /* n_vocab: one position's distribution */
+    float *probs;
+    sb_sampler *dsmp;           /* the draft model's sampler */
+    float *q;                   /* max_draft × n_vocab: its distributions (temp > 0) */
+} spec_state;
+
+/* Drafting for c's options (lookup, or a draft model); max_draft 0 when
+ * there is nothing to draft with. spec_free must follow, also on error. */
+int  spec_init(spec_state *s, gen_core *c, char *err);
+void spec_free(spec_state *s);
+/* One speculative step after the chosen token *tok, on sequence seq of
+ * c->e's context, which holds hist[0..*n_hist) (room for n_ctx + 1):
+ * draft, verify [*tok, drafts] in one pass, emit *tok's successors that
+ * the acceptance rule keeps, truncate the sequence past the rejected ones
+ * and leave in *tok the next token to emit (*tok itself is emitted by the
+ * caller, before the call). 1: the generation ended; 0: go on; 2: nothing
+ * drafted, nothing changed (take a plain step); < 0: error (the sequence
+ * may hold a partial pass). */
+int  spec_step(spec_state *s, int seq, int32_t *hist, int *n_hist, int32_t *tok, char *err);
 
 /* log P(tok) from one row of logits. */
 double engine_row_logprob(const float *row, int n_vocab, int32_t tok);

@@ -529,12 +529,18 @@ int sb_ctx_eval(sb_ctx *c, const int32_t *tokens, int n, float *logits, int all_
     return 0;
 }
 
-int sb_ctx_verify(sb_ctx *c, const int32_t *tokens, int n, float *logits, int exact, char *err) {
+int sb_ctx_seq_verify(sb_ctx *c, int seq, const int32_t *tokens, int n, float *logits, int exact, char *err) {
     if (n > c->n_batch) return sb_seterr(err, SB_EINVAL, "verify: %d tokens exceed the batch of %d", n, c->n_batch);
+    /* One part, one pass: what sb_ctx_eval makes of n <= n_batch tokens. */
+    const sb_seq_part part = { seq, tokens, n, logits, 1 };
     c->mm.decode_kernels = exact;
-    int rc = sb_ctx_eval(c, tokens, n, logits, 1, err);
+    int rc = sb_ctx_eval_parts(c, &part, 1, err);
     c->mm.decode_kernels = 0;
     return rc;
+}
+
+int sb_ctx_verify(sb_ctx *c, const int32_t *tokens, int n, float *logits, int exact, char *err) {
+    return sb_ctx_seq_verify(c, 0, tokens, n, logits, exact, err);
 }
 
 /* Every check before anything changes: a failed call leaves the pool and

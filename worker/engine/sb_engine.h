@@ -165,6 +165,7 @@ typedef struct {
     int blocks_total, blocks_free, blocks_cached;   /* cached: held by the prefix LRU only */
     uint64_t prefix_hits, prefix_misses, prefix_tokens_reused;
     uint64_t steps, step_tokens;                     /* forward passes, tokens they carried */
+    uint64_t spec_drafted, spec_accepted;            /* speculative tokens proposed / kept, every generation */
 } sb_engine_stats;
 void sb_engine_stats_get(const sb_engine *e, sb_engine_stats *s);
 

@@ -107,6 +107,10 @@ int sb_ctx_eval(sb_ctx *c, const int32_t *tokens, int n, float *logits, int all_
  * the tiled kernels, which sum in another order (rows agree to ~1e-6
  * relative; docs/SPECULATIVE.md). */
 int sb_ctx_verify(sb_ctx *c, const int32_t *tokens, int n, float *logits, int exact, char *err);
+/* The same on sequence seq (in use) of a context with several: one pass of
+ * n <= the batch size tokens, all rows of logits, the pool checked first
+ * (SB_EBUSY, nothing changed). */
+int sb_ctx_seq_verify(sb_ctx *c, int seq, const int32_t *tokens, int n, float *logits, int exact, char *err);
 
 /* ---- several sequences in one context (continuous batching) ----------------
  *

@@ -30,6 +30,16 @@ int sb_spec_lookup(const int32_t *ctx, int n_ctx, int max_draft, int32_t *draft)
 int sb_spec_accept(const int32_t *ids, const float *p, int n, int32_t x, const float *q, double u, double u2,
                    int32_t *out);
 
+/* Backoff for a draft that keeps missing: the window counts drafted and
+ * accepted tokens (k, acc: this step's); once it holds SB_SPEC_BACKOFF_WINDOW
+ * drafted tokens, a rate below SB_SPEC_BACKOFF_MIN_PCT halves the draft
+ * length (below 2 it stops: 0), and the window starts again. Returns the
+ * new draft length. A lookup draft that rarely matches costs a wider pass
+ * each time; this bounds the loss to about one window per halving. */
+#define SB_SPEC_BACKOFF_WINDOW  32
+#define SB_SPEC_BACKOFF_MIN_PCT 30
+int sb_spec_backoff(int max_draft, int *win_drafted, int *win_accepted, int k, int acc);
+
 /* `switchboard bench --lookup N | --draft FILE` (worker/cli/cli_bench_spec.c). */
 int sb_cmd_bench_spec(int argc, char **argv);
 

@@ -59,3 +59,13 @@ int sb_spec_accept(const int32_t *ids, const float *p, int n, int32_t x, const f
     *out = ids[last];
     return 0;
 }
+
+int sb_spec_backoff(int max_draft, int *win_drafted, int *win_accepted, int k, int acc) {
+    *win_drafted += k;
+    *win_accepted += acc;
+    if (*win_drafted < SB_SPEC_BACKOFF_WINDOW) return max_draft;
+    const int poor = *win_accepted * 100 < *win_drafted * SB_SPEC_BACKOFF_MIN_PCT;
+    *win_drafted = *win_accepted = 0;
+    if (!poor) return max_draft;
+    return max_draft / 2 >= 2 ? max_draft / 2 : 0;
+}
