@@ -91,7 +91,7 @@ def per_npl(samples, npl, key):
             if "rows" in s and npl in s["rows"] and s["rows"][npl].get(key) is not None]
 
 
-def bench_model(key, eng, args):
+def bench_model(key, eng, args, on_round):
     name, fname = MODEL_FILES[key]
     path = os.path.join(args.models_dir, fname)
     res = {"name": name, "file": os.path.relpath(path, REPO_ROOT),
@@ -110,6 +110,13 @@ def bench_model(key, eng, args):
         log(f"  round {r + 1}/{args.rounds} ({order[0]} first), S_TG ours {line('ours')}"
             f" | llama.cpp {line('llamacpp')} | load {res['ours'][-1]['load1']:.2f}"
             f"/{res['llamacpp'][-1]['load1']:.2f}")
+        tabulate(res, args)
+        on_round(res)   # a run stopped between rounds keeps the finished ones
+    return res
+
+
+def tabulate(res, args):
+    """Medians over the rounds so far, per sequence count, into res["table"]."""
     table = []
     for n in args.npl:
         row = {"npl": n}
@@ -127,8 +134,8 @@ def bench_model(key, eng, args):
         for r in table:
             r[side]["scaling"] = ratio(r[side]["s_tg"], base)
     res["table"] = table
+    res["rounds_done"] = len(res["ours"])
     res["load1_median"] = median([s["load1"] for s in res["ours"] + res["llamacpp"]])
-    return res
 
 
 def goal(m):
@@ -153,7 +160,7 @@ def markdown(results):
         + ("" if results.get("complete", True) else " **Incomplete run.**")]
     for m in results["models"].values():
         lines += ["", f"**{m['name']}** (`{os.path.basename(m['file'])}`, "
-                  f"{m['file_bytes'] / 2**30:.2f} GiB; median load during the runs "
+                  f"{m['file_bytes'] / 2**30:.2f} GiB; {m['rounds_done']} rounds; median load during the runs "
                   f"{fmt(m['load1_median'], 1)})", "",
                   "| npl | ours S_TG | llama.cpp S_TG | ours/llama.cpp | ours S_TG ÷ npl 1 | "
                   "llama.cpp S_TG ÷ npl 1 | ours ms/tok/seq | llama.cpp ms/tok/seq | "
@@ -236,8 +243,10 @@ def main():
         if not os.path.exists(os.path.join(args.models_dir, MODEL_FILES[k][1])):
             log(f"{MODEL_FILES[k][0]}: {MODEL_FILES[k][1]} not forged, skipped")
             continue
-        results["models"][k] = bench_model(k, eng, args)
-        save(results, args.out, quiet=True)   # a stopped run keeps the finished models
+        def on_round(res, k=k):
+            results["models"][k] = res
+            save(results, args.out, quiet=True)
+        bench_model(k, eng, args, on_round)
     results["complete"] = True
     save(results, args.out)
     return 0
