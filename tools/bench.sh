@@ -4,12 +4,16 @@
 #   tools/bench.sh [--models tinyllama,phi3,llama3] [--rounds N] [--quick]
 #                  [--threads T] [--sb PATH] [--out DIR]
 #                  [--no-scaling | --scaling-only] [--no-interleaved-bw]
+#                  [--batched-only | --no-batched] [--batched-rounds N]
 #
 #   --quick    pp 128, tg 32, 3 rounds: a fast look, not a result
 #   --sb PATH  the switchboard binary to measure (default bin/switchboard;
 #              e.g. build-me/bin/switchboard for your own build)
 #   --out DIR  where results.json/results.md go (default build/bench)
 #   --no-interleaved-bw  for a --sb binary without `bench --membw`
+#   --batched-only   only step 5 (e.g. --batched-only --models phi3)
+#   --no-batched     skip step 5
+#   --batched-rounds N   rounds of step 5 (default 3)
 #
 # Steps (each is skipped when its result already exists):
 #   1. llama.cpp and its llama-bench/llama-quantize   (tools/llamacpp.sh)
@@ -20,8 +24,13 @@
 #      fraction (against the best-of-4 probe before the round, and against
 #      the probes ours interleaves with its decode windows: bench --membw);
 #      then TinyLlama decode at -t 1 vs -t 2             (tests/bench/compare.py)
+#   5. batched decode (issue 18), per model, N rounds of `switchboard bench
+#      --parallel 1,2,4,8,16 -p 64 -n 32` and `llama-batched-bench -npp 64
+#      -ntg 32 -npl 1,2,4,8,16`, order alternating; S_TG and per-sequence
+#      latency side by side                              (tests/bench/batched.py)
 # Output: build/bench/results.json (every sample, with load averages) and
-# build/bench/results.md (the table for docs/PERFORMANCE.md).
+# build/bench/results.md (the table for docs/PERFORMANCE.md); step 5:
+# build/bench/batched.json and batched.md.
 set -euo pipefail
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo_root"
@@ -34,6 +43,8 @@ threads=2
 sb="$repo_root/bin/switchboard"
 out="build/bench"
 extra=()
+batched=1       # 0: skip step 5; 2: only step 5
+batched_rounds=3
 
 die() { echo "bench: error: $*" >&2; exit 1; }
 
@@ -46,16 +57,22 @@ while [[ $# -gt 0 ]]; do
         --out) out="${2:?--out needs a directory}"; shift 2 ;;
         --quick) pp=128; tg=32; rounds=3; shift ;;
         --no-scaling) extra+=(--no-scaling); shift ;;
-        --scaling-only) extra+=(--scaling-only); models=tinyllama; shift ;;
+        --scaling-only) extra+=(--scaling-only); models=tinyllama; batched=0; shift ;;
         --no-interleaved-bw) extra+=(--no-interleaved-bw); shift ;;
+        --batched-only) batched=2; shift ;;
+        --no-batched) batched=0; shift ;;
+        --batched-rounds) batched_rounds="${2:?--batched-rounds needs N}"; shift 2 ;;
         -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
         *) die "unknown option $1 (see --help)" ;;
     esac
 done
 [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || die "--rounds must be a positive integer"
+[[ "$batched_rounds" =~ ^[1-9][0-9]*$ ]] || die "--batched-rounds must be a positive integer"
 
 eval "$(tools/llamacpp.sh --env)"
 [[ -x "$LLAMACPP_BIN/llama-bench" ]] || die "no llama-bench in $LLAMACPP_BIN"
+[[ $batched == 0 || -x "$LLAMACPP_BIN/llama-batched-bench" ]] \
+    || die "no llama-batched-bench in $LLAMACPP_BIN"
 
 python3 -c "import numpy, gguf" 2>/dev/null || {
     echo "bench: installing numpy/gguf for the model forge"
@@ -80,10 +97,15 @@ if awk -v l="$load1" 'BEGIN { exit !(l > 0.5) }'; then
     # on a 2-core box, -t 2 can run several times slower than -t 1.
     echo "bench: WARNING: the machine is busy (load $load1); numbers will be noisy" >&2
 fi
-python3 tests/bench/compare.py \
+[[ $batched == 2 ]] || python3 tests/bench/compare.py \
     --sb "$out/switchboard" \
     --llama-bench "$LLAMACPP_BIN/llama-bench" \
     --llama-commit "$LLAMACPP_COMMIT" \
     --membw build/tools/membw \
     --models "$models" --rounds "$rounds" --pp "$pp" --tg "$tg" \
     --threads "$threads" --out "$out" "${extra[@]}"
+[[ $batched == 0 ]] || python3 tests/bench/batched.py \
+    --sb "$out/switchboard" \
+    --batched-bench "$LLAMACPP_BIN/llama-batched-bench" \
+    --llama-commit "$LLAMACPP_COMMIT" \
+    --models "$models" --rounds "$batched_rounds" --threads "$threads" --out "$out"
