@@ -31,7 +31,7 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compare import (MODEL_FILES, REPO_ROOT, cpu_name, fmt, git_commit,  # noqa: E402
+from compare import (MODEL_FILES, save_as, REPO_ROOT, cpu_name, fmt, git_commit,  # noqa: E402
                      loadavg, log, median, ratio, run, times)
 
 # Done-when of issue 18, checked on the Phi-3-mini-shaped file.
@@ -188,16 +188,7 @@ def markdown(results):
 
 
 def save(results, out_dir, quiet=False):
-    results["load"]["end"] = loadavg()
-    with open(os.path.join(out_dir, "batched.json"), "w") as f:
-        json.dump(results, f, indent=1)
-    md = markdown(results)
-    with open(os.path.join(out_dir, "batched.md"), "w") as f:
-        f.write(md)
-    if not quiet:
-        print()
-        print(md)
-        log(f"wrote {os.path.join(out_dir, 'batched.json')} and batched.md")
+    save_as(results, out_dir, "batched", markdown, quiet)
 
 
 def main():

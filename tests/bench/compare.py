@@ -340,17 +340,22 @@ def markdown(results):
     return "\n".join(lines) + "\n"
 
 
-def save(results, out_dir, quiet=False):
+def save_as(results, out_dir, stem, render, quiet=False):
+    """STEM.json (every sample) and STEM.md (render(results)) in out_dir."""
     results["load"]["end"] = loadavg()
-    with open(os.path.join(out_dir, "results.json"), "w") as f:
+    with open(os.path.join(out_dir, stem + ".json"), "w") as f:
         json.dump(results, f, indent=1)
-    md = markdown(results)
-    with open(os.path.join(out_dir, "results.md"), "w") as f:
+    md = render(results)
+    with open(os.path.join(out_dir, stem + ".md"), "w") as f:
         f.write(md)
     if not quiet:
         print()
         print(md)
-        log(f"wrote {os.path.join(out_dir, 'results.json')} and results.md")
+        log(f"wrote {os.path.join(out_dir, stem + '.json')} and {stem}.md")
+
+
+def save(results, out_dir, quiet=False):
+    save_as(results, out_dir, "results", markdown, quiet)
 
 
 def git_commit():
