@@ -26,8 +26,8 @@ struct sb_ipc_client {
     bool broken;
     uint64_t next_id;
     size_t max_frame;
-    char *buf;
-    size_t off, len, cap;       /* unread bytes are buf[off..len) */
+    sb_bytes in;                /* unread bytes are in.p[off..in.n) */
+    size_t off;
     sb_mp_writer *w;
 };
 
@@ -69,14 +69,13 @@ int sb_ipc_client_connect(const char *path, int timeout_ms, sb_ipc_client **out,
         sleep_ms(CONNECT_RETRY_MS);
     }
     sb_ipc_client *c = sb_calloc(1, sizeof *c);
-    if (!c || !(c->buf = sb_malloc(READ_CHUNK)) || sb_mp_writer_new(&c->w)) {
-        if (c) sb_free(c->buf);
+    if (!c || sb_bytes_reserve(&c->in, READ_CHUNK) || sb_mp_writer_new(&c->w)) {
+        if (c) sb_free(c->in.p);
         sb_free(c);
         close(fd);
         return sb_seterr(err, SB_ENOMEM, "out of memory");
     }
     c->fd = fd;
-    c->cap = READ_CHUNK;
     c->max_frame = SB_IPC_MAX_FRAME_DEFAULT;
     *out = c;
     return 0;
@@ -86,7 +85,7 @@ void sb_ipc_client_close(sb_ipc_client *c) {
     if (!c) return;
     if (c->fd >= 0) close(c->fd);
     sb_mp_writer_free(c->w);
-    sb_free(c->buf);
+    sb_free(c->in.p);
     sb_free(c);
 }
 
@@ -121,22 +120,20 @@ static int write_all(sb_ipc_client *c, const char *p, size_t n, int64_t deadline
 static int read_frame(sb_ipc_client *c, int64_t deadline, sb_mp_doc **doc, char *err) {
     for (;;) {
         size_t used;
-        int rc = sb_ipc_frame_parse(c->buf + c->off, c->len - c->off, c->max_frame, &used, doc, err);
+        int rc = sb_ipc_frame_parse(c->in.p + c->off, c->in.n - c->off, c->max_frame, &used, doc, err);
         if (rc == 1) { c->off += used; return 0; }
         if (rc < 0) { c->broken = true; return rc == SB_ENOMEM ? rc : SB_EFORMAT; }
         if (c->off > 0) {               /* compact before growing */
-            memmove(c->buf, c->buf + c->off, c->len - c->off);
-            c->len -= c->off;
+            memmove(c->in.p, c->in.p + c->off, c->in.n - c->off);
+            c->in.n -= c->off;
             c->off = 0;
         }
-        if (c->cap - c->len < READ_CHUNK) {
-            char *nb = sb_realloc(c->buf, c->cap + READ_CHUNK);
-            if (!nb) return sb_seterr(err, SB_ENOMEM, "out of memory reading a frame");
-            c->buf = nb;
-            c->cap += READ_CHUNK;
-        }
-        ssize_t r = recv(c->fd, c->buf + c->len, c->cap - c->len, 0);
-        if (r > 0) { c->len += (size_t)r; continue; }
+        /* sb_bytes doubles: a large frame is read in O(size) copies, not
+         * one realloc per READ_CHUNK. */
+        if (sb_bytes_reserve(&c->in, READ_CHUNK))
+            return sb_seterr(err, SB_ENOMEM, "out of memory reading a frame");
+        ssize_t r = recv(c->fd, c->in.p + c->in.n, c->in.cap - c->in.n, 0);
+        if (r > 0) { c->in.n += (size_t)r; continue; }
         if (r == 0) {
             c->broken = true;
             return sb_seterr(err, SB_EIO, "connection closed by the server");

@@ -49,6 +49,37 @@ static void test_streaming_events(void **state) {
     sb_ipc_client_close(c);
 }
 
+/* A reply many read chunks long (3 MiB against the client's 64 KiB reads)
+ * arrives whole and byte for byte, and the connection stays usable. */
+static void test_large_reply(void **state) {
+    enum { N = 3u << 20 };
+    char *big = malloc(N);
+    assert_non_null(big);
+    for (size_t i = 0; i < N; i++) big[i] = (char)('a' + (i * 7 + i / 4099) % 26);
+    sb_ipc_client *c;
+    assert_int_equal(sb_ipc_client_connect(g_path, 1000, &c, NULL), 0);
+    for (int round = 0; round < 2; round++) {
+        sb_mp_writer *w;
+        sb_mp_writer_new(&w);
+        sb_mp_map(w, 1);
+        sb_mp_str(w, "s");
+        sb_mp_strn(w, big, N);
+        sb_ipc_result res;
+        char err[SB_ERR_LEN];
+        assert_int_equal(sb_ipc_call(c, "echo", w, 10000, NULL, NULL, &res, err), 0);
+        assert_true(res.ok);
+        const char *s;
+        size_t n = 0;
+        assert_int_equal(sb_mp_get_str(res.result, "s", SB_MP_REQUIRED, &s, &n, err), 0);
+        assert_int_equal(n, N);
+        assert_memory_equal(s, big, N);
+        sb_ipc_result_free(&res);
+        sb_mp_writer_free(w);
+    }
+    sb_ipc_client_close(c);
+    free(big);
+}
+
 static void test_many_frames_one_write(void **state) {
     enum { N = 50 };        /* under the server's in-flight limit of 64 */
     sb_mp_writer *w, *all;
@@ -484,6 +515,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip),
         cmocka_unit_test(test_streaming_events),
+        cmocka_unit_test(test_large_reply),
         cmocka_unit_test(test_many_frames_one_write),
         cmocka_unit_test(test_frame_split_byte_by_byte),
         cmocka_unit_test(test_random_garbage),
