@@ -11,7 +11,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "router/gen_req.h"
+#include "router/backend/gen_req.h"
 
 void rt_openai_id(rt *r, char *out, size_t n, const char *prefix) {
     snprintf(out, n, "%s-%llx%06llx", prefix, (unsigned long long)time(NULL), (unsigned long long)++r->next_id);

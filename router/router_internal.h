@@ -20,7 +20,7 @@
 #include <stdint.h>
 
 #include "cache/sb_cache.h"
-#include "router/sb_classify.h"
+#include "router/classify/sb_classify.h"
 #include "common/sb_config.h"
 #include "ipc/sb_ipc.h"
 #include "router/sb_router.h"

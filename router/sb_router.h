@@ -84,7 +84,7 @@ typedef struct {
     char *fallback;                 /* a label, or NULL */
     sb_tmpl *utterance;             /* how the caller's text is shown; default "{{input}}" */
     bool calibrate;                 /* divide by the labels' prior on a content-free input */
-    /* intent by sentence embeddings (router/intent_embed.c, docs/router.md) */
+    /* intent by sentence embeddings (router/run/intent_embed.c, docs/router.md) */
     int method;                     /* SB_INTENT_* */
     char *score_model;              /* hybrid: the generative model asked on close calls */
     double hybrid_margin;           /* hybrid: asked when the top-2 score margin is below this */
@@ -113,7 +113,7 @@ typedef struct {
     size_t n_env;
     int max_concurrent;             /* calls of this stage running at once (default SB_TOOL_CONCURRENT) */
     int max_queue;                  /* calls waiting beyond that; more get 503 (default SB_TOOL_QUEUE) */
-    /* retrieve (router/retrieve.c): model is the base's embed_model */
+    /* retrieve (router/run/retrieve.c): model is the base's embed_model */
     char *kb;                       /* a knowledge: entry */
     sb_tmpl *query;                 /* default "{{input}}" */
     int kb_top_k;                   /* [1, SB_PIPE_MAX_TOP_K], default 3 */

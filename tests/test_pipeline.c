@@ -1,4 +1,4 @@
-/* test_pipeline.c - pipeline validation (router/pipeline.c) and templates.
+/* test_pipeline.c - pipeline validation (router/run/pipeline.c) and templates.
  *
  * The position is the contract: each broken config must be rejected at the
  * line and column of the offending node, with a message that says what was

@@ -1,5 +1,5 @@
 /* fuzz_upstream.c - libFuzzer target for the router's upstream client
- * (router/upstream.c): what a remote OpenAI-compatible server answers, read
+ * (router/backend/upstream.c): what a remote OpenAI-compatible server answers, read
  * as a whole JSON body or as Server-Sent Events arriving in pieces.
  *
  * Input: byte 0 picks chat or completion, streamed or not, and the status

@@ -7,7 +7,7 @@
 
 #include <event2/event.h>
 
-#include "router/gen_req.h"
+#include "router/backend/gen_req.h"
 
 
 enum { ST_PENDING, ST_OK, ST_SKIPPED, ST_ERROR };

@@ -34,7 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "router/gen_req.h"
+#include "router/backend/gen_req.h"
 #include "router/router_internal.h"
 #include "common/sb_net.h"
 

@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "router/run_internal.h"
+#include "router/run/run_internal.h"
 
 static void set_intent(rt_run *run, const sb_stage *s, double conf, bool rejected);
 

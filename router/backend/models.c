@@ -19,7 +19,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "router/gen_req.h"
+#include "router/backend/gen_req.h"
 #include "router/obs.h"
 #include "router/router_internal.h"
 

@@ -28,7 +28,7 @@
 #include <unistd.h>
 
 #include "router/router_internal.h"
-#include "router/sb_classify.h"
+#include "router/classify/sb_classify.h"
 
 #define CACHE_FILE "embed-cache.bin"
 #define CACHE_MAGIC "SBEMB1\n"              /* 8 bytes with its NUL */

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "router/gen_req.h"
+#include "router/backend/gen_req.h"
 #include "worker/engine/sb_grammar.h"
 
 void rt_gen_init(rt_gen_req *g) {

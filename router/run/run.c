@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "router/obs.h"
-#include "router/run_internal.h"
+#include "router/run/run_internal.h"
 #include "kb/sb_kb.h"
 
 static void step(rt_run *run);
