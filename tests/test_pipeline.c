@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "router/router_internal.h"
+#include "router/run/sb_run.h"
 
 #define HEAD "runtime: { dir: /tmp/sb-pipe-test }\n" \
              "models:\n  m: { gguf: tiny-llama-spm-Q4_K_M.gguf }\n" \

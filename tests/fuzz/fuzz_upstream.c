@@ -15,7 +15,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "router/router_internal.h"
+#include "router/backend/sb_backend.h"
 
 typedef struct {
     int n_done;
