@@ -34,7 +34,7 @@ struct rt_job {
     uint64_t call_id;
     bool sent, cancelled;
     bool got_token;                 /* a streamed token came: its time to first token is counted */
-    double t_submit, t_sent;        /* for the queue-wait, call and TTFT histograms (obs.h) */
+    double t_submit, t_sent;        /* for the queue-wait, call and TTFT histograms (rt_hooks.observe) */
     int priority;
     double key;                     /* queue order: t_submit - priority * RT_PRIORITY_STEP_S */
     bool remote;                    /* sent through upstream.c (a reload may flip m->remote) */
@@ -101,7 +101,7 @@ static void account(rt_model *m, const sb_ipc_result *res) {
     if (ct > 0 && gms > 0) m->last_tps = (double)ct / (gms / 1e3);
 }
 
-/* The model histograms (obs.h). A generate that did not stream has its
+/* The model histograms (rt_hooks.observe). A generate that did not stream has its
  * time to first token from the worker's prompt time. */
 static void observe_call(rt_job *j, const sb_ipc_result *res) {
     if (!res->ok) return;

@@ -174,7 +174,7 @@ struct rt_model {
  * with rt_model_retry_after); SB_EIO: the worker is down. */
 int  rt_model_submit(rt_model *m, const char *method, sb_mp_writer *params, int timeout_ms, int priority,
                      rt_event_fn on_event, rt_done_fn on_done, void *arg, rt_job **out, char *err);
-/* The same for a generation (gen_req.h): the job keeps its own copy of g,
+/* The same for a generation (sb_backend.h): the job keeps its own copy of g,
  * and the backend the dispatch picks encodes it - msgpack for a worker,
  * an OpenAI body for an upstream. Its priority is g->priority. */
 int  rt_model_submit_gen(rt_model *m, const rt_gen_req *g, int timeout_ms, rt_event_fn on_event, rt_done_fn on_done,

@@ -8,7 +8,7 @@
  * or to another switchboard.
  *
  * It is the other backend beside the worker's socket: it takes the typed
- * request (gen_req.h) and encodes it as OpenAI JSON itself. Its calls keep
+ * request (sb_backend.h) and encodes it as OpenAI JSON itself. Its calls keep
  * sb_ipc_aclient's contract, so models.c keeps one FIFO,
  * one in-flight count and one cancel path for both kinds of model: a call
  * gets exactly one on_done, from the loop and never from inside
