@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "router/router_internal.h"
-#include "router/sb_classify.h"
+#include "router/classify/sb_classify.h"
 #include "common/sb_cmd.h"
 #include "worker/engine/sb_encoder.h"
 
@@ -201,7 +201,7 @@ static int train(eval *ev, const opts *o, char *err) {
             if (!(rc = embed(ev, l->examples[k], v, err))) rc = sb_cls_add_example(ev->cls, (int)i, v, err), ev->n_train++;
     }
     /* examples_file lines (a label) and out_of_scope examples (-1), as the
-     * runtime's intent stage trains on them (router/intent_embed.c) */
+     * runtime's intent stage trains on them (router/run/intent_embed.c) */
     for (size_t k = 0; k < st->n_extra && !rc; k++) {
         const int label = st->extra_label[k];
         if (label < 0 && o->no_oos) continue;

@@ -79,8 +79,8 @@ static long rss_kb(int64_t pid) {
 
 static void workers_json(rt *r, sb_jw *w) {
     sb_jw_arr(w);
-    for (size_t i = 0; i < r->n_models; i++) {
-        const rt_model *m = r->models[i];
+    for (size_t i = 0; i < r->ex.be.n_models; i++) {
+        const rt_model *m = r->ex.be.models[i];
         if (m->removed) continue;
         sb_jw_obj(w);
         sb_jw_key(w, "model"); sb_jw_str(w, m->name);
@@ -127,7 +127,7 @@ static void cache_json(rt *r, sb_jw *w) {
         sb_jw_key(w, "max_bytes"); sb_jw_int(w, st.max_bytes);
         sb_jw_key(w, "sync");
         sb_jw_obj(w);
-        sb_jw_key(w, "url"); sb_jw_str(w, r->sync ? r->conf->cfg->cache.sync.url : NULL);
+        sb_jw_key(w, "url"); sb_jw_str(w, r->sync ? r->ex.conf->cfg->cache.sync.url : NULL);
         sb_jw_key(w, "cursor"); sb_jw_int(w, st.sync_cursor);
         sb_jw_key(w, "pending"); sb_jw_bool(w, st.sync_pending != 0);
         sb_jw_key(w, "dirty_entries"); sb_jw_int(w, st.dirty_entries);
@@ -193,7 +193,7 @@ static void on_flush(evutil_socket_t fd, short what, void *arg) {
 void rt_console_publish(rt *r, const char *summary, size_t len) {
     rt_obs *o = r->obs;
     if (!o || !o->n_subs) return;
-    if (!o->flush && !(o->flush = evtimer_new(r->base, on_flush, o))) return;
+    if (!o->flush && !(o->flush = evtimer_new(r->ex.be.base, on_flush, o))) return;
     sb_jw_raw(&o->batch, "data: ", 6);
     sb_jw_raw(&o->batch, summary, len);
     sb_jw_raw(&o->batch, "\n\n", 2);
@@ -243,7 +243,7 @@ void rt_handle_console_events(rt_req *q) {
         o->subs = ns;
         o->cap_subs = cap;
     }
-    if (!o->tick && !(o->tick = event_new(r->base, -1, EV_PERSIST, on_tick, r))) {
+    if (!o->tick && !(o->tick = event_new(r->ex.be.base, -1, EV_PERSIST, on_tick, r))) {
         rt_req_error(q, 500, "server_error", "out_of_memory", "out of memory");
         return;
     }

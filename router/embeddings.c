@@ -121,7 +121,7 @@ void rt_handle_embeddings(rt_req *q, const sb_json *body) {
         BAD("'input_type': expected \"query\", \"passage\" or \"raw\"");
     if (dims && sb_json_type_of(dims) != SB_JSON_NULL)
         BAD("'dimensions': not supported (the model's vectors have a fixed size)");
-    rt_model *m = rt_model_find(q->r, q->model);
+    rt_model *m = rt_model_find(&q->r->ex.be, q->model);
     if (!m) {
         rt_req_error(q, 404, "invalid_request_error", "model_not_found",
                      "the model '%.80s' does not exist (GET /v1/models lists them)", q->model);

@@ -300,7 +300,7 @@ static void on_conn_close(struct evhttp_connection *evcon, void *arg) {
     q->gone = true;
     if (q->on_gone) q->on_gone(q);
     struct timeval now = { 0, 0 };
-    event_base_once(q->r->base, -1, EV_TIMEOUT, finish_gone, q, &now);
+    event_base_once(q->r->ex.be.base, -1, EV_TIMEOUT, finish_gone, q, &now);
 }
 
 static void on_deadline(evutil_socket_t fd, short what, void *arg) {
@@ -337,7 +337,7 @@ rt_req *rt_req_new(rt *r, struct evhttp_request *req, int route) {
 
 void rt_req_set_deadline(rt_req *q, int ms) {
     if (ms <= 0) return;
-    if (!q->timer) q->timer = evtimer_new(q->r->base, on_deadline, q);
+    if (!q->timer) q->timer = evtimer_new(q->r->ex.be.base, on_deadline, q);
     struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
     if (q->timer) evtimer_add(q->timer, &tv);
 }
@@ -526,8 +526,8 @@ static void handle_health(rt_req *q) {
     sb_jw_obj(w);
     sb_jw_key(w, "models");
     sb_jw_obj(w);
-    for (size_t i = 0; i < r->n_models; i++) {
-        rt_model *m = r->models[i];
+    for (size_t i = 0; i < r->ex.be.n_models; i++) {
+        rt_model *m = r->ex.be.models[i];
         if (m->removed) continue;
         sb_jw_key(w, m->name);
         sb_jw_obj(w);
@@ -664,7 +664,7 @@ static void on_request(struct evhttp_request *req, void *arg) {
 }
 
 int rt_http_start(rt *r, const char *host, int port, char *err) {
-    r->http = evhttp_new(r->base);
+    r->http = evhttp_new(r->ex.be.base);
     if (!r->http) return sb_seterr(err, SB_ENOMEM, "cannot create the HTTP server");
     evhttp_set_max_body_size(r->http, (ev_ssize_t)r->max_body);
     evhttp_set_max_headers_size(r->http, (ev_ssize_t)r->max_headers);

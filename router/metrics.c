@@ -72,8 +72,8 @@ static void render_batch(rt *r, sb_jw *w) {
     };
     for (size_t f = 0; f < SB_ARRAY_LEN(fam); f++) {
         bool head = false;
-        for (size_t i = 0; i < r->n_models; i++) {
-            rt_model *md = r->models[i];
+        for (size_t i = 0; i < r->ex.be.n_models; i++) {
+            rt_model *md = r->ex.be.models[i];
             int64_t v = *(const int64_t *)((const char *)md + fam[f].off);
             if (md->removed || md->remote || v < 0) continue;
             if (!head) line(w, "# HELP %s %s\n# TYPE %s %s\n", fam[f].name, fam[f].help, fam[f].name, fam[f].type);
@@ -158,8 +158,8 @@ static void render_models(rt *r, sb_jw *w) {
     };
     for (size_t f = 0; f < SB_ARRAY_LEN(fam); f++) {
         line(w, "# HELP %s %s\n# TYPE %s %s\n", fam[f].name, fam[f].help, fam[f].name, fam[f].type);
-        for (size_t i = 0; i < r->n_models; i++) {
-            rt_model *md = r->models[i];
+        for (size_t i = 0; i < r->ex.be.n_models; i++) {
+            rt_model *md = r->ex.be.models[i];
             if (md->removed || md->remote) continue;
             double v = 0;
             switch (f) {

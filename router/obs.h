@@ -18,15 +18,8 @@
 
 /* ------------------------------------------------------------ histograms */
 
-/* Families; the label names are fixed per family (hist.c's table). */
-enum { RT_H_STAGE,              /* pipeline, stage */
-       RT_H_PIPELINE,           /* pipeline: a successful run, end to end */
-       RT_H_TTFT_PIPELINE,      /* pipeline: run start to the answer's first streamed token */
-       RT_H_MODEL,              /* model, method: a call at the worker (or upstream) */
-       RT_H_QUEUE,              /* model: time in the router's FIFO */
-       RT_H_TTFT_MODEL,         /* model: submit to the first token of a generate */
-       RT_H_COUNT };
-
+/* Families: RT_H_* (router/backend/sb_backend.h, where the backends and
+ * runs report them through rt_hooks.observe). */
 /* Observe `seconds` in family f under label values a (and b). No-op
  * without rt.obs; a family keeps at most RT_HIST_MAX_SERIES series. */
 #define RT_HIST_MAX_SERIES 256
@@ -139,12 +132,5 @@ bool rt_otel_on(const rt_obs *o);
 void rt_otel_export(rt *r, const rt_call_info *ci, const char *trace, size_t len);
 void rt_otel_render(rt *r, sb_jw *w);
 void rt_otel_free(rt_obs *o);
-
-/* run.c: the result plus each stage's input and model, the fallback flag
- * and the time to the first streamed token. */
-void rt_run_trace_json(const rt_run *run, sb_jw *w);
-const char *rt_run_pipeline(const rt_run *run);
-const char *rt_run_input(const rt_run *run);
-double rt_run_t0(const rt_run *run);            /* sb_now_s() when the run started */
 
 #endif

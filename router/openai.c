@@ -11,7 +11,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "router/gen_req.h"
+#include "router/router_internal.h"
 
 void rt_openai_id(rt *r, char *out, size_t n, const char *prefix) {
     snprintf(out, n, "%s-%llx%06llx", prefix, (unsigned long long)time(NULL), (unsigned long long)++r->next_id);
@@ -318,7 +318,7 @@ void rt_handle_chat(rt_req *q, const sb_json *body, int kind) {
         chat_pipeline(q, &g, model + 9);
         goto out;
     }
-    rt_model *m = rt_model_find(q->r, model);
+    rt_model *m = rt_model_find(&q->r->ex.be, model);
     if (!m) {
         rt_req_error(q, 404, "invalid_request_error", "model_not_found",
                      "the model '%.80s' does not exist (GET /v1/models lists them)", model);
@@ -333,15 +333,15 @@ void rt_handle_models(rt_req *q) {
     rt *r = q->r;
     sb_jw *w = &q->out;
     bool pipes_only = !strcmp(q->path, "/v1/pipelines");
-    rt_conf *c = rt_conf_acquire(r);
+    rt_conf *c = rt_conf_acquire(&r->ex);
     sb_jw_obj(w);
     sb_jw_key(w, "object"); sb_jw_str(w, "list");
     sb_jw_key(w, "data");
     sb_jw_arr(w);
-    for (size_t i = 0; !pipes_only && i < r->n_models; i++) {
-        if (r->models[i]->removed) continue;
+    for (size_t i = 0; !pipes_only && i < r->ex.be.n_models; i++) {
+        if (r->ex.be.models[i]->removed) continue;
         sb_jw_obj(w);
-        sb_jw_key(w, "id"); sb_jw_str(w, r->models[i]->name);
+        sb_jw_key(w, "id"); sb_jw_str(w, r->ex.be.models[i]->name);
         sb_jw_key(w, "object"); sb_jw_str(w, "model");
         sb_jw_key(w, "created"); sb_jw_int(w, (int64_t)r->started_wall);
         sb_jw_key(w, "owned_by"); sb_jw_str(w, "switchboard");

@@ -127,7 +127,7 @@ static void on_run_token(void *arg, const char *text, size_t len) {
 
 /* The pipeline's opt-in key folding (cache_fold), as SB_NORM_* flags. */
 static unsigned pipeline_fold(rt *r, const char *name) {
-    rt_conf *c = rt_conf_acquire(r);
+    rt_conf *c = rt_conf_acquire(&r->ex);
     const sb_pipeline *p = c ? sb_pipelines_find(c->pipes, name) : NULL;
     unsigned fold = p ? p->cache_fold : 0;
     rt_conf_release(c);
@@ -138,7 +138,7 @@ static unsigned pipeline_fold(rt *r, const char *name) {
 static int try_cache(rt_req *q, const char *name, const char *input, const char *until) {
     char fp[SB_CACHE_KEY_HEX], ns[128], params[160];
     bool cacheable;
-    if (rt_pipeline_fingerprint(q->r, name, fp, &cacheable) || !cacheable) return 0;
+    if (rt_pipeline_fingerprint(&q->r->ex, name, fp, &cacheable) || !cacheable) return 0;
     snprintf(ns, sizeof ns, "pipeline:%s", name);
     sb_cache_entry e;
     unsigned fold = pipeline_fold(q->r, name);
@@ -188,7 +188,7 @@ static bool call_id(rt_req *q) {
 static void start(rt_req *q, const char *name, const char *input, const char *until) {
     if (!call_id(q) || try_cache(q, name, input, until)) return;
     char err[SB_ERR_LEN];
-    int rc = rt_run_start(q->r, name, input, q->want_stream ? on_run_token : NULL, on_run_done, q, &q->run, err);
+    int rc = rt_run_start(&q->r->ex, name, input, q->want_stream ? on_run_token : NULL, on_run_done, q, &q->run, err);
     if (!rc && until && rt_run_until(q->run, until)) {
         rt_run_cancel(q->run);
         q->run = NULL;
@@ -203,7 +203,7 @@ static void start(rt_req *q, const char *name, const char *input, const char *un
     }
     if (rc) { rt_req_error(q, 500, "server_error", "internal", "%s", err); return; }
     q->on_gone = run_gone;
-    rt_conf *c = rt_conf_acquire(q->r);
+    rt_conf *c = rt_conf_acquire(&q->r->ex);
     const sb_pipeline *p = sb_pipelines_find(c->pipes, name);
     rt_req_set_deadline(q, (p ? p->timeout_ms : 300000) + 5000);
     rt_conf_release(c);

@@ -32,24 +32,6 @@ typedef struct {
     struct event *sig_hup, *sig_term, *sig_int, *drain_timer;
 } router;
 
-void rt_conf_release(rt_conf *c) {
-    if (!c || --c->refs > 0) return;
-    for (rt_prior *p = c->priors, *n; p; p = n) {
-        n = p->next;
-        sb_free(p);
-    }
-    rt_intent_free_all(c);
-    rt_retrieve_free_all(c);
-    sb_pipelines_free(c->pipes);
-    sb_config_free(c->cfg);
-    sb_free(c);
-}
-
-rt_conf *rt_conf_acquire(rt *r) {
-    if (r->conf) r->conf->refs++;
-    return r->conf;
-}
-
 /* The gateway's key: from the environment variable or the file the config
  * names. A key that is configured but missing is an error, not "no auth". */
 static int load_api_key(const sb_config *cfg, char **out, char *err) {
@@ -163,7 +145,7 @@ static void m_pipeline(void *ud, sb_ipc_reply *reply, const char *method, const 
     sc->reply = reply;
     sc->r = r;
     sc->t0 = sb_now_s();
-    if (rt_run_start(r, name, input, NULL, sock_run_done, sc, &sc->run, err)) {
+    if (rt_run_start(&r->ex, name, input, NULL, sock_run_done, sc, &sc->run, err)) {
         sb_free(sc);
         sb_ipc_reply_error(reply, SB_IPC_INVALID_REQUEST, "%s", err);
         return;
@@ -176,8 +158,8 @@ static void m_health(void *ud, sb_ipc_reply *reply, const char *method, const sb
     sb_mp_writer *w;
     if (sb_mp_writer_new(&w)) { sb_ipc_reply_error(reply, SB_IPC_INTERNAL, "out of memory"); return; }
     size_t up = 0, n = 0;
-    for (size_t i = 0; i < r->n_models; i++)
-        if (!r->models[i]->removed && !r->models[i]->remote) { n++; up += r->models[i]->up; }
+    for (size_t i = 0; i < r->ex.be.n_models; i++)
+        if (!r->ex.be.models[i]->removed && !r->ex.be.models[i]->remote) { n++; up += r->ex.be.models[i]->up; }
     sb_mp_map(w, 5);
     sb_mp_kv_str(w, "status", r->stopping ? "draining" : up == n ? "ok" : "degraded");
     sb_mp_kv_str(w, "name", "router");
@@ -204,21 +186,21 @@ static void reload(router *ro) {
         rt_conf_release(c);
         return;
     }
-    if (strcmp(c->cfg->runtime.http, r->conf->cfg->runtime.http))
+    if (strcmp(c->cfg->runtime.http, r->ex.conf->cfg->runtime.http))
         sb_warn("runtime.http changed to %s: restart the router to listen there", c->cfg->runtime.http);
     sb_free(r->api_key);
     r->api_key = key;
     if (rt_obs_configure(r, c->cfg, err)) sb_warn("console: %s", err);
-    rt_conf_release(r->conf);
-    r->conf = c;
-    rt_models_sync(r, c->cfg);
-    rt_intent_models_changed(r);        /* the new stages' indexes, for models already up */
+    rt_conf_release(r->ex.conf);
+    r->ex.conf = c;
+    rt_models_sync(&r->ex.be, c->cfg);
+    rt_intent_models_changed(&r->ex);        /* the new stages' indexes, for models already up */
     sb_info("reloaded %s: %zu model(s), %zu pipeline(s)", r->config_path, c->cfg->n_models, c->pipes ? c->pipes->n : 0);
 }
 
 static void drain_check(evutil_socket_t fd, short what, void *arg) {
     router *ro = arg;
-    if (!ro->r.reqs) event_base_loopexit(ro->r.base, NULL);
+    if (!ro->r.reqs) event_base_loopexit(ro->r.ex.be.base, NULL);
 }
 
 static void on_signal(evutil_socket_t sig, short what, void *arg) {
@@ -227,16 +209,16 @@ static void on_signal(evutil_socket_t sig, short what, void *arg) {
     if (sig == SIGHUP) { reload(ro); return; }
     if (r->stopping) {
         sb_warn("second signal: exiting without draining");
-        event_base_loopexit(r->base, NULL);
+        event_base_loopexit(r->ex.be.base, NULL);
         return;
     }
     r->stopping = true;
     sb_info("signal %d: draining %zu request(s) for up to %d ms", (int)sig, (size_t)r->metrics.in_flight, ro->drain_ms);
     if (r->sock_server) sb_ipc_server_stop_listening(r->sock_server);
     struct timeval poll = { 0, 20000 }, deadline = { ro->drain_ms / 1000, (ro->drain_ms % 1000) * 1000 };
-    ro->drain_timer = event_new(r->base, -1, EV_PERSIST, drain_check, ro);
+    ro->drain_timer = event_new(r->ex.be.base, -1, EV_PERSIST, drain_check, ro);
     event_add(ro->drain_timer, &poll);
-    event_base_loopexit(r->base, &deadline);
+    event_base_loopexit(r->ex.be.base, &deadline);
 }
 
 static void on_health_timer(evutil_socket_t fd, short what, void *arg) { rt_models_poll(arg); }
@@ -327,32 +309,42 @@ static void open_cache(rt *r, const sb_config *cfg) {
                 r->cache ? "response cache" : "no cache", n_pull);
 }
 
+/* What the backends and runs report up (rt_hooks): latencies, a model that
+ * came up (embedding indexes wait for it), whether traces are kept. */
+static void hook_observe(void *arg, int f, const char *a, const char *b, double seconds) {
+    rt_hist_observe(arg, f, a, b, seconds);
+}
+static void hook_models_changed(void *arg) { rt_intent_models_changed(&((rt *)arg)->ex); }
+static bool hook_tracing(void *arg) { return rt_trace_on(arg); }
+
 /* The event loop's sources: HTTP, DIR/router.sock, signals, timers. */
 static int start_serving(router *ro, const char *host, int port, bool no_socket, char *err) {
     rt *r = &ro->r;
-    const sb_config *cfg = r->conf->cfg;
-    if (!(r->base = sb_ipc_base_new())) return sb_seterr(err, SB_ENOMEM, "no event base");
+    const sb_config *cfg = r->ex.conf->cfg;
+    if (!(r->ex.be.base = sb_ipc_base_new())) return sb_seterr(err, SB_ENOMEM, "no event base");
+    r->ex.be.hooks = (rt_hooks){ .arg = r, .observe = hook_observe, .models_changed = hook_models_changed,
+                                 .tracing = hook_tracing };
     if (rt_obs_configure(r, cfg, err)) sb_warn("console: %s", err);
-    rt_models_sync(r, cfg);
+    rt_models_sync(&r->ex.be, cfg);
     if (rt_http_start(r, host, port, err)) return SB_EIO;
     static const sb_ipc_method methods[] = { { "health", m_health }, { "pipeline", m_pipeline } };
     char sock[512], why[SB_ERR_LEN];
     snprintf(sock, sizeof sock, "%s/router.sock", cfg->runtime.dir);
     sb_ipc_server_opts so = { .path = sock, .methods = methods, .n_methods = SB_ARRAY_LEN(methods), .ud = r };
-    if (!no_socket && sb_ipc_server_new(r->base, &so, &r->sock_server, why))
+    if (!no_socket && sb_ipc_server_new(r->ex.be.base, &so, &r->sock_server, why))
         return sb_seterr(err, SB_EIO, "cannot serve %s: %s", sock, why);
-    ro->sig_hup = evsignal_new(r->base, SIGHUP, on_signal, ro);
-    ro->sig_term = evsignal_new(r->base, SIGTERM, on_signal, ro);
-    ro->sig_int = evsignal_new(r->base, SIGINT, on_signal, ro);
-    r->health_timer = event_new(r->base, -1, EV_PERSIST, on_health_timer, r);
-    r->sweep_timer = event_new(r->base, -1, EV_PERSIST, on_sweep_timer, r);
+    ro->sig_hup = evsignal_new(r->ex.be.base, SIGHUP, on_signal, ro);
+    ro->sig_term = evsignal_new(r->ex.be.base, SIGTERM, on_signal, ro);
+    ro->sig_int = evsignal_new(r->ex.be.base, SIGINT, on_signal, ro);
+    r->health_timer = event_new(r->ex.be.base, -1, EV_PERSIST, on_health_timer, r);
+    r->sweep_timer = event_new(r->ex.be.base, -1, EV_PERSIST, on_sweep_timer, r);
     struct timeval one_s = { 1, 0 }, sweep = { 0, 200000 };
     event_add(ro->sig_hup, NULL);
     event_add(ro->sig_term, NULL);
     event_add(ro->sig_int, NULL);
     event_add(r->health_timer, &one_s);
     event_add(r->sweep_timer, &sweep);
-    rt_models_poll(r);
+    rt_models_poll(&r->ex.be);
     return 0;
 }
 
@@ -363,7 +355,7 @@ static void finish_requests(rt *r) {
     for (int spins = 0; r->reqs && spins < 1000; spins++) {
         rt_req *q = r->reqs;
         if (q->gone) {                  /* its deferred finish is queued: run it */
-            event_base_loop(r->base, EVLOOP_NONBLOCK);
+            event_base_loop(r->ex.be.base, EVLOOP_NONBLOCK);
             continue;
         }
         if (q->on_gone) q->on_gone(q);
@@ -384,12 +376,12 @@ static void close_router(router *ro) {
     if (r->sock_server) sb_ipc_server_free(r->sock_server);
     rt_obs_free(r);
     rt_http_stop(r);
-    rt_intent_cancel_builds(r->conf);   /* their jobs belong to the models */
-    rt_models_free(r);
-    if (r->base) event_base_free(r->base);
+    rt_intent_cancel_builds(r->ex.conf);   /* their jobs belong to the models */
+    rt_models_free(&r->ex.be);
+    if (r->ex.be.base) event_base_free(r->ex.be.base);
     rt_sync_stop(r->sync);
     sb_cache_close(r->cache);
-    rt_conf_release(r->conf);
+    rt_conf_release(r->ex.conf);
     sb_free(r->api_key);
     sb_free(r->config_path);
 }
@@ -402,14 +394,14 @@ int sb_cmd_router(int argc, char **argv) {
     router ro;
     memset(&ro, 0, sizeof ro);
     rt *r = &ro.r;
-    if (load_conf(a.config, &r->conf, err)) {
+    if (load_conf(a.config, &r->ex.conf, err)) {
         fprintf(stderr, "%s\n", err);
         return SB_EXIT_CONFIG;
     }
-    const sb_config *cfg = r->conf->cfg;
+    const sb_config *cfg = r->ex.conf->cfg;
     if (a.check) {
-        printf("%s: ok (%zu model(s), %zu pipeline(s))\n", a.config, cfg->n_models, r->conf->pipes ? r->conf->pipes->n : 0);
-        rt_conf_release(r->conf);
+        printf("%s: ok (%zu model(s), %zu pipeline(s))\n", a.config, cfg->n_models, r->ex.conf->pipes ? r->ex.conf->pipes->n : 0);
+        rt_conf_release(r->ex.conf);
         return SB_EXIT_OK;
     }
     sb_log_setup("router", cfg->runtime.log_level);
@@ -432,9 +424,9 @@ int sb_cmd_router(int argc, char **argv) {
     open_cache(r, cfg);
     if (start_serving(&ro, host, port, a.no_socket, err)) { sb_error("%s", err); goto out; }
     sb_info("listening on http://%s:%d (%zu model(s), %zu pipeline(s)%s%s)", host, port, cfg->n_models,
-            r->conf->pipes ? r->conf->pipes->n : 0, r->api_key ? ", API key required" : "",
+            r->ex.conf->pipes ? r->ex.conf->pipes->n : 0, r->api_key ? ", API key required" : "",
             r->cache ? ", cache on" : "");
-    event_base_dispatch(r->base);
+    event_base_dispatch(r->ex.be.base);
     finish_requests(r);
     sb_info("stopped");
     rc = SB_EXIT_OK;

@@ -439,7 +439,7 @@ static void reply_trace(rt_req *q, const rt_trace *t) {
 /* The labels an operator may choose for a call of pipeline p: its intent
  * stages' labels and fallbacks, in the current config. */
 static bool label_allowed(rt *r, const char *pipeline, const char *intent) {
-    rt_conf *c = rt_conf_acquire(r);
+    rt_conf *c = rt_conf_acquire(&r->ex);
     const sb_pipeline *p = c ? sb_pipelines_find(c->pipes, pipeline) : NULL;
     bool ok = false;
     for (size_t i = 0; p && i < p->n_stages && !ok; i++) {

@@ -12,7 +12,7 @@ trap 'rm -rf "$tmp"' EXIT
 fail() { echo "it_layers: FAIL: $*"; exit 1; }
 scratch() {     # a tiny tree with one violation, given as FILE CONTENT pairs
     rm -rf "$tmp/r"
-    for h in common/sb_common.h router/sb_router.h cache/cache_internal.h router/router_internal.h \
+    for h in common/sb_common.h router/run/sb_run.h router/backend/sb_backend.h cache/cache_internal.h router/router_internal.h \
              cache/sync/sb_sync.h cache/cloud/cloud_internal.h \
              worker/gguf/sb_gguf.h worker/engine/sb_engine.h worker/tokenizer/vocab_impl.h; do
         mkdir -p "$tmp/r/$(dirname $h)"; printf '' > "$tmp/r/$h"
@@ -26,7 +26,11 @@ refused() {     # WHAT GREP FILE CONTENT...: the checker must exit 1 saying GREP
     scratch "$@"
     [ $? -eq 1 ] && grep -q "$want" "$tmp/out" || fail "$what was not caught: $(cat "$tmp/out")"
 }
-refused "an upward include" "a module above it" common/a.c '#include "router/sb_router.h"'
+refused "an upward include" "a module above it" common/a.c '#include "router/run/sb_run.h"'
+refused "pipeline execution including a front door" "a module above it" \
+    router/run/a.c '#include "router/router_internal.h"'
+refused "a backend including pipeline execution" "a module above it" \
+    router/backend/a.c '#include "router/run/sb_run.h"'
 refused "the file format including the engine" "a module above it" \
     worker/gguf/a.c '#include "worker/engine/sb_engine.h"'
 refused "cache including the engine" "a module it may not use" cache/a.c '#include "worker/engine/sb_engine.h"'
@@ -42,9 +46,9 @@ refused "an include not naming its module" "does not name its module" router/b.c
 refused "a test using two modules' internals" "one module at most" tests/t.c '#include "cache/cache_internal.h"
 #include "router/router_internal.h"'
 scratch router/c.c '#include "common/sb_common.h"
-#include "router/router_internal.h"' cache/k.c '#include "worker/gguf/sb_gguf.h"' \
+#include "router/router_internal.h"' router/run/r.c '#include "router/backend/sb_backend.h"' cache/k.c '#include "worker/gguf/sb_gguf.h"' \
     kb/s.c '#include "cache/sync/sb_sync.h"'
 [ $? -eq 0 ] || fail "a legal tree was refused: $(cat "$tmp/out")"
-echo "ok   the checker catches an upward include, a foreign internal header, an include not naming its module, a test with two modules' internals"
+echo "ok   the checker catches an upward include (router/backend < router/run < router/), a foreign internal header, an include not naming its module, a test with two modules' internals"
 python3 tools/check_layers.py || fail "this tree breaks the layering (above)"
 echo "it_layers: ok"

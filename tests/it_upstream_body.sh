@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # it_upstream_body.sh - the OpenAI bodies the router sends an upstream model
-# (router/upstream.c encodes them from the typed request, gen_req.h): chat
+# (router/backend/upstream.c encodes them from the typed request, sb_backend.h): chat
 # and completions, whole and streamed, every sampling parameter and none,
 # content parts, "developer", a pipeline's chat and raw (chat: false)
 # stages whose operator text holds special-token spellings. A fake upstream

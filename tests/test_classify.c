@@ -1,4 +1,4 @@
-/* test_classify.c - the intent classifier over sentence vectors (router/classify.c).
+/* test_classify.c - the intent classifier over sentence vectors (router/classify/classify.c).
  *
  * Synthetic vectors: each label is a random unit prototype, its examples
  * and test calls are the prototype plus Gaussian noise, renormalised. Exact
@@ -18,7 +18,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "router/sb_classify.h"
+#include "router/classify/sb_classify.h"
 #include "common/sb_common.h"
 
 #define DIM 32

@@ -24,7 +24,7 @@
 #include "worker/engine/sb_engine.h"
 #include "worker/gguf/sb_gguf.h"
 #include "worker/engine/sb_grammar.h"
-#include "router/sb_router.h"
+#include "router/run/sb_run.h"
 
 /* Every keyword of the subset; strings bounded so garbage models finish. */
 static const char *const SCHEMA =

@@ -15,7 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "router/sb_router.h"
+#include "router/run/sb_run.h"
 
 static sb_json_doc *parse_ok(const char *s) {
     sb_json_doc *d = NULL;

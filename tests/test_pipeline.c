@@ -1,4 +1,4 @@
-/* test_pipeline.c - pipeline validation (router/pipeline.c) and templates.
+/* test_pipeline.c - pipeline validation (router/run/pipeline.c) and templates.
  *
  * The position is the contract: each broken config must be rejected at the
  * line and column of the offending node, with a message that says what was
@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "router/router_internal.h"
+#include "router/run/sb_run.h"
 
 #define HEAD "runtime: { dir: /tmp/sb-pipe-test }\n" \
              "models:\n  m: { gguf: tiny-llama-spm-Q4_K_M.gguf }\n" \

@@ -24,7 +24,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "router/router_internal.h"
+#include "router/run/sb_run.h"
 #include "worker/engine/sb_chat.h"
 #include "worker/gguf/sb_gguf.h"
 #include "worker/tokenizer/sb_vocab.h"

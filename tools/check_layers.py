@@ -34,7 +34,10 @@ DEPS = {
     "cache/sync": ["cache"],                    # the edge's sync client (libcurl) and `cache`
     "cache/cloud": ["cache"],                   # the cloud server (`switchboard cloud`, PostgreSQL)
     "kb": ["cache/sync", "worker/engine"],      # pulls published snapshots through the sync
-    "router": ["kb", "worker/engine"],          # and so cache/ and cache/sync/, never the cloud
+    "router/classify": ["common"],              # the embedding classifier: vectors in, labels out
+    "router/backend": ["cache", "worker/engine", "ipc"],    # models: local workers, upstreams; the typed request
+    "router/run": ["router/backend", "router/classify", "kb"],  # pipeline execution, never a front door
+    "router": ["router/run", "kb", "worker/engine"],    # the front doors; never the cloud
     "supervisor": ["router", "worker", "worker/cli", "cache/cloud"],
 }
 INTERNAL = re.compile(r"_(internal|impl)\.h$")

@@ -14,7 +14,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "router/sb_router.h"
+#include "router/run/sb_run.h"
 
 /* Deep equality; numbers compare as doubles (-0 == 0 is fine: both write "0"
  * or "-0" and parse back to a value that compares equal). */

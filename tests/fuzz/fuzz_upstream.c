@@ -1,5 +1,5 @@
 /* fuzz_upstream.c - libFuzzer target for the router's upstream client
- * (router/upstream.c): what a remote OpenAI-compatible server answers, read
+ * (router/backend/upstream.c): what a remote OpenAI-compatible server answers, read
  * as a whole JSON body or as Server-Sent Events arriving in pieces.
  *
  * Input: byte 0 picks chat or completion, streamed or not, and the status
@@ -15,7 +15,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "router/router_internal.h"
+#include "router/backend/sb_backend.h"
 
 typedef struct {
     int n_done;

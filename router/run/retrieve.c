@@ -17,7 +17,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "router/router_internal.h"
+#include "router/run/sb_run.h"
 #include "kb/sb_kb.h"
 
 struct rt_kbh {
@@ -137,7 +137,7 @@ static bool is_found(const sb_stage *s, const sb_kb_hit *h, size_t n) {
 /* A retrieve stage in progress: its hits and, with rerank, how many the
  * reranker has judged. */
 struct rt_rr {
-    rt *r;
+    rt_exec *ex;
     const sb_stage *s;
     sb_kb_hit *hits;
     size_t n, next;             /* next: the passage being judged */
@@ -192,7 +192,7 @@ static void rerank_next(rt_rr *rr) {
         rr->done(rr->arg, 0, NULL);
         return;
     }
-    rt_model *m = rt_model_find(rr->r, rr->s->rerank_model);
+    rt_model *m = rt_model_find(&rr->ex->be, rr->s->rerank_model);
     size_t len;
     char *prompt = sb_kb_rerank_prompt(rr->s->rerank_prompt, rr->query, rr->qlen, &rr->hits[rr->next], &len);
     sb_mp_writer *p = NULL;
@@ -232,7 +232,7 @@ static void rerank_next(rt_rr *rr) {
     if (rc) rr->done(rr->arg, rc, err);
 }
 
-void rt_retrieve_start(rt *r, rt_conf *c, const sb_stage *s, const char *query, size_t len, const float *qvec,
+void rt_retrieve_start(rt_exec *ex, rt_conf *c, const sb_stage *s, const char *query, size_t len, const float *qvec,
                        int dim, rt_job **job, rt_retrieve_fn done, void *arg, rt_rr **out) {
     char err[SB_ERR_LEN];
     rt_rr *rr = sb_calloc(1, sizeof *rr);
@@ -245,7 +245,7 @@ void rt_retrieve_start(rt *r, rt_conf *c, const sb_stage *s, const char *query, 
     }
     memcpy(q, query, len);
     q[len] = '\0';
-    *rr = (rt_rr){ .r = r, .s = s, .query = q, .qlen = len, .job = job, .done = done, .arg = arg };
+    *rr = (rt_rr){ .ex = ex, .s = s, .query = q, .qlen = len, .job = job, .done = done, .arg = arg };
     int rc = search(c, s, rr, qvec, dim, err);
     if (rc) done(arg, rc, err);
     else if (s->rerank_model && rr->n) rerank_next(rr);

@@ -20,7 +20,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "router/router_internal.h"
+#include "router/run/sb_run.h"
 
 enum { P_LIT, P_INPUT, P_INTENT, P_CONFIDENCE, P_OUTPUT, P_JSON, P_JSONKEY, P_CONFIG_DIR };
 
@@ -134,49 +134,6 @@ int rt_tmpl_compile(const char *src, const rt_tmpl_scope *scope, sb_tmpl **out, 
 bool rt_tmpl_uses_stage(const sb_tmpl *t, int stage) {
     for (size_t i = 0; t && i < t->n; i++)
         if (t->pieces[i].stage == stage) return true;
-    return false;
-}
-
-/* ------------------------------------------------------------ segments */
-
-void sb_segs_init(sb_segs *s) {
-    memset(s, 0, sizeof *s);
-    sb_jw_init(&s->text);
-}
-
-void sb_segs_free(sb_segs *s) {
-    sb_jw_free(&s->text);
-    sb_free(s->v);
-    memset(s, 0, sizeof *s);
-}
-
-void sb_segs_add(sb_segs *s, const char *p, size_t n, bool special) {
-    if (!n || s->oom) return;
-    size_t off = s->text.len;
-    sb_jw_raw(&s->text, p, n);
-    if (s->text.oom) { s->oom = 1; return; }
-    if (s->n && s->v[s->n - 1].special == special) {   /* one piece per run of one kind */
-        s->v[s->n - 1].len += n;
-        return;
-    }
-    if (s->n == s->cap) {
-        size_t cap = s->cap ? s->cap * 2 : 8;
-        sb_seg *nv = sb_realloc(s->v, cap * sizeof *nv);
-        if (!nv) { s->oom = 1; return; }
-        s->v = nv;
-        s->cap = cap;
-    }
-    s->v[s->n++] = (sb_seg){ off, n, special };
-}
-
-void sb_segs_cat(sb_segs *dst, const sb_segs *src) {
-    for (size_t i = 0; i < src->n; i++) sb_segs_add(dst, src->text.p + src->v[i].off, src->v[i].len, src->v[i].special);
-    if (src->oom) dst->oom = 1;
-}
-
-bool sb_segs_any_special(const sb_segs *s) {
-    for (size_t i = 0; i < s->n; i++)
-        if (s->v[i].special) return true;
     return false;
 }
 

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "router/pipeline_internal.h"
-#include "router/sb_classify.h"
+#include "router/run/pipeline_internal.h"
+#include "router/classify/sb_classify.h"
 #include "worker/engine/sb_grammar.h"
 #include "kb/sb_kb.h"
 
@@ -111,7 +111,7 @@ static int load_examples_file(vctx *c, const sb_config_node *n, sb_stage *s) {
 }
 
 /* method, score_model, hybrid_margin, classifier, examples_file,
- * out_of_scope: how the stage classifies (router/intent_embed.c). */
+ * out_of_scope: how the stage classifies (router/run/intent_embed.c). */
 static int load_intent_method(vctx *c, const sb_config_node *n, sb_stage *s) {
     const sb_config_node *v;
     int rc = 0;

@@ -8,7 +8,7 @@
  * or to another switchboard.
  *
  * It is the other backend beside the worker's socket: it takes the typed
- * request (gen_req.h) and encodes it as OpenAI JSON itself. Its calls keep
+ * request (sb_backend.h) and encodes it as OpenAI JSON itself. Its calls keep
  * sb_ipc_aclient's contract, so models.c keeps one FIFO,
  * one in-flight count and one cancel path for both kinds of model: a call
  * gets exactly one on_done, from the loop and never from inside
@@ -34,8 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "router/gen_req.h"
-#include "router/router_internal.h"
+#include "router/backend/sb_backend.h"
 #include "common/sb_net.h"
 
 #define UP_MAX_BODY   (8u << 20)    /* an answer is KBs; more is a broken upstream */
@@ -369,7 +368,7 @@ static int start_request(rt_upcall *c, const sb_config_model *cm, const sb_jw *b
         return sb_seterr(err, SB_EINVAL, "upstream model '%s': api_key_env %s is not set in the router's environment",
                          cm->name, cm->api_key_env);
     }
-    c->conn = evhttp_connection_base_new(c->m->r->base, NULL, u.host, (ev_uint16_t)u.port);
+    c->conn = evhttp_connection_base_new(c->m->be->base, NULL, u.host, (ev_uint16_t)u.port);
     c->req = c->conn ? evhttp_request_new(on_response, c) : NULL;
     if (!c->req) return sb_seterr(err, SB_ENOMEM, "cannot create the HTTP request to %s", c->url);
     evhttp_connection_set_retries(c->conn, 0);
@@ -403,7 +402,7 @@ static int start_request(rt_upcall *c, const sb_config_model *cm, const sb_jw *b
 
 int rt_upstream_call(rt_model *m, const char *method, const rt_gen_req *g, int timeout_ms,
                      sb_ipc_aevent_fn on_event, sb_ipc_adone_fn on_done, void *arg, uint64_t *id_out, char *err) {
-    const sb_config_model *cm = m->r->conf ? sb_config_find_model(m->r->conf->cfg, m->name) : NULL;
+    const sb_config_model *cm = m->be->cfg ? sb_config_find_model(m->be->cfg, m->name) : NULL;
     if (!cm || !cm->upstream) return sb_seterr(err, SB_ENOTFOUND, "model '%s' has no upstream in the config", m->name);
     if (strcmp(method, "generate") || !g)
         return sb_seterr(err, SB_EUNSUP, "'%s' needs a local model: upstream %s only generates (intent stages score "
@@ -415,14 +414,14 @@ int rt_upstream_call(rt_model *m, const char *method, const rt_gen_req *g, int t
     if (!rc) {
         sb_jw_init(&c->text);
         c->m = m;
-        c->id = ++m->r->next_id;
+        c->id = ++m->be->next_id;
         c->on_event = on_event;
         c->on_done = on_done;
         c->arg = arg;
         c->t0 = sb_now_s();
         c->timeout_ms = timeout_ms > 0 && timeout_ms < cm->timeout_ms ? timeout_ms : cm->timeout_ms;
-        c->timer = evtimer_new(m->r->base, on_timeout, c);
-        c->reap = evtimer_new(m->r->base, reap_cb, c);
+        c->timer = evtimer_new(m->be->base, on_timeout, c);
+        c->reap = evtimer_new(m->be->base, reap_cb, c);
         c->body = evbuffer_new();
         if (!c->timer || !c->reap || !c->body) rc = sb_seterr(err, SB_ENOMEM, "out of memory");
     }

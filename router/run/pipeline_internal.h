@@ -6,7 +6,7 @@
 #ifndef SB_PIPELINE_INTERNAL_H
 #define SB_PIPELINE_INTERNAL_H
 
-#include "router/router_internal.h"
+#include "router/run/sb_run.h"
 
 typedef struct {
     const sb_config *cfg;

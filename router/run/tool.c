@@ -26,7 +26,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "router/router_internal.h"
+#include "router/run/sb_run.h"
 
 #define TOOL_MAX_OUTPUT (1u << 20)  /* a lookup answer is a few KB; more is a runaway tool */
 /* A command's arguments after substitution, all together. The kernel
@@ -50,7 +50,7 @@ struct rt_tool_gate {
 };
 
 struct rt_tool {
-    rt *r;
+    rt_exec *ex;
     rt_tool_done_fn done;
     void *arg;
     rt_tool_gate *gate;
@@ -261,10 +261,10 @@ static int start_command(rt_tool *t, char *const *argv, char *const *env, int ti
     t->out_fd = out[0];
     fcntl(t->in_fd, F_SETFL, O_NONBLOCK);
     fcntl(t->out_fd, F_SETFL, O_NONBLOCK);
-    t->in_ev = event_new(t->r->base, t->in_fd, EV_WRITE | EV_PERSIST, on_in, t);
-    t->out_ev = event_new(t->r->base, t->out_fd, EV_READ | EV_PERSIST, on_out, t);
-    t->reap_ev = evtimer_new(t->r->base, try_reap, t);
-    t->timer = evtimer_new(t->r->base, on_timeout, t);
+    t->in_ev = event_new(t->ex->be.base, t->in_fd, EV_WRITE | EV_PERSIST, on_in, t);
+    t->out_ev = event_new(t->ex->be.base, t->out_fd, EV_READ | EV_PERSIST, on_out, t);
+    t->reap_ev = evtimer_new(t->ex->be.base, try_reap, t);
+    t->timer = evtimer_new(t->ex->be.base, on_timeout, t);
     if (!t->in_ev || !t->out_ev || !t->reap_ev || !t->timer) {
         kill_group(t);
         waitpid(t->pid, NULL, 0);
@@ -316,7 +316,7 @@ static int start_http(rt_tool *t, const char *url, bool post, const char *input,
     int port = evhttp_uri_get_port(u);
     char target[1024];
     snprintf(target, sizeof target, "%s%s%s", path && *path ? path : "/", query ? "?" : "", query ? query : "");
-    t->conn = evhttp_connection_base_new(t->r->base, NULL, host, (ev_uint16_t)(port > 0 ? port : 80));
+    t->conn = evhttp_connection_base_new(t->ex->be.base, NULL, host, (ev_uint16_t)(port > 0 ? port : 80));
     struct evhttp_request *req = t->conn ? evhttp_request_new(on_http, t) : NULL;
     if (!req) {
         evhttp_uri_free(u);
@@ -349,7 +349,7 @@ static int launch(rt_tool *t, char *err) {
 
 /* Start queued calls while slots are free. A call that cannot start is
  * completed with its error; the loop (not recursion) takes the next. */
-static void gate_pump(rt *r, rt_tool_gate *g) {
+static void gate_pump(rt_exec *ex, rt_tool_gate *g) {
     g->pumping = true;
     while (g->head && g->running < g->max_running) {
         rt_tool *t = g->head;
@@ -368,7 +368,7 @@ static void gate_pump(rt *r, rt_tool_gate *g) {
     }
     g->pumping = false;
     if (g->running || g->waiting) return;
-    for (rt_tool_gate **pp = &r->tool_gates; *pp; pp = &(*pp)->next)
+    for (rt_tool_gate **pp = &ex->tool_gates; *pp; pp = &(*pp)->next)
         if (*pp == g) { *pp = g->next; break; }
     sb_free(g->key);
     sb_free(g);
@@ -390,16 +390,16 @@ static void gate_leave(rt_tool *t) {
     } else if (t->running) {
         g->running--;
     }
-    if (!g->pumping) gate_pump(t->r, g);
+    if (!g->pumping) gate_pump(t->ex, g);
 }
 
-static rt_tool_gate *gate_get(rt *r, const char *key) {
-    for (rt_tool_gate *g = r->tool_gates; g; g = g->next)
+static rt_tool_gate *gate_get(rt_exec *ex, const char *key) {
+    for (rt_tool_gate *g = ex->tool_gates; g; g = g->next)
         if (!strcmp(g->key, key)) return g;
     rt_tool_gate *g = sb_calloc(1, sizeof *g);
     if (!g || !(g->key = sb_strdup(key))) { sb_free(g); return NULL; }
-    g->next = r->tool_gates;
-    r->tool_gates = g;
+    g->next = ex->tool_gates;
+    ex->tool_gates = g;
     return g;
 }
 
@@ -414,12 +414,12 @@ static char **copy_strv(char *const *v) {
 
 /* ------------------------------------------------------------------ api */
 
-int rt_tool_start(rt *r, const rt_tool_spec *spec, const char *input, size_t input_len, rt_tool_done_fn done,
+int rt_tool_start(rt_exec *ex, const rt_tool_spec *spec, const char *input, size_t input_len, rt_tool_done_fn done,
                   void *arg, rt_tool **out, char *err) {
     *out = NULL;
     rt_tool *t = sb_calloc(1, sizeof *t);
     if (!t) return sb_seterr(err, SB_ENOMEM, "out of memory");
-    t->r = r;
+    t->ex = ex;
     t->done = done;
     t->arg = arg;
     t->in_fd = t->out_fd = -1;
@@ -435,7 +435,7 @@ int rt_tool_start(rt *r, const rt_tool_spec *spec, const char *input, size_t inp
     }
     memcpy(t->input, input, input_len);
     t->input_len = input_len;
-    rt_tool_gate *g = gate_get(r, spec->gate);
+    rt_tool_gate *g = gate_get(ex, spec->gate);
     if (!g) { tool_free(t); return sb_seterr(err, SB_ENOMEM, "out of memory"); }
     g->max_running = spec->max_concurrent > 0 ? spec->max_concurrent : 1;   /* a reload may change it */
     t->gate = g;

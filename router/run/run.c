@@ -17,15 +17,19 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "router/obs.h"
-#include "router/run_internal.h"
+#include "router/run/run_internal.h"
 #include "kb/sb_kb.h"
+
+/* Call traces are kept (the router's hook): runs keep each stage's input. */
+static bool rt_tracing(const rt_exec *ex) {
+    return ex->be.hooks.tracing && ex->be.hooks.tracing(ex->be.hooks.arg);
+}
 
 static void step(rt_run *run);
 
 int rt_run_submit(rt_run *run, const sb_stage *s, const char *model, const char *method, sb_mp_writer *p,
                   rt_event_fn on_event, rt_done_fn on_done, char *err) {
-    rt_model *m = rt_model_find(run->r, model);
+    rt_model *m = rt_model_find(&run->ex->be, model);
     if (!m) {
         sb_mp_writer_free(p);
         return sb_seterr(err, SB_EIO, "model '%s' is not configured in this router", model);
@@ -95,7 +99,7 @@ static void finish(rt_run *run) {
     if (run->done) return;
     run->done = true;
     if (run->timer) evtimer_del(run->timer);
-    if (!run->fail_status) rt_hist_observe(run->r, RT_H_PIPELINE, run->p->name, NULL, sb_now_s() - run->t0);
+    if (!run->fail_status) rt_observe(&run->ex->be, RT_H_PIPELINE, run->p->name, NULL, sb_now_s() - run->t0);
     run->on_done(run->arg, run);
 }
 
@@ -112,7 +116,7 @@ void rt_run_stage_done(rt_run *run, int status, const char *error) {
     sr->ms = (sb_now_s() - run->t_stage) * 1e3;
     if (error) sr->error = sb_strdup(error);
     if (status == ST_OK || status == ST_ERROR) run->last_ran = (int)run->cur;
-    rt_hist_observe(run->r, RT_H_STAGE, run->p->name, run->p->stages[run->cur].name, sr->ms / 1e3);
+    rt_observe(&run->ex->be, RT_H_STAGE, run->p->name, run->p->stages[run->cur].name, sr->ms / 1e3);
     run->cur++;
     schedule(run);
 }
@@ -123,7 +127,7 @@ void rt_run_stage_done(rt_run *run, int status, const char *error) {
 #define RT_TRACE_INPUT_MAX 16384
 void rt_run_keep_input(rt_run *run, const char *p, size_t n) {
     stage_res *sr = &run->res[run->cur];
-    if (!rt_trace_on(run->r) || sr->input) return;
+    if (!rt_tracing(run->ex) || sr->input) return;
     if (n > RT_TRACE_INPUT_MAX) n = RT_TRACE_INPUT_MAX;
     if ((sr->input = sb_malloc(n + 1))) {
         if (n) memcpy(sr->input, p, n);
@@ -154,7 +158,7 @@ static void on_gen_token(void *arg, const char *event, const sb_mp_obj *data) {
     if (strcmp(event, "token") || sb_mp_get_str(data, "text", SB_MP_REQUIRED, &t, &n, NULL)) return;
     if (!run->t_first) {
         run->t_first = sb_now_s();
-        rt_hist_observe(run->r, RT_H_TTFT_PIPELINE, run->p->name, NULL, run->t_first - run->t0);
+        rt_observe(&run->ex->be, RT_H_TTFT_PIPELINE, run->p->name, NULL, run->t_first - run->t0);
     }
     if (run->on_token) run->on_token(run->arg, t, n);
 }
@@ -199,6 +203,21 @@ static void on_generated(void *arg, const sb_ipc_result *res) {
     rt_run_stage_done(run, ST_OK, NULL);
 }
 
+/* What a generate stage asks of its model, besides the prompt. */
+static void gen_from_stage(rt_gen_req *g, const sb_stage *s, bool stream) {
+    g->stream = stream;
+    g->priority = s->priority;
+    g->sampling = s->sampling;
+    g->has_seed = s->sampling.seed >= 0;
+    for (size_t i = 0; i < s->n_stops && i < RT_GEN_MAX_STOPS; i++) {
+        g->stops[i] = s->stops[i];
+        g->stop_lens[i] = strlen(s->stops[i]);
+        g->n_stops++;
+    }
+    g->json_schema = s->json_schema;
+    g->json_schema_len = s->json_schema ? strlen(s->json_schema) : 0;
+}
+
 static int start_generate(rt_run *run, const sb_stage *s, bool stream, char *err) {
     sb_tmpl_env env = rt_run_env(run);
     sb_segs sys, prompt;
@@ -209,8 +228,9 @@ static int start_generate(rt_run *run, const sb_stage *s, bool stream, char *err
     rt_run_keep_input(run, prompt.text.p, prompt.text.len);
     rt_gen_req g;
     rt_gen_init(&g);
-    int rc = rt_gen_from_stage(&g, s, &sys, &prompt, stream);
-    rt_model *m = rc ? NULL : rt_model_find(run->r, s->model);
+    gen_from_stage(&g, s, stream);
+    int rc = rt_gen_set_prompt(&g, s->chat, s->system != NULL, &sys, &prompt);
+    rt_model *m = rc ? NULL : rt_model_find(&run->ex->be, s->model);
     if (rc) rc = sb_seterr(err, SB_ENOMEM, "out of memory");
     else if (!m) rc = sb_seterr(err, SB_EIO, "model '%s' is not configured in this router", s->model);
     else if ((rc = rt_model_submit_gen(m, &g, m->deadline_ms, stream ? on_gen_token : NULL, on_generated, run,
@@ -261,7 +281,7 @@ static int start_tool(rt_run *run, const sb_stage *s, char *err) {
     rt_tool_spec spec = { s->url ? NULL : argv, s->env, s->url, s->http_post, gate, s->max_concurrent,
                           s->max_queue, s->timeout_ms };
     int rc = oom ? sb_seterr(err, SB_ENOMEM, "out of memory")
-                 : rt_tool_start(run->r, &spec, in.p ? in.p : "", in.len, on_tool_done, run, &run->tool, err);
+                 : rt_tool_start(run->ex, &spec, in.p ? in.p : "", in.len, on_tool_done, run, &run->tool, err);
     for (size_t i = 0; i < s->n_argv; i++) sb_jw_free(&args[i]);
     sb_jw_free(&in);
     return rc;
@@ -301,7 +321,7 @@ static void retrieve_with(rt_run *run, const sb_stage *s, const float *qvec, int
     sb_jw_init(&q);
     sb_tmpl_render(s->query, &env, &q);
     if (q.oom) on_retrieved(run, SB_ENOMEM, "out of memory");
-    else rt_retrieve_start(run->r, run->conf, s, q.p ? q.p : "", q.len, qvec, dim, &run->job, on_retrieved, run,
+    else rt_retrieve_start(run->ex, run->conf, s, q.p ? q.p : "", q.len, qvec, dim, &run->job, on_retrieved, run,
                            &run->rr);
     sb_jw_free(&q);
 }
@@ -323,7 +343,7 @@ static void on_query_embedded(void *arg, const sb_ipc_result *res) {
 
 static int start_retrieve(rt_run *run, const sb_stage *s, char *err) {
     if (s->kb_mode == SB_KB_BM25) { retrieve_with(run, s, NULL, 0); return 0; }
-    rt_model *m = rt_model_find(run->r, s->model);
+    rt_model *m = rt_model_find(&run->ex->be, s->model);
     if (!m) return sb_seterr(err, SB_EIO, "model '%s' is not configured in this router", s->model);
     sb_tmpl_env env = rt_run_env(run);
     sb_jw q;
@@ -374,7 +394,7 @@ static void step(rt_run *run) {
             rt_run_fail(run, 500, "server_error", "%s%s", "out of memory", "");
             return;
         }
-        if (s->kind == SB_STAGE_INTENT && rt_intent_embeds(run->r, s)) rc = rt_run_start_intent_embed(run, s, p, err);
+        if (s->kind == SB_STAGE_INTENT && rt_intent_embeds(run->ex, s)) rc = rt_run_start_intent_embed(run, s, p, err);
         else if (s->kind == SB_STAGE_INTENT) rc = rt_run_start_intent(run, s, p, err);
         else rc = start_generate(run, s, run->on_token && is_answer_stage(run, run->cur), err);
         if (rc == 1) {              /* its examples are being embedded: look again soon */
@@ -403,10 +423,32 @@ static void on_run_timeout(evutil_socket_t fd, short what, void *arg) {
     rt_run_fail(run, 504, "timeout", "pipeline did not finish within its timeout_ms (%s ms)%s", ms, "");
 }
 
-int rt_run_start(rt *r, const char *name, const char *input, rt_run_token_fn on_token, rt_run_done_fn on_done,
+/* ------------------------------------------------------- generations */
+
+void rt_conf_release(rt_conf *c) {
+    if (!c || --c->refs > 0) return;
+    for (rt_prior *p = c->priors, *n; p; p = n) {
+        n = p->next;
+        sb_free(p);
+    }
+    rt_intent_free_all(c);
+    rt_retrieve_free_all(c);
+    sb_pipelines_free(c->pipes);
+    sb_config_free(c->cfg);
+    sb_free(c);
+}
+
+rt_conf *rt_conf_acquire(rt_exec *ex) {
+    if (ex->conf) ex->conf->refs++;
+    return ex->conf;
+}
+
+/* --------------------------------------------------------------- runs */
+
+int rt_run_start(rt_exec *ex, const char *name, const char *input, rt_run_token_fn on_token, rt_run_done_fn on_done,
                  void *arg, rt_run **out, char *err) {
     *out = NULL;
-    rt_conf *c = rt_conf_acquire(r);
+    rt_conf *c = rt_conf_acquire(ex);
     const sb_pipeline *p = c ? sb_pipelines_find(c->pipes, name) : NULL;
     if (!p) {
         rt_conf_release(c);
@@ -414,7 +456,7 @@ int rt_run_start(rt *r, const char *name, const char *input, rt_run_token_fn on_
     }
     rt_run *run = sb_calloc(1, sizeof *run);
     if (!run) { rt_conf_release(c); return sb_seterr(err, SB_ENOMEM, "out of memory"); }
-    run->r = r;
+    run->ex = ex;
     run->conf = c;
     run->p = p;
     run->on_token = on_token;
@@ -429,8 +471,8 @@ int rt_run_start(rt *r, const char *name, const char *input, rt_run_token_fn on_
     run->res = sb_calloc(p->n_stages, sizeof *run->res);
     run->outputs = sb_calloc(p->n_stages, sizeof *run->outputs);
     run->json = sb_calloc(p->n_stages, sizeof *run->json);
-    run->timer = evtimer_new(r->base, on_run_timeout, run);
-    run->kick = evtimer_new(r->base, step_cb, run);
+    run->timer = evtimer_new(ex->be.base, on_run_timeout, run);
+    run->kick = evtimer_new(ex->be.base, step_cb, run);
     if (!run->input || !run->res || !run->outputs || !run->json || !run->timer || !run->kick) {
         rt_run_free(run);
         return sb_seterr(err, SB_ENOMEM, "out of memory");
@@ -575,8 +617,8 @@ static void result_json(const rt_run *run, sb_jw *w, bool trace) {
 void rt_run_result_json(const rt_run *run, sb_jw *w) { result_json(run, w, false); }
 void rt_run_trace_json(const rt_run *run, sb_jw *w) { result_json(run, w, true); }
 
-int rt_pipeline_fingerprint(rt *r, const char *name, char *out, bool *cacheable) {
-    rt_conf *c = rt_conf_acquire(r);
+int rt_pipeline_fingerprint(rt_exec *ex, const char *name, char *out, bool *cacheable) {
+    rt_conf *c = rt_conf_acquire(ex);
     const sb_pipeline *p = c ? sb_pipelines_find(c->pipes, name) : NULL;
     if (!p) { rt_conf_release(c); return SB_ENOTFOUND; }
     sb_sha256_ctx h;
@@ -595,7 +637,7 @@ int rt_pipeline_fingerprint(rt *r, const char *name, char *out, bool *cacheable)
         else if (s->kind == SB_STAGE_RETRIEVE) sb_sha256_update(&h, ver, sizeof ver);
         for (int k = 0; k < 3; k++) {
             if (!names[k]) continue;
-            rt_model *m = rt_model_find(r, names[k]);
+            rt_model *m = rt_model_find(&ex->be, names[k]);
             if (!m || !m->fingerprint[0]) { ok = false; continue; }
             sb_sha256_update(&h, m->fingerprint, strlen(m->fingerprint));
         }

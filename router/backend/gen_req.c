@@ -1,13 +1,58 @@
 /* gen_req.c - a generation request: parsed from an OpenAI body or built
  * from a pipeline stage, then encoded for the worker and keyed for the
- * response cache (gen_req.h).
+ * response cache (sb_backend.h); and the prompt pieces (sb_segs) it holds.
  */
 #include <assert.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "router/gen_req.h"
+#include "router/backend/sb_backend.h"
 #include "worker/engine/sb_grammar.h"
+
+/* ------------------------------------------------------------ segments */
+
+void sb_segs_init(sb_segs *s) {
+    memset(s, 0, sizeof *s);
+    sb_jw_init(&s->text);
+}
+
+void sb_segs_free(sb_segs *s) {
+    sb_jw_free(&s->text);
+    sb_free(s->v);
+    memset(s, 0, sizeof *s);
+}
+
+void sb_segs_add(sb_segs *s, const char *p, size_t n, bool special) {
+    if (!n || s->oom) return;
+    size_t off = s->text.len;
+    sb_jw_raw(&s->text, p, n);
+    if (s->text.oom) { s->oom = 1; return; }
+    if (s->n && s->v[s->n - 1].special == special) {   /* one piece per run of one kind */
+        s->v[s->n - 1].len += n;
+        return;
+    }
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 8;
+        sb_seg *nv = sb_realloc(s->v, cap * sizeof *nv);
+        if (!nv) { s->oom = 1; return; }
+        s->v = nv;
+        s->cap = cap;
+    }
+    s->v[s->n++] = (sb_seg){ off, n, special };
+}
+
+void sb_segs_cat(sb_segs *dst, const sb_segs *src) {
+    for (size_t i = 0; i < src->n; i++) sb_segs_add(dst, src->text.p + src->v[i].off, src->v[i].len, src->v[i].special);
+    if (src->oom) dst->oom = 1;
+}
+
+bool sb_segs_any_special(const sb_segs *s) {
+    for (size_t i = 0; i < s->n; i++)
+        if (s->v[i].special) return true;
+    return false;
+}
+
+/* ------------------------------------------------------------ requests */
 
 void rt_gen_init(rt_gen_req *g) {
     memset(g, 0, sizeof *g);
@@ -186,20 +231,9 @@ int rt_gen_parse_openai(rt_gen_req *g, const sb_json *body, int kind, char *why,
 
 /* ---------------------------------------------------------- a stage */
 
-int rt_gen_from_stage(rt_gen_req *g, const sb_stage *s, sb_segs *sys, sb_segs *prompt, bool stream) {
+int rt_gen_set_prompt(rt_gen_req *g, bool chat, bool has_system, sb_segs *sys, sb_segs *prompt) {
     bool no_mem = sys->oom || prompt->oom;
-    g->stream = stream;
-    g->priority = s->priority;
-    g->sampling = s->sampling;
-    g->has_seed = s->sampling.seed >= 0;
-    for (size_t i = 0; i < s->n_stops && i < RT_GEN_MAX_STOPS; i++) {
-        g->stops[i] = s->stops[i];
-        g->stop_lens[i] = strlen(s->stops[i]);
-        g->n_stops++;
-    }
-    g->json_schema = s->json_schema;
-    g->json_schema_len = s->json_schema ? strlen(s->json_schema) : 0;
-    if (!s->chat) {
+    if (!chat) {
         /* A raw prompt: the system text, then the prompt, as segments. */
         g->kind = RT_KIND_COMPLETION;
         g->prompt_segments = true;
@@ -215,7 +249,7 @@ int rt_gen_from_stage(rt_gen_req *g, const sb_stage *s, sb_segs *sys, sb_segs *p
         sb_segs_free(prompt);
         return SB_ENOMEM;
     }
-    if (s->system) g->msgs[g->n_msgs++] = (rt_gen_msg){ "system", *sys };
+    if (has_system) g->msgs[g->n_msgs++] = (rt_gen_msg){ "system", *sys };
     else sb_segs_free(sys);
     g->msgs[g->n_msgs++] = (rt_gen_msg){ "user", *prompt };
     return no_mem || oom(g) ? SB_ENOMEM : 0;
@@ -223,7 +257,7 @@ int rt_gen_from_stage(rt_gen_req *g, const sb_stage *s, sb_segs *sys, sb_segs *p
 
 /* -------------------------------------------------------------- copy */
 
-/* A role as one of the static names parse_messages and rt_gen_from_stage
+/* A role as one of the static names parse_messages and rt_gen_set_prompt
  * give (so the copy need not own it). */
 static const char *static_role(const char *role) {
     static const char *const roles[] = { "system", "user", "assistant", "tool" };

@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "router/pipeline_internal.h"
-#include "router/sb_classify.h"
+#include "router/run/pipeline_internal.h"
+#include "router/classify/sb_classify.h"
 #include "worker/engine/sb_grammar.h"
 #include "kb/sb_kb.h"
 

@@ -7,7 +7,7 @@
 
 #include <event2/event.h>
 
-#include "router/gen_req.h"
+#include "router/run/sb_run.h"
 
 
 enum { ST_PENDING, ST_OK, ST_SKIPPED, ST_ERROR };
@@ -26,7 +26,7 @@ typedef struct {
 } stage_res;
 
 struct rt_run {
-    rt *r;
+    rt_exec *ex;
     rt_conf *conf;
     const sb_pipeline *p;
     char *input;

@@ -19,9 +19,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "router/gen_req.h"
-#include "router/obs.h"
-#include "router/router_internal.h"
+#include "router/backend/sb_backend.h"
 
 struct rt_job {
     rt_job *next;
@@ -36,13 +34,22 @@ struct rt_job {
     uint64_t call_id;
     bool sent, cancelled;
     bool got_token;                 /* a streamed token came: its time to first token is counted */
-    double t_submit, t_sent;        /* for the queue-wait, call and TTFT histograms (obs.h) */
+    double t_submit, t_sent;        /* for the queue-wait, call and TTFT histograms (rt_hooks.observe) */
     int priority;
     double key;                     /* queue order: t_submit - priority * RT_PRIORITY_STEP_S */
     bool remote;                    /* sent through upstream.c (a reload may flip m->remote) */
 };
 
 static void dispatch(rt_model *m);
+
+void rt_observe(const rt_backends *be, int f, const char *a, const char *b, double seconds) {
+    if (be->hooks.observe) be->hooks.observe(be->hooks.arg, f, a, b, seconds);
+}
+
+static void models_changed(const rt_backends *be) {
+    if (be->hooks.models_changed) be->hooks.models_changed(be->hooks.arg);
+}
+
 static void dispatch_cb(evutil_socket_t fd, short what, void *arg) { dispatch(arg); }
 
 static void job_free(rt_job *j) {
@@ -94,23 +101,23 @@ static void account(rt_model *m, const sb_ipc_result *res) {
     if (ct > 0 && gms > 0) m->last_tps = (double)ct / (gms / 1e3);
 }
 
-/* The model histograms (obs.h). A generate that did not stream has its
+/* The model histograms (rt_hooks.observe). A generate that did not stream has its
  * time to first token from the worker's prompt time. */
 static void observe_call(rt_job *j, const sb_ipc_result *res) {
     if (!res->ok) return;
-    rt *r = j->m->r;
-    rt_hist_observe(r, RT_H_MODEL, j->m->name, j->method, sb_now_s() - j->t_sent);
+    rt_backends *be = j->m->be;
+    rt_observe(be, RT_H_MODEL, j->m->name, j->method, sb_now_s() - j->t_sent);
     double pms = 0;
     if (!j->got_token && !strcmp(j->method, "generate") &&
         !sb_mp_get_num(res->result, "prompt_ms", SB_MP_OPTIONAL, 0, 1e12, &pms, NULL) && pms > 0)
-        rt_hist_observe(r, RT_H_TTFT_MODEL, j->m->name, NULL, j->t_sent - j->t_submit + pms / 1e3);
+        rt_observe(be, RT_H_TTFT_MODEL, j->m->name, NULL, j->t_sent - j->t_submit + pms / 1e3);
 }
 
 static void on_call_event(void *arg, uint64_t id, const char *event, const sb_mp_obj *data) {
     rt_job *j = arg;
     if (!j->got_token && !strcmp(event, "token")) {
         j->got_token = true;
-        rt_hist_observe(j->m->r, RT_H_TTFT_MODEL, j->m->name, NULL, sb_now_s() - j->t_submit);
+        rt_observe(j->m->be, RT_H_TTFT_MODEL, j->m->name, NULL, sb_now_s() - j->t_submit);
     }
     if (!j->cancelled && j->on_event) j->on_event(j->arg, event, data);
 }
@@ -219,7 +226,7 @@ static void dispatch(rt_model *m) {
         }
         j->sent = true;
         j->t_sent = sb_now_s();
-        rt_hist_observe(m->r, RT_H_QUEUE, m->name, NULL, j->t_sent - j->t_submit);
+        rt_observe(m->be, RT_H_QUEUE, m->name, NULL, j->t_sent - j->t_submit);
         m->n_inflight++;
         m->requests++;
         sb_debug("model '%s': %s call %llu sent, priority %d%s, %d of %d in flight, %d waiting", m->name, j->method,
@@ -270,7 +277,7 @@ static void queue_job(rt_model *m, rt_job *j, rt_job **out) {
      * before the caller has stored the job handle. */
     if (m->n_inflight < rt_model_capacity(m)) {
         struct timeval now = { 0, 0 };
-        event_base_once(m->r->base, -1, EV_TIMEOUT, dispatch_cb, m, &now);
+        event_base_once(m->be->base, -1, EV_TIMEOUT, dispatch_cb, m, &now);
     }
 }
 
@@ -338,12 +345,12 @@ void rt_job_cancel(rt_job *j) {
     m->n_inflight--;
     job_free(j);
     struct timeval now = { 0, 0 };
-    event_base_once(m->r->base, -1, EV_TIMEOUT, dispatch_cb, m, &now);
+    event_base_once(m->be->base, -1, EV_TIMEOUT, dispatch_cb, m, &now);
 }
 
-rt_model *rt_model_find(rt *r, const char *name) {
-    for (size_t i = 0; i < r->n_models; i++)
-        if (!r->models[i]->removed && !strcmp(r->models[i]->name, name)) return r->models[i];
+rt_model *rt_model_find(const rt_backends *be, const char *name) {
+    for (size_t i = 0; i < be->n_models; i++)
+        if (!be->models[i]->removed && !strcmp(be->models[i]->name, name)) return be->models[i];
     return NULL;
 }
 
@@ -383,7 +390,7 @@ static void on_health(void *arg, uint64_t id, const sb_ipc_result *res) {
         m->pid = pid;
         m->up = true;
         read_batch_health(m, res->result);
-        if (came_up || was != m->encoder) rt_intent_models_changed(m->r);
+        if (came_up || was != m->encoder) models_changed(m->be);
     } else {
         if (m->up) sb_warn("model '%s': worker down (%s)", m->name, res->message ? res->message : "no answer");
         if (m->up) m->down_since = sb_now_s();
@@ -395,10 +402,10 @@ static void on_health(void *arg, uint64_t id, const sb_ipc_result *res) {
 /* DIR/state.json, written by the supervisor on every state change, knows
  * what the router cannot see from the socket: how often a worker was
  * restarted and whether it was given up on (crash loop, bad model). */
-static void read_supervisor_state(rt *r) {
-    if (!r->conf) return;
+static void read_supervisor_state(rt_backends *be) {
+    if (!be->cfg) return;
     char path[600];
-    snprintf(path, sizeof path, "%s/state.json", r->conf->cfg->runtime.dir);
+    snprintf(path, sizeof path, "%s/state.json", be->cfg->runtime.dir);
     FILE *f = fopen(path, "r");
     if (!f) return;
     char buf[65536];
@@ -407,8 +414,8 @@ static void read_supervisor_state(rt *r) {
     sb_json_doc *d;
     if (n == sizeof buf || sb_json_parse(buf, n, &d, NULL)) return;
     const sb_json *models = sb_json_get(sb_json_root(d), "models");
-    for (size_t i = 0; i < r->n_models; i++) {
-        rt_model *m = r->models[i];
+    for (size_t i = 0; i < be->n_models; i++) {
+        rt_model *m = be->models[i];
         const sb_json *e = sb_json_get(models, m->name);
         if (!e) continue;
         const char *state = sb_json_str(sb_json_get(e, "state"));
@@ -420,10 +427,10 @@ static void read_supervisor_state(rt *r) {
     sb_json_doc_free(d);
 }
 
-void rt_models_poll(rt *r) {
-    read_supervisor_state(r);
-    for (size_t i = 0; i < r->n_models; i++) {
-        rt_model *m = r->models[i];
+void rt_models_poll(rt_backends *be) {
+    read_supervisor_state(be);
+    for (size_t i = 0; i < be->n_models; i++) {
+        rt_model *m = be->models[i];
         if (m->remote || m->removed || m->probing) continue;
         uint64_t id;
         /* A probe that cannot even connect fails synchronously: down. */
@@ -444,19 +451,20 @@ static int socket_path(const sb_config *cfg, const char *name, char *out, size_t
     return snprintf(out, n, "%s/%s.sock", cfg->runtime.dir, name) < (int)n ? 0 : -1;
 }
 
-void rt_models_sync(rt *r, const sb_config *cfg) {
-    for (size_t i = 0; i < r->n_models; i++) r->models[i]->removed = true;
+void rt_models_sync(rt_backends *be, const sb_config *cfg) {
+    be->cfg = cfg;
+    for (size_t i = 0; i < be->n_models; i++) be->models[i]->removed = true;
     for (size_t i = 0; i < cfg->n_models; i++) {
         const sb_config_model *cm = &cfg->models[i];
         char path[512];
         if (socket_path(cfg, cm->name, path, sizeof path)) continue;
         rt_model *m = NULL;
-        for (size_t k = 0; k < r->n_models; k++)
-            if (!strcmp(r->models[k]->name, cm->name)) m = r->models[k];
+        for (size_t k = 0; k < be->n_models; k++)
+            if (!strcmp(be->models[k]->name, cm->name)) m = be->models[k];
         if (m && strcmp(m->sock, path)) {
             /* Socket moved (runtime.dir changed): reconnect there. */
             sb_ipc_aclient *ac;
-            if (sb_ipc_aclient_new(r->base, path, 0, &ac, NULL) == 0) {
+            if (sb_ipc_aclient_new(be->base, path, 0, &ac, NULL) == 0) {
                 sb_free(m->sock);
                 m->sock = sb_strdup(path);
                 /* The old client's calls get no callbacks once freed; only
@@ -466,23 +474,23 @@ void rt_models_sync(rt *r, const sb_config *cfg) {
             }
         }
         if (!m) {
-            rt_model **nm = sb_realloc(r->models, (r->n_models + 1) * sizeof *nm);
+            rt_model **nm = sb_realloc(be->models, (be->n_models + 1) * sizeof *nm);
             if (!nm) continue;
-            r->models = nm;
+            be->models = nm;
             m = sb_calloc(1, sizeof *m);
             if (!m) continue;
-            m->r = r;
+            m->be = be;
             m->up = true;           /* until a probe or a call says otherwise */
             read_batch_health(m, NULL);
             m->name = sb_strdup(cm->name);
             m->sock = sb_strdup(path);
-            if (!m->name || !m->sock || sb_ipc_aclient_new(r->base, path, 0, &m->ac, NULL)) {
+            if (!m->name || !m->sock || sb_ipc_aclient_new(be->base, path, 0, &m->ac, NULL)) {
                 sb_free(m->name);
                 sb_free(m->sock);
                 sb_free(m);
                 continue;
             }
-            r->models[r->n_models++] = m;
+            be->models[be->n_models++] = m;
         }
         m->removed = false;
         m->remote = cm->upstream != NULL;
@@ -504,9 +512,9 @@ void rt_models_sync(rt *r, const sb_config *cfg) {
     }
 }
 
-void rt_models_free(rt *r) {
-    for (size_t i = 0; i < r->n_models; i++) {
-        rt_model *m = r->models[i];
+void rt_models_free(rt_backends *be) {
+    for (size_t i = 0; i < be->n_models; i++) {
+        rt_model *m = be->models[i];
         sb_ipc_aclient_free(m->ac);
         rt_upstream_free_all(m);
         for (rt_job *j = m->head, *n; j; j = n) {
@@ -518,7 +526,7 @@ void rt_models_free(rt *r) {
         sb_free(m->gguf);
         sb_free(m);
     }
-    sb_free(r->models);
-    r->models = NULL;
-    r->n_models = 0;
+    sb_free(be->models);
+    be->models = NULL;
+    be->n_models = 0;
 }

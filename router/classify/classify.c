@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "router/sb_classify.h"
+#include "router/classify/sb_classify.h"
 #include "common/sb_common.h"
 
 #define LOGREG_FOLDS 5           /* cross-validation folds for logreg's temperature */

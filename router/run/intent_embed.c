@@ -27,8 +27,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "router/router_internal.h"
-#include "router/sb_classify.h"
+#include "router/run/sb_run.h"
+#include "router/classify/sb_classify.h"
 
 #define CACHE_FILE "embed-cache.bin"
 #define CACHE_MAGIC "SBEMB1\n"              /* 8 bytes with its NUL */
@@ -49,7 +49,7 @@ typedef struct {
 
 struct rt_eindex {
     rt_eindex *next;
-    rt *r;
+    rt_exec *ex;
     const sb_stage *s;
     int state;
     double t0, failed_at;
@@ -67,8 +67,8 @@ struct rt_eindex {
 
 /* ------------------------------------------------------------ disk cache */
 
-static void cache_path(const rt *r, char *out, size_t n) {
-    snprintf(out, n, "%s/" CACHE_FILE, r->conf->cfg->runtime.dir);
+static void cache_path(const rt_exec *ex, char *out, size_t n) {
+    snprintf(out, n, "%s/" CACHE_FILE, ex->conf->cfg->runtime.dir);
 }
 
 static void text_key(const char *fp, const char *text, uint8_t key[SB_SHA256_LEN]) {
@@ -84,7 +84,7 @@ static void text_key(const char *fp, const char *text, uint8_t key[SB_SHA256_LEN
  * that is not ours or too large. */
 static void cache_load(rt_eindex *ix) {
     char path[600];
-    cache_path(ix->r, path, sizeof path);
+    cache_path(ix->ex, path, sizeof path);
     int fd = open(path, O_RDWR | O_CLOEXEC);
     struct stat st;
     if (fd < 0) return;
@@ -126,7 +126,7 @@ static void cache_load(rt_eindex *ix) {
 static void cache_append(rt_eindex *ix, const size_t *idx, size_t n) {
     if (!ix->fp[0]) return;
     char path[600];
-    cache_path(ix->r, path, sizeof path);
+    cache_path(ix->ex, path, sizeof path);
     int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
     struct stat st;
     if (fd < 0 || fstat(fd, &st)) {
@@ -224,7 +224,7 @@ static void next_batch(rt_eindex *ix) {
     for (size_t i = 0; i < ix->n_texts && ix->n_batch < BATCH; i++)
         if (!ix->texts[i].have) ix->batch[ix->n_batch++] = i;
     if (!ix->n_batch) { build_done(ix); return; }
-    rt_model *m = rt_model_find(ix->r, ix->s->model);
+    rt_model *m = rt_model_find(&ix->ex->be, ix->s->model);
     sb_mp_writer *p;
     char err[SB_ERR_LEN];
     if (!m) { build_failed(ix, SB_EIO, "model '%s' is not configured in this router", ix->s->model); return; }
@@ -252,7 +252,7 @@ static int add_text(rt_eindex *ix, const char *text, int label, bool desc) {
  * then the examples_file and out_of_scope lines. */
 static void build_start(rt_eindex *ix) {
     const sb_stage *s = ix->s;
-    rt_model *m = rt_model_find(ix->r, s->model);
+    rt_model *m = rt_model_find(&ix->ex->be, s->model);
     sb_free(ix->texts);
     sb_free(ix->vecs);
     ix->texts = NULL;
@@ -275,30 +275,30 @@ static void build_start(rt_eindex *ix) {
 
 /* --------------------------------------------------------------- API */
 
-bool rt_intent_embeds(rt *r, const sb_stage *s) {
+bool rt_intent_embeds(rt_exec *ex, const sb_stage *s) {
     if (s->method == SB_INTENT_EMBED || s->method == SB_INTENT_HYBRID) return true;
     if (s->method == SB_INTENT_SCORE) return false;
-    rt_model *m = rt_model_find(r, s->model);
+    rt_model *m = rt_model_find(&ex->be, s->model);
     return m && m->kind_known && m->encoder;
 }
 
-static rt_eindex *index_of(rt *r, rt_conf *c, const sb_stage *s) {
+static rt_eindex *index_of(rt_exec *ex, rt_conf *c, const sb_stage *s) {
     for (rt_eindex *ix = c->eindex; ix; ix = ix->next)
         if (ix->s == s) return ix;
     rt_eindex *ix = sb_calloc(1, sizeof *ix);
     if (!ix) return NULL;
-    *ix = (rt_eindex){ .next = c->eindex, .r = r, .s = s };
+    *ix = (rt_eindex){ .next = c->eindex, .ex = ex, .s = s };
     c->eindex = ix;
     return ix;
 }
 
-int rt_intent_classifier(rt *r, rt_conf *c, const sb_stage *s, const sb_classifier **out, char *err) {
+int rt_intent_classifier(rt_exec *ex, rt_conf *c, const sb_stage *s, const sb_classifier **out, char *err) {
     *out = NULL;
-    rt_eindex *ix = index_of(r, c, s);
+    rt_eindex *ix = index_of(ex, c, s);
     if (!ix) return sb_seterr(err, SB_ENOMEM, "out of memory");
     if (ix->state == IX_FAILED && sb_now_s() - ix->failed_at < RETRY_S)
         return sb_seterr(err, ix->err_rc, "examples index: %s", ix->err);
-    rt_model *m = rt_model_find(r, s->model);
+    rt_model *m = rt_model_find(&ex->be, s->model);
     if (m && m->kind_known && !m->encoder)
         return sb_seterr(err, SB_EUNSUP, "model '%s' is a generative (decoder) model: classifying by embeddings "
                          "(method %s) needs an encoder model such as multilingual-e5-small", s->model,
@@ -309,14 +309,14 @@ int rt_intent_classifier(rt *r, rt_conf *c, const sb_stage *s, const sb_classifi
     return 1;
 }
 
-void rt_intent_models_changed(rt *r) {
-    rt_conf *c = r->conf;
+void rt_intent_models_changed(rt_exec *ex) {
+    rt_conf *c = ex->conf;
     for (size_t i = 0; c && c->pipes && i < c->pipes->n; i++) {
         const sb_pipeline *p = &c->pipes->items[i];
         for (size_t k = 0; k < p->n_stages; k++) {
             const sb_stage *s = &p->stages[k];
-            rt_model *m = s->kind == SB_STAGE_INTENT && rt_intent_embeds(r, s) ? rt_model_find(r, s->model) : NULL;
-            rt_eindex *ix = m && m->up && (!m->kind_known || m->encoder) ? index_of(r, c, s) : NULL;
+            rt_model *m = s->kind == SB_STAGE_INTENT && rt_intent_embeds(ex, s) ? rt_model_find(&ex->be, s->model) : NULL;
+            rt_eindex *ix = m && m->up && (!m->kind_known || m->encoder) ? index_of(ex, c, s) : NULL;
             if (ix && (ix->state == IX_IDLE || ix->state == IX_FAILED)) build_start(ix);
         }
     }

@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "router/run_internal.h"
+#include "router/run/run_internal.h"
 
 static void set_intent(rt_run *run, const sb_stage *s, double conf, bool rejected);
 
@@ -161,7 +161,7 @@ static void on_embedded(void *arg, const sb_ipc_result *res) {
     }
     float vec[4096];
     uint32_t dim = rt_run_first_vector(res, vec, 4096);
-    if (rt_intent_classifier(run->r, run->conf, s, &cls, err) != 0 || dim == 0) {
+    if (rt_intent_classifier(run->ex, run->conf, s, &cls, err) != 0 || dim == 0) {
         rt_run_fail(run, 502, "server_error", "intent stage '%s': %s", s->name, "the encoder's vector does not fit the index");
         return;
     }
@@ -186,7 +186,7 @@ static void on_embedded(void *arg, const sb_ipc_result *res) {
 /* 1: the stage's index is still being built (step polls again). */
 int rt_run_start_intent_embed(rt_run *run, const sb_stage *s, sb_mp_writer *p, char *err) {
     const sb_classifier *cls;
-    int rc = rt_intent_classifier(run->r, run->conf, s, &cls, err);
+    int rc = rt_intent_classifier(run->ex, run->conf, s, &cls, err);
     if (rc) {
         sb_mp_writer_free(p);
         return rc;

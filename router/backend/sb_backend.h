@@ -1,0 +1,291 @@
+/* sb_backend.h - the router's backends: the models it calls, behind one
+ * small interface (docs/ARCHITECTURE.md, "router/backend").
+ *
+ *   models.c    one dispatcher per model: a fair FIFO by priority in front
+ *               of a local worker's socket (msgpack) or an upstream server,
+ *               health polling, restart detection
+ *   upstream.c  an OpenAI-compatible server: encodes the typed request as
+ *               an OpenAI body, reads its JSON or SSE answer
+ *   gen_req.c   the typed generation request: parsed once from an OpenAI
+ *               body, encoded by the backend that takes it, keyed for the
+ *               response cache by one function
+ *
+ * The lowest router layer: it includes nothing of router/run/ or the front
+ * doors; what they want to know (latencies, a model that came up) they
+ * learn through the hooks in rt_backends. Names carry rt_ (the router's).
+ */
+#ifndef SB_ROUTER_BACKEND_H
+#define SB_ROUTER_BACKEND_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cache/sb_cache.h"
+#include "common/sb_common.h"
+#include "common/sb_config.h"
+#include "common/sb_json.h"
+#include "ipc/sb_ipc.h"
+
+struct event_base;
+
+typedef struct rt_model rt_model;
+typedef struct rt_job rt_job;
+typedef struct rt_gen_req rt_gen_req;
+typedef struct rt_upcall rt_upcall;
+
+/* ------------------------------------------------------------ the set */
+
+/* Latency families (the router's /metrics histograms); the label values
+ * per family are fixed (router/hist.c's table). */
+enum { RT_H_STAGE,              /* pipeline, stage */
+       RT_H_PIPELINE,           /* pipeline: a successful run, end to end */
+       RT_H_TTFT_PIPELINE,      /* pipeline: run start to the answer's first streamed token */
+       RT_H_MODEL,              /* model, method: a call at the worker (or upstream) */
+       RT_H_QUEUE,              /* model: time in the router's FIFO */
+       RT_H_TTFT_MODEL,         /* model: submit to the first token of a generate */
+       RT_H_COUNT };
+
+/* What the layers above learn from the ones below, without being
+ * included by them: set by the router at start; any may be NULL. */
+typedef struct {
+    void *arg;
+    /* `seconds` in family f (RT_H_*) under label values a (and b) */
+    void (*observe)(void *arg, int f, const char *a, const char *b, double seconds);
+    /* a model came up or changed kind (router/run/ builds embedding indexes) */
+    void (*models_changed)(void *arg);
+    /* call traces are kept: runs keep what each stage was given */
+    bool (*tracing)(void *arg);
+} rt_hooks;
+
+/* The models of the current config, and what their calls need. */
+typedef struct rt_backends {
+    struct event_base *base;
+    rt_model **models;
+    size_t n_models;
+    const sb_config *cfg;           /* the config of the last rt_models_sync (state.json, upstream entries) */
+    uint64_t next_id;               /* upstream call ids */
+    rt_hooks hooks;
+} rt_backends;
+
+void rt_observe(const rt_backends *be, int f, const char *a, const char *b, double seconds);
+
+/* ------------------------------------------------------ request pieces */
+
+typedef struct {
+    double temperature, top_p, min_p, repeat_penalty;
+    int    top_k, max_tokens;       /* < 0: the worker's default */
+    int64_t seed;                   /* < 0: the worker's default */
+} sb_sampling;
+
+/* A prompt for a worker, in pieces: text the operator wrote (the template's
+ * literal text, labels; special = true: special-token spellings in it such
+ * as "<|im_start|>" become control tokens) and text substituted into it
+ * (special = false: the caller's words, earlier stages' and tools' outputs,
+ * which the worker tokenizes as plain text whatever they contain). Sent as
+ * the worker's `segments` (docs/ipc.md). Sticky out-of-memory like sb_jw. */
+typedef struct { size_t off, len; bool special; } sb_seg;
+typedef struct {
+    sb_jw   text;           /* all pieces back to back */
+    sb_seg *v;              /* adjacent pieces of one kind are merged */
+    size_t  n, cap;
+    int     oom;
+} sb_segs;
+
+void sb_segs_init(sb_segs *s);
+void sb_segs_free(sb_segs *s);
+void sb_segs_add(sb_segs *s, const char *p, size_t n, bool special);
+void sb_segs_cat(sb_segs *dst, const sb_segs *src);
+bool sb_segs_any_special(const sb_segs *s);
+
+enum { RT_KIND_CHAT, RT_KIND_COMPLETION };
+
+/* Part of the cache params of every chat call and pipeline run. Bump it
+ * when the router changes how a request becomes a prompt: the model and
+ * pipeline fingerprints do not see that, and an answer computed under the
+ * old rules must not be served - or synced to other edges - under the new.
+ * 2: text from callers, messages and earlier stages is never parsed for
+ * special tokens (docs/ipc.md, `segments`).
+ * 3: nor for user-defined added tokens (Qwen's <tool_call>); an intent
+ * stage folds line breaks in the caller's text (docs/router.md). */
+#define RT_PROMPT_RULES "3"
+/* --------------------------------------------------------------- models */
+
+/* Requests handed to a worker at once when its health does not say how
+ * many sequences it runs (a worker from before batching, an encoder): two
+ * keeps its queue fed (the next job is there when one finishes) while the
+ * router's own queue decides the order. A worker that reports `parallel`
+ * gets exactly that many: each joins its running batch at the next step,
+ * and everything beyond waits here, where priority orders it. */
+#define RT_WORKER_INFLIGHT 2
+/* An upstream is a server (or a cluster) that batches many requests; the
+ * router's queue still orders what exceeds this. Its entry's `parallel`
+ * (the server's slots, llama-server -np) overrides it. */
+#define RT_UPSTREAM_INFLIGHT 16
+/* A job of priority p queues as if it had arrived p seconds earlier: a
+ * higher priority goes ahead of what arrived up to that long before it,
+ * and nothing waits behind newer work for more than 2 * 10 s of priority. */
+#define RT_PRIORITY_STEP_S 1.0
+/* Retry-After on a full queue: the time the worker takes to drain the
+ * queue, from the observed service time; 1 s before any call finished,
+ * never more than RT_RETRY_AFTER_MAX_S. */
+#define RT_RETRY_AFTER_MAX_S 60
+
+typedef void (*rt_event_fn)(void *arg, const char *event, const sb_mp_obj *data);
+typedef void (*rt_done_fn)(void *arg, const sb_ipc_result *res);
+
+struct rt_model {
+    char *name;
+    char *sock;
+    char *gguf;
+    bool remote;                    /* upstream: served over HTTP by upstream.c */
+    bool kind_known, encoder;       /* from the worker's health: an embedding model */
+    rt_upcall *upcalls;             /* remote: calls in flight */
+    bool removed;                   /* gone from the config after a reload */
+    int max_waiting, deadline_ms, max_tokens;
+    sb_ipc_aclient *ac;
+    rt_job *head, *tail;
+    int n_waiting, n_inflight;
+    int cfg_parallel;               /* the config's parallel (0: unset): an upstream's cap; a worker's until it reports its own */
+    double service_s;               /* moving average of a call's time at the worker (0: none yet) */
+    /* health, polled */
+    bool up, probing;
+    bool failed;                    /* the supervisor gave up on it (state.json) */
+    int64_t pid;
+    uint64_t restarts;
+    double down_since;
+    /* The batching worker's health (docs/ipc.md); -1: not reported (a
+     * worker from before batching, an encoder): /metrics leaves it out.
+     * parallel > 0 also means the worker takes a `priority` param. */
+    int64_t parallel, running, kv_blocks_total, kv_blocks_free;
+    int64_t prefix_hits, prefix_misses, prefix_tokens_reused;
+    int64_t spec_drafted, spec_accepted;    /* speculative tokens (docs/SPECULATIVE.md) */
+    /* metrics */
+    uint64_t requests, errors, busy;
+    uint64_t prompt_tokens, completion_tokens, reused_tokens;
+    double prompt_s, gen_s, last_tps;
+    char fingerprint[SB_CACHE_KEY_HEX];
+    rt_backends *be;
+};
+
+/* Queue a call. params is taken over (freed by the dispatcher). priority
+ * orders the router's queue (RT_PRIORITY_STEP_S) and goes to a worker that
+ * takes it (generate, score). 0: on_done comes exactly once, later, from
+ * the loop. SB_EBUSY: the router's queue for the model is full (answer 503
+ * with rt_model_retry_after); SB_EIO: the worker is down. */
+int  rt_model_submit(rt_model *m, const char *method, sb_mp_writer *params, int timeout_ms, int priority,
+                     rt_event_fn on_event, rt_done_fn on_done, void *arg, rt_job **out, char *err);
+/* The same for a generation (sb_backend.h): the job keeps its own copy of g,
+ * and the backend the dispatch picks encodes it - msgpack for a worker,
+ * an OpenAI body for an upstream. Its priority is g->priority. */
+int  rt_model_submit_gen(rt_model *m, const rt_gen_req *g, int timeout_ms, rt_event_fn on_event, rt_done_fn on_done,
+                         void *arg, rt_job **out, char *err);
+/* Calls handed to m's worker (or upstream) at once. */
+int  rt_model_capacity(const rt_model *m);
+/* Seconds a caller refused with a full queue should wait: [1, RT_RETRY_AFTER_MAX_S]. */
+int  rt_model_retry_after(const rt_model *m);
+/* No callbacks after this; the worker is told to stop. */
+void rt_job_cancel(rt_job *j);
+rt_model *rt_model_find(const rt_backends *be, const char *name);
+/* upstream.c: a remote model's calls, with sb_ipc_aclient_call's contract
+ * (on_done exactly once, from the loop; none after cancel). Only
+ * `generate`, the request g (read during the call only); the OpenAI API
+ * has nothing for `score`: any other method (g NULL) is refused. */
+int  rt_upstream_call(rt_model *m, const char *method, const rt_gen_req *g, int timeout_ms,
+                      sb_ipc_aevent_fn on_event, sb_ipc_adone_fn on_done, void *arg, uint64_t *id_out, char *err);
+int  rt_upstream_cancel(rt_model *m, uint64_t id);     /* SB_ENOTFOUND when finished */
+void rt_upstream_free_all(rt_model *m);                 /* no callbacks */
+/* The answer parsing of a call without the network: status `code` (0: no
+ * answer), the body in pieces of `chunk` bytes (0: one piece), exactly one
+ * on_done. For tests/fuzz/fuzz_upstream.c. */
+void rt_upstream_feed(bool chat, bool stream, int code, const char *body, size_t len, size_t chunk,
+                      sb_ipc_aevent_fn on_event, sb_ipc_adone_fn on_done, void *arg);
+void rt_models_sync(rt_backends *be, const sb_config *cfg);     /* add / update / retire; keeps cfg */
+void rt_models_poll(rt_backends *be);                           /* health probes */
+void rt_models_free(rt_backends *be);
+/* The HTTP status and OpenAI error type for a worker's error code. */
+int  rt_worker_error_status(const char *code, const char **type);
+
+/* ------------------------------------------------- the typed request */
+
+/* One generation request, whichever door it came in by.
+ *
+ * An OpenAI chat or completion body (rt_gen_parse_openai) and a pipeline's
+ * generate stage (rt_gen_from_stage) become the same typed struct, checked
+ * once. What follows reads only the struct: the backends, which encode it
+ * themselves (rt_gen_encode: the worker's `generate` params; upstream.c:
+ * an OpenAI body), and the response cache's key (rt_gen_cache_key), so a
+ * field added here is in the key or says there why it is not (a
+ * static_assert in gen_req.c fails until it does).
+ */
+
+#define RT_GEN_MAX_MSGS  256        /* an OpenAI request's messages */
+#define RT_GEN_MAX_STOPS 16         /* an OpenAI request's stop strings (a stage has SB_PIPE_MAX_STOPS) */
+
+typedef struct {
+    const char *role;               /* system, user, assistant, tool ("developer" arrives as system) */
+    sb_segs content;                /* plain text, or a stage's template pieces (special) */
+} rt_gen_msg;
+
+struct rt_gen_req {
+    int kind;                       /* RT_KIND_CHAT: msgs; RT_KIND_COMPLETION: prompt */
+    bool stream;                    /* the worker streams token events */
+    rt_gen_msg *msgs;
+    size_t n_msgs;
+    sb_segs prompt;                 /* completion: the prompt */
+    bool prompt_segments;           /* sent as `segments` (a stage's raw prompt), not as `prompt` */
+    const char *last_user;          /* chat: the last user message's string content, or NULL (what
+                                       a pipeline:NAME model takes as its input); not sent */
+    sb_sampling sampling;           /* temperature < 0, top_p/min_p/repeat_penalty/top_k < 0,
+                                       max_tokens <= 0: the worker's default */
+    bool has_seed;                  /* sampling.seed was given (an OpenAI seed may be negative) */
+    const char *stops[RT_GEN_MAX_STOPS];    /* views into the body or the config */
+    size_t stop_lens[RT_GEN_MAX_STOPS];
+    size_t n_stops;
+    const char *json_schema;        /* JSON Schema text decoding is held to; NULL: none */
+    size_t json_schema_len;
+    int priority;                   /* the model queue's order (docs/router.md, "Priority"); OpenAI: 0 */
+    sb_jw own;                      /* storage: an OpenAI response_format's schema; a copy's text */
+};
+
+void rt_gen_init(rt_gen_req *g);
+void rt_gen_free(rt_gen_req *g);
+
+/* The generation part of an OpenAI body for kind (RT_KIND_*): messages or
+ * prompt, sampling, stop, response_format. 0; SB_EINVAL with the client's
+ * 400 message in why; SB_ENOMEM. g may hold views into body: keep it. */
+int rt_gen_parse_openai(rt_gen_req *g, const sb_json *body, int kind, char *why, size_t why_len);
+
+/* A pipeline stage's prompt (router/run/ fills the rest of g from the
+ * stage): chat, a system message (when has_system) and a user message;
+ * else one raw prompt of the system text and the prompt, sent as
+ * segments. sys and prompt are taken over (the caller no longer frees
+ * them). 0 or SB_ENOMEM. */
+int rt_gen_set_prompt(rt_gen_req *g, bool chat, bool has_system, sb_segs *sys, sb_segs *prompt);
+
+/* A deep copy of src that owns all its text (src may hold views into a
+ * request body or the config), for a call that waits in a model's queue.
+ * last_user is not kept (it is read before the call). 0 or SB_ENOMEM (dst
+ * is then freed). dst is initialised here. */
+int rt_gen_copy(rt_gen_req *dst, const rt_gen_req *src);
+
+/* A prompt as the worker's `segments`, and one chat message: a plain
+ * string unless part of it is the operator's text (docs/ipc.md). */
+void rt_gen_put_segs(sb_mp_writer *p, const sb_segs *s);
+void rt_gen_put_message(sb_mp_writer *p, const char *role, const sb_segs *content);
+
+/* The worker's `generate` params (docs/ipc.md) into p: only what was given,
+ * so the worker's defaults apply to the rest; `priority` too unless 0 (a
+ * worker that batches takes it, docs/router.md). p's status on failure. */
+int rt_gen_encode(const rt_gen_req *g, int priority, sb_mp_writer *p);
+
+/* What the response cache keys g on, besides the namespace and the model's
+ * fingerprint: *input (the canonical messages, or the prompt as sent) with
+ * the normalisation *norm still to apply to it, and params (every other
+ * field that can change a deterministic answer). normalise: whether to
+ * normalise the messages' text here (the cache is on). 0, or -1 when g
+ * cannot be cached (params do not fit, out of memory). input is the
+ * caller's, initialised. */
+int rt_gen_cache_key(const rt_gen_req *g, bool normalise, sb_jw *input, unsigned *norm, char *params,
+                     size_t params_len);
+
+#endif

@@ -1,0 +1,341 @@
+/* sb_run.h - pipeline execution (docs/ARCHITECTURE.md, "router/run"):
+ *
+ *   pipeline*.c  pipelines from the config's `pipelines:` node tree,
+ *                validated with FILE:LINE:COL errors
+ *   template.c   the template language their prompts use
+ *   run*.c       the executor: intent -> generate -> tool -> retrieve...,
+ *                stage by stage on the loop; the intent stage
+ *   tool.c       tool stages: a child process or an HTTP call, with limits
+ *   retrieve.c   retrieve stages: a knowledge base search, a rerank
+ *   intent_embed.c  intent stages that classify by sentence embeddings
+ *
+ * It calls the backends (router/backend/) and reports to whoever started
+ * a run through the run's callbacks only: it includes nothing of the front
+ * doors (the files in router/ itself) and does not know which door a call came in by.
+ * libevent types never appear here.
+ */
+#ifndef SB_ROUTER_RUN_H
+#define SB_ROUTER_RUN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/sb_common.h"
+#include "common/sb_config.h"
+#include "common/sb_json.h"
+#include "router/backend/sb_backend.h"
+#include "router/classify/sb_classify.h"
+
+/* =========================================================== pipelines == */
+
+#define SB_PIPE_MAX_STAGES  32
+#define SB_PIPE_MAX_LABELS  64
+#define SB_PIPE_MAX_STOPS   8
+#define SB_PIPE_MAX_ARGS    32
+#define SB_PIPE_MAX_ENV     32
+#define SB_PIPE_MAX_TOP_K   20      /* passages of a retrieve stage: they go into a prompt */
+#define SB_PIPE_MAX_PRIORITY 10     /* stage priority in [-10, 10]; each step is worth a second of waiting */
+/* Tool stage defaults: 8 processes is more than a 2-8 core edge box runs
+ * usefully at once, and 64 waiting calls drain in seconds at tool speeds. */
+#define SB_TOOL_CONCURRENT  8
+#define SB_TOOL_QUEUE       64
+
+typedef enum { SB_STAGE_INTENT, SB_STAGE_GENERATE, SB_STAGE_TOOL, SB_STAGE_RETRIEVE } sb_stage_kind;
+/* How an intent stage decides: AUTO follows its model's kind (an encoder
+ * embeds, a decoder scores); HYBRID embeds and asks score_model's label
+ * likelihood only when the embedding's top-2 margin is small. */
+enum { SB_INTENT_AUTO, SB_INTENT_SCORE, SB_INTENT_EMBED, SB_INTENT_HYBRID };
+const char *sb_stage_kind_name(sb_stage_kind k);
+
+/* A template: literal text with {{input}}, {{intent}}, {{confidence}}, {{config_dir}},
+ * {{stages.NAME.output}} and {{stages.NAME.json.KEY}} holes, compiled at
+ * load time so a typo is a config error, not an empty string at run time. */
+typedef struct sb_tmpl sb_tmpl;
+
+typedef struct {
+    char *name;
+    char *description;
+    char **examples;
+    size_t n_examples;
+} sb_label;
+
+typedef struct {
+    char *name;
+    sb_stage_kind kind;
+    int line, col;
+    /* when: {intent: [...]} / {intent_not: [...]}; n_when == 0: always */
+    char **when_intents;
+    size_t n_when;
+    bool when_negate;
+    /* when: {found: STAGE} / {not_found: STAGE}: that retrieve stage's
+     * verdict; -1: no condition. Both conditions must hold when both given. */
+    int when_found;
+    bool when_found_negate;
+    /* intent + generate (+ retrieve: its base's model) */
+    int priority;                   /* [-10, 10]: the model queue's order; default 1 for intent, else 0 */
+    char *model;
+    sb_tmpl *system;                /* may be NULL */
+    bool chat;                      /* messages with the chat template (default) or a raw prompt */
+    /* intent */
+    sb_label *labels;
+    size_t n_labels;
+    double min_confidence;          /* [0, 1], default 0 */
+    char *fallback;                 /* a label, or NULL */
+    sb_tmpl *utterance;             /* how the caller's text is shown; default "{{input}}" */
+    bool calibrate;                 /* divide by the labels' prior on a content-free input */
+    /* intent by sentence embeddings (router/run/intent_embed.c, docs/router.md) */
+    int method;                     /* SB_INTENT_* */
+    char *score_model;              /* hybrid: the generative model asked on close calls */
+    double hybrid_margin;           /* hybrid: asked when the top-2 score margin is below this */
+    int classifier;                 /* sb_cls_method (sb_classify.h); -1: its default */
+    char *examples_file;            /* as written in the config */
+    char **extra_text;              /* examples_file lines, then out_of_scope examples */
+    int *extra_label;               /* their label index; -1: out of scope */
+    size_t n_extra;
+    /* generate */
+    sb_tmpl *prompt;
+    sb_sampling sampling;
+    char *stops[SB_PIPE_MAX_STOPS];
+    size_t n_stops;
+    char *json_schema;              /* JSON Schema text: decoding is constrained to it (implies json) */
+    bool json;                      /* extract and validate a JSON object */
+    /* tool */
+    sb_tmpl *argv[SB_PIPE_MAX_ARGS];    /* command; argv[0] is the program */
+    size_t n_argv;
+    sb_tmpl *stdin_tmpl;            /* NULL: the args_from stage's JSON, else (command) {{input}} */
+    char *url;                      /* HTTP tool instead of a command */
+    bool http_post;
+    sb_tmpl *body;
+    int args_from;                  /* index of the stage whose JSON feeds the tool; -1 none */
+    int timeout_ms;
+    char *env[SB_PIPE_MAX_ENV + 1]; /* command: "NAME=VALUE" on top of the allowlist; NULL-terminated */
+    size_t n_env;
+    int max_concurrent;             /* calls of this stage running at once (default SB_TOOL_CONCURRENT) */
+    int max_queue;                  /* calls waiting beyond that; more get 503 (default SB_TOOL_QUEUE) */
+    /* retrieve (router/run/retrieve.c): model is the base's embed_model */
+    char *kb;                       /* a knowledge: entry */
+    sb_tmpl *query;                 /* default "{{input}}" */
+    int kb_top_k;                   /* [1, SB_PIPE_MAX_TOP_K], default 3 */
+    int kb_mode;                    /* sb_kb_mode: 0 bm25, 1 vector, 2 hybrid (default) */
+    double min_score;               /* < 0: none; else the best passage's cosine (bm25: BM25 score),
+                                       or with rerank its P(yes) in [0, 1] */
+    char *rerank_model;             /* rerank: a generative model judging each passage; NULL: none */
+    int rerank_top_n;               /* passages it judges (default 5; at least top_k) */
+    char *rerank_prompt;            /* {{query}} and {{passage}}; NULL: SB_KB_RERANK_PROMPT */
+    bool rerank_chat;               /* the prompt as a user message of the model's chat template */
+    bool rerank_fuse;               /* order by RRF of the search's rank and P(yes)'s, not P(yes) alone */
+} sb_stage;
+
+typedef struct {
+    char *name;
+    char *description;
+    int line, col;
+    sb_stage *stages;
+    size_t n_stages;
+    int output;                     /* stage index whose output is the answer; -1: last that ran */
+    int timeout_ms;                 /* whole pipeline, default 300000 */
+    bool cache;                     /* store results in the response cache (default true) */
+    unsigned cache_fold;            /* opt-in key folding, SB_NORM_CASEFOLD | SB_NORM_NFKC (sb_cache.h) */
+    uint8_t digest[32];             /* SHA-256 of the pipeline's source text: part of cache keys */
+} sb_pipeline;
+
+typedef struct {
+    sb_pipeline *items;
+    size_t n;
+} sb_pipelines;
+
+/* Validate cfg->pipelines (may be NULL: no pipelines) against the stage
+ * schema and the config's models. 0 or SB_EINVAL with "FILE:LINE:COL: ..." in
+ * err, SB_ENOMEM. *out is NULL on failure. */
+int  sb_pipelines_load(const sb_config *cfg, sb_pipelines **out, char *err);
+void sb_pipelines_free(sb_pipelines *p);                /* NULL ok */
+const sb_pipeline *sb_pipelines_find(const sb_pipelines *p, const char *name);
+int  sb_pipeline_stage_index(const sb_pipeline *p, const char *name);
+
+/* What a template can see while a pipeline runs. */
+typedef struct {
+    const char *input;
+    const char *config_dir;         /* {{config_dir}}: where the config file is */
+    const char *intent;             /* NULL before an intent stage ran */
+    double confidence;
+    const sb_pipeline *pipe;
+    const char *const *outputs;     /* per stage; NULL = not run */
+    const sb_json *const *json;     /* per stage; NULL = none */
+} sb_tmpl_env;
+
+/* Render into w (raw text, no JSON escaping): tool arguments, stdin, bodies. */
+void sb_tmpl_render(const sb_tmpl *t, const sb_tmpl_env *env, sb_jw *w);
+const char *sb_tmpl_source(const sb_tmpl *t);
+
+/* Render a prompt template: literal text special, every hole's value not. */
+void sb_tmpl_render_segs(const sb_tmpl *t, const sb_tmpl_env *env, sb_segs *out);
+
+/* The intent stage's fixed preamble (system text, labels with their
+ * descriptions, few-shot examples) - the part every call shares, so the
+ * worker's KV prefix reuse makes it free after the first call. Config text
+ * is trusted; the system template's holes are not. */
+void sb_intent_preamble(const sb_stage *s, const sb_tmpl_env *env, sb_segs *out);
+/* The part of the intent prompt that changes per call: "Caller: " + the
+ * stage's utterance (the caller's words, or "N/A" when content_free: the
+ * calibration probe) + "\nIntent:", appended to out. Line breaks in its
+ * untrusted text become spaces: the prompt is line-framed ("Caller:",
+ * "Intent:", the examples), and a caller who could start a line could
+ * write a fake "Intent: x" answer or a second "Caller:" turn after his own
+ * (issue 15). An `utterance:` template's own line breaks are kept. */
+void sb_intent_caller(const sb_stage *s, const sb_tmpl_env *env, bool content_free, sb_segs *out);
+
+/* The first balanced {...} in text that parses as a JSON object, or NULL
+ * (*doc then NULL too). Models like to wrap JSON in prose or ``` fences. */
+const sb_json *sb_json_extract_object(const char *text, size_t len, sb_json_doc **doc);
+
+
+/* ---------------------------------------------------------- the executor */
+
+typedef struct rt_run rt_run;
+typedef struct rt_tool rt_tool;
+typedef struct rt_tool_gate rt_tool_gate;
+typedef struct rt_conf rt_conf;
+
+/* What runs need: the backends, the current config generation, the tool
+ * stages' limits. The router owns one (rt.ex); all of it on the loop. */
+typedef struct rt_exec {
+    rt_backends be;
+    rt_conf *conf;                  /* the current generation; runs hold their own reference */
+    rt_tool_gate *tool_gates;       /* tool.c: per-stage limits, while calls run or wait */
+} rt_exec;
+
+/* ------------------------------------------------------------ the config */
+
+/* One generation of the configuration. Runs keep a reference to the one
+ * they started with, so a SIGHUP never pulls a pipeline from under them. */
+typedef struct rt_prior {
+    struct rt_prior *next;
+    const sb_stage *stage;
+    double p[SB_PIPE_MAX_LABELS];
+} rt_prior;
+
+typedef struct rt_eindex rt_eindex;
+typedef struct rt_kbh rt_kbh;
+
+struct rt_conf {
+    sb_config *cfg;
+    sb_pipelines *pipes;
+    rt_prior *priors;               /* calibrate: true stages, once measured */
+    rt_eindex *eindex;              /* intent_embed.c: embedding stages' example indexes */
+    rt_kbh *kbs;                    /* retrieve.c: the knowledge bases retrieve stages opened */
+    int refs;
+};
+
+void rt_conf_release(rt_conf *c);
+rt_conf *rt_conf_acquire(rt_exec *ex);     /* the current generation (NULL before one), held */
+
+/* retrieve.c: search retrieve stage s's base for query (qvec: its dim-float
+ * "query: " vector from the base's embed_model; NULL in bm25 mode); with
+ * rerank, have its rerank model judge the top_n passages (one `score` call
+ * at a time, each in *job while it runs) and reorder them. done is called
+ * once - maybe before rt_retrieve_start returns - with 0 or SB_E* and err
+ * (no base file, another embedder, SQLite, the rerank call), unless the
+ * caller cancels *job first. *out (always set) holds the passages until
+ * rt_retrieve_free. rt_retrieve_render writes the top_k as text (prompts)
+ * and as {"found", "passages": [{source, section, score, text}]}; *found is
+ * false below min_score (no passages). */
+typedef struct rt_rr rt_rr;
+typedef void (*rt_retrieve_fn)(void *arg, int rc, const char *err);
+void rt_retrieve_start(rt_exec *ex, rt_conf *c, const sb_stage *s, const char *query, size_t len, const float *qvec,
+                       int dim, rt_job **job, rt_retrieve_fn done, void *arg, rt_rr **out);
+int  rt_retrieve_render(const sb_stage *s, rt_rr *rr, sb_jw *text, sb_jw *json, bool *found, char *err);
+void rt_retrieve_free(rt_rr *rr);
+/* The content version of retrieve stage s's base (sb_kb_version), for the
+ * pipeline's cache key. */
+int  rt_retrieve_version(rt_conf *c, const sb_stage *s, char out[65], char *err);
+void rt_retrieve_free_all(rt_conf *c);
+
+/* ------------------------------------------------------------ templates */
+
+/* What a template may refer to: the stages before it, and whether an
+ * intent stage ran before it. */
+typedef struct {
+    const char *const *names;
+    size_t n_before;
+    bool has_intent;
+} rt_tmpl_scope;
+
+/* 0, SB_EINVAL (why says what is wrong), SB_ENOMEM. */
+int  rt_tmpl_compile(const char *src, const rt_tmpl_scope *scope, sb_tmpl **out, char *why, size_t wn);
+void rt_tmpl_free(sb_tmpl *t);
+bool rt_tmpl_uses_stage(const sb_tmpl *t, int stage);
+
+/* ------------------------------------------------------------- runs */
+
+typedef void (*rt_run_token_fn)(void *arg, const char *text, size_t len);
+typedef void (*rt_run_done_fn)(void *arg, rt_run *run);
+
+/* Start a pipeline on input. on_token (may be NULL) gets the tokens of the
+ * stage that produces the answer, as they come; on_done exactly once, from
+ * the loop. 0, or < 0 with err (nothing will be called). */
+int  rt_run_start(rt_exec *ex, const char *pipeline, const char *input, rt_run_token_fn on_token,
+                  rt_run_done_fn on_done, void *arg, rt_run **out, char *err);
+void rt_run_cancel(rt_run *run);                    /* no callbacks; frees */
+/* Stop after the named stage (evaluations, debugging). SB_ENOTFOUND. Call
+ * right after rt_run_start, before the loop runs again. */
+int  rt_run_until(rt_run *run, const char *stage);
+void rt_run_free(rt_run *run);                      /* after on_done */
+/* After on_done: 0 or the HTTP status of the failure (with type, message). */
+int  rt_run_failed(const rt_run *run, const char **type, const char **message);
+/* After a 503: the Retry-After of the full model queue that caused it, or 0. */
+int  rt_run_retry_after(const rt_run *run);
+void rt_run_result_json(const rt_run *run, sb_jw *w);
+const char *rt_run_output(const rt_run *run);
+void rt_run_usage(const rt_run *run, int *prompt_tokens, int *completion_tokens);
+double rt_run_model_seconds(const rt_run *run);
+/* For the call's trace: the result plus each stage's input and model, the
+ * fallback flag and the time to the first streamed token. */
+void rt_run_trace_json(const rt_run *run, sb_jw *w);
+const char *rt_run_pipeline(const rt_run *run);
+const char *rt_run_input(const rt_run *run);
+double rt_run_t0(const rt_run *run);            /* sb_now_s() when the run started */
+/* The cache identity of a pipeline: fingerprint over its definition and the
+ * files of every model it uses (out: 65 bytes). 0 or SB_ENOTFOUND. */
+int  rt_pipeline_fingerprint(rt_exec *ex, const char *pipeline, char *out, bool *cacheable);
+
+/* ------------------------------------------------------------- tools */
+
+typedef void (*rt_tool_done_fn)(void *arg, int rc, const char *out, size_t len, const char *err);
+/* One call of a tool stage; everything is copied by rt_tool_start. */
+typedef struct {
+    char *const *argv;          /* command, NULL-terminated; NULL for an HTTP tool */
+    char *const *env;           /* command: "NAME=VALUE" added to the allowlist; NULL-terminated */
+    const char *url;            /* HTTP tool, or NULL */
+    bool post;
+    const char *gate;           /* "pipeline/stage": the calls that share the limits below */
+    int max_concurrent, max_queue;
+    int timeout_ms;             /* counted from the start, not from entering the queue */
+} rt_tool_spec;
+/* 0: done comes exactly once, later, from the loop (rc 0 ok, SB_ETIMEOUT,
+ * SB_EIO, SB_EINVAL: arguments too long). SB_EBUSY: the stage runs
+ * max_concurrent calls and max_queue wait; nothing will be called. */
+int  rt_tool_start(rt_exec *ex, const rt_tool_spec *spec, const char *input, size_t input_len, rt_tool_done_fn done,
+                   void *arg, rt_tool **out, char *err);
+/* Stop a call (client gone, run timed out): SIGKILLs the tool's process
+ * group and reaps it, or takes it out of the queue; no callback. NULL ok. */
+void rt_tool_cancel(rt_tool *t);
+
+/* ------------------------------------------------- embedding intents */
+
+/* intent_embed.c: intent stages that classify by sentence embeddings. A
+ * model came up or changed kind: build the example indexes that wait for
+ * it (asynchronously; runs that need one wait for it). */
+void rt_intent_models_changed(rt_exec *ex);
+/* Stage s classifies by embeddings now: method embed or hybrid, or auto
+ * with an encoder model (as its worker's health says). */
+bool rt_intent_embeds(rt_exec *ex, const sb_stage *s);
+/* The trained classifier of stage s in generation c: 0 with *out; 1 while
+ * its index is being built (a build is started if none runs: ask again
+ * shortly); < 0 when the build failed (SB_EIO/SB_EBUSY: the model is down
+ * or full; others: the encoder or the examples are wrong), with err. */
+int  rt_intent_classifier(rt_exec *ex, rt_conf *c, const sb_stage *s, const sb_classifier **out, char *err);
+void rt_intent_cancel_builds(rt_conf *c);   /* before the models are freed */
+void rt_intent_free_all(rt_conf *c);        /* rt_conf_release */
+
+#endif
