@@ -27,16 +27,30 @@ static bool rt_tracing(const rt_exec *ex) {
 
 static void step(rt_run *run);
 
-int rt_run_submit(rt_run *run, const sb_stage *s, const char *model, const char *method, sb_mp_writer *p,
-                  rt_event_fn on_event, rt_done_fn on_done, char *err) {
+/* Stage s's model m for a call: NULL with err when it is not configured. */
+static rt_model *stage_model(rt_run *run, const char *model, char *err) {
     rt_model *m = rt_model_find(&run->ex->be, model);
-    if (!m) {
-        sb_mp_writer_free(p);
-        return sb_seterr(err, SB_EIO, "model '%s' is not configured in this router", model);
-    }
-    int rc = rt_model_submit(m, method, p, m->deadline_ms, s->priority, on_event, on_done, run, &run->job, err);
+    if (!m) sb_seterr(err, SB_EIO, "model '%s' is not configured in this router", model);
+    return m;
+}
+
+static int submitted(rt_run *run, rt_model *m, int rc) {
     if (rc == SB_EBUSY) run->retry_after = rt_model_retry_after(m);
     return rc;
+}
+
+int rt_run_score(rt_run *run, const sb_stage *s, const char *model, rt_score_req *r, rt_done_fn on_done, char *err) {
+    rt_model *m = stage_model(run, model, err);
+    if (!m) return SB_EIO;
+    r->priority = s->priority;
+    return submitted(run, m, rt_model_submit_score(m, r, m->deadline_ms, on_done, run, &run->job, err));
+}
+
+int rt_run_embed(rt_run *run, const sb_stage *s, const char *text, size_t len, rt_done_fn on_done, char *err) {
+    rt_model *m = stage_model(run, s->model, err);
+    if (!m) return SB_EIO;
+    rt_embed_req r = { .kind = "query", .texts = &text, .lens = &len, .n = 1, .priority = s->priority };
+    return submitted(run, m, rt_model_submit_embed(m, &r, m->deadline_ms, on_done, run, &run->job, err));
 }
 
 static void step_cb(evutil_socket_t fd, short what, void *arg) { step(arg); }
@@ -230,12 +244,11 @@ static int start_generate(rt_run *run, const sb_stage *s, bool stream, char *err
     rt_gen_init(&g);
     gen_from_stage(&g, s, stream);
     int rc = rt_gen_set_prompt(&g, s->chat, s->system != NULL, &sys, &prompt);
-    rt_model *m = rc ? NULL : rt_model_find(&run->ex->be, s->model);
+    rt_model *m = rc ? NULL : stage_model(run, s->model, err);
     if (rc) rc = sb_seterr(err, SB_ENOMEM, "out of memory");
-    else if (!m) rc = sb_seterr(err, SB_EIO, "model '%s' is not configured in this router", s->model);
-    else if ((rc = rt_model_submit_gen(m, &g, m->deadline_ms, stream ? on_gen_token : NULL, on_generated, run,
-                                       &run->job, err)) == SB_EBUSY)
-        run->retry_after = rt_model_retry_after(m);
+    else if (!m) rc = SB_EIO;
+    else rc = submitted(run, m, rt_model_submit_gen(m, &g, m->deadline_ms, stream ? on_gen_token : NULL, on_generated,
+                                                    run, &run->job, err));
     rt_gen_free(&g);
     return rc;
 }
@@ -343,22 +356,15 @@ static void on_query_embedded(void *arg, const sb_ipc_result *res) {
 
 static int start_retrieve(rt_run *run, const sb_stage *s, char *err) {
     if (s->kb_mode == SB_KB_BM25) { retrieve_with(run, s, NULL, 0); return 0; }
-    rt_model *m = rt_model_find(&run->ex->be, s->model);
-    if (!m) return sb_seterr(err, SB_EIO, "model '%s' is not configured in this router", s->model);
     sb_tmpl_env env = rt_run_env(run);
     sb_jw q;
     sb_jw_init(&q);
     sb_tmpl_render(s->query, &env, &q);
     rt_run_keep_input(run, q.p, q.len);
-    sb_mp_writer *p;
-    if (q.oom || sb_mp_writer_new(&p)) { sb_jw_free(&q); return sb_seterr(err, SB_ENOMEM, "out of memory"); }
-    sb_mp_map(p, 2);
-    sb_mp_kv_str(p, "kind", "query");
-    sb_mp_str(p, "texts");
-    sb_mp_array(p, 1);
-    sb_mp_strn(p, q.p ? q.p : "", q.len);
+    int rc = q.oom ? sb_seterr(err, SB_ENOMEM, "out of memory")
+                   : rt_run_embed(run, s, q.p ? q.p : "", q.len, on_query_embedded, err);
     sb_jw_free(&q);
-    return rt_run_submit(run, s, s->model, "embed", p, NULL, on_query_embedded, err);
+    return rc;
 }
 
 /* --------------------------------------------------------------- steps */
@@ -389,13 +395,8 @@ static void step(rt_run *run) {
             else if (rc) rt_run_stage_done(run, ST_ERROR, err);
             return;
         }
-        sb_mp_writer *p = NULL;
-        if (s->kind == SB_STAGE_INTENT && sb_mp_writer_new(&p)) {
-            rt_run_fail(run, 500, "server_error", "%s%s", "out of memory", "");
-            return;
-        }
-        if (s->kind == SB_STAGE_INTENT && rt_intent_embeds(run->ex, s)) rc = rt_run_start_intent_embed(run, s, p, err);
-        else if (s->kind == SB_STAGE_INTENT) rc = rt_run_start_intent(run, s, p, err);
+        if (s->kind == SB_STAGE_INTENT && rt_intent_embeds(run->ex, s)) rc = rt_run_start_intent_embed(run, s, err);
+        else if (s->kind == SB_STAGE_INTENT) rc = rt_run_start_intent(run, s, err);
         else rc = start_generate(run, s, run->on_token && is_answer_stage(run, run->cur), err);
         if (rc == 1) {              /* its examples are being embedded: look again soon */
             struct timeval soon = { 0, 20000 };
