@@ -1,6 +1,6 @@
 /* run_internal.h - what run.c and the intent stage (run_intent.c) share:
  * the run's state and the steps a stage uses to report back. Private to
- * router/run*.c; everything else uses the rt_run_* API in router_internal.h.
+ * router/run/run*.c; everything else uses the rt_run_* API in sb_run.h.
  */
 #ifndef SB_RUN_INTERNAL_H
 #define SB_RUN_INTERNAL_H
@@ -30,9 +30,7 @@ struct rt_run {
     rt_conf *conf;
     const sb_pipeline *p;
     char *input;
-    rt_run_token_fn on_token;
-    rt_run_done_fn on_done;
-    void *arg;
+    rt_sink sink;                   /* where the reply goes (sb_run.h) */
     size_t cur;
     stage_res *res;
     const char **outputs;           /* views for templates */
