@@ -8,7 +8,11 @@
  *               an OpenAI body, reads its JSON or SSE answer
  *   gen_req.c   the typed generation request: parsed once from an OpenAI
  *               body, encoded by the backend that takes it, keyed for the
- *               response cache by one function
+ *               response cache by one function; the typed score and
+ *               embed calls' worker params
+ *
+ * Callers above hand it typed requests only (rt_gen_req, rt_score_req,
+ * rt_embed_req): no layer above this one builds msgpack.
  *
  * The lowest router layer: it includes nothing of router/run/ or the front
  * doors; what they want to know (latencies, a model that came up) they
