@@ -96,12 +96,11 @@ static void on_embedded(void *arg, const sb_ipc_result *res) {
     else rt_req_json(q, 200, w->p, w->len, NULL);
 }
 
-#define BAD(...) do { rt_req_error(q, 400, "invalid_request_error", "invalid_value", __VA_ARGS__); goto out; } while (0)
+#define BAD(...) do { rt_req_error(q, 400, "invalid_request_error", "invalid_value", __VA_ARGS__); return; } while (0)
 
 /* Parameters: OpenAI's, plus `input_type` (query | passage | raw: e5's
  * prefixes, docs/EMBEDDINGS.md), which some embedding APIs also use. */
 void rt_handle_embeddings(rt_req *q, const sb_json *body) {
-    sb_mp_writer *p = NULL;
     const sb_json *jm = sb_json_get(body, "model"), *in = sb_json_get(body, "input"),
                   *fmt = sb_json_get(body, "encoding_format"), *it = sb_json_get(body, "input_type"),
                   *dims = sb_json_get(body, "dimensions");
@@ -125,7 +124,7 @@ void rt_handle_embeddings(rt_req *q, const sb_json *body) {
     if (!m) {
         rt_req_error(q, 404, "invalid_request_error", "model_not_found",
                      "the model '%.80s' does not exist (GET /v1/models lists them)", q->model);
-        goto out;
+        return;
     }
     /* The worker would say so too; known, the answer needs no queue slot. */
     if (m->remote || (m->kind_known && !m->encoder))
@@ -133,27 +132,22 @@ void rt_handle_embeddings(rt_req *q, const sb_json *body) {
             "multilingual-e5-small", q->model, m->remote ? "an upstream (generate-only)" : "a generative (decoder)");
     q->n_embed = (int)n;
     q->embed_b64 = !strcmp(f, "base64");
-    if (sb_mp_writer_new(&p)) { rt_req_error(q, 500, "server_error", "out_of_memory", "out of memory"); goto out; }
-    sb_mp_map(p, 2);
-    sb_mp_kv_str(p, "kind", kind);
-    sb_mp_str(p, "texts");
-    sb_mp_array(p, (uint32_t)n);
+    const char *texts[MAX_INPUTS];
+    size_t lens[MAX_INPUTS];
     for (size_t i = 0; i < n; i++) {
         const sb_json *s = list ? sb_json_at(in, i) : in;
-        sb_mp_strn(p, sb_json_str(s), sb_json_len(s));
+        texts[i] = sb_json_str(s);
+        lens[i] = sb_json_len(s);
     }
-    if (sb_mp_writer_status(p)) { rt_req_error(q, 500, "server_error", "out_of_memory", "out of memory"); goto out; }
+    rt_embed_req r = { .kind = kind, .texts = texts, .lens = lens, .n = n };
     char err[SB_ERR_LEN];
-    int rc = rt_model_submit(m, "embed", p, m->deadline_ms, 0, NULL, on_embedded, q, &q->job, err);
-    p = NULL;
+    int rc = rt_model_submit_embed(m, &r, m->deadline_ms, on_embedded, q, &q->job, err);
     if (rc) {
         if (rc == SB_EBUSY || rc == SB_EIO) rt_req_retry_after(q, rc == SB_EBUSY ? rt_model_retry_after(m) : 5);
         rt_req_error(q, rc == SB_ENOMEM ? 500 : 503, rc == SB_EBUSY ? "server_busy" : "model_unavailable",
                      rc == SB_EBUSY ? "queue_full" : "model_unavailable", "%s", err);
-        goto out;
+        return;
     }
     q->on_gone = call_gone;
     rt_req_set_deadline(q, m->deadline_ms + 5000);
-out:
-    sb_mp_writer_free(p);
 }

@@ -13,14 +13,14 @@
 
 #include "router/router_internal.h"
 
-void rt_openai_id(rt *r, char *out, size_t n, const char *prefix) {
+static void openai_id(rt *r, char *out, size_t n, const char *prefix) {
     snprintf(out, n, "%s-%llx%06llx", prefix, (unsigned long long)time(NULL), (unsigned long long)++r->next_id);
 }
 
-void rt_openai_begin(rt_req *q, int kind, const char *model) {
+static void openai_begin(rt_req *q, int kind, const char *model) {
     q->kind = kind;
     snprintf(q->model, sizeof q->model, "%s", model);
-    rt_openai_id(q->r, q->id, sizeof q->id, kind == RT_KIND_CHAT ? "chatcmpl" : "cmpl");
+    openai_id(q->r, q->id, sizeof q->id, kind == RT_KIND_CHAT ? "chatcmpl" : "cmpl");
 }
 
 static void head(rt_req *q, sb_jw *w, bool chunk) {
@@ -42,7 +42,7 @@ static void usage(sb_jw *w, int pt, int ct) {
     sb_jw_obj_end(w);
 }
 
-void rt_openai_reply(rt_req *q, const char *text, size_t len, const char *finish, int pt, int ct, const char *x_cache) {
+static void reply_json(rt_req *q, const char *text, size_t len, const char *finish, int pt, int ct, const char *x_cache) {
     sb_jw *w = &q->out;
     sb_jw_reset(w);
     head(q, w, false);
@@ -107,13 +107,7 @@ static void sse_open(rt_req *q, const char *x_cache) {
     if (q->kind == RT_KIND_CHAT) chunk(q, NULL, 0, NULL);
 }
 
-void rt_openai_sse_delta(rt_req *q, const char *text, size_t len) {
-    sse_open(q, "miss");
-    if (len) chunk(q, text, len, NULL);
-}
-
-void rt_openai_sse_finish(rt_req *q, const char *finish, int pt, int ct) {
-    sse_open(q, "miss");
+static void sse_finish(rt_req *q, const char *finish, int pt, int ct) {
     chunk(q, NULL, 0, finish);
     if (q->include_usage) {
         sb_jw *w = &q->out;
@@ -127,8 +121,34 @@ void rt_openai_sse_finish(rt_req *q, const char *finish, int pt, int ct) {
     rt_req_sse_end(q);
 }
 
+/* --------------------------------------------------- the OpenAI sink */
+
+/* The door's reply, for a model's generation and a pipeline:NAME run
+ * alike, fresh or stored (sb_run.h, rt_sink). */
+static void openai_delta(void *arg, const char *text, size_t len) {
+    rt_req *q = arg;
+    sse_open(q, "miss");
+    if (len) chunk(q, text, len, NULL);
+}
+
+/* stream=true always ends in the SSE form, even with no token at all; an
+ * answer none of which was streamed (a stored one, a tool stage's output)
+ * comes as one delta. */
+static void openai_finish(void *arg, const rt_answer *a) {
+    rt_req *q = arg;
+    if (!q->want_stream) {
+        reply_json(q, a->text, a->len, a->finish_reason, a->prompt_tokens, a->completion_tokens,
+                   a->cached ? "hit" : q->cache_key ? "miss" : NULL);
+        return;
+    }
+    bool streamed = q->streaming;
+    sse_open(q, a->cached ? "hit" : "miss");
+    if (!streamed && a->len) chunk(q, a->text, a->len, NULL);
+    sse_finish(q, a->finish_reason, a->prompt_tokens, a->completion_tokens);
+}
+
 /* Replay a stored answer (cache hit), streamed or whole. */
-static void reply_stored(rt_req *q, const char *stored, size_t len, bool stream) {
+static void reply_stored(rt_req *q, const char *stored, size_t len) {
     sb_json_doc *d;
     if (sb_json_parse(stored, len, &d, NULL)) {
         rt_req_error(q, 500, "server_error", "cache_corrupt", "a cached answer could not be read");
@@ -136,16 +156,12 @@ static void reply_stored(rt_req *q, const char *stored, size_t len, bool stream)
     }
     const sb_json *o = sb_json_root(d);
     const sb_json *text = sb_json_get(o, "text");
-    const char *finish = sb_json_str(sb_json_get(o, "finish_reason"));
-    int pt = (int)sb_json_num(sb_json_get(o, "prompt_tokens")), ct = (int)sb_json_num(sb_json_get(o, "completion_tokens"));
-    if (!finish) finish = "stop";
-    if (stream) {
-        sse_open(q, "hit");
-        if (sb_json_len(text)) chunk(q, sb_json_str(text), sb_json_len(text), NULL);
-        rt_openai_sse_finish(q, finish, pt, ct);
-    } else {
-        rt_openai_reply(q, sb_json_str(text) ? sb_json_str(text) : "", sb_json_len(text), finish, pt, ct, "hit");
-    }
+    rt_answer a = { .text = sb_json_str(text) ? sb_json_str(text) : "", .len = sb_json_len(text),
+                    .finish_reason = sb_json_str(sb_json_get(o, "finish_reason")),
+                    .prompt_tokens = (int)sb_json_num(sb_json_get(o, "prompt_tokens")),
+                    .completion_tokens = (int)sb_json_num(sb_json_get(o, "completion_tokens")), .cached = true };
+    if (!a.finish_reason) a.finish_reason = "stop";
+    openai_finish(q, &a);
     sb_json_doc_free(d);
 }
 
@@ -167,19 +183,7 @@ static void on_token(void *arg, const char *event, const sb_mp_obj *data) {
     const char *text;
     size_t len;
     if (strcmp(event, "token") || sb_mp_get_str(data, "text", SB_MP_REQUIRED, &text, &len, NULL)) return;
-    rt_openai_sse_delta(q, text, len);
-}
-
-bool rt_req_model_failed(rt_req *q, const sb_ipc_result *res) {
-    q->job = NULL;
-    q->on_gone = NULL;
-    if (res->ok) return false;
-    const char *type;
-    int status = rt_worker_error_status(res->code, &type);
-    if (status == 503) rt_req_retry_after(q, 2);
-    rt_req_error(q, status, type, res->code ? res->code : "error", "model '%s': %s", q->model,
-                 res->message ? res->message : "failed");
-    return true;
+    openai_delta(q, text, len);
 }
 
 static void on_done(void *arg, const sb_ipc_result *res) {
@@ -211,9 +215,9 @@ static void on_done(void *arg, const sb_ipc_result *res) {
         if (!w.oom) rt_cache_store(q, w.p, w.len);
         sb_jw_free(&w);
     }
-    /* stream=true always ends in the SSE form, even with no token at all. */
-    if (q->want_stream) rt_openai_sse_finish(q, finish, (int)pt, (int)ct);
-    else rt_openai_reply(q, text, len, finish, (int)pt, (int)ct, q->cache_key ? "miss" : NULL);
+    rt_answer a = { .text = text, .len = len, .finish_reason = finish, .prompt_tokens = (int)pt,
+                    .completion_tokens = (int)ct, .model_s = q->t_model };
+    openai_finish(q, &a);
 }
 
 /* ------------------------------------------------------------ a request */
@@ -229,7 +233,7 @@ static int parse_reply_options(rt_req *q, const sb_json *body, int kind, const c
     if (stream_v && sb_json_type_of(stream_v) != SB_JSON_BOOL) BAD("'stream': expected a boolean");
     *stream = q->want_stream = sb_json_bool(stream_v);
     *model = sb_json_str(jm);
-    rt_openai_begin(q, kind, *model);
+    openai_begin(q, kind, *model);
     const sb_json *so = sb_json_get(body, "stream_options");
     if (so && sb_json_type_of(so) != SB_JSON_NULL) {
         const sb_json *iu = sb_json_get(so, "include_usage");
@@ -256,7 +260,11 @@ static void chat_pipeline(rt_req *q, const rt_gen_req *g, const char *name) {
                      "'response_format': a pipeline's stages carry their own json_schema (docs/router.md)");
         return;
     }
-    rt_handle_pipeline_chat(q, name, in, g->stream);
+    if (!*in) {
+        rt_req_error(q, 400, "invalid_request_error", "invalid_value", "the pipeline needs a non-empty input");
+        return;
+    }
+    rt_pipeline_call(q, name, in, NULL);
 }
 
 /* What the model itself allows. 0, or -1 with the 400 sent. */
@@ -282,7 +290,7 @@ static int chat_from_cache(rt_req *q, const rt_model *m, const rt_gen_req *g) {
         sb_cache_entry e;
         hit = rt_cache_lookup(q, ns, m->fingerprint, input.p ? input.p : "", norm, params, &e) == 1;
         if (hit) {
-            reply_stored(q, (const char *)e.response, e.response_len, g->stream);
+            reply_stored(q, (const char *)e.response, e.response_len);
             sb_cache_entry_free(&e);
         }
     }
@@ -311,6 +319,7 @@ void rt_handle_chat(rt_req *q, const sb_json *body, int kind) {
     rt_gen_req g;
     rt_gen_init(&g);
     if (parse_reply_options(q, body, kind, &model, &g.stream)) goto out;
+    q->reply = (rt_sink){ g.stream ? openai_delta : NULL, openai_finish, rt_req_fail, q };
     int rc = rt_gen_parse_openai(&g, body, kind, why, sizeof why);
     if (rc == SB_EINVAL) { rt_req_error(q, 400, "invalid_request_error", "invalid_value", "%s", why); goto out; }
     if (rc) { rt_req_error(q, 500, "server_error", "out_of_memory", "out of memory"); goto out; }

@@ -86,34 +86,40 @@ static int load_conf(const char *path, rt_conf **out, char *err) {
 
 typedef struct { sb_ipc_reply *reply; rt_run *run; rt *r; double t0; } sock_call;
 
-static void sock_run_done(void *arg, rt_run *run) {
-    sock_call *sc = arg;
-    const char *type, *msg;
+/* The socket door's sink: the call is traced, then answered in msgpack -
+ * {output, json: the result as the pipeline API's JSON}, or an error. */
+static void sock_trace(sock_call *sc, const rt_run *run, int status, const char *error) {
     char id[RT_CALL_ID_MAX + 1];
     rt_call_id_new(sc->r, id);
-    int st = rt_run_failed(run, &type, &msg);
     rt_call_info ci = { .call_id = id, .pipeline = rt_run_pipeline(run), .input = rt_run_input(run), .run = run,
-                        .cache = "off", .source = "socket", .status = st ? st : 200, .error = st ? msg : NULL,
-                        .t0 = sc->t0 };
+                        .cache = "off", .source = "socket", .status = status, .error = error, .t0 = sc->t0 };
     rt_trace_record(sc->r, &ci);
-    if (st) {
-        sb_ipc_reply_error(sc->reply, SB_IPC_INTERNAL, "%s: %s", type, msg);
-    } else {
-        sb_jw j;
-        sb_jw_init(&j);
-        rt_run_result_json(run, &j);
-        sb_mp_writer *w;
-        if (j.oom || sb_mp_writer_new(&w)) sb_ipc_reply_error(sc->reply, SB_IPC_INTERNAL, "out of memory");
-        else {
-            sb_mp_map(w, 2);
-            sb_mp_kv_str(w, "output", rt_run_output(run));
-            sb_mp_kv_str(w, "json", j.p);
-            sb_ipc_reply_ok(sc->reply, w);
-            sb_mp_writer_free(w);
-        }
-        sb_jw_free(&j);
+}
+
+static void sock_finish(void *arg, const rt_answer *a) {
+    sock_call *sc = arg;
+    sock_trace(sc, a->run, 200, NULL);
+    sb_jw j;
+    sb_jw_init(&j);
+    rt_run_result_json(a->run, &j);
+    sb_mp_writer *w;
+    if (j.oom || sb_mp_writer_new(&w)) sb_ipc_reply_error(sc->reply, SB_IPC_INTERNAL, "out of memory");
+    else {
+        sb_mp_map(w, 2);
+        sb_mp_str(w, "output");
+        sb_mp_strn(w, a->text, a->len);
+        sb_mp_kv_str(w, "json", j.p);
+        sb_ipc_reply_ok(sc->reply, w);
+        sb_mp_writer_free(w);
     }
-    rt_run_free(run);
+    sb_jw_free(&j);
+    sb_free(sc);
+}
+
+static void sock_error(void *arg, const rt_failure *f) {
+    sock_call *sc = arg;
+    sock_trace(sc, f->run, f->status, f->message);
+    sb_ipc_reply_error(sc->reply, SB_IPC_INTERNAL, "%s: %s", f->type, f->message);
     sb_free(sc);
 }
 
@@ -145,7 +151,8 @@ static void m_pipeline(void *ud, sb_ipc_reply *reply, const char *method, const 
     sc->reply = reply;
     sc->r = r;
     sc->t0 = sb_now_s();
-    if (rt_run_start(&r->ex, name, input, NULL, sock_run_done, sc, &sc->run, err)) {
+    rt_sink sink = { NULL, sock_finish, sock_error, sc };
+    if (rt_run_start(&r->ex, name, input, &sink, &sc->run, err)) {
         sb_free(sc);
         sb_ipc_reply_error(reply, SB_IPC_INVALID_REQUEST, "%s", err);
         return;

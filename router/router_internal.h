@@ -4,14 +4,18 @@
  *   http.c      evhttp front door: limits, 408/413/431 with JSON bodies,
  *               auth, routing, one log line per request
  *   openai.c    /v1/chat/completions, /v1/completions (JSON or SSE),
- *               /v1/models
+ *               /v1/models; the OpenAI reply sink
  *   embeddings.c  /v1/embeddings (encoder models)
- *   pipeapi.c   /v1/pipelines/NAME, pipeline:NAME models, the cache
+ *   pipeapi.c   /v1/pipelines/NAME and its JSON reply sink
+ *   pipecall.c  a pipeline call from either door: cache, run, trace
+ *   reply.c     what the HTTP doors share: the failure writer, the end of
+ *               a model call, the response cache
  *   metrics.c   Prometheus text; obs.h: histograms, traces, the console
  *
  * The doors call down into pipeline execution (router/run/sb_run.h) and
- * the backends (router/backend/sb_backend.h), never the other way: what
- * those report comes back through callbacks and rt_hooks.
+ * the backends (router/backend/sb_backend.h), never the other way: a call's
+ * reply comes back through the door's rt_sink (sb_run.h), what else those
+ * layers report through rt_hooks. No door calls another door's writer.
  * Names are extern (the module is several files), so they carry rt_.
  */
 #ifndef SB_ROUTER_INTERNAL_H
@@ -112,16 +116,13 @@ struct rt_req {
     bool embed_b64;                 /* embeddings.c: encoding_format base64 */
     char *cache_key;                /* set on a cacheable miss */
     char *cache_input, *cache_ns, *cache_fp, *cache_params;
+    rt_sink reply;                  /* the door's reply writer (arg: this request) */
     sb_jw out;                      /* scratch */
     void (*on_gone)(rt_req *q);     /* client vanished or deadline passed */
 };
 
 /* Reply helpers (http.c). After a final reply q is freed. */
 rt_req *rt_req_new(rt *r, struct evhttp_request *req, int route);
-/* A model call of request q (its job) has ended: detach it, and when it
- * failed answer q with the mapped status (503 with Retry-After). true: q
- * was answered with the error. (openai.c) */
-bool rt_req_model_failed(rt_req *q, const sb_ipc_result *res);
 void rt_req_json(rt_req *q, int status, const char *json, size_t len, const char *x_cache);
 void rt_req_reply(rt_req *q, int status, const char *content_type, const char *body, size_t len);
 void rt_req_error(rt_req *q, int status, const char *type, const char *code, const char *fmt, ...)
@@ -135,21 +136,26 @@ const char *rt_req_header(rt_req *q, const char *name);
 /* Read and parse the body; replies 400 and returns NULL on failure. */
 sb_json_doc *rt_req_body_json(rt_req *q);
 
-/* openai.c / pipeapi.c */
+/* The doors (openai.c, pipeapi.c, embeddings.c). */
 void rt_handle_chat(rt_req *q, const sb_json *body, int kind);
 void rt_handle_models(rt_req *q);
 void rt_handle_pipeline(rt_req *q, const char *name, const sb_json *body);
-void rt_handle_embeddings(rt_req *q, const sb_json *body);         /* embeddings.c */
-/* model = "pipeline:NAME" on the completions endpoints. */
-void rt_handle_pipeline_chat(rt_req *q, const char *name, const char *input, bool stream);
-/* OpenAI-shaped replies for q->kind, q->id and q->model (openai.c). */
-void rt_openai_reply(rt_req *q, const char *text, size_t len, const char *finish, int pt, int ct,
-                     const char *x_cache);
-void rt_openai_sse_delta(rt_req *q, const char *text, size_t len);
-void rt_openai_sse_finish(rt_req *q, const char *finish, int pt, int ct);  /* ends q */
-void rt_openai_begin(rt_req *q, int kind, const char *model);
-/* Response cache (pipeapi.c). 1 = hit (*entry filled), 0 = miss (q keeps
- * the key for rt_cache_store), -1 = not cached (off, bypassed, no key).
+void rt_handle_embeddings(rt_req *q, const sb_json *body);
+
+/* pipecall.c: run pipeline name on input (until: stop after that stage, or
+ * NULL) for q, answering through q->reply: from the response cache when
+ * it holds the result, else from a run; the call is traced. */
+void rt_pipeline_call(rt_req *q, const char *name, const char *input, const char *until);
+
+/* reply.c. The error of every HTTP door's sink (req: the rt_req): the
+ * OpenAI error body, with Retry-After when the failure has one. */
+void rt_req_fail(void *req, const rt_failure *f);
+/* A model call of request q (its job) has ended: detach it, and when it
+ * failed answer q with the mapped status (503 with Retry-After). true: q
+ * was answered with the error. */
+bool rt_req_model_failed(rt_req *q, const sb_ipc_result *res);
+/* The response cache. 1 = hit (*entry filled), 0 = miss (q keeps the key
+ * for rt_cache_store), -1 = not cached (off, bypassed, no key).
  * norm: SB_NORM_* flags for the input (0: normalised by the caller). */
 int  rt_cache_lookup(rt_req *q, const char *ns, const char *fp, const char *input, unsigned norm,
                      const char *params, sb_cache_entry *entry);

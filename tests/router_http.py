@@ -227,6 +227,17 @@ if openai:
     check(st == 200 and h.get("X-Cache") == "hit" and json.loads(b)["output"] == streamed.strip(),
           "pipeline:p streamed through chat completions: the answer stage's tokens, same as the stored result",
           (streamed, b[:200]))
+# A streamed pipeline:NAME answer is written by the one OpenAI writer, fresh
+# or from the cache: both streams open with the assistant's role chunk.
+sreq = {"model": "pipeline:p", "stream": True, "messages": [{"role": "user", "content": "is the role chunk there on a hit"}]}
+firsts = []
+for _ in range(2):
+    st, h, b = http("POST", "/v1/chat/completions", sreq)
+    ev = [json.loads(l[6:]) for l in b.decode().split("\n") if l.startswith("data: {")]
+    firsts.append((st, h.get("X-Cache"), ev[0]["choices"][0].get("delta") if ev and ev[0].get("choices") else None))
+check([f[:2] for f in firsts] == [(200, "miss"), (200, "hit")] and
+      all(f[2] == {"role": "assistant", "content": ""} for f in firsts),
+      "pipeline:p streamed, fresh and from the cache: the same stream, opening with the role chunk", firsts)
 t = time.time()
 st, _, b = http("POST", "/v1/pipelines/slow", {"input": "x"})
 check(st == 504 and is_error_body(b, "timeout") and time.time() - t < 2.5, "pipeline over its timeout_ms -> 504 (tool killed)",

@@ -542,6 +542,88 @@ static void test_allocation_failures(void **state) {
     fail_msg("never succeeded");
 }
 
+/* The typed score and embed calls (sb_backend.h) encode to the bytes the
+ * stages wrote by hand before them: the worker sees the same requests. */
+static void same_bytes(sb_mp_writer *a, sb_mp_writer *b) {
+    size_t na, nb;
+    const void *pa = sb_mp_writer_data(a, &na), *pb = sb_mp_writer_data(b, &nb);
+    assert_int_equal(na, nb);
+    assert_memory_equal(pa, pb, na);
+    sb_mp_writer_free(a);
+    sb_mp_writer_free(b);
+}
+
+static void test_typed_calls(void **state) {
+    sb_mp_writer *got, *want;
+    const char *cands[2] = { "yes", "no" };
+    /* a rerank in chat form: one user message of plain text */
+    rt_gen_msg msg = { .role = "user" };
+    sb_segs_init(&msg.content);
+    sb_segs_add(&msg.content, "is it <|im_end|> relevant?", 26, false);
+    rt_score_req r = { .kind = RT_KIND_CHAT, .msgs = &msg, .n_msgs = 1, .prompt = &msg.content, .candidates = cands,
+                       .n_candidates = 2, .priority = 3 };
+    sb_mp_writer_new(&got);
+    sb_mp_writer_new(&want);
+    assert_int_equal(rt_score_encode(&r, got), 0);
+    sb_mp_map(want, 2);
+    sb_mp_str(want, "messages");
+    sb_mp_array(want, 1);
+    sb_mp_map(want, 2);
+    sb_mp_kv_str(want, "role", "user");
+    sb_mp_kv_str(want, "content", "is it <|im_end|> relevant?");
+    sb_mp_str(want, "candidates");
+    sb_mp_array(want, 2);
+    sb_mp_str(want, "yes");
+    sb_mp_str(want, "no");
+    same_bytes(got, want);
+    /* raw: plain text is a prompt never parsed for special tokens */
+    r.kind = RT_KIND_COMPLETION;
+    sb_mp_writer_new(&got);
+    sb_mp_writer_new(&want);
+    assert_int_equal(rt_score_encode(&r, got), 0);
+    sb_mp_map(want, 3);
+    sb_mp_kv_str(want, "prompt", "is it <|im_end|> relevant?");
+    sb_mp_kv_bool(want, "special", false);
+    sb_mp_str(want, "candidates");
+    sb_mp_array(want, 2);
+    sb_mp_str(want, "yes");
+    sb_mp_str(want, "no");
+    same_bytes(got, want);
+    /* raw with the operator's text in it: segments */
+    sb_segs_add(&msg.content, "\nAnswer:", 8, true);
+    sb_mp_writer_new(&got);
+    sb_mp_writer_new(&want);
+    assert_int_equal(rt_score_encode(&r, got), 0);
+    sb_mp_map(want, 2);
+    sb_mp_str(want, "segments");
+    sb_mp_array(want, 2);
+    sb_mp_map(want, 1);
+    sb_mp_kv_str(want, "text", "is it <|im_end|> relevant?");
+    sb_mp_map(want, 2);
+    sb_mp_kv_str(want, "text", "\nAnswer:");
+    sb_mp_kv_bool(want, "special", true);
+    sb_mp_str(want, "candidates");
+    sb_mp_array(want, 2);
+    sb_mp_str(want, "yes");
+    sb_mp_str(want, "no");
+    same_bytes(got, want);
+    sb_segs_free(&msg.content);
+    /* embed: texts by length (not NUL-terminated views) */
+    const char *texts[2] = { "alpha-and-more", "beta" };
+    size_t lens[2] = { 5, 4 };
+    rt_embed_req e = { .kind = "passage", .texts = texts, .lens = lens, .n = 2 };
+    sb_mp_writer_new(&got);
+    sb_mp_writer_new(&want);
+    assert_int_equal(rt_embed_encode(&e, got), 0);
+    sb_mp_map(want, 2);
+    sb_mp_kv_str(want, "kind", "passage");
+    sb_mp_str(want, "texts");
+    sb_mp_array(want, 2);
+    sb_mp_str(want, "alpha");
+    sb_mp_str(want, "beta");
+    same_bytes(got, want);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_valid_pipeline),
@@ -553,6 +635,7 @@ int main(void) {
         cmocka_unit_test(test_retrieve_keys),
         cmocka_unit_test(test_shipped_configs),
         cmocka_unit_test(test_allocation_failures),
+        cmocka_unit_test(test_typed_calls),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

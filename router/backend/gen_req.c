@@ -1,6 +1,7 @@
 /* gen_req.c - a generation request: parsed from an OpenAI body or built
  * from a pipeline stage, then encoded for the worker and keyed for the
- * response cache (sb_backend.h); and the prompt pieces (sb_segs) it holds.
+ * response cache (sb_backend.h); the prompt pieces (sb_segs) it holds; the
+ * worker params of the score and embed calls.
  */
 #include <assert.h>
 #include <stdio.h>
@@ -310,7 +311,7 @@ int rt_gen_copy(rt_gen_req *dst, const rt_gen_req *src) {
 
 /* A prompt as the worker's `segments` (docs/ipc.md). Plain pieces leave
  * `special` out: false is its default. */
-void rt_gen_put_segs(sb_mp_writer *p, const sb_segs *s) {
+static void put_segs(sb_mp_writer *p, const sb_segs *s) {
     sb_mp_array(p, (uint32_t)s->n);
     for (size_t i = 0; i < s->n; i++) {
         sb_mp_map(p, s->v[i].special ? 2 : 1);
@@ -322,11 +323,11 @@ void rt_gen_put_segs(sb_mp_writer *p, const sb_segs *s) {
 
 /* One chat message. Its content is a plain string (which a worker never
  * parses for special tokens) unless part of it is the operator's text. */
-void rt_gen_put_message(sb_mp_writer *p, const char *role, const sb_segs *content) {
+static void put_message(sb_mp_writer *p, const char *role, const sb_segs *content) {
     sb_mp_map(p, 2);
     sb_mp_kv_str(p, "role", role);
     sb_mp_str(p, "content");
-    if (sb_segs_any_special(content)) rt_gen_put_segs(p, content);
+    if (sb_segs_any_special(content)) put_segs(p, content);
     else sb_mp_strn(p, content->text.p ? content->text.p : "", content->text.len);
 }
 
@@ -340,10 +341,10 @@ int rt_gen_encode(const rt_gen_req *g, int priority, sb_mp_writer *p) {
     if (g->kind == RT_KIND_CHAT) {
         sb_mp_str(p, "messages");
         sb_mp_array(p, (uint32_t)g->n_msgs);
-        for (size_t i = 0; i < g->n_msgs; i++) rt_gen_put_message(p, g->msgs[i].role, &g->msgs[i].content);
+        for (size_t i = 0; i < g->n_msgs; i++) put_message(p, g->msgs[i].role, &g->msgs[i].content);
     } else if (g->prompt_segments) {
         sb_mp_str(p, "segments");
-        rt_gen_put_segs(p, &g->prompt);
+        put_segs(p, &g->prompt);
     } else {
         sb_mp_str(p, "prompt");
         sb_mp_strn(p, g->prompt.text.p ? g->prompt.text.p : "", g->prompt.text.len);
@@ -365,6 +366,38 @@ int rt_gen_encode(const rt_gen_req *g, int priority, sb_mp_writer *p) {
         sb_mp_strn(p, g->json_schema, g->json_schema_len);
     }
     if (priority) sb_mp_kv_i64(p, "priority", priority);
+    return sb_mp_writer_status(p);
+}
+
+/* -------------------------------------------------- score and embed */
+
+int rt_score_encode(const rt_score_req *r, sb_mp_writer *p) {
+    bool plain = r->kind != RT_KIND_CHAT && !sb_segs_any_special(r->prompt);
+    sb_mp_map(p, plain ? 3 : 2);
+    if (r->kind == RT_KIND_CHAT) {
+        sb_mp_str(p, "messages");
+        sb_mp_array(p, (uint32_t)r->n_msgs);
+        for (size_t i = 0; i < r->n_msgs; i++) put_message(p, r->msgs[i].role, &r->msgs[i].content);
+    } else if (!plain) {
+        sb_mp_str(p, "segments");
+        put_segs(p, r->prompt);
+    } else {                        /* the caller's (or a document's) text only: as a plain prompt */
+        sb_mp_str(p, "prompt");
+        sb_mp_strn(p, r->prompt->text.p ? r->prompt->text.p : "", r->prompt->text.len);
+        sb_mp_kv_bool(p, "special", false);
+    }
+    sb_mp_str(p, "candidates");
+    sb_mp_array(p, (uint32_t)r->n_candidates);
+    for (size_t i = 0; i < r->n_candidates; i++) sb_mp_str(p, r->candidates[i]);
+    return sb_mp_writer_status(p);
+}
+
+int rt_embed_encode(const rt_embed_req *r, sb_mp_writer *p) {
+    sb_mp_map(p, 2);
+    sb_mp_kv_str(p, "kind", r->kind);
+    sb_mp_str(p, "texts");
+    sb_mp_array(p, (uint32_t)r->n);
+    for (size_t i = 0; i < r->n; i++) sb_mp_strn(p, r->texts[i], r->lens ? r->lens[i] : strlen(r->texts[i]));
     return sb_mp_writer_status(p);
 }
 

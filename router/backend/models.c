@@ -1,7 +1,7 @@
 /* models.c - one dispatcher per worker socket.
  *
  * Every HTTP request and pipeline stage that needs a model goes through
- * rt_model_submit(). The router keeps its own queue per model and hands the
+ * rt_model_submit_*(), with a typed request. The router keeps its own queue per model and hands the
  * worker at most rt_model_capacity() calls at a time: the number of
  * sequences the worker says it runs at once (`parallel` in its health), so
  * each call joins the worker's running batch at its next step, and a deeper
@@ -281,8 +281,9 @@ static void queue_job(rt_model *m, rt_job *j, rt_job **out) {
     }
 }
 
-int rt_model_submit(rt_model *m, const char *method, sb_mp_writer *params, int timeout_ms, int priority,
-                    rt_event_fn on_event, rt_done_fn on_done, void *arg, rt_job **out, char *err) {
+/* A call whose worker params are encoded already; they are taken over. */
+static int submit_params(rt_model *m, const char *method, sb_mp_writer *params, int timeout_ms, int priority,
+                         rt_done_fn on_done, void *arg, rt_job **out, char *err) {
     *out = NULL;
     int rc = admit(m, err);
     rt_job *j = rc ? NULL : sb_calloc(1, sizeof *j);
@@ -291,10 +292,32 @@ int rt_model_submit(rt_model *m, const char *method, sb_mp_writer *params, int t
         sb_mp_writer_free(params);
         return rc;
     }
-    *j = (rt_job){ .m = m, .method = method, .params = params, .timeout_ms = timeout_ms, .on_event = on_event,
-                   .on_done = on_done, .arg = arg, .t_submit = sb_now_s(), .priority = priority };
+    *j = (rt_job){ .m = m, .method = method, .params = params, .timeout_ms = timeout_ms, .on_done = on_done,
+                   .arg = arg, .t_submit = sb_now_s(), .priority = priority };
     queue_job(m, j, out);
     return 0;
+}
+
+int rt_model_submit_score(rt_model *m, const rt_score_req *r, int timeout_ms, rt_done_fn on_done, void *arg,
+                          rt_job **out, char *err) {
+    sb_mp_writer *p = NULL;
+    *out = NULL;
+    if (sb_mp_writer_new(&p) || rt_score_encode(r, p)) {
+        sb_mp_writer_free(p);
+        return sb_seterr(err, SB_ENOMEM, "out of memory");
+    }
+    return submit_params(m, "score", p, timeout_ms, r->priority, on_done, arg, out, err);
+}
+
+int rt_model_submit_embed(rt_model *m, const rt_embed_req *r, int timeout_ms, rt_done_fn on_done, void *arg,
+                          rt_job **out, char *err) {
+    sb_mp_writer *p = NULL;
+    *out = NULL;
+    if (sb_mp_writer_new(&p) || rt_embed_encode(r, p)) {
+        sb_mp_writer_free(p);
+        return sb_seterr(err, SB_ENOMEM, "out of memory");
+    }
+    return submit_params(m, "embed", p, timeout_ms, r->priority, on_done, arg, out, err);
 }
 
 int rt_model_submit_gen(rt_model *m, const rt_gen_req *g, int timeout_ms, rt_event_fn on_event, rt_done_fn on_done,

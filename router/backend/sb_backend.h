@@ -8,7 +8,11 @@
  *               an OpenAI body, reads its JSON or SSE answer
  *   gen_req.c   the typed generation request: parsed once from an OpenAI
  *               body, encoded by the backend that takes it, keyed for the
- *               response cache by one function
+ *               response cache by one function; the typed score and
+ *               embed calls' worker params
+ *
+ * Callers above hand it typed requests only (rt_gen_req, rt_score_req,
+ * rt_embed_req): no layer above this one builds msgpack.
  *
  * The lowest router layer: it includes nothing of router/run/ or the front
  * doors; what they want to know (latencies, a model that came up) they
@@ -32,6 +36,8 @@ typedef struct rt_model rt_model;
 typedef struct rt_job rt_job;
 typedef struct rt_gen_req rt_gen_req;
 typedef struct rt_upcall rt_upcall;
+typedef struct rt_score_req rt_score_req;
+typedef struct rt_embed_req rt_embed_req;
 
 /* ------------------------------------------------------------ the set */
 
@@ -167,18 +173,22 @@ struct rt_model {
     rt_backends *be;
 };
 
-/* Queue a call. params is taken over (freed by the dispatcher). priority
- * orders the router's queue (RT_PRIORITY_STEP_S) and goes to a worker that
- * takes it (generate, score). 0: on_done comes exactly once, later, from
- * the loop. SB_EBUSY: the router's queue for the model is full (answer 503
- * with rt_model_retry_after); SB_EIO: the worker is down. */
-int  rt_model_submit(rt_model *m, const char *method, sb_mp_writer *params, int timeout_ms, int priority,
-                     rt_event_fn on_event, rt_done_fn on_done, void *arg, rt_job **out, char *err);
-/* The same for a generation (sb_backend.h): the job keeps its own copy of g,
- * and the backend the dispatch picks encodes it - msgpack for a worker,
- * an OpenAI body for an upstream. Its priority is g->priority. */
+/* Queue a call. 0: on_done comes exactly once, later, from the loop.
+ * SB_EBUSY: the router's queue for the model is full (answer 503 with
+ * rt_model_retry_after); SB_EIO: the worker is down. Each takes a typed
+ * request (below) that the backend encodes; priority orders the router's
+ * queue (RT_PRIORITY_STEP_S) and goes to a worker that takes it. */
+/* A generation: the job keeps its own copy of g, and the backend the
+ * dispatch picks encodes it - msgpack for a worker, an OpenAI body for an
+ * upstream. Its priority is g->priority. */
 int  rt_model_submit_gen(rt_model *m, const rt_gen_req *g, int timeout_ms, rt_event_fn on_event, rt_done_fn on_done,
                          void *arg, rt_job **out, char *err);
+/* A worker's `score` and `embed` (encoded at once: an upstream has neither,
+ * and refuses them when the call is dispatched). r is read here only. */
+int  rt_model_submit_score(rt_model *m, const rt_score_req *r, int timeout_ms, rt_done_fn on_done, void *arg,
+                           rt_job **out, char *err);
+int  rt_model_submit_embed(rt_model *m, const rt_embed_req *r, int timeout_ms, rt_done_fn on_done, void *arg,
+                           rt_job **out, char *err);
 /* Calls handed to m's worker (or upstream) at once. */
 int  rt_model_capacity(const rt_model *m);
 /* Seconds a caller refused with a full queue should wait: [1, RT_RETRY_AFTER_MAX_S]. */
@@ -268,11 +278,6 @@ int rt_gen_set_prompt(rt_gen_req *g, bool chat, bool has_system, sb_segs *sys, s
  * is then freed). dst is initialised here. */
 int rt_gen_copy(rt_gen_req *dst, const rt_gen_req *src);
 
-/* A prompt as the worker's `segments`, and one chat message: a plain
- * string unless part of it is the operator's text (docs/ipc.md). */
-void rt_gen_put_segs(sb_mp_writer *p, const sb_segs *s);
-void rt_gen_put_message(sb_mp_writer *p, const char *role, const sb_segs *content);
-
 /* The worker's `generate` params (docs/ipc.md) into p: only what was given,
  * so the worker's defaults apply to the rest; `priority` too unless 0 (a
  * worker that batches takes it, docs/router.md). p's status on failure. */
@@ -287,5 +292,35 @@ int rt_gen_encode(const rt_gen_req *g, int priority, sb_mp_writer *p);
  * caller's, initialised. */
 int rt_gen_cache_key(const rt_gen_req *g, bool normalise, sb_jw *input, unsigned *norm, char *params,
                      size_t params_len);
+
+/* ------------------------------------------- the score and embed calls */
+
+/* A `score` call (docs/ipc.md): the likelihood of each candidate after one
+ * prompt - chat messages, or a raw prompt sent as `segments` when part of
+ * it is the operator's text and else as plain text never parsed for
+ * special tokens. Views: the caller keeps them for the submit. */
+struct rt_score_req {
+    int kind;                       /* RT_KIND_CHAT: msgs; RT_KIND_COMPLETION: prompt */
+    const rt_gen_msg *msgs;
+    size_t n_msgs;
+    const sb_segs *prompt;
+    const char *const *candidates;
+    size_t n_candidates;
+    int priority;
+};
+
+/* An `embed` call (docs/ipc.md): vectors of texts for an encoder model. */
+struct rt_embed_req {
+    const char *kind;               /* query, passage or raw: e5's prefixes */
+    const char *const *texts;
+    const size_t *lens;             /* NULL: each text is a C string */
+    size_t n;
+    int priority;                   /* the router's queue only: a worker's embed takes none */
+};
+
+/* Their worker params into p (a score call's priority is added when it is
+ * dispatched, to a worker that takes one). p's status on failure. */
+int rt_score_encode(const rt_score_req *r, sb_mp_writer *p);
+int rt_embed_encode(const rt_embed_req *r, sb_mp_writer *p);
 
 #endif

@@ -225,16 +225,12 @@ static void next_batch(rt_eindex *ix) {
         if (!ix->texts[i].have) ix->batch[ix->n_batch++] = i;
     if (!ix->n_batch) { build_done(ix); return; }
     rt_model *m = rt_model_find(&ix->ex->be, ix->s->model);
-    sb_mp_writer *p;
     char err[SB_ERR_LEN];
     if (!m) { build_failed(ix, SB_EIO, "model '%s' is not configured in this router", ix->s->model); return; }
-    if (sb_mp_writer_new(&p)) { build_failed(ix, SB_ENOMEM, "%s", "out of memory"); return; }
-    sb_mp_map(p, 2);
-    sb_mp_kv_str(p, "kind", "query");
-    sb_mp_str(p, "texts");
-    sb_mp_array(p, (uint32_t)ix->n_batch);
-    for (size_t k = 0; k < ix->n_batch; k++) sb_mp_str(p, ix->texts[ix->batch[k]].text);
-    int rc = rt_model_submit(m, "embed", p, m->deadline_ms, 0, NULL, on_batch, ix, &ix->job, err);
+    const char *texts[BATCH];
+    for (size_t k = 0; k < ix->n_batch; k++) texts[k] = ix->texts[ix->batch[k]].text;
+    rt_embed_req r = { .kind = "query", .texts = texts, .n = ix->n_batch };
+    int rc = rt_model_submit_embed(m, &r, m->deadline_ms, on_batch, ix, &ix->job, err);
     if (rc) build_failed(ix, rc, "%s", err);
 }
 

@@ -195,39 +195,25 @@ static void rerank_next(rt_rr *rr) {
     rt_model *m = rt_model_find(&rr->ex->be, rr->s->rerank_model);
     size_t len;
     char *prompt = sb_kb_rerank_prompt(rr->s->rerank_prompt, rr->query, rr->qlen, &rr->hits[rr->next], &len);
-    sb_mp_writer *p = NULL;
     int rc = !m ? sb_seterr(err, SB_EIO, "model '%s' is not configured in this router", rr->s->rerank_model)
-             : !prompt || sb_mp_writer_new(&p) ? sb_seterr(err, SB_ENOMEM, "out of memory") : 0;
+             : !prompt ? sb_seterr(err, SB_ENOMEM, "out of memory") : 0;
     if (!rc) {
         /* The passage is agency text: never parsed for special tokens (a
-         * message's string content never is). In chat form the answer
-         * starts the assistant's turn: "yes", not " yes". */
+         * message's string content never is, nor a prompt of plain pieces).
+         * In chat form the answer starts the assistant's turn: "yes", not
+         * " yes". */
         bool chat = rr->s->rerank_chat;
-        sb_mp_map(p, chat ? 2 : 3);
-        if (chat) {
-            sb_mp_str(p, "messages");
-            sb_mp_array(p, 1);
-            sb_mp_map(p, 2);
-            sb_mp_kv_str(p, "role", "user");
-            sb_mp_str(p, "content");
-            sb_mp_strn(p, prompt, len);
-        } else {
-            sb_mp_str(p, "prompt");
-            sb_mp_strn(p, prompt, len);
-            sb_mp_kv_bool(p, "special", false);
-        }
-        sb_mp_str(p, "candidates");
-        sb_mp_array(p, 2);
-        sb_mp_str(p, SB_KB_RERANK_YES + chat);
-        sb_mp_str(p, SB_KB_RERANK_NO + chat);
-        if (sb_mp_writer_status(p)) {
-            rc = sb_seterr(err, SB_ENOMEM, "out of memory");
-        } else {
-            rc = rt_model_submit(m, "score", p, m->deadline_ms, rr->s->priority, NULL, on_judged, rr, rr->job, err);
-            p = NULL;               /* rt_model_submit owns it, even when it fails */
-        }
+        rt_gen_msg msg = { .role = "user" };
+        sb_segs_init(&msg.content);
+        sb_segs_add(&msg.content, prompt, len, false);
+        const char *cands[2] = { SB_KB_RERANK_YES + chat, SB_KB_RERANK_NO + chat };
+        rt_score_req r = { .kind = chat ? RT_KIND_CHAT : RT_KIND_COMPLETION, .msgs = &msg, .n_msgs = 1,
+                           .prompt = &msg.content, .candidates = cands, .n_candidates = 2,
+                           .priority = rr->s->priority };
+        rc = msg.content.oom ? sb_seterr(err, SB_ENOMEM, "out of memory")
+                             : rt_model_submit_score(m, &r, m->deadline_ms, on_judged, rr, rr->job, err);
+        sb_segs_free(&msg.content);
     }
-    sb_mp_writer_free(p);
     sb_free(prompt);
     if (rc) rr->done(rr->arg, rc, err);
 }

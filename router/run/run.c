@@ -27,16 +27,30 @@ static bool rt_tracing(const rt_exec *ex) {
 
 static void step(rt_run *run);
 
-int rt_run_submit(rt_run *run, const sb_stage *s, const char *model, const char *method, sb_mp_writer *p,
-                  rt_event_fn on_event, rt_done_fn on_done, char *err) {
+/* Stage s's model m for a call: NULL with err when it is not configured. */
+static rt_model *stage_model(rt_run *run, const char *model, char *err) {
     rt_model *m = rt_model_find(&run->ex->be, model);
-    if (!m) {
-        sb_mp_writer_free(p);
-        return sb_seterr(err, SB_EIO, "model '%s' is not configured in this router", model);
-    }
-    int rc = rt_model_submit(m, method, p, m->deadline_ms, s->priority, on_event, on_done, run, &run->job, err);
+    if (!m) sb_seterr(err, SB_EIO, "model '%s' is not configured in this router", model);
+    return m;
+}
+
+static int submitted(rt_run *run, rt_model *m, int rc) {
     if (rc == SB_EBUSY) run->retry_after = rt_model_retry_after(m);
     return rc;
+}
+
+int rt_run_score(rt_run *run, const sb_stage *s, const char *model, rt_score_req *r, rt_done_fn on_done, char *err) {
+    rt_model *m = stage_model(run, model, err);
+    if (!m) return SB_EIO;
+    r->priority = s->priority;
+    return submitted(run, m, rt_model_submit_score(m, r, m->deadline_ms, on_done, run, &run->job, err));
+}
+
+int rt_run_embed(rt_run *run, const sb_stage *s, const char *text, size_t len, rt_done_fn on_done, char *err) {
+    rt_model *m = stage_model(run, s->model, err);
+    if (!m) return SB_EIO;
+    rt_embed_req r = { .kind = "query", .texts = &text, .lens = &len, .n = 1, .priority = s->priority };
+    return submitted(run, m, rt_model_submit_embed(m, &r, m->deadline_ms, on_done, run, &run->job, err));
 }
 
 static void step_cb(evutil_socket_t fd, short what, void *arg) { step(arg); }
@@ -95,12 +109,40 @@ static bool json_fits(stage_res *sr) {
     return false;
 }
 
+static const char *run_output(const rt_run *run) {
+    int i = run->p->output >= 0 ? run->p->output : run->last_ran;
+    return i >= 0 && run->res[i].output ? run->res[i].output : "";
+}
+
+static void run_usage(const rt_run *run, int *pt, int *ct) {
+    *pt = *ct = 0;
+    for (size_t i = 0; i < run->p->n_stages; i++) {
+        *pt += run->res[i].prompt_tokens;
+        *ct += run->res[i].completion_tokens;
+    }
+}
+
+static void run_free(rt_run *run);
+
+/* The run's one reply, through its sink; then it is freed. A 503 (a full
+ * queue, a model down) tells the caller when to come back: the full
+ * queue's drain time, else 2 s. */
 static void finish(rt_run *run) {
     if (run->done) return;
     run->done = true;
     if (run->timer) evtimer_del(run->timer);
-    if (!run->fail_status) rt_observe(&run->ex->be, RT_H_PIPELINE, run->p->name, NULL, sb_now_s() - run->t0);
-    run->on_done(run->arg, run);
+    if (run->fail_status) {
+        int ra = run->fail_status != 503 ? 0 : run->retry_after ? run->retry_after : 2;
+        rt_failure f = { run->fail_status, run->fail_type, run->fail_type, run->fail_msg, ra, run };
+        run->sink.error(run->sink.arg, &f);
+    } else {
+        rt_observe(&run->ex->be, RT_H_PIPELINE, run->p->name, NULL, sb_now_s() - run->t0);
+        const char *out = run_output(run);
+        rt_answer a = { .text = out, .len = strlen(out), .finish_reason = "stop", .model_s = run->model_s, .run = run };
+        run_usage(run, &a.prompt_tokens, &a.completion_tokens);
+        run->sink.finish(run->sink.arg, &a);
+    }
+    run_free(run);
 }
 
 void rt_run_fail(rt_run *run, int status, const char *type, const char *fmt, const char *a, const char *b) {
@@ -160,7 +202,7 @@ static void on_gen_token(void *arg, const char *event, const sb_mp_obj *data) {
         run->t_first = sb_now_s();
         rt_observe(&run->ex->be, RT_H_TTFT_PIPELINE, run->p->name, NULL, run->t_first - run->t0);
     }
-    if (run->on_token) run->on_token(run->arg, t, n);
+    if (run->sink.delta) run->sink.delta(run->sink.arg, t, n);
 }
 
 static char *trimmed(const char *s, size_t n) {
@@ -230,12 +272,11 @@ static int start_generate(rt_run *run, const sb_stage *s, bool stream, char *err
     rt_gen_init(&g);
     gen_from_stage(&g, s, stream);
     int rc = rt_gen_set_prompt(&g, s->chat, s->system != NULL, &sys, &prompt);
-    rt_model *m = rc ? NULL : rt_model_find(&run->ex->be, s->model);
+    rt_model *m = rc ? NULL : stage_model(run, s->model, err);
     if (rc) rc = sb_seterr(err, SB_ENOMEM, "out of memory");
-    else if (!m) rc = sb_seterr(err, SB_EIO, "model '%s' is not configured in this router", s->model);
-    else if ((rc = rt_model_submit_gen(m, &g, m->deadline_ms, stream ? on_gen_token : NULL, on_generated, run,
-                                       &run->job, err)) == SB_EBUSY)
-        run->retry_after = rt_model_retry_after(m);
+    else if (!m) rc = SB_EIO;
+    else rc = submitted(run, m, rt_model_submit_gen(m, &g, m->deadline_ms, stream ? on_gen_token : NULL, on_generated,
+                                                    run, &run->job, err));
     rt_gen_free(&g);
     return rc;
 }
@@ -343,22 +384,15 @@ static void on_query_embedded(void *arg, const sb_ipc_result *res) {
 
 static int start_retrieve(rt_run *run, const sb_stage *s, char *err) {
     if (s->kb_mode == SB_KB_BM25) { retrieve_with(run, s, NULL, 0); return 0; }
-    rt_model *m = rt_model_find(&run->ex->be, s->model);
-    if (!m) return sb_seterr(err, SB_EIO, "model '%s' is not configured in this router", s->model);
     sb_tmpl_env env = rt_run_env(run);
     sb_jw q;
     sb_jw_init(&q);
     sb_tmpl_render(s->query, &env, &q);
     rt_run_keep_input(run, q.p, q.len);
-    sb_mp_writer *p;
-    if (q.oom || sb_mp_writer_new(&p)) { sb_jw_free(&q); return sb_seterr(err, SB_ENOMEM, "out of memory"); }
-    sb_mp_map(p, 2);
-    sb_mp_kv_str(p, "kind", "query");
-    sb_mp_str(p, "texts");
-    sb_mp_array(p, 1);
-    sb_mp_strn(p, q.p ? q.p : "", q.len);
+    int rc = q.oom ? sb_seterr(err, SB_ENOMEM, "out of memory")
+                   : rt_run_embed(run, s, q.p ? q.p : "", q.len, on_query_embedded, err);
     sb_jw_free(&q);
-    return rt_run_submit(run, s, s->model, "embed", p, NULL, on_query_embedded, err);
+    return rc;
 }
 
 /* --------------------------------------------------------------- steps */
@@ -389,14 +423,9 @@ static void step(rt_run *run) {
             else if (rc) rt_run_stage_done(run, ST_ERROR, err);
             return;
         }
-        sb_mp_writer *p = NULL;
-        if (s->kind == SB_STAGE_INTENT && sb_mp_writer_new(&p)) {
-            rt_run_fail(run, 500, "server_error", "%s%s", "out of memory", "");
-            return;
-        }
-        if (s->kind == SB_STAGE_INTENT && rt_intent_embeds(run->ex, s)) rc = rt_run_start_intent_embed(run, s, p, err);
-        else if (s->kind == SB_STAGE_INTENT) rc = rt_run_start_intent(run, s, p, err);
-        else rc = start_generate(run, s, run->on_token && is_answer_stage(run, run->cur), err);
+        if (s->kind == SB_STAGE_INTENT && rt_intent_embeds(run->ex, s)) rc = rt_run_start_intent_embed(run, s, err);
+        else if (s->kind == SB_STAGE_INTENT) rc = rt_run_start_intent(run, s, err);
+        else rc = start_generate(run, s, run->sink.delta && is_answer_stage(run, run->cur), err);
         if (rc == 1) {              /* its examples are being embedded: look again soon */
             struct timeval soon = { 0, 20000 };
             run->index_wait = true;
@@ -445,8 +474,7 @@ rt_conf *rt_conf_acquire(rt_exec *ex) {
 
 /* --------------------------------------------------------------- runs */
 
-int rt_run_start(rt_exec *ex, const char *name, const char *input, rt_run_token_fn on_token, rt_run_done_fn on_done,
-                 void *arg, rt_run **out, char *err) {
+int rt_run_start(rt_exec *ex, const char *name, const char *input, const rt_sink *sink, rt_run **out, char *err) {
     *out = NULL;
     rt_conf *c = rt_conf_acquire(ex);
     const sb_pipeline *p = c ? sb_pipelines_find(c->pipes, name) : NULL;
@@ -459,9 +487,7 @@ int rt_run_start(rt_exec *ex, const char *name, const char *input, rt_run_token_
     run->ex = ex;
     run->conf = c;
     run->p = p;
-    run->on_token = on_token;
-    run->on_done = on_done;
-    run->arg = arg;
+    run->sink = *sink;
     run->intent_stage = -1;
     run->last_ran = -1;
     run->until = -1;
@@ -474,7 +500,7 @@ int rt_run_start(rt_exec *ex, const char *name, const char *input, rt_run_token_
     run->timer = evtimer_new(ex->be.base, on_run_timeout, run);
     run->kick = evtimer_new(ex->be.base, step_cb, run);
     if (!run->input || !run->res || !run->outputs || !run->json || !run->timer || !run->kick) {
-        rt_run_free(run);
+        run_free(run);
         return sb_seterr(err, SB_ENOMEM, "out of memory");
     }
     struct timeval tv = { p->timeout_ms / 1000, (p->timeout_ms % 1000) * 1000 };
@@ -484,7 +510,7 @@ int rt_run_start(rt_exec *ex, const char *name, const char *input, rt_run_token_
     return 0;
 }
 
-void rt_run_free(rt_run *run) {
+static void run_free(rt_run *run) {
     if (!run) return;
     for (size_t i = 0; run->res && i < run->p->n_stages; i++) {
         sb_free(run->res[i].output);
@@ -511,35 +537,13 @@ void rt_run_cancel(rt_run *run) {
     rt_tool_cancel(run->tool);
     run->job = NULL;
     run->tool = NULL;
-    rt_run_free(run);
+    run_free(run);
 }
 
 int rt_run_until(rt_run *run, const char *stage) {
     int i = sb_pipeline_stage_index(run->p, stage);
     if (i >= 0) run->until = i;
     return i < 0 ? SB_ENOTFOUND : 0;
-}
-
-int rt_run_retry_after(const rt_run *run) { return run->fail_status == 503 ? run->retry_after : 0; }
-
-int rt_run_failed(const rt_run *run, const char **type, const char **message) {
-    if (!run->fail_status) return 0;
-    if (type) *type = run->fail_type;
-    if (message) *message = run->fail_msg;
-    return run->fail_status;
-}
-
-const char *rt_run_output(const rt_run *run) {
-    int i = run->p->output >= 0 ? run->p->output : run->last_ran;
-    return i >= 0 && run->res[i].output ? run->res[i].output : "";
-}
-
-void rt_run_usage(const rt_run *run, int *pt, int *ct) {
-    *pt = *ct = 0;
-    for (size_t i = 0; i < run->p->n_stages; i++) {
-        *pt += run->res[i].prompt_tokens;
-        *ct += run->res[i].completion_tokens;
-    }
 }
 
 double rt_run_model_seconds(const rt_run *run) { return run->model_s; }
@@ -602,9 +606,9 @@ static void result_json(const rt_run *run, sb_jw *w, bool trace) {
         sb_jw_obj_end(w);
     }
     sb_jw_arr_end(w);
-    sb_jw_key(w, "output"); sb_jw_str(w, rt_run_output(run));
+    sb_jw_key(w, "output"); sb_jw_str(w, run_output(run));
     int pt, ct;
-    rt_run_usage(run, &pt, &ct);
+    run_usage(run, &pt, &ct);
     sb_jw_key(w, "usage");
     sb_jw_obj(w);
     sb_jw_key(w, "prompt_tokens"); sb_jw_int(w, pt);

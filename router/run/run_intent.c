@@ -89,58 +89,46 @@ static void on_prior(void *arg, const sb_ipc_result *res) {
         pr->next = run->conf->priors;
         run->conf->priors = pr;
     }
-    sb_mp_writer *p;
     char err[SB_ERR_LEN];
     run->calibrating = false;
-    if (sb_mp_writer_new(&p)) { rt_run_fail(run, 500, "server_error", "%s%s", "out of memory", ""); return; }
-    int rc = rt_run_start_intent(run, s, p, err);
+    int rc = rt_run_start_intent(run, s, err);
     if (rc) rt_run_fail(run, rc == SB_EBUSY || rc == SB_EIO ? 503 : 500, "model_unavailable", "stage '%s': %s", s->name, err);
 }
 
-int rt_run_start_intent(rt_run *run, const sb_stage *s, sb_mp_writer *p, char *err) {
+int rt_run_start_intent(rt_run *run, const sb_stage *s, char *err) {
     sb_tmpl_env env = rt_run_env(run);
-    sb_segs pre, user;
-    sb_segs_init(&pre);
-    sb_segs_init(&user);
-    sb_intent_preamble(s, &env, &pre);
+    rt_gen_msg msgs[2] = { { .role = "system" }, { .role = "user" } };
+    sb_segs *pre = &msgs[0].content, *user = &msgs[1].content;
+    sb_segs_init(pre);
+    sb_segs_init(user);
+    sb_intent_preamble(s, &env, pre);
     run->calibrating = s->calibrate && !rt_run_prior(run, s);
-    sb_intent_caller(s, &env, run->calibrating, &user);
-    rt_run_keep_input(run, user.text.p, user.text.len);
-    sb_mp_map(p, 2);
-    if (s->chat) {
-        /* The fixed preamble is the system message, so the worker's KV
-         * prefix reuse covers it; the answer is the assistant's turn. */
-        sb_segs_add(&pre, "\nAnswer with the intent name only.", 34, true);
-        sb_mp_str(p, "messages");
-        sb_mp_array(p, 2);
-        rt_gen_put_message(p, "system", &pre);
-        rt_gen_put_message(p, "user", &user);
-    } else {
-        sb_segs_add(&pre, "\n", 1, true);
-        sb_segs_cat(&pre, &user);
-        sb_mp_str(p, "segments");
-        rt_gen_put_segs(p, &pre);
-    }
-    sb_mp_str(p, "candidates");
-    sb_mp_array(p, (uint32_t)s->n_labels);
+    sb_intent_caller(s, &env, run->calibrating, user);
+    rt_run_keep_input(run, user->text.p, user->text.len);
+    /* Chat: the fixed preamble is the system message, so the worker's KV
+     * prefix reuse covers it; the answer is the assistant's turn. Raw: one
+     * prompt, each label a continuation after a space. */
+    char cand[SB_PIPE_MAX_LABELS][SB_CONFIG_MAX_NAME + 2];
+    const char *cands[SB_PIPE_MAX_LABELS];
     for (size_t i = 0; i < s->n_labels; i++) {
-        if (s->chat) sb_mp_str(p, s->labels[i].name);
-        else {
-            char cand[SB_CONFIG_MAX_NAME + 2];
-            snprintf(cand, sizeof cand, " %s", s->labels[i].name);
-            sb_mp_str(p, cand);
-        }
+        snprintf(cand[i], sizeof cand[i], "%s%s", s->chat ? "" : " ", s->labels[i].name);
+        cands[i] = cand[i];
     }
-    int oom = pre.oom || user.oom || sb_mp_writer_status(p);
-    sb_segs_free(&pre);
-    sb_segs_free(&user);
-    if (oom) {
-        sb_mp_writer_free(p);
-        return sb_seterr(err, SB_ENOMEM, "out of memory");
+    rt_score_req r = { .kind = s->chat ? RT_KIND_CHAT : RT_KIND_COMPLETION, .msgs = msgs, .n_msgs = 2, .prompt = pre,
+                       .candidates = cands, .n_candidates = s->n_labels };
+    if (s->chat) {
+        sb_segs_add(pre, "\nAnswer with the intent name only.", 34, true);
+    } else {
+        sb_segs_add(pre, "\n", 1, true);
+        sb_segs_cat(pre, user);
     }
+    int rc = pre->oom || user->oom ? sb_seterr(err, SB_ENOMEM, "out of memory") : 0;
     /* hybrid: the embedding was unsure, the generative model decides. */
     const char *model = s->method == SB_INTENT_HYBRID ? s->score_model : s->model;
-    return rt_run_submit(run, s, model, "score", p, NULL, run->calibrating ? on_prior : on_scored, err);
+    if (!rc) rc = rt_run_score(run, s, model, &r, run->calibrating ? on_prior : on_scored, err);
+    sb_segs_free(pre);
+    sb_segs_free(user);
+    return rc;
 }
 
 /* An embedding stage: the caller's vector against the stage's examples.
@@ -171,8 +159,7 @@ static void on_embedded(void *arg, const sb_ipc_result *res) {
         return;
     }
     if (s->method == SB_INTENT_HYBRID && cr.n > 1 && cr.margin < s->hybrid_margin) {
-        sb_mp_writer *p;
-        int rc = sb_mp_writer_new(&p) ? SB_ENOMEM : rt_run_start_intent(run, s, p, err);
+        int rc = rt_run_start_intent(run, s, err);
         if (rc) rt_run_fail(run, rc == SB_EBUSY || rc == SB_EIO ? 503 : 500, "model_unavailable", "stage '%s': %s", s->name, err);
         return;
     }
@@ -184,27 +171,16 @@ static void on_embedded(void *arg, const sb_ipc_result *res) {
 }
 
 /* 1: the stage's index is still being built (step polls again). */
-int rt_run_start_intent_embed(rt_run *run, const sb_stage *s, sb_mp_writer *p, char *err) {
+int rt_run_start_intent_embed(rt_run *run, const sb_stage *s, char *err) {
     const sb_classifier *cls;
     int rc = rt_intent_classifier(run->ex, run->conf, s, &cls, err);
-    if (rc) {
-        sb_mp_writer_free(p);
-        return rc;
-    }
+    if (rc) return rc;
     sb_tmpl_env env = rt_run_env(run);
     sb_jw u;
     sb_jw_init(&u);
     sb_tmpl_render(s->utterance, &env, &u);
     rt_run_keep_input(run, u.p, u.len);
-    sb_mp_map(p, 2);
-    sb_mp_kv_str(p, "kind", "query");
-    sb_mp_str(p, "text");
-    sb_mp_strn(p, u.p ? u.p : "", u.len);
-    int oom = u.oom || sb_mp_writer_status(p);
+    rc = u.oom ? sb_seterr(err, SB_ENOMEM, "out of memory") : rt_run_embed(run, s, u.p ? u.p : "", u.len, on_embedded, err);
     sb_jw_free(&u);
-    if (oom) {
-        sb_mp_writer_free(p);
-        return sb_seterr(err, SB_ENOMEM, "out of memory");
-    }
-    return rt_run_submit(run, s, s->model, "embed", p, NULL, on_embedded, err);
+    return rc;
 }

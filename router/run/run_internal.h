@@ -1,6 +1,6 @@
 /* run_internal.h - what run.c and the intent stage (run_intent.c) share:
  * the run's state and the steps a stage uses to report back. Private to
- * router/run*.c; everything else uses the rt_run_* API in router_internal.h.
+ * router/run/run*.c; everything else uses the rt_run_* API in sb_run.h.
  */
 #ifndef SB_RUN_INTERNAL_H
 #define SB_RUN_INTERNAL_H
@@ -30,9 +30,7 @@ struct rt_run {
     rt_conf *conf;
     const sb_pipeline *p;
     char *input;
-    rt_run_token_fn on_token;
-    rt_run_done_fn on_done;
-    void *arg;
+    rt_sink sink;                   /* where the reply goes (sb_run.h) */
     size_t cur;
     stage_res *res;
     const char **outputs;           /* views for templates */
@@ -59,10 +57,11 @@ struct rt_run {
     bool done;
 };
 
-/* Stage s's call to its model; a full queue leaves the Retry-After the
- * caller is answered with. Takes p over. */
-int rt_run_submit(rt_run *run, const sb_stage *s, const char *model, const char *method, sb_mp_writer *p,
-                  rt_event_fn on_event, rt_done_fn on_done, char *err);
+/* Stage s's calls to a model (its own, or model): a score over r, an embed
+ * of one "query: " text. A full queue leaves the Retry-After the caller is
+ * answered with. */
+int rt_run_score(rt_run *run, const sb_stage *s, const char *model, rt_score_req *r, rt_done_fn on_done, char *err);
+int rt_run_embed(rt_run *run, const sb_stage *s, const char *text, size_t len, rt_done_fn on_done, char *err);
 /* The calibration prior measured for intent stage s, or NULL. */
 rt_prior *rt_run_prior(rt_run *run, const sb_stage *s);
 /* The template environment: the input, the intent and the outputs so far. */
@@ -78,8 +77,8 @@ void rt_run_keep_input(rt_run *run, const char *p, size_t n);
 uint32_t rt_run_first_vector(const sb_ipc_result *res, float *out, uint32_t max);
 
 /* The intent stage (run_intent.c): a score call over the labels, or the
- * embedding classifier (1: its index is still being built). Take p over. */
-int rt_run_start_intent(rt_run *run, const sb_stage *s, sb_mp_writer *p, char *err);
-int rt_run_start_intent_embed(rt_run *run, const sb_stage *s, sb_mp_writer *p, char *err);
+ * embedding classifier (1: its index is still being built). */
+int rt_run_start_intent(rt_run *run, const sb_stage *s, char *err);
+int rt_run_start_intent_embed(rt_run *run, const sb_stage *s, char *err);
 
 #endif

@@ -10,8 +10,9 @@
  *   intent_embed.c  intent stages that classify by sentence embeddings
  *
  * It calls the backends (router/backend/) and reports to whoever started
- * a run through the run's callbacks only: it includes nothing of the front
- * doors (the files in router/ itself) and does not know which door a call came in by.
+ * a run through the reply sink it was given (rt_sink, below) only: it
+ * includes nothing of the front doors (the files in router/ itself) and
+ * does not know which door a call came in by.
  * libevent types never appear here.
  */
 #ifndef SB_ROUTER_RUN_H
@@ -266,28 +267,58 @@ int  rt_tmpl_compile(const char *src, const rt_tmpl_scope *scope, sb_tmpl **out,
 void rt_tmpl_free(sb_tmpl *t);
 bool rt_tmpl_uses_stage(const sb_tmpl *t, int stage);
 
+/* ------------------------------------------------------ the reply sink */
+
+/* What a call answered: a run's result, a model's generation, or the
+ * stored copy of either. Views, valid while the sink's finish runs. */
+typedef struct {
+    const char *text;               /* the answer */
+    size_t len;
+    const char *finish_reason;      /* stop, length */
+    int prompt_tokens, completion_tokens;
+    double model_s;                 /* seconds of model compute (the gateway's overhead leaves it out) */
+    const rt_run *run;              /* the run it came from (stages, intent, trace); NULL: a model call or a stored answer */
+    const char *result;             /* a pipeline call's whole result as JSON, rendered (rt_run_result_json) or as
+                                       stored, when the caller has one; else NULL */
+    size_t result_len;
+    bool cached;                    /* from the response cache */
+} rt_answer;
+
+/* Why a call failed. */
+typedef struct {
+    int status;                     /* as HTTP: 503 busy or down, 504 timeout, 502 a bad worker answer, 500... */
+    const char *type, *code;        /* the OpenAI error's type and code */
+    const char *message;
+    int retry_after;                /* seconds a caller refused for load should wait; 0: none */
+    const rt_run *run;              /* the run that failed (its trace), or NULL */
+} rt_failure;
+
+/* Where a call's reply goes. Each front door implements one - the OpenAI
+ * writer (JSON and SSE), the pipeline API's JSON, the socket's msgpack - and
+ * execution writes through it without knowing the door. delta (NULL: the
+ * caller does not stream) gets the answer's text as it is generated, then
+ * exactly one of finish and error is called, from the loop. */
+typedef struct {
+    void (*delta)(void *arg, const char *text, size_t len);
+    void (*finish)(void *arg, const rt_answer *a);
+    void (*error)(void *arg, const rt_failure *f);
+    void *arg;
+} rt_sink;
+
 /* ------------------------------------------------------------- runs */
 
-typedef void (*rt_run_token_fn)(void *arg, const char *text, size_t len);
-typedef void (*rt_run_done_fn)(void *arg, rt_run *run);
-
-/* Start a pipeline on input. on_token (may be NULL) gets the tokens of the
- * stage that produces the answer, as they come; on_done exactly once, from
- * the loop. 0, or < 0 with err (nothing will be called). */
-int  rt_run_start(rt_exec *ex, const char *pipeline, const char *input, rt_run_token_fn on_token,
-                  rt_run_done_fn on_done, void *arg, rt_run **out, char *err);
+/* Start a pipeline on input; its reply goes to *sink (copied): the tokens
+ * of the stage that produces the answer as they come when sink->delta is
+ * set, then its finish or its error, after which the run is freed (keep no
+ * pointer to it). 0, or < 0 with err (nothing will be called). */
+int  rt_run_start(rt_exec *ex, const char *pipeline, const char *input, const rt_sink *sink, rt_run **out, char *err);
 void rt_run_cancel(rt_run *run);                    /* no callbacks; frees */
 /* Stop after the named stage (evaluations, debugging). SB_ENOTFOUND. Call
  * right after rt_run_start, before the loop runs again. */
 int  rt_run_until(rt_run *run, const char *stage);
-void rt_run_free(rt_run *run);                      /* after on_done */
-/* After on_done: 0 or the HTTP status of the failure (with type, message). */
-int  rt_run_failed(const rt_run *run, const char **type, const char **message);
-/* After a 503: the Retry-After of the full model queue that caused it, or 0. */
-int  rt_run_retry_after(const rt_run *run);
+/* While the sink's finish or error runs: the result as the pipeline API
+ * answers it, and the seconds its models computed. */
 void rt_run_result_json(const rt_run *run, sb_jw *w);
-const char *rt_run_output(const rt_run *run);
-void rt_run_usage(const rt_run *run, int *prompt_tokens, int *completion_tokens);
 double rt_run_model_seconds(const rt_run *run);
 /* For the call's trace: the result plus each stage's input and model, the
  * fallback flag and the time to the first streamed token. */

@@ -1,0 +1,156 @@
+/* pipecall.c - a pipeline call over HTTP, whichever door it came in by
+ * (POST /v1/pipelines/NAME, or the model pipeline:NAME on the OpenAI API):
+ * its call id, the response cache, the run and its trace. The reply goes
+ * through the door's sink (q->reply): no reply shape is written here.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "router/obs.h"
+#include "router/router_internal.h"
+
+static void run_gone(rt_req *q) {
+    rt_run_cancel(q->run);
+    q->run = NULL;
+}
+
+/* The call's trace (obs.h), recorded before the reply frees q. */
+static void trace(rt_req *q, const char *pipeline, const char *input, const rt_run *run, const sb_cache_entry *hit,
+                  int status, const char *error) {
+    rt_call_info ci = { .call_id = q->call_id, .pipeline = pipeline, .input = input, .run = run,
+                        .cached = hit ? (const char *)hit->response : NULL, .cached_len = hit ? hit->response_len : 0,
+                        .cache = hit ? "hit" : q->cache_key ? "miss" : "off", .source = "http", .status = status,
+                        .error = error, .t0 = q->t0 };
+    rt_trace_record(q->r, &ci);
+}
+
+/* ------------------------------------------------ the run's sink, in front of the door's */
+
+static void call_delta(void *arg, const char *text, size_t len) {
+    rt_req *q = arg;
+    q->reply.delta(q->reply.arg, text, len);
+}
+
+/* The whole result is stored, so either door can be answered from it
+ * later; the door gets it with the answer. */
+static void call_finish(void *arg, const rt_answer *a) {
+    rt_req *q = arg;
+    q->run = NULL;
+    q->on_gone = NULL;
+    q->t_model = a->model_s;
+    trace(q, rt_run_pipeline(a->run), rt_run_input(a->run), a->run, NULL, 200, NULL);
+    sb_jw w;
+    sb_jw_init(&w);
+    rt_run_result_json(a->run, &w);
+    rt_answer out = *a;
+    if (!w.oom) {
+        rt_cache_store(q, w.p, w.len);
+        out.result = w.p;
+        out.result_len = w.len;
+    }
+    q->reply.finish(q->reply.arg, &out);
+    sb_jw_free(&w);
+}
+
+static void call_error(void *arg, const rt_failure *f) {
+    rt_req *q = arg;
+    q->run = NULL;
+    q->on_gone = NULL;
+    q->t_model = rt_run_model_seconds(f->run);
+    trace(q, rt_run_pipeline(f->run), rt_run_input(f->run), f->run, NULL, f->status, f->message);
+    q->reply.error(q->reply.arg, f);
+}
+
+/* ---------------------------------------------------------------- cache */
+
+/* The pipeline's opt-in key folding (cache_fold), as SB_NORM_* flags. */
+static unsigned pipeline_fold(rt *r, const char *name) {
+    rt_conf *c = rt_conf_acquire(&r->ex);
+    const sb_pipeline *p = c ? sb_pipelines_find(c->pipes, name) : NULL;
+    unsigned fold = p ? p->cache_fold : 0;
+    rt_conf_release(c);
+    return fold;
+}
+
+/* The stored result as the door's answer: its output and usage. A result
+ * that cannot be read is still the pipeline API's reply (its bytes), but
+ * no answer for the OpenAI door: false, a miss. */
+static bool stored_answer(rt_req *q, const sb_cache_entry *e, sb_json_doc **d, rt_answer *a) {
+    *a = (rt_answer){ .text = "", .finish_reason = "stop", .cached = true, .result = (const char *)e->response,
+                      .result_len = e->response_len };
+    if (sb_json_parse((const char *)e->response, e->response_len, d, NULL)) {
+        *d = NULL;
+        return q->route == RT_ROUTE_PIPELINES;
+    }
+    const sb_json *o = sb_json_root(*d), *out = sb_json_get(o, "output"), *u = sb_json_get(o, "usage");
+    a->prompt_tokens = (int)sb_json_num(sb_json_get(u, "prompt_tokens"));
+    a->completion_tokens = (int)sb_json_num(sb_json_get(u, "completion_tokens"));
+    if (sb_json_str(out)) a->text = sb_json_str(out);
+    a->len = strlen(a->text);
+    return true;
+}
+
+/* 1: answered from the cache. */
+static int try_cache(rt_req *q, const char *name, const char *input, const char *until) {
+    char fp[SB_CACHE_KEY_HEX], ns[128], params[160];
+    bool cacheable;
+    if (rt_pipeline_fingerprint(&q->r->ex, name, fp, &cacheable) || !cacheable) return 0;
+    snprintf(ns, sizeof ns, "pipeline:%s", name);
+    sb_cache_entry e;
+    unsigned fold = pipeline_fold(q->r, name);
+    /* The folding is named in the key, so answers stored under one setting
+     * are never served under another. */
+    snprintf(params, sizeof params, "pipeline/v1|prompt=" RT_PROMPT_RULES "|until=%.60s%s%s", until ? until : "",
+             fold ? "|fold=" : "", sb_cache_fold_name(fold));
+    if (rt_cache_lookup(q, ns, fp, input, SB_NORM_DEFAULT | fold, params, &e) != 1) return 0;
+    sb_json_doc *d;
+    rt_answer a;
+    bool hit = stored_answer(q, &e, &d, &a);
+    if (hit) {
+        trace(q, name, input, NULL, &e, 200, NULL);
+        q->reply.finish(q->reply.arg, &a);
+    }
+    sb_json_doc_free(d);
+    sb_cache_entry_free(&e);
+    return hit;
+}
+
+/* ----------------------------------------------------------------- calls */
+
+/* The call's id: the caller's X-Call-Id when valid, else a new one. */
+static bool call_id(rt_req *q) {
+    const char *h = rt_req_header(q, "X-Call-Id");
+    if (h && !rt_call_id_valid(h)) {
+        rt_req_error(q, 400, "invalid_request_error", "invalid_call_id",
+                     "X-Call-Id: expected 1-%d characters of A-Z a-z 0-9 . _ : -", RT_CALL_ID_MAX);
+        return false;
+    }
+    if (h) snprintf(q->call_id, sizeof q->call_id, "%s", h);
+    else rt_call_id_new(q->r, q->call_id);
+    return true;
+}
+
+void rt_pipeline_call(rt_req *q, const char *name, const char *input, const char *until) {
+    if (!call_id(q) || try_cache(q, name, input, until)) return;
+    char err[SB_ERR_LEN];
+    rt_sink sink = { q->reply.delta ? call_delta : NULL, call_finish, call_error, q };
+    int rc = rt_run_start(&q->r->ex, name, input, &sink, &q->run, err);
+    if (!rc && until && rt_run_until(q->run, until)) {
+        rt_run_cancel(q->run);
+        q->run = NULL;
+        rt_req_error(q, 400, "invalid_request_error", "invalid_value", "'until': pipeline '%s' has no stage '%.60s'",
+                     name, until);
+        return;
+    }
+    if (rc == SB_ENOTFOUND) {
+        rt_req_error(q, 404, "invalid_request_error", q->route == RT_ROUTE_PIPELINES ? "pipeline_not_found" : "model_not_found",
+                     "%s (GET /v1/pipelines lists them)", err);
+        return;
+    }
+    if (rc) { rt_req_error(q, 500, "server_error", "internal", "%s", err); return; }
+    q->on_gone = run_gone;
+    rt_conf *c = rt_conf_acquire(&q->r->ex);
+    const sb_pipeline *p = sb_pipelines_find(c->pipes, name);
+    rt_req_set_deadline(q, (p ? p->timeout_ms : 300000) + 5000);
+    rt_conf_release(c);
+}
