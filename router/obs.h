@@ -54,7 +54,8 @@ typedef struct {
 } rt_rslot;
 
 /* What the console's CPU counter is split by (console.c, docs/router.md). */
-enum { RT_CONSOLE_FEED, RT_CONSOLE_SNAPSHOT, RT_CONSOLE_CONNECT, RT_CONSOLE_STATE, RT_CONSOLE_PATHS };
+enum { RT_CONSOLE_FEED, RT_CONSOLE_SNAPSHOT, RT_CONSOLE_CONNECT, RT_CONSOLE_STATE, RT_CONSOLE_CACHE_STATS,
+       RT_CONSOLE_PATHS };
 
 typedef struct rt_obs {
     rt_hfam fam[RT_H_COUNT];
@@ -79,7 +80,7 @@ typedef struct rt_obs {
     double cpu_s[RT_CONSOLE_PATHS];
     uint64_t feed_bytes;
     sb_cache_stats_t cstats;                    /* the cache's figures, as of cstats_at */
-    double cstats_at;
+    double cstats_at, cstats_every;             /* refreshed every cstats_every seconds */
     bool cstats_ok;
     struct rt_otel *otel;                       /* otel.c; NULL until console.otel_file is set */
 } rt_obs;
