@@ -16,12 +16,16 @@
  * The snapshot's work (cache stats, percentiles over the ring) is done
  * once per tick for all subscribers, and the tick stops when nobody
  * watches: without a console open the router pays only for the traces.
+ * The console's own CPU time is counted per path on /metrics
+ * (switchboard_console_cpu_seconds_total).
  */
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "router/obs.h"
@@ -36,10 +40,14 @@ extern unsigned int console_index_html_len, console_app_js_len, console_app_css_
  * instead of one per call keeps the feed's cost under load far below 1 %
  * of the router's CPU (docs/router.md), well inside the 1 s promise. */
 #define BATCH_MS 100
-/* sb_cache_stats counts the entries table (10-40 ms at a few thousand
- * entries on a busy box), holding the loop: its figures (entries, bytes,
- * sync) are refreshed this often, the hit rate every tick. */
-#define CACHE_STATS_S 15
+/* sb_cache_stats scans the entries table, holding the loop: 4.4 ms of CPU
+ * at 5,000 entries, growing with them - the largest part of the console's
+ * cost under load (docs/router.md, "What the console costs"). Its figures
+ * (entries, bytes, sync) are refreshed every CACHE_STATS_S, and never more
+ * often than CACHE_STATS_SHARE times what the last refresh cost, so a big
+ * cache takes at most 0.1 % of a core; the hit rate is live every tick. */
+#define CACHE_STATS_S 60
+#define CACHE_STATS_SHARE 1000
 
 bool rt_console_static(rt_req *q, const char *path) {
     const struct { const char *path, *type; const unsigned char *data; const unsigned int *len; } assets[] = {
@@ -61,6 +69,38 @@ bool rt_console_static(rt_req *q, const char *path) {
         return true;
     }
     return false;
+}
+
+/* ------------------------------------------------------ its own cost */
+
+/* This thread's CPU time, seconds. The console's paths are timed with it,
+ * two reads per batch, snapshot or request - never per call or per byte:
+ * a read is a system call (~0.3 us in this VM). So what the console costs
+ * is counted directly instead of as the difference of two noisy totals
+ * (docs/router.md, "What the console costs"). */
+static double thread_cpu_s(void) {
+    struct timespec ts;
+    return clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) ? 0 : (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Adds the CPU time since `since` to path, less what the cache's stats
+ * took meanwhile (they have their own path, whichever path ran them). */
+static void account(rt_obs *o, int path, double since, double cache_before) {
+    double now = thread_cpu_s(), d = now - since - (o->cpu_s[RT_CONSOLE_CACHE_STATS] - cache_before);
+    if (since > 0 && d > 0) o->cpu_s[path] += d;
+}
+
+void rt_console_render(rt *r, sb_jw *w) {
+    static const char *const path[RT_CONSOLE_PATHS] = { "feed", "snapshot", "connect", "state", "cache_stats" };
+    const rt_obs *o = r->obs;
+    if (!o) return;
+    sb_jw_rawf(w, "# HELP switchboard_console_cpu_seconds_total Router CPU time spent on the console's own work, by path.\n"
+                  "# TYPE switchboard_console_cpu_seconds_total counter\n");
+    for (int i = 0; i < RT_CONSOLE_PATHS; i++)
+        sb_jw_rawf(w, "switchboard_console_cpu_seconds_total{path=\"%s\"} %.6f\n", path[i], o->cpu_s[i]);
+    sb_jw_rawf(w, "# HELP switchboard_console_sent_bytes_total Bytes of live feed written to console clients.\n"
+                  "# TYPE switchboard_console_sent_bytes_total counter\nswitchboard_console_sent_bytes_total %llu\n",
+               (unsigned long long)o->feed_bytes);
 }
 
 /* ------------------------------------------------------------ snapshot */
@@ -115,9 +155,13 @@ static void cache_json(rt *r, sb_jw *w) {
     sb_jw_key(w, "hit_rate"); if (look) sb_jw_num(w, (double)m->cache_hits / (double)look); else sb_jw_null(w);
     rt_obs *o = r->obs;
     double now = sb_now_s();
-    if (r->cache && (!o->cstats_at || now - o->cstats_at >= CACHE_STATS_S)) {
+    if (r->cache && (!o->cstats_at || now - o->cstats_at >= o->cstats_every)) {
+        double t0 = thread_cpu_s();
         o->cstats_ok = !sb_cache_stats(r->cache, &o->cstats, NULL);
         o->cstats_at = now;
+        double cost = thread_cpu_s() - t0;
+        o->cpu_s[RT_CONSOLE_CACHE_STATS] += cost;          /* and taken out of its caller's path below */
+        o->cstats_every = cost * CACHE_STATS_SHARE > CACHE_STATS_S ? cost * CACHE_STATS_SHARE : CACHE_STATS_S;
     }
     const sb_cache_stats_t st = o->cstats;
     if (r->cache && o->cstats_ok) {
@@ -157,11 +201,14 @@ static void state_json(rt *r, sb_jw *w) {
 }
 
 void rt_handle_console_state(rt_req *q) {
+    rt_obs *o = q->r->obs;
+    double t0 = thread_cpu_s(), c0 = o ? o->cpu_s[RT_CONSOLE_CACHE_STATS] : 0;
     sb_jw *w = &q->out;
     sb_jw_reset(w);
     state_json(q->r, w);
     if (w->oom) rt_req_error(q, 500, "server_error", "out_of_memory", "out of memory");
-    else rt_req_json(q, 200, w->p, w->len, NULL);
+    else rt_req_json(q, 200, w->p, w->len, NULL);      /* q is freed */
+    if (o) account(o, RT_CONSOLE_STATE, t0, c0);
 }
 
 /* ---------------------------------------------------------- the feed */
@@ -175,31 +222,70 @@ static void sub_gone(rt_req *q) {
     if (q->r->obs) unsubscribe(q->r->obs, q);
 }
 
-static void send_raw(rt_req *q, const char *p, size_t n) {
+/* Hands what evhttp queued for q to its socket now, inside the timed
+ * window: left to the loop, the write (and the loopback delivery the
+ * kernel does in the sender's context) would happen later, where no path
+ * can be told apart. What the socket does not take (a slow reader)
+ * libevent writes later, untimed. */
+static void write_now(rt_req *q) {
+    struct evhttp_connection *c = q->req ? evhttp_request_get_connection(q->req) : NULL;
+    struct bufferevent *bev = c ? evhttp_connection_get_bufferevent(c) : NULL;
+    if (bev) (void)evbuffer_write(bufferevent_get_output(bev), bufferevent_getfd(bev));
+}
+
+static void send_raw(rt_obs *o, rt_req *q, const char *p, size_t n) {
     if (q->gone || !q->streaming || !q->req) return;
     struct evbuffer *b = evbuffer_new();
     if (!b) return;
     evbuffer_add(b, p, n);
     evhttp_send_reply_chunk(q->req, b);
     evbuffer_free(b);
+    write_now(q);
+    o->feed_bytes += n;
 }
 
-static void on_flush(evutil_socket_t fd, short what, void *arg) {
-    rt_obs *o = arg;
-    for (size_t i = 0; i < o->n_subs; i++) send_raw(o->subs[i], o->batch.p, o->batch.len);
+/* The calls recorded since the last batch (their summaries, from the
+ * ring) and the other events, to every subscriber. */
+static void flush(rt *r) {
+    rt_obs *o = r->obs;
+    if (o->n_subs && o->unsent) rt_trace_feed(r, &o->batch, o->unsent);
+    o->unsent = 0;
+    if (!o->batch.oom && o->batch.len)
+        for (size_t i = 0; i < o->n_subs; i++) send_raw(o, o->subs[i], o->batch.p, o->batch.len);
     sb_jw_reset(&o->batch);
 }
 
-void rt_console_publish(rt *r, const char *summary, size_t len) {
+static void on_flush(evutil_socket_t fd, short what, void *arg) {
+    rt *r = arg;
+    double t0 = thread_cpu_s(), c0 = r->obs->cpu_s[RT_CONSOLE_CACHE_STATS];
+    flush(r);
+    account(r->obs, RT_CONSOLE_FEED, t0, c0);
+}
+
+static void arm_flush(rt *r) {
     rt_obs *o = r->obs;
-    if (!o || !o->n_subs) return;
-    if (!o->flush && !(o->flush = evtimer_new(r->ex.be.base, on_flush, o))) return;
-    sb_jw_raw(&o->batch, "data: ", 6);
-    sb_jw_raw(&o->batch, summary, len);
-    sb_jw_raw(&o->batch, "\n\n", 2);
-    if (o->batch.oom) { sb_jw_reset(&o->batch); o->batch.oom = 0; return; }
+    if (!o->flush && !(o->flush = evtimer_new(r->ex.be.base, on_flush, r))) return;
     struct timeval tv = { 0, BATCH_MS * 1000 };
     if (!evtimer_pending(o->flush, NULL)) evtimer_add(o->flush, &tv);
+}
+
+/* Per call only a count: the summary is copied from the ring when the
+ * batch goes out, so the per-call cost needs no clock of its own. */
+void rt_console_call(rt *r) {
+    rt_obs *o = r->obs;
+    if (!o || !o->n_subs) return;
+    o->unsent++;
+    arm_flush(r);
+}
+
+void rt_console_publish(rt *r, const char *event, size_t len) {
+    rt_obs *o = r->obs;
+    if (!o || !o->n_subs) return;
+    sb_jw_raw(&o->batch, "data: ", 6);
+    sb_jw_raw(&o->batch, event, len);
+    sb_jw_raw(&o->batch, "\n\n", 2);
+    if (o->batch.oom) { sb_jw_reset(&o->batch); o->batch.oom = 0; return; }
+    arm_flush(r);
 }
 
 void rt_console_stop(rt *r) {
@@ -215,6 +301,7 @@ void rt_console_stop(rt *r) {
     if (o->flush) event_free(o->flush);
     o->flush = NULL;
     sb_jw_free(&o->batch);
+    o->unsent = 0;
     sb_free(o->subs);
     o->subs = NULL;
     o->cap_subs = 0;
@@ -225,30 +312,44 @@ static void on_tick(evutil_socket_t fd, short what, void *arg) {
     rt_obs *o = r->obs;
     if (r->stopping) { rt_console_stop(r); return; }    /* a feed never ends by itself: drain would wait */
     if (!o->n_subs) { event_del(o->tick); return; }
+    double t0 = thread_cpu_s(), c0 = o->cpu_s[RT_CONSOLE_CACHE_STATS];
     sb_jw w;
     sb_jw_init(&w);
     state_json(r, &w);
     if (!w.oom) rt_console_publish(r, w.p, w.len);
     sb_jw_free(&w);
+    account(o, RT_CONSOLE_SNAPSHOT, t0, c0);
 }
 
-void rt_handle_console_events(rt_req *q) {
+/* Room for one more subscriber and the running tick; false: answered 500/503. */
+static bool subscribe_ready(rt_req *q) {
     rt *r = q->r;
     rt_obs *o = r->obs;
-    if (!o) { rt_req_error(q, 503, "server_error", "console_unavailable", "the console is not available"); return; }
+    if (!o) { rt_req_error(q, 503, "server_error", "console_unavailable", "the console is not available"); return false; }
     if (o->n_subs == o->cap_subs) {
         size_t cap = o->cap_subs ? o->cap_subs * 2 : 4;
         rt_req **ns = sb_realloc(o->subs, cap * sizeof *ns);
-        if (!ns) { rt_req_error(q, 500, "server_error", "out_of_memory", "out of memory"); return; }
+        if (!ns) { rt_req_error(q, 500, "server_error", "out_of_memory", "out of memory"); return false; }
         o->subs = ns;
         o->cap_subs = cap;
     }
     if (!o->tick && !(o->tick = event_new(r->ex.be.base, -1, EV_PERSIST, on_tick, r))) {
         rt_req_error(q, 500, "server_error", "out_of_memory", "out of memory");
-        return;
+        return false;
     }
     struct timeval tv = { TICK_MS / 1000, (TICK_MS % 1000) * 1000 };
     if (!event_pending(o->tick, EV_TIMEOUT, NULL)) event_add(o->tick, &tv);
+    return true;
+}
+
+void rt_handle_console_events(rt_req *q) {
+    rt *r = q->r;
+    if (!subscribe_ready(q)) return;
+    rt_obs *o = r->obs;
+    /* What is pending goes to the others first: the hello below already
+     * holds those calls, and the batch must not repeat them to q. */
+    if (o->unsent || o->batch.len) on_flush(-1, 0, r);
+    double t0 = thread_cpu_s(), c0 = o->cpu_s[RT_CONSOLE_CACHE_STATS];
     rt_req_sse_start(q, NULL);
     o->subs[o->n_subs++] = q;
     q->on_gone = sub_gone;
@@ -259,5 +360,10 @@ void rt_handle_console_events(rt_req *q) {
     sb_jw_key(w, "calls"); rt_trace_recent_json(r, w, HELLO_CALLS);
     sb_jw_key(w, "state"); state_json(r, w);
     sb_jw_obj_end(w);
-    if (!w->oom) rt_req_sse_send(q, w->p, w->len);
+    if (!w->oom) {
+        rt_req_sse_send(q, w->p, w->len);
+        write_now(q);
+        o->feed_bytes += w->len + 8;        /* "data: " and "\n\n" */
+    }
+    account(o, RT_CONSOLE_CONNECT, t0, c0);
 }

@@ -188,4 +188,5 @@ void rt_metrics_render(rt *r, sb_jw *w) {
     render_batch(r, w);
     rt_hist_render(r, w);
     rt_otel_render(r, w);
+    rt_console_render(r, w);
 }

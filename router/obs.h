@@ -53,6 +53,10 @@ typedef struct {
     uint32_t n[RT_ROUTING_INTENTS];
 } rt_rslot;
 
+/* What the console's CPU counter is split by (console.c, docs/router.md). */
+enum { RT_CONSOLE_FEED, RT_CONSOLE_SNAPSHOT, RT_CONSOLE_CONNECT, RT_CONSOLE_STATE, RT_CONSOLE_CACHE_STATS,
+       RT_CONSOLE_PATHS };
+
 typedef struct rt_obs {
     rt_hfam fam[RT_H_COUNT];
     /* trace.c: the ring, newest at (head - 1) mod cap */
@@ -70,8 +74,13 @@ typedef struct rt_obs {
     struct event *tick;
     struct event *flush;                        /* sends the batch of calls */
     sb_jw batch;                                /* SSE events not sent yet */
+    size_t unsent;                              /* the ring's newest calls the feed has not sent */
+    /* The console's own CPU time on the loop thread, per path (console.c),
+     * and the SSE bytes it handed to its subscribers' sockets. */
+    double cpu_s[RT_CONSOLE_PATHS];
+    uint64_t feed_bytes;
     sb_cache_stats_t cstats;                    /* the cache's figures, as of cstats_at */
-    double cstats_at;
+    double cstats_at, cstats_every;             /* refreshed every cstats_every seconds */
     bool cstats_ok;
     struct rt_otel *otel;                       /* otel.c; NULL until console.otel_file is set */
 } rt_obs;
@@ -113,8 +122,14 @@ void rt_handle_feedback_tsv(rt_req *q);
 bool rt_console_static(rt_req *q, const char *path);    /* true: answered */
 void rt_handle_console_events(rt_req *q);
 void rt_handle_console_state(rt_req *q);
-/* trace.c -> console.c: a call was recorded; summary is its JSON line. */
-void rt_console_publish(rt *r, const char *summary, size_t len);
+/* trace.c -> console.c: a call was recorded in the ring (the feed sends
+ * its summary with the next batch), or another event (JSON) happened. */
+void rt_console_call(rt *r);
+void rt_console_publish(rt *r, const char *event, size_t len);
+/* The newest n calls of the ring (at most all), oldest first, as SSE
+ * events ("data: SUMMARY\n\n"), appended to w. */
+void rt_trace_feed(rt *r, sb_jw *w, size_t n);
+void rt_console_render(rt *r, sb_jw *w);        /* its counters, for /metrics */
 void rt_console_stop(rt *r);                    /* end every live feed (shutdown) */
 /* The snapshot (console.c) over the trace ring (trace.c). */
 void rt_trace_latency_json(rt *r, sb_jw *w);

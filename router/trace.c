@@ -275,7 +275,7 @@ void rt_trace_record(rt *r, const rt_call_info *ci) {
     o->ring[o->head] = t;
     o->head = (o->head + 1) % o->cap;
     if (o->count < o->cap) o->count++;
-    rt_console_publish(r, t->summary, t->summary_len);
+    rt_console_call(r);
 }
 
 /* The newest trace with this id, or NULL. */
@@ -289,22 +289,36 @@ static rt_trace *find(rt_obs *o, const char *id) {
 
 /* ----------------------------------------------------------- the views */
 
+/* A call's summary line, with the operator's mark when it has one. */
+static void put_summary(sb_jw *w, const rt_trace *t) {
+    static const char tail[] = "\"feedback\":null}";
+    if (!t->feedback || t->summary_len < sizeof tail) { sb_jw_raw(w, t->summary, t->summary_len); return; }
+    /* A marked call: the summary's "feedback":null patched in the copy
+     * (an intent is a label name, no escaping needed). */
+    sb_jw_raw(w, t->summary, t->summary_len - (sizeof tail - 1));
+    sb_jw_raw(w, "\"feedback\":\"", 12);
+    sb_jw_raw(w, t->feedback, strlen(t->feedback));
+    sb_jw_raw(w, "\"}", 2);
+}
+
 void rt_trace_recent_json(rt *r, sb_jw *w, int max) {
     rt_obs *o = r->obs;
     sb_jw_arr(w);                   /* items go in raw: commas are ours */
     for (size_t k = 1; o && k <= o->count && (int)k <= max; k++) {
-        const rt_trace *t = o->ring[(o->head + o->cap - k) % o->cap];
         if (k > 1) sb_jw_raw(w, ",", 1);
-        static const char tail[] = "\"feedback\":null}";
-        if (!t->feedback || t->summary_len < sizeof tail) { sb_jw_raw(w, t->summary, t->summary_len); continue; }
-        /* A marked call: the summary's "feedback":null patched in the copy
-         * (an intent is a label name, no escaping needed). */
-        sb_jw_raw(w, t->summary, t->summary_len - (sizeof tail - 1));
-        sb_jw_raw(w, "\"feedback\":\"", 12);
-        sb_jw_raw(w, t->feedback, strlen(t->feedback));
-        sb_jw_raw(w, "\"}", 2);
+        put_summary(w, o->ring[(o->head + o->cap - k) % o->cap]);
     }
     sb_jw_arr_end(w);
+}
+
+void rt_trace_feed(rt *r, sb_jw *w, size_t n) {
+    rt_obs *o = r->obs;
+    if (!o || n > o->count) n = o ? o->count : 0;
+    for (size_t k = n; k >= 1; k--) {
+        sb_jw_raw(w, "data: ", 6);
+        put_summary(w, o->ring[(o->head + o->cap - k) % o->cap]);
+        sb_jw_raw(w, "\n\n", 2);
+    }
 }
 
 static int cmp_double(const void *a, const void *b) {

@@ -10,10 +10,15 @@
     one refused (400);
   * GET /v1/calls/ID: the whole trace, caller text masked, 404 for an
     unknown id, 401 without the key (the page /console needs none);
-  * feedback: an unknown label refused, a valid one stored.
+  * feedback: an unknown label refused, a valid one stored;
+  * the console's own CPU counter (switchboard_console_cpu_seconds_total):
+    still without a console client while calls complete (only
+    GET /v1/console/state adds, to its own path); growing on the feed's path
+    with a client on /v1/console/events, which gets the calls, and the bytes
+    counted are at least the bytes the client read.
 Prints one line per check; exit 1 on any failure.
 """
-import json, os, re, sys, threading, time, urllib.error, urllib.request
+import http.client as hc, json, os, re, sys, threading, time, urllib.error, urllib.parse, urllib.request
 
 URL, KEY, PIPE = sys.argv[1:4]
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -164,6 +169,72 @@ check(json.loads(body).get("feedback") == "billing", "the trace shows the mark")
 st, _, body = http("/v1/console/state")
 conf = json.loads(body)["routing"]["confusion"]
 check(any(p["corrected"] == "billing" for p in conf), "the routing view shows the correction", conf)
+
+# ------------------------------------------- the console's own CPU counter
+CPU = "switchboard_console_cpu_seconds_total"
+SENT = "switchboard_console_sent_bytes_total"
+
+
+def console_cpu():
+    m = metrics()
+    paths = {dict(ls)["path"]: v for (k, ls), v in m.items() if k == CPU}
+    _, _, body = http("/metrics", key=False)
+    sent = re.search(r"^%s (\S+)$" % SENT, body.decode(), re.M)
+    return paths, float(sent.group(1)) if sent else None
+
+
+def calls(n, tag):
+    ids = []
+    for i in range(n):
+        st, h, _ = http("/v1/pipelines/" + PIPE, {"input": "%s %d" % (tag, i)}, {"Cache-Control": "no-cache"})
+        ids.append(h.get("X-Call-Id"))
+    return ids
+
+
+c0, b0 = console_cpu()
+check(set(c0) == {"feed", "snapshot", "connect", "state", "cache_stats"} and b0 is not None,
+      "/metrics has %s per path and %s" % (CPU, SENT), (c0, b0))
+calls(8, "no console watching")
+c1, b1 = console_cpu()
+check(c1 == c0 and b1 == b0, "without a console client the counter stays still while calls complete", (c0, c1))
+http("/v1/console/state")
+c2, _ = console_cpu()
+own = ("state", "cache_stats")              # the snapshot may refresh the cache's figures
+check(c2["state"] > c1["state"] and {k: v for k, v in c2.items() if k not in own} ==
+      {k: v for k, v in c1.items() if k not in own}, "GET /v1/console/state counts on its own paths only", (c1, c2))
+
+u = urllib.parse.urlparse(URL)
+conn = hc.HTTPConnection(u.hostname, u.port, timeout=10)
+conn.request("GET", "/v1/console/events", headers={"Authorization": "Bearer " + KEY})
+feed = conn.getresponse()
+got, nbytes = [], [0]
+
+
+def read_feed():
+    while True:
+        try:
+            line = feed.fp.readline()
+        except (OSError, ValueError, AttributeError):     # closed under us at the end
+            return
+        if not line:
+            return
+        if line.startswith(b"data: "):
+            nbytes[0] += len(line) + 1         # the blank line after each event
+            got.append(line)
+
+
+threading.Thread(target=read_feed, daemon=True).start()
+ids = calls(8, "a console watching")
+deadline = time.time() + 5
+while time.time() < deadline and not all(any(('"id":"%s"' % i).encode() in l for l in got) for i in ids):
+    time.sleep(0.05)
+c3, b3 = console_cpu()
+check(all(any(('"id":"%s"' % i).encode() in l for l in got) for i in ids), "the feed delivered the %d calls" % len(ids))
+check(c3["connect"] > c2["connect"] and c3["feed"] > c2["feed"],
+      "with a console client the connect and feed paths grow (%.6f s, %.6f s)" %
+      (c3["connect"] - c2["connect"], c3["feed"] - c2["feed"]), (c2, c3))
+check(b3 - b1 >= nbytes[0] > 0, "%s counts the %d bytes the client read (%d)" % (SENT, nbytes[0], b3 - b1))
+conn.close()
 
 print("console api check: %s" % ("FAILED" if check.failed else "passed"))
 sys.exit(1 if check.failed else 0)
