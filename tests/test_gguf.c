@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -279,6 +280,47 @@ static void test_missing_file(void **state) {
     assert_int_equal(sb_gguf_open("tests", &g, err), SB_EIO);
 }
 
+/* sb_gguf_huge_bytes counts only this handle's own mapping, in whole 2 MiB
+ * pages, and only what is mapped: a second mapping of the same file, of
+ * which only the header was read, reports at most that page however much
+ * of the first is on huge pages. The file: the
+ * 4 MiB F16 fixture and 12 MiB of trailing bytes (ignored by the reader),
+ * read back through the mapping after its cached pages are dropped. */
+static void test_huge_bytes(void **state) {
+    (void)state;
+    char tmp[] = "/tmp/sb-huge-XXXXXX";
+    int fd = mkstemp(tmp);
+    assert_true(fd >= 0);
+    FILE *in = fopen("tests/data/tiny-llama-spm-f16.gguf", "rb");
+    assert_non_null(in);
+    char chunk[65536];
+    size_t n, total = 0;
+    while ((n = fread(chunk, 1, sizeof chunk, in)) > 0) { assert_int_equal(write(fd, chunk, n), (ssize_t)n); total += n; }
+    fclose(in);
+    memset(chunk, 0, sizeof chunk);
+    for (int i = 0; i < 192; i++) { assert_int_equal(write(fd, chunk, sizeof chunk), (ssize_t)sizeof chunk); total += sizeof chunk; }
+    fsync(fd);
+    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    close(fd);
+    sb_gguf *g1, *g2;
+    char err[SB_ERR_LEN];
+    if (sb_gguf_open(tmp, &g1, err) || sb_gguf_open(tmp, &g2, err)) fail_msg("%s", err);
+    const volatile uint8_t *p = sb_gguf_base(g1);
+    unsigned sum = 0;
+    for (size_t off = 0; off < total; off += 4096) sum += p[off];
+    const size_t h1 = sb_gguf_huge_bytes(g1), h2 = sb_gguf_huge_bytes(g2);
+    print_message("file %zu bytes, %u; on 2 MiB pages: touched mapping %zu, untouched %zu\n", total, sum & 1, h1, h2);
+    assert_true(h1 <= total);
+    assert_int_equal(h1 % (2u << 20), 0);
+    assert_true(h2 <= (2u << 20));     /* at most the page its header was read from */
+    if (h1 > (2u << 20)) assert_true(h1 > h2);
+    sb_gguf_close(g1);
+    sb_gguf_close(g2);
+    unlink(tmp);
+    sb_gguf *m;
+    assert_int_equal(sb_gguf_open_mem(chunk, sizeof chunk, "zeros", &m, err) == 0 ? 0 : 1, 1);   /* not a GGUF */
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_valid_contents),
@@ -286,6 +328,7 @@ int main(void) {
         cmocka_unit_test(test_every_prefix),
         cmocka_unit_test(test_truncated_fixtures),
         cmocka_unit_test(test_missing_file),
+        cmocka_unit_test(test_huge_bytes),
     };
     return cmocka_run_group_tests_name("gguf", tests, NULL, NULL);
 }

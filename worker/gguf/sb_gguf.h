@@ -65,6 +65,10 @@ int  sb_gguf_open(const char *path, sb_gguf **out, char *err);
 /* Parse a buffer the caller owns (fuzzing, tests); it must outlive the result. */
 int  sb_gguf_open_mem(const void *buf, size_t len, const char *label, sb_gguf **out, char *err);
 void sb_gguf_close(sb_gguf *g);
+/* Bytes of the file mapping the kernel maps with 2 MiB pages now (Linux
+ * /proc/self/smaps FilePmdMapped; 0 elsewhere, for a buffer, or before the
+ * pages are touched). Decode speed depends on it (docs/PERFORMANCE.md). */
+size_t sb_gguf_huge_bytes(const sb_gguf *g);
 
 uint32_t    sb_gguf_version(const sb_gguf *g);
 size_t      sb_gguf_file_size(const sb_gguf *g);
