@@ -43,6 +43,18 @@ static inline __m512i step(__m512i acc, __m512i q, const int8_t *q8, __m512i sca
     return _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(q, load_q8_64(q8)), scales);
 }
 
+/* Q4_K, Q5_K and Q6_K end each super-block as the reference kernel does
+ * (kq_kquants_ref.c): the block's exact integer sum and min sum, then
+ * sum += (d·dy)·isum − (dmin·dy)·summs in scalar float, that order. So
+ * these dots equal the reference bit for bit, and the multi-token kernels
+ * (kq_dotn_il_avx512.c), which hold one token per lane, can repeat the
+ * step lane for lane. The horizontal integer sums cost a few instructions
+ * per block; a decode of one token streams weights from DRAM, and a batch
+ * of tokens goes through those kernels. */
+static inline float ref_step(float sum, float d, float dmin, float dy, int isum, int summs) {
+    return sum + ((d * dy) * (float)isum - (dmin * dy) * (float)summs);
+}
+
 /* 32 bytes in both halves of a register (a broadcast load: no shuffle). */
 static inline __m512i load_32_twice(const uint8_t *p) { return _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)p)); }
 
@@ -143,8 +155,7 @@ void sb_kq_dot_q4_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy)
     const sb_block_q4_K *x = vx;
     const sb_block_q8_K *y = vy;
     const __m512i m4 = _mm512_set1_epi8(0xF), lo_hi_shift = lo_hi_shift4();
-    __m512 acc = _mm512_setzero_ps();
-    __m256 acc_min = _mm256_setzero_ps();
+    float sum = 0;
     for (int i = 0; i < n / SB_QK_K; i++) {
         kq512_prefetch(&x[i], sizeof x[i]);
         const __m128i sm = kq_scales_k4_128(&x[i]);
@@ -156,19 +167,17 @@ void sb_kq_dot_q4_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy)
             const __m512i q = _mm512_and_si512(_mm512_srlv_epi16(load_32_twice(x[i].qs + 32 * j), lo_hi_shift), m4);
             sumi = step(sumi, q, y[i].qs + 64 * j, spread_scales(sc, 2 * j, 4));
         }
-        const float dy = y[i].d;
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(kq_f16(x[i].d) * dy), _mm512_cvtepi32_ps(sumi), acc);
-        acc_min = _mm256_fmadd_ps(_mm256_set1_ps(kq_f16(x[i].dmin) * dy), _mm256_cvtepi32_ps(kq_k4_mins_dot_bsums(sm, y[i].bsums)), acc_min);
+        sum = ref_step(sum, kq_f16(x[i].d), kq_f16(x[i].dmin), y[i].d, _mm512_reduce_add_epi32(sumi),
+                       kq_hsum_i32x8(kq_k4_mins_dot_bsums(sm, y[i].bsums)));
     }
-    *s = _mm512_reduce_add_ps(acc) - kq_hsum_f32x8(acc_min);
+    *s = sum;
 }
 
 void sb_kq_dot_q5_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy) {
     const sb_block_q5_K *x = vx;
     const sb_block_q8_K *y = vy;
     const __m512i m4 = _mm512_set1_epi8(0xF), one = _mm512_set1_epi8(1), lo_hi_shift = lo_hi_shift4();
-    __m512 acc = _mm512_setzero_ps();
-    __m256 acc_min = _mm256_setzero_ps();
+    float sum = 0;
     for (int i = 0; i < n / SB_QK_K; i++) {
         kq512_prefetch(&x[i], sizeof x[i]);
         const __m128i sm = kq_scales_k4_128(&x[i]);
@@ -184,11 +193,10 @@ void sb_kq_dot_q5_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy)
             const __m512i q = _mm512_or_si512(nib, hb);
             sumi = step(sumi, q, y[i].qs + 64 * j, spread_scales(sc, 2 * j, 4));
         }
-        const float dy = y[i].d;
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(kq_f16(x[i].d) * dy), _mm512_cvtepi32_ps(sumi), acc);
-        acc_min = _mm256_fmadd_ps(_mm256_set1_ps(kq_f16(x[i].dmin) * dy), _mm256_cvtepi32_ps(kq_k4_mins_dot_bsums(sm, y[i].bsums)), acc_min);
+        sum = ref_step(sum, kq_f16(x[i].d), kq_f16(x[i].dmin), y[i].d, _mm512_reduce_add_epi32(sumi),
+                       kq_hsum_i32x8(kq_k4_mins_dot_bsums(sm, y[i].bsums)));
     }
-    *s = _mm512_reduce_add_ps(acc) - kq_hsum_f32x8(acc_min);
+    *s = sum;
 }
 
 /* ==== Q6_K ================================================================== */
@@ -198,7 +206,7 @@ void sb_kq_dot_q6_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy)
     const sb_block_q8_K *y = vy;
     const __m512i m4 = _mm512_set1_epi8(0xF), m2 = _mm512_set1_epi8(0x30);
     const __m512i sh01 = halves_epi16(4, 2), sh23 = halves_epi16(0, 2);   /* qh bits 2p..2p+1 to bits 4..5 */
-    __m512 acc = _mm512_setzero_ps();
+    float sum = 0;
     for (int i = 0; i < n / SB_QK_K; i++) {
         kq512_prefetch(&x[i], sizeof x[i]);
         const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i].scales));
@@ -216,8 +224,7 @@ void sb_kq_dot_q6_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy)
             sumi = step(sumi, q01, y[i].qs + 128 * h, spread_scales(sc, 8 * h, 3));
             sumi = step(sumi, q23, y[i].qs + 128 * h + 64, spread_scales(sc, 8 * h + 4, 3));
         }
-        sumi = _mm512_sub_epi32(sumi, offset);
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(kq_f16(x[i].d) * y[i].d), _mm512_cvtepi32_ps(sumi), acc);
+        sum += (kq_f16(x[i].d) * y[i].d) * (float)_mm512_reduce_add_epi32(_mm512_sub_epi32(sumi, offset));
     }
-    *s = _mm512_reduce_add_ps(acc);
+    *s = sum;
 }
