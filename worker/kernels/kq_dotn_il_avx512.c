@@ -118,7 +118,6 @@ KQ_INLINE void il_pass(int wt, int G, int nb, int R, const uint8_t *x, size_t x_
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             __m512i m = _mm512_setzero_si512();
-#pragma GCC unroll 8
             for (int u = 0; u < 8 / G; u++) m = _mm512_dpwssd_epi32(m, _mm512_load_si512(yb->bs[u]), bcast_g(&p[r].pair[u * G], G));
             m = sum_g(m, G);
             const __m512i is = sum_g(isum[r], G);
