@@ -190,7 +190,7 @@ static double cpu_now(void) {
 static double dotn_pass(const sb_kq_traits *t, int dotn, int n, const uint8_t *w, size_t rs, int rows, int nt,
                         const uint8_t *y, size_t ys, float *out) {
     const double t0 = cpu_now();
-    if (dotn && t->vec_dotn_il) {   /* as matmul.c runs it: the activations interleaved once, then all rows */
+    if (dotn && t->vec_dotn_il && nt >= SB_KQ_IL_MIN_TOK) {   /* as matmul.c runs it: interleaved once, then all rows */
         static uint8_t il[SB_KQ_IL_BLOCK_BYTES * 64] __attribute__((aligned(64)));
         sb_kq_q8_K_interleave(n / 256, nt, y, ys, il);
         t->vec_dotn_il(n, rows, nt, out, (size_t)rows, w, rs, il);

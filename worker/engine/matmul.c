@@ -265,7 +265,7 @@ void sb_mm_run(sb_mm *mm, const float *x, int n_tok, const sb_mm_out *outs, int 
             const int x8 = p->w->x8_buf != NULL;
             p->gemm = !g->one && g->n > (x8 ? X8_GEMM_MIN_TOKS - 1 : 1) && !mm->decode_kernels ? tt->gemm : NULL;
             p->gemv8 = x8 && !p->gemm ? tt->gemv8 : NULL;
-            p->dotn_il = !p->gemm && !p->gemv8 && g->n > 1 && tt->vec_dot_type == SB_TYPE_Q8_K
+            p->dotn_il = !p->gemm && !p->gemv8 && g->n >= SB_KQ_IL_MIN_TOK && tt->vec_dot_type == SB_TYPE_Q8_K
                              ? tt->vec_dotn_il : NULL;
             need_il |= p->dotn_il != NULL;
             p->act_stride = a->row_bytes;

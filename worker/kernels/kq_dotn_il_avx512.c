@@ -171,9 +171,14 @@ KQ_INLINE void dotn_il(int wt, int n, int nrows, int nt, float *s, size_t s_stri
 
 /* The one-row API (vec_dotn): the activations interleaved CHUNK blocks at
  * a time into a stack buffer. Costs the interleave per row: matmul.c
- * interleaves once per input and calls vec_dotn_il instead. */
+ * interleaves once per input and calls vec_dotn_il instead, or (fewer than
+ * SB_KQ_IL_MIN_TOK tokens) comes here, where those go to vec_dot. */
 KQ_INLINE void dotn_rows(int wt, int n, int nt, float *s, size_t s_stride, const void *vx, const void *vy,
-                         size_t y_stride) {
+                         size_t y_stride, sb_vec_dot_fn dot) {
+    if (nt < SB_KQ_IL_MIN_TOK) {
+        for (int t = 0; t < nt; t++) dot(n, s + (size_t)t * s_stride, vx, (const uint8_t *)vy + (size_t)t * y_stride);
+        return;
+    }
     sb_kq_il_block buf[CHUNK] __attribute__((aligned(64)));
     __m512 sum = _mm512_setzero_ps();
     const int nb = n / SB_QK_K, G = SB_KQ_IL_TOK / sb_kq_il_tokens(nt);
@@ -189,7 +194,9 @@ KQ_INLINE void dotn_rows(int wt, int n, int nt, float *s, size_t s_stride, const
     void sb_kq_dotn_il_##name##_q8_K_avx512(KQ_DOTN_IL_ARGS) {                                       \
         dotn_il(wt, n, nrows, nt, s, s_stride, x, x_stride, yil);                                     \
     }                                                                                                 \
-    void sb_kq_dotn_##name##_q8_K_avx512(KQ_DOTN_ARGS) { dotn_rows(wt, n, nt, s, s_stride, x, y, y_stride); }
+    void sb_kq_dotn_##name##_q8_K_avx512(KQ_DOTN_ARGS) {                                             \
+        dotn_rows(wt, n, nt, s, s_stride, x, y, y_stride, sb_kq_dot_##name##_q8_K_avx512);            \
+    }
 DOTN_IL(q4_K, W_Q4_K)
 DOTN_IL(q5_K, W_Q5_K)
 DOTN_IL(q6_K, W_Q6_K)

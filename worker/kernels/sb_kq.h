@@ -109,6 +109,9 @@ typedef void (*sb_vec_dotn_fn)(int n, int nt, float *s, size_t s_stride, const v
 #define SB_KQ_IL_TOK 16
 #define SB_KQ_IL_BLOCK_BYTES (64 * 64 + 8 * 64 + 64)
 static inline int sb_kq_il_tokens(int nt) { return nt <= 4 ? 4 : nt <= 8 ? 8 : 16; }
+/* Below this many tokens vec_dotn_il costs more than vec_dot per token
+ * (kq_bench dotn: 2 tokens in lanes for 4 waste half of every register). */
+#define SB_KQ_IL_MIN_TOK 3
 /* nb super-blocks of nt ≤ SB_KQ_IL_TOK Q8_K rows (y_stride bytes apart,
  * starting at y) -> dst, 64-byte aligned, nb · SB_KQ_IL_BLOCK_BYTES bytes. */
 void sb_kq_q8_K_interleave(int nb, int nt, const void *y, size_t y_stride, void *dst);
