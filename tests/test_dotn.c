@@ -10,7 +10,11 @@
  *  2. each result is the reference vec_dot within the kernels' tolerance;
  *  3. the kernels exist where they are meant to (Q2_K…Q6_K, Q4_0, Q5_0, Q8_0 at
  *     AVX-512; Q4_K…Q6_K at AVX2), so 1 and 2 do not pass vacuously, and a level never keeps
- *     the vec_dotn of a level below whose vec_dot it replaced.
+ *     the vec_dotn of a level below whose vec_dot it replaced;
+ *  4. vec_dotn_il (Q4_K…Q6_K at AVX-512: several weight rows against up to 16 tokens
+ *     interleaved by sb_kq_q8_K_interleave) is vec_dot bit for bit for every row, token,
+ *     row count and token count, writes only its outputs, and that vec_dot is the
+ *     reference's bit for bit (the per-block float step the interleaved kernel repeats).
  */
 #include <math.h>
 #include <setjmp.h>
@@ -22,6 +26,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "common/sb_common.h"
 #include "tests/kq_testlib.h"
 #include "worker/kernels/sb_kq.h"
 
@@ -160,11 +165,79 @@ static void test_dotn_table(void **state) {
     }
 }
 
+/* nrows rows of x (bx apart) against nt tokens of y through vec_dotn_il:
+ * every result is vec_dot's bit for bit, the output's row gaps untouched. */
+static void check_il(int level, int type, int n, int nrows, int nt, const uint8_t *x, size_t bx, const uint8_t *y,
+                     size_t y_stride, const char *what) {
+    const sb_kq_traits *t = &sb_kq_table(level)[type];
+    const int nb = n / 256;
+    const size_t s_stride = (size_t)nrows + 2;
+    uint8_t *il = sb_aligned_alloc((size_t)nb * SB_KQ_IL_BLOCK_BYTES);
+    float *s = malloc(sizeof(float) * s_stride * (size_t)nt);
+    assert_true(il && s);
+    for (size_t i = 0; i < s_stride * (size_t)nt; i++) s[i] = SENTINEL;
+    sb_kq_q8_K_interleave(nb, nt, y, y_stride, il);
+    t->vec_dotn_il(n, nrows, nt, s, s_stride, x, bx, il);
+    for (int k = 0; k < nt; k++) {
+        for (int r = 0; r < nrows; r++) {
+            float one, ref;
+            t->vec_dot(n, &one, x + (size_t)r * bx, y + (size_t)k * y_stride);
+            ref_row(type)->vec_dot(n, &ref, x + (size_t)r * bx, y + (size_t)k * y_stride);
+            const float got = s[(size_t)k * s_stride + (size_t)r];
+            if (memcmp(&got, &one, sizeof got) || memcmp(&one, &ref, sizeof one))
+                fail_msg("%s vec_dotn_il at %s (%s), n %d, rows %d, nt %d, row %d, token %d: %.9g (0x%08x), "
+                         "vec_dot %.9g (0x%08x), reference %.9g (0x%08x)", t->name, sb_kq_level_name(level), what, n,
+                         nrows, nt, r, k, got, sb_fp32_to_bits(got), one, sb_fp32_to_bits(one), ref,
+                         sb_fp32_to_bits(ref));
+        }
+        for (size_t g = (size_t)nrows; g < s_stride; g++)
+            if (s[(size_t)k * s_stride + g] != SENTINEL) fail_msg("%s vec_dotn_il wrote into the row gap", t->name);
+    }
+    free(s);
+    sb_aligned_free(il);
+}
+
+static void test_dotn_il(void **state) {
+    (void)state;
+    rng_seed(11);
+    int checked = 0;
+    for (int level = 0; level <= sb_kq_best_level(); level++)
+        for (int type = 0; type < SB_TYPE_COUNT; type++) {
+            if (!is_weight(type) || !sb_kq_table(level)[type].vec_dotn_il) continue;
+            static const int lens[] = { 256, 3 * 256, 3072 };
+            for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+                const int n = lens[li];
+                const size_t y_stride = sb_kq_row_size(ref_row(SB_TYPE_Q8_K), n) + 4 * (2 * li + 1);
+                size_t bx;
+                uint8_t *x = make_rows(type, 9, n, &bx), *rx = make_rows(type, 9, n, &bx);
+                for (int r = 0; r < 9; r++) fill_random_blocks(type, rx + (size_t)r * bx, n);
+                uint8_t *y = make_acts(SB_TYPE_Q8_K, SB_KQ_IL_TOK, n, y_stride, 0);
+                for (int nt = 1; nt <= SB_KQ_IL_TOK; nt++)
+                    for (int nrows = 1; nrows <= 9; nrows += nt % 2 ? 3 : 4) {
+                        check_il(level, type, n, nrows, nt, x, bx, y, y_stride, "quantized");
+                        check_il(level, type, n, nrows, nt, rx, bx, y, y_stride, "random bytes");
+                    }
+                free(x);
+                free(rx);
+                free(y);
+            }
+            size_t bx, by;
+            const int n = 7 * 256;
+            uint8_t *x = make_extreme_rows(type, 5, n, &bx), *y = make_extreme_rows(SB_TYPE_Q8_K, SB_KQ_IL_TOK, n, &by);
+            for (int nt = 1; nt <= SB_KQ_IL_TOK; nt += 3) check_il(level, type, n, 5, nt, x, bx, y, by, "extremes");
+            free(x);
+            free(y);
+            checked++;
+        }
+    if (sb_kq_best_level() >= SB_KQ_AVX512) assert_int_equal(checked, 3);   /* Q4_K, Q5_K, Q6_K */
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dotn_table),
         cmocka_unit_test(test_dotn_bit_identical),
         cmocka_unit_test(test_dotn_extremes),
+        cmocka_unit_test(test_dotn_il),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -190,6 +190,13 @@ static double cpu_now(void) {
 static double dotn_pass(const sb_kq_traits *t, int dotn, int n, const uint8_t *w, size_t rs, int rows, int nt,
                         const uint8_t *y, size_t ys, float *out) {
     const double t0 = cpu_now();
+    if (dotn && t->vec_dotn_il && nt >= SB_KQ_IL_MIN_TOK) {   /* as matmul.c runs it: interleaved once, then all rows */
+        static uint8_t il[SB_KQ_IL_BLOCK_BYTES * 64] __attribute__((aligned(64)));
+        sb_kq_q8_K_interleave(n / 256, nt, y, ys, il);
+        t->vec_dotn_il(n, rows, nt, out, (size_t)rows, w, rs, il);
+        sink = out[rows - 1];
+        return cpu_now() - t0;
+    }
     for (int r = 0; r < rows; r++) {
         const uint8_t *wr = w + (size_t)r * rs;
         if (dotn) t->vec_dotn(n, nt, out + r, (size_t)rows, wr, y, ys);

@@ -42,6 +42,7 @@ int sb_mm_init(sb_mm *mm, const sb_kq_traits *kq, sb_pool *pool, size_t act_byte
 
 void sb_mm_free(sb_mm *mm) {
     for (int i = 0; i < SB_MM_ACT_SLOTS; i++) sb_aligned_free(mm->act[i].buf);
+    sb_aligned_free(mm->il);
     sb_aligned_free(mm->x8_rows);
     memset(mm, 0, sizeof *mm);
 }
@@ -88,6 +89,8 @@ typedef struct {
     const sb_weight *w;
     sb_vec_dot_fn dot;
     sb_vec_dotn_fn dotn;        /* several tokens, 1x1 path: one weight row for up to 16 of them; NULL: dot per token */
+    sb_vec_dotn_il_fn dotn_il;  /* the same on interleaved activations (yil), rows in groups; NULL: dotn */
+    const uint8_t *yil;         /* the segment's tokens interleaved, SB_KQ_IL_TOK per group */
     sb_gemv8_fn gemv8;          /* x8 weight, few tokens: 8 rows per call */
     sb_gemm_fn gemm;            /* NULL: the 1×1 path */
     const uint8_t *act;
@@ -115,6 +118,14 @@ static void run_1x1(const mm_part *p, int64_t r0, int n_tok) {
     const int64_t r1 = SB_MIN(r0 + p->rows, p->w->ne1);
     const uint8_t *wd = p->w->data;
     const int n = (int)p->w->ne0;
+    if (p->dotn_il) {
+        const size_t group_bytes = (size_t)(n / SB_QK_K) * SB_KQ_IL_BLOCK_BYTES;
+        for (int t0 = 0; t0 < n_tok; t0 += SB_KQ_IL_TOK)
+            p->dotn_il(n, (int)(r1 - r0), SB_MIN(SB_KQ_IL_TOK, n_tok - t0), p->y + (size_t)t0 * p->y_stride + r0,
+                       p->y_stride, wd + (size_t)r0 * p->w->row_bytes, p->w->row_bytes,
+                       p->yil + (size_t)(t0 / SB_KQ_IL_TOK) * group_bytes);
+        return;
+    }
     if (n_tok > 1 && p->dotn && !p->gemv8) {
         for (int64_t r = r0; r < r1; r++)
             for (int t0 = 0; t0 < n_tok; t0 += SB_KQ_DOTN_MAX)
@@ -189,6 +200,51 @@ static int mm_segments(const sb_mm *mm, int n_tok, mm_seg *seg) {
     return n;
 }
 
+/* Bytes of one part's interleaved activations. */
+static size_t il_bytes(const mm_part *p) {
+    return (size_t)ceil_div(p->n_tok, SB_KQ_IL_TOK) * (size_t)(p->w->ne0 / SB_QK_K) * SB_KQ_IL_BLOCK_BYTES;
+}
+
+/* The activations of the parts that take vec_dotn_il, interleaved once per
+ * (input, segment): parts of one run that share both share the copy. If
+ * the buffer cannot grow, those parts fall back to vec_dotn (the same
+ * numbers). Runs on the calling thread: a few µs per input, against a
+ * matrix pass of milliseconds. */
+static void il_prepare(sb_mm *mm, mm_job *j) {
+    size_t need = 0, off[SB_MM_MAX_OUTS * (SB_MM_MAX_SEGS + 1)];
+    int owner[SB_MM_MAX_OUTS * (SB_MM_MAX_SEGS + 1)];
+    for (int i = 0; i < j->n_parts; i++) {
+        const mm_part *p = &j->part[i];
+        owner[i] = -1;
+        if (!p->dotn_il) continue;
+        for (int k = 0; k < i && owner[i] < 0; k++)
+            if (j->part[k].dotn_il && j->part[k].act == p->act && j->part[k].n_tok == p->n_tok) owner[i] = owner[k];
+        if (owner[i] >= 0) continue;
+        owner[i] = i;
+        off[i] = need;
+        need += il_bytes(p);
+    }
+    if (need > mm->il_cap) {
+        sb_aligned_free(mm->il);
+        mm->il_cap = 0;
+        if (!(mm->il = sb_aligned_alloc(need))) {
+            for (int i = 0; i < j->n_parts; i++) j->part[i].dotn_il = NULL;
+            return;
+        }
+        mm->il_cap = need;
+    }
+    for (int i = 0; i < j->n_parts; i++) {
+        mm_part *p = &j->part[i];
+        if (!p->dotn_il) continue;
+        p->yil = mm->il + off[owner[i]];
+        if (owner[i] != i) continue;
+        const int nb = (int)(p->w->ne0 / SB_QK_K);
+        for (int t0 = 0; t0 < p->n_tok; t0 += SB_KQ_IL_TOK)
+            sb_kq_q8_K_interleave(nb, SB_MIN(SB_KQ_IL_TOK, p->n_tok - t0), p->act + (size_t)t0 * p->act_stride,
+                                  p->act_stride, (uint8_t *)p->yil + (size_t)(t0 / SB_KQ_IL_TOK) * nb * SB_KQ_IL_BLOCK_BYTES);
+    }
+}
+
 void sb_mm_run(sb_mm *mm, const float *x, int n_tok, const sb_mm_out *outs, int n_outs) {
     mm_job j;
     mm_seg segs[SB_MM_MAX_SEGS + 2];
@@ -196,7 +252,7 @@ void sb_mm_run(sb_mm *mm, const float *x, int n_tok, const sb_mm_out *outs, int 
     j.n_parts = 0;
     j.mm = mm;
     const int n_threads = sb_pool_size(mm->pool);
-    int all_gemm = 1;
+    int all_gemm = 1, need_il = 0;
     for (int i = 0; i < n_outs; i++) {
         const sb_kq_traits *tt = &mm->kq[outs[i].w->type];
         const sb_act_slot *a = act_get(mm, x, n_tok, outs[i].w->ne0, tt->vec_dot_type);
@@ -209,6 +265,9 @@ void sb_mm_run(sb_mm *mm, const float *x, int n_tok, const sb_mm_out *outs, int 
             const int x8 = p->w->x8_buf != NULL;
             p->gemm = !g->one && g->n > (x8 ? X8_GEMM_MIN_TOKS - 1 : 1) && !mm->decode_kernels ? tt->gemm : NULL;
             p->gemv8 = x8 && !p->gemm ? tt->gemv8 : NULL;
+            p->dotn_il = !p->gemm && !p->gemv8 && g->n >= SB_KQ_IL_MIN_TOK && tt->vec_dot_type == SB_TYPE_Q8_K
+                             ? tt->vec_dotn_il : NULL;
+            need_il |= p->dotn_il != NULL;
             p->act_stride = a->row_bytes;
             p->act = (const uint8_t *)a->buf + (size_t)g->t0 * p->act_stride;
             p->y_stride = outs[i].y_stride;
@@ -217,6 +276,10 @@ void sb_mm_run(sb_mm *mm, const float *x, int n_tok, const sb_mm_out *outs, int 
             p->n_tok_blocks = p->gemm ? (int)ceil_div(g->n, GEMM_TOKS) : 1;
             all_gemm &= p->gemm != NULL;
         }
+    }
+    if (need_il) {
+        il_prepare(mm, &j);
+        sb_prof_mark(mm->prof, SB_OP_ACT_QUANT);
     }
     /* Rows per task (`rows` for the 1x1 parts, or for all parts when all
      * are tiled): enough tasks that every thread gets several and a

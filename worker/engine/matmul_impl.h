@@ -35,6 +35,8 @@ typedef struct {
     int                 n_one, n_seg;
     const int          *seg;
     sb_prof            *prof;       /* per-op profile (forward.c's), or NULL */
+    uint8_t            *il;         /* the run's Q8_K activations interleaved for vec_dotn_il (grown on demand) */
+    size_t              il_cap;
 } sb_mm;
 
 /* Profiling: the time since the previous mark goes to `op`, except what

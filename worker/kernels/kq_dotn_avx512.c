@@ -130,6 +130,5 @@ KQ_INLINE void dotn_k(int wt, int n, int nt, float *s, size_t s_stride, const vo
     }
 DOTN_K(q2_K, W_Q2_K)
 DOTN_K(q3_K, W_Q3_K)
-DOTN_K(q4_K, W_Q4_K)
-DOTN_K(q5_K, W_Q5_K)
-DOTN_K(q6_K, W_Q6_K)
+/* Q4_K, Q5_K, Q6_K: kq_dotn_il_avx512.c (their vec_dot ends each block as
+ * the reference kernel does, one float step per token and block). */

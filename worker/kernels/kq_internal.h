@@ -251,9 +251,20 @@ void sb_kq_dot_q6_K_q8_K_avx512(int n, float *s, const void *x, const void *y);
 /* kq_dotn_avx512.c: vec_dotn, bit for bit the vec_dot of this level */
 void sb_kq_dotn_q2_K_q8_K_avx512(KQ_DOTN_ARGS);
 void sb_kq_dotn_q3_K_q8_K_avx512(KQ_DOTN_ARGS);
-void sb_kq_dotn_q4_K_q8_K_avx512(KQ_DOTN_ARGS);
+void sb_kq_dotn_q4_K_q8_K_avx512(KQ_DOTN_ARGS);      /* these three: kq_dotn_il_avx512.c */
 void sb_kq_dotn_q5_K_q8_K_avx512(KQ_DOTN_ARGS);
 void sb_kq_dotn_q6_K_q8_K_avx512(KQ_DOTN_ARGS);
+/* kq_dotn_il_avx512.c: on interleaved activations (sb_kq_q8_K_interleave) */
+typedef struct {            /* one super-block of SB_KQ_IL_TOK tokens, layout of sb_kq.h */
+    int8_t q[64][SB_KQ_IL_TOK][4];
+    int16_t bs[8][SB_KQ_IL_TOK][2];
+    float d[SB_KQ_IL_TOK];
+} sb_kq_il_block;
+_Static_assert(sizeof(sb_kq_il_block) == SB_KQ_IL_BLOCK_BYTES, "interleaved Q8_K block");
+#define KQ_DOTN_IL_ARGS int n, int nrows, int nt, float *s, size_t s_stride, const void *x, size_t x_stride, const void *yil
+void sb_kq_dotn_il_q4_K_q8_K_avx512(KQ_DOTN_IL_ARGS);
+void sb_kq_dotn_il_q5_K_q8_K_avx512(KQ_DOTN_IL_ARGS);
+void sb_kq_dotn_il_q6_K_q8_K_avx512(KQ_DOTN_IL_ARGS);
 void sb_kq_dotn_q4_0_q8_0_avx512(KQ_DOTN_ARGS);    /* these three in kq_avx512.c, beside their vec_dot */
 void sb_kq_dotn_q5_0_q8_0_avx512(KQ_DOTN_ARGS);
 void sb_kq_dotn_q8_0_q8_0_avx512(KQ_DOTN_ARGS);

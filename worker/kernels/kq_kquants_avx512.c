@@ -7,6 +7,8 @@
  * AVX2 needs madd + add. The integer result per super-block is exact, as in
  * the AVX2 and reference kernels; offsets and mins come from the bsums.
  */
+#include <string.h>
+
 #include "worker/kernels/kq_x86.h"
 
 /* A vector of int16 lanes holding scale base + lane/group of sc16 (the 16
@@ -41,6 +43,18 @@ static inline __m512i load_q8_64(const int8_t *p) { return _mm512_loadu_si512(p)
 /* One 64-quant step: acc += scales · Σpairs(q·q8). */
 static inline __m512i step(__m512i acc, __m512i q, const int8_t *q8, __m512i scales) {
     return _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(q, load_q8_64(q8)), scales);
+}
+
+/* Q4_K, Q5_K and Q6_K end each super-block as the reference kernel does
+ * (kq_kquants_ref.c): the block's exact integer sum and min sum, then
+ * sum += (d·dy)·isum − (dmin·dy)·summs in scalar float, that order. So
+ * these dots equal the reference bit for bit, and the multi-token kernels
+ * (kq_dotn_il_avx512.c), which hold one token per lane, can repeat the
+ * step lane for lane. The horizontal integer sums cost a few instructions
+ * per block; a decode of one token streams weights from DRAM, and a batch
+ * of tokens goes through those kernels. */
+static inline float ref_step(float sum, float d, float dmin, float dy, int isum, int summs) {
+    return sum + ((d * dy) * (float)isum - (dmin * dy) * (float)summs);
 }
 
 /* 32 bytes in both halves of a register (a broadcast load: no shuffle). */
@@ -139,85 +153,130 @@ static inline __m512i lo_hi_shift4(void) {
     return _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
 }
 
-void sb_kq_dot_q4_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy) {
-    const sb_block_q4_K *x = vx;
-    const sb_block_q8_K *y = vy;
+/* One Q4_K super-block's integer sum against Q8_K (16 lanes), and the
+ * products of its mins with the bsums (8 lanes). */
+static inline __m512i q4k_block(const sb_block_q4_K *x, const sb_block_q8_K *y, __m256i *mins) {
     const __m512i m4 = _mm512_set1_epi8(0xF), lo_hi_shift = lo_hi_shift4();
-    __m512 acc = _mm512_setzero_ps();
-    __m256 acc_min = _mm256_setzero_ps();
-    for (int i = 0; i < n / SB_QK_K; i++) {
-        kq512_prefetch(&x[i], sizeof x[i]);
-        const __m128i sm = kq_scales_k4_128(&x[i]);
-        const __m512i sc = _mm512_castsi128_si512(_mm_cvtepu8_epi16(sm));
-        __m512i sumi = _mm512_setzero_si512();
+    kq512_prefetch(x, sizeof *x);
+    const __m128i sm = kq_scales_k4_128(x);
+    const __m512i sc = _mm512_castsi128_si512(_mm_cvtepu8_epi16(sm));
+    __m512i sumi = _mm512_setzero_si512();
 #pragma GCC unroll 4
-        for (int j = 0; j < 4; j++) {
-            /* sub-blocks 2j (low nibbles) and 2j+1 (high): elements 64j..64j+63 */
-            const __m512i q = _mm512_and_si512(_mm512_srlv_epi16(load_32_twice(x[i].qs + 32 * j), lo_hi_shift), m4);
-            sumi = step(sumi, q, y[i].qs + 64 * j, spread_scales(sc, 2 * j, 4));
-        }
-        const float dy = y[i].d;
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(kq_f16(x[i].d) * dy), _mm512_cvtepi32_ps(sumi), acc);
-        acc_min = _mm256_fmadd_ps(_mm256_set1_ps(kq_f16(x[i].dmin) * dy), _mm256_cvtepi32_ps(kq_k4_mins_dot_bsums(sm, y[i].bsums)), acc_min);
+    for (int j = 0; j < 4; j++) {
+        /* sub-blocks 2j (low nibbles) and 2j+1 (high): elements 64j..64j+63 */
+        const __m512i q = _mm512_and_si512(_mm512_srlv_epi16(load_32_twice(x->qs + 32 * j), lo_hi_shift), m4);
+        sumi = step(sumi, q, y->qs + 64 * j, spread_scales(sc, 2 * j, 4));
     }
-    *s = _mm512_reduce_add_ps(acc) - kq_hsum_f32x8(acc_min);
+    *mins = kq_k4_mins_dot_bsums(sm, y->bsums);
+    return sumi;
 }
 
-void sb_kq_dot_q5_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy) {
-    const sb_block_q5_K *x = vx;
-    const sb_block_q8_K *y = vy;
+static inline __m512i q5k_block(const sb_block_q5_K *x, const sb_block_q8_K *y, __m256i *mins) {
     const __m512i m4 = _mm512_set1_epi8(0xF), one = _mm512_set1_epi8(1), lo_hi_shift = lo_hi_shift4();
-    __m512 acc = _mm512_setzero_ps();
-    __m256 acc_min = _mm256_setzero_ps();
-    for (int i = 0; i < n / SB_QK_K; i++) {
-        kq512_prefetch(&x[i], sizeof x[i]);
-        const __m128i sm = kq_scales_k4_128(&x[i]);
-        const __m512i sc = _mm512_castsi128_si512(_mm_cvtepu8_epi16(sm));
-        const __m256i qh = _mm256_loadu_si256((const __m256i *)x[i].qh);
-        __m512i hz = join(qh, _mm256_srli_epi16(qh, 1)); /* bit 2j / 2j+1 at bit 0 after >> 2j */
-        __m512i sumi = _mm512_setzero_si512();
+    kq512_prefetch(x, sizeof *x);
+    const __m128i sm = kq_scales_k4_128(x);
+    const __m512i sc = _mm512_castsi128_si512(_mm_cvtepu8_epi16(sm));
+    const __m256i qh = _mm256_loadu_si256((const __m256i *)x->qh);
+    __m512i hz = join(qh, _mm256_srli_epi16(qh, 1)); /* bit 2j / 2j+1 at bit 0 after >> 2j */
+    __m512i sumi = _mm512_setzero_si512();
 #pragma GCC unroll 4
-        for (int j = 0; j < 4; j++) {
-            const __m512i hb = _mm512_slli_epi16(_mm512_and_si512(hz, one), 4);
-            hz = _mm512_srli_epi16(hz, 2);
-            const __m512i nib = _mm512_and_si512(_mm512_srlv_epi16(load_32_twice(x[i].qs + 32 * j), lo_hi_shift), m4);
-            const __m512i q = _mm512_or_si512(nib, hb);
-            sumi = step(sumi, q, y[i].qs + 64 * j, spread_scales(sc, 2 * j, 4));
-        }
-        const float dy = y[i].d;
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(kq_f16(x[i].d) * dy), _mm512_cvtepi32_ps(sumi), acc);
-        acc_min = _mm256_fmadd_ps(_mm256_set1_ps(kq_f16(x[i].dmin) * dy), _mm256_cvtepi32_ps(kq_k4_mins_dot_bsums(sm, y[i].bsums)), acc_min);
+    for (int j = 0; j < 4; j++) {
+        const __m512i hb = _mm512_slli_epi16(_mm512_and_si512(hz, one), 4);
+        hz = _mm512_srli_epi16(hz, 2);
+        const __m512i nib = _mm512_and_si512(_mm512_srlv_epi16(load_32_twice(x->qs + 32 * j), lo_hi_shift), m4);
+        sumi = step(sumi, _mm512_or_si512(nib, hb), y->qs + 64 * j, spread_scales(sc, 2 * j, 4));
     }
-    *s = _mm512_reduce_add_ps(acc) - kq_hsum_f32x8(acc_min);
+    *mins = kq_k4_mins_dot_bsums(sm, y->bsums);
+    return sumi;
 }
+
+/* Two blocks' isum and summs at once (one reduction tree instead of four):
+ * lanes [isum0, summs0, isum1, summs1]. */
+static inline __m128i isum_pair(__m512i s0, __m256i m0, __m512i s1, __m256i m1) {
+    const __m256i a = _mm256_add_epi32(_mm512_castsi512_si256(s0), _mm512_extracti64x4_epi64(s0, 1));
+    const __m256i b = _mm256_add_epi32(_mm512_castsi512_si256(s1), _mm512_extracti64x4_epi64(s1, 1));
+    const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(a, m0), _mm256_hadd_epi32(b, m1));
+    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+/* ref_step of two blocks in a row, the products as one vector (the same
+ * roundings: each lane is one scalar product). dm0/dm1: the blocks' d and
+ * dmin as two fp16 side by side, as Q4_K and Q5_K store them. */
+static inline float ref_step_pair(float sum, const void *dm0, const void *dm1, float dy0, float dy1, __m128i r) {
+    int32_t h0, h1;
+    memcpy(&h0, dm0, 4);
+    memcpy(&h1, dm1, 4);
+    const __m128 d = _mm_cvtph_ps(_mm_unpacklo_epi32(_mm_cvtsi32_si128(h0), _mm_cvtsi32_si128(h1)));
+    const __m128 dy = _mm_shuffle_ps(_mm_set1_ps(dy0), _mm_set1_ps(dy1), 0);
+    const __m128 p = _mm_mul_ps(_mm_mul_ps(d, dy), _mm_cvtepi32_ps(r));     /* A0, B0, A1, B1 */
+    const __m128 c = _mm_sub_ps(p, _mm_movehdup_ps(p));                     /* A0 − B0, ·, A1 − B1, · */
+    return _mm_cvtss_f32(_mm_add_ss(_mm_add_ss(_mm_set_ss(sum), c), _mm_movehl_ps(c, c)));
+}
+
+#define DOT_K4(name, blk_t, block_fn)                                                                  \
+    void sb_kq_dot_##name##_q8_K_avx512(int n, float *s, const void *vx, const void *vy) {          \
+        const blk_t *x = vx;                                                                          \
+        const sb_block_q8_K *y = vy;                                                                  \
+        const int nb = n / SB_QK_K;                                                                   \
+        float sum = 0;                                                                                \
+        int i = 0;                                                                                    \
+        for (; i + 1 < nb; i += 2) {                                                                  \
+            __m256i m0, m1;                                                                           \
+            const __m512i s0 = block_fn(&x[i], &y[i], &m0), s1 = block_fn(&x[i + 1], &y[i + 1], &m1); \
+            sum = ref_step_pair(sum, &x[i].d, &x[i + 1].d, y[i].d, y[i + 1].d, isum_pair(s0, m0, s1, m1)); \
+        }                                                                                             \
+        if (i < nb) {                                                                                 \
+            __m256i m;                                                                                \
+            const __m512i si = block_fn(&x[i], &y[i], &m);                                            \
+            sum = ref_step(sum, kq_f16(x[i].d), kq_f16(x[i].dmin), y[i].d, _mm512_reduce_add_epi32(si), \
+                           kq_hsum_i32x8(m));                                                         \
+        }                                                                                             \
+        *s = sum;                                                                                     \
+    }
+DOT_K4(q4_K, sb_block_q4_K, q4k_block)
+DOT_K4(q5_K, sb_block_q5_K, q5k_block)
 
 /* ==== Q6_K ================================================================== */
+
+/* One Q6_K super-block's integer sum against Q8_K, its −32 offset
+ * (32 · Σ scale · bsum) taken off: 16 lanes adding up to isum. */
+static inline __m512i q6k_block(const sb_block_q6_K *x, const sb_block_q8_K *y) {
+    const __m512i m4 = _mm512_set1_epi8(0xF), m2 = _mm512_set1_epi8(0x30);
+    const __m512i sh01 = halves_epi16(4, 2), sh23 = halves_epi16(0, 2);   /* qh bits 2p..2p+1 to bits 4..5 */
+    kq512_prefetch(x, sizeof *x);
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x->scales));
+    const __m512i offset = _mm512_zextsi256_si512(_mm256_slli_epi32(_mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y->bsums)), 5));
+    const __m512i sc = _mm512_castsi256_si512(sc16);
+    __m512i sumi = _mm512_setzero_si512();
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        /* ql[0..63] low nibbles are elements 0..63, high nibbles 64..127 */
+        const __m512i l = _mm512_loadu_si512(x->ql + 64 * h);
+        const __m512i hb = load_32_twice(x->qh + 32 * h);
+        const __m512i h01 = _mm512_sllv_epi16(hb, sh01), h23 = _mm512_srlv_epi16(hb, sh23);
+        const __m512i q01 = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_and_si512(h01, m2));
+        const __m512i q23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4), _mm512_and_si512(h23, m2));
+        sumi = step(sumi, q01, y->qs + 128 * h, spread_scales(sc, 8 * h, 3));
+        sumi = step(sumi, q23, y->qs + 128 * h + 64, spread_scales(sc, 8 * h + 4, 3));
+    }
+    return _mm512_sub_epi32(sumi, offset);
+}
 
 void sb_kq_dot_q6_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy) {
     const sb_block_q6_K *x = vx;
     const sb_block_q8_K *y = vy;
-    const __m512i m4 = _mm512_set1_epi8(0xF), m2 = _mm512_set1_epi8(0x30);
-    const __m512i sh01 = halves_epi16(4, 2), sh23 = halves_epi16(0, 2);   /* qh bits 2p..2p+1 to bits 4..5 */
-    __m512 acc = _mm512_setzero_ps();
-    for (int i = 0; i < n / SB_QK_K; i++) {
-        kq512_prefetch(&x[i], sizeof x[i]);
-        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i].scales));
-        const __m512i offset = _mm512_zextsi256_si512(_mm256_slli_epi32(_mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y[i].bsums)), 5));
-        const __m512i sc = _mm512_castsi256_si512(sc16);
-        __m512i sumi = _mm512_setzero_si512();
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-            /* ql[0..63] low nibbles are elements 0..63, high nibbles 64..127 */
-            const __m512i l = _mm512_loadu_si512(x[i].ql + 64 * h);
-            const __m512i hb = load_32_twice(x[i].qh + 32 * h);
-            const __m512i h01 = _mm512_sllv_epi16(hb, sh01), h23 = _mm512_srlv_epi16(hb, sh23);
-            const __m512i q01 = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_and_si512(h01, m2));
-            const __m512i q23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4), _mm512_and_si512(h23, m2));
-            sumi = step(sumi, q01, y[i].qs + 128 * h, spread_scales(sc, 8 * h, 3));
-            sumi = step(sumi, q23, y[i].qs + 128 * h + 64, spread_scales(sc, 8 * h + 4, 3));
-        }
-        sumi = _mm512_sub_epi32(sumi, offset);
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(kq_f16(x[i].d) * y[i].d), _mm512_cvtepi32_ps(sumi), acc);
+    const int nb = n / SB_QK_K;
+    float sum = 0;
+    int i = 0;
+    for (; i + 1 < nb; i += 2) {     /* two blocks' sums through one reduction tree: lanes isum0, isum1 */
+        const __m512i s0 = q6k_block(&x[i], &y[i]), s1 = q6k_block(&x[i + 1], &y[i + 1]);
+        const __m256i a = _mm256_add_epi32(_mm512_castsi512_si256(s0), _mm512_extracti64x4_epi64(s0, 1));
+        const __m256i b = _mm256_add_epi32(_mm512_castsi512_si256(s1), _mm512_extracti64x4_epi64(s1, 1));
+        const __m256i h = _mm256_hadd_epi32(a, b), h2 = _mm256_hadd_epi32(h, h);
+        const __m128i r = _mm_add_epi32(_mm256_castsi256_si128(h2), _mm256_extracti128_si256(h2, 1));
+        sum += (kq_f16(x[i].d) * y[i].d) * (float)_mm_cvtsi128_si32(r);
+        sum += (kq_f16(x[i + 1].d) * y[i + 1].d) * (float)_mm_extract_epi32(r, 1);
     }
-    *s = _mm512_reduce_add_ps(acc);
+    if (i < nb) sum += (kq_f16(x[i].d) * y[i].d) * (float)_mm512_reduce_add_epi32(q6k_block(&x[i], &y[i]));
+    *s = sum;
 }

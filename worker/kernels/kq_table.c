@@ -97,6 +97,7 @@ typedef struct {
     sb_gemm_fn       gemm;
     sb_gemv8_fn      gemv8;
     sb_vec_dotn_fn   vec_dotn;      /* only with this level's own vec_dot */
+    sb_vec_dotn_il_fn vec_dotn_il;  /* likewise */
 } kq_override;
 
 #define OVR(id, ...) [id] = { __VA_ARGS__ }
@@ -146,11 +147,11 @@ static const kq_override over_avx512[SB_TYPE_COUNT] = {
     OVR(SB_TYPE_Q3_K, .vec_dot = sb_kq_dot_q3_K_q8_K_avx512, .gemm = sb_kq_gemm_q3_K_q8_K_avx512,
         .vec_dotn = sb_kq_dotn_q3_K_q8_K_avx512),
     OVR(SB_TYPE_Q4_K, .vec_dot = sb_kq_dot_q4_K_q8_K_avx512, .gemm = sb_kq_gemm_q4_K_q8_K_avx512,
-        .vec_dotn = sb_kq_dotn_q4_K_q8_K_avx512),
+        .vec_dotn = sb_kq_dotn_q4_K_q8_K_avx512, .vec_dotn_il = sb_kq_dotn_il_q4_K_q8_K_avx512),
     OVR(SB_TYPE_Q5_K, .vec_dot = sb_kq_dot_q5_K_q8_K_avx512, .gemm = sb_kq_gemm_q5_K_q8_K_avx512,
-        .vec_dotn = sb_kq_dotn_q5_K_q8_K_avx512),
+        .vec_dotn = sb_kq_dotn_q5_K_q8_K_avx512, .vec_dotn_il = sb_kq_dotn_il_q5_K_q8_K_avx512),
     OVR(SB_TYPE_Q6_K, .vec_dot = sb_kq_dot_q6_K_q8_K_avx512, .gemm = sb_kq_gemm_q6_K_q8_K_avx512,
-        .vec_dotn = sb_kq_dotn_q6_K_q8_K_avx512),
+        .vec_dotn = sb_kq_dotn_q6_K_q8_K_avx512, .vec_dotn_il = sb_kq_dotn_il_q6_K_q8_K_avx512),
 };
 
 static const kq_override *const overrides[SB_KQ_LEVELS] = { NULL, over_avx2, over_avx512 };
@@ -166,6 +167,7 @@ static void apply(sb_kq_traits *row, const kq_override *o) {
     if (o->vec_dot) {
         row->vec_dot = o->vec_dot;
         row->vec_dotn = o->vec_dotn;
+        row->vec_dotn_il = o->vec_dotn_il;
     }
     RESOLVE(row, o, gemm);
     RESOLVE(row, o, gemv8);

@@ -96,6 +96,32 @@ typedef void (*sb_gemv8_fn)(int n, float *s, const void *x8, const void *y);
 typedef void (*sb_vec_dotn_fn)(int n, int nt, float *s, size_t s_stride, const void *x, const void *y,
                                size_t y_stride);
 
+/* Q8_K activations of up to SB_KQ_IL_TOK tokens interleaved for
+ * vec_dotn_il (sb_kq_q8_K_interleave), so that one 64-byte register holds
+ * a 4-byte group of quants of T tokens: a kernel broadcasts the weight's
+ * quants against it and one VNNI instruction does 4 multiply-adds for each
+ * token. T = sb_kq_il_tokens(nt) ∈ {4, 8, 16}, G = 16/T groups per
+ * register. Per super-block (SB_KQ_IL_BLOCK_BYTES apart): 64/G registers of
+ * quants, register v lane t·G + h = bytes 4g..4g+3 of token t, g = vG + h;
+ * at byte 4096, 8/G registers of bsum pairs, lane t·G + h = (bsums 2k,
+ * 2k+1), k = uG + h; at byte 4608, d of token t in lanes t·G … t·G + G−1.
+ * Lanes of tokens ≥ nt are zero. */
+#define SB_KQ_IL_TOK 16
+#define SB_KQ_IL_BLOCK_BYTES (64 * 64 + 8 * 64 + 64)
+static inline int sb_kq_il_tokens(int nt) { return nt <= 4 ? 4 : nt <= 8 ? 8 : 16; }
+/* Below this many tokens vec_dotn_il costs more than vec_dot per token
+ * (kq_bench dotn: 2 tokens in lanes for 4 waste half of every register). */
+#define SB_KQ_IL_MIN_TOK 3
+/* nb super-blocks of nt ≤ SB_KQ_IL_TOK Q8_K rows (y_stride bytes apart,
+ * starting at y) -> dst, 64-byte aligned, nb · SB_KQ_IL_BLOCK_BYTES bytes. */
+void sb_kq_q8_K_interleave(int nb, int nt, const void *y, size_t y_stride, void *dst);
+/* nrows weight rows (x_stride bytes apart) against the nt ≤ SB_KQ_IL_TOK
+ * tokens of an interleaved activation group yil (n elements): s[t·s_stride
+ * + r] = vec_dot(n, row r, token t), bit for bit the level's vec_dot, like
+ * vec_dotn; rows go in groups so that each activation load serves several. */
+typedef void (*sb_vec_dotn_il_fn)(int n, int nrows, int nt, float *s, size_t s_stride, const void *x,
+                                  size_t x_stride, const void *yil);
+
 typedef struct {
     const char      *name;          /* "Q4_K", as llama.cpp prints it */
     int              blck_size;     /* elements per block; 0 = unsupported id */
@@ -109,6 +135,7 @@ typedef struct {
     sb_gemm_fn       gemm;          /* tiled vec_dot; NULL: call vec_dot per pair */
     sb_gemv8_fn      gemv8;         /* 8 rows in the x8 layout; NULL: this level keeps the file layout */
     sb_vec_dotn_fn   vec_dotn;      /* this level's vec_dot for nt rows; NULL: call sb_kq_vec_dotn */
+    sb_vec_dotn_il_fn vec_dotn_il;  /* the same on interleaved Q8_K activations; NULL: use vec_dotn */
 } sb_kq_traits;
 
 enum sb_kq_level { SB_KQ_REF = 0, SB_KQ_AVX2 = 1, SB_KQ_AVX512 = 2, SB_KQ_LEVELS };
