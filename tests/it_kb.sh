@@ -124,6 +124,7 @@ for r in recs:                      # the same chunk, the same question: one jud
 EOF
 "$SB" kb eval "${rr[@]}" --rerank-top-n 5 "$tmp/q.tsv" > "$tmp/out5" 2>"$tmp/err" || fail "kb eval: $(cat "$tmp/err")"
 python3 tools/kb_rerank_sweep.py "$tmp/dump" --top-n 5 > "$tmp/sweep" || fail "kb_rerank_sweep.py"
+python3 tools/kb_rerank_sweep.py --judge "$tmp/dump" > "$tmp/judge" && grep -q "^hybrid+rr" "$tmp/judge" || fail "kb_rerank_sweep.py --judge"
 python3 - "$tmp/out5" "$tmp/sweep" <<'EOF' || fail "sweep at n=5 differs from kb eval --rerank-top-n 5"
 import sys
 K = {"hyb+rr": "rr", "hyb+rrf": "rrf"}

@@ -10,7 +10,9 @@ as sb_kb_rerank_fuse, k = 60), the rest in the search's order; latency =
 the search + the judging of those n passages (each timed when judged).
 For the plain modes (bm25, vector, hybrid) it prints recall@n: the ceiling
 a rerank of their top n can reach. Prints recall@1/3/5 and MRR@10 per
-language, as `kb eval` does. Standard library only.
+language, as `kb eval` does. --judge: how well the judge separates the
+expected source from the other judged passages, per mode and language.
+Standard library only.
 """
 import argparse, json, statistics
 
@@ -52,10 +54,40 @@ def pct(v, p):
 
 def row(name, lang, ranks, ms):
     n = len(ranks)
+    if not n:  # a partial dump: no question of this language yet
+        return
     r = lambda k: sum(1 for x in ranks if x and x <= k) / n
     mrr = sum(1 / x for x in ranks if x and x <= DEPTH) / n
     lat = "%8.0f %8.0f" % (pct(ms, .5), pct(ms, .95)) if ms else ""
     print("%-16s %-3s %4d  %5.3f  %5.3f  %5.3f  %5.3f %s" % (name, lang, n, r(1), r(3), r(5), mrr, lat))
+
+
+def judge_report(recs):
+    """Where the expected source is among the judged passages: how often the
+    judge puts it first, its median P(yes) against the others', and the share
+    of (expected, other) pairs it scores higher."""
+    for mode in sorted({r["mode"] for r in recs if r["mode"].endswith("+rr")}):
+        for lang in ("zh", "en"):
+            rs = [r for r in recs if r["mode"] == mode and r["lang"] == lang]
+            inside = first = wins = pairs = 0
+            pe, po = [], []
+            for r in rs:
+                judged = [h for h in r["hits"] if "p" in h]
+                exp = [h["p"] for h in judged if h["source"] == r["expected"]]
+                oth = [h["p"] for h in judged if h["source"] != r["expected"]]
+                if not exp:
+                    continue
+                inside += 1
+                best = max(exp)
+                first += best >= max(oth or [0])
+                pe.append(best)
+                po += oth
+                wins += sum(1 for p in oth if best > p)
+                pairs += len(oth)
+            if inside:
+                print("%-9s %s: expected among the judged for %d/%d, judged first %d; median P(yes) %.2f vs "
+                      "others %.2f; pairs won %.0f %%" % (mode, lang, inside, len(rs), first, statistics.median(pe),
+                                                          statistics.median(po or [0]), 100 * wins / max(pairs, 1)))
 
 
 def main():
@@ -63,8 +95,11 @@ def main():
     ap.add_argument("dump")
     ap.add_argument("--top-n", default="3,5,10,20,30,50")
     ap.add_argument("--depths", default="10,20,30,50", help="recall@n of the plain lists")
+    ap.add_argument("--judge", action="store_true", help="the judge's separation only")
     a = ap.parse_args()
-    recs = [json.loads(l) for l in open(a.dump, encoding="utf-8") if l.strip()]
+    recs = [json.loads(l) for l in open(a.dump, encoding="utf-8") if l.endswith("\n")]  # a partial dump too
+    if a.judge:
+        return judge_report(recs)
     modes = []
     for r in recs:
         if r["mode"] not in modes:
