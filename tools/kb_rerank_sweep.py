@@ -111,6 +111,8 @@ def main():
         judged = min(sum(1 for h in r["hits"] if "p" in h) for r in rs)
         for lang in ("zh", "en"):
             lr = [r for r in rs if r["lang"] == lang]
+            if not lr:  # a dump of one language's questions
+                continue
             if not judged:
                 row(mode, lang, [rank_of(r["hits"], r["expected"]) for r in lr], [r["search_ms"] for r in lr])
                 for d in [int(x) for x in a.depths.split(",")]:
