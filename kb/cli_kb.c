@@ -1,5 +1,6 @@
 /* cli_kb.c - `switchboard kb`: add, list, remove, stats, search and eval
  * over the knowledge bases of a config (docs/KNOWLEDGE.md). */
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,7 +40,12 @@ static const char *const usage_text =
     "      --misses       print the questions each mode missed in its top 5\n"
     "      --rerank-model GGUF  also measure hybrid + rerank: a decoder model judges\n"
     "                     each of the top N passages (label likelihood, in-process)\n"
-    "      --rerank-top-n N  passages reranked per question (default 5)\n"
+    "      --rerank-top-n N  passages reranked per question (default 5); every\n"
+    "                     list is max(10, N) deep\n"
+    "      --rerank-vectors  also measure vectors + rerank (a passage both lists\n"
+    "                     hold is judged once)\n"
+    "      --dump FILE    one JSON line per question and mode: the list, with each\n"
+    "                     judged passage's P(yes) (tools/kb_rerank_sweep.py)\n"
     "      --rerank-prompt T  the prompt, with {{query}} and {{passage}}\n"
     "      --rerank-chat  the prompt as a user message of the model's chat template\n"
     "  publish            (cloud side) snapshot the base into --dir DIR, the cloud's\n"
@@ -60,7 +66,8 @@ typedef struct {
     const char *config, *kb, *name, *mode;
     const char *fts, *rerank_model, *rerank_prompt;
     const char *dir, *url, *edge_id, *secret_file, *ca_file;
-    int threads, top_k, quiet, json, misses, rerank_n, rerank_chat;
+    int threads, top_k, quiet, json, misses, rerank_n, rerank_chat, rerank_vectors;
+    const char *dump;
 } kb_args;
 
 static int usage_error(const char *fmt, const char *arg) {
@@ -269,14 +276,23 @@ static int cmd_eval(const kb_args *a, int n, char **files) {
     sb_kb *kb;
     int rc = open_kb(a, 0, 1, &kb);
     if (rc) return rc;
-    kb_eval_opts eo = { .misses = a->misses, .rerank_n = a->rerank_n, .rerank_prompt = a->rerank_prompt };
+    kb_eval_opts eo = { .misses = a->misses, .rerank_n = a->rerank_n, .rerank_prompt = a->rerank_prompt,
+                        .rerank_vectors = a->rerank_vectors };
     char err[SB_ERR_LEN];
-    if (a->rerank_model && sb_kb_reranker_open(a->rerank_model, a->threads ? a->threads : 2, a->rerank_chat, &eo.reranker, err)) {
+    if (a->dump && !(eo.dump = fopen(a->dump, "w"))) {
+        fprintf(stderr, "kb eval: --dump %s: %s\n", a->dump, strerror(errno));
+        rc = SB_EXIT_FAIL;
+    }
+    if (!rc && a->rerank_model && sb_kb_reranker_open(a->rerank_model, a->threads ? a->threads : 2, a->rerank_chat, &eo.reranker, err)) {
         fprintf(stderr, "kb eval: %s\n", err);
         rc = SB_EXIT_FAIL;
     }
     if (!rc) rc = kb_eval_run(kb, files[0], &eo);
     sb_kb_reranker_close(eo.reranker);
+    if (eo.dump && fclose(eo.dump) && !rc) {
+        fprintf(stderr, "kb eval: --dump %s: %s\n", a->dump, strerror(errno));
+        rc = SB_EXIT_FAIL;
+    }
     sb_kb_close(kb);
     return rc;
 }
@@ -339,7 +355,7 @@ static int kb_cmd_pull(const kb_args *a) {
 
 int sb_cmd_kb(int argc, char **argv) {
     enum { OPT_KB = 256, OPT_NAME, OPT_FTS, OPT_QUIET, OPT_MODE, OPT_JSON, OPT_MISSES, OPT_RR_MODEL, OPT_RR_N, OPT_RR_PROMPT,
-           OPT_DIR, OPT_URL, OPT_EDGE, OPT_SECRET, OPT_CA, OPT_RR_CHAT };
+           OPT_DIR, OPT_URL, OPT_EDGE, OPT_SECRET, OPT_CA, OPT_RR_CHAT, OPT_RR_VEC, OPT_DUMP };
     static const struct option opts[] = {
         { "config", required_argument, NULL, 'c' }, { "kb", required_argument, NULL, OPT_KB },
         { "threads", required_argument, NULL, 't' }, { "name", required_argument, NULL, OPT_NAME },
@@ -351,6 +367,7 @@ int sb_cmd_kb(int argc, char **argv) {
         { "dir", required_argument, NULL, OPT_DIR }, { "url", required_argument, NULL, OPT_URL },
         { "edge-id", required_argument, NULL, OPT_EDGE }, { "secret-file", required_argument, NULL, OPT_SECRET },
         { "ca-file", required_argument, NULL, OPT_CA }, { "rerank-chat", no_argument, NULL, OPT_RR_CHAT },
+        { "rerank-vectors", no_argument, NULL, OPT_RR_VEC }, { "dump", required_argument, NULL, OPT_DUMP },
         { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 },
     };
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
@@ -377,6 +394,8 @@ int sb_cmd_kb(int argc, char **argv) {
         case OPT_RR_MODEL: a.rerank_model = optarg; break;
         case OPT_RR_PROMPT: a.rerank_prompt = optarg; break;
         case OPT_RR_CHAT: a.rerank_chat = 1; break;
+        case OPT_RR_VEC: a.rerank_vectors = 1; break;
+        case OPT_DUMP: a.dump = optarg; break;
         case OPT_DIR: a.dir = optarg; break;
         case OPT_URL: a.url = optarg; break;
         case OPT_EDGE: a.edge_id = optarg; break;

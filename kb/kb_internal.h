@@ -4,8 +4,10 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "common/sb_common.h"
+
 #include "kb/sb_kb.h"
 #include "common/sb_utf8.h"
 
@@ -95,12 +97,15 @@ int  kb_store_fetch(kb_store *s, sb_kb_hit *h, char *err);
 kb_store *kb_store_of(sb_kb *kb);
 
 /* kb_eval.c: `kb eval` on an open base; returns a process exit code.
- * With a reranker, a fourth mode: hybrid with its top rerank_n reranked. */
+ * With a reranker, more modes: hybrid (and vector) with their top rerank_n
+ * reranked. Every list is max(10, rerank_n) deep. */
 typedef struct {
     int misses;
     sb_kb_reranker *reranker;   /* NULL: hybrid + rerank is not measured */
     const char *rerank_prompt;  /* NULL: SB_KB_RERANK_PROMPT */
     int rerank_n;
+    int rerank_vectors;         /* also vectors + rerank (shared passages judged once) */
+    FILE *dump;                 /* NULL, or one JSON line per question and mode */
 } kb_eval_opts;
 int  kb_eval_run(sb_kb *kb, const char *tsv, const kb_eval_opts *eo);
 

@@ -85,6 +85,55 @@ head -1 "$tmp/out" | grep -q "licence.txt" || fail "Chinese bm25 search (bigrams
 [[ "$(grep -c '^[0-9]\.' "$tmp/out")" == 3 ]] || fail "hybrid search did not return top 3: $(cat "$tmp/out")"
 "$SB" kb add -c "$tmp/c.yaml" --kb kb "$tmp/rent.md" 2>"$tmp/err"
 grep -q "rent.md: unchanged" "$tmp/err" || fail "unchanged re-add: $(cat "$tmp/err")"
+
+# ---- kb eval with a reranker (the tiny decoder judges): judged beyond rank
+# 10 when --rerank-top-n asks for it, vectors + rerank, a passage both lists
+# hold judged once, and the dump agrees with the table
+python3 - "$tmp/sections.md" <<'EOF'
+import sys
+with open(sys.argv[1], "w") as f:
+    f.write("# Counters\n")
+    for i in range(14):
+        f.write("\n## Counter %d\n\nWindow %d handles request type %d on weekdays.\n" % (i, i, i))
+EOF
+"$SB" kb add -c "$tmp/c.yaml" --kb kb --quiet "$tmp/sections.md"
+printf 'Which window handles request type 7?\tsections.md\n营业执照要带什么\tlicence.txt\nlease\trent.md\n' > "$tmp/q.tsv"
+rr=(-c "$tmp/c.yaml" --kb kb --rerank-model tests/data/tiny-llama-spm-Q4_0.gguf)
+"$SB" kb eval "${rr[@]}" --rerank-top-n 12 --rerank-vectors --dump "$tmp/dump" "$tmp/q.tsv" > "$tmp/out" 2>"$tmp/err" ||
+    fail "kb eval --rerank-vectors: $(cat "$tmp/err")"
+for m in bm25 vector hybrid hyb+rr hyb+rrf vec+rr vec+rrf; do
+    grep -q "^$m  *all " "$tmp/out" || fail "kb eval printed no $m row: $(cat "$tmp/out")"
+done
+python3 - "$tmp/dump" <<'EOF' || fail "kb eval --dump: $(head -c 3000 "$tmp/dump")"
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+assert sorted({r["mode"] for r in recs}) == ["bm25", "hybrid", "hybrid+rr", "vector", "vector+rr"], recs
+for r in recs:
+    judged = [h for h in r["hits"] if "p" in h]
+    if r["mode"].endswith("+rr"):
+        assert len(r["hits"]) == 12 and len(judged) == 12, (r["mode"], len(r["hits"]), len(judged))  # of 17 chunks
+        assert all(0 <= h["p"] <= 1 for h in judged), r
+    else:
+        assert not judged and (len(r["hits"]) == 12 or r["mode"] == "bm25"), r
+seen = {}
+for r in recs:                      # the same chunk, the same question: one judgement
+    for h in r["hits"]:
+        if "p" in h:
+            k = (r["query"], h["id"])
+            assert seen.setdefault(k, (h["p"], h["judge_ms"])) == (h["p"], h["judge_ms"]), (k, h)
+EOF
+"$SB" kb eval "${rr[@]}" --rerank-top-n 5 "$tmp/q.tsv" > "$tmp/out5" 2>"$tmp/err" || fail "kb eval: $(cat "$tmp/err")"
+python3 tools/kb_rerank_sweep.py "$tmp/dump" --top-n 5 > "$tmp/sweep" || fail "kb_rerank_sweep.py"
+python3 tools/kb_rerank_sweep.py --judge "$tmp/dump" > "$tmp/judge" && grep -q "^hybrid+rr" "$tmp/judge" || fail "kb_rerank_sweep.py --judge"
+python3 - "$tmp/out5" "$tmp/sweep" <<'EOF' || fail "sweep at n=5 differs from kb eval --rerank-top-n 5"
+import sys
+K = {"hyb+rr": "rr", "hyb+rrf": "rrf"}
+ev = {(key, f[1]): f[3:7] for l in open(sys.argv[1]) for f in [l.split()] for key in [K.get(f[0] if f else "")] if key and f[1] != "all"}
+sw = {(f[2], f[3]): f[5:9] for l in open(sys.argv[2]) for f in [l.split()] if len(f) > 4 and f[0] == "hyb" and f[1] == "n=5"}
+assert ev and ev == sw, (ev, sw)
+EOF
+it_expect 1 "--dump $tmp/nodir/d: No such file" "$SB" kb eval "${rr[@]}" --dump "$tmp/nodir/d" "$tmp/q.tsv"
+"$SB" kb remove -c "$tmp/c.yaml" --kb kb sections.md 2>/dev/null
 it_expect 1 "no source 'nope.md'" "$SB" kb remove -c "$tmp/c.yaml" --kb kb nope.md
 "$SB" kb remove -c "$tmp/c.yaml" --kb kb tax.html 2>/dev/null
 "$SB" kb stats -c "$tmp/c.yaml" --kb kb | grep -q "^documents  2" || fail "kb remove"
