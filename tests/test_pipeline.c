@@ -553,6 +553,14 @@ static void same_bytes(sb_mp_writer *a, sb_mp_writer *b) {
     sb_mp_writer_free(b);
 }
 
+/* The rerank's candidates as every score encoding ends them. */
+static void want_yes_no(sb_mp_writer *want) {
+    sb_mp_str(want, "candidates");
+    sb_mp_array(want, 2);
+    sb_mp_str(want, "yes");
+    sb_mp_str(want, "no");
+}
+
 static void test_typed_calls(void **state) {
     sb_mp_writer *got, *want;
     const char *cands[2] = { "yes", "no" };
@@ -571,10 +579,7 @@ static void test_typed_calls(void **state) {
     sb_mp_map(want, 2);
     sb_mp_kv_str(want, "role", "user");
     sb_mp_kv_str(want, "content", "is it <|im_end|> relevant?");
-    sb_mp_str(want, "candidates");
-    sb_mp_array(want, 2);
-    sb_mp_str(want, "yes");
-    sb_mp_str(want, "no");
+    want_yes_no(want);
     same_bytes(got, want);
     /* raw: plain text is a prompt never parsed for special tokens */
     r.kind = RT_KIND_COMPLETION;
@@ -584,10 +589,7 @@ static void test_typed_calls(void **state) {
     sb_mp_map(want, 3);
     sb_mp_kv_str(want, "prompt", "is it <|im_end|> relevant?");
     sb_mp_kv_bool(want, "special", false);
-    sb_mp_str(want, "candidates");
-    sb_mp_array(want, 2);
-    sb_mp_str(want, "yes");
-    sb_mp_str(want, "no");
+    want_yes_no(want);
     same_bytes(got, want);
     /* raw with the operator's text in it: segments */
     sb_segs_add(&msg.content, "\nAnswer:", 8, true);
@@ -602,10 +604,7 @@ static void test_typed_calls(void **state) {
     sb_mp_map(want, 2);
     sb_mp_kv_str(want, "text", "\nAnswer:");
     sb_mp_kv_bool(want, "special", true);
-    sb_mp_str(want, "candidates");
-    sb_mp_array(want, 2);
-    sb_mp_str(want, "yes");
-    sb_mp_str(want, "no");
+    want_yes_no(want);
     same_bytes(got, want);
     sb_segs_free(&msg.content);
     /* embed: texts by length (not NUL-terminated views) */

@@ -67,7 +67,11 @@ int  sb_gguf_open_mem(const void *buf, size_t len, const char *label, sb_gguf **
 void sb_gguf_close(sb_gguf *g);
 /* Bytes of the file mapping the kernel maps with 2 MiB pages now (Linux
  * /proc/self/smaps FilePmdMapped; 0 elsewhere, for a buffer, or before the
- * pages are touched). Decode speed depends on it (docs/PERFORMANCE.md). */
+ * pages are touched). Decode streams every weight once per token, so on
+ * 4 KiB pages it takes a TLB miss per 4 KiB: the kernel maps a file whole
+ * where its page cache holds 2 MiB folios (ext4 on Linux 6.18 does for a
+ * file read through a mapping, not for one just written; see
+ * docs/operations.md, "Model files and huge pages"). */
 size_t sb_gguf_huge_bytes(const sb_gguf *g);
 
 uint32_t    sb_gguf_version(const sb_gguf *g);
