@@ -582,6 +582,30 @@ void sb_jw_num(sb_jw *w, double v) {
     put(w, b);
 }
 
+void sb_jw_fixed(sb_jw *w, double v, int decimals) {
+    static const double scale[] = { 1, 10, 100, 1e3, 1e4, 1e5, 1e6 };
+    if (decimals < 0) decimals = 0;
+    if (decimals > 6) decimals = 6;
+    double x = v * scale[decimals];
+    /* Beyond int64 (or not a number): the exact writer. */
+    if (!isfinite(x) || fabs(x) >= 9e18) { sb_jw_num(w, v); return; }
+    long long q = llround(x);
+    /* Trailing zeros dropped: 2.50 -> 2.5, 3.00 -> 3. */
+    while (decimals > 0 && q % 10 == 0) { q /= 10; decimals--; }
+    unsigned long long u = q < 0 ? 0ull - (unsigned long long)q : (unsigned long long)q;
+    char b[32], *e = b + sizeof b, *p = e;
+    int d = 0;
+    do {
+        *--p = (char)('0' + u % 10);
+        u /= 10;
+        if (++d == decimals) *--p = '.';
+    } while (u || d < decimals);
+    if (d == decimals) *--p = '0';                      /* 0.25: the leading zero */
+    if (q < 0) *--p = '-';
+    pre(w);
+    sb_jw_raw(w, p, (size_t)(e - p));
+}
+
 void sb_jw_value(sb_jw *w, const sb_json *v) {
     switch (sb_json_type_of(v)) {
     case SB_JSON_NULL: sb_jw_null(w); break;

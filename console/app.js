@@ -97,14 +97,14 @@ function onEvent(ev) {
   if (ev.type === "hello") {
     S.calls = []; S.byId.clear();
     for (const c of ev.calls.slice().reverse()) addCall(c, false);
-    S.state = ev.state;
+    S.state = ev.state; S.stateAt = Date.now();
   } else if (ev.type === "call") {
     addCall(ev, true);
   } else if (ev.type === "feedback") {
     const c = S.byId.get(ev.id);
     if (c) c.feedback = ev.intent;
   } else if (ev.type === "state") {
-    S.state = ev;
+    S.state = ev; S.stateAt = Date.now();
   }
   // Calls render at once (the console promises them within a second);
   // bursts coalesce into one render per frame.
@@ -156,7 +156,7 @@ function renderCalls() {
 
 function renderRouter() {
   const r = S.state.router;
-  $("#router").textContent = `router pid ${r.pid} · ${kb(r.rss_kb)} · up ${Math.round(S.state.uptime_s)} s · ` +
+  $("#router").textContent = `router pid ${r.pid} · ${kb(r.rss_kb)} · up ${Math.round(S.state.uptime_s + (Date.now() - S.stateAt) / 1000)} s · ` +
     `${r.in_flight} in flight · caller text ${r.caller_text}`;
 }
 
@@ -288,6 +288,9 @@ function main() {
   });
   $("#closetrace").onclick = () => { $("#trace").hidden = true; S.openId = null; };
   document.addEventListener("keydown", (e) => { if (e.key === "Escape") $("#closetrace").click(); });
+  // The router sends a snapshot only when something changed: the uptime
+  // keeps counting here.
+  setInterval(() => { if (S.state) renderRouter(); }, 1000);
   feed();
 }
 main();

@@ -9,13 +9,16 @@
  *
  *   GET /v1/console/events   SSE: one "hello" (recent calls + a snapshot),
  *                            then a "call" per finished call, a "feedback"
- *                            per operator mark and a "state" snapshot per
- *                            second
+ *                            per operator mark and a "state" snapshot
+ *                            whenever what it shows changed (at most one
+ *                            a second), batched into one write
  *   GET /v1/console/state    the snapshot once (JSON)
  *
- * The snapshot's work (cache stats, percentiles over the ring) is done
- * once per tick for all subscribers, and the tick stops when nobody
- * watches: without a console open the router pays only for the traces.
+ * The snapshot's work is done once for all subscribers and only when
+ * something changed; its slow parts are kept between snapshots (sorted
+ * latency windows in latwin.c, the feedback confusion until a mark, RSS
+ * for RSS_EVERY_S), and the tick stops when nobody watches: without a
+ * console open the router pays only for the traces.
  * The console's own CPU time is counted per path on /metrics
  * (switchboard_console_cpu_seconds_total).
  */
@@ -23,8 +26,10 @@
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
+#include <event2/http_struct.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -35,17 +40,23 @@ extern unsigned char console_index_html[], console_app_js[], console_app_css[];
 extern unsigned int console_index_html_len, console_app_js_len, console_app_css_len;
 
 #define HELLO_CALLS 100                 /* calls the page gets when it connects */
-#define TICK_MS 1000
-/* Calls are sent in batches this often: one write per subscriber per batch
- * instead of one per call keeps the feed's cost under load far below 1 %
- * of the router's CPU (docs/router.md), well inside the 1 s promise. */
-#define BATCH_MS 100
-/* sb_cache_stats scans the entries table, holding the loop: 4.4 ms of CPU
- * at 5,000 entries, growing with them - the largest part of the console's
- * cost under load (docs/router.md, "What the console costs"). Its figures
- * (entries, bytes, sync) are refreshed every CACHE_STATS_S, and never more
- * often than CACHE_STATS_SHARE times what the last refresh cost, so a big
- * cache takes at most 0.1 % of a core; the hit rate is live every tick. */
+/* What the feed costs is mostly its writes: a loopback TCP write with the
+ * receiver's wake-up costs 35-65 us of the router's CPU on a 2-core VM
+ * (docs/router.md), more than formatting everything it carries. So batches
+ * go out at most every FEED_DELAY_MS (a call after a quiet spell at once,
+ * well inside the page's 1 s promise), and a snapshot rides along with
+ * calls instead of taking a write of its own: at most two writes a second
+ * per client, whatever the call rate. */
+#define FEED_DELAY_MS 500
+/* A snapshot goes out when what it shows changed (state_sig), at most once
+ * per STATE_MIN_S; without calls the tick looks every TICK_MS, so a worker
+ * that restarts or a queue that fills shows within that. Nothing changes
+ * when the hotline is idle, and then nothing is sent. */
+#define STATE_MIN_S 1.0
+#define TICK_MS 2000
+/* The workers' RSS comes from /proc (an open, read and close each): read
+ * at most this often, shown with the snapshots in between. */
+#define RSS_EVERY_S 10
 #define CACHE_STATS_S 60
 #define CACHE_STATS_SHARE 1000
 
@@ -105,7 +116,7 @@ void rt_console_render(rt *r, sb_jw *w) {
 
 /* ------------------------------------------------------------ snapshot */
 
-static long rss_kb(int64_t pid) {
+static long read_rss_kb(int64_t pid) {
     char path[64];
     snprintf(path, sizeof path, "/proc/%lld/statm", (long long)pid);
     FILE *f = fopen(path, "r");
@@ -115,6 +126,55 @@ static long rss_kb(int64_t pid) {
         fclose(f);
     }
     return rss < 0 ? -1 : rss * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+/* The RSS of pid as of the last refresh (every RSS_EVERY_S, or when a
+ * worker has a pid the cache has not seen: a restart shows at once). */
+static long rss_kb(rt *r, int64_t pid) {
+    rt_obs *o = r->obs;
+    double now = sb_now_s();
+    for (size_t i = 0; i < o->n_rss; i++)
+        if (o->rss[i].pid == pid) {
+            if (now - o->rss_at < RSS_EVERY_S) return o->rss[i].kb;
+            break;
+        }
+    /* Refresh all: the router and every local worker. */
+    size_t n = 1 + r->ex.be.n_models, k = 0;
+    void *nr = sb_realloc(o->rss, n * sizeof *o->rss);
+    if (!nr) return read_rss_kb(pid);
+    o->rss = nr;
+    o->rss[k].pid = getpid();
+    o->rss[k++].kb = read_rss_kb(getpid());
+    for (size_t i = 0; i < r->ex.be.n_models; i++) {
+        const rt_model *m = r->ex.be.models[i];
+        if (m->removed || m->remote || m->pid <= 0) continue;
+        o->rss[k].pid = m->pid;
+        o->rss[k++].kb = read_rss_kb(m->pid);
+    }
+    o->n_rss = k;
+    o->rss_at = now;
+    for (size_t i = 0; i < k; i++)
+        if (o->rss[i].pid == pid) return o->rss[i].kb;
+    return read_rss_kb(pid);
+}
+
+/* Everything a snapshot shows that can change while the router runs,
+ * mixed (FNV-1a), except RSS and uptime: equal means nothing to send. */
+static uint64_t state_sig(rt *r) {
+    uint64_t h = 1469598103934665603ull;
+#define MIX(x) (h = (h ^ (uint64_t)(x)) * 1099511628211ull)
+    const rt_metrics *mt = &r->metrics;
+    MIX(r->obs->changes); MIX(mt->in_flight); MIX(mt->cache_hits); MIX(mt->cache_misses); MIX(mt->cache_bypass);
+    MIX(time(NULL) / 60);                               /* the routing hour's window slides */
+    MIX(r->ex.be.n_models);
+    for (size_t i = 0; i < r->ex.be.n_models; i++) {
+        const rt_model *m = r->ex.be.models[i];
+        MIX(m->up | m->failed << 1 | m->removed << 2 | m->remote << 3 | m->kind_known << 4 | m->encoder << 5);
+        MIX(m->pid); MIX(m->restarts); MIX(m->n_waiting); MIX(m->n_inflight); MIX(m->requests); MIX(m->errors);
+        MIX(m->prompt_tokens); MIX(m->reused_tokens);
+    }
+#undef MIX
+    return h;
 }
 
 static void workers_json(rt *r, sb_jw *w) {
@@ -133,11 +193,11 @@ static void workers_json(rt *r, sb_jw *w) {
         sb_jw_key(w, "in_flight"); sb_jw_int(w, m->n_inflight);
         sb_jw_key(w, "requests"); sb_jw_int(w, (int64_t)m->requests);
         sb_jw_key(w, "errors"); sb_jw_int(w, (int64_t)m->errors);
-        sb_jw_key(w, "tokens_per_s"); sb_jw_num(w, m->last_tps);
+        sb_jw_key(w, "tokens_per_s"); sb_jw_fixed(w, m->last_tps, 1);
         /* The share of prompt tokens the worker's KV prefix cache served. */
         sb_jw_key(w, "kv_reuse");
-        if (m->prompt_tokens) sb_jw_num(w, (double)m->reused_tokens / (double)m->prompt_tokens); else sb_jw_null(w);
-        long kb = m->pid > 0 && !m->remote ? rss_kb(m->pid) : -1;
+        if (m->prompt_tokens) sb_jw_fixed(w, (double)m->reused_tokens / (double)m->prompt_tokens, 4); else sb_jw_null(w);
+        long kb = m->pid > 0 && !m->remote ? rss_kb(r, m->pid) : -1;
         sb_jw_key(w, "rss_kb"); if (kb >= 0) sb_jw_int(w, kb); else sb_jw_null(w);
         sb_jw_obj_end(w);
     }
@@ -152,7 +212,7 @@ static void cache_json(rt *r, sb_jw *w) {
     sb_jw_key(w, "misses"); sb_jw_int(w, (int64_t)m->cache_misses);
     sb_jw_key(w, "bypass"); sb_jw_int(w, (int64_t)m->cache_bypass);
     uint64_t look = m->cache_hits + m->cache_misses;
-    sb_jw_key(w, "hit_rate"); if (look) sb_jw_num(w, (double)m->cache_hits / (double)look); else sb_jw_null(w);
+    sb_jw_key(w, "hit_rate"); if (look) sb_jw_fixed(w, (double)m->cache_hits / (double)look, 4); else sb_jw_null(w);
     rt_obs *o = r->obs;
     double now = sb_now_s();
     if (r->cache && (!o->cstats_at || now - o->cstats_at >= o->cstats_every)) {
@@ -184,12 +244,12 @@ static void cache_json(rt *r, sb_jw *w) {
 static void state_json(rt *r, sb_jw *w) {
     sb_jw_obj(w);
     sb_jw_key(w, "type"); sb_jw_str(w, "state");
-    sb_jw_key(w, "uptime_s"); sb_jw_num(w, (double)(int64_t)(sb_now_s() - r->started));
+    sb_jw_key(w, "uptime_s"); sb_jw_int(w, (int64_t)(sb_now_s() - r->started));
     sb_jw_key(w, "router");
     sb_jw_obj(w);
     sb_jw_key(w, "pid"); sb_jw_int(w, getpid());
     sb_jw_key(w, "in_flight"); sb_jw_int(w, (int64_t)r->metrics.in_flight);
-    sb_jw_key(w, "rss_kb"); sb_jw_int(w, rss_kb(getpid()));
+    sb_jw_key(w, "rss_kb"); sb_jw_int(w, rss_kb(r, getpid()));
     sb_jw_key(w, "traces"); sb_jw_int(w, r->obs ? (int64_t)r->obs->cap : 0);
     sb_jw_key(w, "caller_text"); sb_jw_str(w, r->obs && r->obs->show_text ? "shown" : "masked");
     sb_jw_obj_end(w);
@@ -233,40 +293,105 @@ static void write_now(rt_req *q) {
     if (bev) (void)evbuffer_write(bufferevent_get_output(bev), bufferevent_getfd(bev));
 }
 
+/* One chunk of q's chunked reply straight to its socket, in one writev,
+ * when nothing of q's is queued before it (so the byte order holds). The
+ * evhttp path would queue it in the connection's output and arm a write
+ * event: two epoll_ctl calls and a wake-up of the loop per batch per
+ * client, on top of the write itself - which is the console's main cost
+ * under a slow load (docs/router.md). What the socket does not take (a
+ * slow reader) is queued for libevent to write as usual. true: handled. */
+static bool send_direct(rt_req *q, const char *p, size_t n) {
+    struct evhttp_connection *c = evhttp_request_get_connection(q->req);
+    struct bufferevent *bev = c ? evhttp_connection_get_bufferevent(c) : NULL;
+    struct evbuffer *out = bev ? bufferevent_get_output(bev) : NULL;
+    evutil_socket_t fd = bev ? bufferevent_getfd(bev) : -1;
+    if (!out || fd < 0 || !q->req->chunked || evbuffer_get_length(out)) return false;
+    char head[24];
+    int hl = snprintf(head, sizeof head, "%zx\r\n", n);
+    struct iovec iov[3] = { { head, (size_t)hl }, { (void *)p, n }, { (void *)"\r\n", 2 } };
+    ssize_t wr = writev(fd, iov, 3);
+    size_t done = wr > 0 ? (size_t)wr : 0;
+    if (done == (size_t)hl + n + 2) return true;
+    /* The rest (or all: EAGAIN, or an error libevent will meet and report) is queued. */
+    for (int i = 0; i < 3; i++) {
+        size_t skip = done < iov[i].iov_len ? done : iov[i].iov_len;
+        done -= skip;
+        if (skip < iov[i].iov_len) evbuffer_add(out, (const char *)iov[i].iov_base + skip, iov[i].iov_len - skip);
+    }
+    bufferevent_enable(bev, EV_WRITE);
+    return true;
+}
+
 static void send_raw(rt_obs *o, rt_req *q, const char *p, size_t n) {
     if (q->gone || !q->streaming || !q->req) return;
-    struct evbuffer *b = evbuffer_new();
-    if (!b) return;
-    evbuffer_add(b, p, n);
-    evhttp_send_reply_chunk(q->req, b);
-    evbuffer_free(b);
-    write_now(q);
+    if (!send_direct(q, p, n)) {
+        struct evbuffer *b = evbuffer_new();
+        if (!b) return;
+        evbuffer_add(b, p, n);
+        evhttp_send_reply_chunk(q->req, b);
+        evbuffer_free(b);
+        write_now(q);
+    }
     o->feed_bytes += n;
 }
 
+/* The snapshot, appended to the batch when what it shows changed and the
+ * last is at least STATE_MIN_S old (or when force: a tick that found a
+ * change with nothing else to send). Timed as the snapshot's path. */
+static void add_state(rt *r, bool force) {
+    rt_obs *o = r->obs;
+    double now = sb_now_s();
+    if (!force && now - o->state_at < STATE_MIN_S) return;
+    uint64_t sig = state_sig(r);
+    if (sig == o->state_sig && o->state_at > 0) return;
+    double t0 = thread_cpu_s(), c0 = o->cpu_s[RT_CONSOLE_CACHE_STATS];
+    sb_jw_raw(&o->batch, "data: ", 6);
+    state_json(r, &o->batch);
+    sb_jw_raw(&o->batch, "\n\n", 2);
+    o->state_sig = sig;
+    o->state_at = now;
+    account(o, RT_CONSOLE_SNAPSHOT, t0, c0);
+}
+
+static void write_batch(rt_obs *o) {
+    if (!o->batch.oom && o->batch.len) {
+        for (size_t i = 0; i < o->n_subs; i++) send_raw(o, o->subs[i], o->batch.p, o->batch.len);
+        o->feed_at = sb_now_s();
+    }
+    sb_jw_reset(&o->batch);
+    o->batch.oom = 0;
+}
+
 /* The calls recorded since the last batch (their summaries, from the
- * ring) and the other events, to every subscriber. */
+ * ring), the other events and a due snapshot, in one write to every
+ * subscriber. */
 static void flush(rt *r) {
     rt_obs *o = r->obs;
     if (o->n_subs && o->unsent) rt_trace_feed(r, &o->batch, o->unsent);
     o->unsent = 0;
-    if (!o->batch.oom && o->batch.len)
-        for (size_t i = 0; i < o->n_subs; i++) send_raw(o, o->subs[i], o->batch.p, o->batch.len);
-    sb_jw_reset(&o->batch);
+    if (o->n_subs) add_state(r, false);
+    write_batch(o);
 }
 
 static void on_flush(evutil_socket_t fd, short what, void *arg) {
     rt *r = arg;
-    double t0 = thread_cpu_s(), c0 = r->obs->cpu_s[RT_CONSOLE_CACHE_STATS];
+    double t0 = thread_cpu_s(), c0 = r->obs->cpu_s[RT_CONSOLE_CACHE_STATS], s0 = r->obs->cpu_s[RT_CONSOLE_SNAPSHOT];
     flush(r);
-    account(r->obs, RT_CONSOLE_FEED, t0, c0);
+    /* The snapshot's share is its own path: taken out of the feed's like the cache stats. */
+    account(r->obs, RT_CONSOLE_FEED, t0, c0 - (r->obs->cpu_s[RT_CONSOLE_SNAPSHOT] - s0));
 }
 
+/* A batch goes out FEED_DELAY_MS after the last one, or on the next turn
+ * of the loop when the last is older: an isolated call is shown at once,
+ * calls in quick succession share a write. */
 static void arm_flush(rt *r) {
     rt_obs *o = r->obs;
     if (!o->flush && !(o->flush = evtimer_new(r->ex.be.base, on_flush, r))) return;
-    struct timeval tv = { 0, BATCH_MS * 1000 };
-    if (!evtimer_pending(o->flush, NULL)) evtimer_add(o->flush, &tv);
+    if (evtimer_pending(o->flush, NULL)) return;
+    double wait_s = FEED_DELAY_MS / 1e3 - (sb_now_s() - o->feed_at);
+    long us = wait_s > 0 ? (long)(wait_s * 1e6) : 0;
+    struct timeval tv = { us / 1000000, us % 1000000 };
+    evtimer_add(o->flush, &tv);
 }
 
 /* Per call only a count: the summary is copied from the ring when the
@@ -307,18 +432,20 @@ void rt_console_stop(rt *r) {
     o->cap_subs = 0;
 }
 
+/* A snapshot when something changed and no batch is on its way (that
+ * one will carry it). */
 static void on_tick(evutil_socket_t fd, short what, void *arg) {
     rt *r = arg;
     rt_obs *o = r->obs;
     if (r->stopping) { rt_console_stop(r); return; }    /* a feed never ends by itself: drain would wait */
     if (!o->n_subs) { event_del(o->tick); return; }
-    double t0 = thread_cpu_s(), c0 = o->cpu_s[RT_CONSOLE_CACHE_STATS];
-    sb_jw w;
-    sb_jw_init(&w);
-    state_json(r, &w);
-    if (!w.oom) rt_console_publish(r, w.p, w.len);
-    sb_jw_free(&w);
-    account(o, RT_CONSOLE_SNAPSHOT, t0, c0);
+    if (o->flush && evtimer_pending(o->flush, NULL)) return;
+    if (state_sig(r) == o->state_sig) return;
+    double t0 = thread_cpu_s(), c0 = o->cpu_s[RT_CONSOLE_CACHE_STATS], s0 = o->cpu_s[RT_CONSOLE_SNAPSHOT];
+    add_state(r, true);
+    write_batch(o);
+    /* The write is the feed's (add_state timed the snapshot itself). */
+    account(o, RT_CONSOLE_FEED, t0, c0 - (o->cpu_s[RT_CONSOLE_SNAPSHOT] - s0));
 }
 
 /* Room for one more subscriber and the running tick; false: answered 500/503. */

@@ -42,6 +42,27 @@ typedef struct {
     uint64_t dropped;                           /* observations of series beyond the cap */
 } rt_hfam;
 
+/* latwin.c: latency percentiles over the ring, one sorted array per key.
+ * Keys are pipeline/stage; end to end and time to first token use the
+ * empty pipeline and these names. */
+#define RT_LAT_END_TO_END "end_to_end"
+#define RT_LAT_TTFT "ttft"
+typedef struct {
+    char pipeline[SB_CONFIG_MAX_NAME + 1], stage[SB_CONFIG_MAX_NAME + 1];
+    double *v;                                  /* ascending */
+    size_t n, cap;
+} rt_latkey;
+typedef struct {
+    rt_latkey *k;
+    size_t n, cap;
+} rt_latwin;
+int  rt_latwin_add(rt_latwin *lw, const char *pipeline, const char *stage, double v);
+void rt_latwin_remove(rt_latwin *lw, const char *pipeline, const char *stage, double v);
+void rt_latwin_clear(rt_latwin *lw);
+/* {"end_to_end": P, "ttft": P, "stages": {"pipeline/stage": P...}},
+ * P = {"n", "p50", "p95", "p99"} (nearest rank). */
+void rt_latwin_json(rt_latwin *lw, sb_jw *w);
+
 typedef struct rt_trace rt_trace;
 typedef struct sb_feedback sb_feedback;
 /* Calls per intent, one slot per minute over the last hour. */
@@ -68,6 +89,8 @@ typedef struct rt_obs {
     char intents[RT_ROUTING_INTENTS][SB_CONFIG_MAX_NAME + 1];
     rt_rslot slots[RT_ROUTING_SLOTS];
     uint64_t next_id;
+    rt_latwin lat;                              /* the ring's latencies, sorted */
+    uint64_t changes;                           /* calls recorded + feedback marks, since start */
     /* console.c: the SSE subscribers and their tick */
     rt_req **subs;
     size_t n_subs, cap_subs;
@@ -75,6 +98,7 @@ typedef struct rt_obs {
     struct event *flush;                        /* sends the batch of calls */
     sb_jw batch;                                /* SSE events not sent yet */
     size_t unsent;                              /* the ring's newest calls the feed has not sent */
+    double feed_at;                             /* when the last batch was written */
     /* The console's own CPU time on the loop thread, per path (console.c),
      * and the SSE bytes it handed to its subscribers' sockets. */
     double cpu_s[RT_CONSOLE_PATHS];
@@ -82,6 +106,15 @@ typedef struct rt_obs {
     sb_cache_stats_t cstats;                    /* the cache's figures, as of cstats_at */
     double cstats_at, cstats_every;             /* refreshed every cstats_every seconds */
     bool cstats_ok;
+    /* The snapshot's slow parts, kept between snapshots (console.c). */
+    uint64_t state_sig;                         /* fingerprint of the last snapshot sent */
+    double state_at;                            /* when it was sent */
+    sb_jw confusion;                            /* the feedback confusion, as JSON */
+    bool confusion_ok;                          /* it holds the current marks */
+    double confusion_at;                        /* when it was read */
+    struct { int64_t pid; long kb; } *rss;      /* the workers' and router's RSS, by pid */
+    size_t n_rss;
+    double rss_at;                              /* when they were read */
     struct rt_otel *otel;                       /* otel.c; NULL until console.otel_file is set */
 } rt_obs;
 /* At start and after each reload: the console section (ring size, masking,

@@ -25,6 +25,7 @@
 #include "cache/sb_feedback.h"
 
 #define STAGES_MAX 16                           /* stages kept for the latency view per call */
+#define CONFUSION_MAX_AGE_S 60                  /* the confusion's refresh without a mark of ours */
 
 struct rt_trace {
     char id[RT_CALL_ID_MAX + 1];
@@ -252,6 +253,28 @@ static int build(rt *r, rt_trace *t, const rt_call_info *ci) {
     return rc;
 }
 
+/* The call's times into (or out of) the sorted latency window: those of
+ * calls that ran (hits are the cache's own story), as the ring holds them. */
+static void lat_window(rt_obs *o, const rt_trace *t, bool add) {
+    if (!t || t->hit) return;
+    struct { const char *p, *s; double v; bool on; } vals[2 + STAGES_MAX] = {
+        { "", RT_LAT_END_TO_END, t->ms, t->ok },
+        { "", RT_LAT_TTFT, t->ttft_ms, t->ttft_ms >= 0 },
+    };
+    int n = 2;
+    for (int u = 0; u < t->n_stages; u++, n++) {
+        vals[n].p = t->pipeline;
+        vals[n].s = t->st[u].name;
+        vals[n].v = t->st[u].ms;
+        vals[n].on = true;
+    }
+    for (int i = 0; i < n; i++) {
+        if (!vals[i].on) continue;
+        if (!add) rt_latwin_remove(&o->lat, vals[i].p, vals[i].s, vals[i].v);
+        else if (rt_latwin_add(&o->lat, vals[i].p, vals[i].s, vals[i].v)) sb_warn("call %s: latency window: out of memory", t->id);
+    }
+}
+
 void rt_trace_record(rt *r, const rt_call_info *ci) {
     rt_obs *o = r->obs;
     if (!o || (!o->cap && !rt_otel_on(o)) || !ci->call_id[0]) return;
@@ -271,8 +294,11 @@ void rt_trace_record(rt *r, const rt_call_info *ci) {
     }
     rt_otel_export(r, &c, t->full, t->full_len);
     if (!o->cap) { trace_free(t); return; }     /* exported only: the ring is off */
+    lat_window(o, o->ring[o->head], false);
     trace_free(o->ring[o->head]);
     o->ring[o->head] = t;
+    lat_window(o, t, true);
+    o->changes++;
     o->head = (o->head + 1) % o->cap;
     if (o->count < o->cap) o->count++;
     rt_console_call(r);
@@ -321,70 +347,9 @@ void rt_trace_feed(rt *r, sb_jw *w, size_t n) {
     }
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* {"n", "p50", "p95", "p99"} over v (sorted here), nearest rank. */
-static void pcts(sb_jw *w, double *v, size_t n) {
-    qsort(v, n, sizeof *v, cmp_double);
-    static const double q[] = { 0.50, 0.95, 0.99 };
-    static const char *const name[] = { "p50", "p95", "p99" };
-    sb_jw_obj(w);
-    sb_jw_key(w, "n"); sb_jw_int(w, (int64_t)n);
-    for (int i = 0; i < 3; i++) {
-        sb_jw_key(w, name[i]);
-        size_t rank = (size_t)(q[i] * (double)n + 0.999999);
-        if (n) sb_jw_num(w, v[(rank ? rank : 1) - 1]); else sb_jw_null(w);
-    }
-    sb_jw_obj_end(w);
-}
-
-/* Percentiles over the calls in the ring that ran (hits are the cache's
- * own story): end to end, time to first token, and per pipeline/stage. */
 void rt_trace_latency_json(rt *r, sb_jw *w) {
-    rt_obs *o = r->obs;
-    size_t n = o ? o->count : 0;
-    double *v = sb_malloc((n ? n : 1) * STAGES_MAX * sizeof *v);
-    sb_jw_obj(w);
-    if (!v) { sb_jw_obj_end(w); return; }
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++)
-        if (!o->ring[i]->hit && o->ring[i]->ok) v[k++] = o->ring[i]->ms;
-    sb_jw_key(w, "end_to_end"); pcts(w, v, k);
-    k = 0;
-    for (size_t i = 0; i < n; i++)
-        if (o->ring[i]->ttft_ms >= 0) v[k++] = o->ring[i]->ttft_ms;
-    sb_jw_key(w, "ttft"); pcts(w, v, k);
-    sb_jw_key(w, "stages");
-    sb_jw_obj(w);
-    /* Each distinct pipeline/stage (up to KEYS_MAX), in order of first
-     * appearance, then one pass over the ring per key. */
-    enum { KEYS_MAX = 64 };
-    struct { const char *p, *s; } keys[KEYS_MAX];
-    int nk = 0;
-    for (size_t i = 0; i < n; i++)
-        for (int u = 0; u < o->ring[i]->n_stages; u++) {
-            const rt_trace *t = o->ring[i];
-            int j = 0;
-            while (j < nk && (strcmp(keys[j].p, t->pipeline) || strcmp(keys[j].s, t->st[u].name))) j++;
-            if (j == nk && nk < KEYS_MAX) { keys[nk].p = t->pipeline; keys[nk].s = t->st[u].name; nk++; }
-        }
-    for (int j = 0; j < nk; j++) {
-        k = 0;
-        for (size_t i = 0; i < n; i++)
-            for (int u = 0; u < o->ring[i]->n_stages; u++)
-                if (!strcmp(o->ring[i]->pipeline, keys[j].p) && !strcmp(o->ring[i]->st[u].name, keys[j].s))
-                    v[k++] = o->ring[i]->st[u].ms;
-        char key[2 * SB_CONFIG_MAX_NAME + 2];
-        snprintf(key, sizeof key, "%s/%s", keys[j].p, keys[j].s);
-        sb_jw_key(w, key);
-        pcts(w, v, k);
-    }
-    sb_jw_obj_end(w);
-    sb_jw_obj_end(w);
-    sb_free(v);
+    if (r->obs) rt_latwin_json(&r->obs->lat, w);
+    else { sb_jw_obj(w); sb_jw_obj_end(w); }
 }
 
 static sb_feedback *feedback_db(rt_obs *o, bool create) {
@@ -430,9 +395,20 @@ void rt_trace_routing_json(rt *r, sb_jw *w) {
     if (other) { sb_jw_key(w, "(other)"); sb_jw_int(w, (int64_t)other); }
     sb_jw_obj_end(w);
     sb_jw_key(w, "confusion");
-    sb_jw_arr(w);
-    sb_feedback *f = o ? feedback_db(o, false) : NULL;
-    if (f) sb_feedback_confusion(f, pair_json, w, NULL);
+    /* A query of the feedback database: run again only after a mark (this
+     * router writes them) or CONFUSION_MAX_AGE_S, for another writer. */
+    double now_s = sb_now_s();
+    if (o && (!o->confusion_ok || now_s - o->confusion_at >= CONFUSION_MAX_AGE_S)) {
+        sb_jw_reset(&o->confusion);
+        sb_jw_arr(&o->confusion);
+        sb_feedback *f = feedback_db(o, false);
+        if (f) sb_feedback_confusion(f, pair_json, &o->confusion, NULL);
+        sb_jw_arr_end(&o->confusion);
+        o->confusion_ok = !o->confusion.oom;
+        o->confusion_at = now_s;
+    }
+    sb_jw_arr(w);                       /* the kept items go in raw, between our brackets */
+    if (o && o->confusion_ok && o->confusion.len > 2) sb_jw_raw(w, o->confusion.p + 1, o->confusion.len - 2);
     sb_jw_arr_end(w);
     sb_jw_obj_end(w);
 }
@@ -488,6 +464,8 @@ static void feedback(rt_req *q, rt_trace *t) {
         } else {
             sb_free(t->feedback);
             t->feedback = sb_strdup(intent);
+            r->obs->confusion_ok = false;
+            r->obs->changes++;
             sb_jw *w = &q->out;
             sb_jw_reset(w);
             sb_jw_obj(w);
@@ -572,6 +550,7 @@ int rt_obs_configure(rt *r, const sb_config *cfg, char *err) {
     if (!o) {
         if (!(o = r->obs = sb_calloc(1, sizeof *o))) return sb_seterr(err, SB_ENOMEM, "out of memory");
         sb_jw_init(&o->batch);
+        sb_jw_init(&o->confusion);
     }
     size_t cap = (size_t)cfg->console.traces;
     if (cap != o->cap) {            /* a new size starts an empty ring */
@@ -579,6 +558,7 @@ int rt_obs_configure(rt *r, const sb_config *cfg, char *err) {
         if (cap && !ring) return sb_seterr(err, SB_ENOMEM, "console.traces: out of memory for %zu traces", cap);
         for (size_t i = 0; i < o->cap; i++) trace_free(o->ring[i]);
         sb_free(o->ring);
+        rt_latwin_clear(&o->lat);
         o->ring = ring;
         o->cap = cap;
         o->head = o->count = 0;
@@ -589,6 +569,7 @@ int rt_obs_configure(rt *r, const sb_config *cfg, char *err) {
         o->fb = NULL;
         sb_free(o->feedback_path);
         o->feedback_path = sb_strdup(cfg->console.feedback_path);
+        o->confusion_ok = false;
     }
     return rt_otel_configure(o, cfg->console.otel_file, err);
 }
@@ -599,6 +580,8 @@ void rt_obs_free(rt *r) {
     rt_console_stop(r);
     for (size_t i = 0; i < o->cap; i++) trace_free(o->ring[i]);
     sb_free(o->ring);
+    rt_latwin_clear(&o->lat);
+    sb_jw_free(&o->confusion);
     sb_feedback_close(o->fb);
     sb_free(o->feedback_path);
     rt_otel_free(o);

@@ -81,5 +81,20 @@ else
 fi
 it_stop "${it_pids[0]}" runtime || fail=1
 it_san_check "$tmp/run.log" "the runtime's log" || fail=1
+# A console client that stops reading (tests/console_slow.py): a runtime
+# that shows the caller's text, so 64 KB calls overflow the socket buffers.
+port2=$(it_ports 1)
+sed -e "s|127.0.0.1:$port|127.0.0.1:$port2|" -e "s|^  traces: 100|  traces: 100\n  show_caller_text: true|" \
+    -e "s|dir: $run|dir: $run.slow|" -e "s|path: $run/cache.sqlite|path: $run.slow/cache.sqlite|" "$tmp/c.yaml" > "$tmp/c2.yaml"
+"$SB" run -c "$tmp/c2.yaml" > "$tmp/run2.log" 2>&1 &
+pid2=$!
+it_pids+=($pid2)
+if it_wait_http "http://127.0.0.1:$port2/health" 200 0.05; then
+    python3 tests/console_slow.py "http://127.0.0.1:$port2" "$SB_TEST_API_KEY" p || fail=1
+else
+    echo "FAIL the second runtime did not come up"; tail -20 "$tmp/run2.log"; fail=1
+fi
+it_stop "$pid2" runtime || fail=1
+it_san_check "$tmp/run2.log" "the second runtime's log" || fail=1
 [ $fail = 0 ] && echo "it_console: passed" || { echo "it_console: FAILED"; tail -20 "$tmp/run.log"; }
 exit $fail
