@@ -11,7 +11,7 @@ overflow the buffers. When the client reads again the stream must be
 intact - chunk framing, every event valid JSON, every call there, in order.
 Exit 1 on any failure.
 """
-import json, os, socket, sys, time, urllib.error, urllib.parse, urllib.request
+import json, os, socket, sys, urllib.parse
 
 URL, KEY, PIPE = sys.argv[1:4]
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -21,23 +21,13 @@ check = itlib.Checks(detail_max=400)
 u = urllib.parse.urlparse(URL)
 
 
-def http(path, body=None, key=True):
-    h = {"Content-Type": "application/json", "Cache-Control": "no-cache"}
-    if key:
-        h["Authorization"] = "Bearer " + KEY
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(URL + path, data=data, headers=h)
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return r.status, r.headers, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.headers, e.read()
+H = {"Content-Type": "application/json", "Cache-Control": "no-cache", "Authorization": "Bearer " + KEY}
 
 
 def calls(n, tag):
     ids = []
     for i in range(n):
-        _, h, _ = http("/v1/pipelines/" + PIPE, {"input": "%s %d" % (tag, i)})
+        _, h, _ = itlib.request(URL + "/v1/pipelines/" + PIPE, "POST", {"input": "%s %d" % (tag, i)}, H)
         ids.append(h.get("X-Call-Id"))
     return ids
 
@@ -89,7 +79,7 @@ check(b"chunked" in head.lower() and ok_framing and bad == 0,
 check([i for i in seen if i in slow_ids] == slow_ids,
       "it gets all %d calls made while it was not reading, in order" % len(slow_ids),
       "%d of them" % len([i for i in seen if i in slow_ids]))
-check(http("/health", key=False)[0] == 200, "the router is healthy after it")
+check(itlib.request(URL + "/health", "GET")[0] == 200, "the router is healthy after it")
 
 print("console slow-client check: %s" % ("FAILED" if check.failed else "passed"))
 sys.exit(1 if check.failed else 0)
