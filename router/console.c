@@ -49,14 +49,18 @@ extern unsigned int console_index_html_len, console_app_js_len, console_app_css_
  * per client, whatever the call rate. */
 #define FEED_DELAY_MS 500
 /* A snapshot goes out when what it shows changed (state_sig), at most once
- * per STATE_MIN_S; without calls the tick looks every TICK_MS, so a worker
- * that restarts or a queue that fills shows within that. Nothing changes
- * when the hotline is idle, and then nothing is sent. */
-#define STATE_MIN_S 1.0
+ * per STATE_MIN_S: the first call after a quiet spell brings one at once,
+ * under a steady load the panels refresh every STATE_MIN_S while every call
+ * still shows within the second (each row carries its own stages, times,
+ * intent and cache outcome). Without calls the tick looks every TICK_MS, so
+ * a worker that restarts or a queue that fills shows within that. Nothing
+ * changes when the hotline is idle, and then nothing is sent. */
+#define STATE_MIN_S 5.0
 #define TICK_MS 2000
-/* The workers' RSS comes from /proc (an open, read and close each): read
- * at most this often, shown with the snapshots in between. */
-#define RSS_EVERY_S 10
+/* The workers' RSS comes from /proc (an open, read and close each, ~15 us
+ * a process with cold caches): read at most this often, shown with the
+ * snapshots in between. */
+#define RSS_EVERY_S 30
 #define CACHE_STATS_S 60
 #define CACHE_STATS_SHARE 1000
 
@@ -336,12 +340,11 @@ static void send_raw(rt_obs *o, rt_req *q, const char *p, size_t n) {
 }
 
 /* The snapshot, appended to the batch when what it shows changed and the
- * last is at least STATE_MIN_S old (or when force: a tick that found a
- * change with nothing else to send). Timed as the snapshot's path. */
-static void add_state(rt *r, bool force) {
+ * last is at least STATE_MIN_S old. Timed as the snapshot's path. */
+static void add_state(rt *r) {
     rt_obs *o = r->obs;
     double now = sb_now_s();
-    if (!force && now - o->state_at < STATE_MIN_S) return;
+    if (now - o->state_at < STATE_MIN_S) return;
     uint64_t sig = state_sig(r);
     if (sig == o->state_sig && o->state_at > 0) return;
     double t0 = thread_cpu_s(), c0 = o->cpu_s[RT_CONSOLE_CACHE_STATS];
@@ -369,7 +372,7 @@ static void flush(rt *r) {
     rt_obs *o = r->obs;
     if (o->n_subs && o->unsent) rt_trace_feed(r, &o->batch, o->unsent);
     o->unsent = 0;
-    if (o->n_subs) add_state(r, false);
+    if (o->n_subs) add_state(r);
     write_batch(o);
 }
 
@@ -440,9 +443,9 @@ static void on_tick(evutil_socket_t fd, short what, void *arg) {
     if (r->stopping) { rt_console_stop(r); return; }    /* a feed never ends by itself: drain would wait */
     if (!o->n_subs) { event_del(o->tick); return; }
     if (o->flush && evtimer_pending(o->flush, NULL)) return;
-    if (state_sig(r) == o->state_sig) return;
+    if (sb_now_s() - o->state_at < STATE_MIN_S || state_sig(r) == o->state_sig) return;
     double t0 = thread_cpu_s(), c0 = o->cpu_s[RT_CONSOLE_CACHE_STATS], s0 = o->cpu_s[RT_CONSOLE_SNAPSHOT];
-    add_state(r, true);
+    add_state(r);
     write_batch(o);
     /* The write is the feed's (add_state timed the snapshot itself). */
     account(o, RT_CONSOLE_FEED, t0, c0 - (o->cpu_s[RT_CONSOLE_SNAPSHOT] - s0));
