@@ -582,6 +582,7 @@ void rt_obs_free(rt *r) {
     sb_free(o->ring);
     rt_latwin_clear(&o->lat);
     sb_jw_free(&o->confusion);
+    sb_free(o->rss);
     sb_feedback_close(o->fb);
     sb_free(o->feedback_path);
     rt_otel_free(o);

@@ -131,7 +131,7 @@ check(a.get("ok") and b.get("ok") and a["result"]["logprobs"] == b["result"]["lo
 r = gen(batch_sock, "x", priority="high")
 check(not r.get("ok") and r["error"]["code"] == "invalid_request", "'priority' must be an integer", str(r))
 
-# ---- queue full: 12 long requests at once; 4 run + 4 wait, 4 are refused
+# ---- queue full: 12 long requests at once; up to 4 run + 4 wait, the rest are refused
 long_out = [None] * 12
 
 
@@ -146,7 +146,11 @@ for t in threads:
     t.join()
 busy = sum(1 for o in long_out if o and not o.get("ok") and o["error"]["code"] == "busy")
 done = sum(1 for o in long_out if o and o.get("ok"))
-check(busy >= 1 and busy + done == 12 and done >= 8,
+# The bound is parallel + max_queue = 8 taken, the rest refused; how many of
+# the 4 sequences are running when the 12 land depends on where the compute
+# thread is in its step (under load it may have moved only a few from the
+# queue), so at least max_queue + 1 are taken, never more than 8.
+check(busy >= 4 and busy + done == 12 and 5 <= done <= 8,
       "12 at once with parallel 4 + max_queue 4: %d answered, %d busy" % (done, busy),
       str([o for o in long_out if o and not o.get("ok") and o["error"]["code"] != "busy"][:1]))
 h = itlib.ipc_call(batch_sock, "health", {})["result"]
