@@ -41,13 +41,15 @@ extern unsigned int console_index_html_len, console_app_js_len, console_app_css_
 
 #define HELLO_CALLS 100                 /* calls the page gets when it connects */
 /* What the feed costs is mostly its writes: a loopback TCP write with the
- * receiver's wake-up costs 35-65 us of the router's CPU on a 2-core VM
+ * receiver's wake-up costs 30-65 us of the router's CPU on a 2-core VM
  * (docs/router.md), more than formatting everything it carries. So batches
- * go out at most every FEED_DELAY_MS (a call after a quiet spell at once,
- * well inside the page's 1 s promise), and a snapshot rides along with
+ * go out at most every FEED_DELAY_MS (a call after a quiet spell after
+ * FEED_FIRST_MS, with whatever ended beside it; well inside the page's 1 s
+ * promise), and a snapshot rides along with
  * calls instead of taking a write of its own: at most two writes a second
  * per client, whatever the call rate. */
 #define FEED_DELAY_MS 500
+#define FEED_FIRST_MS 100
 /* A snapshot goes out when what it shows changed (state_sig), at most once
  * per STATE_MIN_S: the first call after a quiet spell brings one at once,
  * under a steady load the panels refresh every STATE_MIN_S while every call
@@ -384,15 +386,16 @@ static void on_flush(evutil_socket_t fd, short what, void *arg) {
     account(r->obs, RT_CONSOLE_FEED, t0, c0 - (r->obs->cpu_s[RT_CONSOLE_SNAPSHOT] - s0));
 }
 
-/* A batch goes out FEED_DELAY_MS after the last one, or on the next turn
- * of the loop when the last is older: an isolated call is shown at once,
- * calls in quick succession share a write. */
+/* A batch goes out FEED_DELAY_MS after the last one, or FEED_FIRST_MS
+ * after a call when the last is older: the calls a batched worker finishes
+ * in one step end within milliseconds of each other, and share the write. */
 static void arm_flush(rt *r) {
     rt_obs *o = r->obs;
     if (!o->flush && !(o->flush = evtimer_new(r->ex.be.base, on_flush, r))) return;
     if (evtimer_pending(o->flush, NULL)) return;
     double wait_s = FEED_DELAY_MS / 1e3 - (sb_now_s() - o->feed_at);
-    long us = wait_s > 0 ? (long)(wait_s * 1e6) : 0;
+    if (wait_s < FEED_FIRST_MS / 1e3) wait_s = FEED_FIRST_MS / 1e3;
+    long us = (long)(wait_s * 1e6);
     struct timeval tv = { us / 1000000, us % 1000000 };
     evtimer_add(o->flush, &tv);
 }
