@@ -18,6 +18,48 @@
  * it into draft. Returns the number copied (0: no match). */
 int sb_spec_lookup(const int32_t *ctx, int n_ctx, int max_draft, int32_t *draft);
 
+/* The longest suffix of ctx[0..n_ctx) (up to max_ngram tokens) that also
+ * occurs earlier with a token after it, most recent occurrence first:
+ * returns its length (0: not even the last token occurs earlier) and in
+ * *at the index of the token that followed it. */
+int sb_spec_find(const int32_t *ctx, int n_ctx, int max_ngram, int *at);
+
+/* Drafting policy for prompt lookup (docs/SPECULATIVE.md, "Drafts"). Per
+ * generation it learns (1) how far drafts get accepted, by the length m of
+ * the matched suffix, and (2) what a check of n tokens costs against a
+ * one-token step, from the times of the passes it ran; each step it
+ * drafts the k that maximises (1 + expected accepted) / cost(k + 1), or
+ * nothing when no k beats a plain step. */
+#define SB_SPEC_MATCH_MAX 8         /* longest suffix matched: m in 1..8 */
+#define SB_SPEC_BUCKETS 4           /* statistics for m = 1, 2, 3 and 4+ */
+#define SB_SPEC_COST_SLOPE 0.2     /* per token, for a size not measured yet (measured: 0.5B 0.35-0.5, 1.5B 0.2-0.6) */
+typedef struct {
+    int max_draft;                              /* the user's N */
+    /* by match length m: tried[m][i] steps that drafted past i tokens with
+     * the first i accepted, hit[m][i] of those that had token i+1 accepted */
+    int tried[SB_SPEC_BUCKETS + 1][SB_SPEC_MAX_DRAFT];
+    int hit[SB_SPEC_BUCKETS + 1][SB_SPEC_MAX_DRAFT];
+    /* pass times by tokens checked (index 1: a plain one-token step), sums
+     * and counts, in seconds */
+    double t_sum[SB_SPEC_MAX_DRAFT + 2];
+    int t_n[SB_SPEC_MAX_DRAFT + 2];
+} sb_spec_policy;
+
+void sb_spec_policy_init(sb_spec_policy *p, int max_draft);
+/* cost of one pass over n tokens (1..SB_SPEC_MAX_DRAFT+1) in one-token steps */
+double sb_spec_cost(const sb_spec_policy *p, int n);
+/* expected tokens accepted from a k-token draft after a match of length m */
+double sb_spec_expect(const sb_spec_policy *p, int m, int k);
+/* the draft length for match length m, at most max (0: a plain step pays more) */
+int  sb_spec_choose(const sb_spec_policy *p, int m, int max);
+/* Look up, choose and copy: at most max tokens after ctx[0..n_ctx) into
+ * draft; returns the count (0: take a plain step), the match length in *m. */
+int  sb_spec_draft(const sb_spec_policy *p, const int32_t *ctx, int n_ctx, int max, int32_t *draft, int *m);
+/* A step after a match of length m drafted k and had acc accepted. */
+void sb_spec_update(sb_spec_policy *p, int m, int k, int acc);
+/* A pass over n tokens took sec seconds (n = 1: a plain step). */
+void sb_spec_time(sb_spec_policy *p, int n, double sec);
+
 /* The speculative sampling rule (Leviathan et al. 2023; Chen et al. 2023)
  * for one drafted token x. p: the target's distribution as a support
  * ids[0..n) with probabilities p[0..n); q: the draft's distribution over the
