@@ -169,6 +169,26 @@ int main(int argc, char **argv) {
     printf("%s %s prompt %d reply %d | old lookup 8: %.3fx %d/%d steps %d", mb, pb, np, ng, s0, ac, dr, st);
     double s1 = replay(seq, np, ng, 8, 1, cost, verbose && atoi(getenv("SB_SIM_VERBOSE")) == 1, &dr, &ac, &st);
     printf(" | new: %.3fx %d/%d steps %d\n", s1, ac, dr, st);
+    {
+        /* oracle: knowing the reply, the cheapest plan of plain steps and
+         * drafts (from the longest match, any length up to 8) */
+        const int N = np + ng;
+        double *best = calloc((size_t)N + 2, sizeof *best);
+        for (int j = N - 1; j >= np; j--) {
+            best[j] = 1 + best[j + 1];
+            int at, m = sb_spec_find(seq, j + 1, SB_SPEC_MATCH_MAX, &at);
+            if (m < 1) continue;
+            int a = 0;
+            for (int k = 1; k <= 8 && at + k - 1 <= j && j + k < N; k++) {
+                if (a == k - 1 && seq[at + k - 1] == seq[j + k]) a++;
+                int nj = j + a + 1; if (nj > N) nj = N;
+                double c = cost[k + 1] + best[nj];
+                if (c < best[j]) best[j] = c;
+            }
+        }
+        printf("  oracle %.3fx\n", ng / best[np]);
+        free(best);
+    }
     free(seq);
     return 0;
 }

@@ -35,10 +35,12 @@ int sb_spec_find(const int32_t *ctx, int n_ctx, int max_ngram, int *at);
 #define SB_SPEC_COST_SLOPE 0.2     /* per token, for a size not measured yet (measured: 0.5B 0.35-0.5, 1.5B 0.2-0.6) */
 typedef struct {
     int max_draft;                              /* the user's N */
-    /* by match length m: tried[m][i] steps that drafted past i tokens with
-     * the first i accepted, hit[m][i] of those that had token i+1 accepted */
-    int tried[SB_SPEC_BUCKETS + 1][SB_SPEC_MAX_DRAFT];
-    int hit[SB_SPEC_BUCKETS + 1][SB_SPEC_MAX_DRAFT];
+    double fixed_slope;                         /* > 0: cost(n) = 1 + fixed_slope (n - 1), nothing timed */
+    /* by match length m (4+ together): [m][0] steps drafted and steps
+     * whose first token was accepted; [m][1] later tokens reached (the
+     * first accepted) and accepted: a continuation rate for every depth */
+    int tried[SB_SPEC_BUCKETS + 1][2];
+    int hit[SB_SPEC_BUCKETS + 1][2];
     /* pass times by tokens checked (index 1: a plain one-token step), sums
      * and counts, in seconds */
     double t_sum[SB_SPEC_MAX_DRAFT + 2];

@@ -89,6 +89,7 @@ void sb_spec_time(sb_spec_policy *p, int n, double sec) {
 double sb_spec_cost(const sb_spec_policy *p, int n) {
     if (n <= 1) return 1.0;
     if (n > SB_SPEC_MAX_DRAFT + 1) n = SB_SPEC_MAX_DRAFT + 1;
+    if (p->fixed_slope > 0) return 1.0 + p->fixed_slope * (n - 1);
     const double t1 = p->t_n[1] ? p->t_sum[1] / p->t_n[1] : 0.0;
     if (t1 > 0 && p->t_n[n]) return p->t_sum[n] / p->t_n[n] / t1;
     /* Not measured: the largest measured size below plus an optimistic
@@ -109,14 +110,14 @@ double sb_spec_expect(const sb_spec_policy *p, int m, int k) {
      * models; PERFORMANCE.md): one matched token predicts little (a word
      * that recurs), two often, three or more mostly (the reply is inside a
      * copy); once a copy goes right it tends to go on (a number, a name, a
-     * list line). */
+     * list line). The continuation is one rate for every depth: a draft
+     * cut short early would otherwise never learn that longer ones pay. */
     static const double first[SB_SPEC_BUCKETS + 1] = { 0, 0.1, 0.4, 0.6, 0.8 };
     const double w = 2.0, on = 0.85;
-    double e = 0.0, run = 1.0;
-    for (int i = 0; i < k && i < SB_SPEC_MAX_DRAFT; i++) {
-        run *= (p->hit[m][i] + w * (i ? on : first[m])) / (p->tried[m][i] + w);
-        e += run;
-    }
+    const double p1 = (p->hit[m][0] + w * first[m]) / (p->tried[m][0] + w);
+    const double r = (p->hit[m][1] + w * on) / (p->tried[m][1] + w);
+    double e = 0.0, run = p1;
+    for (int i = 0; i < k; i++, run *= r) e += run;
     return e;
 }
 
@@ -142,10 +143,13 @@ int sb_spec_draft(const sb_spec_policy *p, const int32_t *ctx, int n_ctx, int ma
 }
 
 void sb_spec_update(sb_spec_policy *p, int m, int k, int acc) {
-    if (m < 1) return;
+    if (m < 1 || k < 1) return;
     if (m > SB_SPEC_BUCKETS) m = SB_SPEC_BUCKETS;
-    for (int i = 0; i < k && i <= acc && i < SB_SPEC_MAX_DRAFT; i++) {
-        p->tried[m][i]++;
-        if (i < acc) p->hit[m][i]++;
+    p->tried[m][0]++;
+    if (acc > 0) p->hit[m][0]++;
+    /* tokens 2..k: acc - 1 went on, and one stopped unless all did */
+    if (acc > 0) {
+        p->hit[m][1] += acc - 1;
+        p->tried[m][1] += acc < k ? acc : acc - 1;
     }
 }

@@ -128,6 +128,7 @@ int spec_init(spec_state *s, gen_core *c, char *err) {
     s->max_draft = o->json_schema ? 0 : SB_MIN(o->lookup > 0 ? o->lookup : o->draft ? o->n_draft : 0, SB_SPEC_MAX_DRAFT);
     if (s->max_draft <= 0) return 0;
     sb_spec_policy_init(&s->pol, s->max_draft);
+    s->pol.fixed_slope = o->spec_cost;
     const size_t nv = (size_t)s->n_vocab;
     /* ids/probs hold the target's and the draft's distributions in turn */
     const size_t nd = o->draft ? SB_MAX(nv, (size_t)sb_model_hparams(o->draft->model)->n_vocab) : nv;
