@@ -12,9 +12,21 @@
  *
  *   spec_sim MODEL PROMPT_FILE N CACHE_DIR [--costs]
  *
- * Build: cc -O2 -I. tools/spec_sim.c build/libswitchboard.a (libs as bin/switchboard).
- * A tool for choosing the policy (docs/PERFORMANCE.md); the engine's own
- * `bench --lookup` is what measures it.
+ * --costs: (re)generate and time exact passes of 1..17 tokens at the end of
+ * the reply (9 interleaved rounds; medians and minima), and replay with them.
+ * Else the costs come from SB_SIM_COSTS="c2 c3 .. c17" (default 1 + 0.1 (n-1)).
+ * Prints, for lookup 8: the old fixed-length lookup with its 32-token
+ * backoff, the engine's policy (sb_spec_draft, fed the same costs as its
+ * timings: SB_SIM_KNOWN=1 gives it all of them up front), and an oracle
+ * (the cheapest plan knowing the reply: a bound for any policy drafting
+ * from the longest match). SB_SIM_ANALYZE=1 prints every position's match
+ * length and how far its copy goes; SB_SIM_VERBOSE=0|1 each step of one.
+ *
+ * Build (after make):
+ *   cc -std=c11 -O2 -D_GNU_SOURCE -pthread -I. -o spec_sim tools/spec_sim.c build/libswitchboard.a \
+ *      -levent_pthreads -levent -lmsgpackc -lyaml -lsqlite3 -lpq -lcurl -lcrypto -lm
+ * A tool for choosing the policy (docs/PERFORMANCE.md); `bench --lookup` is
+ * what measures it.
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -12,10 +12,12 @@
 #define SB_SPEC_NGRAM_MAX 3         /* longest n-gram matched by prompt lookup */
 #define SB_SPEC_NGRAM_MIN 2         /* shortest: one token matches too often to be worth a pass */
 
-/* Prompt lookup: find the most recent earlier occurrence of the last n
- * tokens of ctx[0..n_ctx) (n from SB_SPEC_NGRAM_MAX down to _MIN; the longest
- * n that matches wins) and copy up to max_draft of the tokens that followed
- * it into draft. Returns the number copied (0: no match). */
+/* The fixed-length lookup the runtime used before sb_spec_draft (kept as
+ * the baseline tools/spec_sim.c replays): the most recent earlier
+ * occurrence of the last n tokens of ctx[0..n_ctx) (n from
+ * SB_SPEC_NGRAM_MAX down to _MIN; the longest n that matches wins), and up
+ * to max_draft of the tokens that followed it copied into draft. Returns
+ * the number copied (0: no match). */
 int sb_spec_lookup(const int32_t *ctx, int n_ctx, int max_draft, int32_t *draft);
 
 /* The longest suffix of ctx[0..n_ctx) (up to max_ngram tokens) that also
@@ -74,12 +76,13 @@ void sb_spec_time(sb_spec_policy *p, int n, double sec);
 int sb_spec_accept(const int32_t *ids, const float *p, int n, int32_t x, const float *q, double u, double u2,
                    int32_t *out);
 
-/* Backoff for a draft that keeps missing: the window counts drafted and
+/* Backoff for a draft model that keeps missing: the window counts drafted and
  * accepted tokens (k, acc: this step's); once it holds SB_SPEC_BACKOFF_WINDOW
  * drafted tokens, a rate below SB_SPEC_BACKOFF_MIN_PCT halves the draft
  * length (below 2 it stops: 0), and the window starts again. Returns the
- * new draft length. A lookup draft that rarely matches costs a wider pass
- * each time; this bounds the loss to about one window per halving. */
+ * new draft length. A draft that rarely matches costs a wider pass each
+ * time; this bounds the loss to about one window per halving. (Prompt
+ * lookup backs off through sb_spec_draft's statistics instead.) */
 #define SB_SPEC_BACKOFF_WINDOW  32
 #define SB_SPEC_BACKOFF_MIN_PCT 30
 int sb_spec_backoff(int max_draft, int *win_drafted, int *win_accepted, int k, int acc);
