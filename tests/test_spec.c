@@ -57,6 +57,95 @@ static void test_lookup(void **state) {
     assert_int_equal(sb_spec_lookup(b, 11, 0, d), 0);
 }
 
+/* sb_spec_find: the longest suffix wins over a more recent shorter one;
+ * among equally long ones the most recent; capped at max_ngram. */
+static void test_find_longest(void **state) {
+    (void)state;
+    int at;
+    /* tail "7 8 9": "8 9" recurs at 6-7 (then 5), "7 8 9" only at 0-2 (then 4) */
+    const int32_t a[] = { 7, 8, 9, 4, 1, 3, 8, 9, 5, 2, 7, 8, 9 };
+    assert_int_equal(sb_spec_find(a, 13, 8, &at), 3);
+    assert_int_equal(at, 3);
+    assert_int_equal(sb_spec_find(a, 13, 2, &at), 2);     /* capped: the most recent 2-gram */
+    assert_int_equal(at, 8);
+    /* two equally long (3) matches: the later one */
+    const int32_t b[] = { 1, 2, 3, 4, 6, 1, 2, 3, 4, 7, 0, 2, 3, 4 };
+    assert_int_equal(sb_spec_find(b, 14, 8, &at), 3);
+    assert_int_equal(at, 9);
+    const int32_t c[] = { 5, 6, 1, 2, 5 };
+    assert_int_equal(sb_spec_find(c, 5, 8, &at), 1);
+    assert_int_equal(at, 1);
+    assert_int_equal(sb_spec_find(c, 4, 8, &at), 0);
+    /* a match as long as the cap stops the search at the most recent one */
+    const int32_t d[] = { 1, 2, 3, 9, 1, 2, 3, 8, 1, 2, 3 };
+    assert_int_equal(sb_spec_find(d, 11, 3, &at), 3);
+    assert_int_equal(at, 7);
+}
+
+/* The policy's costs: measured sizes as measured (relative to a plain
+ * step), others from the largest measured size below plus the optimistic
+ * slope; the prior before any plain step. */
+static void test_policy_cost(void **state) {
+    (void)state;
+    sb_spec_policy p;
+    sb_spec_policy_init(&p, 8);
+    assert_true(fabs(sb_spec_cost(&p, 1) - 1.0) < 1e-9);
+    assert_true(fabs(sb_spec_cost(&p, 9) - (1.0 + 8 * SB_SPEC_COST_SLOPE)) < 1e-9);
+    sb_spec_time(&p, 1, 0.040);
+    sb_spec_time(&p, 1, 0.060);             /* mean 50 ms */
+    sb_spec_time(&p, 3, 0.100);
+    sb_spec_time(&p, 8, 0.140);
+    assert_true(fabs(sb_spec_cost(&p, 3) - 2.0) < 1e-9);
+    assert_true(fabs(sb_spec_cost(&p, 8) - 2.8) < 1e-9);
+    assert_true(fabs(sb_spec_cost(&p, 5) - (2.0 + 2 * SB_SPEC_COST_SLOPE)) < 1e-9);
+    assert_true(fabs(sb_spec_cost(&p, 9) - (2.8 + SB_SPEC_COST_SLOPE)) < 1e-9);
+    assert_true(fabs(sb_spec_cost(&p, 2) - (1.0 + SB_SPEC_COST_SLOPE)) < 1e-9);
+}
+
+/* The length choice: the k of the best tokens per cost, or 0. */
+static void test_policy_choice(void **state) {
+    (void)state;
+    sb_spec_policy p;
+    sb_spec_policy_init(&p, 8);
+    /* a kernel that works in groups of 8: 8 tokens cost 2.5, 9 cost 4 */
+    const double cost[10] = { 0, 1, 1.6, 2.0, 2.1, 2.2, 2.3, 2.4, 2.5, 4.0 };
+    for (int n = 1; n <= 9; n++) sb_spec_time(&p, n, cost[n]);
+    /* copies that always go through: 7 drafts (a pass of 8), not 8 */
+    for (int r = 0; r < 20; r++) sb_spec_update(&p, 4, 8, 8);
+    assert_int_equal(sb_spec_choose(&p, 4, 8), 7);
+    assert_true(sb_spec_expect(&p, 4, 7) > 5.5);
+    /* at most what the caller allows, and the user's N */
+    assert_int_equal(sb_spec_choose(&p, 4, 3), 3);
+    sb_spec_policy q = p;
+    q.max_draft = 2;
+    assert_int_equal(sb_spec_choose(&q, 4, 8), 2);
+    /* a one-token match that never went right: no draft at all */
+    for (int r = 0; r < 10; r++) sb_spec_update(&p, 1, 4, 0);
+    assert_int_equal(sb_spec_choose(&p, 1, 8), 0);
+    assert_true(sb_spec_expect(&p, 1, 8) < 0.1);
+    /* the statistics are per match length: 3 is still at its prior */
+    assert_true(sb_spec_expect(&p, 3, 1) > 0.5);
+    /* matches of 2 whose first token goes right but never the second: one token */
+    for (int r = 0; r < 20; r++) sb_spec_update(&p, 2, 4, 1);
+    assert_true(sb_spec_expect(&p, 2, 1) > 0.9 && sb_spec_expect(&p, 2, 4) < 1.2);
+    const double c1[10] = { 0, 1, 1.05, 1.1, 1.15, 1.2, 1.25, 1.3, 1.35, 1.4 };
+    sb_spec_policy r2;
+    sb_spec_policy_init(&r2, 8);
+    for (int n = 1; n <= 9; n++) sb_spec_time(&r2, n, c1[n]);
+    for (int r = 0; r < 20; r++) sb_spec_update(&r2, 2, 4, 1);
+    assert_int_equal(sb_spec_choose(&r2, 2, 8), 1);
+    /* sb_spec_draft copies what followed the longest match, cut at the
+     * context's end and at the chosen length */
+    const int32_t ctx[] = { 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 2, 3, 4, 5, 6 };
+    int32_t d[16];
+    int m;
+    assert_int_equal(sb_spec_draft(&p, ctx, 17, 8, d, &m), 7);
+    assert_int_equal(m, 4);
+    assert_int_equal(d[0], 7);
+    assert_int_equal(d[6], 13);
+    assert_int_equal(sb_spec_draft(&p, ctx, 13, 8, d, &m), 0);      /* "2" never occurred before */
+}
+
 /* Draw n outcomes of the rule and compare with p by chi-square. */
 static int check_rule(const float *qdense, int nv, const int32_t *ids, const float *p, int n, int32_t fixed_x) {
     enum { DRAWS = 200000 };
@@ -186,11 +275,15 @@ static void test_greedy_identity(void **state) {
         gen(e, prompt, n, &o, &plain, &r0);
         assert_int_equal(r0.n_drafted, 0);
         const int same_vocab = sb_engine_check_draft(e, draft, NULL) == 0;
-        for (int mode = 0; mode < 3; mode++) {
+        for (int mode = 0; mode < 4; mode++) {
             if (mode == 2 && !same_vocab) continue;
             sb_gen_opts so = o;
             so.spec_exact = 1;
-            so.lookup = mode == 0 ? 4 : mode == 1 ? SB_SPEC_MAX_DRAFT : 0;
+            so.lookup = mode == 0 || mode == 3 ? 4 : mode == 1 ? SB_SPEC_MAX_DRAFT : 0;
+            /* cheap checks: the policy drafts at every match, so drafts get
+             * rejected and rolled back; mode 3 times its passes (the
+             * runtime's way): identical text whatever it drafts */
+            so.spec_cost = mode == 3 ? 0 : 0.01;
             if (mode == 2) { so.draft = draft; so.n_draft = 5; }
             gen(e, prompt, n, &so, &spec, &r1);
             if (spec.n != plain.n || memcmp(spec.tok, plain.tok, (size_t)plain.n * sizeof(int32_t)))
@@ -200,6 +293,7 @@ static void test_greedy_identity(void **state) {
             assert_string_equal(r1.finish, r0.finish);
             /* The loop really ran: drafts were made, some taken, some not. */
             assert_true(r1.n_drafted > 0);
+            if (mode == 3) continue;    /* timed: how much it drafts depends on the machine */
             assert_true(r1.n_accepted > 0 && r1.n_accepted <= r1.n_drafted);
             if (mode != 2) assert_true(r1.n_accepted < r1.n_drafted);
         }
@@ -280,7 +374,7 @@ static void sampled_second_token(int use_draft) {
             o.max_tokens = 2;
             if (mode) {
                 if (use_draft) { o.draft = d; o.n_draft = 3; }
-                else o.lookup = 4;
+                else { o.lookup = 4; o.spec_cost = 0.01; }   /* fixed: a draft at every match */
             }
             gen(e, prompt, n, &o, &t, &r);
             /* A piece held back (part of a UTF-8 sequence) or an end
@@ -313,6 +407,9 @@ static void test_sampled_draft(void **state) { (void)state; sampled_second_token
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lookup),
+        cmocka_unit_test(test_find_longest),
+        cmocka_unit_test(test_policy_cost),
+        cmocka_unit_test(test_policy_choice),
         cmocka_unit_test(test_accept_rule),
         cmocka_unit_test(test_backoff),
         cmocka_unit_test(test_greedy_identity),

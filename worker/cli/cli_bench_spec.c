@@ -53,11 +53,13 @@ static int cmp_double(const void *a, const void *b) {
 static void usage(FILE *f) {
     fprintf(f,
             "usage: switchboard bench -m MODEL.gguf (--lookup N | --draft FILE [--n-draft N]) --prompt-file F\n"
-            "                         [-n 128] [-t T] [-r RUNS] [--spec-exact] [--json]\n\n"
+            "                         [-n 128] [-t T] [-r RUNS] [--spec-exact] [--spec-cost C] [--json]\n\n"
             "Greedy decode speed of the prompt in F (raw text, special tokens parsed: put\n"
             "the chat template in it) without and with speculative decoding, RUNS of\n"
             "each, interleaved, after one warm-up of each; medians, acceptance, and\n"
-            "whether the two texts are identical.\n");
+            "whether the two texts are identical. --spec-cost C: prompt lookup's policy\n"
+            "assumes a check of n tokens costs 1 + C(n-1) plain steps instead of timing\n"
+            "its passes (reproducible draft counts).\n");
 }
 
 /* One greedy generation of the prompt: plain (mode 0: no lookup, no
@@ -95,6 +97,12 @@ static int parse_args(int argc, char **argv, spec_args *o, sb_gen_opts *go) {
         else if (!strcmp(a, "--draft") && v) { o->draft = v; i++; }
         else if (!strcmp(a, "--prompt-file") && v) { o->pfile = v; i++; }
         else if (!strcmp(a, "--spec-exact")) go->spec_exact = 1;
+        else if (!strcmp(a, "--spec-cost") && v) {
+            char *end;
+            go->spec_cost = strtod(v, &end);
+            if (*end || !(go->spec_cost > 0 && go->spec_cost < 10)) { fprintf(stderr, "bench: --spec-cost needs a number in (0, 10)\n"); return SB_EXIT_CONFIG; }
+            i++;
+        }
         else if (!strcmp(a, "--json")) o->json = 1;
         else if (!strcmp(a, "--lookup")) { bad = sb_opt_int("bench", a, v, 1, SB_SPEC_MAX_DRAFT, &x); go->lookup = (int)x; i++; }
         else if (!strcmp(a, "--n-draft")) { bad = sb_opt_int("bench", a, v, 1, SB_SPEC_MAX_DRAFT, &x); go->n_draft = (int)x; i++; }

@@ -657,6 +657,9 @@ static void part_done(sb_engine *e, sb_task *t, int fork, int n) {
 static int step_alone(sb_engine *e) {
     sb_sched *s = e->sched;
     sb_task *t = s->n_run == 1 ? s->run[0] : NULL;
+    /* A step shared with other tasks is no plain step of one: not timed. */
+    if (!t)
+        for (int i = 0; i < s->n_run; i++) s->run[i]->spec.t_ret = 0;
     if (!t || t->kind != K_GEN || t->state != T_DECODE || t->spec.max_draft <= 0) return 0;
     char err[SB_ERR_LEN];
     const int free0 = sb_ctx_kv_blocks_free(e->ctx), drafted0 = t->res.n_drafted;

@@ -83,9 +83,11 @@ int  engine_prefill(sb_engine *e, const int32_t *prompt, int n, int *reused, cha
 /* speculate.c: one generation's speculative state (docs/SPECULATIVE.md). */
 typedef struct {
     gen_core *c;                /* the generation it drafts for */
-    int max_draft;              /* tokens per draft now; 0: off (no drafts, a schema, or backed off) */
+    int max_draft;              /* tokens per draft at most; 0: off (no drafts, a schema, or a draft model backed off) */
     int n_vocab;
-    int win_drafted, win_accepted;          /* sb_spec_backoff's window */
+    int win_drafted, win_accepted;          /* sb_spec_backoff's window (draft model) */
+    sb_spec_policy pol;                     /* prompt lookup's drafting policy */
+    double t_ret;               /* when spec_step last returned 2 (a plain step follows), 0: not timing */
     int32_t draft[SB_SPEC_MAX_DRAFT + 1];   /* [0] the token verified after, then the drafts */
     float *rows;                /* (max_draft + 1) × n_vocab verification logits */
     int32_t *ids;               /* n_vocab: one position's distribution */

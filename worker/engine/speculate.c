@@ -74,16 +74,26 @@ int spec_step(spec_state *s, int seq, int32_t *hist, int *n_hist, int32_t *tok, 
     gen_core *c = s->c;
     sb_engine *e = c->e;
     const sb_gen_opts *o = c->o;
+    const double t_in = sb_now_s();
+    /* The caller's plain step since we returned 2: the policy's unit of cost. */
+    if (s->t_ret > 0) sb_spec_time(&s->pol, 1, t_in - s->t_ret);
+    s->t_ret = 0;
     int max = SB_MIN(s->max_draft, sb_ctx_n_ctx(e->ctx) - *n_hist - 1);
     max = SB_MIN(max, c->max_tokens - c->res->n_gen);
     if (max <= 0) return 2;
     hist[*n_hist] = *tok;
-    const int k = o->lookup > 0 ? sb_spec_lookup(hist, *n_hist + 1, max, s->draft + 1)
+    int m = 0;
+    const int k = o->lookup > 0 ? sb_spec_draft(&s->pol, hist, *n_hist + 1, max, s->draft + 1, &m)
                                 : draft_model(s, hist, *n_hist, max, err);
-    if (k <= 0) return k < 0 ? k : 2;
+    if (k <= 0) {
+        if (k == 0) s->t_ret = sb_now_s();
+        return k < 0 ? k : 2;
+    }
     s->draft[0] = *tok;
+    const double t_v = sb_now_s();
     int rc = sb_ctx_seq_verify(e->ctx, seq, s->draft, k + 1, s->rows, o->spec_exact, err);
     if (rc) return rc > 0 ? -rc : rc;
+    const double t_check = sb_now_s() - t_v;
     hist[(*n_hist)++] = *tok;
     int done = 0, i = 0;
     for (; i < k && !done; i++) {
@@ -97,7 +107,13 @@ int spec_step(spec_state *s, int seq, int32_t *hist, int *n_hist, int32_t *tok, 
     c->res->n_accepted += accepted;
     e->spec_drafted += (uint64_t)k;
     e->spec_accepted += (uint64_t)accepted;
-    s->max_draft = sb_spec_backoff(s->max_draft, &s->win_drafted, &s->win_accepted, k, accepted);
+    if (o->lookup > 0) {
+        /* the policy chooses each draft's length itself (sb_spec_draft) */
+        sb_spec_update(&s->pol, m, k, accepted);
+        sb_spec_time(&s->pol, k + 1, t_check);
+    } else {
+        s->max_draft = sb_spec_backoff(s->max_draft, &s->win_drafted, &s->win_accepted, k, accepted);
+    }
     /* All accepted: the last row is a free token from the target. */
     if (i == k && !done) *tok = sb_sampler_sample(c->smp, s->rows + (size_t)k * s->n_vocab);
     sb_ctx_seq_truncate(e->ctx, seq, *n_hist);
@@ -111,6 +127,8 @@ int spec_init(spec_state *s, gen_core *c, char *err) {
      * samples unmasked: no speculation under a grammar (for now). */
     s->max_draft = o->json_schema ? 0 : SB_MIN(o->lookup > 0 ? o->lookup : o->draft ? o->n_draft : 0, SB_SPEC_MAX_DRAFT);
     if (s->max_draft <= 0) return 0;
+    sb_spec_policy_init(&s->pol, s->max_draft);
+    s->pol.fixed_slope = o->spec_cost;
     const size_t nv = (size_t)s->n_vocab;
     /* ids/probs hold the target's and the draft's distributions in turn */
     const size_t nd = o->draft ? SB_MAX(nv, (size_t)sb_model_hparams(o->draft->model)->n_vocab) : nv;
