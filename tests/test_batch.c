@@ -14,6 +14,7 @@
  *    first to read the shared part;
  *  - a score task gives exactly sb_engine_score's log-probabilities;
  *  - when the budget is short, the higher priority's prompt goes first;
+ *  - generations with one json_schema at once share its mask cache;
  *  - a drafting generation that runs alone speculates (lookup, a draft
  *    model) and gives plain greedy's tokens; joined by another task it
  *    takes plain steps, and both still give what they give alone.
@@ -501,6 +502,54 @@ static void test_spec_alone(void **state) {
     sb_engine_free(draft);
 }
 
+/* Generations with one json_schema at once share the schema's mask cache:
+ * after one task has been through the positions, three more run together
+ * on the same prompt compute no mask at all (each used to get a matcher
+ * with an empty cache of its own but one, and recompute every mask on the
+ * compute thread between passes), and they give the lone task's tokens. */
+static void test_schema_masks_shared(void **state) {
+    (void)state;
+    enum { N = 3, GEN = 24 };
+    static const char SCHEMA[] =
+        "{\"type\": \"object\", \"additionalProperties\": false, \"required\": [\"topic\"],"
+        " \"properties\": {\"topic\": {\"type\": \"string\", \"maxLength\": 12}}}";
+    sb_engine *e = open_engine(FIXTURES[1], N + 1, 0, 64);
+    const int nv = sb_model_hparams(sb_engine_model(e))->n_vocab;
+    int32_t p[10];
+    make_prompt(p, 10, nv, 11);
+    char err[SB_ERR_LEN];
+    sb_gen_opts o0, o[N];
+    out_t ref, got[N];
+    sb_task *t0, *t[N];
+    sb_gen_result r0, r;
+    greedy(&o0, GEN, &ref);
+    o0.json_schema = SCHEMA;
+    o0.json_schema_len = strlen(SCHEMA);
+    assert_int_equal(sb_engine_submit_generate(e, p, 10, &o0, 0, &t0, err), 0);
+    run_all(e, &t0, 1);
+    assert_int_equal(sb_task_poll(t0, &r0, NULL, err), 1);
+    sb_task_free(e, t0);
+    assert_true(r0.masks_computed > 1);
+    assert_true(ref.n > 1);
+    for (int i = 0; i < N; i++) {
+        greedy(&o[i], GEN, &got[i]);
+        o[i].json_schema = SCHEMA;
+        o[i].json_schema_len = strlen(SCHEMA);
+        assert_int_equal(sb_engine_submit_generate(e, p, 10, &o[i], 0, &t[i], err), 0);
+    }
+    run_all(e, t, N);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(sb_task_poll(t[i], &r, NULL, err), 1);
+        assert_same(&got[i], &ref);
+        if (r.masks_computed != 0)
+            fail_msg("task %d computed %llu masks (reused %llu): the schema's cache was not shared", i,
+                     (unsigned long long)r.masks_computed, (unsigned long long)r.masks_reused);
+        assert_int_equal(r.masks_reused, r0.masks_computed + r0.masks_reused);
+        sb_task_free(e, t[i]);
+    }
+    sb_engine_free(e);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_together_equals_alone),
@@ -512,6 +561,7 @@ int main(void) {
         cmocka_unit_test(test_score_equals),
         cmocka_unit_test(test_priority),
         cmocka_unit_test(test_spec_alone),
+        cmocka_unit_test(test_schema_masks_shared),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -14,7 +14,9 @@
  *  4. vec_dotn_il (Q4_K…Q6_K at AVX-512: several weight rows against up to 16 tokens
  *     interleaved by sb_kq_q8_K_interleave) is vec_dot bit for bit for every row, token,
  *     row count and token count, writes only its outputs, and that vec_dot is the
- *     reference's bit for bit (the per-block float step the interleaved kernel repeats).
+ *     reference's bit for bit (the per-block float step the interleaved kernel repeats);
+ *     the same for Q4_0/Q5_0/Q8_0 at AVX-512 on Q8_0 activations prepared by
+ *     sb_kq_q8_0_prepare (every tail of n/32 mod 4 blocks; vec_dot bit for bit).
  */
 #include <math.h>
 #include <setjmp.h>
@@ -166,17 +168,22 @@ static void test_dotn_table(void **state) {
 }
 
 /* nrows rows of x (bx apart) against nt tokens of y through vec_dotn_il:
- * every result is vec_dot's bit for bit, the output's row gaps untouched. */
+ * every result is vec_dot's bit for bit, the output's row gaps untouched.
+ * Q8_K activations are interleaved (and vec_dot is then the reference's bit
+ * for bit too), Q8_0 ones prepared (sb_kq_q8_0_prepare; vec_dot's closeness
+ * to the reference is test_dotn_bit_identical's). */
 static void check_il(int level, int type, int n, int nrows, int nt, const uint8_t *x, size_t bx, const uint8_t *y,
                      size_t y_stride, const char *what) {
     const sb_kq_traits *t = &sb_kq_table(level)[type];
-    const int nb = n / 256;
+    const int q8_0 = t->vec_dot_type == SB_TYPE_Q8_0;
     const size_t s_stride = (size_t)nrows + 2;
-    uint8_t *il = sb_aligned_alloc((size_t)nb * SB_KQ_IL_BLOCK_BYTES);
+    const size_t il_bytes = q8_0 ? (size_t)nt * sb_kq_q8_0_prep_bytes(n) : (size_t)(n / 256) * SB_KQ_IL_BLOCK_BYTES;
+    uint8_t *il = sb_aligned_alloc(il_bytes);
     float *s = malloc(sizeof(float) * s_stride * (size_t)nt);
     assert_true(il && s);
     for (size_t i = 0; i < s_stride * (size_t)nt; i++) s[i] = SENTINEL;
-    sb_kq_q8_K_interleave(nb, nt, y, y_stride, il);
+    if (q8_0) sb_kq_q8_0_prepare(n, nt, y, y_stride, il);
+    else sb_kq_q8_K_interleave(n / 256, nt, y, y_stride, il);
     t->vec_dotn_il(n, nrows, nt, s, s_stride, x, bx, il);
     for (int k = 0; k < nt; k++) {
         for (int r = 0; r < nrows; r++) {
@@ -184,7 +191,7 @@ static void check_il(int level, int type, int n, int nrows, int nt, const uint8_
             t->vec_dot(n, &one, x + (size_t)r * bx, y + (size_t)k * y_stride);
             ref_row(type)->vec_dot(n, &ref, x + (size_t)r * bx, y + (size_t)k * y_stride);
             const float got = s[(size_t)k * s_stride + (size_t)r];
-            if (memcmp(&got, &one, sizeof got) || memcmp(&one, &ref, sizeof one))
+            if (memcmp(&got, &one, sizeof got) || (!q8_0 && memcmp(&one, &ref, sizeof one)))
                 fail_msg("%s vec_dotn_il at %s (%s), n %d, rows %d, nt %d, row %d, token %d: %.9g (0x%08x), "
                          "vec_dot %.9g (0x%08x), reference %.9g (0x%08x)", t->name, sb_kq_level_name(level), what, n,
                          nrows, nt, r, k, got, sb_fp32_to_bits(got), one, sb_fp32_to_bits(one), ref,
@@ -204,14 +211,19 @@ static void test_dotn_il(void **state) {
     for (int level = 0; level <= sb_kq_best_level(); level++)
         for (int type = 0; type < SB_TYPE_COUNT; type++) {
             if (!is_weight(type) || !sb_kq_table(level)[type].vec_dotn_il) continue;
-            static const int lens[] = { 256, 3 * 256, 3072 };
-            for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+            const int yt = sb_kq_table(level)[type].vec_dot_type;
+            /* Q8_0 activations: block counts with every tail (n/32 mod 4) and
+             * the 0.5B Qwen's 896; Q8_K: 1, 3 and 12 super-blocks. */
+            static const int lens_k[] = { 256, 3 * 256, 3072 }, lens_0[] = { 32, 96, 5 * 32, 896, 3072 + 64 };
+            const int *lens = yt == SB_TYPE_Q8_0 ? lens_0 : lens_k;
+            const size_t n_lens = yt == SB_TYPE_Q8_0 ? SB_ARRAY_LEN(lens_0) : SB_ARRAY_LEN(lens_k);
+            for (size_t li = 0; li < n_lens; li++) {
                 const int n = lens[li];
-                const size_t y_stride = sb_kq_row_size(ref_row(SB_TYPE_Q8_K), n) + 4 * (2 * li + 1);
+                const size_t y_stride = sb_kq_row_size(ref_row(yt), n) + 4 * (2 * li + 1);
                 size_t bx;
                 uint8_t *x = make_rows(type, 9, n, &bx), *rx = make_rows(type, 9, n, &bx);
                 for (int r = 0; r < 9; r++) fill_random_blocks(type, rx + (size_t)r * bx, n);
-                uint8_t *y = make_acts(SB_TYPE_Q8_K, SB_KQ_IL_TOK, n, y_stride, 0);
+                uint8_t *y = make_acts(yt, SB_KQ_IL_TOK, n, y_stride, 0);
                 for (int nt = 1; nt <= SB_KQ_IL_TOK; nt++)
                     for (int nrows = 1; nrows <= 9; nrows += nt % 2 ? 3 : 4) {
                         check_il(level, type, n, nrows, nt, x, bx, y, y_stride, "quantized");
@@ -222,14 +234,15 @@ static void test_dotn_il(void **state) {
                 free(y);
             }
             size_t bx, by;
-            const int n = 7 * 256;
-            uint8_t *x = make_extreme_rows(type, 5, n, &bx), *y = make_extreme_rows(SB_TYPE_Q8_K, SB_KQ_IL_TOK, n, &by);
+            const int n = yt == SB_TYPE_Q8_0 ? 7 * 32 : 7 * 256;
+            uint8_t *x = make_extreme_rows(type, 5, n, &bx), *y = make_extreme_rows(yt, SB_KQ_IL_TOK, n, &by);
             for (int nt = 1; nt <= SB_KQ_IL_TOK; nt += 3) check_il(level, type, n, 5, nt, x, bx, y, by, "extremes");
             free(x);
             free(y);
             checked++;
         }
-    if (sb_kq_best_level() >= SB_KQ_AVX512) assert_int_equal(checked, 3);   /* Q4_K, Q5_K, Q6_K */
+    /* Q4_K, Q5_K, Q6_K interleaved; Q4_0, Q5_0, Q8_0 prepared */
+    if (sb_kq_best_level() >= SB_KQ_AVX512) assert_int_equal(checked, 6);
 }
 
 int main(void) {

@@ -406,6 +406,58 @@ static void check_vocab(const char *path) {
 static void test_mask_spm(void **state) { (void)state; check_vocab("tests/data/vocab/ggml-vocab-llama-spm.gguf"); }
 static void test_mask_bpe(void **state) { (void)state; check_vocab("tests/data/vocab/ggml-vocab-qwen2.gguf"); }
 
+/* Matchers sharing a cache (sb_gmatch_new_sharing): a position's mask is
+ * computed once for all of them and is the mask a lone matcher computes;
+ * the cache outlives the matcher it came from. */
+static void test_mask_shared(void **state) {
+    (void)state;
+    rig r = rig_bytes(SCHEMA, "tests/data/vocab/ggml-vocab-qwen2.gguf");
+    char err[SB_ERR_LEN];
+    sb_gmatch *a, *b, *lone;
+    if (sb_gmatch_new_sharing(r.m, &a, err) || sb_gmatch_new_sharing(a, &b, err) ||
+        sb_gmatch_new(r.g, r.t, &lone, err))
+        fail_msg("%s", err);
+    const size_t words = ((size_t)sb_tok_trie_n_vocab(r.t) + 31) / 32;
+    uint32_t *want = malloc(words * sizeof *want);
+    assert_non_null(want);
+    static const char *const prefixes[] = { "{\"topic\": \"ab", "{\"topic\":\"\",\"n\":12", "{" };
+    for (size_t i = 0; i < SB_ARRAY_LEN(prefixes); i++) {
+        const char *pre = prefixes[i];
+        sb_gmatch *first = i == 0 ? r.m : a, *second = i == 0 ? a : b;
+        sb_gmatch_reset(lone);
+        assert_int_equal(sb_gmatch_bytes(lone, pre, strlen(pre)), 0);
+        memcpy(want, sb_gmatch_mask(lone), words * sizeof *want);
+        uint64_t c1, r1, c2, r2, c3, r3;
+        sb_gmatch_stats(first, &c1, &r1);
+        sb_gmatch_stats(second, &c2, &r2);
+        sb_gmatch_reset(first);
+        sb_gmatch_reset(second);
+        assert_int_equal(sb_gmatch_bytes(first, pre, strlen(pre)), 0);
+        assert_int_equal(sb_gmatch_bytes(second, pre, strlen(pre)), 0);
+        assert_memory_equal(sb_gmatch_mask(first), want, words * sizeof *want);
+        assert_memory_equal(sb_gmatch_mask(second), want, words * sizeof *want);
+        sb_gmatch_stats(first, &c3, &r3);
+        assert_int_equal(c3, c1 + 1);           /* computed by the first ... */
+        sb_gmatch_stats(second, &c3, &r3);
+        assert_int_equal(c3, c2);               /* ... found by the second */
+        assert_int_equal(r3, r2 + 1);
+        if (i == 0) {                           /* the cache's first owner goes */
+            sb_gmatch_free(r.m);
+            r.m = NULL;
+        }
+    }
+    /* A lone matcher's cache is its own: the shared one's masks do not reach it. */
+    uint64_t cl, rl;
+    sb_gmatch_stats(lone, &cl, &rl);
+    assert_int_equal(cl, SB_ARRAY_LEN(prefixes));
+    assert_int_equal(rl, 0);
+    free(want);
+    sb_gmatch_free(a);
+    sb_gmatch_free(b);
+    sb_gmatch_free(lone);
+    rig_free(&r);
+}
+
 /* ---- generation on the tiny models ---- */
 
 typedef struct { char buf[8192]; size_t len; } out_buf;
@@ -465,6 +517,7 @@ int main(void) {
         cmocka_unit_test(test_random_documents),
         cmocka_unit_test(test_mask_spm),
         cmocka_unit_test(test_mask_bpe),
+        cmocka_unit_test(test_mask_shared),
         cmocka_unit_test(test_generate_tiny),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -26,6 +26,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef SB_STEP_TRACE
+#include <unistd.h>
+#endif
 
 #include "common/sb_common.h"
 #include "worker/engine/engine_impl.h"
@@ -94,6 +97,9 @@ struct sb_sched {
     sb_seq_part *parts;     /* one step's parts and, per part, its task and fork */
     sb_task **part_task;
     int *part_fork;
+#ifdef SB_STEP_TRACE
+    FILE *trace;            /* one line per step (below) */
+#endif
 };
 
 int sb_sched_ctx_seqs(int max_tasks) { return 1 + max_tasks + PREFIX_SLOTS + FORK_SLOTS; }
@@ -121,6 +127,14 @@ int sb_sched_new(sb_engine *e, int max_tasks, char *err) {
     for (int i = 0; i < PREFIX_SLOTS; i++) s->pfx[i].seq = -1;
     /* Prefixes may keep half the pool warm; admission takes them back anyway. */
     s->max_prefix_blocks = sb_ctx_kv_blocks_total(e->ctx) / 2;
+#ifdef SB_STEP_TRACE
+    const char *tp = getenv("SB_STEP_TRACE");
+    if (tp) {
+        char fn[512];
+        snprintf(fn, sizeof fn, "%s.%d", tp, (int)getpid());
+        s->trace = fopen(fn, "w");
+    }
+#endif
     return 0;
 }
 
@@ -139,6 +153,9 @@ void sb_sched_free(sb_engine *e) {
     sb_free(s->parts);
     sb_free(s->part_task);
     sb_free(s->part_fork);
+#ifdef SB_STEP_TRACE
+    if (s->trace) fclose(s->trace);
+#endif
     sb_free(s);
     e->sched = NULL;
 }
@@ -675,12 +692,23 @@ static int step_alone(sb_engine *e) {
     return 1;
 }
 
+/* A build with -DSB_STEP_TRACE and SB_STEP_TRACE=PATH in the environment
+ * writes PATH.PID, one line per batched step: its start (sb_now_s), tasks
+ * running, parts, tokens, one-token parts, rows sampled and of them under a
+ * grammar mask, and ms in planning, in the forward pass and after it
+ * (sampling, masks, emitting). tests/bench/step_trace.py sums it up. */
 int sb_engine_step(sb_engine *e, char *err) {
     sb_sched *s = e->sched;
     reap(e);
+#ifdef SB_STEP_TRACE
+    const double T0 = sb_now_s();
+#endif
     if (step_alone(e)) return s->n_run;
     const int np = plan(e);
     if (np == 0) return s->n_run;
+#ifdef SB_STEP_TRACE
+    const double T1 = sb_now_s();
+#endif
     int tokens = 0;
     for (int i = 0; i < np; i++) {
         sb_task *t = s->part_task[i];
@@ -697,11 +725,27 @@ int sb_engine_step(sb_engine *e, char *err) {
     }
     s->steps++;
     s->step_tokens += (uint64_t)tokens;
+#ifdef SB_STEP_TRACE
+    const double T2 = sb_now_s();
+    int n_one = 0, n_samp = 0, n_mask = 0;
+    const int n_run = s->n_run;
+#endif
     for (int i = 0; i < np; i++) {
         sb_task *t = s->part_task[i];
         if (t->state == T_DONE || t->state == T_FAILED) continue;
+#ifdef SB_STEP_TRACE
+        n_one += s->parts[i].n == 1;
+        if (s->parts[i].logits) n_samp++, n_mask += t->kind == K_GEN && t->core.gm;
+#endif
         part_done(e, t, s->part_fork[i], s->parts[i].n);
     }
+#ifdef SB_STEP_TRACE
+    if (s->trace) {
+        fprintf(s->trace, "%.6f run %d parts %d tok %d dec %d samp %d mask %d plan %.3f pass %.3f post %.3f\n", T0,
+                n_run, np, tokens, n_one, n_samp, n_mask, (T1 - T0) * 1e3, (T2 - T1) * 1e3, (sb_now_s() - T2) * 1e3);
+        fflush(s->trace);
+    }
+#endif
     return s->n_run;
 }
 

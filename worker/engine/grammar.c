@@ -18,7 +18,8 @@
  * the number of trie nodes that are valid prefixes. Masks are cached per
  * position (the stack set is the whole state, so the mask is a function of
  * it), which makes repeated positions - the same property, the same count
- * of characters left - cost one hash lookup.
+ * of characters left - cost one hash lookup. Matchers on one grammar may
+ * share the cache (sb_gmatch_new_sharing).
  */
 #include "worker/engine/sb_grammar.h"
 
@@ -435,6 +436,17 @@ typedef struct { uint64_t h; int32_t *key; int n; uint32_t *mask; } centry;
  * of masks the cache starts over rather than growing without bound. */
 #define CACHE_MAX_BYTES (48u << 20)
 
+/* Masks by position. A mask is a function of the stack set alone (for one
+ * grammar and trie), so every matcher on the grammar can share one cache:
+ * several generations with one schema at once (a batch of a pipeline
+ * stage's calls) then compute each position's mask once, not once each. */
+typedef struct {
+    centry  *tab;               /* open addressing, power-of-two size */
+    int      cap, n;
+    size_t   bytes;
+    int      refs;              /* matchers sharing it */
+} mcache;
+
 struct sb_gmatch {
     const sb_grammar  *g;
     const sb_tok_trie *t;
@@ -443,14 +455,29 @@ struct sb_gmatch {
     sset    *walk;              /* one per trie depth */
     int      n_walk;
     int      n_words;
-    centry  *cache;             /* open addressing, power-of-two size */
-    int      cache_cap, cache_n;
-    size_t   cache_bytes;
-    uint64_t computed, reused;
+    mcache  *cache;
+    uint64_t computed, reused;  /* this matcher's lookups */
     int      oom;               /* a walk ran out of memory: the mask is incomplete */
 };
 
-int sb_gmatch_new(const sb_grammar *g, const sb_tok_trie *t, sb_gmatch **out, char *err) {
+static void cache_clear(mcache *c) {
+    for (int i = 0; i < c->cap; i++) {
+        sb_free(c->tab[i].key);
+        sb_free(c->tab[i].mask);
+    }
+    memset(c->tab, 0, (size_t)c->cap * sizeof *c->tab);
+    c->n = 0;
+    c->bytes = 0;
+}
+
+static void cache_unref(mcache *c) {
+    if (!c || --c->refs > 0) return;
+    if (c->tab) cache_clear(c);
+    sb_free(c->tab);
+    sb_free(c);
+}
+
+static int matcher_new(const sb_grammar *g, const sb_tok_trie *t, mcache *share, sb_gmatch **out, char *err) {
     *out = NULL;
     sb_gmatch *m = sb_calloc(1, sizeof *m);
     if (!m) return sb_seterr(err, SB_ENOMEM, "grammar matcher: out of memory");
@@ -459,9 +486,15 @@ int sb_gmatch_new(const sb_grammar *g, const sb_tok_trie *t, sb_gmatch **out, ch
     m->n_words = (t->n_vocab + 31) / 32;
     m->n_walk = t->max_depth + 2;
     m->walk = sb_calloc((size_t)m->n_walk, sizeof *m->walk);
-    m->cache_cap = 256;
-    m->cache = sb_calloc((size_t)m->cache_cap, sizeof *m->cache);
-    if (!m->walk || !m->cache) {
+    if (share) {
+        share->refs++;
+        m->cache = share;
+    } else if ((m->cache = sb_calloc(1, sizeof *m->cache))) {
+        m->cache->refs = 1;
+        m->cache->cap = 256;
+        m->cache->tab = sb_calloc((size_t)m->cache->cap, sizeof *m->cache->tab);
+    }
+    if (!m->walk || !m->cache || !m->cache->tab) {
         sb_gmatch_free(m);
         return sb_seterr(err, SB_ENOMEM, "grammar matcher: out of memory");
     }
@@ -474,20 +507,17 @@ int sb_gmatch_new(const sb_grammar *g, const sb_tok_trie *t, sb_gmatch **out, ch
     return 0;
 }
 
-static void cache_clear(sb_gmatch *m) {
-    for (int i = 0; i < m->cache_cap; i++) {
-        sb_free(m->cache[i].key);
-        sb_free(m->cache[i].mask);
-    }
-    memset(m->cache, 0, (size_t)m->cache_cap * sizeof *m->cache);
-    m->cache_n = 0;
-    m->cache_bytes = 0;
+int sb_gmatch_new(const sb_grammar *g, const sb_tok_trie *t, sb_gmatch **out, char *err) {
+    return matcher_new(g, t, NULL, out, err);
+}
+
+int sb_gmatch_new_sharing(sb_gmatch *peer, sb_gmatch **out, char *err) {
+    return matcher_new(peer->g, peer->t, peer->cache, out, err);
 }
 
 void sb_gmatch_free(sb_gmatch *m) {
     if (!m) return;
-    if (m->cache) cache_clear(m);
-    sb_free(m->cache);
+    cache_unref(m->cache);
     sset_free(&m->cur);
     sset_free(&m->tmp);
     for (int i = 0; m->walk && i < m->n_walk; i++) sset_free(&m->walk[i]);
@@ -566,34 +596,35 @@ static int compute_mask(sb_gmatch *m, uint32_t *mask) {
     return 0;
 }
 
-static int cache_grow(sb_gmatch *m) {
-    int nc = m->cache_cap * 2;
+static int cache_grow(mcache *c) {
+    int nc = c->cap * 2;
     centry *n = sb_calloc((size_t)nc, sizeof *n);
     if (!n) return SB_ENOMEM;
-    for (int i = 0; i < m->cache_cap; i++) {
-        if (!m->cache[i].key) continue;
-        int j = (int)(m->cache[i].h & (uint64_t)(nc - 1));
+    for (int i = 0; i < c->cap; i++) {
+        if (!c->tab[i].key) continue;
+        int j = (int)(c->tab[i].h & (uint64_t)(nc - 1));
         while (n[j].key) j = (j + 1) & (nc - 1);
-        n[j] = m->cache[i];
+        n[j] = c->tab[i];
     }
-    sb_free(m->cache);
-    m->cache = n;
-    m->cache_cap = nc;
+    sb_free(c->tab);
+    c->tab = n;
+    c->cap = nc;
     return 0;
 }
 
 const uint32_t *sb_gmatch_mask(sb_gmatch *m) {
     const sset *s = &m->cur;
+    mcache *c = m->cache;
     uint64_t h = hash_ints(s->v, s->n, 0x9E3779B97F4A7C15ull) | 1;
-    int j = (int)(h & (uint64_t)(m->cache_cap - 1));
-    for (; m->cache[j].key; j = (j + 1) & (m->cache_cap - 1))
-        if (m->cache[j].h == h && m->cache[j].n == s->n && !memcmp(m->cache[j].key, s->v, (size_t)s->n * sizeof *s->v)) {
+    int j = (int)(h & (uint64_t)(c->cap - 1));
+    for (; c->tab[j].key; j = (j + 1) & (c->cap - 1))
+        if (c->tab[j].h == h && c->tab[j].n == s->n && !memcmp(c->tab[j].key, s->v, (size_t)s->n * sizeof *s->v)) {
             m->reused++;
-            return m->cache[j].mask;
+            return c->tab[j].mask;
         }
     size_t mask_bytes = (size_t)m->n_words * sizeof(uint32_t);
-    if (m->cache_bytes + mask_bytes > CACHE_MAX_BYTES) cache_clear(m);
-    if (2 * (m->cache_n + 1) > m->cache_cap && cache_grow(m)) return NULL;
+    if (c->bytes + mask_bytes > CACHE_MAX_BYTES) cache_clear(c);
+    if (2 * (c->n + 1) > c->cap && cache_grow(c)) return NULL;
     centry e = { h, sb_malloc((size_t)SB_MAX(s->n, 1) * sizeof *s->v), s->n, sb_malloc(mask_bytes) };
     if (!e.key || !e.mask || compute_mask(m, e.mask)) {
         sb_free(e.key);
@@ -601,9 +632,9 @@ const uint32_t *sb_gmatch_mask(sb_gmatch *m) {
         return NULL;
     }
     memcpy(e.key, s->v, (size_t)s->n * sizeof *s->v);
-    for (j = (int)(h & (uint64_t)(m->cache_cap - 1)); m->cache[j].key; j = (j + 1) & (m->cache_cap - 1)) {}
-    m->cache[j] = e;
-    m->cache_n++;
-    m->cache_bytes += mask_bytes + (size_t)s->n * sizeof *s->v;
+    for (j = (int)(h & (uint64_t)(c->cap - 1)); c->tab[j].key; j = (j + 1) & (c->cap - 1)) {}
+    c->tab[j] = e;
+    c->n++;
+    c->bytes += mask_bytes + (size_t)s->n * sizeof *s->v;
     return e.mask;
 }

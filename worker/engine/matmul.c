@@ -90,7 +90,9 @@ typedef struct {
     sb_vec_dot_fn dot;
     sb_vec_dotn_fn dotn;        /* several tokens, 1x1 path: one weight row for up to 16 of them; NULL: dot per token */
     sb_vec_dotn_il_fn dotn_il;  /* the same on interleaved activations (yil), rows in groups; NULL: dotn */
-    const uint8_t *yil;         /* the segment's tokens interleaved, SB_KQ_IL_TOK per group */
+    const uint8_t *yil;         /* the segment's tokens interleaved (Q8_K) or prepared (Q8_0), SB_KQ_IL_TOK per group */
+    size_t yil_group;           /* bytes of one group of SB_KQ_IL_TOK tokens in yil */
+    int yil_q8_0;               /* yil: Q8_0 prepared (Q4_0/Q5_0/Q8_0 weights), else Q8_K interleaved */
     sb_gemv8_fn gemv8;          /* x8 weight, few tokens: 8 rows per call */
     sb_gemm_fn gemm;            /* NULL: the 1×1 path */
     const uint8_t *act;
@@ -119,11 +121,10 @@ static void run_1x1(const mm_part *p, int64_t r0, int n_tok) {
     const uint8_t *wd = p->w->data;
     const int n = (int)p->w->ne0;
     if (p->dotn_il) {
-        const size_t group_bytes = (size_t)(n / SB_QK_K) * SB_KQ_IL_BLOCK_BYTES;
         for (int t0 = 0; t0 < n_tok; t0 += SB_KQ_IL_TOK)
             p->dotn_il(n, (int)(r1 - r0), SB_MIN(SB_KQ_IL_TOK, n_tok - t0), p->y + (size_t)t0 * p->y_stride + r0,
                        p->y_stride, wd + (size_t)r0 * p->w->row_bytes, p->w->row_bytes,
-                       p->yil + (size_t)(t0 / SB_KQ_IL_TOK) * group_bytes);
+                       p->yil + (size_t)(t0 / SB_KQ_IL_TOK) * p->yil_group);
         return;
     }
     if (n_tok > 1 && p->dotn && !p->gemv8) {
@@ -200,16 +201,20 @@ static int mm_segments(const sb_mm *mm, int n_tok, mm_seg *seg) {
     return n;
 }
 
-/* Bytes of one part's interleaved activations. */
-static size_t il_bytes(const mm_part *p) {
-    return (size_t)ceil_div(p->n_tok, SB_KQ_IL_TOK) * (size_t)(p->w->ne0 / SB_QK_K) * SB_KQ_IL_BLOCK_BYTES;
+/* Bytes of one group of SB_KQ_IL_TOK tokens of a part's laid-out
+ * activations: Q8_0 prepared per token, Q8_K interleaved per group. */
+static size_t il_group_bytes(const mm_part *p) {
+    return p->yil_q8_0 ? SB_KQ_IL_TOK * sb_kq_q8_0_prep_bytes((int)p->w->ne0)
+                       : (size_t)(p->w->ne0 / SB_QK_K) * SB_KQ_IL_BLOCK_BYTES;
 }
 
-/* The activations of the parts that take vec_dotn_il, interleaved once per
- * (input, segment): parts of one run that share both share the copy. If
- * the buffer cannot grow, those parts fall back to vec_dotn (the same
- * numbers). Runs on the calling thread: a few µs per input, against a
- * matrix pass of milliseconds. */
+static size_t il_bytes(const mm_part *p) { return (size_t)ceil_div(p->n_tok, SB_KQ_IL_TOK) * il_group_bytes(p); }
+
+/* The activations of the parts that take vec_dotn_il, interleaved (Q8_K)
+ * or prepared (Q8_0) once per (input, segment): parts of one run that share
+ * both share the copy. If the buffer cannot grow, those parts fall back to
+ * vec_dotn (the same numbers). Runs on the calling thread: a few µs per
+ * input, against a matrix pass of milliseconds. */
 static void il_prepare(sb_mm *mm, mm_job *j) {
     size_t need = 0, off[SB_MM_MAX_OUTS * (SB_MM_MAX_SEGS + 1)];
     int owner[SB_MM_MAX_OUTS * (SB_MM_MAX_SEGS + 1)];
@@ -218,7 +223,9 @@ static void il_prepare(sb_mm *mm, mm_job *j) {
         owner[i] = -1;
         if (!p->dotn_il) continue;
         for (int k = 0; k < i && owner[i] < 0; k++)
-            if (j->part[k].dotn_il && j->part[k].act == p->act && j->part[k].n_tok == p->n_tok) owner[i] = owner[k];
+            if (j->part[k].dotn_il && j->part[k].act == p->act && j->part[k].n_tok == p->n_tok &&
+                j->part[k].yil_q8_0 == p->yil_q8_0)
+                owner[i] = owner[k];
         if (owner[i] >= 0) continue;
         owner[i] = i;
         off[i] = need;
@@ -237,11 +244,15 @@ static void il_prepare(sb_mm *mm, mm_job *j) {
         mm_part *p = &j->part[i];
         if (!p->dotn_il) continue;
         p->yil = mm->il + off[owner[i]];
+        p->yil_group = il_group_bytes(p);
         if (owner[i] != i) continue;
-        const int nb = (int)(p->w->ne0 / SB_QK_K);
-        for (int t0 = 0; t0 < p->n_tok; t0 += SB_KQ_IL_TOK)
-            sb_kq_q8_K_interleave(nb, SB_MIN(SB_KQ_IL_TOK, p->n_tok - t0), p->act + (size_t)t0 * p->act_stride,
-                                  p->act_stride, (uint8_t *)p->yil + (size_t)(t0 / SB_KQ_IL_TOK) * nb * SB_KQ_IL_BLOCK_BYTES);
+        for (int t0 = 0; t0 < p->n_tok; t0 += SB_KQ_IL_TOK) {
+            const int nt = SB_MIN(SB_KQ_IL_TOK, p->n_tok - t0);
+            const uint8_t *a = p->act + (size_t)t0 * p->act_stride;
+            uint8_t *dst = (uint8_t *)p->yil + (size_t)(t0 / SB_KQ_IL_TOK) * p->yil_group;
+            if (p->yil_q8_0) sb_kq_q8_0_prepare((int)p->w->ne0, nt, a, p->act_stride, dst);
+            else sb_kq_q8_K_interleave((int)(p->w->ne0 / SB_QK_K), nt, a, p->act_stride, dst);
+        }
     }
 }
 
@@ -265,7 +276,10 @@ void sb_mm_run(sb_mm *mm, const float *x, int n_tok, const sb_mm_out *outs, int 
             const int x8 = p->w->x8_buf != NULL;
             p->gemm = !g->one && g->n > (x8 ? X8_GEMM_MIN_TOKS - 1 : 1) && !mm->decode_kernels ? tt->gemm : NULL;
             p->gemv8 = x8 && !p->gemm ? tt->gemv8 : NULL;
-            p->dotn_il = !p->gemm && !p->gemv8 && g->n >= SB_KQ_IL_MIN_TOK && tt->vec_dot_type == SB_TYPE_Q8_K
+            p->yil_q8_0 = tt->vec_dot_type == SB_TYPE_Q8_0;
+            p->dotn_il = !p->gemm && !p->gemv8 &&
+                                 (tt->vec_dot_type == SB_TYPE_Q8_K ? g->n >= SB_KQ_IL_MIN_TOK
+                                                                   : p->yil_q8_0 && g->n >= SB_KQ_P8_MIN_TOK)
                              ? tt->vec_dotn_il : NULL;
             need_il |= p->dotn_il != NULL;
             p->act_stride = a->row_bytes;

@@ -92,6 +92,12 @@ int32_t sb_tok_trie_n_vocab(const sb_tok_trie *t);
 /* ---- Matcher ---- */
 /* g and t must outlive the matcher. Starts at the beginning of a document. */
 int  sb_gmatch_new(const sb_grammar *g, const sb_tok_trie *t, sb_gmatch **out, char *err);
+/* Another matcher on peer's grammar and trie, at the start of a document,
+ * sharing peer's mask cache: a mask either computes serves both (a mask
+ * depends only on the position). The cache lives while any of its matchers
+ * does; matchers sharing one must be used from one thread, and a mask is
+ * then valid until the next sb_gmatch_mask call on any of them. */
+int  sb_gmatch_new_sharing(sb_gmatch *peer, sb_gmatch **out, char *err);
 void sb_gmatch_free(sb_gmatch *m);
 void sb_gmatch_reset(sb_gmatch *m);
 /* Advance over bytes. 0, or SB_EINVAL when the grammar rejects them (the
@@ -107,7 +113,8 @@ int  sb_gmatch_can_continue(const sb_gmatch *m);
 /* The tokens allowed next: bit t of mask[t/32]. Owned by the matcher, valid
  * until its next call. NULL on out of memory. Cached per position. */
 const uint32_t *sb_gmatch_mask(sb_gmatch *m);
-/* Cache figures for measurements: masks computed (misses) and reused (hits). */
+/* Cache figures for measurements: this matcher's masks computed (misses)
+ * and reused (hits), whichever matcher filled the shared cache. */
 void sb_gmatch_stats(const sb_gmatch *m, uint64_t *computed, uint64_t *reused);
 
 static inline int sb_mask_has(const uint32_t *mask, int32_t t) { return (mask[t >> 5] >> (t & 31)) & 1; }

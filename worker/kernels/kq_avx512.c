@@ -339,3 +339,68 @@ static inline __attribute__((always_inline)) void dotn_legacy(int wt, int n, int
 void sb_kq_dotn_q4_0_q8_0_avx512(KQ_DOTN_ARGS) { dotn_legacy(L_Q4_0, n, nt, s, s_stride, x, y, y_stride); }
 void sb_kq_dotn_q5_0_q8_0_avx512(KQ_DOTN_ARGS) { dotn_legacy(L_Q5_0, n, nt, s, s_stride, x, y, y_stride); }
 void sb_kq_dotn_q8_0_q8_0_avx512(KQ_DOTN_ARGS) { dotn_legacy(L_Q8_0, n, nt, s, s_stride, x, y, y_stride); }
+
+/* ==== vec_dotn_il of Q4_0 / Q5_0 / Q8_0 on prepared activations =========== */
+/* dotn_legacy above still redoes, for every weight row, what depends on the
+ * token alone: its two 32-byte loads and insert per block pair, the fp16
+ * scales' conversion, the scale vector's assembly from scalars, and for
+ * Q4_0/Q5_0 a second VNNI dot for the −8/−16 offset. sb_kq_q8_0_prepare
+ * does those once per matrix input, so per token and block pair a row costs
+ * a load, one vpdpbusd (Q8_0: and the sign fix), one subtract, one multiply
+ * of the row's scales by the token's, the conversion and the FMA. The
+ * numbers are vec_dot's bit for bit: the integer sums are the same exact
+ * integers, the scale product is the same float product lane for lane
+ * (vmulps rounds as mulss; no contraction in ISO C), and the accumulators,
+ * reduction and AVX2 tail are vec_dot's. */
+static inline __attribute__((always_inline)) void dotn_prep(int wt, int n, int nrows, int nt, float *s,
+                                                            size_t s_stride, const void *vx, size_t x_stride,
+                                                            const void *yp) {
+    const int nb = n / 32, nq = nb / 4;
+    const size_t tb = sb_kq_q8_0_prep_bytes(n);
+    __m512 acc0[SB_KQ_IL_TOK], acc1[SB_KQ_IL_TOK];
+    for (int r = 0; r < nrows; r++) {
+        const void *xr = (const uint8_t *)vx + (size_t)r * x_stride;
+        for (int t = 0; t < nt; t++) acc0[t] = acc1[t] = _mm512_setzero_ps();
+        for (int i = 0; i < nq; i++) {
+            legacy_quad q;
+            legacy_decode(wt, xr, 4 * i, &q);
+            const __m512 dx0 = scale_2(q.d[0], q.d[1]), dx1 = scale_2(q.d[2], q.d[3]);
+            for (int t = 0; t < nt; t++) {
+                const uint8_t *pr = (const uint8_t *)yp + (size_t)t * tb + (size_t)i * 2 * SB_KQ_P8_PAIR_BYTES;
+                const __m512i y0 = _mm512_loadu_si512(pr), y1 = _mm512_loadu_si512(pr + SB_KQ_P8_PAIR_BYTES);
+                __m512i p0, p1;
+                if (wt == L_Q8_0) {
+                    p0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q.u[0], _mm512_mask_sub_epi8(y0, q.neg[0], _mm512_setzero_si512(), y0));
+                    p1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q.u[1], _mm512_mask_sub_epi8(y1, q.neg[1], _mm512_setzero_si512(), y1));
+                } else {
+                    __m512i o0 = _mm512_loadu_si512(pr + 128), o1 = _mm512_loadu_si512(pr + SB_KQ_P8_PAIR_BYTES + 128);
+                    if (wt == L_Q4_0) o0 = _mm512_srai_epi32(o0, 1), o1 = _mm512_srai_epi32(o1, 1);
+                    p0 = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), q.u[0], y0), o0);
+                    p1 = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), q.u[1], y1), o1);
+                }
+                const __m512 d0 = _mm512_mul_ps(dx0, _mm512_loadu_ps((const float *)(pr + 64)));
+                const __m512 d1 = _mm512_mul_ps(dx1, _mm512_loadu_ps((const float *)(pr + SB_KQ_P8_PAIR_BYTES + 64)));
+                acc0[t] = _mm512_fmadd_ps(d0, _mm512_cvtepi32_ps(p0), acc0[t]);
+                acc1[t] = _mm512_fmadd_ps(d1, _mm512_cvtepi32_ps(p1), acc1[t]);
+            }
+        }
+        for (int t = 0; t < nt; t++) {
+            float sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0[t], acc1[t]));
+            if (4 * nq < nb) {
+                const size_t xb = wt == L_Q4_0 ? sizeof(sb_block_q4_0) : wt == L_Q5_0 ? sizeof(sb_block_q5_0) : sizeof(sb_block_q8_0);
+                const void *xt = (const uint8_t *)xr + (size_t)(4 * nq) * xb;
+                const void *yt = (const uint8_t *)yp + (size_t)t * tb + (size_t)nq * 2 * SB_KQ_P8_PAIR_BYTES;
+                float rest;
+                if (wt == L_Q4_0) sb_kq_dot_q4_0_q8_0_avx2((nb - 4 * nq) * 32, &rest, xt, yt);
+                else if (wt == L_Q5_0) sb_kq_dot_q5_0_q8_0_avx2((nb - 4 * nq) * 32, &rest, xt, yt);
+                else sb_kq_dot_q8_0_q8_0_avx2((nb - 4 * nq) * 32, &rest, xt, yt);
+                sum += rest;
+            }
+            s[(size_t)t * s_stride + (size_t)r] = sum;
+        }
+    }
+}
+
+void sb_kq_dotn_il_q4_0_q8_0_avx512(KQ_DOTN_IL_ARGS) { dotn_prep(L_Q4_0, n, nrows, nt, s, s_stride, x, x_stride, yil); }
+void sb_kq_dotn_il_q5_0_q8_0_avx512(KQ_DOTN_IL_ARGS) { dotn_prep(L_Q5_0, n, nrows, nt, s, s_stride, x, x_stride, yil); }
+void sb_kq_dotn_il_q8_0_q8_0_avx512(KQ_DOTN_IL_ARGS) { dotn_prep(L_Q8_0, n, nrows, nt, s, s_stride, x, x_stride, yil); }

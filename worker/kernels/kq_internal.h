@@ -268,6 +268,9 @@ void sb_kq_dotn_il_q6_K_q8_K_avx512(KQ_DOTN_IL_ARGS);
 void sb_kq_dotn_q4_0_q8_0_avx512(KQ_DOTN_ARGS);    /* these three in kq_avx512.c, beside their vec_dot */
 void sb_kq_dotn_q5_0_q8_0_avx512(KQ_DOTN_ARGS);
 void sb_kq_dotn_q8_0_q8_0_avx512(KQ_DOTN_ARGS);
+void sb_kq_dotn_il_q4_0_q8_0_avx512(KQ_DOTN_IL_ARGS);   /* on prepared Q8_0 (sb_kq_q8_0_prepare), kq_avx512.c */
+void sb_kq_dotn_il_q5_0_q8_0_avx512(KQ_DOTN_IL_ARGS);
+void sb_kq_dotn_il_q8_0_q8_0_avx512(KQ_DOTN_IL_ARGS);
 void sb_kq_deq_f16_avx512(const void *src, float *dst, int64_t n);
 void sb_kq_act_f16_avx512(const float *src, void *dst, int64_t n);
 

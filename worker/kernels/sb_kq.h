@@ -122,6 +122,23 @@ void sb_kq_q8_K_interleave(int nb, int nt, const void *y, size_t y_stride, void 
 typedef void (*sb_vec_dotn_il_fn)(int n, int nrows, int nt, float *s, size_t s_stride, const void *x,
                                   size_t x_stride, const void *yil);
 
+/* Q8_0 activations of up to SB_KQ_IL_TOK tokens prepared for the
+ * vec_dotn_il of Q4_0/Q5_0/Q8_0 weights (sb_kq_q8_0_prepare): what a
+ * token's dot recomputes for every weight row, done once per matrix input.
+ * Per token (sb_kq_q8_0_prep_bytes(n) apart) and per pair of blocks in the
+ * whole 4-block steps: the 64 quants (one register), the two scales as
+ * floats [d0 ×8, d1 ×8], and 16·Σy per 4-byte group (the −16 offset of
+ * Q5_0's quants; Q4_0's −8 is half of it); then the blocks of the last
+ * n/32 mod 4 as Q8_0 (the kernels' AVX2 tail). */
+#define SB_KQ_P8_PAIR_BYTES (64 + 64 + 64)
+size_t sb_kq_q8_0_prep_bytes(int n);
+/* nt ≤ SB_KQ_IL_TOK Q8_0 rows of n elements (y_stride bytes apart) -> dst,
+ * 64-byte aligned, nt · sb_kq_q8_0_prep_bytes(n) bytes. */
+void sb_kq_q8_0_prepare(int n, int nt, const void *y, size_t y_stride, void *dst);
+/* Below this many tokens the prepared Q8_0 path does not pay (one token
+ * takes vec_dot, as a lone decode does). */
+#define SB_KQ_P8_MIN_TOK 2
+
 typedef struct {
     const char      *name;          /* "Q4_K", as llama.cpp prints it */
     int              blck_size;     /* elements per block; 0 = unsupported id */
@@ -135,7 +152,7 @@ typedef struct {
     sb_gemm_fn       gemm;          /* tiled vec_dot; NULL: call vec_dot per pair */
     sb_gemv8_fn      gemv8;         /* 8 rows in the x8 layout; NULL: this level keeps the file layout */
     sb_vec_dotn_fn   vec_dotn;      /* this level's vec_dot for nt rows; NULL: call sb_kq_vec_dotn */
-    sb_vec_dotn_il_fn vec_dotn_il;  /* the same on interleaved Q8_K activations; NULL: use vec_dotn */
+    sb_vec_dotn_il_fn vec_dotn_il;  /* the same on interleaved Q8_K (or prepared Q8_0) activations; NULL: vec_dotn */
 } sb_kq_traits;
 
 enum sb_kq_level { SB_KQ_REF = 0, SB_KQ_AVX2 = 1, SB_KQ_AVX512 = 2, SB_KQ_LEVELS };
