@@ -59,9 +59,8 @@ extern unsigned int console_index_html_len, console_app_js_len, console_app_css_
  * changes when the hotline is idle, and then nothing is sent. */
 #define STATE_MIN_S 5.0
 #define TICK_MS 2000
-/* The workers' RSS comes from /proc (an open, read and close each, ~15 us
- * a process with cold caches): read at most this often, shown with the
- * snapshots in between. */
+/* The workers' RSS comes from /proc (an open, read and close each): read
+ * at most this often, shown with the snapshots in between. */
 #define RSS_EVERY_S 30
 #define CACHE_STATS_S 60
 #define CACHE_STATS_SHARE 1000
