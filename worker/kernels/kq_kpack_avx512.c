@@ -27,14 +27,16 @@
 #include "worker/kernels/kq_kstep_avx512.h"
 
 #define PANEL 16                /* rows per panel: one per 32-bit lane */
-#define PACK_SB 8               /* super-blocks per packed chunk */
+#define PACK_SB 4               /* super-blocks per packed chunk */
 #define COLS 8                  /* columns per micro-kernel call */
 #define PACK_MIN_COLS 8
+#define GROUP 4                 /* panels packed together (64 rows: matmul.c's GEMM_ROWS) */
 
 /* One super-block of a panel. */
 typedef struct {
     uint8_t q[64][PANEL][4];    /* group g: quants 4g..4g+3 of each row, unsigned */
     int32_t sc[16][PANEL];      /* sub-block scales (8 used by Q4_K / Q5_K) */
+    float scf[16][PANEL];       /* the same as floats */
     int32_t mn[8][PANEL];       /* int16 pairs against bsums 2k, 2k+1 */
     float d[PANEL], dmin[PANEL];
 } panel_sb;
@@ -135,6 +137,8 @@ KQ_INLINE void pack_panel(int wt, const uint8_t *x, size_t bx, int nr, int i0, i
         panel_sb *p = &out[i];
         if (nr < PANEL) memset(p, 0, sizeof *p);
         for (int r = 0; r < nr; r++) pack_scales(wt, x + (size_t)r * bx + (size_t)(i0 + i) * bs, r, p);
+        for (int k = 0; k < 16; k++)
+            for (int r = 0; r < PANEL; r++) p->scf[k][r] = (float)p->sc[k][r];
         for (int j = 0; j < 4; j++) {
             __m512i rows[PANEL], cols[PANEL];
             for (int r = 0; r < PANEL; r++) {
@@ -147,6 +151,8 @@ KQ_INLINE void pack_panel(int wt, const uint8_t *x, size_t bx, int nr, int i0, i
         }
     }
 }
+
+static inline int imin(int a, int b) { return a < b ? a : b; }
 
 static inline __m512i bcast32(const void *p) {
     int32_t v;
@@ -187,6 +193,9 @@ KQ_INLINE void micro(int wt, int C, const panel_sb *pan, int nsb, const sb_block
                 for (int c = 0; c < C; c++) isum[c] = dpbusd_bcast(isum[c], q, yb[c]->qs + 4 * g);
             }
         }
+        __m512 fsum[COLS];
+#pragma GCC unroll 8
+        for (int c = 0; c < C; c++) fsum[c] = _mm512_setzero_ps();
         for (int sb = 0; sb < (wt == W_Q2_K ? 0 : ns); sb++) {
             __m512i t[COLS];
 #pragma GCC unroll 8
@@ -197,9 +206,9 @@ KQ_INLINE void micro(int wt, int C, const panel_sb *pan, int nsb, const sb_block
 #pragma GCC unroll 8
                 for (int c = 0; c < C; c++) t[c] = dpbusd_bcast(t[c], q, yb[c]->qs + 4 * g);
             }
-            const __m512i sc = _mm512_loadu_si512(p->sc[sb]);
+            const __m512 sc = _mm512_loadu_ps(p->scf[sb]);
 #pragma GCC unroll 8
-            for (int c = 0; c < C; c++) isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(t[c], sc));
+            for (int c = 0; c < C; c++) fsum[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t[c]), sc, fsum[c]);
         }
         const __m512 d = _mm512_loadu_ps(p->d);
 #pragma GCC unroll 8
@@ -208,7 +217,12 @@ KQ_INLINE void micro(int wt, int C, const panel_sb *pan, int nsb, const sb_block
 #pragma GCC unroll 8
             for (int k = 0; k < 8; k++) ms = _mm512_dpwssd_epi32(ms, _mm512_loadu_si512(p->mn[k]), bcast32(&yb[c]->bsums[2 * k]));
             const __m512 dy = _mm512_set1_ps(yb[c]->d);
-            if (has_min(wt)) {
+            if (wt != W_Q2_K) {
+                const __m512 is = _mm512_add_ps(fsum[c], _mm512_cvtepi32_ps(has_min(wt) ? isum[c] : _mm512_add_epi32(isum[c], ms)));
+                acc[c] = _mm512_fmadd_ps(_mm512_mul_ps(d, dy), is, acc[c]);
+                if (has_min(wt))
+                    acc[c] = _mm512_fnmadd_ps(_mm512_mul_ps(_mm512_loadu_ps(p->dmin), dy), _mm512_cvtepi32_ps(ms), acc[c]);
+            } else if (has_min(wt)) {
                 acc[c] = _mm512_fmadd_ps(_mm512_mul_ps(d, dy), _mm512_cvtepi32_ps(isum[c]), acc[c]);
                 acc[c] = _mm512_fnmadd_ps(_mm512_mul_ps(_mm512_loadu_ps(p->dmin), dy), _mm512_cvtepi32_ps(ms), acc[c]);
             } else {
@@ -224,31 +238,44 @@ KQ_INLINE void micro(int wt, int C, const panel_sb *pan, int nsb, const sb_block
     }
 }
 
+KQ_INLINE void micro_n(int wt, int cc, const panel_sb *pan, int nsb, const sb_block_q8_K *const *yc, int i0,
+                       float *so, size_t ldc, __mmask16 m, int add) {
+    switch (cc) {
+    case 8: micro(wt, 8, pan, nsb, yc, i0, so, ldc, m, add); break;
+    case 7: micro(wt, 7, pan, nsb, yc, i0, so, ldc, m, add); break;
+    case 6: micro(wt, 6, pan, nsb, yc, i0, so, ldc, m, add); break;
+    case 5: micro(wt, 5, pan, nsb, yc, i0, so, ldc, m, add); break;
+    case 4: micro(wt, 4, pan, nsb, yc, i0, so, ldc, m, add); break;
+    case 3: micro(wt, 3, pan, nsb, yc, i0, so, ldc, m, add); break;
+    case 2: micro(wt, 2, pan, nsb, yc, i0, so, ldc, m, add); break;
+    default: micro(wt, 1, pan, nsb, yc, i0, so, ldc, m, add); break;
+    }
+}
+
+/* Up to GROUP panels are packed together and every column block passes all
+ * of them while its activations are in L1: with one panel at a time the
+ * whole activation matrix (2.4 MB for 512 tokens of 4096, 8.4 MB of 14336)
+ * streamed from L3 once per 16 rows. */
 KQ_INLINE void gemm_packed(int wt, int n, int nr, int nc, const uint8_t *x, size_t bx, const uint8_t *y, size_t by,
                            float *s, size_t ldc) {
-    _Alignas(64) panel_sb pan[PACK_SB];
+    _Alignas(64) panel_sb pan[GROUP][PACK_SB];
     const int nsb_all = n / SB_QK_K;
-    for (int r0 = 0; r0 < nr; r0 += PANEL) {
-        const int pr = nr - r0 < PANEL ? nr - r0 : PANEL;
-        const __mmask16 m = (__mmask16)(pr == PANEL ? 0xFFFF : (1u << pr) - 1);
+    for (int g0 = 0; g0 < nr; g0 += GROUP * PANEL) {
+        const int np = (imin(nr - g0, GROUP * PANEL) + PANEL - 1) / PANEL;
         for (int i0 = 0; i0 < nsb_all; i0 += PACK_SB) {
             const int nsb = nsb_all - i0 < PACK_SB ? nsb_all - i0 : PACK_SB;
-            pack_panel(wt, x + (size_t)r0 * bx, bx, pr, i0, nsb, pan);
+            for (int k = 0; k < np; k++) {
+                const int r0 = g0 + k * PANEL;
+                pack_panel(wt, x + (size_t)r0 * bx, bx, imin(nr - r0, PANEL), i0, nsb, pan[k]);
+            }
             for (int c0 = 0; c0 < nc; c0 += COLS) {
                 const sb_block_q8_K *yc[COLS];
                 const int cc = nc - c0 < COLS ? nc - c0 : COLS;
                 for (int c = 0; c < cc; c++) yc[c] = (const sb_block_q8_K *)(y + (size_t)(c0 + c) * by);
-                float *so = s + (size_t)c0 * ldc + r0;
-                const int add = i0 > 0;
-                switch (cc) {
-                case 8: micro(wt, 8, pan, nsb, yc, i0, so, ldc, m, add); break;
-                case 7: micro(wt, 7, pan, nsb, yc, i0, so, ldc, m, add); break;
-                case 6: micro(wt, 6, pan, nsb, yc, i0, so, ldc, m, add); break;
-                case 5: micro(wt, 5, pan, nsb, yc, i0, so, ldc, m, add); break;
-                case 4: micro(wt, 4, pan, nsb, yc, i0, so, ldc, m, add); break;
-                case 3: micro(wt, 3, pan, nsb, yc, i0, so, ldc, m, add); break;
-                case 2: micro(wt, 2, pan, nsb, yc, i0, so, ldc, m, add); break;
-                default: micro(wt, 1, pan, nsb, yc, i0, so, ldc, m, add); break;
+                for (int k = 0; k < np; k++) {
+                    const int r0 = g0 + k * PANEL, pr = imin(nr - r0, PANEL);
+                    const __mmask16 m = (__mmask16)(pr == PANEL ? 0xFFFF : (1u << pr) - 1);
+                    micro_n(wt, cc, pan[k], nsb, yc, i0, s + (size_t)c0 * ldc + r0, ldc, m, i0 > 0);
                 }
             }
         }
