@@ -24,6 +24,7 @@
 #include "worker/engine/sb_engine.h"
 #include "worker/gguf/sb_gguf.h"
 #include "worker/engine/sb_grammar.h"
+#include "worker/engine/sb_pool.h"
 #include "router/run/sb_run.h"
 
 /* Every keyword of the subset; strings bounded so garbage models finish. */
@@ -458,6 +459,71 @@ static void test_mask_shared(void **state) {
     rig_free(&r);
 }
 
+/* sb_gmatch_prefetch on a real pool: every position the caches lack is
+ * computed once (duplicates among the matchers too), split over the
+ * threads, and is bit for bit the mask a lone matcher computes; a single
+ * missing position (walked in root-edge parts) as well. */
+static void test_mask_prefetch(void **state) {
+    (void)state;
+    rig r = rig_bytes(SCHEMA, "tests/data/vocab/ggml-vocab-qwen2.gguf");
+    char err[SB_ERR_LEN];
+    sb_pool *pool, *one;
+    assert_int_equal(sb_pool_new(2, &pool), 0);
+    assert_int_equal(sb_pool_new(1, &one), 0);
+    enum { N = 6 };
+    static const char *const pos[N] = { "{\"topic\": \"ab", "{", "{\"topic\": \"ab", "{\"topic\":\"\",\"n\":12", "{", "" };
+    sb_gmatch *m[N], *lone;
+    m[0] = r.m;
+    for (int i = 1; i < N; i++)
+        if (sb_gmatch_new_sharing(r.m, &m[i], err)) fail_msg("%s", err);
+    if (sb_gmatch_new(r.g, r.t, &lone, err)) fail_msg("%s", err);
+    const size_t words = ((size_t)sb_tok_trie_n_vocab(r.t) + 31) / 32;
+    uint32_t *want = malloc(N * words * sizeof *want);
+    assert_non_null(want);
+    for (int i = 0; i < N; i++) {
+        sb_gmatch_reset(lone);
+        assert_int_equal(sb_gmatch_bytes(lone, pos[i], strlen(pos[i])), 0);
+        memcpy(want + i * words, sb_gmatch_mask(lone), words * sizeof *want);
+        assert_int_equal(sb_gmatch_bytes(m[i], pos[i], strlen(pos[i])), 0);
+    }
+    /* "" is in the cache already; the other four distinct positions are not. */
+    (void)sb_gmatch_mask(m[5]);
+    uint64_t c0[N], r0[N], c, rr;
+    for (int i = 0; i < N; i++) sb_gmatch_stats(m[i], &c0[i], &r0[i]);
+    sb_gmatch_prefetch(m, N, one);             /* one thread: nothing happens */
+    uint64_t total = 0;
+    for (int i = 0; i < N; i++) sb_gmatch_stats(m[i], &c, &rr), total += c - c0[i];
+    assert_int_equal(total, 0);
+    sb_gmatch_prefetch(m, N, pool);
+    for (int i = 0; i < N; i++) sb_gmatch_stats(m[i], &c, &rr), total += c - c0[i];
+    assert_int_equal(total, 3);                /* "{", "{\"topic\": \"ab" and the n:12 one, once each */
+    for (int i = 0; i < N; i++) {
+        sb_gmatch_stats(m[i], &c0[i], &r0[i]);
+        assert_memory_equal(sb_gmatch_mask(m[i]), want + i * words, words * sizeof *want);
+        sb_gmatch_stats(m[i], &c, &rr);
+        assert_int_equal(c, c0[i]);            /* a hit: nothing left to compute */
+        assert_int_equal(rr, r0[i] + 1);
+    }
+    /* One position alone: all tasks are parts of its root edges. */
+    const char *solo = "{\"topic\":\"x\",\"n\":";
+    sb_gmatch_reset(lone);
+    assert_int_equal(sb_gmatch_bytes(lone, solo, strlen(solo)), 0);
+    memcpy(want, sb_gmatch_mask(lone), words * sizeof *want);
+    sb_gmatch_reset(m[1]);
+    assert_int_equal(sb_gmatch_bytes(m[1], solo, strlen(solo)), 0);
+    sb_gmatch_stats(m[1], &c0[1], &r0[1]);
+    sb_gmatch_prefetch(&m[1], 1, pool);
+    sb_gmatch_stats(m[1], &c, &rr);
+    assert_int_equal(c, c0[1] + 1);
+    assert_memory_equal(sb_gmatch_mask(m[1]), want, words * sizeof *want);
+    free(want);
+    for (int i = 1; i < N; i++) sb_gmatch_free(m[i]);
+    sb_gmatch_free(lone);
+    sb_pool_free(pool);
+    sb_pool_free(one);
+    rig_free(&r);
+}
+
 /* ---- generation on the tiny models ---- */
 
 typedef struct { char buf[8192]; size_t len; } out_buf;
@@ -518,6 +584,7 @@ int main(void) {
         cmocka_unit_test(test_mask_spm),
         cmocka_unit_test(test_mask_bpe),
         cmocka_unit_test(test_mask_shared),
+        cmocka_unit_test(test_mask_prefetch),
         cmocka_unit_test(test_generate_tiny),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -68,6 +68,7 @@ void sb_ctx_set_profile(sb_ctx *c, sb_prof *p) {
 }
 
 int sb_ctx_n_ctx(const sb_ctx *c) { return c->n_ctx; }
+sb_pool *sb_ctx_pool(sb_ctx *c) { return c->pool; }
 int sb_ctx_n_past(const sb_ctx *c) { return c->kv.n_past[0]; }
 void sb_ctx_truncate(sb_ctx *c, int n) { sb_kv_truncate(&c->kv, 0, n); }
 

@@ -22,6 +22,7 @@
  * share the cache (sb_gmatch_new_sharing).
  */
 #include "worker/engine/sb_grammar.h"
+#include "worker/engine/sb_pool.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -457,7 +458,6 @@ struct sb_gmatch {
     int      n_words;
     mcache  *cache;
     uint64_t computed, reused;  /* this matcher's lookups */
-    int      oom;               /* a walk ran out of memory: the mask is incomplete */
 };
 
 static void cache_clear(mcache *c) {
@@ -564,34 +564,48 @@ void sb_gmatch_stats(const sb_gmatch *m, uint64_t *computed, uint64_t *reused) {
     *reused = m->reused;
 }
 
+/* A trie walk: the grammar, the trie, one stack set per depth, and whether
+ * a set ran out of memory (the mask is then incomplete). */
+typedef struct {
+    const sb_grammar  *g;
+    const sb_tok_trie *t;
+    sset              *walk;
+    int                oom;
+} walker;
+
 /* Allow every token whose piece runs from `node` on and keeps some stack of
- * walk[d] alive. */
-static void walk_trie(sb_gmatch *m, int32_t node, int d, uint32_t *mask) {
-    const sb_tok_trie *t = m->t;
+ * walk[d] alive. At the root only edges k with k % n_parts == part: the
+ * parts of one mask can be walked on different threads and OR-ed. */
+static void walk_trie(walker *w, int32_t node, int d, int part, int n_parts, uint32_t *mask) {
+    const sb_tok_trie *t = w->t;
     const tnode *n = &t->nodes[node];
-    sset *next = &m->walk[d + 1];
-    for (int32_t k = 0; k < n->n_edge; k++) {
+    sset *next = &w->walk[d + 1];
+    for (int32_t k = d ? 0 : part; k < n->n_edge; k += d ? 1 : n_parts) {
         int32_t child = t->edge_child[n->first_edge + k];
-        sset_advance(m->g, &m->walk[d], t->edge_b[n->first_edge + k], next);
-        m->oom |= next->oom;
+        sset_advance(w->g, &w->walk[d], t->edge_b[n->first_edge + k], next);
+        w->oom |= next->oom;
         if (next->ns == 0) continue;
         const tnode *c = &t->nodes[child];
         for (int32_t j = 0; j < c->n_tok; j++) {
             int32_t id = t->toks[c->first_tok + j];
             mask[id >> 5] |= 1u << (id & 31);
         }
-        if (c->n_edge) walk_trie(m, child, d + 1, mask);
+        if (c->n_edge) walk_trie(w, child, d + 1, 0, 1, mask);
     }
+}
+
+static void add_eog(const sb_gmatch *m, uint32_t *mask) {
+    if (sset_complete(&m->cur))
+        for (int32_t i = 0; i < m->t->n_eog; i++) mask[m->t->eog[i] >> 5] |= 1u << (m->t->eog[i] & 31);
 }
 
 static int compute_mask(sb_gmatch *m, uint32_t *mask) {
     memset(mask, 0, (size_t)m->n_words * sizeof *mask);
     if (sset_copy(&m->walk[0], &m->cur)) return SB_ENOMEM;
-    m->oom = 0;
-    walk_trie(m, 0, 0, mask);
-    if (m->oom) return SB_ENOMEM;
-    if (sset_complete(&m->cur))
-        for (int32_t i = 0; i < m->t->n_eog; i++) mask[m->t->eog[i] >> 5] |= 1u << (m->t->eog[i] & 31);
+    walker w = { m->g, m->t, m->walk, 0 };
+    walk_trie(&w, 0, 0, 0, 1, mask);
+    if (w.oom) return SB_ENOMEM;
+    add_eog(m, mask);
     m->computed++;
     return 0;
 }
@@ -612,29 +626,134 @@ static int cache_grow(mcache *c) {
     return 0;
 }
 
+static uint64_t pos_hash(const sset *s) { return hash_ints(s->v, s->n, 0x9E3779B97F4A7C15ull) | 1; }
+
+/* The cached mask of position s (hash h), or NULL. */
+static const uint32_t *cache_find(const mcache *c, const sset *s, uint64_t h) {
+    for (int j = (int)(h & (uint64_t)(c->cap - 1)); c->tab[j].key; j = (j + 1) & (c->cap - 1))
+        if (c->tab[j].h == h && c->tab[j].n == s->n && !memcmp(c->tab[j].key, s->v, (size_t)s->n * sizeof *s->v))
+            return c->tab[j].mask;
+    return NULL;
+}
+
+/* Room for one more mask of mask_bytes (clearing the cache past its bound). */
+static int cache_room(mcache *c, size_t mask_bytes) {
+    if (c->bytes + mask_bytes > CACHE_MAX_BYTES) cache_clear(c);
+    return 2 * (c->n + 1) > c->cap ? cache_grow(c) : 0;
+}
+
+/* Store mask for position s: key (room for s's ints) and mask are
+ * sb_malloc'ed and owned by the cache from here. */
+static void cache_put(mcache *c, const sset *s, uint64_t h, int32_t *key, uint32_t *mask, size_t mask_bytes) {
+    memcpy(key, s->v, (size_t)s->n * sizeof *s->v);
+    int j = (int)(h & (uint64_t)(c->cap - 1));
+    while (c->tab[j].key) j = (j + 1) & (c->cap - 1);
+    c->tab[j] = (centry){ h, key, s->n, mask };
+    c->n++;
+    c->bytes += mask_bytes + (size_t)s->n * sizeof *s->v;
+}
+
 const uint32_t *sb_gmatch_mask(sb_gmatch *m) {
     const sset *s = &m->cur;
     mcache *c = m->cache;
-    uint64_t h = hash_ints(s->v, s->n, 0x9E3779B97F4A7C15ull) | 1;
-    int j = (int)(h & (uint64_t)(c->cap - 1));
-    for (; c->tab[j].key; j = (j + 1) & (c->cap - 1))
-        if (c->tab[j].h == h && c->tab[j].n == s->n && !memcmp(c->tab[j].key, s->v, (size_t)s->n * sizeof *s->v)) {
-            m->reused++;
-            return c->tab[j].mask;
-        }
-    size_t mask_bytes = (size_t)m->n_words * sizeof(uint32_t);
-    if (c->bytes + mask_bytes > CACHE_MAX_BYTES) cache_clear(c);
-    if (2 * (c->n + 1) > c->cap && cache_grow(c)) return NULL;
-    centry e = { h, sb_malloc((size_t)SB_MAX(s->n, 1) * sizeof *s->v), s->n, sb_malloc(mask_bytes) };
-    if (!e.key || !e.mask || compute_mask(m, e.mask)) {
-        sb_free(e.key);
-        sb_free(e.mask);
+    const uint64_t h = pos_hash(s);
+    const uint32_t *hit = cache_find(c, s, h);
+    if (hit) {
+        m->reused++;
+        return hit;
+    }
+    const size_t mask_bytes = (size_t)m->n_words * sizeof(uint32_t);
+    if (cache_room(c, mask_bytes)) return NULL;
+    int32_t *key = sb_malloc((size_t)SB_MAX(s->n, 1) * sizeof *s->v);
+    uint32_t *mask = sb_malloc(mask_bytes);
+    if (!key || !mask || compute_mask(m, mask)) {
+        sb_free(key);
+        sb_free(mask);
         return NULL;
     }
-    memcpy(e.key, s->v, (size_t)s->n * sizeof *s->v);
-    for (j = (int)(h & (uint64_t)(c->cap - 1)); c->tab[j].key; j = (j + 1) & (c->cap - 1)) {}
-    c->tab[j] = e;
-    c->n++;
-    c->bytes += mask_bytes + (size_t)s->n * sizeof *s->v;
-    return e.mask;
+    cache_put(c, s, h, key, mask, mask_bytes);
+    return mask;
+}
+
+/* ---- masks of several positions on a pool ---- */
+
+#define PREFETCH_MAX_PARTS 16
+
+typedef struct {
+    sb_gmatch **miss;           /* the positions to compute */
+    uint32_t  **mask;           /* task = miss · n_parts + part: its zeroed partial mask */
+    sset      **walk;           /* per pool thread: walk buffers, n_walk deep */
+    int        *oom;            /* per task */
+    int         n_parts;
+} prefetch_job;
+
+static void prefetch_task(void *arg, int task, int thread) {
+    prefetch_job *j = arg;
+    const sb_gmatch *m = j->miss[task / j->n_parts];
+    walker w = { m->g, m->t, j->walk[thread], 0 };
+    if (sset_copy(&w.walk[0], &m->cur)) {
+        j->oom[task] = 1;
+        return;
+    }
+    walk_trie(&w, 0, 0, task % j->n_parts, j->n_parts, j->mask[task]);
+    j->oom[task] = w.oom;
+}
+
+void sb_gmatch_prefetch(sb_gmatch *const *ms, int n, sb_pool *pool) {
+    const int n_threads = pool ? sb_pool_size(pool) : 1;
+    if (n <= 0 || n_threads < 2) return;
+    sb_gmatch **miss = sb_malloc((size_t)n * sizeof *miss);
+    if (!miss) return;
+    int n_miss = 0, n_walk = 0;
+    for (int i = 0; i < n; i++) {
+        sb_gmatch *m = ms[i];
+        if (cache_find(m->cache, &m->cur, pos_hash(&m->cur))) continue;
+        int dup = 0;
+        for (int k = 0; k < n_miss && !dup; k++)
+            dup = miss[k]->cache == m->cache && miss[k]->cur.n == m->cur.n &&
+                  !memcmp(miss[k]->cur.v, m->cur.v, (size_t)m->cur.n * sizeof *m->cur.v);
+        if (dup) continue;
+        miss[n_miss++] = m;
+        n_walk = SB_MAX(n_walk, m->n_walk);
+    }
+    /* Enough tasks that both threads stay busy although root subtrees differ
+     * widely in size (work stealing evens them out). */
+    const int n_parts = n_miss ? SB_MIN(PREFETCH_MAX_PARTS, (4 * n_threads + n_miss - 1) / n_miss) : 1;
+    const int n_tasks = n_miss * n_parts;
+    prefetch_job j = { miss, NULL, NULL, NULL, n_parts };
+    if (!n_miss || !(j.mask = sb_calloc((size_t)n_tasks, sizeof *j.mask)) ||
+        !(j.oom = sb_calloc((size_t)n_tasks, sizeof *j.oom)) || !(j.walk = sb_calloc((size_t)n_threads, sizeof *j.walk)))
+        goto out;
+    for (int k = 0; k < n_tasks; k++)
+        if (!(j.mask[k] = sb_calloc((size_t)miss[k / n_parts]->n_words, sizeof(uint32_t)))) goto out;
+    for (int k = 0; k < n_threads; k++)
+        if (!(j.walk[k] = sb_calloc((size_t)n_walk, sizeof(sset)))) goto out;
+    sb_pool_run(pool, prefetch_task, &j, n_tasks);
+    for (int i = 0; i < n_miss; i++) {
+        sb_gmatch *m = miss[i];
+        uint32_t *mask = j.mask[i * n_parts];
+        int oom = 0;
+        for (int p = 0; p < n_parts; p++) oom |= j.oom[i * n_parts + p];
+        const size_t mask_bytes = (size_t)m->n_words * sizeof(uint32_t);
+        int32_t *key = NULL;
+        /* Out of memory: left to sb_gmatch_mask, which reports it. */
+        if (oom || cache_room(m->cache, mask_bytes) || !(key = sb_malloc((size_t)SB_MAX(m->cur.n, 1) * sizeof *key)))
+            continue;
+        for (int p = 1; p < n_parts; p++)
+            for (int w = 0; w < m->n_words; w++) mask[w] |= j.mask[i * n_parts + p][w];
+        add_eog(m, mask);
+        cache_put(m->cache, &m->cur, pos_hash(&m->cur), key, mask, mask_bytes);
+        j.mask[i * n_parts] = NULL;     /* the cache's now */
+        m->computed++;
+    }
+out:
+    for (int k = 0; j.mask && k < n_tasks; k++) sb_free(j.mask[k]);
+    for (int k = 0; j.walk && k < n_threads; k++) {
+        for (int d = 0; j.walk[k] && d < n_walk; d++) sset_free(&j.walk[k][d]);
+        sb_free(j.walk[k]);
+    }
+    sb_free(j.mask);
+    sb_free(j.oom);
+    sb_free(j.walk);
+    sb_free(miss);
 }

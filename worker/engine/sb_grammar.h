@@ -31,6 +31,7 @@
 typedef struct sb_grammar sb_grammar;
 typedef struct sb_tok_trie sb_tok_trie;
 typedef struct sb_gmatch sb_gmatch;
+struct sb_pool;
 
 /* ---- JSON Schema -> grammar ----
  * Compile a JSON Schema (the subset in docs/GRAMMAR.md) into a grammar whose
@@ -113,6 +114,14 @@ int  sb_gmatch_can_continue(const sb_gmatch *m);
 /* The tokens allowed next: bit t of mask[t/32]. Owned by the matcher, valid
  * until its next call. NULL on out of memory. Cached per position. */
 const uint32_t *sb_gmatch_mask(sb_gmatch *m);
+/* Compute the masks of ms[0..n)'s positions that their caches lack, each
+ * position once, on the pool's threads (a position first seen costs a walk
+ * over the whole trie, ~30 ms on a 151k vocabulary): the next
+ * sb_gmatch_mask of each is then a cache hit. The masks are those
+ * sb_gmatch_mask computes alone. A position it cannot compute (out of
+ * memory) is left to sb_gmatch_mask, which reports it. The matchers must
+ * not be used elsewhere meanwhile; with a pool of one thread it does nothing. */
+void sb_gmatch_prefetch(sb_gmatch *const *ms, int n, struct sb_pool *pool);
 /* Cache figures for measurements: this matcher's masks computed (misses)
  * and reused (hits), whichever matcher filled the shared cache. */
 void sb_gmatch_stats(const sb_gmatch *m, uint64_t *computed, uint64_t *reused);

@@ -17,6 +17,7 @@
 
 enum sb_arch { SB_ARCH_LLAMA, SB_ARCH_PHI3, SB_ARCH_QWEN2, SB_ARCH_COUNT };
 
+struct sb_pool;
 typedef struct {
     int      arch;
     char     arch_name[16];
@@ -89,6 +90,8 @@ void sb_ctx_set_profile(sb_ctx *c, sb_prof *p);
 int  sb_ctx_new(const sb_model *m, const sb_ctx_params *p, sb_ctx **out, char *err);
 void sb_ctx_free(sb_ctx *c);
 int  sb_ctx_n_ctx(const sb_ctx *c);
+/* The context's thread pool, for other work between passes (grammar masks). */
+struct sb_pool *sb_ctx_pool(sb_ctx *c);
 /* Positions currently held in the KV cache. */
 int  sb_ctx_n_past(const sb_ctx *c);
 /* Forget KV entries from position n onwards (prefix reuse, rewinds). */
