@@ -458,6 +458,7 @@ struct sb_gmatch {
     int      n_words;
     mcache  *cache;
     uint64_t computed, reused;  /* this matcher's lookups */
+    int      prefetched;        /* sb_gmatch_prefetch computed this position's mask for it */
 };
 
 static void cache_clear(mcache *c) {
@@ -525,7 +526,10 @@ void sb_gmatch_free(sb_gmatch *m) {
     sb_free(m);
 }
 
-void sb_gmatch_reset(sb_gmatch *m) { sset_start(m->g, &m->cur); }
+void sb_gmatch_reset(sb_gmatch *m) {
+    sset_start(m->g, &m->cur);
+    m->prefetched = 0;
+}
 
 int sb_gmatch_bytes(sb_gmatch *m, const char *bytes, size_t n) {
     if (sset_copy(&m->tmp, &m->cur)) return SB_ENOMEM;
@@ -540,6 +544,7 @@ int sb_gmatch_bytes(sb_gmatch *m, const char *bytes, size_t n) {
     sset t = m->cur;
     m->cur = m->tmp;
     m->tmp = t;
+    m->prefetched = 0;
     return 0;
 }
 
@@ -659,7 +664,11 @@ const uint32_t *sb_gmatch_mask(sb_gmatch *m) {
     const uint64_t h = pos_hash(s);
     const uint32_t *hit = cache_find(c, s, h);
     if (hit) {
-        m->reused++;
+        /* A mask prefetched for this matcher counts as its own computing:
+         * the figures stay those of lookups one at a time. */
+        if (m->prefetched) m->computed++;
+        else m->reused++;
+        m->prefetched = 0;
         return hit;
     }
     const size_t mask_bytes = (size_t)m->n_words * sizeof(uint32_t);
@@ -744,7 +753,7 @@ void sb_gmatch_prefetch(sb_gmatch *const *ms, int n, sb_pool *pool) {
         add_eog(m, mask);
         cache_put(m->cache, &m->cur, pos_hash(&m->cur), key, mask, mask_bytes);
         j.mask[i * n_parts] = NULL;     /* the cache's now */
-        m->computed++;
+        m->prefetched = 1;
     }
 out:
     for (int k = 0; j.mask && k < n_tasks; k++) sb_free(j.mask[k]);
