@@ -302,7 +302,10 @@ typedef struct {
     int stage;
 } tok_job;
 
-enum { ST_ATTN_NORM, ST_QKV_POST, ST_FFN_NORM, ST_SWIGLU };
+/* The residual adds (x += xb, xb the output of wo or ffn_down) run inside
+ * the next norm's task, per token on the pool: one pass over x instead of a
+ * serial loop over n·d floats and then the norm's own read. */
+enum { ST_ATTN_NORM, ST_RESID_ATTN_NORM, ST_QKV_POST, ST_RESID_FFN_NORM, ST_SWIGLU, ST_RESID };
 
 /* Per-token element-wise work, spread over the pool for long batches. */
 static void tok_task(void *arg, int t, int thread) {
@@ -312,11 +315,19 @@ static void tok_task(void *arg, int t, int thread) {
     const int d = hp->n_embd, hd = hp->head_dim;
     const size_t dq = (size_t)hp->n_head * hd, dkv = (size_t)hp->n_head_kv * hd;
     switch (j->stage) {
+    case ST_RESID_ATTN_NORM:
+    case ST_RESID_FFN_NORM:
+    case ST_RESID: {
+        float *x = c->x + (size_t)t * d;
+        const float *xb = c->xb + (size_t)t * d;
+        for (int i = 0; i < d; i++) x[i] += xb[i];
+        if (j->stage == ST_RESID) break;
+        rmsnorm(c->xb + (size_t)t * d, x, j->stage == ST_RESID_FFN_NORM ? j->L->ffn_norm : j->L->attn_norm, d,
+                hp->rms_eps);
+        break;
+    }
     case ST_ATTN_NORM:
         rmsnorm(c->xb + (size_t)t * d, c->x + (size_t)t * d, j->L->attn_norm, d, hp->rms_eps);
-        break;
-    case ST_FFN_NORM:
-        rmsnorm(c->xb + (size_t)t * d, c->x + (size_t)t * d, j->L->ffn_norm, d, hp->rms_eps);
         break;
     case ST_QKV_POST: {
         float *q = c->q + (size_t)t * dq, *k = c->k + (size_t)t * dkv, *v = c->v + (size_t)t * dkv;
@@ -376,7 +387,7 @@ static void run_layers(sb_ctx *c, int n) {
     for (int il = 0; il < hp->n_layer; il++) {
         const sb_layer *L = &m->layers[il];
         sb_mm_reset(&c->mm);
-        run_tokens(c, L, ST_ATTN_NORM, n);
+        run_tokens(c, L, il ? ST_RESID_ATTN_NORM : ST_ATTN_NORM, n);    /* the previous layer's ffn residual */
         MARK(c, ATTN_NORM);
         if (L->wqkv.data) {
             matmul(c, &L->wqkv, c->xb, n, c->qkv, dq + 2 * dkv);
@@ -392,13 +403,11 @@ static void run_layers(sb_ctx *c, int n) {
         attn_job aj = { c, il, n };
         sb_pool_run(c->pool, attn_task, &aj, n * hp->n_head);
         MARK(c, ATTN);
-        /* Residual: wo writes into xb, then x += xb. */
+        /* Residual: wo writes into xb, then x += xb before the ffn norm. */
         matmul(c, &L->wo, c->att, n, c->xb, (size_t)d);
         MARK(c, WO);
-        for (size_t i = 0; i < (size_t)n * d; i++) c->x[i] += c->xb[i];
-        MARK(c, RESIDUAL);
         sb_mm_reset(&c->mm);
-        run_tokens(c, L, ST_FFN_NORM, n);
+        run_tokens(c, L, ST_RESID_FFN_NORM, n);
         MARK(c, FFN_NORM);
         if (L->w_gate.data) {
             const sb_mm_out gate_up[2] = { { &L->w_gate, c->ffa, (size_t)hp->n_ff }, { &L->w_up, c->ffb, (size_t)hp->n_ff } };
@@ -411,9 +420,9 @@ static void run_layers(sb_ctx *c, int n) {
         MARK(c, SWIGLU);
         matmul(c, &L->w_down, c->ffb, n, c->xb, (size_t)d);
         MARK(c, DOWN);
-        for (size_t i = 0; i < (size_t)n * d; i++) c->x[i] += c->xb[i];
-        MARK(c, RESIDUAL);
     }
+    run_tokens(c, NULL, ST_RESID, n);          /* the last layer's ffn residual */
+    MARK(c, RESIDUAL);
 }
 
 /* The logits the parts asked for. Last-token rows (and one-token parts'
