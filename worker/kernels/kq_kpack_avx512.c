@@ -10,19 +10,30 @@
  *
  * Per super-block, for each sub-block s and column c:
  *     t  = Σ_groups of s  vpdpbusd(q_group, broadcast(y_c[4g..4g+3]))   (exact)
- *     isum_c += t · sc_s                                                   (vpmulld)
- * then the mins (Q2_K, Q4_K, Q5_K; dmin scale) or the offsets of Q3_K / Q6_K
- * (same d scale, so straight into isum) as vpdpwssd of 16-bit (min, min)
- * pairs against the broadcast (bsum, bsum) pairs of Q8_K, and finally
- *     acc_c += (d·dy)·isum − (dmin·dy)·msum.
- * So every super-block's integers and both scale products are the ones of
- * the 1×1 kernel; only the float summation order differs.
+ *     fsum_c += float(t) · sc_s                                           (cvt + fma)
+ * then the mins (Q4_K, Q5_K; dmin scale) or the offsets of Q3_K / Q6_K
+ * (same d scale) as vpdpwssd of 16-bit (min, min) pairs against the
+ * broadcast (bsum, bsum) pairs of Q8_K into msum, and finally
+ *     acc_c += (d·dy)·(fsum + msum) − (dmin·dy)·msum      (Q2_K: isum, below)
+ * The scale goes on in float because vpmulld is two port-0 uops (plus the
+ * add) against one each for the convert and the FMA: on a kernel bound by
+ * its vector ports, kq_bench's 64-token Q5_K gemm went from 152 to 164 G
+ * multiply-adds/s (one thread). t·sc_s < 2^23 is
+ * exact in float, and so is fsum while it stays below 2^24 (its integer
+ * equals the 1×1 kernel's isum); beyond that it rounds, a relative 6e-8.
+ * Q2_K's panels hold sc·q (below), so its super-block is one exact
+ * integer chain, as in the 1×1 kernel.
  *
- * A panel is packed for PACK_SB super-blocks at a time (a chunk of ≤ 46 KB,
- * L1/L2-resident while all columns pass), with the SIMD decode steps of the
- * tiled kernels and a 16×16 dword transpose. Panel results of later chunks
- * are added to the output. Fewer than PACK_MIN_COLS columns do not repay the
- * packing: those go to the tiled kernels (kq_kgemm_avx512.c).
+ * A panel is packed for PACK_SB super-blocks at a time with the SIMD decode
+ * steps of the tiled kernels and a 16×16 dword transpose. GROUP panels
+ * (64 rows) are packed together and every block of COLS columns passes all
+ * of them while its activations sit in L1: one panel at a time streamed the
+ * whole activation matrix (2.4 MB for 512 tokens of 4096) from L3 once per
+ * 16 rows, and on two cores that traffic capped the kernel (Llama-3-8B
+ * shape pp512, 2 threads, one run each: 34.4 → 42.5 t/s with both
+ * changes). Panel results of later
+ * chunks are added to the output. Fewer than PACK_MIN_COLS columns do not
+ * repay the packing: those go to the tiled kernels (kq_kgemm_avx512.c).
  */
 #include "worker/kernels/kq_kstep_avx512.h"
 
