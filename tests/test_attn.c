@@ -6,7 +6,12 @@
  *  2. softmax_exp: within 3 ulp-ish (4e-7 relative) of libm's exp, exactly
  *     0 far below the max, the sum is the sum of what was stored;
  *  3. pv_f16: the probabilities are rounded to F16 before the product;
- *  4. swiglu: silu(g)·u within 1e-6 relative of double precision.
+ *  4. swiglu: silu(g)·u within 1e-6 relative of double precision;
+ *  5. qk_f16_g / pv_f16_g (heads sharing a KV head): bit for bit the
+ *     per-head kernels of the same level, for every group size the models
+ *     have, head sizes with and without SIMD tails, and position counts
+ *     around the 4-position blocks and the 16-lane vectors. With 1-3 this
+ *     ties the grouped SIMD kernels to their scalar twin.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -171,12 +176,74 @@ static void test_swiglu(void **state) {
     }
 }
 
+static int same_bits(const float *a, const float *b, size_t n) { return memcmp(a, b, n * sizeof(float)) == 0; }
+
+static void test_grouped(void **state) {
+    (void)state;
+    static const int groups[] = { 1, 2, 3, 4, 5, 8 };
+    static const int hds[] = { 7, 40, 64, 80, 96, 128, 129 };
+    static const int nps[] = { 1, 3, 4, 5, 15, 16, 17, 33, 64, 130, 257 };
+    for (int level = 0; level <= sb_kq_best_level(); level++) {
+        const sb_kq_vec *a = sb_kq_vec_table(level);
+        for (size_t gi = 0; gi < sizeof groups / sizeof groups[0]; gi++)
+            for (size_t hi = 0; hi < sizeof hds / sizeof hds[0]; hi++)
+                for (size_t pi = 0; pi < sizeof nps / sizeof nps[0]; pi++) {
+                    const int ng = groups[gi], hd = hds[hi], np = nps[pi];
+                    const size_t stride = (size_t)hd * 3 + 1, ss = (size_t)np + 7;   /* rows of other heads between */
+                    sb_fp16 *k = make_cache(np, stride, 1.0f), *v = make_cache(np, stride, 1.0f);
+                    float *q = malloc(sizeof(float) * (size_t)(ng * hd)), *s = malloc(sizeof(float) * ss * ng);
+                    float *sr = malloc(sizeof(float) * ss * ng), *mx = malloc(sizeof(float) * ng);
+                    float *inv = malloc(sizeof(float) * ng), *o = malloc(sizeof(float) * (size_t)(ng * hd));
+                    float *orf = malloc(sizeof(float) * (size_t)(ng * hd));
+                    assert_true(k && v && q && s && sr && mx && inv && o && orf);
+                    for (int i = 0; i < ng * hd; i++) q[i] = sb_fp16_to_fp32(sb_fp32_to_fp16(rng_normal()));
+                    for (size_t i = 0; i < ss * ng; i++) s[i] = sr[i] = -7.0f;   /* untouched past n_pos */
+                    const float scale = 1.0f / sqrtf((float)hd);
+                    a->qk_f16_g(hd, np, ng, q, k + 2, stride, scale, s, ss, mx);
+                    for (int g = 0; g < ng; g++) {
+                        const float m = a->qk_f16(hd, np, q + (size_t)g * hd, k + 2, stride, scale, sr + g * ss);
+                        if (!same_bits(&m, &mx[g], 1))
+                            fail_msg("qk_g level %s ng %d hd %d np %d head %d: max %.9g, per head %.9g",
+                                     sb_kq_level_name(level), ng, hd, np, g, mx[g], m);
+                    }
+                    for (size_t i = 0; i < ss * ng; i++)
+                        if (!same_bits(&s[i], &sr[i], 1))
+                            fail_msg("qk_g level %s ng %d hd %d np %d head %d p %d: %.9g, per head %.9g",
+                                     sb_kq_level_name(level), ng, hd, np, (int)(i / ss), (int)(i % ss), s[i], sr[i]);
+                    /* P·V on probabilities of the scores' size range */
+                    for (int g = 0; g < ng; g++) {
+                        double sum = 0;
+                        for (int p = 0; p < np; p++) sum += sr[g * ss + p] = expf(rng_normal());
+                        inv[g] = (float)(1.0 / sum);
+                        memcpy(s + g * ss, sr + g * ss, sizeof(float) * (size_t)np);
+                    }
+                    for (int i = 0; i < ng * hd; i++) o[i] = orf[i] = NAN;
+                    for (int g = 0; g < ng; g++)
+                        a->pv_f16(hd, np, sr + g * ss, inv[g], v + 1, stride, orf + (size_t)g * hd);
+                    a->pv_f16_g(hd, np, ng, s, ss, inv, v + 1, stride, o);
+                    for (int i = 0; i < ng * hd; i++)
+                        if (!same_bits(&o[i], &orf[i], 1))
+                            fail_msg("pv_g level %s ng %d hd %d np %d head %d i %d: %.9g, per head %.9g",
+                                     sb_kq_level_name(level), ng, hd, np, i / hd, i % hd, o[i], orf[i]);
+                    for (int g = 0; g < ng; g++)
+                        for (int p = 0; p < np; p++) {
+                            const float w = sb_fp16_to_fp32(sb_fp32_to_fp16(sr[g * ss + p] * inv[g]));
+                            if (!same_bits(&w, &s[g * ss + p], 1))
+                                fail_msg("pv_g level %s ng %d np %d: weight %d of head %d is %.9g, not f16(e·inv) %.9g",
+                                         sb_kq_level_name(level), ng, np, p, g, s[g * ss + p], w);
+                        }
+                    free(k), free(v), free(q), free(s), free(sr), free(mx), free(inv), free(o), free(orf);
+                }
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_qk),
         cmocka_unit_test(test_softmax_exp),
         cmocka_unit_test(test_pv),
         cmocka_unit_test(test_swiglu),
+        cmocka_unit_test(test_grouped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -24,6 +24,12 @@
 #include "common/sb_common.h"
 
 #define DEFAULT_BATCH 512
+/* Query heads per attention task: heads that share a KV head go together so
+ * that each K/V element is widened once for all of them, up to the 4 the
+ * kernels hold in registers at once. A bigger group (8 per KV head, say) is
+ * split: more tasks for the pool when there are few tokens (decode) and few
+ * KV heads, for one more pass over K and V from cache. */
+#define ATTN_HEADS 4
 
 struct sb_ctx {
     const sb_model     *m;
@@ -41,10 +47,10 @@ struct sb_ctx {
     uint8_t *tok_contig;
     sb_seq_part *ord;           /* [n_seq]: the parts of a pass in matmul order */
     float *lbuf;                /* [n_seq][n_vocab]: last-token logits of a multi-part pass */
-    /* per-thread attention scratch */
-    float *scores;              /* [n_threads][n_ctx] */
-    uint8_t *qconv;             /* [n_threads][head_dim] in the KV type */
-    float *vtmp;                /* [n_threads][head_dim] */
+    /* per-thread attention scratch, for up to ATTN_HEADS heads */
+    float *scores;              /* [n_threads][ATTN_HEADS][n_ctx] */
+    uint8_t *qconv;             /* [n_threads][ATTN_HEADS][head_dim] in the KV type */
+    float *vtmp;                /* [n_threads][ATTN_HEADS][head_dim] */
     sb_fp16 *kgat, *vgat;       /* [n_threads][n_ctx][head_dim]: a fragmented window's K and V, gathered (F16 cache) */
     float *rope_cs;             /* [n_batch][n_rot] cos,sin pairs */
     sb_prof *prof;              /* per-op profile, or NULL */
@@ -136,10 +142,11 @@ int sb_ctx_new(const sb_model *m, const sb_ctx_params *p, sb_ctx **out, char *er
     bad = bad || alloc_floats(&c->att, nb * dq);
     bad = bad || (hp->arch == SB_ARCH_PHI3 && alloc_floats(&c->qkv, nb * (dq + 2 * dkv)));
     bad = bad || alloc_floats(&c->ffa, nb * 2 * (size_t)hp->n_ff) || alloc_floats(&c->ffb, nb * (size_t)hp->n_ff);
-    bad = bad || alloc_floats(&c->scores, (size_t)nt * (size_t)c->n_ctx) || alloc_floats(&c->vtmp, (size_t)nt * hd);
+    bad = bad || alloc_floats(&c->scores, (size_t)nt * ATTN_HEADS * (size_t)c->n_ctx);
+    bad = bad || alloc_floats(&c->vtmp, (size_t)nt * ATTN_HEADS * hd);
     bad = bad || alloc_floats(&c->rope_cs, nb * (size_t)hp->n_rot);
     bad = bad || (n_seq > 1 && alloc_floats(&c->lbuf, (size_t)n_seq * (size_t)hp->n_vocab));
-    bad = bad || !(c->qconv = sb_aligned_alloc((size_t)nt * hd * 4));
+    bad = bad || !(c->qconv = sb_aligned_alloc((size_t)nt * ATTN_HEADS * hd * 4));
     bad = bad || (gat && (!(c->kgat = sb_aligned_alloc(gat)) || !(c->vgat = sb_aligned_alloc(gat))));
     bad = bad || !(c->tok_seq = sb_malloc(nb * sizeof(int))) || !(c->tok_pos = sb_malloc(nb * sizeof(int)));
     bad = bad || !(c->tok_contig = sb_malloc(nb)) || !(c->ord = sb_malloc((size_t)n_seq * sizeof *c->ord));
@@ -224,57 +231,18 @@ static void gather(const sb_kv *kv, const uint8_t *base, int layer, int seq, int
                (size_t)hd * sizeof(sb_fp16));
 }
 
-static void attn_task(void *arg, int task, int thread) {
-    const attn_job *j = arg;
-    sb_ctx *c = j->c;
+/* F32 cache: one head, position by position, so blocks change nothing. qc
+ * is q in the cache's type. */
+static void attn_head_f32(const sb_ctx *c, int layer, int seq, int start, int pos, size_t head_off, const void *qc,
+                          float *s, float *vt, float *out) {
     const sb_kv *kvp = &c->kv;
-    const sb_hparams *hp = &c->m->hp;
-    const int hd = hp->head_dim, n_head = hp->n_head;
-    const int t = task / n_head, h = task % n_head;
-    const int kvh = h / (n_head / hp->n_head_kv);
-    const int seq = c->tok_seq[t], pos = c->tok_pos[t];
-    const int start = hp->n_swa > 0 ? SB_MAX(0, pos - hp->n_swa + 1) : 0;
-    const size_t head_off = (size_t)kvh * (size_t)hd * (c->kv_type == SB_TYPE_F16 ? 2 : 4);
     const sb_kq_traits *kv = &c->kq[c->kv_type];
-    const float *q = c->q + (size_t)t * (size_t)n_head * hd + (size_t)h * hd;
-    float *s = c->scores + (size_t)thread * (size_t)c->n_ctx;
-    float *vt = c->vtmp + (size_t)thread * hd;
-    void *qc = c->qconv + (size_t)thread * hd * 4;
-
-    /* K·q in the cache's type, as llama.cpp does (q is rounded to F16 for an
-     * F16 cache): the scores then match its bit patterns closely. */
-    kv->from_float(q, qc, hd);
+    const int hd = c->m->hp.head_dim;
     const float scale = 1.0f / sqrtf((float)hd);
-    float *out = c->att + (size_t)t * (size_t)n_head * hd + (size_t)h * hd;
-    if (c->kv_type == SB_TYPE_F16) {
-        const int np = pos - start + 1;
-        const sb_fp16 *K, *V;
-        size_t stride;
-        if (c->tok_contig[t]) {
-            const size_t off = sb_kv_row_off(kvp, j->layer, seq, start) + head_off;
-            K = (const sb_fp16 *)(kvp->k + off);
-            V = (const sb_fp16 *)(kvp->v + off);
-            stride = kvp->row_bytes / sizeof(sb_fp16);
-        } else {
-            sb_fp16 *kg = c->kgat + (size_t)thread * (size_t)c->n_ctx * hd;
-            sb_fp16 *vg = c->vgat + (size_t)thread * (size_t)c->n_ctx * hd;
-            gather(kvp, kvp->k, j->layer, seq, start, pos, head_off, hd, kg);
-            gather(kvp, kvp->v, j->layer, seq, start, pos, head_off, hd, vg);
-            K = kg;
-            V = vg;
-            stride = (size_t)hd;
-        }
-        kv->to_float(qc, vt, hd);   /* the F16-rounded q, widened: exact products */
-        const float mx = c->vec->qk_f16(hd, np, vt, K, stride, scale, s);
-        const double sum = c->vec->softmax_exp(s, np, mx);
-        c->vec->pv_f16(hd, np, s, (float)(1.0 / sum), V, stride, out);
-        return;
-    }
-    /* F32 cache: position by position, so blocks change nothing */
     float mx = -INFINITY;
     for (int p = start; p <= pos; p++) {
         float d;
-        kv->vec_dot(hd, &d, kvp->k + sb_kv_row_off(kvp, j->layer, seq, p) + head_off, qc);
+        kv->vec_dot(hd, &d, kvp->k + sb_kv_row_off(kvp, layer, seq, p) + head_off, qc);
         d *= scale;
         s[p - start] = d;
         if (d > mx) mx = d;
@@ -288,10 +256,68 @@ static void attn_task(void *arg, int task, int thread) {
     const float inv = (float)(1.0 / sum);
     memset(out, 0, (size_t)hd * sizeof(float));
     for (int p = start; p <= pos; p++) {
-        kv->to_float(kvp->v + sb_kv_row_off(kvp, j->layer, seq, p) + head_off, vt, hd);
+        kv->to_float(kvp->v + sb_kv_row_off(kvp, layer, seq, p) + head_off, vt, hd);
         const float w = s[p - start] * inv;
         for (int i = 0; i < hd; i++) out[i] += w * vt[i];
     }
+}
+
+/* One task: one token and up to ATTN_HEADS of the query heads that share a
+ * KV head (all of a group of 4 or fewer). Each head's numbers are those of
+ * the per-head kernels (sb_kq_vec: qk_f16_g, pv_f16_g). */
+static void attn_task(void *arg, int task, int thread) {
+    const attn_job *j = arg;
+    sb_ctx *c = j->c;
+    const sb_kv *kvp = &c->kv;
+    const sb_hparams *hp = &c->m->hp;
+    const int hd = hp->head_dim, n_head = hp->n_head, group = n_head / hp->n_head_kv;
+    const int n_sub = (group + ATTN_HEADS - 1) / ATTN_HEADS, per_tok = hp->n_head_kv * n_sub;
+    const int t = task / per_tok, kvh = task % per_tok / n_sub, sub = task % n_sub;
+    const int h0 = kvh * group + sub * ATTN_HEADS, ng = SB_MIN(ATTN_HEADS, group - sub * ATTN_HEADS);
+    const int seq = c->tok_seq[t], pos = c->tok_pos[t];
+    const int start = hp->n_swa > 0 ? SB_MAX(0, pos - hp->n_swa + 1) : 0;
+    const size_t head_off = (size_t)kvh * (size_t)hd * (c->kv_type == SB_TYPE_F16 ? 2 : 4);
+    const sb_kq_traits *kv = &c->kq[c->kv_type];
+    const float *q = c->q + (size_t)t * (size_t)n_head * hd + (size_t)h0 * hd;   /* the ng heads, hd apart */
+    float *s = c->scores + (size_t)thread * ATTN_HEADS * (size_t)c->n_ctx;
+    float *vt = c->vtmp + (size_t)thread * ATTN_HEADS * hd;
+    uint8_t *qc = c->qconv + (size_t)thread * ATTN_HEADS * hd * 4;
+    float *out = c->att + (size_t)t * (size_t)n_head * hd + (size_t)h0 * hd;
+
+    /* K·q in the cache's type, as llama.cpp does (q is rounded to F16 for an
+     * F16 cache): the scores then match its bit patterns closely. The
+     * conversion is element by element, so all ng heads go at once. */
+    kv->from_float(q, qc, (int64_t)ng * hd);
+    if (c->kv_type != SB_TYPE_F16) {
+        const size_t qbytes = sb_kq_row_size(kv, hd);
+        for (int g = 0; g < ng; g++)
+            attn_head_f32(c, j->layer, seq, start, pos, head_off, qc + (size_t)g * qbytes, s, vt,
+                          out + (size_t)g * hd);
+        return;
+    }
+    const int np = pos - start + 1;
+    const sb_fp16 *K, *V;
+    size_t stride;
+    if (c->tok_contig[t]) {
+        const size_t off = sb_kv_row_off(kvp, j->layer, seq, start) + head_off;
+        K = (const sb_fp16 *)(kvp->k + off);
+        V = (const sb_fp16 *)(kvp->v + off);
+        stride = kvp->row_bytes / sizeof(sb_fp16);
+    } else {
+        sb_fp16 *kg = c->kgat + (size_t)thread * (size_t)c->n_ctx * hd;
+        sb_fp16 *vg = c->vgat + (size_t)thread * (size_t)c->n_ctx * hd;
+        gather(kvp, kvp->k, j->layer, seq, start, pos, head_off, hd, kg);
+        gather(kvp, kvp->v, j->layer, seq, start, pos, head_off, hd, vg);
+        K = kg;
+        V = vg;
+        stride = (size_t)hd;
+    }
+    kv->to_float(qc, vt, (int64_t)ng * hd);     /* the F16-rounded q, widened: exact products */
+    float mx[ATTN_HEADS], inv[ATTN_HEADS];
+    const size_t ss = (size_t)c->n_ctx;
+    c->vec->qk_f16_g(hd, np, ng, vt, K, stride, 1.0f / sqrtf((float)hd), s, ss, mx);
+    for (int g = 0; g < ng; g++) inv[g] = (float)(1.0 / c->vec->softmax_exp(s + (size_t)g * ss, np, mx[g]));
+    c->vec->pv_f16_g(hd, np, ng, s, ss, inv, V, stride, out);
 }
 
 /* ---- one batch ---------------------------------------------------------------- */
@@ -401,7 +427,8 @@ static void run_layers(sb_ctx *c, int n) {
         store_kv(c, il, n);
         MARK(c, KV_STORE);
         attn_job aj = { c, il, n };
-        sb_pool_run(c->pool, attn_task, &aj, n * hp->n_head);
+        const int n_sub = (hp->n_head / hp->n_head_kv + ATTN_HEADS - 1) / ATTN_HEADS;
+        sb_pool_run(c->pool, attn_task, &aj, n * hp->n_head_kv * n_sub);
         MARK(c, ATTN);
         /* Residual: wo writes into xb, then x += xb before the ffn norm. */
         matmul(c, &L->wo, c->att, n, c->xb, (size_t)d);

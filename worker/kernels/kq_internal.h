@@ -157,6 +157,10 @@ KQ_DECLARE_GEMV8(avx2)
     double sb_kq_attn_exp_##lvl(float *s, int n, float max);                                               \
     void sb_kq_attn_pv_f16_##lvl(int hd, int n_pos, const float *e, float inv, const sb_fp16 *v,          \
                                  size_t stride, float *out);                                               \
+    void sb_kq_attn_qk_f16_g_##lvl(int hd, int n_pos, int ng, const float *q, const sb_fp16 *k, size_t stride, \
+                                   float scale, float *s, size_t s_stride, float *mx);                     \
+    void sb_kq_attn_pv_f16_g_##lvl(int hd, int n_pos, int ng, float *e, size_t e_stride, const float *inv,  \
+                                   const sb_fp16 *v, size_t stride, float *out);                           \
     void sb_kq_swiglu_##lvl(int n, const float *g, const float *u, float *out);
 KQ_DECLARE_ATTN(ref)
 KQ_DECLARE_ATTN(avx2)

@@ -197,7 +197,9 @@ const sb_kq_traits *sb_kq_table(int level) {
     return resolved[level];
 }
 
-#define ATTN(lvl) { sb_kq_attn_qk_f16_##lvl, sb_kq_attn_exp_##lvl, sb_kq_attn_pv_f16_##lvl, sb_kq_swiglu_##lvl }
+#define ATTN(lvl)                                                                                          \
+    { .qk_f16 = sb_kq_attn_qk_f16_##lvl, .softmax_exp = sb_kq_attn_exp_##lvl, .pv_f16 = sb_kq_attn_pv_f16_##lvl, \
+      .qk_f16_g = sb_kq_attn_qk_f16_g_##lvl, .pv_f16_g = sb_kq_attn_pv_f16_g_##lvl, .swiglu = sb_kq_swiglu_##lvl }
 static const sb_kq_vec vec_tables[SB_KQ_LEVELS] = { ATTN(ref), ATTN(avx2), ATTN(avx512) };
 
 const sb_kq_vec *sb_kq_vec_table(int level) {

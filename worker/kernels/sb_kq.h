@@ -191,6 +191,18 @@ typedef struct {
     /* out[i] = Σ_p f16(e[p]·inv)·V[p][i]: the probabilities rounded to F16
      * before the product, as llama.cpp multiplies its F16 V cache. */
     void (*pv_f16)(int hd, int n_pos, const float *e, float inv, const sb_fp16 *v, size_t stride, float *out);
+    /* qk_f16 for ng query heads that share one K head (GQA): each K element
+     * is loaded and widened once for all of them. Head g's q is at q + g·hd,
+     * its scores at s + g·s_stride, its max in mx[g]; every head's numbers
+     * are qk_f16's bit for bit (the same operations in the same order). */
+    void (*qk_f16_g)(int hd, int n_pos, int ng, const float *q, const sb_fp16 *k, size_t stride, float scale,
+                     float *s, size_t s_stride, float *mx);
+    /* pv_f16 for ng heads that share one V head, bit for bit: head g's
+     * e at e + g·e_stride with inv[g], its output at out + g·hd. e is
+     * overwritten by the weights f16(e[p]·inv[g]) (rounded once, not once
+     * per pass over the dims). */
+    void (*pv_f16_g)(int hd, int n_pos, int ng, float *e, size_t e_stride, const float *inv, const sb_fp16 *v,
+                     size_t stride, float *out);
     /* out[i] = silu(g[i])·u[i], silu(x) = x·sigmoid(x) with the same exp as
      * softmax_exp (on −|x|, so never overflowing); out may alias u or g. */
     void (*swiglu)(int n, const float *g, const float *u, float *out);
