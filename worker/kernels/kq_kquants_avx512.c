@@ -7,6 +7,7 @@
  * AVX2 needs madd + add. The integer result per super-block is exact, as in
  * the AVX2 and reference kernels; offsets and mins come from the bsums.
  */
+#include <stddef.h>
 #include <string.h>
 
 #include "worker/kernels/kq_x86.h"
@@ -75,6 +76,8 @@ static inline __m512i planes2(__m512i bits2, __m512i sh, __m512i m3) {
 
 /* ==== Q2_K ================================================================== */
 
+_Static_assert(offsetof(sb_block_q2_K, dmin) == offsetof(sb_block_q2_K, d) + sizeof(sb_fp16), "Q2_K d, dmin adjacent");
+
 void sb_kq_dot_q2_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy) {
     const sb_block_q2_K *x = vx;
     const sb_block_q8_K *y = vy;
@@ -83,9 +86,10 @@ void sb_kq_dot_q2_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy)
     __m256 acc_min = _mm256_setzero_ps();
     for (int i = 0; i < n / SB_QK_K; i++) {
         kq512_prefetch(&x[i], sizeof x[i]);
-        const __m128i packed = _mm_loadu_si128((const __m128i *)x[i].scales);
-        const __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(packed, _mm_set1_epi8(0xF)));
-        const __m256i mn16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0xF)));
+        /* one widening (port 5) for both nibbles */
+        const __m256i sm16 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)x[i].scales));
+        const __m256i sc16 = _mm256_and_si256(sm16, _mm256_set1_epi16(0xF));
+        const __m256i mn16 = _mm256_srli_epi16(sm16, 4);
         const __m256i mins = _mm256_madd_epi16(mn16, _mm256_loadu_si256((const __m256i *)y[i].bsums));
         const __m512i sc = _mm512_castsi256_si512(sc16);
         __m512i sumi = _mm512_setzero_si512();
@@ -97,9 +101,13 @@ void sb_kq_dot_q2_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy)
             sumi = step(sumi, q01, y[i].qs + 128 * h, spread_scales(sc, 8 * h, 3));
             sumi = step(sumi, q23, y[i].qs + 128 * h + 64, spread_scales(sc, 8 * h + 4, 3));
         }
-        const float dy = y[i].d;
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(dy * kq_f16(x[i].d)), _mm512_cvtepi32_ps(sumi), acc);
-        acc_min = _mm256_fmadd_ps(_mm256_set1_ps(dy * kq_f16(x[i].dmin)), _mm256_cvtepi32_ps(mins), acc_min);
+        /* d and dmin side by side: one conversion and one multiply by dy
+         * for both (the same products as two scalar ones) */
+        int32_t dm;
+        memcpy(&dm, &x[i].d, sizeof dm);
+        const __m128 ddy = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(dm)), _mm_set1_ps(y[i].d));
+        acc = _mm512_fmadd_ps(_mm512_broadcastss_ps(ddy), _mm512_cvtepi32_ps(sumi), acc);
+        acc_min = _mm256_fmadd_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(ddy)), _mm256_cvtepi32_ps(mins), acc_min);
     }
     *s = _mm512_reduce_add_ps(acc) - kq_hsum_f32x8(acc_min);
 }
