@@ -694,7 +694,7 @@ static int step_alone(sb_engine *e) {
 
 /* The grammar masks this step's samples need, computed together on the
  * pool before they sample one by one: a position first seen costs a walk
- * over the whole trie (~30 ms on a 151k vocabulary) that would otherwise
+ * over the whole trie (30-60 ms on a 151k vocabulary in the burst profile) that would otherwise
  * run on the compute thread alone while the other pool threads wait. */
 static void prefetch_masks(sb_engine *e, int np) {
     sb_sched *s = e->sched;

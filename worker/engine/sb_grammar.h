@@ -116,7 +116,7 @@ int  sb_gmatch_can_continue(const sb_gmatch *m);
 const uint32_t *sb_gmatch_mask(sb_gmatch *m);
 /* Compute the masks of ms[0..n)'s positions that their caches lack, each
  * position once, on the pool's threads (a position first seen costs a walk
- * over the whole trie, ~30 ms on a 151k vocabulary): the next
+ * over the whole trie, 30-60 ms on a 151k vocabulary): the next
  * sb_gmatch_mask of each is then a cache hit. The masks are those
  * sb_gmatch_mask computes alone. A position it cannot compute (out of
  * memory) is left to sb_gmatch_mask, which reports it. The matchers must
