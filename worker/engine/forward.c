@@ -218,6 +218,7 @@ static void rope_apply(float *x, int n_heads, int hd, int n_rot, const float *cs
 typedef struct {
     sb_ctx *c;
     int layer, n_tok;
+    int n_sub;                  /* tasks per KV head and token: its query heads in groups of ATTN_HEADS */
 } attn_job;
 
 /* Positions start..pos of a fragmented window, kv head at byte offset
@@ -271,7 +272,7 @@ static void attn_task(void *arg, int task, int thread) {
     const sb_kv *kvp = &c->kv;
     const sb_hparams *hp = &c->m->hp;
     const int hd = hp->head_dim, n_head = hp->n_head, group = n_head / hp->n_head_kv;
-    const int n_sub = (group + ATTN_HEADS - 1) / ATTN_HEADS, per_tok = hp->n_head_kv * n_sub;
+    const int n_sub = j->n_sub, per_tok = hp->n_head_kv * n_sub;
     const int t = task / per_tok, kvh = task % per_tok / n_sub, sub = task % n_sub;
     const int h0 = kvh * group + sub * ATTN_HEADS, ng = SB_MIN(ATTN_HEADS, group - sub * ATTN_HEADS);
     const int seq = c->tok_seq[t], pos = c->tok_pos[t];
@@ -426,9 +427,8 @@ static void run_layers(sb_ctx *c, int n) {
         MARK(c, ROPE);
         store_kv(c, il, n);
         MARK(c, KV_STORE);
-        attn_job aj = { c, il, n };
-        const int n_sub = (hp->n_head / hp->n_head_kv + ATTN_HEADS - 1) / ATTN_HEADS;
-        sb_pool_run(c->pool, attn_task, &aj, n * hp->n_head_kv * n_sub);
+        attn_job aj = { c, il, n, (hp->n_head / hp->n_head_kv + ATTN_HEADS - 1) / ATTN_HEADS };
+        sb_pool_run(c->pool, attn_task, &aj, n * hp->n_head_kv * aj.n_sub);
         MARK(c, ATTN);
         /* Residual: wo writes into xb, then x += xb before the ffn norm. */
         matmul(c, &L->wo, c->att, n, c->xb, (size_t)d);
