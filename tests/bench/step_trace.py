@@ -1,7 +1,6 @@
 #!/usr/bin/env python3
 """Sum up a worker's per-step trace (where a burst's time goes).
 
-    touch worker/engine/batch.c && make CFLAGS=-DSB_STEP_TRACE bin/switchboard   # a tracing build
     SB_STEP_TRACE=/tmp/steps python3 tests/bench/hotline_burst.py --rounds 1
     python3 tests/bench/step_trace.py /tmp/steps.PID [--steps]
 

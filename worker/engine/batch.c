@@ -22,13 +22,12 @@
  * code sb_engine_generate runs) instead of one-token ones; the step after
  * another task is admitted is a plain batched one again (step_alone).
  */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#ifdef SB_STEP_TRACE
 #include <unistd.h>
-#endif
 
 #include "common/sb_common.h"
 #include "worker/engine/engine_impl.h"
@@ -97,9 +96,7 @@ struct sb_sched {
     sb_seq_part *parts;     /* one step's parts and, per part, its task and fork */
     sb_task **part_task;
     int *part_fork;
-#ifdef SB_STEP_TRACE
-    FILE *trace;            /* one line per step (below) */
-#endif
+    FILE *trace;            /* SB_STEP_TRACE: one line per step (step_trace) */
 };
 
 int sb_sched_ctx_seqs(int max_tasks) { return 1 + max_tasks + PREFIX_SLOTS + FORK_SLOTS; }
@@ -127,14 +124,12 @@ int sb_sched_new(sb_engine *e, int max_tasks, char *err) {
     for (int i = 0; i < PREFIX_SLOTS; i++) s->pfx[i].seq = -1;
     /* Prefixes may keep half the pool warm; admission takes them back anyway. */
     s->max_prefix_blocks = sb_ctx_kv_blocks_total(e->ctx) / 2;
-#ifdef SB_STEP_TRACE
     const char *tp = getenv("SB_STEP_TRACE");
-    if (tp) {
+    if (tp && *tp) {
         char fn[512];
         snprintf(fn, sizeof fn, "%s.%d", tp, (int)getpid());
-        s->trace = fopen(fn, "w");
+        if (!(s->trace = fopen(fn, "w"))) sb_warn("engine: SB_STEP_TRACE: cannot write %s: %s", fn, strerror(errno));
     }
-#endif
     return 0;
 }
 
@@ -153,9 +148,7 @@ void sb_sched_free(sb_engine *e) {
     sb_free(s->parts);
     sb_free(s->part_task);
     sb_free(s->part_fork);
-#ifdef SB_STEP_TRACE
     if (s->trace) fclose(s->trace);
-#endif
     sb_free(s);
     e->sched = NULL;
 }
@@ -708,23 +701,42 @@ static void prefetch_masks(sb_engine *e, int np) {
     if (n) sb_gmatch_prefetch(ms, n, sb_ctx_pool(e->ctx));
 }
 
-/* A build with -DSB_STEP_TRACE and SB_STEP_TRACE=PATH in the environment
- * writes PATH.PID, one line per batched step: its start (sb_now_s), tasks
- * running, parts, tokens, one-token parts, rows sampled and of them under a
- * grammar mask, and ms in planning, in the forward pass and after it
- * (sampling, masks, emitting). tests/bench/step_trace.py sums it up. */
+/* SB_STEP_TRACE=PATH in the environment writes PATH.PID, one line per
+ * batched step: its start (sb_now_s), tasks running, parts, tokens,
+ * one-token parts, rows sampled and of them under a grammar mask, and ms in
+ * planning, in the forward pass (with the step's mask prefetch) and after
+ * it (sampling, emitting). tests/bench/step_trace.py sums it up. Off, it
+ * costs a branch per step. */
+typedef struct { double t0, t1, t2; int n_run, n_one, n_samp, n_mask; } step_trace;
+
+/* The counts, before part_done changes the tasks. */
+static void trace_count(const sb_sched *s, int np, step_trace *tr) {
+    tr->t2 = sb_now_s();
+    tr->n_run = s->n_run;
+    for (int i = 0; i < np; i++) {
+        const sb_task *t = s->part_task[i];
+        if (t->state == T_DONE || t->state == T_FAILED) continue;
+        tr->n_one += s->parts[i].n == 1;
+        if (s->parts[i].logits) tr->n_samp++, tr->n_mask += t->kind == K_GEN && t->core.gm;
+    }
+}
+
+static void trace_write(const sb_sched *s, int np, int tokens, const step_trace *tr) {
+    fprintf(s->trace, "%.6f run %d parts %d tok %d dec %d samp %d mask %d plan %.3f pass %.3f post %.3f\n", tr->t0,
+            tr->n_run, np, tokens, tr->n_one, tr->n_samp, tr->n_mask, (tr->t1 - tr->t0) * 1e3, (tr->t2 - tr->t1) * 1e3,
+            (sb_now_s() - tr->t2) * 1e3);
+    fflush(s->trace);
+}
+
 int sb_engine_step(sb_engine *e, char *err) {
     sb_sched *s = e->sched;
     reap(e);
-#ifdef SB_STEP_TRACE
-    const double T0 = sb_now_s();
-#endif
+    step_trace tr = { 0 };
+    if (s->trace) tr.t0 = sb_now_s();
     if (step_alone(e)) return s->n_run;
     const int np = plan(e);
     if (np == 0) return s->n_run;
-#ifdef SB_STEP_TRACE
-    const double T1 = sb_now_s();
-#endif
+    if (s->trace) tr.t1 = sb_now_s();
     int tokens = 0;
     for (int i = 0; i < np; i++) {
         sb_task *t = s->part_task[i];
@@ -742,27 +754,13 @@ int sb_engine_step(sb_engine *e, char *err) {
     s->steps++;
     s->step_tokens += (uint64_t)tokens;
     prefetch_masks(e, np);
-#ifdef SB_STEP_TRACE
-    const double T2 = sb_now_s();
-    int n_one = 0, n_samp = 0, n_mask = 0;
-    const int n_run = s->n_run;
-#endif
+    if (s->trace) trace_count(s, np, &tr);
     for (int i = 0; i < np; i++) {
         sb_task *t = s->part_task[i];
         if (t->state == T_DONE || t->state == T_FAILED) continue;
-#ifdef SB_STEP_TRACE
-        n_one += s->parts[i].n == 1;
-        if (s->parts[i].logits) n_samp++, n_mask += t->kind == K_GEN && t->core.gm;
-#endif
         part_done(e, t, s->part_fork[i], s->parts[i].n);
     }
-#ifdef SB_STEP_TRACE
-    if (s->trace) {
-        fprintf(s->trace, "%.6f run %d parts %d tok %d dec %d samp %d mask %d plan %.3f pass %.3f post %.3f\n", T0,
-                n_run, np, tokens, n_one, n_samp, n_mask, (T1 - T0) * 1e3, (T2 - T1) * 1e3, (sb_now_s() - T2) * 1e3);
-        fflush(s->trace);
-    }
-#endif
+    if (s->trace) trace_write(s, np, tokens, &tr);
     return s->n_run;
 }
 
