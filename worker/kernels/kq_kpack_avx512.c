@@ -46,7 +46,8 @@
 /* One super-block of a panel. */
 typedef struct {
     uint8_t q[64][PANEL][4];    /* group g: quants 4g..4g+3 of each row, unsigned */
-    float sc[16][PANEL];        /* sub-block scales as floats (8 used by Q4_K / Q5_K; Q2_K's are in q) */
+    int32_t sc[16][PANEL];      /* sub-block scales (8 used by Q4_K / Q5_K) */
+    float scf[16][PANEL];       /* the same as floats */
     int32_t mn[8][PANEL];       /* int16 pairs against bsums 2k, 2k+1 */
     float d[PANEL], dmin[PANEL];
 } panel_sb;
@@ -147,6 +148,8 @@ KQ_INLINE void pack_panel(int wt, const uint8_t *x, size_t bx, int nr, int i0, i
         panel_sb *p = &out[i];
         if (nr < PANEL) memset(p, 0, sizeof *p);
         for (int r = 0; r < nr; r++) pack_scales(wt, x + (size_t)r * bx + (size_t)(i0 + i) * bs, r, p);
+        for (int k = 0; k < 16; k++)
+            for (int r = 0; r < PANEL; r++) p->scf[k][r] = (float)p->sc[k][r];
         for (int j = 0; j < 4; j++) {
             __m512i rows[PANEL], cols[PANEL];
             for (int r = 0; r < PANEL; r++) {
@@ -214,7 +217,7 @@ KQ_INLINE void micro(int wt, int C, const panel_sb *pan, int nsb, const sb_block
 #pragma GCC unroll 8
                 for (int c = 0; c < C; c++) t[c] = dpbusd_bcast(t[c], q, yb[c]->qs + 4 * g);
             }
-            const __m512 sc = _mm512_loadu_ps(p->sc[sb]);
+            const __m512 sc = _mm512_loadu_ps(p->scf[sb]);
 #pragma GCC unroll 8
             for (int c = 0; c < C; c++) fsum[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t[c]), sc, fsum[c]);
         }
