@@ -177,7 +177,7 @@ static void check_il(int level, int type, int n, int nrows, int nt, const uint8_
     const sb_kq_traits *t = &sb_kq_table(level)[type];
     const int q8_0 = t->vec_dot_type == SB_TYPE_Q8_0;
     const size_t s_stride = (size_t)nrows + 2;
-    const size_t il_bytes = q8_0 ? (size_t)nt * sb_kq_q8_0_prep_bytes(n) : (size_t)(n / 256) * SB_KQ_IL_BLOCK_BYTES;
+    const size_t il_bytes = q8_0 ? sb_kq_q8_0_prep_bytes(n) : (size_t)(n / 256) * SB_KQ_IL_BLOCK_BYTES;
     uint8_t *il = sb_aligned_alloc(il_bytes);
     float *s = malloc(sizeof(float) * s_stride * (size_t)nt);
     assert_true(il && s);
@@ -191,7 +191,7 @@ static void check_il(int level, int type, int n, int nrows, int nt, const uint8_
             t->vec_dot(n, &one, x + (size_t)r * bx, y + (size_t)k * y_stride);
             ref_row(type)->vec_dot(n, &ref, x + (size_t)r * bx, y + (size_t)k * y_stride);
             const float got = s[(size_t)k * s_stride + (size_t)r];
-            if (memcmp(&got, &one, sizeof got) || (!q8_0 && memcmp(&one, &ref, sizeof one)))
+            if (memcmp(&got, &one, sizeof got) || memcmp(&one, &ref, sizeof one))
                 fail_msg("%s vec_dotn_il at %s (%s), n %d, rows %d, nt %d, row %d, token %d: %.9g (0x%08x), "
                          "vec_dot %.9g (0x%08x), reference %.9g (0x%08x)", t->name, sb_kq_level_name(level), what, n,
                          nrows, nt, r, k, got, sb_fp32_to_bits(got), one, sb_fp32_to_bits(one), ref,

@@ -190,9 +190,11 @@ static double cpu_now(void) {
 static double dotn_pass(const sb_kq_traits *t, int dotn, int n, const uint8_t *w, size_t rs, int rows, int nt,
                         const uint8_t *y, size_t ys, float *out) {
     const double t0 = cpu_now();
-    if (dotn && t->vec_dotn_il && nt >= SB_KQ_IL_MIN_TOK) {   /* as matmul.c runs it: interleaved once, then all rows */
+    const int q8_0 = t->vec_dot_type == SB_TYPE_Q8_0;
+    if (dotn && t->vec_dotn_il && nt >= (q8_0 ? SB_KQ_P8_MIN_TOK : SB_KQ_IL_MIN_TOK)) {   /* as matmul.c runs it: interleaved once, then all rows */
         static uint8_t il[SB_KQ_IL_BLOCK_BYTES * 64] __attribute__((aligned(64)));
-        sb_kq_q8_K_interleave(n / 256, nt, y, ys, il);
+        if (q8_0) sb_kq_q8_0_prepare(n, nt, y, ys, il);
+        else sb_kq_q8_K_interleave(n / 256, nt, y, ys, il);
         t->vec_dotn_il(n, rows, nt, out, (size_t)rows, w, rs, il);
         sink = out[rows - 1];
         return cpu_now() - t0;
@@ -211,8 +213,9 @@ static double dotn_pass(const sb_kq_traits *t, int dotn, int n, const uint8_t *w
  * model-shaped matrices (Phi-3-mini 3072 x 8192, Llama-3-8B 4096 x 14336),
  * vec_dot x nt against vec_dotn, one thread, best of `rounds` interleaved. */
 static void bench_dotn(int rounds) {
-    static const int types[] = { SB_TYPE_Q4_K, SB_TYPE_Q5_K, SB_TYPE_Q6_K };
-    static const struct { const char *name; int n, rows; } shapes[] = { { "phi3", 3072, 8192 }, { "llama8b", 4096, 14336 } };
+    static const int types[] = { SB_TYPE_Q4_K, SB_TYPE_Q5_K, SB_TYPE_Q6_K, SB_TYPE_Q5_0, SB_TYPE_Q8_0 };
+    static const struct { const char *name; int n, rows; } shapes[] = {
+        { "phi3", 3072, 8192 }, { "llama8b", 4096, 14336 }, { "qwen0.5b", 896, 4864 } };
     static const int nts[] = { 1, 2, 4, 8, 16 };
     enum { NNT = sizeof nts / sizeof nts[0] };
     const int best = sb_kq_best_level();
@@ -227,7 +230,8 @@ static void bench_dotn(int rounds) {
             const sb_kq_traits *t = &sb_kq_table(best)[types[ti]];
             if (!t->vec_dotn) continue;
             const int n = shapes[si].n, rows = shapes[si].rows;
-            const size_t rs = sb_kq_row_size(t, n), ys = sb_kq_row_size(&ref[SB_TYPE_Q8_K], n);
+            const int vt = t->vec_dot_type;
+            const size_t rs = sb_kq_row_size(t, n), ys = sb_kq_row_size(&ref[vt], n);
             uint8_t *w = malloc(rs * rows), *y = malloc(ys * 16);
             float *f = malloc(sizeof(float) * n), *out = malloc(sizeof(float) * rows * 16);
             for (int r = 0; r < ROWS; r++) {
@@ -237,7 +241,7 @@ static void bench_dotn(int rounds) {
             for (int r = ROWS; r < rows; r++) memcpy(w + (size_t)r * rs, w + (size_t)(r % ROWS) * rs, rs);
             for (int k = 0; k < 16; k++) {
                 for (int i = 0; i < n; i++) f[i] = frand();
-                ref[SB_TYPE_Q8_K].from_float(f, y + (size_t)k * ys, n);
+                ref[vt].from_float(f, y + (size_t)k * ys, n);
             }
             double tb[NNT][2];
             for (int k = 0; k < NNT; k++) tb[k][0] = tb[k][1] = 1e9;

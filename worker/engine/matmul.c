@@ -202,9 +202,9 @@ static int mm_segments(const sb_mm *mm, int n_tok, mm_seg *seg) {
 }
 
 /* Bytes of one group of SB_KQ_IL_TOK tokens of a part's laid-out
- * activations: Q8_0 prepared per token, Q8_K interleaved per group. */
+ * activations: Q8_0 and Q8_K interleaved per group. */
 static size_t il_group_bytes(const mm_part *p) {
-    return p->yil_q8_0 ? SB_KQ_IL_TOK * sb_kq_q8_0_prep_bytes((int)p->w->ne0)
+    return p->yil_q8_0 ? sb_kq_q8_0_prep_bytes((int)p->w->ne0)
                        : (size_t)(p->w->ne0 / SB_QK_K) * SB_KQ_IL_BLOCK_BYTES;
 }
 

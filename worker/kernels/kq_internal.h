@@ -265,14 +265,20 @@ typedef struct {            /* one super-block of SB_KQ_IL_TOK tokens, layout of
     float d[SB_KQ_IL_TOK];
 } sb_kq_il_block;
 _Static_assert(sizeof(sb_kq_il_block) == SB_KQ_IL_BLOCK_BYTES, "interleaved Q8_K block");
+typedef struct {            /* one 32-element Q8_0 block of SB_KQ_IL_TOK tokens, layout of sb_kq.h */
+    int8_t q[8][SB_KQ_IL_TOK][4];
+    int32_t s[SB_KQ_IL_TOK];
+    float d[SB_KQ_IL_TOK];
+} sb_kq_p8_block;
+_Static_assert(sizeof(sb_kq_p8_block) == SB_KQ_P8_BLOCK_BYTES, "interleaved Q8_0 block");
 #define KQ_DOTN_IL_ARGS int n, int nrows, int nt, float *s, size_t s_stride, const void *x, size_t x_stride, const void *yil
 void sb_kq_dotn_il_q4_K_q8_K_avx512(KQ_DOTN_IL_ARGS);
 void sb_kq_dotn_il_q5_K_q8_K_avx512(KQ_DOTN_IL_ARGS);
 void sb_kq_dotn_il_q6_K_q8_K_avx512(KQ_DOTN_IL_ARGS);
-void sb_kq_dotn_q4_0_q8_0_avx512(KQ_DOTN_ARGS);    /* these three in kq_avx512.c, beside their vec_dot */
+void sb_kq_dotn_q4_0_q8_0_avx512(KQ_DOTN_ARGS);    /* these six: kq_dotn_il_avx512.c too */
 void sb_kq_dotn_q5_0_q8_0_avx512(KQ_DOTN_ARGS);
 void sb_kq_dotn_q8_0_q8_0_avx512(KQ_DOTN_ARGS);
-void sb_kq_dotn_il_q4_0_q8_0_avx512(KQ_DOTN_IL_ARGS);   /* on prepared Q8_0 (sb_kq_q8_0_prepare), kq_avx512.c */
+void sb_kq_dotn_il_q4_0_q8_0_avx512(KQ_DOTN_IL_ARGS);   /* on interleaved Q8_0 (sb_kq_q8_0_prepare) */
 void sb_kq_dotn_il_q5_0_q8_0_avx512(KQ_DOTN_IL_ARGS);
 void sb_kq_dotn_il_q8_0_q8_0_avx512(KQ_DOTN_IL_ARGS);
 void sb_kq_deq_f16_avx512(const void *src, float *dst, int64_t n);

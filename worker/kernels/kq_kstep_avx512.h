@@ -1,9 +1,10 @@
-/* kq_kstep_avx512.h - private to the AVX-512 k-quant matrix kernels
- * (kq_kgemm_avx512.c, kq_kpack_avx512.c, kq_dotn_avx512.c): the weight types
- * they share, the decode of one 64-quant step of a super-block and the
- * spread of its sub-block scales, so the tiled kernels, the panel packer and
- * the multi-token dots unpack bits with one piece of code. Include only from
- * files compiled with the AVX-512 flags. */
+/* kq_kstep_avx512.h - private to the AVX-512 matrix kernels (kq_avx512.c,
+ * kq_kgemm_avx512.c, kq_kpack_avx512.c, kq_dotn_avx512.c,
+ * kq_dotn_il_avx512.c): the weight types they share, the decode of one
+ * 64-quant step of a k-quant super-block and the spread of its sub-block
+ * scales, the decode of two Q4_0/Q5_0/Q8_0 blocks, and the lane helpers of
+ * the one-token-per-lane kernels, so every kernel unpacks bits with one
+ * piece of code. Include only from files compiled with the AVX-512 flags. */
 #ifndef SB_KQ_KSTEP_AVX512_H
 #define SB_KQ_KSTEP_AVX512_H
 
@@ -75,6 +76,76 @@ KQ_INLINE __m512i kq_kstep_decode(int wt, const uint8_t *blk, int j) {
         return _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4), _mm512_and_si512(join(hb, _mm256_srli_epi16(hb, 2)), m2));
     }
     }
+}
+
+/* ---- Q4_0 / Q5_0 / Q8_0: two 32-element blocks per register ---------------- */
+
+enum { L_Q4_0, L_Q5_0, L_Q8_0 };
+
+KQ_INLINE size_t legacy_block_bytes(int wt) {
+    return wt == L_Q4_0 ? sizeof(sb_block_q4_0) : wt == L_Q5_0 ? sizeof(sb_block_q5_0) : sizeof(sb_block_q8_0);
+}
+
+/* The 32 quants of two blocks in one register (a, b may be the same). */
+KQ_INLINE __m512i load_2x32(const int8_t *a, const int8_t *b) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)a)),
+                              _mm256_loadu_si256((const __m256i *)b), 1);
+}
+
+/* The nibbles of two blocks, in element order: [lo0 hi0 lo1 hi1] × 16. */
+KQ_INLINE __m512i nibbles_2x32(const uint8_t *qs0, const uint8_t *qs1) {
+    const __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)qs0)),
+                                                 _mm_loadu_si128((const __m128i *)qs1), 1);
+    const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(both), _mm256_srli_epi16(both, 4), 1);
+    /* z = [q0, q1, q0>>4, q1>>4]; reorder the 128-bit lanes to 0,2,1,3 */
+    return _mm512_and_si512(_mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0)), _mm512_set1_epi8(0x0F));
+}
+
+/* Q5: the nibbles plus 0x10 where the block's fifth bit is set (bit e of
+ * qh is element e's). */
+KQ_INLINE __m512i q5_x2(const uint8_t *qs0, const uint8_t *qh0, const uint8_t *qs1, const uint8_t *qh1) {
+    uint32_t h0, h1;
+    memcpy(&h0, qh0, 4);
+    memcpy(&h1, qh1, 4);
+    const __mmask64 hi = (__mmask64)h0 | ((__mmask64)h1 << 32);
+    return _mm512_or_si512(nibbles_2x32(qs0, qs1), _mm512_maskz_mov_epi8(hi, _mm512_set1_epi8(0x10)));
+}
+
+/* Blocks b and b1 of a Q4_0/Q5_0/Q8_0 row as unsigned bytes u = q + bias,
+ * element order, so that q·y = u·y − bias·y and VNNI's u8 operand takes
+ * them as they are: Q4_0 bias 8, Q5_0 16, Q8_0 128 (its sign bit flipped). */
+KQ_INLINE __m512i legacy_unsigned_2x32(int wt, const void *vx, int b, int b1) {
+    if (wt == L_Q4_0) {
+        const sb_block_q4_0 *x = vx;
+        return nibbles_2x32(x[b].qs, x[b1].qs);
+    }
+    if (wt == L_Q5_0) {
+        const sb_block_q5_0 *x = vx;
+        return q5_x2(x[b].qs, x[b].qh, x[b1].qs, x[b1].qh);
+    }
+    const sb_block_q8_0 *x = vx;
+    return _mm512_xor_si512(load_2x32(x[b].qs, x[b1].qs), _mm512_set1_epi8((char)0x80));
+}
+
+/* log2 of the bias above. */
+KQ_INLINE int legacy_bias_shift(int wt) { return wt == L_Q4_0 ? 3 : wt == L_Q5_0 ? 4 : 7; }
+
+/* ---- one token per lane (kq_dotn_il_avx512.c) ------------------------------- */
+
+/* G consecutive dwords of p broadcast: lane t·G + h gets p[h]. */
+KQ_INLINE __m512i bcast_g(const void *p, int G) {
+    switch (G) {
+    case 1: return _mm512_set1_epi32(*(const int32_t *)p);
+    case 2: return _mm512_set1_epi64(*(const int64_t *)p);
+    default: return _mm512_broadcast_i32x4(_mm_load_si128((const __m128i *)p));
+    }
+}
+
+/* Lane t·G + h → the sum over h of each token's G lanes, in all of them. */
+KQ_INLINE __m512i sum_g(__m512i v, int G) {
+    if (G >= 2) v = _mm512_add_epi32(v, _mm512_shuffle_epi32(v, (_MM_PERM_ENUM)_MM_SHUFFLE(2, 3, 0, 1)));
+    if (G >= 4) v = _mm512_add_epi32(v, _mm512_shuffle_epi32(v, (_MM_PERM_ENUM)_MM_SHUFFLE(1, 0, 3, 2)));
+    return v;
 }
 
 #endif

@@ -122,18 +122,18 @@ void sb_kq_q8_K_interleave(int nb, int nt, const void *y, size_t y_stride, void 
 typedef void (*sb_vec_dotn_il_fn)(int n, int nrows, int nt, float *s, size_t s_stride, const void *x,
                                   size_t x_stride, const void *yil);
 
-/* Q8_0 activations of up to SB_KQ_IL_TOK tokens prepared for the
- * vec_dotn_il of Q4_0/Q5_0/Q8_0 weights (sb_kq_q8_0_prepare): what a
- * token's dot recomputes for every weight row, done once per matrix input.
- * Per token (sb_kq_q8_0_prep_bytes(n) apart) and per pair of blocks in the
- * whole 4-block steps: the 64 quants (one register), the two scales as
- * floats [d0 ×8, d1 ×8], and 16·Σy per 4-byte group (the −16 offset of
- * Q5_0's quants; Q4_0's −8 is half of it); then the blocks of the last
- * n/32 mod 4 as Q8_0 (the kernels' AVX2 tail). */
-#define SB_KQ_P8_PAIR_BYTES (64 + 64 + 64)
+/* Q8_0 activations of up to SB_KQ_IL_TOK tokens interleaved for the
+ * vec_dotn_il of Q4_0/Q5_0/Q8_0 weights (sb_kq_q8_0_prepare), as Q8_K's
+ * above: T = sb_kq_il_tokens(nt) tokens, G = 16/T groups per register. Per
+ * 32-element block (SB_KQ_P8_BLOCK_BYTES apart): 8/G registers of quants,
+ * register v lane t·G + h = bytes 4g..4g+3 of token t, g = vG + h; at byte
+ * 512 the block's Σy (int32) and at byte 576 its d (float) of token t, each
+ * in lanes t·G … t·G + G−1. Lanes of tokens ≥ nt are zero. */
+#define SB_KQ_P8_BLOCK_BYTES (8 * 64 + 64 + 64)
+/* Bytes of one group of up to SB_KQ_IL_TOK tokens of n elements. */
 size_t sb_kq_q8_0_prep_bytes(int n);
 /* nt ≤ SB_KQ_IL_TOK Q8_0 rows of n elements (y_stride bytes apart) -> dst,
- * 64-byte aligned, nt · sb_kq_q8_0_prep_bytes(n) bytes. */
+ * 64-byte aligned, sb_kq_q8_0_prep_bytes(n) bytes. */
 void sb_kq_q8_0_prepare(int n, int nt, const void *y, size_t y_stride, void *dst);
 /* Below this many tokens the prepared Q8_0 path does not pay (one token
  * takes vec_dot, as a lone decode does). */
