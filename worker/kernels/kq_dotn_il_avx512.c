@@ -259,6 +259,10 @@ KQ_INLINE void il0_pass(int wt, int G, int nb, int R, const uint8_t *x, size_t x
             dx[0][r] = legacy_d(wt, row, i);
             dx[1][r] = two ? legacy_d(wt, row, i + 1) : 0.0f;
         }
+        /* Read q back from memory: the broadcasts below are then load-port
+         * broadcasts; without this GCC keeps q in registers and extracts
+         * every dword group with port-5 shuffles (160 of them a pass). */
+        __asm__ volatile("" ::: "memory");
         for (int h = 0; h <= two; h++) {
             const sb_kq_p8_block *yb = &y[i + h];
             __m512i acc[ROWS];
