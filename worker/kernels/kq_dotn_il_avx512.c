@@ -154,6 +154,12 @@ KQ_INLINE void dotn_il(int wt, int n, int nrows, int nt, float *s, size_t s_stri
     }
 }
 
+/* vec_dot per token: too few tokens for the lanes to pay. */
+static void dot_each(int n, int nt, float *s, size_t s_stride, const void *vx, const void *vy, size_t y_stride,
+                     sb_vec_dot_fn dot) {
+    for (int t = 0; t < nt; t++) dot(n, s + (size_t)t * s_stride, vx, (const uint8_t *)vy + (size_t)t * y_stride);
+}
+
 /* The one-row API (vec_dotn): the activations interleaved CHUNK blocks at
  * a time into a stack buffer. Costs the interleave per row: matmul.c
  * interleaves once per input and calls vec_dotn_il instead, or (fewer than
@@ -161,7 +167,7 @@ KQ_INLINE void dotn_il(int wt, int n, int nrows, int nt, float *s, size_t s_stri
 KQ_INLINE void dotn_rows(int wt, int n, int nt, float *s, size_t s_stride, const void *vx, const void *vy,
                          size_t y_stride, sb_vec_dot_fn dot) {
     if (nt < SB_KQ_IL_MIN_TOK) {
-        for (int t = 0; t < nt; t++) dot(n, s + (size_t)t * s_stride, vx, (const uint8_t *)vy + (size_t)t * y_stride);
+        dot_each(n, nt, s, s_stride, vx, vy, y_stride, dot);
         return;
     }
     sb_kq_il_block buf[CHUNK] __attribute__((aligned(64)));
@@ -330,7 +336,7 @@ KQ_INLINE void dotn_il0(int wt, int n, int nrows, int nt, float *s, size_t s_str
 KQ_INLINE void dotn_rows0(int wt, int n, int nt, float *s, size_t s_stride, const void *vx, const void *vy,
                           size_t y_stride, sb_vec_dot_fn dot) {
     if (nt < SB_KQ_P8_MIN_TOK) {
-        for (int t = 0; t < nt; t++) dot(n, s + (size_t)t * s_stride, vx, (const uint8_t *)vy + (size_t)t * y_stride);
+        dot_each(n, nt, s, s_stride, vx, vy, y_stride, dot);
         return;
     }
     sb_kq_p8_block buf[CHUNK0] __attribute__((aligned(64)));
