@@ -176,6 +176,7 @@ KQ_INLINE void pack_panel(int wt, const uint8_t *x, size_t bx, int nr, int i0, i
         for (int r = 0; r < PANEL; r++) {
             if (r < nr) {
                 __m512 d;
+                kq_prefetch_ahead(x + (size_t)r * bx + (size_t)(i0 + i) * bs, 2 * bs);     /* the weights stream from DRAM */
                 rows[r] = decode_pair(wt, x + (size_t)r * bx + (size_t)(i0 + i) * bs, two, &d);
                 out[i].d[r] = _mm512_cvtss_f32(d);
                 if (two) out[i + 1].d[r] = _mm512_cvtss_f32(_mm512_shuffle_f32x4(d, d, 2));

@@ -149,7 +149,10 @@ KQ_INLINE void pack_panel(int wt, const uint8_t *x, size_t bx, int nr, int i0, i
     for (int i = 0; i < nsb; i++) {
         panel_sb *p = &out[i];
         if (nr < PANEL) memset(p, 0, sizeof *p);
-        for (int r = 0; r < nr; r++) pack_scales(wt, x + (size_t)r * bx + (size_t)(i0 + i) * bs, r, p);
+        for (int r = 0; r < nr; r++) {
+            kq_prefetch_ahead(x + (size_t)r * bx + (size_t)(i0 + i) * bs, bs);     /* the weights stream from DRAM */
+            pack_scales(wt, x + (size_t)r * bx + (size_t)(i0 + i) * bs, r, p);
+        }
         for (int k = 0; k < 16; k++)
             for (int r = 0; r < PANEL; r++) p->scf[k][r] = (float)p->sc[k][r];
         for (int j = 0; j < 4; j++) {
