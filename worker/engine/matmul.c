@@ -90,9 +90,9 @@ typedef struct {
     sb_vec_dot_fn dot;
     sb_vec_dotn_fn dotn;        /* several tokens, 1x1 path: one weight row for up to 16 of them; NULL: dot per token */
     sb_vec_dotn_il_fn dotn_il;  /* the same on interleaved activations (yil), rows in groups; NULL: dotn */
-    const uint8_t *yil;         /* the segment's tokens interleaved (Q8_K) or prepared (Q8_0), SB_KQ_IL_TOK per group */
+    const uint8_t *yil;         /* the segment's tokens interleaved (Q8_K or Q8_0), SB_KQ_IL_TOK per group */
     size_t yil_group;           /* bytes of one group of SB_KQ_IL_TOK tokens in yil */
-    int yil_q8_0;               /* yil: Q8_0 prepared (Q4_0/Q5_0/Q8_0 weights), else Q8_K interleaved */
+    int yil_q8_0;               /* yil: Q8_0 interleaved (Q4_0/Q5_0/Q8_0 weights), else Q8_K */
     sb_gemv8_fn gemv8;          /* x8 weight, few tokens: 8 rows per call */
     sb_gemm_fn gemm;            /* NULL: the 1×1 path */
     const uint8_t *act;
@@ -210,8 +210,8 @@ static size_t il_group_bytes(const mm_part *p) {
 
 static size_t il_bytes(const mm_part *p) { return (size_t)ceil_div(p->n_tok, SB_KQ_IL_TOK) * il_group_bytes(p); }
 
-/* The activations of the parts that take vec_dotn_il, interleaved (Q8_K)
- * or prepared (Q8_0) once per (input, segment): parts of one run that share
+/* The activations of the parts that take vec_dotn_il, interleaved
+ * (Q8_K or Q8_0) once per (input, segment): parts of one run that share
  * both share the copy. If the buffer cannot grow, those parts fall back to
  * vec_dotn (the same numbers). Runs on the calling thread: a few µs per
  * input, against a matrix pass of milliseconds. */

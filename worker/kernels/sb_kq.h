@@ -135,7 +135,7 @@ size_t sb_kq_q8_0_prep_bytes(int n);
 /* nt ≤ SB_KQ_IL_TOK Q8_0 rows of n elements (y_stride bytes apart) -> dst,
  * 64-byte aligned, sb_kq_q8_0_prep_bytes(n) bytes. */
 void sb_kq_q8_0_prepare(int n, int nt, const void *y, size_t y_stride, void *dst);
-/* Below this many tokens the prepared Q8_0 path does not pay (one token
+/* Below this many tokens the interleaved Q8_0 path does not pay (one token
  * takes vec_dot, as a lone decode does). */
 #define SB_KQ_P8_MIN_TOK 2
 
@@ -152,7 +152,7 @@ typedef struct {
     sb_gemm_fn       gemm;          /* tiled vec_dot; NULL: call vec_dot per pair */
     sb_gemv8_fn      gemv8;         /* 8 rows in the x8 layout; NULL: this level keeps the file layout */
     sb_vec_dotn_fn   vec_dotn;      /* this level's vec_dot for nt rows; NULL: call sb_kq_vec_dotn */
-    sb_vec_dotn_il_fn vec_dotn_il;  /* the same on interleaved Q8_K (or prepared Q8_0) activations; NULL: vec_dotn */
+    sb_vec_dotn_il_fn vec_dotn_il;  /* the same on interleaved Q8_K (or Q8_0) activations; NULL: vec_dotn */
 } sb_kq_traits;
 
 enum sb_kq_level { SB_KQ_REF = 0, SB_KQ_AVX2 = 1, SB_KQ_AVX512 = 2, SB_KQ_LEVELS };
