@@ -11,9 +11,8 @@
  * column. The integers and the scale products dx·dy are those of the 1×1
  * kernels in kq_avx512.c; only the float summation order differs.
  */
-#include "worker/kernels/kq_x86.h"
+#include "worker/kernels/kq_kstep_avx512.h"
 
-#define KQ_INLINE static inline __attribute__((always_inline))
 #define TILE_R 4
 #define TILE_C 4
 
@@ -30,44 +29,18 @@ KQ_INLINE __m512 scale_pair(sb_fp16 d0, sb_fp16 d1, int two) {
     return _mm512_insertf32x8(_mm512_set1_ps(kq_f16(d0)), _mm256_set1_ps(two ? kq_f16(d1) : 0.0f), 1);
 }
 
-/* 16 nibble bytes of each block -> [lo0 hi0 lo1 hi1]: the element order of
- * two consecutive 32-element blocks. */
-KQ_INLINE __m512i nibbles_pair(const uint8_t *qs0, const uint8_t *qs1, int two) {
-    const __m128i a = _mm_loadu_si128((const __m128i *)qs0);
-    const __m128i b = two ? _mm_loadu_si128((const __m128i *)qs1) : _mm_setzero_si128();
-    const __m256i ab = _mm256_inserti128_si256(_mm256_castsi128_si256(a), b, 1);
-    const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(ab), _mm256_srli_epi16(ab, 4), 1);
-    return _mm512_and_si512(_mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0)), _mm512_set1_epi8(0x0F));
-}
-
-enum { W_Q4_0, W_Q5_0, W_Q8_0 };
-
-/* Unsigned quants (q + K) of weight blocks b and b+1, and their scales. */
+/* Unsigned quants (q + K, kq_kstep_avx512.h) of weight blocks b and b+1,
+ * and their scales. Without the second block the upper half repeats the
+ * first: every use meets it with zero activations or drops it. */
 KQ_INLINE __m512i decode_pair(int wt, const uint8_t *blk, int two, __m512 *d) {
-    if (wt == W_Q4_0) {
-        const sb_block_q4_0 *b = (const sb_block_q4_0 *)blk;
-        *d = scale_pair(b[0].d, two ? b[1].d : 0, two);
-        return nibbles_pair(b[0].qs, b[1].qs, two);
-    }
-    if (wt == W_Q5_0) {
-        const sb_block_q5_0 *b = (const sb_block_q5_0 *)blk;
-        uint32_t h0, h1 = 0;
-        memcpy(&h0, b[0].qh, 4);
-        if (two) memcpy(&h1, b[1].qh, 4);
-        *d = scale_pair(b[0].d, two ? b[1].d : 0, two);
-        const __mmask64 hi = (__mmask64)h0 | ((__mmask64)h1 << 32);
-        return _mm512_or_si512(nibbles_pair(b[0].qs, b[1].qs, two), _mm512_maskz_mov_epi8(hi, _mm512_set1_epi8(0x10)));
-    }
-    const sb_block_q8_0 *b = (const sb_block_q8_0 *)blk;
-    *d = scale_pair(b[0].d, two ? b[1].d : 0, two);
-    return _mm512_xor_si512(load_pair(b[0].qs, b[1].qs, two), _mm512_set1_epi8((char)0x80));
+    sb_fp16 d0, d1 = 0;     /* every block type's first field */
+    memcpy(&d0, blk, sizeof d0);
+    if (two) memcpy(&d1, blk + legacy_block_bytes(wt), sizeof d1);
+    *d = scale_pair(d0, d1, two);
+    return legacy_unsigned_2x32(wt, blk, 0, two);
 }
 
-KQ_INLINE int offset_k(int wt) { return wt == W_Q4_0 ? 8 : wt == W_Q5_0 ? 16 : 128; }
-
-KQ_INLINE size_t block_bytes(int wt) {
-    return wt == W_Q4_0 ? sizeof(sb_block_q4_0) : wt == W_Q5_0 ? sizeof(sb_block_q5_0) : sizeof(sb_block_q8_0);
-}
+KQ_INLINE int offset_k(int wt) { return 1 << legacy_bias_shift(wt); }
 
 /* One pair of blocks (i, i+1) for every pair of the tile. */
 KQ_INLINE void tile_step(int wt, int R, int C, int i, int two, const uint8_t *x, size_t bx,
@@ -75,7 +48,7 @@ KQ_INLINE void tile_step(int wt, int R, int C, int i, int two, const uint8_t *x,
     __m512i u[TILE_R];
     __m512 dx[TILE_R];
 #pragma GCC unroll 4
-    for (int r = 0; r < R; r++) u[r] = decode_pair(wt, x + (size_t)r * bx + (size_t)i * block_bytes(wt), two, &dx[r]);
+    for (int r = 0; r < R; r++) u[r] = decode_pair(wt, x + (size_t)r * bx + (size_t)i * legacy_block_bytes(wt), two, &dx[r]);
     const __m512i k = _mm512_set1_epi8((char)offset_k(wt));
 #pragma GCC unroll 4
     for (int c = 0; c < C; c++) {
@@ -109,13 +82,13 @@ KQ_INLINE void tile_legacy(int wt, int n, int R, int C, const uint8_t *x, size_t
 }
 
 KQ_INLINE void tile_q4_0(int n, int R, int C, const uint8_t *x, size_t bx, const uint8_t *y, size_t by, float *s, size_t ldc) {
-    tile_legacy(W_Q4_0, n, R, C, x, bx, y, by, s, ldc);
+    tile_legacy(L_Q4_0, n, R, C, x, bx, y, by, s, ldc);
 }
 KQ_INLINE void tile_q5_0(int n, int R, int C, const uint8_t *x, size_t bx, const uint8_t *y, size_t by, float *s, size_t ldc) {
-    tile_legacy(W_Q5_0, n, R, C, x, bx, y, by, s, ldc);
+    tile_legacy(L_Q5_0, n, R, C, x, bx, y, by, s, ldc);
 }
 KQ_INLINE void tile_q8_0(int n, int R, int C, const uint8_t *x, size_t bx, const uint8_t *y, size_t by, float *s, size_t ldc) {
-    tile_legacy(W_Q8_0, n, R, C, x, bx, y, by, s, ldc);
+    tile_legacy(L_Q8_0, n, R, C, x, bx, y, by, s, ldc);
 }
 
 /* ==== packed panels (8 or more tokens) ======================================
@@ -169,7 +142,7 @@ static inline void transpose16(const __m512i r[16], __m512i o[16]) {
 
 /* Blocks i0..i0+nbk-1 of rows x[0..nr) into panel blocks (missing rows zero). */
 KQ_INLINE void pack_panel(int wt, const uint8_t *x, size_t bx, int nr, int i0, int nbk, panel_blk *out) {
-    const size_t bs = block_bytes(wt);
+    const size_t bs = legacy_block_bytes(wt);
     for (int i = 0; i < nbk; i += 2) {
         const int two = i + 1 < nbk;
         __m512i rows[PANEL], cols[PANEL];
@@ -284,6 +257,6 @@ KQ_INLINE void gemm_packed(int wt, int n, int nr, int nc, const uint8_t *x, size
         gemm_packed(wt, n, nr, nc, x, bx, y, by, s, ldc);                               \
     }
 
-GEMM_FN(q4_0, W_Q4_0)
-GEMM_FN(q5_0, W_Q5_0)
-GEMM_FN(q8_0, W_Q8_0)
+GEMM_FN(q4_0, L_Q4_0)
+GEMM_FN(q5_0, L_Q5_0)
+GEMM_FN(q8_0, L_Q8_0)

@@ -1,5 +1,5 @@
 /* kq_kstep_avx512.h - private to the AVX-512 matrix kernels (kq_avx512.c,
- * kq_kgemm_avx512.c, kq_kpack_avx512.c, kq_dotn_avx512.c,
+ * kq_gemm_avx512.c, kq_kgemm_avx512.c, kq_kpack_avx512.c, kq_dotn_avx512.c,
  * kq_dotn_il_avx512.c): the weight types they share, the decode of one
  * 64-quant step of a k-quant super-block and the spread of its sub-block
  * scales, the decode of two Q4_0/Q5_0/Q8_0 blocks, and the lane helpers of
