@@ -202,7 +202,7 @@ try:
     import openai
 except ImportError:
     openai = None
-    print("skip the openai client checks: no openai package")
+check(openai is not None, "the openai package is installed (tools/deps.sh)")
 if openai:
     fill = [open_call("/v1/chat/completions", chat_body("full %d" % i, LONG)) for i in range(cap + MAX_QUEUE)]
     full = wait_for(lambda h: h["queued"] == MAX_QUEUE, 10) is not None

