@@ -20,11 +20,11 @@ models:
 YAML
 "$SB" run -c "$d/c.yaml" > "$tmp/sup.log" 2>&1 & sup=$!; it_pids+=($sup)
 state=$d/run/state.json
-for _ in $(seq 1 1200); do      # up to 60 s: a sanitized worker on a busy box
-    grep -q '"ready"' "$state" 2>/dev/null && break
-    sleep 0.05
-done
+# Wait for the worker itself: the router is in the file too, and when it was
+# ready first a grep for any "ready" read the worker still `starting` (a
+# sanitized worker on a busy box loads slower than the router). Up to 60 s.
 rc=0
+python3 tests/rt_state.py wait "$d/run" tiny ready 60 > /dev/null || rc=1
 cp "$state" "$tmp/state.json" 2>/dev/null
 python3 - "$tmp/state.json" <<'EOF' || rc=1
 import json, sys
