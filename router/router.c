@@ -175,6 +175,10 @@ static void m_health(void *ud, sb_ipc_reply *reply, const char *method, const sb
     sb_mp_kv_i64(w, "in_flight", (int64_t)r->metrics.in_flight);
     sb_ipc_reply_ok(reply, w);
     sb_mp_writer_free(w);
+    /* Not every worker seen up: look again now rather than at the next 1 s
+     * probe. The supervisor asks this until "ok" to log its `ready` line,
+     * which would otherwise come up to a second after the workers are. */
+    if (up < n && !r->stopping) rt_models_poll(&r->ex.be);
 }
 
 /* ------------------------------------------------------------- signals */

@@ -75,7 +75,11 @@ struct sup {
     child *children;            /* workers in config order, then the router */
     retiree *retirees;
     int stopping;               /* STOP_* phase */
-    bool announced_ready;
+    bool announced_ready;       /* "runtime up": nothing is starting any more */
+    bool said_ready;            /* "ready": /health answers 200 (sup_ready.c), once */
+    bool ready_pending;         /* a `health` call to the router is out */
+    sb_ipc_aclient *ready_probe;
+    struct event *ready_timer;
     uint64_t started_ns;
     int lock_fd;
     char *state_path, *lock_path;
@@ -92,5 +96,12 @@ int  sup_spawn(child *c, pid_t *pid, char *err);
 /* Rewrite DIR/state.json atomically (write a temp file, rename). */
 void sup_write_state(sup *s);
 void sup_on_retiree_kill(evutil_socket_t fd, short what, void *arg);
+/* sup_ready.c: log the one "ready: ..." line once every child is ready and
+ * the router says every local model is up. Call on every child that becomes
+ * ready; a no-op once said or while stopping. */
+void sup_ready_check(sup *s);
+void sup_ready_on_timer(evutil_socket_t fd, short what, void *arg);
+/* Drop the readiness probe and its timer (shutdown). */
+void sup_ready_stop(sup *s);
 
 #endif

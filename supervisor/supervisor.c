@@ -103,6 +103,7 @@ static void on_probe_done(void *arg, uint64_t id, const sb_ipc_result *res) {
         drop_probe(c);      /* frees the client whose callback this is: allowed */
         set_state(c, ST_READY);
         all_ready_check(c->s);
+        sup_ready_check(c->s);
         return;
     }
     add_timer(c, PROBE_EVERY_MS);
@@ -272,6 +273,7 @@ static void begin_shutdown(sup *s, int sig) {
     }
     sb_info("signal %d: shutting down (drain deadline %d ms)", sig, s->cfg->runtime.drain_ms);
     s->stopping = STOP_ROUTER;
+    sup_ready_stop(s);
     for (child *c = s->children; c; c = c->next) {
         event_del(c->timer);
         drop_probe(c);
@@ -585,6 +587,7 @@ int sb_supervisor_run(const sb_supervisor_opts *opts) {
     sb_info("all children stopped; bye");
     code = SB_EXIT_OK;
 out:
+    sup_ready_stop(&s);
     cleanup_files(&s);
     while (s.children) {
         child *c = s.children;

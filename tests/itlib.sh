@@ -4,7 +4,8 @@
 #   . tests/itlib.sh
 #   it_init NAME        SB, DATA, tmp (/tmp/sb-NAME-XXXXXX), cleanup on exit
 #   read -r a b < <(it_ports 2)
-#   "$SB" run ... & it_pids+=($!)
+#   "$SB" run ... 2> "$tmp/run.log" & it_pids+=($!)
+#   it_wait_ready "$tmp/run.log"   # up: GET /health answers 200
 # Every process in it_pids is stopped on exit (SIGTERM, then SIGKILL after
 # 5 s); a script that defines it_cleanup_more has it called before the wait.
 
@@ -59,6 +60,25 @@ it_wait_http() {
         sleep "$step"
     done
     return 1
+}
+
+# `switchboard run`'s one "ready" line (docs/operations.md, "Ready"): every
+# child is up and GET /health answers 200.
+it_ready_re='^[^ ]+ supervisor\[[0-9]+\] info: ready: '
+
+# it_wait_ready LOG [SECS] [PID]: wait for that line in LOG (the runtime's
+# stderr) up to SECS (60: a sanitized runtime on a loaded box starts in
+# seconds, not the usual tenth). Fails at the deadline, or as soon as PID
+# (the supervisor) has exited.
+it_wait_ready() {
+    local log=$1 secs=${2:-60} pid=${3:-} end
+    end=$(( $(date +%s) + secs ))
+    while :; do
+        grep -qE "$it_ready_re" "$log" 2>/dev/null && return 0
+        [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null && return 1
+        [ "$(date +%s)" -lt "$end" ] || return 1
+        sleep 0.02
+    done
 }
 
 # SIGTERM PID and give it 5 s to exit; forgotten either way. Prints
