@@ -74,7 +74,7 @@ if [ -z "$PGBIN" ]; then
     exit 0
 fi
 mkdir -p "$T/pg"
-if [ "$(id -u)" -eq 0 ]; then chown postgres: "$T/pg"; chmod 755 "$T"; PGUSER_RUN="runuser -u postgres --"; fi
+if [ "$(id -u)" -eq 0 ]; then chown postgres: "$T/pg"; chmod 755 "$T"; ru=$(it_runuser) || fail "no runuser"; PGUSER_RUN="$ru -u postgres --"; fi
 $PGUSER_RUN "$PGBIN/initdb" -D "$T/pg/data" -A trust -U postgres --no-sync >"$T/initdb.log" 2>&1 || fail "initdb (see log)"
 $PGUSER_RUN "$PGBIN/pg_ctl" -D "$T/pg/data" -l "$T/pg/log" -w -o "-k $T/pg -c listen_addresses='' -c fsync=off" start >/dev/null || fail "pg_ctl start"
 cat >"$T/cloud.yaml" <<EOF

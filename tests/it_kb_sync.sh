@@ -20,7 +20,7 @@ for d in /usr/lib/postgresql/*/bin; do [ -x "$d/initdb" ] && PGBIN=$d; done
 if [ -z "$PGBIN" ]; then echo "it_kb_sync: SKIP: PostgreSQL is not installed (make deps installs it)"; exit 0; fi
 it_cleanup_more() { $PGUSER_RUN "$PGBIN/pg_ctl" -D "$tmp/pg/data" -m immediate -w stop >/dev/null 2>&1; }
 mkdir -p "$tmp/pg" "$tmp/kbdir" "$tmp/edge"
-if [ "$(id -u)" -eq 0 ]; then chown postgres: "$tmp/pg"; chmod 755 "$tmp"; PGUSER_RUN="runuser -u postgres --"; fi
+if [ "$(id -u)" -eq 0 ]; then chown postgres: "$tmp/pg"; chmod 755 "$tmp"; ru=$(it_runuser) || fail "no runuser"; PGUSER_RUN="$ru -u postgres --"; fi
 $PGUSER_RUN "$PGBIN/initdb" -D "$tmp/pg/data" -A trust -U postgres --no-sync >"$tmp/initdb.log" 2>&1 || fail "initdb"
 $PGUSER_RUN "$PGBIN/pg_ctl" -D "$tmp/pg/data" -l "$tmp/pg/log" -w \
     -o "-k $tmp/pg -c listen_addresses='' -c fsync=off" start >/dev/null || fail "pg_ctl start"

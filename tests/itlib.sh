@@ -81,6 +81,20 @@ it_wait_ready() {
     done
 }
 
+# it_runuser: print the path of runuser (util-linux), with which tests run
+# as root start PostgreSQL as the postgres user (or a client as nobody). By
+# full path: root's PATH on Debian has /usr/sbin, a test runner's may not.
+# Fails with a message naming it when it is missing.
+it_runuser() {
+    local r=/usr/sbin/runuser
+    [ -x "$r" ] || r=$(command -v runuser) || {
+        echo "FAIL runuser is missing (/usr/sbin/runuser, util-linux; tools/deps.sh installs it):" \
+             "as root, tests start PostgreSQL as the postgres user with it" >&2
+        return 1
+    }
+    echo "$r"
+}
+
 # SIGTERM PID and give it 5 s to exit; forgotten either way. Prints
 # "FAIL the WHAT did not stop on SIGTERM" and fails if it is still there.
 it_stop() {

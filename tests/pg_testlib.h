@@ -1,7 +1,8 @@
 /* pg_testlib.h - a throwaway PostgreSQL cluster for tests: initdb + pg_ctl
  * from Debian's postgresql package in a temp dir, listening only on a Unix
  * socket in that dir (no TCP port to collide with). As root the server runs
- * as the postgres user via runuser, because postgres refuses to run as root.
+ * as the postgres user via /usr/sbin/runuser, because postgres refuses to run
+ * as root.
  * Tests skip with a message when no initdb is installed.
  */
 #ifndef PG_TESTLIB_H
@@ -39,10 +40,13 @@ static inline int pg_find_bin(char *out, size_t n) {
     return 0;
 }
 
+/* By full path: root's PATH on Debian has /usr/sbin, a test runner's may not. */
+#define PG_RUNUSER "/usr/sbin/runuser"
+
 static inline int pg_run(const pg_cluster *pg, const char *cmd) {
     char full[2048];
     if (pg->as_user[0])
-        snprintf(full, sizeof full, "runuser -u %s -- %s", pg->as_user, cmd);
+        snprintf(full, sizeof full, PG_RUNUSER " -u %s -- %s", pg->as_user, cmd);
     else
         snprintf(full, sizeof full, "%s", cmd);
     return system(full);
@@ -62,6 +66,11 @@ static inline int pg_start(pg_cluster *pg) {
         struct passwd *pw = getpwnam("postgres");
         if (!pw || chown(pg->dir, pw->pw_uid, pw->pw_gid)) {
             fprintf(stderr, "# SKIP: running as root and there is no postgres user to run the server\n");
+            return -1;
+        }
+        if (access(PG_RUNUSER, X_OK)) {
+            fprintf(stderr, "# SKIP: running as root, PostgreSQL needs " PG_RUNUSER " (util-linux; "
+                            "`make deps` installs it) to run as the postgres user\n");
             return -1;
         }
         snprintf(pg->as_user, sizeof pg->as_user, "postgres");
