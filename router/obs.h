@@ -125,7 +125,7 @@ void rt_obs_free(rt *r);
 
 /* ---------------------------------------------------------------- calls */
 
-/* A caller's own X-Call-Id: 1-64 of [A-Za-z0-9._:-]. */
+/* A caller's own X-Call-Id: 1-64 of [A-Za-z0-9._:-], the first a letter or digit. */
 #define RT_CALL_ID_MAX 64
 bool rt_call_id_valid(const char *s);
 void rt_call_id_new(rt *r, char out[RT_CALL_ID_MAX + 1]);
