@@ -169,6 +169,15 @@ void rt_trace_latency_json(rt *r, sb_jw *w);
 void rt_trace_recent_json(rt *r, sb_jw *w, int max);
 void rt_trace_routing_json(rt *r, sb_jw *w);
 
+/* The models' status, one writer for two views (console.c): /health's
+ * object by name of {status, pid, queued, in_flight, capacity, restarts}
+ * (RT_MODELS_HEALTH) and the console's array of workers, each with its
+ * state, kind, traffic and RSS (RT_MODELS_CONSOLE). Returns how many local
+ * models there are and how many of them are up. */
+enum { RT_MODELS_HEALTH, RT_MODELS_CONSOLE };
+typedef struct { int local, up; } rt_models_up;
+rt_models_up rt_models_json(rt *r, sb_jw *w, int view);
+
 /* The OpenTelemetry export (otel.c). configure: at start and on each
  * reload, (re)opens path (rotation by rename); NULL turns it off. 0, or
  * < 0 with err when the file cannot be opened (the router serves, calls
