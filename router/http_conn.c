@@ -176,7 +176,11 @@ static void guard_scan(rt_guard *g, struct evbuffer *buf, size_t added) {
         head_info hi;
         head_read(g->hdr, (size_t)(endh - g->hdr) + 2, &hi);
         char msg[160];
-        if (hi.content_length > (long long)r->max_body) {
+        if (hi.framing) {
+            /* Nothing after this request can be parsed: the connection closes. */
+            snprintf(msg, sizeof msg, "the request has %s", hi.framing);
+            guard_reject(g, 400, "Bad Request", "bad_framing", msg);
+        } else if (hi.content_length > (long long)r->max_body) {
             snprintf(msg, sizeof msg, "request body of %lld bytes exceeds the limit of %zu bytes", hi.content_length,
                      r->max_body);
             guard_reject(g, 413, "Payload Too Large", "body_too_large", msg);
