@@ -5,7 +5,8 @@
  *   trace.c     call ids, the ring of recent call traces, GET /v1/calls/ID,
  *               operator feedback (POST /v1/calls/ID/feedback, TSV export)
  *   console.c   GET /console (the page), its live feed over SSE and the
- *               snapshot it shows (workers, cache, routing, latency)
+ *               snapshot it shows (workers, cache, routing, latency); the
+ *               models' status JSON, which /health shows too
  *   otel.c      finished calls as OTLP/JSON spans appended to a file
  *
  * All of it runs on the loop thread. rt.obs owns the state; a router
