@@ -23,6 +23,7 @@
 #include <event2/event.h>
 #include <event2/http.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,7 +85,7 @@ static void guard_reject(rt_guard *g, int status, const char *reason, const char
  * because evhttp answers some of these itself, with an HTML page.
  * Identical repeated lengths are allowed (RFC 9112 6.3). */
 typedef struct {
-    long long content_length;   /* the first one; -1: none, or not a number */
+    long long content_length;   /* the first one; -1: none or not a number */
     const char *framing;        /* why the framing is ambiguous, or NULL */
 } head_info;
 
@@ -125,7 +126,7 @@ static void head_end(head_scan *s, head_info *hi) {
         hi->framing = "two different Content-Length headers";
     } else if (s->n_length == 1) {
         memcpy(s->length, s->value, s->len + 1);
-        hi->content_length = s->len <= 18 ? strtoll(s->value, NULL, 10) : -1;
+        hi->content_length = s->len <= 18 ? strtoll(s->value, NULL, 10) : LLONG_MAX;   /* beyond any limit */
     }
     if (!hi->framing && s->n_length && s->n_chunking) hi->framing = "both Content-Length and Transfer-Encoding";
 }

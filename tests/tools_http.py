@@ -166,6 +166,8 @@ out = framed("Content-Length: %d\r\nTransfer-Encoding: chunked\r\n Transfer-Enco
 check(json_error(out, 400, "bad_framing"), "a folded Transfer-Encoding line: 400 bad_framing JSON", out[:300])
 out = framed("Content-Length: +%d\r\n" % len(body))
 check(json_error(out, 400, "bad_framing"), "Content-Length: +N: 400 bad_framing JSON", out[:300])
+out = framed("Content-Length: 123456789012345678901234\r\n")
+check(json_error(out, 413, "body_too_large"), "a 24-digit Content-Length: 413 body_too_large JSON", out[:300])
 chunked = b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n"
 out = raw((head + "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n").encode() + chunked)
 check(out.startswith(b"HTTP/1.1 200") and b'"stages"' in out, "one Transfer-Encoding: chunked alone is served", out[:300])
