@@ -140,7 +140,6 @@ int sb_ipc_reply_error(sb_ipc_reply *r, const char *code, const char *fmt, ...) 
     return finish(r, enc_error, code, msg);
 }
 
-uint64_t sb_ipc_reply_id(const sb_ipc_reply *r) { return r->id; }
 bool sb_ipc_reply_cancelled(const sb_ipc_reply *r) { return atomic_load(&r->cancelled) != 0; }
 
 void sb_ipc_reply_on_cancel(sb_ipc_reply *r, sb_ipc_cancel_fn fn, void *arg) {

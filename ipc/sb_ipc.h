@@ -278,7 +278,6 @@ int  sb_ipc_reply_event(sb_ipc_reply *r, const char *event, const sb_mp_writer *
 int  sb_ipc_reply_ok(sb_ipc_reply *r, const sb_mp_writer *result);     /* final */
 int  sb_ipc_reply_error(sb_ipc_reply *r, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));                             /* final */
-uint64_t sb_ipc_reply_id(const sb_ipc_reply *r);
 bool sb_ipc_reply_cancelled(const sb_ipc_reply *r);     /* any thread */
 /* Called once, on the loop thread, when the client sends cancel for this id
  * or disconnects. Register it inside the handler (on the loop thread). It is

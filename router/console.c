@@ -182,31 +182,52 @@ static uint64_t state_sig(rt *r) {
     return h;
 }
 
-static void workers_json(rt *r, sb_jw *w) {
-    sb_jw_arr(w);
+rt_models_up rt_models_json(rt *r, sb_jw *w, int view) {
+    const bool health = view == RT_MODELS_HEALTH;
+    rt_models_up n = { 0, 0 };
+    if (health) sb_jw_obj(w); else sb_jw_arr(w);
     for (size_t i = 0; i < r->ex.be.n_models; i++) {
         const rt_model *m = r->ex.be.models[i];
         if (m->removed) continue;
-        sb_jw_obj(w);
-        sb_jw_key(w, "model"); sb_jw_str(w, m->name);
-        sb_jw_key(w, "state");
-        sb_jw_str(w, m->remote ? "remote" : m->up ? (m->n_inflight ? "busy" : "idle") : m->failed ? "failed" : "down");
-        sb_jw_key(w, "kind"); sb_jw_str(w, m->kind_known ? (m->encoder ? "encoder" : "generative") : NULL);
-        sb_jw_key(w, "pid"); if (m->pid > 0 && !m->remote) sb_jw_int(w, m->pid); else sb_jw_null(w);
-        sb_jw_key(w, "restarts"); sb_jw_int(w, (int64_t)m->restarts);
+        if (!m->remote) {
+            n.local++;
+            n.up += m->up;
+        }
+        if (health) {
+            sb_jw_key(w, m->name);
+            sb_jw_obj(w);
+            sb_jw_key(w, "status"); sb_jw_str(w, m->remote ? "remote" : m->up ? "up" : "down");
+            if (m->remote) {
+                sb_jw_obj_end(w);
+                continue;
+            }
+        } else {
+            sb_jw_obj(w);
+            sb_jw_key(w, "model"); sb_jw_str(w, m->name);
+            sb_jw_key(w, "state");
+            sb_jw_str(w, m->remote ? "remote" : m->up ? (m->n_inflight ? "busy" : "idle") : m->failed ? "failed" : "down");
+            sb_jw_key(w, "kind"); sb_jw_str(w, m->kind_known ? (m->encoder ? "encoder" : "generative") : NULL);
+        }
+        /* /health says 0 for a worker not started yet; the console shows none. */
+        sb_jw_key(w, "pid"); if (health || (m->pid > 0 && !m->remote)) sb_jw_int(w, m->pid); else sb_jw_null(w);
         sb_jw_key(w, "queued"); sb_jw_int(w, m->n_waiting);
         sb_jw_key(w, "in_flight"); sb_jw_int(w, m->n_inflight);
-        sb_jw_key(w, "requests"); sb_jw_int(w, (int64_t)m->requests);
-        sb_jw_key(w, "errors"); sb_jw_int(w, (int64_t)m->errors);
-        sb_jw_key(w, "tokens_per_s"); sb_jw_fixed(w, m->last_tps, 1);
-        /* The share of prompt tokens the worker's KV prefix cache served. */
-        sb_jw_key(w, "kv_reuse");
-        if (m->prompt_tokens) sb_jw_fixed(w, (double)m->reused_tokens / (double)m->prompt_tokens, 4); else sb_jw_null(w);
-        long kb = m->pid > 0 && !m->remote ? rss_kb(r, m->pid) : -1;
-        sb_jw_key(w, "rss_kb"); if (kb >= 0) sb_jw_int(w, kb); else sb_jw_null(w);
+        if (health) { sb_jw_key(w, "capacity"); sb_jw_int(w, rt_model_capacity(m)); }
+        sb_jw_key(w, "restarts"); sb_jw_int(w, (int64_t)m->restarts);
+        if (!health) {
+            sb_jw_key(w, "requests"); sb_jw_int(w, (int64_t)m->requests);
+            sb_jw_key(w, "errors"); sb_jw_int(w, (int64_t)m->errors);
+            sb_jw_key(w, "tokens_per_s"); sb_jw_fixed(w, m->last_tps, 1);
+            /* The share of prompt tokens the worker's KV prefix cache served. */
+            sb_jw_key(w, "kv_reuse");
+            if (m->prompt_tokens) sb_jw_fixed(w, (double)m->reused_tokens / (double)m->prompt_tokens, 4); else sb_jw_null(w);
+            long kb = m->pid > 0 && !m->remote ? rss_kb(r, m->pid) : -1;
+            sb_jw_key(w, "rss_kb"); if (kb >= 0) sb_jw_int(w, kb); else sb_jw_null(w);
+        }
         sb_jw_obj_end(w);
     }
-    sb_jw_arr_end(w);
+    if (health) sb_jw_obj_end(w); else sb_jw_arr_end(w);
+    return n;
 }
 
 static void cache_json(rt *r, sb_jw *w) {
@@ -258,7 +279,7 @@ static void state_json(rt *r, sb_jw *w) {
     sb_jw_key(w, "traces"); sb_jw_int(w, r->obs ? (int64_t)r->obs->cap : 0);
     sb_jw_key(w, "caller_text"); sb_jw_str(w, r->obs && r->obs->show_text ? "shown" : "masked");
     sb_jw_obj_end(w);
-    sb_jw_key(w, "workers"); workers_json(r, w);
+    sb_jw_key(w, "workers"); rt_models_json(r, w, RT_MODELS_CONSOLE);
     sb_jw_key(w, "cache"); cache_json(r, w);
     sb_jw_key(w, "routing"); rt_trace_routing_json(r, w);
     sb_jw_key(w, "latency"); rt_trace_latency_json(r, w);

@@ -1,4 +1,6 @@
-/* metrics.c - counters for /metrics in the Prometheus text format (0.0.4).
+/* metrics.c - the probes: GET /health, and GET /metrics with its counters
+ * in the Prometheus text format (0.0.4). Neither queues: both answer from
+ * the loop while every worker is busy.
  *
  * Everything is counted on the loop thread, so plain integers suffice.
  * Statuses are kept per route in a short table: a route sees a handful of
@@ -189,4 +191,24 @@ void rt_metrics_render(rt *r, sb_jw *w) {
     rt_hist_render(r, w);
     rt_otel_render(r, w);
     rt_console_render(r, w);
+}
+
+void rt_handle_metrics(rt_req *q) {
+    rt_metrics_render(q->r, &q->out);
+    rt_req_reply(q, 200, "text/plain; version=0.0.4", q->out.p, q->out.len);
+}
+
+/* 200 when every local model is up, else 503 (a load balancer's readiness). */
+void rt_handle_health(rt_req *q) {
+    rt *r = q->r;
+    sb_jw *w = &q->out;
+    sb_jw_obj(w);
+    sb_jw_key(w, "models");
+    rt_models_up n = rt_models_json(r, w, RT_MODELS_HEALTH);
+    sb_jw_key(w, "status");
+    sb_jw_str(w, n.up == n.local ? "ok" : n.up ? "degraded" : "down");
+    sb_jw_key(w, "uptime_s");
+    sb_jw_num(w, sb_now_s() - r->started);
+    sb_jw_obj_end(w);
+    rt_req_json(q, n.up == n.local ? 200 : 503, w->p, w->len, NULL);
 }

@@ -5,7 +5,8 @@
  *   trace.c     call ids, the ring of recent call traces, GET /v1/calls/ID,
  *               operator feedback (POST /v1/calls/ID/feedback, TSV export)
  *   console.c   GET /console (the page), its live feed over SSE and the
- *               snapshot it shows (workers, cache, routing, latency)
+ *               snapshot it shows (workers, cache, routing, latency); the
+ *               models' status JSON, which /health shows too
  *   otel.c      finished calls as OTLP/JSON spans appended to a file
  *
  * All of it runs on the loop thread. rt.obs owns the state; a router
@@ -125,7 +126,7 @@ void rt_obs_free(rt *r);
 
 /* ---------------------------------------------------------------- calls */
 
-/* A caller's own X-Call-Id: 1-64 of [A-Za-z0-9._:-]. */
+/* A caller's own X-Call-Id: 1-64 of [A-Za-z0-9._:-], the first a letter or digit. */
 #define RT_CALL_ID_MAX 64
 bool rt_call_id_valid(const char *s);
 void rt_call_id_new(rt *r, char out[RT_CALL_ID_MAX + 1]);
@@ -168,6 +169,15 @@ void rt_console_stop(rt *r);                    /* end every live feed (shutdown
 void rt_trace_latency_json(rt *r, sb_jw *w);
 void rt_trace_recent_json(rt *r, sb_jw *w, int max);
 void rt_trace_routing_json(rt *r, sb_jw *w);
+
+/* The models' status, one writer for two views (console.c): /health's
+ * object by name of {status, pid, queued, in_flight, capacity, restarts}
+ * (RT_MODELS_HEALTH) and the console's array of workers, each with its
+ * state, kind, traffic and RSS (RT_MODELS_CONSOLE). Returns how many local
+ * models there are and how many of them are up. */
+enum { RT_MODELS_HEALTH, RT_MODELS_CONSOLE };
+typedef struct { int local, up; } rt_models_up;
+rt_models_up rt_models_json(rt *r, sb_jw *w, int view);
 
 /* The OpenTelemetry export (otel.c). configure: at start and on each
  * reload, (re)opens path (rotation by rename); NULL turns it off. 0, or

@@ -7,7 +7,7 @@
  *
  * The body is checked here; the call (cache, run, trace) is pipecall.c's;
  * the reply is written by this door's sink: the result JSON as rendered or
- * as stored, errors as every HTTP door writes them (reply.c).
+ * as stored, errors as every HTTP door writes them (http_reply.c).
  */
 #include <stdio.h>
 #include <string.h>

@@ -122,7 +122,8 @@ static bool call_id(rt_req *q) {
     const char *h = rt_req_header(q, "X-Call-Id");
     if (h && !rt_call_id_valid(h)) {
         rt_req_error(q, 400, "invalid_request_error", "invalid_call_id",
-                     "X-Call-Id: expected 1-%d characters of A-Z a-z 0-9 . _ : -", RT_CALL_ID_MAX);
+                     "X-Call-Id: expected 1-%d characters of A-Z a-z 0-9 . _ : -, the first a letter or digit",
+                     RT_CALL_ID_MAX);
         return false;
     }
     if (h) snprintf(q->call_id, sizeof q->call_id, "%s", h);

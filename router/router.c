@@ -141,7 +141,7 @@ static void m_pipeline(void *ud, sb_ipc_reply *reply, const char *method, const 
         sb_ipc_reply_error(reply, SB_IPC_INVALID_REQUEST, "%s", err);
         return;
     }
-    if (strlen(name) != name_len || strlen(input) != input_len) {   /* as over HTTP (http.c) */
+    if (strlen(name) != name_len || strlen(input) != input_len) {   /* as over HTTP (http_reply.c) */
         sb_ipc_reply_error(reply, SB_IPC_INVALID_REQUEST, "'%s': contains a NUL character",
                            strlen(name) != name_len ? "name" : "input");
         return;

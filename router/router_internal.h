@@ -1,16 +1,21 @@
 /* router_internal.h - the front doors, shared between the files in router/ (not its sub-folders).
  *
  *   router.c    the command: config, signals, reload; DIR/router.sock
- *   http.c      evhttp front door: limits, 408/413/431 with JSON bodies,
- *               auth, routing, one log line per request
+ *   http.c      evhttp front door: the route table (path, methods, API
+ *               key, handler) and the checks before a door
+ *   http_conn.c a connection's guard (400 framing, 408/413/431 with JSON
+ *               bodies, a caller who hangs up) and the request object,
+ *               one log line per request
+ *   http_reply.c  the reply helpers: JSON, errors, SSE, the JSON body,
+ *               the failure writer, the end of a model call
  *   openai.c    /v1/chat/completions, /v1/completions (JSON or SSE),
  *               /v1/models; the OpenAI reply sink
  *   embeddings.c  /v1/embeddings (encoder models)
  *   pipeapi.c   /v1/pipelines/NAME and its JSON reply sink
  *   pipecall.c  a pipeline call from either door: cache, run, trace
- *   reply.c     what the HTTP doors share: the failure writer, the end of
- *               a model call, the response cache
- *   metrics.c   Prometheus text; obs.h: histograms, traces, the console
+ *   cache_door.c  the response cache as the doors use it
+ *   metrics.c   /health, /metrics (Prometheus text); obs.h: histograms,
+ *               traces, the console
  *
  * The doors call down into pipeline execution (router/run/sb_run.h) and
  * the backends (router/backend/sb_backend.h), never the other way: a call's
@@ -90,7 +95,13 @@ struct rt {
 /* http.c */
 int  rt_http_start(rt *r, const char *host, int port, char *err);
 void rt_http_stop(rt *r);
+/* http_conn.c: the connection guards. bev_new is evhttp's bevcb (arg: rt).
+ * begin: a request of the connection reached the router; false when the
+ * guard already answered it. drop_all: at stop, after evhttp_free. */
 void rt_http_sweep(rt *r);                              /* 408s, freed connections */
+struct bufferevent *rt_conn_bev_new(struct event_base *base, void *arg);
+bool rt_conn_begin(rt *r, struct evhttp_request *req);
+void rt_conn_drop_all(rt *r);
 
 /* One HTTP request being answered. */
 struct rt_req {
@@ -121,8 +132,15 @@ struct rt_req {
     void (*on_gone)(rt_req *q);     /* client vanished or deadline passed */
 };
 
-/* Reply helpers (http.c). After a final reply q is freed. */
+/* The request object (http_conn.c). detach: before the final send (the
+ * connection's callbacks must not reach a freed q); done: count, log and
+ * free it. */
 rt_req *rt_req_new(rt *r, struct evhttp_request *req, int route);
+void rt_req_detach(rt_req *q);
+void rt_req_done(rt_req *q);
+/* Reply helpers (http_reply.c). After a final reply q is freed. */
+/* The OpenAI error object {"error": {message, type, param?, code}}. */
+void rt_error_json(sb_jw *w, const char *type, const char *code, const char *msg, bool param);
 void rt_req_json(rt_req *q, int status, const char *json, size_t len, const char *x_cache);
 void rt_req_reply(rt_req *q, int status, const char *content_type, const char *body, size_t len);
 void rt_req_error(rt_req *q, int status, const char *type, const char *code, const char *fmt, ...)
@@ -136,7 +154,9 @@ const char *rt_req_header(rt_req *q, const char *name);
 /* Read and parse the body; replies 400 and returns NULL on failure. */
 sb_json_doc *rt_req_body_json(rt_req *q);
 
-/* The doors (openai.c, pipeapi.c, embeddings.c). */
+/* The doors (openai.c, pipeapi.c, embeddings.c, metrics.c). */
+void rt_handle_health(rt_req *q);
+void rt_handle_metrics(rt_req *q);
 void rt_handle_chat(rt_req *q, const sb_json *body, int kind);
 void rt_handle_models(rt_req *q);
 void rt_handle_pipeline(rt_req *q, const char *name, const sb_json *body);
@@ -147,14 +167,14 @@ void rt_handle_embeddings(rt_req *q, const sb_json *body);
  * it holds the result, else from a run; the call is traced. */
 void rt_pipeline_call(rt_req *q, const char *name, const char *input, const char *until);
 
-/* reply.c. The error of every HTTP door's sink (req: the rt_req): the
+/* http_reply.c. The error of every HTTP door's sink (req: the rt_req): the
  * OpenAI error body, with Retry-After when the failure has one. */
 void rt_req_fail(void *req, const rt_failure *f);
 /* A model call of request q (its job) has ended: detach it, and when it
  * failed answer q with the mapped status (503 with Retry-After). true: q
  * was answered with the error. */
 bool rt_req_model_failed(rt_req *q, const sb_ipc_result *res);
-/* The response cache. 1 = hit (*entry filled), 0 = miss (q keeps the key
+/* The response cache (cache_door.c). 1 = hit (*entry filled), 0 = miss (q keeps the key
  * for rt_cache_store), -1 = not cached (off, bypassed, no key).
  * norm: SB_NORM_* flags for the input (0: normalised by the caller). */
 int  rt_cache_lookup(rt_req *q, const char *ns, const char *fp, const char *input, unsigned norm,

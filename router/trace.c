@@ -45,14 +45,16 @@ struct rt_trace {
 
 bool rt_trace_on(rt *r) { return r->obs && r->obs->cap > 0; }
 
+/* The id is a path segment of /v1/calls/ID: "." or ".." would be resolved
+ * away by a browser (the console could not open or mark the call), so
+ * punctuation may not lead. */
 bool rt_call_id_valid(const char *s) {
     size_t n = strlen(s);
     if (n == 0 || n > RT_CALL_ID_MAX) return false;
     for (size_t i = 0; i < n; i++) {
         char c = s[i];
-        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-                  c == '_' || c == ':' || c == '-';
-        if (!ok) return false;
+        bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+        if (!alnum && (i == 0 || (c != '.' && c != '_' && c != ':' && c != '-'))) return false;
     }
     return true;
 }

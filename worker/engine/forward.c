@@ -576,10 +576,6 @@ int sb_ctx_seq_verify(sb_ctx *c, int seq, const int32_t *tokens, int n, float *l
     return rc;
 }
 
-int sb_ctx_verify(sb_ctx *c, const int32_t *tokens, int n, float *logits, int exact, char *err) {
-    return sb_ctx_seq_verify(c, 0, tokens, n, logits, exact, err);
-}
-
 /* Every check before anything changes: a failed call leaves the pool and
  * every sequence as they were. */
 static int check_parts(const sb_ctx *c, const sb_seq_part *parts, int n_parts, char *err) {

@@ -81,7 +81,7 @@ typedef struct {
     int lookup;
     sb_engine *draft;
     int n_draft;
-    int spec_exact;                 /* verify through the one-token kernels (sb_ctx_verify) */
+    int spec_exact;                 /* verify through the one-token kernels (sb_ctx_seq_verify) */
     /* Prompt lookup's cost model (sb_spec.h): 0: the passes are timed, so
      * the drafts, not the text, vary with the machine's load; > 0: a check
      * of n tokens costs 1 + spec_cost·(n − 1) plain steps (reproducible

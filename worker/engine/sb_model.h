@@ -103,16 +103,14 @@ void sb_ctx_truncate(sb_ctx *c, int n);
  * only). Long inputs are split into n_batch-sized passes internally.
  * Fails with SB_ERANGE if the context would overflow. */
 int sb_ctx_eval(sb_ctx *c, const int32_t *tokens, int n, float *logits, int all_logits, char *err);
-/* sb_ctx_eval with all logits, for speculative verification (n <= the
- * batch size). exact: through the one-token kernels (vec_dot/gemv8, never
- * the tiled gemm), so each row is bit for bit the row that decoding the
- * tokens one at a time gives, at about n times a token's compute; otherwise
- * the tiled kernels, which sum in another order (rows agree to ~1e-6
- * relative; docs/SPECULATIVE.md). */
-int sb_ctx_verify(sb_ctx *c, const int32_t *tokens, int n, float *logits, int exact, char *err);
-/* The same on sequence seq (in use) of a context with several: one pass of
- * n <= the batch size tokens, all rows of logits, the pool checked first
- * (SB_EBUSY, nothing changed). */
+/* sb_ctx_eval with all logits, for speculative verification, on sequence
+ * seq (in use): one pass of n <= the batch size tokens, all rows of
+ * logits, the pool checked first (SB_EBUSY, nothing changed). exact:
+ * through the one-token kernels (vec_dot/gemv8, never the tiled gemm), so
+ * each row is bit for bit the row that decoding the tokens one at a time
+ * gives, at about n times a token's compute; otherwise the tiled kernels,
+ * which sum in another order (rows agree to ~1e-6 relative;
+ * docs/SPECULATIVE.md). */
 int sb_ctx_seq_verify(sb_ctx *c, int seq, const int32_t *tokens, int n, float *logits, int exact, char *err);
 
 /* ---- several sequences in one context (continuous batching) ----------------

@@ -117,29 +117,6 @@ static inline __m512i dpbusd_bcast(__m512i t, __m512i q, const int8_t *p) {
     return t;
 }
 
-/* o[k] = dword k of every r[i] (16×16 dword transpose). */
-static inline void transpose16(const __m512i r[16], __m512i o[16]) {
-    __m512i t[16], u[16];
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-    }
-    for (int a = 0; a < 4; a++) {
-        u[4 * a + 0] = _mm512_unpacklo_epi64(t[4 * a], t[4 * a + 2]);
-        u[4 * a + 1] = _mm512_unpackhi_epi64(t[4 * a], t[4 * a + 2]);
-        u[4 * a + 2] = _mm512_unpacklo_epi64(t[4 * a + 1], t[4 * a + 3]);
-        u[4 * a + 3] = _mm512_unpackhi_epi64(t[4 * a + 1], t[4 * a + 3]);
-    }
-    for (int b = 0; b < 4; b++) {
-        const __m512i v = _mm512_shuffle_i32x4(u[b], u[4 + b], 0x88), w = _mm512_shuffle_i32x4(u[b], u[4 + b], 0xDD);
-        const __m512i x = _mm512_shuffle_i32x4(u[8 + b], u[12 + b], 0x88), y = _mm512_shuffle_i32x4(u[8 + b], u[12 + b], 0xDD);
-        o[b] = _mm512_shuffle_i32x4(v, x, 0x88);
-        o[8 + b] = _mm512_shuffle_i32x4(v, x, 0xDD);
-        o[4 + b] = _mm512_shuffle_i32x4(w, y, 0x88);
-        o[12 + b] = _mm512_shuffle_i32x4(w, y, 0xDD);
-    }
-}
-
 /* Blocks i0..i0+nbk-1 of rows x[0..nr) into panel blocks (missing rows zero). */
 KQ_INLINE void pack_panel(int wt, const uint8_t *x, size_t bx, int nr, int i0, int nbk, panel_blk *out) {
     const size_t bs = legacy_block_bytes(wt);

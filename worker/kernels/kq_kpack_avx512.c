@@ -118,30 +118,6 @@ KQ_INLINE __m512i q2_times_scales(__m512i q, const uint8_t *blk, int j) {
     return _mm512_mullo_epi16(q, sc16);
 }
 
-/* o[k] = dword k of every r[i], i = 0..15 (a 16×16 dword transpose). */
-static inline void transpose16(const __m512i r[16], __m512i o[16]) {
-    __m512i t[16], u[16];
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-    }
-    for (int a = 0; a < 4; a++) {   /* rows 4a..4a+3 */
-        u[4 * a + 0] = _mm512_unpacklo_epi64(t[4 * a], t[4 * a + 2]);
-        u[4 * a + 1] = _mm512_unpackhi_epi64(t[4 * a], t[4 * a + 2]);
-        u[4 * a + 2] = _mm512_unpacklo_epi64(t[4 * a + 1], t[4 * a + 3]);
-        u[4 * a + 3] = _mm512_unpackhi_epi64(t[4 * a + 1], t[4 * a + 3]);
-    }
-    /* u[4a+b], 128-bit lane l: rows 4a..4a+3 of dword 4l+b */
-    for (int b = 0; b < 4; b++) {
-        const __m512i v = _mm512_shuffle_i32x4(u[b], u[4 + b], 0x88), w = _mm512_shuffle_i32x4(u[b], u[4 + b], 0xDD);
-        const __m512i x = _mm512_shuffle_i32x4(u[8 + b], u[12 + b], 0x88), y = _mm512_shuffle_i32x4(u[8 + b], u[12 + b], 0xDD);
-        o[b] = _mm512_shuffle_i32x4(v, x, 0x88);
-        o[8 + b] = _mm512_shuffle_i32x4(v, x, 0xDD);
-        o[4 + b] = _mm512_shuffle_i32x4(w, y, 0x88);
-        o[12 + b] = _mm512_shuffle_i32x4(w, y, 0xDD);
-    }
-}
-
 /* Pack super-blocks i0..i0+nsb-1 of rows x[0..nr) (nr <= 16; missing rows
  * are zero: zero quants, scales and d). */
 KQ_INLINE void pack_panel(int wt, const uint8_t *x, size_t bx, int nr, int i0, int nsb, panel_sb *out) {

@@ -2,9 +2,10 @@
  * kq_gemm_avx512.c, kq_kgemm_avx512.c, kq_kpack_avx512.c, kq_dotn_avx512.c,
  * kq_dotn_il_avx512.c): the weight types they share, the decode of one
  * 64-quant step of a k-quant super-block and the spread of its sub-block
- * scales, the decode of two Q4_0/Q5_0/Q8_0 blocks, and the lane helpers of
- * the one-token-per-lane kernels, so every kernel unpacks bits with one
- * piece of code. Include only from files compiled with the AVX-512 flags. */
+ * scales, the decode of two Q4_0/Q5_0/Q8_0 blocks, the 16×16 dword
+ * transpose both panel packers use, and the lane helpers of the
+ * one-token-per-lane kernels, so every kernel unpacks bits with one piece
+ * of code. Include only from files compiled with the AVX-512 flags. */
 #ifndef SB_KQ_KSTEP_AVX512_H
 #define SB_KQ_KSTEP_AVX512_H
 
@@ -21,6 +22,30 @@ KQ_INLINE size_t block_bytes(int wt) {
     case W_Q4_K: return sizeof(sb_block_q4_K);
     case W_Q5_K: return sizeof(sb_block_q5_K);
     default: return sizeof(sb_block_q6_K);
+    }
+}
+
+/* o[k] = dword k of every r[i], i = 0..15 (a 16×16 dword transpose). */
+static inline void transpose16(const __m512i r[16], __m512i o[16]) {
+    __m512i t[16], u[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    for (int a = 0; a < 4; a++) {   /* rows 4a..4a+3 */
+        u[4 * a + 0] = _mm512_unpacklo_epi64(t[4 * a], t[4 * a + 2]);
+        u[4 * a + 1] = _mm512_unpackhi_epi64(t[4 * a], t[4 * a + 2]);
+        u[4 * a + 2] = _mm512_unpacklo_epi64(t[4 * a + 1], t[4 * a + 3]);
+        u[4 * a + 3] = _mm512_unpackhi_epi64(t[4 * a + 1], t[4 * a + 3]);
+    }
+    /* u[4a+b], 128-bit lane l: rows 4a..4a+3 of dword 4l+b */
+    for (int b = 0; b < 4; b++) {
+        const __m512i v = _mm512_shuffle_i32x4(u[b], u[4 + b], 0x88), w = _mm512_shuffle_i32x4(u[b], u[4 + b], 0xDD);
+        const __m512i x = _mm512_shuffle_i32x4(u[8 + b], u[12 + b], 0x88), y = _mm512_shuffle_i32x4(u[8 + b], u[12 + b], 0xDD);
+        o[b] = _mm512_shuffle_i32x4(v, x, 0x88);
+        o[8 + b] = _mm512_shuffle_i32x4(v, x, 0xDD);
+        o[4 + b] = _mm512_shuffle_i32x4(w, y, 0x88);
+        o[12 + b] = _mm512_shuffle_i32x4(w, y, 0xDD);
     }
 }
 

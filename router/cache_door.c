@@ -1,6 +1,5 @@
-/* reply.c - what every HTTP door shares once a call is under way: the
- * failure writer (the error half of their reply sinks), the end of a
- * model call, and the response cache.
+/* cache_door.c - the response cache as the HTTP doors use it: the key of
+ * a call, the lookup, the store.
  *
  * The response cache sits in front of both pipelines and plain models: the
  * key covers the namespace (model:NAME / pipeline:NAME), a fingerprint of
@@ -13,27 +12,6 @@
 #include <strings.h>
 
 #include "router/router_internal.h"
-
-/* -------------------------------------------------------------- failures */
-
-void rt_req_fail(void *req, const rt_failure *f) {
-    rt_req *q = req;
-    if (f->retry_after) rt_req_retry_after(q, f->retry_after);
-    rt_req_error(q, f->status, f->type, f->code, "%s", f->message);
-}
-
-bool rt_req_model_failed(rt_req *q, const sb_ipc_result *res) {
-    q->job = NULL;
-    q->on_gone = NULL;
-    if (res->ok) return false;
-    char msg[SB_ERR_LEN + 256];
-    snprintf(msg, sizeof msg, "model '%s': %s", q->model, res->message ? res->message : "failed");
-    rt_failure f = { .code = res->code ? res->code : "error", .message = msg };
-    f.status = rt_worker_error_status(res->code, &f.type);
-    f.retry_after = f.status == 503 ? 2 : 0;
-    rt_req_fail(q, &f);
-    return true;
-}
 
 /* ---------------------------------------------------------------- cache */
 
