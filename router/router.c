@@ -25,6 +25,7 @@
 #include "router/router_internal.h"
 #include "common/sb_cmd.h"
 #include "common/sb_net.h"
+#include "ipc/sb_ipc.h"
 
 typedef struct {
     rt r;

@@ -179,25 +179,17 @@ void rt_run_keep_input(rt_run *run, const char *p, size_t n) {
 
 /* An `embed` result's first vector into out[0..max): its dimension, 0 if
  * there is none or it is longer. */
-uint32_t rt_run_first_vector(const sb_ipc_result *res, float *out, uint32_t max) {
-    const sb_mp_obj *v = res->ok ? sb_mp_array_at(sb_mp_map_get(res->result, "embeddings"), 0) : NULL;
-    uint32_t dim = sb_mp_count(v);
+uint32_t rt_run_first_vector(const rt_reply *res, float *out, uint32_t max) {
+    uint32_t dim = res->ok && res->embed.n ? res->embed.dim : 0;
     if (dim > max) return 0;
-    for (uint32_t i = 0; i < dim; i++) {
-        double x = 0;
-        sb_mp_as_f64(sb_mp_array_at(v, i), &x);
-        out[i] = (float)x;
-    }
+    if (dim) memcpy(out, res->embed.vecs, dim * sizeof *out);
     return dim;
 }
 
 /* ----------------------------------------------------------- generate */
 
-static void on_gen_token(void *arg, const char *event, const sb_mp_obj *data) {
+static void on_gen_token(void *arg, const char *t, size_t n) {
     rt_run *run = arg;
-    const char *t;
-    size_t n;
-    if (strcmp(event, "token") || sb_mp_get_str(data, "text", SB_MP_REQUIRED, &t, &n, NULL)) return;
     if (!run->t_first) {
         run->t_first = sb_now_s();
         rt_observe(&run->ex->be, RT_H_TTFT_PIPELINE, run->p->name, NULL, run->t_first - run->t0);
@@ -213,7 +205,7 @@ static char *trimmed(const char *s, size_t n) {
     return o;
 }
 
-static void on_generated(void *arg, const sb_ipc_result *res) {
+static void on_generated(void *arg, const rt_reply *res) {
     rt_run *run = arg;
     run->job = NULL;
     const sb_stage *s = &run->p->stages[run->cur];
@@ -224,16 +216,11 @@ static void on_generated(void *arg, const sb_ipc_result *res) {
         rt_run_fail(run, st, type, "stage '%s': %s", s->name, res->message ? res->message : "failed");
         return;
     }
-    const char *text = "";
-    size_t len = 0;
-    int64_t pt = 0, ct = 0;
-    double pms = 0, gms = 0;
-    sb_mp_get_str(res->result, "text", SB_MP_OPTIONAL, &text, &len, NULL);
-    sb_mp_get_int(res->result, "prompt_tokens", SB_MP_OPTIONAL, 0, INT32_MAX, &pt, NULL);
-    sb_mp_get_int(res->result, "completion_tokens", SB_MP_OPTIONAL, 0, INT32_MAX, &ct, NULL);
-    sb_mp_get_num(res->result, "prompt_ms", SB_MP_OPTIONAL, 0, 1e12, &pms, NULL);
-    sb_mp_get_num(res->result, "gen_ms", SB_MP_OPTIONAL, 0, 1e12, &gms, NULL);
-    run->model_s += (pms + gms) / 1e3;
+    const char *text = res->gen.text;
+    size_t len = res->gen.len;
+    int64_t pt = res->gen.prompt_tokens <= INT32_MAX ? res->gen.prompt_tokens : 0;
+    int64_t ct = res->gen.completion_tokens <= INT32_MAX ? res->gen.completion_tokens : 0;
+    run->model_s += (res->gen.prompt_ms + res->gen.gen_ms) / 1e3;
     sr->prompt_tokens = (int)pt;
     sr->completion_tokens = (int)ct;
     sr->output = trimmed(text, len);
@@ -367,7 +354,7 @@ static void retrieve_with(rt_run *run, const sb_stage *s, const float *qvec, int
     sb_jw_free(&q);
 }
 
-static void on_query_embedded(void *arg, const sb_ipc_result *res) {
+static void on_query_embedded(void *arg, const rt_reply *res) {
     rt_run *run = arg;
     run->job = NULL;
     const sb_stage *s = &run->p->stages[run->cur];

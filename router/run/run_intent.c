@@ -14,7 +14,7 @@
 
 static void set_intent(rt_run *run, const sb_stage *s, double conf, bool rejected);
 
-static void on_scored(void *arg, const sb_ipc_result *res) {
+static void on_scored(void *arg, const rt_reply *res) {
     rt_run *run = arg;
     run->job = NULL;
     const sb_stage *s = &run->p->stages[run->cur];
@@ -25,15 +25,13 @@ static void on_scored(void *arg, const sb_ipc_result *res) {
         rt_run_fail(run, st, type, "intent stage '%s': %s", s->name, res->message ? res->message : "failed");
         return;
     }
-    const sb_mp_obj *probs = sb_mp_map_get(res->result, "probs");
-    if (sb_mp_count(probs) != s->n_labels) {
+    if (res->score.n_probs != s->n_labels) {
         rt_run_fail(run, 502, "server_error", "intent stage '%s': %s", s->name, "the worker returned a wrong number of scores");
         return;
     }
     const rt_prior *pr = s->calibrate ? rt_run_prior(run, s) : NULL;
     for (size_t i = 0; i < s->n_labels; i++) {
-        double v = 0;
-        sb_mp_as_f64(sb_mp_array_at(probs, (uint32_t)i), &v);
+        double v = res->score.probs[i];
         if (pr) v /= pr->p[i] > 1e-9 ? pr->p[i] : 1e-9;
         run->probs[i] = v;
     }
@@ -70,12 +68,11 @@ static void set_intent(rt_run *run, const sb_stage *s, double conf, bool rejecte
  * bias once per config; every call's probabilities are divided by them and
  * renormalised. The prior call shares the stage's prompt prefix, so it costs
  * one utterance's worth of compute. */
-static void on_prior(void *arg, const sb_ipc_result *res) {
+static void on_prior(void *arg, const rt_reply *res) {
     rt_run *run = arg;
     run->job = NULL;
     const sb_stage *s = &run->p->stages[run->cur];
-    const sb_mp_obj *probs = res->ok ? sb_mp_map_get(res->result, "probs") : NULL;
-    if (!res->ok || sb_mp_count(probs) != s->n_labels) {
+    if (!res->ok || res->score.n_probs != s->n_labels) {
         const char *type;
         int st = res->ok ? 502 : rt_worker_error_status(res->code, &type);
         rt_run_fail(run, st, res->ok ? "server_error" : type, "intent stage '%s' (calibration): %s", s->name,
@@ -85,7 +82,7 @@ static void on_prior(void *arg, const sb_ipc_result *res) {
     rt_prior *pr = rt_run_prior(run, s);
     if (!pr && (pr = sb_calloc(1, sizeof *pr))) {
         pr->stage = s;
-        for (size_t i = 0; i < s->n_labels; i++) sb_mp_as_f64(sb_mp_array_at(probs, (uint32_t)i), &pr->p[i]);
+        for (size_t i = 0; i < s->n_labels; i++) pr->p[i] = res->score.probs[i];
         pr->next = run->conf->priors;
         run->conf->priors = pr;
     }
@@ -135,7 +132,7 @@ int rt_run_start_intent(rt_run *run, const sb_stage *s, char *err) {
  * The result has the score method's shape: probabilities over the labels
  * (the out-of-scope class, when trained, is not a label: its winning sends
  * the call to the fallback, with its probability as the confidence). */
-static void on_embedded(void *arg, const sb_ipc_result *res) {
+static void on_embedded(void *arg, const rt_reply *res) {
     rt_run *run = arg;
     run->job = NULL;
     const sb_stage *s = &run->p->stages[run->cur];

@@ -74,7 +74,7 @@ void rt_run_stage_done(rt_run *run, int status, const char *error);
 void rt_run_keep_input(rt_run *run, const char *p, size_t n);
 /* An `embed` result's first vector into out[0..max): its dimension, 0 if
  * there is none or it is longer. */
-uint32_t rt_run_first_vector(const sb_ipc_result *res, float *out, uint32_t max);
+uint32_t rt_run_first_vector(const rt_reply *res, float *out, uint32_t max);
 
 /* The intent stage (run_intent.c): a score call over the labels, or the
  * embedding classifier (1: its index is still being built). */
