@@ -461,14 +461,36 @@ rt_conf *rt_conf_acquire(rt_exec *ex) {
 
 /* --------------------------------------------------------------- runs */
 
-int rt_run_start(rt_exec *ex, const char *name, const char *input, const rt_sink *sink, rt_run **out, char *err) {
-    *out = NULL;
+int rt_pipeline_resolve(rt_exec *ex, const char *name, const char *until, rt_pipeline_ref *out, char *err) {
     rt_conf *c = rt_conf_acquire(ex);
     const sb_pipeline *p = c ? sb_pipelines_find(c->pipes, name) : NULL;
-    if (!p) {
-        rt_conf_release(c);
-        return sb_seterr(err, SB_ENOTFOUND, "no pipeline named '%s'", name);
-    }
+    int at = p && until ? sb_pipeline_stage_index(p, until) : -1;
+    *out = (rt_pipeline_ref){ c, p, at };
+    if (p && (!until || at >= 0)) return 0;
+    rt_pipeline_ref_release(out);
+    if (!p) return sb_seterr(err, SB_ENOTFOUND, "no pipeline named '%s'", name);
+    return sb_seterr(err, SB_EINVAL, "pipeline '%s' has no stage '%.60s'", name, until);
+}
+
+void rt_pipeline_ref_release(rt_pipeline_ref *ref) {
+    rt_conf_release(ref->conf);
+    *ref = (rt_pipeline_ref){ NULL, NULL, -1 };
+}
+
+int rt_run_start(rt_exec *ex, const char *name, const char *input, const rt_sink *sink, rt_run **out, char *err) {
+    rt_pipeline_ref ref;
+    *out = NULL;
+    int rc = rt_pipeline_resolve(ex, name, NULL, &ref, err);
+    return rc ? rc : rt_run_start_ref(ex, &ref, input, sink, out, err);
+}
+
+int rt_run_start_ref(rt_exec *ex, rt_pipeline_ref *ref, const char *input, const rt_sink *sink, rt_run **out,
+                     char *err) {
+    *out = NULL;
+    rt_conf *c = ref->conf;
+    const sb_pipeline *p = ref->p;
+    int until = ref->until;
+    *ref = (rt_pipeline_ref){ NULL, NULL, -1 };     /* the run holds the generation now */
     rt_run *run = sb_calloc(1, sizeof *run);
     if (!run) { rt_conf_release(c); return sb_seterr(err, SB_ENOMEM, "out of memory"); }
     run->ex = ex;
@@ -477,7 +499,7 @@ int rt_run_start(rt_exec *ex, const char *name, const char *input, const rt_sink
     run->sink = *sink;
     run->intent_stage = -1;
     run->last_ran = -1;
-    run->until = -1;
+    run->until = until;
     run->t0 = sb_now_s();
     sb_jw_init(&run->text);
     run->input = sb_strdup(input);
@@ -525,12 +547,6 @@ void rt_run_cancel(rt_run *run) {
     run->job = NULL;
     run->tool = NULL;
     run_free(run);
-}
-
-int rt_run_until(rt_run *run, const char *stage) {
-    int i = sb_pipeline_stage_index(run->p, stage);
-    if (i >= 0) run->until = i;
-    return i < 0 ? SB_ENOTFOUND : 0;
 }
 
 double rt_run_model_seconds(const rt_run *run) { return run->model_s; }
@@ -608,10 +624,9 @@ static void result_json(const rt_run *run, sb_jw *w, bool trace) {
 void rt_run_result_json(const rt_run *run, sb_jw *w) { result_json(run, w, false); }
 void rt_run_trace_json(const rt_run *run, sb_jw *w) { result_json(run, w, true); }
 
-int rt_pipeline_fingerprint(rt_exec *ex, const char *name, char *out, bool *cacheable) {
-    rt_conf *c = rt_conf_acquire(ex);
-    const sb_pipeline *p = c ? sb_pipelines_find(c->pipes, name) : NULL;
-    if (!p) { rt_conf_release(c); return SB_ENOTFOUND; }
+void rt_pipeline_fingerprint(rt_exec *ex, const rt_pipeline_ref *ref, char *out, bool *cacheable) {
+    rt_conf *c = ref->conf;
+    const sb_pipeline *p = ref->p;
     sb_sha256_ctx h;
     sb_sha256_init(&h);
     sb_sha256_update(&h, p->digest, sizeof p->digest);
@@ -637,6 +652,4 @@ int rt_pipeline_fingerprint(rt_exec *ex, const char *name, char *out, bool *cach
     sb_sha256_final(&h, d);
     sb_hex_encode(d, sizeof d, out);
     *cacheable = ok;
-    rt_conf_release(c);
-    return 0;
 }

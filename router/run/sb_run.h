@@ -307,15 +307,29 @@ typedef struct {
 
 /* ------------------------------------------------------------- runs */
 
+/* A pipeline call resolved once, before anything runs: the config
+ * generation it runs in (held), the pipeline, and the stage to stop after
+ * (`until`, for evaluations and debugging; -1: run all). */
+typedef struct {
+    rt_conf *conf;
+    const sb_pipeline *p;
+    int until;
+} rt_pipeline_ref;
+/* 0; SB_ENOTFOUND: no such pipeline; SB_EINVAL: until (NULL: none) names no
+ * stage of it; err says which. Release what rt_run_start_ref does not take. */
+int  rt_pipeline_resolve(rt_exec *ex, const char *pipeline, const char *until, rt_pipeline_ref *out, char *err);
+void rt_pipeline_ref_release(rt_pipeline_ref *ref);
+
 /* Start a pipeline on input; its reply goes to *sink (copied): the tokens
  * of the stage that produces the answer as they come when sink->delta is
  * set, then its finish or its error, after which the run is freed (keep no
- * pointer to it). 0, or < 0 with err (nothing will be called). */
+ * pointer to it). 0, or < 0 with err (nothing will be called).
+ * rt_run_start_ref takes over ref's hold on the generation, whatever it
+ * returns; rt_run_start resolves the name first (no until). */
+int  rt_run_start_ref(rt_exec *ex, rt_pipeline_ref *ref, const char *input, const rt_sink *sink, rt_run **out,
+                      char *err);
 int  rt_run_start(rt_exec *ex, const char *pipeline, const char *input, const rt_sink *sink, rt_run **out, char *err);
 void rt_run_cancel(rt_run *run);                    /* no callbacks; frees */
-/* Stop after the named stage (evaluations, debugging). SB_ENOTFOUND. Call
- * right after rt_run_start, before the loop runs again. */
-int  rt_run_until(rt_run *run, const char *stage);
 /* While the sink's finish or error runs: the result as the pipeline API
  * answers it, and the seconds its models computed. */
 void rt_run_result_json(const rt_run *run, sb_jw *w);
@@ -326,9 +340,9 @@ void rt_run_trace_json(const rt_run *run, sb_jw *w);
 const char *rt_run_pipeline(const rt_run *run);
 const char *rt_run_input(const rt_run *run);
 double rt_run_t0(const rt_run *run);            /* sb_now_s() when the run started */
-/* The cache identity of a pipeline: fingerprint over its definition and the
- * files of every model it uses (out: 65 bytes). 0 or SB_ENOTFOUND. */
-int  rt_pipeline_fingerprint(rt_exec *ex, const char *pipeline, char *out, bool *cacheable);
+/* The cache identity of a resolved pipeline: fingerprint over its
+ * definition and the files of every model it uses (out: 65 bytes). */
+void rt_pipeline_fingerprint(rt_exec *ex, const rt_pipeline_ref *ref, char *out, bool *cacheable);
 
 /* ------------------------------------------------------------- tools */
 
