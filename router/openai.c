@@ -308,7 +308,7 @@ void rt_handle_chat(rt_req *q, const sb_json *body, int kind) {
     rt_gen_req g;
     rt_gen_init(&g);
     if (parse_reply_options(q, body, kind, &model, &g.stream)) goto out;
-    q->reply = (rt_sink){ g.stream ? openai_delta : NULL, openai_finish, rt_req_fail, q };
+    q->reply = (rt_sink){ g.stream ? openai_delta : NULL, openai_finish, rt_req_fail, q, NULL };
     int rc = rt_gen_parse_openai(&g, body, kind, why, sizeof why);
     if (rc == SB_EINVAL) { rt_req_error(q, 400, "invalid_request_error", "invalid_value", "%s", why); goto out; }
     if (rc) { rt_req_error(q, 500, "server_error", "out_of_memory", "out of memory"); goto out; }

@@ -144,7 +144,7 @@ void rt_pipeline_call(rt_req *q, const char *name, const char *input, const char
     if (rc) { rt_req_error(q, 500, "server_error", "internal", "%s", err); return; }
     if (try_cache(q, &ref, input, until)) { rt_pipeline_ref_release(&ref); return; }
     int timeout_ms = ref.p->timeout_ms;
-    rt_sink sink = { q->reply.delta ? call_delta : NULL, call_finish, call_error, q };
+    rt_sink sink = { q->reply.delta ? call_delta : NULL, call_finish, call_error, q, NULL };
     if ((rc = rt_run_start_ref(&q->r->ex, &ref, input, &sink, &q->run, err))) {
         rt_req_error(q, 500, "server_error", "internal", "%s", err);
         return;

@@ -12,15 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "router/run/pipeline_internal.h"
+#include "router/run/stage_internal.h"
 #include "router/classify/sb_classify.h"
 #include "worker/engine/sb_grammar.h"
 #include "kb/sb_kb.h"
-
-const char *sb_stage_kind_name(sb_stage_kind k) {
-    static const char *const names[] = { "intent", "generate", "tool", "retrieve" };
-    return (unsigned)k <= SB_STAGE_RETRIEVE ? names[k] : "?";
-}
 
 /* ----------------------------------------------------------- node types */
 
@@ -201,6 +196,7 @@ static int load_pipeline(vctx *c, const sb_config_node *key, const sb_config_nod
 }
 
 static void free_stage(sb_stage *s) {
+    if (s->own && rt_stage_kind_of(s)->free) rt_stage_kind_of(s)->free(s);  /* only its kind's check sets own */
     sb_free(s->name);
     for (size_t i = 0; i < s->n_when; i++) sb_free(s->when_intents[i]);
     sb_free(s->when_intents);

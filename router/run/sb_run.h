@@ -3,10 +3,12 @@
  *   pipeline*.c  pipelines from the config's `pipelines:` node tree,
  *                validated with FILE:LINE:COL errors
  *   template.c   the template language their prompts use
- *   run*.c       the executor: intent -> generate -> tool -> retrieve...,
- *                stage by stage on the loop; the intent stage
- *   tool.c       tool stages: a child process or an HTTP call, with limits
- *   retrieve.c   retrieve stages: a knowledge base search, a rerank
+ *   run.c        the executor: stage by stage on the loop, each through
+ *                its kind (stage_internal.h), with four outcomes
+ *   stage_*.c    the kinds, one file each (intent, generate, tool,
+ *                retrieve), listed in stage_kinds.c
+ *   tool.c       what tool stages run: a child process or an HTTP call, with limits
+ *   retrieve.c   what retrieve stages run: a knowledge base search, a rerank
  *   intent_embed.c  intent stages that classify by sentence embeddings
  *
  * It calls the backends (router/backend/) and reports to whoever started
@@ -42,6 +44,9 @@
 #define SB_TOOL_CONCURRENT  8
 #define SB_TOOL_QUEUE       64
 
+/* A stage's kind: its place in the table of kinds (router/run/stage_kinds.c,
+ * one file per kind); these name the built-in ones, which the front doors
+ * ask about (an intent stage's labels). */
 typedef enum { SB_STAGE_INTENT, SB_STAGE_GENERATE, SB_STAGE_TOOL, SB_STAGE_RETRIEVE } sb_stage_kind;
 /* How an intent stage decides: AUTO follows its model's kind (an encoder
  * embeds, a decoder scores); HYBRID embeds and asks score_model's label
@@ -126,6 +131,10 @@ typedef struct {
     char *rerank_prompt;            /* {{query}} and {{passage}}; NULL: SB_KB_RERANK_PROMPT */
     bool rerank_chat;               /* the prompt as a user message of the model's chat template */
     bool rerank_fuse;               /* order by RRF of the search's rank and P(yes)'s, not P(yes) alone */
+    /* A kind's own settings, when it keeps them in a struct of its own
+     * (stage_internal.h: a kind added after these keeps its block here, so
+     * adding one does not touch this struct); its free hook frees them. */
+    void *own;
 } sb_stage;
 
 typedef struct {
@@ -297,12 +306,18 @@ typedef struct {
  * writer (JSON and SSE), the pipeline API's JSON, the socket's msgpack - and
  * execution writes through it without knowing the door. delta (NULL: the
  * caller does not stream) gets the answer's text as it is generated, then
- * exactly one of finish and error is called, from the loop. */
+ * exactly one of finish and error is called, from the loop.
+ * ask (NULL: the door has no next turn, and a stage that asks fails the
+ * run with 501) is called instead when a stage waits on the caller: a's
+ * text is its question, and the run stays, suspended, until the door
+ * gives it the caller's next turn (rt_run_resume) or drops it
+ * (rt_run_cancel). */
 typedef struct {
     void (*delta)(void *arg, const char *text, size_t len);
     void (*finish)(void *arg, const rt_answer *a);
     void (*error)(void *arg, const rt_failure *f);
     void *arg;
+    void (*ask)(void *arg, const rt_answer *a);
 } rt_sink;
 
 /* ------------------------------------------------------------- runs */
@@ -330,6 +345,10 @@ int  rt_run_start_ref(rt_exec *ex, rt_pipeline_ref *ref, const char *input, cons
                       char *err);
 int  rt_run_start(rt_exec *ex, const char *pipeline, const char *input, const rt_sink *sink, rt_run **out, char *err);
 void rt_run_cancel(rt_run *run);                    /* no callbacks; frees */
+/* A suspended run (its sink's ask was called) goes on with the caller's
+ * next turn: the stage that asked starts again with it. The pipeline's
+ * timeout counts again from here. 0; SB_EINVAL: the run does not wait. */
+int  rt_run_resume(rt_run *run, const char *turn, char *err);
 /* While the sink's finish or error runs: the result as the pipeline API
  * answers it, and the seconds its models computed. */
 void rt_run_result_json(const rt_run *run, sb_jw *w);
