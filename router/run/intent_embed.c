@@ -7,7 +7,7 @@
  * worker restart) or when a run needs it, through the worker's `embed`
  * method in batches - asynchronously, like every other call, so the loop
  * never waits for the encoder. Runs that arrive meanwhile poll until it is
- * ready (run.c), bounded by their pipeline's timeout.
+ * ready (stage_intent.c polls), bounded by their pipeline's timeout.
  *
  * Vectors are cached on disk, DIR/embed-cache.bin (0600), keyed by
  * SHA-256(model fingerprint, kind, text): a restart or reload embeds only

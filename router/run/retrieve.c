@@ -1,7 +1,7 @@
 /* retrieve.c - retrieve stages: the agency's documents for a later prompt
- * (issue 21, docs/router.md "Retrieve stages", docs/KNOWLEDGE.md).
+ * (docs/router.md "Retrieve stages", docs/KNOWLEDGE.md).
  *
- * run.c embeds the stage's rendered query through the base's embed_model
+ * stage_retrieve.c embeds the stage's rendered query through the base's embed_model
  * worker (`embed`, kind query), asynchronously like every model call; this
  * file then searches the base (kb/sb_kb.h) and renders the passages.
  *

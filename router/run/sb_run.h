@@ -192,7 +192,7 @@ void sb_intent_preamble(const sb_stage *s, const sb_tmpl_env *env, sb_segs *out)
  * untrusted text become spaces: the prompt is line-framed ("Caller:",
  * "Intent:", the examples), and a caller who could start a line could
  * write a fake "Intent: x" answer or a second "Caller:" turn after his own
- * (issue 15). An `utterance:` template's own line breaks are kept. */
+ * (a prompt injection). An `utterance:` template's own line breaks are kept. */
 void sb_intent_caller(const sb_stage *s, const sb_tmpl_env *env, bool content_free, sb_segs *out);
 
 /* The first balanced {...} in text that parses as a JSON object, or NULL
@@ -274,7 +274,6 @@ typedef struct {
 /* 0, SB_EINVAL (why says what is wrong), SB_ENOMEM. */
 int  rt_tmpl_compile(const char *src, const rt_tmpl_scope *scope, sb_tmpl **out, char *why, size_t wn);
 void rt_tmpl_free(sb_tmpl *t);
-bool rt_tmpl_uses_stage(const sb_tmpl *t, int stage);
 
 /* ------------------------------------------------------ the reply sink */
 
