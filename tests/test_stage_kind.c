@@ -28,6 +28,13 @@ typedef struct {
     bool ask;
 } echo_conf;
 
+/* Its keys, typed: the loader refuses any other, and reads ask itself. */
+static const sb_cfg_key echo_keys[] = {
+    RT_KEY("text"),
+    { "ask", SB_KEY_BOOL, 0, 0, offsetof(echo_conf, ask), NULL },
+    RT_KEYS_END
+};
+
 static int echo_check(vctx *c, const sb_config_node *n, sb_pipeline *p, size_t idx, const rt_tmpl_scope *scope) {
     sb_stage *s = &p->stages[idx];
     echo_conf *e = sb_calloc(1, sizeof *e);
@@ -35,8 +42,7 @@ static int echo_check(vctx *c, const sb_config_node *n, sb_pipeline *p, size_t i
     const sb_config_node *v = sb_config_node_get(n, "text");
     if (!v) return FAIL(c, n, "%s: missing 'text'", c->path);
     int rc = rt_pl_tmpl(c, v, "text", scope, &e->text);
-    if (!rc && (v = sb_config_node_get(n, "ask"))) rc = rt_pl_get_bool(c, v, "ask", &e->ask);
-    return rc;
+    return rc ? rc : sb_cfg_keys_read(PL(c), n, echo_keys, e);
 }
 
 static void echo_free(sb_stage *s) {
@@ -65,7 +71,6 @@ static rt_stage_outcome echo_start(rt_run *run, const sb_stage *s) {
     return e->ask ? RT_STAGE_WAIT_CALLER : rt_stage_end(run, ST_OK, NULL);
 }
 
-static const char *const echo_keys[] = { "text", "ask", NULL };
 static const rt_stage_kind echo_kind = {
     .name = "echo", .keys = echo_keys, .check = echo_check, .start = echo_start, .free = echo_free,
 };

@@ -14,7 +14,7 @@
 
 int rt_pl_tmpl(vctx *c, const sb_config_node *n, const char *key, const rt_tmpl_scope *scope, sb_tmpl **out) {
     if (!n || n->kind != SB_CFG_SCALAR || sb_config_node_is_null(n))
-        return FAIL(c, n, "%s.%s: expected a template string, got %s", c->path, key, n ? rt_pl_what(n) : "nothing");
+        return FAIL(c, n, "%s.%s: expected a template string, got %s", c->path, key, n ? sb_cfg_what(n) : "nothing");
     char why[SB_ERR_LEN];
     int rc = rt_tmpl_compile(n->value, scope, out, why, sizeof why);
     if (rc == SB_EINVAL) return FAIL(c, n, "%s.%s: %s", c->path, key, why);
@@ -40,12 +40,15 @@ static int load_when_found(vctx *c, const sb_config_node *k, const sb_config_nod
     return 0;
 }
 
+static const sb_cfg_key when_keys[] = {
+    RT_KEY("intent"), RT_KEY("intent_not"), RT_KEY("found"), RT_KEY("not_found"), RT_KEYS_END
+};
+
 static int load_when(vctx *c, const sb_config_node *n, sb_pipeline *p, size_t idx, sb_stage *s) {
-    static const char *const keys[] = { "intent", "intent_not", "found", "not_found", NULL };
     if (n->kind != SB_CFG_MAP || n->n_pairs < 1 || n->n_pairs > 2)
         return FAIL(c, n, "%s.when: expected {intent: [labels]} or {intent_not: [labels]}, and/or {found: STAGE} "
                     "or {not_found: STAGE}", c->path);
-    int rc = rt_pl_check_keys(c, n, keys);
+    int rc = sb_cfg_keys_check(PL(c), n, when_keys);
     if (rc) return rc;
     const sb_config_node *in = NULL;
     for (size_t i = 0; i < n->n_pairs; i++) {
@@ -59,7 +62,7 @@ static int load_when(vctx *c, const sb_config_node *n, sb_pipeline *p, size_t id
     if (!in) return 0;
     const sb_config_node *iv = sb_config_node_get(n, in->value);
     s->when_negate = !strcmp(in->value, "intent_not");
-    if ((rc = rt_pl_get_strs(c, iv, "when.intent", SB_PIPE_MAX_LABELS, &s->when_intents, &s->n_when)))
+    if ((rc = sb_cfg_strs(PL(c), iv, "when.intent", SB_PIPE_MAX_LABELS, &s->when_intents, &s->n_when)))
         return rc;
     /* Each label must be one an earlier intent stage can produce. */
     for (size_t k = 0; k < s->n_when; k++) {
@@ -87,15 +90,15 @@ static int load_stage_head(vctx *c, const sb_config_node *n, sb_pipeline *p, siz
     s->args_from = -1;
     s->when_found = -1;
     s->chat = true;
-    if (n->kind != SB_CFG_MAP) return FAIL(c, n, "%s: expected a mapping, got %s", c->path, rt_pl_what(n));
+    if (n->kind != SB_CFG_MAP) return FAIL(c, n, "%s: expected a mapping, got %s", c->path, sb_cfg_what(n));
     const sb_config_node *nm = sb_config_node_get(n, "name"), *kd = sb_config_node_get(n, "kind");
     if (!nm) return FAIL(c, n, "%s: missing 'name'", c->path);
     char kinds[200];
     rt_stage_kind_list(kinds, sizeof kinds);
     if (!kd) return FAIL(c, n, "%s: missing 'kind' (%s)", c->path, kinds);
-    int rc = rt_pl_get_str(c, nm, "name", &s->name);
+    int rc = sb_cfg_str(PL(c), nm, "name", false, &s->name);
     if (rc) return rc;
-    if (!rt_pl_valid_name(s->name)) return FAIL(c, nm, "%s.name: must be 1-%d characters of A-Z a-z 0-9 _ -", c->path, SB_CONFIG_MAX_NAME);
+    if (!sb_cfg_valid_name(s->name, SB_CONFIG_MAX_NAME)) return FAIL(c, nm, "%s.name: must be 1-%d characters of A-Z a-z 0-9 _ -", c->path, SB_CONFIG_MAX_NAME);
     for (size_t j = 0; j < idx; j++)
         if (!strcmp(p->stages[j].name, s->name)) return FAIL(c, nm, "%s.name: '%s' is used by an earlier stage", c->path, s->name);
     const char *k = kd->kind == SB_CFG_SCALAR ? kd->value : "";
@@ -105,11 +108,10 @@ static int load_stage_head(vctx *c, const sb_config_node *n, sb_pipeline *p, siz
     s->kind = (sb_stage_kind)index;
     snprintf(c->path + strlen(c->path), sizeof c->path - strlen(c->path), "(%s)", s->name);
     /* Every stage's keys, then the kind's own. */
-    const char *keys[64] = { "name", "kind", "when" };
+    sb_cfg_key keys[64] = { RT_KEY("name"), RT_KEY("kind"), RT_KEY("when") };
     size_t nk = 3;
-    for (const char *const *key = kind->keys; *key && nk < SB_ARRAY_LEN(keys) - 1; key++) keys[nk++] = *key;
-    keys[nk] = NULL;
-    return rt_pl_check_keys(c, n, keys);
+    for (const sb_cfg_key *key = kind->keys; key->name && nk < SB_ARRAY_LEN(keys) - 1; key++) keys[nk++] = *key;
+    return sb_cfg_keys_check(PL(c), n, keys);
 }
 
 /* A model stage's model, system and chat. */
@@ -117,11 +119,11 @@ int rt_pl_model_keys(vctx *c, const sb_config_node *n, sb_stage *s, const rt_tmp
     const sb_config_node *v;
     int rc;
     if (!(v = sb_config_node_get(n, "model"))) return FAIL(c, n, "%s: missing 'model'", c->path);
-    if ((rc = rt_pl_get_str(c, v, "model", &s->model))) return rc;
+    if ((rc = sb_cfg_str(PL(c), v, "model", false, &s->model))) return rc;
     if (!sb_config_find_model(c->cfg, s->model))
         return FAIL(c, v, "%s.model: no model named '%s' under models:", c->path, s->model);
     if ((v = sb_config_node_get(n, "system")) && (rc = rt_pl_tmpl(c, v, "system", scope, &s->system))) return rc;
-    if ((v = sb_config_node_get(n, "chat")) && (rc = rt_pl_get_bool(c, v, "chat", &s->chat))) return rc;
+    if ((v = sb_config_node_get(n, "chat")) && (rc = sb_cfg_bool(PL(c), v, "chat", &s->chat))) return rc;
     return 0;
 }
 
@@ -143,7 +145,7 @@ int rt_pl_load_stage(vctx *c, const sb_config_node *n, sb_pipeline *p, size_t id
     if ((v = sb_config_node_get(n, "when")) && (rc = load_when(c, v, p, idx, s))) return rc;
     long long prio = kind->default_priority;
     if ((v = sb_config_node_get(n, "priority")) &&
-        (rc = rt_pl_get_int(c, v, "priority", -SB_PIPE_MAX_PRIORITY, SB_PIPE_MAX_PRIORITY, &prio)))
+        (rc = sb_cfg_int(PL(c), v, "priority", -SB_PIPE_MAX_PRIORITY, SB_PIPE_MAX_PRIORITY, &prio)))
         return rc;
     s->priority = (int)prio;
     return kind->check(c, n, p, idx, &scope);

@@ -3,6 +3,7 @@
  * json_schema a JSON object later stages and tools read. The answer stage's
  * tokens stream to a caller who asked for SSE.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -10,6 +11,23 @@
 #include "worker/engine/sb_grammar.h"
 
 /* ------------------------------------------------------------ loading */
+
+#define S(f) offsetof(sb_stage, f)
+static const sb_cfg_key generate_keys[] = {
+    RT_KEY("model"), RT_KEY("system"), RT_KEY("chat"), RT_KEY("prompt"),
+    { "temperature", SB_KEY_NUM, 0, 2, S(sampling.temperature), NULL },
+    { "top_p", SB_KEY_NUM, 0, 1, S(sampling.top_p), NULL },
+    { "top_k", SB_KEY_INT, 0, 1 << 20, S(sampling.top_k), NULL },
+    { "min_p", SB_KEY_NUM, 0, 1, S(sampling.min_p), NULL },
+    { "repeat_penalty", SB_KEY_NUM, 0.01, 100, S(sampling.repeat_penalty), NULL },
+    RT_KEY("seed"),                 /* 64 bits */
+    RT_KEY("max_tokens"),           /* bounded by its model's max_tokens */
+    RT_KEY("stop"),
+    { "json", SB_KEY_BOOL, 0, 0, S(json), NULL },
+    RT_KEY("json_schema"),          /* after json: a schema implies it */
+    RT_KEY("priority"),
+    RT_KEYS_END
+};
 
 static int load_sampling(vctx *c, const sb_config_node *n, sb_stage *s, const sb_config *cfg) {
     sb_sampling *sp = &s->sampling;
@@ -19,16 +37,11 @@ static int load_sampling(vctx *c, const sb_config_node *n, sb_stage *s, const sb
                          .max_tokens = -1, .seed = -1 };
     const sb_config_node *v;
     long long iv;
-    int rc = 0;
-    if (!rc && (v = sb_config_node_get(n, "temperature"))) rc = rt_pl_get_num(c, v, "temperature", 0, 2, &sp->temperature);
-    if (!rc && (v = sb_config_node_get(n, "top_p"))) rc = rt_pl_get_num(c, v, "top_p", 0, 1, &sp->top_p);
-    if (!rc && (v = sb_config_node_get(n, "min_p"))) rc = rt_pl_get_num(c, v, "min_p", 0, 1, &sp->min_p);
-    if (!rc && (v = sb_config_node_get(n, "repeat_penalty"))) rc = rt_pl_get_num(c, v, "repeat_penalty", 0.01, 100, &sp->repeat_penalty);
-    if (!rc && (v = sb_config_node_get(n, "top_k")) && !(rc = rt_pl_get_int(c, v, "top_k", 0, 1 << 20, &iv))) sp->top_k = (int)iv;
-    if (!rc && (v = sb_config_node_get(n, "seed")) && !(rc = rt_pl_get_int(c, v, "seed", 0, INT64_MAX, &iv))) sp->seed = iv;
+    int rc = sb_cfg_keys_read(PL(c), n, generate_keys, s);
+    if (!rc && (v = sb_config_node_get(n, "seed")) && !(rc = sb_cfg_int(PL(c), v, "seed", 0, INT64_MAX, &iv))) sp->seed = iv;
     const sb_config_model *m = sb_config_find_model(cfg, s->model);
     if (!rc && (v = sb_config_node_get(n, "max_tokens")) &&
-        !(rc = rt_pl_get_int(c, v, "max_tokens", 1, m ? m->max_tokens : 1 << 20, &iv)))
+        !(rc = sb_cfg_int(PL(c), v, "max_tokens", 1, m ? m->max_tokens : 1 << 20, &iv)))
         sp->max_tokens = (int)iv;
     return rc;
 }
@@ -65,7 +78,7 @@ static int load_generate(vctx *c, const sb_config_node *n, sb_stage *s, const rt
     if ((rc = load_sampling(c, n, s, c->cfg))) return rc;
     if ((v = sb_config_node_get(n, "stop"))) {
         char **stops;
-        if ((rc = rt_pl_get_strs(c, v, "stop", SB_PIPE_MAX_STOPS, &stops, &s->n_stops))) {
+        if ((rc = sb_cfg_strs(PL(c), v, "stop", SB_PIPE_MAX_STOPS, &stops, &s->n_stops))) {
             for (size_t i = 0; stops && stops[i] && i < SB_PIPE_MAX_STOPS; i++) sb_free(stops[i]);
             sb_free(stops);
             return rc;
@@ -73,7 +86,6 @@ static int load_generate(vctx *c, const sb_config_node *n, sb_stage *s, const rt
         memcpy(s->stops, stops, s->n_stops * sizeof *stops);
         sb_free(stops);
     }
-    if ((v = sb_config_node_get(n, "json")) && (rc = rt_pl_get_bool(c, v, "json", &s->json))) return rc;
     if ((v = sb_config_node_get(n, "json_schema")) && (rc = load_json_schema(c, v, s))) return rc;
     return 0;
 }
@@ -143,10 +155,6 @@ static rt_stage_outcome generate_reply(rt_run *run, const sb_stage *s, const rt_
     }
     return rt_stage_end(run, ST_OK, NULL);
 }
-
-static const char *const generate_keys[] = { "model", "system", "chat", "prompt", "temperature", "top_p", "top_k",
-                                             "min_p", "repeat_penalty", "seed", "max_tokens", "stop", "json",
-                                             "json_schema", "priority", NULL };
 
 const rt_stage_kind rt_kind_generate = {
     .name = "generate",

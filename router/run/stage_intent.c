@@ -7,6 +7,7 @@
  * embedding is unsure. Either way the run gets run->intent and its
  * confidence, and the stage's output is the label.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,24 @@
 #include "router/classify/sb_classify.h"
 
 /* ------------------------------------------------------------ loading */
+
+#define S(f) offsetof(sb_stage, f)
+static const sb_cfg_key intent_keys[] = {
+    RT_KEY("model"), RT_KEY("system"), RT_KEY("chat"), RT_KEY("labels"),
+    { "min_confidence", SB_KEY_NUM, 0, 1, S(min_confidence), NULL },
+    RT_KEY("fallback"), RT_KEY("utterance"),
+    { "calibrate", SB_KEY_BOOL, 0, 0, S(calibrate), NULL },
+    RT_KEY("method"), RT_KEY("score_model"),
+    { "hybrid_margin", SB_KEY_NUM, 0, 2, S(hybrid_margin), NULL },
+    RT_KEY("classifier"), RT_KEY("examples_file"), RT_KEY("out_of_scope"), RT_KEY("priority"),
+    RT_KEYS_END
+};
+
+static const sb_cfg_key label_keys[] = {
+    { "description", SB_KEY_STR, 0, 0, offsetof(sb_label, description), NULL },
+    RT_KEY("examples"),
+    RT_KEYS_END
+};
 
 static int load_labels(vctx *c, const sb_config_node *n, sb_stage *s) {
     if (n->kind != SB_CFG_MAP || n->n_pairs < 2 || n->n_pairs > SB_PIPE_MAX_LABELS)
@@ -25,7 +44,7 @@ static int load_labels(vctx *c, const sb_config_node *n, sb_stage *s) {
     for (size_t i = 0; i < n->n_pairs; i++) {
         const sb_config_node *k = n->pairs[i].key, *v = n->pairs[i].value;
         sb_label *l = &s->labels[s->n_labels++];
-        if (!rt_pl_valid_name(k->value))
+        if (!sb_cfg_valid_name(k->value, SB_CONFIG_MAX_NAME))
             return FAIL(c, k, "%s.labels: '%s' must be 1-%d characters of A-Z a-z 0-9 _ -", c->path, k->value,
                         SB_CONFIG_MAX_NAME);
         if (!(l->name = sb_strdup(k->value))) return SB_ENOMEM;
@@ -34,11 +53,10 @@ static int load_labels(vctx *c, const sb_config_node *n, sb_stage *s) {
         char save[sizeof c->path];
         memcpy(save, c->path, sizeof save);
         snprintf(c->path + strlen(c->path), sizeof c->path - strlen(c->path), ".labels.%s", k->value);
-        static const char *const keys[] = { "description", "examples", NULL };
-        int rc = rt_pl_check_keys(c, v, keys);
-        const sb_config_node *d = sb_config_node_get(v, "description"), *ex = sb_config_node_get(v, "examples");
-        if (!rc && d) rc = rt_pl_get_str(c, d, "description", &l->description);
-        if (!rc && ex) rc = rt_pl_get_strs(c, ex, "examples", 64, &l->examples, &l->n_examples);
+        int rc = sb_cfg_keys_check(PL(c), v, label_keys);
+        const sb_config_node *ex = sb_config_node_get(v, "examples");
+        if (!rc) rc = sb_cfg_keys_read(PL(c), v, label_keys, l);
+        if (!rc && ex) rc = sb_cfg_strs(PL(c), ex, "examples", 64, &l->examples, &l->n_examples);
         memcpy(c->path, save, sizeof save);
         if (rc) return rc;
     }
@@ -99,8 +117,6 @@ static int load_examples_file(vctx *c, const sb_config_node *n, sb_stage *s) {
 static int load_intent_method(vctx *c, const sb_config_node *n, sb_stage *s) {
     const sb_config_node *v;
     int rc = 0;
-    s->classifier = -1;
-    s->hybrid_margin = 0.02;
     if ((v = sb_config_node_get(n, "method"))) {
         static const char *const names[] = { "auto", "score", "embed", "hybrid" };
         s->method = -1;
@@ -110,14 +126,12 @@ static int load_intent_method(vctx *c, const sb_config_node *n, sb_stage *s) {
     }
     if ((v = sb_config_node_get(n, "score_model"))) {
         if (s->method != SB_INTENT_HYBRID) return FAIL(c, v, "%s.score_model: only with method: hybrid", c->path);
-        if ((rc = rt_pl_get_str(c, v, "score_model", &s->score_model))) return rc;
+        if ((rc = sb_cfg_str(PL(c), v, "score_model", false, &s->score_model))) return rc;
         if (!sb_config_find_model(c->cfg, s->score_model))
             return FAIL(c, v, "%s.score_model: no model named '%s' under models:", c->path, s->score_model);
     } else if (s->method == SB_INTENT_HYBRID) {
         return FAIL(c, n, "%s: method: hybrid needs a generative 'score_model'", c->path);
     }
-    if ((v = sb_config_node_get(n, "hybrid_margin")) && (rc = rt_pl_get_num(c, v, "hybrid_margin", 0, 2, &s->hybrid_margin)))
-        return rc;
     const char *embed_only[] = { "classifier", "examples_file", "out_of_scope", "hybrid_margin" };
     for (int i = 0; s->method == SB_INTENT_SCORE && i < 4; i++)
         if ((v = sb_config_node_get(n, embed_only[i])))
@@ -127,12 +141,12 @@ static int load_intent_method(vctx *c, const sb_config_node *n, sb_stage *s) {
         if (s->classifier < 0) return FAIL(c, v, "%s.classifier: expected centroid, 1nn, knn or logreg", c->path);
     }
     if ((v = sb_config_node_get(n, "examples_file")) &&
-        ((rc = rt_pl_get_str(c, v, "examples_file", &s->examples_file)) || (rc = load_examples_file(c, v, s))))
+        ((rc = sb_cfg_str(PL(c), v, "examples_file", false, &s->examples_file)) || (rc = load_examples_file(c, v, s))))
         return rc;
     if ((v = sb_config_node_get(n, "out_of_scope"))) {
         char **oos;
         size_t k;
-        if ((rc = rt_pl_get_strs(c, v, "out_of_scope", 256, &oos, &k)) == 0)
+        if ((rc = sb_cfg_strs(PL(c), v, "out_of_scope", 256, &oos, &k)) == 0)
             for (size_t i = 0; i < k && !rc; i++) rc = push_extra(s, oos[i], strlen(oos[i]), SB_CLS_OOS);
         for (size_t i = 0; oos && i < k; i++) sb_free(oos[i]);
         sb_free(oos);
@@ -149,11 +163,11 @@ static int load_intent(vctx *c, const sb_config_node *n, sb_stage *s, const rt_t
     int rc;
     if (!(v = sb_config_node_get(n, "labels"))) return FAIL(c, n, "%s: missing 'labels'", c->path);
     if ((rc = load_labels(c, v, s))) return rc;
-    if ((v = sb_config_node_get(n, "calibrate")) && (rc = rt_pl_get_bool(c, v, "calibrate", &s->calibrate))) return rc;
-    if ((v = sb_config_node_get(n, "min_confidence")) && (rc = rt_pl_get_num(c, v, "min_confidence", 0, 1, &s->min_confidence)))
-        return rc;
+    s->classifier = -1;
+    s->hybrid_margin = 0.02;
+    if ((rc = sb_cfg_keys_read(PL(c), n, intent_keys, s))) return rc;
     if ((v = sb_config_node_get(n, "fallback"))) {
-        if ((rc = rt_pl_get_str(c, v, "fallback", &s->fallback))) return rc;
+        if ((rc = sb_cfg_str(PL(c), v, "fallback", false, &s->fallback))) return rc;
         if (rt_pl_label_index(s, s->fallback) < 0)
             return FAIL(c, v, "%s.fallback: '%s' is not one of this stage's labels", c->path, s->fallback);
     } else if (s->min_confidence > 0) {
@@ -357,10 +371,6 @@ static void intent_probabilities(const rt_run *run, const sb_stage *s, sb_jw *w)
     }
     sb_jw_obj_end(w);
 }
-
-static const char *const intent_keys[] = { "model", "system", "chat", "labels", "min_confidence", "fallback",
-                                           "utterance", "calibrate", "method", "score_model", "hybrid_margin",
-                                           "classifier", "examples_file", "out_of_scope", "priority", NULL };
 
 /* An intent stage is short (one prompt, a few labels) and every later stage
  * of its call waits on it: by default it goes ahead of generations that

@@ -16,9 +16,9 @@
  *             suspends or fails on that alone.
  *
  * The shape follows what the stages need, not a wish list: `keys` and
- * `check` are the loader's half (the key names drive the unknown-key
- * message; check reads the values with the typed readers, which report
- * FILE:LINE:COL), `start` / `on_reply` / `stop` the executor's, and two
+ * `check` are the loader's half (the kind declares its keys with their
+ * types and bounds, as every config section does; check reads them with
+ * the one validator of common/, which reports FILE:LINE:COL), `start` / `on_reply` / `stop` the executor's, and two
  * hooks cover the only places a kind shows outside its stage: the run's
  * `probabilities` (an intent) and the pipeline's cache key (a retrieve
  * stage's knowledge-base version). The built-in kinds keep their settings
@@ -56,7 +56,10 @@ enum {
 
 typedef struct rt_stage_kind {
     const char *name;                   /* `kind:` in the config */
-    const char *const *keys;            /* its keys besides name, kind and when; NULL-terminated */
+    /* Its keys besides name, kind and when (sb_config.h's typed keys: the
+     * unknown-key check lists them; the kind's check reads the typed ones
+     * into the stage with sb_cfg_keys_read, the others itself). */
+    const sb_cfg_key *keys;
     int default_priority;               /* its model queue priority when the stage sets none */
     unsigned traits;                    /* RT_KIND_* */
     /* Validate the stage's mapping n and load it into p->stages[idx] (name,

@@ -6,6 +6,7 @@
  * missing base or a failed search is an error on its stage, as for a tool:
  * the pipeline goes on with found false and can hand the call off.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -14,27 +15,39 @@
 
 /* ------------------------------------------------------------ loading */
 
+#define S(f) offsetof(sb_stage, f)
+static const sb_cfg_key retrieve_keys[] = {
+    RT_KEY("kb"), RT_KEY("query"),
+    { "top_k", SB_KEY_INT, 1, SB_PIPE_MAX_TOP_K, S(kb_top_k), NULL },
+    { "min_score", SB_KEY_NUM, 0, 1e9, S(min_score), NULL },
+    RT_KEY("mode"), RT_KEY("rerank"), RT_KEY("priority"),
+    RT_KEYS_END
+};
+
 /* rerank: {model, top_n, prompt, chat, fuse} - a generative model of the config judges
  * each of the top_n passages (retrieve.c); min_score is then its P(yes). */
+static const sb_cfg_key rerank_keys[] = {
+    RT_KEY("model"), RT_KEY("top_n"), RT_KEY("prompt"), RT_KEY("chat"), RT_KEY("fuse"), RT_KEYS_END
+};
+
 static int load_rerank(vctx *c, const sb_config_node *n, sb_stage *s) {
-    static const char *const keys[] = { "model", "top_n", "prompt", "chat", "fuse", NULL };
     const sb_config_node *v;
     int rc;
     if (n->kind != SB_CFG_MAP) return FAIL(c, n, "%s.rerank: expected a mapping {model, top_n, prompt, chat, fuse}", c->path);
-    if ((rc = rt_pl_check_keys(c, n, keys))) return rc;
+    if ((rc = sb_cfg_keys_check(PL(c), n, rerank_keys))) return rc;
     if (!(v = sb_config_node_get(n, "model"))) return FAIL(c, n, "%s.rerank: missing 'model'", c->path);
-    if ((rc = rt_pl_get_str(c, v, "rerank.model", &s->rerank_model))) return rc;
+    if ((rc = sb_cfg_str(PL(c), v, "rerank.model", false, &s->rerank_model))) return rc;
     if (!sb_config_find_model(c->cfg, s->rerank_model))
         return FAIL(c, v, "%s.rerank.model: no model named '%s' under models:", c->path, s->rerank_model);
     long long k = SB_MAX(5, s->kb_top_k);
-    if ((v = sb_config_node_get(n, "top_n")) && (rc = rt_pl_get_int(c, v, "rerank.top_n", 1, SB_PIPE_MAX_TOP_K, &k)))
+    if ((v = sb_config_node_get(n, "top_n")) && (rc = sb_cfg_int(PL(c), v, "rerank.top_n", 1, SB_PIPE_MAX_TOP_K, &k)))
         return rc;
     if (k < s->kb_top_k) return FAIL(c, v, "%s.rerank.top_n: must be at least top_k (%d)", c->path, s->kb_top_k);
-    if ((v = sb_config_node_get(n, "chat")) && (rc = rt_pl_get_bool(c, v, "rerank.chat", &s->rerank_chat))) return rc;
-    if ((v = sb_config_node_get(n, "fuse")) && (rc = rt_pl_get_bool(c, v, "rerank.fuse", &s->rerank_fuse))) return rc;
+    if ((v = sb_config_node_get(n, "chat")) && (rc = sb_cfg_bool(PL(c), v, "rerank.chat", &s->rerank_chat))) return rc;
+    if ((v = sb_config_node_get(n, "fuse")) && (rc = sb_cfg_bool(PL(c), v, "rerank.fuse", &s->rerank_fuse))) return rc;
     s->rerank_top_n = (int)k;
     if ((v = sb_config_node_get(n, "prompt"))) {
-        if ((rc = rt_pl_get_str(c, v, "rerank.prompt", &s->rerank_prompt))) return rc;
+        if ((rc = sb_cfg_str(PL(c), v, "rerank.prompt", false, &s->rerank_prompt))) return rc;
         if (!strstr(s->rerank_prompt, "{{passage}}"))
             return FAIL(c, v, "%s.rerank.prompt: must contain {{passage}} (and usually {{query}})", c->path);
     }
@@ -48,20 +61,18 @@ static int load_retrieve(vctx *c, const sb_config_node *n, sb_stage *s, const rt
     const sb_config_node *v = sb_config_node_get(n, "kb");
     int rc;
     if (!v) return FAIL(c, n, "%s: missing 'kb' (a knowledge base of knowledge:)", c->path);
-    if ((rc = rt_pl_get_str(c, v, "kb", &s->kb))) return rc;
+    if ((rc = sb_cfg_str(PL(c), v, "kb", false, &s->kb))) return rc;
     const sb_config_kb *kb = sb_config_find_kb(c->cfg, s->kb);
     if (!kb) return FAIL(c, v, "%s.kb: no knowledge base named '%s' under knowledge:", c->path, s->kb);
     if (!(s->model = sb_strdup(kb->embed_model))) return SB_ENOMEM;
-    long long k = 3;
-    if ((v = sb_config_node_get(n, "top_k")) && (rc = rt_pl_get_int(c, v, "top_k", 1, SB_PIPE_MAX_TOP_K, &k))) return rc;
-    s->kb_top_k = (int)k;
+    s->kb_top_k = 3;
+    s->min_score = -1;
+    if ((rc = sb_cfg_keys_read(PL(c), n, retrieve_keys, s))) return rc;
     s->kb_mode = SB_KB_HYBRID;
     if ((v = sb_config_node_get(n, "mode"))) {
         s->kb_mode = v->kind == SB_CFG_SCALAR ? sb_kb_mode_parse(v->value) : -1;
         if (s->kb_mode < 0) return FAIL(c, v, "%s.mode: expected bm25, vector or hybrid", c->path);
     }
-    s->min_score = -1;
-    if ((v = sb_config_node_get(n, "min_score")) && (rc = rt_pl_get_num(c, v, "min_score", 0, 1e9, &s->min_score))) return rc;
     if ((v = sb_config_node_get(n, "rerank")) && (rc = load_rerank(c, v, s))) return rc;
     return (v = sb_config_node_get(n, "query")) ? rt_pl_tmpl(c, v, "query", scope, &s->query)
                                                  : rt_tmpl_compile("{{input}}", scope, &s->query, NULL, 0);
@@ -151,8 +162,6 @@ static bool retrieve_cache_key(rt_conf *c, const sb_stage *s, sb_sha256_ctx *h) 
     sb_sha256_update(h, ver, sizeof ver);
     return true;
 }
-
-static const char *const retrieve_keys[] = { "kb", "query", "top_k", "min_score", "mode", "rerank", "priority", NULL };
 
 const rt_stage_kind rt_kind_retrieve = {
     .name = "retrieve",

@@ -4,12 +4,23 @@
  * answer is the stage's output, and its JSON when it is an object. A tool
  * that fails is an error on its stage; the run goes on.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "router/run/stage_internal.h"
 
 /* ------------------------------------------------------------ loading */
+
+#define S(f) offsetof(sb_stage, f)
+static const sb_cfg_key tool_keys[] = {
+    RT_KEY("command"), RT_KEY("stdin"), RT_KEY("url"), RT_KEY("method"), RT_KEY("body"), RT_KEY("args_from"),
+    { "timeout_ms", SB_KEY_INT, 1, 3600000, S(timeout_ms), NULL },
+    RT_KEY("env"),
+    { "max_concurrent", SB_KEY_INT, 1, 1024, S(max_concurrent), NULL },
+    { "max_queue", SB_KEY_INT, 0, 100000, S(max_queue), NULL },
+    RT_KEYS_END
+};
 
 /* env: {NAME: value}: what a command tool gets on top of the allowlist
  * (tool.c); the router's own environment (its API key...) never reaches it. */
@@ -31,16 +42,6 @@ static int load_env(vctx *c, const sb_config_node *n, sb_stage *s) {
     return 0;
 }
 
-static int load_tool_limits(vctx *c, const sb_config_node *n, sb_stage *s) {
-    long long mc = SB_TOOL_CONCURRENT, mq = SB_TOOL_QUEUE;
-    const sb_config_node *v;
-    int rc = 0;
-    if ((v = sb_config_node_get(n, "max_concurrent"))) rc = rt_pl_get_int(c, v, "max_concurrent", 1, 1024, &mc);
-    if (!rc && (v = sb_config_node_get(n, "max_queue"))) rc = rt_pl_get_int(c, v, "max_queue", 0, 100000, &mq);
-    s->max_concurrent = (int)mc;
-    s->max_queue = (int)mq;
-    return rc;
-}
 
 /* args_from: an earlier stage that produces JSON. */
 static int load_args_from(vctx *c, const sb_config_node *v, sb_pipeline *p, size_t idx, sb_stage *s) {
@@ -75,7 +76,7 @@ static int load_http_tool(vctx *c, const sb_config_node *n, const sb_config_node
     const sb_config_node *v;
     int rc;
     if ((v = sb_config_node_get(n, "env"))) return FAIL(c, v, "%s.env: only a command tool has an environment", c->path);
-    if ((rc = rt_pl_get_str(c, url, "url", &s->url))) return rc;
+    if ((rc = sb_cfg_str(PL(c), url, "url", false, &s->url))) return rc;
     if (strncmp(s->url, "http://", 7)) return FAIL(c, url, "%s.url: only http:// URLs are supported", c->path);
     if ((v = sb_config_node_get(n, "method"))) {
         if (v->kind != SB_CFG_SCALAR || (strcmp(v->value, "GET") && strcmp(v->value, "POST")))
@@ -94,10 +95,10 @@ static int load_tool(vctx *c, const sb_config_node *n, sb_pipeline *p, size_t id
     int rc;
     if (!cmd == !url) return FAIL(c, n, "%s: a tool stage needs exactly one of 'command' or 'url'", c->path);
     if ((v = sb_config_node_get(n, "args_from")) && (rc = load_args_from(c, v, p, idx, s))) return rc;
-    long long t = 10000;
-    if ((v = sb_config_node_get(n, "timeout_ms")) && (rc = rt_pl_get_int(c, v, "timeout_ms", 1, 3600000, &t))) return rc;
-    s->timeout_ms = (int)t;
-    if ((rc = load_tool_limits(c, n, s))) return rc;
+    s->timeout_ms = 10000;
+    s->max_concurrent = SB_TOOL_CONCURRENT;
+    s->max_queue = SB_TOOL_QUEUE;
+    if ((rc = sb_cfg_keys_read(PL(c), n, tool_keys, s))) return rc;
     if ((v = sb_config_node_get(n, "stdin")) && (rc = rt_pl_tmpl(c, v, "stdin", scope, &s->stdin_tmpl))) return rc;
     return cmd ? load_command(c, n, cmd, s, scope) : load_http_tool(c, n, url, s, scope);
 }
@@ -157,9 +158,6 @@ static void tool_stop(rt_run *run) {
     rt_tool_cancel(run->tool);
     run->tool = NULL;
 }
-
-static const char *const tool_keys[] = { "command", "stdin", "url", "method", "body", "args_from", "timeout_ms", "env",
-                                         "max_concurrent", "max_queue", NULL };
 
 const rt_stage_kind rt_kind_tool = {
     .name = "tool",
