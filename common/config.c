@@ -11,10 +11,12 @@
 #include "common/sb_config.h"
 #include "common/sb_net.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,138 +39,28 @@ int sb_config_node_error(const sb_config *cfg, const sb_config_node *at, char *e
 
 /* ============================================================== schema */
 
+/* Each section below declares its keys (sb_config.h, "typed keys": name,
+ * type, bounds, where the value goes) next to the code that loads it, and
+ * reads them with the one validator in config_keys.c; what a table cannot
+ * say (a file's identity, a URL, one key against another) follows it. */
+
 typedef struct {
     sb_config *cfg;
     char *err;
 } ctx;
 
 #define FAIL(c, node, ...) sb_config_node_error((c)->cfg, (node), (c)->err, __VA_ARGS__)
+#define KEYS_END { NULL, SB_KEY_OTHER, 0, 0, 0, NULL }
 
-static const char *kind_name(const sb_config_node *n) {
-    if (sb_config_node_is_null(n)) return "null";
-    return n->kind == SB_CFG_MAP ? "a mapping" : n->kind == SB_CFG_SEQ ? "a list" : "a string";
-}
+/* The context for the section at path (a key path for messages). */
+static sb_cfg_ctx at(const ctx *c, const char *path) { return (sb_cfg_ctx){ c->cfg, c->err, path, false }; }
 
-static int want_map(ctx *c, const sb_config_node *n, const char *what) {
-    if (n->kind == SB_CFG_MAP) return 0;
-    return FAIL(c, n, "%s: expected a mapping, got %s", what, kind_name(n));
-}
-
-/* Reject keys not in `allowed` (NULL-terminated), at the key's position. */
-static int check_keys(ctx *c, const sb_config_node *map, const char *what,
-                      const char *const *allowed) {
-    for (size_t i = 0; i < map->n_pairs; i++) {
-        const sb_config_node *k = map->pairs[i].key;
-        bool ok = false;
-        for (const char *const *a = allowed; *a && !ok; a++) ok = !strcmp(*a, k->value);
-        if (ok) continue;
-        char list[160] = "";
-        for (const char *const *a = allowed; *a; a++)
-            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s",
-                     a == allowed ? "" : ", ", *a);
-        return FAIL(c, k, "%s: unknown key '%s' (expected one of: %s)", what, k->value, list);
-    }
-    return 0;
-}
-
-static int get_int(ctx *c, const sb_config_node *map, const char *what, const char *key,
-                   long lo, long hi, int *out) {
-    const sb_config_node *v = sb_config_node_get(map, key);
-    if (!v) return 0;
-    const char *s = v->kind == SB_CFG_SCALAR ? v->value : "";
-    char *end = NULL;
-    errno = 0;
-    long x = v->kind == SB_CFG_SCALAR && !v->quoted && *s ? strtol(s, &end, 10) : 0;
-    bool is_int = end && *end == '\0' && errno == 0;
-    if (!is_int || x < lo || x > hi) {
-        if (v->kind != SB_CFG_SCALAR || v->quoted || sb_config_node_is_null(v))
-            return FAIL(c, v, "%s.%s: expected an integer in [%ld, %ld], got %s%s%s", what, key,
-                        lo, hi, v->quoted ? "the string \"" : kind_name(v),
-                        v->quoted ? v->value : "", v->quoted ? "\"" : "");
-        return FAIL(c, v, "%s.%s: expected an integer in [%ld, %ld], got '%s'", what, key,
-                    lo, hi, v->value);
-    }
-    *out = (int)x;
-    return 0;
-}
-
-/* A non-null scalar, copied. */
-static int get_str(ctx *c, const sb_config_node *map, const char *what, const char *key,
-                   char **out) {
-    const sb_config_node *v = sb_config_node_get(map, key);
-    if (!v) return 0;
-    if (v->kind != SB_CFG_SCALAR || sb_config_node_is_null(v) || v->len == 0)
-        return FAIL(c, v, "%s.%s: expected a non-empty string, got %s", what, key, kind_name(v));
-    if (strlen(v->value) != v->len)
-        return FAIL(c, v, "%s.%s: string contains a NUL byte", what, key);
-    char *s = sb_strdup(v->value);
-    if (!s) return SB_ENOMEM;
-    sb_free(*out);
-    *out = s;
-    return 0;
-}
-
-static int get_enum(ctx *c, const sb_config_node *map, const char *what, const char *key,
-                    const char *const *names, int *out) {
-    const sb_config_node *v = sb_config_node_get(map, key);
-    if (!v) return 0;
-    if (v->kind == SB_CFG_SCALAR)
-        for (int i = 0; names[i]; i++)
-            if (!strcmp(names[i], v->value)) { *out = i; return 0; }
-    char list[128] = "";
-    for (int i = 0; names[i]; i++)
-        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? "|" : "", names[i]);
-    return FAIL(c, v, "%s.%s: expected %s, got %s%s%s", what, key, list,
-                v->kind == SB_CFG_SCALAR ? "'" : kind_name(v),
-                v->kind == SB_CFG_SCALAR ? v->value : "", v->kind == SB_CFG_SCALAR ? "'" : "");
-}
-
-/* Relative paths are relative to the config file, never to the cwd. */
-static char *resolve(const char *base, const char *p) {
-    if (p[0] == '/') return sb_strdup(p);
-    while (p[0] == '.' && p[1] == '/') p += 2;
-    size_t n = strlen(base) + 1 + strlen(p) + 1;
-    char *s = sb_malloc(n);
-    if (s) snprintf(s, n, "%s%s%s", base, *p ? "/" : "", p);
-    return s;
-}
-
-static int get_path(ctx *c, const sb_config_node *map, const char *what, const char *key,
-                    bool must_read, char **out, struct stat *st) {
-    char *raw = NULL;
-    int rc = get_str(c, map, what, key, &raw);
-    if (rc || !raw) return rc;
-    char *abs = resolve(c->cfg->base_dir, raw);
-    sb_free(raw);
-    if (!abs) return SB_ENOMEM;
-    if (must_read) {
-        const sb_config_node *v = sb_config_node_get(map, key);
-        int fd = open(abs, O_RDONLY | O_CLOEXEC);
-        struct stat sbuf;
-        if (!st) st = &sbuf;
-        int e = fd < 0 ? errno : fstat(fd, st) ? errno : 0;
-        if (fd >= 0) close(fd);
-        if (!e && !S_ISREG(st->st_mode)) e = EISDIR;
-        if (e) {
-            rc = FAIL(c, v, "%s.%s: cannot read '%s': %s", what, key, abs,
-                      e == EISDIR ? "not a regular file" : strerror(e));
-            sb_free(abs);
-            return rc;
-        }
-    }
-    sb_free(*out);
-    *out = abs;
-    return 0;
-}
-
-static bool valid_name(const char *s, size_t max) {
-    size_t n = strlen(s);
-    if (n == 0 || n > max) return false;
-    for (; *s; s++)
-        if (!(*s == '_' || *s == '-' || (*s >= '0' && *s <= '9') ||
-              (*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z')))
-            return false;
-    return true;
+/* A section's mapping, its keys known and its typed ones read into base. */
+static int read_section(const ctx *c, const char *path, const sb_config_node *n, const sb_cfg_key *keys, void *base) {
+    sb_cfg_ctx k = at(c, path);
+    int rc = sb_cfg_want_map(&k, n);
+    if (!rc) rc = sb_cfg_keys_check(&k, n, keys);
+    return rc ? rc : sb_cfg_keys_read(&k, n, keys, base);
 }
 
 static bool valid_env_name(const char *s) {
@@ -180,26 +72,30 @@ static bool valid_env_name(const char *s) {
     return true;
 }
 
+static const char *const log_levels[] = { "debug", "info", "warn", "error", NULL };
+static const char *const bools[] = { "false", "true", NULL };   /* quoted or not: the config's own switches */
+
+#define RT(f) offsetof(sb_config, runtime.f)
+static const sb_cfg_key runtime_keys[] = {
+    { "dir", SB_KEY_PATH, 0, 0, RT(dir), NULL },
+    { "http", SB_KEY_STR, 1, 0, RT(http), NULL },
+    { "api_key_env", SB_KEY_STR, 1, 0, RT(api_key_env), NULL },
+    { "api_key_file", SB_KEY_PATH, 1, 0, RT(api_key_file), NULL },
+    { "log_level", SB_KEY_ENUM, 0, 0, RT(log_level), log_levels },
+    { "drain_ms", SB_KEY_INT, 0, 3600000, RT(drain_ms), NULL },
+    KEYS_END
+};
+
 static int load_runtime(ctx *c, const sb_config_node *rt) {
-    static const char *const keys[] = { "dir", "http", "api_key_env", "api_key_file",
-                                        "log_level", "drain_ms", NULL };
-    static const char *const levels[] = { "debug", "info", "warn", "error", NULL };
     sb_config *cfg = c->cfg;
     int rc;
-    if (!(cfg->runtime.dir = resolve(cfg->base_dir, "run")) ||
+    if (!(cfg->runtime.dir = sb_cfg_resolve(cfg->base_dir, "run")) ||
         !(cfg->runtime.http = sb_strdup("127.0.0.1:8080")))
         return SB_ENOMEM;
     cfg->runtime.log_level = SB_LOG_INFO;
     cfg->runtime.drain_ms = 10000;
     if (rt) {
-        if ((rc = want_map(c, rt, "runtime")) || (rc = check_keys(c, rt, "runtime", keys)) ||
-            (rc = get_path(c, rt, "runtime", "dir", false, &cfg->runtime.dir, NULL)) ||
-            (rc = get_str(c, rt, "runtime", "http", &cfg->runtime.http)) ||
-            (rc = get_str(c, rt, "runtime", "api_key_env", &cfg->runtime.api_key_env)) ||
-            (rc = get_path(c, rt, "runtime", "api_key_file", true, &cfg->runtime.api_key_file, NULL)) ||
-            (rc = get_enum(c, rt, "runtime", "log_level", levels, &cfg->runtime.log_level)) ||
-            (rc = get_int(c, rt, "runtime", "drain_ms", 0, 3600000, &cfg->runtime.drain_ms)))
-            return rc;
+        if ((rc = read_section(c, "runtime", rt, runtime_keys, cfg))) return rc;
         if (cfg->runtime.api_key_env && cfg->runtime.api_key_file)
             return FAIL(c, sb_config_node_get(rt, "api_key_file"),
                         "runtime: give api_key_env or api_key_file, not both");
@@ -218,14 +114,40 @@ static int load_runtime(ctx *c, const sb_config_node *rt) {
     return (cfg->runtime.http_host = sb_strdup(host)) ? 0 : SB_ENOMEM;
 }
 
+/* models.NAME: a local model (gguf) or a remote one (upstream); the keys
+ * both kinds take are in each table, in the order the messages list them. */
+#define M(f) offsetof(sb_config_model, f)
+static const char *const kv_types[] = { "f16", "f32", NULL };
+static_assert(sizeof(sb_kv_type) == sizeof(int), "kv_type is read as an enum's int");
+static const sb_cfg_key local_keys[] = {
+    { "gguf", SB_KEY_OTHER, 0, 0, 0, NULL },                /* a readable file, its identity kept */
+    { "threads", SB_KEY_INT, 1, SB_CONFIG_MAX_THREADS, M(threads), NULL },
+    { "ctx", SB_KEY_INT, SB_CONFIG_MIN_CTX, SB_CONFIG_MAX_CTX, M(ctx), NULL },
+    { "kv_type", SB_KEY_ENUM, 0, 0, M(kv_type), kv_types },
+    { "idle", SB_KEY_OTHER, 0, 0, 0, NULL },                /* keep | unload-after:SECONDS */
+    { "parallel", SB_KEY_INT, 1, SB_CONFIG_MAX_PARALLEL, M(parallel), NULL },
+    { "kv_mb", SB_KEY_INT, 1, SB_CONFIG_MAX_KV_MB, M(kv_mb), NULL },
+    { "max_queue", SB_KEY_INT, 0, 65536, M(max_queue), NULL },
+    { "max_tokens", SB_KEY_INT, 1, SB_CONFIG_MAX_CTX, M(max_tokens), NULL },
+    { "deadline_ms", SB_KEY_INT, 100, 3600000, M(deadline_ms), NULL },
+    { "lookup", SB_KEY_INT, 0, 16, M(lookup), NULL },
+    { "draft", SB_KEY_STR, 1, 0, M(draft), NULL },
+    KEYS_END
+};
+static const sb_cfg_key remote_keys[] = {
+    { "upstream", SB_KEY_STR, 1, 0, M(upstream), NULL },
+    { "model", SB_KEY_STR, 1, 0, M(upstream_model), NULL },
+    { "api_key_env", SB_KEY_STR, 1, 0, M(api_key_env), NULL },
+    { "timeout_ms", SB_KEY_INT, 1, 3600000, M(timeout_ms), NULL },
+    { "parallel", SB_KEY_INT, 1, SB_CONFIG_MAX_PARALLEL, M(parallel), NULL },
+    { "max_queue", SB_KEY_INT, 0, 65536, M(max_queue), NULL },
+    { "max_tokens", SB_KEY_INT, 1, SB_CONFIG_MAX_CTX, M(max_tokens), NULL },
+    { "deadline_ms", SB_KEY_INT, 100, 3600000, M(deadline_ms), NULL },
+    KEYS_END
+};
+
 /* An `upstream:` model: a remote OpenAI-compatible endpoint. */
 static int load_upstream(ctx *c, const sb_config_node *v, const char *what, sb_config_model *m) {
-    int rc;
-    if ((rc = get_str(c, v, what, "upstream", &m->upstream)) ||
-        (rc = get_str(c, v, what, "model", &m->upstream_model)) ||
-        (rc = get_str(c, v, what, "api_key_env", &m->api_key_env)) ||
-        (rc = get_int(c, v, what, "timeout_ms", 1, 3600000, &m->timeout_ms)))
-        return rc;
     if (sb_net_url_parse(m->upstream, &(sb_net_url){ 0 }, NULL))
         return FAIL(c, sb_config_node_get(v, "upstream"),
                     "%s.upstream: expected http(s)://HOST[:PORT][/PATH], got '%s'", what, m->upstream);
@@ -257,18 +179,10 @@ static int load_idle(ctx *c, const sb_config_node *idle, const char *what, sb_co
 /* A `gguf:` model: a local file its worker loads. */
 static int load_local(ctx *c, const sb_config_node *key, const sb_config_node *v, const char *what,
                       sb_config_model *m) {
-    static const char *const kv_types[] = { "f16", "f32", NULL };
     struct stat st;
-    int kv = SB_KV_F16, rc;
-    if ((rc = get_path(c, v, what, "gguf", true, &m->gguf, &st)) ||
-        (rc = get_int(c, v, what, "threads", 1, SB_CONFIG_MAX_THREADS, &m->threads)) ||
-        (rc = get_int(c, v, what, "ctx", SB_CONFIG_MIN_CTX, SB_CONFIG_MAX_CTX, &m->ctx)) ||
-        (rc = get_int(c, v, what, "kv_mb", 1, SB_CONFIG_MAX_KV_MB, &m->kv_mb)) ||
-        (rc = get_int(c, v, what, "lookup", 0, 16, &m->lookup)) ||
-        (rc = get_str(c, v, what, "draft", &m->draft)) ||
-        (rc = get_enum(c, v, what, "kv_type", kv_types, &kv)))
-        return rc;
-    m->kv_type = (sb_kv_type)kv;
+    sb_cfg_ctx k = at(c, what);
+    int rc = sb_cfg_path(&k, sb_config_node_get(v, "gguf"), "gguf", true, &m->gguf, &st);
+    if (rc) return rc;
     m->gguf_dev = st.st_dev;
     m->gguf_ino = st.st_ino;
     m->gguf_size = (uint64_t)st.st_size;
@@ -292,38 +206,30 @@ static int load_local(ctx *c, const sb_config_node *key, const sb_config_node *v
 
 static int load_model(ctx *c, const sb_config_node *key, const sb_config_node *v,
                       sb_config_model *m) {
-    static const char *const local_keys[] = { "gguf", "threads", "ctx", "kv_type", "idle", "parallel",
-                                              "kv_mb", "max_queue", "max_tokens", "deadline_ms", "lookup",
-                                              "draft", NULL };
-    static const char *const remote_keys[] = { "upstream", "model", "api_key_env", "timeout_ms", "parallel",
-                                               "max_queue", "max_tokens", "deadline_ms", NULL };
     char what[SB_CONFIG_MAX_NAME + 16];
     snprintf(what, sizeof what, "models.%s", key->value);
+    sb_cfg_ctx k = at(c, what);
     int rc;
     *m = (sb_config_model){ .line = key->line, .col = key->col, .threads = 1, .ctx = 2048,
                             .kv_type = SB_KV_F16, .timeout_ms = 30000, .max_queue = 8,
                             .max_tokens = 512, .deadline_ms = 120000 };
     if (!(m->name = sb_strdup(key->value))) return SB_ENOMEM;
-    if (!valid_name(key->value, SB_CONFIG_MAX_NAME))
+    if (!sb_cfg_valid_name(key->value, SB_CONFIG_MAX_NAME))
         return FAIL(c, key, "models: name '%s' must be 1-%d characters of A-Z a-z 0-9 _ -",
                     key->value, SB_CONFIG_MAX_NAME);
-    if ((rc = want_map(c, v, what))) return rc;
+    if ((rc = sb_cfg_want_map(&k, v))) return rc;
     const sb_config_node *g = sb_config_node_get(v, "gguf"), *u = sb_config_node_get(v, "upstream");
     if (!g == !u)
         return FAIL(c, g ? u : v, "%s: expected exactly one of 'gguf' (a local model file) "
                     "or 'upstream' (a remote endpoint)", what);
-    if ((rc = check_keys(c, v, what, g ? local_keys : remote_keys)) ||
-        (rc = get_int(c, v, what, "parallel", 1, SB_CONFIG_MAX_PARALLEL, &m->parallel)) ||
-        (rc = get_int(c, v, what, "max_queue", 0, 65536, &m->max_queue)) ||
-        (rc = get_int(c, v, what, "max_tokens", 1, SB_CONFIG_MAX_CTX, &m->max_tokens)) ||
-        (rc = get_int(c, v, what, "deadline_ms", 100, 3600000, &m->deadline_ms)))
-        return rc;
+    if ((rc = read_section(c, what, v, g ? local_keys : remote_keys, m))) return rc;
     return u ? load_upstream(c, v, what, m) : load_local(c, key, v, what, m);
 }
 
 static int load_models(ctx *c, const sb_config_node *ms) {
     if (!ms) return FAIL(c, c->cfg->root, "missing 'models': expected a mapping of model names");
-    int rc = want_map(c, ms, "models");
+    sb_cfg_ctx k = at(c, "models");
+    int rc = sb_cfg_want_map(&k, ms);
     if (rc) return rc;
     if (ms->n_pairs == 0) return FAIL(c, ms, "models: expected at least one model");
     if (!(c->cfg->models = sb_calloc(ms->n_pairs, sizeof *c->cfg->models))) return SB_ENOMEM;
@@ -335,11 +241,12 @@ static int load_models(ctx *c, const sb_config_node *ms) {
     /* draft: another local model; its vocabulary is checked by the worker. */
     for (size_t i = 0; i < c->cfg->n_models; i++) {
         const sb_config_model *m = &c->cfg->models[i], *d = m->draft ? sb_config_find_model(c->cfg, m->draft) : NULL;
-        const sb_config_node *at = sb_config_node_get(ms->pairs[i].value, "draft");
+        const sb_config_node *at_draft = sb_config_node_get(ms->pairs[i].value, "draft");
         if (m->draft && (!d || !d->gguf || d == m))
-            return FAIL(c, at, "models.%s.draft: '%s' is not another local (gguf) model of models:", m->name, m->draft);
+            return FAIL(c, at_draft, "models.%s.draft: '%s' is not another local (gguf) model of models:", m->name,
+                        m->draft);
         if (m->draft && m->lookup)
-            return FAIL(c, at, "models.%s: 'lookup' and 'draft' are alternatives; set one", m->name);
+            return FAIL(c, at_draft, "models.%s: 'lookup' and 'draft' are alternatives; set one", m->name);
     }
     return 0;
 }
@@ -361,50 +268,61 @@ static int check_sync_url(ctx *c, const sb_config_node *at, const char *url) {
     return rc;
 }
 
+#define CA(f) offsetof(sb_config, cache.f)
+static const sb_cfg_key cache_keys[] = {
+    { "path", SB_KEY_PATH, 0, 0, CA(path), NULL },
+    { "max_mb", SB_KEY_INT, 1, 1 << 20, CA(max_mb), NULL },
+    { "ttl_s", SB_KEY_INT, 0, 10 * 366 * 86400, CA(ttl_s), NULL },
+    { "sync", SB_KEY_OTHER, 0, 0, 0, NULL },
+    KEYS_END
+};
+static const sb_cfg_key sync_keys[] = {
+    { "url", SB_KEY_STR, 1, 0, CA(sync.url), NULL },
+    { "edge_id", SB_KEY_STR, 1, 0, CA(sync.edge_id), NULL },
+    { "secret_file", SB_KEY_PATH, 1, 0, CA(sync.secret_file), NULL },
+    { "ca_file", SB_KEY_PATH, 1, 0, CA(sync.ca_file), NULL },
+    { "interval_s", SB_KEY_INT, 5, 86400, CA(sync.interval_s), NULL },
+    KEYS_END
+};
+
 static int load_cache(ctx *c, const sb_config_node *cs) {
-    static const char *const keys[] = { "path", "max_mb", "ttl_s", "sync", NULL };
-    static const char *const sync_keys[] = { "url", "edge_id", "secret_file", "ca_file", "interval_s", NULL };
     sb_config *cfg = c->cfg;
     if (!cs) return 0;
-    int rc;
-    if ((rc = want_map(c, cs, "cache")) || (rc = check_keys(c, cs, "cache", keys))) return rc;
     cfg->cache.enabled = true;
     cfg->cache.node = cs;
     cfg->cache.max_mb = 256;
     cfg->cache.ttl_s = 86400;
-    if (!(cfg->cache.path = resolve(cfg->runtime.dir, "cache.sqlite"))) return SB_ENOMEM;
-    if ((rc = get_path(c, cs, "cache", "path", false, &cfg->cache.path, NULL)) ||
-        (rc = get_int(c, cs, "cache", "max_mb", 1, 1 << 20, &cfg->cache.max_mb)) ||
-        (rc = get_int(c, cs, "cache", "ttl_s", 0, 10 * 366 * 86400, &cfg->cache.ttl_s)))
-        return rc;
+    if (!(cfg->cache.path = sb_cfg_resolve(cfg->runtime.dir, "cache.sqlite"))) return SB_ENOMEM;
+    int rc = read_section(c, "cache", cs, cache_keys, cfg);
+    if (rc) return rc;
     const sb_config_node *sy = sb_config_node_get(cs, "sync");
     if (!sy) return 0;
-    if ((rc = want_map(c, sy, "cache.sync")) || (rc = check_keys(c, sy, "cache.sync", sync_keys))) return rc;
     cfg->cache.sync.interval_s = 300;
-    if ((rc = get_str(c, sy, "cache.sync", "url", &cfg->cache.sync.url)) ||
-        (rc = get_str(c, sy, "cache.sync", "edge_id", &cfg->cache.sync.edge_id)) ||
-        (rc = get_path(c, sy, "cache.sync", "secret_file", true, &cfg->cache.sync.secret_file, NULL)) ||
-        (rc = get_path(c, sy, "cache.sync", "ca_file", true, &cfg->cache.sync.ca_file, NULL)) ||
-        (rc = get_int(c, sy, "cache.sync", "interval_s", 5, 86400, &cfg->cache.sync.interval_s)))
-        return rc;
+    if ((rc = read_section(c, "cache.sync", sy, sync_keys, cfg))) return rc;
     if (!cfg->cache.sync.url || !cfg->cache.sync.edge_id || !cfg->cache.sync.secret_file)
         return FAIL(c, sy, "cache.sync: expected 'url', 'edge_id' and 'secret_file'");
     return check_sync_url(c, sb_config_node_get(sy, "url"), cfg->cache.sync.url);
 }
 
+#define CO(f) offsetof(sb_config, console.f)
+static const sb_cfg_key console_keys[] = {
+    { "traces", SB_KEY_INT, 0, 100000, CO(traces), NULL },
+    { "show_caller_text", SB_KEY_OTHER, 0, 0, 0, NULL },   /* false | true, into a bool */
+    { "feedback_path", SB_KEY_PATH, 0, 0, CO(feedback_path), NULL },
+    { "otel_file", SB_KEY_PATH, 0, 0, CO(otel_file), NULL },
+    KEYS_END
+};
+
 static int load_console(ctx *c, const sb_config_node *cn) {
-    static const char *const keys[] = { "traces", "show_caller_text", "feedback_path", "otel_file", NULL };
-    static const char *const bools[] = { "false", "true", NULL };
     sb_config *cfg = c->cfg;
     cfg->console.traces = 200;
-    if (!(cfg->console.feedback_path = resolve(cfg->runtime.dir, "feedback.sqlite"))) return SB_ENOMEM;
+    if (!(cfg->console.feedback_path = sb_cfg_resolve(cfg->runtime.dir, "feedback.sqlite"))) return SB_ENOMEM;
     if (!cn) return 0;
+    sb_cfg_ctx k = at(c, "console");
+    const sb_config_node *v;
     int rc, show = 0;
-    if ((rc = want_map(c, cn, "console")) || (rc = check_keys(c, cn, "console", keys)) ||
-        (rc = get_int(c, cn, "console", "traces", 0, 100000, &cfg->console.traces)) ||
-        (rc = get_enum(c, cn, "console", "show_caller_text", bools, &show)) ||
-        (rc = get_path(c, cn, "console", "feedback_path", false, &cfg->console.feedback_path, NULL)) ||
-        (rc = get_path(c, cn, "console", "otel_file", false, &cfg->console.otel_file, NULL)))
+    if ((rc = read_section(c, "console", cn, console_keys, cfg)) ||
+        ((v = sb_config_node_get(cn, "show_caller_text")) && (rc = sb_cfg_enum(&k, v, "show_caller_text", bools, &show))))
         return rc;
     cfg->console.show_caller_text = show;
     return 0;
@@ -413,23 +331,29 @@ static int load_console(ctx *c, const sb_config_node *cn) {
 /* knowledge.NAME: the model must be a local one of this config; whether its
  * GGUF is an encoder is checked by `kb` when it opens it (the loader does
  * not read model files). */
+#define KB(f) offsetof(sb_config_kb, f)
+static const sb_cfg_key kb_keys[] = {
+    { "path", SB_KEY_PATH, 0, 0, KB(path), NULL },
+    { "embed_model", SB_KEY_STR, 1, 0, KB(embed_model), NULL },
+    { "chunk_tokens", SB_KEY_INT, 64, 510, KB(chunk_tokens), NULL },
+    { "overlap", SB_KEY_INT, 0, 128, KB(overlap), NULL },
+    { "pull", SB_KEY_OTHER, 0, 0, 0, NULL },               /* false | true, into a bool */
+    KEYS_END
+};
+
 static int load_kb(ctx *c, const sb_config_node *key, const sb_config_node *v, sb_config_kb *k) {
-    static const char *const keys[] = { "path", "embed_model", "chunk_tokens", "overlap", "pull", NULL };
-    static const char *const bools[] = { "false", "true", NULL };
     char what[SB_CONFIG_MAX_NAME + 16];
     snprintf(what, sizeof what, "knowledge.%s", key->value);
+    sb_cfg_ctx kc = at(c, what);
     *k = (sb_config_kb){ .line = key->line, .col = key->col, .chunk_tokens = 200, .overlap = 32 };
     if (!(k->name = sb_strdup(key->value))) return SB_ENOMEM;
-    if (!valid_name(key->value, SB_CONFIG_MAX_NAME))
+    if (!sb_cfg_valid_name(key->value, SB_CONFIG_MAX_NAME))
         return FAIL(c, key, "knowledge: name '%s' must be 1-%d characters of A-Z a-z 0-9 _ -",
                     key->value, SB_CONFIG_MAX_NAME);
+    const sb_config_node *pv;
     int rc, pull = 0;
-    if ((rc = want_map(c, v, what)) || (rc = check_keys(c, v, what, keys)) ||
-        (rc = get_enum(c, v, what, "pull", bools, &pull)) ||
-        (rc = get_path(c, v, what, "path", false, &k->path, NULL)) ||
-        (rc = get_str(c, v, what, "embed_model", &k->embed_model)) ||
-        (rc = get_int(c, v, what, "chunk_tokens", 64, 510, &k->chunk_tokens)) ||
-        (rc = get_int(c, v, what, "overlap", 0, 128, &k->overlap)))
+    if ((rc = read_section(c, what, v, kb_keys, k)) ||
+        ((pv = sb_config_node_get(v, "pull")) && (rc = sb_cfg_enum(&kc, pv, "pull", bools, &pull))))
         return rc;
     if (!k->path || !k->embed_model)
         return FAIL(c, v, "%s: expected 'path' (the SQLite file) and 'embed_model' (an encoder of models:)", what);
@@ -448,7 +372,8 @@ static int load_kb(ctx *c, const sb_config_node *key, const sb_config_node *v, s
 
 static int load_knowledge(ctx *c, const sb_config_node *ks) {
     if (!ks) return 0;
-    int rc = want_map(c, ks, "knowledge");
+    sb_cfg_ctx k = at(c, "knowledge");
+    int rc = sb_cfg_want_map(&k, ks);
     if (rc) return rc;
     if (ks->n_pairs && !(c->cfg->kbs = sb_calloc(ks->n_pairs, sizeof *c->cfg->kbs))) return SB_ENOMEM;
     for (size_t i = 0; i < ks->n_pairs; i++) {
@@ -458,33 +383,43 @@ static int load_knowledge(ctx *c, const sb_config_node *ks) {
     return 0;
 }
 
-/* Only the shape here; the router validates stages against its engine. */
+/* Only the shape here; the router validates stages against its engine
+ * (router/run/pipeline.c, each stage kind with its own keys). */
 static int load_pipelines(ctx *c, const sb_config_node *ps) {
     if (!ps) return 0;
-    int rc = want_map(c, ps, "pipelines");
+    sb_cfg_ctx k = at(c, "pipelines");
+    int rc = sb_cfg_want_map(&k, ps);
     if (rc) return rc;
     for (size_t i = 0; i < ps->n_pairs; i++) {
-        const sb_config_node *k = ps->pairs[i].key, *v = ps->pairs[i].value;
-        if (!valid_name(k->value, SB_CONFIG_MAX_NAME))
-            return FAIL(c, k, "pipelines: name '%s' must be 1-%d characters of A-Z a-z 0-9 _ -",
-                        k->value, SB_CONFIG_MAX_NAME);
+        const sb_config_node *n = ps->pairs[i].key, *v = ps->pairs[i].value;
+        if (!sb_cfg_valid_name(n->value, SB_CONFIG_MAX_NAME))
+            return FAIL(c, n, "pipelines: name '%s' must be 1-%d characters of A-Z a-z 0-9 _ -",
+                        n->value, SB_CONFIG_MAX_NAME);
         char what[SB_CONFIG_MAX_NAME + 16];
-        snprintf(what, sizeof what, "pipelines.%s", k->value);
-        if ((rc = want_map(c, v, what))) return rc;
+        snprintf(what, sizeof what, "pipelines.%s", n->value);
+        sb_cfg_ctx pk = at(c, what);
+        if ((rc = sb_cfg_want_map(&pk, v))) return rc;
     }
     c->cfg->pipelines = ps;
     return 0;
 }
 
+static const sb_cfg_key root_keys[] = {
+    { "runtime", SB_KEY_OTHER, 0, 0, 0, NULL }, { "models", SB_KEY_OTHER, 0, 0, 0, NULL },
+    { "cache", SB_KEY_OTHER, 0, 0, 0, NULL },   { "knowledge", SB_KEY_OTHER, 0, 0, 0, NULL },
+    { "pipelines", SB_KEY_OTHER, 0, 0, 0, NULL }, { "console", SB_KEY_OTHER, 0, 0, 0, NULL },
+    KEYS_END
+};
+
 static int load_schema(sb_config *cfg, char *err) {
-    static const char *const keys[] = { "runtime", "models", "cache", "knowledge", "pipelines", "console", NULL };
     ctx c = { cfg, err };
+    sb_cfg_ctx k = at(&c, "configuration");
     const sb_config_node *root = cfg->root;
     int rc;
     if (!root || sb_config_node_is_null(root))
         return sb_seterr(err, SB_EINVAL, "%s:1:1: empty configuration: expected a mapping with "
                          "'models'", cfg->path);
-    if ((rc = want_map(&c, root, "configuration")) || (rc = check_keys(&c, root, "configuration", keys)) ||
+    if ((rc = sb_cfg_want_map(&k, root)) || (rc = sb_cfg_keys_check(&k, root, root_keys)) ||
         (rc = load_runtime(&c, sb_config_node_get(root, "runtime"))) ||
         (rc = load_models(&c, sb_config_node_get(root, "models"))) ||
         (rc = load_cache(&c, sb_config_node_get(root, "cache"))) ||

@@ -19,13 +19,15 @@
 #include <stdint.h>
 #include "common/sb_common.h"
 
+struct stat;
+
 #define SB_CONFIG_MAX_BYTES   (4u << 20)    /* a config is a few KB; refuse junk early */
 #define SB_CONFIG_MAX_DEPTH   64
 #define SB_CONFIG_MAX_NAME    64            /* model / pipeline names */
 #define SB_CONFIG_MAX_THREADS 256
 #define SB_CONFIG_MIN_CTX     16
 #define SB_CONFIG_MAX_CTX     (1 << 20)
-#define SB_CONFIG_MAX_PARALLEL 64           /* sequences per worker (issue 18: batches of <= 64) */
+#define SB_CONFIG_MAX_PARALLEL 64           /* sequences per worker: a batch holds at most 64 */
 #define SB_CONFIG_MAX_KV_MB   (1 << 20)     /* 1 TiB of KV: past any box this runs on */
 
 /* ------------------------------------------------------ generic node tree */
@@ -167,5 +169,74 @@ bool sb_config_equal_runtime(const sb_config *a, const sb_config *b);
  * SB_EINVAL. For validators of the generic sections (pipelines). */
 int  sb_config_node_error(const sb_config *cfg, const sb_config_node *at, char *err,
                           const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* ----------------------------------------------------------- typed keys */
+
+/* The one validator every section's loader uses - the config's own
+ * sections here (runtime, models, cache, console, knowledge) and the
+ * router's pipelines and stage kinds alike. A section declares its keys in
+ * a table next to the code that loads it: name, type, bounds, and where
+ * the value goes (an offset into the section's struct). The readers below
+ * refuse unknown keys and wrong values, each mistake as
+ * "FILE:LINE:COL: PATH.KEY: expected ..., got ..." (sb_config_node_error). */
+
+typedef struct {
+    const sb_config *cfg;
+    char *err;
+    const char *path;           /* the section's key path: "models.a", "pipelines.p.stages[0](x)" */
+    /* Show a quoted scalar as 'TEXT' rather than as the string "TEXT":
+     * the pipelines' messages have always written it so. */
+    bool quoted_as_text;
+} sb_cfg_ctx;
+
+typedef enum {
+    SB_KEY_OTHER,               /* known, read by the section's own code */
+    SB_KEY_INT,                 /* an int in [lo, hi] */
+    SB_KEY_NUM,                 /* a double in [lo, hi] */
+    SB_KEY_BOOL,                /* true or false, unquoted: a bool */
+    SB_KEY_STR,                 /* a string without NUL (lo 1: non-empty): a char *, replaced */
+    SB_KEY_ENUM,                /* one of names (quoted or not): its index, an int */
+    SB_KEY_PATH,                /* a path, made absolute against the config's directory; lo 1: a
+                                   readable regular file. A char *, replaced */
+} sb_key_type;
+
+typedef struct {
+    const char *name;
+    sb_key_type type;
+    double lo, hi;
+    size_t offset;              /* where the value goes in the section's struct */
+    const char *const *names;   /* SB_KEY_ENUM: the values, NULL-terminated */
+} sb_cfg_key;
+
+/* Every key of map is one of keys (a table ending with a NULL name); else
+ * "PATH: unknown key 'K' (expected one of: ...)". 0 or SB_EINVAL. */
+int sb_cfg_keys_check(const sb_cfg_ctx *c, const sb_config_node *map, const sb_cfg_key *keys);
+/* The typed keys of the table that map has, into base + offset, in table
+ * order (SB_KEY_OTHER ones are left to the caller). 0, SB_EINVAL, SB_ENOMEM. */
+int sb_cfg_keys_read(const sb_cfg_ctx *c, const sb_config_node *map, const sb_cfg_key *keys, void *base);
+/* One value v of key, for what a section reads by hand. */
+int sb_cfg_int(const sb_cfg_ctx *c, const sb_config_node *v, const char *key, long long lo, long long hi,
+               long long *out);
+int sb_cfg_num(const sb_cfg_ctx *c, const sb_config_node *v, const char *key, double lo, double hi, double *out);
+int sb_cfg_bool(const sb_cfg_ctx *c, const sb_config_node *v, const char *key, bool *out);
+/* Replaces *out (freed) with a copy. */
+int sb_cfg_str(const sb_cfg_ctx *c, const sb_config_node *v, const char *key, bool nonempty, char **out);
+int sb_cfg_enum(const sb_cfg_ctx *c, const sb_config_node *v, const char *key, const char *const *names, int *out);
+/* A string or a list of 1..max non-empty strings: *out (count of them) is
+ * the caller's to free, also on failure. */
+int sb_cfg_strs(const sb_cfg_ctx *c, const sb_config_node *v, const char *key, size_t max, char ***out,
+                size_t *count);
+/* A path relative to the config's directory, made absolute; must_read: a
+ * readable regular file (*st its stat, when st is not NULL). Replaces *out. */
+int sb_cfg_path(const sb_cfg_ctx *c, const sb_config_node *v, const char *key, bool must_read, char **out,
+                struct stat *st);
+/* p against base ("./" dropped); NULL when out of memory. */
+char *sb_cfg_resolve(const char *base, const char *p);
+/* v is a mapping; else "PATH: expected a mapping, got ...". */
+int sb_cfg_want_map(const sb_cfg_ctx *c, const sb_config_node *v);
+/* What a node is, for messages: "null", "a string", "a list", "a mapping". */
+const char *sb_cfg_what(const sb_config_node *n);
+/* A name of models, pipelines, stages, labels: 1-max of A-Z a-z 0-9 _ -. */
+bool sb_cfg_valid_name(const char *s, size_t max);
 
 #endif

@@ -33,17 +33,14 @@ static void base64(sb_jw *w, const uint8_t *p, size_t n) {
 }
 
 /* One vector: a JSON array of numbers, or a base64 string of float32s. */
-static int put_vector(sb_jw *w, const sb_mp_obj *vec, bool b64) {
-    uint32_t dim = sb_mp_count(vec);
-    if (sb_mp_type_of(vec) != SB_MP_ARRAY || dim == 0) return -1;
+static int put_vector(sb_jw *w, const float *vec, uint32_t dim, bool b64) {
+    if (dim == 0) return -1;
     uint8_t *le = b64 ? sb_malloc((size_t)dim * 4) : NULL;
     if (b64 && !le) return -1;
     if (!b64) sb_jw_arr(w);
     for (uint32_t k = 0; k < dim; k++) {
-        double x;
-        if (sb_mp_as_f64(sb_mp_array_at(vec, k), &x)) { sb_free(le); return -1; }
-        if (!b64) { sb_jw_num(w, x); continue; }
-        float f = (float)x;
+        float f = vec[k];
+        if (!b64) { sb_jw_num(w, f); continue; }
         uint32_t u;
         memcpy(&u, &f, 4);
         for (int i = 0; i < 4; i++) le[4 * k + (uint32_t)i] = (uint8_t)(u >> (8 * i));
@@ -59,28 +56,25 @@ static int put_vector(sb_jw *w, const sb_mp_obj *vec, bool b64) {
     return oom ? -1 : 0;
 }
 
-static void on_embedded(void *arg, const sb_ipc_result *res) {
+static void on_embedded(void *arg, const rt_reply *res) {
     rt_req *q = arg;
     if (rt_req_model_failed(q, res)) return;
-    const sb_mp_obj *vecs = sb_mp_map_get(res->result, "embeddings");
-    int64_t nt = 0;
-    double ms = 0;
-    sb_mp_get_int(res->result, "n_tokens", SB_MP_OPTIONAL, 0, INT32_MAX, &nt, NULL);
-    sb_mp_get_num(res->result, "embed_ms", SB_MP_OPTIONAL, 0, 1e12, &ms, NULL);
-    q->t_model = ms / 1e3;
+    const rt_embed_result *e = &res->embed;
+    int64_t nt = e->n_tokens <= INT32_MAX ? e->n_tokens : 0;
+    q->t_model = e->embed_ms / 1e3;
     sb_jw *w = &q->out;
     sb_jw_reset(w);
     sb_jw_obj(w);
     sb_jw_key(w, "object"); sb_jw_str(w, "list");
     sb_jw_key(w, "data");
     sb_jw_arr(w);
-    int bad = sb_mp_type_of(vecs) != SB_MP_ARRAY || (int)sb_mp_count(vecs) != q->n_embed;
-    for (uint32_t i = 0; !bad && i < sb_mp_count(vecs); i++) {
+    int bad = (int)e->n != q->n_embed;
+    for (uint32_t i = 0; !bad && i < e->n; i++) {
         sb_jw_obj(w);
         sb_jw_key(w, "object"); sb_jw_str(w, "embedding");
         sb_jw_key(w, "index"); sb_jw_int(w, i);
         sb_jw_key(w, "embedding");
-        bad = put_vector(w, sb_mp_array_at(vecs, i), q->embed_b64);
+        bad = put_vector(w, e->vecs + (size_t)i * e->dim, e->dim, q->embed_b64);
         sb_jw_obj_end(w);
     }
     sb_jw_arr_end(w);

@@ -150,7 +150,7 @@ void rt_req_fail(void *req, const rt_failure *f) {
     rt_req_error(q, f->status, f->type, f->code, "%s", f->message);
 }
 
-bool rt_req_model_failed(rt_req *q, const sb_ipc_result *res) {
+bool rt_req_model_failed(rt_req *q, const rt_reply *res) {
     q->job = NULL;
     q->on_gone = NULL;
     if (res->ok) return false;

@@ -178,30 +178,19 @@ static void call_gone(rt_req *q) {
     q->job = NULL;
 }
 
-static void on_token(void *arg, const char *event, const sb_mp_obj *data) {
-    rt_req *q = arg;
-    const char *text;
-    size_t len;
-    if (strcmp(event, "token") || sb_mp_get_str(data, "text", SB_MP_REQUIRED, &text, &len, NULL)) return;
-    openai_delta(q, text, len);
-}
+static void on_token(void *arg, const char *text, size_t len) { openai_delta(arg, text, len); }
 
-static void on_done(void *arg, const sb_ipc_result *res) {
+static void on_done(void *arg, const rt_reply *res) {
     rt_req *q = arg;
     if (rt_req_model_failed(q, res)) return;
-    const char *text = "", *finish = "stop";
-    size_t len = 0;
-    int64_t pt = 0, ct = 0;
-    double pms = 0, gms = 0;
-    sb_mp_get_str(res->result, "text", SB_MP_OPTIONAL, &text, &len, NULL);
-    sb_mp_get_str(res->result, "finish_reason", SB_MP_OPTIONAL, &finish, NULL, NULL);
-    sb_mp_get_int(res->result, "prompt_tokens", SB_MP_OPTIONAL, 0, INT32_MAX, &pt, NULL);
-    sb_mp_get_int(res->result, "completion_tokens", SB_MP_OPTIONAL, 0, INT32_MAX, &ct, NULL);
-    sb_mp_get_num(res->result, "prompt_ms", SB_MP_OPTIONAL, 0, 1e12, &pms, NULL);
-    sb_mp_get_num(res->result, "gen_ms", SB_MP_OPTIONAL, 0, 1e12, &gms, NULL);
+    const rt_gen_result *g = &res->gen;
+    const char *text = g->text, *finish = g->finish_reason ? g->finish_reason : "stop";
+    size_t len = g->len;
+    int64_t pt = g->prompt_tokens <= INT32_MAX ? g->prompt_tokens : 0;
+    int64_t ct = g->completion_tokens <= INT32_MAX ? g->completion_tokens : 0;
     /* Worker compute time; queueing behind other requests is the model's
      * time too, but the gateway overhead we report excludes only compute. */
-    q->t_model = (pms + gms) / 1e3;
+    q->t_model = (g->prompt_ms + g->gen_ms) / 1e3;
     if (!strcmp(finish, "timeout")) finish = "length";
     if (q->cache_key) {
         sb_jw w;
@@ -319,7 +308,7 @@ void rt_handle_chat(rt_req *q, const sb_json *body, int kind) {
     rt_gen_req g;
     rt_gen_init(&g);
     if (parse_reply_options(q, body, kind, &model, &g.stream)) goto out;
-    q->reply = (rt_sink){ g.stream ? openai_delta : NULL, openai_finish, rt_req_fail, q };
+    q->reply = (rt_sink){ g.stream ? openai_delta : NULL, openai_finish, rt_req_fail, q, NULL };
     int rc = rt_gen_parse_openai(&g, body, kind, why, sizeof why);
     if (rc == SB_EINVAL) { rt_req_error(q, 400, "invalid_request_error", "invalid_value", "%s", why); goto out; }
     if (rc) { rt_req_error(q, 500, "server_error", "out_of_memory", "out of memory"); goto out; }

@@ -45,6 +45,6 @@ void rt_handle_pipeline(rt_req *q, const char *name, const sb_json *body) {
             return;
         }
     }
-    q->reply = (rt_sink){ NULL, reply_result, rt_req_fail, q };
+    q->reply = (rt_sink){ NULL, reply_result, rt_req_fail, q, NULL };
     rt_pipeline_call(q, name, sb_json_str(in), sb_json_str(until));
 }

@@ -63,15 +63,6 @@ static void call_error(void *arg, const rt_failure *f) {
 
 /* ---------------------------------------------------------------- cache */
 
-/* The pipeline's opt-in key folding (cache_fold), as SB_NORM_* flags. */
-static unsigned pipeline_fold(rt *r, const char *name) {
-    rt_conf *c = rt_conf_acquire(&r->ex);
-    const sb_pipeline *p = c ? sb_pipelines_find(c->pipes, name) : NULL;
-    unsigned fold = p ? p->cache_fold : 0;
-    rt_conf_release(c);
-    return fold;
-}
-
 /* The stored result as the door's answer: its output and usage. A result
  * that cannot be read is still the pipeline API's reply (its bytes), but
  * no answer for the OpenAI door: false, a miss. */
@@ -91,13 +82,15 @@ static bool stored_answer(rt_req *q, const sb_cache_entry *e, sb_json_doc **d, r
 }
 
 /* 1: answered from the cache. */
-static int try_cache(rt_req *q, const char *name, const char *input, const char *until) {
+static int try_cache(rt_req *q, const rt_pipeline_ref *ref, const char *input, const char *until) {
     char fp[SB_CACHE_KEY_HEX], ns[128], params[160];
     bool cacheable;
-    if (rt_pipeline_fingerprint(&q->r->ex, name, fp, &cacheable) || !cacheable) return 0;
+    const char *name = ref->p->name;
+    rt_pipeline_fingerprint(&q->r->ex, ref, fp, &cacheable);
+    if (!cacheable) return 0;
     snprintf(ns, sizeof ns, "pipeline:%s", name);
     sb_cache_entry e;
-    unsigned fold = pipeline_fold(q->r, name);
+    unsigned fold = ref->p->cache_fold;     /* opt-in key folding, as SB_NORM_* flags */
     /* The folding is named in the key, so answers stored under one setting
      * are never served under another. */
     snprintf(params, sizeof params, "pipeline/v1|prompt=" RT_PROMPT_RULES "|until=%.60s%s%s", until ? until : "",
@@ -131,16 +124,17 @@ static bool call_id(rt_req *q) {
     return true;
 }
 
+/* The pipeline, its config generation and `until` are resolved once, here,
+ * before any work: an unknown pipeline or stage is the caller's 404 or 400
+ * without a cache lookup or a run; the cache and the run then use what was
+ * resolved. */
 void rt_pipeline_call(rt_req *q, const char *name, const char *input, const char *until) {
-    if (!call_id(q) || try_cache(q, name, input, until)) return;
+    if (!call_id(q)) return;
     char err[SB_ERR_LEN];
-    rt_sink sink = { q->reply.delta ? call_delta : NULL, call_finish, call_error, q };
-    int rc = rt_run_start(&q->r->ex, name, input, &sink, &q->run, err);
-    if (!rc && until && rt_run_until(q->run, until)) {
-        rt_run_cancel(q->run);
-        q->run = NULL;
-        rt_req_error(q, 400, "invalid_request_error", "invalid_value", "'until': pipeline '%s' has no stage '%.60s'",
-                     name, until);
+    rt_pipeline_ref ref;
+    int rc = rt_pipeline_resolve(&q->r->ex, name, until, &ref, err);
+    if (rc == SB_EINVAL) {
+        rt_req_error(q, 400, "invalid_request_error", "invalid_value", "'until': %s", err);
         return;
     }
     if (rc == SB_ENOTFOUND) {
@@ -149,9 +143,13 @@ void rt_pipeline_call(rt_req *q, const char *name, const char *input, const char
         return;
     }
     if (rc) { rt_req_error(q, 500, "server_error", "internal", "%s", err); return; }
+    if (try_cache(q, &ref, input, until)) { rt_pipeline_ref_release(&ref); return; }
+    int timeout_ms = ref.p->timeout_ms;
+    rt_sink sink = { q->reply.delta ? call_delta : NULL, call_finish, call_error, q, NULL };
+    if ((rc = rt_run_start_ref(&q->r->ex, &ref, input, &sink, &q->run, err))) {
+        rt_req_error(q, 500, "server_error", "internal", "%s", err);
+        return;
+    }
     q->on_gone = run_gone;
-    rt_conf *c = rt_conf_acquire(&q->r->ex);
-    const sb_pipeline *p = sb_pipelines_find(c->pipes, name);
-    rt_req_set_deadline(q, (p ? p->timeout_ms : 300000) + 5000);
-    rt_conf_release(c);
+    rt_req_set_deadline(q, timeout_ms + 5000);
 }

@@ -25,6 +25,7 @@
 #include "router/router_internal.h"
 #include "common/sb_cmd.h"
 #include "common/sb_net.h"
+#include "ipc/sb_ipc.h"
 
 typedef struct {
     rt r;
@@ -151,7 +152,7 @@ static void m_pipeline(void *ud, sb_ipc_reply *reply, const char *method, const 
     sc->reply = reply;
     sc->r = r;
     sc->t0 = sb_now_s();
-    rt_sink sink = { NULL, sock_finish, sock_error, sc };
+    rt_sink sink = { NULL, sock_finish, sock_error, sc, NULL };
     if (rt_run_start(&r->ex, name, input, &sink, &sc->run, err)) {
         sb_free(sc);
         sb_ipc_reply_error(reply, SB_IPC_INVALID_REQUEST, "%s", err);

@@ -31,7 +31,6 @@
 
 #include "cache/sb_cache.h"
 #include "common/sb_config.h"
-#include "ipc/sb_ipc.h"
 #include "router/run/sb_run.h"
 
 struct event_base;
@@ -84,7 +83,7 @@ struct rt {
     rt_guard **guards;              /* one per HTTP connection */
     size_t n_guards, cap_guards;
     rt_req *reqs;                   /* requests in flight (shutdown cancels them) */
-    sb_ipc_server *sock_server;
+    struct sb_ipc_server *sock_server;
     struct event *health_timer, *sweep_timer;
     bool stopping;
     uint64_t next_id;
@@ -173,7 +172,7 @@ void rt_req_fail(void *req, const rt_failure *f);
 /* A model call of request q (its job) has ended: detach it, and when it
  * failed answer q with the mapped status (503 with Retry-After). true: q
  * was answered with the error. */
-bool rt_req_model_failed(rt_req *q, const sb_ipc_result *res);
+bool rt_req_model_failed(rt_req *q, const rt_reply *res);
 /* The response cache (cache_door.c). 1 = hit (*entry filled), 0 = miss (q keeps the key
  * for rt_cache_store), -1 = not cached (off, bypassed, no key).
  * norm: SB_NORM_* flags for the input (0: normalised by the caller). */

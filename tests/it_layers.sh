@@ -12,7 +12,7 @@ trap 'rm -rf "$tmp"' EXIT
 fail() { echo "it_layers: FAIL: $*"; exit 1; }
 scratch() {     # a tiny tree with one violation, given as FILE CONTENT pairs
     rm -rf "$tmp/r"
-    for h in common/sb_common.h router/run/sb_run.h router/backend/sb_backend.h cache/cache_internal.h router/router_internal.h \
+    for h in common/sb_common.h ipc/sb_ipc.h router/run/sb_run.h router/backend/sb_backend.h cache/cache_internal.h router/router_internal.h \
              cache/sync/sb_sync.h cache/cloud/cloud_internal.h \
              worker/gguf/sb_gguf.h worker/engine/sb_engine.h worker/tokenizer/vocab_impl.h; do
         mkdir -p "$tmp/r/$(dirname $h)"; printf '' > "$tmp/r/$h"
@@ -45,10 +45,18 @@ refused "a worker sub-module's internal header" "internal header" \
 refused "an include not naming its module" "does not name its module" router/b.c '#include "sb_common.h"'
 refused "a test using two modules' internals" "one module at most" tests/t.c '#include "cache/cache_internal.h"
 #include "router/router_internal.h"'
+refused "pipeline execution including ipc/ above the backend" "above router/backend" \
+    router/run/a.c '#include "ipc/sb_ipc.h"'
+refused "a front door reading a worker's reply" "worker's reply above router/backend" \
+    router/a.c 'static void on_done(void *arg, const sb_ipc_result *res) {}'
+refused "pipeline execution reading msgpack" "msgpack or a worker's reply" \
+    router/run/b.c 'int n(const void *o) { return sb_mp_count(o); }'
 scratch router/c.c '#include "common/sb_common.h"
 #include "router/router_internal.h"' router/run/r.c '#include "router/backend/sb_backend.h"' cache/k.c '#include "worker/gguf/sb_gguf.h"' \
-    kb/s.c '#include "cache/sync/sb_sync.h"'
+    kb/s.c '#include "cache/sync/sb_sync.h"' router/router.c '#include "ipc/sb_ipc.h"
+int n(const void *o) { return sb_mp_count(o); }' router/backend/m.c '#include "ipc/sb_ipc.h"
+void f(const sb_ipc_result *r) {}'
 [ $? -eq 0 ] || fail "a legal tree was refused: $(cat "$tmp/out")"
-echo "ok   the checker catches an upward include (router/backend < router/run < router/), a foreign internal header, an include not naming its module, a test with two modules' internals"
+echo "ok   the checker catches an upward include (router/backend < router/run < router/), a foreign internal header, an include not naming its module, a test with two modules' internals, msgpack or a worker's reply above router/backend"
 python3 tools/check_layers.py || fail "this tree breaks the layering (above)"
 echo "it_layers: ok"

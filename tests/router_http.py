@@ -218,6 +218,19 @@ st, _, b = http("POST", "/v1/pipelines/p", {"input": "x", "until": "route"}, hea
 check(st == 200 and [s["status"] for s in json.loads(b)["stages"]][1:] == ["not_run", "not_run"],
       "pipeline: until stops after the named stage", b[:200])
 
+
+def cache_lookups():
+    _, _, m = http("GET", "/metrics", key=None)
+    return sum(float(v) for v in re.findall(r'^switchboard_cache_requests_total\{result="\w+"\} (\S+)$', m.decode(), re.M))
+
+
+# An unknown `until` is the caller's mistake, found before any work: no
+# cache lookup, no run.
+looked = cache_lookups()
+st, _, b = http("POST", "/v1/pipelines/p", {"input": "x", "until": "nope"})
+check(st == 400 and b"has no stage 'nope'" in b and cache_lookups() == looked,
+      "pipeline: an unknown until is a 400 before the cache or a run", (st, b[:200], looked, cache_lookups()))
+
 if openai:
     q = "the meter reading is off, streamed"
     streamed = "".join((ch.choices[0].delta.content or "") for ch in client.chat.completions.create(

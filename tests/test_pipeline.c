@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "router/run/sb_run.h"
+#include "router/backend/backend_internal.h"    /* the worker params of the typed calls */
 
 #define HEAD "runtime: { dir: /tmp/sb-pipe-test }\n" \
              "models:\n  m: { gguf: tiny-llama-spm-Q4_K_M.gguf }\n" \

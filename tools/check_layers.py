@@ -10,6 +10,11 @@ format, and nothing else of the worker), and a module never includes another
 module's *_internal.h or *_impl.h. Includes name their module from the
 top ("worker/engine/sb_engine.h", built with -I.). A test or fuzz target may
 include the internal header of at most one module (the one it tests).
+The backend boundary: router/backend/ decodes every worker and upstream
+reply into typed results, so no file under router/ above it includes an
+ipc/ header or names sb_ipc_result or an sb_mp_ reader - except the
+socket door (router/router.c), which serves msgpack on DIR/router.sock
+itself and still never sees a worker's reply.
 Exit 1 with one line per violation.
 --graph prints the module graph as a Markdown list (docs/ARCHITECTURE.md).
 Standard library only; reads the files git tracks.
@@ -41,6 +46,11 @@ DEPS = {
     "supervisor": ["router", "worker", "worker/cli", "cache/cloud"],
 }
 INTERNAL = re.compile(r"_(internal|impl)\.h$")
+# Above the backend: what the typed replies replaced. The socket door may
+# speak msgpack to its own clients, never read a worker's reply.
+SOCKET_DOOR = "router/router.c"
+WORKER_REPLY = re.compile(r"\bsb_ipc_result\b")
+MSGPACK = re.compile(r"\bsb_mp_\w+|\bsb_ipc_(?!server\b)\w+")  # the socket door's server handle is named in router_internal.h
 INCLUDE = re.compile(r'\s*#\s*include\s+"([^"]+)"')
 
 
@@ -97,8 +107,12 @@ def main():
         if not mod and not is_test:
             continue
         internals = set()
+        above = f.startswith("router/") and not f.startswith("router/backend/")
         with open(f, errors="replace") as fh:
             for n, line in enumerate(fh, 1):
+                if above and (WORKER_REPLY.search(line) or (f != SOCKET_DOOR and MSGPACK.search(line))):
+                    problems.append("%s:%d: %s reads msgpack or a worker's reply above router/backend "
+                                    "(use the typed rt_reply)" % (f, n, mod))
                 m = INCLUDE.match(line)
                 if not m:
                     continue
@@ -117,6 +131,9 @@ def main():
                     if INTERNAL.search(target):
                         internals.add(tmod)
                     continue
+                if above and tmod == "ipc" and f != SOCKET_DOOR:
+                    problems.append("%s:%d: %s includes %s above router/backend (the backend decodes replies)"
+                                    % (f, n, mod, inc))
                 if tmod == mod:
                     continue
                 edges.setdefault(mod, set()).add(tmod)

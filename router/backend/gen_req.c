@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "router/backend/sb_backend.h"
+#include "router/backend/backend_internal.h"
 #include "worker/engine/sb_grammar.h"
 
 /* ------------------------------------------------------------ segments */
@@ -371,9 +371,11 @@ int rt_gen_encode(const rt_gen_req *g, int priority, sb_mp_writer *p) {
 
 /* -------------------------------------------------- score and embed */
 
-int rt_score_encode(const rt_score_req *r, sb_mp_writer *p) {
+/* The priority goes last, as the worker's batch scheduler reads it (a
+ * worker that does not batch refuses it: the dispatcher decides). */
+int rt_score_encode_prio(const rt_score_req *r, int priority, sb_mp_writer *p) {
     bool plain = r->kind != RT_KIND_CHAT && !sb_segs_any_special(r->prompt);
-    sb_mp_map(p, plain ? 3 : 2);
+    sb_mp_map(p, (plain ? 3 : 2) + (priority != 0));
     if (r->kind == RT_KIND_CHAT) {
         sb_mp_str(p, "messages");
         sb_mp_array(p, (uint32_t)r->n_msgs);
@@ -389,8 +391,11 @@ int rt_score_encode(const rt_score_req *r, sb_mp_writer *p) {
     sb_mp_str(p, "candidates");
     sb_mp_array(p, (uint32_t)r->n_candidates);
     for (size_t i = 0; i < r->n_candidates; i++) sb_mp_str(p, r->candidates[i]);
+    if (priority) sb_mp_kv_i64(p, "priority", priority);
     return sb_mp_writer_status(p);
 }
+
+int rt_score_encode(const rt_score_req *r, sb_mp_writer *p) { return rt_score_encode_prio(r, 0, p); }
 
 int rt_embed_encode(const rt_embed_req *r, sb_mp_writer *p) {
     sb_mp_map(p, 2);
@@ -399,6 +404,88 @@ int rt_embed_encode(const rt_embed_req *r, sb_mp_writer *p) {
     sb_mp_array(p, (uint32_t)r->n);
     for (size_t i = 0; i < r->n; i++) sb_mp_strn(p, r->texts[i], r->lens ? r->lens[i] : strlen(r->texts[i]));
     return sb_mp_writer_status(p);
+}
+
+/* The copies a queued score or embed call keeps: one allocation for the
+ * struct and its arrays, the text in sb_segs (which own theirs). */
+typedef struct {
+    rt_score_req r;
+    rt_gen_msg *msgs;
+    sb_segs prompt;
+    char **cands;
+} score_copy;
+
+static bool segs_copy(sb_segs *dst, const sb_segs *src) {
+    sb_segs_init(dst);
+    if (src) sb_segs_cat(dst, src);
+    return !dst->oom;
+}
+
+rt_score_req *rt_score_copy(const rt_score_req *r) {
+    score_copy *c = sb_calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->r = *r;
+    bool ok = segs_copy(&c->prompt, r->prompt);
+    c->r.prompt = &c->prompt;
+    c->msgs = r->n_msgs ? sb_calloc(r->n_msgs, sizeof *c->msgs) : NULL;
+    c->cands = r->n_candidates ? sb_calloc(r->n_candidates, sizeof *c->cands) : NULL;
+    ok &= (!r->n_msgs || c->msgs) && (!r->n_candidates || c->cands);
+    for (size_t i = 0; ok && i < r->n_msgs; i++) {
+        c->r.n_msgs = i + 1;
+        ok = segs_copy(&c->msgs[i].content, &r->msgs[i].content) && (c->msgs[i].role = static_role(r->msgs[i].role));
+    }
+    for (size_t i = 0; ok && i < r->n_candidates; i++) ok = (c->cands[i] = sb_strdup(r->candidates[i])) != NULL;
+    c->r.msgs = c->msgs;
+    c->r.candidates = (const char *const *)c->cands;
+    if (!ok) { rt_score_free(&c->r); return NULL; }
+    return &c->r;
+}
+
+void rt_score_free(rt_score_req *r) {
+    if (!r) return;
+    score_copy *c = (score_copy *)r;     /* r is the first member */
+    for (size_t i = 0; c->msgs && i < c->r.n_msgs; i++) sb_segs_free(&c->msgs[i].content);
+    for (size_t i = 0; c->cands && i < c->r.n_candidates; i++) sb_free(c->cands[i]);
+    sb_segs_free(&c->prompt);
+    sb_free(c->msgs);
+    sb_free(c->cands);
+    sb_free(c);
+}
+
+typedef struct {
+    rt_embed_req r;
+    char **texts;
+    size_t *lens;
+    char kind[16];
+} embed_copy;
+
+rt_embed_req *rt_embed_copy(const rt_embed_req *r) {
+    embed_copy *c = sb_calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->r = *r;
+    snprintf(c->kind, sizeof c->kind, "%s", r->kind);
+    c->r.kind = c->kind;
+    c->texts = sb_calloc(r->n ? r->n : 1, sizeof *c->texts);
+    c->lens = sb_calloc(r->n ? r->n : 1, sizeof *c->lens);
+    bool ok = c->texts && c->lens;
+    for (size_t i = 0; ok && i < r->n; i++) {
+        c->lens[i] = r->lens ? r->lens[i] : strlen(r->texts[i]);
+        ok = (c->texts[i] = sb_malloc(c->lens[i] + 1)) != NULL;
+        if (ok) { memcpy(c->texts[i], r->texts[i], c->lens[i]); c->texts[i][c->lens[i]] = '\0'; }
+    }
+    c->r.texts = (const char *const *)c->texts;
+    c->r.lens = c->lens;
+    if (!ok) { rt_embed_free(&c->r); return NULL; }
+    return &c->r;
+}
+
+void rt_embed_free(rt_embed_req *r) {
+    if (!r) return;
+    embed_copy *c = (embed_copy *)r;     /* r is the first member */
+    for (size_t i = 0; c->texts && i < c->r.n; i++) sb_free(c->texts[i]);
+    sb_free(c->texts);
+    sb_free(c->lens);
+    sb_free(c);
 }
 
 /* --------------------------------------------------------- the cache */

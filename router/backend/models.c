@@ -19,16 +19,19 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "router/backend/sb_backend.h"
+#include "router/backend/backend_internal.h"
 
 struct rt_job {
     rt_job *next;
     rt_model *m;
-    const char *method;
-    sb_mp_writer *params;           /* the worker's params; for a generation, encoded at dispatch */
-    rt_gen_req *gen;                /* a generation: the backend encodes it (own copy) */
+    int method;                     /* RT_CALL_* */
+    /* The typed request, the job's own copy: the backend the dispatch picks
+     * encodes it once, priority included (one of the three is set). */
+    rt_gen_req *gen;
+    rt_score_req *score;
+    rt_embed_req *embed;
     int timeout_ms;
-    rt_event_fn on_event;
+    rt_token_fn on_token;
     rt_done_fn on_done;
     void *arg;
     uint64_t call_id;
@@ -52,10 +55,13 @@ static void models_changed(const rt_backends *be) {
 
 static void dispatch_cb(evutil_socket_t fd, short what, void *arg) { dispatch(arg); }
 
+static const char *const method_names[] = { "generate", "score", "embed" };
+
 static void job_free(rt_job *j) {
-    sb_mp_writer_free(j->params);
     if (j->gen) rt_gen_free(j->gen);
     sb_free(j->gen);
+    rt_score_free(j->score);
+    rt_embed_free(j->embed);
     sb_free(j);
 }
 
@@ -78,7 +84,7 @@ int rt_worker_error_status(const char *code, const char **type) {
 }
 
 /* Account a finished generate for /metrics (tokens/s per model). */
-static void account(rt_model *m, const sb_ipc_result *res) {
+static void account(rt_model *m, const rt_reply *res) {
     if (!res->ok) {
         m->errors++;
         if (res->code && !strcmp(res->code, SB_IPC_BUSY)) m->busy++;
@@ -86,13 +92,9 @@ static void account(rt_model *m, const sb_ipc_result *res) {
         if (res->code && !strcmp(res->code, SB_IPC_DISCONNECTED) && !m->remote) m->up = false;
         return;
     }
-    int64_t pt = 0, ct = 0, rt_ = 0;
-    double pms = 0, gms = 0;
-    sb_mp_get_int(res->result, "prompt_tokens", SB_MP_OPTIONAL, 0, INT64_MAX, &pt, NULL);
-    sb_mp_get_int(res->result, "completion_tokens", SB_MP_OPTIONAL, 0, INT64_MAX, &ct, NULL);
-    sb_mp_get_int(res->result, "reused_tokens", SB_MP_OPTIONAL, 0, INT64_MAX, &rt_, NULL);
-    sb_mp_get_num(res->result, "prompt_ms", SB_MP_OPTIONAL, 0, 1e12, &pms, NULL);
-    sb_mp_get_num(res->result, "gen_ms", SB_MP_OPTIONAL, 0, 1e12, &gms, NULL);
+    if (res->method != RT_CALL_GENERATE) return;
+    int64_t pt = res->gen.prompt_tokens, ct = res->gen.completion_tokens, rt_ = res->gen.reused_tokens;
+    double pms = res->gen.prompt_ms, gms = res->gen.gen_ms;
     m->prompt_tokens += (uint64_t)pt;
     m->completion_tokens += (uint64_t)ct;
     m->reused_tokens += (uint64_t)rt_;
@@ -103,26 +105,34 @@ static void account(rt_model *m, const sb_ipc_result *res) {
 
 /* The model histograms (rt_hooks.observe). A generate that did not stream has its
  * time to first token from the worker's prompt time. */
-static void observe_call(rt_job *j, const sb_ipc_result *res) {
+static void observe_call(rt_job *j, const rt_reply *res) {
     if (!res->ok) return;
     rt_backends *be = j->m->be;
-    rt_observe(be, RT_H_MODEL, j->m->name, j->method, sb_now_s() - j->t_sent);
-    double pms = 0;
-    if (!j->got_token && !strcmp(j->method, "generate") &&
-        !sb_mp_get_num(res->result, "prompt_ms", SB_MP_OPTIONAL, 0, 1e12, &pms, NULL) && pms > 0)
+    rt_observe(be, RT_H_MODEL, j->m->name, method_names[j->method], sb_now_s() - j->t_sent);
+    double pms = res->gen.prompt_ms;
+    if (!j->got_token && j->method == RT_CALL_GENERATE && pms > 0)
         rt_observe(be, RT_H_TTFT_MODEL, j->m->name, NULL, j->t_sent - j->t_submit + pms / 1e3);
 }
 
-static void on_call_event(void *arg, uint64_t id, const char *event, const sb_mp_obj *data) {
+/* A streamed token, from either backend. */
+static void on_call_token(void *arg, const char *text, size_t len) {
     rt_job *j = arg;
-    if (!j->got_token && !strcmp(event, "token")) {
+    if (!j->got_token) {
         j->got_token = true;
         rt_observe(j->m->be, RT_H_TTFT_MODEL, j->m->name, NULL, sb_now_s() - j->t_submit);
     }
-    if (!j->cancelled && j->on_event) j->on_event(j->arg, event, data);
+    if (!j->cancelled && j->on_token) j->on_token(j->arg, text, len);
 }
 
-static void on_call_done(void *arg, uint64_t id, const sb_ipc_result *res) {
+/* A worker's event: a "token" carries the next text (docs/ipc.md). */
+static void on_worker_event(void *arg, uint64_t id, const char *event, const sb_mp_obj *data) {
+    const char *t;
+    size_t n;
+    if (!strcmp(event, "token") && !sb_mp_get_str(data, "text", SB_MP_REQUIRED, &t, &n, NULL)) on_call_token(arg, t, n);
+}
+
+/* Either backend's answer, typed. */
+static void on_call_done(void *arg, const rt_reply *res) {
     rt_job *j = arg;
     rt_model *m = j->m;
     m->n_inflight--;
@@ -139,8 +149,17 @@ static void on_call_done(void *arg, uint64_t id, const sb_ipc_result *res) {
     dispatch(m);
 }
 
+static void on_worker_done(void *arg, uint64_t id, const sb_ipc_result *res) {
+    rt_job *j = arg;
+    rt_reply r;
+    void *store;
+    rt_reply_from_worker(j->method, res, &r, &store);
+    on_call_done(j, &r);
+    sb_free(store);
+}
+
 static void fail_job_now(rt_job *j, const char *code, const char *msg) {
-    sb_ipc_result res = { .ok = false, .code = code, .message = msg };
+    rt_reply res = { .method = j->method, .ok = false, .code = code, .message = msg, .gen.text = "" };
     if (!j->cancelled) j->on_done(j->arg, &res);
     job_free(j);
 }
@@ -158,49 +177,21 @@ int rt_model_retry_after(const rt_model *m) {
     return s >= RT_RETRY_AFTER_MAX_S ? RT_RETRY_AFTER_MAX_S : s < 1 ? 1 : (int)s + (s > (int)s);
 }
 
-/* The job's params with "priority" added, for a worker that takes it (its
- * health reports `parallel`; an older worker refuses unknown keys). 0, or
- * SB_ENOMEM / SB_EINVAL with the params left as they were. */
-static int add_priority(rt_job *j) {
-    size_t len;
-    const void *data = sb_mp_writer_data(j->params, &len);
-    sb_mp_doc *d;
-    if (sb_mp_decode(data, len, &d, NULL)) return SB_EINVAL;
-    const sb_mp_obj *root = sb_mp_doc_root(d);
-    sb_mp_writer *w = NULL;
-    int rc = sb_mp_type_of(root) != SB_MP_MAP || sb_mp_map_get(root, "priority") ? SB_EINVAL
-             : sb_mp_writer_new(&w) ? SB_ENOMEM : 0;
-    if (!rc) {
-        uint32_t n = sb_mp_count(root);
-        sb_mp_map(w, n + 1);
-        for (uint32_t i = 0; i < n; i++) {
-            sb_mp_copy(w, sb_mp_map_key_at(root, i));
-            sb_mp_copy(w, sb_mp_map_val_at(root, i));
-        }
-        sb_mp_kv_i64(w, "priority", j->priority);
-        rc = sb_mp_writer_status(w) ? SB_ENOMEM : 0;
-    }
-    sb_mp_doc_free(d);
-    if (rc) { sb_mp_writer_free(w); return rc; }
-    sb_mp_writer_free(j->params);
-    j->params = w;
-    return 0;
-}
-
-/* The local-worker backend: a generation is encoded here, from the typed
- * request, with its priority when the worker takes one. */
+/* The local-worker backend: the typed request is encoded here, once, with
+ * its priority when the worker takes one. */
 static int worker_call(rt_model *m, rt_job *j, bool send_prio, char *err) {
-    if (j->gen) {
-        sb_mp_writer_free(j->params);
-        j->params = NULL;
-        if (sb_mp_writer_new(&j->params) || rt_gen_encode(j->gen, send_prio ? j->priority : 0, j->params))
-            return sb_seterr(err, SB_ENOMEM, "out of memory");
-    } else if (send_prio && add_priority(j)) {
-        sb_warn("model '%s': %s call sent without its priority %d (out of memory, or params that are "
-                "not a map or already hold one)", m->name, j->method, j->priority);
-    }
-    return sb_ipc_aclient_call(m->ac, j->method, j->params, j->timeout_ms, on_call_event, on_call_done, j,
-                               &j->call_id, err);
+    sb_mp_writer *p = NULL;
+    int prio = send_prio ? j->priority : 0;
+    int rc = sb_mp_writer_new(&p) ? SB_ENOMEM
+             : j->method == RT_CALL_GENERATE ? rt_gen_encode(j->gen, prio, p)
+             : j->method == RT_CALL_SCORE ? rt_score_encode_prio(j->score, prio, p)
+             : rt_embed_encode(j->embed, p);
+    if (!rc) rc = sb_ipc_aclient_call(m->ac, method_names[j->method], p, j->timeout_ms,
+                                      j->method == RT_CALL_GENERATE ? on_worker_event : NULL, on_worker_done, j,
+                                      &j->call_id, err);
+    else rc = sb_seterr(err, SB_ENOMEM, "out of memory");
+    sb_mp_writer_free(p);
+    return rc;
 }
 
 /* Hand waiting jobs to the worker while it has room. */
@@ -212,9 +203,8 @@ static void dispatch(rt_model *m) {
         m->n_waiting--;
         char err[SB_ERR_LEN];
         j->remote = m->remote;
-        bool send_prio = !j->remote && j->priority && m->parallel > 0 &&
-                         (!strcmp(j->method, "generate") || !strcmp(j->method, "score"));
-        int rc = j->remote ? rt_upstream_call(m, j->method, j->gen, j->timeout_ms, on_call_event, on_call_done,
+        bool send_prio = !j->remote && j->priority && m->parallel > 0 && j->method != RT_CALL_EMBED;
+        int rc = j->remote ? rt_upstream_call(m, j->method, j->gen, j->timeout_ms, on_call_token, on_call_done,
                                               j, &j->call_id, err)
                            : worker_call(m, j, send_prio, err);
         if (rc) {
@@ -229,7 +219,8 @@ static void dispatch(rt_model *m) {
         rt_observe(m->be, RT_H_QUEUE, m->name, NULL, j->t_sent - j->t_submit);
         m->n_inflight++;
         m->requests++;
-        sb_debug("model '%s': %s call %llu sent, priority %d%s, %d of %d in flight, %d waiting", m->name, j->method,
+        sb_debug("model '%s': %s call %llu sent, priority %d%s, %d of %d in flight, %d waiting", m->name,
+                 method_names[j->method],
                  (unsigned long long)j->call_id, j->priority, send_prio ? " (passed on)" : "", m->n_inflight,
                  rt_model_capacity(m), m->n_waiting);
     }
@@ -281,61 +272,44 @@ static void queue_job(rt_model *m, rt_job *j, rt_job **out) {
     }
 }
 
-/* A call whose worker params are encoded already; they are taken over. */
-static int submit_params(rt_model *m, const char *method, sb_mp_writer *params, int timeout_ms, int priority,
-                         rt_done_fn on_done, void *arg, rt_job **out, char *err) {
+/* A call of method with the job's own copy of its typed request: into m's
+ * queue (encoded when dispatched). The copy is taken over, freed here on a
+ * refusal. */
+static int submit(rt_model *m, int method, rt_gen_req *gen, rt_score_req *score, rt_embed_req *embed, int priority,
+                  int timeout_ms, rt_token_fn on_token, rt_done_fn on_done, void *arg, rt_job **out, char *err) {
     *out = NULL;
+    rt_job *j = sb_calloc(1, sizeof *j);
+    if (j) *j = (rt_job){ .m = m, .method = method, .gen = gen, .score = score, .embed = embed,
+                          .timeout_ms = timeout_ms, .on_token = on_token, .on_done = on_done, .arg = arg,
+                          .t_submit = sb_now_s(), .priority = priority };
     int rc = admit(m, err);
-    rt_job *j = rc ? NULL : sb_calloc(1, sizeof *j);
-    if (!rc && !j) rc = sb_seterr(err, SB_ENOMEM, "out of memory");
+    if (!rc && (!j || !(gen || score || embed))) rc = sb_seterr(err, SB_ENOMEM, "out of memory");
     if (rc) {
-        sb_mp_writer_free(params);
+        if (j) job_free(j);
+        else { if (gen) rt_gen_free(gen); sb_free(gen); rt_score_free(score); rt_embed_free(embed); }
         return rc;
     }
-    *j = (rt_job){ .m = m, .method = method, .params = params, .timeout_ms = timeout_ms, .on_done = on_done,
-                   .arg = arg, .t_submit = sb_now_s(), .priority = priority };
     queue_job(m, j, out);
     return 0;
 }
 
 int rt_model_submit_score(rt_model *m, const rt_score_req *r, int timeout_ms, rt_done_fn on_done, void *arg,
                           rt_job **out, char *err) {
-    sb_mp_writer *p = NULL;
-    *out = NULL;
-    if (sb_mp_writer_new(&p) || rt_score_encode(r, p)) {
-        sb_mp_writer_free(p);
-        return sb_seterr(err, SB_ENOMEM, "out of memory");
-    }
-    return submit_params(m, "score", p, timeout_ms, r->priority, on_done, arg, out, err);
+    return submit(m, RT_CALL_SCORE, NULL, rt_score_copy(r), NULL, r->priority, timeout_ms, NULL, on_done, arg, out,
+                  err);
 }
 
 int rt_model_submit_embed(rt_model *m, const rt_embed_req *r, int timeout_ms, rt_done_fn on_done, void *arg,
                           rt_job **out, char *err) {
-    sb_mp_writer *p = NULL;
-    *out = NULL;
-    if (sb_mp_writer_new(&p) || rt_embed_encode(r, p)) {
-        sb_mp_writer_free(p);
-        return sb_seterr(err, SB_ENOMEM, "out of memory");
-    }
-    return submit_params(m, "embed", p, timeout_ms, r->priority, on_done, arg, out, err);
+    return submit(m, RT_CALL_EMBED, NULL, NULL, rt_embed_copy(r), r->priority, timeout_ms, NULL, on_done, arg, out,
+                  err);
 }
 
-int rt_model_submit_gen(rt_model *m, const rt_gen_req *g, int timeout_ms, rt_event_fn on_event, rt_done_fn on_done,
+int rt_model_submit_gen(rt_model *m, const rt_gen_req *g, int timeout_ms, rt_token_fn on_token, rt_done_fn on_done,
                         void *arg, rt_job **out, char *err) {
-    *out = NULL;
-    int rc = admit(m, err);
-    if (rc) return rc;
-    rt_job *j = sb_calloc(1, sizeof *j);
     rt_gen_req *copy = sb_malloc(sizeof *copy);
-    if (!j || !copy || rt_gen_copy(copy, g)) {
-        sb_free(j);
-        sb_free(copy);
-        return sb_seterr(err, SB_ENOMEM, "out of memory");
-    }
-    *j = (rt_job){ .m = m, .method = "generate", .gen = copy, .timeout_ms = timeout_ms, .on_event = on_event,
-                   .on_done = on_done, .arg = arg, .t_submit = sb_now_s(), .priority = g->priority };
-    queue_job(m, j, out);
-    return 0;
+    if (copy && rt_gen_copy(copy, g)) { sb_free(copy); copy = NULL; }     /* rt_gen_copy freed what it had */
+    return submit(m, RT_CALL_GENERATE, copy, NULL, NULL, g->priority, timeout_ms, on_token, on_done, arg, out, err);
 }
 
 /* Take an unsent job out of its model's FIFO. */

@@ -12,7 +12,12 @@
  *               embed calls' worker params
  *
  * Callers above hand it typed requests only (rt_gen_req, rt_score_req,
- * rt_embed_req): no layer above this one builds msgpack.
+ * rt_embed_req) and get typed replies only (rt_reply: rt_gen_result,
+ * rt_score_result, rt_embed_result), decoded once here - from the worker's
+ * msgpack, or straight from an upstream's JSON. No layer above this one
+ * builds or reads msgpack: this header does not include ipc/ (the encoders
+ * and the decoder are in backend_internal.h), and tools/check_layers.py
+ * refuses ipc/ headers and sb_ipc_result above router/backend/.
  *
  * The lowest router layer: it includes nothing of router/run/ or the front
  * doors; what they want to know (latencies, a model that came up) they
@@ -28,9 +33,8 @@
 #include "common/sb_common.h"
 #include "common/sb_config.h"
 #include "common/sb_json.h"
-#include "ipc/sb_ipc.h"
-
 struct event_base;
+struct sb_ipc_aclient;
 
 typedef struct rt_model rt_model;
 typedef struct rt_job rt_job;
@@ -136,8 +140,47 @@ enum { RT_KIND_CHAT, RT_KIND_COMPLETION };
  * never more than RT_RETRY_AFTER_MAX_S. */
 #define RT_RETRY_AFTER_MAX_S 60
 
-typedef void (*rt_event_fn)(void *arg, const char *event, const sb_mp_obj *data);
-typedef void (*rt_done_fn)(void *arg, const sb_ipc_result *res);
+/* ------------------------------------------------------------ replies */
+
+/* What a call answered, decoded once by the backend that made it. Views,
+ * valid while the callback runs. */
+typedef struct {
+    const char *text;               /* "" when the answer had none */
+    size_t len;
+    const char *finish_reason;      /* NULL: not said (callers take "stop") */
+    int64_t prompt_tokens, completion_tokens, reused_tokens;
+    double prompt_ms, gen_ms;       /* the worker's compute; an upstream's whole call is gen_ms */
+} rt_gen_result;
+
+typedef struct {
+    const double *probs;            /* the candidates' probabilities (softmax), n_probs of them */
+    size_t n_probs;
+    const double *logprobs;         /* their log-likelihoods */
+    size_t n_logprobs;
+} rt_score_result;
+
+typedef struct {
+    const float *vecs;              /* n vectors of dim floats, back to back (the worker's are float32) */
+    size_t n;
+    uint32_t dim;                   /* 0: no vectors, or not all numbers of one length */
+    int64_t n_tokens;
+    double embed_ms;
+} rt_embed_result;
+
+enum { RT_CALL_GENERATE, RT_CALL_SCORE, RT_CALL_EMBED };
+
+typedef struct {
+    int method;                     /* RT_CALL_*: which result below is filled */
+    bool ok;
+    const char *code;               /* a failure: the worker's error code (docs/ipc.md) or "upstream_error" */
+    const char *message;
+    rt_gen_result gen;
+    rt_score_result score;
+    rt_embed_result embed;
+} rt_reply;
+
+typedef void (*rt_token_fn)(void *arg, const char *text, size_t len);  /* a streamed generation's next text */
+typedef void (*rt_done_fn)(void *arg, const rt_reply *r);
 
 struct rt_model {
     char *name;
@@ -148,7 +191,7 @@ struct rt_model {
     rt_upcall *upcalls;             /* remote: calls in flight */
     bool removed;                   /* gone from the config after a reload */
     int max_waiting, deadline_ms, max_tokens;
-    sb_ipc_aclient *ac;
+    struct sb_ipc_aclient *ac;
     rt_job *head, *tail;
     int n_waiting, n_inflight;
     int cfg_parallel;               /* the config's parallel (0: unset): an upstream's cap; a worker's until it reports its own */
@@ -181,10 +224,11 @@ struct rt_model {
 /* A generation: the job keeps its own copy of g, and the backend the
  * dispatch picks encodes it - msgpack for a worker, an OpenAI body for an
  * upstream. Its priority is g->priority. */
-int  rt_model_submit_gen(rt_model *m, const rt_gen_req *g, int timeout_ms, rt_event_fn on_event, rt_done_fn on_done,
+int  rt_model_submit_gen(rt_model *m, const rt_gen_req *g, int timeout_ms, rt_token_fn on_token, rt_done_fn on_done,
                          void *arg, rt_job **out, char *err);
-/* A worker's `score` and `embed` (encoded at once: an upstream has neither,
- * and refuses them when the call is dispatched). r is read here only. */
+/* A worker's `score` and `embed`: the job keeps its own copy of r, encoded
+ * at dispatch like a generation (an upstream has neither, and refuses them
+ * then). */
 int  rt_model_submit_score(rt_model *m, const rt_score_req *r, int timeout_ms, rt_done_fn on_done, void *arg,
                            rt_job **out, char *err);
 int  rt_model_submit_embed(rt_model *m, const rt_embed_req *r, int timeout_ms, rt_done_fn on_done, void *arg,
@@ -196,19 +240,6 @@ int  rt_model_retry_after(const rt_model *m);
 /* No callbacks after this; the worker is told to stop. */
 void rt_job_cancel(rt_job *j);
 rt_model *rt_model_find(const rt_backends *be, const char *name);
-/* upstream.c: a remote model's calls, with sb_ipc_aclient_call's contract
- * (on_done exactly once, from the loop; none after cancel). Only
- * `generate`, the request g (read during the call only); the OpenAI API
- * has nothing for `score`: any other method (g NULL) is refused. */
-int  rt_upstream_call(rt_model *m, const char *method, const rt_gen_req *g, int timeout_ms,
-                      sb_ipc_aevent_fn on_event, sb_ipc_adone_fn on_done, void *arg, uint64_t *id_out, char *err);
-int  rt_upstream_cancel(rt_model *m, uint64_t id);     /* SB_ENOTFOUND when finished */
-void rt_upstream_free_all(rt_model *m);                 /* no callbacks */
-/* The answer parsing of a call without the network: status `code` (0: no
- * answer), the body in pieces of `chunk` bytes (0: one piece), exactly one
- * on_done. For tests/fuzz/fuzz_upstream.c. */
-void rt_upstream_feed(bool chat, bool stream, int code, const char *body, size_t len, size_t chunk,
-                      sb_ipc_aevent_fn on_event, sb_ipc_adone_fn on_done, void *arg);
 void rt_models_sync(rt_backends *be, const sb_config *cfg);     /* add / update / retire; keeps cfg */
 void rt_models_poll(rt_backends *be);                           /* health probes */
 void rt_models_free(rt_backends *be);
@@ -278,11 +309,6 @@ int rt_gen_set_prompt(rt_gen_req *g, bool chat, bool has_system, sb_segs *sys, s
  * is then freed). dst is initialised here. */
 int rt_gen_copy(rt_gen_req *dst, const rt_gen_req *src);
 
-/* The worker's `generate` params (docs/ipc.md) into p: only what was given,
- * so the worker's defaults apply to the rest; `priority` too unless 0 (a
- * worker that batches takes it, docs/router.md). p's status on failure. */
-int rt_gen_encode(const rt_gen_req *g, int priority, sb_mp_writer *p);
-
 /* What the response cache keys g on, besides the namespace and the model's
  * fingerprint: *input (the canonical messages, or the prompt as sent) with
  * the normalisation *norm still to apply to it, and params (every other
@@ -317,10 +343,5 @@ struct rt_embed_req {
     size_t n;
     int priority;                   /* the router's queue only: a worker's embed takes none */
 };
-
-/* Their worker params into p (a score call's priority is added when it is
- * dispatched, to a worker that takes one). p's status on failure. */
-int rt_score_encode(const rt_score_req *r, sb_mp_writer *p);
-int rt_embed_encode(const rt_embed_req *r, sb_mp_writer *p);
 
 #endif

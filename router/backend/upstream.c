@@ -8,13 +8,14 @@
  * or to another switchboard.
  *
  * It is the other backend beside the worker's socket: it takes the typed
- * request (sb_backend.h) and encodes it as OpenAI JSON itself. Its calls keep
+ * request (sb_backend.h), encodes it as OpenAI JSON itself, and reads the
+ * answer's JSON straight into the typed reply (rt_reply). Its calls keep
  * sb_ipc_aclient's contract, so models.c keeps one FIFO,
  * one in-flight count and one cancel path for both kinds of model: a call
  * gets exactly one on_done, from the loop and never from inside
  * rt_upstream_call; stream=true calls get "token" events as the upstream's
- * SSE chunks arrive; cancelling promises no more callbacks. Results look
- * like a worker's (`text`, `finish_reason`, token counts, `gen_ms`), and
+ * SSE chunks arrive; cancelling promises no more callbacks. Results fill
+ * what a worker's do (text, finish_reason, token counts, gen_ms), and
  * failures carry a message that names the URL:
  *
  *   disconnected    connection refused / reset before an answer (503)
@@ -34,7 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "router/backend/sb_backend.h"
+#include "router/backend/backend_internal.h"
 #include "common/sb_net.h"
 
 #define UP_MAX_BODY   (8u << 20)    /* an answer is KBs; more is a broken upstream */
@@ -47,8 +48,8 @@ struct rt_upcall {
     char url[UP_MAX_URL];           /* the full endpoint, for messages */
     int timeout_ms;
     bool chat, stream;
-    sb_ipc_aevent_fn on_event;
-    sb_ipc_adone_fn on_done;
+    rt_token_fn on_token;
+    rt_up_done_fn on_done;
     void *arg;
     struct evhttp_connection *conn; /* ours: freed with the call */
     struct evhttp_request *req;
@@ -101,36 +102,17 @@ static void deliver_error(rt_upcall *c, const char *code, const char *fmt, ...) 
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    sb_ipc_result res = { .id = c->id, .ok = false, .code = code, .message = msg };
-    c->on_done(c->arg, c->id, &res);
+    rt_reply res = { .method = RT_CALL_GENERATE, .ok = false, .code = code, .message = msg, .gen.text = "" };
+    c->on_done(c->arg, &res);
 }
 
 static void deliver_ok(rt_upcall *c, const char *text, size_t len, const char *finish, int64_t pt, int64_t ct) {
     if (c->done) return;
-    sb_mp_writer *w;
-    sb_mp_doc *doc = NULL;
-    const void *buf;
-    size_t n;
-    if (sb_mp_writer_new(&w)) { deliver_error(c, SB_IPC_INTERNAL, "out of memory"); return; }
-    sb_mp_map(w, 6);
-    sb_mp_str(w, "text");
-    sb_mp_strn(w, text, len);
-    sb_mp_kv_str(w, "finish_reason", finish && *finish ? finish : "stop");
-    sb_mp_kv_i64(w, "prompt_tokens", pt);
-    sb_mp_kv_i64(w, "completion_tokens", ct);
-    sb_mp_kv_f64(w, "prompt_ms", 0);
-    sb_mp_kv_f64(w, "gen_ms", (sb_now_s() - c->t0) * 1e3);
-    buf = sb_mp_writer_data(w, &n);
-    if (sb_mp_writer_status(w) || sb_mp_decode(buf, n, &doc, NULL)) {
-        sb_mp_writer_free(w);
-        deliver_error(c, SB_IPC_INTERNAL, "out of memory");
-        return;
-    }
     c->done = true;
-    sb_ipc_result res = { .id = c->id, .ok = true, .result = sb_mp_doc_root(doc) };
-    c->on_done(c->arg, c->id, &res);
-    sb_mp_doc_free(doc);
-    sb_mp_writer_free(w);
+    rt_reply res = { .method = RT_CALL_GENERATE, .ok = true };
+    res.gen = (rt_gen_result){ .text = text, .len = len, .finish_reason = finish && *finish ? finish : "stop",
+                               .prompt_tokens = pt, .completion_tokens = ct, .gen_ms = (sb_now_s() - c->t0) * 1e3 };
+    c->on_done(c->arg, &res);
 }
 
 /* ----------------------------------------------------------- answers */
@@ -187,21 +169,7 @@ static int sse_data(rt_upcall *c, const char *data, size_t len) {
     if (sb_json_type_of(t) == SB_JSON_STRING && sb_json_len(t)) {
         sb_jw_raw(&c->text, sb_json_str(t), sb_json_len(t));
         c->n_chunks++;
-        sb_mp_writer *w;
-        sb_mp_doc *ev = NULL;
-        const void *buf;
-        size_t n;
-        if (c->on_event && !c->done && sb_mp_writer_new(&w) == 0) {
-            sb_mp_map(w, 1);
-            sb_mp_str(w, "text");
-            sb_mp_strn(w, sb_json_str(t), sb_json_len(t));
-            buf = sb_mp_writer_data(w, &n);
-            if (!sb_mp_writer_status(w) && sb_mp_decode(buf, n, &ev, NULL) == 0) {
-                c->on_event(c->arg, c->id, "token", sb_mp_doc_root(ev));
-                sb_mp_doc_free(ev);
-            }
-            sb_mp_writer_free(w);
-        }
+        if (c->on_token && !c->done) c->on_token(c->arg, sb_json_str(t), sb_json_len(t));
     }
     sb_json_doc_free(d);
     return 0;
@@ -400,13 +368,14 @@ static int start_request(rt_upcall *c, const sb_config_model *cm, const sb_jw *b
     return 0;
 }
 
-int rt_upstream_call(rt_model *m, const char *method, const rt_gen_req *g, int timeout_ms,
-                     sb_ipc_aevent_fn on_event, sb_ipc_adone_fn on_done, void *arg, uint64_t *id_out, char *err) {
+int rt_upstream_call(rt_model *m, int method, const rt_gen_req *g, int timeout_ms, rt_token_fn on_token,
+                     rt_up_done_fn on_done, void *arg, uint64_t *id_out, char *err) {
     const sb_config_model *cm = m->be->cfg ? sb_config_find_model(m->be->cfg, m->name) : NULL;
     if (!cm || !cm->upstream) return sb_seterr(err, SB_ENOTFOUND, "model '%s' has no upstream in the config", m->name);
-    if (strcmp(method, "generate") || !g)
+    if (method != RT_CALL_GENERATE || !g)
         return sb_seterr(err, SB_EUNSUP, "'%s' needs a local model: upstream %s only generates (intent stages score "
-                         "labels, which the OpenAI API cannot)", method, cm->upstream);
+                         "labels, which the OpenAI API cannot)", method == RT_CALL_SCORE ? "score" : "embed",
+                         cm->upstream);
     rt_upcall *c = sb_calloc(1, sizeof *c);
     sb_jw body;
     sb_jw_init(&body);
@@ -415,7 +384,7 @@ int rt_upstream_call(rt_model *m, const char *method, const rt_gen_req *g, int t
         sb_jw_init(&c->text);
         c->m = m;
         c->id = ++m->be->next_id;
-        c->on_event = on_event;
+        c->on_token = on_token;
         c->on_done = on_done;
         c->arg = arg;
         c->t0 = sb_now_s();
@@ -458,8 +427,8 @@ void rt_upstream_free_all(rt_model *m) {
 /* An answer handed over by the caller instead of evhttp (the fuzz target):
  * the same parsing, callbacks and one on_done, with no connection. */
 void rt_upstream_feed(bool chat, bool stream, int code, const char *body, size_t len, size_t chunk,
-                      sb_ipc_aevent_fn on_event, sb_ipc_adone_fn on_done, void *arg) {
-    rt_upcall c = { .id = 1, .chat = chat, .stream = stream, .on_event = on_event, .on_done = on_done,
+                      rt_token_fn on_token, rt_up_done_fn on_done, void *arg) {
+    rt_upcall c = { .id = 1, .chat = chat, .stream = stream, .on_token = on_token, .on_done = on_done,
                     .arg = arg, .t0 = sb_now_s() };
     snprintf(c.url, sizeof c.url, "http://upstream.test/v1");
     sb_jw_init(&c.text);

@@ -7,7 +7,7 @@
  * worker restart) or when a run needs it, through the worker's `embed`
  * method in batches - asynchronously, like every other call, so the loop
  * never waits for the encoder. Runs that arrive meanwhile poll until it is
- * ready (run.c), bounded by their pipeline's timeout.
+ * ready (stage_intent.c polls), bounded by their pipeline's timeout.
  *
  * Vectors are cached on disk, DIR/embed-cache.bin (0600), keyed by
  * SHA-256(model fingerprint, kind, text): a restart or reload embeds only
@@ -185,7 +185,7 @@ static void build_done(rt_eindex *ix) {
 
 static void next_batch(rt_eindex *ix);
 
-static void on_batch(void *arg, const sb_ipc_result *res) {
+static void on_batch(void *arg, const rt_reply *res) {
     rt_eindex *ix = arg;
     ix->job = NULL;
     if (!res->ok) {
@@ -193,10 +193,9 @@ static void on_batch(void *arg, const sb_ipc_result *res) {
                      res->message ? res->message : "failed");
         return;
     }
-    const sb_mp_obj *vecs = sb_mp_map_get(res->result, "embeddings");
-    int64_t dim = 0;
-    sb_mp_get_int(res->result, "dim", SB_MP_OPTIONAL, 1, MAX_DIM, &dim, NULL);
-    if (sb_mp_count(vecs) != ix->n_batch || dim <= 0 || (ix->dim && dim != ix->dim)) {
+    const rt_embed_result *e = &res->embed;
+    int64_t dim = e->dim <= MAX_DIM ? e->dim : 0;
+    if (e->n != ix->n_batch || dim <= 0 || (ix->dim && dim != ix->dim)) {
         build_failed(ix, SB_EFORMAT, "%s", "the encoder returned vectors of the wrong number or size");
         return;
     }
@@ -206,13 +205,7 @@ static void on_batch(void *arg, const sb_ipc_result *res) {
     }
     ix->dim = (int)dim;
     for (size_t k = 0; k < ix->n_batch; k++) {
-        const sb_mp_obj *v = sb_mp_array_at(vecs, (uint32_t)k);
-        float *out = ix->vecs + ix->batch[k] * (size_t)dim;
-        for (int64_t d = 0; d < dim; d++) {
-            double x = 0;
-            sb_mp_as_f64(sb_mp_array_at(v, (uint32_t)d), &x);
-            out[d] = (float)x;
-        }
+        memcpy(ix->vecs + ix->batch[k] * (size_t)dim, e->vecs + k * (size_t)dim, (size_t)dim * sizeof *e->vecs);
         ix->texts[ix->batch[k]].have = true;
     }
     cache_append(ix, ix->batch, ix->n_batch);

@@ -7,111 +7,15 @@
  * `when:` naming an intent no earlier stage can produce, a template naming a
  * stage that has not run yet. docs/router.md documents the schema.
  */
-#include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "router/run/pipeline_internal.h"
+#include "router/run/stage_internal.h"
 #include "router/classify/sb_classify.h"
 #include "worker/engine/sb_grammar.h"
 #include "kb/sb_kb.h"
-
-const char *sb_stage_kind_name(sb_stage_kind k) {
-    static const char *const names[] = { "intent", "generate", "tool", "retrieve" };
-    return (unsigned)k <= SB_STAGE_RETRIEVE ? names[k] : "?";
-}
-
-/* ----------------------------------------------------------- node types */
-
-const char *rt_pl_what(const sb_config_node *n) {
-    if (sb_config_node_is_null(n)) return "null";
-    return n->kind == SB_CFG_MAP ? "a mapping" : n->kind == SB_CFG_SEQ ? "a list" : "a scalar";
-}
-
-int rt_pl_get_str(vctx *c, const sb_config_node *n, const char *key, char **out) {
-    if (!n || n->kind != SB_CFG_SCALAR || sb_config_node_is_null(n))
-        return FAIL(c, n, "%s.%s: expected a string, got %s", c->path, key, n ? rt_pl_what(n) : "nothing");
-    *out = sb_strdup(n->value);
-    return *out ? 0 : SB_ENOMEM;
-}
-
-int rt_pl_get_num(vctx *c, const sb_config_node *n, const char *key, double lo, double hi, double *out) {
-    char *end;
-    double v = n && n->kind == SB_CFG_SCALAR && !n->quoted && n->len ? strtod(n->value, &end) : NAN;
-    if (isnan(v) || *end || v < lo || v > hi)
-        return FAIL(c, n, "%s.%s: expected a number in [%g, %g], got '%s'", c->path, key, lo, hi,
-                    n && n->kind == SB_CFG_SCALAR ? n->value : rt_pl_what(n));
-    *out = v;
-    return 0;
-}
-
-int rt_pl_get_int(vctx *c, const sb_config_node *n, const char *key, long long lo, long long hi, long long *out) {
-    char *end;
-    long long v = 0;
-    bool ok = n && n->kind == SB_CFG_SCALAR && !n->quoted && n->len;
-    if (ok) { v = strtoll(n->value, &end, 10); ok = !*end && v >= lo && v <= hi; }
-    if (!ok)
-        return FAIL(c, n, "%s.%s: expected an integer in [%lld, %lld], got '%s'", c->path, key, lo, hi,
-                    n && n->kind == SB_CFG_SCALAR ? n->value : rt_pl_what(n));
-    *out = v;
-    return 0;
-}
-
-int rt_pl_get_bool(vctx *c, const sb_config_node *n, const char *key, bool *out) {
-    if (n && n->kind == SB_CFG_SCALAR && !n->quoted && (!strcmp(n->value, "true") || !strcmp(n->value, "false"))) {
-        *out = n->value[0] == 't';
-        return 0;
-    }
-    return FAIL(c, n, "%s.%s: expected true or false, got '%s'", c->path, key,
-                n && n->kind == SB_CFG_SCALAR ? n->value : rt_pl_what(n));
-}
-
-/* A string or a list of strings (at most max), each 1+ bytes. */
-int rt_pl_get_strs(vctx *c, const sb_config_node *n, const char *key, size_t max, char ***out, size_t *count) {
-    *out = NULL;
-    *count = 0;
-    size_t k = n->kind == SB_CFG_SEQ ? n->n_items : 1;
-    if (n->kind == SB_CFG_MAP || k > max || k == 0)
-        return FAIL(c, n, "%s.%s: expected a string or a list of 1-%zu strings", c->path, key, max);
-    char **v = sb_calloc(k, sizeof *v);
-    if (!v) return SB_ENOMEM;
-    *out = v;
-    for (size_t i = 0; i < k; i++) {
-        const sb_config_node *it = n->kind == SB_CFG_SEQ ? n->items[i] : n;
-        if (it->kind != SB_CFG_SCALAR || sb_config_node_is_null(it) || !it->len)
-            return FAIL(c, it, "%s.%s: expected non-empty strings, got %s", c->path, key, rt_pl_what(it));
-        if (!(v[i] = sb_strdup(it->value))) return SB_ENOMEM;
-        (*count)++;
-    }
-    return 0;
-}
-
-bool rt_pl_valid_name(const char *s) {
-    size_t n = strlen(s);
-    if (!n || n > SB_CONFIG_MAX_NAME) return false;
-    for (const char *p = s; *p; p++)
-        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '_' || *p == '-'))
-            return false;
-    return true;
-}
-
-int rt_pl_check_keys(vctx *c, const sb_config_node *map, const char *const *allowed) {
-    for (size_t i = 0; i < map->n_pairs; i++) {
-        const char *k = map->pairs[i].key->value;
-        bool ok = false;
-        for (const char *const *a = allowed; *a; a++) ok |= !strcmp(*a, k);
-        if (!ok) {
-            char list[400] = "";
-            for (const char *const *a = allowed; *a; a++) {
-                strncat(list, *a, sizeof list - strlen(list) - 3);
-                if (a[1]) strcat(list, ", ");
-            }
-            return FAIL(c, map->pairs[i].key, "%s: unknown key '%s' (expected one of: %s)", c->path, k, list);
-        }
-    }
-    return 0;
-}
 
 /* ------------------------------------------------------------ pipelines */
 
@@ -138,7 +42,7 @@ static void digest_node(sb_sha256_ctx *h, const sb_config_node *n) {
 static int load_cache_fold(vctx *c, const sb_config_node *n, sb_pipeline *p) {
     char **v = NULL;
     size_t k = 0;
-    int rc = rt_pl_get_strs(c, n, "cache_fold", 2, &v, &k);
+    int rc = sb_cfg_strs(PL(c), n, "cache_fold", 2, &v, &k);
     for (size_t i = 0; !rc && i < k; i++) {
         if (!strcmp(v[i], "case")) p->cache_fold |= SB_NORM_CASEFOLD;
         else if (!strcmp(v[i], "width")) p->cache_fold |= SB_NORM_NFKC;
@@ -149,6 +53,18 @@ static int load_cache_fold(vctx *c, const sb_config_node *n, sb_pipeline *p) {
     return rc;
 }
 
+/* A pipeline's own keys; its stages' are their kinds' (stage_*.c). */
+#define P(f) offsetof(sb_pipeline, f)
+static const sb_cfg_key pipeline_keys[] = {
+    { "description", SB_KEY_STR, 0, 0, P(description), NULL },
+    { "stages", SB_KEY_OTHER, 0, 0, 0, NULL },
+    { "output", SB_KEY_OTHER, 0, 0, 0, NULL },             /* a stage's name, once the stages are loaded */
+    { "timeout_ms", SB_KEY_INT, 100, 3600000, P(timeout_ms), NULL },
+    { "cache", SB_KEY_BOOL, 0, 0, P(cache), NULL },
+    { "cache_fold", SB_KEY_OTHER, 0, 0, 0, NULL },
+    RT_KEYS_END
+};
+
 static int load_pipeline(vctx *c, const sb_config_node *key, const sb_config_node *n, sb_pipeline *p) {
     p->line = key->line;
     p->col = key->col;
@@ -157,16 +73,10 @@ static int load_pipeline(vctx *c, const sb_config_node *key, const sb_config_nod
     p->cache = true;
     snprintf(c->path, sizeof c->path, "pipelines.%s", key->value);
     if (!(p->name = sb_strdup(key->value))) return SB_ENOMEM;
-    static const char *const keys[] = { "description", "stages", "output", "timeout_ms", "cache", "cache_fold", NULL };
-    int rc = rt_pl_check_keys(c, n, keys);
+    int rc = sb_cfg_keys_check(PL(c), n, pipeline_keys);
+    if (!rc) rc = sb_cfg_keys_read(PL(c), n, pipeline_keys, p);
     if (rc) return rc;
     const sb_config_node *v;
-    if ((v = sb_config_node_get(n, "description")) && (rc = rt_pl_get_str(c, v, "description", &p->description))) return rc;
-    long long t;
-    if ((v = sb_config_node_get(n, "timeout_ms")) && !(rc = rt_pl_get_int(c, v, "timeout_ms", 100, 3600000, &t)))
-        p->timeout_ms = (int)t;
-    if (rc) return rc;
-    if ((v = sb_config_node_get(n, "cache")) && (rc = rt_pl_get_bool(c, v, "cache", &p->cache))) return rc;
     if ((v = sb_config_node_get(n, "cache_fold")) && (rc = load_cache_fold(c, v, p))) return rc;
     const sb_config_node *st = sb_config_node_get(n, "stages");
     if (!st) return FAIL(c, n, "%s: missing 'stages'", c->path);
@@ -201,6 +111,7 @@ static int load_pipeline(vctx *c, const sb_config_node *key, const sb_config_nod
 }
 
 static void free_stage(sb_stage *s) {
+    if (s->own && rt_stage_kind_of(s)->free) rt_stage_kind_of(s)->free(s);  /* only its kind's check sets own */
     sb_free(s->name);
     for (size_t i = 0; i < s->n_when; i++) sb_free(s->when_intents[i]);
     sb_free(s->when_intents);

@@ -1,7 +1,7 @@
 /* retrieve.c - retrieve stages: the agency's documents for a later prompt
- * (issue 21, docs/router.md "Retrieve stages", docs/KNOWLEDGE.md).
+ * (docs/router.md "Retrieve stages", docs/KNOWLEDGE.md).
  *
- * run.c embeds the stage's rendered query through the base's embed_model
+ * stage_retrieve.c embeds the stage's rendered query through the base's embed_model
  * worker (`embed`, kind query), asynchronously like every model call; this
  * file then searches the base (kb/sb_kb.h) and renders the passages.
  *
@@ -165,19 +165,17 @@ static int search(rt_conf *c, const sb_stage *s, rt_rr *rr, const float *qvec, i
 
 static void rerank_next(rt_rr *rr);
 
-static void on_judged(void *arg, const sb_ipc_result *res) {
+static void on_judged(void *arg, const rt_reply *res) {
     rt_rr *rr = arg;
     *rr->job = NULL;
-    const sb_mp_obj *lp = res->ok ? sb_mp_map_get(res->result, "logprobs") : NULL;
-    double y = 0, n = 0;
-    if (sb_mp_count(lp) != 2 || sb_mp_as_f64(sb_mp_array_at(lp, 0), &y) || sb_mp_as_f64(sb_mp_array_at(lp, 1), &n)) {
+    if (!res->ok || res->score.n_logprobs != 2) {
         char err[SB_ERR_LEN];
         sb_seterr(err, SB_EIO, "rerank model '%s': %s", rr->s->rerank_model,
                   res->ok ? "no log-probabilities in its answer" : res->message ? res->message : "failed");
         rr->done(rr->arg, SB_EIO, err);
         return;
     }
-    rr->hits[rr->next++].rerank = sb_kb_rerank_prob(y, n);
+    rr->hits[rr->next++].rerank = sb_kb_rerank_prob(res->score.logprobs[0], res->score.logprobs[1]);
     rerank_next(rr);
 }
 

@@ -1,11 +1,14 @@
 /* run.c - executing a pipeline: one stage at a time, all on the loop.
  *
- * A run walks its stages in order. A stage whose `when:` does not match the
- * intent is skipped; an intent stage (run_intent.c) scores every label with the worker's
- * `score` (one shared prompt, one call); a generate stage calls `generate`;
- * a tool stage runs a child process or an HTTP request (tool.c). Each step
- * starts asynchronous work and returns; its callback records the result and
- * schedules the next step, so a hundred runs interleave on one thread.
+ * A run walks its stages in order. A stage whose `when:` does not match is
+ * skipped; any other is started through its kind (stage_internal.h: the
+ * intent, generate, tool and retrieve stages are each a kind in its own
+ * file), and whatever it does - a model call, a tool, a search - it comes
+ * back with one of four outcomes: done (the next stage is scheduled),
+ * waiting on a backend (its reply goes to the kind's on_reply), waiting on
+ * the caller (the run is suspended until rt_run_resume), failed (the run
+ * answers with the error). Each step starts asynchronous work and returns,
+ * so a hundred runs interleave on one thread. Nothing here names a kind.
  *
  * Failures: a model stage whose worker fails fails the run (the caller gets
  * the worker's status: 503 busy/down, 504 timeout...). A tool that fails, or
@@ -17,8 +20,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "router/run/run_internal.h"
-#include "kb/sb_kb.h"
+#include "router/run/stage_internal.h"
 
 /* Call traces are kept (the router's hook): runs keep each stage's input. */
 static bool rt_tracing(const rt_exec *ex) {
@@ -39,18 +41,45 @@ static int submitted(rt_run *run, rt_model *m, int rc) {
     return rc;
 }
 
-int rt_run_score(rt_run *run, const sb_stage *s, const char *model, rt_score_req *r, rt_done_fn on_done, char *err) {
+static void advance(rt_run *run, rt_stage_outcome o);
+
+/* A model call of the running stage answered: its kind reads the reply. */
+static void on_model_reply(void *arg, const rt_reply *r) {
+    rt_run *run = arg;
+    run->job = NULL;
+    const sb_stage *s = &run->p->stages[run->cur];
+    advance(run, rt_stage_kind_of(s)->on_reply(run, s, r));
+}
+
+/* The answer stage's tokens as they come, to the caller. */
+static void on_model_token(void *arg, const char *t, size_t n) {
+    rt_run *run = arg;
+    if (!run->t_first) {
+        run->t_first = sb_now_s();
+        rt_observe(&run->ex->be, RT_H_TTFT_PIPELINE, run->p->name, NULL, run->t_first - run->t0);
+    }
+    if (run->sink.delta) run->sink.delta(run->sink.arg, t, n);
+}
+
+int rt_run_generate(rt_run *run, const sb_stage *s, const rt_gen_req *g, char *err) {
+    rt_model *m = stage_model(run, s->model, err);
+    if (!m) return SB_EIO;
+    return submitted(run, m, rt_model_submit_gen(m, g, m->deadline_ms, g->stream ? on_model_token : NULL,
+                                                 on_model_reply, run, &run->job, err));
+}
+
+int rt_run_score(rt_run *run, const sb_stage *s, const char *model, rt_score_req *r, char *err) {
     rt_model *m = stage_model(run, model, err);
     if (!m) return SB_EIO;
     r->priority = s->priority;
-    return submitted(run, m, rt_model_submit_score(m, r, m->deadline_ms, on_done, run, &run->job, err));
+    return submitted(run, m, rt_model_submit_score(m, r, m->deadline_ms, on_model_reply, run, &run->job, err));
 }
 
-int rt_run_embed(rt_run *run, const sb_stage *s, const char *text, size_t len, rt_done_fn on_done, char *err) {
+int rt_run_embed(rt_run *run, const sb_stage *s, const char *text, size_t len, char *err) {
     rt_model *m = stage_model(run, s->model, err);
     if (!m) return SB_EIO;
     rt_embed_req r = { .kind = "query", .texts = &text, .lens = &len, .n = 1, .priority = s->priority };
-    return submitted(run, m, rt_model_submit_embed(m, &r, m->deadline_ms, on_done, run, &run->job, err));
+    return submitted(run, m, rt_model_submit_embed(m, &r, m->deadline_ms, on_model_reply, run, &run->job, err));
 }
 
 static void step_cb(evutil_socket_t fd, short what, void *arg) { step(arg); }
@@ -101,7 +130,7 @@ static bool is_answer_stage(const rt_run *run, size_t i) {
  * kept as json (false; sr->json and sr->doc cleared), so the reply stays
  * whole. */
 #define RESULT_JSON_DEPTH 3
-static bool json_fits(stage_res *sr) {
+bool rt_json_fits(stage_res *sr) {
     if (!sr->json || sb_json_depth(sr->json) <= SB_JSON_MAX_DEPTH - RESULT_JSON_DEPTH) return true;
     sb_json_doc_free(sr->doc);
     sr->doc = NULL;
@@ -145,22 +174,44 @@ static void finish(rt_run *run) {
     run_free(run);
 }
 
-void rt_run_fail(rt_run *run, int status, const char *type, const char *fmt, const char *a, const char *b) {
+rt_stage_outcome rt_stage_fail(rt_run *run, int status, const char *type, const char *fmt, const char *a,
+                               const char *b) {
     run->fail_status = status;
     run->fail_type = type;
     snprintf(run->fail_msg, sizeof run->fail_msg, fmt, a, b);
-    finish(run);
+    return RT_STAGE_FAILED;
 }
 
-void rt_run_stage_done(rt_run *run, int status, const char *error) {
+rt_stage_outcome rt_stage_refused(rt_run *run, const sb_stage *s, int rc, int other_status, const char *err) {
+    int st = rc == SB_EBUSY || rc == SB_EIO ? 503 : other_status;
+    return rt_stage_fail(run, st, rc == SB_EBUSY ? "server_busy" : "model_unavailable", "stage '%s': %s", s->name, err);
+}
+
+rt_stage_outcome rt_stage_end(rt_run *run, int status, const char *error) {
     stage_res *sr = &run->res[run->cur];
     sr->status = status;
     sr->ms = (sb_now_s() - run->t_stage) * 1e3;
     if (error) sr->error = sb_strdup(error);
     if (status == ST_OK || status == ST_ERROR) run->last_ran = (int)run->cur;
     rt_observe(&run->ex->be, RT_H_STAGE, run->p->name, run->p->stages[run->cur].name, sr->ms / 1e3);
-    run->cur++;
-    schedule(run);
+    sb_free(run->turn);         /* the next stage that asks starts without an answer */
+    run->turn = NULL;
+    return RT_STAGE_DONE;
+}
+
+rt_stage_outcome rt_stage_poll(rt_run *run, int ms) {
+    struct timeval soon = { ms / 1000, (ms % 1000) * 1000 };
+    run->polling = true;
+    evtimer_add(run->kick, &soon);
+    return RT_STAGE_WAIT_BACKEND;
+}
+
+char *rt_trimmed(const char *s, size_t n) {
+    while (n && (*s == ' ' || *s == '\n' || *s == '\r' || *s == '\t')) { s++; n--; }
+    while (n && (s[n - 1] == ' ' || s[n - 1] == '\n' || s[n - 1] == '\r' || s[n - 1] == '\t')) n--;
+    char *o = sb_malloc(n + 1);
+    if (o) { memcpy(o, s, n); o[n] = '\0'; }
+    return o;
 }
 
 /* What the running stage was given (its prompt, utterance or stdin), for
@@ -179,277 +230,111 @@ void rt_run_keep_input(rt_run *run, const char *p, size_t n) {
 
 /* An `embed` result's first vector into out[0..max): its dimension, 0 if
  * there is none or it is longer. */
-uint32_t rt_run_first_vector(const sb_ipc_result *res, float *out, uint32_t max) {
-    const sb_mp_obj *v = res->ok ? sb_mp_array_at(sb_mp_map_get(res->result, "embeddings"), 0) : NULL;
-    uint32_t dim = sb_mp_count(v);
+uint32_t rt_run_first_vector(const rt_reply *res, float *out, uint32_t max) {
+    uint32_t dim = res->ok && res->embed.n ? res->embed.dim : 0;
     if (dim > max) return 0;
-    for (uint32_t i = 0; i < dim; i++) {
-        double x = 0;
-        sb_mp_as_f64(sb_mp_array_at(v, i), &x);
-        out[i] = (float)x;
-    }
+    if (dim) memcpy(out, res->embed.vecs, dim * sizeof *out);
     return dim;
-}
-
-/* ----------------------------------------------------------- generate */
-
-static void on_gen_token(void *arg, const char *event, const sb_mp_obj *data) {
-    rt_run *run = arg;
-    const char *t;
-    size_t n;
-    if (strcmp(event, "token") || sb_mp_get_str(data, "text", SB_MP_REQUIRED, &t, &n, NULL)) return;
-    if (!run->t_first) {
-        run->t_first = sb_now_s();
-        rt_observe(&run->ex->be, RT_H_TTFT_PIPELINE, run->p->name, NULL, run->t_first - run->t0);
-    }
-    if (run->sink.delta) run->sink.delta(run->sink.arg, t, n);
-}
-
-static char *trimmed(const char *s, size_t n) {
-    while (n && (*s == ' ' || *s == '\n' || *s == '\r' || *s == '\t')) { s++; n--; }
-    while (n && (s[n - 1] == ' ' || s[n - 1] == '\n' || s[n - 1] == '\r' || s[n - 1] == '\t')) n--;
-    char *o = sb_malloc(n + 1);
-    if (o) { memcpy(o, s, n); o[n] = '\0'; }
-    return o;
-}
-
-static void on_generated(void *arg, const sb_ipc_result *res) {
-    rt_run *run = arg;
-    run->job = NULL;
-    const sb_stage *s = &run->p->stages[run->cur];
-    stage_res *sr = &run->res[run->cur];
-    if (!res->ok) {
-        const char *type;
-        int st = rt_worker_error_status(res->code, &type);
-        rt_run_fail(run, st, type, "stage '%s': %s", s->name, res->message ? res->message : "failed");
-        return;
-    }
-    const char *text = "";
-    size_t len = 0;
-    int64_t pt = 0, ct = 0;
-    double pms = 0, gms = 0;
-    sb_mp_get_str(res->result, "text", SB_MP_OPTIONAL, &text, &len, NULL);
-    sb_mp_get_int(res->result, "prompt_tokens", SB_MP_OPTIONAL, 0, INT32_MAX, &pt, NULL);
-    sb_mp_get_int(res->result, "completion_tokens", SB_MP_OPTIONAL, 0, INT32_MAX, &ct, NULL);
-    sb_mp_get_num(res->result, "prompt_ms", SB_MP_OPTIONAL, 0, 1e12, &pms, NULL);
-    sb_mp_get_num(res->result, "gen_ms", SB_MP_OPTIONAL, 0, 1e12, &gms, NULL);
-    run->model_s += (pms + gms) / 1e3;
-    sr->prompt_tokens = (int)pt;
-    sr->completion_tokens = (int)ct;
-    sr->output = trimmed(text, len);
-    if (s->json) {
-        sr->json = sb_json_extract_object(text, len, &sr->doc);
-        if (!sr->json) { rt_run_stage_done(run, ST_ERROR, "the model's output holds no valid JSON object"); return; }
-        if (!json_fits(sr)) { rt_run_stage_done(run, ST_ERROR, "the model's JSON object is nested too deeply"); return; }
-    }
-    rt_run_stage_done(run, ST_OK, NULL);
-}
-
-/* What a generate stage asks of its model, besides the prompt. */
-static void gen_from_stage(rt_gen_req *g, const sb_stage *s, bool stream) {
-    g->stream = stream;
-    g->priority = s->priority;
-    g->sampling = s->sampling;
-    g->has_seed = s->sampling.seed >= 0;
-    for (size_t i = 0; i < s->n_stops && i < RT_GEN_MAX_STOPS; i++) {
-        g->stops[i] = s->stops[i];
-        g->stop_lens[i] = strlen(s->stops[i]);
-        g->n_stops++;
-    }
-    g->json_schema = s->json_schema;
-    g->json_schema_len = s->json_schema ? strlen(s->json_schema) : 0;
-}
-
-static int start_generate(rt_run *run, const sb_stage *s, bool stream, char *err) {
-    sb_tmpl_env env = rt_run_env(run);
-    sb_segs sys, prompt;
-    sb_segs_init(&sys);
-    sb_segs_init(&prompt);
-    if (s->system) sb_tmpl_render_segs(s->system, &env, &sys);
-    sb_tmpl_render_segs(s->prompt, &env, &prompt);
-    rt_run_keep_input(run, prompt.text.p, prompt.text.len);
-    rt_gen_req g;
-    rt_gen_init(&g);
-    gen_from_stage(&g, s, stream);
-    int rc = rt_gen_set_prompt(&g, s->chat, s->system != NULL, &sys, &prompt);
-    rt_model *m = rc ? NULL : stage_model(run, s->model, err);
-    if (rc) rc = sb_seterr(err, SB_ENOMEM, "out of memory");
-    else if (!m) rc = SB_EIO;
-    else rc = submitted(run, m, rt_model_submit_gen(m, &g, m->deadline_ms, stream ? on_gen_token : NULL, on_generated,
-                                                    run, &run->job, err));
-    rt_gen_free(&g);
-    return rc;
-}
-
-/* --------------------------------------------------------------- tool */
-
-static void on_tool_done(void *arg, int rc, const char *out, size_t len, const char *err) {
-    rt_run *run = arg;
-    run->tool = NULL;
-    stage_res *sr = &run->res[run->cur];
-    sr->output = trimmed(out ? out : "", out ? len : 0);
-    if (sr->output && sr->output[0] == '{') {
-        sb_json_doc *d;
-        if (sb_json_parse(sr->output, strlen(sr->output), &d, NULL) == 0) {
-            if (sb_json_type_of(sb_json_root(d)) == SB_JSON_OBJECT) { sr->doc = d; sr->json = sb_json_root(d); }
-            else sb_json_doc_free(d);
-            json_fits(sr);          /* too deep: the stage keeps its text only */
-        }
-    }
-    rt_run_stage_done(run, rc ? ST_ERROR : ST_OK, rc ? err : NULL);
-}
-
-static int start_tool(rt_run *run, const sb_stage *s, char *err) {
-    sb_tmpl_env env = rt_run_env(run);
-    sb_jw in, args[SB_PIPE_MAX_ARGS];
-    char *argv[SB_PIPE_MAX_ARGS + 1] = {0};
-    sb_jw_init(&in);
-    const sb_tmpl *src = s->url ? s->body : s->stdin_tmpl;
-    if (src) sb_tmpl_render(src, &env, &in);
-    else if (s->args_from >= 0 && run->res[s->args_from].json) sb_jw_value(&in, run->res[s->args_from].json);
-    else if (!s->url && s->args_from < 0) sb_jw_raw(&in, run->input, strlen(run->input));  /* the default stdin */
-    int oom = in.oom;
-    rt_run_keep_input(run, in.p, in.len);
-    for (size_t i = 0; i < s->n_argv; i++) {
-        sb_jw_init(&args[i]);
-        sb_tmpl_render(s->argv[i], &env, &args[i]);
-        sb_jw_raw(&args[i], "", 0);
-        oom |= args[i].oom;
-        argv[i] = args[i].p;
-    }
-    char gate[2 * SB_CONFIG_MAX_NAME + 8];
-    snprintf(gate, sizeof gate, "%s/%s", run->p->name, s->name);
-    rt_tool_spec spec = { s->url ? NULL : argv, s->env, s->url, s->http_post, gate, s->max_concurrent,
-                          s->max_queue, s->timeout_ms };
-    int rc = oom ? sb_seterr(err, SB_ENOMEM, "out of memory")
-                 : rt_tool_start(run->ex, &spec, in.p ? in.p : "", in.len, on_tool_done, run, &run->tool, err);
-    for (size_t i = 0; i < s->n_argv; i++) sb_jw_free(&args[i]);
-    sb_jw_free(&in);
-    return rc;
-}
-
-/* ------------------------------------------------------------ retrieve */
-
-/* The retrieve stage's search (and rerank) is over: render its passages
- * and finish the stage. A missing base or a failed search is the stage's
- * error, as for a tool: the pipeline goes on with found false and can hand
- * the call off. */
-static void on_retrieved(void *arg, int rc, const char *err) {
-    rt_run *run = arg;
-    stage_res *sr = &run->res[run->cur];
-    char e[SB_ERR_LEN] = "";
-    sb_jw text, json;
-    sb_jw_init(&text);
-    sb_jw_init(&json);
-    if (!rc && !(rc = rt_retrieve_render(&run->p->stages[run->cur], run->rr, &text, &json, &sr->found, e))) {
-        sr->output = trimmed(text.p ? text.p : "", text.len);
-        if (sb_json_parse(json.p, json.len, &sr->doc, NULL) == 0) sr->json = sb_json_root(sr->doc);
-        json_fits(sr);
-    } else if (rc && err) {
-        snprintf(e, sizeof e, "%s", err);
-    }
-    sb_jw_free(&text);
-    sb_jw_free(&json);
-    rt_retrieve_free(run->rr);
-    run->rr = NULL;
-    rt_run_stage_done(run, rc ? ST_ERROR : ST_OK, rc ? e : NULL);
-}
-
-/* Search with the query vector (NULL in bm25 mode). */
-static void retrieve_with(rt_run *run, const sb_stage *s, const float *qvec, int dim) {
-    sb_tmpl_env env = rt_run_env(run);
-    sb_jw q;
-    sb_jw_init(&q);
-    sb_tmpl_render(s->query, &env, &q);
-    if (q.oom) on_retrieved(run, SB_ENOMEM, "out of memory");
-    else rt_retrieve_start(run->ex, run->conf, s, q.p ? q.p : "", q.len, qvec, dim, &run->job, on_retrieved, run,
-                           &run->rr);
-    sb_jw_free(&q);
-}
-
-static void on_query_embedded(void *arg, const sb_ipc_result *res) {
-    rt_run *run = arg;
-    run->job = NULL;
-    const sb_stage *s = &run->p->stages[run->cur];
-    float vec[4096];
-    uint32_t dim = rt_run_first_vector(res, vec, 4096);
-    run->model_s += sb_now_s() - run->t_stage;
-    if (!dim) {
-        rt_run_stage_done(run, ST_ERROR, res->ok ? "the encoder returned no vector"
-                                          : res->message ? res->message : "the encoder failed");
-        return;
-    }
-    retrieve_with(run, s, vec, (int)dim);
-}
-
-static int start_retrieve(rt_run *run, const sb_stage *s, char *err) {
-    if (s->kb_mode == SB_KB_BM25) { retrieve_with(run, s, NULL, 0); return 0; }
-    sb_tmpl_env env = rt_run_env(run);
-    sb_jw q;
-    sb_jw_init(&q);
-    sb_tmpl_render(s->query, &env, &q);
-    rt_run_keep_input(run, q.p, q.len);
-    int rc = q.oom ? sb_seterr(err, SB_ENOMEM, "out of memory")
-                   : rt_run_embed(run, s, q.p ? q.p : "", q.len, on_query_embedded, err);
-    sb_jw_free(&q);
-    return rc;
 }
 
 /* --------------------------------------------------------------- steps */
 
+static const rt_stage_kind *running_kind(const rt_run *run) {
+    return run->cur < run->p->n_stages ? rt_stage_kind_of(&run->p->stages[run->cur]) : NULL;
+}
+
+static void suspend(rt_run *run);
+
+/* Where every stage's step ends: one convention for every kind. */
+static void advance(rt_run *run, rt_stage_outcome o) {
+    switch (o) {
+    case RT_STAGE_DONE:
+        run->cur++;
+        schedule(run);
+        break;
+    case RT_STAGE_WAIT_BACKEND:
+        break;
+    case RT_STAGE_WAIT_CALLER:
+        suspend(run);
+        break;
+    case RT_STAGE_FAILED:
+        finish(run);
+        break;
+    }
+}
+
+void rt_run_report(rt_run *run, rt_stage_outcome o) { advance(run, o); }
+
 static void step(rt_run *run) {
-    if (run->done) return;
+    if (run->done || run->suspended) return;
     while (run->cur < run->p->n_stages && (run->until < 0 || run->cur <= (size_t)run->until)) {
         const sb_stage *s = &run->p->stages[run->cur];
-        if (!run->index_wait) run->t_stage = sb_now_s();
-        run->index_wait = false;
+        if (!run->polling) run->t_stage = sb_now_s();
+        run->polling = false;
         if (!when_matches(run, s)) {
             run->res[run->cur].status = ST_SKIPPED;
             run->cur++;
             continue;
         }
         run->res[run->cur].t_start = run->t_stage;
-        char err[SB_ERR_LEN];
-        int rc;
-        if (s->kind == SB_STAGE_RETRIEVE) {
-            if ((rc = start_retrieve(run, s, err))) rt_run_stage_done(run, ST_ERROR, err);
-            return;
-        }
-        if (s->kind == SB_STAGE_TOOL) {
-            rc = start_tool(run, s, err);
-            /* A full tool queue is load, not a broken tool: the caller
-             * gets 503 + Retry-After, as for a model's full queue. */
-            if (rc == SB_EBUSY) rt_run_fail(run, 503, "server_busy", "stage '%s': %s", s->name, err);
-            else if (rc) rt_run_stage_done(run, ST_ERROR, err);
-            return;
-        }
-        if (s->kind == SB_STAGE_INTENT && rt_intent_embeds(run->ex, s)) rc = rt_run_start_intent_embed(run, s, err);
-        else if (s->kind == SB_STAGE_INTENT) rc = rt_run_start_intent(run, s, err);
-        else rc = start_generate(run, s, run->sink.delta && is_answer_stage(run, run->cur), err);
-        if (rc == 1) {              /* its examples are being embedded: look again soon */
-            struct timeval soon = { 0, 20000 };
-            run->index_wait = true;
-            evtimer_add(run->kick, &soon);
-            return;
-        }
-        if (rc) {
-            int st = rc == SB_EBUSY || rc == SB_EIO ? 503 : rc == SB_EUNSUP && s->kind != SB_STAGE_INTENT ? 501 : 500;
-            rt_run_fail(run, st, rc == SB_EBUSY ? "server_busy" : "model_unavailable", "stage '%s': %s", s->name, err);
-        }
+        advance(run, rt_stage_kind_of(s)->start(run, s));
         return;
     }
     finish(run);
 }
 
-static void on_run_timeout(evutil_socket_t fd, short what, void *arg) {
-    rt_run *run = arg;
+/* The stage asks the caller: its output is the question. The run keeps its
+ * state and its hold on the config, and its clock stops: the caller may
+ * take minutes to answer. A door that cannot carry a next turn gets an
+ * error instead. */
+static void suspend(rt_run *run) {
+    const sb_stage *s = &run->p->stages[run->cur];
+    if (!run->sink.ask) {
+        rt_stage_fail(run, 501, "unsupported", "stage '%s': %s", s->name,
+                      "it waits on the caller's next turn, which this door cannot carry");
+        finish(run);
+        return;
+    }
+    run->suspended = true;
+    evtimer_del(run->timer);
+    const char *q = run->res[run->cur].output ? run->res[run->cur].output : "";
+    rt_answer a = { .text = q, .len = strlen(q), .finish_reason = "ask", .model_s = run->model_s, .run = run };
+    run_usage(run, &a.prompt_tokens, &a.completion_tokens);
+    run->sink.ask(run->sink.arg, &a);
+}
+
+int rt_run_resume(rt_run *run, const char *turn, char *err) {
+    if (!run->suspended) return sb_seterr(err, SB_EINVAL, "the run does not wait on the caller");
+    char *t = sb_strdup(turn);
+    if (!t) return sb_seterr(err, SB_ENOMEM, "out of memory");
+    sb_free(run->turn);
+    run->turn = t;
+    run->suspended = false;
+    struct timeval tv = { run->p->timeout_ms / 1000, (run->p->timeout_ms % 1000) * 1000 };
+    evtimer_add(run->timer, &tv);
+    schedule(run);
+    return 0;
+}
+
+const char *rt_run_turn(const rt_run *run) { return run->turn; }
+
+bool rt_run_streams(const rt_run *run) { return run->sink.delta && is_answer_stage(run, run->cur); }
+
+/* Whatever the running stage holds, when the run ends under it. */
+static void stop_stage(rt_run *run) {
     rt_job_cancel(run->job);
     run->job = NULL;
-    rt_tool_cancel(run->tool);
-    run->tool = NULL;
+    const rt_stage_kind *k = running_kind(run);
+    if (k && k->stop) k->stop(run);
+}
+
+static void on_run_timeout(evutil_socket_t fd, short what, void *arg) {
+    rt_run *run = arg;
+    stop_stage(run);
     char ms[32];
     snprintf(ms, sizeof ms, "%d", run->p->timeout_ms);
-    rt_run_fail(run, 504, "timeout", "pipeline did not finish within its timeout_ms (%s ms)%s", ms, "");
+    rt_stage_fail(run, 504, "timeout", "pipeline did not finish within its timeout_ms (%s ms)%s", ms, "");
+    finish(run);
 }
 
 /* ------------------------------------------------------- generations */
@@ -474,14 +359,36 @@ rt_conf *rt_conf_acquire(rt_exec *ex) {
 
 /* --------------------------------------------------------------- runs */
 
-int rt_run_start(rt_exec *ex, const char *name, const char *input, const rt_sink *sink, rt_run **out, char *err) {
-    *out = NULL;
+int rt_pipeline_resolve(rt_exec *ex, const char *name, const char *until, rt_pipeline_ref *out, char *err) {
     rt_conf *c = rt_conf_acquire(ex);
     const sb_pipeline *p = c ? sb_pipelines_find(c->pipes, name) : NULL;
-    if (!p) {
-        rt_conf_release(c);
-        return sb_seterr(err, SB_ENOTFOUND, "no pipeline named '%s'", name);
-    }
+    int at = p && until ? sb_pipeline_stage_index(p, until) : -1;
+    *out = (rt_pipeline_ref){ c, p, at };
+    if (p && (!until || at >= 0)) return 0;
+    rt_pipeline_ref_release(out);
+    if (!p) return sb_seterr(err, SB_ENOTFOUND, "no pipeline named '%s'", name);
+    return sb_seterr(err, SB_EINVAL, "pipeline '%s' has no stage '%.60s'", name, until);
+}
+
+void rt_pipeline_ref_release(rt_pipeline_ref *ref) {
+    rt_conf_release(ref->conf);
+    *ref = (rt_pipeline_ref){ NULL, NULL, -1 };
+}
+
+int rt_run_start(rt_exec *ex, const char *name, const char *input, const rt_sink *sink, rt_run **out, char *err) {
+    rt_pipeline_ref ref;
+    *out = NULL;
+    int rc = rt_pipeline_resolve(ex, name, NULL, &ref, err);
+    return rc ? rc : rt_run_start_ref(ex, &ref, input, sink, out, err);
+}
+
+int rt_run_start_ref(rt_exec *ex, rt_pipeline_ref *ref, const char *input, const rt_sink *sink, rt_run **out,
+                     char *err) {
+    *out = NULL;
+    rt_conf *c = ref->conf;
+    const sb_pipeline *p = ref->p;
+    int until = ref->until;
+    *ref = (rt_pipeline_ref){ NULL, NULL, -1 };     /* the run holds the generation now */
     rt_run *run = sb_calloc(1, sizeof *run);
     if (!run) { rt_conf_release(c); return sb_seterr(err, SB_ENOMEM, "out of memory"); }
     run->ex = ex;
@@ -490,9 +397,8 @@ int rt_run_start(rt_exec *ex, const char *name, const char *input, const rt_sink
     run->sink = *sink;
     run->intent_stage = -1;
     run->last_ran = -1;
-    run->until = -1;
+    run->until = until;
     run->t0 = sb_now_s();
-    sb_jw_init(&run->text);
     run->input = sb_strdup(input);
     run->res = sb_calloc(p->n_stages, sizeof *run->res);
     run->outputs = sb_calloc(p->n_stages, sizeof *run->outputs);
@@ -512,6 +418,7 @@ int rt_run_start(rt_exec *ex, const char *name, const char *input, const rt_sink
 
 static void run_free(rt_run *run) {
     if (!run) return;
+    stop_stage(run);
     for (size_t i = 0; run->res && i < run->p->n_stages; i++) {
         sb_free(run->res[i].output);
         sb_free(run->res[i].error);
@@ -523,28 +430,14 @@ static void run_free(rt_run *run) {
     sb_free(run->json);
     sb_free(run->input);
     sb_free(run->intent);
-    sb_jw_free(&run->text);
-    rt_retrieve_free(run->rr);
+    sb_free(run->turn);
     if (run->timer) event_free(run->timer);
     if (run->kick) event_free(run->kick);
     rt_conf_release(run->conf);
     sb_free(run);
 }
 
-void rt_run_cancel(rt_run *run) {
-    if (!run) return;
-    rt_job_cancel(run->job);
-    rt_tool_cancel(run->tool);
-    run->job = NULL;
-    run->tool = NULL;
-    run_free(run);
-}
-
-int rt_run_until(rt_run *run, const char *stage) {
-    int i = sb_pipeline_stage_index(run->p, stage);
-    if (i >= 0) run->until = i;
-    return i < 0 ? SB_ENOTFOUND : 0;
-}
+void rt_run_cancel(rt_run *run) { run_free(run); }     /* which stops the running stage */
 
 double rt_run_model_seconds(const rt_run *run) { return run->model_s; }
 const char *rt_run_pipeline(const rt_run *run) { return run->p->name; }
@@ -567,24 +460,16 @@ static void result_json(const rt_run *run, sb_jw *w, bool trace) {
     sb_jw_key(w, "confidence");
     if (run->intent) sb_jw_num(w, run->confidence); else sb_jw_null(w);
     sb_jw_key(w, "probabilities");
-    if (run->intent_stage >= 0) {
-        const sb_stage *s = &p->stages[run->intent_stage];
-        sb_jw_obj(w);
-        for (size_t i = 0; i < s->n_labels; i++) {
-            sb_jw_key(w, s->labels[i].name);
-            sb_jw_num(w, run->probs[i]);
-        }
-        sb_jw_obj_end(w);
-    } else {
-        sb_jw_null(w);
-    }
+    const sb_stage *is = run->intent_stage >= 0 ? &p->stages[run->intent_stage] : NULL;
+    if (is && rt_stage_kind_of(is)->result_json) rt_stage_kind_of(is)->result_json(run, is, w);
+    else sb_jw_null(w);
     sb_jw_key(w, "stages");
     sb_jw_arr(w);
     for (size_t i = 0; i < p->n_stages; i++) {
         const stage_res *sr = &run->res[i];
         sb_jw_obj(w);
         sb_jw_key(w, "name"); sb_jw_str(w, p->stages[i].name);
-        sb_jw_key(w, "kind"); sb_jw_str(w, sb_stage_kind_name(p->stages[i].kind));
+        sb_jw_key(w, "kind"); sb_jw_str(w, rt_stage_kind_of(&p->stages[i])->name);
         sb_jw_key(w, "status"); sb_jw_str(w, status[sr->status]);
         sb_jw_key(w, "output"); sb_jw_str(w, sr->output);
         if (sr->json) { sb_jw_key(w, "json"); sb_jw_value(w, sr->json); }
@@ -621,10 +506,9 @@ static void result_json(const rt_run *run, sb_jw *w, bool trace) {
 void rt_run_result_json(const rt_run *run, sb_jw *w) { result_json(run, w, false); }
 void rt_run_trace_json(const rt_run *run, sb_jw *w) { result_json(run, w, true); }
 
-int rt_pipeline_fingerprint(rt_exec *ex, const char *name, char *out, bool *cacheable) {
-    rt_conf *c = rt_conf_acquire(ex);
-    const sb_pipeline *p = c ? sb_pipelines_find(c->pipes, name) : NULL;
-    if (!p) { rt_conf_release(c); return SB_ENOTFOUND; }
+void rt_pipeline_fingerprint(rt_exec *ex, const rt_pipeline_ref *ref, char *out, bool *cacheable) {
+    rt_conf *c = ref->conf;
+    const sb_pipeline *p = ref->p;
     sb_sha256_ctx h;
     sb_sha256_init(&h);
     sb_sha256_update(&h, p->digest, sizeof p->digest);
@@ -632,13 +516,8 @@ int rt_pipeline_fingerprint(rt_exec *ex, const char *name, char *out, bool *cach
     for (size_t i = 0; i < p->n_stages; i++) {
         const sb_stage *s = &p->stages[i];
         const char *names[3] = { s->model, s->score_model, s->rerank_model };
-        /* An answer made from a knowledge base is only as fresh as the
-         * base: its content version is part of the key, so `kb add` or a
-         * pulled snapshot makes the old answers unreachable. A base that
-         * cannot be read makes the call uncacheable. */
-        char ver[65], err[SB_ERR_LEN];
-        if (s->kind == SB_STAGE_RETRIEVE && rt_retrieve_version(c, s, ver, err)) ok = false;
-        else if (s->kind == SB_STAGE_RETRIEVE) sb_sha256_update(&h, ver, sizeof ver);
+        const rt_stage_kind *kind = rt_stage_kind_of(s);
+        if (kind->cache_key && !kind->cache_key(c, s, &h)) ok = false;
         for (int k = 0; k < 3; k++) {
             if (!names[k]) continue;
             rt_model *m = rt_model_find(&ex->be, names[k]);
@@ -650,6 +529,4 @@ int rt_pipeline_fingerprint(rt_exec *ex, const char *name, char *out, bool *cach
     sb_sha256_final(&h, d);
     sb_hex_encode(d, sizeof d, out);
     *cacheable = ok;
-    rt_conf_release(c);
-    return 0;
 }

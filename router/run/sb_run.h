@@ -3,10 +3,12 @@
  *   pipeline*.c  pipelines from the config's `pipelines:` node tree,
  *                validated with FILE:LINE:COL errors
  *   template.c   the template language their prompts use
- *   run*.c       the executor: intent -> generate -> tool -> retrieve...,
- *                stage by stage on the loop; the intent stage
- *   tool.c       tool stages: a child process or an HTTP call, with limits
- *   retrieve.c   retrieve stages: a knowledge base search, a rerank
+ *   run.c        the executor: stage by stage on the loop, each through
+ *                its kind (stage_internal.h), with four outcomes
+ *   stage_*.c    the kinds, one file each (intent, generate, tool,
+ *                retrieve), listed in stage_kinds.c
+ *   tool.c       what tool stages run: a child process or an HTTP call, with limits
+ *   retrieve.c   what retrieve stages run: a knowledge base search, a rerank
  *   intent_embed.c  intent stages that classify by sentence embeddings
  *
  * It calls the backends (router/backend/) and reports to whoever started
@@ -42,6 +44,9 @@
 #define SB_TOOL_CONCURRENT  8
 #define SB_TOOL_QUEUE       64
 
+/* A stage's kind: its place in the table of kinds (router/run/stage_kinds.c,
+ * one file per kind); these name the built-in ones, which the front doors
+ * ask about (an intent stage's labels). */
 typedef enum { SB_STAGE_INTENT, SB_STAGE_GENERATE, SB_STAGE_TOOL, SB_STAGE_RETRIEVE } sb_stage_kind;
 /* How an intent stage decides: AUTO follows its model's kind (an encoder
  * embeds, a decoder scores); HYBRID embeds and asks score_model's label
@@ -126,6 +131,10 @@ typedef struct {
     char *rerank_prompt;            /* {{query}} and {{passage}}; NULL: SB_KB_RERANK_PROMPT */
     bool rerank_chat;               /* the prompt as a user message of the model's chat template */
     bool rerank_fuse;               /* order by RRF of the search's rank and P(yes)'s, not P(yes) alone */
+    /* A kind's own settings, when it keeps them in a struct of its own
+     * (stage_internal.h: a kind added after these keeps its block here, so
+     * adding one does not touch this struct); its free hook frees them. */
+    void *own;
 } sb_stage;
 
 typedef struct {
@@ -183,7 +192,7 @@ void sb_intent_preamble(const sb_stage *s, const sb_tmpl_env *env, sb_segs *out)
  * untrusted text become spaces: the prompt is line-framed ("Caller:",
  * "Intent:", the examples), and a caller who could start a line could
  * write a fake "Intent: x" answer or a second "Caller:" turn after his own
- * (issue 15). An `utterance:` template's own line breaks are kept. */
+ * (a prompt injection). An `utterance:` template's own line breaks are kept. */
 void sb_intent_caller(const sb_stage *s, const sb_tmpl_env *env, bool content_free, sb_segs *out);
 
 /* The first balanced {...} in text that parses as a JSON object, or NULL
@@ -265,7 +274,6 @@ typedef struct {
 /* 0, SB_EINVAL (why says what is wrong), SB_ENOMEM. */
 int  rt_tmpl_compile(const char *src, const rt_tmpl_scope *scope, sb_tmpl **out, char *why, size_t wn);
 void rt_tmpl_free(sb_tmpl *t);
-bool rt_tmpl_uses_stage(const sb_tmpl *t, int stage);
 
 /* ------------------------------------------------------ the reply sink */
 
@@ -297,25 +305,49 @@ typedef struct {
  * writer (JSON and SSE), the pipeline API's JSON, the socket's msgpack - and
  * execution writes through it without knowing the door. delta (NULL: the
  * caller does not stream) gets the answer's text as it is generated, then
- * exactly one of finish and error is called, from the loop. */
+ * exactly one of finish and error is called, from the loop.
+ * ask (NULL: the door has no next turn, and a stage that asks fails the
+ * run with 501) is called instead when a stage waits on the caller: a's
+ * text is its question, and the run stays, suspended, until the door
+ * gives it the caller's next turn (rt_run_resume) or drops it
+ * (rt_run_cancel). */
 typedef struct {
     void (*delta)(void *arg, const char *text, size_t len);
     void (*finish)(void *arg, const rt_answer *a);
     void (*error)(void *arg, const rt_failure *f);
     void *arg;
+    void (*ask)(void *arg, const rt_answer *a);
 } rt_sink;
 
 /* ------------------------------------------------------------- runs */
 
+/* A pipeline call resolved once, before anything runs: the config
+ * generation it runs in (held), the pipeline, and the stage to stop after
+ * (`until`, for evaluations and debugging; -1: run all). */
+typedef struct {
+    rt_conf *conf;
+    const sb_pipeline *p;
+    int until;
+} rt_pipeline_ref;
+/* 0; SB_ENOTFOUND: no such pipeline; SB_EINVAL: until (NULL: none) names no
+ * stage of it; err says which. Release what rt_run_start_ref does not take. */
+int  rt_pipeline_resolve(rt_exec *ex, const char *pipeline, const char *until, rt_pipeline_ref *out, char *err);
+void rt_pipeline_ref_release(rt_pipeline_ref *ref);
+
 /* Start a pipeline on input; its reply goes to *sink (copied): the tokens
  * of the stage that produces the answer as they come when sink->delta is
  * set, then its finish or its error, after which the run is freed (keep no
- * pointer to it). 0, or < 0 with err (nothing will be called). */
+ * pointer to it). 0, or < 0 with err (nothing will be called).
+ * rt_run_start_ref takes over ref's hold on the generation, whatever it
+ * returns; rt_run_start resolves the name first (no until). */
+int  rt_run_start_ref(rt_exec *ex, rt_pipeline_ref *ref, const char *input, const rt_sink *sink, rt_run **out,
+                      char *err);
 int  rt_run_start(rt_exec *ex, const char *pipeline, const char *input, const rt_sink *sink, rt_run **out, char *err);
 void rt_run_cancel(rt_run *run);                    /* no callbacks; frees */
-/* Stop after the named stage (evaluations, debugging). SB_ENOTFOUND. Call
- * right after rt_run_start, before the loop runs again. */
-int  rt_run_until(rt_run *run, const char *stage);
+/* A suspended run (its sink's ask was called) goes on with the caller's
+ * next turn: the stage that asked starts again with it. The pipeline's
+ * timeout counts again from here. 0; SB_EINVAL: the run does not wait. */
+int  rt_run_resume(rt_run *run, const char *turn, char *err);
 /* While the sink's finish or error runs: the result as the pipeline API
  * answers it, and the seconds its models computed. */
 void rt_run_result_json(const rt_run *run, sb_jw *w);
@@ -326,9 +358,9 @@ void rt_run_trace_json(const rt_run *run, sb_jw *w);
 const char *rt_run_pipeline(const rt_run *run);
 const char *rt_run_input(const rt_run *run);
 double rt_run_t0(const rt_run *run);            /* sb_now_s() when the run started */
-/* The cache identity of a pipeline: fingerprint over its definition and the
- * files of every model it uses (out: 65 bytes). 0 or SB_ENOTFOUND. */
-int  rt_pipeline_fingerprint(rt_exec *ex, const char *pipeline, char *out, bool *cacheable);
+/* The cache identity of a resolved pipeline: fingerprint over its
+ * definition and the files of every model it uses (out: 65 bytes). */
+void rt_pipeline_fingerprint(rt_exec *ex, const rt_pipeline_ref *ref, char *out, bool *cacheable);
 
 /* ------------------------------------------------------------- tools */
 

@@ -131,12 +131,6 @@ int rt_tmpl_compile(const char *src, const rt_tmpl_scope *scope, sb_tmpl **out, 
     return 0;
 }
 
-bool rt_tmpl_uses_stage(const sb_tmpl *t, int stage) {
-    for (size_t i = 0; t && i < t->n; i++)
-        if (t->pieces[i].stage == stage) return true;
-    return false;
-}
-
 /* ------------------------------------------------------------ rendering */
 
 /* Where a render goes: plain text (tool arguments, stdin, bodies), or

@@ -6,44 +6,36 @@
  * (200 mostly; 0 = no answer, 400, 500); byte 1 the piece size (0 = one
  * piece); the rest is the body, as evhttp hands it over after the transfer
  * decoding. rt_upstream_feed runs the parsing a real call runs, and:
- *   - on_done is called exactly once, with an ok result that carries a
- *     "text" string and a finish_reason, or an error with code and message;
- *   - no "token" event comes after on_done, and every token event's text
- *     is a string;
+ *   - on_done is called exactly once, with an ok typed reply that carries
+ *     a text and a finish_reason, or an error with code and message;
+ *   - no token comes after on_done, and every token has its text;
  *   - the streamed text is the concatenation of the token events.
  */
 #include <stdint.h>
 #include <string.h>
 
-#include "router/backend/sb_backend.h"
+#include "router/backend/backend_internal.h"
 
 typedef struct {
     int n_done;
     size_t event_bytes;
 } seen;
 
-static void on_event(void *arg, uint64_t id, const char *event, const sb_mp_obj *data) {
+static void on_token(void *arg, const char *text, size_t n) {
     seen *s = arg;
-    const char *t;
-    size_t n;
-    if (s->n_done || id != 1 || strcmp(event, "token")) __builtin_trap();
-    if (sb_mp_as_str(sb_mp_map_get(data, "text"), &t, &n)) __builtin_trap();
+    if (s->n_done || !text) __builtin_trap();
     s->event_bytes += n;
 }
 
-static void on_done(void *arg, uint64_t id, const sb_ipc_result *res) {
+static void on_done(void *arg, const rt_reply *res) {
     seen *s = arg;
-    const char *t, *f;
-    size_t n, fn;
-    if (s->n_done++ || id != 1) __builtin_trap();
+    if (s->n_done++) __builtin_trap();
     if (!res->ok) {
         if (!res->code || !res->message) __builtin_trap();
         return;
     }
-    if (sb_mp_as_str(sb_mp_map_get(res->result, "text"), &t, &n) ||
-        sb_mp_as_str(sb_mp_map_get(res->result, "finish_reason"), &f, &fn) || !fn)
-        __builtin_trap();
-    if (s->event_bytes && s->event_bytes != n) __builtin_trap();
+    if (!res->gen.text || !res->gen.finish_reason || !res->gen.finish_reason[0]) __builtin_trap();
+    if (s->event_bytes && s->event_bytes != res->gen.len) __builtin_trap();
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -52,7 +44,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     bool chat = data[0] & 1, stream = (data[0] & 2) != 0;
     int code = codes[(data[0] >> 2) & 7];
     seen s = { 0, 0 };
-    rt_upstream_feed(chat, stream, code, (const char *)data + 2, size - 2, data[1], on_event, on_done, &s);
+    rt_upstream_feed(chat, stream, code, (const char *)data + 2, size - 2, data[1], on_token, on_done, &s);
     if (s.n_done != 1) __builtin_trap();
     return 0;
 }

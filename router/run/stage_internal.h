@@ -1,0 +1,145 @@
+/* stage_internal.h - the stage-kind interface: what a kind of pipeline
+ * stage is to the loader (pipeline_stage.c) and to the executor (run.c).
+ *
+ * A kind is one file (stage_intent.c, stage_generate.c, stage_tool.c,
+ * stage_retrieve.c) that defines one rt_stage_kind, and one line in the
+ * table (stage_kinds.c). Neither the loader nor the executor names a kind:
+ *
+ *   loading   pipeline_stage.c reads the keys every stage has (name, kind,
+ *             when, priority), finds the kind by name in the table, refuses
+ *             keys the kind does not declare, and hands the kind its block
+ *             (check) to validate and load into the stage;
+ *   running   run.c calls start, and on_reply when the model call the
+ *             stage made answers; either returns one of the four outcomes
+ *             below, and so does a kind's own completion (a tool process,
+ *             a search) through rt_run_report. The run goes on, waits,
+ *             suspends or fails on that alone.
+ *
+ * The shape follows what the stages need, not a wish list: `keys` and
+ * `check` are the loader's half (the kind declares its keys with their
+ * types and bounds, as every config section does; check reads them with
+ * the one validator of common/, which reports FILE:LINE:COL), `start` / `on_reply` / `stop` the executor's, and two
+ * hooks cover the only places a kind shows outside its stage: the run's
+ * `probabilities` (an intent) and the pipeline's cache key (a retrieve
+ * stage's knowledge-base version). The built-in kinds keep their settings
+ * in sb_stage's fields (sb_run.h), which the front doors (route eval,
+ * traces) and the tests read; a kind added later keeps its parsed block in
+ * its own struct at sb_stage.own (check fills it, free frees it), so
+ * adding a kind changes no shared struct. tests/test_stage_kind.c adds
+ * one that way - `echo`, which also exercises waiting on the caller.
+ *
+ * Private to router/run/.
+ */
+#ifndef SB_STAGE_INTERNAL_H
+#define SB_STAGE_INTERNAL_H
+
+#include "router/run/pipeline_internal.h"
+#include "router/run/run_internal.h"
+
+/* What a stage's step came to. One convention for every kind. */
+typedef enum {
+    RT_STAGE_DONE,          /* its result is recorded (rt_stage_end): the run goes on to the next stage */
+    RT_STAGE_WAIT_BACKEND,  /* a model call, a tool, a search is out (or it polls: rt_stage_poll); the stage
+                               reports again through on_reply or rt_run_report */
+    RT_STAGE_WAIT_CALLER,   /* the stage asks the caller (its output is the question): the run is suspended
+                               with its state, and on the caller's next turn (rt_run_resume) start runs again
+                               at this stage, with rt_run_turn the answer */
+    RT_STAGE_FAILED,        /* the run fails: rt_stage_fail recorded the status and the reason */
+} rt_stage_outcome;
+
+/* What the loader may ask of the stages before a stage. */
+enum {
+    RT_KIND_SETS_INTENT = 1,    /* sets the run's intent: {{intent}} and `when: {intent: ...}` may follow it */
+    RT_KIND_FOUND = 2,          /* says found / not found: `when: {found: NAME}` may name it */
+    RT_KIND_JSON = 4,           /* its output is JSON whenever it parses: `args_from` may name it */
+};
+
+typedef struct rt_stage_kind {
+    const char *name;                   /* `kind:` in the config */
+    /* Its keys besides name, kind and when (sb_config.h's typed keys: the
+     * unknown-key check lists them; the kind's check reads the typed ones
+     * into the stage with sb_cfg_keys_read, the others itself). */
+    const sb_cfg_key *keys;
+    int default_priority;               /* its model queue priority when the stage sets none */
+    unsigned traits;                    /* RT_KIND_* */
+    /* Validate the stage's mapping n and load it into p->stages[idx] (name,
+     * kind, when and priority are loaded; unknown keys were refused). 0,
+     * SB_EINVAL through FAIL (FILE:LINE:COL), SB_ENOMEM. */
+    int (*check)(vctx *c, const sb_config_node *n, sb_pipeline *p, size_t idx, const rt_tmpl_scope *scope);
+    /* Begin the stage - or begin it again: after a poll, or on the caller's
+     * next turn. */
+    rt_stage_outcome (*start)(rt_run *run, const sb_stage *s);
+    /* The model call the stage made (rt_run_generate / _score / _embed)
+     * answered. NULL for a kind that calls no model. */
+    rt_stage_outcome (*on_reply)(rt_run *run, const sb_stage *s, const rt_reply *r);
+    /* The run ends while the stage waits (timeout, cancel, failure): drop
+     * what it holds besides the model call (run.c cancels that). NULL: nothing. */
+    void (*stop)(rt_run *run);
+    /* The value of the result's `probabilities` when this kind's stage set
+     * the intent. NULL: null. */
+    void (*result_json)(const rt_run *run, const sb_stage *s, sb_jw *w);
+    /* Add what else the pipeline's cache key must cover to h; false: the
+     * answer cannot be cached now. NULL: nothing. */
+    bool (*cache_key)(rt_conf *c, const sb_stage *s, sb_sha256_ctx *h);
+    /* Free s->own (what check put there), also after a check that failed
+     * half way. NULL: the kind keeps nothing there. */
+    void (*free)(sb_stage *s);
+} rt_stage_kind;
+
+/* ------------------------------------------------------ the table */
+
+/* The kind named name, or NULL; its index in the table is what sb_stage's
+ * kind holds (SB_STAGE_* name the built-in ones). */
+const rt_stage_kind *rt_stage_kind_find(const char *name, int *index);
+const rt_stage_kind *rt_stage_kind_of(const sb_stage *s);
+/* "intent, generate, tool or retrieve": the kinds, for messages. */
+void rt_stage_kind_list(char *out, size_t n);
+/* Add a kind after the built-in ones (a test's, or an extension's, before
+ * any config is loaded). 0, or SB_EBUSY when the table is full,
+ * SB_EINVAL when the name is taken. */
+int rt_stage_kind_register(const rt_stage_kind *k);
+
+extern const rt_stage_kind rt_kind_intent, rt_kind_generate, rt_kind_tool, rt_kind_retrieve;
+
+/* ------------------------------------------ what kinds use to load */
+
+/* A template key (FILE:LINE:COL on a mistake). */
+int rt_pl_tmpl(vctx *c, const sb_config_node *n, const char *key, const rt_tmpl_scope *scope, sb_tmpl **out);
+/* A model stage's model (required), system and chat. */
+int rt_pl_model_keys(vctx *c, const sb_config_node *n, sb_stage *s, const rt_tmpl_scope *scope);
+/* Label name's index in an intent stage, or -1. */
+int rt_pl_label_index(const sb_stage *s, const char *name);
+
+/* -------------------------------------------- what kinds use to run */
+
+/* Record the running stage's result: status ST_OK / ST_ERROR (error: why,
+ * or NULL). Returns RT_STAGE_DONE. */
+rt_stage_outcome rt_stage_end(rt_run *run, int status, const char *error);
+/* Record why the run fails (fmt takes two strings). Returns RT_STAGE_FAILED. */
+rt_stage_outcome rt_stage_fail(rt_run *run, int status, const char *type, const char *fmt, const char *a,
+                               const char *b);
+/* A model call refused when submitted (rc: SB_EBUSY full, SB_EIO down, or
+ * other_status): the run fails with 503 or other_status. */
+rt_stage_outcome rt_stage_refused(rt_run *run, const sb_stage *s, int rc, int other_status, const char *err);
+/* Start the stage again in ms (something it needs is being built).
+ * Returns RT_STAGE_WAIT_BACKEND. */
+rt_stage_outcome rt_stage_poll(rt_run *run, int ms);
+/* A stage's own asynchronous work (not a model call) came to o. */
+void rt_run_report(rt_run *run, rt_stage_outcome o);
+/* The caller's answer on this turn, after the stage asked (WAIT_CALLER);
+ * NULL on the stage's first start. */
+const char *rt_run_turn(const rt_run *run);
+/* Whether the running stage's text is the answer and the caller streams:
+ * a generation then streams its tokens to the caller. */
+bool rt_run_streams(const rt_run *run);
+/* The stage's model calls: the reply comes to its kind's on_reply. 0, or
+ * the refusal (SB_EBUSY leaves the Retry-After for the caller). */
+int rt_run_generate(rt_run *run, const sb_stage *s, const rt_gen_req *g, char *err);
+int rt_run_score(rt_run *run, const sb_stage *s, const char *model, rt_score_req *r, char *err);
+int rt_run_embed(rt_run *run, const sb_stage *s, const char *text, size_t len, char *err);
+/* text without leading and trailing white space, copied (NULL: out of memory). */
+char *rt_trimmed(const char *text, size_t len);
+/* Keep a stage's JSON only when the result can hold it (false: dropped). */
+bool rt_json_fits(stage_res *sr);
+
+#endif
