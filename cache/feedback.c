@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "common/sb_common.h"
+#include "common/sb_json.h"
 #include "cache/sb_feedback.h"
 
 struct sb_feedback {
@@ -83,6 +84,31 @@ int sb_feedback_put(sb_feedback *f, const sb_feedback_row *row, char *err) {
     return rc;
 }
 
+/* Bytes of a line break at s (0: none): what some reader of the TSV splits
+ * lines on - ASCII's (Python's str.splitlines adds \v \f and the file,
+ * group and record separators) and Unicode's NEL, LINE and PARAGRAPH
+ * SEPARATOR. A tab splits columns. */
+static size_t line_break_at(const unsigned char *s) {
+    if (*s == '\t' || *s == '\n' || *s == '\r' || *s == '\v' || *s == '\f' || (*s >= 0x1c && *s <= 0x1e)) return 1;
+    if (s[0] == 0xc2 && s[1] == 0x85) return 2;                                    /* U+0085 */
+    if (s[0] == 0xe2 && s[1] == 0x80 && (s[2] == 0xa8 || s[2] == 0xa9)) return 3;  /* U+2028, U+2029 */
+    return 0;
+}
+
+/* The caller's words as one TSV cell: line breaks and tabs become spaces,
+ * and a cell a spreadsheet would take for a formula (=, +, -, @ first)
+ * gets a leading ', as OWASP advises for CSV exports: the file is meant to
+ * be opened by people too, and its words are a stranger's. */
+static void put_cell(sb_jw *w, const char *u) {
+    const unsigned char *p = (const unsigned char *)u;
+    if (*p == '=' || *p == '+' || *p == '-' || *p == '@') sb_jw_raw(w, "'", 1);
+    while (*p) {
+        size_t n = line_break_at(p);
+        if (n) { sb_jw_raw(w, " ", 1); p += n; continue; }
+        sb_jw_raw(w, p++, 1);
+    }
+}
+
 int sb_feedback_tsv(sb_feedback *f, const char *pipeline, sb_feedback_out_fn out, void *arg, char *err) {
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(f->db,
@@ -90,22 +116,24 @@ int sb_feedback_tsv(sb_feedback *f, const char *pipeline, sb_feedback_out_fn out
                            " ORDER BY time, rowid", -1, &st, NULL) != SQLITE_OK)
         return db_err(f, SB_EIO, "select", err);
     sqlite3_bind_text(st, 1, pipeline, -1, SQLITE_STATIC);
+    sb_jw line;
+    sb_jw_init(&line);
     int rc = 0, s;
     while (!rc && (s = sqlite3_step(st)) == SQLITE_ROW) {
         const char *label = (const char *)sqlite3_column_text(st, 0);
         const char *u = (const char *)sqlite3_column_text(st, 1);
-        size_t ln = strlen(label ? label : ""), un = strlen(u ? u : "");
-        char *line = sb_malloc(ln + un + 3);
-        if (!line) { rc = sb_seterr(err, SB_ENOMEM, "out of memory"); break; }
-        memcpy(line, label ? label : "", ln);
-        line[ln] = '\t';
-        /* One example per line, two columns: the reader splits on the first tab. */
-        for (size_t i = 0; i < un; i++) line[ln + 1 + i] = u[i] == '\t' || u[i] == '\n' || u[i] == '\r' ? ' ' : u[i];
-        line[ln + 1 + un] = '\n';
-        rc = out(arg, line, ln + un + 2);
-        sb_free(line);
+        sb_jw_reset(&line);
+        /* The label is a name from the config (checked when marked); the
+         * words are the caller's. One example per line, two columns. */
+        sb_jw_raw(&line, label ? label : "", strlen(label ? label : ""));
+        sb_jw_raw(&line, "\t", 1);
+        put_cell(&line, u ? u : "");
+        sb_jw_raw(&line, "\n", 1);
+        if (line.oom) { rc = sb_seterr(err, SB_ENOMEM, "out of memory"); break; }
+        rc = out(arg, line.p, line.len);
     }
     if (!rc && s != SQLITE_DONE) rc = db_err(f, SB_EIO, "select", err);
+    sb_jw_free(&line);
     sqlite3_finalize(st);
     return rc;
 }

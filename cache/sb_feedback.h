@@ -31,8 +31,11 @@ void sb_feedback_close(sb_feedback *f);                 /* NULL ok */
 int  sb_feedback_put(sb_feedback *f, const sb_feedback_row *row, char *err);
 
 /* Every row of pipeline (NULL: all), oldest first, as TSV lines
- * "intent\tutterance\n" (tabs and line breaks in the utterance become
- * spaces) handed to out; out returning non-zero stops with that code. */
+ * "intent\tutterance\n" handed to out; out returning non-zero stops with
+ * that code. In the utterance, tabs and line breaks (\n \r \v \f, the
+ * 0x1c-0x1e separators, U+0085, U+2028, U+2029) become spaces, and one
+ * starting with = + - or @ gets a leading ' (a spreadsheet would run it as
+ * a formula). */
 typedef int (*sb_feedback_out_fn)(void *arg, const char *line, size_t len);
 int  sb_feedback_tsv(sb_feedback *f, const char *pipeline, sb_feedback_out_fn out, void *arg, char *err);
 

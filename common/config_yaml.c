@@ -67,9 +67,10 @@ static int grow(void **arr, size_t n, size_t elem) {
     return 0;
 }
 
-static int parse_node(reader *r, yaml_event_t *ev, int depth, sb_config_node **out);
+static int parse_node(reader *r, yaml_event_t *ev, int depth, const char *key, sb_config_node **out);
 
-static int parse_children(reader *r, sb_config_node *n, int depth) {
+/* key: the key n is the value of (NULL at the top), named in errors. */
+static int parse_children(reader *r, sb_config_node *n, int depth, const char *key) {
     yaml_event_type_t end = n->kind == SB_CFG_MAP ? YAML_MAPPING_END_EVENT : YAML_SEQUENCE_END_EVENT;
     for (;;) {
         yaml_event_t ev;
@@ -78,7 +79,7 @@ static int parse_children(reader *r, sb_config_node *n, int depth) {
         if (ev.type == end) { yaml_event_delete(&ev); return 0; }
         yaml_mark_t key_mark = ev.start_mark;
         sb_config_node *child = NULL;
-        rc = parse_node(r, &ev, depth + 1, &child);     /* deletes ev */
+        rc = parse_node(r, &ev, depth + 1, n->kind == SB_CFG_SEQ ? key : NULL, &child);     /* deletes ev */
         if (rc) return rc;
         if (n->kind == SB_CFG_SEQ) {
             if (grow((void **)&n->items, n->n_items, sizeof *n->items)) { sb_config_tree_free(child); return SB_ENOMEM; }
@@ -98,7 +99,7 @@ static int parse_children(reader *r, sb_config_node *n, int depth) {
             }
         }
         sb_config_node *value = NULL;
-        if ((rc = next_event(r, &ev)) || (rc = parse_node(r, &ev, depth + 1, &value))) {
+        if ((rc = next_event(r, &ev)) || (rc = parse_node(r, &ev, depth + 1, child->value, &value))) {
             sb_config_tree_free(child);
             return rc;
         }
@@ -111,8 +112,19 @@ static int parse_children(reader *r, sb_config_node *n, int depth) {
     }
 }
 
-/* Build the node that starts with *ev (which this consumes). */
-static int parse_node(reader *r, yaml_event_t *ev, int depth, sb_config_node **out) {
+/* A scalar holding NUL ("tiny\0zzz", "\x00" in a double-quoted string):
+ * every reader of the tree takes values as C strings, so it would silently
+ * become "tiny" - a model name, a tool's argv cut short. Refused. */
+static int nul_in_scalar(reader *r, yaml_mark_t m, const char *key, const yaml_event_t *ev) {
+    const char *v = (const char *)ev->data.scalar.value;
+    if (strlen(v) == ev->data.scalar.length) return 0;
+    if (!key) return at_mark(r, m, "a key or value holds NUL (\\0) after \"%.40s\": not allowed in a config string", v);
+    return at_mark(r, m, "'%s': the value holds NUL (\\0) after \"%.40s\": not allowed in a config string", key, v);
+}
+
+/* Build the node that starts with *ev (which this consumes). key: the
+ * mapping key it is the value of, or the sequence's (NULL: none). */
+static int parse_node(reader *r, yaml_event_t *ev, int depth, const char *key, sb_config_node **out) {
     *out = NULL;
     yaml_mark_t m = ev->start_mark;
     int rc = 0;
@@ -127,6 +139,8 @@ static int parse_node(reader *r, yaml_event_t *ev, int depth, sb_config_node **o
     else if (ev->type != YAML_SCALAR_EVENT && ev->type != YAML_MAPPING_START_EVENT &&
              ev->type != YAML_SEQUENCE_START_EVENT)
         rc = at_mark(r, m, "unexpected YAML event %d", (int)ev->type);
+    else if (ev->type == YAML_SCALAR_EVENT)
+        rc = nul_in_scalar(r, m, key, ev);
     if (rc) { yaml_event_delete(ev); return rc; }
 
     sb_config_node *n = sb_calloc(1, sizeof *n);
@@ -149,7 +163,7 @@ static int parse_node(reader *r, yaml_event_t *ev, int depth, sb_config_node **o
     }
     n->kind = ev->type == YAML_MAPPING_START_EVENT ? SB_CFG_MAP : SB_CFG_SEQ;
     yaml_event_delete(ev);
-    if ((rc = parse_children(r, n, depth))) { sb_config_tree_free(n); return rc; }
+    if ((rc = parse_children(r, n, depth, key))) { sb_config_tree_free(n); return rc; }
     *out = n;
     return 0;
 }
@@ -173,7 +187,7 @@ static int parse_tree(reader *r, sb_config_node **root) {
         if (t == YAML_DOCUMENT_START_EVENT) have_doc = true;
         if (t == YAML_SCALAR_EVENT || t == YAML_MAPPING_START_EVENT ||
             t == YAML_SEQUENCE_START_EVENT || t == YAML_ALIAS_EVENT) {
-            if ((rc = parse_node(r, &ev, 0, root))) goto fail;
+            if ((rc = parse_node(r, &ev, 0, NULL, root))) goto fail;
             continue;
         }
         yaml_event_delete(&ev);

@@ -28,5 +28,12 @@ size_t   sb_utf8_encode(uint32_t cp, char out[4]);
  * resumes at the next byte (llama.cpp's unicode_cpts_from_utf8).
  * *out is sb_malloc'ed. */
 int      sb_utf8_to_cpts(const char *s, size_t n, uint32_t **out, size_t *n_out);
+/* s made safe to print on a terminal, one line: control characters (C0,
+ * DEL, and C1 such as U+009B, a CSI) and bytes that are not UTF-8 become
+ * escapes (\n \r \t, \xHH, \u00HH), a backslash becomes \\; the rest
+ * is kept. For names from outside (file names, sources) that would
+ * otherwise move the cursor, recolour the screen or break a table row.
+ * sb_malloc'ed; NULL when out of memory. */
+char    *sb_utf8_escape_controls(const char *s);
 
 #endif

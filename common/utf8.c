@@ -3,6 +3,9 @@
 
 #include "common/sb_common.h"
 
+#include <stdio.h>
+#include <string.h>
+
 size_t sb_utf8_len(uint8_t lead) {
     static const uint8_t by_high_nibble[16] = { 1,1,1,1,1,1,1,1, 1,1,1,1, 2,2, 3, 4 };
     return by_high_nibble[lead >> 4];
@@ -84,4 +87,33 @@ int sb_utf8_to_cpts(const char *s, size_t n, uint32_t **out, size_t *n_out) {
     *out = c;
     *n_out = k;
     return 0;
+}
+
+char *sb_utf8_escape_controls(const char *s) {
+    const size_t n = strlen(s);
+    char *o = sb_malloc(n * 6 + 1);             /* worst case: every byte as \u00XX */
+    if (!o) return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n;) {
+        const uint8_t c = (uint8_t)s[i];
+        const size_t len = sb_utf8_valid((const uint8_t *)s + i, n - i);
+        const char *named = c == '\n' ? "\\n" : c == '\r' ? "\\r" : c == '\t' ? "\\t" : c == '\\' ? "\\\\" : NULL;
+        if (named) {
+            memcpy(o + k, named, 2);
+            k += 2;
+            i++;
+        } else if (len == 0 || c < 0x20 || c == 0x7f) {          /* C0, DEL, a byte that is not UTF-8 */
+            k += (size_t)snprintf(o + k, 5, "\\x%02x", c);
+            i++;
+        } else if (len == 2 && c == 0xc2 && (uint8_t)s[i + 1] < 0xa0) {  /* C1: U+0080..U+009F, CSI among them */
+            k += (size_t)snprintf(o + k, 7, "\\u%04x", (unsigned)(uint8_t)s[i + 1]);
+            i += 2;
+        } else {
+            memcpy(o + k, s + i, len);
+            k += len;
+            i += len;
+        }
+    }
+    o[k] = '\0';
+    return o;
 }

@@ -53,6 +53,7 @@ struct evbuffer;
 #define SB_IPC_CANCELLED        "cancelled"
 #define SB_IPC_TIMEOUT          "timeout"
 #define SB_IPC_INTERNAL         "internal"
+#define SB_IPC_INPUT_TOO_LONG   "input_too_long"   /* over a token cap: nothing was computed */
 /* Never on the wire: produced by clients when the connection drops. */
 #define SB_IPC_DISCONNECTED     "disconnected"
 

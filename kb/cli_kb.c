@@ -10,6 +10,7 @@
 #include "common/sb_cmd.h"
 #include "common/sb_config.h"
 #include "common/sb_json.h"
+#include "common/sb_utf8.h"
 
 #define PROGRESS_EVERY_S 2.0    /* a long file reports this often while it is embedded */
 
@@ -24,7 +25,11 @@ static const char *const usage_text =
     "  add FILE...        ingest .txt .md .markdown .html .htm .pdf (pdftotext) files;\n"
     "                     a changed file replaces its chunks in one transaction, an\n"
     "                     unchanged one is skipped. The source name is the base name.\n"
+    "                     Only regular files: a FIFO, device or directory is refused,\n"
+    "                     and so is a file without one of those extensions\n"
     "      --name SOURCE  the source name (one FILE only)\n"
+    "      --follow-symlinks  read through a symbolic link (refused by default: a\n"
+    "                     link to /etc/passwd would be indexed and served)\n"
     "      --fts MODE     FTS tokenizer of a NEW base: bigram (default), trigram,\n"
     "                     unicode61 (docs/KNOWLEDGE.md has the measurement)\n"
     "      --quiet        no progress on stderr\n"
@@ -66,7 +71,7 @@ typedef struct {
     const char *config, *kb, *name, *mode;
     const char *fts, *rerank_model, *rerank_prompt;
     const char *dir, *url, *edge_id, *secret_file, *ca_file;
-    int threads, top_k, quiet, json, misses, rerank_n, rerank_chat, rerank_vectors;
+    int threads, top_k, quiet, json, misses, rerank_n, rerank_chat, rerank_vectors, follow_symlinks;
     const char *dump;
 } kb_args;
 
@@ -112,7 +117,7 @@ static int open_kb(const kb_args *a, int create, int need_encoder, sb_kb **out) 
     if (fts < 0) { sb_config_free(cfg); return usage_error("unknown --fts '%s' (bigram, trigram, unicode61)", a->fts); }
     sb_kb_opts o = { .path = k->path, .create = create, .encoder_gguf = need_encoder ? m->gguf : NULL,
                      .threads = a->threads ? a->threads : m->threads, .chunk_tokens = k->chunk_tokens,
-                     .overlap = k->overlap, .fts = (sb_kb_fts)fts };
+                     .overlap = k->overlap, .fts = (sb_kb_fts)fts, .follow_symlinks = a->follow_symlinks };
     rc = sb_kb_open(&o, out, err);
     if (rc) {
         fprintf(stderr, "kb %s: %s%s\n", k->name, err,
@@ -125,6 +130,14 @@ static int open_kb(const kb_args *a, int create, int need_encoder, sb_kb **out) 
 
 /* ------------------------------------------------------------------ add */
 
+/* File and source names come from outside (a file name may hold an escape
+ * sequence or a newline): printed escaped, one line each, never raw. */
+static void print_name(FILE *f, const char *fmt, const char *name) {
+    char *e = sb_utf8_escape_controls(name);
+    fprintf(f, fmt, e ? e : "(out of memory)");
+    sb_free(e);
+}
+
 typedef struct { double last; int quiet; } progress_state;
 
 static void on_progress(void *ud, const char *source, size_t done, size_t total) {
@@ -132,7 +145,8 @@ static void on_progress(void *ud, const char *source, size_t done, size_t total)
     double now = sb_now_s();
     if (p->quiet || done == total || now - p->last < PROGRESS_EVERY_S) return;
     p->last = now;
-    fprintf(stderr, "        %s: %zu/%zu chunks embedded\n", source, done, total);
+    print_name(stderr, "        %s: ", source);
+    fprintf(stderr, "%zu/%zu chunks embedded\n", done, total);
 }
 
 static int cmd_add(const kb_args *a, int n, char **files) {
@@ -150,16 +164,18 @@ static int cmd_add(const kb_args *a, int n, char **files) {
         sb_kb_add_result r;
         double ts = sb_now_s();
         if (sb_kb_add_file(kb, files[i], a->name, on_progress, &p, &r, err)) {
-            fprintf(stderr, "kb add: %s\n", err);
+            print_name(stderr, "kb add: %s\n", err);          /* it names the file */
             failed++;
             continue;
         }
         chunks += r.n_chunks;
         if (a->quiet) continue;
-        if (r.unchanged) fprintf(stderr, "[%3d/%3d] %s: unchanged\n", i + 1, n, files[i]);
-        else fprintf(stderr, "[%3d/%3d] %s: %zu chunks, %zu tokens, %.2f s (embed %.2f s, store %.3f s)%s%s\n", i + 1,
-                     n, files[i], r.n_chunks, r.n_tokens, sb_now_s() - ts, r.embed_s, r.store_s,
-                     r.replaced ? ", replaced" : "", r.n_chunks ? "" : " - no text found");
+        fprintf(stderr, "[%3d/%3d] ", i + 1, n);
+        print_name(stderr, "%s: ", files[i]);
+        if (r.unchanged) fprintf(stderr, "unchanged\n");
+        else fprintf(stderr, "%zu chunks, %zu tokens, %.2f s (embed %.2f s, store %.3f s)%s%s\n", r.n_chunks,
+                     r.n_tokens, sb_now_s() - ts, r.embed_s, r.store_s, r.replaced ? ", replaced" : "",
+                     r.n_chunks ? "" : " - no text found");
     }
     if (!a->quiet)
         fprintf(stderr, "kb add: %d files, %zu chunks written, %.1f s%s\n", n - failed, chunks, sb_now_s() - t0,
@@ -183,9 +199,11 @@ static int cmd_list(const kb_args *a) {
         return SB_EXIT_FAIL;
     }
     printf("%-40s %7s %8s %9s  %-12s %s\n", "source", "chunks", "tokens", "bytes", "sha256", "added (unix)");
-    for (size_t i = 0; i < n; i++)
-        printf("%-40s %7d %8d %9lld  %.12s %lld\n", d[i].source, d[i].n_chunks, d[i].n_tokens, (long long)d[i].bytes,
-               d[i].sha256, (long long)d[i].added_s);
+    for (size_t i = 0; i < n; i++) {
+        print_name(stdout, "%-40s", d[i].source);
+        printf(" %7d %8d %9lld  %.12s %lld\n", d[i].n_chunks, d[i].n_tokens, (long long)d[i].bytes, d[i].sha256,
+               (long long)d[i].added_s);
+    }
     sb_kb_docs_free(d, n);
     sb_kb_close(kb);
     return SB_EXIT_OK;
@@ -198,8 +216,8 @@ static int cmd_remove(const kb_args *a, int n, char **sources) {
     if (rc) return rc;
     char err[SB_ERR_LEN];
     for (int i = 0; i < n; i++) {
-        if (sb_kb_remove(kb, sources[i], err)) { fprintf(stderr, "kb remove: %s\n", err); failed++; }
-        else if (!a->quiet) fprintf(stderr, "kb remove: %s removed\n", sources[i]);
+        if (sb_kb_remove(kb, sources[i], err)) { print_name(stderr, "kb remove: %s\n", err); failed++; }
+        else if (!a->quiet) print_name(stderr, "kb remove: %s removed\n", sources[i]);
     }
     sb_kb_close(kb);
     return failed ? SB_EXIT_FAIL : SB_EXIT_OK;
@@ -240,8 +258,18 @@ static void print_hit(const sb_kb_hit *h, int rank, int json) {
         sb_jw_free(&w);
         return;
     }
-    printf("%d. %.4f  %s%s%s  #%d\n   %s\n", rank, h->score, h->source, *h->section ? " > " : "", h->section,
-           h->position, h->text);
+    printf("%d. %.4f  ", rank, h->score);
+    print_name(stdout, "%s", h->source);
+    print_name(stdout, *h->section ? " > %s" : "%s", h->section);
+    printf("  #%d\n", h->position);
+    for (const char *line = h->text;;) {                   /* the text's lines, each escaped */
+        size_t len = strcspn(line, "\n");
+        char *l = strndup(line, len);
+        print_name(stdout, "   %s\n", l ? l : "(out of memory)");
+        free(l);
+        if (!line[len]) break;
+        line += len + 1;
+    }
 }
 
 static int cmd_search(const kb_args *a, int n, char **words) {
@@ -355,7 +383,7 @@ static int kb_cmd_pull(const kb_args *a) {
 
 int sb_cmd_kb(int argc, char **argv) {
     enum { OPT_KB = 256, OPT_NAME, OPT_FTS, OPT_QUIET, OPT_MODE, OPT_JSON, OPT_MISSES, OPT_RR_MODEL, OPT_RR_N, OPT_RR_PROMPT,
-           OPT_DIR, OPT_URL, OPT_EDGE, OPT_SECRET, OPT_CA, OPT_RR_CHAT, OPT_RR_VEC, OPT_DUMP };
+           OPT_DIR, OPT_URL, OPT_EDGE, OPT_SECRET, OPT_CA, OPT_RR_CHAT, OPT_RR_VEC, OPT_DUMP, OPT_FOLLOW };
     static const struct option opts[] = {
         { "config", required_argument, NULL, 'c' }, { "kb", required_argument, NULL, OPT_KB },
         { "threads", required_argument, NULL, 't' }, { "name", required_argument, NULL, OPT_NAME },
@@ -368,6 +396,7 @@ int sb_cmd_kb(int argc, char **argv) {
         { "edge-id", required_argument, NULL, OPT_EDGE }, { "secret-file", required_argument, NULL, OPT_SECRET },
         { "ca-file", required_argument, NULL, OPT_CA }, { "rerank-chat", no_argument, NULL, OPT_RR_CHAT },
         { "rerank-vectors", no_argument, NULL, OPT_RR_VEC }, { "dump", required_argument, NULL, OPT_DUMP },
+        { "follow-symlinks", no_argument, NULL, OPT_FOLLOW },
         { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 },
     };
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
@@ -396,6 +425,7 @@ int sb_cmd_kb(int argc, char **argv) {
         case OPT_RR_CHAT: a.rerank_chat = 1; break;
         case OPT_RR_VEC: a.rerank_vectors = 1; break;
         case OPT_DUMP: a.dump = optarg; break;
+        case OPT_FOLLOW: a.follow_symlinks = 1; break;
         case OPT_DIR: a.dir = optarg; break;
         case OPT_URL: a.url = optarg; break;
         case OPT_EDGE: a.edge_id = optarg; break;

@@ -77,19 +77,27 @@ static int para_flush(sb_bytes *p, kb_blocks *out) {
     return rc;
 }
 
+/* The end of the line that starts at s[i] (a \n, a \r\n or a lone \r -
+ * old Mac files and some exporters - ends it; so does a \f when ff), and
+ * in *next where the following line starts. */
+static size_t line_end(const char *s, size_t n, size_t i, bool ff, size_t *next) {
+    size_t e = i;
+    while (e < n && s[e] != '\n' && s[e] != '\r' && !(ff && s[e] == '\f')) e++;
+    *next = e + (e + 1 < n && s[e] == '\r' && s[e + 1] == '\n' ? 2 : 1);
+    return e;
+}
+
 /* ------------------------------------------------------------ text */
 
 static int extract_text(const char *s, size_t n, kb_blocks *out) {
     sb_bytes p = { 0 };
     int rc = 0;
-    for (size_t i = 0; i < n && !rc;) {
-        size_t e = i;
-        while (e < n && s[e] != '\n' && s[e] != '\f') e++;
+    for (size_t i = 0, next; i < n && !rc; i = next) {
+        size_t e = line_end(s, n, i, true, &next);
         size_t k = i;
         while (k < e && is_space(s[k])) k++;
         rc = k == e ? para_flush(&p, out) : para_add(&p, s + i, e - i);
         if (!rc && e < n && s[e] == '\f') rc = para_flush(&p, out);     /* pdftotext's page break */
-        i = e + 1;
     }
     if (!rc) rc = para_flush(&p, out);
     sb_free(p.p);
@@ -199,11 +207,9 @@ static int extract_md(const char *s, size_t n, kb_blocks *out) {
     sb_bytes p = { 0 }, tmp = { 0 };
     bool in_code = false;
     int rc = 0;
-    for (size_t i = 0; i < n && !rc;) {
-        size_t e = i;
-        while (e < n && s[e] != '\n') e++;
+    for (size_t i = 0, next; i < n && !rc; i = next) {
+        size_t e = line_end(s, n, i, false, &next);
         rc = md_line(s + i, e - i, &in_code, &p, &tmp, out);
-        i = e + 1;
     }
     if (!rc) rc = para_flush(&p, out);
     sb_free(p.p);
@@ -328,6 +334,12 @@ static int extract_html(const char *s, size_t n, kb_blocks *out) {
 
 int kb_extract(const char *text, size_t len, sb_kb_format fmt, kb_blocks *out) {
     *out = (kb_blocks){ 0 };
+    /* A UTF-8 byte order mark (Windows editors write one) is not text: kept,
+     * it hid the first line's "# " and so the first heading and its path. */
+    if (len >= 3 && !memcmp(text, "\xEF\xBB\xBF", 3)) {
+        text += 3;
+        len -= 3;
+    }
     int rc = fmt == SB_KB_MARKDOWN ? extract_md(text, len, out)
            : fmt == SB_KB_HTML ? extract_html(text, len, out) : extract_text(text, len, out);
     if (rc) kb_blocks_free(out);
@@ -338,7 +350,7 @@ int kb_extract(const char *text, size_t len, sb_kb_format fmt, kb_blocks *out) {
 
 int sb_kb_format_of(const char *path) {
     const char *slash = strrchr(path, '/'), *dot = strrchr(path, '.');
-    if (!dot || (slash && dot < slash)) return SB_KB_TEXT;
+    if (!dot || (slash && dot < slash)) return -1;     /* no extension: no way to tell, so no guess */
     static const struct { const char *ext; int fmt; } exts[] = {
         { ".txt", SB_KB_TEXT }, { ".text", SB_KB_TEXT }, { ".md", SB_KB_MARKDOWN }, { ".markdown", SB_KB_MARKDOWN },
         { ".html", SB_KB_HTML }, { ".htm", SB_KB_HTML }, { ".pdf", SB_KB_PDF },
@@ -371,13 +383,16 @@ static int read_fd(int fd, const char *what, char **out, size_t *len, char *err)
 /* pdftotext -q -enc UTF-8 FILE - : spawned without a shell, its stdout read
  * here; pages are separated by \f, which the text extractor treats as a
  * paragraph break. */
-static int read_pdf(const char *path, char **out, size_t *len, char *err) {
+static int read_pdf(int fd, const char *path, char **out, size_t *len, char *err) {
     int pfd[2];
     if (pipe2(pfd, O_CLOEXEC)) return sb_seterr(err, SB_EIO, "%s: pipe: %s", path, strerror(errno));
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, pfd[1], 1);
-    char *argv[] = { "pdftotext", "-q", "-enc", "UTF-8", (char *)path, "-", NULL };
+    /* pdftotext reads the file checked here (fd 3), not whatever the path
+     * names by the time it opens it. */
+    posix_spawn_file_actions_adddup2(&fa, fd, 3);
+    char *argv[] = { "pdftotext", "-q", "-enc", "UTF-8", "/dev/fd/3", "-", NULL };
     pid_t pid;
     int e = posix_spawnp(&pid, "pdftotext", &fa, NULL, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
@@ -403,24 +418,48 @@ static int read_pdf(const char *path, char **out, size_t *len, char *err) {
     return rc;
 }
 
-int sb_kb_read_file(const char *path, sb_kb_format fmt, char **out, size_t *len, char *err) {
+static const char *file_kind(mode_t m) {
+    return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISSOCK(m) ? "a socket"
+         : S_ISCHR(m) || S_ISBLK(m) ? "a device" : "not a regular file";
+}
+
+/* path opened for reading if it is a regular file (and, unless
+ * follow_symlinks, not a symbolic link). O_NONBLOCK: opening a FIFO must
+ * not wait for a writer (it did, forever) before it can be refused. */
+static int open_regular(const char *path, bool follow_symlinks, int *fd_out, char *err) {
+    struct stat st;
+    if (!follow_symlinks && lstat(path, &st) == 0 && S_ISLNK(st.st_mode))
+        return sb_seterr(err, SB_EINVAL, "%s: a symbolic link: refused (kb add --follow-symlinks reads through it)",
+                         path);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | (follow_symlinks ? 0 : O_NOFOLLOW));
+    if (fd < 0 && errno == ELOOP && !follow_symlinks)      /* made a link since the lstat */
+        return sb_seterr(err, SB_EINVAL, "%s: a symbolic link: refused (kb add --follow-symlinks reads through it)",
+                         path);
+    if (fd < 0) return sb_seterr(err, SB_EIO, "%s: %s", path, strerror(errno));
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+        int rc = sb_seterr(err, SB_EINVAL, "%s: %s: only regular files are read", path, file_kind(st.st_mode));
+        close(fd);
+        return rc;
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    *fd_out = fd;
+    return 0;
+}
+
+int sb_kb_read_file(const char *path, sb_kb_format fmt, bool follow_symlinks, char **out, size_t *len, char *err) {
     *out = NULL;
     *len = 0;
-    if ((int)fmt < 0 || fmt > SB_KB_PDF)
-        return sb_seterr(err, SB_EUNSUP, "%s: unsupported file type (expected .txt .md .markdown .html .htm .pdf)",
-                         path);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return sb_seterr(err, SB_EIO, "%s: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return sb_seterr(err, SB_EIO, "%s: not a regular file", path);
+    if ((int)fmt < 0 || fmt > SB_KB_PDF) {
+        const char *slash = strrchr(path, '/'), *dot = strrchr(path, '.');
+        if (!dot || (slash && dot < slash))
+            return sb_seterr(err, SB_EUNSUP, "%s: no file extension, so no known format (expected .txt .md "
+                             ".markdown .html .htm .pdf; rename the file)", path);
+        return sb_seterr(err, SB_EUNSUP, "%s: unsupported file type '%.16s' (expected .txt .md .markdown .html .htm "
+                         ".pdf)", path, dot);
     }
-    if (fmt == SB_KB_PDF) {
-        close(fd);
-        return read_pdf(path, out, len, err);
-    }
-    int rc = read_fd(fd, path, out, len, err);
+    int fd = -1, rc = open_regular(path, follow_symlinks, &fd, err);
+    if (rc) return rc;
+    rc = fmt == SB_KB_PDF ? read_pdf(fd, path, out, len, err) : read_fd(fd, path, out, len, err);
     close(fd);
     return rc;
 }

@@ -29,6 +29,7 @@ struct sb_kb {
     char meta_id[160];
     sb_kb_fts fts;
     int chunk_tokens, overlap;
+    bool follow_symlinks;       /* sb_kb_opts' */
     float *qvec;                /* dim floats */
 };
 
@@ -80,6 +81,7 @@ int sb_kb_open(const sb_kb_opts *o, sb_kb **out, char *err) {
     kb->chunk_tokens = o->chunk_tokens > 0 ? o->chunk_tokens : DEFAULT_CHUNK_TOKENS;
     kb->overlap = o->chunk_tokens > 0 ? o->overlap : DEFAULT_OVERLAP;
     kb->fts = o->fts;
+    kb->follow_symlinks = o->follow_symlinks;
     /* the embedder first: a wrong model must not leave an empty base behind */
     int rc = open_embedder(kb, o, err);
     if (!rc) rc = kb_store_open(o->path, o->create, o->readonly, &kb->store, err);
@@ -202,7 +204,7 @@ int sb_kb_add_file(sb_kb *kb, const char *path, const char *source, sb_kb_progre
     int fmt = sb_kb_format_of(path);
     char *text;
     size_t len;
-    int rc = sb_kb_read_file(path, (sb_kb_format)fmt, &text, &len, err);
+    int rc = sb_kb_read_file(path, (sb_kb_format)fmt, kb->follow_symlinks, &text, &len, err);
     if (rc) return rc;
     if (!source) {
         const char *slash = strrchr(path, '/');

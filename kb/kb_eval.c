@@ -32,6 +32,11 @@ static int load_tsv(const char *path, question **out, size_t *n) {
     *n = 0;
     while (!rc && (got = getline(&line, &cap, f)) >= 0) {
         lineno++;
+        if (memchr(line, '\0', (size_t)got)) {            /* it would end the query there, silently */
+            fprintf(stderr, "kb eval: %s:%zu: a NUL (\\0) in the line\n", path, lineno);
+            rc = SB_EXIT_CONFIG;
+            break;
+        }
         while (got && (line[got - 1] == '\n' || line[got - 1] == '\r')) line[--got] = '\0';
         if (!got || line[0] == '#') continue;
         char *tab = strchr(line, '\t');

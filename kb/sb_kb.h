@@ -64,13 +64,15 @@ int  sb_kb_chunk_text(const char *text, size_t len, sb_kb_format fmt, int chunk_
 void sb_kb_chunks_free(sb_kb_chunk *c, size_t n);
 
 /* The format from the file name's extension: .md .markdown, .html .htm,
- * .pdf, .txt .text (or none). -1 for anything else. */
+ * .pdf, .txt .text. -1 for anything else, and for no extension. */
 int  sb_kb_format_of(const char *path);
 /* Read a document as UTF-8 text. PDF goes through `pdftotext` (poppler-utils);
- * without it: SB_EUNSUP, err names the tool and the package. *out is
- * sb_malloc'ed and NUL-terminated. SB_EIO, SB_ERANGE (over
- * SB_KB_MAX_FILE_BYTES), SB_EUNSUP (unknown extension). */
-int  sb_kb_read_file(const char *path, sb_kb_format fmt, char **out, size_t *len, char *err);
+ * without it: SB_EUNSUP, err names the tool and the package. Only a regular
+ * file is read: a FIFO, device, directory or socket is SB_EINVAL at once
+ * (never waited on), and so is a symbolic link unless follow_symlinks.
+ * *out is sb_malloc'ed and NUL-terminated. SB_EIO, SB_ERANGE (over
+ * SB_KB_MAX_FILE_BYTES), SB_EUNSUP (no or unknown extension). */
+int  sb_kb_read_file(const char *path, sb_kb_format fmt, bool follow_symlinks, char **out, size_t *len, char *err);
 
 /* ---------------------------------------------------------------- store */
 
@@ -99,6 +101,7 @@ typedef struct {
     const char *embed_id;
     int chunk_tokens, overlap;  /* for sb_kb_add_*; 0: 200 and 32 */
     sb_kb_fts fts;              /* the FTS tokenizer of a new base */
+    int follow_symlinks;        /* sb_kb_add_file reads through a symbolic link (else refuses it) */
 } sb_kb_opts;
 
 int  sb_kb_open(const sb_kb_opts *o, sb_kb **out, char *err);

@@ -279,17 +279,25 @@ static int parse_line(eval *ev, char *line, int lineno, char *err) {
 static int read_calls(eval *ev, const char *path, char *err) {
     FILE *f = fopen(path, "r");
     if (!f) return sb_seterr(err, SB_EIO, "cannot read %s: %m", path);
-    char *line = sb_malloc(MAX_LINE);
-    size_t cap = 0;
-    int rc = line ? 0 : SB_ENOMEM, lineno = 0;
-    while (!rc && fgets(line, MAX_LINE, f)) {
+    char *line = NULL;
+    size_t cap = 0, lcap = 0;
+    ssize_t got;
+    int rc = 0, lineno = 0;
+    while (!rc && (got = getline(&line, &lcap, f)) >= 0) {
         lineno++;
-        size_t n = strlen(line);
-        if (n == MAX_LINE - 1 && line[n - 1] != '\n') {
-            rc = sb_seterr(err, SB_EFORMAT, "%s:%d: line longer than %d bytes", path, lineno, MAX_LINE - 2);
+        size_t n = (size_t)got;
+        /* A NUL would end the utterance (a C string) there, silently. */
+        const char *nul = memchr(line, '\0', n);
+        if (nul) {
+            rc = sb_seterr(err, SB_EFORMAT, "%s:%d: byte %zu is NUL (\\0): not allowed in a line", path, lineno,
+                           (size_t)(nul - line) + 1);
             break;
         }
         while (n && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = 0;
+        if (n > MAX_LINE - 2) {
+            rc = sb_seterr(err, SB_EFORMAT, "%s:%d: line longer than %d bytes", path, lineno, MAX_LINE - 2);
+            break;
+        }
         if (!n || line[0] == '#') continue;
         if (ev->n == cap) {
             call *nc = sb_realloc(ev->calls, (cap = cap ? cap * 2 : 256) * sizeof *nc);
@@ -300,7 +308,7 @@ static int read_calls(eval *ev, const char *path, char *err) {
         if ((rc = parse_line(ev, line, lineno, lerr))) sb_seterr(err, rc, "%s: %s", path, lerr);
     }
     if (!rc && ev->n == 0) rc = sb_seterr(err, SB_EFORMAT, "%s: no calls", path);
-    sb_free(line);
+    free(line);                                 /* getline's */
     fclose(f);
     return rc;
 }

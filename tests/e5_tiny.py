@@ -115,6 +115,14 @@ def make_model(path):
             add("l%d.%s.w" % (l, n), 1, H, 0.1, False, 1.0)
             add("l%d.%s.b" % (l, n), 1, H, 0.1, False)
 
+    write_e5s1(path, (H, NL, NH, FF, voc, MAXP, TVS), toks, scores, tensors)
+    return toks, scores, weights
+
+
+def write_e5s1(path, dims, toks, scores, tensors):
+    """The E5S1 file: header, vocabulary, normalisation map, tensor directory
+    and data. dims = (H, NL, NH, FF, vocab rows, window, token types);
+    tensors = [(name, dtype 0 f32 / 1 q4_0, element count, raw bytes)]."""
     blob = b"".join(t.encode() for t in toks)
     offs, o = [], 0
     for t in toks:
@@ -125,7 +133,7 @@ def make_model(path):
     for cp in sorted(NORM):
         outs = [ord(c) for c in NORM[cp]]
         norm += struct.pack("<IB", cp, len(outs)) + b"".join(struct.pack("<I", c) for c in outs)
-    head = b"E5S1" + struct.pack("<I7ifi", 1, H, NL, NH, FF, voc, MAXP, TVS, EPS, 32)
+    head = b"E5S1" + struct.pack("<I7ifi", 1, *dims, EPS, 32)
     head += struct.pack("<5iQ", len(toks), 0, 2, 1, 3, len(blob))
     head += struct.pack("<%dI" % len(offs), *offs) + struct.pack("<%df" % len(scores), *scores) + blob
     head += struct.pack("<iI", len(NORM), len(norm)) + norm
@@ -137,7 +145,43 @@ def make_model(path):
         data += raw
     with open(path, "wb") as f:
         f.write(head + directory + data)
-    return toks, scores, weights
+
+
+def make_heavy_model(path, nl=12):
+    """A random model of multilingual-e5-small's shape (384 dim, 12 heads,
+    ff 1536, a 512-token window) with nl layers and the tiny vocabulary: as
+    slow per token as the real model, for tests whose subject is how long
+    the encoder stays busy. No reference: its vectors are never checked.
+    Q4_0 blocks are written directly (one scale, random nibbles), so the
+    file takes a second to make, not the minutes a quantizer in Python would."""
+    h, nh, ff, maxp = 384, 12, 1536, 512
+    rng = random.Random(23)
+    toks, scores = pieces()
+    voc = len(toks) + 5
+    d = struct.pack("<e", 0.02)
+    tensors = []
+
+    def q4(name, rows, cols):
+        nb = rows * cols // 32
+        nib = rng.randbytes(16 * nb)
+        tensors.append((name, 1, rows * cols, b"".join(d + nib[16 * i:16 * i + 16] for i in range(nb))))
+
+    def f32(name, n, offset=0.0, scale=0.1):
+        tensors.append((name, 0, n, struct.pack("<%df" % n, *[rng.gauss(offset, scale) for _ in range(n)])))
+
+    q4("emb.word", voc, h)
+    f32("emb.pos", maxp * h, 0.0, 0.2)
+    f32("emb.type", TVS * h)
+    f32("emb.ln.w", h, 1.0)
+    f32("emb.ln.b", h)
+    for l in range(nl):
+        for n, (rows, cols) in (("q", (h, h)), ("k", (h, h)), ("v", (h, h)), ("ao", (h, h)), ("fi", (ff, h)), ("fo", (h, ff))):
+            q4("l%d.%s.w" % (l, n), rows, cols)
+            f32("l%d.%s.b" % (l, n), rows)
+        for n in ("aln", "oln"):
+            f32("l%d.%s.w" % (l, n), h, 1.0)
+            f32("l%d.%s.b" % (l, n), h)
+    write_e5s1(path, (h, nl, nh, ff, voc, maxp, TVS), toks, scores, tensors)
 
 
 # ---- the reference ------------------------------------------------------------

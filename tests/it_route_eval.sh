@@ -85,6 +85,9 @@ expect 2 "is not an encoder model" "$SB_BIN" route eval -c "$tmp/route.yaml" --p
 expect 2 "no pipeline 'nope'" "$SB_BIN" route eval -c "$tmp/route.yaml" --pipeline nope "$tmp/good.tsv"
 printf 'tax\tzh\t个税\n' > "$tmp/unknown.tsv"
 expect 2 "line 1: 'tax' is not a label of stage 'route'" ev "$tmp/unknown.tsv"
+# a NUL in a line used to end the utterance there, silently ("社保卡办理\0zzz" evaluated as "社保卡办理")
+printf 'social_insurance\tzh\t社保卡办理\0zzz\tplain\n' > "$tmp/nul.tsv"
+expect 2 "nul.tsv:1: byte 36 is NUL (\0): not allowed in a line" ev "$tmp/nul.tsv"
 expect 2 "--method expects centroid, 1nn, knn or logreg" ev --method svm "$tmp/good.tsv"
 expect 2 "--min-accuracy expects a number in [0, 1]" ev --min-accuracy 95 "$tmp/good.tsv"
 expect 1 "cannot read" ev "$tmp/missing.tsv"

@@ -392,6 +392,24 @@ static void test_yaml_level_errors(void **state) {
     assert_non_null(strstr(err, "nested deeper than 64"));
 }
 
+/* A NUL written as a YAML escape ("\0", "\x00") reached the loader's C
+ * strings and cut them there: model "tiny\0zzz" served as "tiny", a tool's
+ * argv "safe\x00; rm -rf /" ran as "safe", and `run --check` said ok. The
+ * error names the file, the line and column, and the key. (config.c
+ * refused NUL in its own top-level strings; pipelines' were not.) */
+static void test_nul_in_strings(void **state) {
+    expect_error("models:\n  a: { gguf: m.gguf }\npipelines:\n  p:\n    stages:\n"
+                 "      - { name: g, kind: generate, model: \"a\\0zzz\", prompt: hi }\n",
+                 ":6:43: 'model': the value holds NUL (\\0) after \"a\": not allowed in a config string");
+    expect_error("models:\n  a: { gguf: m.gguf }\npipelines:\n  p:\n    stages:\n"
+                 "      - name: t\n        kind: tool\n        command: [\"/bin/echo\", \"safe\\x00; rm -rf /\"]\n",
+                 ":8:32: 'command': the value holds NUL (\\0) after \"safe\": not allowed in a config string");
+    expect_error("models:\n  a: { gguf: \"m.gguf\\0zzz\" }\n",
+                 ":2:14: 'gguf': the value holds NUL (\\0) after \"m.gguf\": not allowed in a config string");
+    expect_error("models:\n  \"a\\x00b\": { gguf: m.gguf }\n",
+                 ":2:3: a key or value holds NUL (\\0) after \"a\": not allowed in a config string");
+}
+
 static void test_equal_model_for_reload(void **state) {
     sb_config *a, *b;
     char err[SB_ERR_LEN];
@@ -456,6 +474,7 @@ int main(void) {
         cmocka_unit_test(test_impossible_values),
         cmocka_unit_test(test_missing_files),
         cmocka_unit_test(test_yaml_level_errors),
+        cmocka_unit_test(test_nul_in_strings),
         cmocka_unit_test(test_equal_model_for_reload),
         cmocka_unit_test(test_parallel_and_kv_mb),
         cmocka_unit_test(test_allocation_failures),

@@ -210,6 +210,31 @@ static void test_chunk_html_markdown(void **state) {
     assert_non_null(strstr(err, "offset 3"));
 }
 
+/* A UTF-8 BOM hid the first line's "# " (the first heading and its path
+ * were lost), and a lone CR was no line break (a classic-Mac or exported
+ * file was one line). Text files likewise. */
+static void test_chunk_bom_and_cr(void **state) {
+    (void)state;
+    static const char *const md[] = {
+        "\xef\xbb\xbf# Fund\n\n## Rent\n\nBring the lease.\n",
+        "# Fund\r\r## Rent\r\rBring the lease.\r",
+        "\xef\xbb\xbf# Fund\r\n\r\n## Rent\r\n\r\nBring the lease.\r\n",
+    };
+    for (size_t i = 0; i < sizeof md / sizeof md[0]; i++) {
+        size_t n;
+        sb_kb_chunk *c = chunk(md[i], SB_KB_MARKDOWN, 50, 0, &n);
+        assert_int_equal(n, 1);
+        assert_string_equal(c[0].section, "Fund > Rent");
+        assert_string_equal(c[0].text, "Bring the lease.");
+        sb_kb_chunks_free(c, n);
+    }
+    size_t n;
+    sb_kb_chunk *c = chunk("\xef\xbb\xbfOne line.\r\rAnother paragraph.\r", SB_KB_TEXT, 50, 0, &n);
+    assert_int_equal(n, 1);
+    assert_string_equal(c[0].text, "One line.\nAnother paragraph.");
+    sb_kb_chunks_free(c, n);
+}
+
 /* ---------------------------------------------------------------- store */
 
 static char g_dir[64], g_path[128];
@@ -536,6 +561,7 @@ int main(void) {
         cmocka_unit_test(test_chunk_chinese),
         cmocka_unit_test(test_chunk_overlap),
         cmocka_unit_test(test_chunk_html_markdown),
+        cmocka_unit_test(test_chunk_bom_and_cr),
         cmocka_unit_test_setup_teardown(test_store_add_search_remove, setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_atomic_replace, setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_embedder_identity, setup, teardown),

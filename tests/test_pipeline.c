@@ -386,6 +386,14 @@ static void test_embedding_keys(void **state) {
     fclose(f);
     expect_error(HEAD INTENT "        examples_file: /tmp/sb-pipe-test-examples.tsv\n", "sb-pipe-test-examples.tsv:2:",
                  "expected 'label<TAB>utterance'");
+    /* A NUL ended the example there, silently ("x\0zzz" trained as "x"). */
+    f = fopen(tsv, "w");
+    assert_non_null(f);
+    static const char with_nul[] = "a\tfine\nb\tx\0zzz\n";
+    fwrite(with_nul, 1, sizeof with_nul - 1, f);
+    fclose(f);
+    expect_error(HEAD INTENT "        examples_file: /tmp/sb-pipe-test-examples.tsv\n", "sb-pipe-test-examples.tsv:2:",
+                 "byte 4 is NUL");
     expect_error(HEAD "      - name: route\n        kind: intent\n        model: m\n        labels:\n"
                  "          a: {}\n          b: {}\n        out_of_scope: [\"a joke\"]\n",
                  "pipe.yaml:7:9", "out-of-scope examples need a 'fallback' label");

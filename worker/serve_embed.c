@@ -49,6 +49,48 @@ static int parse_texts(const sb_mp_obj *p, const sb_mp_obj **list, const sb_mp_o
     return 0;
 }
 
+typedef struct {
+    int32_t *pieces[SB_EMBED_MAX_TEXTS];
+    size_t n_pieces[SB_EMBED_MAX_TEXTS];
+} text_pieces;
+
+static void pieces_free(text_pieces *tp, uint32_t n) {
+    for (uint32_t i = 0; i < n; i++) sb_free(tp->pieces[i]);
+}
+
+/* Every text's pieces, checked against the caps before anything is
+ * encoded: tokenizing is cheap next to the forward pass, so a text over the
+ * cap costs its tokenizing and nothing more. On failure r is answered. */
+static int tokenize_all(sb_encoder *e, sb_embed_kind kind, const sb_mp_obj *list, const sb_mp_obj *one, uint32_t n,
+                        text_pieces *tp, sb_ipc_reply *r) {
+    char err[SB_ERR_LEN];
+    int64_t total = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        const char *t;
+        size_t len;
+        sb_mp_as_str(one ? one : sb_mp_array_at(list, i), &t, &len);
+        int rc = sb_encoder_pieces(e, kind, t, len, &tp->pieces[i], &tp->n_pieces[i], err);
+        if (rc) {
+            pieces_free(tp, i);
+            sb_ipc_reply_error(r, rc == SB_ENOMEM ? SB_IPC_INTERNAL : SB_IPC_INVALID_REQUEST, "texts[%u]: %s", i, err);
+            return rc;
+        }
+        const size_t tokens = tp->n_pieces[i] + 2;                 /* <s> and </s> */
+        total += (int64_t)tokens;
+        if (tokens > SB_EMBED_MAX_TEXT_TOKENS || total > SB_EMBED_MAX_REQUEST_TOKENS) {
+            pieces_free(tp, i + 1);
+            if (tokens > SB_EMBED_MAX_TEXT_TOKENS)
+                sb_ipc_reply_error(r, SB_IPC_INPUT_TOO_LONG, "texts[%u]: %zu tokens, over the cap of %d a text", i,
+                                   tokens, SB_EMBED_MAX_TEXT_TOKENS);
+            else
+                sb_ipc_reply_error(r, SB_IPC_INPUT_TOO_LONG, "texts[0..%u]: %lld tokens, over the cap of %d a request",
+                                   i, (long long)total, SB_EMBED_MAX_REQUEST_TOKENS);
+            return SB_ERANGE;
+        }
+    }
+    return 0;
+}
+
 void sb_serve_embed(sb_encoder *e, sb_ipc_reply *r, const sb_mp_obj *params, const atomic_int *cancel,
                     sb_mp_writer *wr) {
     static const char *const allowed[] = { "text", "texts", "kind", NULL };
@@ -61,40 +103,37 @@ void sb_serve_embed(sb_encoder *e, sb_ipc_reply *r, const sb_mp_obj *params, con
         sb_ipc_reply_error(r, SB_IPC_INVALID_REQUEST, "%s", err);
         return;
     }
+    const double t0 = sb_now_s();
+    text_pieces *tp = sb_malloc(sizeof *tp);
+    if (!tp) { sb_ipc_reply_error(r, SB_IPC_INTERNAL, "out of memory"); return; }
+    if (tokenize_all(e, kind, list, one, n, tp, r)) { sb_free(tp); return; }
     const int dim = sb_encoder_dim(e);
     float *vec = sb_malloc((size_t)dim * sizeof *vec);
     int tokens[SB_EMBED_MAX_TEXTS];
-    if (!vec) { sb_ipc_reply_error(r, SB_IPC_INTERNAL, "out of memory"); return; }
-    double t0 = sb_now_s();
     int64_t total = 0;
+    int rc = vec ? 0 : sb_seterr(err, SB_ENOMEM, "out of memory");
+    uint32_t i = 0;
     sb_mp_writer_reset(wr);
     sb_mp_map(wr, 5);
     sb_mp_str(wr, "embeddings");
     sb_mp_array(wr, n);
-    for (uint32_t i = 0; i < n; i++) {
-        const char *t;
-        size_t len;
-        sb_mp_as_str(one ? one : sb_mp_array_at(list, i), &t, &len);
-        /* A long text is seconds of work: a caller who hung up stops here. */
-        if (atomic_load(cancel) && sb_ipc_reply_cancelled(r)) {
-            sb_free(vec);
-            sb_ipc_reply_error(r, SB_IPC_CANCELLED, "cancelled after %u of %u texts", i, n);
-            return;
-        }
-        int rc = sb_encoder_embed(e, kind, t, len, vec, &tokens[i], err);
-        if (rc) {
-            sb_free(vec);
-            sb_ipc_reply_error(r, rc == SB_ENOMEM ? SB_IPC_INTERNAL : SB_IPC_INVALID_REQUEST, "texts[%u]: %s", i, err);
-            return;
-        }
+    for (; i < n && !rc; i++) {
+        rc = sb_encoder_embed_pieces(e, tp->pieces[i], tp->n_pieces[i], cancel, vec, &tokens[i], err);
+        if (rc) break;
         total += tokens[i];
         sb_mp_array(wr, (uint32_t)dim);
         for (int k = 0; k < dim; k++) sb_mp_f64(wr, vec[k]);
     }
     sb_free(vec);
+    pieces_free(tp, n);
+    sb_free(tp);
+    /* Cancelled: the caller hung up (or the worker is stopping) - the
+     * encoder stopped inside the text, between two layers. */
+    if (rc == SB_ECANCEL) { sb_ipc_reply_error(r, SB_IPC_CANCELLED, "cancelled in text %u of %u", i + 1, n); return; }
+    if (rc) { sb_ipc_reply_error(r, rc == SB_ENOMEM ? SB_IPC_INTERNAL : SB_IPC_INVALID_REQUEST, "texts[%u]: %s", i, err); return; }
     sb_mp_str(wr, "tokens");
     sb_mp_array(wr, n);
-    for (uint32_t i = 0; i < n; i++) sb_mp_i64(wr, tokens[i]);
+    for (uint32_t k = 0; k < n; k++) sb_mp_i64(wr, tokens[k]);
     sb_mp_kv_i64(wr, "n_tokens", total);
     sb_mp_kv_i64(wr, "dim", dim);
     sb_mp_kv_f64(wr, "embed_ms", (sb_now_s() - t0) * 1e3);

@@ -70,6 +70,7 @@ int rt_worker_error_status(const char *code, const char **type) {
         { SB_IPC_BUSY, 503, "server_busy" },
         { SB_IPC_DISCONNECTED, 503, "model_unavailable" },
         { SB_IPC_INVALID_REQUEST, 400, "invalid_request_error" },
+        { SB_IPC_INPUT_TOO_LONG, 400, "input_too_long" },         /* an encoder's token caps */
         { SB_IPC_TIMEOUT, 504, "timeout" },
         { SB_IPC_CANCELLED, 499, "cancelled" },
         { "upstream_error", 502, "upstream_error" },      /* upstream.c */

@@ -95,6 +95,12 @@ static int load_examples_file(vctx *c, const sb_config_node *n, sb_stage *s) {
         lineno++;
         while (got && (line[got - 1] == '\n' || line[got - 1] == '\r')) line[--got] = '\0';
         if (!got || line[0] == '#') continue;
+        const char *nul = memchr(line, '\0', (size_t)got);     /* it would end the example there, silently */
+        if (nul) {
+            rc = FAIL(c, n, "%s.examples_file: %s:%d: byte %d is NUL (\\0): not allowed in a line", c->path, path,
+                      lineno, (int)(nul - line) + 1);
+            break;
+        }
         char *tab = strchr(line, '\t');
         if (tab) *tab = '\0';
         int label = tab ? rt_pl_label_index(s, line) : -1;

