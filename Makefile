@@ -30,7 +30,7 @@ OPT     := -O2
 LDSAN   :=
 endif
 
-TOP      := common ipc worker cache kb router supervisor
+TOP      := common ipc worker cache kb privacy router supervisor
 MODULES  := $(patsubst %/,%,$(sort $(dir $(shell find $(TOP) -name '*.c' 2>/dev/null))))
 INCLUDES := -I.
 WARN     := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter

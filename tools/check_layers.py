@@ -35,14 +35,15 @@ DEPS = {
     "worker/quantize": ["worker/engine"],       # uses the engine's pool and encoder
     "worker": ["worker/engine", "ipc"],         # the worker server (serve*.c)
     "worker/cli": ["worker/quantize"],          # the model commands (inspect, quantize...)
-    "cache": ["ipc", "worker/gguf"],            # the local cache: SQLite, keys, NFKC
+    "cache": ["ipc", "worker/gguf", "privacy"],            # the local cache: SQLite, keys, NFKC
     "cache/sync": ["cache"],                    # the edge's sync client (libcurl) and `cache`
     "cache/cloud": ["cache"],                   # the cloud server (`switchboard cloud`, PostgreSQL)
     "kb": ["cache/sync", "worker/engine"],      # pulls published snapshots through the sync
+    "privacy": ["common"],                      # personal-data detection, placeholders, restore
     "router/classify": ["common"],              # the embedding classifier: vectors in, labels out
     "router/backend": ["cache", "worker/engine", "ipc"],    # models: local workers, upstreams; the typed request
     "router/run": ["router/backend", "router/classify", "kb"],  # pipeline execution, never a front door
-    "router": ["router/run", "kb", "worker/engine"],    # the front doors; never the cloud
+    "router": ["router/run", "kb", "worker/engine", "privacy"],    # the front doors; never the cloud
     "supervisor": ["router", "worker", "worker/cli", "cache/cloud"],
 }
 INTERNAL = re.compile(r"_(internal|impl)\.h$")
