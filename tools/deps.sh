@@ -32,7 +32,10 @@ case "$mode" in
     # (tests/it_setup.sh makes a bare venv), openssl (tests/it_sync_tls.sh
     # makes its certificates), chromium (tests/it_console.sh opens the
     # console in a headless browser), the openai client.
-    check) need+=(libcmocka-dev postgresql python3-venv openssl chromium); py_pkgs+=(openai) ;;
+    check) need+=(libcmocka-dev postgresql python3-venv openssl chromium); py_pkgs+=(openai)
+           # jinja2: tests/it_chat_tools.sh renders the chat templates with it, the
+           # reference our tool-calling prompts are compared with byte for byte.
+           py_pkgs+=(jinja2) ;;
     *) echo "usage: tools/deps.sh [check|demo]" >&2; exit 2 ;;
 esac
 [ "${SB_WITH_FUZZ:-0}" = 1 ] && need+=(clang libclang-rt-14-dev)

@@ -37,6 +37,7 @@
 
 #include <stddef.h>
 #include "common/sb_common.h"
+#include "common/sb_json.h"
 #include "worker/tokenizer/sb_vocab.h"
 
 typedef enum {
@@ -57,10 +58,20 @@ typedef enum {
  * NULL, the n_parts pieces there, each trusted or not as it says (a
  * pipeline's own prompt text around a caller's words). */
 typedef struct {
+    const char *id;             /* the call's id (not written by the templates we render) */
+    const char *name;           /* the function's name */
+    const char *arguments;      /* its arguments: JSON text as OpenAI sends it (a string) */
+    size_t arguments_len;
+} sb_chat_call;
+
+typedef struct {
     const char *role;
-    const char *content;
+    const char *content;        /* may be NULL for an assistant message with calls */
     const sb_text_seg *parts;
     size_t n_parts;
+    const sb_chat_call *calls;  /* an assistant message's tool calls (chat_tools.c) */
+    size_t n_calls;
+    const char *tool_call_id;   /* a "tool" message: the call it answers */
 } sb_chat_msg;
 
 /* Which format the Jinja source tmpl[0..len) writes (not NUL-terminated; a
@@ -95,5 +106,61 @@ int sb_chat_apply(int kind, const sb_chat_msg *msgs, size_t n, int add_generatio
  * that wants the prompt the template itself renders prepends it as a system
  * message when msgs[0] is not one. */
 int sb_chat_default_system(const char *tmpl, size_t len, const char **text, size_t *text_len);
+
+/* ---- Tools (chat_tools.c) ----
+ * OpenAI's function calling, rendered as the model's own template does:
+ * the `tools` array, assistant messages carrying calls, and "tool" messages
+ * (results) in the history. Three families:
+ *   hermes    Qwen2.5's template (it writes "<tools>" and "<tool_call>"):
+ *             the tools in its system block, a call as
+ *             "<tool_call>\n{"name": N, "arguments": A}\n</tool_call>",
+ *             results as "<tool_response>" blocks in one user turn.
+ *   llama31   Llama-3.1's (it writes "Environment: ipython"): the tools
+ *             (JSON, indent 4) in the first user message, a call as the
+ *             assistant's whole turn {"name": N, "parameters": A}, results
+ *             in an "ipython" turn as a JSON string; one call per turn.
+ *   generic   any other template: the hermes text (the tools and how to
+ *             call them) appended to the system message, calls as that
+ *             text in the assistant message, results as a user message of
+ *             "<tool_response>" blocks, all written in the template's own
+ *             format (sb_chat_apply_prompt).
+ * Byte for byte what the GGUF's Jinja template renders through
+ * transformers' environment (tojson = Python's json.dumps, ensure_ascii
+ * off), checked by tests/it_chat_tools.sh with jinja2, except that trim
+ * strips C-locale whitespace only (Python's str.strip also strips Unicode
+ * spaces). The tools' JSON, names, arguments and results are the caller's:
+ * tokenized as text, so a "<tool_call>" inside them is never the token. */
+enum { SB_TOOLS_GENERIC = 0, SB_TOOLS_HERMES, SB_TOOLS_LLAMA31 };
+
+/* What the renderer needs from a template, copied out of its source. */
+typedef struct {
+    int kind;                   /* sb_chat_kind (UNKNOWN renders as chatml) */
+    int tools;                  /* SB_TOOLS_* */
+    char *default_system;       /* hermes: the system text when none is given */
+    char date[32];              /* llama31: "Today Date: " (its date_string, or today) */
+} sb_chat_tmpl;
+
+/* Fill t from the Jinja source (NULL: no template, generic chatml).
+ * SB_ENOMEM; sb_chat_tmpl_free releases it. */
+int  sb_chat_tmpl_init(sb_chat_tmpl *t, const char *tmpl, size_t len);
+void sb_chat_tmpl_free(sb_chat_tmpl *t);
+const char *sb_chat_tools_name(int tools);  /* "generic", "hermes", "llama31" */
+
+/* Format msgs with tools (tools_json: OpenAI's `tools` array as JSON text,
+ * or NULL for none) into *out. SB_EINVAL with err naming the message or
+ * tool for what the template cannot write (no first user message for
+ * llama31's tools, two calls in one llama31 turn, a bad role, invalid
+ * tools JSON), SB_ENOMEM. */
+int sb_chat_apply_tools(const sb_chat_tmpl *t, const sb_chat_msg *msgs, size_t n, const char *tools_json,
+                        size_t tools_len, int add_generation_prompt, sb_prompt *out, char *err);
+
+/* Python's json.dumps(json.loads(json), ensure_ascii=False, indent=indent)
+ * (indent < 0: None) appended to w (an sb_jw used as a byte buffer; from
+ * sb_json.h), for JSON text that sb_json_parse accepts. */
+int sb_chat_py_json(sb_jw *w, const char *json, size_t len, int indent);
+/* The text of member `key` of the JSON object obj[0..len), as written (so
+ * that 1.0 stays 1.0 on its way to a template). SB_EINVAL for text that is
+ * not a JSON object, SB_ENOTFOUND. */
+int sb_chat_json_member(const char *obj, size_t len, const char *key, const char **at, size_t *n);
 
 #endif
