@@ -66,6 +66,11 @@ typedef struct {
     int stream;
     char *buf;
     size_t len, cap;
+    /* With a tool grammar: the byte a call opens with ('<', '{'), and what
+     * the first byte said: 0 not yet, 1 text (streamed), 2 calls (held back
+     * for the reply's tool_calls). 0 without tools. */
+    char call_opener;
+    int decided;
 } gen_sink;
 
 typedef struct {
@@ -74,6 +79,8 @@ typedef struct {
     int32_t *ids;
     size_t n_ids;
     gen_sink sink;
+    sb_jw tools_spec;           /* the tool grammar's spec (o.tools_grammar points into it) */
+    int tools_format;           /* SB_TOOLS_* for reading the calls back */
 } gen_req;
 
 typedef struct {

@@ -9,5 +9,8 @@
 void chat_put_content(sb_prompt *b, const sb_chat_msg *m, int trim);
 /* 1 when r can be written into a template's text: 1-32 of A-Z a-z 0-9 _ -. */
 int chat_valid_role(const char *r);
+/* One past the JSON value that starts at p (strings, nesting and scalars
+ * followed; no validation): where a value in text ends. */
+const char *chat_json_skip(const char *p, const char *end);
 
 #endif

@@ -295,7 +295,7 @@ static void put_msg_content(sb_prompt *b, const sb_chat_msg *m, int trim) {
 static int is_role(const sb_chat_msg *m, const char *role) { return !strcmp(m->role, role); }
 
 /* One past the JSON value starting at p (valid JSON: the parser checked it). */
-static const char *skip_value(const char *p, const char *end) {
+const char *chat_json_skip(const char *p, const char *end) {
     int depth = 0, in_str = 0;
     const char *start = p;
     for (; p < end; p++) {
@@ -319,7 +319,7 @@ static int next_item(const char **p, const char *end, const char **at, size_t *l
     skip_ws(&j);
     if (j.p >= end || *j.p == ']') return 0;
     *at = j.p;
-    *p = skip_value(j.p, end);
+    *p = chat_json_skip(j.p, end);
     *len = (size_t)(*p - *at);
     return 1;
 }
@@ -340,13 +340,13 @@ int sb_chat_json_member(const char *obj, size_t len, const char *key, const char
         skip_ws(&j);
         if (j.p >= end || *j.p != '"') return SB_ENOTFOUND;
         k = j.p;
-        j.p = skip_value(j.p, end);
+        j.p = chat_json_skip(j.p, end);
         kn = (size_t)(j.p - k);
         skip_ws(&j);
         j.p++;                                      /* ':' */
         skip_ws(&j);
         const char *v = j.p;
-        j.p = skip_value(j.p, end);
+        j.p = chat_json_skip(j.p, end);
         /* keys compared as written: an escaped spelling of key is not found */
         if (kn == want + 2 && !memcmp(k + 1, key, want)) { *at = v; *n = (size_t)(j.p - v); return 0; }
         skip_ws(&j);

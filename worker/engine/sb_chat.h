@@ -38,6 +38,7 @@
 #include <stddef.h>
 #include "common/sb_common.h"
 #include "common/sb_json.h"
+#include "worker/engine/sb_grammar.h"
 #include "worker/tokenizer/sb_vocab.h"
 
 typedef enum {
@@ -162,5 +163,40 @@ int sb_chat_py_json(sb_jw *w, const char *json, size_t len, int indent);
  * that 1.0 stays 1.0 on its way to a template). SB_EINVAL for text that is
  * not a JSON object, SB_ENOTFOUND. */
 int sb_chat_json_member(const char *obj, size_t len, const char *key, const char **at, size_t *n);
+
+/* ---- Tool calls (tool_calls.c) ----
+ * What the model may answer with tools, enforced by a grammar (sb_grammar.h):
+ *   required   one call (or, when parallel, several separated by "\n") and
+ *              nothing else: hermes and generic "<tool_call>\n{"name": N,
+ *              "arguments": A}\n</tool_call>", llama31 {"name": N,
+ *              "parameters": A}; N one of the functions (the named one when
+ *              tool_choice names it), A valid against its `parameters`
+ *              schema (the subset of docs/GRAMMAR.md);
+ *   auto       those calls, or text that does not open like one (its first
+ *              byte is not '<', for llama31 not '{');
+ *   none       no grammar (the caller does not ask for one).
+ * llama31 takes one call per answer whatever parallel says; the others at
+ * most SB_TOOL_MAX_CALLS (a model that would call on and on stops there). */
+#define SB_TOOL_MAX_CALLS 8
+enum { SB_TOOL_CHOICE_NONE = 0, SB_TOOL_CHOICE_AUTO, SB_TOOL_CHOICE_REQUIRED };
+const char *sb_tool_choice_name(int choice);            /* "none", "auto", "required" */
+
+/* The grammar's spec, as JSON text appended to out (the key a compiled
+ * grammar is cached under): tools is OpenAI's `tools` array, name the one
+ * function tool_choice names (NULL: any). SB_EINVAL naming the tool or the
+ * choice that is wrong, SB_ENOMEM. The parameters' schemas are checked when
+ * the spec is compiled. */
+int sb_chat_tools_spec(int format, const char *tools, size_t len, int choice, const char *name, int parallel,
+                       sb_jw *out, char *err);
+/* Compile a spec from sb_chat_tools_spec. SB_EINVAL with the schema
+ * compiler's message for a `parameters` outside the subset. */
+int sb_chat_tools_grammar(const char *spec, size_t len, sb_grammar **out, char *err);
+
+/* The calls of an answer in format: *calls (sb_malloc'ed, names and
+ * arguments NUL-terminated, arguments the JSON text as the model wrote
+ * it), or none (*n_calls 0) when the answer is not calls and only calls,
+ * e.g. text, or a call cut short. 0 or SB_ENOMEM. */
+int  sb_chat_parse_calls(int format, const char *text, size_t len, sb_chat_call **calls, size_t *n_calls);
+void sb_chat_calls_free(sb_chat_call *calls, size_t n);
 
 #endif

@@ -44,6 +44,11 @@ int  sb_engine_chat_kind(const sb_engine *e);     /* SB_CHAT_*; UNKNOWN falls ba
  * to *out: markers trusted, contents untrusted unless given as trusted parts
  * (sb_chat.h). Tokenize the result with sb_engine_tokenize_prompt. */
 int sb_engine_chat_prompt(const sb_engine *e, const sb_chat_msg *msgs, size_t n, sb_prompt *out, char *err);
+/* The same with tools (OpenAI's `tools` JSON array, or NULL), calls and
+ * results in the history, in the template's tool format (sb_chat.h). */
+int sb_engine_chat_prompt_tools(const sb_engine *e, const sb_chat_msg *msgs, size_t n, const char *tools,
+                                size_t tools_len, sb_prompt *out, char *err);
+int sb_engine_tools_format(const sb_engine *e);  /* SB_TOOLS_* of the model's template */
 /* Tokenize with the model's BOS rule; special tokens parsed when `special`. */
 int sb_engine_tokenize(const sb_engine *e, const char *text, size_t len, int special,
                        int32_t **out, size_t *n, char *err);
@@ -71,6 +76,11 @@ typedef struct {
      * for the engine's last few schemas. */
     const char *json_schema;
     size_t json_schema_len;
+    /* Or a tool-call grammar's spec (sb_chat_tools_spec): the answer is
+     * calls to the tools, or text, as the spec's choice says. Cached like a
+     * schema. Ignored when json_schema is set. */
+    const char *tools_grammar;
+    size_t tools_grammar_len;
     /* Speculative decoding (docs/SPECULATIVE.md): draft up to `lookup`
      * tokens per step by prompt lookup, or up to `n_draft` with the `draft`
      * engine (checked with sb_engine_check_draft; lookup wins when both are
