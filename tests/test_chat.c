@@ -481,6 +481,38 @@ static void test_py_json(void **state) {
     assert_int_equal(sb_chat_json_member("[1]", 3, "tools", &at, &n), SB_EINVAL);
 }
 
+/* Calls read back: only an answer that is calls and nothing else. */
+static void test_parse_calls(void **state) {
+    (void)state;
+    static const struct { int format; const char *text; int n; const char *name1, *args1; } cases[] = {
+        { SB_TOOLS_HERMES, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": [1, \"}\"]}}\n</tool_call>", 1, "f",
+          "{\"a\": [1, \"}\"]}" },
+        { SB_TOOLS_GENERIC, " <tool_call>\n{\"name\":\"f\",\"arguments\":{}}\n</tool_call>\n<tool_call>\n"
+          "{\"arguments\": {\"x\": 1}, \"name\": \"g\"}\n</tool_call>\n", 2, "f", "{}" },
+        { SB_TOOLS_LLAMA31, "{\"name\": \"f\", \"parameters\": {\"q\": \"<tool_call>\"}}", 1, "f", "{\"q\": \"<tool_call>\"}" },
+        { SB_TOOLS_HERMES, "Sure. <tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>", 0, NULL, NULL },
+        { SB_TOOLS_HERMES, "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call> and more", 0, NULL, NULL },
+        { SB_TOOLS_HERMES, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": ", 0, NULL, NULL },
+        { SB_TOOLS_HERMES, "<tool_call>\n{\"name\": 3, \"arguments\": {}}\n</tool_call>", 0, NULL, NULL },
+        { SB_TOOLS_HERMES, "<tool_call>\n{\"name\": \"f\"}\n</tool_call>", 0, NULL, NULL },
+        { SB_TOOLS_LLAMA31, "{\"name\": \"f\", \"arguments\": {}}", 0, NULL, NULL },
+        { SB_TOOLS_LLAMA31, "{\"name\": \"f\", \"parameters\": {}} {\"name\": \"f\", \"parameters\": {}}", 0, NULL, NULL },
+        { SB_TOOLS_HERMES, "", 0, NULL, NULL },
+    };
+    for (size_t i = 0; i < SB_ARRAY_LEN(cases); i++) {
+        sb_chat_call *c;
+        size_t n;
+        assert_int_equal(sb_chat_parse_calls(cases[i].format, cases[i].text, strlen(cases[i].text), &c, &n), 0);
+        if ((int)n != cases[i].n) fail_msg("case %zu: %zu calls, want %d", i, n, cases[i].n);
+        if (n) {
+            assert_string_equal(c[0].name, cases[i].name1);
+            assert_string_equal(c[0].arguments, cases[i].args1);
+            assert_int_equal(c[0].arguments_len, strlen(cases[i].args1));
+        }
+        sb_chat_calls_free(c, n);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden_prompts),
@@ -492,6 +524,7 @@ int main(void) {
         cmocka_unit_test(test_errors_and_alloc_failures),
         cmocka_unit_test(test_tools_caller_tags_stay_text),
         cmocka_unit_test(test_py_json),
+        cmocka_unit_test(test_parse_calls),
     };
     return cmocka_run_group_tests_name("chat", tests, NULL, NULL);
 }

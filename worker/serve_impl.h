@@ -60,6 +60,15 @@ typedef struct {
     sb_mp_writer *wr;
 } stream_ctx;
 
+/* One generated token's log-probability and its position's top tokens. */
+typedef struct {
+    int32_t tok;
+    float lp;
+    int n_top;
+    int32_t top[SB_MAX_TOP_LOGPROBS];
+    float top_lp[SB_MAX_TOP_LOGPROBS];
+} lp_entry;
+
 /* Collects the whole text for the final response (streamed or not). */
 typedef struct {
     stream_ctx s;
@@ -71,6 +80,12 @@ typedef struct {
      * for the reply's tool_calls). 0 without tools. */
     char call_opener;
     int decided;
+    /* logprobs: every emitted token's (the result), and how many the token
+     * events have carried so far (a piece can hold several tokens' text) */
+    const sb_vocab *vocab;
+    lp_entry *lps;
+    size_t n_lps, cap_lps, lps_sent;
+    int lps_failed;             /* out of memory: the reply says so */
 } gen_sink;
 
 typedef struct {

@@ -165,14 +165,65 @@ int sb_serve_request_tokens(worker *w, const sb_mp_obj *params, const char *key,
 
 /* ---- generate and score requests -------------------------------------------- */
 
-static int on_piece(void *ud, const char *text, size_t len, int32_t token) {
-    stream_ctx *s = ud;
+/* A token's bytes as its piece renders them (may be part of a UTF-8
+ * character, hence bin). */
+static void put_token(sb_mp_writer *wr, const sb_vocab *v, int32_t tok, float lp) {
+    char piece[256];
+    int n = sb_token_to_piece(v, tok, piece, sizeof piece, 0);
+    if (n < 0) n = 0;
+    sb_mp_kv_i64(wr, "token", tok);
+    sb_mp_str(wr, "bytes");
+    sb_mp_bin(wr, piece, (size_t)SB_MIN(n, (int)sizeof piece));
+    sb_mp_kv_f64(wr, "logprob", lp);
+}
+
+/* "logprobs": [{token, bytes, logprob, top: [{token, bytes, logprob}]}] for
+ * the entries [from, to). */
+static void put_logprobs(sb_mp_writer *wr, const gen_sink *g, size_t from, size_t to) {
+    sb_mp_str(wr, "logprobs");
+    sb_mp_array(wr, (uint32_t)(to - from));
+    for (size_t i = from; i < to; i++) {
+        const lp_entry *e = &g->lps[i];
+        sb_mp_map(wr, 4);
+        put_token(wr, g->vocab, e->tok, e->lp);
+        sb_mp_str(wr, "top");
+        sb_mp_array(wr, (uint32_t)e->n_top);
+        for (int k = 0; k < e->n_top; k++) {
+            sb_mp_map(wr, 3);
+            put_token(wr, g->vocab, e->top[k], e->top_lp[k]);
+        }
+    }
+}
+
+static int on_piece(gen_sink *g, const char *text, size_t len, int32_t token) {
+    stream_ctx *s = &g->s;
     sb_mp_writer_reset(s->wr);
-    sb_mp_map(s->wr, 2);
+    sb_mp_map(s->wr, 2 + (g->vocab != NULL));
     sb_mp_str(s->wr, "text");
     sb_mp_strn(s->wr, text, len);
     sb_mp_kv_i64(s->wr, "token", token);
+    if (g->vocab) {
+        put_logprobs(s->wr, g, g->lps_sent, g->n_lps);
+        g->lps_sent = g->n_lps;
+    }
     return sb_ipc_reply_event(s->j->reply, "token", s->wr) == SB_ECANCEL;
+}
+
+static void sink_logprob(void *ud, int32_t tok, float lp, const int32_t *top, const float *top_lp, int n_top) {
+    gen_sink *g = ud;
+    if (g->n_lps == g->cap_lps) {
+        size_t cap = g->cap_lps ? g->cap_lps * 2 : 64;
+        lp_entry *nv = sb_realloc(g->lps, cap * sizeof *nv);
+        if (!nv) { g->lps_failed = 1; return; }
+        g->lps = nv;
+        g->cap_lps = cap;
+    }
+    lp_entry *e = &g->lps[g->n_lps++];
+    e->tok = tok;
+    e->lp = lp;
+    e->n_top = n_top;
+    memcpy(e->top, top, (size_t)n_top * sizeof *top);
+    memcpy(e->top_lp, top_lp, (size_t)n_top * sizeof *top_lp);
 }
 
 static int sink_piece(void *ud, const char *text, size_t len, int32_t token) {
@@ -189,7 +240,7 @@ static int sink_piece(void *ud, const char *text, size_t len, int32_t token) {
     /* The grammar lets a call open only at the first byte: a call is held
      * back whole (the reply carries it as tool_calls), text streams. */
     if (g->call_opener && !g->decided && len) g->decided = text[0] == g->call_opener ? 2 : 1;
-    return g->stream && (!g->call_opener || g->decided == 1) ? on_piece(&g->s, text, len, token) : 0;
+    return g->stream && (!g->call_opener || g->decided == 1) ? on_piece(g, text, len, token) : 0;
 }
 
 /* tools, tool_choice ("none" | "auto" | "required"), tool_name (a function:
@@ -240,12 +291,14 @@ int sb_serve_gen_prepare(worker *w, job *j, sb_mp_writer *wr, gen_req *g) {
             deadline_ms = w->deadline_ms, lookup = w->lookup;
     double temp = o->sampling.temp, top_p = o->sampling.top_p, min_p = o->sampling.min_p, rp = o->sampling.repeat_penalty;
     uint64_t seed = o->sampling.seed;
-    bool stream = false, special = true;
+    bool stream = false, special = true, logprobs = false;
+    int64_t top_logprobs = 0;
     const sb_mp_obj *stops = NULL;
     static const char *const allowed[] = { "prompt", "segments", "messages", "max_tokens", "temperature", "top_k",
                                            "top_p", "min_p", "repeat_penalty", "repeat_last_n", "seed", "stop",
                                            "stream", "deadline_ms", "special", "json_schema", "lookup", "priority",
-                                           "tools", "tool_choice", "tool_name", "parallel_tool_calls", NULL };
+                                           "tools", "tool_choice", "tool_name", "parallel_tool_calls", "logprobs",
+                                           "top_logprobs", NULL };
     if (sb_mp_check_keys(p, allowed, err) ||
         sb_mp_get_int(p, "max_tokens", SB_MP_OPTIONAL, 1, w->max_tokens_cap, &max_tokens, err) ||
         sb_mp_get_num(p, "temperature", SB_MP_OPTIONAL, 0, 100, &temp, err) ||
@@ -259,6 +312,8 @@ int sb_serve_gen_prepare(worker *w, job *j, sb_mp_writer *wr, gen_req *g) {
         sb_mp_get_bool(p, "special", SB_MP_OPTIONAL, &special, err) ||
         sb_mp_get_int(p, "deadline_ms", SB_MP_OPTIONAL, 0, 86400000, &deadline_ms, err) ||
         sb_mp_get_int(p, "lookup", SB_MP_OPTIONAL, 0, SB_SPEC_MAX_DRAFT, &lookup, err) ||
+        sb_mp_get_bool(p, "logprobs", SB_MP_OPTIONAL, &logprobs, err) ||
+        sb_mp_get_int(p, "top_logprobs", SB_MP_OPTIONAL, 0, SB_MAX_TOP_LOGPROBS, &top_logprobs, err) ||
         get_priority(p, err) ||
         sb_mp_get_container(p, "stop", SB_MP_OPTIONAL, SB_MP_ARRAY, &stops, err) ||
         sb_mp_get_str(p, "json_schema", SB_MP_OPTIONAL, &o->json_schema, &o->json_schema_len, err)) {
@@ -297,9 +352,14 @@ int sb_serve_gen_prepare(worker *w, job *j, sb_mp_writer *wr, gen_req *g) {
     o->n_stops = n_stops;
     o->cancel = &j->cancel;
     o->deadline = deadline_ms > 0 ? sb_now_s() + (double)deadline_ms / 1000.0 : 0;
-    g->sink = (gen_sink){ { j, wr }, stream, NULL, 0, 0, g->sink.call_opener, 0 };
+    g->sink = (gen_sink){ { j, wr }, stream, NULL, 0, 0, g->sink.call_opener, 0, NULL, NULL, 0, 0, 0, 0 };
     o->on_piece = sink_piece;
     o->ud = &g->sink;
+    if (logprobs) {
+        g->sink.vocab = sb_engine_vocab(w->engine);
+        o->on_logprob = sink_logprob;
+        o->top_logprobs = (int)top_logprobs;
+    }
     return 0;
 }
 
@@ -316,8 +376,14 @@ void sb_serve_gen_reply(job *j, gen_req *g, int rc, const sb_gen_result *res, co
             sb_ipc_reply_error(j->reply, SB_IPC_INTERNAL, "out of memory");
             return;
         }
+        if (g->sink.lps_failed) {
+            sb_chat_calls_free(calls, n_calls);
+            sb_ipc_reply_error(j->reply, SB_IPC_INTERNAL, "out of memory for logprobs");
+            return;
+        }
         sb_mp_writer_reset(wr);
-        sb_mp_map(wr, 9 + (n_calls > 0));
+        sb_mp_map(wr, 9 + (n_calls > 0) + (g->sink.vocab != NULL));
+        if (g->sink.vocab) put_logprobs(wr, &g->sink, 0, g->sink.n_lps);
         sb_mp_str(wr, "text");
         if (n_calls) sb_mp_str(wr, "");
         else sb_mp_strn(wr, g->sink.buf ? g->sink.buf : "", g->sink.len);
@@ -348,6 +414,8 @@ void sb_serve_gen_free(gen_req *g) {
     sb_jw_free(&g->tools_spec);
     sb_free(g->ids);
     sb_free(g->sink.buf);
+    sb_free(g->sink.lps);
+    g->sink.lps = NULL;
     g->ids = NULL;
     g->sink.buf = NULL;
 }

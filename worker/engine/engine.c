@@ -242,13 +242,45 @@ void gen_core_free(gen_core *c) {
     c->smp = NULL;
 }
 
+/* tok's log-probability and the top tokens from logits, over the tokens
+ * mask allows (all when NULL): what on_logprob reports. */
+static void core_logprobs(gen_core *c, const float *logits, const uint32_t *mask, int32_t tok) {
+    const int n = sb_model_hparams(c->e->model)->n_vocab, k = c->o->top_logprobs;
+    float mx = -INFINITY;
+    for (int i = 0; i < n; i++)
+        if ((!mask || sb_mask_has(mask, i)) && logits[i] > mx) mx = logits[i];
+    double sum = 0;
+    c->n_top = 0;
+    for (int i = 0; i < n; i++) {
+        if (mask && !sb_mask_has(mask, i)) continue;
+        sum += exp((double)logits[i] - mx);
+        if (k <= 0 || (c->n_top == k && logits[i] <= c->top_lp[k - 1])) continue;
+        int j = c->n_top < k ? c->n_top++ : k - 1;          /* insert, highest first */
+        for (; j > 0 && c->top_lp[j - 1] < logits[i]; j--) {
+            c->top_lp[j] = c->top_lp[j - 1];
+            c->top_id[j] = c->top_id[j - 1];
+        }
+        c->top_lp[j] = logits[i];
+        c->top_id[j] = i;
+    }
+    const float lse = mx + (float)log(sum);
+    for (int j = 0; j < c->n_top; j++) c->top_lp[j] -= lse;
+    c->lp_tok = tok;
+    c->lp = logits[tok] - lse;
+}
+
 int gen_core_next(gen_core *c, const float *logits, int32_t *tok, char *err) {
-    if (!c->gm) { *tok = sb_sampler_sample(c->smp, logits); return 0; }
+    if (!c->gm) {
+        *tok = sb_sampler_sample(c->smp, logits);
+        if (c->o->on_logprob && *tok >= 0) core_logprobs(c, logits, NULL, *tok);
+        return 0;
+    }
     double t0 = sb_now_s();
     const uint32_t *mask = sb_gmatch_mask(c->gm);
     if (!mask) return sb_seterr(err, SB_ENOMEM, "out of memory for a grammar mask");
     *tok = sb_sampler_sample_masked(c->smp, logits, mask);
     if (*tok == -2) return sb_seterr(err, SB_ENOMEM, "out of memory");
+    if (c->o->on_logprob && *tok >= 0) core_logprobs(c, logits, mask, *tok);
     /* -1: no token can continue (a vocabulary without the bytes the grammar
      * needs): the caller ends the generation. */
     if (*tok >= 0 && sb_gmatch_token(c->gm, *tok))
@@ -266,6 +298,7 @@ int gen_core_emit(gen_core *c, int32_t tok) {
     if (sb_vocab_is_eog(c->e->vocab, tok)) return 1;
     sb_sampler_accept(c->smp, tok);
     res->n_gen++;
+    if (o->on_logprob && c->lp_tok == tok) o->on_logprob(o->ud, tok, c->lp, c->top_id, c->top_lp, c->n_top);
     char piece[256];
     const char *out;
     size_t out_len;

@@ -57,6 +57,11 @@ typedef struct {
     sb_grammar *own_g;          /* compiled for this generation alone (every slot busy) */
     int max_tokens;
     uint64_t mc0, mr0;          /* mask cache figures at the start */
+    /* on_logprob: the last sampled token's figures, given out when it is emitted */
+    int32_t lp_tok;
+    float lp, top_lp[SB_MAX_TOP_LOGPROBS];
+    int32_t top_id[SB_MAX_TOP_LOGPROBS];
+    int n_top;
 } gen_core;
 
 /* Sampler, stop matcher and grammar matcher for o; the prompt's last

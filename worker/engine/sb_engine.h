@@ -60,6 +60,14 @@ int sb_engine_tokenize_prompt(const sb_engine *e, const sb_prompt *p, int32_t **
  * never ending inside a UTF-8 sequence. Return nonzero to stop early. */
 typedef int (*sb_piece_fn)(void *ud, const char *text, size_t len, int32_t token);
 
+/* A generated token's log-probability and the n_top most likely tokens
+ * at its position (highest first), from the logits the sampler saw: the
+ * model's log-softmax, over the grammar's allowed tokens only (renormalised)
+ * when one is active; before temperature, penalties and top-k/p/min-p. */
+typedef void (*sb_logprob_fn)(void *ud, int32_t token, float logprob, const int32_t *top, const float *top_lp,
+                              int n_top);
+#define SB_MAX_TOP_LOGPROBS 20
+
 typedef struct {
     int max_tokens;                 /* ≤ 0: until the context is full */
     sb_sampling_params sampling;
@@ -69,6 +77,11 @@ typedef struct {
     const atomic_int *cancel;       /* nonzero: stop as soon as possible */
     sb_piece_fn on_piece;
     void *ud;
+    /* Called (with ud) for every token emitted, before its piece, when set;
+     * top_logprobs in [0, SB_MAX_TOP_LOGPROBS]. Speculative decoding is off
+     * for such a generation (drafted tokens are accepted without a sample). */
+    sb_logprob_fn on_logprob;
+    int top_logprobs;
     /* JSON Schema text (not NUL-terminated): only tokens that continue a
      * document valid against it are sampled, EOS only once it is complete,
      * and generation ends as soon as nothing can follow (docs/GRAMMAR.md).
