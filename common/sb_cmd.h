@@ -10,6 +10,7 @@
 int sb_cmd_inspect(int argc, char **argv);   /* worker/cli/cli_inspect.c */
 int sb_cmd_tokenize(int argc, char **argv);  /* worker/cli/cli_tokenize.c */
 int sb_cmd_logits(int argc, char **argv);    /* worker/cli/cli_engine.c */
+int sb_cmd_chat_prompt(int argc, char **argv); /* worker/cli/cli_chat.c */
 int sb_cmd_generate(int argc, char **argv);  /* worker/cli/cli_engine.c */
 int sb_cmd_bench(int argc, char **argv);     /* worker/cli/cli_engine.c */
 int sb_cmd_bench_batch(int argc, char **argv); /* worker/cli/cli_bench_batch.c: bench --parallel */

@@ -15,6 +15,7 @@ static const sb_command commands[] = {
     { "inspect",  sb_cmd_inspect,  "print a GGUF file's metadata and tensor table" },
     { "tokenize", sb_cmd_tokenize, "print the token ids of a text (as llama.cpp tokenizes it)" },
     { "logits",   sb_cmd_logits,   "top logits per position and a greedy continuation, as JSON" },
+    { "chat-prompt", sb_cmd_chat_prompt, "print the prompt a chat request (tools included) becomes in a model's template" },
     { "generate", sb_cmd_generate, "stream a completion (or --chat reply) from a model" },
     { "bench",    sb_cmd_bench,    "prompt and decode throughput (like llama-bench)" },
     { "perplexity", sb_cmd_perplexity, "perplexity of a text file (llama-perplexity's method)" },

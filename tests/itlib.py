@@ -117,8 +117,9 @@ def mp_enc(v):
 
 
 def mp_dec(b, i=0):
-    """(object, next index) for every msgpack type but ext/bin; strings are
-    decoded with errors="replace" (a token piece may be part of a character)."""
+    """(object, next index) for every msgpack type but ext; strings are
+    decoded with errors="replace" (a token piece may be part of a character),
+    bin comes as bytes."""
     t = b[i]
     fixed = {0xC0: None, 0xC2: False, 0xC3: True}
     if t in fixed:
@@ -131,6 +132,10 @@ def mp_dec(b, i=0):
         n, i = (t & 0x1F, i + 1) if t <= 0xBF else (int.from_bytes(b[i + 1:i + 1 + (1 << (t - 0xD9))], "big"),
                                                      i + 1 + (1 << (t - 0xD9)))
         return b[i:i + n].decode(errors="replace"), i + n
+    if t in (0xC4, 0xC5, 0xC6):
+        w = 1 << (t - 0xC4)
+        n = int.from_bytes(b[i + 1:i + 1 + w], "big")
+        return bytes(b[i + 1 + w:i + 1 + w + n]), i + 1 + w + n
     nums = {0xCC: ">B", 0xCD: ">H", 0xCE: ">I", 0xCF: ">Q", 0xD0: ">b", 0xD1: ">h", 0xD2: ">i", 0xD3: ">q",
             0xCA: ">f", 0xCB: ">d"}
     if t in nums:

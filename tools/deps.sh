@@ -47,6 +47,8 @@ case "$mode" in
             openai=openai           # tests/router_http.py, batch_http.py, embed_http.py (it_router,
                                     # it_batch_http, it_embed_http): a real OpenAI client
             jsonschema=jsonschema   # tests/grammar_check.py (it_grammar): validates the constrained output
+            jinja2=jinja2           # tests/it_chat_tools.sh: renders the chat templates, the reference
+                                    # our tool-calling prompts are compared with byte for byte
         ) ;;
     *) echo "usage: tools/deps.sh [check|demo]" >&2; exit 2 ;;
 esac

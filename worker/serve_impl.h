@@ -60,12 +60,32 @@ typedef struct {
     sb_mp_writer *wr;
 } stream_ctx;
 
+/* One generated token's log-probability and its position's top tokens. */
+typedef struct {
+    int32_t tok;
+    float lp;
+    int n_top;
+    int32_t top[SB_MAX_TOP_LOGPROBS];
+    float top_lp[SB_MAX_TOP_LOGPROBS];
+} lp_entry;
+
 /* Collects the whole text for the final response (streamed or not). */
 typedef struct {
     stream_ctx s;
     int stream;
     char *buf;
     size_t len, cap;
+    /* With a tool grammar: the byte a call opens with ('<', '{'), and what
+     * the first byte said: 0 not yet, 1 text (streamed), 2 calls (held back
+     * for the reply's tool_calls). 0 without tools. */
+    char call_opener;
+    int decided;
+    /* logprobs: every emitted token's (the result), and how many the token
+     * events have carried so far (a piece can hold several tokens' text) */
+    const sb_vocab *vocab;
+    lp_entry *lps;
+    size_t n_lps, cap_lps, lps_sent;
+    int lps_failed;             /* out of memory: the reply says so */
 } gen_sink;
 
 typedef struct {
@@ -74,6 +94,8 @@ typedef struct {
     int32_t *ids;
     size_t n_ids;
     gen_sink sink;
+    sb_jw tools_spec;           /* the tool grammar's spec (o.tools_grammar points into it) */
+    int tools_format;           /* SB_TOOLS_* for reading the calls back */
 } gen_req;
 
 typedef struct {

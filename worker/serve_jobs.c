@@ -41,31 +41,61 @@ static int read_segments(const sb_mp_obj *arr, const char *what, sb_prompt *p, s
     return 0;
 }
 
-/* "messages": [{"role": str, "content": str | segments}] in the model's
- * chat template. A string content is the sender's text and never holds
- * control tokens; the template's markers are trusted unless `special` is off. */
-static int chat_prompt(worker *w, const sb_mp_obj *msgs, bool special, sb_prompt *p, char *err) {
+/* An assistant message's "tool_calls": [{"id": str, "name": str, "arguments":
+ * str}] into out (which has room for them all). */
+static int read_calls(const sb_mp_obj *arr, uint32_t msg, sb_chat_call *out, size_t *n, char *err) {
+    static const char *const keys[] = { "id", "name", "arguments", NULL };
+    for (uint32_t k = 0; k < sb_mp_count(arr); k++) {
+        const sb_mp_obj *o = sb_mp_array_at(arr, k);
+        sb_chat_call *c = &out[(*n)++];
+        char why[SB_ERR_LEN];
+        *c = (sb_chat_call){ 0 };
+        if (sb_mp_type_of(o) != SB_MP_MAP || sb_mp_check_keys(o, keys, why) ||
+            sb_mp_get_str(o, "id", SB_MP_OPTIONAL, &c->id, NULL, why) ||
+            sb_mp_get_str(o, "name", SB_MP_REQUIRED, &c->name, NULL, why) ||
+            sb_mp_get_str(o, "arguments", SB_MP_REQUIRED, &c->arguments, &c->arguments_len, why))
+            return sb_seterr(err, SB_EINVAL, "'messages'[%u].tool_calls[%u]: expected {\"id\": str, \"name\": str, "
+                             "\"arguments\": str}", msg, k);
+    }
+    return 0;
+}
+
+/* "messages": [{"role": str, "content": str | segments, "tool_calls": [...],
+ * "tool_call_id": str}] in the model's chat template, with `tools` (JSON
+ * text or NULL) when given. A string content is the sender's text and never
+ * holds control tokens; the template's markers are trusted unless `special`
+ * is off. Calls, results and tools are written in the template's tool format
+ * (sb_chat.h), and only when there are any, so other prompts stay as they were. */
+static int chat_prompt(worker *w, const sb_mp_obj *msgs, const char *tools, size_t tools_len, bool special, sb_prompt *p,
+                       char *err) {
     uint32_t n = sb_mp_count(msgs);
     if (n == 0 || n > MAX_MESSAGES) return sb_seterr(err, SB_EINVAL, "'messages': expected 1..%d messages", MAX_MESSAGES);
     sb_chat_msg m[MAX_MESSAGES];
-    size_t total = 0, used = 0;
+    size_t total = 0, used = 0, total_calls = 0, n_calls = 0;
     for (uint32_t i = 0; i < n; i++) {
         const sb_mp_obj *c = sb_mp_map_get(sb_mp_array_at(msgs, i), "content");
+        const sb_mp_obj *tc = sb_mp_map_get(sb_mp_array_at(msgs, i), "tool_calls");
         if (sb_mp_type_of(c) == SB_MP_ARRAY) total += sb_mp_count(c);
+        if (sb_mp_type_of(tc) == SB_MP_ARRAY) total_calls += sb_mp_count(tc);
     }
     if (total > MAX_SEGMENTS) return sb_seterr(err, SB_EINVAL, "'messages': at most %d content segments", MAX_SEGMENTS);
+    if (total_calls > MAX_SEGMENTS) return sb_seterr(err, SB_EINVAL, "'messages': at most %d tool calls", MAX_SEGMENTS);
     sb_text_seg *parts = total ? sb_malloc(total * sizeof *parts) : NULL;
-    if (total && !parts) return sb_seterr(err, SB_ENOMEM, "out of memory");
-    int rc = 0;
+    sb_chat_call *calls = total_calls ? sb_malloc(total_calls * sizeof *calls) : NULL;
+    int rc = (total && !parts) || (total_calls && !calls) ? sb_seterr(err, SB_ENOMEM, "out of memory") : 0;
+    bool with_tools = tools != NULL;
     for (uint32_t i = 0; i < n && !rc; i++) {
-        const sb_mp_obj *o = sb_mp_array_at(msgs, i), *c = sb_mp_map_get(o, "content");
+        const sb_mp_obj *o = sb_mp_array_at(msgs, i), *c = sb_mp_map_get(o, "content"), *tc = NULL;
         size_t l;
         char why[SB_ERR_LEN], what[48];
         m[i] = (sb_chat_msg){ 0 };
         if (sb_mp_type_of(o) != SB_MP_MAP || sb_mp_get_str(o, "role", SB_MP_REQUIRED, &m[i].role, &l, why) ||
-            (sb_mp_type_of(c) != SB_MP_ARRAY && sb_mp_get_str(o, "content", SB_MP_REQUIRED, &m[i].content, &l, why))) {
+            sb_mp_get_container(o, "tool_calls", SB_MP_OPTIONAL, SB_MP_ARRAY, &tc, why) ||
+            sb_mp_get_str(o, "tool_call_id", SB_MP_OPTIONAL, &m[i].tool_call_id, NULL, why) ||
+            (sb_mp_type_of(c) != SB_MP_ARRAY && sb_mp_get_str(o, "content", tc ? SB_MP_OPTIONAL : SB_MP_REQUIRED,
+                                                               &m[i].content, &l, why))) {
             rc = sb_seterr(err, SB_EINVAL, "'messages'[%u]: expected a map with string 'role' and 'content' "
-                           "(a string or [{text, special}])", i);
+                           "(a string or [{text, special}]; optional with 'tool_calls')", i);
             break;
         }
         if (sb_mp_type_of(c) == SB_MP_ARRAY) {
@@ -74,10 +104,18 @@ static int chat_prompt(worker *w, const sb_mp_obj *msgs, bool special, sb_prompt
             rc = read_segments(c, what, NULL, parts, &used, err);
             m[i].n_parts = (size_t)(parts + used - m[i].parts);
         }
+        if (!rc && tc) {
+            m[i].calls = calls + n_calls;
+            rc = read_calls(tc, i, calls, &n_calls, err);
+            m[i].n_calls = (size_t)(calls + n_calls - m[i].calls);
+        }
+        with_tools |= m[i].n_calls > 0 || !strcmp(m[i].role, "tool");
     }
-    if (!rc) rc = sb_engine_chat_prompt(w->engine, m, n, p, err);
+    if (!rc) rc = with_tools ? sb_engine_chat_prompt_tools(w->engine, m, n, tools, tools_len, p, err)
+                             : sb_engine_chat_prompt(w->engine, m, n, p, err);
     if (!rc && !special) sb_prompt_all_plain(p);
     sb_free(parts);
+    sb_free(calls);
     return rc;
 }
 
@@ -115,7 +153,10 @@ int sb_serve_request_tokens(worker *w, const sb_mp_obj *params, const char *key,
         else
             rc = read_segments(segs, "'segments'", &p, NULL, NULL, err);
     } else {
-        rc = chat_prompt(w, msgs, special, &p, err);
+        const char *tools = NULL;
+        size_t tools_len = 0;
+        rc = sb_mp_get_str(params, "tools", SB_MP_OPTIONAL, &tools, &tools_len, err);
+        if (!rc) rc = chat_prompt(w, msgs, tools, tools_len, special, &p, err);
     }
     if (!rc) rc = sb_tokenize_prompt(v, &p, add_bos, ids, n_ids, err);
     sb_prompt_free(&p);
@@ -124,14 +165,65 @@ int sb_serve_request_tokens(worker *w, const sb_mp_obj *params, const char *key,
 
 /* ---- generate and score requests -------------------------------------------- */
 
-static int on_piece(void *ud, const char *text, size_t len, int32_t token) {
-    stream_ctx *s = ud;
+/* A token's bytes as its piece renders them (may be part of a UTF-8
+ * character, hence bin). */
+static void put_token(sb_mp_writer *wr, const sb_vocab *v, int32_t tok, float lp) {
+    char piece[256];
+    int n = sb_token_to_piece(v, tok, piece, sizeof piece, 0);
+    if (n < 0) n = 0;
+    sb_mp_kv_i64(wr, "token", tok);
+    sb_mp_str(wr, "bytes");
+    sb_mp_bin(wr, piece, (size_t)SB_MIN(n, (int)sizeof piece));
+    sb_mp_kv_f64(wr, "logprob", lp);
+}
+
+/* "logprobs": [{token, bytes, logprob, top: [{token, bytes, logprob}]}] for
+ * the entries [from, to). */
+static void put_logprobs(sb_mp_writer *wr, const gen_sink *g, size_t from, size_t to) {
+    sb_mp_str(wr, "logprobs");
+    sb_mp_array(wr, (uint32_t)(to - from));
+    for (size_t i = from; i < to; i++) {
+        const lp_entry *e = &g->lps[i];
+        sb_mp_map(wr, 4);
+        put_token(wr, g->vocab, e->tok, e->lp);
+        sb_mp_str(wr, "top");
+        sb_mp_array(wr, (uint32_t)e->n_top);
+        for (int k = 0; k < e->n_top; k++) {
+            sb_mp_map(wr, 3);
+            put_token(wr, g->vocab, e->top[k], e->top_lp[k]);
+        }
+    }
+}
+
+static int on_piece(gen_sink *g, const char *text, size_t len, int32_t token) {
+    stream_ctx *s = &g->s;
     sb_mp_writer_reset(s->wr);
-    sb_mp_map(s->wr, 2);
+    sb_mp_map(s->wr, 2 + (g->vocab != NULL));
     sb_mp_str(s->wr, "text");
     sb_mp_strn(s->wr, text, len);
     sb_mp_kv_i64(s->wr, "token", token);
+    if (g->vocab) {
+        put_logprobs(s->wr, g, g->lps_sent, g->n_lps);
+        g->lps_sent = g->n_lps;
+    }
     return sb_ipc_reply_event(s->j->reply, "token", s->wr) == SB_ECANCEL;
+}
+
+static void sink_logprob(void *ud, int32_t tok, float lp, const int32_t *top, const float *top_lp, int n_top) {
+    gen_sink *g = ud;
+    if (g->n_lps == g->cap_lps) {
+        size_t cap = g->cap_lps ? g->cap_lps * 2 : 64;
+        lp_entry *nv = sb_realloc(g->lps, cap * sizeof *nv);
+        if (!nv) { g->lps_failed = 1; return; }
+        g->lps = nv;
+        g->cap_lps = cap;
+    }
+    lp_entry *e = &g->lps[g->n_lps++];
+    e->tok = tok;
+    e->lp = lp;
+    e->n_top = n_top;
+    memcpy(e->top, top, (size_t)n_top * sizeof *top);
+    memcpy(e->top_lp, top_lp, (size_t)n_top * sizeof *top_lp);
 }
 
 static int sink_piece(void *ud, const char *text, size_t len, int32_t token) {
@@ -145,7 +237,40 @@ static int sink_piece(void *ud, const char *text, size_t len, int32_t token) {
     }
     memcpy(g->buf + g->len, text, len);
     g->len += len;
-    return g->stream ? on_piece(&g->s, text, len, token) : 0;
+    /* The grammar lets a call open only at the first byte: a call is held
+     * back whole (the reply carries it as tool_calls), text streams. */
+    if (g->call_opener && !g->decided && len) g->decided = text[0] == g->call_opener ? 2 : 1;
+    return g->stream && (!g->call_opener || g->decided == 1) ? on_piece(g, text, len, token) : 0;
+}
+
+/* tools, tool_choice ("none" | "auto" | "required"), tool_name (a function:
+ * required), parallel_tool_calls: the grammar of the answer (sb_chat.h). */
+static int tools_params(worker *w, const sb_mp_obj *p, gen_req *g, char *err) {
+    const char *tools = NULL, *choice_s = NULL, *name = NULL;
+    size_t tools_len = 0;
+    bool parallel = true;
+    if (sb_mp_get_str(p, "tools", SB_MP_OPTIONAL, &tools, &tools_len, err) ||
+        sb_mp_get_str(p, "tool_choice", SB_MP_OPTIONAL, &choice_s, NULL, err) ||
+        sb_mp_get_str(p, "tool_name", SB_MP_OPTIONAL, &name, NULL, err) ||
+        sb_mp_get_bool(p, "parallel_tool_calls", SB_MP_OPTIONAL, &parallel, err))
+        return SB_EINVAL;
+    int choice = name ? SB_TOOL_CHOICE_REQUIRED : SB_TOOL_CHOICE_AUTO;
+    if (choice_s) {
+        for (choice = SB_TOOL_CHOICE_REQUIRED; choice > 0 && strcmp(choice_s, sb_tool_choice_name(choice)); choice--) {}
+        if (strcmp(choice_s, sb_tool_choice_name(choice)))
+            return sb_seterr(err, SB_EINVAL, "'tool_choice': expected none, auto or required");
+    }
+    if ((choice_s || name) && !tools) return sb_seterr(err, SB_EINVAL, "'tool_choice'/'tool_name' need 'tools'");
+    if (name && choice != SB_TOOL_CHOICE_REQUIRED) return sb_seterr(err, SB_EINVAL, "'tool_name' goes with tool_choice required");
+    if (!tools || choice == SB_TOOL_CHOICE_NONE) return 0;
+    if (g->o.json_schema) return sb_seterr(err, SB_EINVAL, "'json_schema' and 'tools' cannot constrain one answer together");
+    g->tools_format = sb_engine_tools_format(w->engine);
+    int rc = sb_chat_tools_spec(g->tools_format, tools, tools_len, choice, name, parallel, &g->tools_spec, err);
+    if (rc) return rc;
+    g->o.tools_grammar = g->tools_spec.p;
+    g->o.tools_grammar_len = g->tools_spec.len;
+    g->sink.call_opener = g->tools_format == SB_TOOLS_LLAMA31 ? '{' : '<';
+    return 0;
 }
 
 /* 'priority' is read at enqueue (the queue is ordered by it); here it is
@@ -159,18 +284,21 @@ int sb_serve_gen_prepare(worker *w, job *j, sb_mp_writer *wr, gen_req *g) {
     char err[SB_ERR_LEN];
     const sb_mp_obj *p = j->params;
     memset(g, 0, sizeof *g);
+    sb_jw_init(&g->tools_spec);
     sb_gen_opts *o = &g->o;
     sb_gen_opts_default(o);
     int64_t max_tokens = o->max_tokens, top_k = o->sampling.top_k, last_n = o->sampling.repeat_last_n,
             deadline_ms = w->deadline_ms, lookup = w->lookup;
     double temp = o->sampling.temp, top_p = o->sampling.top_p, min_p = o->sampling.min_p, rp = o->sampling.repeat_penalty;
     uint64_t seed = o->sampling.seed;
-    bool stream = false, special = true;
+    bool stream = false, special = true, logprobs = false;
+    int64_t top_logprobs = 0;
     const sb_mp_obj *stops = NULL;
     static const char *const allowed[] = { "prompt", "segments", "messages", "max_tokens", "temperature", "top_k",
                                            "top_p", "min_p", "repeat_penalty", "repeat_last_n", "seed", "stop",
                                            "stream", "deadline_ms", "special", "json_schema", "lookup", "priority",
-                                           NULL };
+                                           "tools", "tool_choice", "tool_name", "parallel_tool_calls", "logprobs",
+                                           "top_logprobs", NULL };
     if (sb_mp_check_keys(p, allowed, err) ||
         sb_mp_get_int(p, "max_tokens", SB_MP_OPTIONAL, 1, w->max_tokens_cap, &max_tokens, err) ||
         sb_mp_get_num(p, "temperature", SB_MP_OPTIONAL, 0, 100, &temp, err) ||
@@ -184,6 +312,8 @@ int sb_serve_gen_prepare(worker *w, job *j, sb_mp_writer *wr, gen_req *g) {
         sb_mp_get_bool(p, "special", SB_MP_OPTIONAL, &special, err) ||
         sb_mp_get_int(p, "deadline_ms", SB_MP_OPTIONAL, 0, 86400000, &deadline_ms, err) ||
         sb_mp_get_int(p, "lookup", SB_MP_OPTIONAL, 0, SB_SPEC_MAX_DRAFT, &lookup, err) ||
+        sb_mp_get_bool(p, "logprobs", SB_MP_OPTIONAL, &logprobs, err) ||
+        sb_mp_get_int(p, "top_logprobs", SB_MP_OPTIONAL, 0, SB_MAX_TOP_LOGPROBS, &top_logprobs, err) ||
         get_priority(p, err) ||
         sb_mp_get_container(p, "stop", SB_MP_OPTIONAL, SB_MP_ARRAY, &stops, err) ||
         sb_mp_get_str(p, "json_schema", SB_MP_OPTIONAL, &o->json_schema, &o->json_schema_len, err)) {
@@ -197,9 +327,11 @@ int sb_serve_gen_prepare(worker *w, job *j, sb_mp_writer *wr, gen_req *g) {
             sb_serve_reply_invalid(j->reply, "'stop': expected an array of strings");
             return -1;
         }
-    int rc = sb_serve_request_tokens(w, p, "prompt", special, true, &g->ids, &g->n_ids, err);
+    int rc = tools_params(w, p, g, err);
+    if (!rc) rc = sb_serve_request_tokens(w, p, "prompt", special, true, &g->ids, &g->n_ids, err);
     if (rc) {
         sb_ipc_reply_error(j->reply, rc == SB_ENOMEM ? SB_IPC_INTERNAL : SB_IPC_INVALID_REQUEST, "%s", err);
+        sb_serve_gen_free(g);
         return -1;
     }
     o->max_tokens = (int)max_tokens;
@@ -220,9 +352,14 @@ int sb_serve_gen_prepare(worker *w, job *j, sb_mp_writer *wr, gen_req *g) {
     o->n_stops = n_stops;
     o->cancel = &j->cancel;
     o->deadline = deadline_ms > 0 ? sb_now_s() + (double)deadline_ms / 1000.0 : 0;
-    g->sink = (gen_sink){ { j, wr }, stream, NULL, 0, 0 };
+    g->sink = (gen_sink){ { j, wr }, stream, NULL, 0, 0, g->sink.call_opener, 0, NULL, NULL, 0, 0, 0, 0 };
     o->on_piece = sink_piece;
     o->ud = &g->sink;
+    if (logprobs) {
+        g->sink.vocab = sb_engine_vocab(w->engine);
+        o->on_logprob = sink_logprob;
+        o->top_logprobs = (int)top_logprobs;
+    }
     return 0;
 }
 
@@ -232,11 +369,36 @@ void sb_serve_gen_reply(job *j, gen_req *g, int rc, const sb_gen_result *res, co
     } else if (!strcmp(res->finish, "cancelled") && sb_ipc_reply_cancelled(j->reply)) {
         sb_ipc_reply_error(j->reply, SB_IPC_CANCELLED, "cancelled after %d tokens", res->n_gen);
     } else {
+        sb_chat_call *calls = NULL;
+        size_t n_calls = 0;
+        if (g->o.tools_grammar && sb_chat_parse_calls(g->tools_format, g->sink.buf ? g->sink.buf : "", g->sink.len,
+                                                      &calls, &n_calls)) {
+            sb_ipc_reply_error(j->reply, SB_IPC_INTERNAL, "out of memory");
+            return;
+        }
+        if (g->sink.lps_failed) {
+            sb_chat_calls_free(calls, n_calls);
+            sb_ipc_reply_error(j->reply, SB_IPC_INTERNAL, "out of memory for logprobs");
+            return;
+        }
         sb_mp_writer_reset(wr);
-        sb_mp_map(wr, 9);
+        sb_mp_map(wr, 9 + (n_calls > 0) + (g->sink.vocab != NULL));
+        if (g->sink.vocab) put_logprobs(wr, &g->sink, 0, g->sink.n_lps);
         sb_mp_str(wr, "text");
-        sb_mp_strn(wr, g->sink.buf ? g->sink.buf : "", g->sink.len);
-        sb_mp_kv_str(wr, "finish_reason", res->finish);
+        if (n_calls) sb_mp_str(wr, "");
+        else sb_mp_strn(wr, g->sink.buf ? g->sink.buf : "", g->sink.len);
+        sb_mp_kv_str(wr, "finish_reason", n_calls ? "tool_calls" : res->finish);
+        if (n_calls) {
+            sb_mp_str(wr, "tool_calls");
+            sb_mp_array(wr, (uint32_t)n_calls);
+            for (size_t i = 0; i < n_calls; i++) {
+                sb_mp_map(wr, 2);
+                sb_mp_kv_str(wr, "name", calls[i].name);
+                sb_mp_str(wr, "arguments");
+                sb_mp_strn(wr, calls[i].arguments, calls[i].arguments_len);
+            }
+        }
+        sb_chat_calls_free(calls, n_calls);
         sb_mp_kv_i64(wr, "prompt_tokens", res->n_prompt);
         sb_mp_kv_i64(wr, "reused_tokens", res->n_reused);
         sb_mp_kv_i64(wr, "completion_tokens", res->n_gen);
@@ -249,8 +411,11 @@ void sb_serve_gen_reply(job *j, gen_req *g, int rc, const sb_gen_result *res, co
 }
 
 void sb_serve_gen_free(gen_req *g) {
+    sb_jw_free(&g->tools_spec);
     sb_free(g->ids);
     sb_free(g->sink.buf);
+    sb_free(g->sink.lps);
+    g->sink.lps = NULL;
     g->ids = NULL;
     g->sink.buf = NULL;
 }

@@ -280,8 +280,8 @@ static int gen_one(sb_engine *e, const char *prompt, int chat, const char *syste
          * (docs/ipc.md): only the template's markers are control tokens. */
         sb_chat_msg msgs[2];
         size_t nm = 0;
-        if (system) msgs[nm++] = (sb_chat_msg){ "system", system, NULL, 0 };
-        msgs[nm++] = (sb_chat_msg){ "user", prompt, NULL, 0 };
+        if (system) msgs[nm++] = (sb_chat_msg){ .role = "system", .content = system };
+        msgs[nm++] = (sb_chat_msg){ .role = "user", .content = prompt };
         if ((rc = sb_engine_chat_prompt(e, msgs, nm, &chat_prompt, err)) ||
             (rc = sb_engine_tokenize_prompt(e, &chat_prompt, &ids, &n_ids, err)))
             goto out;

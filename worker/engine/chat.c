@@ -5,6 +5,7 @@
  * <|end|> before the zephyr family, which phi3 would otherwise match too.
  */
 #include "worker/engine/sb_chat.h"
+#include "worker/engine/chat_impl.h"
 
 #include <string.h>
 
@@ -88,7 +89,7 @@ static int is_space(char c) {
 
 /* A message's content, trimmed at both ends when asked; the trim runs over
  * the parts as one text. */
-static void put_content(sb_prompt *b, const sb_chat_msg *m, int trim) {
+void chat_put_content(sb_prompt *b, const sb_chat_msg *m, int trim) {
     const sb_text_seg one = { m->content, m->parts ? 0 : strlen(m->content), 0 };
     const sb_text_seg *parts = m->parts ? m->parts : &one;
     const size_t n = m->parts ? m->n_parts : 1;
@@ -133,13 +134,13 @@ static void apply_llama2(sb_prompt *b, int kind, const sb_chat_msg *msgs, size_t
         if (strcmp(role, "system") == 0) {
             /* A model without <<SYS>> still gets the system text, untagged. */
             if (system_tags) put(b, "<<SYS>>\n");
-            put_content(b, &msgs[i], strip);
+            chat_put_content(b, &msgs[i], strip);
             put(b, system_tags ? "\n<</SYS>>\n\n" : "\n");
         } else if (strcmp(role, "user") == 0) {
-            put_content(b, &msgs[i], strip);
+            chat_put_content(b, &msgs[i], strip);
             put(b, " [/INST]");
         } else {
-            put_content(b, &msgs[i], strip);
+            chat_put_content(b, &msgs[i], strip);
             put(b, "</s>");
             inside_turn = 0;
         }
@@ -162,7 +163,7 @@ static const turn_format turn_formats[SB_CHAT_COUNT] = {
 
 /* A role is written into the template's own text (where "<|" role "|>" must
  * meet as one control token), so it must not be able to spell a marker. */
-static int valid_role(const char *r) {
+int chat_valid_role(const char *r) {
     size_t n = strlen(r);
     if (n == 0 || n > 32) return 0;
     for (; *r; r++)
@@ -179,7 +180,7 @@ int sb_chat_apply_prompt(int kind, const sb_chat_msg *msgs, size_t n, int add_ge
     for (size_t i = 0; i < n; i++) {
         if (!msgs[i].role || (!msgs[i].content && !msgs[i].parts))
             return sb_seterr(err, SB_EINVAL, "chat message %zu: %s is NULL", i, msgs[i].role ? "content" : "role");
-        if (!valid_role(msgs[i].role))
+        if (!chat_valid_role(msgs[i].role))
             return sb_seterr(err, SB_EINVAL, "chat message %zu: role '%.40s' must be 1-32 characters of A-Z a-z 0-9 _ -",
                              i, msgs[i].role);
     }
@@ -192,7 +193,7 @@ int sb_chat_apply_prompt(int kind, const sb_chat_msg *msgs, size_t n, int add_ge
             put(b, f->open);
             put(b, msgs[i].role);
             put(b, f->close);
-            put_content(b, &msgs[i], f->trim);
+            chat_put_content(b, &msgs[i], f->trim);
             put(b, f->end);
         }
         if (add_generation_prompt) put(b, f->generation);

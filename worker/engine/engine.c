@@ -58,8 +58,12 @@ int sb_engine_open_kv(const char *path, const sb_ctx_params *p, int kv_mb, sb_en
     if ((rc = sb_sched_new(e, p->n_seq > 0 ? max_tasks : 0, err))) goto fail;
     sb_str tmpl;
     e->chat_kind = SB_CHAT_UNKNOWN;
-    if (sb_gguf_get_str(sb_model_gguf(e->model), "tokenizer.chat_template", &tmpl) == 0)
-        e->chat_kind = sb_chat_detect(tmpl.ptr, tmpl.len);
+    int has_tmpl = sb_gguf_get_str(sb_model_gguf(e->model), "tokenizer.chat_template", &tmpl) == 0;
+    if (has_tmpl) e->chat_kind = sb_chat_detect(tmpl.ptr, tmpl.len);
+    if (sb_chat_tmpl_init(&e->tmpl, has_tmpl ? tmpl.ptr : NULL, has_tmpl ? tmpl.len : 0)) {
+        rc = sb_seterr(err, SB_ENOMEM, "out of memory");
+        goto fail;
+    }
     *out = e;
     return 0;
 fail:
@@ -85,6 +89,7 @@ void sb_engine_free(sb_engine *e) {
         sb_free(e->gram[i].schema);
     }
     sb_tok_trie_free(e->trie);
+    sb_chat_tmpl_free(&e->tmpl);
     sb_ctx_free(e->ctx);
     sb_vocab_free(e->vocab);
     sb_model_free(e->model);
@@ -103,6 +108,13 @@ int sb_engine_chat_prompt(const sb_engine *e, const sb_chat_msg *msgs, size_t n,
      * what most modern instruct models were trained on. */
     int kind = e->chat_kind != SB_CHAT_UNKNOWN ? e->chat_kind : SB_CHAT_CHATML;
     return sb_chat_apply_prompt(kind, msgs, n, 1, out, err);
+}
+
+int sb_engine_tools_format(const sb_engine *e) { return e->tmpl.tools; }
+
+int sb_engine_chat_prompt_tools(const sb_engine *e, const sb_chat_msg *msgs, size_t n, const char *tools,
+                                size_t tools_len, sb_prompt *out, char *err) {
+    return sb_chat_apply_tools(&e->tmpl, msgs, n, tools, tools_len, 1, out, err);
 }
 
 int sb_engine_tokenize(const sb_engine *e, const char *text, size_t len, int special, int32_t **out, size_t *n,
@@ -143,14 +155,14 @@ int engine_prefill(sb_engine *e, const int32_t *prompt, int n, int *reused, char
  * mask, ~30 ms apiece on a 151k vocabulary, on the compute thread between
  * passes), or a grammar compiled for this generation alone when every slot
  * is busy. A slot with users is never evicted. */
-static int core_matcher(gen_core *c, const char *schema, size_t len, char *err) {
+static int core_matcher(gen_core *c, const char *schema, size_t len, int tools, char *err) {
     sb_engine *e = c->e;
     int rc;
     if (!e->trie && (rc = sb_tok_trie_new(e->vocab, sb_model_hparams(e->model)->n_vocab, &e->trie, err))) return rc;
     gram_slot *victim = NULL;
     for (int i = 0; i < GRAMMAR_CACHE; i++) {
         gram_slot *s = &e->gram[i];
-        if (s->schema && s->len == len && !memcmp(s->schema, schema, len)) {
+        if (s->schema && s->tools == tools && s->len == len && !memcmp(s->schema, schema, len)) {
             s->used = ++e->gram_clock;
             if (!s->lent) {
                 sb_gmatch_reset(s->m);
@@ -169,7 +181,8 @@ static int core_matcher(gen_core *c, const char *schema, size_t len, char *err) 
     sb_gmatch *m = NULL;
     char *copy = victim ? sb_malloc(len + 1) : NULL;
     if (victim && !copy) return sb_seterr(err, SB_ENOMEM, "out of memory");
-    if ((rc = sb_json_schema_compile(schema, len, &g, err)) || (rc = sb_gmatch_new(g, e->trie, &m, err))) {
+    if ((rc = tools ? sb_chat_tools_grammar(schema, len, &g, err) : sb_json_schema_compile(schema, len, &g, err)) ||
+        (rc = sb_gmatch_new(g, e->trie, &m, err))) {
         sb_grammar_free(g);
         sb_free(copy);
         return rc;
@@ -180,7 +193,7 @@ static int core_matcher(gen_core *c, const char *schema, size_t len, char *err) 
     sb_gmatch_free(victim->m);
     sb_grammar_free(victim->g);
     sb_free(victim->schema);
-    *victim = (gram_slot){ copy, len, g, m, ++e->gram_clock, 1, 1 };
+    *victim = (gram_slot){ copy, len, tools, g, m, ++e->gram_clock, 1, 1 };
     c->gslot = (int)(victim - e->gram);
     return 0;
 }
@@ -195,7 +208,8 @@ int gen_core_init(gen_core *c, sb_engine *e, const sb_gen_opts *o, sb_gen_result
     int rc;
     if ((rc = sb_sampler_new(&o->sampling, n_vocab, &c->smp, err)) ||
         (rc = sb_stop_new(o->stops, o->n_stops, &c->stop, err)) ||
-        (o->json_schema && (rc = core_matcher(c, o->json_schema, o->json_schema_len, err))))
+        (o->json_schema && (rc = core_matcher(c, o->json_schema, o->json_schema_len, 0, err))) ||
+        (!o->json_schema && o->tools_grammar && (rc = core_matcher(c, o->tools_grammar, o->tools_grammar_len, 1, err))))
         return rc;
     if (c->gm) sb_gmatch_stats(c->gm, &c->mc0, &c->mr0);
     /* Penalties look back over the prompt too, as llama.cpp's do. */
@@ -228,13 +242,45 @@ void gen_core_free(gen_core *c) {
     c->smp = NULL;
 }
 
+/* tok's log-probability and the top tokens from logits, over the tokens
+ * mask allows (all when NULL): what on_logprob reports. */
+static void core_logprobs(gen_core *c, const float *logits, const uint32_t *mask, int32_t tok) {
+    const int n = sb_model_hparams(c->e->model)->n_vocab, k = c->o->top_logprobs;
+    float mx = -INFINITY;
+    for (int i = 0; i < n; i++)
+        if ((!mask || sb_mask_has(mask, i)) && logits[i] > mx) mx = logits[i];
+    double sum = 0;
+    c->n_top = 0;
+    for (int i = 0; i < n; i++) {
+        if (mask && !sb_mask_has(mask, i)) continue;
+        sum += exp((double)logits[i] - mx);
+        if (k <= 0 || (c->n_top == k && logits[i] <= c->top_lp[k - 1])) continue;
+        int j = c->n_top < k ? c->n_top++ : k - 1;          /* insert, highest first */
+        for (; j > 0 && c->top_lp[j - 1] < logits[i]; j--) {
+            c->top_lp[j] = c->top_lp[j - 1];
+            c->top_id[j] = c->top_id[j - 1];
+        }
+        c->top_lp[j] = logits[i];
+        c->top_id[j] = i;
+    }
+    const float lse = mx + (float)log(sum);
+    for (int j = 0; j < c->n_top; j++) c->top_lp[j] -= lse;
+    c->lp_tok = tok;
+    c->lp = logits[tok] - lse;
+}
+
 int gen_core_next(gen_core *c, const float *logits, int32_t *tok, char *err) {
-    if (!c->gm) { *tok = sb_sampler_sample(c->smp, logits); return 0; }
+    if (!c->gm) {
+        *tok = sb_sampler_sample(c->smp, logits);
+        if (c->o->on_logprob && *tok >= 0) core_logprobs(c, logits, NULL, *tok);
+        return 0;
+    }
     double t0 = sb_now_s();
     const uint32_t *mask = sb_gmatch_mask(c->gm);
     if (!mask) return sb_seterr(err, SB_ENOMEM, "out of memory for a grammar mask");
     *tok = sb_sampler_sample_masked(c->smp, logits, mask);
     if (*tok == -2) return sb_seterr(err, SB_ENOMEM, "out of memory");
+    if (c->o->on_logprob && *tok >= 0) core_logprobs(c, logits, mask, *tok);
     /* -1: no token can continue (a vocabulary without the bytes the grammar
      * needs): the caller ends the generation. */
     if (*tok >= 0 && sb_gmatch_token(c->gm, *tok))
@@ -252,6 +298,7 @@ int gen_core_emit(gen_core *c, int32_t tok) {
     if (sb_vocab_is_eog(c->e->vocab, tok)) return 1;
     sb_sampler_accept(c->smp, tok);
     res->n_gen++;
+    if (o->on_logprob && c->lp_tok == tok) o->on_logprob(o->ud, tok, c->lp, c->top_id, c->top_lp, c->n_top);
     char piece[256];
     const char *out;
     size_t out_len;

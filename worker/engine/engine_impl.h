@@ -16,8 +16,9 @@
 #define GRAMMAR_CACHE 4
 
 typedef struct {
-    char       *schema;
+    char       *schema;         /* a JSON Schema, or a tool-call grammar's spec (tools) */
     size_t      len;
+    int         tools;
     sb_grammar *g;
     sb_gmatch  *m;              /* the slot's matcher, lent to one user at a time */
     uint64_t    used;           /* LRU clock */
@@ -32,6 +33,7 @@ struct sb_engine {
     sb_vocab *vocab;
     sb_ctx   *ctx;
     int       chat_kind;
+    sb_chat_tmpl tmpl;          /* the template's tool format (chat_tools.c) */
     int       n_batch;          /* tokens per forward pass (the step budget) */
     int32_t  *hist;             /* the tokens sequence 0's KV cache holds, in order */
     int       n_hist;
@@ -55,6 +57,11 @@ typedef struct {
     sb_grammar *own_g;          /* compiled for this generation alone (every slot busy) */
     int max_tokens;
     uint64_t mc0, mr0;          /* mask cache figures at the start */
+    /* on_logprob: the last sampled token's figures, given out when it is emitted */
+    int32_t lp_tok;
+    float lp, top_lp[SB_MAX_TOP_LOGPROBS];
+    int32_t top_id[SB_MAX_TOP_LOGPROBS];
+    int n_top;
 } gen_core;
 
 /* Sampler, stop matcher and grammar matcher for o; the prompt's last

@@ -189,7 +189,7 @@ static int number_rule(sc *c, int integer) {
         sb_gseq_set(c->g, &t, (uint8_t[32]){ ['e' >> 3] = 1 << ('e' & 7) | 1 << ('E' & 7) });
         sb_gseq_ref(&t, esign);
         sb_gseq_ref(&t, digit);
-        sb_gseq_ref(&t, repeat_rule(c, digit, -1, 2));
+        sb_gseq_ref(&t, repeat_rule(c, digit, -1, 1));     /* 2 digits: up to 1e115, never out of range */
         sb_gram_alt(c->g, exp, &t);
         sb_gseq_free(&t);
         sb_gseq_ref(&s, frac);
@@ -514,23 +514,30 @@ static int node(sc *c, const sb_json *s, int *out) {
     return 0;
 }
 
-int sb_json_schema_compile(const char *schema, size_t len, sb_grammar **out, char *err) {
-    *out = NULL;
+int sb_json_schema_rule(sb_grammar *g, const char *schema, size_t len, int *root, char *err) {
     sb_json_doc *doc = NULL;
     char perr[SB_ERR_LEN];
-    if (sb_json_parse(schema, len, &doc, perr))
-        return sb_seterr(err, SB_EINVAL, "json schema: not JSON: %s", perr);
-    sc c = { .err = err, .path = "$", .ws = -1, .comma = -1, .chr = -1, .u8 = -1, .chars = -1, .number = -1, .integer = -1, .any = -1,
-             .any_obj = -1 };
-    int rc = sb_gram_new(&c.g), root = -1;
-    if (rc == 0) rc = node(&c, sb_json_root(doc), &root);
-    if (rc == 0) rc = sb_gram_finish(c.g, root, err);
+    int rc = sb_json_parse(schema, len, &doc, perr);
+    if (rc) return rc == SB_ENOMEM ? sb_seterr(err, rc, "json schema: out of memory")
+                                   : sb_seterr(err, SB_EINVAL, "json schema: not JSON: %s", perr);
+    sc c = { .g = g, .err = err, .path = "$", .ws = -1, .comma = -1, .chr = -1, .u8 = -1, .chars = -1, .number = -1,
+             .integer = -1, .any = -1, .any_obj = -1 };
+    rc = node(&c, sb_json_root(doc), root);
     sb_json_doc_free(doc);
+    return rc;
+}
+
+int sb_json_schema_compile(const char *schema, size_t len, sb_grammar **out, char *err) {
+    *out = NULL;
+    sb_grammar *g = NULL;
+    int root = -1, rc = sb_gram_new(&g);
+    if (rc == 0) rc = sb_json_schema_rule(g, schema, len, &root, err);
+    if (rc == 0) rc = sb_gram_finish(g, root, err);
     if (rc) {
-        sb_grammar_free(c.g);
+        sb_grammar_free(g);
         return rc;
     }
-    *out = c.g;
+    *out = g;
     return 0;
 }
 

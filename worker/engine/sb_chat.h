@@ -37,6 +37,8 @@
 
 #include <stddef.h>
 #include "common/sb_common.h"
+#include "common/sb_json.h"
+#include "worker/engine/sb_grammar.h"
 #include "worker/tokenizer/sb_vocab.h"
 
 typedef enum {
@@ -57,10 +59,20 @@ typedef enum {
  * NULL, the n_parts pieces there, each trusted or not as it says (a
  * pipeline's own prompt text around a caller's words). */
 typedef struct {
+    const char *id;             /* the call's id (not written by the templates we render) */
+    const char *name;           /* the function's name */
+    const char *arguments;      /* its arguments: JSON text as OpenAI sends it (a string) */
+    size_t arguments_len;
+} sb_chat_call;
+
+typedef struct {
     const char *role;
-    const char *content;
+    const char *content;        /* may be NULL for an assistant message with calls */
     const sb_text_seg *parts;
     size_t n_parts;
+    const sb_chat_call *calls;  /* an assistant message's tool calls (chat_tools.c) */
+    size_t n_calls;
+    const char *tool_call_id;   /* a "tool" message: the call it answers */
 } sb_chat_msg;
 
 /* Which format the Jinja source tmpl[0..len) writes (not NUL-terminated; a
@@ -95,5 +107,96 @@ int sb_chat_apply(int kind, const sb_chat_msg *msgs, size_t n, int add_generatio
  * that wants the prompt the template itself renders prepends it as a system
  * message when msgs[0] is not one. */
 int sb_chat_default_system(const char *tmpl, size_t len, const char **text, size_t *text_len);
+
+/* ---- Tools (chat_tools.c) ----
+ * OpenAI's function calling, rendered as the model's own template does:
+ * the `tools` array, assistant messages carrying calls, and "tool" messages
+ * (results) in the history. Three families:
+ *   hermes    Qwen2.5's template (it writes "<tools>" and "<tool_call>"):
+ *             the tools in its system block, a call as
+ *             "<tool_call>\n{"name": N, "arguments": A}\n</tool_call>",
+ *             results as "<tool_response>" blocks in one user turn.
+ *   llama31   Llama-3.1's (it writes "Environment: ipython"): the tools
+ *             (JSON, indent 4) in the first user message, a call as the
+ *             assistant's whole turn {"name": N, "parameters": A}, results
+ *             in an "ipython" turn as a JSON string; one call per turn.
+ *   generic   any other template: the hermes text (the tools and how to
+ *             call them) appended to the system message, calls as that
+ *             text in the assistant message, results as a user message of
+ *             "<tool_response>" blocks, all written in the template's own
+ *             format (sb_chat_apply_prompt).
+ * Byte for byte what the GGUF's Jinja template renders through
+ * transformers' environment (tojson = Python's json.dumps, ensure_ascii
+ * off), checked by tests/it_chat_tools.sh with jinja2, except that trim
+ * strips C-locale whitespace only (Python's str.strip also strips Unicode
+ * spaces). The tools' JSON, names, arguments and results are the caller's:
+ * tokenized as text, so a "<tool_call>" inside them is never the token. */
+enum { SB_TOOLS_GENERIC = 0, SB_TOOLS_HERMES, SB_TOOLS_LLAMA31 };
+
+/* What the renderer needs from a template, copied out of its source. */
+typedef struct {
+    int kind;                   /* sb_chat_kind (UNKNOWN renders as chatml) */
+    int tools;                  /* SB_TOOLS_* */
+    char *default_system;       /* hermes: the system text when none is given */
+    char date[32];              /* llama31: "Today Date: " (its date_string, or today) */
+} sb_chat_tmpl;
+
+/* Fill t from the Jinja source (NULL: no template, generic chatml).
+ * SB_ENOMEM; sb_chat_tmpl_free releases it. */
+int  sb_chat_tmpl_init(sb_chat_tmpl *t, const char *tmpl, size_t len);
+void sb_chat_tmpl_free(sb_chat_tmpl *t);
+const char *sb_chat_tools_name(int tools);  /* "generic", "hermes", "llama31" */
+
+/* Format msgs with tools (tools_json: OpenAI's `tools` array as JSON text,
+ * or NULL for none) into *out. SB_EINVAL with err naming the message or
+ * tool for what the template cannot write (no first user message for
+ * llama31's tools, two calls in one llama31 turn, a bad role, invalid
+ * tools JSON), SB_ENOMEM. */
+int sb_chat_apply_tools(const sb_chat_tmpl *t, const sb_chat_msg *msgs, size_t n, const char *tools_json,
+                        size_t tools_len, int add_generation_prompt, sb_prompt *out, char *err);
+
+/* Python's json.dumps(json.loads(json), ensure_ascii=False, indent=indent)
+ * (indent < 0: None) appended to w (an sb_jw used as a byte buffer; from
+ * sb_json.h), for JSON text that sb_json_parse accepts. */
+int sb_chat_py_json(sb_jw *w, const char *json, size_t len, int indent);
+/* The text of member `key` of the JSON object obj[0..len), as written (so
+ * that 1.0 stays 1.0 on its way to a template). SB_EINVAL for text that is
+ * not a JSON object, SB_ENOTFOUND. */
+int sb_chat_json_member(const char *obj, size_t len, const char *key, const char **at, size_t *n);
+
+/* ---- Tool calls (tool_calls.c) ----
+ * What the model may answer with tools, enforced by a grammar (sb_grammar.h):
+ *   required   one call (or, when parallel, several separated by "\n") and
+ *              nothing else: hermes and generic "<tool_call>\n{"name": N,
+ *              "arguments": A}\n</tool_call>", llama31 {"name": N,
+ *              "parameters": A}; N one of the functions (the named one when
+ *              tool_choice names it), A valid against its `parameters`
+ *              schema (the subset of docs/GRAMMAR.md);
+ *   auto       those calls, or text that does not open like one (its first
+ *              byte is not '<', for llama31 not '{');
+ *   none       no grammar (the caller does not ask for one).
+ * llama31 takes one call per answer whatever parallel says; the others at
+ * most SB_TOOL_MAX_CALLS (a model that would call on and on stops there). */
+#define SB_TOOL_MAX_CALLS 8
+enum { SB_TOOL_CHOICE_NONE = 0, SB_TOOL_CHOICE_AUTO, SB_TOOL_CHOICE_REQUIRED };
+const char *sb_tool_choice_name(int choice);            /* "none", "auto", "required" */
+
+/* The grammar's spec, as JSON text appended to out (the key a compiled
+ * grammar is cached under): tools is OpenAI's `tools` array, name the one
+ * function tool_choice names (NULL: any). SB_EINVAL naming the tool or the
+ * choice that is wrong, SB_ENOMEM. The parameters' schemas are checked when
+ * the spec is compiled. */
+int sb_chat_tools_spec(int format, const char *tools, size_t len, int choice, const char *name, int parallel,
+                       sb_jw *out, char *err);
+/* Compile a spec from sb_chat_tools_spec. SB_EINVAL with the schema
+ * compiler's message for a `parameters` outside the subset. */
+int sb_chat_tools_grammar(const char *spec, size_t len, sb_grammar **out, char *err);
+
+/* The calls of an answer in format: *calls (sb_malloc'ed, names and
+ * arguments NUL-terminated, arguments the JSON text as the model wrote
+ * it), or none (*n_calls 0) when the answer is not calls and only calls,
+ * e.g. text, or a call cut short. 0 or SB_ENOMEM. */
+int  sb_chat_parse_calls(int format, const char *text, size_t len, sb_chat_call **calls, size_t *n_calls);
+void sb_chat_calls_free(sb_chat_call *calls, size_t n);
 
 #endif

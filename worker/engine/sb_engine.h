@@ -44,6 +44,11 @@ int  sb_engine_chat_kind(const sb_engine *e);     /* SB_CHAT_*; UNKNOWN falls ba
  * to *out: markers trusted, contents untrusted unless given as trusted parts
  * (sb_chat.h). Tokenize the result with sb_engine_tokenize_prompt. */
 int sb_engine_chat_prompt(const sb_engine *e, const sb_chat_msg *msgs, size_t n, sb_prompt *out, char *err);
+/* The same with tools (OpenAI's `tools` JSON array, or NULL), calls and
+ * results in the history, in the template's tool format (sb_chat.h). */
+int sb_engine_chat_prompt_tools(const sb_engine *e, const sb_chat_msg *msgs, size_t n, const char *tools,
+                                size_t tools_len, sb_prompt *out, char *err);
+int sb_engine_tools_format(const sb_engine *e);  /* SB_TOOLS_* of the model's template */
 /* Tokenize with the model's BOS rule; special tokens parsed when `special`. */
 int sb_engine_tokenize(const sb_engine *e, const char *text, size_t len, int special,
                        int32_t **out, size_t *n, char *err);
@@ -55,6 +60,14 @@ int sb_engine_tokenize_prompt(const sb_engine *e, const sb_prompt *p, int32_t **
  * never ending inside a UTF-8 sequence. Return nonzero to stop early. */
 typedef int (*sb_piece_fn)(void *ud, const char *text, size_t len, int32_t token);
 
+/* A generated token's log-probability and the n_top most likely tokens
+ * at its position (highest first), from the logits the sampler saw: the
+ * model's log-softmax, over the grammar's allowed tokens only (renormalised)
+ * when one is active; before temperature, penalties and top-k/p/min-p. */
+typedef void (*sb_logprob_fn)(void *ud, int32_t token, float logprob, const int32_t *top, const float *top_lp,
+                              int n_top);
+#define SB_MAX_TOP_LOGPROBS 20
+
 typedef struct {
     int max_tokens;                 /* ≤ 0: until the context is full */
     sb_sampling_params sampling;
@@ -64,6 +77,11 @@ typedef struct {
     const atomic_int *cancel;       /* nonzero: stop as soon as possible */
     sb_piece_fn on_piece;
     void *ud;
+    /* Called (with ud) for every token emitted, before its piece, when set;
+     * top_logprobs in [0, SB_MAX_TOP_LOGPROBS]. Speculative decoding is off
+     * for such a generation (drafted tokens are accepted without a sample). */
+    sb_logprob_fn on_logprob;
+    int top_logprobs;
     /* JSON Schema text (not NUL-terminated): only tokens that continue a
      * document valid against it are sampled, EOS only once it is complete,
      * and generation ends as soon as nothing can follow (docs/GRAMMAR.md).
@@ -71,6 +89,11 @@ typedef struct {
      * for the engine's last few schemas. */
     const char *json_schema;
     size_t json_schema_len;
+    /* Or a tool-call grammar's spec (sb_chat_tools_spec): the answer is
+     * calls to the tools, or text, as the spec's choice says. Cached like a
+     * schema. Ignored when json_schema is set. */
+    const char *tools_grammar;
+    size_t tools_grammar_len;
     /* Speculative decoding (docs/SPECULATIVE.md): draft up to `lookup`
      * tokens per step by prompt lookup, or up to `n_draft` with the `draft`
      * engine (checked with sb_engine_check_draft; lookup wins when both are

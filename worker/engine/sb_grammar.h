@@ -39,6 +39,10 @@ struct sb_pool;
  * SB_EINVAL with err naming the keyword and its JSON path for anything
  * outside the subset, e.g. "$.properties.n: unsupported keyword 'minimum'". */
 int sb_json_schema_compile(const char *schema, size_t len, sb_grammar **out, char *err);
+/* The same into g, which is being built: *root is the rule of a document
+ * valid against the schema (a piece of a larger grammar, e.g. a tool call's
+ * arguments between the template's tags). Errors as above. */
+int sb_json_schema_rule(sb_grammar *g, const char *schema, size_t len, int *root, char *err);
 /* A schema given on a command line or in a config: inline JSON when arg
  * starts with '{' (after spaces), else the path of a file holding it.
  * *text is sb_malloc'ed, NUL-terminated; only read, not compiled. */

@@ -123,9 +123,10 @@ int spec_step(spec_state *s, int seq, int32_t *hist, int *n_hist, int32_t *tok, 
 int spec_init(spec_state *s, gen_core *c, char *err) {
     const sb_gen_opts *o = c->o;
     *s = (spec_state){ .c = c, .n_vocab = sb_model_hparams(c->e->model)->n_vocab };
-    /* A schema constrains every token, drafted ones included, and decide()
-     * samples unmasked: no speculation under a grammar (for now). */
-    s->max_draft = o->json_schema ? 0 : SB_MIN(o->lookup > 0 ? o->lookup : o->draft ? o->n_draft : 0, SB_SPEC_MAX_DRAFT);
+    /* A schema or tool grammar constrains every token, drafted ones
+     * included, and decide() samples unmasked: no speculation under a
+     * grammar (for now); nor with logprobs, which accepted drafts lack. */
+    s->max_draft = o->json_schema || o->tools_grammar || o->on_logprob ? 0 : SB_MIN(o->lookup > 0 ? o->lookup : o->draft ? o->n_draft : 0, SB_SPEC_MAX_DRAFT);
     if (s->max_draft <= 0) return 0;
     sb_spec_policy_init(&s->pol, s->max_draft);
     s->pol.fixed_slope = o->spec_cost;

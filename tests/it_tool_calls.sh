@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# it_tool_calls.sh - tool calls forced by the grammar on real workers serving
+# the three tiny fixtures (random weights, so only the grammar makes their
+# answers calls): required / named / single / auto / none, streamed and not,
+# arguments validated with jsonschema against each function's parameters,
+# and the refusals (tests/tool_calls_check.py).
+set -u
+cd "$(dirname "$0")/.."
+. tests/itlib.sh
+it_init tools
+socks=()
+for m in tiny-llama-spm-Q4_0 tiny-llama3-Q4_K_M tiny-phi3-Q4_K_M; do
+    "$SB" worker --model "$DATA/$m.gguf" --socket "$tmp/$m.sock" -t 1 --parallel 2 > "$tmp/$m.log" 2>&1 &
+    it_pids+=($!)
+    socks+=("$tmp/$m.sock")
+done
+for s in "${socks[@]}"; do
+    for _ in $(seq 1 100); do [ -S "$s" ] && break; sleep 0.05; done
+    [ -S "$s" ] || { echo "it_tool_calls: FAIL: no worker at $s: $(cat "${s%.sock}.log")"; exit 1; }
+done
+(cd tests && python3 tool_calls_check.py "${socks[@]}") || { echo "it_tool_calls: FAIL"; exit 1; }
+echo "it_tool_calls: ok"
