@@ -77,6 +77,10 @@ assert (h["source"], h["section"], h["text"]) == tuple(sys.argv[2:5]), h
 EOF
 done
 
+# ---- kb eval: a NUL in a question line ended the question there, silently
+printf 'lease\0 and more\tbom.md\n' > "$tmp/q.tsv"
+expect 2 "q.tsv:1: a NUL (\0) in the line" "$SB" kb eval -c "$tmp/c.yaml" "$tmp/q.tsv"
+
 # ---- no extension, unlisted extension: refused with the list
 printf 'plain words\n' > "$tmp/README"
 expect 1 "README: no file extension, so no known format (expected .txt .md .markdown .html .htm .pdf" add "$tmp/README"

@@ -117,9 +117,8 @@ void sb_serve_embed(sb_encoder *e, sb_ipc_reply *r, const sb_mp_obj *params, con
     sb_mp_map(wr, 5);
     sb_mp_str(wr, "embeddings");
     sb_mp_array(wr, n);
-    for (; i < n && !rc; i++) {
-        rc = sb_encoder_embed_pieces(e, tp->pieces[i], tp->n_pieces[i], cancel, vec, &tokens[i], err);
-        if (rc) break;
+    for (; !rc && i < n; i++) {
+        if ((rc = sb_encoder_embed_pieces(e, tp->pieces[i], tp->n_pieces[i], cancel, vec, &tokens[i], err))) break;
         total += tokens[i];
         sb_mp_array(wr, (uint32_t)dim);
         for (int k = 0; k < dim; k++) sb_mp_f64(wr, vec[k]);
@@ -128,9 +127,15 @@ void sb_serve_embed(sb_encoder *e, sb_ipc_reply *r, const sb_mp_obj *params, con
     pieces_free(tp, n);
     sb_free(tp);
     /* Cancelled: the caller hung up (or the worker is stopping) - the
-     * encoder stopped inside the text, between two layers. */
-    if (rc == SB_ECANCEL) { sb_ipc_reply_error(r, SB_IPC_CANCELLED, "cancelled in text %u of %u", i + 1, n); return; }
-    if (rc) { sb_ipc_reply_error(r, rc == SB_ENOMEM ? SB_IPC_INTERNAL : SB_IPC_INVALID_REQUEST, "texts[%u]: %s", i, err); return; }
+     * encoder stopped inside the text, within a third of a layer. */
+    if (rc == SB_ECANCEL) {
+        sb_ipc_reply_error(r, SB_IPC_CANCELLED, "cancelled in text %u of %u", i + 1, n);
+        return;
+    }
+    if (rc) {
+        sb_ipc_reply_error(r, rc == SB_ENOMEM ? SB_IPC_INTERNAL : SB_IPC_INVALID_REQUEST, "texts[%u]: %s", i, err);
+        return;
+    }
     sb_mp_str(wr, "tokens");
     sb_mp_array(wr, n);
     for (uint32_t k = 0; k < n; k++) sb_mp_i64(wr, tokens[k]);

@@ -312,9 +312,10 @@ static bool cancelled(const atomic_int *cancel) {
 }
 
 /* Mean of the last hidden states of ids[0..n) (n ≤ n_ctx) into sum (added).
- * SB_ECANCEL when *cancel is set: checked before each layer, a few tens of
- * ms of a 512-token window on e5-small, so a caller who hung up frees the
- * encoder at once rather than after the whole text. */
+ * SB_ECANCEL when *cancel is set: checked before each layer and twice
+ * inside it (after attention, between the FFN's two products), every ~1/36
+ * of a 512-token window of e5-small, so a caller who hung up frees the
+ * encoder at once rather than after the whole text, also on a loaded box. */
 static int forward(sb_encoder *e, const int32_t *ids, int n, double weight, double *sum, const atomic_int *cancel) {
     const size_t H = (size_t)e->H;
     run_step(e, NULL, ids, n, STEP_EMBED);
@@ -326,10 +327,12 @@ static int forward(sb_encoder *e, const int32_t *ids, int n, double weight, doub
         sb_mm_run(&e->mm, e->x, n, qkv, 3);
         run_step(e, L, ids, n, STEP_QKV_BIAS);
         run_step(e, L, ids, n, STEP_ATTN);
+        if (cancelled(cancel)) return SB_ECANCEL;
         matmul(e, &L->wo, e->ctx, n, e->tmp);
         run_step(e, L, ids, n, STEP_ATTN_OUT);
         matmul(e, &L->wup, e->x, n, e->mid);
         run_step(e, L, ids, n, STEP_FFN_UP);
+        if (cancelled(cancel)) return SB_ECANCEL;
         matmul(e, &L->wdown, e->mid, n, e->tmp);
         run_step(e, L, ids, n, STEP_FFN_OUT);
     }

@@ -68,8 +68,8 @@ int sb_encoder_pieces(const sb_encoder *e, sb_embed_kind kind, const char *text,
                       size_t *n, char *err);
 
 /* sb_encoder_embed from pieces[0..n) (sb_encoder_pieces). cancel (may be
- * NULL): when it becomes nonzero the call stops before its next layer and
- * returns SB_ECANCEL, so a long text does not outlive its caller. */
+ * NULL): when it becomes nonzero the call stops within a third of a layer
+ * and returns SB_ECANCEL, so a long text does not outlive its caller. */
 int sb_encoder_embed_pieces(sb_encoder *e, const int32_t *pieces, size_t n, const atomic_int *cancel, float *out,
                             int *n_tokens, char *err);
 
