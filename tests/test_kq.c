@@ -25,6 +25,7 @@
 
 #include "worker/gguf/sb_gguf.h"
 #include "tests/kq_testlib.h"
+#include "worker/kernels/kq_internal.h"
 #include "worker/kernels/sb_kq.h"
 
 #define N_ROW 4096          /* one row of a 4096-wide model: 16 super-blocks */
@@ -489,6 +490,12 @@ static void test_table_shape(void **state) {
     }
     assert_null(ref_row(SB_TYPE_Q8_1)->vec_dot);
     assert_null(ref_row(SB_TYPE_Q8_K)->vec_dot);
+    /* The kernels' compile-time block sizes are the table's. */
+    for (int id = 0; id < SB_TYPE_COUNT; id++) {
+        const sb_kq_traits *r = ref_row(id);
+        if (r->blck_size && r->is_quantized) assert_int_equal(kq_block_bytes(id), r->type_size);
+        else assert_int_equal(kq_block_bytes(id), 0);
+    }
     /* A level lists only its overrides: whatever it leaves out resolves to
      * the level below, so no kernel is lost going up, layout never changes,
      * and the reference quantizer is the reference table's at every level. */

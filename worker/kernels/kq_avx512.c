@@ -125,13 +125,13 @@ KQ_INLINE float legacy_group(int wt, float sum, const void *vx, const sb_block_q
                            : _mm512_setzero_si512();
     }
     float v[16];
-    _mm512_storeu_ps(v, _mm512_mul_ps(block_scales_16(vx, legacy_block_bytes(wt), y, cnt), _mm512_cvtepi32_ps(block_sums_16(p))));
+    _mm512_storeu_ps(v, _mm512_mul_ps(block_scales_16(vx, kq_block_bytes(wt), y, cnt), _mm512_cvtepi32_ps(block_sums_16(p))));
     for (int k = 0; k < cnt; k++) sum += v[k];
     return sum;
 }
 
 KQ_INLINE void dot_legacy(int wt, int n, float *s, const void *vx, const void *vy) {
-    const size_t xb = legacy_block_bytes(wt);
+    const size_t xb = kq_block_bytes(wt);
     const sb_block_q8_0 *y = vy;
     const int nb = n / 32;
     float sum = 0.0f;

@@ -91,7 +91,7 @@ KQ_INLINE int has_offset(int wt) { return wt == W_Q3_K || wt == W_Q6_K; }
 
 KQ_INLINE void dotn_k(int wt, int n, int nt, float *s, size_t s_stride, const void *vx, const void *vy, size_t y_stride) {
     const uint8_t *x = vx;
-    const size_t bb = block_bytes(wt);
+    const size_t bb = kq_block_bytes(wt);
     __m512 acc[NT_MAX];
     __m256 acc_min[NT_MAX];
     for (int t = 0; t < nt; t++) {

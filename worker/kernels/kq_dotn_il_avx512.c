@@ -64,7 +64,7 @@ KQ_INLINE void row_prep(int wt, const uint8_t *blk, il_row *p) {
  * so 8 tokens need half the instructions of 16. */
 KQ_INLINE void il_pass(int wt, int G, int nb, int R, const uint8_t *x, size_t x_stride, const sb_kq_il_block *y,
                        __m512 *sum) {
-    const size_t bb = block_bytes(wt);
+    const size_t bb = kq_block_bytes(wt);
     const int nsub = wt == W_Q6_K ? 16 : 8;
     const int rps = 64 / nsub / G;      /* registers per sub-block: 8 or 4 (Q6_K) groups, G per register */
     for (int i = 0; i < nb; i++) {
@@ -176,7 +176,7 @@ KQ_INLINE void dotn_rows(int wt, int n, int nt, float *s, size_t s_stride, const
     for (int i0 = 0; i0 < nb; i0 += CHUNK) {
         const int c = nb - i0 < CHUNK ? nb - i0 : CHUNK;
         sb_kq_q8_K_interleave(c, nt, (const sb_block_q8_K *)vy + i0, y_stride, buf);
-        il_pass_rg(wt, G, c, 1, (const uint8_t *)vx + (size_t)i0 * block_bytes(wt), 0, buf, &sum);
+        il_pass_rg(wt, G, c, 1, (const uint8_t *)vx + (size_t)i0 * kq_block_bytes(wt), 0, buf, &sum);
     }
     store_sums(1, nt, G, &sum, s, s_stride);
 }
@@ -209,7 +209,7 @@ DOTN_IL(q6_K, W_Q6_K)
 
 KQ_INLINE float legacy_d(int wt, const uint8_t *row, int b) {
     sb_fp16 d;      /* every block type's first field */
-    memcpy(&d, row + (size_t)b * legacy_block_bytes(wt), sizeof d);
+    memcpy(&d, row + (size_t)b * kq_block_bytes(wt), sizeof d);
     return kq_f16(d);
 }
 
@@ -251,7 +251,7 @@ KQ_INLINE __m512i merge_g(const __m512i *a, int G) {
  * m·G + j, token t, in block order (rows past R: zeros, not stored). */
 KQ_INLINE void il0_pass(int wt, int G, int nb, int R, const uint8_t *x, size_t x_stride, const sb_kq_p8_block *y,
                         __m512 *msum) {
-    const size_t bb = legacy_block_bytes(wt);
+    const size_t bb = kq_block_bytes(wt);
     const int nv = 8 / G, shift = legacy_bias_shift(wt), M = (R + G - 1) / G;
     for (int i = 0; i < nb; i += 2) {
         const int two = i + 1 < nb;
@@ -345,7 +345,7 @@ KQ_INLINE void dotn_rows0(int wt, int n, int nt, float *s, size_t s_stride, cons
     for (int i0 = 0; i0 < nb; i0 += CHUNK0) {
         const int c = nb - i0 < CHUNK0 ? nb - i0 : CHUNK0;
         sb_kq_q8_0_prepare(32 * c, nt, (const sb_block_q8_0 *)vy + i0, y_stride, buf);
-        il0_pass_rg(wt, G, c, 1, (const uint8_t *)vx + (size_t)i0 * legacy_block_bytes(wt), 0, buf, &sum);
+        il0_pass_rg(wt, G, c, 1, (const uint8_t *)vx + (size_t)i0 * kq_block_bytes(wt), 0, buf, &sum);
     }
     store_sums0(1, nt, G, &sum, s, s_stride);
 }

@@ -35,7 +35,7 @@ KQ_INLINE __m512 scale_pair(sb_fp16 d0, sb_fp16 d1, int two) {
 KQ_INLINE __m512i decode_pair(int wt, const uint8_t *blk, int two, __m512 *d) {
     sb_fp16 d0, d1 = 0;     /* every block type's first field */
     memcpy(&d0, blk, sizeof d0);
-    if (two) memcpy(&d1, blk + legacy_block_bytes(wt), sizeof d1);
+    if (two) memcpy(&d1, blk + kq_block_bytes(wt), sizeof d1);
     *d = scale_pair(d0, d1, two);
     return legacy_unsigned_2x32(wt, blk, 0, two);
 }
@@ -48,7 +48,7 @@ KQ_INLINE void tile_step(int wt, int R, int C, int i, int two, const uint8_t *x,
     __m512i u[TILE_R];
     __m512 dx[TILE_R];
 #pragma GCC unroll 4
-    for (int r = 0; r < R; r++) u[r] = decode_pair(wt, x + (size_t)r * bx + (size_t)i * legacy_block_bytes(wt), two, &dx[r]);
+    for (int r = 0; r < R; r++) u[r] = decode_pair(wt, x + (size_t)r * bx + (size_t)i * kq_block_bytes(wt), two, &dx[r]);
     const __m512i k = _mm512_set1_epi8((char)offset_k(wt));
 #pragma GCC unroll 4
     for (int c = 0; c < C; c++) {
@@ -119,7 +119,7 @@ static inline __m512i dpbusd_bcast(__m512i t, __m512i q, const int8_t *p) {
 
 /* Blocks i0..i0+nbk-1 of rows x[0..nr) into panel blocks (missing rows zero). */
 KQ_INLINE void pack_panel(int wt, const uint8_t *x, size_t bx, int nr, int i0, int nbk, panel_blk *out) {
-    const size_t bs = legacy_block_bytes(wt);
+    const size_t bs = kq_block_bytes(wt);
     for (int i = 0; i < nbk; i += 2) {
         const int two = i + 1 < nbk;
         __m512i rows[PANEL], cols[PANEL];

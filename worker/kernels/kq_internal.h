@@ -31,6 +31,29 @@ static inline int kq_nearest_int(float v) {
     return (bits & 0x007fffff) - 0x00400000;
 }
 
+/* Bytes per block of each quantized type, by SB_TYPE id: the traits
+ * table's type_size (test_kq checks every row against it), as a switch so
+ * that a kernel instantiated for one type reads a constant - the table is
+ * built at run time, and reading it would put a load in every row's loop.
+ * 0 for a type without blocks. */
+static inline __attribute__((always_inline)) size_t kq_block_bytes(int type) {
+    switch (type) {
+    case SB_TYPE_Q4_0: return sizeof(sb_block_q4_0);
+    case SB_TYPE_Q4_1: return sizeof(sb_block_q4_1);
+    case SB_TYPE_Q5_0: return sizeof(sb_block_q5_0);
+    case SB_TYPE_Q5_1: return sizeof(sb_block_q5_1);
+    case SB_TYPE_Q8_0: return sizeof(sb_block_q8_0);
+    case SB_TYPE_Q8_1: return sizeof(sb_block_q8_1);
+    case SB_TYPE_Q2_K: return sizeof(sb_block_q2_K);
+    case SB_TYPE_Q3_K: return sizeof(sb_block_q3_K);
+    case SB_TYPE_Q4_K: return sizeof(sb_block_q4_K);
+    case SB_TYPE_Q5_K: return sizeof(sb_block_q5_K);
+    case SB_TYPE_Q6_K: return sizeof(sb_block_q6_K);
+    case SB_TYPE_Q8_K: return sizeof(sb_block_q8_K);
+    default: return 0;
+    }
+}
+
 /* Q4_K / Q5_K: the 6-bit scale and min of sub-block j (0..7) out of the 12
  * packed bytes: j < 4 in the low 6 bits of bytes j and j+4; j >= 4 split
  * into a nibble of byte j+4 and the top 2 bits of bytes j-4 / j. */

@@ -85,7 +85,7 @@ KQ_INLINE void tile_k(int wt, int n, int R, int C, const uint8_t *x, size_t bx, 
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
         for (int c = 0; c < C; c++) acc[r][c] = _mm512_setzero_ps();
-    const size_t xs = block_bytes(wt);
+    const size_t xs = kq_block_bytes(wt);
     for (int i = 0; i < n / SB_QK_K; i++) {
         row_prep p[TILE_R];
         const uint8_t *xb[TILE_R];

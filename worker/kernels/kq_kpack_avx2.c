@@ -37,9 +37,11 @@
 #define COLS 4                  /* columns per micro-kernel call (4 × 3 accumulators + temporaries = 16 ymm) */
 #define PACK_MIN_COLS 4
 
-enum { W_Q2_K, W_Q3_K, W_Q4_K, W_Q5_K, W_Q6_K, W_Q4_0, W_Q5_0, W_Q8_0 };
+/* The weight types, by SB_TYPE id (their block sizes: kq_block_bytes). */
+enum { W_Q2_K = SB_TYPE_Q2_K, W_Q3_K = SB_TYPE_Q3_K, W_Q4_K = SB_TYPE_Q4_K, W_Q5_K = SB_TYPE_Q5_K,
+       W_Q6_K = SB_TYPE_Q6_K, W_Q4_0 = SB_TYPE_Q4_0, W_Q5_0 = SB_TYPE_Q5_0, W_Q8_0 = SB_TYPE_Q8_0 };
 
-KQ_INLINE int is_legacy(int wt) { return wt >= W_Q4_0; }
+KQ_INLINE int is_legacy(int wt) { return wt == W_Q4_0 || wt == W_Q5_0 || wt == W_Q8_0; }
 KQ_INLINE int n_sub(int wt) { return wt == W_Q4_K || wt == W_Q5_K ? 8 : 16; }
 KQ_INLINE int has_min(int wt) { return wt == W_Q2_K || wt == W_Q4_K || wt == W_Q5_K; }
 
@@ -55,19 +57,6 @@ KQ_INLINE int chunk_groups(int wt) {
     case W_Q6_K: return 2;
     case W_Q8_0: return 1;
     default: return 4;
-    }
-}
-
-KQ_INLINE size_t block_bytes(int wt) {
-    switch (wt) {
-    case W_Q2_K: return sizeof(sb_block_q2_K);
-    case W_Q3_K: return sizeof(sb_block_q3_K);
-    case W_Q4_K: return sizeof(sb_block_q4_K);
-    case W_Q5_K: return sizeof(sb_block_q5_K);
-    case W_Q6_K: return sizeof(sb_block_q6_K);
-    case W_Q4_0: return sizeof(sb_block_q4_0);
-    case W_Q5_0: return sizeof(sb_block_q5_0);
-    default: return sizeof(sb_block_q8_0);
     }
 }
 
@@ -240,7 +229,7 @@ static inline void transpose_groups(const uint8_t (*rows)[256], int e0, uint8_t 
 KQ_INLINE void pack_panel_k(int wt, const uint8_t *x, size_t bx, int nr, int i0, int nsb, panel_sb *out) {
     _Alignas(32) uint8_t rows[PANEL][256];
     if (nr < PANEL) memset(rows, 0, sizeof rows);
-    const size_t bs = block_bytes(wt);
+    const size_t bs = kq_block_bytes(wt);
     for (int i = 0; i < nsb; i++) {
         panel_sb *p = &out[i];
         if (nr < PANEL) memset(p, 0, sizeof *p);
@@ -256,7 +245,7 @@ KQ_INLINE void pack_panel_k(int wt, const uint8_t *x, size_t bx, int nr, int i0,
 KQ_INLINE void pack_panel_legacy(int wt, const uint8_t *x, size_t bx, int nr, int i0, int nbk, panel_bk *out) {
     _Alignas(32) uint8_t rows[PANEL][256];
     if (nr < PANEL) memset(rows, 0, sizeof rows);
-    const size_t bs = block_bytes(wt);
+    const size_t bs = kq_block_bytes(wt);
     for (int i = 0; i < nbk; i++) {
         panel_bk *p = &out[i];
         for (int r = 0; r < PANEL; r++) p->d[r] = 0.0f;

@@ -121,7 +121,7 @@ KQ_INLINE __m512i q2_times_scales(__m512i q, const uint8_t *blk, int j) {
 /* Pack super-blocks i0..i0+nsb-1 of rows x[0..nr) (nr <= 16; missing rows
  * are zero: zero quants, scales and d). */
 KQ_INLINE void pack_panel(int wt, const uint8_t *x, size_t bx, int nr, int i0, int nsb, panel_sb *out) {
-    const size_t bs = block_bytes(wt);
+    const size_t bs = kq_block_bytes(wt);
     for (int i = 0; i < nsb; i++) {
         panel_sb *p = &out[i];
         if (nr < PANEL) memset(p, 0, sizeof *p);

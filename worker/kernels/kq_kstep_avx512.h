@@ -13,17 +13,8 @@
 
 #define KQ_INLINE static inline __attribute__((always_inline))
 
-enum { W_Q2_K, W_Q3_K, W_Q4_K, W_Q5_K, W_Q6_K };
-
-KQ_INLINE size_t block_bytes(int wt) {
-    switch (wt) {
-    case W_Q2_K: return sizeof(sb_block_q2_K);
-    case W_Q3_K: return sizeof(sb_block_q3_K);
-    case W_Q4_K: return sizeof(sb_block_q4_K);
-    case W_Q5_K: return sizeof(sb_block_q5_K);
-    default: return sizeof(sb_block_q6_K);
-    }
-}
+/* The weight types, by SB_TYPE id (their block sizes: kq_block_bytes). */
+enum { W_Q2_K = SB_TYPE_Q2_K, W_Q3_K = SB_TYPE_Q3_K, W_Q4_K = SB_TYPE_Q4_K, W_Q5_K = SB_TYPE_Q5_K, W_Q6_K = SB_TYPE_Q6_K };
 
 /* o[k] = dword k of every r[i], i = 0..15 (a 16×16 dword transpose). */
 static inline void transpose16(const __m512i r[16], __m512i o[16]) {
@@ -105,11 +96,7 @@ KQ_INLINE __m512i kq_kstep_decode(int wt, const uint8_t *blk, int j) {
 
 /* ---- Q4_0 / Q5_0 / Q8_0: two 32-element blocks per register ---------------- */
 
-enum { L_Q4_0, L_Q5_0, L_Q8_0 };
-
-KQ_INLINE size_t legacy_block_bytes(int wt) {
-    return wt == L_Q4_0 ? sizeof(sb_block_q4_0) : wt == L_Q5_0 ? sizeof(sb_block_q5_0) : sizeof(sb_block_q8_0);
-}
+enum { L_Q4_0 = SB_TYPE_Q4_0, L_Q5_0 = SB_TYPE_Q5_0, L_Q8_0 = SB_TYPE_Q8_0 };
 
 /* The 32 quants of two blocks in one register (a, b may be the same). */
 KQ_INLINE __m512i load_2x32(const int8_t *a, const int8_t *b) {
