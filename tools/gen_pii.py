@@ -628,7 +628,7 @@ def main():
     for name, lines in files.items():
         with open(os.path.join(OUT, name), "w", encoding="utf-8") as f:
             f.write(HEADER + "\n".join(lines) + "\n")
-        mentions = sum(l.split("\t")[2].count("@") for l in lines)
+        mentions = sum(len(l.split("\t")[2].split(";")) for l in lines if l.startswith("pos"))
         print("gen_pii: %s: %d lines, %d mentions" % (name, len(lines), mentions))
     return 0
 
