@@ -393,6 +393,11 @@ static size_t english_word(scan *s, run *r, size_t i) {
     }
     char d = word_digit(t + i, e - i);
     if (d) { add(s, r, &d, 1, i, e, true); return e; }
+    if (word_is(t + i, e - i, "plus")) {         /* "plus eight six ...": a spoken '+' */
+        flush(s, r);
+        r->plus = i;
+        return e;
+    }
     int times = word_is(t + i, e - i, "double") ? 2 : word_is(t + i, e - i, "triple") ? 3 : 0;
     if (times) {
         size_t k = e;
@@ -420,6 +425,11 @@ static void wide_char(scan *s, run *r, size_t i, size_t n, uint32_t cp) {
     if (cp >= 0xFF10 && cp <= 0xFF19) {
         char d = (char)('0' + (cp - 0xFF10));
         add(s, r, &d, 1, i, i + n, false);
+        return;
+    }
+    if (n == 3 && !memcmp(s->t + i, "加", 3) && i + 9 <= s->len && !memcmp(s->t + i + 3, "八六", 6)) {
+        flush(s, r);                            /* 加八六: a spoken +86 */
+        r->plus = i;
         return;
     }
     if (n == 3) {

@@ -126,6 +126,10 @@ static void test_mobile(void **state) {
     expect_one("It's one three eight double oh one three eight triple oh.", "PHONE", "13800138000", NULL);
     expect_one("Oh, one three eight, double oh one three, eight oh oh oh", "PHONE", "13800138000", NULL);
     expect_one("1 3 8 0 0 1 3 8 0 0 0", "PHONE", "13800138000", NULL);
+    expect_one("it's plus eight six, one three eight oh oh one three eight oh oh oh", "PHONE", "13800138000",
+               "plus eight six, one three eight oh oh one three eight oh oh oh");
+    expect_one("号码加八六幺三八零零幺三八零零零", "PHONE", "13800138000", "加八六幺三八零零幺三八零零零");
+    expect_none("增加八六个");
     expect_one("号码１３８００１３８０００", "PHONE", "13800138000", NULL);   /* full-width */
     expect_none("12812345678");                                 /* 12x is no mobile prefix */
 }
