@@ -83,15 +83,20 @@ void sb_pii_spans_free(sb_pii_spans *s) {
     s->n = s->cap = 0;
 }
 
+int pii_grow(void **v, size_t *cap, size_t n, size_t size, size_t first) {
+    if (n < *cap) return 0;
+    size_t c = *cap ? *cap * 2 : first, bytes;
+    if (sb_mul_size(c, size, &bytes)) return SB_ENOMEM;
+    void *nv = sb_realloc(*v, bytes);
+    if (!nv) return SB_ENOMEM;
+    *v = nv;
+    *cap = c;
+    return 0;
+}
+
 int pii_push(sb_pii_spans *s, size_t start, size_t end, sb_pii_type type, int pattern,
              const char *value, size_t vlen) {
-    if (s->n == s->cap) {
-        size_t cap = s->cap ? s->cap * 2 : 8;
-        sb_pii_span *v = sb_realloc(s->v, cap * sizeof *v);
-        if (!v) return SB_ENOMEM;
-        s->v = v;
-        s->cap = cap;
-    }
+    if (pii_grow((void **)&s->v, &s->cap, s->n, sizeof *s->v, 8)) return SB_ENOMEM;
     sb_pii_span *sp = &s->v[s->n++];
     sp->start = start;
     sp->end = end;

@@ -24,6 +24,9 @@ struct sb_privacy {
     bool any_digit_pattern;
 };
 
+/* Room in the array *v (of *cap elements of `size` bytes) for element n:
+ * doubles from `first`. 0 or SB_ENOMEM (*v and *cap unchanged). */
+int pii_grow(void **v, size_t *cap, size_t n, size_t size, size_t first);
 /* Append a span (value cut to fit); 0 or SB_ENOMEM. */
 int pii_push(sb_pii_spans *s, size_t start, size_t end, sb_pii_type type, int pattern,
              const char *value, size_t vlen);
