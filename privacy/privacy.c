@@ -70,6 +70,7 @@ int sb_privacy_add_pattern(sb_privacy *p, const char *name, const char *regex, i
     pp->on = on;
     p->n_pats++;
     if (on == SB_PII_ON_DIGITS) p->any_digit_pattern = true;
+    else p->any_text_pattern = true;
     return 0;
 }
 
@@ -140,6 +141,7 @@ static bool operator_text(const sb_pii_span *s) { return s->type == SB_PII_CUSTO
 /* Keep spans that do not overlap: a built-in detection wins over an
  * operator's text match, otherwise the one met first (the longer at a tie). */
 static void resolve(const sb_privacy *p, sb_pii_spans *s) {
+    if (s->n < 2) return;
     qsort(s->v, s->n, sizeof *s->v, by_start);
     size_t kept = 0;
     for (size_t i = 0; i < s->n; i++) {

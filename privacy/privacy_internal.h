@@ -21,7 +21,7 @@ struct sb_privacy {
     unsigned types;             /* built-in detectors on: bits 1u << sb_pii_type */
     pii_pattern *pats;
     size_t n_pats;
-    bool any_digit_pattern;
+    bool any_digit_pattern, any_text_pattern;
 };
 
 /* Room in the array *v (of *cap elements of `size` bytes) for element n:

@@ -250,6 +250,10 @@ static void test_operator_patterns(void **state) {
     assert_string_equal(sb_privacy_pattern_name(p, s.v[1].pattern), "MEMBER");
     assert_string_equal(s.v[1].value, "9876543210");
     assert_int_equal(s.v[2].type, SB_PII_PHONE);
+    /* a NUL inside the text does not hide what follows it */
+    assert_int_equal(sb_privacy_detect(p, "EMP-123456\0EMP-654321", 21, &s), 0);
+    assert_int_equal(s.n, 2);
+    assert_int_equal(s.v[1].start, 11);
     /* the digit pattern must match the whole number, not a part of it */
     const char *u = "order 98765432101";
     assert_int_equal(sb_privacy_detect(p, u, strlen(u), &s), 0);
