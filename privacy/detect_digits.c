@@ -5,7 +5,7 @@
  * One pass collects RUNS: digit tokens (ASCII or full-width digits, Chinese
  * numerals, English digit words) joined by at most a few separator
  * characters (spaces, dashes, brackets, a '+'; commas only between spoken
- * digits, because "1,234" is an amount). Each stretch of tokens between
+ * digits, because "1,234" is an amount and "110、120" a list). Each stretch of tokens between
  * separators is a GROUP. A run is then cut into identifiers at group
  * boundaries, longest first, so "138 1234 5678 和 ..." and two numbers read
  * one after the other are both found, and a date's "2024-05-01" (eight
@@ -334,7 +334,7 @@ static void make_room(scan *s, run *r) {
 
 /* Add the digits of one token at bytes [start, end). */
 static void add(scan *s, run *r, const char *digits, int nd, size_t start, size_t end, bool spoken) {
-    if (r->n > 0 && r->comma && !(spoken && r->spoken_last)) flush(s, r);     /* "1,234" */
+    if (r->n > 0 && r->comma && !(spoken && r->spoken_last)) flush(s, r);     /* "1,234", "110、120" */
     if (r->skip) {                      /* still inside the over-long group? */
         if (start == r->skip_end) { r->skip_end = end; return; }
         r->skip = false;
@@ -422,6 +422,12 @@ static size_t english_word(scan *s, run *r, size_t i) {
 /* A non-ASCII code point at i of n bytes: a full-width digit, a numeral,
  * 叉 closing an ID, a separator, or anything else (ends the run). */
 static void wide_char(scan *s, run *r, size_t i, size_t n, uint32_t cp) {
+    if (cp == 0xFF0B) {                         /* full-width plus */
+        if (r->n && r->seps < SEP_MAX) { r->new_group = true; r->seps++; }
+        else flush(s, r);
+        r->plus = i;
+        return;
+    }
     if (cp >= 0xFF10 && cp <= 0xFF19) {
         char d = (char)('0' + (cp - 0xFF10));
         add(s, r, &d, 1, i, i + n, false);

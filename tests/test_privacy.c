@@ -126,6 +126,9 @@ static void test_mobile(void **state) {
     expect_one("It's one three eight double oh one three eight triple oh.", "PHONE", "13800138000", NULL);
     expect_one("Oh, one three eight, double oh one three, eight oh oh oh", "PHONE", "13800138000", NULL);
     expect_one("1 3 8 0 0 1 3 8 0 0 0", "PHONE", "13800138000", NULL);
+    expect_one("电话＋86 138 0013 8000", "PHONE", "13800138000", "＋86 138 0013 8000");
+    expect_none("amounts 13,800,138,000 and 1380.0138000, IP 13.123.145.167");
+    expect_none("call 12345, 95598, 12333 or 12366 and 110, 120, 119");
     expect_one("it's plus eight six, one three eight oh oh one three eight oh oh oh", "PHONE", "13800138000",
                "plus eight six, one three eight oh oh one three eight oh oh oh");
     expect_one("号码加八六幺三八零零幺三八零零零", "PHONE", "13800138000", "加八六幺三八零零幺三八零零零");
