@@ -366,14 +366,16 @@ static size_t ascii_digits(scan *s, run *r, size_t i) {
     size_t j = i;
     while (j < s->len && is_digit(t[j])) j++;
     bool glued_before = i > 0 && is_alpha(t[i - 1]);
-    bool x = j < s->len && (t[j] == 'X' || t[j] == 'x') && (j + 1 >= s->len || !is_alnum(t[j + 1]));
+    if (r->n && r->comma) flush(s, r);              /* "1,234": settled before counting digits */
+    bool x = j < s->len && (t[j] == 'X' || t[j] == 'x') && (j + 1 >= s->len || !is_alnum(t[j + 1])) &&
+             r->n + (j - i) == 17;                  /* an ID's check character, or just a glued letter */
     if (glued_before || (j < s->len && is_alpha(t[j]) && !x)) {
         flush(s, r);
         while (j < s->len && is_alnum(t[j])) j++;
         return j;
     }
     for (size_t k = i; k < j; k++) add(s, r, &t[k], 1, k, k + 1, false);
-    if (x && r->n >= 17) {
+    if (x) {
         add(s, r, "X", 1, j, j + 1, false);
         flush(s, r);
         return j + 1;

@@ -108,6 +108,8 @@ static void test_resident_id(void **state) {
     expect_one("it is one one oh one oh five one nine four nine one two three one oh oh two X",
                "ID", "11010519491231002X", NULL);
     expect_none("身份证号11010519491231002Y");                 /* letter glued on: a code */
+    expect_one("第1,11010519491231002X", "ID", "11010519491231002X", NULL);
+    expect_none("code 13812345678x");                          /* x after 11 digits: a code */
     expect_none("number 110105194912310021 please");           /* bad check digit, no card context */
     expect_none("number 110105194913310029 please");           /* month 13 */
     expect_none("old number 440106911328574");                 /* 15 digits, month 13 */
