@@ -55,13 +55,7 @@ static int parse_spans(const char *s, size_t n, size_t text_len, expected *e, ch
 static bool overlaps(size_t a0, size_t a1, size_t b0, size_t b1) { return a0 < b1 && b0 < a1; }
 
 static int add_latency(tally *t, double us) {
-    if (t->n_lat == t->cap_lat) {
-        size_t cap = t->cap_lat ? t->cap_lat * 2 : 4096;
-        double *v = sb_realloc(t->lat, cap * sizeof *v);
-        if (!v) return SB_ENOMEM;
-        t->lat = v;
-        t->cap_lat = cap;
-    }
+    if (pii_grow((void **)&t->lat, &t->cap_lat, t->n_lat, sizeof *t->lat, 4096)) return SB_ENOMEM;
     t->lat[t->n_lat++] = us;
     return 0;
 }

@@ -5,7 +5,7 @@
  * One pass collects RUNS: digit tokens (ASCII or full-width digits, Chinese
  * numerals, English digit words) joined by at most a few separator
  * characters (spaces, dashes, brackets, a '+'; commas only between spoken
- * digits, because "1,234" is an amount). Each stretch of tokens between
+ * digits, because "1,234" is an amount and "110、120" a list). Each stretch of tokens between
  * separators is a GROUP. A run is then cut into identifiers at group
  * boundaries, longest first, so "138 1234 5678 和 ..." and two numbers read
  * one after the other are both found, and a date's "2024-05-01" (eight
@@ -35,6 +35,8 @@ typedef struct {
     int seps;                           /* separator characters since the last digit */
     size_t plus;                        /* '+' seen among those separators */
     bool comma;                         /* a comma among them */
+    bool skip;                          /* drop digits glued to an over-long group... */
+    size_t skip_end;                    /* ...which ended here so far */
 } run;
 
 /* Context that turns a bare long number into an account: the bank card /
@@ -104,6 +106,7 @@ static bool mobile(const char *d, size_t n) {
 static bool landline(const char *d, size_t n) {
     if (n < 11 || n > 12 || d[0] != '0' || !all_digits(d, n)) return false;
     size_t area;
+    if (d[1] == '0') return false;                          /* 00: the international prefix */
     if (d[1] == '1') area = d[2] == '0' ? 3 : 0;
     else if (d[1] == '2') area = 3;
     else area = 4;
@@ -236,51 +239,108 @@ static void window_span(const scan *s, const run *r, int g, int b, size_t *start
     }
 }
 
-/* Cut the run into identifiers at group boundaries: from each group, the
- * longest stretch of whole groups that classifies; else move one group on. */
-static void flush(scan *s, run *r) {
+/* The identifier, if any, in run digits [a, b) (windows starting at group
+ * g): type or -1, value filled. ctx caches the context look-ups of g. */
+static int window(const scan *s, const run *r, int g, int a, int b, int ctx[2], int *pat, char *value) {
+    char d[WINDOW_MAX + 1];
+    memcpy(d, r->d + a, (size_t)(b - a));
+    d[b - a] = 0;
+    int type = -1;
+    *pat = -1;
+    const unsigned numbers = (1u << SB_PII_ID) | (1u << SB_PII_PHONE) | (1u << SB_PII_TEL) | (1u << SB_PII_CARD);
+    if ((s->p->types & numbers) && b - a >= 10) {
+        if (ctx[0] < 0) {
+            size_t from = r->ds[a] > CONTEXT_BEFORE ? r->ds[a] - CONTEXT_BEFORE : 0;
+            ctx[0] = pii_has_word(s->t, from, r->ds[a], CARD_WORDS);
+            ctx[1] = ctx[0] && pii_has_word(s->t, from, r->ds[a], ID_WORDS);
+        }
+        type = classify(d, (size_t)(b - a), r->plus_at[g] != NO_PLUS, ctx[0], ctx[1], value);
+        if (type >= 0 && !(s->p->types & (1u << type))) type = -1;
+    }
+    if (type < 0 && s->p->any_digit_pattern && (*pat = try_patterns(s, d, value)) >= 0) type = SB_PII_CUSTOM;
+    return type;
+}
+
+/* Cut groups [from, ...) of the run into identifiers at group boundaries:
+ * from each group, the longest stretch of whole groups (ending before group
+ * h_end) that classifies; else move one group on. Only groups starting at
+ * or before digit start_max are tried. Returns the first group not tried. */
+static int cut(scan *s, run *r, int from, int start_max, int h_end) {
     r->group_first[r->ng] = r->n;
-    const bool on = s->p->types & ((1u << SB_PII_ID) | (1u << SB_PII_PHONE) | (1u << SB_PII_TEL) |
-                                   (1u << SB_PII_CARD));
-    for (int g = 0; g < r->ng && s->rc == 0;) {
-        int matched = -1;
-        for (int h = r->ng; h > g; h--) {
-            int a = r->group_first[g], b = r->group_first[h];
-            if (b - a > WINDOW_MAX) continue;
-            if (b - a < 5) break;
-            char d[WINDOW_MAX + 1], value[WINDOW_MAX + 2];
-            memcpy(d, r->d + a, (size_t)(b - a));
-            d[b - a] = 0;
+    int g = from;
+    while (g < h_end && r->group_first[g] <= start_max && s->rc == 0) {
+        int a = r->group_first[g], matched = -1, ctx[2] = {-1, -1};
+        int h = h_end;
+        while (h > g && r->group_first[h] - a > WINDOW_MAX) h--;
+        for (; h > g && r->group_first[h] - a >= 5; h--) {
+            int b = r->group_first[h], pat;
+            char value[WINDOW_MAX + 2];
+            int type = window(s, r, g, a, b, ctx, &pat, value);
+            if (type < 0) continue;
             size_t start, end;
             window_span(s, r, g, b, &start, &end);
-            int type = -1, pat = -1;
-            if (on && b - a >= 10) {
-                size_t from = r->ds[a] > CONTEXT_BEFORE ? r->ds[a] - CONTEXT_BEFORE : 0;
-                bool ctx = pii_has_word(s->t, from, r->ds[a], CARD_WORDS);
-                bool id_ctx = ctx && pii_has_word(s->t, from, r->ds[a], ID_WORDS);
-                type = classify(d, (size_t)(b - a), r->plus_at[g] != NO_PLUS, ctx, id_ctx, value);
-                if (type >= 0 && !(s->p->types & (1u << type))) type = -1;
-            }
-            if (type < 0 && s->p->any_digit_pattern && (pat = try_patterns(s, d, value)) >= 0)
-                type = SB_PII_CUSTOM;
-            if (type < 0) continue;
             s->rc = pii_push(s->out, start, end, (sb_pii_type)type, pat, value, strlen(value));
             matched = h;
             break;
         }
         g = matched > 0 ? matched : g + 1;
     }
+    return g;
+}
+
+static void reset(run *r) {
     r->n = r->ng = 0;
     r->new_group = true;
     r->seps = 0;
     r->plus = NO_PLUS;
     r->comma = false;
+    r->skip = false;
+}
+
+/* The run has ended: every group is tried. */
+static void flush(scan *s, run *r) {
+    if (r->n) cut(s, r, 0, r->n, r->ng);
+    reset(r);
+}
+
+/* The run is full and goes on: try the groups whose every window is
+ * already complete, then keep the rest (under WINDOW_MAX digits) at the
+ * front. A single group too long to be anything is dropped, and so are its
+ * digits still to come (skip). */
+static void make_room(scan *s, run *r) {
+    int complete = r->new_group ? r->ng : r->ng - 1;       /* the last group may still grow */
+    int g = cut(s, r, 0, r->n - WINDOW_MAX - 1, complete);
+    int keep_from = g < r->ng ? r->group_first[g] : r->n;
+    bool growing = !r->new_group;
+    if (r->n - keep_from > WINDOW_MAX) {                    /* one over-long group is all that is left */
+        size_t last = r->de[r->n - 1];
+        reset(r);
+        r->skip = growing;
+        r->skip_end = last;
+        return;
+    }
+    int shift = keep_from;
+    memmove(r->d, r->d + shift, (size_t)(r->n - shift));
+    memmove(r->ds, r->ds + shift, (size_t)(r->n - shift) * sizeof r->ds[0]);
+    memmove(r->de, r->de + shift, (size_t)(r->n - shift) * sizeof r->de[0]);
+    int ng = r->ng - g;
+    for (int k = 0; k < ng; k++) {
+        r->group_first[k] = r->group_first[g + k] - shift;
+        r->plus_at[k] = r->plus_at[g + k];
+    }
+    r->n -= shift;
+    r->ng = ng;
 }
 
 /* Add the digits of one token at bytes [start, end). */
 static void add(scan *s, run *r, const char *digits, int nd, size_t start, size_t end, bool spoken) {
-    if (r->n > 0 && r->comma && !(spoken && r->spoken_last)) flush(s, r);     /* "1,234" */
-    if (r->n + nd > RUN_MAX) flush(s, r);
+    if (r->n > 0 && r->comma && !(spoken && r->spoken_last)) flush(s, r);     /* "1,234", "110、120" */
+    if (r->skip) {                      /* still inside the over-long group? */
+        if (start == r->skip_end) { r->skip_end = end; return; }
+        r->skip = false;
+    }
+    if (r->n + nd > RUN_MAX) make_room(s, r);
+    if (r->skip) { r->skip_end = end; return; }
     if (r->n == 0 || r->new_group) {
         r->group_first[r->ng] = r->n;
         r->plus_at[r->ng] = r->plus;
@@ -306,14 +366,16 @@ static size_t ascii_digits(scan *s, run *r, size_t i) {
     size_t j = i;
     while (j < s->len && is_digit(t[j])) j++;
     bool glued_before = i > 0 && is_alpha(t[i - 1]);
-    bool x = j < s->len && (t[j] == 'X' || t[j] == 'x') && (j + 1 >= s->len || !is_alnum(t[j + 1]));
+    if (r->n && r->comma) flush(s, r);              /* "1,234": settled before counting digits */
+    bool x = j < s->len && (t[j] == 'X' || t[j] == 'x') && (j + 1 >= s->len || !is_alnum(t[j + 1])) &&
+             r->n + (j - i) == 17;                  /* an ID's check character, or just a glued letter */
     if (glued_before || (j < s->len && is_alpha(t[j]) && !x)) {
         flush(s, r);
         while (j < s->len && is_alnum(t[j])) j++;
         return j;
     }
     for (size_t k = i; k < j; k++) add(s, r, &t[k], 1, k, k + 1, false);
-    if (x && r->n >= 17) {
+    if (x) {
         add(s, r, "X", 1, j, j + 1, false);
         flush(s, r);
         return j + 1;
@@ -333,6 +395,11 @@ static size_t english_word(scan *s, run *r, size_t i) {
     }
     char d = word_digit(t + i, e - i);
     if (d) { add(s, r, &d, 1, i, e, true); return e; }
+    if (word_is(t + i, e - i, "plus")) {         /* "plus eight six ...": a spoken '+' */
+        flush(s, r);
+        r->plus = i;
+        return e;
+    }
     int times = word_is(t + i, e - i, "double") ? 2 : word_is(t + i, e - i, "triple") ? 3 : 0;
     if (times) {
         size_t k = e;
@@ -357,9 +424,20 @@ static size_t english_word(scan *s, run *r, size_t i) {
 /* A non-ASCII code point at i of n bytes: a full-width digit, a numeral,
  * 叉 closing an ID, a separator, or anything else (ends the run). */
 static void wide_char(scan *s, run *r, size_t i, size_t n, uint32_t cp) {
+    if (cp == 0xFF0B) {                         /* full-width plus */
+        if (r->n && r->seps < SEP_MAX) { r->new_group = true; r->seps++; }
+        else flush(s, r);
+        r->plus = i;
+        return;
+    }
     if (cp >= 0xFF10 && cp <= 0xFF19) {
         char d = (char)('0' + (cp - 0xFF10));
         add(s, r, &d, 1, i, i + n, false);
+        return;
+    }
+    if (n == 3 && !memcmp(s->t + i, "加", 3) && i + 9 <= s->len && !memcmp(s->t + i + 3, "八六", 6)) {
+        flush(s, r);                            /* 加八六: a spoken +86 */
+        r->plus = i;
         return;
     }
     if (n == 3) {
@@ -386,11 +464,7 @@ static void wide_char(scan *s, run *r, size_t i, size_t n, uint32_t cp) {
 int pii_scan_digits(const sb_privacy *p, const char *t, size_t len, sb_pii_spans *out) {
     scan s = {p, t, len, out, 0};
     run r;
-    r.n = r.ng = 0;
-    r.new_group = true;
-    r.seps = 0;
-    r.plus = NO_PLUS;
-    r.comma = false;
+    reset(&r);
     r.spoken_last = false;
     size_t i = 0;
     while (i < len && s.rc == 0) {

@@ -137,25 +137,45 @@ static int plate(const char *t, size_t len, size_t i, sb_pii_spans *out, size_t 
 
 /* ---------------------------------------------------------------- patterns */
 
-static int text_patterns(const sb_privacy *p, const char *t, size_t len, sb_pii_spans *out) {
-    for (size_t k = 0; k < p->n_pats; k++) {
-        const pii_pattern *pp = &p->pats[k];
-        if (pp->on != SB_PII_ON_TEXT) continue;
-        size_t pos = 0;
-        while (pos <= len) {
-            regmatch_t m = {.rm_so = (regoff_t)pos, .rm_eo = (regoff_t)len};
-            if (regexec(&pp->re, t, 1, &m, REG_STARTEND | (pos ? REG_NOTBOL : 0))) break;
-            size_t a = (size_t)m.rm_so, b = (size_t)m.rm_eo;
-            if (b > a) {
-                int rc = pii_push(out, a, b, SB_PII_CUSTOM, (int)k, t + a, b - a);
-                if (rc) return rc;
-                pos = b;
-            } else {
-                pos = a + 1;
-            }
+/* Every non-empty match of pattern k in the NUL-free stretch c[from, to)
+ * (c NUL-terminated at to). */
+static int pattern_matches(const sb_privacy *p, size_t k, const char *c, size_t from, size_t to, sb_pii_spans *out) {
+    size_t pos = from;
+    while (pos <= to) {
+        regmatch_t m;
+        if (regexec(&p->pats[k].re, c + pos, 1, &m, pos > from ? REG_NOTBOL : 0)) break;
+        size_t a = pos + (size_t)m.rm_so, b = pos + (size_t)m.rm_eo;
+        if (b > a) {
+            int rc = pii_push(out, a, b, SB_PII_CUSTOM, (int)k, c + a, b - a);
+            if (rc) return rc;
+            pos = b;
+        } else {
+            pos = a + 1;
         }
     }
     return 0;
+}
+
+/* regexec wants a NUL-terminated string (REG_STARTEND is not portable, and
+ * sanitizers read to the NUL regardless), so the text is copied; a NUL
+ * inside it separates stretches searched one by one. */
+static int text_patterns(const sb_privacy *p, const char *t, size_t len, sb_pii_spans *out) {
+    if (!p->any_text_pattern) return 0;
+    char small[1024], *c = len < sizeof small ? small : sb_malloc(len + 1);
+    if (!c) return SB_ENOMEM;
+    memcpy(c, t, len);
+    c[len] = 0;
+    int rc = 0;
+    for (size_t k = 0; k < p->n_pats && rc == 0; k++) {
+        if (p->pats[k].on != SB_PII_ON_TEXT) continue;
+        for (size_t from = 0; from <= len && rc == 0;) {
+            size_t to = from + strlen(c + from);
+            rc = pattern_matches(p, k, c, from, to, out);
+            from = to + 1;
+        }
+    }
+    if (c != small) sb_free(c);
+    return rc;
 }
 
 /* ---------------------------------------------------------------- the pass */

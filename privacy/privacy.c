@@ -70,6 +70,7 @@ int sb_privacy_add_pattern(sb_privacy *p, const char *name, const char *regex, i
     pp->on = on;
     p->n_pats++;
     if (on == SB_PII_ON_DIGITS) p->any_digit_pattern = true;
+    else p->any_text_pattern = true;
     return 0;
 }
 
@@ -83,15 +84,20 @@ void sb_pii_spans_free(sb_pii_spans *s) {
     s->n = s->cap = 0;
 }
 
+int pii_grow(void **v, size_t *cap, size_t n, size_t size, size_t first) {
+    if (n < *cap) return 0;
+    size_t c = *cap ? *cap * 2 : first, bytes;
+    if (sb_mul_size(c, size, &bytes)) return SB_ENOMEM;
+    void *nv = sb_realloc(*v, bytes);
+    if (!nv) return SB_ENOMEM;
+    *v = nv;
+    *cap = c;
+    return 0;
+}
+
 int pii_push(sb_pii_spans *s, size_t start, size_t end, sb_pii_type type, int pattern,
              const char *value, size_t vlen) {
-    if (s->n == s->cap) {
-        size_t cap = s->cap ? s->cap * 2 : 8;
-        sb_pii_span *v = sb_realloc(s->v, cap * sizeof *v);
-        if (!v) return SB_ENOMEM;
-        s->v = v;
-        s->cap = cap;
-    }
+    if (pii_grow((void **)&s->v, &s->cap, s->n, sizeof *s->v, 8)) return SB_ENOMEM;
     sb_pii_span *sp = &s->v[s->n++];
     sp->start = start;
     sp->end = end;
@@ -135,6 +141,7 @@ static bool operator_text(const sb_pii_span *s) { return s->type == SB_PII_CUSTO
 /* Keep spans that do not overlap: a built-in detection wins over an
  * operator's text match, otherwise the one met first (the longer at a tie). */
 static void resolve(const sb_privacy *p, sb_pii_spans *s) {
+    if (s->n < 2) return;
     qsort(s->v, s->n, sizeof *s->v, by_start);
     size_t kept = 0;
     for (size_t i = 0; i < s->n; i++) {

@@ -21,9 +21,12 @@ struct sb_privacy {
     unsigned types;             /* built-in detectors on: bits 1u << sb_pii_type */
     pii_pattern *pats;
     size_t n_pats;
-    bool any_digit_pattern;
+    bool any_digit_pattern, any_text_pattern;
 };
 
+/* Room in the array *v (of *cap elements of `size` bytes) for element n:
+ * doubles from `first`. 0 or SB_ENOMEM (*v and *cap unchanged). */
+int pii_grow(void **v, size_t *cap, size_t n, size_t size, size_t first);
 /* Append a span (value cut to fit); 0 or SB_ENOMEM. */
 int pii_push(sb_pii_spans *s, size_t start, size_t end, sb_pii_type type, int pattern,
              const char *value, size_t vlen);

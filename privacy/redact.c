@@ -48,13 +48,7 @@ static const sb_pii_entry *entry_for(sb_pii_table *t, const char *name, const ch
         if (!strcmp(t->v[i].value, value)) return &t->v[i];
         same_name++;
     }
-    if (t->n == t->cap) {
-        size_t cap = t->cap ? t->cap * 2 : 8;
-        sb_pii_entry *v = sb_realloc(t->v, cap * sizeof *v);
-        if (!v) return NULL;
-        t->v = v;
-        t->cap = cap;
-    }
+    if (pii_grow((void **)&t->v, &t->cap, t->n, sizeof *t->v, 8)) return NULL;
     sb_pii_entry e = {.number = same_name + 1};
     char ph[PII_NAME_MAX + 32];
     snprintf(ph, sizeof ph, OPEN "%s_%u" CLOSE, name, e.number);

@@ -6,7 +6,8 @@
  *
  * Detection runs on every call, so it is a single left-to-right pass over
  * the bytes with no allocation beyond the caller's reusable span list
- * (operator patterns add POSIX regexec calls). Text need not be valid UTF-8:
+ * (operator patterns add POSIX regexec calls, and text patterns a copy of
+ * a text over 1 KB). Text need not be valid UTF-8:
  * an invalid byte is a character that is not part of any identifier.
  *
  * A detector (sb_privacy) is immutable once built and may be shared by
@@ -113,7 +114,8 @@ int sb_pii_mode_parse(const char *name);
 /* text with every span detected replaced as mode says; *out is sb_malloc'ed
  * and NUL-terminated. table is required for SB_PII_PSEUDONYMIZE (values
  * already in it keep their placeholders) and ignored otherwise. spans, if
- * not NULL, receives the detections. 0 or SB_ENOMEM (nothing returned). */
+ * not NULL, receives the detections. 0, SB_EINVAL (pseudonymize without a
+ * table) or SB_ENOMEM; on an error nothing is returned. */
 int sb_privacy_redact(const sb_privacy *p, const char *text, size_t len, sb_pii_mode mode,
                       sb_pii_table *table, sb_pii_spans *spans, char **out, size_t *out_len);
 
