@@ -31,6 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "common/sb_common.h"
+#include "common/sb_config.h"
 
 /* ============================================================ hashing */
 
@@ -250,5 +251,9 @@ typedef struct {
     int     resumed;                         /* a batch cut off earlier was resent */
     int     rounds;                          /* HTTP requests made */
 } sb_cache_sync_result;
+
+/* The configuration's `cache` section (cache_config.c; sb_config.h,
+ * "sections"): the file, its size and entries' lifetime. */
+extern const sb_cfg_section sb_cache_section;
 
 #endif

@@ -18,7 +18,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define FAIL(c, node, ...) sb_config_node_error((c)->cfg, (node), (c)->err, __VA_ARGS__)
+#define FAIL SB_CFG_FAIL
+
+const char *const sb_cfg_false_true[] = { "false", "true", NULL };
 
 const char *sb_cfg_what(const sb_config_node *n) {
     if (!n) return "nothing";
@@ -31,6 +33,15 @@ bool sb_cfg_valid_name(const char *s, size_t max) {
     if (n == 0 || n > max) return false;
     for (; *s; s++)
         if (!(*s == '_' || *s == '-' || (*s >= '0' && *s <= '9') || (*s >= 'a' && *s <= 'z') ||
+              (*s >= 'A' && *s <= 'Z')))
+            return false;
+    return true;
+}
+
+bool sb_cfg_valid_env_name(const char *s) {
+    if (!*s || (*s >= '0' && *s <= '9')) return false;
+    for (; *s; s++)
+        if (!(*s == '_' || (*s >= '0' && *s <= '9') || (*s >= 'a' && *s <= 'z') ||
               (*s >= 'A' && *s <= 'Z')))
             return false;
     return true;
@@ -113,7 +124,6 @@ int sb_cfg_str(const sb_cfg_ctx *c, const sb_config_node *v, const char *key, bo
     if (!v || v->kind != SB_CFG_SCALAR || sb_config_node_is_null(v) || (nonempty && v->len == 0))
         return FAIL(c, v, "%s.%s: expected a %sstring, got %s", c->path, key, nonempty ? "non-empty " : "",
                     sb_cfg_what(v));
-    if (strlen(v->value) != v->len) return FAIL(c, v, "%s.%s: string contains a NUL byte", c->path, key);
     char *s = sb_strdup(v->value);
     if (!s) return SB_ENOMEM;
     sb_free(*out);
@@ -211,4 +221,10 @@ int sb_cfg_keys_read(const sb_cfg_ctx *c, const sb_config_node *map, const sb_cf
         if (rc) return rc;
     }
     return 0;
+}
+
+int sb_cfg_read_map(const sb_cfg_ctx *c, const sb_config_node *map, const sb_cfg_key *keys, void *base) {
+    int rc = sb_cfg_want_map(c, map);
+    if (!rc) rc = sb_cfg_keys_check(c, map, keys);
+    return rc ? rc : sb_cfg_keys_read(c, map, keys, base);
 }

@@ -172,12 +172,12 @@ int  sb_config_node_error(const sb_config *cfg, const sb_config_node *at, char *
 
 /* ----------------------------------------------------------- typed keys */
 
-/* The one validator every section's loader uses - the config's own
- * sections here (runtime, models, cache, console, knowledge) and the
- * router's pipelines and stage kinds alike. A section declares its keys in
- * a table next to the code that loads it: name, type, bounds, and where
- * the value goes (an offset into the section's struct). The readers below
- * refuse unknown keys and wrong values, each mistake as
+/* The one validator every section's loader uses - the config's sections
+ * (runtime, models, cache, console, knowledge, pipelines) and the router's
+ * stage kinds alike. A section declares its keys in a table next to the
+ * code that loads it, in the module that owns it: name, type, bounds, and
+ * where the value goes (an offset into the section's struct). The readers
+ * below refuse unknown keys and wrong values, each mistake as
  * "FILE:LINE:COL: PATH.KEY: expected ..., got ..." (sb_config_node_error). */
 
 typedef struct {
@@ -207,7 +207,13 @@ typedef struct {
     size_t offset;              /* where the value goes in the section's struct */
     const char *const *names;   /* SB_KEY_ENUM: the values, NULL-terminated */
 } sb_cfg_key;
+#define SB_CFG_KEYS_END { NULL, SB_KEY_OTHER, 0, 0, 0, NULL }
+/* The error at node of c's config, "FILE:LINE:COL: " and the message. */
+#define SB_CFG_FAIL(c, node, ...) sb_config_node_error((c)->cfg, (node), (c)->err, __VA_ARGS__)
 
+/* map is a mapping whose keys are all in keys, and its typed ones are read
+ * into base (want_map, keys_check and keys_read below, in that order). */
+int sb_cfg_read_map(const sb_cfg_ctx *c, const sb_config_node *map, const sb_cfg_key *keys, void *base);
 /* Every key of map is one of keys (a table ending with a NULL name); else
  * "PATH: unknown key 'K' (expected one of: ...)". 0 or SB_EINVAL. */
 int sb_cfg_keys_check(const sb_cfg_ctx *c, const sb_config_node *map, const sb_cfg_key *keys);
@@ -238,5 +244,44 @@ int sb_cfg_want_map(const sb_cfg_ctx *c, const sb_config_node *v);
 const char *sb_cfg_what(const sb_config_node *n);
 /* A name of models, pipelines, stages, labels: 1-max of A-Z a-z 0-9 _ -. */
 bool sb_cfg_valid_name(const char *s, size_t max);
+/* An environment variable's name: [A-Za-z_][A-Za-z0-9_]*. */
+bool sb_cfg_valid_env_name(const char *s);
+/* false | true, quoted or not: the values of the config's own switches
+ * (console.show_caller_text, knowledge.NAME.pull), read with sb_cfg_enum. */
+extern const char *const sb_cfg_false_true[];
+
+/* -------------------------------------------------------------- sections */
+
+/* A section of the configuration: a top-level key ("runtime") or one
+ * nested in another section ("cache.sync"). The module that owns a section
+ * declares it next to its code - its keys, defaults and what a table
+ * cannot say (a file's identity, a URL, one key against another) - and
+ * exports the descriptor in its public header. The core (config.c) only
+ * parses the file and runs the sections of sb_config_sections, a list the
+ * top of the build defines (supervisor/config_sections.c), the way nginx's
+ * core walks the module list its build generates: common/ names no module
+ * above it, and the list is resolved when the program is linked. */
+typedef struct {
+    const char *name;           /* the key path: "runtime", "cache.sync" */
+    /* Its keys, read into the sb_config (offsets into it) when the section
+     * is present, after init and before load; NULL: load reads it all. */
+    const sb_cfg_key *keys;
+    /* Defaults, before the keys are read; n is NULL when the file has no
+     * such section. 0 or SB_ENOMEM. NULL: none. */
+    int (*init)(sb_config *cfg, const sb_config_node *n);
+    /* The rest (c->path is the name; n NULL when absent): 0, SB_EINVAL
+     * (SB_CFG_FAIL), SB_ENOMEM. The sections loaded before it are in cfg.
+     * NULL: nothing more. */
+    int (*load)(const sb_cfg_ctx *c, sb_config *cfg, const sb_config_node *n);
+    /* Loaded after every other section (in list order among themselves):
+     * it names what the others declare. */
+    bool last;
+} sb_cfg_section;
+
+/* The sections, NULL-terminated. Their top-level names, in this order, are
+ * the keys a configuration may have (what the "unknown key" error lists);
+ * they load in this order too, the `last` ones at the end. A nested
+ * section comes after the one it is in. */
+extern const sb_cfg_section *const sb_config_sections[];
 
 #endif

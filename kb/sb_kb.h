@@ -30,6 +30,7 @@
 #include <stdint.h>
 
 #include "cache/sync/sb_sync.h"       /* sb_cloud_peer: the sync's transport */
+#include "common/sb_config.h"
 
 #define SB_KB_MAX_FILE_BYTES (64u << 20)   /* one policy document; refuse junk early */
 #define SB_KB_MAX_TOP_K      100
@@ -268,5 +269,9 @@ int sb_kb_pull(const char *path, const char *name, const sb_cloud_peer *peer, sb
 
 const char *sb_kb_mode_name(sb_kb_mode m);
 int         sb_kb_mode_parse(const char *s);          /* -1 if unknown */
+
+/* The configuration's `knowledge` section (kb_config.c; sb_config.h,
+ * "sections"): the bases, each its file, encoder and chunking. */
+extern const sb_cfg_section sb_kb_section;
 
 #endif

@@ -74,4 +74,11 @@ bool sb_supervisor_has_router(void);
  * this binary has no router). Blocks: call it before the loop runs. */
 int  sb_supervisor_check_router(const char *config_path);
 
+/* ------------------------------------------------ its config sections */
+
+/* `runtime` and `models` (sup_config.c; sb_config.h, "sections"): the
+ * runtime directory and HTTP door, and the models - a local one's keys
+ * here, the workers' argv; a remote one's the backend's. */
+extern const sb_cfg_section sb_runtime_section, sb_models_section;
+
 #endif

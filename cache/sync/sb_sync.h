@@ -34,4 +34,8 @@ typedef struct {
  * message. *body is sb_malloc'ed and NUL-terminated (*len excludes it). */
 int  sb_cloud_get(const sb_cloud_peer *p, const char *path, char **body, size_t *len, char *err);
 
+/* The configuration's `cache.sync` section (sync_config.c; sb_config.h,
+ * "sections"): the cloud this edge syncs with and its credentials. */
+extern const sb_cfg_section sb_sync_section;
+
 #endif

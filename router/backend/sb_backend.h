@@ -344,4 +344,11 @@ struct rt_embed_req {
     int priority;                   /* the router's queue only: a worker's embed takes none */
 };
 
+/* models.NAME with `upstream:` (upstream_config.c): a remote model's keys,
+ * declared by the backend that calls it, read from its mapping v into m
+ * and checked; c->path is "models.NAME". The models section
+ * (supervisor/sup_config.c) hands each remote entry here. 0, SB_EINVAL,
+ * SB_ENOMEM. */
+int rt_upstream_model_load(const sb_cfg_ctx *c, const sb_config_node *v, sb_config_model *m);
+
 #endif

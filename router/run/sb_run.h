@@ -401,4 +401,12 @@ int  rt_intent_classifier(rt_exec *ex, rt_conf *c, const sb_stage *s, const sb_c
 void rt_intent_cancel_builds(rt_conf *c);   /* before the models are freed */
 void rt_intent_free_all(rt_conf *c);        /* rt_conf_release */
 
+/* ------------------------------------------------ its config section */
+
+/* The configuration's `pipelines` section (pipeline_config.c; sb_config.h,
+ * "sections"): only its shape when the config loads - names and mappings -
+ * into cfg->pipelines; the stages are loaded against the router's engine
+ * (pipeline.c). Loaded last: pipelines name the models and bases. */
+extern const sb_cfg_section sb_pipelines_section;
+
 #endif
