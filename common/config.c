@@ -81,6 +81,7 @@ static const sb_cfg_key runtime_keys[] = {
     { "http", SB_KEY_STR, 1, 0, RT(http), NULL },
     { "api_key_env", SB_KEY_STR, 1, 0, RT(api_key_env), NULL },
     { "api_key_file", SB_KEY_PATH, 1, 0, RT(api_key_file), NULL },
+    { "api_keys_file", SB_KEY_PATH, 1, 0, RT(api_keys_file), NULL },
     { "log_level", SB_KEY_ENUM, 0, 0, RT(log_level), log_levels },
     { "drain_ms", SB_KEY_INT, 0, 3600000, RT(drain_ms), NULL },
     KEYS_END
@@ -328,6 +329,27 @@ static int load_console(ctx *c, const sb_config_node *cn) {
     return 0;
 }
 
+/* sessions: where conversations keep their state (router/sessions.c);
+ * the default sits beside the cache's, in the runtime directory. */
+#define SE(f) offsetof(sb_config, sessions.f)
+static const sb_cfg_key sessions_keys[] = {
+    { "store", SB_KEY_PATH, 0, 0, SE(store), NULL },
+    { "sweep_s", SB_KEY_INT, 1, 86400, SE(sweep_s), NULL },
+    KEYS_END
+};
+
+static int load_sessions(ctx *c, const sb_config_node *sn) {
+    sb_config *cfg = c->cfg;
+    cfg->sessions.sweep_s = 60;
+    if (sn) {
+        int rc = read_section(c, "sessions", sn, sessions_keys, cfg);
+        if (rc) return rc;
+    }
+    if (!cfg->sessions.store && !(cfg->sessions.store = sb_cfg_resolve(cfg->runtime.dir, "sessions.sqlite")))
+        return SB_ENOMEM;
+    return 0;
+}
+
 /* knowledge.NAME: the model must be a local one of this config; whether its
  * GGUF is an encoder is checked by `kb` when it opens it (the loader does
  * not read model files). */
@@ -408,6 +430,7 @@ static const sb_cfg_key root_keys[] = {
     { "runtime", SB_KEY_OTHER, 0, 0, 0, NULL }, { "models", SB_KEY_OTHER, 0, 0, 0, NULL },
     { "cache", SB_KEY_OTHER, 0, 0, 0, NULL },   { "knowledge", SB_KEY_OTHER, 0, 0, 0, NULL },
     { "pipelines", SB_KEY_OTHER, 0, 0, 0, NULL }, { "console", SB_KEY_OTHER, 0, 0, 0, NULL },
+    { "sessions", SB_KEY_OTHER, 0, 0, 0, NULL },
     KEYS_END
 };
 
@@ -425,6 +448,7 @@ static int load_schema(sb_config *cfg, char *err) {
         (rc = load_cache(&c, sb_config_node_get(root, "cache"))) ||
         (rc = load_knowledge(&c, sb_config_node_get(root, "knowledge"))) ||
         (rc = load_console(&c, sb_config_node_get(root, "console"))) ||
+        (rc = load_sessions(&c, sb_config_node_get(root, "sessions"))) ||
         (rc = load_pipelines(&c, sb_config_node_get(root, "pipelines"))))
         return rc;
     return 0;
@@ -516,6 +540,8 @@ void sb_config_free(sb_config *cfg) {
     sb_free(cfg->runtime.http_host);
     sb_free(cfg->runtime.api_key_env);
     sb_free(cfg->runtime.api_key_file);
+    sb_free(cfg->runtime.api_keys_file);
+    sb_free(cfg->sessions.store);
     sb_free(cfg->cache.path);
     sb_free(cfg->cache.sync.url);
     sb_free(cfg->cache.sync.edge_id);

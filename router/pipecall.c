@@ -1,6 +1,7 @@
 /* pipecall.c - a pipeline call over HTTP, whichever door it came in by
  * (POST /v1/pipelines/NAME, or the model pipeline:NAME on the OpenAI API):
- * its call id, the response cache, the run and its trace. The reply goes
+ * its call id, its session (session_door.c), the response cache, the run
+ * and its trace. The reply goes
  * through the door's sink (q->reply): no reply shape is written here.
  */
 #include <stdio.h>
@@ -38,13 +39,28 @@ static void call_finish(void *arg, const rt_answer *a) {
     q->run = NULL;
     q->on_gone = NULL;
     q->t_model = a->model_s;
+    char err[SB_ERR_LEN];
+    rt_turn_view view, *turn = NULL;
+    if (q->sess) {
+        char *reply = sb_malloc(a->len + 1);
+        if (reply) { memcpy(reply, a->text, a->len); reply[a->len] = '\0'; }
+        int rc = reply ? rt_turn_commit(q, q->pipe, a->run, rt_run_input(a->run), reply, &view, err)
+                       : sb_seterr(err, SB_ENOMEM, "out of memory");
+        sb_free(reply);
+        if (rc) {           /* unstored, so unsaid: the next turn must not miss it */
+            trace(q, rt_run_pipeline(a->run), rt_run_input(a->run), a->run, NULL, 500, err);
+            rt_req_error(q, 500, "server_error", "session_store", "the turn could not be stored: %s", err);
+            return;
+        }
+        turn = &view;
+    }
     trace(q, rt_run_pipeline(a->run), rt_run_input(a->run), a->run, NULL, 200, NULL);
     sb_jw w;
     sb_jw_init(&w);
-    rt_run_result_json(a->run, &w);
+    rt_run_result_turn_json(a->run, turn, &w);
     rt_answer out = *a;
     if (!w.oom) {
-        rt_cache_store(q, w.p, w.len);
+        if (!turn) rt_cache_store(q, w.p, w.len);
         out.result = w.p;
         out.result_len = w.len;
     }
@@ -56,6 +72,7 @@ static void call_error(void *arg, const rt_failure *f) {
     rt_req *q = arg;
     q->run = NULL;
     q->on_gone = NULL;
+    if (q->sess) rt_turn_failed(q, q->pipe);
     q->t_model = rt_run_model_seconds(f->run);
     trace(q, rt_run_pipeline(f->run), rt_run_input(f->run), f->run, NULL, f->status, f->message);
     q->reply.error(q->reply.arg, f);
@@ -128,7 +145,7 @@ static bool call_id(rt_req *q) {
  * before any work: an unknown pipeline or stage is the caller's 404 or 400
  * without a cache lookup or a run; the cache and the run then use what was
  * resolved. */
-void rt_pipeline_call(rt_req *q, const char *name, const char *input, const char *until) {
+void rt_pipeline_call(rt_req *q, const char *name, const char *input, const char *until, const char *session) {
     if (!call_id(q)) return;
     char err[SB_ERR_LEN];
     rt_pipeline_ref ref;
@@ -143,7 +160,10 @@ void rt_pipeline_call(rt_req *q, const char *name, const char *input, const char
         return;
     }
     if (rc) { rt_req_error(q, 500, "server_error", "internal", "%s", err); return; }
-    if (try_cache(q, &ref, input, until)) { rt_pipeline_ref_release(&ref); return; }
+    if (rt_turn_begin(q, ref.p, session, input)) { rt_pipeline_ref_release(&ref); return; }
+    /* A turn of a session depends on the session: never cached. */
+    if (!q->sess && try_cache(q, &ref, input, until)) { rt_pipeline_ref_release(&ref); return; }
+    q->pipe = ref.p;            /* held by the run, which outlives every use of it here */
     int timeout_ms = ref.p->timeout_ms;
     rt_sink sink = { q->reply.delta ? call_delta : NULL, call_finish, call_error, q, NULL };
     if ((rc = rt_run_start_ref(&q->r->ex, &ref, input, &sink, &q->run, err))) {

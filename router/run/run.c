@@ -444,9 +444,34 @@ const char *rt_run_pipeline(const rt_run *run) { return run->p->name; }
 const char *rt_run_input(const rt_run *run) { return run->input; }
 double rt_run_t0(const rt_run *run) { return run->t0; }
 
+/* A stored JSON text as a value (ours, so it parses; if not: null). */
+static void json_text(sb_jw *w, const char *text) {
+    sb_json_doc *d;
+    if (!text || sb_json_parse(text, strlen(text), &d, NULL)) { sb_jw_null(w); return; }
+    sb_jw_value(w, sb_json_root(d));
+    sb_json_doc_free(d);
+}
+
+/* Where the call stands: beside `output`, which `reply` equals. */
+static void turn_json(const rt_run *run, const rt_turn_view *t, sb_jw *w) {
+    sb_jw_key(w, "reply"); sb_jw_str(w, run_output(run));
+    sb_jw_key(w, "session"); sb_jw_str(w, t ? t->session : NULL);
+    sb_jw_key(w, "state");
+    sb_jw_obj(w);
+    sb_jw_key(w, "intent"); sb_jw_str(w, run->intent);
+    sb_jw_key(w, "slots");
+    if (t && t->slots) json_text(w, t->slots); else { sb_jw_obj(w); sb_jw_obj_end(w); }
+    sb_jw_key(w, "turn"); sb_jw_int(w, t ? t->turn : 1);
+    sb_jw_obj_end(w);
+    sb_jw_key(w, "awaiting"); json_text(w, t ? t->awaiting : NULL);
+    sb_jw_key(w, "fallback"); sb_jw_bool(w, run->fell_back);
+    sb_jw_key(w, "handoff"); json_text(w, t ? t->handoff : NULL);
+    sb_jw_key(w, "done"); sb_jw_bool(w, t && t->done);
+}
+
 /* trace: also each stage's input and model, whether the intent fell back
  * and the time to the first streamed token (GET /v1/calls/ID). */
-static void result_json(const rt_run *run, sb_jw *w, bool trace) {
+static void result_json(const rt_run *run, const rt_turn_view *turn, sb_jw *w, bool trace) {
     static const char *const status[] = { "not_run", "ok", "skipped", "error" };
     const sb_pipeline *p = run->p;
     sb_jw_obj(w);
@@ -492,6 +517,7 @@ static void result_json(const rt_run *run, sb_jw *w, bool trace) {
     }
     sb_jw_arr_end(w);
     sb_jw_key(w, "output"); sb_jw_str(w, run_output(run));
+    if (!trace) turn_json(run, turn, w);
     int pt, ct;
     run_usage(run, &pt, &ct);
     sb_jw_key(w, "usage");
@@ -503,8 +529,13 @@ static void result_json(const rt_run *run, sb_jw *w, bool trace) {
     sb_jw_obj_end(w);
 }
 
-void rt_run_result_json(const rt_run *run, sb_jw *w) { result_json(run, w, false); }
-void rt_run_trace_json(const rt_run *run, sb_jw *w) { result_json(run, w, true); }
+void rt_run_result_json(const rt_run *run, sb_jw *w) { result_json(run, NULL, w, false); }
+void rt_run_result_turn_json(const rt_run *run, const rt_turn_view *turn, sb_jw *w) {
+    result_json(run, turn, w, false);
+}
+void rt_run_trace_json(const rt_run *run, sb_jw *w) { result_json(run, NULL, w, true); }
+bool rt_run_fell_back(const rt_run *run) { return run->fell_back; }
+const char *rt_run_intent(const rt_run *run) { return run->intent; }
 
 void rt_pipeline_fingerprint(rt_exec *ex, const rt_pipeline_ref *ref, char *out, bool *cacheable) {
     rt_conf *c = ref->conf;
