@@ -68,6 +68,41 @@ static void call_finish(void *arg, const rt_answer *a) {
     sb_jw_free(&w);
 }
 
+/* A stage asks the caller (only a session's turn has an ask): the turn is
+ * stored with the question as its reply, the run kept for the next turn. */
+static void call_ask(void *arg, const rt_answer *a) {
+    rt_req *q = arg;
+    rt_run *run = q->run;
+    q->run = NULL;
+    q->on_gone = NULL;
+    q->t_model = a->model_s;
+    char err[SB_ERR_LEN];
+    rt_turn_view view;
+    char *question = sb_malloc(a->len + 1);
+    if (question) { memcpy(question, a->text, a->len); question[a->len] = '\0'; }
+    int rc = question ? rt_turn_asked(q, q->pipe, a->run, rt_run_input(a->run), question, &view, err)
+                      : sb_seterr(err, SB_ENOMEM, "out of memory");
+    trace(q, rt_run_pipeline(a->run), rt_run_input(a->run), a->run, NULL, rc ? 500 : 200, rc ? err : NULL);
+    if (rc) {
+        rt_run_cancel(run);
+        rt_req_error(q, 500, "server_error", "session_store", "the turn could not be stored: %s", err);
+        sb_free(question);
+        return;
+    }
+    sb_jw w;
+    sb_jw_init(&w);
+    rt_run_result_turn_json(a->run, &view, &w);
+    rt_answer out = *a;
+    out.text = question;
+    out.finish_reason = "stop";
+    if (!w.oom) { out.result = w.p; out.result_len = w.len; }
+    if (view.done) rt_run_cancel(run);
+    else rt_waiting_put(q->r, q->sess->id, run, q->pipe->conv.ttl_s);
+    q->reply.finish(q->reply.arg, &out);
+    sb_jw_free(&w);
+    sb_free(question);
+}
+
 static void call_error(void *arg, const rt_failure *f) {
     rt_req *q = arg;
     q->run = NULL;
@@ -141,6 +176,23 @@ static bool call_id(rt_req *q) {
     return true;
 }
 
+/* The session's suspended run, if this router still has it, goes on with
+ * this turn as the answer, replying to this request. true: it runs. */
+static bool resume(rt_req *q, const char *input, const rt_sink *sink) {
+    rt_run *run = rt_waiting_take(q->r, q->sess->id);
+    char err[SB_ERR_LEN];
+    if (!run) return false;
+    if (rt_run_resume_to(run, input, sink, err)) {
+        rt_run_cancel(run);
+        return false;
+    }
+    q->run = run;
+    q->pipe = rt_run_pipe(run);     /* the generation the run holds, maybe older than the current one */
+    q->on_gone = run_gone;
+    rt_req_set_deadline(q, q->pipe->timeout_ms + 5000);
+    return true;
+}
+
 /* The pipeline, its config generation and `until` are resolved once, here,
  * before any work: an unknown pipeline or stage is the caller's 404 or 400
  * without a cache lookup or a run; the cache and the run then use what was
@@ -163,10 +215,19 @@ void rt_pipeline_call(rt_req *q, const char *name, const char *input, const char
     if (rt_turn_begin(q, ref.p, session, input)) { rt_pipeline_ref_release(&ref); return; }
     /* A turn of a session depends on the session: never cached. */
     if (!q->sess && try_cache(q, &ref, input, until)) { rt_pipeline_ref_release(&ref); return; }
+    rt_sink sink = { q->reply.delta ? call_delta : NULL, call_finish, call_error, q, q->sess ? call_ask : NULL };
+    if (q->sess && q->sess->stage >= 0 && resume(q, input, &sink)) {
+        rt_pipeline_ref_release(&ref);
+        return;
+    }
     q->pipe = ref.p;            /* held by the run, which outlives every use of it here */
     int timeout_ms = ref.p->timeout_ms;
-    rt_sink sink = { q->reply.delta ? call_delta : NULL, call_finish, call_error, q, NULL };
-    if ((rc = rt_run_start_ref(&q->r->ex, &ref, input, &sink, &q->run, err))) {
+    /* A session that waits on an answer whose run is gone (a restart)
+     * starts a run at the stage that asked. */
+    rc = q->sess && q->sess->stage >= 0
+             ? rt_run_start_at(&q->r->ex, &ref, q->sess->stage, q->sess->intent, input, &sink, &q->run, err)
+             : rt_run_start_ref(&q->r->ex, &ref, input, &sink, &q->run, err);
+    if (rc) {
         rt_req_error(q, 500, "server_error", "internal", "%s", err);
         return;
     }

@@ -145,6 +145,7 @@ struct rt {
     struct rt_obs *obs;             /* obs.h: histograms, call traces, the console */
     rt_keys *keys;                  /* NULL: no auth */
     rt_sessions *sessions;          /* NULL: the store did not open (conversations get 503) */
+    struct rt_waiting *waiting;     /* session_door.c: suspended runs, by session, until the next turn */
     struct event *session_timer;    /* the sweep of expired sessions */
     int body_timeout_ms;            /* 408 after this long inside one request's bytes */
     size_t max_body, max_headers;
@@ -249,6 +250,13 @@ int  rt_turn_begin(rt_req *q, const sb_pipeline *p, const char *session, const c
 int  rt_turn_commit(rt_req *q, const sb_pipeline *p, const rt_run *run, const char *input, const char *reply,
                     rt_turn_view *view, char *err);
 void rt_turn_failed(rt_req *q, const sb_pipeline *p);
+/* The run asked the caller (its sink's ask): the turn is stored with the
+ * question as its reply and what is awaited, and the suspended run kept
+ * for the session's next turn (rt_waiting_take). As commit otherwise. */
+int  rt_turn_asked(rt_req *q, const sb_pipeline *p, const rt_run *run, const char *input, const char *question,
+                   rt_turn_view *view, char *err);
+void rt_waiting_put(rt *r, const char *session, rt_run *run, double ttl_s);
+rt_run *rt_waiting_take(rt *r, const char *session);    /* NULL: none (gone with a restart) */
 void rt_turn_end(rt_req *q);
 void rt_handle_session(rt_req *q, const char *id, bool del);        /* GET / DELETE /v1/sessions/ID */
 void rt_sessions_start(rt *r, const sb_config *cfg);

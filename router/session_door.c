@@ -106,6 +106,22 @@ static void end_call(rt_req *q, const sb_pipeline *p, const char *reason) {
     sb_jw_free(&w);
 }
 
+/* Where the call stands after a turn, and the reply header. */
+static void viewed(rt_req *q, rt_turn_view *view, const char *reply, const char *handoff) {
+    rt_session *ss = q->sess;
+    *view = (rt_turn_view){ .session = ss->id, .reply = reply, .slots = ss->slots, .turn = ss->turns,
+                            .awaiting = ss->awaiting, .handoff = handoff, .done = ss->done };
+    rt_req_set_header(q, "X-Session-Id", ss->id);
+}
+
+static int set_text(char **field, const char *text, char *err) {
+    char *copy = text ? sb_strdup(text) : NULL;
+    if (text && !copy) return sb_seterr(err, SB_ENOMEM, "out of memory");
+    sb_free(*field);
+    *field = copy;
+    return 0;
+}
+
 int rt_turn_begin(rt_req *q, const sb_pipeline *p, const char *session, const char *input) {
     if (!session && !p->conv.on) return 0;
     if (!p->conv.on) {
@@ -129,22 +145,83 @@ int rt_turn_begin(rt_req *q, const sb_pipeline *p, const char *session, const ch
 int rt_turn_commit(rt_req *q, const sb_pipeline *p, const rt_run *run, const char *input, const char *reply,
                    rt_turn_view *view, char *err) {
     rt_session *ss = q->sess;
-    const char *intent = rt_run_intent(run);
-    if (intent && (!ss->intent || strcmp(ss->intent, intent))) {
-        char *copy = sb_strdup(intent);
-        if (!copy) return sb_seterr(err, SB_ENOMEM, "out of memory");
-        sb_free(ss->intent);
-        ss->intent = copy;
-    }
+    int rc = rt_run_intent(run) ? set_text(&ss->intent, rt_run_intent(run), err) : 0;
+    if (rc || (rc = set_text(&ss->awaiting, NULL, err))) return rc;
+    ss->stage = -1;                 /* nothing is awaited: the run went to its end */
     ss->turns++;
     ss->bytes += (long long)(strlen(input) + strlen(reply));
     ss->done = ss->turns >= p->conv.max_turns;
-    int rc = rt_session_commit(q->r->sessions, ss, p->conv.ttl_s, input, reply, wall_now(), err);
-    if (rc) return rc;
-    *view = (rt_turn_view){ .session = ss->id, .slots = ss->slots, .turn = ss->turns, .awaiting = ss->awaiting,
-                            .handoff = ss->done ? "{\"reason\":\"max_turns\"}" : NULL, .done = ss->done };
-    rt_req_set_header(q, "X-Session-Id", ss->id);
+    if ((rc = rt_session_commit(q->r->sessions, ss, p->conv.ttl_s, input, reply, wall_now(), err))) return rc;
+    viewed(q, view, NULL, ss->done ? "{\"reason\":\"max_turns\"}" : NULL);
     return 0;
+}
+
+int rt_turn_asked(rt_req *q, const sb_pipeline *p, const rt_run *run, const char *input, const char *question,
+                  rt_turn_view *view, char *err) {
+    rt_session *ss = q->sess;
+    sb_jw w;
+    sb_jw_init(&w);
+    rt_run_awaiting_json(run, &w);
+    int rc = w.oom ? sb_seterr(err, SB_ENOMEM, "out of memory") : set_text(&ss->awaiting, w.p, err);
+    sb_jw_free(&w);
+    if (!rc && rt_run_intent(run)) rc = set_text(&ss->intent, rt_run_intent(run), err);
+    if (rc) return rc;
+    ss->stage = rt_run_waiting_stage(run);
+    ss->turns++;
+    ss->bytes += (long long)(strlen(input) + strlen(question));
+    ss->done = ss->turns >= p->conv.max_turns;  /* then no answer will come: the call ends asking */
+    if ((rc = rt_session_commit(q->r->sessions, ss, p->conv.ttl_s, input, question, wall_now(), err))) return rc;
+    viewed(q, view, question, ss->done ? "{\"reason\":\"max_turns\"}" : NULL);
+    return 0;
+}
+
+/* ------------------------------------------------------- suspended runs */
+
+/* A run that asked waits here, in memory, for its session's next turn;
+ * the session row says which stage asked, so after a restart the next
+ * turn starts a run at that stage instead (rt_run_start_at). */
+typedef struct rt_waiting {
+    struct rt_waiting *next;
+    char id[RT_SESSION_ID_LEN + 1];
+    rt_run *run;
+    double expires;                 /* the session's idle expiry: then the run is dropped */
+} rt_waiting;
+
+void rt_waiting_put(rt *r, const char *session, rt_run *run, double ttl_s) {
+    rt_waiting *w = sb_calloc(1, sizeof *w);
+    if (!w) { rt_run_cancel(run); return; }     /* the next turn starts it at the stage again */
+    snprintf(w->id, sizeof w->id, "%s", session);
+    w->run = run;
+    w->expires = wall_now() + ttl_s;
+    w->next = r->waiting;
+    r->waiting = w;
+}
+
+rt_run *rt_waiting_take(rt *r, const char *session) {
+    for (rt_waiting **pp = &r->waiting; *pp; pp = &(*pp)->next)
+        if (!strcmp((*pp)->id, session)) {
+            rt_waiting *w = *pp;
+            rt_run *run = w->run;
+            *pp = w->next;
+            sb_free(w);
+            return run;
+        }
+    return NULL;
+}
+
+/* Drop the suspended runs of session id (NULL: of every session whose
+ * expiry is before now; now < 0 with id NULL: all). */
+static void drop_waiting(rt *r, const char *id, double now) {
+    for (rt_waiting **pp = &r->waiting; *pp;) {
+        rt_waiting *w = *pp;
+        if (id ? !strcmp(w->id, id) : now < 0 || w->expires <= now) {
+            *pp = w->next;
+            rt_run_cancel(w->run);
+            sb_free(w);
+        } else {
+            pp = &w->next;
+        }
+    }
 }
 
 /* A turn that failed is not in the transcript, but counts. */
@@ -181,6 +258,7 @@ void rt_handle_session(rt_req *q, const char *id, bool del) {
     sb_jw w;
     sb_jw_init(&w);
     if (del) {
+        drop_waiting(r, id, 0);
         rc = rt_session_delete(r->sessions, id, err);
         sb_jw_obj(&w);
         sb_jw_key(&w, "id"); sb_jw_str(&w, id);
@@ -200,7 +278,9 @@ void rt_handle_session(rt_req *q, const char *id, bool del) {
 static void on_sweep(evutil_socket_t fd, short what, void *arg) {
     rt *r = arg;
     char err[SB_ERR_LEN];
-    int n = rt_sessions_sweep(r->sessions, wall_now(), err);
+    double now = wall_now();
+    drop_waiting(r, NULL, now);
+    int n = rt_sessions_sweep(r->sessions, now, err);
     if (n < 0) sb_warn("session sweep: %s", err);
     else if (n) sb_info("session sweep: %d expired session(s) purged", n);
 }
@@ -225,6 +305,7 @@ void rt_sessions_start(rt *r, const sb_config *cfg) {
 }
 
 void rt_sessions_stop(rt *r) {
+    drop_waiting(r, NULL, -1);
     if (r->session_timer) event_free(r->session_timer);
     r->session_timer = NULL;
     rt_sessions_close(r->sessions);

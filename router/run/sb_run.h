@@ -354,10 +354,26 @@ void rt_run_cancel(rt_run *run);                    /* no callbacks; frees */
  * next turn: the stage that asked starts again with it. The pipeline's
  * timeout counts again from here. 0; SB_EINVAL: the run does not wait. */
 int  rt_run_resume(rt_run *run, const char *turn, char *err);
+/* The same, the reply now going to sink (the door of the next turn: the
+ * one that got the question is gone). NULL: the sink it has. */
+int  rt_run_resume_to(rt_run *run, const char *turn, const rt_sink *sink, char *err);
+/* While it waits (its sink's ask ran): the stage that asked, and what it
+ * awaits as JSON into w; -1 when the run does not wait. */
+int  rt_run_waiting_stage(const rt_run *run);
+void rt_run_awaiting_json(const rt_run *run, sb_jw *w);
+/* A run that starts at the stage that asked (a session's saved `stage`),
+ * whose suspended run is gone (the router restarted): input is the
+ * caller's answer (rt_run_turn) and intent the one the session kept (NULL:
+ * none); the stages before it count as not run. stage -1 (or one the
+ * pipeline no longer has): from the start, as rt_run_start_ref. */
+int  rt_run_start_at(rt_exec *ex, rt_pipeline_ref *ref, int stage, const char *intent, const char *input,
+                     const rt_sink *sink, rt_run **out, char *err);
+const sb_pipeline *rt_run_pipe(const rt_run *run);
 /* Where a conversation stands after a turn, as the answer shows it: the
  * front door's sessions know it, a run does not. */
 typedef struct {
     const char *session;            /* its id, or NULL: a call without one */
+    const char *reply;              /* what is said (output and reply); NULL: the run's output */
     const char *slots;              /* JSON object text; NULL: {} */
     int turn;                       /* this turn's number, from 1 */
     const char *awaiting;           /* JSON text; NULL: null */

@@ -129,6 +129,11 @@ void rt_run_report(rt_run *run, rt_stage_outcome o);
 /* The caller's answer on this turn, after the stage asked (WAIT_CALLER);
  * NULL on the stage's first start. */
 const char *rt_run_turn(const rt_run *run);
+/* What a stage that asks awaits, as the answer's `awaiting` shows it
+ * (JSON text, copied: {"kind": "slot", "slot": NAME}, {"kind": "clarify",
+ * "options": [...]}, {"kind": "confirm"}); set before returning
+ * RT_STAGE_WAIT_CALLER. Unset: {"kind": "slot", "slot": STAGE}. */
+void rt_run_set_awaiting(rt_run *run, const char *json);
 /* Whether the running stage's text is the answer and the caller streams:
  * a generation then streams its tokens to the caller. */
 bool rt_run_streams(const rt_run *run);
