@@ -225,7 +225,8 @@ void rt_pipeline_call(rt_req *q, const char *name, const char *input, const char
     /* A session that waits on an answer whose run is gone (a restart)
      * starts a run at the stage that asked. */
     rc = q->sess && q->sess->stage >= 0
-             ? rt_run_start_at(&q->r->ex, &ref, q->sess->stage, q->sess->intent, input, &sink, &q->run, err)
+             ? rt_run_start_at(&q->r->ex, &ref, q->sess->stage, q->sess->intent, q->sess->slots, input, &sink,
+                               &q->run, err)
              : rt_run_start_ref(&q->r->ex, &ref, input, &sink, &q->run, err);
     if (rc) {
         rt_req_error(q, 500, "server_error", "internal", "%s", err);

@@ -122,6 +122,18 @@ static int set_text(char **field, const char *text, char *err) {
     return 0;
 }
 
+/* The run's slots, when a stage gathers them, become the session's. */
+static int keep_slots(rt_session *ss, const rt_run *run, char *err) {
+    const sb_json *slots = rt_run_slots(run);
+    if (!slots) return 0;
+    sb_jw w;
+    sb_jw_init(&w);
+    sb_jw_value(&w, slots);
+    int rc = w.oom ? sb_seterr(err, SB_ENOMEM, "out of memory") : set_text(&ss->slots, w.p, err);
+    sb_jw_free(&w);
+    return rc;
+}
+
 int rt_turn_begin(rt_req *q, const sb_pipeline *p, const char *session, const char *input) {
     if (!session && !p->conv.on) return 0;
     if (!p->conv.on) {
@@ -146,7 +158,7 @@ int rt_turn_commit(rt_req *q, const sb_pipeline *p, const rt_run *run, const cha
                    rt_turn_view *view, char *err) {
     rt_session *ss = q->sess;
     int rc = rt_run_intent(run) ? set_text(&ss->intent, rt_run_intent(run), err) : 0;
-    if (rc || (rc = set_text(&ss->awaiting, NULL, err))) return rc;
+    if (rc || (rc = set_text(&ss->awaiting, NULL, err)) || (rc = keep_slots(ss, run, err))) return rc;
     ss->stage = -1;                 /* nothing is awaited: the run went to its end */
     ss->turns++;
     ss->bytes += (long long)(strlen(input) + strlen(reply));
@@ -165,6 +177,7 @@ int rt_turn_asked(rt_req *q, const sb_pipeline *p, const rt_run *run, const char
     int rc = w.oom ? sb_seterr(err, SB_ENOMEM, "out of memory") : set_text(&ss->awaiting, w.p, err);
     sb_jw_free(&w);
     if (!rc && rt_run_intent(run)) rc = set_text(&ss->intent, rt_run_intent(run), err);
+    if (!rc) rc = keep_slots(ss, run, err);
     if (rc) return rc;
     ss->stage = rt_run_waiting_stage(run);
     ss->turns++;

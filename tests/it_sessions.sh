@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Named API keys and conversations with real processes: `switchboard run`
 # starts a tiny fixture worker and the router; tests/sessions_http.py
-# drives the gateway over HTTP (roles, sessions, isolation, kill -9 of the
-# router mid-conversation, expiry, SIGHUP reloading the keys file).
+# drives the gateway over HTTP (roles, sessions, isolation, slots asked
+# for, kill -9 of the router mid-conversation - also while a slot is
+# awaited -, expiry, SIGHUP reloading the keys file).
 set -u
 cd "$(dirname "$0")/.."
 . tests/itlib.sh
@@ -41,6 +42,19 @@ pipelines:
           billing: { description: "bills" }
           complaint: { description: "complaints" }
       - { name: say, kind: tool, command: ["/bin/echo", "{{intent}}: you said {{input}}"] }
+  ask:
+    conversation: { ttl_s: 600 }
+    stages:
+      - name: extract
+        kind: generate
+        model: tiny
+        json: true
+        prompt: "Extract the account and the name from: {{input}}"
+        max_tokens: 4
+        ask:
+          account: { zh: "请问您的账号是多少？", en: "What is your account number?" }
+          name: { en: "And your name, please?" }
+      - { name: say, kind: tool, command: ["/bin/echo", "account {{stages.extract.json.account}} for {{stages.extract.json.name}}"] }
   brief:
     conversation: { ttl_s: 2 }
     stages:

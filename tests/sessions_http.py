@@ -153,6 +153,20 @@ st, _, j = req("POST", "/v1/chat/completions",
                 headers={"X-Session-Id": osid}, key="other")
 check(st == 404, "OpenAI door: another key's session is a 404", (st, j))
 
+# ------------------------------------------------------------------ slots asked for
+# The random-weight fixture extracts nothing, so every slot is asked for.
+st, _, j = turn("I want to check my bill", pipe="ask")
+asid = (j or {}).get("session")
+check(st == 200 and j["reply"] == "What is your account number?" and j["output"] == j["reply"]
+      and j["awaiting"] == {"kind": "slot", "slot": "account"} and j["done"] is False,
+      "an empty required slot is asked for, in the caller's language", (st, j))
+st, _, j = turn("  4410032 ", asid, pipe="ask")
+check(st == 200 and j["state"]["slots"].get("account") == "4410032" and j["reply"] == "And your name, please?"
+      and j["awaiting"] == {"kind": "slot", "slot": "name"} and j["state"]["turn"] == 2,
+      "the next turn fills it; the next empty slot is asked", (st, j))
+st, _, j = turn("我要查账单", pipe="ask")
+check(st == 200 and j["reply"] == "请问您的账号是多少？", "a Chinese caller is asked in Chinese", (st, j))
+
 # ------------------------------------------------------------------ kill -9 mid-conversation
 pid = router_pid()
 os.kill(pid, signal.SIGKILL)
@@ -164,6 +178,15 @@ check(st == 200 and j["session"] == sid and j["state"]["turn"] == 3,
 st, _, g = req("GET", "/v1/sessions/" + sid)
 check(st == 200 and [t["caller"] for t in g["transcript"]] == ["hello one", "hello one", "after the crash"]
       and all(t["reply"] for t in g["transcript"]), "no answered turn was lost", g)
+# The suspended run died with the router; the session knows which stage asked.
+st, _, j = turn("Ann", asid, pipe="ask")
+check(st == 200 and j["reply"] == "account 4410032 for Ann" and j["awaiting"] is None
+      and j["state"]["slots"] == {"account": "4410032", "name": "Ann"} and j["state"]["turn"] == 3,
+      "an awaited slot is answered after the restart: the run starts at the stage that asked", (st, j))
+st, _, g = req("GET", "/v1/sessions/" + asid)
+check(st == 200 and [t["reply"] for t in g["transcript"]] ==
+      ["What is your account number?", "And your name, please?", "account 4410032 for Ann"]
+      and g["awaiting"] is None and g["state"]["slots"]["name"] == "Ann", "its transcript holds the questions", g)
 
 # ------------------------------------------------------------------ max_turns
 st, _, j = turn("fourth", sid)

@@ -245,7 +245,7 @@ static void test_next_turn_elsewhere(void **state) {
     assert_int_equal(rt_pipeline_resolve(&w.ex, "p", NULL, &ref, err), 0);
     memset(&s3, 0, sizeof s3);
     rt_sink again = { NULL, on_finish, on_error, &s3, on_ask };
-    assert_int_equal(rt_run_start_at(&w.ex, &ref, 0, "paint", "green", &again, &s3.run, err), 0);
+    assert_int_equal(rt_run_start_at(&w.ex, &ref, 0, "paint", NULL, "green", &again, &s3.run, err), 0);
     event_base_dispatch(w.base);
     assert_int_equal(s3.asked + s3.failed, 0);
     assert_int_equal(s3.finished, 1);

@@ -330,6 +330,10 @@ void rt_run_set_awaiting(rt_run *run, const char *json) {
 
 int rt_run_waiting_stage(const rt_run *run) { return run->suspended ? (int)run->cur : -1; }
 
+const sb_json *rt_run_slots(const rt_run *run) {
+    return run->slots_stage >= 0 ? run->res[run->slots_stage].json : NULL;
+}
+
 /* What the kind said it awaits, else the stage's name as the slot: a
  * caller must always be able to tell that it was asked something. */
 void rt_run_awaiting_json(const rt_run *run, sb_jw *w) {
@@ -413,11 +417,24 @@ int rt_run_start(rt_exec *ex, const char *name, const char *input, const rt_sink
 
 int rt_run_start_ref(rt_exec *ex, rt_pipeline_ref *ref, const char *input, const rt_sink *sink, rt_run **out,
                      char *err) {
-    return rt_run_start_at(ex, ref, -1, NULL, input, sink, out, err);
+    return rt_run_start_at(ex, ref, -1, NULL, NULL, input, sink, out, err);
 }
 
-int rt_run_start_at(rt_exec *ex, rt_pipeline_ref *ref, int stage, const char *intent, const char *input,
-                    const rt_sink *sink, rt_run **out, char *err) {
+/* The slots a session kept, as the JSON of the stage that gathers them. */
+static void restore_slots(rt_run *run, size_t stage, const char *slots) {
+    stage_res *sr = &run->res[stage];
+    if (slots && !sb_json_parse(slots, strlen(slots), &sr->doc, NULL)) {
+        sr->json = sb_json_root(sr->doc);
+        if (sb_json_type_of(sr->json) != SB_JSON_OBJECT) {
+            sb_json_doc_free(sr->doc);
+            sr->doc = NULL;
+            sr->json = NULL;
+        }
+    }
+}
+
+int rt_run_start_at(rt_exec *ex, rt_pipeline_ref *ref, int stage, const char *intent, const char *slots,
+                    const char *input, const rt_sink *sink, rt_run **out, char *err) {
     *out = NULL;
     rt_conf *c = ref->conf;
     const sb_pipeline *p = ref->p;
@@ -443,10 +460,12 @@ int rt_run_start_at(rt_exec *ex, rt_pipeline_ref *ref, int stage, const char *in
      * the intent the one the session kept; the stages before it did not
      * run here. */
     bool at = stage >= 0 && (size_t)stage < p->n_stages;
-    if (at) {
+    run->slots_stage = -1;
+    if (at && run->res) {
         run->cur = (size_t)stage;
         run->turn = sb_strdup(input);
         if (intent) run->intent = sb_strdup(intent);
+        restore_slots(run, run->cur, slots);
     }
     if (!run->input || !run->res || !run->outputs || !run->json || !run->timer || !run->kick ||
         (at && (!run->turn || (intent && !run->intent)))) {
@@ -506,7 +525,9 @@ static void turn_json(const rt_run *run, const rt_turn_view *t, sb_jw *w) {
     sb_jw_obj(w);
     sb_jw_key(w, "intent"); sb_jw_str(w, run->intent);
     sb_jw_key(w, "slots");
-    if (t && t->slots) json_text(w, t->slots); else { sb_jw_obj(w); sb_jw_obj_end(w); }
+    if (rt_run_slots(run)) sb_jw_value(w, rt_run_slots(run));
+    else if (t && t->slots) json_text(w, t->slots);
+    else { sb_jw_obj(w); sb_jw_obj_end(w); }
     sb_jw_key(w, "turn"); sb_jw_int(w, t ? t->turn : 1);
     sb_jw_obj_end(w);
     sb_jw_key(w, "awaiting"); json_text(w, t ? t->awaiting : NULL);

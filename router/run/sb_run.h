@@ -363,11 +363,15 @@ int  rt_run_waiting_stage(const rt_run *run);
 void rt_run_awaiting_json(const rt_run *run, sb_jw *w);
 /* A run that starts at the stage that asked (a session's saved `stage`),
  * whose suspended run is gone (the router restarted): input is the
- * caller's answer (rt_run_turn) and intent the one the session kept (NULL:
+ * caller's answer (rt_run_turn), intent the one the session kept and slots
+ * its slots (JSON object text, the stage's JSON so far; either NULL:
  * none); the stages before it count as not run. stage -1 (or one the
  * pipeline no longer has): from the start, as rt_run_start_ref. */
-int  rt_run_start_at(rt_exec *ex, rt_pipeline_ref *ref, int stage, const char *intent, const char *input,
-                     const rt_sink *sink, rt_run **out, char *err);
+int  rt_run_start_at(rt_exec *ex, rt_pipeline_ref *ref, int stage, const char *intent, const char *slots,
+                     const char *input, const rt_sink *sink, rt_run **out, char *err);
+/* The call's slots: the JSON object of the stage that gathers them (a
+ * generate stage with `ask:`), or NULL. */
+const sb_json *rt_run_slots(const rt_run *run);
 const sb_pipeline *rt_run_pipe(const rt_run *run);
 /* Where a conversation stands after a turn, as the answer shows it: the
  * front door's sessions know it, a run does not. */
