@@ -215,7 +215,10 @@ void rt_pipeline_call(rt_req *q, const char *name, const char *input, const char
     if (rt_turn_begin(q, ref.p, session, input)) { rt_pipeline_ref_release(&ref); return; }
     /* A turn of a session depends on the session: never cached. */
     if (!q->sess && try_cache(q, &ref, input, until)) { rt_pipeline_ref_release(&ref); return; }
-    rt_sink sink = { q->reply.delta ? call_delta : NULL, call_finish, call_error, q, q->sess ? call_ask : NULL };
+    /* A session's turn is not streamed: no byte of it may go out before
+     * the turn is stored; a caller who asked for SSE gets it in one chunk. */
+    rt_sink sink = { q->reply.delta && !q->sess ? call_delta : NULL, call_finish, call_error, q,
+                     q->sess ? call_ask : NULL };
     if (q->sess && q->sess->stage >= 0 && resume(q, input, &sink)) {
         rt_pipeline_ref_release(&ref);
         return;

@@ -148,6 +148,17 @@ st, h, j = req("POST", "/v1/chat/completions",
 st, _, g = req("GET", "/v1/sessions/" + osid)
 check(st == 200 and g["turns"] == 2 and g["transcript"][1]["caller"] == "second",
       "OpenAI door: X-Session-Id continues it", (st, g))
+c = http.client.HTTPConnection(u.hostname, u.port, timeout=60)
+c.request("POST", "/v1/chat/completions", body=json.dumps(
+    {"model": "pipeline:conv", "stream": True, "messages": [{"role": "user", "content": "streamed"}]}),
+    headers={"Authorization": "Bearer " + KEYS["app"], "Content-Type": "application/json", "X-Session-Id": osid})
+r = c.getresponse()
+sse = r.read().decode()
+c.close()
+chunks = [json.loads(line[6:]) for line in sse.split("\n") if line.startswith("data: {")]
+text = "".join(ch["choices"][0]["delta"].get("content") or "" for ch in chunks if ch.get("choices"))
+check(r.status == 200 and r.getheader("X-Session-Id") == osid and "streamed" in text and sse.rstrip().endswith("[DONE]"),
+      "a session's turn asked as SSE comes whole, after it is stored", (r.status, sse[:300]))
 st, _, j = req("POST", "/v1/chat/completions",
                 {"model": "pipeline:conv", "messages": [{"role": "user", "content": "x"}]},
                 headers={"X-Session-Id": osid}, key="other")
