@@ -55,6 +55,10 @@ pipelines:
           account: { zh: "请问您的账号是多少？", en: "What is your account number?" }
           name: { en: "And your name, please?" }
       - { name: say, kind: tool, command: ["/bin/echo", "account {{stages.extract.json.account}} for {{stages.extract.json.name}}"] }
+  many:
+    conversation: { ttl_s: 600, max_turns: 1000 }
+    stages:
+      - { name: say, kind: tool, command: ["/bin/echo", "heard {{input}}"] }
   brief:
     conversation: { ttl_s: 2 }
     stages:

@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 import urllib.parse
 
@@ -198,6 +199,50 @@ st, _, g = req("GET", "/v1/sessions/" + asid)
 check(st == 200 and [t["reply"] for t in g["transcript"]] ==
       ["What is your account number?", "And your name, please?", "account 4410032 for Ann"]
       and g["awaiting"] is None and g["state"]["slots"]["name"] == "Ann", "its transcript holds the questions", g)
+
+# ------------------------------------------------------------------ kill -9 under load
+# Callers keep talking while the router is killed: every turn that was
+# answered (a 200 reached the caller) must be in its session afterwards.
+answered, stop = {}, threading.Event()
+
+
+def caller(n):
+    st, _, j = turn("caller %d turn 1" % n, pipe="many")
+    if st != 200:
+        return
+    sid_n, k = j["session"], 1
+    answered[sid_n] = [1]
+    while not stop.is_set():
+        k += 1
+        try:
+            st, _, j = turn("caller %d turn %d" % (n, k), sid_n, pipe="many")
+        except (OSError, http.client.HTTPException):
+            break           # the router died under this turn: unanswered, so it may be lost
+        if st != 200:
+            break
+        answered[sid_n].append(j["state"]["turn"])
+
+
+threads = [threading.Thread(target=caller, args=(n,)) for n in range(8)]
+for t in threads:
+    t.start()
+time.sleep(1.5)
+pid = router_pid()
+os.kill(pid, signal.SIGKILL)
+stop.set()
+for t in threads:
+    t.join(60)
+new = wait_router(pid)
+n_turns = sum(len(v) for v in answered.values())
+lost = []
+for s_id, turns in answered.items():
+    st, _, g = req("GET", "/v1/sessions/" + s_id)
+    have = {t["turn"] for t in (g or {}).get("transcript", [])} if st == 200 else set()
+    lost += [(s_id, t) for t in turns if t not in have]
+check(new is not None and len(answered) == 8 and n_turns > 16 and not lost,
+      "kill -9 with %d sessions mid-call: none of %d answered turns lost" % (len(answered), n_turns), lost[:5])
+st, _, j = turn("after", next(iter(answered)), pipe="many")
+check(st == 200 and j["state"]["turn"] >= 2, "and their next turns continue", (st, j))
 
 # ------------------------------------------------------------------ max_turns
 st, _, j = turn("fourth", sid)
