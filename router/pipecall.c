@@ -144,8 +144,9 @@ static int try_cache(rt_req *q, const rt_pipeline_ref *ref, const char *input, c
     sb_cache_entry e;
     unsigned fold = ref->p->cache_fold;     /* opt-in key folding, as SB_NORM_* flags */
     /* The folding is named in the key, so answers stored under one setting
-     * are never served under another. */
-    snprintf(params, sizeof params, "pipeline/v1|prompt=" RT_PROMPT_RULES "|until=%.60s%s%s", until ? until : "",
+     * are never served under another. v2: the result gained reply, session,
+     * state, awaiting, fallback, handoff and done; a v1 answer lacks them. */
+    snprintf(params, sizeof params, "pipeline/v2|prompt=" RT_PROMPT_RULES "|until=%.60s%s%s", until ? until : "",
              fold ? "|fold=" : "", sb_cache_fold_name(fold));
     if (rt_cache_lookup(q, ns, fp, input, SB_NORM_DEFAULT | fold, params, &e) != 1) return 0;
     sb_json_doc *d;
