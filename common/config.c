@@ -173,6 +173,8 @@ void sb_config_free(sb_config *cfg) {
     sb_free(cfg->runtime.http_host);
     sb_free(cfg->runtime.api_key_env);
     sb_free(cfg->runtime.api_key_file);
+    sb_free(cfg->runtime.api_keys_file);
+    sb_free(cfg->sessions.store);
     sb_free(cfg->cache.path);
     sb_free(cfg->cache.sync.url);
     sb_free(cfg->cache.sync.edge_id);

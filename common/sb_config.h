@@ -116,6 +116,7 @@ typedef struct {
         int http_port;
         char *api_key_env;      /* at most one of these two; both NULL = no key */
         char *api_key_file;     /* absolute, readable */
+        char *api_keys_file;    /* named keys with roles (router/apikeys.c), or NULL */
         int log_level;          /* SB_LOG_*, default SB_LOG_INFO */
         int drain_ms;           /* SIGTERM drain deadline, default 10000 */
     } runtime;
@@ -141,6 +142,10 @@ typedef struct {
         char *feedback_path;    /* absolute; default RUNTIME_DIR/feedback.sqlite */
         char *otel_file;        /* absolute; finished calls appended as OTLP/JSON lines; NULL = off */
     } console;
+    struct {                    /* sessions: conversations' state (router/sessions.c) */
+        char *store;            /* absolute SQLite file; default RUNTIME_DIR/sessions.sqlite */
+        int sweep_s;            /* expired sessions are purged this often, [1, 86400]; default 60 */
+    } sessions;
     sb_config_kb *kbs;          /* knowledge:, in file order */
     size_t n_kbs;
     const sb_config_node *pipelines;    /* map NAME -> map, or NULL; see router */

@@ -16,7 +16,7 @@
 #include "router/obs.h"
 #include "router/router_internal.h"
 
-enum { M_GET = 1, M_POST = 2 };
+enum { M_GET = 1, M_POST = 2, M_DELETE = 4 };
 
 /* One route. A handler gets the path after a prefix route's prefix ("" for
  * an exact one) and, for a route with `body`, the request's JSON object. */
@@ -24,7 +24,7 @@ typedef struct {
     const char *path;
     bool prefix;                    /* path is a prefix (ends in '/') */
     int methods;                    /* M_* */
-    bool auth;                      /* needs the API key when one is configured */
+    unsigned role;                  /* RT_ROLE_* a key needs when keys are configured; 0: open */
     bool body;                      /* the body is parsed (a JSON object) first */
     int route;                      /* RT_ROUTE_*: the label in /metrics */
     void (*handle)(rt_req *q, const char *rest, const sb_json *body);
@@ -44,6 +44,9 @@ static void metrics(rt_req *q, const char *rest, const sb_json *body) { rt_handl
 static void calls(rt_req *q, const char *rest, const sb_json *body) {
     rt_handle_calls(q, rest, !strcmp(q->method, "POST"));
 }
+static void session(rt_req *q, const char *rest, const sb_json *body) {
+    rt_handle_session(q, rest, !strcmp(q->method, "DELETE"));
+}
 static void feedback_tsv(rt_req *q, const char *rest, const sb_json *body) { rt_handle_feedback_tsv(q); }
 static void console_events(rt_req *q, const char *rest, const sb_json *body) { rt_handle_console_events(q); }
 static void console_state(rt_req *q, const char *rest, const sb_json *body) { rt_handle_console_state(q); }
@@ -53,23 +56,25 @@ static void console_page(rt_req *q, const char *rest, const sb_json *body) {
 }
 
 /* The console's page needs no key (it is code, no data); everything it
- * shows does. docs/router.md lists the same table. */
+ * shows needs the console role, the APIs callers use the client role.
+ * docs/router.md lists the same table. */
 static const route_def routes[] = {
-    { "/v1/chat/completions", false, M_POST, true, true, RT_ROUTE_CHAT, chat },
-    { "/v1/completions", false, M_POST, true, true, RT_ROUTE_COMPLETIONS, completion },
-    { "/v1/embeddings", false, M_POST, true, true, RT_ROUTE_EMBEDDINGS, embeddings },
-    { "/v1/models", false, M_GET, true, false, RT_ROUTE_MODELS, models },
-    { "/v1/pipelines", false, M_GET, true, false, RT_ROUTE_MODELS, models },
-    { "/v1/pipelines/", true, M_POST, true, true, RT_ROUTE_PIPELINES, pipeline },
-    { "/health", false, M_GET, false, false, RT_ROUTE_HEALTH, health },
-    { "/metrics", false, M_GET, false, false, RT_ROUTE_METRICS, metrics },
-    { "/v1/calls", false, M_GET, true, false, RT_ROUTE_CONSOLE, calls },
-    { "/v1/calls/", true, M_GET | M_POST, true, false, RT_ROUTE_CONSOLE, calls },
-    { "/v1/feedback.tsv", false, M_GET, true, false, RT_ROUTE_CONSOLE, feedback_tsv },
-    { "/v1/console/events", false, M_GET, true, false, RT_ROUTE_CONSOLE, console_events },
-    { "/v1/console/state", false, M_GET, true, false, RT_ROUTE_CONSOLE, console_state },
-    { "/console", false, M_GET, false, false, RT_ROUTE_CONSOLE, console_page },
-    { "/console/", true, M_GET, false, false, RT_ROUTE_CONSOLE, console_page },
+    { "/v1/chat/completions", false, M_POST, RT_ROLE_CLIENT, true, RT_ROUTE_CHAT, chat },
+    { "/v1/completions", false, M_POST, RT_ROLE_CLIENT, true, RT_ROUTE_COMPLETIONS, completion },
+    { "/v1/embeddings", false, M_POST, RT_ROLE_CLIENT, true, RT_ROUTE_EMBEDDINGS, embeddings },
+    { "/v1/models", false, M_GET, RT_ROLE_CLIENT, false, RT_ROUTE_MODELS, models },
+    { "/v1/pipelines", false, M_GET, RT_ROLE_CLIENT, false, RT_ROUTE_MODELS, models },
+    { "/v1/pipelines/", true, M_POST, RT_ROLE_CLIENT, true, RT_ROUTE_PIPELINES, pipeline },
+    { "/v1/sessions/", true, M_GET | M_DELETE, RT_ROLE_CLIENT, false, RT_ROUTE_PIPELINES, session },
+    { "/health", false, M_GET, 0, false, RT_ROUTE_HEALTH, health },
+    { "/metrics", false, M_GET, 0, false, RT_ROUTE_METRICS, metrics },
+    { "/v1/calls", false, M_GET, RT_ROLE_CONSOLE, false, RT_ROUTE_CONSOLE, calls },
+    { "/v1/calls/", true, M_GET | M_POST, RT_ROLE_CONSOLE, false, RT_ROUTE_CONSOLE, calls },
+    { "/v1/feedback.tsv", false, M_GET, RT_ROLE_CONSOLE, false, RT_ROUTE_CONSOLE, feedback_tsv },
+    { "/v1/console/events", false, M_GET, RT_ROLE_CONSOLE, false, RT_ROUTE_CONSOLE, console_events },
+    { "/v1/console/state", false, M_GET, RT_ROLE_CONSOLE, false, RT_ROUTE_CONSOLE, console_state },
+    { "/console", false, M_GET, 0, false, RT_ROUTE_CONSOLE, console_page },
+    { "/console/", true, M_GET, 0, false, RT_ROUTE_CONSOLE, console_page },
 };
 
 static const route_def *route_of(const char *path) {
@@ -91,10 +96,11 @@ static void unauthorized(rt_req *q) {
 /* true: the request may go on; else it was answered. With two
  * Authorization headers evhttp would hand us the first, and a proxy in
  * front may have checked the other: which key the caller meant is not
- * ours to guess. */
-static bool check_key(rt_req *q) {
+ * ours to guess. A valid key without the route's role is a 403, not a
+ * 401: the caller is known, the key is just not for this. */
+static bool check_key(rt_req *q, unsigned role) {
     rt *r = q->r;
-    if (!r->api_key) return true;
+    if (!r->keys) return true;
     const char *h = NULL;
     int n = 0;
     for (const struct evkeyval *kv = evhttp_request_get_input_headers(q->req)->tqh_first; kv; kv = kv->next.tqe_next)
@@ -104,9 +110,15 @@ static bool check_key(rt_req *q) {
                      "the request has %d Authorization headers; send one", n);
         return false;
     }
-    size_t a = h ? strlen(h) : 0, b = strlen(r->api_key);
-    if (!h || strncasecmp(h, "Bearer ", 7) || a - 7 != b || !sb_ct_equal(h + 7, r->api_key, b)) {
+    const rt_key *k = h && !strncasecmp(h, "Bearer ", 7) ? rt_keys_match(r->keys, h + 7, strlen(h + 7)) : NULL;
+    if (!k) {
         unauthorized(q);
+        return false;
+    }
+    snprintf(q->key_name, sizeof q->key_name, "%s", k->name);
+    if (!(k->roles & role)) {
+        rt_req_error(q, 403, "permission_error", "insufficient_role", "API key '%s' does not have the %s role",
+                     k->name, rt_role_name(role));
         return false;
     }
     return true;
@@ -114,10 +126,15 @@ static bool check_key(rt_req *q) {
 
 static bool check_method(rt_req *q, const route_def *d, int method) {
     if (d->methods & method) return true;
-    const char *allow = d->methods == (M_GET | M_POST) ? "GET, POST" : d->methods == M_GET ? "GET" : "POST";
+    char allow[32] = "", takes[32] = "";
+    static const char *const names[] = { "GET", "POST", "DELETE" };
+    for (int i = 0; i < 3; i++)
+        if (d->methods & (1 << i)) {
+            snprintf(allow + strlen(allow), sizeof allow - strlen(allow), "%s%s", *allow ? ", " : "", names[i]);
+            snprintf(takes + strlen(takes), sizeof takes - strlen(takes), "%s%s", *takes ? " or " : "", names[i]);
+        }
     evhttp_add_header(evhttp_request_get_output_headers(q->req), "Allow", allow);
-    rt_req_error(q, 405, "invalid_request_error", "method_not_allowed", "%s takes %s", q->path,
-                 d->methods == (M_GET | M_POST) ? "GET or POST" : allow);
+    rt_req_error(q, 405, "invalid_request_error", "method_not_allowed", "%s takes %s", q->path, takes);
     return false;
 }
 
@@ -133,12 +150,12 @@ static void on_request(struct evhttp_request *req, void *arg) {
     const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
     if (!path || !*path) path = "/";
     enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
-    int method = cmd == EVHTTP_REQ_GET ? M_GET : cmd == EVHTTP_REQ_POST ? M_POST : 0;
+    int method = cmd == EVHTTP_REQ_GET ? M_GET : cmd == EVHTTP_REQ_POST ? M_POST : cmd == EVHTTP_REQ_DELETE ? M_DELETE : 0;
     const route_def *d = route_of(path);
     rt_req *q = rt_req_new(r, req, d ? d->route : RT_ROUTE_OTHER);
     if (!q) { evhttp_send_error(req, 500, "out of memory"); return; }
     snprintf(q->path, sizeof q->path, "%s", path);
-    q->method = method == M_GET ? "GET" : method == M_POST ? "POST" : "OTHER";
+    q->method = method == M_GET ? "GET" : method == M_POST ? "POST" : method == M_DELETE ? "DELETE" : "OTHER";
     if (r->stopping) {
         rt_req_retry_after(q, 5);
         rt_req_error(q, 503, "server_busy", "shutting_down", "the router is shutting down");
@@ -148,7 +165,7 @@ static void on_request(struct evhttp_request *req, void *arg) {
         rt_req_error(q, 404, "invalid_request_error", "not_found", "no route for %s", path);
         return;
     }
-    if (!check_method(q, d, method) || (d->auth && !check_key(q))) return;
+    if (!check_method(q, d, method) || (d->role && !check_key(q, d->role))) return;
     const char *rest = d->prefix ? path + strlen(d->path) : "";
     if (!d->body) {
         d->handle(q, rest, NULL);

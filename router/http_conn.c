@@ -356,6 +356,7 @@ void rt_req_done(rt_req *q) {
     sb_free(q->cache_ns);
     sb_free(q->cache_fp);
     sb_free(q->cache_params);
+    rt_turn_end(q);
     sb_jw_free(&q->out);
     sb_free(q);
 }
@@ -419,6 +420,10 @@ void rt_req_set_deadline(rt_req *q, int ms) {
 
 const char *rt_req_header(rt_req *q, const char *name) {
     return q->req ? evhttp_find_header(evhttp_request_get_input_headers(q->req), name) : NULL;
+}
+
+void rt_req_set_header(rt_req *q, const char *name, const char *value) {
+    if (q->req) evhttp_add_header(evhttp_request_get_output_headers(q->req), name, value);
 }
 
 /* Detach from the connection before the final send: once evhttp owns the

@@ -253,7 +253,9 @@ static void chat_pipeline(rt_req *q, const rt_gen_req *g, const char *name) {
         rt_req_error(q, 400, "invalid_request_error", "invalid_value", "the pipeline needs a non-empty input");
         return;
     }
-    rt_pipeline_call(q, name, in, NULL);
+    /* This door has no body key for it: the session rides in a header,
+     * and a new session's id comes back in the same one. */
+    rt_pipeline_call(q, name, in, NULL, rt_req_header(q, "X-Session-Id"));
 }
 
 /* What the model itself allows. 0, or -1 with the 400 sent. */

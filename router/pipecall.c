@@ -1,6 +1,7 @@
 /* pipecall.c - a pipeline call over HTTP, whichever door it came in by
  * (POST /v1/pipelines/NAME, or the model pipeline:NAME on the OpenAI API):
- * its call id, the response cache, the run and its trace. The reply goes
+ * its call id, its session (session_door.c), the response cache, the run
+ * and its trace. The reply goes
  * through the door's sink (q->reply): no reply shape is written here.
  */
 #include <stdio.h>
@@ -38,13 +39,28 @@ static void call_finish(void *arg, const rt_answer *a) {
     q->run = NULL;
     q->on_gone = NULL;
     q->t_model = a->model_s;
+    char err[SB_ERR_LEN];
+    rt_turn_view view, *turn = NULL;
+    if (q->sess) {
+        char *reply = sb_malloc(a->len + 1);
+        if (reply) { memcpy(reply, a->text, a->len); reply[a->len] = '\0'; }
+        int rc = reply ? rt_turn_commit(q, q->pipe, a->run, rt_run_input(a->run), reply, &view, err)
+                       : sb_seterr(err, SB_ENOMEM, "out of memory");
+        sb_free(reply);
+        if (rc) {           /* unstored, so unsaid: the next turn must not miss it */
+            trace(q, rt_run_pipeline(a->run), rt_run_input(a->run), a->run, NULL, 500, err);
+            rt_req_error(q, 500, "server_error", "session_store", "the turn could not be stored: %s", err);
+            return;
+        }
+        turn = &view;
+    }
     trace(q, rt_run_pipeline(a->run), rt_run_input(a->run), a->run, NULL, 200, NULL);
     sb_jw w;
     sb_jw_init(&w);
-    rt_run_result_json(a->run, &w);
+    rt_run_result_turn_json(a->run, turn, &w);
     rt_answer out = *a;
     if (!w.oom) {
-        rt_cache_store(q, w.p, w.len);
+        if (!turn) rt_cache_store(q, w.p, w.len);
         out.result = w.p;
         out.result_len = w.len;
     }
@@ -52,10 +68,46 @@ static void call_finish(void *arg, const rt_answer *a) {
     sb_jw_free(&w);
 }
 
+/* A stage asks the caller (only a session's turn has an ask): the turn is
+ * stored with the question as its reply, the run kept for the next turn. */
+static void call_ask(void *arg, const rt_answer *a) {
+    rt_req *q = arg;
+    rt_run *run = q->run;
+    q->run = NULL;
+    q->on_gone = NULL;
+    q->t_model = a->model_s;
+    char err[SB_ERR_LEN];
+    rt_turn_view view;
+    char *question = sb_malloc(a->len + 1);
+    if (question) { memcpy(question, a->text, a->len); question[a->len] = '\0'; }
+    int rc = question ? rt_turn_asked(q, q->pipe, a->run, rt_run_input(a->run), question, &view, err)
+                      : sb_seterr(err, SB_ENOMEM, "out of memory");
+    trace(q, rt_run_pipeline(a->run), rt_run_input(a->run), a->run, NULL, rc ? 500 : 200, rc ? err : NULL);
+    if (rc) {
+        rt_run_cancel(run);
+        rt_req_error(q, 500, "server_error", "session_store", "the turn could not be stored: %s", err);
+        sb_free(question);
+        return;
+    }
+    sb_jw w;
+    sb_jw_init(&w);
+    rt_run_result_turn_json(a->run, &view, &w);
+    rt_answer out = *a;
+    out.text = question;
+    out.finish_reason = "stop";
+    if (!w.oom) { out.result = w.p; out.result_len = w.len; }
+    if (view.done) rt_run_cancel(run);
+    else rt_waiting_put(q->r, q->sess->id, run, q->pipe->conv.ttl_s);
+    q->reply.finish(q->reply.arg, &out);
+    sb_jw_free(&w);
+    sb_free(question);
+}
+
 static void call_error(void *arg, const rt_failure *f) {
     rt_req *q = arg;
     q->run = NULL;
     q->on_gone = NULL;
+    if (q->sess) rt_turn_failed(q, q->pipe);
     q->t_model = rt_run_model_seconds(f->run);
     trace(q, rt_run_pipeline(f->run), rt_run_input(f->run), f->run, NULL, f->status, f->message);
     q->reply.error(q->reply.arg, f);
@@ -92,8 +144,9 @@ static int try_cache(rt_req *q, const rt_pipeline_ref *ref, const char *input, c
     sb_cache_entry e;
     unsigned fold = ref->p->cache_fold;     /* opt-in key folding, as SB_NORM_* flags */
     /* The folding is named in the key, so answers stored under one setting
-     * are never served under another. */
-    snprintf(params, sizeof params, "pipeline/v1|prompt=" RT_PROMPT_RULES "|until=%.60s%s%s", until ? until : "",
+     * are never served under another. v2: the result gained reply, session,
+     * state, awaiting, fallback, handoff and done; a v1 answer lacks them. */
+    snprintf(params, sizeof params, "pipeline/v2|prompt=" RT_PROMPT_RULES "|until=%.60s%s%s", until ? until : "",
              fold ? "|fold=" : "", sb_cache_fold_name(fold));
     if (rt_cache_lookup(q, ns, fp, input, SB_NORM_DEFAULT | fold, params, &e) != 1) return 0;
     sb_json_doc *d;
@@ -124,11 +177,28 @@ static bool call_id(rt_req *q) {
     return true;
 }
 
+/* The session's suspended run, if this router still has it, goes on with
+ * this turn as the answer, replying to this request. true: it runs. */
+static bool resume(rt_req *q, const char *input, const rt_sink *sink) {
+    rt_run *run = rt_waiting_take(q->r, q->sess->id);
+    char err[SB_ERR_LEN];
+    if (!run) return false;
+    if (rt_run_resume_to(run, input, sink, err)) {
+        rt_run_cancel(run);
+        return false;
+    }
+    q->run = run;
+    q->pipe = rt_run_pipe(run);     /* the generation the run holds, maybe older than the current one */
+    q->on_gone = run_gone;
+    rt_req_set_deadline(q, q->pipe->timeout_ms + 5000);
+    return true;
+}
+
 /* The pipeline, its config generation and `until` are resolved once, here,
  * before any work: an unknown pipeline or stage is the caller's 404 or 400
  * without a cache lookup or a run; the cache and the run then use what was
  * resolved. */
-void rt_pipeline_call(rt_req *q, const char *name, const char *input, const char *until) {
+void rt_pipeline_call(rt_req *q, const char *name, const char *input, const char *until, const char *session) {
     if (!call_id(q)) return;
     char err[SB_ERR_LEN];
     rt_pipeline_ref ref;
@@ -143,10 +213,26 @@ void rt_pipeline_call(rt_req *q, const char *name, const char *input, const char
         return;
     }
     if (rc) { rt_req_error(q, 500, "server_error", "internal", "%s", err); return; }
-    if (try_cache(q, &ref, input, until)) { rt_pipeline_ref_release(&ref); return; }
+    if (rt_turn_begin(q, ref.p, session, input)) { rt_pipeline_ref_release(&ref); return; }
+    /* A turn of a session depends on the session: never cached. */
+    if (!q->sess && try_cache(q, &ref, input, until)) { rt_pipeline_ref_release(&ref); return; }
+    /* A session's turn is not streamed: no byte of it may go out before
+     * the turn is stored; a caller who asked for SSE gets it in one chunk. */
+    rt_sink sink = { q->reply.delta && !q->sess ? call_delta : NULL, call_finish, call_error, q,
+                     q->sess ? call_ask : NULL };
+    if (q->sess && q->sess->stage >= 0 && resume(q, input, &sink)) {
+        rt_pipeline_ref_release(&ref);
+        return;
+    }
+    q->pipe = ref.p;            /* held by the run, which outlives every use of it here */
     int timeout_ms = ref.p->timeout_ms;
-    rt_sink sink = { q->reply.delta ? call_delta : NULL, call_finish, call_error, q, NULL };
-    if ((rc = rt_run_start_ref(&q->r->ex, &ref, input, &sink, &q->run, err))) {
+    /* A session that waits on an answer whose run is gone (a restart)
+     * starts a run at the stage that asked. */
+    rc = q->sess && q->sess->stage >= 0
+             ? rt_run_start_at(&q->r->ex, &ref, q->sess->stage, q->sess->intent, q->sess->slots, input, &sink,
+                               &q->run, err)
+             : rt_run_start_ref(&q->r->ex, &ref, input, &sink, &q->run, err);
+    if (rc) {
         rt_req_error(q, 500, "server_error", "internal", "%s", err);
         return;
     }

@@ -6,8 +6,9 @@
  * are reached through sb_ipc_aclient, tools through non-blocking pipes.
  *
  * Signals (delivered through the loop, never in signal context):
- *   SIGHUP          re-read the config; swap pipelines and models only when
- *                   the new file validates, else keep serving the old one
+ *   SIGHUP          re-read the config and the API keys; swap pipelines,
+ *                   models and keys only when all of it validates, else
+ *                   keep serving the old ones
  *   SIGTERM/SIGINT  stop taking requests (503), let in-flight ones finish
  *                   for runtime.drain_ms, then exit 0; a second one exits now
  */
@@ -32,33 +33,6 @@ typedef struct {
     int drain_ms;
     struct event *sig_hup, *sig_term, *sig_int, *drain_timer;
 } router;
-
-/* The gateway's key: from the environment variable or the file the config
- * names. A key that is configured but missing is an error, not "no auth". */
-static int load_api_key(const sb_config *cfg, char **out, char *err) {
-    *out = NULL;
-    char buf[512];
-    const char *key = NULL;
-    if (cfg->runtime.api_key_env) {
-        key = getenv(cfg->runtime.api_key_env);
-        if (!key || !*key)
-            return sb_seterr(err, SB_EINVAL, "runtime.api_key_env: the environment variable %s is not set",
-                             cfg->runtime.api_key_env);
-    } else if (cfg->runtime.api_key_file) {
-        FILE *f = fopen(cfg->runtime.api_key_file, "r");
-        if (!f) return sb_seterr(err, SB_EIO, "runtime.api_key_file: cannot read %s", cfg->runtime.api_key_file);
-        size_t n = fread(buf, 1, sizeof buf - 1, f);
-        fclose(f);
-        while (n && isspace((unsigned char)buf[n - 1])) n--;
-        buf[n] = '\0';
-        if (!n) return sb_seterr(err, SB_EINVAL, "runtime.api_key_file: %s is empty", cfg->runtime.api_key_file);
-        key = buf;
-    } else {
-        return 0;
-    }
-    *out = sb_strdup(key);
-    return *out ? 0 : sb_seterr(err, SB_ENOMEM, "out of memory");
-}
 
 static int load_conf(const char *path, rt_conf **out, char *err) {
     *out = NULL;
@@ -192,21 +166,22 @@ static void reload(router *ro) {
         sb_error("reload rejected, still serving the previous config: %s", err);
         return;
     }
-    char *key;
-    if (load_api_key(c->cfg, &key, err)) {
+    rt_keys *keys;
+    if (rt_keys_load(c->cfg, &keys, err)) {
         sb_error("reload rejected, still serving the previous config: %s", err);
         rt_conf_release(c);
         return;
     }
     if (strcmp(c->cfg->runtime.http, r->ex.conf->cfg->runtime.http))
         sb_warn("runtime.http changed to %s: restart the router to listen there", c->cfg->runtime.http);
-    sb_free(r->api_key);
-    r->api_key = key;
+    rt_keys_free(r->keys);
+    r->keys = keys;
     if (rt_obs_configure(r, c->cfg, err)) sb_warn("console: %s", err);
     rt_conf_release(r->ex.conf);
     r->ex.conf = c;
     rt_models_sync(&r->ex.be, c->cfg);
     rt_intent_models_changed(&r->ex);        /* the new stages' indexes, for models already up */
+    rt_sessions_start(r, c->cfg);           /* a pipeline with conversation: may be new */
     sb_info("reloaded %s: %zu model(s), %zu pipeline(s)", r->config_path, c->cfg->n_models, c->pipes ? c->pipes->n : 0);
 }
 
@@ -357,6 +332,7 @@ static int start_serving(router *ro, const char *host, int port, bool no_socket,
     event_add(r->health_timer, &one_s);
     event_add(r->sweep_timer, &sweep);
     rt_models_poll(&r->ex.be);
+    rt_sessions_start(r, cfg);
     return 0;
 }
 
@@ -388,13 +364,14 @@ static void close_router(router *ro) {
     if (r->sock_server) sb_ipc_server_free(r->sock_server);
     rt_obs_free(r);
     rt_http_stop(r);
+    rt_sessions_stop(r);
     rt_intent_cancel_builds(r->ex.conf);   /* their jobs belong to the models */
     rt_models_free(&r->ex.be);
     if (r->ex.be.base) event_base_free(r->ex.be.base);
     rt_sync_stop(r->sync);
     sb_cache_close(r->cache);
     rt_conf_release(r->ex.conf);
-    sb_free(r->api_key);
+    rt_keys_free(r->keys);
     sb_free(r->config_path);
 }
 
@@ -424,7 +401,7 @@ int sb_cmd_router(int argc, char **argv) {
         sb_error("bad listen address: %s", err);
         goto out;
     }
-    if (load_api_key(cfg, &r->api_key, err)) { sb_error("%s", err); goto out; }
+    if (rt_keys_load(cfg, &r->keys, err)) { sb_error("%s", err); goto out; }
     r->config_path = sb_strdup(a.config);
     r->body_timeout_ms = (int)a.body_ms;
     r->max_body = (size_t)a.max_body;
@@ -435,8 +412,8 @@ int sb_cmd_router(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);           /* a vanished client is a write error, not a death */
     open_cache(r, cfg);
     if (start_serving(&ro, host, port, a.no_socket, err)) { sb_error("%s", err); goto out; }
-    sb_info("listening on http://%s:%d (%zu model(s), %zu pipeline(s)%s%s)", host, port, cfg->n_models,
-            r->ex.conf->pipes ? r->ex.conf->pipes->n : 0, r->api_key ? ", API key required" : "",
+    sb_info("listening on http://%s:%d (%zu model(s), %zu pipeline(s), %zu API key(s)%s)", host, port,
+            cfg->n_models, r->ex.conf->pipes ? r->ex.conf->pipes->n : 0, rt_keys_count(r->keys),
             r->cache ? ", cache on" : "");
     event_base_dispatch(r->ex.be.base);
     finish_requests(r);

@@ -13,6 +13,9 @@
  *   embeddings.c  /v1/embeddings (encoder models)
  *   pipeapi.c   /v1/pipelines/NAME and its JSON reply sink
  *   pipecall.c  a pipeline call from either door: cache, run, trace
+ *   session_door.c  a call as a turn of a conversation; /v1/sessions/ID
+ *   sessions.c  the sessions' SQLite store
+ *   apikeys.c   the named API keys and their roles
  *   cache_door.c  the response cache as the doors use it
  *   metrics.c   /health, /metrics (Prometheus text); obs.h: histograms,
  *               traces, the console
@@ -69,6 +72,70 @@ const char *rt_route_name(int route);
 typedef struct rt_guard rt_guard;
 typedef struct rt_req rt_req;
 
+/* ------------------------------------------------------------ API keys */
+
+/* apikeys.c: the named keys of runtime.api_keys_file and the single key of
+ * runtime.api_key_env / api_key_file ("default", every role). Roles are a
+ * set: none implies another. */
+enum { RT_ROLE_CLIENT = 1, RT_ROLE_CONSOLE = 2, RT_ROLE_ADMIN = 4 };
+#define RT_KEY_NAME_MAX 64
+typedef struct {
+    char name[RT_KEY_NAME_MAX + 1];
+    char *key;
+    size_t len;
+    unsigned roles;                 /* RT_ROLE_* */
+} rt_key;
+typedef struct rt_keys rt_keys;
+/* 0 with *out (NULL: no key configured, no auth); else err names the file
+ * and line, or the setting. */
+int  rt_keys_load(const sb_config *cfg, rt_keys **out, char *err);
+void rt_keys_free(rt_keys *k);                  /* NULL ok */
+size_t rt_keys_count(const rt_keys *k);
+/* The key whose secret is secret[0, len), compared in constant time; NULL. */
+const rt_key *rt_keys_match(const rt_keys *k, const char *secret, size_t len);
+const char *rt_role_name(unsigned role);        /* one RT_ROLE_* */
+
+/* ------------------------------------------------------------ sessions */
+
+/* sessions.c: conversations' state in one SQLite file (sessions.store). */
+#define RT_SESSION_ID_LEN 32        /* 128 random bits, lower-case hex */
+typedef struct rt_sessions rt_sessions;
+typedef struct {
+    char id[RT_SESSION_ID_LEN + 1];
+    char owner[RT_KEY_NAME_MAX + 1];    /* the API key name that created it ("" without auth) */
+    char *pipeline;
+    char *intent;                   /* NULL: none yet */
+    char *slots;                    /* JSON object text */
+    char *awaiting;                 /* JSON text, or NULL: nothing awaited */
+    int stage;                      /* the stage that asked, or -1 */
+    int turns, failures;
+    long long bytes;                /* the callers' and replies' text stored */
+    double created, updated, expires;
+    bool done;                      /* the call ended (max_turns, max_bytes) */
+} rt_session;
+int  rt_sessions_open(const char *path, rt_sessions **out, char *err);
+void rt_sessions_close(rt_sessions *s);             /* NULL ok */
+int  rt_session_new_id(char out[RT_SESSION_ID_LEN + 1]);   /* 0 or SB_EIO (no randomness) */
+bool rt_session_id_valid(const char *id);
+/* 0 with *out; SB_ENOTFOUND: none, or another owner's; SB_ETIMEOUT: idle
+ * past its ttl (until the sweep removes it); SB_EIO. */
+int  rt_session_load(rt_sessions *s, const char *id, const char *owner, double now, rt_session *out, char *err);
+void rt_session_clear(rt_session *ss);
+/* Store ss (the state after its turns-th turn) and that turn, in one
+ * durable transaction; expires = now + ttl_s. caller NULL: the row only
+ * (a failure counted, a call ended). */
+int  rt_session_commit(rt_sessions *s, const rt_session *ss, int ttl_s, const char *caller, const char *reply,
+                       double now, char *err);
+int  rt_session_delete(rt_sessions *s, const char *id, char *err);
+/* Purge the sessions expired at now: how many, or < 0. */
+int  rt_sessions_sweep(rt_sessions *s, double now, char *err);
+/* {"intent", "slots", "turn"}; and GET /v1/sessions/ID's whole answer. */
+void rt_session_state_json(const rt_session *ss, sb_jw *w);
+int  rt_session_json(rt_sessions *s, const rt_session *ss, sb_jw *w, char *err);
+/* One turn of a session in flight at a time: false when one is. */
+bool rt_session_claim(rt_sessions *s, const char *id);
+void rt_session_release(rt_sessions *s, const char *id);   /* s NULL ok */
+
 struct rt {
     rt_exec ex;                     /* the runs' and the backends' state: ex.conf, ex.be (base, models) */
     struct evhttp *http;
@@ -76,7 +143,10 @@ struct rt {
     sb_cache *cache;
     struct rt_sync *sync;       /* periodic cloud sync, or NULL */
     struct rt_obs *obs;             /* obs.h: histograms, call traces, the console */
-    char *api_key;                  /* NULL: no auth */
+    rt_keys *keys;                  /* NULL: no auth */
+    rt_sessions *sessions;          /* NULL: the store did not open (conversations get 503) */
+    struct rt_waiting *waiting;     /* session_door.c: suspended runs, by session, until the next turn */
+    struct event *session_timer;    /* the sweep of expired sessions */
     int body_timeout_ms;            /* 408 after this long inside one request's bytes */
     size_t max_body, max_headers;
     rt_metrics metrics;
@@ -119,6 +189,7 @@ struct rt_req {
     char call_id[65];               /* a pipeline call's X-Call-Id (obs.h), or "" */
     char model[96];
     char path[96];
+    char key_name[RT_KEY_NAME_MAX + 1];  /* the API key's name; "" without auth */
     const char *method;
     int kind;                       /* openai.c: chat or completion */
     bool include_usage;
@@ -127,6 +198,9 @@ struct rt_req {
     char *cache_key;                /* set on a cacheable miss */
     char *cache_input, *cache_ns, *cache_fp, *cache_params;
     rt_sink reply;                  /* the door's reply writer (arg: this request) */
+    rt_session *sess;               /* a conversation's turn (session_door.c), or NULL */
+    const sb_pipeline *pipe;        /* its pipeline, while its run holds the config */
+    bool sess_claimed;
     sb_jw out;                      /* scratch */
     void (*on_gone)(rt_req *q);     /* client vanished or deadline passed */
 };
@@ -150,6 +224,7 @@ void rt_req_sse_send(rt_req *q, const char *data, size_t len);  /* adds "data: "
 void rt_req_sse_end(rt_req *q);                                 /* sends [DONE], frees q */
 void rt_req_set_deadline(rt_req *q, int ms);
 const char *rt_req_header(rt_req *q, const char *name);
+void rt_req_set_header(rt_req *q, const char *name, const char *value);     /* on the reply */
 /* Read and parse the body; replies 400 and returns NULL on failure. */
 sb_json_doc *rt_req_body_json(rt_req *q);
 
@@ -164,7 +239,28 @@ void rt_handle_embeddings(rt_req *q, const sb_json *body);
 /* pipecall.c: run pipeline name on input (until: stop after that stage, or
  * NULL) for q, answering through q->reply: from the response cache when
  * it holds the result, else from a run; the call is traced. */
-void rt_pipeline_call(rt_req *q, const char *name, const char *input, const char *until);
+void rt_pipeline_call(rt_req *q, const char *name, const char *input, const char *until, const char *session);
+
+/* session_door.c: a pipeline call as a turn of a conversation. begin: 0 to
+ * run (q->sess set when the pipeline keeps sessions), 1 when q was
+ * answered (an error, or a call that ended). commit: the turn is stored
+ * before its reply, view says where the call stands. end: release q's
+ * session (rt_req_done). */
+int  rt_turn_begin(rt_req *q, const sb_pipeline *p, const char *session, const char *input);
+int  rt_turn_commit(rt_req *q, const sb_pipeline *p, const rt_run *run, const char *input, const char *reply,
+                    rt_turn_view *view, char *err);
+void rt_turn_failed(rt_req *q, const sb_pipeline *p);
+/* The run asked the caller (its sink's ask): the turn is stored with the
+ * question as its reply and what is awaited, and the suspended run kept
+ * for the session's next turn (rt_waiting_take). As commit otherwise. */
+int  rt_turn_asked(rt_req *q, const sb_pipeline *p, const rt_run *run, const char *input, const char *question,
+                   rt_turn_view *view, char *err);
+void rt_waiting_put(rt *r, const char *session, rt_run *run, double ttl_s);
+rt_run *rt_waiting_take(rt *r, const char *session);    /* NULL: none (gone with a restart) */
+void rt_turn_end(rt_req *q);
+void rt_handle_session(rt_req *q, const char *id, bool del);        /* GET / DELETE /v1/sessions/ID */
+void rt_sessions_start(rt *r, const sb_config *cfg);
+void rt_sessions_stop(rt *r);
 
 /* http_reply.c. The error of every HTTP door's sink (req: the rt_req): the
  * OpenAI error body, with Retry-After when the failure has one. */

@@ -24,5 +24,6 @@ const sb_cfg_section *const sb_config_sections[] = {
     &sb_kb_section,
     &sb_pipelines_section,
     &sb_console_section,
+    &sb_sessions_section,
     NULL,
 };

@@ -2,7 +2,8 @@
 """config_doc_check.py SB_BIN TMPDIR - docs/config.md against the config loader.
 
 For every key table in docs/config.md (sections `runtime`, local model,
-remote model, both kinds, `cache`, `cache.sync`):
+remote model, both kinds, `cache`, `cache.sync`, `console`, `knowledge`,
+`sessions`):
 
   * every documented key, given a value of its documented type, is accepted
     by `switchboard run -c FILE --check`;
@@ -47,6 +48,7 @@ SECTIONS = {                      # heading text -> section id
     "### `cache.sync`": "sync",
     "## `console`": "console",
     "## `knowledge`": "knowledge",
+    "## `sessions`": "sessions",
 }
 
 
@@ -83,7 +85,7 @@ def config(section, key, value):
     run_dir = os.path.join(TMP, "run")
     runtime = {"dir": run_dir}
     model = {"gguf": GGUF}
-    cache = console = None
+    cache = console = sessions = None
     kb = None
     if section == "knowledge":
         kb = {"path": os.path.join(TMP, "kb.sqlite"), "embed_model": "m"}
@@ -104,6 +106,8 @@ def config(section, key, value):
         cache["sync"][key] = value
     elif section == "console":
         console = {key: value}
+    elif section == "sessions":
+        sessions = {key: value}
 
     def block(d, indent):
         out = []
@@ -124,6 +128,8 @@ def config(section, key, value):
         lines += ["console:"] + block(console, 2)
     if kb is not None:
         lines += ["knowledge:", "  kb:"] + block(kb, 4)
+    if sessions is not None:
+        lines += ["sessions:"] + block(sessions, 2)
     del kv
     return "\n".join(lines) + "\n"
 
@@ -152,7 +158,7 @@ def sample_values(section, key, typ):
         good = [a.replace("SECONDS", "60") for a in alts]
         return good, ["no-such-value"]
     if t == "path":
-        if key in ("api_key_file", "secret_file", "ca_file"):
+        if key in ("api_key_file", "api_keys_file", "secret_file", "ca_file"):
             return [keyfile], [os.path.join(TMP, "missing-file")]
         if key == "gguf":
             return [GGUF], [os.path.join(TMP, "missing.gguf")]

@@ -632,6 +632,37 @@ static void test_typed_calls(void **state) {
     same_bytes(got, want);
 }
 
+/* ask: and conversation: are checked where they are written. */
+static void test_ask_and_conversation_errors(void **state) {
+#define GEN HEAD "      - name: x\n        kind: generate\n        model: m\n        prompt: hi\n"
+    expect_error(GEN "        ask: { account: { en: 'Your account?' } }\n", "pipe.yaml:11:14",
+                 "ask: needs json: true or a json_schema");
+    expect_error(GEN "        json: true\n        ask: { account: 'Your account?' }\n", "pipe.yaml:12:25",
+                 "ask.account: expected a mapping of 1-8 languages");
+    expect_error(GEN "        json: true\n        ask: { account: { e: 'Your account?' } }\n", "pipe.yaml:12:27",
+                 "'e' is not a language tag");
+    expect_error(GEN "        json_schema: '{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"string\"}, "
+                     "\"b\": {\"type\": \"string\"}}, \"required\": [\"a\", \"b\"]}'\n"
+                     "        ask: { a: { en: 'A?' } }\n",
+                 "pipe.yaml:12:14", "the json_schema requires 'b', which has no question here");
+    expect_error("runtime: { dir: /tmp/sb-pipe-test }\nmodels:\n  m: { gguf: tiny-llama-spm-Q4_K_M.gguf }\n"
+                 "pipelines:\n  p:\n    conversation: { ttl_s: 0 }\n    stages:\n"
+                 "      - { name: t, kind: tool, command: [/bin/true] }\n",
+                 "pipe.yaml:6:28", "ttl_s");
+    expect_error("runtime: { dir: /tmp/sb-pipe-test }\nmodels:\n  m: { gguf: tiny-llama-spm-Q4_K_M.gguf }\n"
+                 "pipelines:\n  p:\n    conversation: { max_turn: 3 }\n    stages:\n"
+                 "      - { name: t, kind: tool, command: [/bin/true] }\n",
+                 "pipe.yaml:6:21", "unknown key 'max_turn'");
+    sb_config *cfg;
+    sb_pipelines *ps;
+    char err[SB_ERR_LEN];
+    assert_int_equal(load(GEN "        json: true\n        ask: { account: { zh: '账号？', en: 'Account?' } }\n", &cfg, &ps, err),
+                     0);
+    sb_pipelines_free(ps);
+    sb_config_free(cfg);
+#undef GEN
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_valid_pipeline),
@@ -644,6 +675,7 @@ int main(void) {
         cmocka_unit_test(test_shipped_configs),
         cmocka_unit_test(test_allocation_failures),
         cmocka_unit_test(test_typed_calls),
+        cmocka_unit_test(test_ask_and_conversation_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

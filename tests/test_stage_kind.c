@@ -215,12 +215,52 @@ static void test_waits_on_the_caller(void **state) {
     world_down(&w);
 }
 
+/* The next turn comes by another request: the run answers its sink. And
+ * after a restart the run is gone: one started at the stage that asked,
+ * with the answer and the kept intent, goes on from there. */
+static void test_next_turn_elsewhere(void **state) {
+    world w;
+    seen s, s2, s3;
+    char err[SB_ERR_LEN];
+    world_up(&w, HEAD "      - { name: q, kind: echo, ask: true, text: 'which colour, {{input}}?' }\n"
+                      "      - { name: r, kind: echo, text: 'got {{stages.q.output}}' }\n");
+    start(&w, &s, "Ann", true);
+    assert_int_equal(s.asked, 1);
+    assert_int_equal(rt_run_waiting_stage(s.run), 0);
+    sb_jw j;
+    sb_jw_init(&j);
+    rt_run_awaiting_json(s.run, &j);
+    assert_string_equal(j.p, "{\"kind\":\"slot\",\"slot\":\"q\"}");
+    sb_jw_free(&j);
+    memset(&s2, 0, sizeof s2);
+    rt_sink next = { NULL, on_finish, on_error, &s2, on_ask };
+    assert_int_equal(rt_run_resume_to(s.run, "blue", &next, err), 0);
+    assert_int_equal(rt_run_waiting_stage(s.run), -1);
+    event_base_dispatch(w.base);
+    assert_int_equal(s.finished + s.failed, 0);
+    assert_int_equal(s2.finished, 1);
+    assert_string_equal(s2.text, "got blue");
+
+    rt_pipeline_ref ref;
+    assert_int_equal(rt_pipeline_resolve(&w.ex, "p", NULL, &ref, err), 0);
+    memset(&s3, 0, sizeof s3);
+    rt_sink again = { NULL, on_finish, on_error, &s3, on_ask };
+    assert_int_equal(rt_run_start_at(&w.ex, &ref, 0, "paint", NULL, "green", &again, &s3.run, err), 0);
+    event_base_dispatch(w.base);
+    assert_int_equal(s3.asked + s3.failed, 0);
+    assert_int_equal(s3.finished, 1);
+    assert_string_equal(s3.text, "got green");
+    assert_non_null(strstr(s3.result, "\"intent\":\"paint\""));
+    world_down(&w);
+}
+
 int main(void) {
     if (rt_stage_kind_register(&echo_kind)) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_loads),
         cmocka_unit_test(test_runs),
         cmocka_unit_test(test_waits_on_the_caller),
+        cmocka_unit_test(test_next_turn_elsewhere),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

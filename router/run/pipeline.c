@@ -53,6 +53,30 @@ static int load_cache_fold(vctx *c, const sb_config_node *n, sb_pipeline *p) {
     return rc;
 }
 
+/* conversation: the pipeline keeps a session per caller (router/sessions.c).
+ * ttl_s: idle seconds before a session expires; max_turns: turns before the
+ * call ends (done, handed to a person); max_bytes: what a session may store. */
+#define CV(f) offsetof(sb_pipeline, conv.f)
+static const sb_cfg_key conversation_keys[] = {
+    { "ttl_s", SB_KEY_INT, 1, 7 * 86400, CV(ttl_s), NULL },
+    { "max_turns", SB_KEY_INT, 1, 1000, CV(max_turns), NULL },
+    { "max_bytes", SB_KEY_INT, 1024, 16 << 20, CV(max_bytes), NULL },
+    RT_KEYS_END
+};
+
+static int load_conversation(vctx *c, const sb_config_node *n, sb_pipeline *p) {
+    char path[sizeof c->path + 16];
+    snprintf(path, sizeof path, "%s.conversation", c->path);
+    sb_cfg_ctx k = { c->cfg, c->err, path, true };
+    p->conv.on = true;
+    p->conv.ttl_s = 1800;
+    p->conv.max_turns = 50;
+    p->conv.max_bytes = 256 << 10;
+    int rc = sb_cfg_want_map(&k, n);
+    if (!rc) rc = sb_cfg_keys_check(&k, n, conversation_keys);
+    return rc ? rc : sb_cfg_keys_read(&k, n, conversation_keys, p);
+}
+
 /* A pipeline's own keys; its stages' are their kinds' (stage_*.c). */
 #define P(f) offsetof(sb_pipeline, f)
 static const sb_cfg_key pipeline_keys[] = {
@@ -62,6 +86,7 @@ static const sb_cfg_key pipeline_keys[] = {
     { "timeout_ms", SB_KEY_INT, 100, 3600000, P(timeout_ms), NULL },
     { "cache", SB_KEY_BOOL, 0, 0, P(cache), NULL },
     { "cache_fold", SB_KEY_OTHER, 0, 0, 0, NULL },
+    { "conversation", SB_KEY_OTHER, 0, 0, 0, NULL },
     RT_KEYS_END
 };
 
@@ -78,6 +103,7 @@ static int load_pipeline(vctx *c, const sb_config_node *key, const sb_config_nod
     if (rc) return rc;
     const sb_config_node *v;
     if ((v = sb_config_node_get(n, "cache_fold")) && (rc = load_cache_fold(c, v, p))) return rc;
+    if ((v = sb_config_node_get(n, "conversation")) && (rc = load_conversation(c, v, p))) return rc;
     const sb_config_node *st = sb_config_node_get(n, "stages");
     if (!st) return FAIL(c, n, "%s: missing 'stages'", c->path);
     if (st->kind != SB_CFG_SEQ || st->n_items == 0 || st->n_items > SB_PIPE_MAX_STAGES)

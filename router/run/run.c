@@ -303,8 +303,12 @@ static void suspend(rt_run *run) {
     run->sink.ask(run->sink.arg, &a);
 }
 
-int rt_run_resume(rt_run *run, const char *turn, char *err) {
+int rt_run_resume(rt_run *run, const char *turn, char *err) { return rt_run_resume_to(run, turn, NULL, err); }
+
+int rt_run_resume_to(rt_run *run, const char *turn, const rt_sink *sink, char *err) {
     if (!run->suspended) return sb_seterr(err, SB_EINVAL, "the run does not wait on the caller");
+    if (sink) run->sink = *sink;
+    rt_run_set_awaiting(run, NULL);     /* the stage says again if it asks again */
     char *t = sb_strdup(turn);
     if (!t) return sb_seterr(err, SB_ENOMEM, "out of memory");
     sb_free(run->turn);
@@ -317,6 +321,35 @@ int rt_run_resume(rt_run *run, const char *turn, char *err) {
 }
 
 const char *rt_run_turn(const rt_run *run) { return run->turn; }
+
+void rt_run_set_awaiting(rt_run *run, const char *json) {
+    char *copy = json ? sb_strdup(json) : NULL;
+    sb_free(run->awaiting);
+    run->awaiting = copy;
+}
+
+int rt_run_waiting_stage(const rt_run *run) { return run->suspended ? (int)run->cur : -1; }
+
+const sb_json *rt_run_slots(const rt_run *run) {
+    return run->slots_stage >= 0 ? run->res[run->slots_stage].json : NULL;
+}
+
+/* What the kind said it awaits, else the stage's name as the slot: a
+ * caller must always be able to tell that it was asked something. */
+void rt_run_awaiting_json(const rt_run *run, sb_jw *w) {
+    if (run->awaiting) {
+        sb_json_doc *d;
+        if (!sb_json_parse(run->awaiting, strlen(run->awaiting), &d, NULL)) {
+            sb_jw_value(w, sb_json_root(d));
+            sb_json_doc_free(d);
+            return;
+        }
+    }
+    sb_jw_obj(w);
+    sb_jw_key(w, "kind"); sb_jw_str(w, "slot");
+    sb_jw_key(w, "slot"); sb_jw_str(w, run->p->stages[run->cur].name);
+    sb_jw_obj_end(w);
+}
 
 bool rt_run_streams(const rt_run *run) { return run->sink.delta && is_answer_stage(run, run->cur); }
 
@@ -384,6 +417,24 @@ int rt_run_start(rt_exec *ex, const char *name, const char *input, const rt_sink
 
 int rt_run_start_ref(rt_exec *ex, rt_pipeline_ref *ref, const char *input, const rt_sink *sink, rt_run **out,
                      char *err) {
+    return rt_run_start_at(ex, ref, -1, NULL, NULL, input, sink, out, err);
+}
+
+/* The slots a session kept, as the JSON of the stage that gathers them. */
+static void restore_slots(rt_run *run, size_t stage, const char *slots) {
+    stage_res *sr = &run->res[stage];
+    if (slots && !sb_json_parse(slots, strlen(slots), &sr->doc, NULL)) {
+        sr->json = sb_json_root(sr->doc);
+        if (sb_json_type_of(sr->json) != SB_JSON_OBJECT) {
+            sb_json_doc_free(sr->doc);
+            sr->doc = NULL;
+            sr->json = NULL;
+        }
+    }
+}
+
+int rt_run_start_at(rt_exec *ex, rt_pipeline_ref *ref, int stage, const char *intent, const char *slots,
+                    const char *input, const rt_sink *sink, rt_run **out, char *err) {
     *out = NULL;
     rt_conf *c = ref->conf;
     const sb_pipeline *p = ref->p;
@@ -405,7 +456,19 @@ int rt_run_start_ref(rt_exec *ex, rt_pipeline_ref *ref, const char *input, const
     run->json = sb_calloc(p->n_stages, sizeof *run->json);
     run->timer = evtimer_new(ex->be.base, on_run_timeout, run);
     run->kick = evtimer_new(ex->be.base, step_cb, run);
-    if (!run->input || !run->res || !run->outputs || !run->json || !run->timer || !run->kick) {
+    /* At a stage that asked, in a run that is gone: its turn is the answer,
+     * the intent the one the session kept; the stages before it did not
+     * run here. */
+    bool at = stage >= 0 && (size_t)stage < p->n_stages;
+    run->slots_stage = -1;
+    if (at && run->res) {
+        run->cur = (size_t)stage;
+        run->turn = sb_strdup(input);
+        if (intent) run->intent = sb_strdup(intent);
+        restore_slots(run, run->cur, slots);
+    }
+    if (!run->input || !run->res || !run->outputs || !run->json || !run->timer || !run->kick ||
+        (at && (!run->turn || (intent && !run->intent)))) {
         run_free(run);
         return sb_seterr(err, SB_ENOMEM, "out of memory");
     }
@@ -431,6 +494,7 @@ static void run_free(rt_run *run) {
     sb_free(run->input);
     sb_free(run->intent);
     sb_free(run->turn);
+    sb_free(run->awaiting);
     if (run->timer) event_free(run->timer);
     if (run->kick) event_free(run->kick);
     rt_conf_release(run->conf);
@@ -441,12 +505,40 @@ void rt_run_cancel(rt_run *run) { run_free(run); }     /* which stops the runnin
 
 double rt_run_model_seconds(const rt_run *run) { return run->model_s; }
 const char *rt_run_pipeline(const rt_run *run) { return run->p->name; }
+const sb_pipeline *rt_run_pipe(const rt_run *run) { return run->p; }
 const char *rt_run_input(const rt_run *run) { return run->input; }
 double rt_run_t0(const rt_run *run) { return run->t0; }
 
+/* A stored JSON text as a value (ours, so it parses; if not: null). */
+static void json_text(sb_jw *w, const char *text) {
+    sb_json_doc *d;
+    if (!text || sb_json_parse(text, strlen(text), &d, NULL)) { sb_jw_null(w); return; }
+    sb_jw_value(w, sb_json_root(d));
+    sb_json_doc_free(d);
+}
+
+/* Where the call stands: beside `output`, which `reply` equals. */
+static void turn_json(const rt_run *run, const rt_turn_view *t, sb_jw *w) {
+    sb_jw_key(w, "reply"); sb_jw_str(w, t && t->reply ? t->reply : run_output(run));
+    sb_jw_key(w, "session"); sb_jw_str(w, t ? t->session : NULL);
+    sb_jw_key(w, "state");
+    sb_jw_obj(w);
+    sb_jw_key(w, "intent"); sb_jw_str(w, run->intent);
+    sb_jw_key(w, "slots");
+    if (rt_run_slots(run)) sb_jw_value(w, rt_run_slots(run));
+    else if (t && t->slots) json_text(w, t->slots);
+    else { sb_jw_obj(w); sb_jw_obj_end(w); }
+    sb_jw_key(w, "turn"); sb_jw_int(w, t ? t->turn : 1);
+    sb_jw_obj_end(w);
+    sb_jw_key(w, "awaiting"); json_text(w, t ? t->awaiting : NULL);
+    sb_jw_key(w, "fallback"); sb_jw_bool(w, run->fell_back);
+    sb_jw_key(w, "handoff"); json_text(w, t ? t->handoff : NULL);
+    sb_jw_key(w, "done"); sb_jw_bool(w, t && t->done);
+}
+
 /* trace: also each stage's input and model, whether the intent fell back
  * and the time to the first streamed token (GET /v1/calls/ID). */
-static void result_json(const rt_run *run, sb_jw *w, bool trace) {
+static void result_json(const rt_run *run, const rt_turn_view *turn, sb_jw *w, bool trace) {
     static const char *const status[] = { "not_run", "ok", "skipped", "error" };
     const sb_pipeline *p = run->p;
     sb_jw_obj(w);
@@ -491,7 +583,8 @@ static void result_json(const rt_run *run, sb_jw *w, bool trace) {
         sb_jw_obj_end(w);
     }
     sb_jw_arr_end(w);
-    sb_jw_key(w, "output"); sb_jw_str(w, run_output(run));
+    sb_jw_key(w, "output"); sb_jw_str(w, turn && turn->reply ? turn->reply : run_output(run));
+    if (!trace) turn_json(run, turn, w);
     int pt, ct;
     run_usage(run, &pt, &ct);
     sb_jw_key(w, "usage");
@@ -503,8 +596,13 @@ static void result_json(const rt_run *run, sb_jw *w, bool trace) {
     sb_jw_obj_end(w);
 }
 
-void rt_run_result_json(const rt_run *run, sb_jw *w) { result_json(run, w, false); }
-void rt_run_trace_json(const rt_run *run, sb_jw *w) { result_json(run, w, true); }
+void rt_run_result_json(const rt_run *run, sb_jw *w) { result_json(run, NULL, w, false); }
+void rt_run_result_turn_json(const rt_run *run, const rt_turn_view *turn, sb_jw *w) {
+    result_json(run, turn, w, false);
+}
+void rt_run_trace_json(const rt_run *run, sb_jw *w) { result_json(run, NULL, w, true); }
+bool rt_run_fell_back(const rt_run *run) { return run->fell_back; }
+const char *rt_run_intent(const rt_run *run) { return run->intent; }
 
 void rt_pipeline_fingerprint(rt_exec *ex, const rt_pipeline_ref *ref, char *out, bool *cacheable) {
     rt_conf *c = ref->conf;

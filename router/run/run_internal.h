@@ -54,6 +54,8 @@ struct rt_run {
     bool polling;                   /* the stage starts again (rt_stage_poll): its clock keeps running */
     bool suspended;                 /* waits on the caller's next turn (RT_STAGE_WAIT_CALLER) */
     char *turn;                     /* the caller's answer to the running stage, or NULL */
+    char *awaiting;                 /* JSON: what the asking stage awaits (rt_run_set_awaiting), or NULL */
+    int slots_stage;                /* the stage whose JSON holds the call's slots (a generate with ask:); -1 */
     struct event *timer, *kick;
     bool done;
 };

@@ -148,6 +148,12 @@ typedef struct {
     bool cache;                     /* store results in the response cache (default true) */
     unsigned cache_fold;            /* opt-in key folding, SB_NORM_CASEFOLD | SB_NORM_NFKC (sb_cache.h) */
     uint8_t digest[32];             /* SHA-256 of the pipeline's source text: part of cache keys */
+    struct {                        /* conversation: sessions across calls (router/sessions.c) */
+        bool on;                    /* the block is present */
+        int ttl_s;                  /* idle expiry, default 1800 */
+        int max_turns;              /* then the call ends (done), default 50 */
+        int max_bytes;              /* a session's stored bytes at most, default 262144 */
+    } conv;
 } sb_pipeline;
 
 typedef struct {
@@ -348,9 +354,44 @@ void rt_run_cancel(rt_run *run);                    /* no callbacks; frees */
  * next turn: the stage that asked starts again with it. The pipeline's
  * timeout counts again from here. 0; SB_EINVAL: the run does not wait. */
 int  rt_run_resume(rt_run *run, const char *turn, char *err);
+/* The same, the reply now going to sink (the door of the next turn: the
+ * one that got the question is gone). NULL: the sink it has. */
+int  rt_run_resume_to(rt_run *run, const char *turn, const rt_sink *sink, char *err);
+/* While it waits (its sink's ask ran): the stage that asked, and what it
+ * awaits as JSON into w; -1 when the run does not wait. */
+int  rt_run_waiting_stage(const rt_run *run);
+void rt_run_awaiting_json(const rt_run *run, sb_jw *w);
+/* A run that starts at the stage that asked (a session's saved `stage`),
+ * whose suspended run is gone (the router restarted): input is the
+ * caller's answer (rt_run_turn), intent the one the session kept and slots
+ * its slots (JSON object text, the stage's JSON so far; either NULL:
+ * none); the stages before it count as not run. stage -1 (or one the
+ * pipeline no longer has): from the start, as rt_run_start_ref. */
+int  rt_run_start_at(rt_exec *ex, rt_pipeline_ref *ref, int stage, const char *intent, const char *slots,
+                     const char *input, const rt_sink *sink, rt_run **out, char *err);
+/* The call's slots: the JSON object of the stage that gathers them (a
+ * generate stage with `ask:`), or NULL. */
+const sb_json *rt_run_slots(const rt_run *run);
+const sb_pipeline *rt_run_pipe(const rt_run *run);
+/* Where a conversation stands after a turn, as the answer shows it: the
+ * front door's sessions know it, a run does not. */
+typedef struct {
+    const char *session;            /* its id, or NULL: a call without one */
+    const char *reply;              /* what is said (output and reply); NULL: the run's output */
+    const char *slots;              /* JSON object text; NULL: {} */
+    int turn;                       /* this turn's number, from 1 */
+    const char *awaiting;           /* JSON text; NULL: null */
+    const char *handoff;            /* JSON text; NULL: null */
+    bool done;                      /* the call ends with this answer */
+} rt_turn_view;
 /* While the sink's finish or error runs: the result as the pipeline API
- * answers it, and the seconds its models computed. */
+ * answers it (turn: NULL for a call without a session: turn 1 of none),
+ * and the seconds its models computed. */
 void rt_run_result_json(const rt_run *run, sb_jw *w);
+void rt_run_result_turn_json(const rt_run *run, const rt_turn_view *turn, sb_jw *w);
+/* Whether the intent stage fell back (min_confidence, or its label). */
+bool rt_run_fell_back(const rt_run *run);
+const char *rt_run_intent(const rt_run *run);
 double rt_run_model_seconds(const rt_run *run);
 /* For the call's trace: the result plus each stage's input and model, the
  * fallback flag and the time to the first streamed token. */

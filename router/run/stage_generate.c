@@ -2,6 +2,10 @@
  * prompt (and system) template: the answer, or with json: true /
  * json_schema a JSON object later stages and tools read. The answer stage's
  * tokens stream to a caller who asked for SSE.
+ *
+ * With `ask:` the JSON object holds the call's slots: a required slot the
+ * extraction left empty is asked for, in the caller's language, and the
+ * caller's next turn fills it (stage_ask.c).
  */
 #include <stddef.h>
 #include <stdio.h>
@@ -26,6 +30,7 @@ static const sb_cfg_key generate_keys[] = {
     { "json", SB_KEY_BOOL, 0, 0, S(json), NULL },
     RT_KEY("json_schema"),          /* after json: a schema implies it */
     RT_KEY("priority"),
+    RT_KEY("ask"),                  /* slot -> {language: question}: stage_ask.c */
     RT_KEYS_END
 };
 
@@ -87,6 +92,7 @@ static int load_generate(vctx *c, const sb_config_node *n, sb_stage *s, const rt
         sb_free(stops);
     }
     if ((v = sb_config_node_get(n, "json_schema")) && (rc = load_json_schema(c, v, s))) return rc;
+    if ((v = sb_config_node_get(n, "ask")) && (rc = rt_ask_load(c, v, s))) return rc;
     return 0;
 }
 
@@ -114,6 +120,7 @@ static void gen_from_stage(rt_gen_req *g, const sb_stage *s, bool stream) {
 }
 
 static rt_stage_outcome generate_start(rt_run *run, const sb_stage *s) {
+    if (s->own && rt_run_turn(run)) return rt_ask_answered(run, s);     /* the caller's answer: no model call */
     sb_tmpl_env env = rt_run_env(run);
     sb_segs sys, prompt;
     sb_segs_init(&sys);
@@ -150,10 +157,12 @@ static rt_stage_outcome generate_reply(rt_run *run, const sb_stage *s, const rt_
     sr->output = rt_trimmed(text, len);
     if (s->json) {
         sr->json = sb_json_extract_object(text, len, &sr->doc);
+        /* With slots to ask for, nothing extracted is every slot empty. */
+        if (!sr->json && s->own) return rt_ask_next(run, s);
         if (!sr->json) return rt_stage_end(run, ST_ERROR, "the model's output holds no valid JSON object");
         if (!rt_json_fits(sr)) return rt_stage_end(run, ST_ERROR, "the model's JSON object is nested too deeply");
     }
-    return rt_stage_end(run, ST_OK, NULL);
+    return s->own ? rt_ask_next(run, s) : rt_stage_end(run, ST_OK, NULL);
 }
 
 const rt_stage_kind rt_kind_generate = {
@@ -162,4 +171,5 @@ const rt_stage_kind rt_kind_generate = {
     .check = generate_check,
     .start = generate_start,
     .on_reply = generate_reply,
+    .free = rt_ask_free,
 };

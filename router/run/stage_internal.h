@@ -101,6 +101,16 @@ int rt_stage_kind_register(const rt_stage_kind *k);
 
 extern const rt_stage_kind rt_kind_intent, rt_kind_generate, rt_kind_tool, rt_kind_retrieve;
 
+/* stage_ask.c: a generate stage's `ask:` (its slots and their questions,
+ * kept at s->own). load: the block, after json/json_schema. next: the
+ * stage's JSON holds the slots; ask for the first required one that is
+ * empty (WAIT_CALLER), or end the stage. answered: the caller's turn
+ * fills the slot asked, then next. */
+int rt_ask_load(vctx *c, const sb_config_node *n, sb_stage *s);
+rt_stage_outcome rt_ask_next(rt_run *run, const sb_stage *s);
+rt_stage_outcome rt_ask_answered(rt_run *run, const sb_stage *s);
+void rt_ask_free(sb_stage *s);
+
 /* ------------------------------------------ what kinds use to load */
 
 /* A template key (FILE:LINE:COL on a mistake). */
@@ -129,6 +139,11 @@ void rt_run_report(rt_run *run, rt_stage_outcome o);
 /* The caller's answer on this turn, after the stage asked (WAIT_CALLER);
  * NULL on the stage's first start. */
 const char *rt_run_turn(const rt_run *run);
+/* What a stage that asks awaits, as the answer's `awaiting` shows it
+ * (JSON text, copied: {"kind": "slot", "slot": NAME}, {"kind": "clarify",
+ * "options": [...]}, {"kind": "confirm"}); set before returning
+ * RT_STAGE_WAIT_CALLER. Unset: {"kind": "slot", "slot": STAGE}. */
+void rt_run_set_awaiting(rt_run *run, const char *json);
 /* Whether the running stage's text is the answer and the caller streams:
  * a generation then streams its tokens to the caller. */
 bool rt_run_streams(const rt_run *run);

@@ -1,0 +1,326 @@
+/* session_door.c - sessions as the doors see them: a pipeline call's turn
+ * of a conversation (begin, commit), GET and DELETE /v1/sessions/ID, and
+ * the periodic purge of expired sessions. The store is sessions.c.
+ *
+ * A turn of a session is never answered from the response cache (its
+ * answer depends on the session), and is committed before its reply is
+ * sent: when the commit fails the caller gets a 500 rather than an answer
+ * the next turn would not know about.
+ */
+#include <event2/event.h>
+#include <event2/http.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "router/router_internal.h"
+
+static double wall_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* --------------------------------------------------------------- a turn */
+
+static void not_found(rt_req *q, int rc, const char *id) {
+    if (rc == SB_ETIMEOUT)
+        rt_req_error(q, 404, "invalid_request_error", "session_expired",
+                     "session %s expired (idle longer than its pipeline's conversation.ttl_s)", id);
+    else
+        rt_req_error(q, 404, "invalid_request_error", "session_not_found", "no session %.64s", id);
+}
+
+/* The session of this turn into q->sess: the one named (its owner's, alive,
+ * of this pipeline), or a new one. false: q was answered. */
+static bool open_session(rt_req *q, const sb_pipeline *p, const char *id) {
+    rt *r = q->r;
+    char err[SB_ERR_LEN];
+    rt_session *ss = sb_calloc(1, sizeof *ss);
+    if (!ss) { rt_req_error(q, 500, "server_error", "out_of_memory", "out of memory"); return false; }
+    if (id) {
+        int rc = rt_session_id_valid(id) ? rt_session_load(r->sessions, id, q->key_name, wall_now(), ss, err)
+                                         : SB_ENOTFOUND;
+        if (rc) {
+            sb_free(ss);
+            if (rc == SB_ENOTFOUND || rc == SB_ETIMEOUT) not_found(q, rc, id);
+            else rt_req_error(q, 500, "server_error", "internal", "%s", err);
+            return false;
+        }
+        q->sess = ss;                       /* from here rt_req_done frees it */
+        if (strcmp(ss->pipeline, p->name)) {
+            rt_req_error(q, 400, "invalid_request_error", "invalid_value",
+                         "'session': session %s belongs to pipeline '%s'", id, ss->pipeline);
+            return false;
+        }
+        if (ss->done) {
+            rt_req_error(q, 409, "invalid_request_error", "session_ended",
+                         "session %s has ended (max_turns or max_bytes); start a new one", id);
+            return false;
+        }
+    } else {
+        q->sess = ss;
+        ss->stage = -1;
+        snprintf(ss->owner, sizeof ss->owner, "%s", q->key_name);
+        if (rt_session_new_id(ss->id) || !(ss->pipeline = sb_strdup(p->name)) || !(ss->slots = sb_strdup("{}"))) {
+            rt_req_error(q, 500, "server_error", "internal", "cannot make a session id");
+            return false;
+        }
+    }
+    if (!rt_session_claim(r->sessions, ss->id)) {
+        rt_req_error(q, 409, "invalid_request_error", "session_busy",
+                     "session %s is answering another turn; send the next one after its reply", ss->id);
+        return false;
+    }
+    q->sess_claimed = true;
+    return true;
+}
+
+/* A turn the session cannot store: the call ends here, before any work,
+ * and says so (done, with why as the handoff's reason). */
+static void end_call(rt_req *q, const sb_pipeline *p, const char *reason) {
+    rt_session *ss = q->sess;
+    char err[SB_ERR_LEN];
+    ss->done = true;
+    if (rt_session_commit(q->r->sessions, ss, p->conv.ttl_s, NULL, NULL, wall_now(), err)) {
+        rt_req_error(q, 500, "server_error", "internal", "%s", err);
+        return;
+    }
+    sb_jw w;
+    sb_jw_init(&w);
+    sb_jw_obj(&w);
+    sb_jw_key(&w, "pipeline"); sb_jw_str(&w, p->name);
+    sb_jw_key(&w, "intent"); sb_jw_str(&w, ss->intent);
+    sb_jw_key(&w, "output"); sb_jw_str(&w, "");
+    sb_jw_key(&w, "reply"); sb_jw_str(&w, "");
+    sb_jw_key(&w, "session"); sb_jw_str(&w, ss->id);
+    sb_jw_key(&w, "state"); rt_session_state_json(ss, &w);
+    sb_jw_key(&w, "awaiting"); sb_jw_null(&w);
+    sb_jw_key(&w, "fallback"); sb_jw_bool(&w, false);
+    sb_jw_key(&w, "handoff"); sb_jw_obj(&w); sb_jw_key(&w, "reason"); sb_jw_str(&w, reason); sb_jw_obj_end(&w);
+    sb_jw_key(&w, "done"); sb_jw_bool(&w, true);
+    sb_jw_obj_end(&w);
+    rt_answer a = { .text = "", .finish_reason = "stop", .result = w.oom ? NULL : w.p, .result_len = w.len };
+    rt_req_set_header(q, "X-Session-Id", ss->id);
+    q->reply.finish(q->reply.arg, &a);
+    sb_jw_free(&w);
+}
+
+/* Where the call stands after a turn, and the reply header. */
+static void viewed(rt_req *q, rt_turn_view *view, const char *reply, const char *handoff) {
+    rt_session *ss = q->sess;
+    *view = (rt_turn_view){ .session = ss->id, .reply = reply, .slots = ss->slots, .turn = ss->turns,
+                            .awaiting = ss->awaiting, .handoff = handoff, .done = ss->done };
+    rt_req_set_header(q, "X-Session-Id", ss->id);
+}
+
+static int set_text(char **field, const char *text, char *err) {
+    char *copy = text ? sb_strdup(text) : NULL;
+    if (text && !copy) return sb_seterr(err, SB_ENOMEM, "out of memory");
+    sb_free(*field);
+    *field = copy;
+    return 0;
+}
+
+/* The run's slots, when a stage gathers them, become the session's. */
+static int keep_slots(rt_session *ss, const rt_run *run, char *err) {
+    const sb_json *slots = rt_run_slots(run);
+    if (!slots) return 0;
+    sb_jw w;
+    sb_jw_init(&w);
+    sb_jw_value(&w, slots);
+    int rc = w.oom ? sb_seterr(err, SB_ENOMEM, "out of memory") : set_text(&ss->slots, w.p, err);
+    sb_jw_free(&w);
+    return rc;
+}
+
+int rt_turn_begin(rt_req *q, const sb_pipeline *p, const char *session, const char *input) {
+    if (!session && !p->conv.on) return 0;
+    if (!p->conv.on) {
+        rt_req_error(q, 400, "invalid_request_error", "invalid_value",
+                     "'session': pipeline '%s' has no conversation: block, so it keeps no sessions", p->name);
+        return 1;
+    }
+    if (!q->r->sessions) {
+        rt_req_error(q, 503, "server_busy", "sessions_unavailable",
+                     "the session store could not be opened (see the router's log)");
+        return 1;
+    }
+    if (!open_session(q, p, session)) return 1;
+    if (q->sess->bytes + (long long)strlen(input) > p->conv.max_bytes) {
+        end_call(q, p, "max_bytes");
+        return 1;
+    }
+    return 0;
+}
+
+int rt_turn_commit(rt_req *q, const sb_pipeline *p, const rt_run *run, const char *input, const char *reply,
+                   rt_turn_view *view, char *err) {
+    rt_session *ss = q->sess;
+    int rc = rt_run_intent(run) ? set_text(&ss->intent, rt_run_intent(run), err) : 0;
+    if (rc || (rc = set_text(&ss->awaiting, NULL, err)) || (rc = keep_slots(ss, run, err))) return rc;
+    ss->stage = -1;                 /* nothing is awaited: the run went to its end */
+    ss->turns++;
+    ss->bytes += (long long)(strlen(input) + strlen(reply));
+    ss->done = ss->turns >= p->conv.max_turns;
+    if ((rc = rt_session_commit(q->r->sessions, ss, p->conv.ttl_s, input, reply, wall_now(), err))) return rc;
+    viewed(q, view, NULL, ss->done ? "{\"reason\":\"max_turns\"}" : NULL);
+    return 0;
+}
+
+int rt_turn_asked(rt_req *q, const sb_pipeline *p, const rt_run *run, const char *input, const char *question,
+                  rt_turn_view *view, char *err) {
+    rt_session *ss = q->sess;
+    sb_jw w;
+    sb_jw_init(&w);
+    rt_run_awaiting_json(run, &w);
+    int rc = w.oom ? sb_seterr(err, SB_ENOMEM, "out of memory") : set_text(&ss->awaiting, w.p, err);
+    sb_jw_free(&w);
+    if (!rc && rt_run_intent(run)) rc = set_text(&ss->intent, rt_run_intent(run), err);
+    if (!rc) rc = keep_slots(ss, run, err);
+    if (rc) return rc;
+    ss->stage = rt_run_waiting_stage(run);
+    ss->turns++;
+    ss->bytes += (long long)(strlen(input) + strlen(question));
+    ss->done = ss->turns >= p->conv.max_turns;  /* then no answer will come: the call ends asking */
+    if ((rc = rt_session_commit(q->r->sessions, ss, p->conv.ttl_s, input, question, wall_now(), err))) return rc;
+    viewed(q, view, question, ss->done ? "{\"reason\":\"max_turns\"}" : NULL);
+    return 0;
+}
+
+/* ------------------------------------------------------- suspended runs */
+
+/* A run that asked waits here, in memory, for its session's next turn;
+ * the session row says which stage asked, so after a restart the next
+ * turn starts a run at that stage instead (rt_run_start_at). */
+typedef struct rt_waiting {
+    struct rt_waiting *next;
+    char id[RT_SESSION_ID_LEN + 1];
+    rt_run *run;
+    double expires;                 /* the session's idle expiry: then the run is dropped */
+} rt_waiting;
+
+void rt_waiting_put(rt *r, const char *session, rt_run *run, double ttl_s) {
+    rt_waiting *w = sb_calloc(1, sizeof *w);
+    if (!w) { rt_run_cancel(run); return; }     /* the next turn starts it at the stage again */
+    snprintf(w->id, sizeof w->id, "%s", session);
+    w->run = run;
+    w->expires = wall_now() + ttl_s;
+    w->next = r->waiting;
+    r->waiting = w;
+}
+
+rt_run *rt_waiting_take(rt *r, const char *session) {
+    for (rt_waiting **pp = &r->waiting; *pp; pp = &(*pp)->next)
+        if (!strcmp((*pp)->id, session)) {
+            rt_waiting *w = *pp;
+            rt_run *run = w->run;
+            *pp = w->next;
+            sb_free(w);
+            return run;
+        }
+    return NULL;
+}
+
+/* Drop the suspended runs of session id (NULL: of every session whose
+ * expiry is before now; now < 0 with id NULL: all). */
+static void drop_waiting(rt *r, const char *id, double now) {
+    for (rt_waiting **pp = &r->waiting; *pp;) {
+        rt_waiting *w = *pp;
+        if (id ? !strcmp(w->id, id) : now < 0 || w->expires <= now) {
+            *pp = w->next;
+            rt_run_cancel(w->run);
+            sb_free(w);
+        } else {
+            pp = &w->next;
+        }
+    }
+}
+
+/* A turn that failed is not in the transcript, but counts. */
+void rt_turn_failed(rt_req *q, const sb_pipeline *p) {
+    rt_session *ss = q->sess;
+    char err[SB_ERR_LEN];
+    ss->failures++;
+    if (rt_session_commit(q->r->sessions, ss, p->conv.ttl_s, NULL, NULL, wall_now(), err))
+        sb_warn("session %s: %s", ss->id, err);
+}
+
+void rt_turn_end(rt_req *q) {
+    if (!q->sess) return;
+    if (q->sess_claimed) rt_session_release(q->r->sessions, q->sess->id);
+    rt_session_clear(q->sess);
+    sb_free(q->sess);
+    q->sess = NULL;
+}
+
+/* ---------------------------------------------------- GET/DELETE /v1/sessions/ID */
+
+void rt_handle_session(rt_req *q, const char *id, bool del) {
+    rt *r = q->r;
+    char err[SB_ERR_LEN];
+    if (!r->sessions) {
+        rt_req_error(q, 503, "server_busy", "sessions_unavailable", "the session store could not be opened");
+        return;
+    }
+    rt_session ss;
+    int rc = rt_session_id_valid(id) ? rt_session_load(r->sessions, id, q->key_name, wall_now(), &ss, err)
+                                     : SB_ENOTFOUND;
+    if (rc == SB_ENOTFOUND || rc == SB_ETIMEOUT) { not_found(q, rc, id); return; }
+    if (rc) { rt_req_error(q, 500, "server_error", "internal", "%s", err); return; }
+    sb_jw w;
+    sb_jw_init(&w);
+    if (del) {
+        drop_waiting(r, id, 0);
+        rc = rt_session_delete(r->sessions, id, err);
+        sb_jw_obj(&w);
+        sb_jw_key(&w, "id"); sb_jw_str(&w, id);
+        sb_jw_key(&w, "deleted"); sb_jw_bool(&w, true);
+        sb_jw_obj_end(&w);
+    } else {
+        rc = rt_session_json(r->sessions, &ss, &w, err);
+    }
+    rt_session_clear(&ss);
+    if (rc) rt_req_error(q, 500, "server_error", "internal", "%s", err);
+    else rt_req_json(q, 200, w.p, w.len, NULL);
+    sb_jw_free(&w);
+}
+
+/* ------------------------------------------------------------- the sweep */
+
+static void on_sweep(evutil_socket_t fd, short what, void *arg) {
+    rt *r = arg;
+    char err[SB_ERR_LEN];
+    double now = wall_now();
+    drop_waiting(r, NULL, now);
+    int n = rt_sessions_sweep(r->sessions, now, err);
+    if (n < 0) sb_warn("session sweep: %s", err);
+    else if (n) sb_info("session sweep: %d expired session(s) purged", n);
+}
+
+/* Opened when a pipeline keeps conversations (at start, or when a reload
+ * adds one), so a router without any leaves no file behind. A store that
+ * will not open leaves conversations off (503), not the router. */
+void rt_sessions_start(rt *r, const sb_config *cfg) {
+    char err[SB_ERR_LEN];
+    const sb_pipelines *ps = r->ex.conf->pipes;
+    bool want = false;
+    for (size_t i = 0; ps && i < ps->n; i++) want |= ps->items[i].conv.on;
+    if (!want || r->sessions) return;
+    if (rt_sessions_open(cfg->sessions.store, &r->sessions, err)) {
+        sb_warn("sessions disabled: %s", err);
+        return;
+    }
+    r->session_timer = event_new(r->ex.be.base, -1, EV_PERSIST, on_sweep, r);
+    struct timeval tv = { cfg->sessions.sweep_s, 0 };
+    if (r->session_timer) event_add(r->session_timer, &tv);
+    on_sweep(-1, 0, r);
+}
+
+void rt_sessions_stop(rt *r) {
+    drop_waiting(r, NULL, -1);
+    if (r->session_timer) event_free(r->session_timer);
+    r->session_timer = NULL;
+    rt_sessions_close(r->sessions);
+    r->sessions = NULL;
+}

@@ -1,0 +1,358 @@
+/* sessions.c - conversations' state: one SQLite file (sessions.store).
+ *
+ * A session is a caller's call across turns: its transcript, the intent,
+ * the slots and what is awaited (JSON), counts of turns and failures, and
+ * the API key name it belongs to. The row and the turn are written in one
+ * transaction before the turn's reply is sent, so a turn that was answered
+ * survives the router: WAL with synchronous=FULL, because NORMAL keeps a
+ * commit through a crash of the process (kill -9) but not through a power
+ * cut, and a caller who heard an answer must not be asked the same thing
+ * again after one. One fsync per turn is nothing against a turn's model
+ * time.
+ *
+ * The file holds callers' words: it is created 0600, as the cache is.
+ * Everything runs on the router's loop; a turn's reads and its commit are
+ * a few page reads and one fsync.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "router/router_internal.h"
+
+struct rt_sessions {
+    sqlite3 *db;
+    char *path;
+    char (*busy)[RT_SESSION_ID_LEN + 1];    /* sessions with a turn in flight */
+    size_t n_busy, cap_busy;
+};
+
+static const char *const schema =
+    "CREATE TABLE IF NOT EXISTS sessions ("
+    " id TEXT PRIMARY KEY, owner TEXT NOT NULL, pipeline TEXT NOT NULL,"
+    " created REAL NOT NULL, updated REAL NOT NULL, expires REAL NOT NULL,"
+    " turns INTEGER NOT NULL, failures INTEGER NOT NULL, bytes INTEGER NOT NULL,"
+    " intent TEXT, slots TEXT NOT NULL, awaiting TEXT, stage INTEGER NOT NULL, done INTEGER NOT NULL);"
+    "CREATE INDEX IF NOT EXISTS sessions_expires ON sessions(expires);"
+    "CREATE TABLE IF NOT EXISTS turns ("
+    " session TEXT NOT NULL, n INTEGER NOT NULL, at REAL NOT NULL, caller TEXT NOT NULL, reply TEXT NOT NULL,"
+    " PRIMARY KEY (session, n)) WITHOUT ROWID;";
+
+static int db_fail(rt_sessions *s, char *err, const char *what) {
+    return sb_seterr(err, SB_EIO, "sessions %s: %s: %s", s->path, what, sqlite3_errmsg(s->db));
+}
+
+static int exec(rt_sessions *s, const char *sql, char *err) {
+    return sqlite3_exec(s->db, sql, NULL, NULL, NULL) == SQLITE_OK ? 0 : db_fail(s, err, sql);
+}
+
+/* Created 0600 before SQLite sees it: SQLite gives its -wal and -shm the
+ * database's mode. */
+static int create_private(const char *path, char *err) {
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) return sb_seterr(err, SB_EIO, "sessions %s: %s", path, strerror(errno));
+    struct stat st;
+    int rc = 0;
+    if (fstat(fd, &st) == 0 && (st.st_mode & 077)) {
+        if (st.st_uid != geteuid())
+            rc = sb_seterr(err, SB_EINVAL, "sessions %s: mode %04o and owned by uid %u: other users could read "
+                           "callers' words", path, (unsigned)(st.st_mode & 07777), (unsigned)st.st_uid);
+        else if (fchmod(fd, st.st_mode & 0700))
+            rc = sb_seterr(err, SB_EIO, "sessions %s: chmod: %s", path, strerror(errno));
+    }
+    close(fd);
+    return rc;
+}
+
+int rt_sessions_open(const char *path, rt_sessions **out, char *err) {
+    *out = NULL;
+    int rc = create_private(path, err);
+    if (rc) return rc;
+    rt_sessions *s = sb_calloc(1, sizeof *s);
+    if (!s || !(s->path = sb_strdup(path))) {
+        sb_free(s);
+        return sb_seterr(err, SB_ENOMEM, "out of memory");
+    }
+    if (sqlite3_open_v2(path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
+        rc = db_fail(s, err, "open");
+    } else {
+        sqlite3_busy_timeout(s->db, 2000);
+        rc = exec(s, "PRAGMA journal_mode=WAL", err);
+        if (!rc) rc = exec(s, "PRAGMA synchronous=FULL", err);
+        if (!rc) rc = exec(s, schema, err);
+    }
+    if (rc) {
+        rt_sessions_close(s);
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
+void rt_sessions_close(rt_sessions *s) {
+    if (!s) return;
+    sqlite3_close_v2(s->db);
+    sb_free(s->busy);
+    sb_free(s->path);
+    sb_free(s);
+}
+
+int rt_session_new_id(char out[RT_SESSION_ID_LEN + 1]) {
+    uint8_t r[RT_SESSION_ID_LEN / 2];
+    if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) return SB_EIO;
+    static const char hex[] = "0123456789abcdef";
+    for (size_t i = 0; i < sizeof r; i++) {
+        out[2 * i] = hex[r[i] >> 4];
+        out[2 * i + 1] = hex[r[i] & 15];
+    }
+    out[RT_SESSION_ID_LEN] = '\0';
+    return 0;
+}
+
+bool rt_session_id_valid(const char *id) {
+    if (!id || strlen(id) != RT_SESSION_ID_LEN) return false;
+    for (; *id; id++)
+        if (!((*id >= '0' && *id <= '9') || (*id >= 'a' && *id <= 'f'))) return false;
+    return true;
+}
+
+/* ---------------------------------------------------------------- turns in flight */
+
+/* One turn of a session at a time: a second would read the state the
+ * first is about to change. */
+bool rt_session_claim(rt_sessions *s, const char *id) {
+    for (size_t i = 0; i < s->n_busy; i++)
+        if (!strcmp(s->busy[i], id)) return false;
+    if (s->n_busy == s->cap_busy) {
+        size_t cap = s->cap_busy ? s->cap_busy * 2 : 16;
+        void *g = sb_realloc(s->busy, cap * sizeof *s->busy);
+        if (!g) return false;
+        s->busy = g;
+        s->cap_busy = cap;
+    }
+    snprintf(s->busy[s->n_busy++], RT_SESSION_ID_LEN + 1, "%s", id);
+    return true;
+}
+
+void rt_session_release(rt_sessions *s, const char *id) {
+    for (size_t i = 0; s && i < s->n_busy; i++)
+        if (!strcmp(s->busy[i], id)) {
+            memcpy(s->busy[i], s->busy[--s->n_busy], sizeof *s->busy);
+            return;
+        }
+}
+
+/* ---------------------------------------------------------------- reads */
+
+static char *col_dup(sqlite3_stmt *st, int i) {
+    const char *t = (const char *)sqlite3_column_text(st, i);
+    return t ? sb_strdup(t) : NULL;
+}
+
+void rt_session_clear(rt_session *ss) {
+    sb_free(ss->pipeline);
+    sb_free(ss->intent);
+    sb_free(ss->slots);
+    sb_free(ss->awaiting);
+    memset(ss, 0, sizeof *ss);
+}
+
+int rt_session_load(rt_sessions *s, const char *id, const char *owner, double now, rt_session *out, char *err) {
+    memset(out, 0, sizeof *out);
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(s->db,
+                           "SELECT owner, pipeline, created, updated, expires, turns, failures, bytes, intent, slots,"
+                           " awaiting, stage, done FROM sessions WHERE id = ?1", -1, &st, NULL) != SQLITE_OK)
+        return db_fail(s, err, "reading a session");
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    /* Another key's session is answered as one that does not exist: its
+     * id is not a thing that key may learn about. */
+    if (rc == SQLITE_DONE || (rc == SQLITE_ROW && strcmp((const char *)sqlite3_column_text(st, 0), owner))) {
+        sqlite3_finalize(st);
+        return sb_seterr(err, SB_ENOTFOUND, "no session %s", id);
+    }
+    if (rc != SQLITE_ROW) {
+        sqlite3_finalize(st);
+        return db_fail(s, err, "reading a session");
+    }
+    snprintf(out->id, sizeof out->id, "%s", id);
+    snprintf(out->owner, sizeof out->owner, "%s", owner);
+    out->pipeline = col_dup(st, 1);
+    out->created = sqlite3_column_double(st, 2);
+    out->updated = sqlite3_column_double(st, 3);
+    out->expires = sqlite3_column_double(st, 4);
+    out->turns = sqlite3_column_int(st, 5);
+    out->failures = sqlite3_column_int(st, 6);
+    out->bytes = sqlite3_column_int64(st, 7);
+    out->intent = col_dup(st, 8);
+    out->slots = col_dup(st, 9);
+    out->awaiting = col_dup(st, 10);
+    out->stage = sqlite3_column_int(st, 11);
+    out->done = sqlite3_column_int(st, 12);
+    sqlite3_finalize(st);
+    if (!out->pipeline || !out->slots) {
+        rt_session_clear(out);
+        return sb_seterr(err, SB_ENOMEM, "out of memory");
+    }
+    if (out->expires <= now) {
+        rt_session_clear(out);
+        return sb_seterr(err, SB_ETIMEOUT, "session %s expired", id);
+    }
+    return 0;
+}
+
+/* A JSON text as a value of w (stored JSON is ours; unreadable is null). */
+static void json_text(sb_jw *w, const char *text) {
+    sb_json_doc *d;
+    if (!text || sb_json_parse(text, strlen(text), &d, NULL)) { sb_jw_null(w); return; }
+    sb_jw_value(w, sb_json_root(d));
+    sb_json_doc_free(d);
+}
+
+void rt_session_state_json(const rt_session *ss, sb_jw *w) {
+    sb_jw_obj(w);
+    sb_jw_key(w, "intent"); sb_jw_str(w, ss->intent);
+    sb_jw_key(w, "slots"); json_text(w, ss->slots);
+    sb_jw_key(w, "turn"); sb_jw_int(w, ss->turns);
+    sb_jw_obj_end(w);
+}
+
+int rt_session_json(rt_sessions *s, const rt_session *ss, sb_jw *w, char *err) {
+    sb_jw_obj(w);
+    sb_jw_key(w, "id"); sb_jw_str(w, ss->id);
+    sb_jw_key(w, "pipeline"); sb_jw_str(w, ss->pipeline);
+    sb_jw_key(w, "created"); sb_jw_fixed(w, ss->created, 3);
+    sb_jw_key(w, "updated"); sb_jw_fixed(w, ss->updated, 3);
+    sb_jw_key(w, "expires"); sb_jw_fixed(w, ss->expires, 3);
+    sb_jw_key(w, "state"); rt_session_state_json(ss, w);
+    sb_jw_key(w, "awaiting"); json_text(w, ss->awaiting);
+    sb_jw_key(w, "turns"); sb_jw_int(w, ss->turns);
+    sb_jw_key(w, "failures"); sb_jw_int(w, ss->failures);
+    sb_jw_key(w, "bytes"); sb_jw_int(w, ss->bytes);
+    sb_jw_key(w, "done"); sb_jw_bool(w, ss->done);
+    sb_jw_key(w, "transcript");
+    sb_jw_arr(w);
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(s->db, "SELECT n, at, caller, reply FROM turns WHERE session = ?1 ORDER BY n", -1, &st,
+                           NULL) != SQLITE_OK)
+        return db_fail(s, err, "reading a transcript");
+    sqlite3_bind_text(st, 1, ss->id, -1, SQLITE_STATIC);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        sb_jw_obj(w);
+        sb_jw_key(w, "turn"); sb_jw_int(w, sqlite3_column_int(st, 0));
+        sb_jw_key(w, "at"); sb_jw_fixed(w, sqlite3_column_double(st, 1), 3);
+        sb_jw_key(w, "caller"); sb_jw_str(w, (const char *)sqlite3_column_text(st, 2));
+        sb_jw_key(w, "reply"); sb_jw_str(w, (const char *)sqlite3_column_text(st, 3));
+        sb_jw_obj_end(w);
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) return db_fail(s, err, "reading a transcript");
+    sb_jw_arr_end(w);
+    sb_jw_obj_end(w);
+    return w->oom ? sb_seterr(err, SB_ENOMEM, "out of memory") : 0;
+}
+
+/* ---------------------------------------------------------------- writes */
+
+static int bind_state(sqlite3_stmt *st, const rt_session *ss, int ttl_s, double now) {
+    sqlite3_bind_text(st, 1, ss->id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, ss->owner, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, ss->pipeline, -1, SQLITE_STATIC);
+    sqlite3_bind_double(st, 4, now);
+    sqlite3_bind_double(st, 5, now + ttl_s);
+    sqlite3_bind_int(st, 6, ss->turns);
+    sqlite3_bind_int(st, 7, ss->failures);
+    sqlite3_bind_int64(st, 8, ss->bytes);
+    sqlite3_bind_text(st, 9, ss->intent, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 10, ss->slots ? ss->slots : "{}", -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 11, ss->awaiting, -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 12, ss->stage);
+    return sqlite3_bind_int(st, 13, ss->done);
+}
+
+static int step_once(rt_sessions *s, const char *sql, char *err, int (*bind)(sqlite3_stmt *, const void *),
+                     const void *arg) {
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) != SQLITE_OK) return db_fail(s, err, "preparing a write");
+    bind(st, arg);
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? 0 : db_fail(s, err, "writing");
+}
+
+typedef struct { const rt_session *ss; int ttl_s; double now; const char *caller, *reply; } turn_args;
+
+static int bind_row(sqlite3_stmt *st, const void *arg) {
+    const turn_args *t = arg;
+    return bind_state(st, t->ss, t->ttl_s, t->now);
+}
+
+static int bind_turn(sqlite3_stmt *st, const void *arg) {
+    const turn_args *t = arg;
+    sqlite3_bind_text(st, 1, t->ss->id, -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 2, t->ss->turns);
+    sqlite3_bind_double(st, 3, t->now);
+    sqlite3_bind_text(st, 4, t->caller, -1, SQLITE_STATIC);
+    return sqlite3_bind_text(st, 5, t->reply, -1, SQLITE_STATIC);
+}
+
+/* ss holds the state after the turn (ss->turns counts it; a new session
+ * has turns 1). The row is inserted or updated, the turn (caller NULL:
+ * none) added, in one transaction: both or neither. created is kept from
+ * the first commit. */
+int rt_session_commit(rt_sessions *s, const rt_session *ss, int ttl_s, const char *caller, const char *reply,
+                      double now, char *err) {
+    turn_args t = { ss, ttl_s, now, caller ? caller : "", reply ? reply : "" };
+    int rc = exec(s, "BEGIN IMMEDIATE", err);
+    if (rc) return rc;
+    rc = step_once(s,
+                   "INSERT INTO sessions (id, owner, pipeline, created, updated, expires, turns, failures, bytes,"
+                   " intent, slots, awaiting, stage, done) VALUES (?1, ?2, ?3, ?4, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11,"
+                   " ?12, ?13) ON CONFLICT(id) DO UPDATE SET updated = ?4, expires = ?5, turns = ?6, failures = ?7,"
+                   " bytes = ?8, intent = ?9, slots = ?10, awaiting = ?11, stage = ?12, done = ?13",
+                   err, bind_row, &t);
+    if (!rc && caller)
+        rc = step_once(s, "INSERT INTO turns (session, n, at, caller, reply) VALUES (?1, ?2, ?3, ?4, ?5)", err,
+                       bind_turn, &t);
+    if (rc) {
+        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+        return rc;
+    }
+    return exec(s, "COMMIT", err);
+}
+
+static int bind_id(sqlite3_stmt *st, const void *arg) { return sqlite3_bind_text(st, 1, arg, -1, SQLITE_STATIC); }
+
+static int bind_now(sqlite3_stmt *st, const void *arg) { return sqlite3_bind_double(st, 1, *(const double *)arg); }
+
+int rt_session_delete(rt_sessions *s, const char *id, char *err) {
+    int rc = exec(s, "BEGIN IMMEDIATE", err);
+    if (!rc) rc = step_once(s, "DELETE FROM turns WHERE session = ?1", err, bind_id, id);
+    if (!rc) rc = step_once(s, "DELETE FROM sessions WHERE id = ?1", err, bind_id, id);
+    if (rc) {
+        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+        return rc;
+    }
+    return exec(s, "COMMIT", err);
+}
+
+int rt_sessions_sweep(rt_sessions *s, double now, char *err) {
+    int rc = exec(s, "BEGIN IMMEDIATE", err);
+    if (!rc) rc = step_once(s, "DELETE FROM turns WHERE session IN (SELECT id FROM sessions WHERE expires <= ?1)",
+                            err, bind_now, &now);
+    if (!rc) rc = step_once(s, "DELETE FROM sessions WHERE expires <= ?1", err, bind_now, &now);
+    if (rc) {
+        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+        return rc;
+    }
+    int n = sqlite3_changes(s->db);
+    rc = exec(s, "COMMIT", err);
+    return rc ? rc : n;
+}
