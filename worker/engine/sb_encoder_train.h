@@ -1,0 +1,89 @@
+/* sb_encoder_train.h - training LoRA adapters (sb_lora.h) of an encoder
+ * (sb_encoder.h): an F32 forward pass that keeps its activations, the
+ * backward pass, and AdamW.
+ *
+ * The base weights stay frozen: the trainer dequantizes each layer's six
+ * matrices once into F32 (4·(4·H² + 2·H·FF)·layers bytes: 85 MiB for
+ * multilingual-e5-small, 100 KiB for the test model), and gradients flow
+ * only to the adapter's A and B. Backpropagation stops at the input of the
+ * lowest adapted layer: the embeddings and the layers below get none.
+ *
+ * The training forward is BERT's, as sb_encoder's, but all in F32 (no Q8_0
+ * activations, no F16 K/V): its vectors are within rounding of the
+ * inference ones, not bit-identical. One text is one window of at most
+ * max_tokens tokens (<s> … </s>), mean-pooled and L2-normalised. Single-
+ * threaded, so a run is a function of its inputs and seed alone.
+ *
+ * A batch step: embed every text (sb_enc_train_embed), compute the loss
+ * and its gradient d(loss)/d(vector) per text, then sb_enc_train_backward
+ * each text (it runs the forward again, keeping activations for one text
+ * at a time, so memory does not grow with the batch), then sb_adamw_step.
+ *
+ * The op-level passes are public so the gradient checks can test each one.
+ */
+#ifndef SB_ENCODER_TRAIN_H
+#define SB_ENCODER_TRAIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "worker/engine/sb_encoder.h"
+#include "worker/engine/sb_lora.h"
+
+typedef struct sb_enc_trainer sb_enc_trainer;
+
+/* lora must match e's shape and outlive the trainer; max_tokens ≤ n_ctx. */
+int  sb_enc_trainer_new(const sb_encoder *e, sb_lora *lora, int max_tokens, sb_enc_trainer **out, char *err);
+void sb_enc_trainer_free(sb_enc_trainer *t);
+
+/* vec[0..H) = the L2-normalised vector of ids[0..n) (n ≤ max_tokens, ids
+ * as sb_encoder_tokenize gives them). */
+int  sb_enc_train_embed(sb_enc_trainer *t, const int32_t *ids, int n, float *vec, char *err);
+/* Adds d(loss)/d(A), d(loss)/d(B) for d(loss)/d(vec) = dvec into the
+ * gradients (sb_enc_train_grad). */
+int  sb_enc_train_backward(sb_enc_trainer *t, const int32_t *ids, int n, const float *dvec, char *err);
+void sb_enc_train_zero_grad(sb_enc_trainer *t);
+/* The gradient of adapter matrix m (same layout as m->a / m->b). */
+void sb_enc_train_grad(sb_enc_trainer *t, int layer, sb_lora_which w, float **ga, float **gb);
+
+/* ---- AdamW ---------------------------------------------------------------- */
+typedef struct {
+    float lr, beta1, beta2, eps, weight_decay;
+    int   warmup_steps;         /* lr rises linearly over these steps */
+    int   total_steps;          /* > 0: cosine decay to 0 after warm-up; 0: constant */
+} sb_adamw_params;
+
+/* The learning rate of step (1-based) under p's schedule. */
+float sb_adamw_lr(const sb_adamw_params *p, int step);
+/* One AdamW step over every adapter matrix with the trainer's gradients
+ * (decoupled weight decay, bias-corrected moments). */
+void sb_adamw_step(sb_enc_trainer *t, const sb_adamw_params *p);
+
+/* ---- ops (rows are tokens) ------------------------------------------------ */
+/* y = LN(x)·w + b per row of H; keeps xhat and rstd for the backward. */
+void sb_op_ln_forward(const float *x, const float *w, const float *b, int n, int H, float eps, float *y, float *xhat,
+                      float *rstd);
+/* dx = ∂/∂x given dy; dw, db (may be NULL) accumulate. */
+void sb_op_ln_backward(const float *dy, const float *xhat, const float *rstd, const float *w, int n, int H, float *dx,
+                       float *dw, float *db);
+float sb_op_gelu(float u);                              /* 0.5·u·(1 + erf(u/√2)) */
+float sb_op_gelu_grad(float u);                         /* its derivative */
+/* Per head: P = softmax(q·kᵀ/√hd) over the n keys (no mask: a window has
+ * no padding), ctx = P·v. q, k, v, ctx: [n][H]; P: [NH][n][n]. */
+void sb_op_attn_forward(const float *q, const float *k, const float *v, int n, int H, int NH, float *P, float *ctx);
+/* dq, dk, dv (overwritten) from dctx. */
+void sb_op_attn_backward(const float *dctx, const float *q, const float *k, const float *v, const float *P, int n, int H,
+                         int NH, float *dq, float *dk, float *dv);
+/* y = x·Wᵀ + scale·(x·Aᵀ)·Bᵀ + bias; W [out][in] F32; m may be NULL (no
+ * adapter); ax [n][rank] keeps scale·x·Aᵀ (NULL when m is). */
+void sb_op_linear_forward(const float *x, int n, int in, int out, const float *W, const float *bias,
+                          const sb_lora_mat *m, int rank, float scale, float *ax, float *y);
+/* dx (overwritten, may be NULL) and, with m, gA, gB (accumulated). */
+void sb_op_linear_backward(const float *dy, const float *x, int n, int in, int out, const float *W,
+                           const sb_lora_mat *m, int rank, float scale, const float *ax, float *dx, float *ga,
+                           float *gb);
+/* vec = normalize(mean of the n rows); returns the mean's norm. */
+float sb_op_pool_forward(const float *x, int n, int H, float *vec);
+/* dx (every row the same) from dvec, given vec and the norm. */
+void sb_op_pool_backward(const float *dvec, const float *vec, float norm, int n, int H, float *dx);
+
+#endif
