@@ -267,6 +267,29 @@ void sb_enc_train_grad(sb_enc_trainer *t, int layer, sb_lora_which w, float **ga
     *gb = ok ? t->st[layer * SB_LORA_N_MATS + w].gb : NULL;
 }
 
+int sb_enc_train_step(sb_enc_trainer *t, const int32_t *const *ids, const int *n, const int *labels, int batch,
+                      float tau, const sb_adamw_params *p, double *loss, char *err) {
+    if (batch < 2 || !(tau > 0)) return sb_seterr(err, SB_EINVAL, "a step needs 2 or more texts and a temperature > 0");
+    const size_t H = (size_t)t->e->H;
+    float *V = sb_malloc((size_t)batch * H * sizeof *V), *dV = sb_malloc((size_t)batch * H * sizeof *dV);
+    int rc = V && dV ? 0 : sb_seterr(err, SB_ENOMEM, "out of memory");
+    for (int i = 0; i < batch && !rc; i++) {
+        char why[160] = "";
+        rc = sb_enc_train_embed(t, ids[i], n[i], V + i * H, why);
+        if (rc) sb_seterr(err, rc, "text %d of the batch: %s", i, why);
+    }
+    if (!rc) {
+        const double l = sb_op_supcon(V, labels, batch, (int)H, tau, dV);
+        if (loss) *loss = l;
+        sb_enc_train_zero_grad(t);
+        for (int i = 0; i < batch && !rc; i++) rc = sb_enc_train_backward(t, ids[i], n[i], dV + i * H, err);
+    }
+    if (!rc) sb_adamw_step(t, p);
+    sb_free(V);
+    sb_free(dV);
+    return rc;
+}
+
 /* ---- AdamW ------------------------------------------------------------- */
 
 float sb_adamw_lr(const sb_adamw_params *p, int step) {

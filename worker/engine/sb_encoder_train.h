@@ -58,6 +58,14 @@ float sb_adamw_lr(const sb_adamw_params *p, int step);
  * (decoupled weight decay, bias-corrected moments). */
 void sb_adamw_step(sb_enc_trainer *t, const sb_adamw_params *p);
 
+/* ---- a training step ------------------------------------------------------ */
+/* One step on a batch of labelled texts: embed all, the supervised in-batch
+ * contrastive loss (sb_op_supcon) at temperature tau, gradients, AdamW.
+ * *loss (may be NULL) = the batch's loss before the step. Texts whose label
+ * no other text of the batch shares are negatives only. */
+int sb_enc_train_step(sb_enc_trainer *t, const int32_t *const *ids, const int *n, const int *labels, int batch,
+                      float tau, const sb_adamw_params *p, double *loss, char *err);
+
 /* ---- ops (rows are tokens) ------------------------------------------------ */
 /* y = LN(x)·w + b per row of H; keeps xhat and rstd for the backward. */
 void sb_op_ln_forward(const float *x, const float *w, const float *b, int n, int H, float eps, float *y, float *xhat,
@@ -85,5 +93,10 @@ void sb_op_linear_backward(const float *dy, const float *x, int n, int in, int o
 float sb_op_pool_forward(const float *x, int n, int H, float *vec);
 /* dx (every row the same) from dvec, given vec and the norm. */
 void sb_op_pool_backward(const float *dvec, const float *vec, float norm, int n, int H, float *dx);
+/* Supervised contrastive loss (Khosla et al., 2020) over the B unit vectors
+ * V[B][H]: for each anchor i with positives P(i) (same label, j ≠ i),
+ * -1/|P(i)| Σ_p log(exp(v_i·v_p/tau) / Σ_{a≠i} exp(v_i·v_a/tau)), averaged
+ * over those anchors (0 if none). dV[B][H] (overwritten) = its gradient. */
+double sb_op_supcon(const float *V, const int *labels, int B, int H, float tau, float *dV);
 
 #endif

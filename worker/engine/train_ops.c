@@ -200,3 +200,49 @@ void sb_op_pool_backward(const float *dvec, const float *vec, float norm, int n,
         for (int t = 0; t < n; t++) dx[(size_t)t * H + i] = dm;
     }
 }
+
+/* With s_ia = v_i·v_a / tau and q_ia the softmax over a ≠ i:
+ * dL_i/ds_ia = q_ia - [a ∈ P(i)]/|P(i)|, and s_ia feeds both v_i and v_a. */
+double sb_op_supcon(const float *V, const int *labels, int B, int H, float tau, float *dV) {
+    memset(dV, 0, (size_t)B * H * sizeof *dV);
+    double total = 0;
+    int anchors = 0;
+    for (int i = 0; i < B; i++)
+        for (int j = 0; j < B; j++)
+            if (j != i && labels[j] == labels[i]) { anchors++; break; }
+    if (!anchors) return 0;
+    for (int i = 0; i < B; i++) {
+        int np = 0;
+        double mx = -INFINITY, sum = 0, pos = 0;
+        const float *vi = V + (size_t)i * H;
+        for (int a = 0; a < B; a++) {
+            if (a == i) continue;
+            np += labels[a] == labels[i];
+            double s = 0;
+            for (int d = 0; d < H; d++) s += (double)vi[d] * V[(size_t)a * H + d];
+            mx = fmax(mx, s / tau);
+        }
+        if (!np) continue;
+        for (int a = 0; a < B; a++) {
+            if (a == i) continue;
+            double s = 0;
+            for (int d = 0; d < H; d++) s += (double)vi[d] * V[(size_t)a * H + d];
+            sum += exp(s / tau - mx);
+            if (labels[a] == labels[i]) pos += s / tau;
+        }
+        const double lse = mx + log(sum);
+        total += lse - pos / np;
+        for (int a = 0; a < B; a++) {
+            if (a == i) continue;
+            const float *va = V + (size_t)a * H;
+            double s = 0;
+            for (int d = 0; d < H; d++) s += (double)vi[d] * va[d];
+            const double g = (exp(s / tau - lse) - (labels[a] == labels[i] ? 1.0 / np : 0.0)) / tau / anchors;
+            for (int d = 0; d < H; d++) {
+                dV[(size_t)i * H + d] += (float)(g * va[d]);
+                dV[(size_t)a * H + d] += (float)(g * vi[d]);
+            }
+        }
+    }
+    return total / anchors;
+}
