@@ -3,8 +3,8 @@
  * backward pass, and AdamW.
  *
  * The base weights stay frozen: the trainer dequantizes each layer's six
- * matrices once into F32 (4·(4·H² + 2·H·FF)·layers bytes: 85 MiB for
- * multilingual-e5-small, 100 KiB for the test model), and gradients flow
+ * matrices once into F32 (4·(4·H² + 2·H·FF)·layers bytes: 81 MiB for
+ * multilingual-e5-small, 256 KiB for the test model), and gradients flow
  * only to the adapter's A and B. Backpropagation stops at the input of the
  * lowest adapted layer: the embeddings and the layers below get none.
  *
