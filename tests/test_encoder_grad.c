@@ -15,15 +15,16 @@
  *     step (supervised in-batch contrastive loss, itself checked against
  *     finite differences) separates two labels of a toy set.
  *
- * The bound. Everything runs in F32 (sums over a row in double). Each
- * check compares the whole gradient of a tensor with its central-
- * difference estimate (step h = 3e-2), normwise: |g - fd| / max(|g|,
- * |fd|) ≤ 1e-3. Rounding, not truncation, limits it: the whole encoder's
- * error grows as h shrinks (max 1.2e-3 at h = 3e-3, 5.8e-4 at 1e-2, 4.1e-4
- * at 3e-2); single ops stay below 1e-4. A wrong sign or a missing term
- * gives errors of order 1: flipping one sign in GELU's derivative, the
- * softmax Jacobian, LayerNorm's mean term, the LoRA dA term or the L2
- * norm's projection fails both the op's check and the encoder's.
+ * The bound. Everything runs in F32 (the forward's dot products and row
+ * statistics summed in double). Each check compares the whole gradient of
+ * a tensor with its central-difference estimate (step h = 2e-2),
+ * normwise: |g - fd| / max(|g|, |fd|) ≤ 1e-3. The whole encoder's worst
+ * error is 2.7e-4 at h = 2e-2; rounding dominates below (1.1e-3 at
+ * h = 3e-3, 5.1e-4 at 1e-2), truncation above (5.6e-4 at 3e-2). Single
+ * ops stay below 4e-5. A wrong sign or a missing term gives errors of
+ * order 1: flipping one sign in GELU's derivative, the softmax Jacobian,
+ * LayerNorm's mean term, the LoRA dA term or the L2 norm's projection
+ * fails both the op's check and the encoder's.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -44,8 +45,8 @@
 
 #define E5S1 "tests/data/tiny-e5.e5s1"
 static char MODEL[256];         /* the converted GGUF */
-#ifndef FD_H
-#define FD_H 3e-2f
+#ifndef FD_H                    /* -DFD_H=... to see the error at another step */
+#define FD_H 2e-2f
 #endif
 #define BOUND 1e-3
 
@@ -226,6 +227,7 @@ typedef struct {
     sb_enc_trainer *t;
     int32_t *ids[NT];
     size_t n[NT];
+    int nt;                             /* texts in the loss */
     float r[NT][64];
 } model_ctx;
 
@@ -236,6 +238,7 @@ static void open_model(model_ctx *c, int top_n) {
     assert_int_equal(sb_encoder_dim(c->e), 64);
     assert_int_equal(sb_lora_new(2, 64, 128, 4, 8.0f, top_n, 42, &c->lora, err), 0);
     assert_int_equal(sb_enc_trainer_new(c->e, c->lora, sb_encoder_n_ctx(c->e), &c->t, err), 0);
+    c->nt = NT;
     for (int k = 0; k < NT; k++) {
         assert_int_equal(sb_encoder_tokenize(c->e, SB_EMBED_QUERY, texts[k], strlen(texts[k]), &c->ids[k], &c->n[k], err),
                          0);
@@ -263,7 +266,7 @@ static double model_loss(void *p) {
     model_ctx *c = p;
     double s = 0;
     float vec[64];
-    for (int k = 0; k < NT; k++) {
+    for (int k = 0; k < c->nt; k++) {
         char err[256];
         assert_int_equal(sb_enc_train_embed(c->t, c->ids[k], (int)c->n[k], vec, err), 0);
         s += dot(vec, c->r[k], 64);
@@ -274,12 +277,13 @@ static double model_loss(void *p) {
 static void model_grad(model_ctx *c) {
     char err[256];
     sb_enc_train_zero_grad(c->t);
-    for (int k = 0; k < NT; k++) assert_int_equal(sb_enc_train_backward(c->t, c->ids[k], (int)c->n[k], c->r[k], err), 0);
+    for (int k = 0; k < c->nt; k++) assert_int_equal(sb_enc_train_backward(c->t, c->ids[k], (int)c->n[k], c->r[k], err), 0);
 }
 
 static void check_model_grad(int top_n) {
     model_ctx c;
     open_model(&c, top_n);
+    c.nt = 2;                           /* two texts (one Latin, one with "query:") keep it fast under ASan */
     randomize_b(c.lora, 0.2f);          /* with B = 0, A's gradient is 0: nothing to check */
     model_grad(&c);
     double worst = 0;
@@ -289,8 +293,8 @@ static void check_model_grad(int top_n) {
             float *ga, *gb;
             assert_non_null(m);
             sb_enc_train_grad(c.t, il, (sb_lora_which)w, &ga, &gb);
-            const double ea = fd_error(model_loss, &c, m->a, ga, (size_t)4 * m->in, 13);
-            const double eb = fd_error(model_loss, &c, m->b, gb, (size_t)4 * m->out, 13);
+            const double ea = fd_error(model_loss, &c, m->a, ga, (size_t)4 * m->in, 31);
+            const double eb = fd_error(model_loss, &c, m->b, gb, (size_t)4 * m->out, 31);
             print_message("layer %d matrix %d: dA %.2e dB %.2e\n", il, w, ea, eb);
             worst = fmax(worst, fmax(ea, eb));
         }

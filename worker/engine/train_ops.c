@@ -1,5 +1,6 @@
 /* train_ops.c - the encoder's operations with their backward passes, in
- * F32 with double sums where a sum runs over a whole row (see
+ * F32 with double sums in the forward's dot products and row statistics,
+ * which makes the loss smooth enough for finite differences (see
  * sb_encoder_train.h). Rows are tokens; every function is single-threaded
  * and depends only on its arguments. */
 #include <math.h>
@@ -62,9 +63,9 @@ void sb_op_attn_forward(const float *q, const float *k, const float *v, int n, i
             float mx = -INFINITY;
             for (int j = 0; j < n; j++) {
                 const float *kj = k + (size_t)j * H + h * hd;
-                float s = 0;
+                double s = 0;
                 for (int d = 0; d < hd; d++) s += qi[d] * kj[d];
-                p[j] = s * scale;
+                p[j] = (float)s * scale;
                 mx = fmaxf(mx, p[j]);
             }
             double sum = 0;
@@ -119,23 +120,23 @@ void sb_op_linear_forward(const float *x, int n, int in, int out, const float *W
         float *yt = y + (size_t)t * out;
         for (int o = 0; o < out; o++) {
             const float *w = W + (size_t)o * in;
-            float s = 0;
+            double s = 0;
             for (int i = 0; i < in; i++) s += w[i] * xt[i];
-            yt[o] = s;
+            yt[o] = (float)s;
         }
         if (m) {
             float *at = ax + (size_t)t * rank;
             for (int r = 0; r < rank; r++) {
                 const float *ar = m->a + (size_t)r * in;
-                float s = 0;
+                double s = 0;
                 for (int i = 0; i < in; i++) s += ar[i] * xt[i];
-                at[r] = scale * s;
+                at[r] = scale * (float)s;
             }
             for (int o = 0; o < out; o++) {
                 const float *bo = m->b + (size_t)o * rank;
-                float s = 0;
+                double s = 0;
                 for (int r = 0; r < rank; r++) s += bo[r] * at[r];
-                yt[o] += s;
+                yt[o] += (float)s;
             }
         }
         if (bias)
