@@ -10,7 +10,8 @@
  *  3. a fresh adapter (B = 0) gives embeddings bit-identical to none, a
  *     non-zero one changes them, and the training forward agrees with the
  *     inference forward with the adapter (cosine);
- *  4. adapter files round-trip bit for bit, and wrong files are refused;
+ *  4. adapter files round-trip bit for bit, and wrong files (hand-made
+ *     with the GGUF writer) are refused with the file and tensor named;
  *  5. AdamW lowers a loss and is deterministic for a seed; the training
  *     step (supervised in-batch contrastive loss, itself checked against
  *     finite differences) separates two labels of a toy set.
@@ -41,6 +42,7 @@
 #include "worker/engine/sb_encoder.h"
 #include "worker/engine/sb_encoder_train.h"
 #include "worker/engine/sb_lora.h"
+#include "worker/gguf/sb_gguf_write.h"
 #include "worker/kernels/sb_kq.h"
 
 #define E5S1 "tests/data/tiny-e5.e5s1"
@@ -375,6 +377,79 @@ static void test_adapter_file_round_trip(void **state) {
     close_model(&c);
 }
 
+/* ---- hand-made adapter files that must be refused ---- */
+
+typedef struct { const char *name; int64_t ne0, ne1; int type; float value; } bad_tensor;
+
+static void write_adapter(const char *path, int with_alpha, const bad_tensor *ts, int n) {
+    char err[256] = "";
+    sb_gguf_writer *w;
+    uint8_t *header;
+    size_t hl;
+    sb_outfile *of;
+    const float alpha = 8;
+    assert_int_equal(sb_gguf_writer_new(&w), 0);
+    sb_gguf_writer_set_str(w, "general.architecture", "bert");
+    sb_gguf_writer_set_str(w, "general.type", "adapter");
+    sb_gguf_writer_set_str(w, "adapter.type", "lora");
+    if (with_alpha) sb_gguf_writer_set_raw(w, "adapter.lora.alpha", SB_GGUF_F32, &alpha, sizeof alpha);
+    for (int i = 0; i < n; i++) {
+        const int64_t ne[2] = { ts[i].ne0, ts[i].ne1 };
+        assert_int_equal(sb_gguf_writer_add_tensor(w, ts[i].name, strlen(ts[i].name), 2, ne, (uint32_t)ts[i].type, err), 0);
+    }
+    assert_int_equal(sb_gguf_writer_header(w, &header, &hl, err), 0);
+    assert_int_equal(sb_outfile_open(path, &of, err), 0);
+    assert_int_equal(sb_outfile_write(of, header, hl, err), 0);
+    for (int i = 0; i < n; i++) {
+        const uint64_t end = (i + 1 < n ? sb_gguf_writer_tensor_offset(w, (size_t)i + 1) : sb_gguf_writer_data_size(w)) + hl;
+        const size_t count = (size_t)(ts[i].ne0 * ts[i].ne1);
+        for (size_t k = 0; k < count && ts[i].type == SB_TYPE_F32; k++)
+            assert_int_equal(sb_outfile_write(of, &ts[i].value, sizeof(float), err), 0);
+        assert_int_equal(sb_outfile_write_zeros(of, (size_t)(end - sb_outfile_offset(of)), err), 0);
+    }
+    assert_int_equal(sb_outfile_commit(of, err), 0);
+    sb_free(header);
+    sb_gguf_writer_free(w);
+}
+
+static void test_bad_adapter_files(void **state) {
+    (void)state;
+    char path[256], err[256];
+    temp_path(path, sizeof path, "bad.gguf");
+    const bad_tensor good_a = { "blk.1.ffn_up.weight.lora_a", 64, 4, SB_TYPE_F32, 0.5f },
+                     good_b = { "blk.1.ffn_up.weight.lora_b", 4, 128, SB_TYPE_F32, 0.5f };
+    const struct { bad_tensor t[2]; int n, alpha; const char *why; } cases[] = {
+        { { good_a, good_b }, 2, 0, "adapter.lora.alpha" },
+        { { good_a }, 1, 1, "LoRA pair for 'blk.1.ffn_up.weight' is missing one half" },
+        { { good_a, { "blk.1.ffn_up.weight.lora_b", 2, 128, SB_TYPE_F32, 0.5f } }, 2, 1, "has rank 2, others 4" },
+        { { good_a, { "blk.1.ffn_up.weight.lora_b", 4, 128, SB_TYPE_F16, 0 } }, 2, 1, "must be F32 [4, 128]" },
+        { { good_a, { "blk.1.ffn_up.weight.lora_b", 4, 64, SB_TYPE_F32, 0.5f } }, 2, 1, "must be F32 [4, 128]" },
+        { { good_a, { "blk.1.ffn_up.weight.lora_b", 4, 128, SB_TYPE_F32, NAN } }, 2, 1, "non-finite value at element 0" },
+        { { good_a, { "blk.1.attn_norm.weight.lora_b", 4, 64, SB_TYPE_F32, 0 } }, 2, 1, "is not a LoRA half" },
+        { { good_a, { "blk.2.ffn_up.weight.lora_b", 4, 128, SB_TYPE_F32, 0 } }, 2, 1, "of a layer 0..1 matrix" },
+        { { good_a, { "blk.1.ffn_up.weight.lora_c", 4, 128, SB_TYPE_F32, 0 } }, 2, 1, "is not a LoRA half" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        sb_lora *l = NULL;
+        write_adapter(path, cases[i].alpha, cases[i].t, cases[i].n);
+        err[0] = 0;
+        assert_int_equal(sb_lora_load(path, 2, 64, 128, &l, err), SB_EFORMAT);
+        assert_null(l);
+        print_message("%s\n", err);
+        assert_non_null(strstr(err, cases[i].why));
+        assert_non_null(strstr(err, path));
+    }
+    sb_lora *l = NULL;                  /* and the good pair alone loads */
+    const bad_tensor good[2] = { good_a, good_b };
+    write_adapter(path, 1, good, 2);
+    assert_int_equal(sb_lora_load(path, 2, 64, 128, &l, err), 0);
+    assert_non_null(sb_lora_get(l, 1, SB_LORA_UP));
+    assert_null(sb_lora_get(l, 1, SB_LORA_DOWN));
+    assert_true(l->rank == 4 && sb_lora_get(l, 1, SB_LORA_UP)->b[511] == 0.5f);
+    sb_lora_free(l);
+    unlink(path);
+}
+
 /* Pull each text's vector towards a fixed target; returns the last loss. */
 static double train(model_ctx *c, int steps, double *first) {
     const sb_adamw_params p = { .lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f,
@@ -478,6 +553,7 @@ int main(void) {
         cmocka_unit_test(test_encoder_grad_top_layer),
         cmocka_unit_test(test_fresh_adapter_is_identity),
         cmocka_unit_test(test_adapter_file_round_trip),
+        cmocka_unit_test(test_bad_adapter_files),
         cmocka_unit_test(test_adamw_learns_deterministically),
         cmocka_unit_test(test_train_step_learns_labels),
     };
