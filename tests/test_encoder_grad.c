@@ -8,8 +8,9 @@
  *  2. the whole encoder's gradient with respect to every adapter matrix,
  *     against finite differences of the training forward;
  *  3. a fresh adapter (B = 0) gives embeddings bit-identical to none, a
- *     non-zero one changes them, and the training forward agrees with the
- *     inference forward with the adapter (cosine);
+ *     non-zero one changes them (the same bits on 1 and 2 threads), and
+ *     the training forward agrees with the inference forward with the
+ *     adapter (cosine);
  *  4. adapter files round-trip bit for bit, and wrong files (hand-made
  *     with the GGUF writer) are refused with the file and tensor named;
  *  5. AdamW lowers a loss and is deterministic for a seed; the training
@@ -334,6 +335,14 @@ static void test_fresh_adapter_is_identity(void **state) {
         assert_true(cos_plain < 0.999);     /* the adapter is applied ... */
         assert_true(cos_train > 0.999);     /* ... the same way in both passes (Q8_0 activations, F16 K/V aside) */
     }
+    sb_encoder *e2;                     /* the same bits on 2 threads as on 1 */
+    float two[NT][64];
+    assert_int_equal(sb_encoder_open(MODEL, 2, -1, &e2, err), 0);
+    assert_int_equal(sb_encoder_set_adapter(e2, c.lora, err), 0);
+    for (int k = 0; k < NT; k++)
+        assert_int_equal(sb_encoder_embed(e2, SB_EMBED_QUERY, texts[k], strlen(texts[k]), two[k], NULL, err), 0);
+    assert_memory_equal(two, adapted, sizeof two);
+    sb_encoder_free(e2);
     sb_lora small = *c.lora;
     small.n_layer = 1;
     assert_int_equal(sb_encoder_set_adapter(c.e, &small, err), SB_EINVAL);

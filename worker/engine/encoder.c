@@ -280,11 +280,29 @@ static void matmul(sb_encoder *e, const sb_weight *w, const float *x, int n, flo
     sb_mm_run(&e->mm, x, n, &o, 1);
 }
 
+typedef struct {
+    const sb_lora_mat *m;
+    int rank, n;
+    float scale;
+    const float *x;
+    float *y;
+} lora_job;
+
+static void lora_task(void *arg, int task, int thread) {
+    const lora_job *j = arg;
+    const int t0 = task * ROWS_PER_TASK;
+    sb_lora_apply(j->m, j->rank, j->scale, j->x + (size_t)t0 * j->m->in, SB_MIN(ROWS_PER_TASK, j->n - t0),
+                  j->y + (size_t)t0 * j->m->out);
+}
+
 /* y += the adapter's term for matrix w of layer l, when it has one: after
- * the frozen product, before the bias, in F32 (a zero B adds exact zeros). */
+ * the frozen product, before the bias, in F32 (a zero B adds exact zeros).
+ * Rows are independent, so the pool's split does not change the bits. */
 static void adapt(sb_encoder *e, int l, sb_lora_which w, const float *x, int n, float *y) {
     const sb_lora_mat *m = sb_lora_get(e->lora, l, w);
-    if (m) sb_lora_apply(m, e->lora->rank, sb_lora_scale(e->lora), x, n, y);
+    if (!m) return;
+    lora_job j = { m, e->lora->rank, n, sb_lora_scale(e->lora), x, y };
+    sb_pool_run(e->pool, lora_task, &j, (n + ROWS_PER_TASK - 1) / ROWS_PER_TASK);
 }
 
 int sb_encoder_set_adapter(sb_encoder *e, const sb_lora *lora, char *err) {
