@@ -150,11 +150,39 @@ static void embed(sb_enc_trainer *t, const int32_t *ids, int n) {
 
 static const float *W_of(const sb_enc_trainer *t, int l, int w) { return t->W[l * SB_LORA_N_MATS + w]; }
 
+#define TRAIN_ROWS 2            /* token rows per pool task: texts are short */
+
+/* A product over token rows on the encoder's pool: each row is one task's
+ * whole sum, so the bits do not depend on the thread count. */
+typedef struct {
+    const sb_enc_trainer *t;
+    int l, w, n, in, out, backward;
+    const float *x, *bias, *dy;
+    float *ax, *y, *dx;
+} lin_job;
+
+static void lin_task(void *arg, int task, int thread) {
+    const lin_job *j = arg;
+    const sb_enc_trainer *t = j->t;
+    const int t0 = task * TRAIN_ROWS, rows = SB_MIN(TRAIN_ROWS, j->n - t0);
+    const sb_lora_mat *m = sb_lora_get(t->lora, j->l, (sb_lora_which)j->w);
+    const float *x = j->x + (size_t)t0 * j->in, *ax = j->ax + (size_t)t0 * t->rank;
+    if (j->backward)
+        sb_op_linear_backward(j->dy + (size_t)t0 * j->out, x, rows, j->in, j->out, W_of(t, j->l, j->w), m, t->rank,
+                              t->scale, ax, j->dx + (size_t)t0 * j->in, NULL, NULL);
+    else
+        sb_op_linear_forward(x, rows, j->in, j->out, W_of(t, j->l, j->w), j->bias, m, t->rank, t->scale,
+                             j->ax + (size_t)t0 * t->rank, j->y + (size_t)t0 * j->out);
+}
+
+static void run_rows(const sb_enc_trainer *t, lin_job *j) {
+    mat_dims(t->e, j->w, &j->in, &j->out);
+    sb_pool_run(t->e->pool, lin_task, j, (j->n + TRAIN_ROWS - 1) / TRAIN_ROWS);
+}
+
 static void linear(sb_enc_trainer *t, int l, int w, const float *x, int n, const float *bias, float *ax, float *y) {
-    int in, out;
-    mat_dims(t->e, w, &in, &out);
-    sb_op_linear_forward(x, n, in, out, W_of(t, l, w), bias, sb_lora_get(t->lora, l, (sb_lora_which)w), t->rank,
-                         t->scale, ax, y);
+    lin_job j = { .t = t, .l = l, .w = w, .n = n, .x = x, .bias = bias, .ax = ax, .y = y };
+    run_rows(t, &j);
 }
 
 /* Layer l on c->x0 (which the caller filled), its output into t->h. */
@@ -205,13 +233,16 @@ int sb_enc_train_embed(sb_enc_trainer *t, const int32_t *ids, int n, float *vec,
 
 /* ---- backward ---------------------------------------------------------- */
 
-static void linear_back(sb_enc_trainer *t, int l, int w, const float *dy, const float *x, int n, const float *ax,
+/* dx row by row on the pool; the adapter's gradients, sums over all rows,
+ * on this thread in row order. */
+static void linear_back(sb_enc_trainer *t, int l, int w, const float *dy, const float *x, int n, float *ax,
                         float *dx) {
-    int in, out;
-    mat_dims(t->e, w, &in, &out);
+    lin_job j = { .t = t, .l = l, .w = w, .n = n, .backward = 1, .x = x, .dy = dy, .ax = ax, .dx = dx };
+    if (dx) run_rows(t, &j);
+    const sb_lora_mat *m = sb_lora_get(t->lora, l, (sb_lora_which)w);
     const tr_state *s = &t->st[l * SB_LORA_N_MATS + w];
-    sb_op_linear_backward(dy, x, n, in, out, W_of(t, l, w), sb_lora_get(t->lora, l, (sb_lora_which)w), t->rank,
-                          t->scale, ax, dx, s->ga, s->gb);
+    mat_dims(t->e, w, &j.in, &j.out);
+    if (m) sb_op_linear_backward(dy, x, n, j.in, j.out, W_of(t, l, w), m, t->rank, t->scale, ax, NULL, s->ga, s->gb);
 }
 
 static void add_into(float *y, const float *x, size_t n) {

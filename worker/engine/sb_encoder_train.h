@@ -11,8 +11,10 @@
  * The training forward is BERT's, as sb_encoder's, but all in F32 (no Q8_0
  * activations, no F16 K/V): its vectors are within rounding of the
  * inference ones, not bit-identical. One text is one window of at most
- * max_tokens tokens (<s> … </s>), mean-pooled and L2-normalised. Single-
- * threaded, so a run is a function of its inputs and seed alone.
+ * max_tokens tokens (<s> … </s>), mean-pooled and L2-normalised. The
+ * products run on the encoder's thread pool split by token rows, and the
+ * sums over rows (the adapter's gradients) on one thread in row order, so
+ * a run's bits depend on its inputs and seed, not on the thread count.
  *
  * A batch step: embed every text (sb_enc_train_embed), compute the loss
  * and its gradient d(loss)/d(vector) per text, then sb_enc_train_backward
@@ -85,7 +87,9 @@ void sb_op_attn_backward(const float *dctx, const float *q, const float *k, cons
  * adapter); ax [n][rank] keeps scale·x·Aᵀ (NULL when m is). */
 void sb_op_linear_forward(const float *x, int n, int in, int out, const float *W, const float *bias,
                           const sb_lora_mat *m, int rank, float scale, float *ax, float *y);
-/* dx (overwritten, may be NULL) and, with m, gA, gB (accumulated). */
+/* dx (overwritten) and, with m, gA, gB (accumulated); each of the three
+ * may be NULL (not computed), so rows can be split among threads for dx
+ * while one thread sums the gradients over all rows. */
 void sb_op_linear_backward(const float *dy, const float *x, int n, int in, int out, const float *W,
                            const sb_lora_mat *m, int rank, float scale, const float *ax, float *dx, float *ga,
                            float *gb);

@@ -165,14 +165,15 @@ void sb_op_linear_backward(const float *dy, const float *x, int n, int in, int o
         for (int r = 0; r < rank; r++) db[r] = 0;
         for (int o = 0; o < out; o++) {
             const float *bo = m->b + (size_t)o * rank;
-            float *gbo = gb + (size_t)o * rank;
-            for (int r = 0; r < rank; r++) { gbo[r] += dyt[o] * at[r]; db[r] += dyt[o] * bo[r]; }
+            for (int r = 0; r < rank; r++) db[r] += dyt[o] * bo[r];
+            if (gb)
+                for (int r = 0; r < rank; r++) gb[(size_t)o * rank + r] += dyt[o] * at[r];
         }
         for (int r = 0; r < rank; r++) {
             const float g = scale * db[r];
             const float *ar = m->a + (size_t)r * in;
-            float *gar = ga + (size_t)r * in;
-            for (int i = 0; i < in; i++) gar[i] += g * xt[i];
+            if (ga)
+                for (int i = 0; i < in; i++) ga[(size_t)r * in + i] += g * xt[i];
             if (dxt)
                 for (int i = 0; i < in; i++) dxt[i] += g * ar[i];
         }
