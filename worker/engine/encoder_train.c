@@ -26,11 +26,11 @@ struct sb_enc_trainer {
     tr_cache *cache;                    /* [NL - first + 1]: the last slot serves the frozen layers */
     tr_state *st;                       /* [NL][6] (used where the adapter has the matrix) */
     float   *h, *tmp, *dh, *dt, *dx1, *dc, *dq, *dk, *dv, *dg;
-    float   *vec_buf;
+    float   *vec;
     float    norm;
     int      step;
     float   *arena;
-    size_t   used, cap;
+    size_t   used;
 };
 
 /* Carves n floats from the arena; a planning pass (arena NULL) only counts. */
@@ -72,7 +72,7 @@ static void plan(sb_enc_trainer *t) {
     float **nh[] = { &t->h, &t->tmp, &t->dh, &t->dt, &t->dx1, &t->dc, &t->dq, &t->dk, &t->dv };
     for (size_t j = 0; j < SB_ARRAY_LEN(nh); j++) *nh[j] = take(t, n * H);
     t->dg = take(t, n * F);
-    t->vec_buf = take(t, H);
+    t->vec = take(t, H);
 }
 
 static void dequantize(sb_enc_trainer *t) {
@@ -119,9 +119,9 @@ int sb_enc_trainer_new(const sb_encoder *e, sb_lora *lora, int max_tokens, sb_en
     t->cache = sb_calloc((size_t)(e->NL - t->first + 1), sizeof *t->cache);
     if (t->W && t->st && t->cache) {
         plan(t);
-        t->cap = t->used;
-        if ((t->arena = sb_aligned_alloc(t->cap * sizeof(float)))) {
-            memset(t->arena, 0, t->cap * sizeof(float));
+        const size_t bytes = t->used * sizeof(float);
+        if ((t->arena = sb_aligned_alloc(bytes))) {
+            memset(t->arena, 0, bytes);
             plan(t);
         }
     }
@@ -222,8 +222,8 @@ static int forward(sb_enc_trainer *t, const int32_t *ids, int n, float *vec, cha
         memcpy(c->x0, t->h, (size_t)n * e->H * sizeof *c->x0);
         layer_forward(t, l, c, n);
     }
-    t->norm = sb_op_pool_forward(t->h, n, e->H, t->vec_buf);
-    if (vec) memcpy(vec, t->vec_buf, (size_t)e->H * sizeof *vec);
+    t->norm = sb_op_pool_forward(t->h, n, e->H, t->vec);
+    if (vec) memcpy(vec, t->vec, (size_t)e->H * sizeof *vec);
     return 0;
 }
 
@@ -276,7 +276,7 @@ int sb_enc_train_backward(sb_enc_trainer *t, const int32_t *ids, int n, const fl
     int rc = forward(t, ids, n, NULL, err);
     if (rc) return rc;
     const sb_encoder *e = t->e;
-    sb_op_pool_backward(dvec, t->vec_buf, t->norm, n, e->H, t->dh);
+    sb_op_pool_backward(dvec, t->vec, t->norm, n, e->H, t->dh);
     for (int l = e->NL - 1; l >= t->first; l--) layer_backward(t, l, &t->cache[l - t->first], n, l == t->first);
     return 0;
 }

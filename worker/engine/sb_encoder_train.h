@@ -33,7 +33,9 @@
 
 typedef struct sb_enc_trainer sb_enc_trainer;
 
-/* lora must match e's shape and outlive the trainer; max_tokens ≤ n_ctx. */
+/* lora must match e's shape and outlive the trainer; max_tokens ≤ n_ctx.
+ * The trainer runs on e's thread pool: one caller at a time on e, whether
+ * it trains or embeds (as sb_encoder.h says). */
 int  sb_enc_trainer_new(const sb_encoder *e, sb_lora *lora, int max_tokens, sb_enc_trainer **out, char *err);
 void sb_enc_trainer_free(sb_enc_trainer *t);
 
