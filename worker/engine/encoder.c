@@ -12,36 +12,9 @@
 
 #include "worker/engine/matmul_impl.h"
 #include "common/sb_common.h"
-#include "worker/engine/sb_encoder.h"
+#include "worker/engine/encoder_impl.h"
 
 #define ROWS_PER_TASK 4         /* token rows per pool task in the row-wise steps */
-#define MAX_HEAD_DIM 256        /* BERTs use 64 (e5-small 32); bounds a stack buffer */
-
-typedef struct {
-    sb_weight wq, wk, wv, wo, wup, wdown;
-    float *bq, *bk, *bv, *bo, *bup, *bdown;
-    float *ln1_w, *ln1_b, *ln2_w, *ln2_b;       /* attn_output_norm, layer_output_norm */
-} enc_layer;
-
-struct sb_encoder {
-    sb_gguf  *gguf;
-    sb_ugm   *tok;
-    int       H, NL, NH, FF, n_ctx, n_vocab;
-    float     eps;
-    sb_weight tok_embd;
-    float    *pos, *type0;                      /* [n_ctx][H], token type 0's row */
-    float    *eln_w, *eln_b;
-    enc_layer *layers;
-    size_t    weight_bytes;
-    const sb_kq_traits *kq;
-    const sb_kq_vec *vec;                       /* attention kernels, same level as kq */
-    sb_pool  *pool;
-    sb_mm     mm;
-    float    *x, *q, *k, *v, *ctx, *tmp, *mid;  /* n_ctx rows each (mid: FF wide) */
-    float    *scores;                           /* [threads][n_ctx] */
-    sb_fp16  *kh, *vh;                          /* K and V rounded to F16, [n_ctx][H] */
-    float    *qh;                               /* [threads][head dim]: a q head, F16-rounded */
-};
 
 int sb_encoder_dim(const sb_encoder *e) { return e->H; }
 int sb_encoder_n_ctx(const sb_encoder *e) { return e->n_ctx; }
@@ -307,6 +280,39 @@ static void matmul(sb_encoder *e, const sb_weight *w, const float *x, int n, flo
     sb_mm_run(&e->mm, x, n, &o, 1);
 }
 
+typedef struct {
+    const sb_lora_mat *m;
+    int rank, n;
+    float scale;
+    const float *x;
+    float *y;
+} lora_job;
+
+static void lora_task(void *arg, int task, int thread) {
+    const lora_job *j = arg;
+    const int t0 = task * ROWS_PER_TASK;
+    sb_lora_apply(j->m, j->rank, j->scale, j->x + (size_t)t0 * j->m->in, SB_MIN(ROWS_PER_TASK, j->n - t0),
+                  j->y + (size_t)t0 * j->m->out);
+}
+
+/* y += the adapter's term for matrix w of layer l, when it has one: after
+ * the frozen product, before the bias, in F32 (a zero B adds exact zeros).
+ * Rows are independent, so the pool's split does not change the bits. */
+static void adapt(sb_encoder *e, int l, sb_lora_which w, const float *x, int n, float *y) {
+    const sb_lora_mat *m = sb_lora_get(e->lora, l, w);
+    if (!m) return;
+    lora_job j = { m, e->lora->rank, n, sb_lora_scale(e->lora), x, y };
+    sb_pool_run(e->pool, lora_task, &j, (n + ROWS_PER_TASK - 1) / ROWS_PER_TASK);
+}
+
+int sb_encoder_set_adapter(sb_encoder *e, const sb_lora *lora, char *err) {
+    if (lora && (lora->n_layer != e->NL || lora->H != e->H || lora->FF != e->FF))
+        return sb_seterr(err, SB_EINVAL, "adapter for %d layers, dim %d, ff %d; the model has %d, %d, %d",
+                         lora->n_layer, lora->H, lora->FF, e->NL, e->H, e->FF);
+    e->lora = lora;
+    return 0;
+}
+
 static bool cancelled(const atomic_int *cancel) {
     return cancel && atomic_load(cancel);
 }
@@ -325,15 +331,21 @@ static int forward(sb_encoder *e, const int32_t *ids, int n, double weight, doub
         const sb_mm_out qkv[3] = { { &L->wq, e->q, H }, { &L->wk, e->k, H }, { &L->wv, e->v, H } };
         sb_mm_reset(&e->mm);
         sb_mm_run(&e->mm, e->x, n, qkv, 3);
+        adapt(e, l, SB_LORA_Q, e->x, n, e->q);
+        adapt(e, l, SB_LORA_K, e->x, n, e->k);
+        adapt(e, l, SB_LORA_V, e->x, n, e->v);
         run_step(e, L, ids, n, STEP_QKV_BIAS);
         run_step(e, L, ids, n, STEP_ATTN);
         if (cancelled(cancel)) return SB_ECANCEL;
         matmul(e, &L->wo, e->ctx, n, e->tmp);
+        adapt(e, l, SB_LORA_O, e->ctx, n, e->tmp);
         run_step(e, L, ids, n, STEP_ATTN_OUT);
         matmul(e, &L->wup, e->x, n, e->mid);
+        adapt(e, l, SB_LORA_UP, e->x, n, e->mid);
         run_step(e, L, ids, n, STEP_FFN_UP);
         if (cancelled(cancel)) return SB_ECANCEL;
         matmul(e, &L->wdown, e->mid, n, e->tmp);
+        adapt(e, l, SB_LORA_DOWN, e->mid, n, e->tmp);
         run_step(e, L, ids, n, STEP_FFN_OUT);
     }
     for (int t = 0; t < n; t++)

