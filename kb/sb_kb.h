@@ -1,5 +1,5 @@
 /* sb_kb.h - knowledge bases: the agency's documents, chunked and indexed
- * twice in one SQLite file, for retrieval (issue 21, docs/KNOWLEDGE.md).
+ * twice in one SQLite file, for retrieval (docs/KNOWLEDGE.md).
  *
  * A base is a SQLite file (WAL, mode 0600: it holds agency text) with
  *   docs    one row per source (the file's base name), its SHA-256 and the

@@ -1,5 +1,5 @@
 /* sync.c - knowledge bases published by the cloud tier and pulled by edges
- * (issue 21 item 5, docs/KNOWLEDGE.md "Sync"). The transport, the edge's
+ * (docs/KNOWLEDGE.md "Sync"). The transport, the edge's
  * credentials and the MAC are the cache sync's (cache/sb_cache.h:
  * sb_cloud_get, sb_cloud_file_mac); the cloud serves what publish wrote
  * (cache/cloud/cloud.c, GET /v1/kb/NAME/...). */

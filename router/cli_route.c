@@ -1,5 +1,5 @@
 /* cli_route.c - `switchboard route eval`: how well a pipeline's intent stage
- * routes a labelled set of calls, in process (issue 17 item 6).
+ * routes a labelled set of calls, in process.
  *
  * The stage's model must be an encoder (sb_encoder.h). Its labels'
  * descriptions and examples, and its out_of_scope examples, are embedded

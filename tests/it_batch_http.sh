@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Many callers at once through the gateway (issue 18 items 2, 4, 5), with
+# Many callers at once through the gateway, with
 # real processes: `switchboard run` on the tiny fixture at max_queue 4, then
 # tests/batch_http.py sends 16 concurrent requests (chats, streamed chats,
 # pipelines) and checks that each is answered 200 or 503 + Retry-After

@@ -52,7 +52,7 @@ grep -q "\"key\":\"$k1\"" "$T/in.jsonl" || fail "normalised keys differ"
 [ "$("$SB" cache list --db "$T/a.sqlite" --match 'water*' --json | wc -l)" -eq 1 ] || fail "list --match"
 "$SB" cache export --db "$T/a.sqlite" -o "$T/out.jsonl" 2>/dev/null || fail "export"
 [ "$(wc -l <"$T/out.jsonl")" -eq 3 ] || fail "export count"
-# Callers' text: the export and the database files are owner-only (issue 15).
+# Callers' text: the export and the database files are owner-only.
 for f in "$T/out.jsonl" "$T/a.sqlite"; do
     [ "$(stat -c %a "$f")" = 600 ] || fail "$f is mode $(stat -c %a "$f"), want 600"
 done

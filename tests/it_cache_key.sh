@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What the response cache treats as the same request, through real HTTP
-# (issue 15: "XK7Q2B" was served the answer to "xk7q2b"). The router runs on
+# ("XK7Q2B" was served the answer to "xk7q2b"). The router runs on
 # the random-weight fixture; only X-Cache is checked, never the text:
 #   - chat at temperature 0 and a default pipeline: requests that differ in
 #     case or width are misses; NFC-equivalent text and surrounding or

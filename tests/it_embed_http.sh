@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Encoder models behind the runtime (issue 17): a worker serves the tiny
+# Encoder models behind the runtime: a worker serves the tiny
 # random E5 fixture of tests/e5_tiny.py (built here, no download) next to a
 # decoder fixture; tests/embed_http.py checks the worker's `embed` method and
 # POST /v1/embeddings with the real openai client. Set SB_BIN to test

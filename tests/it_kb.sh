@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Knowledge bases (issue 21) on the tiny random e5 encoder of tests/e5_tiny.py
+# Knowledge bases on the tiny random e5 encoder of tests/e5_tiny.py
 # (no download): `switchboard kb` add/list/stats/search/remove on Markdown,
 # HTML and text, the file modes, the command's errors, and a real kill -9 of
 # `kb add` while it holds the write transaction: the previous version must

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Retrieval quality on the real multilingual-e5-small (issue 21): the demo
+# Retrieval quality on the real multilingual-e5-small: the demo
 # policy notes of examples/kb are ingested and `switchboard kb eval` runs the
 # 126 labelled, paraphrased questions of tests/data/kb_questions.tsv. Floors
 # a little under the figures of docs/KNOWLEDGE.md: hybrid recall@3 >= 0.9 in

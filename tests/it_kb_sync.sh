@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Knowledge-base sync (issue 21 item 5) with real processes: a `switchboard
+# Knowledge-base sync with real processes: a `switchboard
 # cloud` on a throwaway PostgreSQL serving what `kb publish` wrote into its
 # kb_dir, an edge pulling it with `kb pull` (credentials from the edge's
 # cache.sync) and an edge runtime whose retrieve stage answers from the

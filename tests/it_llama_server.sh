@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# An `upstream:` model served by a REAL llama-server (issue 18 item 7), the
+# An `upstream:` model served by a REAL llama-server, the
 # one tools/llamacpp.sh builds from the same sdist as the reference: box B
 # is `llama-server -np 4` on a fixture, box A is `switchboard run` whose
 # model `box_b` points at it (parallel: 4, max_queue: 2). The driver

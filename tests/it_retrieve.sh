@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Retrieve stages (issue 21 item 3) through real HTTP: a runtime serving the
+# Retrieve stages through real HTTP: a runtime serving the
 # tiny random e5 encoder of tests/e5_tiny.py (no download), a base ingested
 # here with `switchboard kb add`, and pipelines whose retrieve stage feeds
 # later templates ({{stages.NAME.output}}, {{stages.NAME.json...}}) and

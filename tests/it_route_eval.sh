@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `switchboard route eval` (issue 17 item 6) on the tiny random encoder of
+# `switchboard route eval` on the tiny random encoder of
 # tests/e5_tiny.py: the figures of a random model mean nothing, so the
 # checks are mechanical - a call that IS a training example is routed to it
 # by 1-NN (cosine 1), a mislabelled call is a miss, the --min-accuracy gate

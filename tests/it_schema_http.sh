@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Schema-constrained output through the router (issue 19): OpenAI
+# Schema-constrained output through the router: OpenAI
 # `response_format` (json_schema and json_object) and a pipeline generate
 # stage's `json_schema:`, on the random-weight fixture, whose unconstrained
 # output is never JSON - so every valid document here is the mask's work.

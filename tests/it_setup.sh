@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# it_setup.sh - the set-up scripts need nothing they do not install (issue 15).
+# it_setup.sh - the set-up scripts need nothing they do not install.
 #
 # `make demo` once failed on a fresh Debian machine because tools/models.sh
 # checked the model with the `gguf` Python package, whose numpy it had not

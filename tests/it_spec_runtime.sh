@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Speculative decoding in the runtime (issue 19 item 3), with real processes
+# Speculative decoding in the runtime, with real processes
 # on the tiny fixtures: `switchboard run` with models that set `lookup:` and
 # `draft:` (a Q2_K of the same vocabulary drafting for the Q8_0), at
 # --parallel 2 (the batching worker: one request alone speculates) and 1.

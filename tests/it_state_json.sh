@@ -3,7 +3,7 @@
 # lives in a directory whose name holds the byte 0xFF, so the config path,
 # the default runtime.dir (next to the config), the sockets and the model's
 # gguf path all carry it. The supervisor's own escaper used to copy such
-# bytes through (issue 16: one JSON writer, invalid bytes become U+FFFD).
+# bytes through (one JSON writer, invalid bytes become U+FFFD).
 set -u
 cd "$(dirname "$0")/.."
 . tests/itlib.sh

@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
-# Tool stages and HTTP edge cases against a real router (issue 15, items 5
-# and 6): `switchboard router` alone (its one model stays down; the
+# Tool stages and HTTP edge cases against a real router: `switchboard router` alone (its one model stays down; the
 # pipelines here are tool-only), driven by tests/tools_http.py with threads
 # and raw sockets. Covers the per-stage concurrency limit and queue (503
 # past it), the scrubbed environment, the process group killed on timeout,

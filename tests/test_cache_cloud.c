@@ -295,7 +295,7 @@ static int old_edge_sync(const cloud_proc *cp, const char *sync_id, const char *
     return post_sync_reply(cp->url, "edge-b", ts, sig, body, reply);
 }
 
-/* Issue 15: keys moved to version 2 (case and width no longer folded). An
+/* Keys moved to version 2 (case and width no longer folded). An
  * older edge keeps syncing: its v1 entries are accepted and passed on to
  * other older edges, never to newer ones (which would serve them under
  * other rules), and it is never sent a v2 entry it would refuse. */

@@ -155,7 +155,7 @@ static void same_key(unsigned fold, const char *x, const char *y, int want_same)
         fail_msg("fold %u: [%s] and [%s] should %s", fold, x, y, want_same ? "share a key" : "differ");
 }
 
-/* Issue 15: "XK7Q2B" was served the answer to "xk7q2b". By default the key
+/* "XK7Q2B" was once served the answer to "xk7q2b". By default the key
  * folds only what cannot change an answer; case and width are opt-in. */
 static void test_key_folding(void **state) {
     sb_cache_query q1, q2;          /* the default API, as the router called it before */

@@ -1,4 +1,4 @@
-/* test_cache_modes.c - the cache files hold callers' text: 0600 (issue 15).
+/* test_cache_modes.c - the cache files hold callers' text: 0600.
  *
  * The database and its -wal/-shm files, stat'ed while a connection is open
  * (that is when -wal and -shm exist), under the usual umask 022: new files

@@ -257,7 +257,7 @@ static void test_wrong_types(void **state) {
                  ":2:14: runtime.log_level: expected debug|info|warn|error, got 'verbose'");
 }
 
-/* Sequences per worker and its KV pool (issue 18): unset means "the
+/* Sequences per worker and its KV pool: unset means "the
  * worker decides", so 0 is not a value one can write. */
 static void test_parallel_and_kv_mb(void **state) {
     expect_error("models:\n  a: { gguf: m.gguf, parallel: 0 }\n",

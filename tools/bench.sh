@@ -24,7 +24,7 @@
 #      fraction (against the best-of-4 probe before the round, and against
 #      the probes ours interleaves with its decode windows: bench --membw);
 #      then TinyLlama decode at -t 1 vs -t 2             (tests/bench/compare.py)
-#   5. batched decode (issue 18), per model, N rounds of `switchboard bench
+#   5. batched decode, per model, N rounds of `switchboard bench
 #      --parallel 1,2,4,8,16 -p 64 -n 32` and `llama-batched-bench -npp 64
 #      -ntg 32 -npl 1,2,4,8,16`, order alternating; S_TG and per-sequence
 #      latency side by side                              (tests/bench/batched.py)

@@ -30,7 +30,7 @@ repo=$(pwd)
 BUILD=${BUILD:-build}
 BIN=${BIN:-bin}
 SB="$repo/$BIN/switchboard"
-CONFIG=configs/hotline_kb.yaml   # configs/demo.yaml + answers from the policy base (issue 21)
+CONFIG=configs/hotline_kb.yaml   # configs/demo.yaml + answers from the policy base
 MODEL=models/qwen2.5-coder-0.5b-instruct.Q4_K_M.gguf
 ENCODER=models/multilingual-e5-small.Q4_0.gguf
 

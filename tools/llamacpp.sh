@@ -33,7 +33,7 @@ build="$cache/build-$PKG_VERSION"
 bin="$build/bin"
 jobs="${LLAMACPP_JOBS:-2}"   # the machine has 2 cores shared by everyone
 # llama-batched-bench and llama-server: the batching yardstick and the
-# upstream: back-end test (issue 18).
+# upstream: back-end test.
 tools=(llama-bench llama-quantize llama-perplexity llama-tokenize llama-completion
        llama-batched-bench llama-server)
 

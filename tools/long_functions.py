@@ -4,7 +4,7 @@
 A function starts at a line that begins in column 0 with an identifier and
 holds '(' but does not end in ';'; its length runs to the brace that closes
 the block after it (braces in strings, chars and // comments are ignored).
-Without files: every *.c git tracks. Issue 16 wants none over ~80 outside
+Without files: every *.c git tracks. The style wants none over ~80 outside
 generated tables and SIMD kernels; this lists them, it does not fail.
 """
 import re

@@ -1,4 +1,4 @@
-/* sb_classify.h - intent classification of sentence vectors (issue 17).
+/* sb_classify.h - intent classification of sentence vectors.
  *
  * A pure module: no I/O, no engine. The caller embeds the labels'
  * examples (and optionally their descriptions) with an encoder, adds the

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A batching worker's memory under 64 concurrent requests (issue 18).
+"""A batching worker's memory under 64 concurrent requests.
 
     tests/bench/batch_memory.py [--sb bin/switchboard] [--model M.gguf]
         [--kv-mb 16,64] [--clients 64] [--parallel 16] [--gen 32] [--ctx 1024]

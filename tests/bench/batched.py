@@ -8,7 +8,7 @@ which first makes sure llama.cpp and the forged models exist. Directly:
         [--models phi3,tinyllama] [--rounds 3] [--npp 64] [--ntg 32]
         [--npl 1,2,4,8,16] [--threads 2] [--fa auto] [--out build/bench]
 
-Method (issue 18, docs/PERFORMANCE.md "Batched decode"):
+Method (docs/PERFORMANCE.md "Batched decode"):
   * both engines get the same file, threads, prompt and generation lengths
     and sequence counts: ours `bench --parallel NPL -p NPP -n NTG -t T --json`,
     llama.cpp's `llama-batched-bench -npp NPP -ntg NTG -npl NPL -t T -c C`
@@ -34,7 +34,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from compare import (MODEL_FILES, save_as, REPO_ROOT, cpu_name, fmt, git_commit,  # noqa: E402
                      loadavg, log, median, ratio, run, times)
 
-# Done-when of issue 18, checked on the Phi-3-mini-shaped file.
+# The batching goals (8 sequences >= 3x one, >= 2.5x llama-batched-bench),
+# checked on the Phi-3-mini-shaped file.
 GOAL_NPL, GOAL_SCALING, GOAL_VS_LLAMA = 8, 3.0, 2.5
 
 
@@ -139,7 +140,7 @@ def tabulate(res, args):
 
 
 def goal(m):
-    """Issue 18's done-when at npl 8: (scaling, vs llama.cpp, met?) or None."""
+    """The batching goals at npl 8: (scaling, vs llama.cpp, met?) or None."""
     row = next((r for r in m["table"] if r["npl"] == GOAL_NPL), None)
     if row is None:
         return None
@@ -175,7 +176,7 @@ def markdown(results):
                 f"{fmt(o['s_tg_min'])}–{fmt(o['s_tg_max'])} |")
         g = goal(m)
         if g and m["name"].startswith("Phi-3"):
-            lines += ["", f"Done-when (issue 18) at npl {GOAL_NPL}: ours {times(g[0])} one sequence's "
+            lines += ["", f"Done-when at npl {GOAL_NPL}: ours {times(g[0])} one sequence's "
                       f"S_TG (goal ≥ {GOAL_SCALING:.1f}×), {times(g[1])} llama-batched-bench's "
                       f"(goal ≥ {GOAL_VS_LLAMA:.1f}×): {'met' if g[2] else 'NOT met'}"
                       + (f" - but at load {fmt(m['load1_median'], 1)}, where llama.cpp's spinning -t 2 threads "

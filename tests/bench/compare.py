@@ -22,7 +22,7 @@ Method (see docs/PERFORMANCE.md):
     window's decode bytes/s over the probe next to it, median of windows;
     bytes = weights + the KV rows read); llama.cpp's decode is set against
     the median of the interleaved probes of the same round, run just before
-    it (issue 22);
+    it;
   * thread scaling: TinyLlama decode at -t 1 and -t 2, alternated likewise.
 Every raw sample and the 1-minute load average at the time it was taken go
 into results.json, so noisy runs can be recognised later.

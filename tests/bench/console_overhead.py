@@ -2,7 +2,7 @@
 """console_overhead.py URL KEY PIPELINE [SECONDS] [--rounds R] [--callers N]
        [--hotline] [--quiet-file PATH] - what an open console costs the router.
 
-N callers (default 16: issue 18's burst; threads, keep-alive connections)
+N callers (default 16: the hotline burst; threads, keep-alive connections)
 call POST /v1/pipelines/P with Cache-Control: no-cache for SECONDS, once
 with no console client and once with one reading GET /v1/console/events,
 R rounds (the order alternating). Over each run it reads:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""16 hotline calls at once against the same 16 one after another (issue 18).
+"""16 hotline calls at once against the same 16 one after another.
 
     tests/bench/hotline_burst.py [--sb bin/switchboard] [--config configs/demo.yaml]
         [--calls 16] [--rounds 1] [--out build/bench]
@@ -17,7 +17,7 @@ computed, none comes from the response cache):
   * with --rounds R, R rounds, the order of the two modes alternating.
 
 Reports per mode the wall time and per-call latency p50/p95 (nearest rank),
-the burst's wall as a fraction of the sequential one (issue 18's done-when:
+the burst's wall as a fraction of the sequential one (the goal:
 ≤ 40 %), and checks that every call's answer (intent, every stage's output,
 the reply) is the same in the burst as alone. The config's generate stages
 must be greedy: the script refuses a config whose stages set a temperature

@@ -5,7 +5,7 @@
  * within minutes, so a best-of-N probe before a run says little about the
  * run. This probe is short (a few tens of ms) and is run between decode
  * windows, on its own threads, so each window's decode speed can be set
- * against the bandwidth measured next to it (docs/PERFORMANCE.md, issue 22).
+ * against the bandwidth measured next to it (docs/PERFORMANCE.md).
  */
 #ifndef SB_BWPROBE_H
 #define SB_BWPROBE_H
