@@ -44,6 +44,8 @@ static void usage(FILE *f) {
             "  --min-success X     the share of conversations that must succeed, a fraction\n"
             "                      in [0, 1] (0.95); without it every one must\n"
             "  --json              print the report as one JSON object\n"
+            "  --check             only read and check the scripts (against -c's pipelines\n"
+            "                      when given); nothing runs\n"
             "  --timeout-ms N      per request (default %d)\n"
             "  --start-timeout-s N wait this long for a started runtime (default %d)\n\n"
             "A conversation succeeds when every expectation of every turn is met; it stops\n"
@@ -60,6 +62,7 @@ typedef struct {
     const char *api_key_env;
     double min_success;         /* < 0: every conversation must succeed */
     bool json;
+    bool check_only;
     int timeout_ms;
     int start_s;
     char **scripts;
@@ -80,6 +83,7 @@ static int parse_options(int argc, char **argv, options *o) {
         else if (!strcmp(a, "--url") && val) o->url = val;
         else if (!strcmp(a, "--api-key-env") && val) o->api_key_env = val;
         else if (!strcmp(a, "--json")) { o->json = true; continue; }
+        else if (!strcmp(a, "--check")) { o->check_only = true; continue; }
         else if (!strcmp(a, "--min-success") && val) {
             char *end;
             o->min_success = strtod(val, &end);
@@ -101,7 +105,7 @@ static int parse_options(int argc, char **argv, options *o) {
         i++;
     }
     if (!o->n_scripts) { fprintf(stderr, "test: no SCRIPT.yaml\n"); usage(stderr); return -1; }
-    if (!o->config_path && !o->url) {
+    if (!o->config_path && !o->url && !o->check_only) {
         fprintf(stderr, "test: give -c CONFIG (to start the runtime, or to check the scripts against), --url, or both\n");
         return -1;
     }
@@ -438,6 +442,16 @@ static int run_tests(const options *o, const sb_config *cfg, report *r) {
     return ok ? SB_EXIT_OK : SB_EXIT_FAIL;
 }
 
+static int print_checked(const report *r) {
+    for (size_t i = 0; i < r->n_scripts; i++) {
+        size_t turns = 0;
+        for (size_t k = 0; k < r->scripts[i].n_convs; k++) turns += r->scripts[i].convs[k].n_turns;
+        printf("ok    %s: %zu conversation%s, %zu turns\n", r->scripts[i].path, r->scripts[i].n_convs,
+               r->scripts[i].n_convs == 1 ? "" : "s", turns);
+    }
+    return SB_EXIT_OK;
+}
+
 int sb_cmd_test(int argc, char **argv) {
     options o;
     int rc = parse_options(argc, argv, &o);
@@ -451,7 +465,7 @@ int sb_cmd_test(int argc, char **argv) {
     report r = { 0 };
     rc = load_scripts(&o, cfg, &r);
     if (rc == SB_ENOMEM) fprintf(stderr, "test: out of memory\n");
-    int code = rc ? SB_EXIT_CONFIG : run_tests(&o, cfg, &r);
+    int code = rc ? SB_EXIT_CONFIG : o.check_only ? print_checked(&r) : run_tests(&o, cfg, &r);
     fflush(stdout);
     report_free(&r);
     sb_config_free(cfg);

@@ -148,6 +148,16 @@ static bool check_answer(ct_result *res, const ct_turn *t, const sb_json *a) {
     return true;
 }
 
+/* What the answer said besides, so a failure can be read without a
+ * rerun: its reply and slots. */
+static void add_context(ct_result *res, const sb_json *a) {
+    char slots[256];
+    const char *reply = sb_json_str(sb_json_get(a, "reply"));
+    as_text(sb_json_get(sb_json_get(a, "state"), "slots"), slots, sizeof slots);
+    size_t n = strlen(res->failure);
+    snprintf(res->failure + n, sizeof res->failure - n, " (reply \"%.200s\", slots %s)", reply ? reply : "", slots);
+}
+
 /* The error of a non-200 answer, as the gateway words it. */
 static bool http_failure(ct_result *res, const sb_http_reply *r) {
     sb_json_doc *doc = NULL;
@@ -197,7 +207,7 @@ static bool say(runner *rn, const ct_turn *t) {
         const sb_json *a = sb_json_root(doc);
         const char *id = sb_json_str(sb_json_get(a, "session"));
         if (id && !rn->session[0]) snprintf(rn->session, sizeof rn->session, "%s", id);
-        ok = check_answer(rn->res, t, a);
+        if (!(ok = check_answer(rn->res, t, a))) add_context(rn->res, a);
     }
     sb_json_doc_free(doc);
     sb_free(r.body);

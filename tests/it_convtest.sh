@@ -75,6 +75,13 @@ has err "bad_key.yaml:6:9"      # every bad script is named, not only the first
 ls "$run" >/dev/null 2>&1 && fail "a bad script started the runtime"
 echo "ok   usage and malformed scripts: exit 2, FILE:LINE:COL and the key"
 
+# The demo's starter set cannot run on the fixture (it neither routes nor
+# extracts), but its format is kept valid.
+t 0 --check examples/conversations/*.yaml
+has out "ok    examples/conversations/human.yaml: 3 conversations, 6 turns"
+t 2 --check $S/bad_key.yaml; has err "bad_key.yaml:6:9"
+echo "ok   --check: the shipped examples/conversations/ scripts are well-formed"
+
 # The runtime started by the command itself, and stopped at the end.
 t 0 -c "$tmp/rt.yaml" $S/pass.yaml
 has out "PASS  $S/pass.yaml: the account and the name asked for, in English (4 turns)"
