@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -163,6 +164,7 @@ static int start_runtime(const options *o, const char *url, int drain_ms, runtim
     rt->pid = fork();
     if (rt->pid < 0) { fprintf(stderr, "test: fork: %s\n", strerror(errno)); close(fd); return SB_EXIT_FAIL; }
     if (rt->pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGTERM);   /* the test killed: its runtime drains and exits too */
         dup2(fd, STDOUT_FILENO);
         dup2(fd, STDERR_FILENO);
         close(fd);

@@ -90,6 +90,7 @@ has out "turns per call: mean 2.2, max 4"
 has out "latency per turn (HTTP): p50"
 has out "by language: en 3/3, zh 1/1"
 curl -s -o /dev/null "http://127.0.0.1:$port/health" && fail "the started runtime still answers after the run"
+grep -qF "did not stop cleanly" "$tmp/err" && fail "the started runtime did not stop cleanly"
 echo "ok   a runtime started from the config: every conversation passes, then it is stopped"
 
 "$SB" run -c "$tmp/rt.yaml" > "$tmp/run.log" 2>&1 &
