@@ -28,5 +28,6 @@ int sb_cmd_kb(int argc, char **argv);       /* kb/cli_kb.c */
 int sb_cmd_privacy(int argc, char **argv);  /* privacy/cli_privacy.c */
 int sb_cmd_run(int argc, char **argv);       /* supervisor/cli_run.c */
 int sb_cmd_ask(int argc, char **argv);       /* supervisor/cli_ask.c */
+int sb_cmd_test(int argc, char **argv);      /* supervisor/cli_test.c */
 
 #endif

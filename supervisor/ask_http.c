@@ -408,6 +408,42 @@ int sb_ask_http_answer(const sb_ask_req *q, int fd) {
     return read_answer(&h);
 }
 
+int sb_ask_http_call(const sb_http_call *c, sb_http_reply *out) {
+    memset(out, 0, sizeof *out);
+    sb_net_url u;
+    char port[16], path[1100];
+    if (parse_url(c->url, &u, port, sizeof port, path, sizeof path)) return -1;
+    if (!c->api) path[strlen(path) - 3] = '\0';    /* the base, without the "/v1" parse_url ends with */
+    const sb_ask_req q = { .timeout_ms = c->timeout_ms };
+    http h = { .q = &q, .fd = -1, .deadline_ms = c->timeout_ms > 0 ? now_ms() + c->timeout_ms : -1 };
+    buf req = { 0 };
+    sb_jw_rawf(&req, "%s %s%s HTTP/1.1\r\nHost: %s%s%s:%s\r\nUser-Agent: switchboard\r\n"
+               "Accept: application/json\r\nConnection: close\r\n",
+               c->method, path, c->path, u.ipv6 ? "[" : "", u.host, u.ipv6 ? "]" : "", port);
+    if (c->api_key) sb_jw_rawf(&req, "Authorization: Bearer %s\r\n", c->api_key);
+    if (c->body)
+        sb_jw_rawf(&req, "Content-Type: application/json\r\nContent-Length: %zu\r\n", c->body_len);
+    sb_jw_raw(&req, "\r\n", 2);
+    if (c->body) sb_jw_raw(&req, c->body, c->body_len);
+    int rc = -1;
+    if (req.oom) { fprintf(stderr, "ask: out of memory\n"); goto out; }
+    if (connect_to(&h, u.host, port) || send_all(&h, req.p, req.len) || read_headers(&h)) goto out;
+    h.sse = false;              /* read whatever comes as one body */
+    if (read_body(&h)) goto out;
+    if (h.failed) { fprintf(stderr, "ask: response body too large\n"); goto out; }
+    out->status = h.status;
+    out->body = h.body.p ? h.body.p : sb_strdup("");
+    out->len = h.body.len;
+    h.body.p = NULL;
+    rc = out->body ? 0 : -1;
+out:
+    if (h.fd >= 0) close(h.fd);
+    sb_free(h.in.p);
+    sb_free(h.body.p);
+    sb_free(req.p);
+    return rc;
+}
+
 int sb_ask_http(const sb_ask_req *q) {
     sb_net_url u;
     char port[16], path[1100];

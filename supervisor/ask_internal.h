@@ -36,6 +36,30 @@ int sb_ask_http(const sb_ask_req *req);
  * codes. Its own entry point so tests/fuzz/fuzz_ask.c can feed it bytes. */
 int sb_ask_http_answer(const sb_ask_req *req, int fd);
 
+/* One request to the gateway, its answer read whole, whatever the route:
+ * the plain-HTTP client of `switchboard ask --url`, shared with
+ * `switchboard test` (cli_test.c), which talks to the pipelines' and
+ * sessions' routes. */
+typedef struct {
+    const char *url;            /* http://HOST[:PORT][/PATH] */
+    const char *method;         /* "GET", "POST", "DELETE" */
+    const char *path;           /* "/pipelines/hotline": under the API root ("/v1"), or with api false
+                                   under the URL's own path ("/health") */
+    bool api;
+    const char *api_key;        /* bearer token, or NULL */
+    const char *body;           /* JSON, or NULL */
+    size_t body_len;
+    int timeout_ms;             /* the whole exchange; 0: none */
+} sb_http_call;
+typedef struct {
+    int status;
+    char *body;                 /* NUL-terminated, sb_free */
+    size_t len;
+} sb_http_reply;
+/* 0 with *out filled (any status), -1 when no answer came (a bad URL, the
+ * connection refused or broken, a timeout: the reason on stderr). */
+int sb_ask_http_call(const sb_http_call *c, sb_http_reply *out);
+
 /* Print bytes as a JSON string: valid UTF-8 passes through, control
  * characters are escaped, invalid bytes become U+FFFD (JSON must be UTF-8;
  * fixture models emit arbitrary bytes). */

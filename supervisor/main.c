@@ -28,6 +28,7 @@ static const sb_command commands[] = {
     { "run",      sb_cmd_run,      "the runtime: start, watch, restart and reload the workers" },
     { "worker",   sb_cmd_worker,   "serve one model on a Unix socket (started by 'run')" },
     { "ask",      sb_cmd_ask,      "one request to a worker/router socket or the HTTP gateway" },
+    { "test",     sb_cmd_test,     "run scripted conversations against a pipeline and gate on their success" },
     { "feedback", sb_cmd_feedback, "export the intents operators marked on calls, as examples TSV" },
     { "cache",    sb_cmd_cache,    "inspect, purge, export/import and sync the response cache" },
     { "cloud",    sb_cmd_cloud,    "the cloud tier: cache sync service for a fleet of edges" },
