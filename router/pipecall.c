@@ -44,7 +44,7 @@ static void call_finish(void *arg, const rt_answer *a) {
     rt_run_result_json(a->run, &w);
     rt_answer out = *a;
     if (!w.oom) {
-        rt_cache_store(q, w.p, w.len);
+        if (!rt_run_uncacheable(a->run)) rt_cache_store(q, w.p, w.len);
         out.result = w.p;
         out.result_len = w.len;
     }
@@ -143,6 +143,8 @@ void rt_pipeline_call(rt_req *q, const char *name, const char *input, const char
         return;
     }
     if (rc) { rt_req_error(q, 500, "server_error", "internal", "%s", err); return; }
+    /* From here on nothing sees the caller's personal data (privacy_door.c). */
+    if (!rt_privacy_door(q, ref.p, &input)) { rt_pipeline_ref_release(&ref); return; }
     if (try_cache(q, &ref, input, until)) { rt_pipeline_ref_release(&ref); return; }
     int timeout_ms = ref.p->timeout_ms;
     rt_sink sink = { q->reply.delta ? call_delta : NULL, call_finish, call_error, q, NULL };
@@ -150,6 +152,7 @@ void rt_pipeline_call(rt_req *q, const char *name, const char *input, const char
         rt_req_error(q, 500, "server_error", "internal", "%s", err);
         return;
     }
+    rt_privacy_attach(q->privacy, q->run);
     q->on_gone = run_gone;
     rt_req_set_deadline(q, timeout_ms + 5000);
 }

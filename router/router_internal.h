@@ -127,6 +127,7 @@ struct rt_req {
     char *cache_key;                /* set on a cacheable miss */
     char *cache_input, *cache_ns, *cache_fp, *cache_params;
     rt_sink reply;                  /* the door's reply writer (arg: this request) */
+    struct rt_privacy_call *privacy;    /* privacy_door.c: the call's placeholders, or NULL */
     sb_jw out;                      /* scratch */
     void (*on_gone)(rt_req *q);     /* client vanished or deadline passed */
 };
@@ -165,6 +166,23 @@ void rt_handle_embeddings(rt_req *q, const sb_json *body);
  * NULL) for q, answering through q->reply: from the response cache when
  * it holds the result, else from a run; the call is traced. */
 void rt_pipeline_call(rt_req *q, const char *name, const char *input, const char *until);
+
+/* privacy_door.c: a pipeline's `privacy:` policy on the caller's input,
+ * applied once where the call is resolved (docs/PRIVACY.md). */
+typedef struct rt_privacy_call rt_privacy_call;
+/* p's policy on input: 0 and *out the call's state (NULL: the pipeline has
+ * no policy); SB_EINVAL: refused (mode reject: err names the types found,
+ * never the values); SB_ENOMEM. */
+int  rt_privacy_enter(const sb_pipeline *p, const char *input, rt_privacy_call **out, char *err);
+const char *rt_privacy_input(const rt_privacy_call *pc);   /* what the call runs on */
+/* The sink a door answers through, replaced by one that restores the
+ * values into the reply (pseudonymize; else unchanged). pc must outlive it. */
+void rt_privacy_wrap(rt_privacy_call *pc, rt_sink *sink);
+void rt_privacy_attach(rt_privacy_call *pc, rt_run *run);  /* the run's tools reveal from pc (NULL ok) */
+void rt_privacy_free(rt_privacy_call *pc);                 /* NULL ok */
+/* The HTTP doors' step: q->privacy set, *input replaced and q->reply wrapped;
+ * false: q was answered (400 personal_data, or 500). */
+bool rt_privacy_door(rt_req *q, const sb_pipeline *p, const char **input);
 
 /* http_reply.c. The error of every HTTP door's sink (req: the rt_req): the
  * OpenAI error body, with Retry-After when the failure has one. */

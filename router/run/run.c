@@ -442,6 +442,8 @@ void rt_run_cancel(rt_run *run) { run_free(run); }     /* which stops the runnin
 double rt_run_model_seconds(const rt_run *run) { return run->model_s; }
 const char *rt_run_pipeline(const rt_run *run) { return run->p->name; }
 const char *rt_run_input(const rt_run *run) { return run->input; }
+void rt_run_set_privacy(rt_run *run, sb_pii_table *t) { run->pii = t; }
+bool rt_run_uncacheable(const rt_run *run) { return run->uncacheable; }
 double rt_run_t0(const rt_run *run) { return run->t0; }
 
 /* trace: also each stage's input and model, whether the intent fell back

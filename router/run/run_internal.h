@@ -56,6 +56,8 @@ struct rt_run {
     char *turn;                     /* the caller's answer to the running stage, or NULL */
     struct event *timer, *kick;
     bool done;
+    sb_pii_table *pii;              /* the call's placeholders (rt_run_set_privacy), or NULL */
+    bool uncacheable;               /* rt_run_uncacheable */
 };
 
 /* The calibration prior measured for intent stage s, or NULL. */
