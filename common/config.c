@@ -81,6 +81,7 @@ static const sb_cfg_key runtime_keys[] = {
     { "http", SB_KEY_STR, 1, 0, RT(http), NULL },
     { "api_key_env", SB_KEY_STR, 1, 0, RT(api_key_env), NULL },
     { "api_key_file", SB_KEY_PATH, 1, 0, RT(api_key_file), NULL },
+    { "secret_key_file", SB_KEY_PATH, 1, 0, RT(secret_key_file), NULL },
     { "log_level", SB_KEY_ENUM, 0, 0, RT(log_level), log_levels },
     { "drain_ms", SB_KEY_INT, 0, 3600000, RT(drain_ms), NULL },
     KEYS_END
@@ -516,6 +517,7 @@ void sb_config_free(sb_config *cfg) {
     sb_free(cfg->runtime.http_host);
     sb_free(cfg->runtime.api_key_env);
     sb_free(cfg->runtime.api_key_file);
+    sb_free(cfg->runtime.secret_key_file);
     sb_free(cfg->cache.path);
     sb_free(cfg->cache.sync.url);
     sb_free(cfg->cache.sync.edge_id);

@@ -60,7 +60,8 @@ int sb_runtime_paths_check(const sb_config *cfg, char *err);
  * to another process: "router" (DIR/router.sock is the router's). */
 bool sb_supervisor_reserved_name(const char *name);
 /* Everything `run` needs beyond sb_config_load: no reserved model names,
- * and the files it writes private (sb_runtime_paths_check).
+ * the files it writes private (sb_runtime_paths_check), and a
+ * runtime.secret_key_file that holds a key (sb_seal_key_load).
  * 0 or SB_EINVAL with "FILE:LINE:COL: ..." in err. */
 int  sb_supervisor_validate(const sb_config *cfg, char *err);
 

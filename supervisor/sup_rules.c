@@ -4,6 +4,7 @@
  * directly.
  */
 #include "supervisor/sb_supervisor.h"
+#include "cache/sb_cache.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -164,5 +165,11 @@ int sb_supervisor_validate(const sb_config *cfg, char *err) {
                              "router's socket); rename the model", cfg->path, m->line, m->col,
                              m->name, m->name, m->name);
     }
-    return sb_runtime_paths_check(cfg, err);
+    int rc = sb_runtime_paths_check(cfg, err);
+    /* The sealing key is read now, so a bad one stops the start rather
+     * than the first value to be sealed. */
+    uint8_t key[SB_SEAL_KEY_LEN];
+    if (!rc && cfg->runtime.secret_key_file) rc = sb_seal_key_load(cfg->runtime.secret_key_file, key, err);
+    memset(key, 0, sizeof key);
+    return rc;
 }

@@ -4,7 +4,7 @@
 # existing file is open to other users (also behind a symlink), or is a
 # directory, is refused at load, as runtime.dir already is - by `run --check`
 # and by `run` itself (exit 2, the message naming the key, the path, the
-# mode and the fix).
+# mode and the fix). runtime.secret_key_file too: owner-only and a key.
 set -u
 cd "$(dirname "$0")/.."
 . tests/itlib.sh
@@ -107,6 +107,19 @@ sed -i "s|otel_file: .*|otel_file: /dev/null|" "$tmp/c.yaml"
 "$SB" run -c "$tmp/c.yaml" --check > "$tmp/out" 2> "$tmp/err" && ok "otel_file /dev/null (nothing at rest) passes" ||
     bad "--check with otel_file /dev/null: $(cat "$tmp/err")"
 sed -i "s|otel_file: .*|otel_file: $tmp/data/otel.jsonl|" "$tmp/c.yaml"
+# runtime.secret_key_file: read and checked at load.
+sed -i "s|^runtime: { dir: \(.*\), http|runtime: { secret_key_file: $tmp/data/key, dir: \1, http|" "$tmp/c.yaml"
+for k in "wide 644 $(printf 'ab%.0s' $(seq 32))" "short 600 abcdef"; do
+    set -- $k
+    printf '%s\n' "$3" > "$tmp/data/key"; chmod "$2" "$tmp/data/key"
+    "$SB" run -c "$tmp/c.yaml" --check > "$tmp/out" 2> "$tmp/err"; rc=$?
+    [ $rc -eq 2 ] && grep -qF "secret_key_file $tmp/data/key" "$tmp/err" && ok "secret_key_file $1 is refused: $(cat "$tmp/err")" ||
+        bad "secret_key_file $1: rc $rc: $(cat "$tmp/err")"
+done
+openssl rand -hex 32 > "$tmp/data/key" 2>/dev/null || python3 -c 'import os; print(os.urandom(32).hex())' > "$tmp/data/key"
+chmod 600 "$tmp/data/key"
+"$SB" run -c "$tmp/c.yaml" --check > "$tmp/out" 2> "$tmp/err" && ok "a 0600 file of 64 hex digits is a key" ||
+    bad "a good secret_key_file: $(cat "$tmp/err")"
 mkdir -m 755 "$tmp/run2"
 "$SB" run -c "$tmp/c.yaml" --check > "$tmp/out" 2> "$tmp/err"; rc=$?
 [ $rc -eq 2 ] && grep -qF "runtime.dir $tmp/run2 has mode 0755" "$tmp/err" && ok "runtime.dir at 0755 is refused as before" ||
