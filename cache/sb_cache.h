@@ -55,6 +55,23 @@ void sb_hmac_sha256(const void *key, size_t key_len, const void *msg, size_t msg
 /* HMAC over the concatenation of n parts, without copying them. */
 void sb_hmac_sha256_parts(const void *key, size_t key_len, int n, const void *const *parts,
                           const size_t *lens, uint8_t out[SB_SHA256_LEN]);
+/* AES-256-GCM sealing of small secrets at rest (seal.c): a box is
+ * nonce (random, 12 bytes) | ciphertext | tag (16). aad (may be NULL with
+ * aad_len 0) is authenticated, not stored: the same aad must open the box.
+ * sb_seal writes len + SB_SEAL_OVERHEAD bytes to out: 0, SB_EIO (no
+ * randomness), SB_ENOMEM. sb_unseal writes len - SB_SEAL_OVERHEAD bytes:
+ * 0, or SB_EINVAL for a wrong key, a wrong aad, any changed byte or a box
+ * too short (out is then zeroed), SB_ENOMEM. */
+#define SB_SEAL_KEY_LEN 32
+#define SB_SEAL_OVERHEAD 28
+int sb_seal(const uint8_t key[SB_SEAL_KEY_LEN], const void *aad, size_t aad_len, const void *plain, size_t len,
+            uint8_t *out);
+int sb_unseal(const uint8_t key[SB_SEAL_KEY_LEN], const void *aad, size_t aad_len, const uint8_t *box, size_t len,
+              uint8_t *out);
+/* The key of runtime.secret_key_file: 64 hex digits (a newline after them
+ * allowed) or exactly 32 raw bytes, in a regular file of ours with no
+ * group/other permission. 0, SB_EIO (cannot read), SB_EINVAL (err says why). */
+int sb_seal_key_load(const char *path, uint8_t key[SB_SEAL_KEY_LEN], char *err);
 /* out must hold 2*len+1 bytes; lower-case, NUL-terminated. */
 void sb_hex_encode(const void *data, size_t len, char *out);
 /* Constant-time comparison (signatures, tokens): 1 if equal. */

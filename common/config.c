@@ -175,6 +175,7 @@ void sb_config_free(sb_config *cfg) {
     sb_free(cfg->runtime.api_key_file);
     sb_free(cfg->runtime.api_keys_file);
     sb_free(cfg->sessions.store);
+    sb_free(cfg->runtime.secret_key_file);
     sb_free(cfg->cache.path);
     sb_free(cfg->cache.sync.url);
     sb_free(cfg->cache.sync.edge_id);

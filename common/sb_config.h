@@ -117,6 +117,7 @@ typedef struct {
         char *api_key_env;      /* at most one of these two; both NULL = no key */
         char *api_key_file;     /* absolute, readable */
         char *api_keys_file;    /* named keys with roles (router/apikeys.c), or NULL */
+        char *secret_key_file;  /* absolute, readable: the AES-256 key of what is sealed at rest; NULL: none */
         int log_level;          /* SB_LOG_*, default SB_LOG_INFO */
         int drain_ms;           /* SIGTERM drain deadline, default 10000 */
     } runtime;

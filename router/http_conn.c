@@ -357,6 +357,7 @@ void rt_req_done(rt_req *q) {
     sb_free(q->cache_fp);
     sb_free(q->cache_params);
     rt_turn_end(q);
+    rt_privacy_free(q->privacy);
     sb_jw_free(&q->out);
     sb_free(q);
 }

@@ -60,7 +60,7 @@ static void call_finish(void *arg, const rt_answer *a) {
     rt_run_result_turn_json(a->run, turn, &w);
     rt_answer out = *a;
     if (!w.oom) {
-        if (!turn) rt_cache_store(q, w.p, w.len);
+        if (!turn && !rt_run_uncacheable(a->run)) rt_cache_store(q, w.p, w.len);
         out.result = w.p;
         out.result_len = w.len;
     }
@@ -213,6 +213,8 @@ void rt_pipeline_call(rt_req *q, const char *name, const char *input, const char
         return;
     }
     if (rc) { rt_req_error(q, 500, "server_error", "internal", "%s", err); return; }
+    /* From here on nothing sees the caller's personal data (privacy_door.c). */
+    if (!rt_privacy_door(q, ref.p, &input)) { rt_pipeline_ref_release(&ref); return; }
     if (rt_turn_begin(q, ref.p, session, input)) { rt_pipeline_ref_release(&ref); return; }
     /* A turn of a session depends on the session: never cached. */
     if (!q->sess && try_cache(q, &ref, input, until)) { rt_pipeline_ref_release(&ref); return; }
@@ -236,6 +238,7 @@ void rt_pipeline_call(rt_req *q, const char *name, const char *input, const char
         rt_req_error(q, 500, "server_error", "internal", "%s", err);
         return;
     }
+    rt_privacy_attach(q->privacy, q->run);
     q->on_gone = run_gone;
     rt_req_set_deadline(q, timeout_ms + 5000);
 }

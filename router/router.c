@@ -59,7 +59,12 @@ static int load_conf(const char *path, rt_conf **out, char *err) {
 
 /* ---------------------------------------------------------- router.sock */
 
-typedef struct { sb_ipc_reply *reply; rt_run *run; rt *r; double t0; } sock_call;
+typedef struct { sb_ipc_reply *reply; rt_run *run; rt *r; double t0; rt_privacy_call *privacy; } sock_call;
+
+static void sock_call_free(sock_call *sc) {
+    rt_privacy_free(sc->privacy);
+    sb_free(sc);
+}
 
 /* The socket door's sink: the call is traced, then answered in msgpack -
  * {output, json: the result as the pipeline API's JSON}, or an error. */
@@ -76,7 +81,8 @@ static void sock_finish(void *arg, const rt_answer *a) {
     sock_trace(sc, a->run, 200, NULL);
     sb_jw j;
     sb_jw_init(&j);
-    rt_run_result_json(a->run, &j);
+    if (a->result) sb_jw_raw(&j, a->result, a->result_len);     /* restored by privacy_door.c */
+    else rt_run_result_json(a->run, &j);
     sb_mp_writer *w;
     if (j.oom || sb_mp_writer_new(&w)) sb_ipc_reply_error(sc->reply, SB_IPC_INTERNAL, "out of memory");
     else {
@@ -88,21 +94,21 @@ static void sock_finish(void *arg, const rt_answer *a) {
         sb_mp_writer_free(w);
     }
     sb_jw_free(&j);
-    sb_free(sc);
+    sock_call_free(sc);
 }
 
 static void sock_error(void *arg, const rt_failure *f) {
     sock_call *sc = arg;
     sock_trace(sc, f->run, f->status, f->message);
     sb_ipc_reply_error(sc->reply, SB_IPC_INTERNAL, "%s: %s", f->type, f->message);
-    sb_free(sc);
+    sock_call_free(sc);
 }
 
 static void sock_cancel(void *arg, sb_ipc_reply *r) {
     sock_call *sc = arg;
     rt_run_cancel(sc->run);
     sb_ipc_reply_error(sc->reply, SB_IPC_CANCELLED, "cancelled");
-    sb_free(sc);
+    sock_call_free(sc);
 }
 
 static void m_pipeline(void *ud, sb_ipc_reply *reply, const char *method, const sb_mp_obj *params) {
@@ -127,11 +133,20 @@ static void m_pipeline(void *ud, sb_ipc_reply *reply, const char *method, const 
     sc->r = r;
     sc->t0 = sb_now_s();
     rt_sink sink = { NULL, sock_finish, sock_error, sc, NULL };
-    if (rt_run_start(&r->ex, name, input, &sink, &sc->run, err)) {
-        sb_free(sc);
-        sb_ipc_reply_error(reply, SB_IPC_INVALID_REQUEST, "%s", err);
+    rt_pipeline_ref ref;
+    int rc = rt_pipeline_resolve(&r->ex, name, NULL, &ref, err);
+    /* The caller's personal data is replaced here, as pipecall.c does for HTTP. */
+    if (!rc && (rc = rt_privacy_enter(ref.p, input, &sc->privacy, err))) rt_pipeline_ref_release(&ref);
+    if (!rc && sc->privacy) {
+        input = rt_privacy_input(sc->privacy);
+        rt_privacy_wrap(sc->privacy, &sink);
+    }
+    if (rc || rt_run_start_ref(&r->ex, &ref, input, &sink, &sc->run, err)) {
+        sock_call_free(sc);
+        sb_ipc_reply_error(reply, rc == SB_ENOMEM ? SB_IPC_INTERNAL : SB_IPC_INVALID_REQUEST, "%s", err);
         return;
     }
+    rt_privacy_attach(sc->privacy, sc->run);
     sb_ipc_reply_on_cancel(reply, sock_cancel, sc);
 }
 

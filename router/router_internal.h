@@ -201,6 +201,7 @@ struct rt_req {
     rt_session *sess;               /* a conversation's turn (session_door.c), or NULL */
     const sb_pipeline *pipe;        /* its pipeline, while its run holds the config */
     bool sess_claimed;
+    struct rt_privacy_call *privacy;    /* privacy_door.c: the call's placeholders, or NULL */
     sb_jw out;                      /* scratch */
     void (*on_gone)(rt_req *q);     /* client vanished or deadline passed */
 };
@@ -261,6 +262,23 @@ void rt_turn_end(rt_req *q);
 void rt_handle_session(rt_req *q, const char *id, bool del);        /* GET / DELETE /v1/sessions/ID */
 void rt_sessions_start(rt *r, const sb_config *cfg);
 void rt_sessions_stop(rt *r);
+
+/* privacy_door.c: a pipeline's `privacy:` policy on the caller's input,
+ * applied once where the call is resolved (docs/PRIVACY.md). */
+typedef struct rt_privacy_call rt_privacy_call;
+/* p's policy on input: 0 and *out the call's state (NULL: the pipeline has
+ * no policy); SB_EINVAL: refused (mode reject: err names the types found,
+ * never the values); SB_ENOMEM. */
+int  rt_privacy_enter(const sb_pipeline *p, const char *input, rt_privacy_call **out, char *err);
+const char *rt_privacy_input(const rt_privacy_call *pc);   /* what the call runs on */
+/* The sink a door answers through, replaced by one that restores the
+ * values into the reply (pseudonymize; else unchanged). pc must outlive it. */
+void rt_privacy_wrap(rt_privacy_call *pc, rt_sink *sink);
+void rt_privacy_attach(rt_privacy_call *pc, rt_run *run);  /* the run's tools reveal from pc (NULL ok) */
+void rt_privacy_free(rt_privacy_call *pc);                 /* NULL ok */
+/* The HTTP doors' step: q->privacy set, *input replaced and q->reply wrapped;
+ * false: q was answered (400 personal_data, or 500). */
+bool rt_privacy_door(rt_req *q, const sb_pipeline *p, const char **input);
 
 /* http_reply.c. The error of every HTTP door's sink (req: the rt_req): the
  * OpenAI error body, with Retry-After when the failure has one. */

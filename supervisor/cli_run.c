@@ -18,11 +18,13 @@ static void usage(FILE *f) {
             "logged (once per start), for scripts to wait for.\n"
             "See docs/operations.md and docs/config.md.\n\n"
             "  -c, --config FILE  the YAML configuration\n"
-            "  --check            validate the file (and runtime.dir if it exists; the\n"
-            "                     pipelines with `router --check`), start nothing\n"
+            "  --check            validate the file (runtime.dir and the files it writes\n"
+            "                     if they exist: owner-only; the pipelines with\n"
+            "                     `router --check`), start nothing\n"
             "  --no-router        start the workers only\n\n"
             "Exit status: 0 after a clean stop (or a valid --check), 2 for an invalid\n"
-            "config or an unsafe runtime.dir, 1 for other failures.\n");
+            "config, an unsafe runtime.dir or a data file others could read, 1 for\n"
+            "other failures.\n");
 }
 
 static int check_only(const char *path, bool no_router) {

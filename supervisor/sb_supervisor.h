@@ -45,13 +45,23 @@ int  sb_restart_on_crash(sb_restart_policy *p, double now, double healthy_s);
 int sb_runtime_dir_prepare(const char *dir, char *err);
 /* The same checks without creating anything; a missing DIR is fine. */
 int sb_runtime_dir_check(const char *dir, char *err);
+/* Every file the runtime writes that the config names or implies - the
+ * cache and feedback databases (with their -wal, -shm, -journal), the OTel
+ * export, the knowledge bases - when it exists as a regular file (also
+ * behind a symlink): of our euid with no group/other permission; not a
+ * directory. Part of
+ * sb_supervisor_validate. 0, SB_EINVAL (err names the key, the path, the
+ * mode and the fix) or SB_EIO. */
+int sb_runtime_paths_check(const sb_config *cfg, char *err);
 
 /* ------------------------------------------------------- config checks */
 
 /* Model names the supervisor reserves because their socket path belongs
  * to another process: "router" (DIR/router.sock is the router's). */
 bool sb_supervisor_reserved_name(const char *name);
-/* Everything `run` needs beyond sb_config_load: no reserved model names.
+/* Everything `run` needs beyond sb_config_load: no reserved model names,
+ * the files it writes private (sb_runtime_paths_check), and a
+ * runtime.secret_key_file that holds a key (sb_seal_key_load).
  * 0 or SB_EINVAL with "FILE:LINE:COL: ..." in err. */
 int  sb_supervisor_validate(const sb_config *cfg, char *err);
 

@@ -33,6 +33,7 @@ static const sb_cfg_key runtime_keys[] = {
     { "api_key_env", SB_KEY_STR, 1, 0, RT(api_key_env), NULL },
     { "api_key_file", SB_KEY_PATH, 1, 0, RT(api_key_file), NULL },
     { "api_keys_file", SB_KEY_PATH, 1, 0, RT(api_keys_file), NULL },
+    { "secret_key_file", SB_KEY_PATH, 1, 0, RT(secret_key_file), NULL },
     { "log_level", SB_KEY_ENUM, 0, 0, RT(log_level), log_levels },
     { "drain_ms", SB_KEY_INT, 0, 3600000, RT(drain_ms), NULL },
     SB_CFG_KEYS_END

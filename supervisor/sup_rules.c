@@ -4,6 +4,7 @@
  * directly.
  */
 #include "supervisor/sb_supervisor.h"
+#include "cache/sb_cache.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -65,12 +66,13 @@ int sb_runtime_dir_prepare(const char *dir, char *err) {
     if (!dir || !*dir || strlen(dir) >= sizeof path)
         return sb_seterr(err, SB_EINVAL, "runtime.dir: missing or too long");
     snprintf(path, sizeof path, "%s", dir);
-    /* Parents like `mkdir -p` (their mode is the operator's business); the
-     * directory itself is the trust boundary and gets 0700. */
+    /* Parents like `mkdir -p`, 0700 like every directory the runtime
+     * creates (an existing parent's mode is the operator's business); the
+     * directory itself is the trust boundary and is checked. */
     for (char *p = path + 1; *p; p++) {
         if (*p != '/') continue;
         *p = '\0';
-        if (mkdir(path, 0755) && errno != EEXIST) {
+        if (mkdir(path, 0700) && errno != EEXIST) {
             int e = errno;
             *p = '/';
             return sb_seterr(err, SB_EIO, "runtime.dir %s: cannot create %.*s: %s", dir,
@@ -89,6 +91,65 @@ int sb_runtime_dir_prepare(const char *dir, char *err) {
     return check_existing(dir, &st, err);
 }
 
+/* ----------------------------------------------- the files it writes */
+
+/* An existing file the runtime writes (callers' text, answers, traces)
+ * must be ours and no one else's to read or write: it is refused rather
+ * than used, as runtime.dir is. Missing is fine: the runtime creates it
+ * 0600. A symlink is judged by what it points to. A device or a FIFO
+ * (otel_file: /dev/stdout, a pipe to a collector) keeps nothing at rest. */
+static int check_private_file(const char *key, const char *path, char *err) {
+    struct stat st;
+    if (stat(path, &st)) {
+        if (errno == ENOENT) return 0;
+        return sb_seterr(err, SB_EIO, "%s %s: %s", key, path, strerror(errno));
+    }
+    if (S_ISDIR(st.st_mode)) return sb_seterr(err, SB_EINVAL, "%s %s is a directory; give a file", key, path);
+    if (!S_ISREG(st.st_mode)) return 0;
+    if (st.st_uid != geteuid())
+        return sb_seterr(err, SB_EINVAL, "%s %s is owned by uid %u, not by us (uid %u)", key, path,
+                         (unsigned)st.st_uid, (unsigned)geteuid());
+    if (st.st_mode & 077)
+        return sb_seterr(err, SB_EINVAL, "%s %s has mode %04o: other users could read what it holds; want 0600 "
+                         "(chmod 600 %s)", key, path, (unsigned)(st.st_mode & 07777), path);
+    return 0;
+}
+
+/* A SQLite database and the files SQLite keeps beside it. */
+static int check_private_db(const char *key, const char *path, char *err) {
+    static const char *const suffixes[] = { "", "-wal", "-shm", "-journal" };
+    char p[4096];
+    int rc = 0;
+    for (size_t i = 0; !rc && i < SB_ARRAY_LEN(suffixes); i++) {
+        if ((size_t)snprintf(p, sizeof p, "%s%s", path, suffixes[i]) >= sizeof p)
+            return sb_seterr(err, SB_EINVAL, "%s: path too long", key);
+        rc = check_private_file(key, p, err);
+    }
+    return rc;
+}
+
+int sb_runtime_paths_check(const sb_config *cfg, char *err) {
+    char def[4096];
+    int rc = 0;
+    if (cfg->cache.enabled) {
+        const char *p = cfg->cache.path;
+        if (!p) snprintf(def, sizeof def, "%s/cache.sqlite", cfg->runtime.dir);
+        rc = check_private_db("cache.path", p ? p : def, err);
+    }
+    if (!rc) {
+        const char *p = cfg->console.feedback_path;
+        if (!p) snprintf(def, sizeof def, "%s/feedback.sqlite", cfg->runtime.dir);
+        rc = check_private_db("console.feedback_path", p ? p : def, err);
+    }
+    if (!rc && cfg->console.otel_file) rc = check_private_file("console.otel_file", cfg->console.otel_file, err);
+    for (size_t i = 0; !rc && i < cfg->n_kbs; i++) {
+        char key[96];
+        snprintf(key, sizeof key, "knowledge.%s.path", cfg->kbs[i].name);
+        rc = check_private_db(key, cfg->kbs[i].path, err);
+    }
+    return rc;
+}
+
 /* ------------------------------------------------------- config checks */
 
 bool sb_supervisor_reserved_name(const char *name) {
@@ -104,5 +165,11 @@ int sb_supervisor_validate(const sb_config *cfg, char *err) {
                              "router's socket); rename the model", cfg->path, m->line, m->col,
                              m->name, m->name, m->name);
     }
-    return 0;
+    int rc = sb_runtime_paths_check(cfg, err);
+    /* The sealing key is read now, so a bad one stops the start rather
+     * than the first value to be sealed. */
+    uint8_t key[SB_SEAL_KEY_LEN];
+    if (!rc && cfg->runtime.secret_key_file) rc = sb_seal_key_load(cfg->runtime.secret_key_file, key, err);
+    memset(key, 0, sizeof key);
+    return rc;
 }

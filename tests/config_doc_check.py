@@ -72,6 +72,9 @@ secret = os.path.join(TMP, "secret")
 open(secret, "w").write("s3cret\n")
 keyfile = os.path.join(TMP, "keyfile")
 open(keyfile, "w").write("k3y\n")
+sealkey = os.path.join(TMP, "sealkey")     # runtime.secret_key_file: 64 hex digits, owner-only
+open(sealkey, "w").write("ab" * 32 + "\n")
+os.chmod(sealkey, 0o600)
 n_files = 0
 
 
@@ -158,6 +161,8 @@ def sample_values(section, key, typ):
         good = [a.replace("SECONDS", "60") for a in alts]
         return good, ["no-such-value"]
     if t == "path":
+        if key == "secret_key_file":
+            return [sealkey], [os.path.join(TMP, "missing-file"), keyfile]
         if key in ("api_key_file", "api_keys_file", "secret_file", "ca_file"):
             return [keyfile], [os.path.join(TMP, "missing-file")]
         if key == "gguf":

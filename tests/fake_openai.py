@@ -14,6 +14,8 @@ request body it receives to LOGFILE (one JSON per line) and answers by the
   "endless"      an SSE line that never ends (20 MiB without a newline)
   "flood"        SSE events without end, 1 MiB of content each
   "notchunked"   Content-Length framing, with "chunked" in a later header
+  "echo"         "echo: " and the last message's content (what the caller's
+                 words became on the way), streamed in 3-byte pieces
 /v1/completions answers choices[0].text. Stops after 60 s idle.
 """
 import json
@@ -88,6 +90,9 @@ def handle(conn, log):
                      b"X-Note: not chunked\r\nContent-Length: %d\r\n\r\n" % len(b) + b)
         return
     pieces = ["pipeline " + model[9:]] if model.startswith("pipeline:") else ANSWER
+    if model == "echo":
+        said = "echo: " + str((req.get("messages") or [{}])[-1].get("content", req.get("prompt", "")))
+        pieces = [said[i:i + 3] for i in range(0, len(said), 3)]
     if path.endswith("/completions") and not path.endswith("/chat/completions"):
         pieces = ["raw:" + req.get("prompt", "")]
     if stream:

@@ -344,6 +344,65 @@ static void test_rejections(void **state) {
                  "pipe.yaml:5:16", "list of 1-32 stages");
 }
 
+/* privacy: {detect, mode} on a pipeline, privacy: reveal on a command tool. */
+#define PHEAD "runtime: { dir: /tmp/sb-pipe-test }\n" \
+              "models:\n  m: { gguf: tiny-llama-spm-Q4_K_M.gguf }\n" \
+              "pipelines:\n  p:\n"
+static void test_privacy_keys(void **state) {
+    const char *ok = PHEAD "    privacy: { detect: [phone, ID], mode: pseudonymize }\n    stages:\n"
+                     "      - { name: t, kind: tool, command: [cat], privacy: reveal }\n"
+                     "  q:\n    privacy: { mode: reject }\n    stages: [{ name: t, kind: tool, command: [cat] }]\n"
+                     "  r:\n    stages: [{ name: t, kind: tool, command: [cat] }]\n";
+    sb_config *cfg = NULL;
+    sb_pipelines *ps = NULL;
+    char err[SB_ERR_LEN] = "";
+    if (load(ok, &cfg, &ps, err)) fail_msg("%s", err);
+    const sb_pipeline *p = sb_pipelines_find(ps, "p"), *q = sb_pipelines_find(ps, "q"), *r = sb_pipelines_find(ps, "r");
+    assert_int_equal(p->privacy_mode, SB_PRIVACY_PSEUDONYMIZE);
+    assert_true(p->stages[0].privacy_reveal);
+    assert_int_equal(q->privacy_mode, SB_PRIVACY_REJECT);
+    assert_int_equal(r->privacy_mode, SB_PRIVACY_OFF);
+    assert_null(r->privacy);
+    /* detect: [phone, ID] finds those and not an e-mail. */
+    sb_pii_spans sp = { 0 };
+    const char *text = "13812345678 a@b.cn 11010519491231002X";
+    assert_int_equal(sb_privacy_detect(p->privacy, text, strlen(text), &sp), 0);
+    assert_int_equal(sp.n, 2);
+    assert_int_equal(sp.v[0].type, SB_PII_PHONE);
+    assert_int_equal(sp.v[1].type, SB_PII_ID);
+    sb_pii_spans_free(&sp);
+    sb_pipelines_free(ps);
+    sb_config_free(cfg);
+    const char *st = "    stages: [{ name: t, kind: tool, command: [cat] }]\n";
+    char y[1024];
+    snprintf(y, sizeof y, PHEAD "    privacy: { mode: hide }\n%s", st);
+    expect_error(y, "pipe.yaml:6:22", "pipelines.p.privacy.mode: expected off|pseudonymize|mask|reject");
+    snprintf(y, sizeof y, PHEAD "    privacy: { detect: [PHONE, NAME] }\n%s", st);
+    expect_error(y, "pipe.yaml:6:24", "'NAME' is not one of ID, PHONE");
+    snprintf(y, sizeof y, PHEAD "    privacy: { mdoe: mask }\n%s", st);
+    expect_error(y, "pipe.yaml:6", "unknown key 'mdoe'");
+    snprintf(y, sizeof y, PHEAD "    privacy: mask\n%s", st);
+    expect_error(y, "pipe.yaml:6:14", "p.privacy: expected a mapping");
+    expect_error(PHEAD "    privacy: { mode: mask }\n    stages: [{ name: t, kind: tool, command: [cat], privacy: reveal }]\n",
+                 "pipe.yaml:7:62", "reveal needs the pipeline's privacy mode pseudonymize");
+    expect_error(PHEAD "    stages: [{ name: t, kind: tool, command: [cat], privacy: reveal }]\n",
+                 "pipe.yaml:6:62", "reveal needs");
+    expect_error(PHEAD "    privacy: {}\n    stages: [{ name: t, kind: tool, url: \"http://x/\", privacy: reveal }]\n",
+                 "pipe.yaml:7", "only a command tool");
+    expect_error(PHEAD "    privacy: {}\n    stages: [{ name: t, kind: tool, command: [cat], privacy: show }]\n",
+                 "pipe.yaml:7", "privacy: expected reveal");
+    /* A session outlives the call whose values the door keeps: not together. */
+    expect_error(PHEAD "    privacy: { mode: mask }\n    conversation: { ttl_s: 60 }\n" "    stages: [{ name: t, kind: tool, command: [cat] }]\n",
+                 "pipe.yaml:6", "privacy and conversation in one pipeline are not supported yet");
+    snprintf(y, sizeof y, PHEAD "    privacy: { mode: off }\n    conversation: { ttl_s: 60 }\n%s", st);
+    sb_config *cfg2;
+    sb_pipelines *ps2;
+    char err2[SB_ERR_LEN];
+    assert_int_equal(load(y, &cfg2, &ps2, err2), 0);
+    sb_pipelines_free(ps2);
+    sb_config_free(cfg2);
+}
+
 /* Intent stages that classify by embeddings: method, score_model,
  * classifier, examples_file (read at load, bad lines named FILE:LINE),
  * out_of_scope. */
@@ -669,6 +728,7 @@ int main(void) {
         cmocka_unit_test(test_intent_caller_one_line),
         cmocka_unit_test(test_rejections),
         cmocka_unit_test(test_priority_key),
+        cmocka_unit_test(test_privacy_keys),
         cmocka_unit_test(test_json_schema_key),
         cmocka_unit_test(test_embedding_keys),
         cmocka_unit_test(test_retrieve_keys),

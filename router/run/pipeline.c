@@ -77,6 +77,50 @@ static int load_conversation(vctx *c, const sb_config_node *n, sb_pipeline *p) {
     return rc ? rc : sb_cfg_keys_read(&k, n, conversation_keys, p);
 }
 
+/* privacy: {detect: [types], mode: pseudonymize | mask | reject} - what the
+ * door does with the personal data in the caller's words (docs/PRIVACY.md).
+ * The detector is built here, once a config generation, and shared by its calls. */
+static const char *const privacy_modes[] = { "off", "pseudonymize", "mask", "reject", NULL };
+typedef struct { int mode; } privacy_block;
+static const sb_cfg_key privacy_keys[] = {
+    { "mode", SB_KEY_ENUM, 0, 0, offsetof(privacy_block, mode), privacy_modes },
+    { "detect", SB_KEY_OTHER, 0, 0, 0, NULL },
+    { NULL, SB_KEY_OTHER, 0, 0, 0, NULL }
+};
+
+static int load_privacy(vctx *c, const sb_config_node *n, sb_pipeline *p) {
+    char path[sizeof c->path + 16];
+    snprintf(path, sizeof path, "%s.privacy", c->path);
+    sb_cfg_ctx pc = { c->cfg, c->err, path, true };
+    privacy_block b = { SB_PRIVACY_PSEUDONYMIZE };
+    int rc = sb_cfg_want_map(&pc, n);
+    if (!rc) rc = sb_cfg_keys_check(&pc, n, privacy_keys);
+    if (!rc) rc = sb_cfg_keys_read(&pc, n, privacy_keys, &b);
+    if (rc) return rc;
+    unsigned types = SB_PII_ALL;
+    const sb_config_node *d = sb_config_node_get(n, "detect");
+    if (d) {
+        char **v = NULL;
+        size_t k = 0;
+        rc = sb_cfg_strs(&pc, d, "detect", SB_PII_N_BUILTIN, &v, &k);
+        types = 0;
+        for (size_t i = 0; !rc && i < k; i++) {
+            int t = sb_pii_type_parse(v[i]);
+            if (t < 0 || t >= SB_PII_N_BUILTIN)
+                rc = FAIL(c, d, "%s.detect: '%s' is not one of ID, PHONE, TEL, CARD, EMAIL, PASSPORT, PLATE", path, v[i]);
+            else types |= 1u << t;
+        }
+        for (size_t i = 0; i < k; i++) sb_free(v[i]);
+        sb_free(v);
+        if (rc) return rc;
+    }
+    p->privacy_mode = b.mode;
+    if (b.mode == SB_PRIVACY_OFF) return 0;
+    char err[SB_ERR_LEN];
+    if ((rc = sb_privacy_new(types, &p->privacy, err))) return FAIL(c, n, "%s: %s", path, err);
+    return 0;
+}
+
 /* A pipeline's own keys; its stages' are their kinds' (stage_*.c). */
 #define P(f) offsetof(sb_pipeline, f)
 static const sb_cfg_key pipeline_keys[] = {
@@ -87,6 +131,7 @@ static const sb_cfg_key pipeline_keys[] = {
     { "cache", SB_KEY_BOOL, 0, 0, P(cache), NULL },
     { "cache_fold", SB_KEY_OTHER, 0, 0, 0, NULL },
     { "conversation", SB_KEY_OTHER, 0, 0, 0, NULL },
+    { "privacy", SB_KEY_OTHER, 0, 0, 0, NULL },
     RT_KEYS_END
 };
 
@@ -104,6 +149,14 @@ static int load_pipeline(vctx *c, const sb_config_node *key, const sb_config_nod
     const sb_config_node *v;
     if ((v = sb_config_node_get(n, "cache_fold")) && (rc = load_cache_fold(c, v, p))) return rc;
     if ((v = sb_config_node_get(n, "conversation")) && (rc = load_conversation(c, v, p))) return rc;
+    if ((v = sb_config_node_get(n, "privacy")) && (rc = load_privacy(c, v, p))) return rc;
+    /* A session keeps the caller's words across turns, and the privacy
+     * door's values live only as long as one call: together a later turn
+     * could restore or reveal another turn's value. Refused until sessions
+     * keep the values themselves (sealed at rest). */
+    if (p->conv.on && p->privacy_mode != SB_PRIVACY_OFF)
+        return FAIL(c, sb_config_node_get(n, "privacy"),
+                    "%s: privacy and conversation in one pipeline are not supported yet; give one of them", c->path);
     const sb_config_node *st = sb_config_node_get(n, "stages");
     if (!st) return FAIL(c, n, "%s: missing 'stages'", c->path);
     if (st->kind != SB_CFG_SEQ || st->n_items == 0 || st->n_items > SB_PIPE_MAX_STAGES)
@@ -179,6 +232,7 @@ void sb_pipelines_free(sb_pipelines *ps) {
         sb_free(p->stages);
         sb_free(p->name);
         sb_free(p->description);
+        sb_privacy_free(p->privacy);
     }
     sb_free(ps->items);
     sb_free(ps);

@@ -507,6 +507,8 @@ double rt_run_model_seconds(const rt_run *run) { return run->model_s; }
 const char *rt_run_pipeline(const rt_run *run) { return run->p->name; }
 const sb_pipeline *rt_run_pipe(const rt_run *run) { return run->p; }
 const char *rt_run_input(const rt_run *run) { return run->input; }
+void rt_run_set_privacy(rt_run *run, sb_pii_table *t) { run->pii = t; }
+bool rt_run_uncacheable(const rt_run *run) { return run->uncacheable; }
 double rt_run_t0(const rt_run *run) { return run->t0; }
 
 /* A stored JSON text as a value (ours, so it parses; if not: null). */

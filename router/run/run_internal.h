@@ -58,6 +58,8 @@ struct rt_run {
     int slots_stage;                /* the stage whose JSON holds the call's slots (a generate with ask:); -1 */
     struct event *timer, *kick;
     bool done;
+    sb_pii_table *pii;              /* the call's placeholders (rt_run_set_privacy), or NULL */
+    bool uncacheable;               /* rt_run_uncacheable */
 };
 
 /* The calibration prior measured for intent stage s, or NULL. */

@@ -28,6 +28,7 @@
 #include "common/sb_config.h"
 #include "common/sb_json.h"
 #include "router/backend/sb_backend.h"
+#include "privacy/sb_privacy.h"
 #include "router/classify/sb_classify.h"
 
 /* =========================================================== pipelines == */
@@ -119,6 +120,7 @@ typedef struct {
     size_t n_env;
     int max_concurrent;             /* calls of this stage running at once (default SB_TOOL_CONCURRENT) */
     int max_queue;                  /* calls waiting beyond that; more get 503 (default SB_TOOL_QUEUE) */
+    bool privacy_reveal;            /* command: `privacy: reveal`, the real values behind the call's placeholders */
     /* retrieve (router/run/retrieve.c): model is the base's embed_model */
     char *kb;                       /* a knowledge: entry */
     sb_tmpl *query;                 /* default "{{input}}" */
@@ -147,6 +149,8 @@ typedef struct {
     int timeout_ms;                 /* whole pipeline, default 300000 */
     bool cache;                     /* store results in the response cache (default true) */
     unsigned cache_fold;            /* opt-in key folding, SB_NORM_CASEFOLD | SB_NORM_NFKC (sb_cache.h) */
+    int privacy_mode;               /* SB_PRIVACY_*: what the door does with the caller's personal data */
+    sb_privacy *privacy;            /* its detector (the `detect:` types); NULL when privacy_mode is OFF */
     uint8_t digest[32];             /* SHA-256 of the pipeline's source text: part of cache keys */
     struct {                        /* conversation: sessions across calls (router/sessions.c) */
         bool on;                    /* the block is present */
@@ -155,6 +159,9 @@ typedef struct {
         int max_bytes;              /* a session's stored bytes at most, default 262144 */
     } conv;
 } sb_pipeline;
+
+/* A pipeline's `privacy: {mode}` (docs/PRIVACY.md, "In a pipeline"). */
+enum { SB_PRIVACY_OFF, SB_PRIVACY_PSEUDONYMIZE, SB_PRIVACY_MASK, SB_PRIVACY_REJECT };
 
 typedef struct {
     sb_pipeline *items;
@@ -398,6 +405,15 @@ double rt_run_model_seconds(const rt_run *run);
 void rt_run_trace_json(const rt_run *run, sb_jw *w);
 const char *rt_run_pipeline(const rt_run *run);
 const char *rt_run_input(const rt_run *run);
+/* The call's placeholders (a pipeline with `privacy: {mode: pseudonymize}`):
+ * a tool stage with `privacy: reveal` is given the real values, and every
+ * tool's answer is pseudonymized into t before any later stage sees it.
+ * Set right after rt_run_start_ref, before the loop runs; t outlives the run. */
+void rt_run_set_privacy(rt_run *run, sb_pii_table *t);
+/* Whether the run's result depends on more than the placeholders of its
+ * input - a tool was given real values, or answered with personal data of
+ * its own - so that it must not be cached. */
+bool rt_run_uncacheable(const rt_run *run);
 double rt_run_t0(const rt_run *run);            /* sb_now_s() when the run started */
 /* The cache identity of a resolved pipeline: fingerprint over its
  * definition and the files of every model it uses (out: 65 bytes). */

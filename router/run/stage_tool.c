@@ -19,6 +19,7 @@ static const sb_cfg_key tool_keys[] = {
     RT_KEY("env"),
     { "max_concurrent", SB_KEY_INT, 1, 1024, S(max_concurrent), NULL },
     { "max_queue", SB_KEY_INT, 0, 100000, S(max_queue), NULL },
+    RT_KEY("privacy"),
     RT_KEYS_END
 };
 
@@ -89,6 +90,20 @@ static int load_http_tool(vctx *c, const sb_config_node *n, const sb_config_node
     return 0;
 }
 
+/* privacy: reveal - this command is given the real values behind the
+ * call's placeholders. Only a command: it runs here, where the values are;
+ * an HTTP tool's request leaves the box. */
+static int load_reveal(vctx *c, const sb_config_node *v, const sb_pipeline *p, sb_stage *s, bool command) {
+    if (v->kind != SB_CFG_SCALAR || strcmp(v->value, "reveal"))
+        return FAIL(c, v, "%s.privacy: expected reveal", c->path);
+    if (!command) return FAIL(c, v, "%s.privacy: only a command tool (run on this box) may be given real values", c->path);
+    if (p->privacy_mode != SB_PRIVACY_PSEUDONYMIZE)
+        return FAIL(c, v, "%s.privacy: reveal needs the pipeline's privacy mode pseudonymize (there are no values to reveal)",
+                    c->path);
+    s->privacy_reveal = true;
+    return 0;
+}
+
 static int load_tool(vctx *c, const sb_config_node *n, sb_pipeline *p, size_t idx, const rt_tmpl_scope *scope) {
     sb_stage *s = &p->stages[idx];
     const sb_config_node *cmd = sb_config_node_get(n, "command"), *url = sb_config_node_get(n, "url"), *v;
@@ -100,7 +115,46 @@ static int load_tool(vctx *c, const sb_config_node *n, sb_pipeline *p, size_t id
     s->max_queue = SB_TOOL_QUEUE;
     if ((rc = sb_cfg_keys_read(PL(c), n, tool_keys, s))) return rc;
     if ((v = sb_config_node_get(n, "stdin")) && (rc = rt_pl_tmpl(c, v, "stdin", scope, &s->stdin_tmpl))) return rc;
+    if ((v = sb_config_node_get(n, "privacy")) && (rc = load_reveal(c, v, p, s, cmd != NULL))) return rc;
     return cmd ? load_command(c, n, cmd, s, scope) : load_http_tool(c, n, url, s, scope);
+}
+
+/* ------------------------------------------------------ personal data */
+
+/* w's text with the call's placeholders put back; the run is then not cached. 0 or SB_ENOMEM. */
+static int reveal(rt_run *run, sb_jw *w) {
+    char *out;
+    size_t n;
+    if (!w->p) return 0;
+    if (sb_privacy_restore(run->pii, w->p, w->len, false, &out, &n)) return SB_ENOMEM;
+    if (n != w->len || memcmp(out, w->p, n)) run->uncacheable = true;
+    w->len = 0;
+    sb_jw_raw(w, out, n);
+    sb_jw_raw(w, "", 0);    /* the NUL argv needs; not counted */
+    sb_free(out);
+    return w->oom ? SB_ENOMEM : 0;
+}
+
+/* A tool's answer (or error) under the pipeline's privacy policy: what
+ * it says of anyone is replaced as the caller's words were, before any
+ * later stage, trace or cache sees it - pseudonymized into the call's
+ * table (restored in the reply), else masked. A value the table did not
+ * have makes the result depend on more than its input: not cached.
+ * NULL when out of memory. */
+static char *redact_tool_text(rt_run *run, const char *text, size_t len) {
+    const sb_privacy *pv = run->p->privacy;
+    if (!pv) return rt_trimmed(text, len);
+    bool pseudo = run->pii && run->p->privacy_mode == SB_PRIVACY_PSEUDONYMIZE;
+    size_t had = pseudo ? run->pii->n : 0;
+    char *red;
+    size_t n;
+    if (sb_privacy_redact(pv, text, len, pseudo ? SB_PII_PSEUDONYMIZE : SB_PII_MASK, pseudo ? run->pii : NULL, NULL,
+                          &red, &n))
+        return NULL;
+    if (pseudo && run->pii->n != had) run->uncacheable = true;
+    char *t = rt_trimmed(red, n);
+    sb_free(red);
+    return t;
 }
 
 /* ------------------------------------------------------------ running */
@@ -109,7 +163,9 @@ static void on_tool_done(void *arg, int rc, const char *out, size_t len, const c
     rt_run *run = arg;
     run->tool = NULL;
     stage_res *sr = &run->res[run->cur];
-    sr->output = rt_trimmed(out ? out : "", out ? len : 0);
+    char *safe_err = err ? redact_tool_text(run, err, strlen(err)) : NULL;
+    if (err) err = safe_err ? safe_err : "out of memory";
+    sr->output = redact_tool_text(run, out ? out : "", out ? len : 0);
     if (sr->output && sr->output[0] == '{') {
         sb_json_doc *d;
         if (sb_json_parse(sr->output, strlen(sr->output), &d, NULL) == 0) {
@@ -119,6 +175,7 @@ static void on_tool_done(void *arg, int rc, const char *out, size_t len, const c
         }
     }
     rt_run_report(run, rt_stage_end(run, rc ? ST_ERROR : ST_OK, rc ? err : NULL));
+    sb_free(safe_err);
 }
 
 static rt_stage_outcome tool_start(rt_run *run, const sb_stage *s) {
@@ -139,6 +196,11 @@ static rt_stage_outcome tool_start(rt_run *run, const sb_stage *s) {
         sb_jw_raw(&args[i], "", 0);
         oom |= args[i].oom;
         argv[i] = args[i].p;
+    }
+    if (s->privacy_reveal && run->pii && run->pii->n && !oom) {
+        oom |= reveal(run, &in);
+        for (size_t i = 0; i < s->n_argv; i++) oom |= reveal(run, &args[i]);
+        for (size_t i = 0; i < s->n_argv; i++) argv[i] = args[i].p;
     }
     char gate[2 * SB_CONFIG_MAX_NAME + 8];
     snprintf(gate, sizeof gate, "%s/%s", run->p->name, s->name);
