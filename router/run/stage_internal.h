@@ -112,6 +112,18 @@ rt_stage_outcome rt_ask_answered(rt_run *run, const sb_stage *s);
 void rt_ask_free(sb_stage *s);
 
 /* ------------------------------------------ what kinds use to load */
+/* caller_words.c: what a caller's short answer means, in Chinese and
+ * English, colloquial and as speech recognition writes it. yesno: from the
+ * answer's first words ("嗯，不是" no, "yeah sure" yes, "是不是" / "not
+ * sure" / "my name is not..." unknown). lead: the same, and *rest the byte
+ * offset in answer where those words end ("不对，是 4410032": RT_NO, rest
+ * at "是 4410032"). refuses: the answer declines to give something ("不方便
+ * 说", "I'd rather not", "不知道", "skip"). */
+typedef enum { RT_UNKNOWN, RT_YES, RT_NO } rt_yesno;
+rt_yesno rt_caller_yesno(const char *answer);
+rt_yesno rt_caller_lead(const char *answer, size_t *rest);
+bool rt_caller_refuses(const char *answer);
+
 
 /* A template key (FILE:LINE:COL on a mistake). */
 int rt_pl_tmpl(vctx *c, const sb_config_node *n, const char *key, const rt_tmpl_scope *scope, sb_tmpl **out);
