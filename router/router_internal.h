@@ -111,7 +111,9 @@ typedef struct {
     int turns, failures;
     long long bytes;                /* the callers' and replies' text stored */
     double created, updated, expires;
-    bool done;                      /* the call ended (max_turns, max_bytes) */
+    bool done;                      /* the call ended (max_turns, max_bytes, a hand-off) */
+    char *handoff;                  /* this turn's hand-off package (JSON text), not stored; or NULL */
+    char *said;                     /* this turn's words (rt_turn_begin), not stored here; or NULL */
 } rt_session;
 int  rt_sessions_open(const char *path, rt_sessions **out, char *err);
 void rt_sessions_close(rt_sessions *s);             /* NULL ok */
@@ -131,7 +133,10 @@ int  rt_session_delete(rt_sessions *s, const char *id, char *err);
 int  rt_sessions_sweep(rt_sessions *s, double now, char *err);
 /* {"intent", "slots", "turn"}; and GET /v1/sessions/ID's whole answer. */
 void rt_session_state_json(const rt_session *ss, sb_jw *w);
+void rt_session_state_slots_json(const rt_session *ss, sb_jw *w);   /* the slots, a JSON object (or null) */
 int  rt_session_json(rt_sessions *s, const rt_session *ss, sb_jw *w, char *err);
+/* The turns of session id, [{"turn", "at", "caller", "reply"}...]. */
+int  rt_session_transcript_json(rt_sessions *s, const char *id, sb_jw *w, char *err);
 /* One turn of a session in flight at a time: false when one is. */
 bool rt_session_claim(rt_sessions *s, const char *id);
 void rt_session_release(rt_sessions *s, const char *id);   /* s NULL ok */
@@ -245,7 +250,9 @@ void rt_pipeline_call(rt_req *q, const char *name, const char *input, const char
  * run (q->sess set when the pipeline keeps sessions), 1 when q was
  * answered (an error, or a call that ended). commit: the turn is stored
  * before its reply, view says where the call stands. end: release q's
- * session (rt_req_done). */
+ * session (rt_req_done). The transcript records the words begin was given:
+ * a resumed run's input (commit's and asked's `input`) is the call's first
+ * turn, not this one. */
 int  rt_turn_begin(rt_req *q, const sb_pipeline *p, const char *session, const char *input);
 int  rt_turn_commit(rt_req *q, const sb_pipeline *p, const rt_run *run, const char *input, const char *reply,
                     rt_turn_view *view, char *err);

@@ -23,6 +23,8 @@ static double wall_now(void) {
 
 /* --------------------------------------------------------------- a turn */
 
+static int set_text(char **field, const char *text, char *err);
+
 static void not_found(rt_req *q, int rc, const char *id) {
     if (rc == SB_ETIMEOUT)
         rt_req_error(q, 404, "invalid_request_error", "session_expired",
@@ -107,11 +109,64 @@ static void end_call(rt_req *q, const sb_pipeline *p, const char *reason) {
 }
 
 /* Where the call stands after a turn, and the reply header. */
-static void viewed(rt_req *q, rt_turn_view *view, const char *reply, const char *handoff) {
+static void viewed(rt_req *q, rt_turn_view *view, const char *reply) {
     rt_session *ss = q->sess;
     *view = (rt_turn_view){ .session = ss->id, .reply = reply, .slots = ss->slots, .turn = ss->turns,
-                            .awaiting = ss->awaiting, .handoff = handoff, .done = ss->done };
+                            .awaiting = ss->awaiting, .handoff = ss->handoff, .done = ss->done };
     rt_req_set_header(q, "X-Session-Id", ss->id);
+}
+
+/* One line for the person who takes the call: the intent and the slots
+ * given ("pension_query: account=4410032, name=张三"), then why. A long
+ * line is cut; the slots are whole in the package beside it. */
+#define SUMMARY_MAX 512
+static void summary(const rt_session *ss, const char *reason, sb_jw *w) {
+    char line[SUMMARY_MAX];
+    size_t n = (size_t)snprintf(line, sizeof line, "%s:", ss->intent ? ss->intent : "no intent");
+    sb_json_doc *d;
+    int given = 0;
+    if (ss->slots && !sb_json_parse(ss->slots, strlen(ss->slots), &d, NULL)) {
+        const sb_json *o = sb_json_root(d);
+        for (size_t i = 0; i < sb_json_len(o) && n < sizeof line; i++) {
+            const sb_json *v = sb_json_val_at(o, i);
+            if (sb_json_type_of(v) == SB_JSON_NULL || (sb_json_type_of(v) == SB_JSON_STRING && !*sb_json_str(v)))
+                continue;
+            sb_jw vw;
+            sb_jw_init(&vw);
+            if (sb_json_type_of(v) != SB_JSON_STRING) sb_jw_value(&vw, v);
+            const char *text = sb_json_type_of(v) == SB_JSON_STRING ? sb_json_str(v) : vw.oom ? "?" : vw.p;
+            n += (size_t)snprintf(line + n, sizeof line - n, "%s %s=%s", given++ ? "," : "", sb_json_key_at(o, i), text);
+            sb_jw_free(&vw);
+        }
+        sb_json_doc_free(d);
+    }
+    if (!given && n < sizeof line) n += (size_t)snprintf(line + n, sizeof line - n, " no slots given");
+    if (n < sizeof line) snprintf(line + n, sizeof line - n, "; handed off: %s", reason);
+    sb_jw_str(w, line);
+}
+
+/* The package for the person who takes the call, into ss->handoff: the
+ * intent and its confidence, the slots with their real values (that
+ * person needs them), the transcript with this turn, a one-line summary
+ * and why. Built after the turn is stored, from what was stored. */
+static int hand_off(rt_req *q, const rt_run *run, const char *reason, char *err) {
+    rt_session *ss = q->sess;
+    sb_jw w;
+    sb_jw_init(&w);
+    sb_jw_obj(&w);
+    sb_jw_key(&w, "reason"); sb_jw_str(&w, reason);
+    sb_jw_key(&w, "intent"); sb_jw_str(&w, ss->intent);
+    sb_jw_key(&w, "confidence");
+    if (run && rt_run_intent(run)) sb_jw_num(&w, rt_run_confidence(run)); else sb_jw_null(&w);
+    sb_jw_key(&w, "slots"); rt_session_state_slots_json(ss, &w);
+    sb_jw_key(&w, "summary"); summary(ss, reason, &w);
+    sb_jw_key(&w, "transcript");
+    int rc = rt_session_transcript_json(q->r->sessions, ss->id, &w, err);
+    sb_jw_obj_end(&w);
+    if (!rc && w.oom) rc = sb_seterr(err, SB_ENOMEM, "out of memory");
+    if (!rc) rc = set_text(&ss->handoff, w.p, err);
+    sb_jw_free(&w);
+    return rc;
 }
 
 static int set_text(char **field, const char *text, char *err) {
@@ -147,6 +202,10 @@ int rt_turn_begin(rt_req *q, const sb_pipeline *p, const char *session, const ch
         return 1;
     }
     if (!open_session(q, p, session)) return 1;
+    if (!(q->sess->said = sb_strdup(input))) {
+        rt_req_error(q, 500, "server_error", "out_of_memory", "out of memory");
+        return 1;
+    }
     if (q->sess->bytes + (long long)strlen(input) > p->conv.max_bytes) {
         end_call(q, p, "max_bytes");
         return 1;
@@ -157,20 +216,25 @@ int rt_turn_begin(rt_req *q, const sb_pipeline *p, const char *session, const ch
 int rt_turn_commit(rt_req *q, const sb_pipeline *p, const rt_run *run, const char *input, const char *reply,
                    rt_turn_view *view, char *err) {
     rt_session *ss = q->sess;
+    if (ss->said) input = ss->said;
     int rc = rt_run_intent(run) ? set_text(&ss->intent, rt_run_intent(run), err) : 0;
     if (rc || (rc = set_text(&ss->awaiting, NULL, err)) || (rc = keep_slots(ss, run, err))) return rc;
     ss->stage = -1;                 /* nothing is awaited: the run went to its end */
     ss->turns++;
     ss->bytes += (long long)(strlen(input) + strlen(reply));
-    ss->done = ss->turns >= p->conv.max_turns;
+    const char *reason = rt_run_handoff(run) ? rt_run_handoff(run)
+                         : ss->turns >= p->conv.max_turns ? "max_turns" : NULL;
+    ss->done = reason != NULL;
     if ((rc = rt_session_commit(q->r->sessions, ss, p->conv.ttl_s, input, reply, wall_now(), err))) return rc;
-    viewed(q, view, NULL, ss->done ? "{\"reason\":\"max_turns\"}" : NULL);
+    if (reason && (rc = hand_off(q, run, reason, err))) return rc;
+    viewed(q, view, NULL);
     return 0;
 }
 
 int rt_turn_asked(rt_req *q, const sb_pipeline *p, const rt_run *run, const char *input, const char *question,
                   rt_turn_view *view, char *err) {
     rt_session *ss = q->sess;
+    if (ss->said) input = ss->said;
     sb_jw w;
     sb_jw_init(&w);
     rt_run_awaiting_json(run, &w);
@@ -184,7 +248,8 @@ int rt_turn_asked(rt_req *q, const sb_pipeline *p, const rt_run *run, const char
     ss->bytes += (long long)(strlen(input) + strlen(question));
     ss->done = ss->turns >= p->conv.max_turns;  /* then no answer will come: the call ends asking */
     if ((rc = rt_session_commit(q->r->sessions, ss, p->conv.ttl_s, input, question, wall_now(), err))) return rc;
-    viewed(q, view, question, ss->done ? "{\"reason\":\"max_turns\"}" : NULL);
+    if (ss->done && (rc = hand_off(q, run, "max_turns", err))) return rc;
+    viewed(q, view, question);
     return 0;
 }
 

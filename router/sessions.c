@@ -159,6 +159,8 @@ void rt_session_clear(rt_session *ss) {
     sb_free(ss->intent);
     sb_free(ss->slots);
     sb_free(ss->awaiting);
+    sb_free(ss->handoff);
+    sb_free(ss->said);
     memset(ss, 0, sizeof *ss);
 }
 
@@ -215,10 +217,12 @@ static void json_text(sb_jw *w, const char *text) {
     sb_json_doc_free(d);
 }
 
+void rt_session_state_slots_json(const rt_session *ss, sb_jw *w) { json_text(w, ss->slots); }
+
 void rt_session_state_json(const rt_session *ss, sb_jw *w) {
     sb_jw_obj(w);
     sb_jw_key(w, "intent"); sb_jw_str(w, ss->intent);
-    sb_jw_key(w, "slots"); json_text(w, ss->slots);
+    sb_jw_key(w, "slots"); rt_session_state_slots_json(ss, w);
     sb_jw_key(w, "turn"); sb_jw_int(w, ss->turns);
     sb_jw_obj_end(w);
 }
@@ -237,12 +241,18 @@ int rt_session_json(rt_sessions *s, const rt_session *ss, sb_jw *w, char *err) {
     sb_jw_key(w, "bytes"); sb_jw_int(w, ss->bytes);
     sb_jw_key(w, "done"); sb_jw_bool(w, ss->done);
     sb_jw_key(w, "transcript");
+    int rc = rt_session_transcript_json(s, ss->id, w, err);
+    sb_jw_obj_end(w);
+    return rc ? rc : w->oom ? sb_seterr(err, SB_ENOMEM, "out of memory") : 0;
+}
+
+int rt_session_transcript_json(rt_sessions *s, const char *id, sb_jw *w, char *err) {
     sb_jw_arr(w);
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(s->db, "SELECT n, at, caller, reply FROM turns WHERE session = ?1 ORDER BY n", -1, &st,
                            NULL) != SQLITE_OK)
         return db_fail(s, err, "reading a transcript");
-    sqlite3_bind_text(st, 1, ss->id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         sb_jw_obj(w);
@@ -255,8 +265,7 @@ int rt_session_json(rt_sessions *s, const rt_session *ss, sb_jw *w, char *err) {
     sqlite3_finalize(st);
     if (rc != SQLITE_DONE) return db_fail(s, err, "reading a transcript");
     sb_jw_arr_end(w);
-    sb_jw_obj_end(w);
-    return w->oom ? sb_seterr(err, SB_ENOMEM, "out of memory") : 0;
+    return 0;
 }
 
 /* ---------------------------------------------------------------- writes */

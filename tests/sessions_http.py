@@ -246,8 +246,12 @@ check(st == 200 and j["state"]["turn"] >= 2, "and their next turns continue", (s
 
 # ------------------------------------------------------------------ max_turns
 st, _, j = turn("fourth", sid)
-check(st == 200 and j["done"] is True and j["handoff"] == {"reason": "max_turns"} and j["state"]["turn"] == 4,
-      "the max_turns-th turn is answered and ends the call (done, handoff reason)", (st, j))
+h = (j or {}).get("handoff") or {}
+check(st == 200 and j["done"] is True and h.get("reason") == "max_turns" and j["state"]["turn"] == 4
+      and h.get("intent") == j["intent"] and isinstance(h.get("confidence"), float)
+      and [t["turn"] for t in h.get("transcript", [])] == [1, 2, 3, 4] and h["transcript"][-1]["caller"] == "fourth"
+      and h.get("summary", "").startswith(j["intent"] + ":") and h["summary"].endswith("handed off: max_turns"),
+      "the max_turns-th turn is answered and ends the call, handed off with its package", (st, j))
 st, _, j = turn("fifth", sid)
 check(st == 409 and code(j) == "session_ended", "a turn after the end: 409 session_ended", (st, j))
 

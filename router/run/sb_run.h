@@ -372,6 +372,11 @@ int  rt_run_start_at(rt_exec *ex, rt_pipeline_ref *ref, int stage, const char *i
 /* The call's slots: the JSON object of the stage that gathers them (a
  * generate stage with `ask:`), or NULL. */
 const sb_json *rt_run_slots(const rt_run *run);
+/* Why a stage handed the call to a person ("refused",
+ * "retries_exhausted"), or NULL: it did not. */
+const char *rt_run_handoff(const rt_run *run);
+/* The intent's confidence (0 without an intent). */
+double rt_run_confidence(const rt_run *run);
 const sb_pipeline *rt_run_pipe(const rt_run *run);
 /* Where a conversation stands after a turn, as the answer shows it: the
  * front door's sessions know it, a run does not. */

@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""slots_http.py URL - slots asked for, checked, re-asked and handed off,
+against a real runtime (tests/it_slots.sh starts it; no API key).
+
+The `slots` pipeline asks for account (seven digits, re-asked once), id
+(a resident ID by its check character; optional) and name (no checks).
+The random-weight fixture extracts nothing, so every slot is asked for.
+"""
+import http.client
+import json
+import sys
+import urllib.parse
+
+u = urllib.parse.urlparse(sys.argv[1])
+ID = "11010519491231002X"       # a resident ID whose MOD 11-2 check character is X
+fails = 0
+
+
+def check(ok, what, detail=""):
+    global fails
+    print(("ok   " if ok else "FAIL ") + what + ("" if ok else f": {str(detail)[:600]}"))
+    if not ok:
+        fails += 1
+
+
+def req(method, path, body=None):
+    c = http.client.HTTPConnection(u.hostname, u.port, timeout=60)
+    data = json.dumps(body).encode() if body is not None else None
+    c.request(method, path, body=data, headers={"Content-Type": "application/json"} if data else {})
+    r = c.getresponse()
+    raw = r.read()
+    c.close()
+    try:
+        return r.status, json.loads(raw)
+    except ValueError:
+        return r.status, None
+
+
+def turn(text, session=None):
+    body = {"input": text}
+    if session:
+        body["session"] = session
+    return req("POST", "/v1/pipelines/slots", body)
+
+
+def asks(j, slot):
+    return j is not None and j.get("awaiting") == {"kind": "slot", "slot": slot} and j["done"] is False
+
+
+def slots(j):
+    return j["state"]["slots"]
+
+
+# ---------------------------------------------------- spoken digits, correction, several at once
+st, j = turn("I want to check my bill")
+sid = j and j.get("session")
+check(st == 200 and asks(j, "account") and j["reply"] == "What is your account number?", "account asked", (st, j))
+st, j = turn("four four one zero zero three two", sid)
+check(st == 200 and slots(j).get("account") == "4410032" and asks(j, "id")
+      and j["reply"] == "What is your resident ID number?",
+      "an account said in English digit words is taken as digits; the ID is asked next", (st, j))
+st, j = turn("no, it's 4410033, and my ID is 110105 19491231 002X", sid)
+check(st == 200 and slots(j).get("account") == "4410033" and slots(j).get("id") == ID and asks(j, "name"),
+      "a correction replaces the account it fits, and the ID given with it (spaced groups) fills the ID", (st, j))
+st, j = turn("Ann", sid)
+check(st == 200 and j["awaiting"] is None and j["handoff"] is None and j["done"] is False
+      and j["reply"] == f"account 4410033 id {ID} name Ann",
+      "a slot without checks takes the answer as said; the run goes on with every slot", (st, j))
+
+# ---------------------------------------------------- Chinese numerals, several slots in one answer
+st, j = turn("我要查账单")
+zid = j and j.get("session")
+check(st == 200 and asks(j, "account") and j["reply"] == "请问您的账号是多少？", "a Chinese caller is asked in Chinese", (st, j))
+st, j = turn("账号四四一零零三二，身份证" + ID, zid)
+check(st == 200 and slots(j).get("account") == "4410032" and slots(j).get("id") == ID and asks(j, "name")
+      and j["reply"] == "请问您怎么称呼？",
+      "an answer with two slots (one in Chinese numerals) fills both; the next empty one is asked", (st, j))
+
+# ---------------------------------------------------- a checksum refuses, an optional slot is declined
+st, j = turn("I need my bill")
+oid = j and j.get("session")
+turn("4410032", oid)
+st, j = turn("110105194912310021", oid)      # the check character is X, not 1
+check(st == 200 and asks(j, "id") and "id" not in slots(j) or slots(j).get("id") in (None, ""),
+      "an ID with a wrong check character is refused and asked again", (st, j))
+st, j = turn("I'd rather not say", oid)
+check(st == 200 and asks(j, "name") and not slots(j).get("id"),
+      "a refusal of an optional slot goes on without it", (st, j))
+st, j = turn("Bob", oid)
+check(st == 200 and j["reply"] == "account 4410032 id  name Bob" and j["handoff"] is None,
+      "the call completes without the declined slot", (st, j))
+
+# ---------------------------------------------------- re-asks, then a hand-off
+st, j = turn("我要查账单")
+rid = j and j.get("session")
+st, j = turn("幺二三", rid)
+check(st == 200 and asks(j, "account") and j["reply"] == "账号是七位数字，请再说一遍。",
+      "an answer that fails the pattern is asked again with the re-ask text", (st, j))
+st, j = turn("十二", rid)
+h = (j or {}).get("handoff") or {}
+check(st == 200 and j["done"] is True and j["awaiting"] is None and h.get("reason") == "retries_exhausted"
+      and j["reply"] == "正在为您转接人工服务，请稍候。",
+      "past its retries the call is handed off, with the hand-off reply", (st, j))
+check([t["caller"] for t in h.get("transcript", [])] == ["我要查账单", "幺二三", "十二"]
+      and h["transcript"][-1]["reply"] == "正在为您转接人工服务，请稍候。"
+      and "retries_exhausted" in h.get("summary", "") and "slots" in h and "confidence" in h and "intent" in h,
+      "the package holds the transcript with this turn, the slots, a summary and the reason", h)
+st, j = turn("4410032", rid)
+check(st == 409 and j["error"]["code"] == "session_ended", "a handed-off call takes no more turns", (st, j))
+st, j = req("GET", "/v1/sessions/" + rid)
+check(st == 200 and j["done"] is True and len(j["transcript"]) == 3, "the session shows the call ended", (st, j))
+
+# ---------------------------------------------------- a required slot refused
+st, j = turn("I want to check my bill")
+fid = j and j.get("session")
+st, j = turn("no, I'd rather not", fid)
+h = (j or {}).get("handoff") or {}
+check(st == 200 and j["done"] is True and h.get("reason") == "refused"
+      and j["reply"] == "Putting you through to a colleague."
+      and h.get("summary", "").endswith("handed off: refused"),
+      "a refusal of a required slot hands the call to a person", (st, j))
+st, j = turn("I want to check my bill")
+gid = j and j.get("session")
+turn("4410032", gid)
+turn(ID, gid)
+st, j = turn("不方便说", gid)
+h = (j or {}).get("handoff") or {}
+check(st == 200 and h.get("reason") == "refused" and h["slots"] == {"account": "4410032", "id": ID}
+      and "account=4410032" in h["summary"] and ID in h["summary"],
+      "the package carries the real slot values given before the refusal", (st, j))
+
+print("slots_http: %s" % ("FAIL (%d)" % fails if fails else "ok"))
+sys.exit(1 if fails else 0)
