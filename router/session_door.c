@@ -222,8 +222,8 @@ int rt_turn_commit(rt_req *q, const sb_pipeline *p, const rt_run *run, const cha
     ss->stage = -1;                 /* nothing is awaited: the run went to its end */
     ss->turns++;
     ss->bytes += (long long)(strlen(input) + strlen(reply));
-    const char *reason = rt_run_handoff(run) ? rt_run_handoff(run)
-                         : ss->turns >= p->conv.max_turns ? "max_turns" : NULL;
+    const char *reason = rt_run_handoff_reason(run);
+    if (!reason && ss->turns >= p->conv.max_turns) reason = "max_turns";
     ss->done = reason != NULL;
     if ((rc = rt_session_commit(q->r->sessions, ss, p->conv.ttl_s, input, reply, wall_now(), err))) return rc;
     if (reason && (rc = hand_off(q, run, reason, err))) return rc;

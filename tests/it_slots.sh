@@ -4,8 +4,9 @@
 # the gateway over HTTP - answers spoken as Chinese numerals and English
 # words, several slots in one answer, a correction, a pattern and a
 # resident-ID checksum refusing answers, re-asks until the call is handed
-# off, refusals of an optional and of a required slot, and the hand-off
-# package (intent, slots, transcript, summary, reason).
+# off, refusals of an optional and of a required slot, the hand-off
+# package (intent, slots, transcript, summary, reason), and a call routed
+# to a hand-off intent.
 set -u
 cd "$(dirname "$0")/.."
 . tests/itlib.sh
@@ -44,6 +45,16 @@ pipelines:
           name: { zh: "请问您怎么称呼？", en: "And your name?" }
         handoff: { zh: "正在为您转接人工服务，请稍候。", en: "Putting you through to a colleague." }
       - { name: say, kind: tool, command: ["/bin/echo", "account {{stages.extract.json.account}} id {{stages.extract.json.id}} name {{stages.extract.json.name}}"] }
+  agent:
+    conversation: { ttl_s: 600, handoff_intents: [human_agent, complaint] }
+    stages:
+      - name: route
+        kind: intent
+        model: tiny
+        labels:
+          human_agent: { description: "the caller asks for a person" }
+          complaint: { description: "complaints" }
+      - { name: say, kind: tool, command: ["/bin/echo", "a colleague will take your call"] }
 YAML
 "$SB" run -c "$tmp/rt.yaml" > "$tmp/run.log" 2>&1 &
 sup=$!; it_pids+=($sup)

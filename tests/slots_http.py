@@ -129,5 +129,13 @@ check(st == 200 and h.get("reason") == "refused" and h["slots"] == {"account": "
       and "account=4410032" in h["summary"] and ID in h["summary"],
       "the package carries the real slot values given before the refusal", (st, j))
 
+# ---------------------------------------------------- routed to a person
+st, j = req("POST", "/v1/pipelines/agent", {"input": "let me talk to a person"})
+h = (j or {}).get("handoff") or {}
+check(st == 200 and j["done"] is True and h.get("reason") == "asked" and h.get("intent") == j["intent"]
+      and j["intent"] in ("human_agent", "complaint") and isinstance(h.get("confidence"), float)
+      and j["reply"] == "a colleague will take your call" and len(h.get("transcript", [])) == 1,
+      "an intent of conversation.handoff_intents hands the call off as asked, after the pipeline's reply", (st, j))
+
 print("slots_http: %s" % ("FAIL (%d)" % fails if fails else "ok"))
 sys.exit(1 if fails else 0)

@@ -664,6 +664,10 @@ static void test_ask_and_conversation_errors(void **state) {
     expect_error(GEN "        json: true\n        handoff: { en: 'Hold on.' }\n", "pipe.yaml:12:18",
                  "handoff: only a stage with ask: hands a call off");
 #undef SLOT
+    expect_error("runtime: { dir: /tmp/sb-pipe-test }\nmodels:\n  m: { gguf: tiny-llama-spm-Q4_K_M.gguf }\n"
+                 "pipelines:\n  p:\n    conversation: { handoff_intents: [agent] }\n    stages:\n"
+                 "      - { name: t, kind: tool, command: [/bin/true] }\n",
+                 "pipe.yaml:6:38", "conversation.handoff_intents: 'agent' is not a label of the pipeline's intent stages");
     sb_config *cfg;
     sb_pipelines *ps;
     char err[SB_ERR_LEN];

@@ -336,8 +336,14 @@ void rt_run_set_awaiting(rt_run *run, const char *json) {
 
 int rt_run_waiting_stage(const rt_run *run) { return run->suspended ? (int)run->cur : -1; }
 
-const char *rt_run_handoff(const rt_run *run) { return run->handoff; }
 double rt_run_confidence(const rt_run *run) { return run->confidence; }
+
+const char *rt_run_handoff_reason(const rt_run *run) {
+    if (run->handoff) return run->handoff;
+    for (size_t i = 0; run->intent && i < run->p->conv.n_handoff_intents; i++)
+        if (!strcmp(run->intent, run->p->conv.handoff_intents[i])) return run->fell_back ? "rejected" : "asked";
+    return NULL;
+}
 
 const sb_json *rt_run_slots(const rt_run *run) {
     return run->slots_stage >= 0 ? run->res[run->slots_stage].json : NULL;
