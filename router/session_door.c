@@ -23,7 +23,6 @@ static double wall_now(void) {
 
 /* --------------------------------------------------------------- a turn */
 
-static int set_text(char **field, const char *text, char *err);
 
 static void not_found(rt_req *q, int rc, const char *id) {
     if (rc == SB_ETIMEOUT)
@@ -116,57 +115,12 @@ static void viewed(rt_req *q, rt_turn_view *view, const char *reply) {
     rt_req_set_header(q, "X-Session-Id", ss->id);
 }
 
-/* One line for the person who takes the call: the intent and the slots
- * given ("pension_query: account=4410032, name=张三"), then why. A long
- * line is cut; the slots are whole in the package beside it. */
-#define SUMMARY_MAX 512
-static void summary(const rt_session *ss, const char *reason, sb_jw *w) {
-    char line[SUMMARY_MAX];
-    size_t n = (size_t)snprintf(line, sizeof line, "%s:", ss->intent ? ss->intent : "no intent");
-    sb_json_doc *d;
-    int given = 0;
-    if (ss->slots && !sb_json_parse(ss->slots, strlen(ss->slots), &d, NULL)) {
-        const sb_json *o = sb_json_root(d);
-        for (size_t i = 0; i < sb_json_len(o) && n < sizeof line; i++) {
-            const sb_json *v = sb_json_val_at(o, i);
-            if (sb_json_type_of(v) == SB_JSON_NULL || (sb_json_type_of(v) == SB_JSON_STRING && !*sb_json_str(v)))
-                continue;
-            sb_jw vw;
-            sb_jw_init(&vw);
-            if (sb_json_type_of(v) != SB_JSON_STRING) sb_jw_value(&vw, v);
-            const char *text = sb_json_type_of(v) == SB_JSON_STRING ? sb_json_str(v) : vw.oom ? "?" : vw.p;
-            n += (size_t)snprintf(line + n, sizeof line - n, "%s %s=%s", given++ ? "," : "", sb_json_key_at(o, i), text);
-            sb_jw_free(&vw);
-        }
-        sb_json_doc_free(d);
-    }
-    if (!given && n < sizeof line) n += (size_t)snprintf(line + n, sizeof line - n, " no slots given");
-    if (n < sizeof line) snprintf(line + n, sizeof line - n, "; handed off: %s", reason);
-    sb_jw_str(w, line);
-}
-
-/* The package for the person who takes the call, into ss->handoff: the
- * intent and its confidence, the slots with their real values (that
- * person needs them), the transcript with this turn, a one-line summary
- * and why. Built after the turn is stored, from what was stored. */
-static int hand_off(rt_req *q, const rt_run *run, const char *reason, char *err) {
-    rt_session *ss = q->sess;
-    sb_jw w;
-    sb_jw_init(&w);
-    sb_jw_obj(&w);
-    sb_jw_key(&w, "reason"); sb_jw_str(&w, reason);
-    sb_jw_key(&w, "intent"); sb_jw_str(&w, ss->intent);
-    sb_jw_key(&w, "confidence");
-    if (run && rt_run_intent(run)) sb_jw_num(&w, rt_run_confidence(run)); else sb_jw_null(&w);
-    sb_jw_key(&w, "slots"); rt_session_state_slots_json(ss, &w);
-    sb_jw_key(&w, "summary"); summary(ss, reason, &w);
-    sb_jw_key(&w, "transcript");
-    int rc = rt_session_transcript_json(q->r->sessions, ss->id, &w, err);
-    sb_jw_obj_end(&w);
-    if (!rc && w.oom) rc = sb_seterr(err, SB_ENOMEM, "out of memory");
-    if (!rc) rc = set_text(&ss->handoff, w.p, err);
-    sb_jw_free(&w);
-    return rc;
+/* The turn hands the call off: the commit builds the package (and queues
+ * its delivery to conversation.handoff_url) in the turn's transaction. */
+static void handing_off(rt_session *ss, const sb_pipeline *p, const rt_run *run, const char *reason) {
+    ss->handoff_reason = reason;
+    ss->handoff_url = p->conv.handoff_url;
+    ss->handoff_confidence = rt_run_intent(run) ? rt_run_confidence(run) : -1;
 }
 
 static int set_text(char **field, const char *text, char *err) {
@@ -225,8 +179,9 @@ int rt_turn_commit(rt_req *q, const sb_pipeline *p, const rt_run *run, const cha
     const char *reason = rt_run_handoff_reason(run);
     if (!reason && ss->turns >= p->conv.max_turns) reason = "max_turns";
     ss->done = reason != NULL;
+    if (reason) handing_off(ss, p, run, reason);
     if ((rc = rt_session_commit(q->r->sessions, ss, p->conv.ttl_s, input, reply, wall_now(), err))) return rc;
-    if (reason && (rc = hand_off(q, run, reason, err))) return rc;
+    if (reason && ss->handoff_url) rt_handoff_out_kick(q->r->handoff_out);
     viewed(q, view, NULL);
     return 0;
 }
@@ -247,8 +202,9 @@ int rt_turn_asked(rt_req *q, const sb_pipeline *p, const rt_run *run, const char
     ss->turns++;
     ss->bytes += (long long)(strlen(input) + strlen(question));
     ss->done = ss->turns >= p->conv.max_turns;  /* then no answer will come: the call ends asking */
+    if (ss->done) handing_off(ss, p, run, "max_turns");
     if ((rc = rt_session_commit(q->r->sessions, ss, p->conv.ttl_s, input, question, wall_now(), err))) return rc;
-    if (ss->done && (rc = hand_off(q, run, "max_turns", err))) return rc;
+    if (ss->done && ss->handoff_url) rt_handoff_out_kick(q->r->handoff_out);
     viewed(q, view, question);
     return 0;
 }
@@ -376,6 +332,8 @@ void rt_sessions_start(rt *r, const sb_config *cfg) {
         sb_warn("sessions disabled: %s", err);
         return;
     }
+    if (rt_handoff_out_start(cfg->sessions.store, &r->handoff_out, err))
+        sb_warn("hand-off delivery off: %s", err);
     r->session_timer = event_new(r->ex.be.base, -1, EV_PERSIST, on_sweep, r);
     struct timeval tv = { cfg->sessions.sweep_s, 0 };
     if (r->session_timer) event_add(r->session_timer, &tv);
@@ -384,6 +342,8 @@ void rt_sessions_start(rt *r, const sb_config *cfg) {
 
 void rt_sessions_stop(rt *r) {
     drop_waiting(r, NULL, -1);
+    rt_handoff_out_stop(r->handoff_out);
+    r->handoff_out = NULL;
     if (r->session_timer) event_free(r->session_timer);
     r->session_timer = NULL;
     rt_sessions_close(r->sessions);

@@ -5,14 +5,15 @@
 # words, several slots in one answer, a correction, a pattern and a
 # resident-ID checksum refusing answers, re-asks until the call is handed
 # off, refusals of an optional and of a required slot, the hand-off
-# package (intent, slots, transcript, summary, reason), and a call routed
-# to a hand-off intent.
+# package (intent, slots, transcript, summary, reason), its delivery to a
+# receiver that fails its first two attempts, and a call routed to a
+# hand-off intent.
 set -u
 cd "$(dirname "$0")/.."
 . tests/itlib.sh
 it_init slots
 run=$tmp/run
-port=$(it_ports 1)
+read -r port rport < <(it_ports 2)
 cat > "$tmp/rt.yaml" <<YAML
 runtime:
   dir: $run
@@ -24,7 +25,7 @@ cache:
   path: $run/cache.sqlite
 pipelines:
   slots:
-    conversation: { ttl_s: 600, max_turns: 20 }
+    conversation: { ttl_s: 600, max_turns: 20, handoff_url: "http://127.0.0.1:$rport/handoff" }
     stages:
       - name: extract
         kind: generate
@@ -62,7 +63,7 @@ rc=0
 if ! it_wait_ready "$tmp/run.log" 90 "$sup"; then
     echo "FAIL the runtime did not come up"; tail -30 "$tmp/run.log"; exit 1
 fi
-python3 tests/slots_http.py "http://127.0.0.1:$port" || rc=1
+python3 tests/slots_http.py "http://127.0.0.1:$port" "$rport" || rc=1
 if [ $rc -ne 0 ]; then echo "--- run.log (tail)"; tail -40 "$tmp/run.log"; fi
 it_stop "$sup" runtime || rc=1
 it_san_check "$tmp/run.log" "the runtime's log" || rc=1

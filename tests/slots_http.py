@@ -1,17 +1,23 @@
 #!/usr/bin/env python3
-"""slots_http.py URL - slots asked for, checked, re-asked and handed off,
-against a real runtime (tests/it_slots.sh starts it; no API key).
+"""slots_http.py URL RECEIVER_PORT - slots asked for, checked, re-asked and
+handed off, against a real runtime (tests/it_slots.sh starts it; no API
+key). The hand-off packages of `slots` go to a receiver served here on
+RECEIVER_PORT, which fails the first two attempts of every package.
 
 The `slots` pipeline asks for account (seven digits, re-asked once), id
 (a resident ID by its check character; optional) and name (no checks).
 The random-weight fixture extracts nothing, so every slot is asked for.
 """
 import http.client
+import http.server
 import json
 import sys
+import threading
+import time
 import urllib.parse
 
 u = urllib.parse.urlparse(sys.argv[1])
+RECEIVER_PORT = int(sys.argv[2])
 ID = "11010519491231002X"       # a resident ID whose MOD 11-2 check character is X
 fails = 0
 
@@ -49,6 +55,35 @@ def asks(j, slot):
 
 def slots(j):
     return j["state"]["slots"]
+
+
+# ---------------------------------------------------- the hand-off receiver
+attempts, accepted, lock = {}, {}, threading.Lock()
+
+
+class Receiver(http.server.BaseHTTPRequestHandler):
+    """Fails each package's first two attempts (503); takes a package once
+    per Idempotency-Key (a repeat is acknowledged, not taken again)."""
+
+    def do_POST(self):
+        key = self.headers.get("Idempotency-Key")
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        with lock:
+            attempts[key] = attempts.get(key, 0) + 1
+            ok = attempts[key] > 2
+            if ok and key not in accepted:
+                accepted[key] = json.loads(body)
+        self.send_response(200 if ok else 503)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *a):
+        pass
+
+
+srv = http.server.ThreadingHTTPServer(("127.0.0.1", RECEIVER_PORT), Receiver)
+threading.Thread(target=srv.serve_forever, daemon=True).start()
+handoffs = {}       # session -> the package its answer carried
 
 
 # ---------------------------------------------------- spoken digits, correction, several at once
@@ -98,6 +133,7 @@ check(st == 200 and asks(j, "account") and j["reply"] == "账号是七位数字�
       "an answer that fails the pattern is asked again with the re-ask text", (st, j))
 st, j = turn("十二", rid)
 h = (j or {}).get("handoff") or {}
+handoffs[rid] = h
 check(st == 200 and j["done"] is True and j["awaiting"] is None and h.get("reason") == "retries_exhausted"
       and j["reply"] == "正在为您转接人工服务，请稍候。",
       "past its retries the call is handed off, with the hand-off reply", (st, j))
@@ -115,6 +151,7 @@ st, j = turn("I want to check my bill")
 fid = j and j.get("session")
 st, j = turn("no, I'd rather not", fid)
 h = (j or {}).get("handoff") or {}
+handoffs[fid] = h
 check(st == 200 and j["done"] is True and h.get("reason") == "refused"
       and j["reply"] == "Putting you through to a colleague."
       and h.get("summary", "").endswith("handed off: refused"),
@@ -125,6 +162,7 @@ turn("4410032", gid)
 turn(ID, gid)
 st, j = turn("不方便说", gid)
 h = (j or {}).get("handoff") or {}
+handoffs[gid] = h
 check(st == 200 and h.get("reason") == "refused" and h["slots"] == {"account": "4410032", "id": ID}
       and "account=4410032" in h["summary"] and ID in h["summary"],
       "the package carries the real slot values given before the refusal", (st, j))
@@ -136,6 +174,26 @@ check(st == 200 and j["done"] is True and h.get("reason") == "asked" and h.get("
       and j["intent"] in ("human_agent", "complaint") and isinstance(h.get("confidence"), float)
       and j["reply"] == "a colleague will take your call" and len(h.get("transcript", [])) == 1,
       "an intent of conversation.handoff_intents hands the call off as asked, after the pipeline's reply", (st, j))
+
+# ---------------------------------------------------- delivery
+end = time.time() + 20
+while time.time() < end:
+    with lock:
+        if all(k in accepted for k in handoffs):
+            break
+    time.sleep(0.1)
+time.sleep(1.5)         # a duplicate sent after the acknowledgement would show up by now
+with lock:
+    check(set(accepted) == set(handoffs) and all(accepted[k] == handoffs[k] for k in handoffs),
+          "every hand-off package reaches the receiver, the same package as the answer's, keyed by its session",
+          (sorted(accepted), sorted(handoffs)))
+    check(all(attempts.get(k) == 3 for k in handoffs),
+          "each after two failed attempts, retried with backoff, and not sent again once taken", attempts)
+check(all(v.get("session") == k for k, v in accepted.items()), "the package names its session", accepted)
+st, j = req("POST", "/v1/pipelines/agent", {"input": "a person please"})
+time.sleep(1.5)
+with lock:
+    check(j["session"] not in attempts, "a pipeline without handoff_url queues nothing", attempts)
 
 print("slots_http: %s" % ("FAIL (%d)" % fails if fails else "ok"))
 sys.exit(1 if fails else 0)

@@ -668,6 +668,10 @@ static void test_ask_and_conversation_errors(void **state) {
                  "pipelines:\n  p:\n    conversation: { handoff_intents: [agent] }\n    stages:\n"
                  "      - { name: t, kind: tool, command: [/bin/true] }\n",
                  "pipe.yaml:6:38", "conversation.handoff_intents: 'agent' is not a label of the pipeline's intent stages");
+    expect_error("runtime: { dir: /tmp/sb-pipe-test }\nmodels:\n  m: { gguf: tiny-llama-spm-Q4_K_M.gguf }\n"
+                 "pipelines:\n  p:\n    conversation: { handoff_url: 'ftp://desk/in' }\n    stages:\n"
+                 "      - { name: t, kind: tool, command: [/bin/true] }\n",
+                 "pipe.yaml:6:34", "conversation.handoff_url: expected an http:// or https:// URL, got 'ftp://desk/in'");
     sb_config *cfg;
     sb_pipelines *ps;
     char err[SB_ERR_LEN];

@@ -62,6 +62,7 @@ static const sb_cfg_key conversation_keys[] = {
     { "max_turns", SB_KEY_INT, 1, 1000, CV(max_turns), NULL },
     { "max_bytes", SB_KEY_INT, 1024, 16 << 20, CV(max_bytes), NULL },
     RT_KEY("handoff_intents"),      /* labels of the pipeline's intent stages, checked after its stages */
+    { "handoff_url", SB_KEY_STR, 1, 0, CV(handoff_url), NULL },
     RT_KEYS_END
 };
 
@@ -79,6 +80,10 @@ static int load_conversation(vctx *c, const sb_config_node *n, sb_pipeline *p) {
     const sb_config_node *v = rc ? NULL : sb_config_node_get(n, "handoff_intents");
     if (v) rc = sb_cfg_strs(&k, v, "handoff_intents", SB_PIPE_MAX_LABELS, &p->conv.handoff_intents,
                             &p->conv.n_handoff_intents);
+    const char *url = p->conv.handoff_url;
+    if (!rc && url && strncmp(url, "http://", 7) && strncmp(url, "https://", 8))
+        rc = FAIL(c, sb_config_node_get(n, "handoff_url"), "%s.handoff_url: expected an http:// or https:// URL, got '%s'",
+                  path, url);
     return rc;
 }
 
@@ -201,6 +206,7 @@ void sb_pipelines_free(sb_pipelines *ps) {
         for (size_t k = 0; p->conv.handoff_intents && k < p->conv.n_handoff_intents; k++)
             sb_free(p->conv.handoff_intents[k]);
         sb_free(p->conv.handoff_intents);
+        sb_free(p->conv.handoff_url);
         sb_free(p->name);
         sb_free(p->description);
     }

@@ -153,6 +153,7 @@ typedef struct {
         int ttl_s;                  /* idle expiry, default 1800 */
         int max_turns;              /* then the call ends (done), default 50 */
         int max_bytes;              /* a session's stored bytes at most, default 262144 */
+        char *handoff_url;          /* where hand-off packages are POSTed, or NULL */
         char **handoff_intents;     /* labels that end the call with a hand-off (asked / rejected) */
         size_t n_handoff_intents;
     } conv;
