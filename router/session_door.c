@@ -83,6 +83,9 @@ static void end_call(rt_req *q, const sb_pipeline *p, const char *reason) {
     rt_session *ss = q->sess;
     char err[SB_ERR_LEN];
     ss->done = true;
+    ss->handoff_reason = reason;
+    ss->handoff_url = p->conv.handoff_url;
+    ss->handoff_confidence = -1;
     if (rt_session_commit(q->r->sessions, ss, p->conv.ttl_s, NULL, NULL, wall_now(), err)) {
         rt_req_error(q, 500, "server_error", "internal", "%s", err);
         return;
@@ -98,11 +101,19 @@ static void end_call(rt_req *q, const sb_pipeline *p, const char *reason) {
     sb_jw_key(&w, "state"); rt_session_state_json(ss, &w);
     sb_jw_key(&w, "awaiting"); sb_jw_null(&w);
     sb_jw_key(&w, "fallback"); sb_jw_bool(&w, false);
-    sb_jw_key(&w, "handoff"); sb_jw_obj(&w); sb_jw_key(&w, "reason"); sb_jw_str(&w, reason); sb_jw_obj_end(&w);
+    sb_jw_key(&w, "handoff");
+    sb_json_doc *d;             /* the package the commit built (ours: it parses) */
+    if (ss->handoff && !sb_json_parse(ss->handoff, strlen(ss->handoff), &d, NULL)) {
+        sb_jw_value(&w, sb_json_root(d));
+        sb_json_doc_free(d);
+    } else {
+        sb_jw_null(&w);
+    }
     sb_jw_key(&w, "done"); sb_jw_bool(&w, true);
     sb_jw_obj_end(&w);
     rt_answer a = { .text = "", .finish_reason = "stop", .result = w.oom ? NULL : w.p, .result_len = w.len };
     rt_req_set_header(q, "X-Session-Id", ss->id);
+    if (ss->handoff_url) rt_handoff_out_kick(q->r->handoff_out);
     q->reply.finish(q->reply.arg, &a);
     sb_jw_free(&w);
 }

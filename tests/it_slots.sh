@@ -46,6 +46,10 @@ pipelines:
           name: { zh: "请问您怎么称呼？", en: "And your name?" }
         handoff: { zh: "正在为您转接人工服务，请稍候。", en: "Putting you through to a colleague." }
       - { name: say, kind: tool, command: ["/bin/echo", "account {{stages.extract.json.account}} id {{stages.extract.json.id}} name {{stages.extract.json.name}}"] }
+  bytes:
+    conversation: { ttl_s: 600, max_bytes: 1024, handoff_url: "http://127.0.0.1:$rport/handoff" }
+    stages:
+      - { name: say, kind: tool, command: ["/bin/echo", "ok"] }
   agent:
     conversation: { ttl_s: 600, handoff_intents: [human_agent, complaint] }
     stages:

@@ -124,6 +124,13 @@ check(st == 200 and asks(j, "name") and not slots(j).get("id"),
 st, j = turn("Bob", oid)
 check(st == 200 and j["reply"] == "account 4410032 id  name Bob" and j["handoff"] is None,
       "the call completes without the declined slot", (st, j))
+st, j = turn("I need my bill")
+pid = j and j.get("session")
+turn("4410032", pid)
+turn("skip", pid)
+st, j = turn("my ID is " + ID, pid)
+check(st == 200 and slots(j).get("id") == ID and not slots(j).get("name") and asks(j, "name"),
+      "asked for the name, an answer holding only an ID fills the ID and is not taken as the name", (st, j))
 
 # ---------------------------------------------------- re-asks, then a hand-off
 st, j = turn("我要查账单")
@@ -174,6 +181,15 @@ check(st == 200 and j["done"] is True and h.get("reason") == "asked" and h.get("
       and j["intent"] in ("human_agent", "complaint") and isinstance(h.get("confidence"), float)
       and j["reply"] == "a colleague will take your call" and len(h.get("transcript", [])) == 1,
       "an intent of conversation.handoff_intents hands the call off as asked, after the pipeline's reply", (st, j))
+
+# ---------------------------------------------------- max_bytes
+st, j = req("POST", "/v1/pipelines/bytes", {"input": "x" * 600})
+bid = j and j.get("session")
+st, j = req("POST", "/v1/pipelines/bytes", {"input": "y" * 600, "session": bid})
+h = (j or {}).get("handoff") or {}
+handoffs[bid] = h
+check(st == 200 and j["done"] is True and h.get("reason") == "max_bytes" and len(h.get("transcript", [])) == 1,
+      "a turn past max_bytes ends the call with a package (the turns stored so far)", (st, j))
 
 # ---------------------------------------------------- delivery
 end = time.time() + 20

@@ -365,12 +365,14 @@ static int read_answer(const ask_conf *a, const char *turn, answer *an) {
     return 0;
 }
 
-/* Which slot value v goes to: the asked one, else (for a correction) a
- * filled slot with checks it passes, else an empty one; -1: none. */
+/* Which slot value v (a number of the answer) goes to: the asked one if
+ * it has checks v passes, else (for a correction) a filled slot with checks
+ * it passes, else an empty one with checks; -1: none. A slot without checks
+ * takes the whole answer instead (rt_ask_answered). */
 static int slot_for(const ask_conf *a, const ask_slot *asked, const sb_json *obj, const char *v, bool correction,
                     const int *taken) {
     int asked_i = (int)(asked - a->slots);
-    if (!taken[asked_i] && valid(asked, v)) return asked_i;
+    if (!taken[asked_i] && checked(asked) && valid(asked, v)) return asked_i;
     for (int pass = correction ? 0 : 1; pass < 2; pass++)
         for (size_t i = 0; i < a->n; i++) {
             const ask_slot *o = &a->slots[i];
@@ -425,12 +427,15 @@ rt_stage_outcome rt_ask_answered(rt_run *run, const sb_stage *s) {
         if (i >= 0) { set[i] = an.values[k]; taken[i] = 1; }
     }
     int asked_i = (int)(as - a->slots);
-    if (!taken[asked_i] && an.whole[0] && !rt_caller_refuses(an.whole) && valid(as, an.whole)) {
-        set[asked_i] = an.whole;        /* a slot without checks takes the answer as said */
-        taken[asked_i] = 1;
-    }
     bool any = false;
     for (size_t i = 0; i < a->n; i++) any |= taken[i];
+    /* The answer as said, when it gave no value to another slot: "my
+     * account is 4410032", asked for a name, is not a name. */
+    if (!any && an.whole[0] && !rt_caller_refuses(an.whole) && valid(as, an.whole)) {
+        set[asked_i] = an.whole;
+        taken[asked_i] = 1;
+        any = true;
+    }
     if (any) {
         if (rewrite(sr, a, set)) return oom(run);
         if (taken[asked_i]) sr->retries_used = 0;
