@@ -6,8 +6,8 @@
 # resident-ID checksum refusing answers, re-asks until the call is handed
 # off, refusals of an optional and of a required slot, the hand-off
 # package (intent, slots, transcript, summary, reason), its delivery to a
-# receiver that fails its first two attempts, and a call routed to a
-# hand-off intent.
+# receiver that fails its first two attempts (and across a kill -9 of the
+# router), and a call routed to a hand-off intent.
 set -u
 cd "$(dirname "$0")/.."
 . tests/itlib.sh
@@ -67,7 +67,7 @@ rc=0
 if ! it_wait_ready "$tmp/run.log" 90 "$sup"; then
     echo "FAIL the runtime did not come up"; tail -30 "$tmp/run.log"; exit 1
 fi
-python3 tests/slots_http.py "http://127.0.0.1:$port" "$rport" || rc=1
+python3 tests/slots_http.py "http://127.0.0.1:$port" "$rport" "$run" || rc=1
 if [ $rc -ne 0 ]; then echo "--- run.log (tail)"; tail -40 "$tmp/run.log"; fi
 it_stop "$sup" runtime || rc=1
 it_san_check "$tmp/run.log" "the runtime's log" || rc=1

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""slots_http.py URL RECEIVER_PORT - slots asked for, checked, re-asked and
+"""slots_http.py URL RECEIVER_PORT RUNDIR - slots asked for, checked, re-asked and
 handed off, against a real runtime (tests/it_slots.sh starts it; no API
 key). The hand-off packages of `slots` go to a receiver served here on
-RECEIVER_PORT, which fails the first two attempts of every package.
+RECEIVER_PORT, which fails the first two attempts of every package (and
+every attempt of a package it is told to hold back, across a kill -9 of
+the router: the supervisor's RUNDIR/state.json gives its pid).
 
 The `slots` pipeline asks for account (seven digits, re-asked once), id
 (a resident ID by its check character; optional) and name (no checks).
@@ -11,13 +13,15 @@ The random-weight fixture extracts nothing, so every slot is asked for.
 import http.client
 import http.server
 import json
+import os
+import signal
 import sys
 import threading
 import time
 import urllib.parse
 
 u = urllib.parse.urlparse(sys.argv[1])
-RECEIVER_PORT = int(sys.argv[2])
+RECEIVER_PORT, RUN = int(sys.argv[2]), sys.argv[3]
 ID = "11010519491231002X"       # a resident ID whose MOD 11-2 check character is X
 fails = 0
 
@@ -59,6 +63,7 @@ def slots(j):
 
 # ---------------------------------------------------- the hand-off receiver
 attempts, accepted, lock = {}, {}, threading.Lock()
+held = set()        # keys refused for now, whatever the attempt
 
 
 class Receiver(http.server.BaseHTTPRequestHandler):
@@ -70,7 +75,7 @@ class Receiver(http.server.BaseHTTPRequestHandler):
         body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
         with lock:
             attempts[key] = attempts.get(key, 0) + 1
-            ok = attempts[key] > 2
+            ok = attempts[key] > 2 and key not in held
             if ok and key not in accepted:
                 accepted[key] = json.loads(body)
         self.send_response(200 if ok else 503)
@@ -191,6 +196,43 @@ handoffs[bid] = h
 check(st == 200 and j["done"] is True and h.get("reason") == "max_bytes" and len(h.get("transcript", [])) == 1,
       "a turn past max_bytes ends the call with a package (the turns stored so far)", (st, j))
 
+# ---------------------------------------------------- a kill -9 with a package undelivered
+def router_pid():
+    with open(RUN + "/state.json") as f:
+        return json.load(f)["router"]["pid"]
+
+
+def wait_router(old_pid, secs=60):
+    end = time.time() + secs
+    while time.time() < end:
+        try:
+            pid = router_pid()
+            if pid and pid != old_pid and req("GET", "/v1/models")[0] == 200:
+                return pid
+        except (OSError, ValueError, KeyError, TypeError, http.client.HTTPException):
+            pass
+        time.sleep(0.1)
+    return None
+
+
+st, j = turn("I want to check my bill")
+kid = j and j.get("session")
+with lock:
+    held.add(kid)
+st, j = turn("skip it", kid)
+handoffs[kid] = (j or {}).get("handoff") or {}
+check(st == 200 and handoffs[kid].get("reason") == "refused", "a call handed off while its receiver refuses", (st, j))
+end = time.time() + 10
+while time.time() < end and attempts.get(kid, 0) < 3:
+    time.sleep(0.05)
+pid = router_pid()
+os.kill(pid, signal.SIGKILL)
+new = wait_router(pid)
+check(new is not None, f"the supervisor restarted the router after kill -9 (pid {pid} -> {new})")
+with lock:
+    before = attempts.get(kid, 0)
+    held.discard(kid)
+
 # ---------------------------------------------------- delivery
 end = time.time() + 20
 while time.time() < end:
@@ -203,8 +245,11 @@ with lock:
     check(set(accepted) == set(handoffs) and all(accepted[k] == handoffs[k] for k in handoffs),
           "every hand-off package reaches the receiver, the same package as the answer's, keyed by its session",
           (sorted(accepted), sorted(handoffs)))
-    check(all(attempts.get(k) == 3 for k in handoffs),
+    check(all(attempts.get(k) == 3 for k in handoffs if k != kid),
           "each after two failed attempts, retried with backoff, and not sent again once taken", attempts)
+    check(before >= 3 and attempts.get(kid) == before + 1,
+          "a package still undelivered at a kill -9 is sent by the next router, once taken never again",
+          (before, attempts.get(kid)))
 check(all(v.get("session") == k for k, v in accepted.items()), "the package names its session", accepted)
 st, j = req("POST", "/v1/pipelines/agent", {"input": "a person please"})
 time.sleep(1.5)
