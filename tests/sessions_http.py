@@ -17,6 +17,9 @@ import threading
 import time
 import urllib.parse
 
+sys.path.insert(0, os.path.dirname(__file__))
+import itlib  # noqa: E402
+
 URL, RUN, KEYS_FILE = sys.argv[1:4]
 u = urllib.parse.urlparse(URL)
 KEYS = {"app": "app-key-0123456789", "other": "other-key-0123456789", "ops": "ops-key-0123456789"}
@@ -62,24 +65,12 @@ def turn(text, session=None, key="app", pipe="conv"):
 
 
 def router_pid():
-    with open(RUN + "/state.json") as f:
-        return json.load(f)["router"]["pid"]
+    return itlib.router_pid(RUN)
 
 
 def wait_router(old_pid, secs=60):
     """The supervisor's new router answering; its pid."""
-    end = time.time() + secs
-    while time.time() < end:
-        try:
-            pid = router_pid()
-            if pid and pid != old_pid:
-                st, _, _ = req("GET", "/v1/models", timeout=2)
-                if st == 200:
-                    return pid
-        except (OSError, ValueError, KeyError, TypeError, http.client.HTTPException):
-            pass
-        time.sleep(0.1)
-    return None
+    return itlib.wait_router(RUN, old_pid, lambda: req("GET", "/v1/models", timeout=2)[0] == 200, secs)
 
 
 # ------------------------------------------------------------------ keys and roles

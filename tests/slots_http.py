@@ -20,6 +20,9 @@ import threading
 import time
 import urllib.parse
 
+sys.path.insert(0, os.path.dirname(__file__))
+import itlib  # noqa: E402
+
 u = urllib.parse.urlparse(sys.argv[1])
 RECEIVER_PORT, RUN = int(sys.argv[2]), sys.argv[3]
 ID = "11010519491231002X"       # a resident ID whose MOD 11-2 check character is X
@@ -197,24 +200,6 @@ check(st == 200 and j["done"] is True and h.get("reason") == "max_bytes" and len
       "a turn past max_bytes ends the call with a package (the turns stored so far)", (st, j))
 
 # ---------------------------------------------------- a kill -9 with a package undelivered
-def router_pid():
-    with open(RUN + "/state.json") as f:
-        return json.load(f)["router"]["pid"]
-
-
-def wait_router(old_pid, secs=60):
-    end = time.time() + secs
-    while time.time() < end:
-        try:
-            pid = router_pid()
-            if pid and pid != old_pid and req("GET", "/v1/models")[0] == 200:
-                return pid
-        except (OSError, ValueError, KeyError, TypeError, http.client.HTTPException):
-            pass
-        time.sleep(0.1)
-    return None
-
-
 st, j = turn("I want to check my bill")
 kid = j and j.get("session")
 with lock:
@@ -225,9 +210,9 @@ check(st == 200 and handoffs[kid].get("reason") == "refused", "a call handed off
 end = time.time() + 10
 while time.time() < end and attempts.get(kid, 0) < 3:
     time.sleep(0.05)
-pid = router_pid()
+pid = itlib.router_pid(RUN)
 os.kill(pid, signal.SIGKILL)
-new = wait_router(pid)
+new = itlib.wait_router(RUN, pid, lambda: req("GET", "/v1/models")[0] == 200)
 check(new is not None, f"the supervisor restarted the router after kill -9 (pid {pid} -> {new})")
 with lock:
     before = attempts.get(kid, 0)
