@@ -26,14 +26,7 @@ import itlib  # noqa: E402
 u = urllib.parse.urlparse(sys.argv[1])
 RECEIVER_PORT, RUN = int(sys.argv[2]), sys.argv[3]
 ID = "11010519491231002X"       # a resident ID whose MOD 11-2 check character is X
-fails = 0
-
-
-def check(ok, what, detail=""):
-    global fails
-    print(("ok   " if ok else "FAIL ") + what + ("" if ok else f": {str(detail)[:600]}"))
-    if not ok:
-        fails += 1
+check = itlib.Checks(detail_max=600)
 
 
 def req(method, path, body=None):
@@ -241,5 +234,4 @@ time.sleep(1.5)
 with lock:
     check(j["session"] not in attempts, "a pipeline without handoff_url queues nothing", attempts)
 
-print("slots_http: %s" % ("FAIL (%d)" % fails if fails else "ok"))
-sys.exit(1 if fails else 0)
+sys.exit(check.summary())
