@@ -132,6 +132,10 @@ turn("skip", pid)
 st, j = turn("my ID is " + ID, pid)
 check(st == 200 and slots(j).get("id") == ID and not slots(j).get("name") and asks(j, "name"),
       "asked for the name, an answer holding only an ID fills the ID and is not taken as the name", (st, j))
+long_name = "欧阳" + "娜" * 150 + " the third"
+st, j = turn("  " + long_name + " ", pid)
+check(st == 200 and j["reply"] == f"account 4410032 id {ID} name {long_name}",
+      "a long answer to a slot without checks is taken whole, trimmed", (st, j))
 
 # ---------------------------------------------------- re-asks, then a hand-off
 st, j = turn("我要查账单")

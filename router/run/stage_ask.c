@@ -27,7 +27,8 @@
  * is a value: the asked slot takes the first that passes its checks, and
  * any other empty slot with a pattern or checksum takes one that passes
  * its own, so "账号 4410032，身份证 110105...X" fills both. A slot without
- * checks takes the whole answer. An answer that leads with a no ("不对，是
+ * checks takes the whole answer, unless a number of it went to another
+ * slot ("my ID is ..." asked for a name is an ID). An answer that leads with a no ("不对，是
  * 4410032", "no, it's ...") corrects: its value replaces a filled slot whose
  * checks it passes. An answer that gives nothing valid is a refusal when it
  * declines ("不方便说", "I'd rather not", "skip"): an optional slot is then
@@ -52,7 +53,6 @@
 
 #define ASK_MAX_SLOTS 16
 #define ASK_MAX_LANGS 8
-#define ASK_VALUE_MAX 256
 
 typedef struct {
     char *lang[ASK_MAX_LANGS], *text[ASK_MAX_LANGS];
@@ -322,14 +322,15 @@ rt_stage_outcome rt_ask_next(rt_run *run, const sb_stage *s) {
 /* ------------------------------------------------------- the answer */
 
 typedef struct {
-    char values[8][ASK_VALUE_MAX];  /* the answer's numbers, as digits */
+    char values[8][SB_PII_VALUE_MAX];   /* the answer's numbers, as digits (more are not read) */
     size_t n;
-    char whole[ASK_VALUE_MAX];      /* the answer after a correction's lead, numbers as digits */
+    char *whole;                    /* the answer after a correction's lead, numbers as digits, trimmed */
     bool correction;
 } answer;
 
 /* What the caller said, read: its lead (a no makes it a correction), its
- * numbers, and the rest with each number written as its digits. */
+ * numbers, and the rest with each number written as its digits (never
+ * longer than as said: a number's digits take at most its bytes). */
 static int read_answer(const ask_conf *a, const char *turn, answer *an) {
     size_t rest = 0;
     an->correction = rt_caller_lead(turn, &rest) == RT_NO && turn[rest];
@@ -340,29 +341,28 @@ static int read_answer(const ask_conf *a, const char *turn, answer *an) {
         t += strspn(t, " ");
     }
     sb_pii_spans sp = {0};
-    size_t len = strlen(t);
-    if (sb_privacy_detect(a->numbers, t, len, &sp)) { sb_pii_spans_free(&sp); return SB_ENOMEM; }
-    size_t w = 0, at = 0;
+    size_t len = strlen(t), w = 0, at = 0;
+    char *whole = sb_malloc(len + 1);
+    if (!whole || sb_privacy_detect(a->numbers, t, len, &sp)) {
+        sb_free(whole);
+        sb_pii_spans_free(&sp);
+        return SB_ENOMEM;
+    }
     for (size_t k = 0; k <= sp.n; k++) {
         size_t end = k < sp.n ? sp.v[k].start : len;
-        size_t piece = end - at < sizeof an->whole - 1 - w ? end - at : sizeof an->whole - 1 - w;
-        memcpy(an->whole + w, t + at, piece);
-        w += piece;
+        memcpy(whole + w, t + at, end - at);
+        w += end - at;
         if (k == sp.n) break;
-        const char *v = sp.v[k].value;
-        size_t vl = strlen(v) < sizeof an->whole - 1 - w ? strlen(v) : sizeof an->whole - 1 - w;
-        memcpy(an->whole + w, v, vl);
+        size_t vl = strlen(sp.v[k].value);
+        memcpy(whole + w, sp.v[k].value, vl);
         w += vl;
         at = sp.v[k].end;
-        if (an->n < SB_ARRAY_LEN(an->values)) snprintf(an->values[an->n++], ASK_VALUE_MAX, "%s", v);
+        if (an->n < SB_ARRAY_LEN(an->values)) snprintf(an->values[an->n++], SB_PII_VALUE_MAX, "%s", sp.v[k].value);
     }
-    an->whole[w] = 0;
-    char *trimmed = rt_trimmed(an->whole, w);
-    if (!trimmed) { sb_pii_spans_free(&sp); return SB_ENOMEM; }
-    snprintf(an->whole, sizeof an->whole, "%s", trimmed);
-    sb_free(trimmed);
     sb_pii_spans_free(&sp);
-    return 0;
+    an->whole = rt_trimmed(whole, w);
+    sb_free(whole);
+    return an->whole ? 0 : SB_ENOMEM;
 }
 
 /* Which slot value v (a number of the answer) goes to: the asked one if
@@ -409,30 +409,23 @@ static int rewrite(stage_res *sr, const ask_conf *a, const char *const *set) {
     return 0;
 }
 
-/* The caller answered the slot asked (the first empty one, as when it was
- * asked): take what the answer gives, then ask for what is still missing,
- * ask again, go on without a declined optional slot, or hand off. */
-rt_stage_outcome rt_ask_answered(rt_run *run, const sb_stage *s) {
+/* The answer an to slot as: take its values, then go on. */
+static rt_stage_outcome take(rt_run *run, const sb_stage *s, const ask_slot *as, const answer *an) {
     const ask_conf *a = s->own;
     stage_res *sr = &run->res[run->cur];
-    if (!sr->json) return rt_ask_next(run, s);
-    const ask_slot *as = missing(a, sr->json, sr->declined);
-    if (!as) return rt_ask_next(run, s);
-    answer an = {0};
-    if (read_answer(a, rt_run_turn(run), &an)) return oom(run);
     const char *set[ASK_MAX_SLOTS] = {0};
     int taken[ASK_MAX_SLOTS] = {0};
-    for (size_t k = 0; k < an.n; k++) {
-        int i = slot_for(a, as, sr->json, an.values[k], an.correction, taken);
-        if (i >= 0) { set[i] = an.values[k]; taken[i] = 1; }
+    for (size_t k = 0; k < an->n; k++) {
+        int i = slot_for(a, as, sr->json, an->values[k], an->correction, taken);
+        if (i >= 0) { set[i] = an->values[k]; taken[i] = 1; }
     }
     int asked_i = (int)(as - a->slots);
     bool any = false;
     for (size_t i = 0; i < a->n; i++) any |= taken[i];
     /* The answer as said, when it gave no value to another slot: "my
      * account is 4410032", asked for a name, is not a name. */
-    if (!any && an.whole[0] && !rt_caller_refuses(an.whole) && valid(as, an.whole)) {
-        set[asked_i] = an.whole;
+    if (!any && an->whole[0] && !rt_caller_refuses(an->whole) && valid(as, an->whole)) {
+        set[asked_i] = an->whole;
         taken[asked_i] = 1;
         any = true;
     }
@@ -449,4 +442,20 @@ rt_stage_outcome rt_ask_answered(rt_run *run, const sb_stage *s) {
     }
     if (++sr->retries_used > as->retries) return hand_off(run, s, "retries_exhausted");
     return ask(run, s, as, true);
+}
+
+/* The caller answered the slot asked (the first empty one, as when it was
+ * asked): take what the answer gives, then ask for what is still missing,
+ * ask again, go on without a declined optional slot, or hand off. */
+rt_stage_outcome rt_ask_answered(rt_run *run, const sb_stage *s) {
+    const ask_conf *a = s->own;
+    stage_res *sr = &run->res[run->cur];
+    if (!sr->json) return rt_ask_next(run, s);
+    const ask_slot *as = missing(a, sr->json, sr->declined);
+    if (!as) return rt_ask_next(run, s);
+    answer an = {0};
+    if (read_answer(a, rt_run_turn(run), &an)) return oom(run);
+    rt_stage_outcome o = take(run, s, as, &an);
+    sb_free(an.whole);
+    return o;
 }
