@@ -111,7 +111,15 @@ typedef struct {
     int turns, failures;
     long long bytes;                /* the callers' and replies' text stored */
     double created, updated, expires;
-    bool done;                      /* the call ended (max_turns, max_bytes) */
+    bool done;                      /* the call ended (max_turns, max_bytes, a hand-off) */
+    /* Set before a commit that hands the call off: the commit builds the
+     * package into handoff (and, with a url, queues it for delivery in the
+     * same transaction). */
+    const char *handoff_reason;     /* NULL: no hand-off */
+    const char *handoff_url;        /* conversation.handoff_url, or NULL */
+    double handoff_confidence;      /* < 0: none */
+    char *handoff;                  /* the package (JSON text) after such a commit; or NULL */
+    char *said;                     /* this turn's words (rt_turn_begin), not stored here; or NULL */
 } rt_session;
 int  rt_sessions_open(const char *path, rt_sessions **out, char *err);
 void rt_sessions_close(rt_sessions *s);             /* NULL ok */
@@ -124,17 +132,41 @@ void rt_session_clear(rt_session *ss);
 /* Store ss (the state after its turns-th turn) and that turn, in one
  * durable transaction; expires = now + ttl_s. caller NULL: the row only
  * (a failure counted, a call ended). */
-int  rt_session_commit(rt_sessions *s, const rt_session *ss, int ttl_s, const char *caller, const char *reply,
+int  rt_session_commit(rt_sessions *s, rt_session *ss, int ttl_s, const char *caller, const char *reply,
                        double now, char *err);
+/* The hand-off outbox (docs/router.md, "Handing off"): the packages due at
+ * now, at most max (the count, or < 0); a delivered one is removed, a
+ * failed one tried again at next_at. */
+typedef struct {
+    char session[RT_SESSION_ID_LEN + 1];    /* the idempotency key */
+    char *url, *body;
+    int attempts;
+} rt_handoff_item;
+int  rt_handoff_due(rt_sessions *s, double now, rt_handoff_item *items, int max, char *err);
+void rt_handoff_items_free(rt_handoff_item *items, int n);
+int  rt_handoff_delivered(rt_sessions *s, const char *id, char *err);
+int  rt_handoff_retry(rt_sessions *s, const char *id, double next_at, const char *why, char *err);
 int  rt_session_delete(rt_sessions *s, const char *id, char *err);
 /* Purge the sessions expired at now: how many, or < 0. */
 int  rt_sessions_sweep(rt_sessions *s, double now, char *err);
 /* {"intent", "slots", "turn"}; and GET /v1/sessions/ID's whole answer. */
 void rt_session_state_json(const rt_session *ss, sb_jw *w);
 int  rt_session_json(rt_sessions *s, const rt_session *ss, sb_jw *w, char *err);
+/* The turns of session id, [{"turn", "at", "caller", "reply"}...]. */
+int  rt_session_transcript_json(rt_sessions *s, const char *id, sb_jw *w, char *err);
 /* One turn of a session in flight at a time: false when one is. */
 bool rt_session_claim(rt_sessions *s, const char *id);
 void rt_session_release(rt_sessions *s, const char *id);   /* s NULL ok */
+
+/* handoff_out.c: delivers the hand-off outbox of the session store at
+ * path to each package's url, on its own thread and SQLite connection:
+ * POSTed with its session id as Idempotency-Key, removed on a 2xx, retried
+ * with exponential backoff otherwise - at least once, across restarts.
+ * kick: a package was queued (NULL ok). */
+typedef struct rt_handoff_out rt_handoff_out;
+int  rt_handoff_out_start(const char *path, rt_handoff_out **out, char *err);
+void rt_handoff_out_kick(rt_handoff_out *h);
+void rt_handoff_out_stop(rt_handoff_out *h);    /* NULL ok */
 
 struct rt {
     rt_exec ex;                     /* the runs' and the backends' state: ex.conf, ex.be (base, models) */
@@ -145,6 +177,7 @@ struct rt {
     struct rt_obs *obs;             /* obs.h: histograms, call traces, the console */
     rt_keys *keys;                  /* NULL: no auth */
     rt_sessions *sessions;          /* NULL: the store did not open (conversations get 503) */
+    rt_handoff_out *handoff_out;    /* delivers the store's hand-off packages, or NULL */
     struct rt_waiting *waiting;     /* session_door.c: suspended runs, by session, until the next turn */
     struct event *session_timer;    /* the sweep of expired sessions */
     int body_timeout_ms;            /* 408 after this long inside one request's bytes */
@@ -246,7 +279,9 @@ void rt_pipeline_call(rt_req *q, const char *name, const char *input, const char
  * run (q->sess set when the pipeline keeps sessions), 1 when q was
  * answered (an error, or a call that ended). commit: the turn is stored
  * before its reply, view says where the call stands. end: release q's
- * session (rt_req_done). */
+ * session (rt_req_done). The transcript records the words begin was given:
+ * a resumed run's input (commit's and asked's `input`) is the call's first
+ * turn, not this one. */
 int  rt_turn_begin(rt_req *q, const sb_pipeline *p, const char *session, const char *input);
 int  rt_turn_commit(rt_req *q, const sb_pipeline *p, const rt_run *run, const char *input, const char *reply,
                     rt_turn_view *view, char *err);

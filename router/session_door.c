@@ -23,6 +23,7 @@ static double wall_now(void) {
 
 /* --------------------------------------------------------------- a turn */
 
+
 static void not_found(rt_req *q, int rc, const char *id) {
     if (rc == SB_ETIMEOUT)
         rt_req_error(q, 404, "invalid_request_error", "session_expired",
@@ -82,6 +83,9 @@ static void end_call(rt_req *q, const sb_pipeline *p, const char *reason) {
     rt_session *ss = q->sess;
     char err[SB_ERR_LEN];
     ss->done = true;
+    ss->handoff_reason = reason;
+    ss->handoff_url = p->conv.handoff_url;
+    ss->handoff_confidence = -1;
     if (rt_session_commit(q->r->sessions, ss, p->conv.ttl_s, NULL, NULL, wall_now(), err)) {
         rt_req_error(q, 500, "server_error", "internal", "%s", err);
         return;
@@ -97,21 +101,37 @@ static void end_call(rt_req *q, const sb_pipeline *p, const char *reason) {
     sb_jw_key(&w, "state"); rt_session_state_json(ss, &w);
     sb_jw_key(&w, "awaiting"); sb_jw_null(&w);
     sb_jw_key(&w, "fallback"); sb_jw_bool(&w, false);
-    sb_jw_key(&w, "handoff"); sb_jw_obj(&w); sb_jw_key(&w, "reason"); sb_jw_str(&w, reason); sb_jw_obj_end(&w);
+    sb_jw_key(&w, "handoff");
+    sb_json_doc *d;             /* the package the commit built (ours: it parses) */
+    if (ss->handoff && !sb_json_parse(ss->handoff, strlen(ss->handoff), &d, NULL)) {
+        sb_jw_value(&w, sb_json_root(d));
+        sb_json_doc_free(d);
+    } else {
+        sb_jw_null(&w);
+    }
     sb_jw_key(&w, "done"); sb_jw_bool(&w, true);
     sb_jw_obj_end(&w);
     rt_answer a = { .text = "", .finish_reason = "stop", .result = w.oom ? NULL : w.p, .result_len = w.len };
     rt_req_set_header(q, "X-Session-Id", ss->id);
+    if (ss->handoff_url) rt_handoff_out_kick(q->r->handoff_out);
     q->reply.finish(q->reply.arg, &a);
     sb_jw_free(&w);
 }
 
 /* Where the call stands after a turn, and the reply header. */
-static void viewed(rt_req *q, rt_turn_view *view, const char *reply, const char *handoff) {
+static void viewed(rt_req *q, rt_turn_view *view, const char *reply) {
     rt_session *ss = q->sess;
     *view = (rt_turn_view){ .session = ss->id, .reply = reply, .slots = ss->slots, .turn = ss->turns,
-                            .awaiting = ss->awaiting, .handoff = handoff, .done = ss->done };
+                            .awaiting = ss->awaiting, .handoff = ss->handoff, .done = ss->done };
     rt_req_set_header(q, "X-Session-Id", ss->id);
+}
+
+/* The turn hands the call off: the commit builds the package (and queues
+ * its delivery to conversation.handoff_url) in the turn's transaction. */
+static void handing_off(rt_session *ss, const sb_pipeline *p, const rt_run *run, const char *reason) {
+    ss->handoff_reason = reason;
+    ss->handoff_url = p->conv.handoff_url;
+    ss->handoff_confidence = rt_run_intent(run) ? rt_run_confidence(run) : -1;
 }
 
 static int set_text(char **field, const char *text, char *err) {
@@ -147,6 +167,10 @@ int rt_turn_begin(rt_req *q, const sb_pipeline *p, const char *session, const ch
         return 1;
     }
     if (!open_session(q, p, session)) return 1;
+    if (!(q->sess->said = sb_strdup(input))) {
+        rt_req_error(q, 500, "server_error", "out_of_memory", "out of memory");
+        return 1;
+    }
     if (q->sess->bytes + (long long)strlen(input) > p->conv.max_bytes) {
         end_call(q, p, "max_bytes");
         return 1;
@@ -157,20 +181,26 @@ int rt_turn_begin(rt_req *q, const sb_pipeline *p, const char *session, const ch
 int rt_turn_commit(rt_req *q, const sb_pipeline *p, const rt_run *run, const char *input, const char *reply,
                    rt_turn_view *view, char *err) {
     rt_session *ss = q->sess;
+    if (ss->said) input = ss->said;
     int rc = rt_run_intent(run) ? set_text(&ss->intent, rt_run_intent(run), err) : 0;
     if (rc || (rc = set_text(&ss->awaiting, NULL, err)) || (rc = keep_slots(ss, run, err))) return rc;
     ss->stage = -1;                 /* nothing is awaited: the run went to its end */
     ss->turns++;
     ss->bytes += (long long)(strlen(input) + strlen(reply));
-    ss->done = ss->turns >= p->conv.max_turns;
+    const char *reason = rt_run_handoff_reason(run);
+    if (!reason && ss->turns >= p->conv.max_turns) reason = "max_turns";
+    ss->done = reason != NULL;
+    if (reason) handing_off(ss, p, run, reason);
     if ((rc = rt_session_commit(q->r->sessions, ss, p->conv.ttl_s, input, reply, wall_now(), err))) return rc;
-    viewed(q, view, NULL, ss->done ? "{\"reason\":\"max_turns\"}" : NULL);
+    if (reason && ss->handoff_url) rt_handoff_out_kick(q->r->handoff_out);
+    viewed(q, view, NULL);
     return 0;
 }
 
 int rt_turn_asked(rt_req *q, const sb_pipeline *p, const rt_run *run, const char *input, const char *question,
                   rt_turn_view *view, char *err) {
     rt_session *ss = q->sess;
+    if (ss->said) input = ss->said;
     sb_jw w;
     sb_jw_init(&w);
     rt_run_awaiting_json(run, &w);
@@ -183,8 +213,10 @@ int rt_turn_asked(rt_req *q, const sb_pipeline *p, const rt_run *run, const char
     ss->turns++;
     ss->bytes += (long long)(strlen(input) + strlen(question));
     ss->done = ss->turns >= p->conv.max_turns;  /* then no answer will come: the call ends asking */
+    if (ss->done) handing_off(ss, p, run, "max_turns");
     if ((rc = rt_session_commit(q->r->sessions, ss, p->conv.ttl_s, input, question, wall_now(), err))) return rc;
-    viewed(q, view, question, ss->done ? "{\"reason\":\"max_turns\"}" : NULL);
+    if (ss->done && ss->handoff_url) rt_handoff_out_kick(q->r->handoff_out);
+    viewed(q, view, question);
     return 0;
 }
 
@@ -311,6 +343,8 @@ void rt_sessions_start(rt *r, const sb_config *cfg) {
         sb_warn("sessions disabled: %s", err);
         return;
     }
+    if (rt_handoff_out_start(cfg->sessions.store, &r->handoff_out, err))
+        sb_warn("hand-off delivery off: %s", err);
     r->session_timer = event_new(r->ex.be.base, -1, EV_PERSIST, on_sweep, r);
     struct timeval tv = { cfg->sessions.sweep_s, 0 };
     if (r->session_timer) event_add(r->session_timer, &tv);
@@ -319,6 +353,8 @@ void rt_sessions_start(rt *r, const sb_config *cfg) {
 
 void rt_sessions_stop(rt *r) {
     drop_waiting(r, NULL, -1);
+    rt_handoff_out_stop(r->handoff_out);
+    r->handoff_out = NULL;
     if (r->session_timer) event_free(r->session_timer);
     r->session_timer = NULL;
     rt_sessions_close(r->sessions);

@@ -41,7 +41,13 @@ static const char *const schema =
     "CREATE INDEX IF NOT EXISTS sessions_expires ON sessions(expires);"
     "CREATE TABLE IF NOT EXISTS turns ("
     " session TEXT NOT NULL, n INTEGER NOT NULL, at REAL NOT NULL, caller TEXT NOT NULL, reply TEXT NOT NULL,"
-    " PRIMARY KEY (session, n)) WITHOUT ROWID;";
+    " PRIMARY KEY (session, n)) WITHOUT ROWID;"
+    /* Hand-off packages to deliver: one per session (its id is the
+     * idempotency key), kept until the receiver takes it, whatever becomes
+     * of the session. */
+    "CREATE TABLE IF NOT EXISTS handoff_outbox ("
+    " session TEXT PRIMARY KEY, url TEXT NOT NULL, body TEXT NOT NULL, created REAL NOT NULL,"
+    " attempts INTEGER NOT NULL, next_at REAL NOT NULL, last_error TEXT);";
 
 static int db_fail(rt_sessions *s, char *err, const char *what) {
     return sb_seterr(err, SB_EIO, "sessions %s: %s: %s", s->path, what, sqlite3_errmsg(s->db));
@@ -159,6 +165,8 @@ void rt_session_clear(rt_session *ss) {
     sb_free(ss->intent);
     sb_free(ss->slots);
     sb_free(ss->awaiting);
+    sb_free(ss->handoff);
+    sb_free(ss->said);
     memset(ss, 0, sizeof *ss);
 }
 
@@ -237,12 +245,18 @@ int rt_session_json(rt_sessions *s, const rt_session *ss, sb_jw *w, char *err) {
     sb_jw_key(w, "bytes"); sb_jw_int(w, ss->bytes);
     sb_jw_key(w, "done"); sb_jw_bool(w, ss->done);
     sb_jw_key(w, "transcript");
+    int rc = rt_session_transcript_json(s, ss->id, w, err);
+    sb_jw_obj_end(w);
+    return rc ? rc : w->oom ? sb_seterr(err, SB_ENOMEM, "out of memory") : 0;
+}
+
+int rt_session_transcript_json(rt_sessions *s, const char *id, sb_jw *w, char *err) {
     sb_jw_arr(w);
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(s->db, "SELECT n, at, caller, reply FROM turns WHERE session = ?1 ORDER BY n", -1, &st,
                            NULL) != SQLITE_OK)
         return db_fail(s, err, "reading a transcript");
-    sqlite3_bind_text(st, 1, ss->id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         sb_jw_obj(w);
@@ -255,8 +269,7 @@ int rt_session_json(rt_sessions *s, const rt_session *ss, sb_jw *w, char *err) {
     sqlite3_finalize(st);
     if (rc != SQLITE_DONE) return db_fail(s, err, "reading a transcript");
     sb_jw_arr_end(w);
-    sb_jw_obj_end(w);
-    return w->oom ? sb_seterr(err, SB_ENOMEM, "out of memory") : 0;
+    return 0;
 }
 
 /* ---------------------------------------------------------------- writes */
@@ -303,11 +316,132 @@ static int bind_turn(sqlite3_stmt *st, const void *arg) {
     return sqlite3_bind_text(st, 5, t->reply, -1, SQLITE_STATIC);
 }
 
+/* ------------------------------------------------------- hand-off */
+
+/* One line for the person who takes the call: the intent and the slots
+ * given ("billing: account=4410032, name=张三"), then why. A long line is
+ * cut; the slots are whole in the package beside it. */
+#define SUMMARY_MAX 512
+static void summary(const rt_session *ss, sb_jw *w) {
+    char line[SUMMARY_MAX];
+    size_t n = (size_t)snprintf(line, sizeof line, "%s:", ss->intent ? ss->intent : "no intent");
+    sb_json_doc *d;
+    int given = 0;
+    if (ss->slots && !sb_json_parse(ss->slots, strlen(ss->slots), &d, NULL)) {
+        const sb_json *o = sb_json_root(d);
+        for (size_t i = 0; i < sb_json_len(o) && n < sizeof line; i++) {
+            const sb_json *v = sb_json_val_at(o, i);
+            if (sb_json_type_of(v) == SB_JSON_NULL || (sb_json_type_of(v) == SB_JSON_STRING && !*sb_json_str(v)))
+                continue;
+            sb_jw vw;
+            sb_jw_init(&vw);
+            if (sb_json_type_of(v) != SB_JSON_STRING) sb_jw_value(&vw, v);
+            const char *text = sb_json_type_of(v) == SB_JSON_STRING ? sb_json_str(v) : vw.oom ? "?" : vw.p;
+            n += (size_t)snprintf(line + n, sizeof line - n, "%s %s=%s", given++ ? "," : "", sb_json_key_at(o, i), text);
+            sb_jw_free(&vw);
+        }
+        sb_json_doc_free(d);
+    }
+    if (!given && n < sizeof line) n += (size_t)snprintf(line + n, sizeof line - n, " no slots given");
+    if (n < sizeof line) snprintf(line + n, sizeof line - n, "; handed off: %s", ss->handoff_reason);
+    sb_jw_str(w, line);
+}
+
+/* The package for the person who takes the call: the intent and its
+ * confidence, the slots with their real values (that person needs them),
+ * the transcript as stored (this turn's row included: it is read inside
+ * the commit's transaction), a one-line summary and why. */
+static int package_text(rt_sessions *s, const rt_session *ss, char **out, char *err) {
+    sb_jw w;
+    sb_jw_init(&w);
+    sb_jw_obj(&w);
+    sb_jw_key(&w, "session"); sb_jw_str(&w, ss->id);
+    sb_jw_key(&w, "pipeline"); sb_jw_str(&w, ss->pipeline);
+    sb_jw_key(&w, "reason"); sb_jw_str(&w, ss->handoff_reason);
+    sb_jw_key(&w, "intent"); sb_jw_str(&w, ss->intent);
+    sb_jw_key(&w, "confidence");
+    if (ss->handoff_confidence >= 0) sb_jw_num(&w, ss->handoff_confidence); else sb_jw_null(&w);
+    sb_jw_key(&w, "slots"); json_text(&w, ss->slots);
+    sb_jw_key(&w, "summary"); summary(ss, &w);
+    sb_jw_key(&w, "transcript");
+    int rc = rt_session_transcript_json(s, ss->id, &w, err);
+    sb_jw_obj_end(&w);
+    if (!rc && w.oom) rc = sb_seterr(err, SB_ENOMEM, "out of memory");
+    if (!rc && !(*out = sb_strdup(w.p))) rc = sb_seterr(err, SB_ENOMEM, "out of memory");
+    sb_jw_free(&w);
+    return rc;
+}
+
+typedef struct { const rt_session *ss; const char *body; double now; } outbox_args;
+
+static int bind_outbox(sqlite3_stmt *st, const void *arg) {
+    const outbox_args *o = arg;
+    sqlite3_bind_text(st, 1, o->ss->id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, o->ss->handoff_url, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, o->body, -1, SQLITE_STATIC);
+    return sqlite3_bind_double(st, 4, o->now);
+}
+
+static int enqueue(rt_sessions *s, const rt_session *ss, const char *body, double now, char *err) {
+    outbox_args o = { ss, body, now };
+    return step_once(s, "INSERT INTO handoff_outbox (session, url, body, created, attempts, next_at)"
+                        " VALUES (?1, ?2, ?3, ?4, 0, ?4) ON CONFLICT(session) DO NOTHING", err, bind_outbox, &o);
+}
+
+int rt_handoff_due(rt_sessions *s, double now, rt_handoff_item *items, int max, char *err) {
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(s->db, "SELECT session, url, body, attempts FROM handoff_outbox WHERE next_at <= ?1"
+                                  " ORDER BY next_at LIMIT ?2", -1, &st, NULL) != SQLITE_OK)
+        return db_fail(s, err, "reading the hand-off outbox");
+    sqlite3_bind_double(st, 1, now);
+    sqlite3_bind_int(st, 2, max);
+    int n = 0, rc;
+    while (n < max && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        rt_handoff_item *it = &items[n];
+        snprintf(it->session, sizeof it->session, "%s", (const char *)sqlite3_column_text(st, 0));
+        it->url = col_dup(st, 1);
+        it->body = col_dup(st, 2);
+        it->attempts = sqlite3_column_int(st, 3);
+        n++;
+        if (!it->url || !it->body) { rt_handoff_items_free(items, n); sqlite3_finalize(st); return SB_ENOMEM; }
+    }
+    sqlite3_finalize(st);
+    return n;
+}
+
+void rt_handoff_items_free(rt_handoff_item *items, int n) {
+    for (int i = 0; i < n; i++) {
+        sb_free(items[i].url);
+        sb_free(items[i].body);
+    }
+}
+
+typedef struct { const char *id; double next_at; const char *why; } retry_args;
+
+static int bind_retry(sqlite3_stmt *st, const void *arg) {
+    const retry_args *r = arg;
+    sqlite3_bind_text(st, 1, r->id, -1, SQLITE_STATIC);
+    sqlite3_bind_double(st, 2, r->next_at);
+    return sqlite3_bind_text(st, 3, r->why, -1, SQLITE_STATIC);
+}
+
+static int bind_id(sqlite3_stmt *st, const void *arg) { return sqlite3_bind_text(st, 1, arg, -1, SQLITE_STATIC); }
+
+int rt_handoff_delivered(rt_sessions *s, const char *id, char *err) {
+    return step_once(s, "DELETE FROM handoff_outbox WHERE session = ?1", err, bind_id, id);
+}
+
+int rt_handoff_retry(rt_sessions *s, const char *id, double next_at, const char *why, char *err) {
+    retry_args r = { id, next_at, why };
+    return step_once(s, "UPDATE handoff_outbox SET attempts = attempts + 1, next_at = ?2, last_error = ?3"
+                        " WHERE session = ?1", err, bind_retry, &r);
+}
+
 /* ss holds the state after the turn (ss->turns counts it; a new session
  * has turns 1). The row is inserted or updated, the turn (caller NULL:
  * none) added, in one transaction: both or neither. created is kept from
  * the first commit. */
-int rt_session_commit(rt_sessions *s, const rt_session *ss, int ttl_s, const char *caller, const char *reply,
+int rt_session_commit(rt_sessions *s, rt_session *ss, int ttl_s, const char *caller, const char *reply,
                       double now, char *err) {
     turn_args t = { ss, ttl_s, now, caller ? caller : "", reply ? reply : "" };
     int rc = exec(s, "BEGIN IMMEDIATE", err);
@@ -321,14 +455,21 @@ int rt_session_commit(rt_sessions *s, const rt_session *ss, int ttl_s, const cha
     if (!rc && caller)
         rc = step_once(s, "INSERT INTO turns (session, n, at, caller, reply) VALUES (?1, ?2, ?3, ?4, ?5)", err,
                        bind_turn, &t);
+    char *package = NULL;
+    if (!rc && ss->handoff_reason) rc = package_text(s, ss, &package, err);
+    if (!rc && package && ss->handoff_url) rc = enqueue(s, ss, package, now, err);
+    if (!rc) rc = exec(s, "COMMIT", err);
     if (rc) {
         sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+        sb_free(package);
         return rc;
     }
-    return exec(s, "COMMIT", err);
+    if (package) {
+        sb_free(ss->handoff);
+        ss->handoff = package;
+    }
+    return 0;
 }
-
-static int bind_id(sqlite3_stmt *st, const void *arg) { return sqlite3_bind_text(st, 1, arg, -1, SQLITE_STATIC); }
 
 static int bind_now(sqlite3_stmt *st, const void *arg) { return sqlite3_bind_double(st, 1, *(const double *)arg); }
 

@@ -6,10 +6,12 @@ Standard library only. A driver imports it with
 and keeps its own special clients (raw sockets, the openai SDK) to itself.
 """
 import json
+import os
 import re
 import socket
 import struct
 import sys
+import time
 import urllib.error
 import urllib.request
 
@@ -37,6 +39,27 @@ class Checks:
     def summary(self, blank_line=False):
         print(("\n" if blank_line else "") + "%d passed, %d failed" % (self.passed, self.failed))
         return 1 if self.failed else 0
+
+
+def router_pid(run_dir):
+    """The router's pid, from the supervisor's RUNDIR/state.json."""
+    with open(os.path.join(run_dir, "state.json")) as f:
+        return json.load(f)["router"]["pid"]
+
+
+def wait_router(run_dir, old_pid, serves, secs=60):
+    """After a kill of router old_pid: the supervisor's new router's pid
+    once serves() says it answers (exceptions count as not yet), or None."""
+    end = time.time() + secs
+    while time.time() < end:
+        try:
+            pid = router_pid(run_dir)
+            if pid and pid != old_pid and serves():
+                return pid
+        except Exception:  # noqa: BLE001 - a router half up: ask again
+            pass
+        time.sleep(0.1)
+    return None
 
 
 def host_port(url):

@@ -17,6 +17,9 @@ import threading
 import time
 import urllib.parse
 
+sys.path.insert(0, os.path.dirname(__file__))
+import itlib  # noqa: E402
+
 URL, RUN, KEYS_FILE = sys.argv[1:4]
 u = urllib.parse.urlparse(URL)
 KEYS = {"app": "app-key-0123456789", "other": "other-key-0123456789", "ops": "ops-key-0123456789"}
@@ -62,24 +65,12 @@ def turn(text, session=None, key="app", pipe="conv"):
 
 
 def router_pid():
-    with open(RUN + "/state.json") as f:
-        return json.load(f)["router"]["pid"]
+    return itlib.router_pid(RUN)
 
 
 def wait_router(old_pid, secs=60):
     """The supervisor's new router answering; its pid."""
-    end = time.time() + secs
-    while time.time() < end:
-        try:
-            pid = router_pid()
-            if pid and pid != old_pid:
-                st, _, _ = req("GET", "/v1/models", timeout=2)
-                if st == 200:
-                    return pid
-        except (OSError, ValueError, KeyError, TypeError, http.client.HTTPException):
-            pass
-        time.sleep(0.1)
-    return None
+    return itlib.wait_router(RUN, old_pid, lambda: req("GET", "/v1/models", timeout=2)[0] == 200, secs)
 
 
 # ------------------------------------------------------------------ keys and roles
@@ -246,8 +237,12 @@ check(st == 200 and j["state"]["turn"] >= 2, "and their next turns continue", (s
 
 # ------------------------------------------------------------------ max_turns
 st, _, j = turn("fourth", sid)
-check(st == 200 and j["done"] is True and j["handoff"] == {"reason": "max_turns"} and j["state"]["turn"] == 4,
-      "the max_turns-th turn is answered and ends the call (done, handoff reason)", (st, j))
+h = (j or {}).get("handoff") or {}
+check(st == 200 and j["done"] is True and h.get("reason") == "max_turns" and j["state"]["turn"] == 4
+      and h.get("intent") == j["intent"] and isinstance(h.get("confidence"), float)
+      and [t["turn"] for t in h.get("transcript", [])] == [1, 2, 3, 4] and h["transcript"][-1]["caller"] == "fourth"
+      and h.get("summary", "").startswith(j["intent"] + ":") and h["summary"].endswith("handed off: max_turns"),
+      "the max_turns-th turn is answered and ends the call, handed off with its package", (st, j))
 st, _, j = turn("fifth", sid)
 check(st == 409 and code(j) == "session_ended", "a turn after the end: 409 session_ended", (st, j))
 

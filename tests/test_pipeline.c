@@ -712,10 +712,35 @@ static void test_ask_and_conversation_errors(void **state) {
                  "pipelines:\n  p:\n    conversation: { max_turn: 3 }\n    stages:\n"
                  "      - { name: t, kind: tool, command: [/bin/true] }\n",
                  "pipe.yaml:6:21", "unknown key 'max_turn'");
+    /* A slot's checks: its full form, with a question. */
+#define SLOT(x) GEN "        json: true\n        ask:\n          account: { question: { en: 'Account?' }" x " }\n"
+    expect_error(SLOT(", pattern: '^[0-9]{7'"), "pipe.yaml:13:61", "ask.account.pattern: not a POSIX extended regex");
+    expect_error(SLOT(", checksum: crc32"), "pipe.yaml:13:62", "checksum");
+    expect_error(SLOT(", retries: 11"), "pipe.yaml:13:61", "retries");
+    expect_error(SLOT(", optional: 1"), "pipe.yaml:13:62", "optional");
+    expect_error(SLOT(", reask: 'Again?'"), "pipe.yaml:13:59", "ask.account.reask: expected a mapping of 1-8 languages");
+    expect_error(SLOT(", pattren: x"), "pipe.yaml:13:52", "unknown key 'pattren'");
+    expect_error(GEN "        json: true\n        handoff: { en: 'Hold on.' }\n", "pipe.yaml:12:18",
+                 "handoff: only a stage with ask: hands a call off");
+#undef SLOT
+    expect_error("runtime: { dir: /tmp/sb-pipe-test }\nmodels:\n  m: { gguf: tiny-llama-spm-Q4_K_M.gguf }\n"
+                 "pipelines:\n  p:\n    conversation: { handoff_intents: [agent] }\n    stages:\n"
+                 "      - { name: t, kind: tool, command: [/bin/true] }\n",
+                 "pipe.yaml:6:38", "conversation.handoff_intents: 'agent' is not a label of the pipeline's intent stages");
+    expect_error("runtime: { dir: /tmp/sb-pipe-test }\nmodels:\n  m: { gguf: tiny-llama-spm-Q4_K_M.gguf }\n"
+                 "pipelines:\n  p:\n    conversation: { handoff_url: 'ftp://desk/in' }\n    stages:\n"
+                 "      - { name: t, kind: tool, command: [/bin/true] }\n",
+                 "pipe.yaml:6:34", "conversation.handoff_url: expected an http:// or https:// URL, got 'ftp://desk/in'");
     sb_config *cfg;
     sb_pipelines *ps;
     char err[SB_ERR_LEN];
     assert_int_equal(load(GEN "        json: true\n        ask: { account: { zh: '账号？', en: 'Account?' } }\n", &cfg, &ps, err),
+                     0);
+    sb_pipelines_free(ps);
+    sb_config_free(cfg);
+    assert_int_equal(load(GEN "        json: true\n        ask:\n          account: { question: { en: 'Account?' },"
+                              " reask: { en: 'Seven digits?' }, pattern: '^[0-9]{7}$', checksum: luhn, retries: 0,"
+                              " optional: true }\n        handoff: { en: 'Hold on.' }\n", &cfg, &ps, err),
                      0);
     sb_pipelines_free(ps);
     sb_config_free(cfg);

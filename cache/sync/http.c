@@ -140,3 +140,12 @@ int sbc_http_request(const char *method, const char *url, const char *path, cons
     if (rc) sb_jw_free(&reply->body);
     return rc;
 }
+
+int sb_http_post_json(const char *url, const char *headers, const char *body, size_t len, int timeout_ms,
+                      const char *ca_file, int *status, char *err) {
+    sbc_http_reply reply;       /* the header list always says application/json */
+    int rc = sbc_http_request("POST", url, "", headers, body, len, timeout_ms, ca_file, &reply, err);
+    *status = rc ? 0 : reply.status;
+    sb_jw_free(&reply.body);
+    return rc;
+}

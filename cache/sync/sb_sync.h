@@ -34,6 +34,16 @@ typedef struct {
  * message. *body is sb_malloc'ed and NUL-terminated (*len excludes it). */
 int  sb_cloud_get(const sb_cloud_peer *p, const char *path, char **body, size_t *len, char *err);
 
+/* ================================================ one POST, as the sync sends
+ *
+ * The sync's transport for other deliveries that must leave this machine
+ * with the same guarantees (TLS verified, one deadline, http(s) only, no
+ * redirects, a whole reply or an error): a JSON body POSTed to url with
+ * extra header lines ("Name: v\r\n"). 0 with *status the HTTP status
+ * (any); SB_EIO (network), SB_EINVAL (not http/https), SB_ENOMEM. */
+int  sb_http_post_json(const char *url, const char *headers, const char *body, size_t len, int timeout_ms,
+                       const char *ca_file, int *status, char *err);
+
 /* The configuration's `cache.sync` section (sync_config.c; sb_config.h,
  * "sections"): the cloud this edge syncs with and its credentials. */
 extern const sb_cfg_section sb_sync_section;

@@ -61,6 +61,8 @@ static const sb_cfg_key conversation_keys[] = {
     { "ttl_s", SB_KEY_INT, 1, 7 * 86400, CV(ttl_s), NULL },
     { "max_turns", SB_KEY_INT, 1, 1000, CV(max_turns), NULL },
     { "max_bytes", SB_KEY_INT, 1024, 16 << 20, CV(max_bytes), NULL },
+    RT_KEY("handoff_intents"),      /* labels of the pipeline's intent stages, checked after its stages */
+    { "handoff_url", SB_KEY_STR, 1, 0, CV(handoff_url), NULL },
     RT_KEYS_END
 };
 
@@ -74,7 +76,30 @@ static int load_conversation(vctx *c, const sb_config_node *n, sb_pipeline *p) {
     p->conv.max_bytes = 256 << 10;
     int rc = sb_cfg_want_map(&k, n);
     if (!rc) rc = sb_cfg_keys_check(&k, n, conversation_keys);
-    return rc ? rc : sb_cfg_keys_read(&k, n, conversation_keys, p);
+    if (!rc) rc = sb_cfg_keys_read(&k, n, conversation_keys, p);
+    const sb_config_node *v = rc ? NULL : sb_config_node_get(n, "handoff_intents");
+    if (v) rc = sb_cfg_strs(&k, v, "handoff_intents", SB_PIPE_MAX_LABELS, &p->conv.handoff_intents,
+                            &p->conv.n_handoff_intents);
+    const char *url = p->conv.handoff_url;
+    if (!rc && url && strncmp(url, "http://", 7) && strncmp(url, "https://", 8))
+        rc = FAIL(c, sb_config_node_get(n, "handoff_url"), "%s.handoff_url: expected an http:// or https:// URL, got '%s'",
+                  path, url);
+    return rc;
+}
+
+/* Each of conversation.handoff_intents is a label of one of the stages. */
+static int check_handoff_intents(vctx *c, const sb_config_node *n, const sb_pipeline *p) {
+    for (size_t i = 0; i < p->conv.n_handoff_intents; i++) {
+        const char *name = p->conv.handoff_intents[i];
+        bool found = false;
+        for (size_t k = 0; k < p->n_stages && !found; k++)
+            found = p->stages[k].kind == SB_STAGE_INTENT && rt_pl_label_index(&p->stages[k], name) >= 0;
+        if (!found)
+            return FAIL(c, sb_config_node_get(sb_config_node_get(n, "conversation"), "handoff_intents"),
+                        "%s.conversation.handoff_intents: '%s' is not a label of the pipeline's intent stages",
+                        c->path, name);
+    }
+    return 0;
 }
 
 /* privacy: {detect: [types], mode: pseudonymize | mask | reject} - what the
@@ -173,6 +198,7 @@ static int load_pipeline(vctx *c, const sb_config_node *key, const sb_config_nod
         p->output = v->kind == SB_CFG_SCALAR ? sb_pipeline_stage_index(p, v->value) : -1;
         if (p->output < 0) return FAIL(c, v, "%s.output: no stage named '%s'", c->path, v->kind == SB_CFG_SCALAR ? v->value : "?");
     }
+    if ((rc = check_handoff_intents(c, n, p))) return rc;
     sb_sha256_ctx h;
     sb_sha256_init(&h);
     digest_node(&h, n);
@@ -230,6 +256,10 @@ void sb_pipelines_free(sb_pipelines *ps) {
         sb_pipeline *p = &ps->items[i];
         for (size_t k = 0; k < p->n_stages; k++) free_stage(&p->stages[k]);
         sb_free(p->stages);
+        for (size_t k = 0; p->conv.handoff_intents && k < p->conv.n_handoff_intents; k++)
+            sb_free(p->conv.handoff_intents[k]);
+        sb_free(p->conv.handoff_intents);
+        sb_free(p->conv.handoff_url);
         sb_free(p->name);
         sb_free(p->description);
         sb_privacy_free(p->privacy);

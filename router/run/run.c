@@ -139,7 +139,7 @@ bool rt_json_fits(stage_res *sr) {
 }
 
 static const char *run_output(const rt_run *run) {
-    int i = run->p->output >= 0 ? run->p->output : run->last_ran;
+    int i = run->p->output >= 0 && !run->handoff ? run->p->output : run->last_ran;
     return i >= 0 && run->res[i].output ? run->res[i].output : "";
 }
 
@@ -197,6 +197,12 @@ rt_stage_outcome rt_stage_end(rt_run *run, int status, const char *error) {
     sb_free(run->turn);         /* the next stage that asks starts without an answer */
     run->turn = NULL;
     return RT_STAGE_DONE;
+}
+
+rt_stage_outcome rt_stage_hand_off(rt_run *run, const char *reason) {
+    run->handoff = reason;
+    run->until = (int)run->cur;     /* the stages after it would answer a call a person now takes */
+    return rt_stage_end(run, ST_OK, NULL);
 }
 
 rt_stage_outcome rt_stage_poll(rt_run *run, int ms) {
@@ -329,6 +335,15 @@ void rt_run_set_awaiting(rt_run *run, const char *json) {
 }
 
 int rt_run_waiting_stage(const rt_run *run) { return run->suspended ? (int)run->cur : -1; }
+
+double rt_run_confidence(const rt_run *run) { return run->confidence; }
+
+const char *rt_run_handoff_reason(const rt_run *run) {
+    if (run->handoff) return run->handoff;
+    for (size_t i = 0; run->intent && i < run->p->conv.n_handoff_intents; i++)
+        if (!strcmp(run->intent, run->p->conv.handoff_intents[i])) return run->fell_back ? "rejected" : "asked";
+    return NULL;
+}
 
 const sb_json *rt_run_slots(const rt_run *run) {
     return run->slots_stage >= 0 ? run->res[run->slots_stage].json : NULL;

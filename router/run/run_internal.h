@@ -23,6 +23,8 @@ typedef struct {
     char *input;                    /* what the stage was given, kept for call traces only */
     int prompt_tokens, completion_tokens;
     bool found;                     /* retrieve: passages at or above min_score */
+    int retries_used;               /* ask: times the slot now asked was asked again */
+    unsigned declined;              /* ask: the optional slots (bits) the caller would not give */
 } stage_res;
 
 struct rt_run {
@@ -55,6 +57,7 @@ struct rt_run {
     bool suspended;                 /* waits on the caller's next turn (RT_STAGE_WAIT_CALLER) */
     char *turn;                     /* the caller's answer to the running stage, or NULL */
     char *awaiting;                 /* JSON: what the asking stage awaits (rt_run_set_awaiting), or NULL */
+    const char *handoff;            /* why the call goes to a person (a static string), or NULL */
     int slots_stage;                /* the stage whose JSON holds the call's slots (a generate with ask:); -1 */
     struct event *timer, *kick;
     bool done;

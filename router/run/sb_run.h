@@ -157,6 +157,9 @@ typedef struct {
         int ttl_s;                  /* idle expiry, default 1800 */
         int max_turns;              /* then the call ends (done), default 50 */
         int max_bytes;              /* a session's stored bytes at most, default 262144 */
+        char *handoff_url;          /* where hand-off packages are POSTed, or NULL */
+        char **handoff_intents;     /* labels that end the call with a hand-off (asked / rejected) */
+        size_t n_handoff_intents;
     } conv;
 } sb_pipeline;
 
@@ -379,6 +382,13 @@ int  rt_run_start_at(rt_exec *ex, rt_pipeline_ref *ref, int stage, const char *i
 /* The call's slots: the JSON object of the stage that gathers them (a
  * generate stage with `ask:`), or NULL. */
 const sb_json *rt_run_slots(const rt_run *run);
+/* The intent's confidence (0 without an intent). */
+double rt_run_confidence(const rt_run *run);
+/* Why the call goes to a person after this run: a stage's hand-off
+ * ("refused", "retries_exhausted"), else
+ * "asked" / "rejected" when the intent is one of the conversation's
+ * handoff_intents (rejected: the intent stage fell back to it), else NULL. */
+const char *rt_run_handoff_reason(const rt_run *run);
 const sb_pipeline *rt_run_pipe(const rt_run *run);
 /* Where a conversation stands after a turn, as the answer shows it: the
  * front door's sessions know it, a run does not. */

@@ -4,51 +4,102 @@
  *     kind: generate
  *     json: true                      # or a json_schema whose `required` lists the slots
  *     ask:
- *       account: { zh: "请问您的账号是多少？", en: "What is your account number?" }
+ *       name: { zh: "请问您怎么称呼？", en: "What is your name?" }
+ *       account:                      # the full form: a question and how to check the answer
+ *         question: { zh: "请问您的账号是多少？", en: "What is your account number?" }
+ *         reask: { zh: "账号是七位数字，请再说一遍。", en: "The account has seven digits. Again, please?" }
+ *         pattern: "^[0-9]{7}$"       # POSIX extended, on the whole normalised value
+ *         checksum: luhn              # or resident_id (ISO 7064 MOD 11-2, 18 characters)
+ *         retries: 2                  # re-asked this many times, then the call is handed off
+ *         optional: true              # a caller who declines goes on without it
+ *     handoff: { zh: "正在为您转接人工服务，请稍候。", en: "..." }
  *
  * The stage's JSON object holds the call's slots. After the extraction, the
  * first required slot left empty (absent, null, or blank text) is asked
  * for: the stage's output becomes the question in the caller's language
- * and the run waits on the caller. The caller's next turn is the answer:
- * it fills that slot (trimmed) and the next empty one is asked, or the
- * stage ends with its JSON complete. Which slots are required: the
+ * and the run waits on the caller. Which slots are required: the
  * json_schema's `required` list when the stage has a schema (each needs a
  * question here), else every slot named here.
  *
+ * The caller's next turn is the answer. Numbers in it are read as the
+ * privacy detector reads them - spoken Chinese numerals, English digit
+ * words, spaced groups ("幺三八 零零 一三" is 1380013) - and each number
+ * is a value: the asked slot takes the first that passes its checks, and
+ * any other empty slot with a pattern or checksum takes one that passes
+ * its own, so "账号 4410032，身份证 110105...X" fills both. A slot without
+ * checks takes the whole answer, unless a number of it went to another
+ * slot ("my ID is ..." asked for a name is an ID). An answer that leads with a no ("不对，是
+ * 4410032", "no, it's ...") corrects: its value replaces a filled slot whose
+ * checks it passes. An answer that gives nothing valid is a refusal when it
+ * declines ("不方便说", "I'd rather not", "skip"): an optional slot is then
+ * left out, any other is handed to a person (reason `refused`); otherwise
+ * the slot is asked again (its `reask`, else its question) up to `retries`
+ * times, then handed off (reason `retries_exhausted`). A hand-off ends the
+ * run with the stage's `handoff` text as the reply.
+ *
  * The caller's language is read from the call's first input: Chinese
  * characters ask in `zh`, else `en`; a slot without that language asks in
- * the first one it lists.
+ * the first one it lists. The count of re-asks lives in the run: after a
+ * restart of the router the slot's count starts again.
  */
+#include <regex.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "common/sb_checksum.h"
+#include "privacy/sb_privacy.h"
 #include "router/run/stage_internal.h"
 
 #define ASK_MAX_SLOTS 16
 #define ASK_MAX_LANGS 8
 
 typedef struct {
-    char *slot;
     char *lang[ASK_MAX_LANGS], *text[ASK_MAX_LANGS];
-    size_t n_lang;
+    size_t n;
+} ask_text;
+
+enum { CHECK_NONE, CHECK_RESIDENT_ID, CHECK_LUHN };
+
+typedef struct {
+    char *slot;
+    ask_text question, reask;
+    char *pattern;
+    regex_t re;
+    bool has_re;
+    int checksum;               /* CHECK_* */
+    int retries;
+    bool optional;
     bool required;
 } ask_slot;
 
 typedef struct {
     ask_slot slots[ASK_MAX_SLOTS];
     size_t n;
+    ask_text handoff;
+    sb_privacy *numbers;        /* finds the numbers of an answer, however they were said */
 } ask_conf;
+
+static void text_free(ask_text *t) {
+    for (size_t k = 0; k < t->n; k++) {
+        sb_free(t->lang[k]);
+        sb_free(t->text[k]);
+    }
+}
 
 void rt_ask_free(sb_stage *s) {
     ask_conf *a = s->own;
     if (!a) return;
     for (size_t i = 0; i < a->n; i++) {
-        sb_free(a->slots[i].slot);
-        for (size_t k = 0; k < a->slots[i].n_lang; k++) {
-            sb_free(a->slots[i].lang[k]);
-            sb_free(a->slots[i].text[k]);
-        }
+        ask_slot *as = &a->slots[i];
+        sb_free(as->slot);
+        text_free(&as->question);
+        text_free(&as->reask);
+        sb_free(as->pattern);
+        if (as->has_re) regfree(&as->re);
     }
+    text_free(&a->handoff);
+    sb_privacy_free(a->numbers);
     sb_free(a);
     s->own = NULL;
 }
@@ -63,23 +114,66 @@ static bool valid_lang(const char *l) {
     return true;
 }
 
-static int load_slot(vctx *c, const sb_config_pair *pr, ask_slot *as) {
-    const sb_config_node *v = pr->value;
+/* {language: text, ...} at v, named what (for messages). */
+static int load_text(vctx *c, const sb_config_node *v, const char *what, ask_text *t) {
     if (v->kind != SB_CFG_MAP || !v->n_pairs || v->n_pairs > ASK_MAX_LANGS)
-        return FAIL(c, v, "%s.ask.%s: expected a mapping of 1-%d languages to questions, e.g. {zh: \"...\", en: \"...\"}",
-                    c->path, pr->key->value, ASK_MAX_LANGS);
-    if (!(as->slot = sb_strdup(pr->key->value))) return SB_ENOMEM;
+        return FAIL(c, v, "%s.%s: expected a mapping of 1-%d languages to texts, e.g. {zh: \"...\", en: \"...\"}",
+                    c->path, what, ASK_MAX_LANGS);
     for (size_t k = 0; k < v->n_pairs; k++) {
         const sb_config_node *lk = v->pairs[k].key, *q = v->pairs[k].value;
         if (!valid_lang(lk->value))
-            return FAIL(c, lk, "%s.ask.%s: '%s' is not a language tag (zh, en, zh-HK...)", c->path, as->slot,
-                        lk->value);
+            return FAIL(c, lk, "%s.%s: '%s' is not a language tag (zh, en, zh-HK...)", c->path, what, lk->value);
         if (q->kind != SB_CFG_SCALAR || !q->len)
-            return FAIL(c, q, "%s.ask.%s.%s: expected the question as text", c->path, as->slot, lk->value);
-        if (!(as->lang[k] = sb_strdup(lk->value)) || !(as->text[k] = sb_strdup(q->value))) return SB_ENOMEM;
-        as->n_lang++;
+            return FAIL(c, q, "%s.%s.%s: expected the text", c->path, what, lk->value);
+        if (!(t->lang[k] = sb_strdup(lk->value)) || !(t->text[k] = sb_strdup(q->value))) return SB_ENOMEM;
+        t->n++;
     }
     return 0;
+}
+
+static const char *const CHECKSUMS[] = {"none", "resident_id", "luhn", NULL};
+#define AS(f) offsetof(ask_slot, f)
+/* A slot's full form (its mapping has `question`). */
+static const sb_cfg_key slot_keys[] = {
+    RT_KEY("question"),             /* {language: text} */
+    RT_KEY("reask"),                /* {language: text}: after an answer that fails the checks */
+    { "pattern", SB_KEY_STR, 1, 0, AS(pattern), NULL },
+    { "checksum", SB_KEY_ENUM, 0, 0, AS(checksum), CHECKSUMS },
+    { "retries", SB_KEY_INT, 0, 10, AS(retries), NULL },
+    { "optional", SB_KEY_BOOL, 0, 0, AS(optional), NULL },
+    RT_KEYS_END
+};
+
+static int load_checks(vctx *c, const sb_config_node *v, ask_slot *as, const char *path) {
+    sb_cfg_ctx k = { c->cfg, c->err, path, true };
+    int rc = sb_cfg_read_map(&k, v, slot_keys, as);
+    const sb_config_node *n;
+    char what[96];
+    snprintf(what, sizeof what, "ask.%s.reask", as->slot);
+    if (!rc && (n = sb_config_node_get(v, "reask"))) rc = load_text(c, n, what, &as->reask);
+    if (!rc && as->pattern) {
+        int e = regcomp(&as->re, as->pattern, REG_EXTENDED | REG_NOSUB);
+        if (e) {
+            char why[128];
+            regerror(e, &as->re, why, sizeof why);
+            return FAIL(c, sb_config_node_get(v, "pattern"), "%s.pattern: not a POSIX extended regex: %s", path, why);
+        }
+        as->has_re = true;
+    }
+    return rc;
+}
+
+static int load_slot(vctx *c, const sb_config_pair *pr, ask_slot *as) {
+    const sb_config_node *v = pr->value, *q;
+    char what[96], path[sizeof c->path + 96];
+    snprintf(what, sizeof what, "ask.%s", pr->key->value);
+    snprintf(path, sizeof path, "%s.%s", c->path, what);
+    if (!(as->slot = sb_strdup(pr->key->value))) return SB_ENOMEM;
+    as->retries = 2;
+    if (v->kind != SB_CFG_MAP || !(q = sb_config_node_get(v, "question"))) return load_text(c, v, what, &as->question);
+    snprintf(what, sizeof what, "ask.%s.question", pr->key->value);
+    int rc = load_text(c, q, what, &as->question);
+    return rc ? rc : load_checks(c, v, as, path);
 }
 
 /* Which slots must be filled: the schema's `required`, else all asked. */
@@ -105,7 +199,17 @@ static int mark_required(vctx *c, const sb_config_node *n, sb_stage *s, ask_conf
     return rc;
 }
 
-int rt_ask_load(vctx *c, const sb_config_node *n, sb_stage *s) {
+/* The numbers of an answer: every digit string of 5 or more digits the
+ * privacy detector's number reader finds (an ID's closing X kept). */
+static int numbers_detector(vctx *c, const sb_config_node *n, ask_conf *a) {
+    char err[SB_ERR_LEN];
+    if (sb_privacy_new(0, &a->numbers, err) ||
+        sb_privacy_add_pattern(a->numbers, "NUMBER", "^[0-9]+X?$", SB_PII_ON_DIGITS, err))
+        return FAIL(c, n, "%s.ask: %s", c->path, err);
+    return 0;
+}
+
+int rt_ask_load(vctx *c, const sb_config_node *n, sb_stage *s, const sb_config_node *handoff) {
     if (!s->json) return FAIL(c, n, "%s.ask: needs json: true or a json_schema (the slots are its JSON's keys)", c->path);
     if (n->kind != SB_CFG_MAP || !n->n_pairs || n->n_pairs > ASK_MAX_SLOTS)
         return FAIL(c, n, "%s.ask: expected a mapping of 1-%d slots to their questions", c->path, ASK_MAX_SLOTS);
@@ -115,7 +219,9 @@ int rt_ask_load(vctx *c, const sb_config_node *n, sb_stage *s) {
         int rc = load_slot(c, &n->pairs[i], &a->slots[a->n++]);
         if (rc) return rc;
     }
-    return mark_required(c, n, s, a);
+    int rc = handoff ? load_text(c, handoff, "handoff", &a->handoff) : 0;
+    if (!rc) rc = numbers_detector(c, n, a);
+    return rc ? rc : mark_required(c, n, s, a);
 }
 
 /* ------------------------------------------------------------ running */
@@ -128,11 +234,11 @@ static bool looks_chinese(const char *t) {
     return false;
 }
 
-static const char *question_for(const ask_slot *as, const char *input) {
+static const char *text_for(const ask_text *t, const char *input) {
     const char *want = looks_chinese(input) ? "zh" : "en";
-    for (size_t k = 0; k < as->n_lang; k++)
-        if (!strncmp(as->lang[k], want, 2)) return as->text[k];
-    return as->text[0];
+    for (size_t k = 0; k < t->n; k++)
+        if (!strncmp(t->lang[k], want, 2)) return t->text[k];
+    return t->n ? t->text[0] : NULL;
 }
 
 static bool empty(const sb_json *v) {
@@ -142,22 +248,65 @@ static bool empty(const sb_json *v) {
     return t[strspn(t, " \t\r\n")] == '\0';
 }
 
-/* The first required slot the stage's JSON leaves empty, or NULL. */
-static const ask_slot *missing(const ask_conf *a, const sb_json *obj) {
+/* The first required slot the stage's JSON leaves empty and the caller
+ * did not decline, or NULL. */
+static const ask_slot *missing(const ask_conf *a, const sb_json *obj, unsigned declined) {
     for (size_t i = 0; i < a->n; i++)
-        if (a->slots[i].required && empty(sb_json_get(obj, a->slots[i].slot))) return &a->slots[i];
+        if (a->slots[i].required && !(declined & 1u << i) && empty(sb_json_get(obj, a->slots[i].slot)))
+            return &a->slots[i];
     return NULL;
 }
+
+static bool checked(const ask_slot *as) { return as->has_re || as->checksum != CHECK_NONE; }
+
+/* Whether value passes the slot's pattern and checksum. */
+static bool valid(const ask_slot *as, const char *value) {
+    size_t n = strlen(value);
+    if (!n) return false;
+    if (as->has_re && regexec(&as->re, value, 0, NULL, 0)) return false;
+    if (as->checksum == CHECK_RESIDENT_ID) return n == 18 && sb_mod11_2_valid(value, n);
+    if (as->checksum == CHECK_LUHN) return n >= 2 && sb_luhn_valid(value, n);
+    return true;
+}
+
+static rt_stage_outcome hand_off(rt_run *run, const sb_stage *s, const char *reason) {
+    const ask_conf *a = s->own;
+    static const ask_text fallback = { { "zh", "en" },
+                                       { "正在为您转接人工服务，请稍候。",
+                                         "I'll put you through to a colleague who can help. Please hold." }, 2 };
+    const char *reply = text_for(a->handoff.n ? &a->handoff : &fallback, run->input);
+    stage_res *sr = &run->res[run->cur];
+    sb_free(sr->output);
+    sr->output = sb_strdup(reply);
+    return rt_stage_hand_off(run, reason);
+}
+
+static rt_stage_outcome ask(rt_run *run, const sb_stage *s, const ask_slot *as, bool again) {
+    sb_jw aw;
+    sb_jw_init(&aw);
+    sb_jw_obj(&aw);
+    sb_jw_key(&aw, "kind"); sb_jw_str(&aw, "slot");
+    sb_jw_key(&aw, "slot"); sb_jw_str(&aw, as->slot);
+    sb_jw_obj_end(&aw);
+    rt_run_set_awaiting(run, aw.oom ? NULL : aw.p);
+    sb_jw_free(&aw);
+    stage_res *sr = &run->res[run->cur];
+    sb_free(sr->output);
+    sr->output = sb_strdup(text_for(again && as->reask.n ? &as->reask : &as->question, run->input));
+    return RT_STAGE_WAIT_CALLER;
+}
+
+static rt_stage_outcome oom(rt_run *run) { return rt_stage_fail(run, 500, "internal", "%s%s", "out of memory", ""); }
 
 rt_stage_outcome rt_ask_next(rt_run *run, const sb_stage *s) {
     const ask_conf *a = s->own;
     stage_res *sr = &run->res[run->cur];
     run->slots_stage = (int)run->cur;
     if (!sr->json) {                /* nothing extracted: every slot is empty */
-        if (sb_json_parse("{}", 2, &sr->doc, NULL)) return rt_stage_fail(run, 500, "internal", "%s%s", "out of memory", "");
+        if (sb_json_parse("{}", 2, &sr->doc, NULL)) return oom(run);
         sr->json = sb_json_root(sr->doc);
     }
-    const ask_slot *as = missing(a, sr->json);
+    const ask_slot *as = missing(a, sr->json, sr->declined);
     if (!as) {
         sb_jw w;
         sb_jw_init(&w);
@@ -167,47 +316,146 @@ rt_stage_outcome rt_ask_next(rt_run *run, const sb_stage *s) {
         sb_jw_free(&w);
         return rt_stage_end(run, ST_OK, NULL);
     }
-    sb_jw aw;
-    sb_jw_init(&aw);
-    sb_jw_obj(&aw);
-    sb_jw_key(&aw, "kind"); sb_jw_str(&aw, "slot");
-    sb_jw_key(&aw, "slot"); sb_jw_str(&aw, as->slot);
-    sb_jw_obj_end(&aw);
-    rt_run_set_awaiting(run, aw.oom ? NULL : aw.p);
-    sb_jw_free(&aw);
-    sb_free(sr->output);
-    sr->output = sb_strdup(question_for(as, run->input));
-    return RT_STAGE_WAIT_CALLER;
+    return ask(run, s, as, false);
 }
 
-/* The slot asked (the first empty one, as when it was asked) takes the
- * caller's words; a blank answer leaves it empty, so it is asked again. */
-rt_stage_outcome rt_ask_answered(rt_run *run, const sb_stage *s) {
-    const ask_conf *a = s->own;
-    stage_res *sr = &run->res[run->cur];
-    const ask_slot *as = sr->json ? missing(a, sr->json) : &a->slots[0];
-    if (!as) return rt_ask_next(run, s);
-    char *answer = rt_trimmed(rt_run_turn(run), strlen(rt_run_turn(run)));
-    if (!answer) return rt_stage_fail(run, 500, "internal", "%s%s", "out of memory", "");
+/* ------------------------------------------------------- the answer */
+
+typedef struct {
+    char values[8][SB_PII_VALUE_MAX];   /* the answer's numbers, as digits (more are not read) */
+    size_t n;
+    char *whole;                    /* the answer after a correction's lead, numbers as digits, trimmed */
+    bool correction;
+} answer;
+
+/* What the caller said, read: its lead (a no makes it a correction), its
+ * numbers, and the rest with each number written as its digits (never
+ * longer than as said: a number's digits take at most its bytes). */
+static int read_answer(const ask_conf *a, const char *turn, answer *an) {
+    size_t rest = 0;
+    an->correction = rt_caller_lead(turn, &rest) == RT_NO && turn[rest];
+    if (!an->correction) rest = 0;
+    const char *t = turn + rest;
+    if (an->correction) {       /* "不对，是 ...", "no, it's ...": the 是 introduces the value */
+        if (!strncmp(t, "是", 3)) t += 3;
+        t += strspn(t, " ");
+    }
+    sb_pii_spans sp = {0};
+    size_t len = strlen(t), w = 0, at = 0;
+    char *whole = sb_malloc(len + 1);
+    if (!whole || sb_privacy_detect(a->numbers, t, len, &sp)) {
+        sb_free(whole);
+        sb_pii_spans_free(&sp);
+        return SB_ENOMEM;
+    }
+    for (size_t k = 0; k <= sp.n; k++) {
+        size_t end = k < sp.n ? sp.v[k].start : len;
+        memcpy(whole + w, t + at, end - at);
+        w += end - at;
+        if (k == sp.n) break;
+        size_t vl = strlen(sp.v[k].value);
+        memcpy(whole + w, sp.v[k].value, vl);
+        w += vl;
+        at = sp.v[k].end;
+        if (an->n < SB_ARRAY_LEN(an->values)) snprintf(an->values[an->n++], SB_PII_VALUE_MAX, "%s", sp.v[k].value);
+    }
+    sb_pii_spans_free(&sp);
+    an->whole = rt_trimmed(whole, w);
+    sb_free(whole);
+    return an->whole ? 0 : SB_ENOMEM;
+}
+
+/* Which slot value v (a number of the answer) goes to: the asked one if
+ * it has checks v passes, else (for a correction) a filled slot with checks
+ * it passes, else an empty one with checks; -1: none. A slot without checks
+ * takes the whole answer instead (rt_ask_answered). */
+static int slot_for(const ask_conf *a, const ask_slot *asked, const sb_json *obj, const char *v, bool correction,
+                    const int *taken) {
+    int asked_i = (int)(asked - a->slots);
+    if (!taken[asked_i] && checked(asked) && valid(asked, v)) return asked_i;
+    for (int pass = correction ? 0 : 1; pass < 2; pass++)
+        for (size_t i = 0; i < a->n; i++) {
+            const ask_slot *o = &a->slots[i];
+            bool is_empty = empty(sb_json_get(obj, o->slot));
+            if (taken[i] || !checked(o) || is_empty != (pass == 1) || !valid(o, v)) continue;
+            return (int)i;
+        }
+    return -1;
+}
+
+/* The slots' JSON with the values set (NULL: unchanged). */
+static int rewrite(stage_res *sr, const ask_conf *a, const char *const *set) {
     sb_jw w;
     sb_jw_init(&w);
     sb_jw_obj(&w);
-    for (size_t i = 0; sr->json && i < sb_json_len(sr->json); i++) {
+    for (size_t i = 0; i < sb_json_len(sr->json); i++) {
         const char *k = sb_json_key_at(sr->json, i);
-        if (!strcmp(k, as->slot)) continue;
+        size_t j = 0;
+        while (j < a->n && strcmp(a->slots[j].slot, k)) j++;
+        if (j < a->n && set[j]) continue;
         sb_jw_key(&w, k);
         sb_jw_value(&w, sb_json_val_at(sr->json, i));
     }
-    sb_jw_key(&w, as->slot);
-    if (*answer) sb_jw_str(&w, answer); else sb_jw_null(&w);
+    for (size_t j = 0; j < a->n; j++)
+        if (set[j]) { sb_jw_key(&w, a->slots[j].slot); sb_jw_str(&w, set[j]); }
     sb_jw_obj_end(&w);
-    sb_free(answer);
     sb_json_doc *d = NULL;
-    int rc = w.oom || sb_json_parse(w.p, w.len, &d, NULL);
+    int rc = w.oom || sb_json_parse(w.p, w.len, &d, NULL) ? SB_ENOMEM : 0;
     sb_jw_free(&w);
-    if (rc) return rt_stage_fail(run, 500, "internal", "%s%s", "out of memory", "");
+    if (rc) return rc;
     sb_json_doc_free(sr->doc);
     sr->doc = d;
     sr->json = sb_json_root(d);
-    return rt_ask_next(run, s);
+    return 0;
+}
+
+/* The answer an to slot as: take its values, then go on. */
+static rt_stage_outcome take(rt_run *run, const sb_stage *s, const ask_slot *as, const answer *an) {
+    const ask_conf *a = s->own;
+    stage_res *sr = &run->res[run->cur];
+    const char *set[ASK_MAX_SLOTS] = {0};
+    int taken[ASK_MAX_SLOTS] = {0};
+    for (size_t k = 0; k < an->n; k++) {
+        int i = slot_for(a, as, sr->json, an->values[k], an->correction, taken);
+        if (i >= 0) { set[i] = an->values[k]; taken[i] = 1; }
+    }
+    int asked_i = (int)(as - a->slots);
+    bool any = false;
+    for (size_t i = 0; i < a->n; i++) any |= taken[i];
+    /* The answer as said, when it gave no value to another slot: "my
+     * account is 4410032", asked for a name, is not a name. */
+    if (!any && an->whole[0] && !rt_caller_refuses(an->whole) && valid(as, an->whole)) {
+        set[asked_i] = an->whole;
+        taken[asked_i] = 1;
+        any = true;
+    }
+    if (any) {
+        if (rewrite(sr, a, set)) return oom(run);
+        if (taken[asked_i]) sr->retries_used = 0;
+        return rt_ask_next(run, s);
+    }
+    if (rt_caller_refuses(rt_run_turn(run))) {
+        if (!as->optional) return hand_off(run, s, "refused");
+        sr->declined |= 1u << asked_i;
+        sr->retries_used = 0;
+        return rt_ask_next(run, s);
+    }
+    if (++sr->retries_used > as->retries) return hand_off(run, s, "retries_exhausted");
+    return ask(run, s, as, true);
+}
+
+/* The caller answered the slot asked (the first empty one, as when it was
+ * asked): take what the answer gives, then ask for what is still missing,
+ * ask again, go on without a declined optional slot, or hand off. */
+rt_stage_outcome rt_ask_answered(rt_run *run, const sb_stage *s) {
+    const ask_conf *a = s->own;
+    stage_res *sr = &run->res[run->cur];
+    if (!sr->json) return rt_ask_next(run, s);
+    const ask_slot *as = missing(a, sr->json, sr->declined);
+    if (!as) return rt_ask_next(run, s);
+    answer an = {0};
+    if (read_answer(a, rt_run_turn(run), &an)) return oom(run);
+    rt_stage_outcome o = take(run, s, as, &an);
+    sb_free(an.whole);
+    return o;
 }

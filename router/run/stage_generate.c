@@ -31,6 +31,7 @@ static const sb_cfg_key generate_keys[] = {
     RT_KEY("json_schema"),          /* after json: a schema implies it */
     RT_KEY("priority"),
     RT_KEY("ask"),                  /* slot -> {language: question}: stage_ask.c */
+    RT_KEY("handoff"),              /* {language: text}: the reply when ask: hands the call off */
     RT_KEYS_END
 };
 
@@ -92,7 +93,9 @@ static int load_generate(vctx *c, const sb_config_node *n, sb_stage *s, const rt
         sb_free(stops);
     }
     if ((v = sb_config_node_get(n, "json_schema")) && (rc = load_json_schema(c, v, s))) return rc;
-    if ((v = sb_config_node_get(n, "ask")) && (rc = rt_ask_load(c, v, s))) return rc;
+    const sb_config_node *handoff = sb_config_node_get(n, "handoff");
+    if ((v = sb_config_node_get(n, "ask")) && (rc = rt_ask_load(c, v, s, handoff))) return rc;
+    if (handoff && !v) return FAIL(c, handoff, "%s.handoff: only a stage with ask: hands a call off", c->path);
     return 0;
 }
 

@@ -101,15 +101,28 @@ int rt_stage_kind_register(const rt_stage_kind *k);
 
 extern const rt_stage_kind rt_kind_intent, rt_kind_generate, rt_kind_tool, rt_kind_retrieve;
 
-/* stage_ask.c: a generate stage's `ask:` (its slots and their questions,
- * kept at s->own). load: the block, after json/json_schema. next: the
+/* stage_ask.c: a generate stage's `ask:` (its slots, their questions and
+ * checks, kept at s->own). load: the block, after json/json_schema, and
+ * the stage's `handoff` text (NULL: none). next: the
  * stage's JSON holds the slots; ask for the first required one that is
  * empty (WAIT_CALLER), or end the stage. answered: the caller's turn
- * fills the slot asked, then next. */
-int rt_ask_load(vctx *c, const sb_config_node *n, sb_stage *s);
+ * fills the slots it gives (or asks again, or hands off), then next. */
+int rt_ask_load(vctx *c, const sb_config_node *n, sb_stage *s, const sb_config_node *handoff);
 rt_stage_outcome rt_ask_next(rt_run *run, const sb_stage *s);
 rt_stage_outcome rt_ask_answered(rt_run *run, const sb_stage *s);
 void rt_ask_free(sb_stage *s);
+
+/* caller_words.c: what a caller's short answer means, in Chinese and
+ * English, colloquial and as speech recognition writes it. yesno: from the
+ * answer's first words ("嗯，不是" no, "yeah sure" yes, "是不是" / "not
+ * sure" / "my name is not..." unknown). lead: the same, and *rest the byte
+ * offset in answer where those words end ("不对，是 4410032": RT_NO, rest
+ * at "是 4410032"). refuses: the answer declines to give something ("不方便
+ * 说", "I'd rather not", "不知道", "skip"). */
+typedef enum { RT_UNKNOWN, RT_YES, RT_NO } rt_yesno;
+rt_yesno rt_caller_yesno(const char *answer);
+rt_yesno rt_caller_lead(const char *answer, size_t *rest);
+bool rt_caller_refuses(const char *answer);
 
 /* ------------------------------------------ what kinds use to load */
 
@@ -136,6 +149,10 @@ rt_stage_outcome rt_stage_refused(rt_run *run, const sb_stage *s, int rc, int ot
 rt_stage_outcome rt_stage_poll(rt_run *run, int ms);
 /* A stage's own asynchronous work (not a model call) came to o. */
 void rt_run_report(rt_run *run, rt_stage_outcome o);
+/* The call goes to a person (reason: "refused", "retries_exhausted"...):
+ * the running stage's output is the reply, the stages after it do not
+ * run, and the answer says so (handoff, done). Returns RT_STAGE_DONE. */
+rt_stage_outcome rt_stage_hand_off(rt_run *run, const char *reason);
 /* The caller's answer on this turn, after the stage asked (WAIT_CALLER);
  * NULL on the stage's first start. */
 const char *rt_run_turn(const rt_run *run);
