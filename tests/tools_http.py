@@ -38,7 +38,9 @@ def raw(data, timeout=5):
     return itlib.read_to_close(s)
 
 
-for _ in range(100):                    # the router is starting
+# The router is starting: a sanitized one on a loaded box takes seconds.
+deadline = time.monotonic() + 60
+while time.monotonic() < deadline:
     try:
         socket.create_connection((HOST, PORT)).close()
         break
