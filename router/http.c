@@ -191,9 +191,17 @@ int rt_http_start(rt *r, const char *host, int port, char *err) {
     evhttp_set_bevcb(r->http, rt_conn_bev_new, r);
     evhttp_set_gencb(r->http, on_request, r);
     errno = 0;
-    if (!evhttp_bind_socket_with_handle(r->http, host, (ev_uint16_t)port))
+    struct evhttp_bound_socket *bound = evhttp_bind_socket_with_handle(r->http, host, (ev_uint16_t)port);
+    if (!bound)
         return sb_seterr(err, SB_EIO, "cannot listen on %s:%d: %s", host, port,
                          errno ? strerror(errno) : "not an address of this host");
+    /* evhttp listens with a backlog of 128. A burst of more connections than
+     * that, while the loop is slow to accept (a loaded box), overflows the
+     * queue and the kernel resets some of them; the system's maximum
+     * (net.core.somaxconn) lets them wait to be accepted and answered (503
+     * when too many). listen() again only changes the backlog. */
+    if (listen(evhttp_bound_socket_get_fd(bound), SOMAXCONN))
+        sb_warn("HTTP listen backlog stays at 128: %s", strerror(errno));
     return 0;
 }
 

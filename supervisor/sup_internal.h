@@ -93,6 +93,8 @@ void sup_describe_status(int status, char *out, size_t cap);
  * SB_EIO (+ err) when fork failed or exec failed in the child (which then
  * exits 127 and is reaped as a crash). */
 int  sup_spawn(child *c, pid_t *pid, char *err);
+/* The router's slot, or NULL (--no-router, or no router in this build). */
+child *sup_router_child(sup *s);
 /* Rewrite DIR/state.json atomically (write a temp file, rename). */
 void sup_write_state(sup *s);
 void sup_on_retiree_kill(evutil_socket_t fd, short what, void *arg);

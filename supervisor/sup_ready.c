@@ -17,12 +17,6 @@
 #define READY_PROBE_EVERY_MS   20
 #define READY_PROBE_TIMEOUT_MS 1000     /* the router's health never waits behind work */
 
-static child *find_router(sup *s) {
-    for (child *c = s->children; c; c = c->next)
-        if (c->kind == KIND_ROUTER) return c;
-    return NULL;
-}
-
 static bool every_child_ready(const sup *s) {
     for (const child *c = s->children; c; c = c->next)
         if (c->state != ST_READY) return false;
@@ -42,7 +36,7 @@ static void say_ready(sup *s) {
     int workers = 0;
     for (const child *c = s->children; c; c = c->next) workers += c->kind == KIND_WORKER;
     double ms = (double)(sb_now_ns() - s->started_ns) / 1e6;
-    if (find_router(s))
+    if (sup_router_child(s))
         sb_info("ready: %d worker(s) up and http://%s/health answers 200, %.0f ms after start", workers,
                 s->cfg->runtime.http, ms);
     else
@@ -73,7 +67,7 @@ static void on_router_health(void *arg, uint64_t id, const sb_ipc_result *res) {
 
 void sup_ready_check(sup *s) {
     if (s->said_ready || s->stopping || s->ready_pending || !every_child_ready(s)) return;
-    child *r = find_router(s);
+    child *r = sup_router_child(s);
     if (!r) { say_ready(s); return; }
     char err[SB_ERR_LEN];
     if (!s->ready_probe && sb_ipc_aclient_new(s->base, r->sock, 0, &s->ready_probe, err)) {

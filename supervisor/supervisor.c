@@ -210,7 +210,7 @@ static void free_retiree(retiree *r) {
     sb_free(r);
 }
 
-static child *router_child(sup *s) {
+child *sup_router_child(sup *s) {
     for (child *c = s->children; c; c = c->next)
         if (c->kind == KIND_ROUTER) return c;
     return NULL;
@@ -239,7 +239,7 @@ static void term_workers(sup *s) {
  * leave the loop when nothing is left. */
 static void stop_progress(sup *s) {
     if (s->stopping == STOP_ROUTER) {
-        child *r = router_child(s);
+        child *r = sup_router_child(s);
         if (r && r->pid) return;
         event_del(s->stop_timer);
         term_workers(s);
@@ -279,7 +279,7 @@ static void begin_shutdown(sup *s, int sig) {
         drop_probe(c);
         if (!c->pid && c->state != ST_FAILED) set_state(c, ST_STOPPED);
     }
-    child *r = router_child(s);
+    child *r = sup_router_child(s);
     if (r && r->pid) {
         kill(r->pid, SIGTERM);
         set_state(r, ST_STOPPING);
@@ -455,7 +455,7 @@ static void reload(sup *s) {
     }
     sb_config_free(s->cfg);
     s->cfg = nc;
-    child *r = router_child(s);
+    child *r = sup_router_child(s);
     if (r && r->pid) kill(r->pid, SIGHUP);      /* it re-reads its pipelines itself */
     sb_info("reload done: %d unchanged, %d restarted, %d retried, %d added, %d removed%s", kept,
             restarted, retried, added, removed, r && r->pid ? "; SIGHUP sent to the router" : "");
@@ -578,8 +578,9 @@ int sb_supervisor_run(const sb_supervisor_opts *opts) {
     int n_workers = 0;
     for (child *c = s.children; c; c = c->next) n_workers += c->kind == KIND_WORKER;
     sb_info("supervising %d worker(s)%s in %s (config %s)", n_workers,
-            router_child(&s) ? " and the router" : sb_supervisor_has_router() ? " (router disabled by --no-router)"
-                                                                                 : " (no router command in this build)",
+            sup_router_child(&s) ? " and the router"
+            : sb_supervisor_has_router() ? " (router disabled by --no-router)"
+                                         : " (no router command in this build)",
             s.cfg->runtime.dir, s.config_path);
     for (child *c = s.children; c; c = c->next) start_child(c);
     sup_write_state(&s);

@@ -92,6 +92,10 @@ same = sum(1 for o, r in zip(out, ref) if o and o.get("ok") and o["result"]["tex
 check(same == len(QUESTIONS), "each concurrent answer == its answer alone (%d/%d)" % (same, len(QUESTIONS)),
       str([(o["result"]["text"], r["result"]["text"]) for o, r in zip(out, ref)
            if o and o.get("ok") and o["result"]["text"] != r["result"]["text"]][:2]))
+# Timing is the subject: the worker's loop answers health while the pool
+# computes (a fraction of a ms here); 1 s leaves a sanitized worker on a
+# loaded box room, and a health that waited for the burst's compute would
+# take the burst's seconds.
 check(len(health_ms) > 0 and max(health_ms) < 1000,
       "health answered %d times during the burst, slowest %.1f ms" % (len(health_ms), max(health_ms or [0])))
 check(running_max >= 2, "requests ran together (health saw %d running at once), burst %.2f s" % (running_max, wall))

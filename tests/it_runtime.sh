@@ -191,6 +191,9 @@ ask_bg long --socket "$run/spm.sock" --max-tokens 2000 --temp 0 -v "A long one, 
 wait_file "$tmp/short.out" 20; wait_file "$tmp/long.out" 20
 ts=$(now_ms); kill -TERM "$sup"; wait "$sup"; src=$?; tstop=$(( $(now_ms) - ts )); sup=
 [ $src -eq 0 ] && ok "supervisor exited 0, $tstop ms after SIGTERM (drain deadline 1500 ms)" || bad "supervisor exit $src"
+# Timing is the subject: the workers cut what runs at drain_ms (1500) and
+# exit; the supervisor would SIGKILL them at drain_ms + 2 s. Under 3500 ms
+# with no SIGKILL logged: they stopped by themselves.
 [ $tstop -lt 3500 ] && ! grep -q SIGKILL "$tmp/sup.log" && ok "the workers stopped by themselves at the drain deadline (no SIGKILL)" ||
     bad "stop took $tstop ms: $(grep SIGKILL "$tmp/sup.log")"
 wait_file "$tmp/short.rc" 2; wait_file "$tmp/long.rc" 2

@@ -51,15 +51,20 @@ for s in socks: s.bind(("127.0.0.1", 0))
 print(*(s.getsockname()[1] for s in socks))' "$1"
 }
 
-# Poll URL until it answers 2xx: up to TRIES (100) times, STEP (0.05) s apart
-# (each try given 2 s: a listener that accepts and never answers is not ready).
+# Poll URL until it answers 2xx, every STEP (0.05) s, for TRIES (100) tries
+# but never less than 60 s of wall time: what is waited for here is a server
+# starting, which a sanitized build on a loaded box does in seconds, not the
+# usual tenth; only a broken start waits that long. Each try gets 2 s (a
+# listener that accepts and never answers is not ready).
 it_wait_http() {
-    local url=$1 tries=${2:-100} step=${3:-0.05}
-    for _ in $(seq 1 "$tries"); do
+    local url=$1 tries=${2:-100} step=${3:-0.05} end
+    end=$(( $(date +%s) + 60 ))
+    while :; do
         curl -sf -m 2 "$url" > /dev/null 2>&1 && return 0
+        tries=$((tries - 1))
+        [ "$tries" -gt 0 ] || [ "$(date +%s)" -lt "$end" ] || return 1
         sleep "$step"
     done
-    return 1
 }
 
 # `switchboard run`'s one "ready" line (docs/operations.md, "Ready"): every
@@ -95,11 +100,15 @@ it_runuser() {
     echo "$r"
 }
 
-# SIGTERM PID and give it 5 s to exit; forgotten either way. Prints
-# "FAIL the WHAT did not stop on SIGTERM" and fails if it is still there.
+# SIGTERM PID and give it 30 s to exit (an idle runtime takes a tenth; a
+# sanitized one on a loaded box, with its leak checks at exit, seconds);
+# forgotten either way. Prints "FAIL the WHAT did not stop on SIGTERM" and
+# fails if it is still there.
 it_stop() {
-    local pid=$1 what=$2
-    kill "$pid"; for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+    local pid=$1 what=$2 end
+    end=$(( $(date +%s) + 30 ))
+    kill "$pid"
+    while kill -0 "$pid" 2>/dev/null && [ "$(date +%s)" -lt "$end" ]; do sleep 0.05; done
     it_forget "$pid"
     if kill -0 "$pid" 2>/dev/null; then echo "FAIL the $what did not stop on SIGTERM"; return 1; fi
 }

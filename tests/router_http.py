@@ -251,6 +251,9 @@ for _ in range(2):
 check([f[:2] for f in firsts] == [(200, "miss"), (200, "hit")] and
       all(f[2] == {"role": "assistant", "content": ""} for f in firsts),
       "pipeline:p streamed, fresh and from the cache: the same stream, opening with the role chunk", firsts)
+# Timing is the subject: the pipeline's timeout_ms is 300 and its tool
+# sleeps 3 s; 2.5 s leaves a loaded box room and still shows the tool was
+# killed, not waited for.
 t = time.time()
 st, _, b = http("POST", "/v1/pipelines/slow", {"input": "x"})
 check(st == 504 and is_error_body(b, "timeout") and time.time() - t < 2.5, "pipeline over its timeout_ms -> 504 (tool killed)",
@@ -308,6 +311,9 @@ check(st == 413 and is_error_body(body, "body_too_large"), "oversized body -> 41
 raw, _ = raw_exchange(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Junk: " + b"j" * 40000 + b"\r\n\r\n")
 st, head, body = split_response(raw)
 check(st == 431 and is_error_body(body, "headers_too_large"), "oversized headers -> 431 JSON", raw[:300])
+# Timing is the subject: the body timeout it_router.sh sets is 1 s; the
+# answer comes after it (not before: > 0.8 s) and not much later (< 5 s on
+# a loaded box; the client waits 15).
 raw, waited = raw_exchange(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                            b"Content-Length: 200\r\n\r\n{\"model\": \"ti", timeout=15)
 st, head, body = split_response(raw)
@@ -409,7 +415,14 @@ for i in range(n):
 hits.sort()
 print("measure: gateway overhead per cache-miss request (router time outside worker compute): %.3f ms over %d requests; "
       "client round trip %.2f ms; cache-hit round trip median %.2f ms" % (ov_s / max(ov_n, 1) * 1e3, ov_n, client_ms, hits[n // 2]))
-check(ov_n >= n and ov_s / ov_n < 0.05, "gateway overhead measured (%.3f ms per request)" % (ov_s / max(ov_n, 1) * 1e3))
+# Not a speed bound (that is a benchmark's, on a quiet box): the router's
+# time outside the worker is part of the round trip the client measured
+# over the same requests, however loaded the box (a fixed bound in ms is a
+# figure of the load: 0.4 ms plain on a quiet box, 24 ms sanitized beside
+# two busy loops).
+check(ov_n >= n and 0 < ov_s / ov_n < client_ms / 1e3,
+      "gateway overhead measured (%.3f ms per request, within the client's %.2f ms round trip)"
+      % (ov_s / max(ov_n, 1) * 1e3, client_ms))
 for fam in ("switchboard_http_requests_total{route=\"chat_completions\",status=\"200\"}", "switchboard_model_queue_depth{model=\"tiny\"}",
             "switchboard_model_tokens_per_second{model=\"tiny\"}", "switchboard_worker_restarts_total{model=\"tiny\"}",
             "switchboard_http_request_duration_seconds_bucket{route=\"pipelines\",le=\"+Inf\"}",
@@ -450,12 +463,12 @@ orig = open(CONFIG).read()
 open(CONFIG, "w").write(orig + "  p2:\n    stages:\n      - { name: g, kind: generate, model: tiny, prompt: \"{{input}}\", max_tokens: 2 }\n")
 os.kill(SUP_PID, signal.SIGHUP)
 seen = False
-for _ in range(100):
+deadline = time.monotonic() + 60        # the reload takes ms; seconds for a sanitized router under load
+while not seen and time.monotonic() < deadline:
     st, _, b = http("GET", "/v1/models")
-    if b'"pipeline:p2"' in b:
-        seen = True
-        break
-    time.sleep(0.05)
+    seen = b'"pipeline:p2"' in b
+    if not seen:
+        time.sleep(0.05)
 check(seen, "SIGHUP: a new pipeline appears without a restart")
 open(CONFIG, "w").write(orig + "  p3:\n    stages:\n      - { name: g, kind: juggle }\n")
 os.kill(SUP_PID, signal.SIGHUP)

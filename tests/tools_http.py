@@ -38,7 +38,9 @@ def raw(data, timeout=5):
     return itlib.read_to_close(s)
 
 
-for _ in range(100):                    # the router is starting
+# The router is starting: a sanitized one on a loaded box takes seconds.
+deadline = time.monotonic() + 60
+while time.monotonic() < deadline:
     try:
         socket.create_connection((HOST, PORT)).close()
         break
@@ -124,7 +126,7 @@ except (OSError, ValueError):
     peak = -1
 check(0 < peak <= 4, "300 concurrent calls: at most max_concurrent (4) tool processes at once (peak %d)" % peak)
 check(len(ok200) + len(busy) == N, "every call answered 200 or 503 in %.1f s (%d ok, %d busy)" % (dt, len(ok200), len(busy)),
-      sorted(set(codes)))
+      (sorted(set(codes)), sorted({r[2][:120] for r in results if r[0] not in (200, 503)})[:3]))
 check(len(ok200) >= 12 and busy, "the running 4 and the queued 8 complete, the excess gets 503", (len(ok200), len(busy)))
 check(busy and all(r[1] and json.loads(r[2])["error"]["code"] == "server_busy" for r in busy),
       "each 503 carries Retry-After and code server_busy", busy[:1])

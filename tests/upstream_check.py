@@ -161,6 +161,8 @@ st, _, b, dt = http(EDGE, "POST", "/v1/pipelines/p_closed", {"input": "operator"
 m = error_message(b)
 check(st == 503 and "stage 'answer'" in m and ("http://127.0.0.1:%s/v1/chat/completions" % CLOSED_PORT) in m,
       "refused upstream: 503, names the stage and the URL (%.2f s)" % dt, (st, b))
+# Timing is the subject: a refused connect fails in ms; waiting for the
+# model's timeout_ms would take 5 s. 2 s tells them apart on a loaded box.
 check(dt < 2.0, "refused upstream: failed within %.2f s, no waiting for the timeout" % dt)
 
 # -- the real upstream goes down: the composer stage fails, local serving goes on
