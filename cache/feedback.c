@@ -48,7 +48,9 @@ int sb_feedback_open(const char *path, bool create, sb_feedback **out, char *err
         goto fail;
     }
     sqlite3_busy_timeout(f->db, 2000);
+    /* secure_delete: a purged row's words are overwritten, not left in a free page. */
     if (sqlite3_exec(f->db, "PRAGMA journal_mode = WAL", NULL, NULL, NULL) != SQLITE_OK ||
+        sqlite3_exec(f->db, "PRAGMA secure_delete = ON", NULL, NULL, NULL) != SQLITE_OK ||
         sqlite3_exec(f->db, schema, NULL, NULL, NULL) != SQLITE_OK) {
         rc = sqlite3_errcode(f->db) == SQLITE_NOTADB ? SB_EFORMAT : SB_EIO;
         db_err(f, rc, path, err);
@@ -82,6 +84,20 @@ int sb_feedback_put(sb_feedback *f, const sb_feedback_row *row, char *err) {
     int rc = sqlite3_step(st) == SQLITE_DONE ? 0 : db_err(f, SB_EIO, "insert", err);
     sqlite3_finalize(st);
     return rc;
+}
+
+int sb_feedback_purge_before(sb_feedback *f, int64_t before, char *err) {
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(f->db, "DELETE FROM feedback WHERE time < ?1", -1, &st, NULL) != SQLITE_OK)
+        return db_err(f, SB_EIO, "purge", err);
+    sqlite3_bind_int64(st, 1, before);
+    int rc = sqlite3_step(st) == SQLITE_DONE ? 0 : db_err(f, SB_EIO, "purge", err);
+    sqlite3_finalize(st);
+    int n = rc ? 0 : sqlite3_changes(f->db);
+    /* Until a checkpoint the WAL still holds the frames that wrote the rows. */
+    if (!rc && n && sqlite3_exec(f->db, "PRAGMA wal_checkpoint(TRUNCATE)", NULL, NULL, NULL) != SQLITE_OK)
+        rc = db_err(f, SB_EIO, "checkpoint", err);
+    return rc ? rc : n;
 }
 
 /* Bytes of a line break at s (0: none): what some reader of the TSV splits

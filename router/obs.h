@@ -145,6 +145,11 @@ typedef struct {
     double t0;                      /* sb_now_s() when the call arrived */
 } rt_call_info;
 void rt_trace_record(rt *r, const rt_call_info *ci);
+/* Retention (retention.c): drop the ring's traces recorded before `before`
+ * (Unix seconds); delete the feedback marks made before it (the file is not
+ * created for it). How many, or < 0 with err. */
+int  rt_trace_purge_before(rt *r, double before);
+int  rt_feedback_purge_before(rt *r, double before, char *err);
 
 /* The call routes (trace.c): GET /v1/calls/ID, POST /v1/calls/ID/feedback,
  * GET /v1/feedback.tsv. rest is the path after "/v1/calls/". */

@@ -129,6 +129,11 @@ int  rt_session_commit(rt_sessions *s, const rt_session *ss, int ttl_s, const ch
 int  rt_session_delete(rt_sessions *s, const char *id, char *err);
 /* Purge the sessions expired at now: how many, or < 0. */
 int  rt_sessions_sweep(rt_sessions *s, double now, char *err);
+/* Purge the sessions last updated at or before `before` (retention): how
+ * many, or < 0. A purge that deleted any leaves no trace of them in the
+ * file or its WAL (secure_delete and a truncating checkpoint). */
+int  rt_sessions_purge_before(rt_sessions *s, double before, char *err);
+int  rt_sessions_checkpoint(rt_sessions *s, char *err);
 /* {"intent", "slots", "turn"}; and GET /v1/sessions/ID's whole answer. */
 void rt_session_state_json(const rt_session *ss, sb_jw *w);
 int  rt_session_json(rt_sessions *s, const rt_session *ss, sb_jw *w, char *err);
@@ -147,6 +152,7 @@ struct rt {
     rt_sessions *sessions;          /* NULL: the store did not open (conversations get 503) */
     struct rt_waiting *waiting;     /* session_door.c: suspended runs, by session, until the next turn */
     struct event *session_timer;    /* the sweep of expired sessions */
+    struct event *retention_timer;  /* retention.c: the hourly purge of runtime.retention */
     int body_timeout_ms;            /* 408 after this long inside one request's bytes */
     size_t max_body, max_headers;
     rt_metrics metrics;
@@ -261,6 +267,11 @@ rt_run *rt_waiting_take(rt *r, const char *session);    /* NULL: none (gone with
 void rt_turn_end(rt_req *q);
 void rt_handle_session(rt_req *q, const char *id, bool del);        /* GET / DELETE /v1/sessions/ID */
 void rt_sessions_start(rt *r, const sb_config *cfg);
+/* retention.c: runtime.retention's purge, now (`now`: Unix seconds) with
+ * the config in use; rt_retention_start runs it and then every hour. */
+void rt_retention_purge(rt *r, double now);
+void rt_retention_start(rt *r);
+void rt_retention_stop(rt *r);
 void rt_sessions_stop(rt *r);
 
 /* privacy_door.c: a pipeline's `privacy:` policy on the caller's input,

@@ -84,6 +84,7 @@ int rt_sessions_open(const char *path, rt_sessions **out, char *err) {
         sqlite3_busy_timeout(s->db, 2000);
         rc = exec(s, "PRAGMA journal_mode=WAL", err);
         if (!rc) rc = exec(s, "PRAGMA synchronous=FULL", err);
+        if (!rc) rc = exec(s, "PRAGMA secure_delete=ON", err);   /* a purged transcript's bytes go */
         if (!rc) rc = exec(s, schema, err);
     }
     if (rc) {
@@ -343,16 +344,34 @@ int rt_session_delete(rt_sessions *s, const char *id, char *err) {
     return exec(s, "COMMIT", err);
 }
 
-int rt_sessions_sweep(rt_sessions *s, double now, char *err) {
+/* Delete the sessions `column <= t` (column is ours, never the caller's)
+ * with their turns; how many, or < 0. */
+static int purge_where(rt_sessions *s, const char *column, double t, char *err) {
+    char turns[160], rows[96];
+    snprintf(turns, sizeof turns, "DELETE FROM turns WHERE session IN (SELECT id FROM sessions WHERE %s <= ?1)", column);
+    snprintf(rows, sizeof rows, "DELETE FROM sessions WHERE %s <= ?1", column);
     int rc = exec(s, "BEGIN IMMEDIATE", err);
-    if (!rc) rc = step_once(s, "DELETE FROM turns WHERE session IN (SELECT id FROM sessions WHERE expires <= ?1)",
-                            err, bind_now, &now);
-    if (!rc) rc = step_once(s, "DELETE FROM sessions WHERE expires <= ?1", err, bind_now, &now);
+    if (!rc) rc = step_once(s, turns, err, bind_now, &t);
+    if (!rc) rc = step_once(s, rows, err, bind_now, &t);
     if (rc) {
         sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
         return rc;
     }
     int n = sqlite3_changes(s->db);
     rc = exec(s, "COMMIT", err);
+    if (!rc && n) rc = rt_sessions_checkpoint(s, err);
     return rc ? rc : n;
+}
+
+int rt_sessions_sweep(rt_sessions *s, double now, char *err) { return purge_where(s, "expires", now, err); }
+
+int rt_sessions_purge_before(rt_sessions *s, double before, char *err) {
+    return purge_where(s, "updated", before, err);
+}
+
+/* The deleted rows' pages are zeroed (secure_delete), but the WAL still
+ * holds the frames that wrote them until a checkpoint copies them back and
+ * truncates it: a purge is not over while the words are in the -wal. */
+int rt_sessions_checkpoint(rt_sessions *s, char *err) {
+    return exec(s, "PRAGMA wal_checkpoint(TRUNCATE)", err);
 }
