@@ -48,6 +48,7 @@ static void session(rt_req *q, const char *rest, const sb_json *body) {
     rt_handle_session(q, rest, !strcmp(q->method, "DELETE"));
 }
 static void feedback_tsv(rt_req *q, const char *rest, const sb_json *body) { rt_handle_feedback_tsv(q); }
+static void privacy_erase(rt_req *q, const char *rest, const sb_json *body) { rt_handle_privacy_erase(q, body); }
 static void console_events(rt_req *q, const char *rest, const sb_json *body) { rt_handle_console_events(q); }
 static void console_state(rt_req *q, const char *rest, const sb_json *body) { rt_handle_console_state(q); }
 static void console_page(rt_req *q, const char *rest, const sb_json *body) {
@@ -71,6 +72,7 @@ static const route_def routes[] = {
     { "/v1/calls", false, M_GET, RT_ROLE_CONSOLE, false, RT_ROUTE_CONSOLE, calls },
     { "/v1/calls/", true, M_GET | M_POST, RT_ROLE_CONSOLE, false, RT_ROUTE_CONSOLE, calls },
     { "/v1/feedback.tsv", false, M_GET, RT_ROLE_CONSOLE, false, RT_ROUTE_CONSOLE, feedback_tsv },
+    { "/v1/privacy/erase", false, M_POST, RT_ROLE_ADMIN, true, RT_ROUTE_OTHER, privacy_erase },
     { "/v1/console/events", false, M_GET, RT_ROLE_CONSOLE, false, RT_ROUTE_CONSOLE, console_events },
     { "/v1/console/state", false, M_GET, RT_ROLE_CONSOLE, false, RT_ROUTE_CONSOLE, console_state },
     { "/console", false, M_GET, 0, false, RT_ROUTE_CONSOLE, console_page },

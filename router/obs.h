@@ -150,6 +150,13 @@ void rt_trace_record(rt *r, const rt_call_info *ci);
  * created for it). How many, or < 0 with err. */
 int  rt_trace_purge_before(rt *r, double before);
 int  rt_feedback_purge_before(rt *r, double before, char *err);
+/* Erasure (erase.c): drop the traces of call_id (NULL: none) and those in
+ * which match finds the value (match NULL: none), each one's input handed
+ * to dropped (NULL ok) first; delete the feedback marks likewise. How many,
+ * or < 0 with err. */
+int  rt_trace_erase(rt *r, const char *call_id, rt_text_match_fn match, void *arg,
+                    void (*dropped)(void *arg, const char *input), void *darg);
+int  rt_feedback_erase(rt *r, const char *call_id, rt_text_match_fn match, void *arg, char *err);
 
 /* The call routes (trace.c): GET /v1/calls/ID, POST /v1/calls/ID/feedback,
  * GET /v1/feedback.tsv. rest is the path after "/v1/calls/". */

@@ -134,6 +134,17 @@ int  rt_sessions_sweep(rt_sessions *s, double now, char *err);
  * file or its WAL (secure_delete and a truncating checkpoint). */
 int  rt_sessions_purge_before(rt_sessions *s, double before, char *err);
 int  rt_sessions_checkpoint(rt_sessions *s, char *err);
+/* Erasure (erase.c): does this text hold what is being erased? */
+typedef bool (*rt_text_match_fn)(void *arg, const char *text, size_t len);
+/* Delete every session whose state or any turn (the caller's words, the
+ * reply) matches, leaving no trace in the file or its WAL: how many, or < 0. */
+int  rt_sessions_erase_matching(rt_sessions *s, rt_text_match_fn match, void *arg, char *err);
+/* Delete session id the same way, whoever owns it: 1, 0 (no such session)
+ * or < 0. The caller's words of its turns are appended to callers first,
+ * each NUL-terminated (what its calls' traces and cache entries hold). */
+int  rt_session_erase(rt_sessions *s, const char *id, sb_bytes *callers, char *err);
+/* erase.c: POST /v1/privacy/erase (admin). */
+void rt_handle_privacy_erase(rt_req *q, const sb_json *body);
 /* {"intent", "slots", "turn"}; and GET /v1/sessions/ID's whole answer. */
 void rt_session_state_json(const rt_session *ss, sb_jw *w);
 int  rt_session_json(rt_sessions *s, const rt_session *ss, sb_jw *w, char *err);

@@ -369,6 +369,63 @@ int rt_sessions_purge_before(rt_sessions *s, double before, char *err) {
     return purge_where(s, "updated", before, err);
 }
 
+int rt_session_erase(rt_sessions *s, const char *id, sb_bytes *callers, char *err) {
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(s->db, "SELECT caller FROM turns WHERE session = ?1", -1, &st, NULL) != SQLITE_OK)
+        return db_fail(s, err, "reading a session");
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+    int rc = 0, step;
+    while (!rc && (step = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *t = (const char *)sqlite3_column_text(st, 0);
+        if (t && sb_bytes_put(callers, t, strlen(t) + 1)) rc = sb_seterr(err, SB_ENOMEM, "out of memory");
+    }
+    if (!rc && step != SQLITE_DONE) rc = db_fail(s, err, "reading a session");
+    sqlite3_finalize(st);
+    if (!rc) rc = exec(s, "BEGIN IMMEDIATE", err);
+    if (!rc) rc = step_once(s, "DELETE FROM turns WHERE session = ?1", err, bind_id, id);
+    if (!rc) rc = step_once(s, "DELETE FROM sessions WHERE id = ?1", err, bind_id, id);
+    int n = rc ? 0 : sqlite3_changes(s->db);
+    if (rc) {
+        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+        return rc;
+    }
+    if ((rc = exec(s, "COMMIT", err)) || (n && (rc = rt_sessions_checkpoint(s, err)))) return rc;
+    return n;
+}
+
+int rt_sessions_erase_matching(rt_sessions *s, rt_text_match_fn match, void *arg, char *err) {
+    /* The ids first, the deletes after: no delete under an open statement. */
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(s->db,
+                           "SELECT id, intent, slots, awaiting FROM sessions UNION ALL"
+                           " SELECT session, caller, reply, NULL FROM turns", -1, &st, NULL) != SQLITE_OK)
+        return db_fail(s, err, "reading the sessions");
+    enum { ID = RT_SESSION_ID_LEN + 1 };
+    sb_bytes ids = { 0 };       /* matching ids, ID bytes each (NUL included) */
+    int rc = 0, step;
+    while (!rc && (step = sqlite3_step(st)) == SQLITE_ROW) {
+        bool hit = false;
+        for (int col = 1; col <= 3 && !hit; col++) {
+            const char *t = (const char *)sqlite3_column_text(st, col);
+            hit = t && match(arg, t, (size_t)sqlite3_column_bytes(st, col));
+        }
+        const char *id = (const char *)sqlite3_column_text(st, 0);
+        if (hit && rt_session_id_valid(id) && sb_bytes_put(&ids, id, ID))
+            rc = sb_seterr(err, SB_ENOMEM, "out of memory");
+    }
+    if (!rc && step != SQLITE_DONE) rc = db_fail(s, err, "reading the sessions");
+    sqlite3_finalize(st);
+    int deleted = 0;
+    for (size_t i = 0; !rc && i < ids.n; i += ID) {
+        bool again = false;     /* one session can match in its row and in several turns */
+        for (size_t j = 0; j < i && !again; j += ID) again = !strcmp(ids.p + i, ids.p + j);
+        if (!again && !(rc = rt_session_delete(s, ids.p + i, err))) deleted++;
+    }
+    sb_free(ids.p);
+    if (!rc && deleted) rc = rt_sessions_checkpoint(s, err);
+    return rc ? rc : deleted;
+}
+
 /* The deleted rows' pages are zeroed (secure_delete), but the WAL still
  * holds the frames that wrote them until a checkpoint copies them back and
  * truncates it: a purge is not over while the words are in the -wal. */

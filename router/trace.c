@@ -327,6 +327,38 @@ int rt_trace_purge_before(rt *r, double before) {
     return n;
 }
 
+/* Erasure: the ring rebuilt without the matching traces, in order. Their
+ * input is handed to `dropped` first (the cache entries made from it go
+ * too). */
+int rt_trace_erase(rt *r, const char *call_id, rt_text_match_fn match, void *arg,
+                   void (*dropped)(void *arg, const char *input), void *darg) {
+    rt_obs *o = r->obs;
+    if (!o || !o->count) return 0;
+    size_t kept = 0, first = (o->head + o->cap - o->count) % o->cap;
+    int n = 0;
+    for (size_t k = 0; k < o->count; k++) {
+        size_t at = (first + k) % o->cap;
+        rt_trace *t = o->ring[at];
+        o->ring[at] = NULL;
+        bool hit = (call_id && !strcmp(t->id, call_id)) ||
+                   (match && (match(arg, t->input, strlen(t->input)) || match(arg, t->full, t->full_len) ||
+                              match(arg, t->summary, t->summary_len)));
+        if (!hit) {
+            o->ring[(first + kept++) % o->cap] = t;
+            continue;
+        }
+        if (dropped) dropped(darg, t->input);
+        lat_window(o, t, false);
+        trace_free(t);
+        n++;
+    }
+    o->count = kept;
+    o->head = (first + kept) % o->cap;
+    if (o->unsent > kept) o->unsent = kept;
+    if (n) o->changes++;
+    return n;
+}
+
 /* The newest trace with this id, or NULL. */
 static rt_trace *find(rt_obs *o, const char *id) {
     for (size_t k = 1; o && k <= o->count; k++) {
@@ -381,6 +413,13 @@ static sb_feedback *feedback_db(rt_obs *o, bool create) {
     int rc = sb_feedback_open(o->feedback_path, create, &o->fb, err);
     if (rc && rc != SB_ENOTFOUND) sb_warn("%s", err);
     return o->fb;
+}
+
+int rt_feedback_erase(rt *r, const char *call_id, rt_text_match_fn match, void *arg, char *err) {
+    sb_feedback *f = r->obs ? feedback_db(r->obs, false) : NULL;
+    int n = f ? sb_feedback_erase(f, call_id, match, arg, err) : 0;
+    if (n > 0) r->obs->confusion_ok = false;
+    return n;
 }
 
 int rt_feedback_purge_before(rt *r, double before, char *err) {
