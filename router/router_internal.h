@@ -117,7 +117,8 @@ int  rt_sessions_open(const char *path, rt_sessions **out, char *err);
 void rt_sessions_close(rt_sessions *s);             /* NULL ok */
 int  rt_session_new_id(char out[RT_SESSION_ID_LEN + 1]);   /* 0 or SB_EIO (no randomness) */
 bool rt_session_id_valid(const char *id);
-/* 0 with *out; SB_ENOTFOUND: none, or another owner's; SB_ETIMEOUT: idle
+/* 0 with *out; SB_ENOTFOUND: none, or another owner's (owner NULL: any
+ * owner - an admin key's read); SB_ETIMEOUT: idle
  * past its ttl (until the sweep removes it); SB_EIO. */
 int  rt_session_load(rt_sessions *s, const char *id, const char *owner, double now, rt_session *out, char *err);
 void rt_session_clear(rt_session *ss);
@@ -143,6 +144,11 @@ int  rt_sessions_erase_matching(rt_sessions *s, rt_text_match_fn match, void *ar
  * or < 0. The caller's words of its turns are appended to callers first,
  * each NUL-terminated (what its calls' traces and cache entries hold). */
 int  rt_session_erase(rt_sessions *s, const char *id, sb_bytes *callers, char *err);
+/* audit.c: one line appended to RUNTIME_DIR/audit.jsonl (0600) for a read
+ * of callers' words: when, the key's name, the method and the path (which
+ * names the object). 0, or -1 when it could not be written (logged): the
+ * read is then refused, an unaudited read being what the log is for. */
+int  rt_audit(rt_req *q);
 /* erase.c: POST /v1/privacy/erase (admin). */
 void rt_handle_privacy_erase(rt_req *q, const sb_json *body);
 /* {"intent", "slots", "turn"}; and GET /v1/sessions/ID's whole answer. */
@@ -207,6 +213,7 @@ struct rt_req {
     char model[96];
     char path[96];
     char key_name[RT_KEY_NAME_MAX + 1];  /* the API key's name; "" without auth */
+    unsigned key_roles;             /* its RT_ROLE_*; every role without auth */
     const char *method;
     int kind;                       /* openai.c: chat or completion */
     bool include_usage;

@@ -174,7 +174,7 @@ int rt_session_load(rt_sessions *s, const char *id, const char *owner, double no
     int rc = sqlite3_step(st);
     /* Another key's session is answered as one that does not exist: its
      * id is not a thing that key may learn about. */
-    if (rc == SQLITE_DONE || (rc == SQLITE_ROW && strcmp((const char *)sqlite3_column_text(st, 0), owner))) {
+    if (rc == SQLITE_DONE || (rc == SQLITE_ROW && owner && strcmp((const char *)sqlite3_column_text(st, 0), owner))) {
         sqlite3_finalize(st);
         return sb_seterr(err, SB_ENOTFOUND, "no session %s", id);
     }
@@ -183,7 +183,7 @@ int rt_session_load(rt_sessions *s, const char *id, const char *owner, double no
         return db_fail(s, err, "reading a session");
     }
     snprintf(out->id, sizeof out->id, "%s", id);
-    snprintf(out->owner, sizeof out->owner, "%s", owner);
+    snprintf(out->owner, sizeof out->owner, "%s", (const char *)sqlite3_column_text(st, 0));
     out->pipeline = col_dup(st, 1);
     out->created = sqlite3_column_double(st, 2);
     out->updated = sqlite3_column_double(st, 3);

@@ -140,6 +140,49 @@ check(not files_holding("6222020200112233445") and not served_holding("622202020
 st, _, _ = req("GET", "/v1/calls/erase-me", key=ADMIN)
 check(st == 404, "GET /v1/calls/erase-me: 404", st)
 
+# ---- who may see what, and the audit log
+AUDIT = os.path.join(RUN, "audit.jsonl")
+
+
+def audit_lines():
+    try:
+        return [json.loads(line) for line in open(AUDIT, encoding="utf-8")]
+    except FileNotFoundError:
+        return []
+
+
+call("my e-mail is li.wei@example.com", "seen")
+j = call("open a session for 13566667777", pipe="conv")
+sid3 = j.get("session")
+n0 = len(audit_lines())
+st, out, _ = req("GET", "/v1/feedback.tsv", key=OPS)
+check(st == 403 and "admin" in out, "a console key may not read the feedback export (403)", (st, out))
+st, out, _ = req("GET", "/v1/calls/seen", key=OPS)
+check(st == 403, "with show_caller_text, a console key may not read a trace (403)", (st, out))
+check(len(audit_lines()) == n0, "a refused read is not a read: no audit line")
+st, out, _ = req("GET", "/v1/feedback.tsv", key=ADMIN)
+check(st == 200, "an admin key reads the feedback export", (st, out))
+lines = audit_lines()
+check(len(lines) == n0 + 1 and lines[-1].get("key") == "dpo" and lines[-1].get("path") == "/v1/feedback.tsv"
+      and lines[-1].get("method") == "GET" and lines[-1].get("at", "").endswith("Z"),
+      "one audit line: the admin key's name, the route, the time", lines[-1:])
+st, out, _ = req("GET", "/v1/calls/seen", key=ADMIN)
+check(st == 200 and "li.wei@example.com" in out, "an admin key reads a trace with the caller's words", (st, out[:200]))
+check(audit_lines()[-1].get("path") == "/v1/calls/seen", "the trace read is audited with the call's id", audit_lines()[-1:])
+st, out, _ = req("GET", "/v1/sessions/" + (sid3 or "x"), key=ADMIN)
+check(st == 200 and "13566667777" in out, "an admin key reads another key's session", (st, out[:200]))
+check(audit_lines()[-1].get("path") == "/v1/sessions/" + str(sid3), "the session read is audited", audit_lines()[-1:])
+st, out, _ = req("GET", "/v1/sessions/" + (sid3 or "x"), key=APP)
+check(st == 200, "its owner reads it too", (st, out[:200]))
+st, out, _ = req("DELETE", "/v1/sessions/" + (sid3 or "x"), key=ADMIN)
+check(st == 404, "an admin key does not DELETE another key's session (erase does)", (st, out[:200]))
+audit_text = open(AUDIT, encoding="utf-8").read()
+for v in ("li.wei@example.com", "13566667777", "13800138000", "+86 138-0013-8000"):
+    check(v not in audit_text, "the audit log does not hold '%s'" % v)
+check(any(a.get("path") == "/v1/privacy/erase" and a.get("key") == "dpo" for a in audit_lines()),
+      "every erase is in the audit log (its value is not)")
+check(os.stat(AUDIT).st_mode & 0o777 == 0o600, "the audit log is 0600", oct(os.stat(AUDIT).st_mode))
+
 # ---- bad requests and the log
 rc, out, err = erase("--value", "12345")
 check(rc == 1 and "400" in err, "a value too short to erase safely is refused", (rc, err))
