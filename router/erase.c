@@ -16,7 +16,8 @@
  *                    identifier with that value (spaced, spoken, in
  *                    Chinese numerals or English words).
  * Each store is rewritten so that no copy is left in its file or WAL
- * (secure_delete and a truncating checkpoint; the cache is vacuumed).
+ * (secure_delete and a truncating checkpoint; the cache is vacuumed; the
+ * OTel export rewritten in place without the lines that hold it).
  *
  * The route needs the admin role. What was erased is logged as the key's
  * name, the kind, and counts: never the value.
@@ -35,6 +36,7 @@ typedef struct {
     char norm[SB_PII_VALUE_MAX];
     const char *raw;
     sb_bytes inputs;            /* --session / --call: the calls' inputs, NUL-separated */
+    sb_bytes quoted;            /* the inputs and the call id as JSON strings (the OTel lines' form) */
 } target;
 
 static bool holds_value(void *arg, const char *text, size_t len) {
@@ -70,6 +72,25 @@ static void add_input(void *arg, const char *input) {
     if (!sb_cache_normalize(SB_NORM_DEFAULT, input, strlen(input), &norm, NULL))
         sb_bytes_put(&t->inputs, norm, strlen(norm) + 1);
     sb_free(norm);
+}
+
+/* An OTel line is erased when it holds the value, or one of the inputs or
+ * the call's id as a whole JSON string (an attribute's value). */
+static bool otel_line_holds(void *arg, const char *line, size_t len) {
+    target *t = arg;
+    if (t->norm[0] && holds_value(t, line, len)) return true;
+    for (size_t i = 0; i < t->quoted.n; i += strlen(t->quoted.p + i) + 1)
+        if (memmem(line, len, t->quoted.p + i, strlen(t->quoted.p + i))) return true;
+    return false;
+}
+
+static void quote(target *t, const char *s) {
+    if (!s[0]) return;                  /* "" would match every line's empty attribute */
+    sb_jw w;
+    sb_jw_init(&w);
+    sb_jw_str(&w, s);
+    if (w.p && !sb_bytes_put(&t->quoted, w.p, w.len)) sb_bytes_put(&t->quoted, "", 1);
+    sb_jw_free(&w);
 }
 
 /* The value's normalised form: the one identifier the detectors find
@@ -122,17 +143,17 @@ static int erase_cache(rt *r, target *t, rt_text_match_fn match, char *err) {
     return rc ? rc : n;
 }
 
-static void reply(rt_req *q, const char *kind, const int n[4]) {
-    static const char *const stores[4] = { "sessions", "traces", "cache_entries", "feedback" };
+static void reply(rt_req *q, const char *kind, const int n[5]) {
+    static const char *const stores[5] = { "sessions", "traces", "cache_entries", "feedback", "otel_lines" };
     sb_jw w;
     sb_jw_init(&w);
     sb_jw_obj(&w);
     sb_jw_key(&w, "erased"); sb_jw_obj(&w);
-    for (int i = 0; i < 4; i++) { sb_jw_key(&w, stores[i]); sb_jw_int(&w, n[i]); }
+    for (int i = 0; i < 5; i++) { sb_jw_key(&w, stores[i]); sb_jw_int(&w, n[i]); }
     sb_jw_obj_end(&w);
     sb_jw_obj_end(&w);
-    sb_info("privacy erase by key '%s': %s; %d session(s), %d trace(s), %d cache entr(y/ies), %d feedback mark(s)",
-            q->key_name[0] ? q->key_name : "-", kind, n[0], n[1], n[2], n[3]);
+    sb_info("privacy erase by key '%s': %s; %d session(s), %d trace(s), %d cache entr(y/ies), %d feedback mark(s), "
+            "%d OTel line(s)", q->key_name[0] ? q->key_name : "-", kind, n[0], n[1], n[2], n[3], n[4]);
     rt_req_json(q, 200, w.p, w.len, NULL);
     sb_jw_free(&w);
 }
@@ -169,7 +190,7 @@ void rt_handle_privacy_erase(rt_req *q, const sb_json *body) {
         return;
     }
     target t = { .det = det, .raw = arg };
-    int n[4] = { 0 }, rc = 0;
+    int n[5] = { 0 }, rc = 0;
     rt_text_match_fn match = is_input;
     if (!strcmp(kind, "value")) {
         normalise_value(&t, arg);
@@ -199,6 +220,9 @@ void rt_handle_privacy_erase(rt_req *q, const sb_json *body) {
     }
     if ((rc = n[2] = erase_cache(r, &t, match, err)) < 0) goto fail;
     if ((rc = n[3] = rt_feedback_erase(r, strcmp(kind, "call") ? NULL : arg, match, &t, err)) < 0) goto fail;
+    for (size_t i = 0; i < t.inputs.n; i += strlen(t.inputs.p + i) + 1) quote(&t, t.inputs.p + i);
+    if (!strcmp(kind, "call")) quote(&t, arg);
+    if ((rc = n[4] = rt_otel_erase(r->obs, otel_line_holds, &t, err)) < 0) goto fail;
     reply(q, kind, n);
     goto out;
 fail:
@@ -206,6 +230,7 @@ fail:
     rt_req_error(q, 500, "server_error", "erase_failed", "the erase did not finish (see the log); run it again");
 out:
     sb_free(t.inputs.p);
+    sb_free(t.quoted.p);
     sb_pii_spans_free(&t.spans);
     sb_privacy_free(det);
 }

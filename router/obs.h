@@ -198,6 +198,10 @@ rt_models_up rt_models_json(rt *r, sb_jw *w, int view);
  * its masked trace as the ring keeps it (without the closing brace);
  * never fails the call. render: the counters for /metrics. */
 int  rt_otel_configure(rt_obs *o, const char *path, char *err);
+/* Erasure: rewrite the export without the lines match() claims, in place
+ * (the erased bytes overwritten, not left in freed blocks). How many, or
+ * < 0 with err. */
+int  rt_otel_erase(rt_obs *o, rt_text_match_fn match, void *arg, char *err);
 bool rt_otel_on(const rt_obs *o);
 void rt_otel_export(rt *r, const rt_call_info *ci, const char *trace, size_t len);
 void rt_otel_render(rt *r, sb_jw *w);

@@ -54,12 +54,22 @@ static int erase_main(int argc, char **argv) {
         case 'v': kind = "value"; arg = optarg; n_kinds++; break;
         case 'c': config = optarg; break;
         case 'e': key_env = optarg; break;
-        case 't': timeout_ms = atoi(optarg); break;
+        case 't': {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+            if (*end || end == optarg || v <= 0 || v > 3600000) {
+                fprintf(stderr, "privacy erase: --timeout-ms: expected milliseconds in [1, 3600000], got '%s'\n",
+                        optarg);
+                return SB_EXIT_CONFIG;
+            }
+            timeout_ms = (int)v;
+            break;
+        }
         case 'h': usage(stdout); return SB_EXIT_OK;
         default: usage(stderr); return SB_EXIT_CONFIG;
         }
     }
-    if (n_kinds != 1 || !config || optind != argc || timeout_ms <= 0) {
+    if (n_kinds != 1 || !config || optind != argc) {
         fprintf(stderr, "privacy erase: give exactly one of --session, --call, --value, and -c CONFIG\n");
         usage(stderr);
         return SB_EXIT_CONFIG;

@@ -100,7 +100,8 @@ mark("v1-digits")
 mark("v1-numerals")
 mark("other")
 before = {v: files_holding(v) for v in V1}
-check(any(before.values()), "before: the value is on disk", before)
+check(all("otel.jsonl" in f and "cache.sqlite-wal" in f for f in before.values()),
+      "before: every rendering is on disk (OTel export, cache WAL)", before)
 check(all(served_holding(v) for v in V1[:1]), "before: the traces and export serve it")
 
 rc, out, err = erase("--value", "13800138000", env_key=OPS)
@@ -109,7 +110,7 @@ rc, out, err = erase("--value", "+86 138-0013-8000")
 check(rc == 0, "erase --value (a fourth rendering)", (rc, out, err))
 counts = json.loads(out)["erased"] if rc == 0 else {}
 check(counts.get("sessions") == 1 and counts.get("traces", 0) >= 4 and counts.get("cache_entries", 0) >= 3
-      and counts.get("feedback") == 2, "every store had the value", counts)
+      and counts.get("feedback") == 2 and counts.get("otel_lines", 0) >= 4, "every store had the value", counts)
 for v in V1:
     check(not files_holding(v), "after erase --value: no file holds '%s'" % v, files_holding(v))
     check(not served_holding(v), "after erase --value: nothing served holds '%s'" % v, served_holding(v))
@@ -133,7 +134,8 @@ mark("erase-me")
 check(files_holding("6222020200112233445"), "before: the call's words are on disk")
 rc, out, err = erase("--call", "erase-me")
 got = json.loads(out)["erased"] if rc == 0 else {}
-check(rc == 0 and got.get("traces") == 1 and got.get("cache_entries") == 1 and got.get("feedback") == 1,
+check(rc == 0 and got.get("traces") == 1 and got.get("cache_entries") == 1 and got.get("feedback") == 1
+      and got.get("otel_lines") == 1,
       "erase --call: its trace, cache entry and mark", (rc, out, err))
 check(not files_holding("6222020200112233445") and not served_holding("6222020200112233445"),
       "after erase --call: nothing holds its words")

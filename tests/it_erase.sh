@@ -7,7 +7,8 @@
 # each, every byte under the runtime dir (databases and their WALs) and
 # what the router still serves are searched for every rendering: zero hits,
 # while another caller's number stays. The erase needs the admin role, and
-# the log names the key, never the value.
+# the log names the key, never the value. The OTel export is in the runtime
+# dir, so it is searched too.
 set -u
 cd "$(dirname "$0")/.."
 . tests/itlib.sh
@@ -30,6 +31,7 @@ cache:
 console:
   traces: 100
   show_caller_text: true
+  otel_file: $run/otel.jsonl
 pipelines:
   desk:
     stages:
