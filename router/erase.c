@@ -37,6 +37,7 @@ typedef struct {
     const char *raw;
     sb_bytes inputs;            /* --session / --call: the calls' inputs, NUL-separated */
     sb_bytes quoted;            /* the inputs and the call id as JSON strings (the OTel lines' form) */
+    sb_bytes cache_keys;        /* the cache entries erased, SB_CACHE_KEY_HEX bytes each */
 } target;
 
 static bool holds_value(void *arg, const char *text, size_t len) {
@@ -138,12 +139,13 @@ static int erase_cache(rt *r, target *t, rt_text_match_fn match, char *err) {
         if (one && one != SB_ENOTFOUND) rc = one;
         else if (!one) n++;
     }
-    sb_free(cs.keys.p);
+    sb_free(t->cache_keys.p);
+    t->cache_keys = cs.keys;            /* the reply names them: the cloud's copies are purged by key */
     if (!rc && n) rc = sb_cache_vacuum(r->cache, err);
     return rc ? rc : n;
 }
 
-static void reply(rt_req *q, const char *kind, const int n[5]) {
+static void reply(rt_req *q, const char *kind, const int n[5], const sb_bytes *keys) {
     static const char *const stores[5] = { "sessions", "traces", "cache_entries", "feedback", "otel_lines" };
     sb_jw w;
     sb_jw_init(&w);
@@ -151,6 +153,10 @@ static void reply(rt_req *q, const char *kind, const int n[5]) {
     sb_jw_key(&w, "erased"); sb_jw_obj(&w);
     for (int i = 0; i < 5; i++) { sb_jw_key(&w, stores[i]); sb_jw_int(&w, n[i]); }
     sb_jw_obj_end(&w);
+    /* Not in the log: a key is a hash of an input that held the value. */
+    sb_jw_key(&w, "cache_keys"); sb_jw_arr(&w);
+    for (size_t i = 0; keys->p && i < keys->n; i += SB_CACHE_KEY_HEX) sb_jw_str(&w, keys->p + i);
+    sb_jw_arr_end(&w);
     sb_jw_obj_end(&w);
     sb_info("privacy erase by key '%s': %s; %d session(s), %d trace(s), %d cache entr(y/ies), %d feedback mark(s), "
             "%d OTel line(s)", q->key_name[0] ? q->key_name : "-", kind, n[0], n[1], n[2], n[3], n[4]);
@@ -223,7 +229,7 @@ void rt_handle_privacy_erase(rt_req *q, const sb_json *body) {
     for (size_t i = 0; i < t.inputs.n; i += strlen(t.inputs.p + i) + 1) quote(&t, t.inputs.p + i);
     if (!strcmp(kind, "call")) quote(&t, arg);
     if ((rc = n[4] = rt_otel_erase(r->obs, otel_line_holds, &t, err)) < 0) goto fail;
-    reply(q, kind, n);
+    reply(q, kind, n, &t.cache_keys);
     goto out;
 fail:
     sb_warn("privacy erase by key '%s' (%s) failed: %s", q->key_name[0] ? q->key_name : "-", kind, err);
@@ -231,6 +237,7 @@ fail:
 out:
     sb_free(t.inputs.p);
     sb_free(t.quoted.p);
+    sb_free(t.cache_keys.p);
     sb_pii_spans_free(&t.spans);
     sb_privacy_free(det);
 }

@@ -109,6 +109,9 @@ check(rc == 1 and "403" in err, "a console-only key may not erase (403)", (rc, e
 rc, out, err = erase("--value", "+86 138-0013-8000")
 check(rc == 0, "erase --value (a fourth rendering)", (rc, out, err))
 counts = json.loads(out)["erased"] if rc == 0 else {}
+keys = json.loads(out).get("cache_keys", []) if rc == 0 else []
+check(len(keys) == counts.get("cache_entries") and all(len(k) == 64 for k in keys),
+      "the reply names the erased cache entries' keys (for the cloud's copies)", keys)
 check(counts.get("sessions") == 1 and counts.get("traces", 0) >= 4 and counts.get("cache_entries", 0) >= 3
       and counts.get("feedback") == 2 and counts.get("otel_lines", 0) >= 4, "every store had the value", counts)
 for v in V1:
