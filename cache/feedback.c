@@ -48,7 +48,9 @@ int sb_feedback_open(const char *path, bool create, sb_feedback **out, char *err
         goto fail;
     }
     sqlite3_busy_timeout(f->db, 2000);
+    /* secure_delete: a purged row's words are overwritten, not left in a free page. */
     if (sqlite3_exec(f->db, "PRAGMA journal_mode = WAL", NULL, NULL, NULL) != SQLITE_OK ||
+        sqlite3_exec(f->db, "PRAGMA secure_delete = ON", NULL, NULL, NULL) != SQLITE_OK ||
         sqlite3_exec(f->db, schema, NULL, NULL, NULL) != SQLITE_OK) {
         rc = sqlite3_errcode(f->db) == SQLITE_NOTADB ? SB_EFORMAT : SB_EIO;
         db_err(f, rc, path, err);
@@ -82,6 +84,55 @@ int sb_feedback_put(sb_feedback *f, const sb_feedback_row *row, char *err) {
     int rc = sqlite3_step(st) == SQLITE_DONE ? 0 : db_err(f, SB_EIO, "insert", err);
     sqlite3_finalize(st);
     return rc;
+}
+
+int sb_feedback_purge_before(sb_feedback *f, int64_t before, char *err) {
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(f->db, "DELETE FROM feedback WHERE time < ?1", -1, &st, NULL) != SQLITE_OK)
+        return db_err(f, SB_EIO, "purge", err);
+    sqlite3_bind_int64(st, 1, before);
+    int rc = sqlite3_step(st) == SQLITE_DONE ? 0 : db_err(f, SB_EIO, "purge", err);
+    sqlite3_finalize(st);
+    int n = rc ? 0 : sqlite3_changes(f->db);
+    /* Until a checkpoint the WAL still holds the frames that wrote the rows. */
+    if (!rc && n && sqlite3_exec(f->db, "PRAGMA wal_checkpoint(TRUNCATE)", NULL, NULL, NULL) != SQLITE_OK)
+        rc = db_err(f, SB_EIO, "checkpoint", err);
+    return rc ? rc : n;
+}
+
+int sb_feedback_erase(sb_feedback *f, const char *call_id, sb_feedback_match_fn match, void *arg, char *err) {
+    sqlite3_stmt *sel, *del;
+    if (sqlite3_prepare_v2(f->db, "SELECT call_id, utterance FROM feedback", -1, &sel, NULL) != SQLITE_OK)
+        return db_err(f, SB_EIO, "erase", err);
+    if (sqlite3_prepare_v2(f->db, "DELETE FROM feedback WHERE call_id = ?1", -1, &del, NULL) != SQLITE_OK) {
+        sqlite3_finalize(sel);
+        return db_err(f, SB_EIO, "erase", err);
+    }
+    /* Deleting the rows a SELECT is on is defined in SQLite only for the
+     * current one; inside one transaction it is both atomic and safe. */
+    int rc = sqlite3_exec(f->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK ? 0 : db_err(f, SB_EIO, "erase", err);
+    int n = 0, step = SQLITE_DONE;
+    while (!rc && (step = sqlite3_step(sel)) == SQLITE_ROW) {
+        const char *id = (const char *)sqlite3_column_text(sel, 0), *u = (const char *)sqlite3_column_text(sel, 1);
+        bool hit = (call_id && id && !strcmp(id, call_id)) ||
+                   (match && u && match(arg, u, (size_t)sqlite3_column_bytes(sel, 1)));
+        if (!hit) continue;
+        sqlite3_bind_text(del, 1, id, -1, SQLITE_TRANSIENT);
+        if (sqlite3_step(del) != SQLITE_DONE) rc = db_err(f, SB_EIO, "erase", err);
+        sqlite3_reset(del);
+        n++;
+    }
+    if (!rc && step != SQLITE_DONE) rc = db_err(f, SB_EIO, "erase", err);
+    sqlite3_finalize(sel);
+    sqlite3_finalize(del);
+    if (rc) {
+        sqlite3_exec(f->db, "ROLLBACK", NULL, NULL, NULL);
+        return rc;
+    }
+    if (sqlite3_exec(f->db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) return db_err(f, SB_EIO, "erase", err);
+    if (n && sqlite3_exec(f->db, "PRAGMA wal_checkpoint(TRUNCATE)", NULL, NULL, NULL) != SQLITE_OK)
+        return db_err(f, SB_EIO, "checkpoint", err);
+    return n;
 }
 
 /* Bytes of a line break at s (0: none): what some reader of the TSV splits

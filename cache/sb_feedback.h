@@ -30,6 +30,17 @@ int  sb_feedback_open(const char *path, bool create, sb_feedback **out, char *er
 void sb_feedback_close(sb_feedback *f);                 /* NULL ok */
 int  sb_feedback_put(sb_feedback *f, const sb_feedback_row *row, char *err);
 
+/* Delete the marks made before `before` (Unix seconds): how many, or
+ * SB_EIO (< 0). A purge that deleted any leaves no copy of their words in the
+ * file or its WAL (secure_delete, a truncating checkpoint). */
+int  sb_feedback_purge_before(sb_feedback *f, int64_t before, char *err);
+
+/* Erasure: delete the mark of call_id (NULL: none) and every mark whose
+ * utterance match() says holds what is erased (match NULL: none), leaving
+ * no copy in the file or its WAL. How many, or SB_EIO (< 0). */
+typedef bool (*sb_feedback_match_fn)(void *arg, const char *text, size_t len);
+int  sb_feedback_erase(sb_feedback *f, const char *call_id, sb_feedback_match_fn match, void *arg, char *err);
+
 /* Every row of pipeline (NULL: all), oldest first, as TSV lines
  * "intent\tutterance\n" handed to out; out returning non-zero stops with
  * that code. In the utterance, tabs and line breaks (\n \r \v \f, the

@@ -25,7 +25,8 @@ int sb_cmd_cloud(int argc, char **argv);     /* cache/cloud/cloud.c */
 int sb_cmd_router(int argc, char **argv);    /* router/router.c */
 int sb_cmd_route(int argc, char **argv);     /* router/cli_route.c */
 int sb_cmd_kb(int argc, char **argv);       /* kb/cli_kb.c */
-int sb_cmd_privacy(int argc, char **argv);  /* privacy/cli_privacy.c */
+int sb_cmd_privacy(int argc, char **argv);  /* privacy/cli_privacy.c: detect, eval */
+int sb_cmd_privacy_all(int argc, char **argv);  /* supervisor/cli_erase.c: erase, else the above */
 int sb_cmd_run(int argc, char **argv);       /* supervisor/cli_run.c */
 int sb_cmd_ask(int argc, char **argv);       /* supervisor/cli_ask.c */
 int sb_cmd_test(int argc, char **argv);      /* supervisor/cli_test.c */

@@ -120,6 +120,9 @@ typedef struct {
         char *secret_key_file;  /* absolute, readable: the AES-256 key of what is sealed at rest; NULL: none */
         int log_level;          /* SB_LOG_*, default SB_LOG_INFO */
         int drain_ms;           /* SIGTERM drain deadline, default 10000 */
+        struct {                /* runtime.retention: days kept, 0 = not purged (router/retention.c) */
+            int traces_days, sessions_days, feedback_days;
+        } retention;
     } runtime;
     sb_config_model *models;    /* in file order, at least one */
     size_t n_models;

@@ -15,6 +15,7 @@
 static void usage(FILE *f) {
     fprintf(f,
         "usage: switchboard privacy detect [options] [TEXT | -]\n"
+        "       switchboard privacy erase (--session ID | --call ID | --value V) -c CONFIG  (see erase --help)\n"
         "       switchboard privacy eval [options] FILE.tsv\n"
         "\n"
         "Callers' personal data: resident IDs, mobiles, landlines, bank cards and\n"
@@ -165,7 +166,7 @@ int sb_cmd_privacy(int argc, char **argv) {
     }
     const char *sub = argv[1];
     if (strcmp(sub, "detect") && strcmp(sub, "eval")) {
-        fprintf(stderr, "privacy: unknown command '%s' (detect, eval)\n", sub);
+        fprintf(stderr, "privacy: unknown command '%s' (detect, eval, erase)\n", sub);
         return SB_EXIT_CONFIG;
     }
     static const struct option opts[] = {

@@ -18,6 +18,15 @@
 
 enum { M_GET = 1, M_POST = 2, M_DELETE = 4 };
 
+/* What a route serves of callers' words (docs/router.md, "Callers' words").
+ * Reading them needs the admin role and is written to the audit log. */
+enum {
+    SHOWS_NONE,
+    SHOWS_WORDS,                    /* always: admin, audited */
+    SHOWS_WORDS_IF_SHOWN,           /* traces: only with console.show_caller_text: true (else masked) */
+    SHOWS_OWN_WORDS,                /* a session: its owner's key or admin (the handler checks), audited */
+};
+
 /* One route. A handler gets the path after a prefix route's prefix ("" for
  * an exact one) and, for a route with `body`, the request's JSON object. */
 typedef struct {
@@ -27,6 +36,8 @@ typedef struct {
     unsigned role;                  /* RT_ROLE_* a key needs when keys are configured; 0: open */
     bool body;                      /* the body is parsed (a JSON object) first */
     int route;                      /* RT_ROUTE_*: the label in /metrics */
+    int shows;                      /* SHOWS_*: does it serve callers' words (to the methods in shows_to)? */
+    int shows_to;                   /* M_* */
     void (*handle)(rt_req *q, const char *rest, const sb_json *body);
 } route_def;
 
@@ -48,6 +59,7 @@ static void session(rt_req *q, const char *rest, const sb_json *body) {
     rt_handle_session(q, rest, !strcmp(q->method, "DELETE"));
 }
 static void feedback_tsv(rt_req *q, const char *rest, const sb_json *body) { rt_handle_feedback_tsv(q); }
+static void privacy_erase(rt_req *q, const char *rest, const sb_json *body) { rt_handle_privacy_erase(q, body); }
 static void console_events(rt_req *q, const char *rest, const sb_json *body) { rt_handle_console_events(q); }
 static void console_state(rt_req *q, const char *rest, const sb_json *body) { rt_handle_console_state(q); }
 static void console_page(rt_req *q, const char *rest, const sb_json *body) {
@@ -59,22 +71,29 @@ static void console_page(rt_req *q, const char *rest, const sb_json *body) {
  * shows needs the console role, the APIs callers use the client role.
  * docs/router.md lists the same table. */
 static const route_def routes[] = {
-    { "/v1/chat/completions", false, M_POST, RT_ROLE_CLIENT, true, RT_ROUTE_CHAT, chat },
-    { "/v1/completions", false, M_POST, RT_ROLE_CLIENT, true, RT_ROUTE_COMPLETIONS, completion },
-    { "/v1/embeddings", false, M_POST, RT_ROLE_CLIENT, true, RT_ROUTE_EMBEDDINGS, embeddings },
-    { "/v1/models", false, M_GET, RT_ROLE_CLIENT, false, RT_ROUTE_MODELS, models },
-    { "/v1/pipelines", false, M_GET, RT_ROLE_CLIENT, false, RT_ROUTE_MODELS, models },
-    { "/v1/pipelines/", true, M_POST, RT_ROLE_CLIENT, true, RT_ROUTE_PIPELINES, pipeline },
-    { "/v1/sessions/", true, M_GET | M_DELETE, RT_ROLE_CLIENT, false, RT_ROUTE_PIPELINES, session },
-    { "/health", false, M_GET, 0, false, RT_ROUTE_HEALTH, health },
-    { "/metrics", false, M_GET, 0, false, RT_ROUTE_METRICS, metrics },
-    { "/v1/calls", false, M_GET, RT_ROLE_CONSOLE, false, RT_ROUTE_CONSOLE, calls },
-    { "/v1/calls/", true, M_GET | M_POST, RT_ROLE_CONSOLE, false, RT_ROUTE_CONSOLE, calls },
-    { "/v1/feedback.tsv", false, M_GET, RT_ROLE_CONSOLE, false, RT_ROUTE_CONSOLE, feedback_tsv },
-    { "/v1/console/events", false, M_GET, RT_ROLE_CONSOLE, false, RT_ROUTE_CONSOLE, console_events },
-    { "/v1/console/state", false, M_GET, RT_ROLE_CONSOLE, false, RT_ROUTE_CONSOLE, console_state },
-    { "/console", false, M_GET, 0, false, RT_ROUTE_CONSOLE, console_page },
-    { "/console/", true, M_GET, 0, false, RT_ROUTE_CONSOLE, console_page },
+    { "/v1/chat/completions", false, M_POST, RT_ROLE_CLIENT, true, RT_ROUTE_CHAT, SHOWS_NONE, 0, chat },
+    { "/v1/completions", false, M_POST, RT_ROLE_CLIENT, true, RT_ROUTE_COMPLETIONS, SHOWS_NONE, 0, completion },
+    { "/v1/embeddings", false, M_POST, RT_ROLE_CLIENT, true, RT_ROUTE_EMBEDDINGS, SHOWS_NONE, 0, embeddings },
+    { "/v1/models", false, M_GET, RT_ROLE_CLIENT, false, RT_ROUTE_MODELS, SHOWS_NONE, 0, models },
+    { "/v1/pipelines", false, M_GET, RT_ROLE_CLIENT, false, RT_ROUTE_MODELS, SHOWS_NONE, 0, models },
+    { "/v1/pipelines/", true, M_POST, RT_ROLE_CLIENT, true, RT_ROUTE_PIPELINES, SHOWS_NONE, 0, pipeline },
+    { "/v1/sessions/", true, M_GET | M_DELETE, RT_ROLE_CLIENT | RT_ROLE_ADMIN, false, RT_ROUTE_PIPELINES,
+      SHOWS_OWN_WORDS, M_GET, session },
+    { "/health", false, M_GET, 0, false, RT_ROUTE_HEALTH, SHOWS_NONE, 0, health },
+    { "/metrics", false, M_GET, 0, false, RT_ROUTE_METRICS, SHOWS_NONE, 0, metrics },
+    { "/v1/calls", false, M_GET, RT_ROLE_CONSOLE | RT_ROLE_ADMIN, false, RT_ROUTE_CONSOLE,
+      SHOWS_WORDS_IF_SHOWN, M_GET, calls },
+    { "/v1/calls/", true, M_GET | M_POST, RT_ROLE_CONSOLE | RT_ROLE_ADMIN, false, RT_ROUTE_CONSOLE,
+      SHOWS_WORDS_IF_SHOWN, M_GET, calls },
+    { "/v1/feedback.tsv", false, M_GET, RT_ROLE_CONSOLE | RT_ROLE_ADMIN, false, RT_ROUTE_CONSOLE,
+      SHOWS_WORDS, M_GET, feedback_tsv },
+    { "/v1/privacy/erase", false, M_POST, RT_ROLE_ADMIN, true, RT_ROUTE_OTHER, SHOWS_WORDS, M_POST, privacy_erase },
+    { "/v1/console/events", false, M_GET, RT_ROLE_CONSOLE | RT_ROLE_ADMIN, false, RT_ROUTE_CONSOLE,
+      SHOWS_WORDS_IF_SHOWN, M_GET, console_events },
+    { "/v1/console/state", false, M_GET, RT_ROLE_CONSOLE | RT_ROLE_ADMIN, false, RT_ROUTE_CONSOLE,
+      SHOWS_WORDS_IF_SHOWN, M_GET, console_state },
+    { "/console", false, M_GET, 0, false, RT_ROUTE_CONSOLE, SHOWS_NONE, 0, console_page },
+    { "/console/", true, M_GET, 0, false, RT_ROUTE_CONSOLE, SHOWS_NONE, 0, console_page },
 };
 
 static const route_def *route_of(const char *path) {
@@ -100,7 +119,10 @@ static void unauthorized(rt_req *q) {
  * 401: the caller is known, the key is just not for this. */
 static bool check_key(rt_req *q, unsigned role) {
     rt *r = q->r;
-    if (!r->keys) return true;
+    if (!r->keys) {
+        q->key_roles = RT_ROLE_CLIENT | RT_ROLE_CONSOLE | RT_ROLE_ADMIN;   /* an open gateway */
+        return true;
+    }
     const char *h = NULL;
     int n = 0;
     for (const struct evkeyval *kv = evhttp_request_get_input_headers(q->req)->tqh_first; kv; kv = kv->next.tqe_next)
@@ -116,9 +138,30 @@ static bool check_key(rt_req *q, unsigned role) {
         return false;
     }
     snprintf(q->key_name, sizeof q->key_name, "%s", k->name);
+    q->key_roles = k->roles;
     if (!(k->roles & role)) {
-        rt_req_error(q, 403, "permission_error", "insufficient_role", "API key '%s' does not have the %s role",
-                     k->name, rt_role_name(role));
+        unsigned first = role & -role;      /* a route open to several roles names them all */
+        rt_req_error(q, 403, "permission_error", "insufficient_role", "API key '%s' does not have the %s%s%s role",
+                     k->name, rt_role_name(first), role != first ? " or the " : "",
+                     role != first ? rt_role_name(role & ~first) : "");
+        return false;
+    }
+    return true;
+}
+
+/* A route that serves callers' words: admin only, and audited (the
+ * session route lets its owner in too, and checks that itself). */
+static bool check_words(rt_req *q, const route_def *d, int method) {
+    if (!(d->shows_to & method)) return true;
+    if (d->shows == SHOWS_WORDS_IF_SHOWN && !(q->r->obs && q->r->obs->show_text)) return true;
+    if (d->shows != SHOWS_OWN_WORDS && !(q->key_roles & RT_ROLE_ADMIN)) {
+        rt_req_error(q, 403, "permission_error", "insufficient_role",
+                     "%s serves callers' words: API key '%s' does not have the admin role", q->path, q->key_name);
+        return false;
+    }
+    if (rt_audit(q)) {
+        rt_req_error(q, 500, "server_error", "audit_unavailable",
+                     "the audit log cannot be written (see the log): callers' words are not served unaudited");
         return false;
     }
     return true;
@@ -165,7 +208,7 @@ static void on_request(struct evhttp_request *req, void *arg) {
         rt_req_error(q, 404, "invalid_request_error", "not_found", "no route for %s", path);
         return;
     }
-    if (!check_method(q, d, method) || (d->role && !check_key(q, d->role))) return;
+    if (!check_method(q, d, method) || (d->role && !check_key(q, d->role)) || !check_words(q, d, method)) return;
     const char *rest = d->prefix ? path + strlen(d->path) : "";
     if (!d->body) {
         d->handle(q, rest, NULL);

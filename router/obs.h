@@ -145,6 +145,18 @@ typedef struct {
     double t0;                      /* sb_now_s() when the call arrived */
 } rt_call_info;
 void rt_trace_record(rt *r, const rt_call_info *ci);
+/* Retention (retention.c): drop the ring's traces recorded before `before`
+ * (Unix seconds); delete the feedback marks made before it (the file is not
+ * created for it). How many, or < 0 with err. */
+int  rt_trace_purge_before(rt *r, double before);
+int  rt_feedback_purge_before(rt *r, double before, char *err);
+/* Erasure (erase.c): drop the traces of call_id (NULL: none) and those in
+ * which match finds the value (match NULL: none), each one's input handed
+ * to dropped (NULL ok) first; delete the feedback marks likewise. How many,
+ * or < 0 with err. */
+int  rt_trace_erase(rt *r, const char *call_id, rt_text_match_fn match, void *arg,
+                    void (*dropped)(void *arg, const char *input), void *darg);
+int  rt_feedback_erase(rt *r, const char *call_id, rt_text_match_fn match, void *arg, char *err);
 
 /* The call routes (trace.c): GET /v1/calls/ID, POST /v1/calls/ID/feedback,
  * GET /v1/feedback.tsv. rest is the path after "/v1/calls/". */
@@ -186,6 +198,10 @@ rt_models_up rt_models_json(rt *r, sb_jw *w, int view);
  * its masked trace as the ring keeps it (without the closing brace);
  * never fails the call. render: the counters for /metrics. */
 int  rt_otel_configure(rt_obs *o, const char *path, char *err);
+/* Erasure: rewrite the export without the lines match() claims, in place
+ * (the erased bytes overwritten, not left in freed blocks). How many, or
+ * < 0 with err. */
+int  rt_otel_erase(rt_obs *o, rt_text_match_fn match, void *arg, char *err);
 bool rt_otel_on(const rt_obs *o);
 void rt_otel_export(rt *r, const rt_call_info *ci, const char *trace, size_t len);
 void rt_otel_render(rt *r, sb_jw *w);

@@ -23,6 +23,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -75,6 +76,56 @@ int rt_otel_configure(rt_obs *o, const char *path, char *err) {
     if (!path) return 0;
     if (!(t->path = sb_strdup(path))) return sb_seterr(err, SB_ENOMEM, "otel_file: out of memory");
     return open_file(t, err);
+}
+
+/* Copy every line match() does not claim from `in` to `out`; how many were
+ * left out, or -1 (errno). */
+static int copy_kept(FILE *in, FILE *out, rt_text_match_fn match, void *arg) {
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    int dropped = 0;
+    while ((n = getline(&line, &cap, in)) > 0) {
+        if (match(arg, line, (size_t)n)) dropped++;
+        else if (fwrite(line, 1, (size_t)n, out) != (size_t)n) { dropped = -1; break; }
+    }
+    free(line);
+    return dropped >= 0 && ferror(in) ? -1 : dropped;
+}
+
+/* The kept lines go to a scratch file first, then back over the export
+ * from its first byte, and the export is cut to their length: the erased
+ * lines' bytes are overwritten in the file's own blocks (a rename would
+ * only free them), and the O_APPEND descriptor continues at the new end. */
+int rt_otel_erase(rt_obs *o, rt_text_match_fn match, void *arg, char *err) {
+    struct rt_otel *t = o ? o->otel : NULL;
+    if (!t || !t->path) return 0;
+    char scratch[4096];
+    snprintf(scratch, sizeof scratch, "%s.erase", t->path);
+    FILE *in = fopen(t->path, "rb"), *tmp = NULL;
+    int fd = -1, n = -1;
+    if (!in) return errno == ENOENT ? 0 : sb_seterr(err, SB_EIO, "otel_file '%s': %s", t->path, strerror(errno));
+    int sfd = open(scratch, O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (sfd >= 0 && !(tmp = fdopen(sfd, "w+b"))) close(sfd);
+    if (tmp) n = copy_kept(in, tmp, match, arg);
+    fclose(in);
+    if (n > 0 && (fd = open(t->path, O_WRONLY | O_CLOEXEC)) >= 0 && !fflush(tmp) && !fseeko(tmp, 0, SEEK_SET)) {
+        char buf[1 << 16];
+        size_t got;
+        off_t at = 0;
+        while (n >= 0 && (got = fread(buf, 1, sizeof buf, tmp)) > 0)
+            if (pwrite(fd, buf, got, at) != (ssize_t)got) n = -1;
+            else at += (off_t)got;
+        if (n >= 0 && (ftruncate(fd, at) || fsync(fd))) n = -1;
+    } else if (n > 0) {
+        n = -1;
+    }
+    int saved = errno;
+    if (fd >= 0) close(fd);
+    if (tmp) fclose(tmp);
+    unlink(scratch);
+    if (n < 0) return sb_seterr(err, SB_EIO, "otel_file '%s': erase: %s", t->path, strerror(saved));
+    return n;
 }
 
 void rt_otel_free(rt_obs *o) {

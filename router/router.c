@@ -348,6 +348,7 @@ static int start_serving(router *ro, const char *host, int port, bool no_socket,
     event_add(r->sweep_timer, &sweep);
     rt_models_poll(&r->ex.be);
     rt_sessions_start(r, cfg);
+    rt_retention_start(r);
     return 0;
 }
 
@@ -376,6 +377,7 @@ static void close_router(router *ro) {
     if (ro->sig_int) event_free(ro->sig_int);
     if (r->health_timer) event_free(r->health_timer);
     if (r->sweep_timer) event_free(r->sweep_timer);
+    rt_retention_stop(r);
     if (r->sock_server) sb_ipc_server_free(r->sock_server);
     rt_obs_free(r);
     rt_http_stop(r);

@@ -125,7 +125,8 @@ int  rt_sessions_open(const char *path, rt_sessions **out, char *err);
 void rt_sessions_close(rt_sessions *s);             /* NULL ok */
 int  rt_session_new_id(char out[RT_SESSION_ID_LEN + 1]);   /* 0 or SB_EIO (no randomness) */
 bool rt_session_id_valid(const char *id);
-/* 0 with *out; SB_ENOTFOUND: none, or another owner's; SB_ETIMEOUT: idle
+/* 0 with *out; SB_ENOTFOUND: none, or another owner's (owner NULL: any
+ * owner - an admin key's read); SB_ETIMEOUT: idle
  * past its ttl (until the sweep removes it); SB_EIO. */
 int  rt_session_load(rt_sessions *s, const char *id, const char *owner, double now, rt_session *out, char *err);
 void rt_session_clear(rt_session *ss);
@@ -149,6 +150,27 @@ int  rt_handoff_retry(rt_sessions *s, const char *id, double next_at, const char
 int  rt_session_delete(rt_sessions *s, const char *id, char *err);
 /* Purge the sessions expired at now: how many, or < 0. */
 int  rt_sessions_sweep(rt_sessions *s, double now, char *err);
+/* Purge the sessions last updated at or before `before` (retention): how
+ * many, or < 0. A purge that deleted any leaves no trace of them in the
+ * file or its WAL (secure_delete and a truncating checkpoint). */
+int  rt_sessions_purge_before(rt_sessions *s, double before, char *err);
+int  rt_sessions_checkpoint(rt_sessions *s, char *err);
+/* Erasure (erase.c): does this text hold what is being erased? */
+typedef bool (*rt_text_match_fn)(void *arg, const char *text, size_t len);
+/* Delete every session whose state or any turn (the caller's words, the
+ * reply) matches, leaving no trace in the file or its WAL: how many, or < 0. */
+int  rt_sessions_erase_matching(rt_sessions *s, rt_text_match_fn match, void *arg, char *err);
+/* Delete session id the same way, whoever owns it: 1, 0 (no such session)
+ * or < 0. The caller's words of its turns are appended to callers first,
+ * each NUL-terminated (what its calls' traces and cache entries hold). */
+int  rt_session_erase(rt_sessions *s, const char *id, sb_bytes *callers, char *err);
+/* audit.c: one line appended to RUNTIME_DIR/audit.jsonl (0600) for a read
+ * of callers' words: when, the key's name, the method and the path (which
+ * names the object). 0, or -1 when it could not be written (logged): the
+ * read is then refused, an unaudited read being what the log is for. */
+int  rt_audit(rt_req *q);
+/* erase.c: POST /v1/privacy/erase (admin). */
+void rt_handle_privacy_erase(rt_req *q, const sb_json *body);
 /* {"intent", "slots", "turn"}; and GET /v1/sessions/ID's whole answer. */
 void rt_session_state_json(const rt_session *ss, sb_jw *w);
 int  rt_session_json(rt_sessions *s, const rt_session *ss, sb_jw *w, char *err);
@@ -180,6 +202,7 @@ struct rt {
     rt_handoff_out *handoff_out;    /* delivers the store's hand-off packages, or NULL */
     struct rt_waiting *waiting;     /* session_door.c: suspended runs, by session, until the next turn */
     struct event *session_timer;    /* the sweep of expired sessions */
+    struct event *retention_timer;  /* retention.c: the hourly purge of runtime.retention */
     int body_timeout_ms;            /* 408 after this long inside one request's bytes */
     size_t max_body, max_headers;
     rt_metrics metrics;
@@ -223,6 +246,7 @@ struct rt_req {
     char model[96];
     char path[96];
     char key_name[RT_KEY_NAME_MAX + 1];  /* the API key's name; "" without auth */
+    unsigned key_roles;             /* its RT_ROLE_*; every role without auth */
     const char *method;
     int kind;                       /* openai.c: chat or completion */
     bool include_usage;
@@ -296,6 +320,11 @@ rt_run *rt_waiting_take(rt *r, const char *session);    /* NULL: none (gone with
 void rt_turn_end(rt_req *q);
 void rt_handle_session(rt_req *q, const char *id, bool del);        /* GET / DELETE /v1/sessions/ID */
 void rt_sessions_start(rt *r, const sb_config *cfg);
+/* retention.c: runtime.retention's purge, now (`now`: Unix seconds) with
+ * the config in use; rt_retention_start runs it and then every hour. */
+void rt_retention_purge(rt *r, double now);
+void rt_retention_start(rt *r);
+void rt_retention_stop(rt *r);
 void rt_sessions_stop(rt *r);
 
 /* privacy_door.c: a pipeline's `privacy:` policy on the caller's input,

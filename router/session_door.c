@@ -296,8 +296,11 @@ void rt_handle_session(rt_req *q, const char *id, bool del) {
         return;
     }
     rt_session ss;
-    int rc = rt_session_id_valid(id) ? rt_session_load(r->sessions, id, q->key_name, wall_now(), &ss, err)
-                                     : SB_ENOTFOUND;
+    /* The owner's key reads and deletes it; an admin key reads anyone's
+     * (audited at the door). Deleting is the owner's, or an erase. */
+    bool as_admin = !del && (q->key_roles & RT_ROLE_ADMIN);
+    int rc = !rt_session_id_valid(id) ? SB_ENOTFOUND
+             : rt_session_load(r->sessions, id, as_admin ? NULL : q->key_name, wall_now(), &ss, err);
     if (rc == SB_ENOTFOUND || rc == SB_ETIMEOUT) { not_found(q, rc, id); return; }
     if (rc) { rt_req_error(q, 500, "server_error", "internal", "%s", err); return; }
     sb_jw w;

@@ -90,6 +90,7 @@ int rt_sessions_open(const char *path, rt_sessions **out, char *err) {
         sqlite3_busy_timeout(s->db, 2000);
         rc = exec(s, "PRAGMA journal_mode=WAL", err);
         if (!rc) rc = exec(s, "PRAGMA synchronous=FULL", err);
+        if (!rc) rc = exec(s, "PRAGMA secure_delete=ON", err);   /* a purged transcript's bytes go */
         if (!rc) rc = exec(s, schema, err);
     }
     if (rc) {
@@ -181,7 +182,7 @@ int rt_session_load(rt_sessions *s, const char *id, const char *owner, double no
     int rc = sqlite3_step(st);
     /* Another key's session is answered as one that does not exist: its
      * id is not a thing that key may learn about. */
-    if (rc == SQLITE_DONE || (rc == SQLITE_ROW && strcmp((const char *)sqlite3_column_text(st, 0), owner))) {
+    if (rc == SQLITE_DONE || (rc == SQLITE_ROW && owner && strcmp((const char *)sqlite3_column_text(st, 0), owner))) {
         sqlite3_finalize(st);
         return sb_seterr(err, SB_ENOTFOUND, "no session %s", id);
     }
@@ -190,7 +191,7 @@ int rt_session_load(rt_sessions *s, const char *id, const char *owner, double no
         return db_fail(s, err, "reading a session");
     }
     snprintf(out->id, sizeof out->id, "%s", id);
-    snprintf(out->owner, sizeof out->owner, "%s", owner);
+    snprintf(out->owner, sizeof out->owner, "%s", (const char *)sqlite3_column_text(st, 0));
     out->pipeline = col_dup(st, 1);
     out->created = sqlite3_column_double(st, 2);
     out->updated = sqlite3_column_double(st, 3);
@@ -484,16 +485,91 @@ int rt_session_delete(rt_sessions *s, const char *id, char *err) {
     return exec(s, "COMMIT", err);
 }
 
-int rt_sessions_sweep(rt_sessions *s, double now, char *err) {
+/* Delete the sessions `column <= t` (column is ours, never the caller's)
+ * with their turns; how many, or < 0. */
+static int purge_where(rt_sessions *s, const char *column, double t, char *err) {
+    char turns[160], rows[96];
+    snprintf(turns, sizeof turns, "DELETE FROM turns WHERE session IN (SELECT id FROM sessions WHERE %s <= ?1)", column);
+    snprintf(rows, sizeof rows, "DELETE FROM sessions WHERE %s <= ?1", column);
     int rc = exec(s, "BEGIN IMMEDIATE", err);
-    if (!rc) rc = step_once(s, "DELETE FROM turns WHERE session IN (SELECT id FROM sessions WHERE expires <= ?1)",
-                            err, bind_now, &now);
-    if (!rc) rc = step_once(s, "DELETE FROM sessions WHERE expires <= ?1", err, bind_now, &now);
+    if (!rc) rc = step_once(s, turns, err, bind_now, &t);
+    if (!rc) rc = step_once(s, rows, err, bind_now, &t);
     if (rc) {
         sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
         return rc;
     }
     int n = sqlite3_changes(s->db);
     rc = exec(s, "COMMIT", err);
+    if (!rc && n) rc = rt_sessions_checkpoint(s, err);
     return rc ? rc : n;
+}
+
+int rt_sessions_sweep(rt_sessions *s, double now, char *err) { return purge_where(s, "expires", now, err); }
+
+int rt_sessions_purge_before(rt_sessions *s, double before, char *err) {
+    return purge_where(s, "updated", before, err);
+}
+
+int rt_session_erase(rt_sessions *s, const char *id, sb_bytes *callers, char *err) {
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(s->db, "SELECT caller FROM turns WHERE session = ?1", -1, &st, NULL) != SQLITE_OK)
+        return db_fail(s, err, "reading a session");
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+    int rc = 0, step;
+    while (!rc && (step = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *t = (const char *)sqlite3_column_text(st, 0);
+        if (t && sb_bytes_put(callers, t, strlen(t) + 1)) rc = sb_seterr(err, SB_ENOMEM, "out of memory");
+    }
+    if (!rc && step != SQLITE_DONE) rc = db_fail(s, err, "reading a session");
+    sqlite3_finalize(st);
+    if (!rc) rc = exec(s, "BEGIN IMMEDIATE", err);
+    if (!rc) rc = step_once(s, "DELETE FROM turns WHERE session = ?1", err, bind_id, id);
+    if (!rc) rc = step_once(s, "DELETE FROM sessions WHERE id = ?1", err, bind_id, id);
+    int n = rc ? 0 : sqlite3_changes(s->db);
+    if (rc) {
+        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+        return rc;
+    }
+    if ((rc = exec(s, "COMMIT", err)) || (n && (rc = rt_sessions_checkpoint(s, err)))) return rc;
+    return n;
+}
+
+int rt_sessions_erase_matching(rt_sessions *s, rt_text_match_fn match, void *arg, char *err) {
+    /* The ids first, the deletes after: no delete under an open statement. */
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(s->db,
+                           "SELECT id, intent, slots, awaiting FROM sessions UNION ALL"
+                           " SELECT session, caller, reply, NULL FROM turns", -1, &st, NULL) != SQLITE_OK)
+        return db_fail(s, err, "reading the sessions");
+    enum { ID = RT_SESSION_ID_LEN + 1 };
+    sb_bytes ids = { 0 };       /* matching ids, ID bytes each (NUL included) */
+    int rc = 0, step;
+    while (!rc && (step = sqlite3_step(st)) == SQLITE_ROW) {
+        bool hit = false;
+        for (int col = 1; col <= 3 && !hit; col++) {
+            const char *t = (const char *)sqlite3_column_text(st, col);
+            hit = t && match(arg, t, (size_t)sqlite3_column_bytes(st, col));
+        }
+        const char *id = (const char *)sqlite3_column_text(st, 0);
+        if (hit && rt_session_id_valid(id) && sb_bytes_put(&ids, id, ID))
+            rc = sb_seterr(err, SB_ENOMEM, "out of memory");
+    }
+    if (!rc && step != SQLITE_DONE) rc = db_fail(s, err, "reading the sessions");
+    sqlite3_finalize(st);
+    int deleted = 0;
+    for (size_t i = 0; !rc && i < ids.n; i += ID) {
+        bool again = false;     /* one session can match in its row and in several turns */
+        for (size_t j = 0; j < i && !again; j += ID) again = !strcmp(ids.p + i, ids.p + j);
+        if (!again && !(rc = rt_session_delete(s, ids.p + i, err))) deleted++;
+    }
+    sb_free(ids.p);
+    if (!rc && deleted) rc = rt_sessions_checkpoint(s, err);
+    return rc ? rc : deleted;
+}
+
+/* The deleted rows' pages are zeroed (secure_delete), but the WAL still
+ * holds the frames that wrote them until a checkpoint copies them back and
+ * truncates it: a purge is not over while the words are in the -wal. */
+int rt_sessions_checkpoint(rt_sessions *s, char *err) {
+    return exec(s, "PRAGMA wal_checkpoint(TRUNCATE)", err);
 }

@@ -38,6 +38,7 @@ struct rt_trace {
     size_t summary_len;
     char *feedback;                             /* the operator's intent, or NULL */
     double ms, ttft_ms;                         /* ttft_ms < 0: not streamed */
+    double at;                                  /* Unix time it was recorded (retention) */
     bool ok, hit;
     int n_stages;
     struct { char name[SB_CONFIG_MAX_NAME + 1]; double ms; } st[STAGES_MAX];
@@ -286,6 +287,7 @@ void rt_trace_record(rt *r, const rt_call_info *ci) {
     snprintf(t->pipeline, sizeof t->pipeline, "%s", ci->pipeline);
     t->ms = (sb_now_s() - ci->t0) * 1e3;
     t->ok = ci->status < 400;
+    t->at = (double)time(NULL);
     t->input = sb_strdup(ci->input ? ci->input : "");
     rt_call_info c = *ci;
     c.input = t->input ? t->input : "";
@@ -304,6 +306,57 @@ void rt_trace_record(rt *r, const rt_call_info *ci) {
     o->head = (o->head + 1) % o->cap;
     if (o->count < o->cap) o->count++;
     rt_console_call(r);
+}
+
+/* The ring is in recording order, so the traces recorded before `before`
+ * are its oldest: dropped from that end. */
+int rt_trace_purge_before(rt *r, double before) {
+    rt_obs *o = r->obs;
+    int n = 0;
+    while (o && o->count) {
+        size_t oldest = (o->head + o->cap - o->count) % o->cap;
+        rt_trace *t = o->ring[oldest];
+        if (t->at >= before) break;
+        lat_window(o, t, false);
+        trace_free(t);
+        o->ring[oldest] = NULL;
+        o->count--;
+        o->changes++;
+        n++;
+    }
+    return n;
+}
+
+/* Erasure: the ring rebuilt without the matching traces, in order. Their
+ * input is handed to `dropped` first (the cache entries made from it go
+ * too). */
+int rt_trace_erase(rt *r, const char *call_id, rt_text_match_fn match, void *arg,
+                   void (*dropped)(void *arg, const char *input), void *darg) {
+    rt_obs *o = r->obs;
+    if (!o || !o->count) return 0;
+    size_t kept = 0, first = (o->head + o->cap - o->count) % o->cap;
+    int n = 0;
+    for (size_t k = 0; k < o->count; k++) {
+        size_t at = (first + k) % o->cap;
+        rt_trace *t = o->ring[at];
+        o->ring[at] = NULL;
+        bool hit = (call_id && !strcmp(t->id, call_id)) ||
+                   (match && (match(arg, t->input, strlen(t->input)) || match(arg, t->full, t->full_len) ||
+                              match(arg, t->summary, t->summary_len)));
+        if (!hit) {
+            o->ring[(first + kept++) % o->cap] = t;
+            continue;
+        }
+        if (dropped) dropped(darg, t->input);
+        lat_window(o, t, false);
+        trace_free(t);
+        n++;
+    }
+    o->count = kept;
+    o->head = (first + kept) % o->cap;
+    if (o->unsent > kept) o->unsent = kept;
+    if (n) o->changes++;
+    return n;
 }
 
 /* The newest trace with this id, or NULL. */
@@ -360,6 +413,20 @@ static sb_feedback *feedback_db(rt_obs *o, bool create) {
     int rc = sb_feedback_open(o->feedback_path, create, &o->fb, err);
     if (rc && rc != SB_ENOTFOUND) sb_warn("%s", err);
     return o->fb;
+}
+
+int rt_feedback_erase(rt *r, const char *call_id, rt_text_match_fn match, void *arg, char *err) {
+    sb_feedback *f = r->obs ? feedback_db(r->obs, false) : NULL;
+    int n = f ? sb_feedback_erase(f, call_id, match, arg, err) : 0;
+    if (n > 0) r->obs->confusion_ok = false;
+    return n;
+}
+
+int rt_feedback_purge_before(rt *r, double before, char *err) {
+    sb_feedback *f = r->obs ? feedback_db(r->obs, false) : NULL;   /* no file: nothing to purge */
+    int n = f ? sb_feedback_purge_before(f, (int64_t)before, err) : 0;
+    if (n > 0) r->obs->confusion_ok = false;
+    return n;
 }
 
 static void pair_json(void *arg, const char *pipeline, const char *predicted, const char *intent, int64_t n) {

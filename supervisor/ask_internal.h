@@ -8,6 +8,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "common/sb_config.h"
+
 typedef struct {
     const char *socket_path;    /* one of socket_path / url */
     const char *url;
@@ -59,6 +61,11 @@ typedef struct {
 /* 0 with *out filled (any status), -1 when no answer came (a bad URL, the
  * connection refused or broken, a timeout: the reason on stderr). */
 int sb_ask_http_call(const sb_http_call *c, sb_http_reply *out);
+
+/* http://HOST:PORT of the config's runtime.http, a wildcard address
+ * reached on the loopback (cli_test.c; the commands that talk to a
+ * running router). cap: 128 is enough. */
+void sb_runtime_url(const sb_config *cfg, char *url, size_t cap);
 
 /* Print bytes as a JSON string: valid UTF-8 passes through, control
  * characters are escaped, invalid bytes become U+FFFD (JSON must be UTF-8;

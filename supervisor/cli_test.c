@@ -402,9 +402,7 @@ static void report_free(report *r) {
     sb_free(r->latency);
 }
 
-/* http://HOST:PORT of the config's runtime.http, a wildcard address
- * reached on the loopback. */
-static void runtime_url(const sb_config *cfg, char *url, size_t cap) {
+void sb_runtime_url(const sb_config *cfg, char *url, size_t cap) {
     const char *h = cfg->runtime.http_host;
     bool v6 = strchr(h, ':') != NULL;
     if (!strcmp(h, "0.0.0.0") || !*h) h = "127.0.0.1";
@@ -420,7 +418,7 @@ static const char *api_key(const options *o, const sb_config *cfg) {
 static int run_tests(const options *o, const sb_config *cfg, report *r) {
     char url[600];
     if (o->url) snprintf(url, sizeof url, "%s", o->url);
-    else runtime_url(cfg, url, sizeof url);
+    else sb_runtime_url(cfg, url, sizeof url);
     runtime rt = { 0 };
     if (!o->url) {
         int rc = start_runtime(o, url, cfg->runtime.drain_ms, &rt);

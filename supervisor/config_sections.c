@@ -18,6 +18,7 @@
 
 const sb_cfg_section *const sb_config_sections[] = {
     &sb_runtime_section,
+    &sb_retention_section,
     &sb_models_section,
     &sb_cache_section,
     &sb_sync_section,

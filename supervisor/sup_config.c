@@ -36,6 +36,7 @@ static const sb_cfg_key runtime_keys[] = {
     { "secret_key_file", SB_KEY_PATH, 1, 0, RT(secret_key_file), NULL },
     { "log_level", SB_KEY_ENUM, 0, 0, RT(log_level), log_levels },
     { "drain_ms", SB_KEY_INT, 0, 3600000, RT(drain_ms), NULL },
+    { "retention", SB_KEY_OTHER, 0, 0, 0, NULL },           /* its own section */
     SB_CFG_KEYS_END
 };
 
@@ -71,6 +72,19 @@ static int load_runtime(const sb_cfg_ctx *c, sb_config *cfg, const sb_config_nod
 const sb_cfg_section sb_runtime_section = {
     .name = "runtime", .keys = runtime_keys, .init = runtime_defaults, .load = load_runtime,
 };
+
+/* runtime.retention: how many days the router keeps what callers said
+ * (router/retention.c purges it); 0, the default, keeps it. A century is
+ * the bound: a larger number is a typo, not a policy. */
+#define RET(f) offsetof(sb_config, runtime.retention.f)
+static const sb_cfg_key retention_keys[] = {
+    { "traces_days", SB_KEY_INT, 0, 36500, RET(traces_days), NULL },
+    { "sessions_days", SB_KEY_INT, 0, 36500, RET(sessions_days), NULL },
+    { "feedback_days", SB_KEY_INT, 0, 36500, RET(feedback_days), NULL },
+    SB_CFG_KEYS_END
+};
+
+const sb_cfg_section sb_retention_section = { .name = "runtime.retention", .keys = retention_keys };
 
 /* ------------------------------------------------------------- models */
 

@@ -2,7 +2,7 @@
 """config_doc_check.py SB_BIN TMPDIR - docs/config.md against the config loader.
 
 For every key table in docs/config.md (sections `runtime`, local model,
-remote model, both kinds, `cache`, `cache.sync`, `console`, `knowledge`,
+remote model, both kinds, `runtime.retention`, `cache`, `cache.sync`, `console`, `knowledge`,
 `sessions`):
 
   * every documented key, given a value of its documented type, is accepted
@@ -41,6 +41,7 @@ def check(cond, what, detail=""):
 
 SECTIONS = {                      # heading text -> section id
     "## `runtime`": "runtime",
+    "### `runtime.retention`": "retention",
     "### Local model (`gguf`)": "local",
     "### Remote model (`upstream`)": "remote",
     "### Both kinds": "both",
@@ -97,6 +98,8 @@ def config(section, key, value):
             cache = {"sync": {"url": "http://127.0.0.1:9", "edge_id": "e1", "secret_file": secret}}
     if section == "runtime":
         runtime[key] = value
+    elif section == "retention":
+        runtime["retention"] = {key: value}
     elif section in ("local", "both"):
         model[key] = value
     elif section in ("remote", "both-remote"):
@@ -221,6 +224,7 @@ def loader_keys(section):
 
 
 for sec, doc_keys in [("runtime", set(tables.get("runtime", {}))),
+                      ("retention", set(tables.get("retention", {}))),
                       ("local", set(tables.get("local", {})) | set(tables.get("both", {}))),
                       ("remote", set(tables.get("remote", {})) | set(tables.get("both", {}))),
                       ("cache", set(tables.get("cache", {}))),

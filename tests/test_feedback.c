@@ -17,6 +17,7 @@
 #include "cache/sb_feedback.h"
 #include "common/sb_common.h"
 #include "common/sb_json.h"
+#include "tests/bytes_testlib.h"
 
 static int collect(void *arg, const char *line, size_t len) {
     sb_jw_raw(arg, line, len);
@@ -85,10 +86,44 @@ static void test_every_line_break_becomes_a_space(void **state) {
     sb_free(out);
 }
 
+/* runtime.retention's feedback_days: the marks made before the cut go,
+ * and their words leave the file and its WAL while it is open. */
+static void test_retention_purges_old_marks(void **state) {
+    char dir[] = "/tmp/sb-test-feedback-XXXXXX", path[64], err[SB_ERR_LEN];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/feedback.sqlite", dir);
+    sb_feedback *f;
+    assert_int_equal(sb_feedback_open(path, true, &f, err), 0);
+    const int64_t day = 86400, now = 100 * day;
+    sb_feedback_row old = { .call_id = "call-old", .pipeline = "hotline", .predicted = "billing", .intent = "complaint",
+                            .utterance = "card 6222020200112233445 was charged twice", .time = now - 8 * day };
+    sb_feedback_row recent = old;
+    recent.call_id = "call-recent";
+    recent.utterance = "my meter 13912345678 reads wrong";
+    recent.time = now - 3600;
+    assert_int_equal(sb_feedback_put(f, &old, err), 0);
+    assert_int_equal(sb_feedback_put(f, &recent, err), 0);
+    assert_true(db_holds(path, "6222020200112233445"));
+    assert_int_equal(sb_feedback_purge_before(f, now - 7 * day, err), 1);
+    assert_false(db_holds(path, "6222020200112233445"));
+    assert_true(db_holds(path, "13912345678"));
+    sb_jw w;
+    sb_jw_init(&w);
+    assert_int_equal(sb_feedback_tsv(f, NULL, collect, &w, err), 0);
+    assert_string_equal(w.p, "complaint\tmy meter 13912345678 reads wrong\n");
+    sb_jw_free(&w);
+    assert_int_equal(sb_feedback_purge_before(f, now - 7 * day, err), 0);
+    sb_feedback_close(f);
+    char cmd[96];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_formula_cells_get_a_quote),
         cmocka_unit_test(test_every_line_break_becomes_a_space),
+        cmocka_unit_test(test_retention_purges_old_marks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

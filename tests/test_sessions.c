@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "router/router_internal.h"
+#include "tests/bytes_testlib.h"
 
 static char dir[64], path[128];
 
@@ -135,6 +136,34 @@ static void test_expiry_and_sweep(void **state) {
     rt_sessions_close(s);
 }
 
+/* runtime.retention's sessions_days: a session not updated since `before`
+ * goes with its transcript - from the file and its WAL, while the store is
+ * open (a router that keeps running must not keep the words either). */
+static void test_retention_purges_old_sessions(void **state) {
+    char err[SB_ERR_LEN];
+    rt_sessions *s = open_store();
+    rt_session old, recent, got;
+    new_session(&old, "app");
+    new_session(&recent, "app");
+    old.turns = recent.turns = 1;
+    const double day = 86400.0, now = 100 * day;
+    assert_int_equal(rt_session_commit(s, &old, 400 * 86400, "my number is 13800138000", "noted 13800138000",
+                                       now - 31 * day, err), 0);
+    assert_int_equal(rt_session_commit(s, &recent, 600, "a recent caller 13912345678", "ok", now - 60, err), 0);
+    assert_true(db_holds(path, "13800138000"));
+    assert_int_equal(rt_sessions_purge_before(s, now - 30 * day, err), 1);
+    assert_false(db_holds(path, "13800138000"));
+    assert_int_equal(rt_session_load(s, old.id, "app", now, &got, err), SB_ENOTFOUND);
+    assert_int_equal(rt_session_load(s, recent.id, "app", now, &got, err), 0);
+    rt_session_clear(&got);
+    assert_true(db_holds(path, "13912345678"));
+    assert_int_equal(rt_sessions_purge_before(s, now - 30 * day, err), 0);
+    rt_session_clear(&old);
+    rt_session_clear(&recent);
+    rt_sessions_close(s);
+    assert_false(db_holds(path, "13800138000"));
+}
+
 static void test_ids_and_file_mode(void **state) {
     char a[RT_SESSION_ID_LEN + 1], b[RT_SESSION_ID_LEN + 1];
     assert_int_equal(rt_session_new_id(a), 0);
@@ -171,6 +200,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_turns_survive_the_store, setup, teardown),
         cmocka_unit_test_setup_teardown(test_another_owner_sees_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_expiry_and_sweep, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_retention_purges_old_sessions, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ids_and_file_mode, setup, teardown),
         cmocka_unit_test_setup_teardown(test_one_turn_at_a_time, setup, teardown),
     };

@@ -1,0 +1,243 @@
+/* erase.c - POST /v1/privacy/erase: a caller's data deleted from every
+ * store of this router on request (docs/PRIVACY.md, "Erasure").
+ *
+ * One of three things is erased:
+ *   {"session": ID}  the session and its transcript, and the traces, cache
+ *                    entries and feedback marks of its turns (their input
+ *                    is one of the transcript's caller turns);
+ *   {"call": ID}     the call's trace, its feedback mark, and the cache
+ *                    entries whose input is the call's input;
+ *   {"value": V}     every session, trace, cache entry and feedback mark
+ *                    that holds V in any rendering: V is read by the
+ *                    privacy detectors into its normalised value (a mobile
+ *                    said as "幺三八 ..." or "+86 138-..." is 13800138000),
+ *                    and a text holds it when it contains that value or V
+ *                    as given, or when the detectors find in it an
+ *                    identifier with that value (spaced, spoken, in
+ *                    Chinese numerals or English words).
+ * Each store is rewritten so that no copy is left in its file or WAL
+ * (secure_delete and a truncating checkpoint; the cache is vacuumed; the
+ * OTel export rewritten in place without the lines that hold it).
+ *
+ * The route needs the admin role. What was erased is logged as the key's
+ * name, the kind, and counts: never the value.
+ */
+#include <string.h>
+
+#include "router/obs.h"
+#include "cache/sb_cache.h"
+#include "privacy/sb_privacy.h"
+
+#define ERASE_VALUE_MIN 6       /* service numbers have 5 digits: shorter would erase half the cache */
+
+typedef struct {
+    const sb_privacy *det;
+    sb_pii_spans spans;
+    char norm[SB_PII_VALUE_MAX];
+    const char *raw;
+    sb_bytes inputs;            /* --session / --call: the calls' inputs, NUL-separated */
+    sb_bytes quoted;            /* the inputs and the call id as JSON strings (the OTel lines' form) */
+    sb_bytes cache_keys;        /* the cache entries erased, SB_CACHE_KEY_HEX bytes each */
+} target;
+
+static bool holds_value(void *arg, const char *text, size_t len) {
+    target *t = arg;
+    if (!t->norm[0]) return false;
+    if (memmem(text, len, t->norm, strlen(t->norm)) || memmem(text, len, t->raw, strlen(t->raw))) return true;
+    /* Out of memory finding the spans: what was found is checked; a text
+     * not read to its end is not claimed erased by a miss here. */
+    sb_privacy_detect(t->det, text, len, &t->spans);
+    for (size_t i = 0; i < t->spans.n; i++)
+        if (!strcmp(t->spans.v[i].value, t->norm)) return true;
+    return false;
+}
+
+/* Is text one of the inputs (exactly, or as the cache normalises inputs)? */
+static bool is_input(void *arg, const char *text, size_t len) {
+    target *t = arg;
+    char *norm = NULL;
+    sb_cache_normalize(SB_NORM_DEFAULT, text, len, &norm, NULL);
+    bool hit = false;
+    for (size_t i = 0; !hit && i < t->inputs.n; i += strlen(t->inputs.p + i) + 1) {
+        const char *in = t->inputs.p + i;
+        hit = (strlen(in) == len && !memcmp(in, text, len)) || (norm && !strcmp(in, norm));
+    }
+    sb_free(norm);
+    return hit;
+}
+
+static void add_input(void *arg, const char *input) {
+    target *t = arg;
+    char *norm = NULL;
+    sb_bytes_put(&t->inputs, input, strlen(input) + 1);
+    if (!sb_cache_normalize(SB_NORM_DEFAULT, input, strlen(input), &norm, NULL))
+        sb_bytes_put(&t->inputs, norm, strlen(norm) + 1);
+    sb_free(norm);
+}
+
+/* An OTel line is erased when it holds the value, or one of the inputs or
+ * the call's id as a whole JSON string (an attribute's value). */
+static bool otel_line_holds(void *arg, const char *line, size_t len) {
+    target *t = arg;
+    if (t->norm[0] && holds_value(t, line, len)) return true;
+    for (size_t i = 0; i < t->quoted.n; i += strlen(t->quoted.p + i) + 1)
+        if (memmem(line, len, t->quoted.p + i, strlen(t->quoted.p + i))) return true;
+    return false;
+}
+
+static void quote(target *t, const char *s) {
+    if (!s[0]) return;                  /* "" would match every line's empty attribute */
+    sb_jw w;
+    sb_jw_init(&w);
+    sb_jw_str(&w, s);
+    if (w.p && !sb_bytes_put(&t->quoted, w.p, w.len)) sb_bytes_put(&t->quoted, "", 1);
+    sb_jw_free(&w);
+}
+
+/* The value's normalised form: the one identifier the detectors find
+ * covering it, else its digits when it is a number written with
+ * separators, else the value as given. */
+static void normalise_value(target *t, const char *v) {
+    size_t len = strlen(v);
+    if (!sb_privacy_detect(t->det, v, len, &t->spans) && t->spans.n == 1) {
+        snprintf(t->norm, sizeof t->norm, "%s", t->spans.v[0].value);
+        return;
+    }
+    size_t n = 0;
+    bool number = true;
+    for (const char *p = v; *p && number; p++) {
+        if (*p >= '0' && *p <= '9') { if (n + 1 < sizeof t->norm) t->norm[n++] = *p; }
+        else number = strchr(" -+()", *p) != NULL;
+    }
+    t->norm[n] = '\0';
+    if (!number || !n) snprintf(t->norm, sizeof t->norm, "%s", v);
+}
+
+typedef struct {
+    target *t;
+    rt_text_match_fn match;
+    sb_bytes keys;              /* SB_CACHE_KEY_HEX bytes each */
+} cache_scan;
+
+static int collect_entry(void *arg, const sb_cache_entry *e) {
+    cache_scan *cs = arg;
+    if (cs->match(cs->t, e->input, strlen(e->input)) ||
+        cs->match(cs->t, (const char *)e->response, e->response_len))
+        return sb_bytes_put(&cs->keys, e->key, sizeof e->key);
+    return 0;
+}
+
+/* The matching entries deleted, then the file vacuumed: a deleted entry's
+ * bytes would stay in free pages and the WAL otherwise. */
+static int erase_cache(rt *r, target *t, rt_text_match_fn match, char *err) {
+    if (!r->cache) return 0;
+    cache_scan cs = { t, match, { 0 } };
+    sb_cache_filter all = { 0 };
+    int rc = sb_cache_list(r->cache, &all, collect_entry, &cs, err), n = 0;
+    for (size_t i = 0; !rc && i < cs.keys.n; i += SB_CACHE_KEY_HEX) {
+        int one = sb_cache_purge_key(r->cache, cs.keys.p + i, err);
+        if (one && one != SB_ENOTFOUND) rc = one;
+        else if (!one) n++;
+    }
+    sb_free(t->cache_keys.p);
+    t->cache_keys = cs.keys;            /* the reply names them: the cloud's copies are purged by key */
+    if (!rc && n) rc = sb_cache_vacuum(r->cache, err);
+    return rc ? rc : n;
+}
+
+static void reply(rt_req *q, const char *kind, const int n[5], const sb_bytes *keys) {
+    static const char *const stores[5] = { "sessions", "traces", "cache_entries", "feedback", "otel_lines" };
+    sb_jw w;
+    sb_jw_init(&w);
+    sb_jw_obj(&w);
+    sb_jw_key(&w, "erased"); sb_jw_obj(&w);
+    for (int i = 0; i < 5; i++) { sb_jw_key(&w, stores[i]); sb_jw_int(&w, n[i]); }
+    sb_jw_obj_end(&w);
+    /* Not in the log: a key is a hash of an input that held the value. */
+    sb_jw_key(&w, "cache_keys"); sb_jw_arr(&w);
+    for (size_t i = 0; keys->p && i < keys->n; i += SB_CACHE_KEY_HEX) sb_jw_str(&w, keys->p + i);
+    sb_jw_arr_end(&w);
+    sb_jw_obj_end(&w);
+    sb_info("privacy erase by key '%s': %s; %d session(s), %d trace(s), %d cache entr(y/ies), %d feedback mark(s), "
+            "%d OTel line(s)", q->key_name[0] ? q->key_name : "-", kind, n[0], n[1], n[2], n[3], n[4]);
+    rt_req_json(q, 200, w.p, w.len, NULL);
+    sb_jw_free(&w);
+}
+
+/* Which one of session, call, value the body names, or NULL (answered). */
+static const char *what_of(rt_req *q, const sb_json *body, const char **arg) {
+    static const char *const kinds[3] = { "session", "call", "value" };
+    const char *kind = NULL;
+    for (int i = 0; i < 3; i++) {
+        const sb_json *v = sb_json_get(body, kinds[i]);
+        if (!v) continue;
+        if (kind || !sb_json_str(v) || !sb_json_str(v)[0]) {
+            rt_req_error(q, 400, "invalid_request_error", "invalid_erase",
+                         "expected exactly one of \"session\", \"call\", \"value\", a non-empty string");
+            return NULL;
+        }
+        kind = kinds[i];
+        *arg = sb_json_str(v);
+    }
+    if (!kind)
+        rt_req_error(q, 400, "invalid_request_error", "invalid_erase",
+                     "expected exactly one of \"session\", \"call\", \"value\", a non-empty string");
+    return kind;
+}
+
+void rt_handle_privacy_erase(rt_req *q, const sb_json *body) {
+    rt *r = q->r;
+    const char *arg = NULL, *kind = what_of(q, body, &arg);
+    if (!kind) return;
+    char err[SB_ERR_LEN];
+    sb_privacy *det = NULL;
+    if (sb_privacy_new(SB_PII_ALL, &det, err)) {
+        rt_req_error(q, 500, "server_error", "internal", "%s", err);
+        return;
+    }
+    target t = { .det = det, .raw = arg };
+    int n[5] = { 0 }, rc = 0;
+    rt_text_match_fn match = is_input;
+    if (!strcmp(kind, "value")) {
+        normalise_value(&t, arg);
+        match = holds_value;
+        if (strlen(t.norm) < ERASE_VALUE_MIN) {
+            rt_req_error(q, 400, "invalid_request_error", "invalid_erase",
+                         "the value is shorter than %d characters: it would match unrelated text", ERASE_VALUE_MIN);
+            goto out;
+        }
+        if (r->sessions && (rc = n[0] = rt_sessions_erase_matching(r->sessions, holds_value, &t, err)) < 0) goto fail;
+        n[1] = rt_trace_erase(r, NULL, holds_value, &t, NULL, NULL);
+    } else if (!strcmp(kind, "session")) {
+        if (!rt_session_id_valid(arg)) {
+            rt_req_error(q, 400, "invalid_request_error", "invalid_erase", "not a session id: 32 hex digits");
+            goto out;
+        }
+        sb_bytes callers = { 0 };
+        if (r->sessions && (rc = n[0] = rt_session_erase(r->sessions, arg, &callers, err)) < 0) {
+            sb_free(callers.p);
+            goto fail;
+        }
+        for (size_t i = 0; i < callers.n; i += strlen(callers.p + i) + 1) add_input(&t, callers.p + i);
+        sb_free(callers.p);
+        n[1] = rt_trace_erase(r, NULL, is_input, &t, NULL, NULL);
+    } else {
+        n[1] = rt_trace_erase(r, arg, NULL, NULL, add_input, &t);
+    }
+    if ((rc = n[2] = erase_cache(r, &t, match, err)) < 0) goto fail;
+    if ((rc = n[3] = rt_feedback_erase(r, strcmp(kind, "call") ? NULL : arg, match, &t, err)) < 0) goto fail;
+    for (size_t i = 0; i < t.inputs.n; i += strlen(t.inputs.p + i) + 1) quote(&t, t.inputs.p + i);
+    if (!strcmp(kind, "call")) quote(&t, arg);
+    if ((rc = n[4] = rt_otel_erase(r->obs, otel_line_holds, &t, err)) < 0) goto fail;
+    reply(q, kind, n, &t.cache_keys);
+    goto out;
+fail:
+    sb_warn("privacy erase by key '%s' (%s) failed: %s", q->key_name[0] ? q->key_name : "-", kind, err);
+    rt_req_error(q, 500, "server_error", "erase_failed", "the erase did not finish (see the log); run it again");
+out:
+    sb_free(t.inputs.p);
+    sb_free(t.quoted.p);
+    sb_free(t.cache_keys.p);
+    sb_pii_spans_free(&t.spans);
+    sb_privacy_free(det);
+}
