@@ -234,7 +234,15 @@ int  rt_worker_error_status(const char *code, const char **type);
 typedef struct {
     const char *role;               /* system, user, assistant, tool ("developer" arrives as system) */
     sb_segs content;                /* plain text, or a stage's template pieces (special) */
+    /* OpenAI tool calling: an assistant message's tool_calls as the worker's
+     * JSON [{"id", "name", "arguments"}] after a tool message's
+     * tool_call_id (tool_id_len bytes) in one owned buffer; empty without */
+    sb_jw tool;
+    size_t tool_id_len;
 } rt_gen_msg;
+
+/* tool_choice: not given (auto when there are tools), or one of these */
+enum { RT_TOOLS_UNSET = -1, RT_TOOLS_NONE, RT_TOOLS_AUTO, RT_TOOLS_REQUIRED };
 
 struct rt_gen_req {
     int kind;                       /* RT_KIND_CHAT: msgs; RT_KIND_COMPLETION: prompt */
@@ -255,13 +263,23 @@ struct rt_gen_req {
     size_t json_schema_len;
     int priority;                   /* the model queue's order (docs/router.md, "Priority"); OpenAI: 0 */
     sb_jw own;                      /* storage: an OpenAI response_format's schema; a copy's text */
+    /* OpenAI tool calling and logprobs (docs/router.md, "Tools"): tools_own
+     * holds the tools array's JSON (tools_len bytes; 0: none) then the
+     * function tool_choice names (tool_name_len bytes; 0: any). */
+    sb_jw tools_own;
+    size_t tools_len, tool_name_len;
+    int tool_choice;                /* RT_TOOLS_* */
+    int parallel_tool_calls;        /* -1 not given, else 0 / 1 */
+    bool logprobs;
+    int top_logprobs;               /* 0-20 */
 };
 
 void rt_gen_init(rt_gen_req *g);
 void rt_gen_free(rt_gen_req *g);
 
 /* The generation part of an OpenAI body for kind (RT_KIND_*): messages or
- * prompt, sampling, stop, response_format. 0; SB_EINVAL with the client's
+ * prompt (with tool calls and results), sampling, stop, response_format,
+ * tools, tool_choice, parallel_tool_calls, logprobs. 0; SB_EINVAL with the client's
  * 400 message in why; SB_ENOMEM. g may hold views into body: keep it. */
 int rt_gen_parse_openai(rt_gen_req *g, const sb_json *body, int kind, char *why, size_t why_len);
 
