@@ -180,7 +180,7 @@ static void finish_x(rt_req *q, const rt_answer *a, const extras *x) {
     }
     bool streamed = q->streaming;
     sse_open(q, a->cached ? "hit" : "miss");
-    if (x && x->calls.len) chunk_x(q, NULL, 0, NULL, NULL, &x->calls);   /* each call whole, with its index */
+    if (x && x->calls.len) chunk_x(q, NULL, 0, NULL, &x->logprobs, &x->calls);   /* each call whole, with its index */
     else if (!streamed && a->len) chunk_x(q, a->text, a->len, NULL, x ? &x->logprobs : NULL, NULL);
     sse_finish(q, a->finish_reason, a->prompt_tokens, a->completion_tokens);
 }
