@@ -614,7 +614,8 @@ static void on_request(struct evhttp_request *req, void *arg) {
     if (!strcmp(path, "/v1/chat/completions")) route = RT_ROUTE_CHAT;
     else if (!strcmp(path, "/v1/completions")) route = RT_ROUTE_COMPLETIONS;
     else if (!strcmp(path, "/v1/embeddings")) route = RT_ROUTE_EMBEDDINGS;
-    else if (!strcmp(path, "/v1/models") || !strcmp(path, "/v1/pipelines")) route = RT_ROUTE_MODELS;
+    else if (!strcmp(path, "/v1/models") || !strcmp(path, "/v1/pipelines") || !strcmp(path, "/v1/tools"))
+        route = RT_ROUTE_MODELS;
     else if (!strncmp(path, "/v1/pipelines/", 14)) { route = RT_ROUTE_PIPELINES; pipe_name = path + 14; }
     else if (!strcmp(path, "/health")) route = RT_ROUTE_HEALTH;
     else if (!strcmp(path, "/metrics")) route = RT_ROUTE_METRICS;

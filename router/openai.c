@@ -1,4 +1,5 @@
-/* openai.c - POST /v1/chat/completions, POST /v1/completions, GET /v1/models.
+/* openai.c - POST /v1/chat/completions, POST /v1/completions, GET /v1/models
+ * (and /v1/pipelines), GET /v1/tools.
  *
  * A request names a model from the config (served by its worker's
  * `generate`) or `pipeline:NAME`. Parameters are checked strictly by type.
@@ -557,11 +558,59 @@ out:
     rt_gen_free(&g);
 }
 
+/* GET /v1/tools: each pipeline as an OpenAI function definition an agent
+ * framework can hand its model; the framework runs a call as POST
+ * /v1/pipelines/NAME with the call's arguments as the body. */
+static void tools_list(rt_req *q, const rt_conf *c) {
+    sb_jw *w = &q->out;
+    sb_jw_obj(w);
+    sb_jw_key(w, "object"); sb_jw_str(w, "list");
+    sb_jw_key(w, "data");
+    sb_jw_arr(w);
+    for (size_t i = 0; c && c->pipes && i < c->pipes->n; i++) {
+        const char *name = c->pipes->items[i].name, *desc = c->pipes->items[i].description;
+        char text[1024];
+        snprintf(text, sizeof text, "%s%sRuns the pipeline '%s' on the input and returns its answer as text "
+                 "(POST /v1/pipelines/%s with these arguments; the JSON reply's 'output').", desc ? desc : "",
+                 desc ? ". " : "", name, name);
+        sb_jw_obj(w);
+        sb_jw_key(w, "type"); sb_jw_str(w, "function");
+        sb_jw_key(w, "function");
+        sb_jw_obj(w);
+        sb_jw_key(w, "name"); sb_jw_str(w, name);
+        sb_jw_key(w, "description"); sb_jw_str(w, text);
+        sb_jw_key(w, "parameters");
+        sb_jw_obj(w);
+        sb_jw_key(w, "type"); sb_jw_str(w, "object");
+        sb_jw_key(w, "properties");
+        sb_jw_obj(w);
+        sb_jw_key(w, "input");
+        sb_jw_obj(w);
+        sb_jw_key(w, "type"); sb_jw_str(w, "string");
+        sb_jw_key(w, "description"); sb_jw_str(w, "the caller's words, as the pipeline takes them");
+        sb_jw_obj_end(w);
+        sb_jw_obj_end(w);
+        sb_jw_key(w, "required"); sb_jw_arr(w); sb_jw_str(w, "input"); sb_jw_arr_end(w);
+        sb_jw_key(w, "additionalProperties"); sb_jw_bool(w, false);
+        sb_jw_obj_end(w);
+        sb_jw_obj_end(w);
+        sb_jw_obj_end(w);
+    }
+    sb_jw_arr_end(w);
+    sb_jw_obj_end(w);
+}
+
 void rt_handle_models(rt_req *q) {
     rt *r = q->r;
     sb_jw *w = &q->out;
     bool pipes_only = !strcmp(q->path, "/v1/pipelines");
     rt_conf *c = rt_conf_acquire(&r->ex);
+    if (!strcmp(q->path, "/v1/tools")) {
+        tools_list(q, c);
+        rt_conf_release(c);
+        rt_req_json(q, 200, w->p, w->len, NULL);
+        return;
+    }
     sb_jw_obj(w);
     sb_jw_key(w, "object"); sb_jw_str(w, "list");
     sb_jw_key(w, "data");

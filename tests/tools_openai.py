@@ -139,6 +139,37 @@ for model in ("llama3", "phi3"):
           l.text_offset[0] == 0 and all(x <= 0 for x in l.token_logprobs),
           f"{model}: completions logprobs 2 (legacy shape)", r)
 
+# Pipelines as tools: GET /v1/tools, handed to the model, a call run on
+# POST /v1/pipelines/NAME, its output back as the tool's result.
+st, _, b = itlib.request(URL + "/v1/tools", "GET", None, {"Authorization": "Bearer " + KEY})
+listed = json.loads(b)["data"] if st == 200 else []
+check(st == 200 and [t["function"]["name"] for t in listed] == ["p"] and
+      listed[0]["function"]["parameters"]["required"] == ["input"] and "p" in listed[0]["function"]["description"],
+      "GET /v1/tools lists pipeline p as a function", b[:300])
+if listed:
+    # Random weights never close a free string: the model gets the listed
+    # tool with its input capped (a real model needs no cap).
+    capped = json.loads(json.dumps(listed))
+    capped[0]["function"]["parameters"]["properties"]["input"]["maxLength"] = 40
+    r = client.chat.completions.create(model="llama3", messages=[{"role": "user", "content": "Ask the hotline."}],
+                                       tools=capped, tool_choice="required", parallel_tool_calls=False,
+                                       max_tokens=400, temperature=0)
+    call = (r.choices[0].message.tool_calls or [None])[0]
+    st, _, out = itlib.request(URL + "/v1/pipelines/" + call.function.name, "POST",
+                               json.loads(call.function.arguments),
+                               {"Authorization": "Bearer " + KEY, "Content-Type": "application/json"}) \
+        if call else (0, None, b"")
+    result = json.loads(out).get("output") if st == 200 else None
+    final = client.chat.completions.create(model="llama3", max_tokens=8, temperature=0, tools=listed,
+                                           tool_choice="none", messages=[
+        {"role": "user", "content": "Ask the hotline."},
+        {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]} if call else {},
+        {"role": "tool", "tool_call_id": call.id if call else "", "content": result or ""}]) if result is not None \
+        else None
+    check(call and call.function.name == "p" and result is not None and final and final.choices[0].message.content,
+          "an agent loop: the model calls pipeline p, the pipeline's output goes back as the tool's result, "
+          "the model answers", (r, out[:200], final))
+
 # What is refused, with OpenAI's 400.
 bad = dict(WEATHER)
 bad = {"type": "function", "function": {"name": "f", "parameters": {
