@@ -64,6 +64,7 @@ static const route_def routes[] = {
     { "/v1/embeddings", false, M_POST, RT_ROLE_CLIENT, true, RT_ROUTE_EMBEDDINGS, embeddings },
     { "/v1/models", false, M_GET, RT_ROLE_CLIENT, false, RT_ROUTE_MODELS, models },
     { "/v1/pipelines", false, M_GET, RT_ROLE_CLIENT, false, RT_ROUTE_MODELS, models },
+    { "/v1/tools", false, M_GET, RT_ROLE_CLIENT, false, RT_ROUTE_MODELS, models },
     { "/v1/pipelines/", true, M_POST, RT_ROLE_CLIENT, true, RT_ROUTE_PIPELINES, pipeline },
     { "/v1/sessions/", true, M_GET | M_DELETE, RT_ROLE_CLIENT, false, RT_ROUTE_PIPELINES, session },
     { "/health", false, M_GET, 0, false, RT_ROUTE_HEALTH, health },
