@@ -76,6 +76,7 @@ static const route_def routes[] = {
     { "/v1/embeddings", false, M_POST, RT_ROLE_CLIENT, true, RT_ROUTE_EMBEDDINGS, SHOWS_NONE, 0, embeddings },
     { "/v1/models", false, M_GET, RT_ROLE_CLIENT, false, RT_ROUTE_MODELS, SHOWS_NONE, 0, models },
     { "/v1/pipelines", false, M_GET, RT_ROLE_CLIENT, false, RT_ROUTE_MODELS, SHOWS_NONE, 0, models },
+    { "/v1/tools", false, M_GET, RT_ROLE_CLIENT, false, RT_ROUTE_MODELS, SHOWS_NONE, 0, models },
     { "/v1/pipelines/", true, M_POST, RT_ROLE_CLIENT, true, RT_ROUTE_PIPELINES, SHOWS_NONE, 0, pipeline },
     { "/v1/sessions/", true, M_GET | M_DELETE, RT_ROLE_CLIENT | RT_ROLE_ADMIN, false, RT_ROUTE_PIPELINES,
       SHOWS_OWN_WORDS, M_GET, session },

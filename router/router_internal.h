@@ -250,6 +250,7 @@ struct rt_req {
     const char *method;
     int kind;                       /* openai.c: chat or completion */
     bool include_usage;
+    size_t lp_offset;               /* legacy completions logprobs: text_offset so far */
     int n_embed;                    /* embeddings.c: vectors expected */
     bool embed_b64;                 /* embeddings.c: encoding_format base64 */
     char *cache_key;                /* set on a cacheable miss */

@@ -13,5 +13,6 @@ for m in tiny-llama3-Q4_K_M tiny-phi3-Q8_0; do
     for _ in $(seq 1 100); do [ -S "$tmp/$m.sock" ] && break; sleep 0.05; done
     (cd tests && python3 logprobs_check.py "$SB" "$DATA/$m.gguf" "$tmp/$m.sock") ||
         { echo "it_logprobs: FAIL ($m)"; exit 1; }
+    it_stop "${it_pids[-1]}" "worker $m" && it_san_check "$tmp/$m.log" "worker $m" || { echo "it_logprobs: FAIL"; exit 1; }
 done
 echo "it_logprobs: ok"

@@ -18,5 +18,10 @@ for s in "${socks[@]}"; do
     for _ in $(seq 1 100); do [ -S "$s" ] && break; sleep 0.05; done
     [ -S "$s" ] || { echo "it_tool_calls: FAIL: no worker at $s: $(cat "${s%.sock}.log")"; exit 1; }
 done
-(cd tests && python3 tool_calls_check.py "${socks[@]}") || { echo "it_tool_calls: FAIL"; exit 1; }
-echo "it_tool_calls: ok"
+rc=0
+(cd tests && python3 tool_calls_check.py "${socks[@]}") || rc=1
+# Under SAN=1 a worker's leaks and UBSan reports are in its log once it exits.
+for p in "${it_pids[@]}"; do it_stop "$p" worker || rc=1; done
+for m in tiny-llama-spm-Q4_0 tiny-llama3-Q4_K_M tiny-phi3-Q4_K_M; do it_san_check "$tmp/$m.log" "worker $m" || rc=1; done
+[ $rc -eq 0 ] && echo "it_tool_calls: ok" || echo "it_tool_calls: FAIL"
+exit $rc

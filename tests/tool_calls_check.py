@@ -91,6 +91,9 @@ def main():
     forced = 0
     for sock in sys.argv[1:]:
         name = sock.rsplit("/", 1)[-1]
+        info = itlib.ipc_call(sock, "info", {})["result"]
+        check(info.get("tool_format") == "generic", f"{name}: info says tool_format generic (no tools in its template)",
+              info)
         for temp in (0, 1.5):
             for i, prompt in enumerate(PROMPTS):
                 tag = f"{name} temp {temp} prompt {i}"

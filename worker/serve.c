@@ -216,7 +216,7 @@ static void h_info(void *ud, sb_ipc_reply *r, const char *m, const sb_mp_obj *p)
     int running = w->running;
     sb_engine_stats st = w->stats;
     pthread_mutex_unlock(&w->mu);
-    sb_mp_map(wr, 17 + 9);
+    sb_mp_map(wr, 18 + 9);
     put_load(wr, w, running, &st);
     sb_mp_kv_str(wr, "name", w->name);
     sb_mp_kv_str(wr, "model", w->model_path);
@@ -234,6 +234,7 @@ static void h_info(void *ud, sb_ipc_reply *r, const char *m, const sb_mp_obj *p)
     sb_mp_kv_i64(wr, "n_head", hp->n_head);
     sb_mp_kv_i64(wr, "n_head_kv", hp->n_head_kv);
     sb_mp_kv_str(wr, "chat_template", sb_chat_name(sb_engine_chat_kind(w->engine)));
+    sb_mp_kv_str(wr, "tool_format", sb_chat_tools_name(sb_engine_tools_format(w->engine)));
     sb_mp_kv_str(wr, "kernels", sb_kq_level_name(sb_kq_best_level()));
     sb_mp_kv_i64(wr, "pid", getpid());
     sb_ipc_reply_ok(r, wr);

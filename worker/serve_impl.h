@@ -84,7 +84,7 @@ typedef struct {
      * events have carried so far (a piece can hold several tokens' text) */
     const sb_vocab *vocab;
     lp_entry *lps;
-    size_t n_lps, cap_lps, lps_sent;
+    size_t n_lps, cap_lps, lps_sent;   /* cap_lps in bytes (sb_grow) */
     int lps_failed;             /* out of memory: the reply says so */
 } gen_sink;
 

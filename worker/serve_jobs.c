@@ -211,13 +211,9 @@ static int on_piece(gen_sink *g, const char *text, size_t len, int32_t token) {
 
 static void sink_logprob(void *ud, int32_t tok, float lp, const int32_t *top, const float *top_lp, int n_top) {
     gen_sink *g = ud;
-    if (g->n_lps == g->cap_lps) {
-        size_t cap = g->cap_lps ? g->cap_lps * 2 : 64;
-        lp_entry *nv = sb_realloc(g->lps, cap * sizeof *nv);
-        if (!nv) { g->lps_failed = 1; return; }
-        g->lps = nv;
-        g->cap_lps = cap;
-    }
+    char *p = (char *)g->lps;
+    if (sb_grow(&p, &g->cap_lps, (g->n_lps + 1) * sizeof *g->lps)) { g->lps_failed = 1; return; }
+    g->lps = (lp_entry *)p;
     lp_entry *e = &g->lps[g->n_lps++];
     e->tok = tok;
     e->lp = lp;

@@ -31,10 +31,14 @@ rt_embed_req *rt_embed_copy(const rt_embed_req *r);
 void rt_embed_free(rt_embed_req *r);
 
 /* A worker's answer to a method (RT_CALL_*) as the typed reply: res's
- * fields are read once here. *store keeps the decoded arrays (free with
- * sb_free after the callback); a reply it cannot hold (out of memory) is a
- * failure with code SB_IPC_INTERNAL. */
-void rt_reply_from_worker(int method, const sb_ipc_result *res, rt_reply *out, void **store);
+ * fields are read once here. store keeps the decoded arrays (free both
+ * with sb_free after the callback); a reply it cannot hold (out of memory)
+ * is a failure with code SB_IPC_INTERNAL. */
+void rt_reply_from_worker(int method, const sb_ipc_result *res, rt_reply *out, void *store[2]);
+/* A generate's `token` event as the typed token: its text, and its logprobs
+ * entries in *store (sb_free after the callback). 0; SB_EINVAL: no text (not
+ * a token); SB_ENOMEM (t then has the text without its entries). */
+int rt_token_from_worker(const sb_mp_obj *data, rt_token *t, void **store);
 
 /* upstream.c: a remote model's generations. on_done exactly once, from the
  * loop; none after rt_upstream_cancel. The OpenAI API has nothing for

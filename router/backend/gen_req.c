@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "router/backend/backend_internal.h"
+#include "worker/engine/sb_chat.h"
 #include "worker/engine/sb_grammar.h"
 
 /* ------------------------------------------------------------ segments */
@@ -61,20 +62,27 @@ void rt_gen_init(rt_gen_req *g) {
                                  .max_tokens = -1, .seed = -1 };
     sb_segs_init(&g->prompt);
     sb_jw_init(&g->own);
+    sb_jw_init(&g->tools_own);
+    g->tool_choice = RT_TOOLS_UNSET;
+    g->parallel_tool_calls = -1;
 }
 
 void rt_gen_free(rt_gen_req *g) {
-    for (size_t i = 0; i < g->n_msgs; i++) sb_segs_free(&g->msgs[i].content);
+    for (size_t i = 0; i < g->n_msgs; i++) {
+        sb_segs_free(&g->msgs[i].content);
+        sb_jw_free(&g->msgs[i].tool);
+    }
     sb_free(g->msgs);
     sb_segs_free(&g->prompt);
     sb_jw_free(&g->own);
+    sb_jw_free(&g->tools_own);
     g->msgs = NULL;
     g->n_msgs = 0;
 }
 
 static bool oom(const rt_gen_req *g) {
-    bool o = g->prompt.oom || g->own.oom;
-    for (size_t i = 0; i < g->n_msgs; i++) o |= g->msgs[i].content.oom != 0;
+    bool o = g->prompt.oom || g->own.oom || g->tools_own.oom;
+    for (size_t i = 0; i < g->n_msgs; i++) o |= g->msgs[i].content.oom != 0 || g->msgs[i].tool.oom;
     return o;
 }
 
@@ -113,17 +121,52 @@ static int parse_input(rt_gen_req *g, const sb_json *body, char *why, size_t why
     return 0;
 }
 
+/* An assistant message's tool_calls, [{"id", "type": "function", "function":
+ * {"name", "arguments": string}}], as the worker's [{"id", "name",
+ * "arguments"}] after the tool_call_id in gm->tool. */
+static int parse_calls(rt_gen_msg *gm, const sb_json *m, size_t i, char *why, size_t why_len) {
+    const sb_json *id = sb_json_get(m, "tool_call_id"), *calls = sb_json_get(m, "tool_calls");
+    if (id && sb_json_type_of(id) != SB_JSON_STRING) BAD("'messages'[%zu].tool_call_id: expected a string", i);
+    if (id) sb_jw_raw(&gm->tool, sb_json_str(id), sb_json_len(id));
+    gm->tool_id_len = gm->tool.len;
+    if (!calls || sb_json_type_of(calls) == SB_JSON_NULL) return 0;
+    if (sb_json_type_of(calls) != SB_JSON_ARRAY) BAD("'messages'[%zu].tool_calls: expected an array", i);
+    sb_jw_arr(&gm->tool);
+    for (size_t k = 0; k < sb_json_len(calls); k++) {
+        const sb_json *c = sb_json_at(calls, k), *fn = sb_json_get(c, "function");
+        const sb_json *cid = sb_json_get(c, "id"), *name = sb_json_get(fn, "name"), *args = sb_json_get(fn, "arguments");
+        const char *type = sb_json_str(sb_json_get(c, "type"));
+        if ((type && strcmp(type, "function")) || sb_json_type_of(name) != SB_JSON_STRING || !sb_json_len(name) ||
+            sb_json_type_of(args) != SB_JSON_STRING || (cid && sb_json_type_of(cid) != SB_JSON_STRING))
+            BAD("'messages'[%zu].tool_calls[%zu]: expected {\"id\": string, \"type\": \"function\", \"function\": "
+                "{\"name\": string, \"arguments\": string}}", i, k);
+        sb_jw_obj(&gm->tool);
+        sb_jw_key(&gm->tool, "id"); sb_jw_str(&gm->tool, cid ? sb_json_str(cid) : "");
+        sb_jw_key(&gm->tool, "name"); sb_jw_strn(&gm->tool, sb_json_str(name), sb_json_len(name));
+        sb_jw_key(&gm->tool, "arguments"); sb_jw_strn(&gm->tool, sb_json_str(args), sb_json_len(args));
+        sb_jw_obj_end(&gm->tool);
+    }
+    sb_jw_arr_end(&gm->tool);
+    return 0;
+}
+
 static int parse_messages(rt_gen_req *g, const sb_json *body, char *why, size_t why_len) {
     const sb_json *msgs = sb_json_get(body, "messages");
     if (g->kind != RT_KIND_CHAT) return 0;
     if (!(g->msgs = sb_calloc(sb_json_len(msgs), sizeof *g->msgs))) return SB_ENOMEM;
     for (size_t i = 0; i < sb_json_len(msgs); i++) {
-        const sb_json *m = sb_json_at(msgs, i);
+        const sb_json *m = sb_json_at(msgs, i), *content = sb_json_get(m, "content");
         const char *role = sb_json_str(sb_json_get(m, "role"));
         rt_gen_msg *gm = &g->msgs[g->n_msgs++];
         sb_segs_init(&gm->content);
-        if (sb_json_type_of(m) != SB_JSON_OBJECT || !role || content_text(sb_json_get(m, "content"), &gm->content))
+        sb_jw_init(&gm->tool);
+        /* an assistant message that calls tools may have no content */
+        bool calls = sb_json_len(sb_json_get(m, "tool_calls")) > 0;
+        if (sb_json_type_of(m) != SB_JSON_OBJECT || !role ||
+            (!(calls && sb_json_type_of(content) == SB_JSON_NULL) && content_text(content, &gm->content)))
             BAD("'messages'[%zu]: expected {\"role\": string, \"content\": string or text parts}", i);
+        int rc = parse_calls(gm, m, i, why, why_len);
+        if (rc) return rc;
         if (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant") && strcmp(role, "developer") &&
             strcmp(role, "tool"))
             BAD("'messages'[%zu].role: '%.40s' is not one of system, user, assistant, developer, tool", i, role);
@@ -219,13 +262,85 @@ static int parse_response_format(rt_gen_req *g, const sb_json *body, char *why, 
     return 0;
 }
 
+/* tool_choice: "none" | "auto" | "required" | {"type": "function",
+ * "function": {"name": N}}; the function's name goes into tools_own. */
+static int parse_tool_choice(rt_gen_req *g, const sb_json *tc, char *why, size_t why_len) {
+    const char *s = sb_json_str(tc), *name = sb_json_str(sb_json_get(sb_json_get(tc, "function"), "name"));
+    const char *type = sb_json_str(sb_json_get(tc, "type"));
+    if (s && !strcmp(s, "none")) g->tool_choice = RT_TOOLS_NONE;
+    else if (s && !strcmp(s, "auto")) g->tool_choice = RT_TOOLS_AUTO;
+    else if (s && !strcmp(s, "required")) g->tool_choice = RT_TOOLS_REQUIRED;
+    else if (sb_json_type_of(tc) == SB_JSON_OBJECT && type && !strcmp(type, "function") && name && *name) {
+        g->tool_choice = RT_TOOLS_REQUIRED;
+        sb_jw_raw(&g->tools_own, name, strlen(name));
+        g->tool_name_len = strlen(name);
+    } else {
+        BAD("'tool_choice': expected \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": "
+            "{\"name\": string}}");
+    }
+    return 0;
+}
+
+/* tools, tool_choice, parallel_tool_calls; the tools are checked as the
+ * worker will compile them (sb_chat.h), so a bad `parameters` schema is the
+ * caller's 400 naming it. */
+static int parse_tools(rt_gen_req *g, const sb_json *body, char *why, size_t why_len) {
+    const sb_json *tools = given(body, "tools"), *tc = given(body, "tool_choice"), *ptc = given(body, "parallel_tool_calls");
+    if (ptc && sb_json_type_of(ptc) != SB_JSON_BOOL) BAD("'parallel_tool_calls': expected a boolean");
+    if (ptc) g->parallel_tool_calls = sb_json_bool(ptc);
+    if (!tools) {
+        if (tc) BAD("'tool_choice': only allowed when 'tools' are given");
+        return 0;
+    }
+    if (g->kind != RT_KIND_CHAT) BAD("'tools': only on /v1/chat/completions");
+    if (sb_json_type_of(tools) != SB_JSON_ARRAY || !sb_json_len(tools)) BAD("'tools': expected a non-empty array");
+    if (g->json_schema) BAD("'response_format': not together with 'tools' (both constrain the answer)");
+    sb_jw_value(&g->tools_own, tools);
+    g->tools_len = g->tools_own.len;
+    if (tc && parse_tool_choice(g, tc, why, why_len)) return SB_EINVAL;
+    if (g->tools_own.oom) return SB_ENOMEM;
+    char name[128] = "", err[SB_ERR_LEN];
+    snprintf(name, sizeof name, "%.*s", (int)SB_MIN(g->tool_name_len, sizeof name - 1), g->tools_own.p + g->tools_len);
+    sb_jw spec;
+    sb_jw_init(&spec);
+    sb_grammar *gr = NULL;
+    int rc = sb_chat_tools_spec(SB_TOOLS_HERMES, g->tools_own.p, g->tools_len, SB_TOOL_CHOICE_AUTO,
+                                g->tool_name_len ? name : NULL, 1, &spec, err);
+    if (!rc) rc = sb_chat_tools_grammar(spec.p, spec.len, &gr, err);
+    sb_grammar_free(gr);
+    sb_jw_free(&spec);
+    if (rc == SB_ENOMEM) return rc;
+    if (rc) BAD("%s", err);
+    return 0;
+}
+
+/* logprobs (chat: a boolean; completions: the number of top tokens, 0-5)
+ * and top_logprobs (chat, 0-20, with logprobs). */
+static int parse_logprobs(rt_gen_req *g, const sb_json *body, char *why, size_t why_len) {
+    const sb_json *lp = given(body, "logprobs"), *top = given(body, "top_logprobs");
+    if (g->kind != RT_KIND_CHAT) {
+        if (top) BAD("'top_logprobs': not on /v1/completions (its 'logprobs' is the number of top tokens)");
+        if (lp && !sb_json_is_int(lp, 0, 5)) BAD("'logprobs': expected an integer in [0, 5]");
+        g->logprobs = lp != NULL;
+        g->top_logprobs = lp ? (int)sb_json_num(lp) : 0;
+        return 0;
+    }
+    if (lp && sb_json_type_of(lp) != SB_JSON_BOOL) BAD("'logprobs': expected a boolean");
+    if (top && !sb_json_is_int(top, 0, 20)) BAD("'top_logprobs': expected an integer in [0, 20]");
+    g->logprobs = sb_json_bool(lp);
+    if (top && !g->logprobs) BAD("'top_logprobs': needs 'logprobs': true");
+    g->top_logprobs = top ? (int)sb_json_num(top) : 0;
+    return 0;
+}
+
 /* The checks run in the order clients have always seen their 400s in. */
 int rt_gen_parse_openai(rt_gen_req *g, const sb_json *body, int kind, char *why, size_t why_len) {
     g->kind = kind;
     int rc;
     if ((rc = parse_input(g, body, why, why_len)) || (rc = parse_sampling(g, body, why, why_len)) ||
         (rc = parse_stops(g, body, why, why_len)) || (rc = parse_response_format(g, body, why, why_len)) ||
-        (rc = parse_messages(g, body, why, why_len)))
+        (rc = parse_messages(g, body, why, why_len)) || (rc = parse_tools(g, body, why, why_len)) ||
+        (rc = parse_logprobs(g, body, why, why_len)))
         return rc;
     return oom(g) ? SB_ENOMEM : 0;
 }
@@ -250,9 +365,9 @@ int rt_gen_set_prompt(rt_gen_req *g, bool chat, bool has_system, sb_segs *sys, s
         sb_segs_free(prompt);
         return SB_ENOMEM;
     }
-    if (has_system) g->msgs[g->n_msgs++] = (rt_gen_msg){ "system", *sys };
+    if (has_system) g->msgs[g->n_msgs++] = (rt_gen_msg){ .role = "system", .content = *sys };
     else sb_segs_free(sys);
-    g->msgs[g->n_msgs++] = (rt_gen_msg){ "user", *prompt };
+    g->msgs[g->n_msgs++] = (rt_gen_msg){ .role = "user", .content = *prompt };
     return no_mem || oom(g) ? SB_ENOMEM : 0;
 }
 
@@ -277,12 +392,22 @@ int rt_gen_copy(rt_gen_req *dst, const rt_gen_req *src) {
     dst->sampling = src->sampling;
     dst->has_seed = src->has_seed;
     dst->priority = src->priority;
+    sb_jw_raw(&dst->tools_own, src->tools_own.p, src->tools_own.len);
+    dst->tools_len = src->tools_len;
+    dst->tool_name_len = src->tool_name_len;
+    dst->tool_choice = src->tool_choice;
+    dst->parallel_tool_calls = src->parallel_tool_calls;
+    dst->logprobs = src->logprobs;
+    dst->top_logprobs = src->top_logprobs;
     sb_segs_cat(&dst->prompt, &src->prompt);
     if (src->n_msgs && !(dst->msgs = sb_calloc(src->n_msgs, sizeof *dst->msgs))) return SB_ENOMEM;
     for (size_t i = 0; i < src->n_msgs; i++, dst->n_msgs++) {
         rt_gen_msg *m = &dst->msgs[i];
         sb_segs_init(&m->content);
         sb_segs_cat(&m->content, &src->msgs[i].content);
+        sb_jw_init(&m->tool);
+        sb_jw_raw(&m->tool, src->msgs[i].tool.p, src->msgs[i].tool.len);
+        m->tool_id_len = src->msgs[i].tool_id_len;
         if (!(m->role = static_role(src->msgs[i].role))) { dst->n_msgs++; rt_gen_free(dst); return SB_EINVAL; }
     }
     /* Stops and the schema go into own back to back; the views are set
@@ -321,27 +446,51 @@ static void put_segs(sb_mp_writer *p, const sb_segs *s) {
     }
 }
 
+/* An assistant message's calls, from the JSON parse_calls wrote. */
+static void put_calls(sb_mp_writer *p, const char *json, size_t len) {
+    sb_json_doc *d;
+    if (sb_json_parse(json, len, &d, NULL)) { sb_mp_nil(p); return; }   /* only when out of memory */
+    const sb_json *calls = sb_json_root(d);
+    sb_mp_array(p, (uint32_t)sb_json_len(calls));
+    for (size_t k = 0; k < sb_json_len(calls); k++) {
+        const sb_json *c = sb_json_at(calls, k);
+        sb_mp_map(p, 3);
+        static const char *const keys[] = { "id", "name", "arguments" };
+        for (int f = 0; f < 3; f++) {
+            const sb_json *v = sb_json_get(c, keys[f]);
+            sb_mp_str(p, keys[f]);
+            sb_mp_strn(p, sb_json_str(v), sb_json_len(v));
+        }
+    }
+    sb_json_doc_free(d);
+}
+
 /* One chat message. Its content is a plain string (which a worker never
  * parses for special tokens) unless part of it is the operator's text. */
-static void put_message(sb_mp_writer *p, const char *role, const sb_segs *content) {
-    sb_mp_map(p, 2);
-    sb_mp_kv_str(p, "role", role);
+static void put_message(sb_mp_writer *p, const rt_gen_msg *m) {
+    const sb_segs *content = &m->content;
+    const size_t calls_len = m->tool.len - m->tool_id_len;
+    sb_mp_map(p, 2 + (m->tool_id_len > 0) + (calls_len > 0));
+    sb_mp_kv_str(p, "role", m->role);
     sb_mp_str(p, "content");
     if (sb_segs_any_special(content)) put_segs(p, content);
     else sb_mp_strn(p, content->text.p ? content->text.p : "", content->text.len);
+    if (m->tool_id_len) { sb_mp_str(p, "tool_call_id"); sb_mp_strn(p, m->tool.p, m->tool_id_len); }
+    if (calls_len) { sb_mp_str(p, "tool_calls"); put_calls(p, m->tool.p + m->tool_id_len, calls_len); }
 }
 
 int rt_gen_encode(const rt_gen_req *g, int priority, sb_mp_writer *p) {
     const sb_sampling *sp = &g->sampling;
     uint32_t n = 2 + (sp->temperature >= 0) + (sp->top_p >= 0) + (sp->min_p >= 0) + (sp->repeat_penalty >= 0) +
                  (sp->top_k >= 0) + (sp->max_tokens > 0) + g->has_seed + (g->n_stops > 0) + (g->json_schema != NULL) +
-                 (priority != 0);
+                 (priority != 0) + (g->tools_len > 0) + (g->tool_choice != RT_TOOLS_UNSET) + (g->tool_name_len > 0) +
+                 (g->parallel_tool_calls >= 0 && g->tools_len > 0) + 2 * g->logprobs;
     sb_mp_map(p, n);
     sb_mp_kv_bool(p, "stream", g->stream);
     if (g->kind == RT_KIND_CHAT) {
         sb_mp_str(p, "messages");
         sb_mp_array(p, (uint32_t)g->n_msgs);
-        for (size_t i = 0; i < g->n_msgs; i++) put_message(p, g->msgs[i].role, &g->msgs[i].content);
+        for (size_t i = 0; i < g->n_msgs; i++) put_message(p, &g->msgs[i]);
     } else if (g->prompt_segments) {
         sb_mp_str(p, "segments");
         put_segs(p, &g->prompt);
@@ -366,6 +515,17 @@ int rt_gen_encode(const rt_gen_req *g, int priority, sb_mp_writer *p) {
         sb_mp_strn(p, g->json_schema, g->json_schema_len);
     }
     if (priority) sb_mp_kv_i64(p, "priority", priority);
+    if (g->tools_len) { sb_mp_str(p, "tools"); sb_mp_strn(p, g->tools_own.p, g->tools_len); }
+    if (g->tool_choice != RT_TOOLS_UNSET) {
+        static const char *const choices[] = { "none", "auto", "required" };
+        sb_mp_kv_str(p, "tool_choice", choices[g->tool_choice]);
+    }
+    if (g->tool_name_len) { sb_mp_str(p, "tool_name"); sb_mp_strn(p, g->tools_own.p + g->tools_len, g->tool_name_len); }
+    if (g->parallel_tool_calls >= 0 && g->tools_len) sb_mp_kv_bool(p, "parallel_tool_calls", g->parallel_tool_calls);
+    if (g->logprobs) {
+        sb_mp_kv_bool(p, "logprobs", true);
+        sb_mp_kv_i64(p, "top_logprobs", g->top_logprobs);
+    }
     return sb_mp_writer_status(p);
 }
 
@@ -379,7 +539,7 @@ int rt_score_encode_prio(const rt_score_req *r, int priority, sb_mp_writer *p) {
     if (r->kind == RT_KIND_CHAT) {
         sb_mp_str(p, "messages");
         sb_mp_array(p, (uint32_t)r->n_msgs);
-        for (size_t i = 0; i < r->n_msgs; i++) put_message(p, r->msgs[i].role, &r->msgs[i].content);
+        for (size_t i = 0; i < r->n_msgs; i++) put_message(p, &r->msgs[i]);
     } else if (!plain) {
         sb_mp_str(p, "segments");
         put_segs(p, r->prompt);
@@ -493,7 +653,7 @@ void rt_embed_free(rt_embed_req *r) {
 /* A new field changes this size: put it into rt_gen_cache_key below, or add
  * it to the list there of what the key leaves out and why; then update the
  * number. */
-static_assert(sizeof(rt_gen_req) == 512, "rt_gen_req changed: is the new field in rt_gen_cache_key?");
+static_assert(sizeof(rt_gen_req) == 592, "rt_gen_req changed: is the new field in rt_gen_cache_key?");
 
 /* A message's text in the cache's canonical input: normalised here, one
  * message at a time, because the JSON it goes into escapes line breaks and
@@ -514,14 +674,23 @@ static bool any_special(const rt_gen_req *g) {
     return sp;
 }
 
+/* Tools anywhere (given, or calls and results in the history), or logprobs:
+ * the stored answer (text and finish reason) could not replay them. */
+static bool any_tools(const rt_gen_req *g) {
+    bool t = g->tools_len > 0 || g->logprobs;
+    for (size_t i = 0; i < g->n_msgs; i++) t |= g->msgs[i].tool.len > 0 || !strcmp(g->msgs[i].role, "tool");
+    return t;
+}
+
 /* Left out of the key, on purpose: temperature (only 0 is cached: the
  * caller checks), top_p, min_p and seed (no effect on greedy decoding),
  * stream (the same answer either way), priority (when, not what), last_user
  * (part of msgs), own (json_schema's storage). A request with the operator's template pieces
- * (a stage's) is not cached here: a pipeline is cached whole (pipeapi.c). */
+ * (a stage's) is not cached here: a pipeline is cached whole (pipeapi.c); nor is one with
+ * tools, tool calls or results, or logprobs (any_tools: the tools_own fields and the rest). */
 int rt_gen_cache_key(const rt_gen_req *g, bool normalise, sb_jw *input, unsigned *norm, char *params,
                      size_t params_len) {
-    if (any_special(g)) return -1;
+    if (any_special(g) || any_tools(g)) return -1;
     const sb_sampling *sp = &g->sampling;
     /* A completion's prompt is the client's own, parsed as it always was;
      * chat messages follow the prompt rules. */

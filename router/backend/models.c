@@ -116,20 +116,26 @@ static void observe_call(rt_job *j, const rt_reply *res) {
 }
 
 /* A streamed token, from either backend. */
-static void on_call_token(void *arg, const char *text, size_t len) {
+static void on_call_token(void *arg, const rt_token *t) {
     rt_job *j = arg;
     if (!j->got_token) {
         j->got_token = true;
         rt_observe(j->m->be, RT_H_TTFT_MODEL, j->m->name, NULL, sb_now_s() - j->t_submit);
     }
-    if (!j->cancelled && j->on_token) j->on_token(j->arg, text, len);
+    if (!j->cancelled && j->on_token) j->on_token(j->arg, t);
 }
 
-/* A worker's event: a "token" carries the next text (docs/ipc.md). */
+/* A worker's event: a "token" carries the next text and, when asked for,
+ * its logprobs (docs/ipc.md). */
 static void on_worker_event(void *arg, uint64_t id, const char *event, const sb_mp_obj *data) {
-    const char *t;
-    size_t n;
-    if (!strcmp(event, "token") && !sb_mp_get_str(data, "text", SB_MP_REQUIRED, &t, &n, NULL)) on_call_token(arg, t, n);
+    rt_token t;
+    void *store;
+    if (strcmp(event, "token")) return;
+    int rc = rt_token_from_worker(data, &t, &store);
+    if (rc == SB_EINVAL) return;
+    if (rc == SB_ENOMEM) sb_error("model '%s': out of memory reading a token's logprobs", ((rt_job *)arg)->m->name);
+    on_call_token(arg, &t);
+    sb_free(store);
 }
 
 /* Either backend's answer, typed. */
@@ -153,10 +159,11 @@ static void on_call_done(void *arg, const rt_reply *res) {
 static void on_worker_done(void *arg, uint64_t id, const sb_ipc_result *res) {
     rt_job *j = arg;
     rt_reply r;
-    void *store;
-    rt_reply_from_worker(j->method, res, &r, &store);
+    void *store[2];
+    rt_reply_from_worker(j->method, res, &r, store);
     on_call_done(j, &r);
-    sb_free(store);
+    sb_free(store[0]);
+    sb_free(store[1]);
 }
 
 static void fail_job_now(rt_job *j, const char *code, const char *msg) {

@@ -142,6 +142,30 @@ enum { RT_KIND_CHAT, RT_KIND_COMPLETION };
 
 /* ------------------------------------------------------------ replies */
 
+/* One token's log-probability (a generation asked for logprobs): its bytes
+ * as the token's piece renders them (possibly part of a UTF-8 character),
+ * and the log-softmax the sampler drew from (docs/ipc.md). */
+typedef struct {
+    const char *bytes;
+    size_t len;
+    double logprob;
+} rt_token_prob;
+
+/* A generated token's entry: the token, and the position's most likely
+ * tokens (top_logprobs of them; none without). */
+typedef struct {
+    rt_token_prob tok;
+    const rt_token_prob *top;
+    size_t n_top;
+} rt_logprob;
+
+/* A tool call the model made: the function's name and its arguments, the
+ * JSON text the model wrote. */
+typedef struct {
+    const char *name, *arguments;
+    size_t name_len, arguments_len;
+} rt_tool_call;
+
 /* What a call answered, decoded once by the backend that made it. Views,
  * valid while the callback runs. */
 typedef struct {
@@ -150,6 +174,11 @@ typedef struct {
     const char *finish_reason;      /* NULL: not said (callers take "stop") */
     int64_t prompt_tokens, completion_tokens, reused_tokens;
     double prompt_ms, gen_ms;       /* the worker's compute; an upstream's whole call is gen_ms */
+    const rt_tool_call *calls;      /* finish_reason "tool_calls": the calls, in order */
+    size_t n_calls;
+    bool has_logprobs;              /* the request asked for logprobs: the entries below (maybe none) */
+    const rt_logprob *logprobs;     /* each generated token's */
+    size_t n_logprobs;
 } rt_gen_result;
 
 typedef struct {
@@ -179,7 +208,19 @@ typedef struct {
     rt_embed_result embed;
 } rt_reply;
 
-typedef void (*rt_token_fn)(void *arg, const char *text, size_t len);  /* a streamed generation's next text */
+/* A streamed generation's next text and, when the request asked for
+ * logprobs (has_logprobs), the entries of the tokens since the previous
+ * event (the text may be empty while a character is incomplete). Views,
+ * valid while the callback runs. */
+typedef struct {
+    const char *text;
+    size_t len;
+    bool has_logprobs;
+    const rt_logprob *logprobs;
+    size_t n_logprobs;
+} rt_token;
+
+typedef void (*rt_token_fn)(void *arg, const rt_token *t);
 typedef void (*rt_done_fn)(void *arg, const rt_reply *r);
 
 struct rt_model {
@@ -265,7 +306,15 @@ int  rt_worker_error_status(const char *code, const char **type);
 typedef struct {
     const char *role;               /* system, user, assistant, tool ("developer" arrives as system) */
     sb_segs content;                /* plain text, or a stage's template pieces (special) */
+    /* OpenAI tool calling: an assistant message's tool_calls as the worker's
+     * JSON [{"id", "name", "arguments"}] after a tool message's
+     * tool_call_id (tool_id_len bytes) in one owned buffer; empty without */
+    sb_jw tool;
+    size_t tool_id_len;
 } rt_gen_msg;
+
+/* tool_choice: not given (auto when there are tools), or one of these */
+enum { RT_TOOLS_UNSET = -1, RT_TOOLS_NONE, RT_TOOLS_AUTO, RT_TOOLS_REQUIRED };
 
 struct rt_gen_req {
     int kind;                       /* RT_KIND_CHAT: msgs; RT_KIND_COMPLETION: prompt */
@@ -286,13 +335,23 @@ struct rt_gen_req {
     size_t json_schema_len;
     int priority;                   /* the model queue's order (docs/router.md, "Priority"); OpenAI: 0 */
     sb_jw own;                      /* storage: an OpenAI response_format's schema; a copy's text */
+    /* OpenAI tool calling and logprobs (docs/router.md, "Tools"): tools_own
+     * holds the tools array's JSON (tools_len bytes; 0: none) then the
+     * function tool_choice names (tool_name_len bytes; 0: any). */
+    sb_jw tools_own;
+    size_t tools_len, tool_name_len;
+    int tool_choice;                /* RT_TOOLS_* */
+    int parallel_tool_calls;        /* -1 not given, else 0 / 1 */
+    bool logprobs;
+    int top_logprobs;               /* 0-20 */
 };
 
 void rt_gen_init(rt_gen_req *g);
 void rt_gen_free(rt_gen_req *g);
 
 /* The generation part of an OpenAI body for kind (RT_KIND_*): messages or
- * prompt, sampling, stop, response_format. 0; SB_EINVAL with the client's
+ * prompt (with tool calls and results), sampling, stop, response_format,
+ * tools, tool_choice, parallel_tool_calls, logprobs. 0; SB_EINVAL with the client's
  * 400 message in why; SB_ENOMEM. g may hold views into body: keep it. */
 int rt_gen_parse_openai(rt_gen_req *g, const sb_json *body, int kind, char *why, size_t why_len);
 

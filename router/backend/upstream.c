@@ -169,7 +169,8 @@ static int sse_data(rt_upcall *c, const char *data, size_t len) {
     if (sb_json_type_of(t) == SB_JSON_STRING && sb_json_len(t)) {
         sb_jw_raw(&c->text, sb_json_str(t), sb_json_len(t));
         c->n_chunks++;
-        if (c->on_token && !c->done) c->on_token(c->arg, sb_json_str(t), sb_json_len(t));
+        rt_token tok = { .text = sb_json_str(t), .len = sb_json_len(t) };
+        if (c->on_token && !c->done) c->on_token(c->arg, &tok);
     }
     sb_json_doc_free(d);
     return 0;

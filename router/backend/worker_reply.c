@@ -1,7 +1,8 @@
 /* worker_reply.c - a worker's answer, read once into the typed reply.
  *
  * The worker's results are msgpack maps (docs/ipc.md): `generate` gives
- * text, finish_reason and its token counts and times, `score` the
+ * text, finish_reason, its token counts and times, its tool calls and
+ * logprobs (a streamed `token` event: text and logprobs), `score` the
  * candidates' probs and logprobs, `embed` its vectors. Everything above the
  * backend reads rt_reply's fields; the keys are spelled here only. A field
  * the worker left out reads as 0 (or "", NULL), as each caller read it
@@ -23,7 +24,72 @@ static double *doubles(const sb_mp_obj *o, size_t *n) {
     return v;
 }
 
-static void gen_result(const sb_mp_obj *r, rt_gen_result *g) {
+/* A logprobs entry's token: its bytes (bin) and logprob. */
+static void token_prob(const sb_mp_obj *e, rt_token_prob *t) {
+    const void *b = NULL;
+    *t = (rt_token_prob){ .bytes = "" };
+    if (!sb_mp_as_bin(sb_mp_map_get(e, "bytes"), &b, &t->len) && b) t->bytes = b;
+    sb_mp_as_f64(sb_mp_map_get(e, "logprob"), &t->logprob);
+}
+
+/* The worker's logprobs entries [{bytes, logprob, top: [{bytes, logprob}]}]
+ * as n entries, their alternatives after them, in one allocation (*store,
+ * NULL when there are none). 0 or SB_ENOMEM. */
+static int logprobs(const sb_mp_obj *arr, const rt_logprob **out, size_t *n, void **store) {
+    *out = NULL;
+    *n = 0;
+    *store = NULL;
+    uint32_t k = sb_mp_type_of(arr) == SB_MP_ARRAY ? sb_mp_count(arr) : 0;
+    size_t n_top = 0;
+    for (uint32_t i = 0; i < k; i++) {
+        const sb_mp_obj *top = sb_mp_map_get(sb_mp_array_at(arr, i), "top");
+        n_top += sb_mp_type_of(top) == SB_MP_ARRAY ? sb_mp_count(top) : 0;
+    }
+    if (!k) return 0;
+    rt_logprob *v = sb_malloc(k * sizeof *v + n_top * sizeof(rt_token_prob));
+    if (!v) return SB_ENOMEM;
+    rt_token_prob *tops = (rt_token_prob *)(v + k);
+    for (uint32_t i = 0; i < k; i++) {
+        const sb_mp_obj *e = sb_mp_array_at(arr, i), *top = sb_mp_map_get(e, "top");
+        token_prob(e, &v[i].tok);
+        v[i].top = tops;
+        v[i].n_top = sb_mp_type_of(top) == SB_MP_ARRAY ? sb_mp_count(top) : 0;
+        for (uint32_t t = 0; t < v[i].n_top; t++) token_prob(sb_mp_array_at(top, t), tops++);
+    }
+    *out = v;
+    *n = k;
+    *store = v;
+    return 0;
+}
+
+int rt_token_from_worker(const sb_mp_obj *data, rt_token *t, void **store) {
+    *t = (rt_token){ .text = "" };
+    *store = NULL;
+    if (sb_mp_get_str(data, "text", SB_MP_REQUIRED, &t->text, &t->len, NULL)) return SB_EINVAL;
+    const sb_mp_obj *lps = sb_mp_map_get(data, "logprobs");
+    t->has_logprobs = lps != NULL;
+    return logprobs(lps, &t->logprobs, &t->n_logprobs, store);
+}
+
+/* The calls [{name, arguments}] as rt_tool_calls (*store). 0 or SB_ENOMEM. */
+static int tool_calls(const sb_mp_obj *arr, rt_gen_result *g, void **store) {
+    uint32_t k = sb_mp_type_of(arr) == SB_MP_ARRAY ? sb_mp_count(arr) : 0;
+    rt_tool_call *v = k ? sb_calloc(k, sizeof *v) : NULL;
+    if (k && !v) return SB_ENOMEM;
+    for (uint32_t i = 0; i < k; i++) {
+        const sb_mp_obj *c = sb_mp_array_at(arr, i);
+        v[i].name = v[i].arguments = "";
+        sb_mp_get_str(c, "name", SB_MP_REQUIRED, &v[i].name, &v[i].name_len, NULL);
+        sb_mp_get_str(c, "arguments", SB_MP_REQUIRED, &v[i].arguments, &v[i].arguments_len, NULL);
+    }
+    g->calls = v;
+    g->n_calls = k;
+    *store = v;
+    return 0;
+}
+
+/* Calls and logprobs go into store[0] and store[1]. */
+static int gen_result(const sb_mp_obj *r, rt_gen_result *g, void *store[2]) {
     g->text = "";
     sb_mp_get_str(r, "text", SB_MP_OPTIONAL, &g->text, &g->len, NULL);
     sb_mp_get_str(r, "finish_reason", SB_MP_OPTIONAL, &g->finish_reason, NULL, NULL);
@@ -32,6 +98,10 @@ static void gen_result(const sb_mp_obj *r, rt_gen_result *g) {
     sb_mp_get_int(r, "reused_tokens", SB_MP_OPTIONAL, 0, INT64_MAX, &g->reused_tokens, NULL);
     sb_mp_get_num(r, "prompt_ms", SB_MP_OPTIONAL, 0, 1e12, &g->prompt_ms, NULL);
     sb_mp_get_num(r, "gen_ms", SB_MP_OPTIONAL, 0, 1e12, &g->gen_ms, NULL);
+    const sb_mp_obj *lps = sb_mp_map_get(r, "logprobs");
+    g->has_logprobs = lps != NULL;
+    if (tool_calls(sb_mp_map_get(r, "tool_calls"), g, &store[0])) return SB_ENOMEM;
+    return logprobs(lps, &g->logprobs, &g->n_logprobs, &store[1]);
 }
 
 /* Two arrays in one allocation: probs, then logprobs. */
@@ -79,14 +149,15 @@ static int embed_result(const sb_mp_obj *r, rt_embed_result *e, void **store) {
     return 0;
 }
 
-void rt_reply_from_worker(int method, const sb_ipc_result *res, rt_reply *out, void **store) {
+void rt_reply_from_worker(int method, const sb_ipc_result *res, rt_reply *out, void *store[2]) {
     *out = (rt_reply){ .method = method, .ok = res->ok, .code = res->code, .message = res->message };
     out->gen.text = "";
-    *store = NULL;
+    store[0] = store[1] = NULL;
     if (!res->ok) return;
     int rc = 0;
-    if (method == RT_CALL_GENERATE) gen_result(res->result, &out->gen);
-    else if (method == RT_CALL_SCORE) rc = score_result(res->result, &out->score, store);
-    else rc = embed_result(res->result, &out->embed, store);
-    if (rc) *out = (rt_reply){ .method = method, .code = SB_IPC_INTERNAL, .message = "out of memory reading the reply" };
+    if (method == RT_CALL_GENERATE) rc = gen_result(res->result, &out->gen, store);
+    else if (method == RT_CALL_SCORE) rc = score_result(res->result, &out->score, &store[0]);
+    else rc = embed_result(res->result, &out->embed, &store[0]);
+    if (rc) *out = (rt_reply){ .method = method, .code = SB_IPC_INTERNAL, .message = "out of memory reading the reply",
+                               .gen.text = "" };
 }

@@ -52,13 +52,13 @@ static void on_model_reply(void *arg, const rt_reply *r) {
 }
 
 /* The answer stage's tokens as they come, to the caller. */
-static void on_model_token(void *arg, const char *t, size_t n) {
+static void on_model_token(void *arg, const rt_token *tok) {
     rt_run *run = arg;
     if (!run->t_first) {
         run->t_first = sb_now_s();
         rt_observe(&run->ex->be, RT_H_TTFT_PIPELINE, run->p->name, NULL, run->t_first - run->t0);
     }
-    if (run->sink.delta) run->sink.delta(run->sink.arg, t, n);
+    if (run->sink.delta) run->sink.delta(run->sink.arg, tok->text, tok->len);
 }
 
 int rt_run_generate(rt_run *run, const sb_stage *s, const rt_gen_req *g, char *err) {

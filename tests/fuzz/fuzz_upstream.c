@@ -21,10 +21,10 @@ typedef struct {
     size_t event_bytes;
 } seen;
 
-static void on_token(void *arg, const char *text, size_t n) {
+static void on_token(void *arg, const rt_token *t) {
     seen *s = arg;
-    if (s->n_done || !text) __builtin_trap();
-    s->event_bytes += n;
+    if (s->n_done || !t->text || t->has_logprobs) __builtin_trap();
+    s->event_bytes += t->len;
 }
 
 static void on_done(void *arg, const rt_reply *res) {

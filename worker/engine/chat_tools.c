@@ -294,7 +294,8 @@ static void put_msg_content(sb_prompt *b, const sb_chat_msg *m, int trim) {
 
 static int is_role(const sb_chat_msg *m, const char *role) { return !strcmp(m->role, role); }
 
-/* One past the JSON value starting at p (valid JSON: the parser checked it). */
+/* One past the JSON value starting at p, or end (never beyond it, whatever
+ * the text: a model's answer is not checked first). */
 const char *chat_json_skip(const char *p, const char *end) {
     int depth = 0, in_str = 0;
     const char *start = p;
@@ -308,7 +309,7 @@ const char *chat_json_skip(const char *p, const char *end) {
         else if (c == '}' || c == ']') { if (--depth <= 0) return depth < 0 ? p : p + 1; }
         else if (depth == 0 && p > start && strchr(",: \t\r\n", c)) return p;
     }
-    return p;
+    return end;                     /* also after a trailing backslash */
 }
 
 /* The elements of the JSON array text one by one: [*at, *at + *len). */

@@ -206,7 +206,7 @@ int sb_chat_parse_calls(int format, const char *text, size_t len, sb_chat_call *
     *n_calls = 0;
     const char *p = skip_space(text, text + len), *end = text + len;
     const int llama = format == SB_TOOLS_LLAMA31;
-    size_t cap = 0, n = 0;
+    size_t cap = 0, n = 0;          /* cap in bytes (sb_grow) */
     sb_chat_call *v = NULL;
     int rc = 0;
     while (p < end && !rc) {
@@ -218,11 +218,9 @@ int sb_chat_parse_calls(int format, const char *text, size_t len, sb_chat_call *
         }
         const char *obj = p;
         p = chat_json_skip(p, end);
-        if (n == cap) {
-            sb_chat_call *nv = sb_realloc(v, (cap = cap ? cap * 2 : 2) * sizeof *nv);
-            if (!nv) { rc = SB_ENOMEM; break; }
-            v = nv;
-        }
+        char *grown = (char *)v;
+        if (sb_grow(&grown, &cap, (n + 1) * sizeof *v)) { rc = SB_ENOMEM; break; }
+        v = (sb_chat_call *)grown;
         if ((rc = read_call(obj, (size_t)(p - obj), llama ? "parameters" : "arguments", &v[n]))) break;
         n++;
         p = skip_space(p, end);
