@@ -272,8 +272,9 @@ static bool out_of_scope(const sb_stage *s, int label) {
 
 static rt_stage_outcome oom(rt_run *run) { return rt_stage_fail(run, 500, "internal", "%s%s", "out of memory", ""); }
 
-/* The call ends at label, chosen by the caller or by the classifier. */
-static rt_stage_outcome settle(rt_run *run, const sb_stage *s, int label) {
+/* The call's intent is label, chosen by the caller (or the best guess
+ * when it goes to a person). false: out of memory. */
+static bool take_label(rt_run *run, const sb_stage *s, int label) {
     run->confidence = run->probs[label];
     run->fell_back = false;
     sb_free(run->intent);
@@ -282,17 +283,21 @@ static rt_stage_outcome settle(rt_run *run, const sb_stage *s, int label) {
     stage_res *sr = &run->res[run->cur];
     sb_free(sr->output);
     sr->output = sb_strdup(s->labels[label].name);
-    return run->intent && sr->output ? rt_stage_end(run, ST_OK, NULL) : oom(run);
+    return run->intent && sr->output;
+}
+
+static rt_stage_outcome settle(rt_run *run, const sb_stage *s, int label) {
+    return take_label(run, s, label) ? rt_stage_end(run, ST_OK, NULL) : oom(run);
 }
 
 /* Still unclear after clarify.max questions: a person takes the call,
  * with the best guess as its intent. */
 static rt_stage_outcome unclear(rt_run *run, const sb_stage *s, int label) {
-    settle(run, s, label);
+    if (!take_label(run, s, label)) return oom(run);
     stage_res *sr = &run->res[run->cur];
     sb_free(sr->output);
     sr->output = sb_strdup(rt_handoff_default(run->input));
-    return rt_stage_hand_off(run, "unclear");
+    return sr->output ? rt_stage_hand_off(run, "unclear") : oom(run);
 }
 
 static void display_name(const sb_stage *s, int label, const char *input, char *out, size_t n) {
