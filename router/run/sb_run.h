@@ -60,11 +60,20 @@ const char *sb_stage_kind_name(sb_stage_kind k);
  * load time so a typo is a config error, not an empty string at run time. */
 typedef struct sb_tmpl sb_tmpl;
 
+/* A text the config writes per language ({zh: "...", en: "..."}): a
+ * question, a hand-off line, a label's display name. */
+#define SB_MAX_LANGS 8
+typedef struct {
+    char *lang[SB_MAX_LANGS], *text[SB_MAX_LANGS];
+    size_t n;
+} sb_lang_text;
+
 typedef struct {
     char *name;
     char *description;
     char **examples;
     size_t n_examples;
+    sb_lang_text display;           /* what the caller hears when asked about it; none: its name */
 } sb_label;
 
 typedef struct {
@@ -95,6 +104,8 @@ typedef struct {
     int method;                     /* SB_INTENT_* */
     char *score_model;              /* hybrid: the generative model asked on close calls */
     double hybrid_margin;           /* hybrid: asked when the top-2 score margin is below this */
+    double clarify_margin;          /* clarify: the caller is asked when the top-2 margin is below this; 0: never */
+    int clarify_max;                /* clarify: questions per call before it is handed off (default 2) */
     int classifier;                 /* sb_cls_method (sb_classify.h); -1: its default */
     char *examples_file;            /* as written in the config */
     char **extra_text;              /* examples_file lines, then out_of_scope examples */

@@ -52,12 +52,7 @@
 #include "router/run/stage_internal.h"
 
 #define ASK_MAX_SLOTS 16
-#define ASK_MAX_LANGS 8
-
-typedef struct {
-    char *lang[ASK_MAX_LANGS], *text[ASK_MAX_LANGS];
-    size_t n;
-} ask_text;
+typedef sb_lang_text ask_text;
 
 enum { CHECK_NONE, CHECK_RESIDENT_ID, CHECK_LUHN };
 
@@ -80,56 +75,24 @@ typedef struct {
     sb_privacy *numbers;        /* finds the numbers of an answer, however they were said */
 } ask_conf;
 
-static void text_free(ask_text *t) {
-    for (size_t k = 0; k < t->n; k++) {
-        sb_free(t->lang[k]);
-        sb_free(t->text[k]);
-    }
-}
-
 void rt_ask_free(sb_stage *s) {
     ask_conf *a = s->own;
     if (!a) return;
     for (size_t i = 0; i < a->n; i++) {
         ask_slot *as = &a->slots[i];
         sb_free(as->slot);
-        text_free(&as->question);
-        text_free(&as->reask);
+        rt_text_free(&as->question);
+        rt_text_free(&as->reask);
         sb_free(as->pattern);
         if (as->has_re) regfree(&as->re);
     }
-    text_free(&a->handoff);
+    rt_text_free(&a->handoff);
     sb_privacy_free(a->numbers);
     sb_free(a);
     s->own = NULL;
 }
 
 /* ------------------------------------------------------------ loading */
-
-static bool valid_lang(const char *l) {
-    size_t n = strlen(l);
-    if (n < 2 || n > 8) return false;
-    for (; *l; l++)
-        if (!((*l >= 'a' && *l <= 'z') || (*l >= 'A' && *l <= 'Z') || *l == '-')) return false;
-    return true;
-}
-
-/* {language: text, ...} at v, named what (for messages). */
-static int load_text(vctx *c, const sb_config_node *v, const char *what, ask_text *t) {
-    if (v->kind != SB_CFG_MAP || !v->n_pairs || v->n_pairs > ASK_MAX_LANGS)
-        return FAIL(c, v, "%s.%s: expected a mapping of 1-%d languages to texts, e.g. {zh: \"...\", en: \"...\"}",
-                    c->path, what, ASK_MAX_LANGS);
-    for (size_t k = 0; k < v->n_pairs; k++) {
-        const sb_config_node *lk = v->pairs[k].key, *q = v->pairs[k].value;
-        if (!valid_lang(lk->value))
-            return FAIL(c, lk, "%s.%s: '%s' is not a language tag (zh, en, zh-HK...)", c->path, what, lk->value);
-        if (q->kind != SB_CFG_SCALAR || !q->len)
-            return FAIL(c, q, "%s.%s.%s: expected the text", c->path, what, lk->value);
-        if (!(t->lang[k] = sb_strdup(lk->value)) || !(t->text[k] = sb_strdup(q->value))) return SB_ENOMEM;
-        t->n++;
-    }
-    return 0;
-}
 
 static const char *const CHECKSUMS[] = {"none", "resident_id", "luhn", NULL};
 #define AS(f) offsetof(ask_slot, f)
@@ -150,7 +113,7 @@ static int load_checks(vctx *c, const sb_config_node *v, ask_slot *as, const cha
     const sb_config_node *n;
     char what[96];
     snprintf(what, sizeof what, "ask.%s.reask", as->slot);
-    if (!rc && (n = sb_config_node_get(v, "reask"))) rc = load_text(c, n, what, &as->reask);
+    if (!rc && (n = sb_config_node_get(v, "reask"))) rc = rt_text_load(c, n, what, &as->reask);
     if (!rc && as->pattern) {
         int e = regcomp(&as->re, as->pattern, REG_EXTENDED | REG_NOSUB);
         if (e) {
@@ -170,9 +133,9 @@ static int load_slot(vctx *c, const sb_config_pair *pr, ask_slot *as) {
     snprintf(path, sizeof path, "%s.%s", c->path, what);
     if (!(as->slot = sb_strdup(pr->key->value))) return SB_ENOMEM;
     as->retries = 2;
-    if (v->kind != SB_CFG_MAP || !(q = sb_config_node_get(v, "question"))) return load_text(c, v, what, &as->question);
+    if (v->kind != SB_CFG_MAP || !(q = sb_config_node_get(v, "question"))) return rt_text_load(c, v, what, &as->question);
     snprintf(what, sizeof what, "ask.%s.question", pr->key->value);
-    int rc = load_text(c, q, what, &as->question);
+    int rc = rt_text_load(c, q, what, &as->question);
     return rc ? rc : load_checks(c, v, as, path);
 }
 
@@ -219,27 +182,12 @@ int rt_ask_load(vctx *c, const sb_config_node *n, sb_stage *s, const sb_config_n
         int rc = load_slot(c, &n->pairs[i], &a->slots[a->n++]);
         if (rc) return rc;
     }
-    int rc = handoff ? load_text(c, handoff, "handoff", &a->handoff) : 0;
+    int rc = handoff ? rt_text_load(c, handoff, "handoff", &a->handoff) : 0;
     if (!rc) rc = numbers_detector(c, n, a);
     return rc ? rc : mark_required(c, n, s, a);
 }
 
 /* ------------------------------------------------------------ running */
-
-/* Chinese characters (the CJK block, three UTF-8 bytes from E4 to E9)
- * anywhere in the call's first words. */
-static bool looks_chinese(const char *t) {
-    for (const unsigned char *p = (const unsigned char *)t; p && *p; p++)
-        if (*p >= 0xE4 && *p <= 0xE9) return true;
-    return false;
-}
-
-static const char *text_for(const ask_text *t, const char *input) {
-    const char *want = looks_chinese(input) ? "zh" : "en";
-    for (size_t k = 0; k < t->n; k++)
-        if (!strncmp(t->lang[k], want, 2)) return t->text[k];
-    return t->n ? t->text[0] : NULL;
-}
 
 static bool empty(const sb_json *v) {
     if (!v || sb_json_type_of(v) == SB_JSON_NULL) return true;
@@ -271,10 +219,7 @@ static bool valid(const ask_slot *as, const char *value) {
 
 static rt_stage_outcome hand_off(rt_run *run, const sb_stage *s, const char *reason) {
     const ask_conf *a = s->own;
-    static const ask_text fallback = { { "zh", "en" },
-                                       { "正在为您转接人工服务，请稍候。",
-                                         "I'll put you through to a colleague who can help. Please hold." }, 2 };
-    const char *reply = text_for(a->handoff.n ? &a->handoff : &fallback, run->input);
+    const char *reply = a->handoff.n ? rt_text_for(&a->handoff, run->input) : rt_handoff_default(run->input);
     stage_res *sr = &run->res[run->cur];
     sb_free(sr->output);
     sr->output = sb_strdup(reply);
@@ -292,7 +237,7 @@ static rt_stage_outcome ask(rt_run *run, const sb_stage *s, const ask_slot *as, 
     sb_jw_free(&aw);
     stage_res *sr = &run->res[run->cur];
     sb_free(sr->output);
-    sr->output = sb_strdup(text_for(again && as->reask.n ? &as->reask : &as->question, run->input));
+    sr->output = sb_strdup(rt_text_for(again && as->reask.n ? &as->reask : &as->question, run->input));
     return RT_STAGE_WAIT_CALLER;
 }
 

@@ -26,12 +26,20 @@ static const sb_cfg_key intent_keys[] = {
     RT_KEY("method"), RT_KEY("score_model"),
     { "hybrid_margin", SB_KEY_NUM, 0, 2, S(hybrid_margin), NULL },
     RT_KEY("classifier"), RT_KEY("examples_file"), RT_KEY("out_of_scope"), RT_KEY("priority"),
+    RT_KEY("clarify"),
+    RT_KEYS_END
+};
+
+/* clarify: { margin, max } (router/run/clarify.c). */
+static const sb_cfg_key clarify_keys[] = {
+    { "margin", SB_KEY_NUM, 0, 2, S(clarify_margin), NULL },
+    { "max", SB_KEY_INT, 1, 5, S(clarify_max), NULL },
     RT_KEYS_END
 };
 
 static const sb_cfg_key label_keys[] = {
     { "description", SB_KEY_STR, 0, 0, offsetof(sb_label, description), NULL },
-    RT_KEY("examples"),
+    RT_KEY("examples"), RT_KEY("display"),
     RT_KEYS_END
 };
 
@@ -57,6 +65,8 @@ static int load_labels(vctx *c, const sb_config_node *n, sb_stage *s) {
         const sb_config_node *ex = sb_config_node_get(v, "examples");
         if (!rc) rc = sb_cfg_keys_read(PL(c), v, label_keys, l);
         if (!rc && ex) rc = sb_cfg_strs(PL(c), ex, "examples", 64, &l->examples, &l->n_examples);
+        const sb_config_node *d = sb_config_node_get(v, "display");
+        if (!rc && d) rc = rt_text_load(c, d, "display", &l->display);
         memcpy(c->path, save, sizeof save);
         if (rc) return rc;
     }
@@ -180,6 +190,18 @@ static int load_intent(vctx *c, const sb_config_node *n, sb_stage *s, const rt_t
         return FAIL(c, n, "%s: min_confidence needs a 'fallback' label", c->path);
     }
     if ((rc = load_intent_method(c, n, s))) return rc;
+    s->clarify_max = 2;
+    if ((v = sb_config_node_get(n, "clarify"))) {
+        char save[sizeof c->path];
+        memcpy(save, c->path, sizeof save);
+        snprintf(c->path + strlen(c->path), sizeof c->path - strlen(c->path), ".clarify");
+        rc = v->kind != SB_CFG_MAP ? FAIL(c, v, "%s: expected a mapping {margin, max}", c->path)
+                                   : sb_cfg_keys_check(PL(c), v, clarify_keys);
+        if (!rc) rc = sb_cfg_keys_read(PL(c), v, clarify_keys, s);
+        if (!rc && !sb_config_node_get(v, "margin")) rc = FAIL(c, v, "%s: missing 'margin'", c->path);
+        memcpy(c->path, save, sizeof save);
+        if (rc) return rc;
+    }
     return (v = sb_config_node_get(n, "utterance")) ? rt_pl_tmpl(c, v, "utterance", scope, &s->utterance)
                                                     : rt_tmpl_compile("{{input}}", scope, &s->utterance, NULL, 0);
 }
@@ -194,6 +216,7 @@ static int intent_check(vctx *c, const sb_config_node *n, sb_pipeline *p, size_t
 
 static rt_stage_outcome set_intent(rt_run *run, const sb_stage *s, double conf, bool rejected);
 static int start_score(rt_run *run, const sb_stage *s, char *err);
+static rt_stage_outcome decide_scored(rt_run *run, const sb_stage *s);
 
 /* A failed model call: the worker's status. */
 static rt_stage_outcome call_failed(rt_run *run, const sb_stage *s, const rt_reply *res) {
@@ -214,7 +237,7 @@ static rt_stage_outcome on_scored(rt_run *run, const sb_stage *s, const rt_reply
         if (pr) v /= pr->p[i] > 1e-9 ? pr->p[i] : 1e-9;
         run->probs[i] = v;
     }
-    return set_intent(run, s, -1, false);
+    return decide_scored(run, s);
 }
 
 /* run->probs holds the labels' unnormalised scores: normalise them and
@@ -240,6 +263,135 @@ static rt_stage_outcome set_intent(rt_run *run, const sb_stage *s, double conf, 
     return rt_stage_end(run, ST_OK, NULL);
 }
 
+
+/* ------------------------------------------------------------ clarify */
+
+static bool out_of_scope(const sb_stage *s, int label) {
+    return label < 0 || !strcmp(s->labels[label].name, SB_CLS_OOS_NAME);
+}
+
+static rt_stage_outcome oom(rt_run *run) { return rt_stage_fail(run, 500, "internal", "%s%s", "out of memory", ""); }
+
+/* The call's intent is label, chosen by the caller (or the best guess
+ * when it goes to a person). false: out of memory. */
+static bool take_label(rt_run *run, const sb_stage *s, int label) {
+    run->confidence = run->probs[label];
+    run->fell_back = false;
+    sb_free(run->intent);
+    run->intent = sb_strdup(s->labels[label].name);
+    run->intent_stage = (int)run->cur;
+    stage_res *sr = &run->res[run->cur];
+    sb_free(sr->output);
+    sr->output = sb_strdup(s->labels[label].name);
+    return run->intent && sr->output;
+}
+
+static rt_stage_outcome settle(rt_run *run, const sb_stage *s, int label) {
+    return take_label(run, s, label) ? rt_stage_end(run, ST_OK, NULL) : oom(run);
+}
+
+/* Still unclear after clarify.max questions: a person takes the call,
+ * with the best guess as its intent. */
+static rt_stage_outcome unclear(rt_run *run, const sb_stage *s, int label) {
+    if (!take_label(run, s, label)) return oom(run);
+    stage_res *sr = &run->res[run->cur];
+    sb_free(sr->output);
+    sr->output = sb_strdup(rt_handoff_default(run->input));
+    return sr->output ? rt_stage_hand_off(run, "unclear") : oom(run);
+}
+
+static void display_name(const sb_stage *s, int label, const char *input, char *out, size_t n) {
+    const char *d = rt_text_for(&s->labels[label].display, input);
+    snprintf(out, n, "%s", d ? d : s->labels[label].name);
+    if (!d)
+        for (char *p = out; *p; p++)
+            if (*p == '_') *p = ' ';
+}
+
+/* Ask between opts[0..n) (n 0: an open question); the next turn answers. */
+static rt_stage_outcome ask(rt_run *run, const sb_stage *s, const int *opts, int n) {
+    stage_res *sr = &run->res[run->cur];
+    if (sr->clarify_asked >= s->clarify_max) return unclear(run, s, n ? opts[0] : sr->clarify_opt[0]);
+    sr->clarify_asked++;
+    sr->clarifying = true;
+    sr->turn_read = false;
+    sr->clarify_n = n;
+    for (int i = 0; i < n; i++) sr->clarify_opt[i] = opts[i];
+    bool zh = rt_looks_chinese(run->input);
+    char a[128], b[128], q[512];
+    if (n > 0) display_name(s, opts[0], run->input, a, sizeof a);
+    if (n > 1) display_name(s, opts[1], run->input, b, sizeof b);
+    if (n == 2) snprintf(q, sizeof q, zh ? "请问您是要咨询%s，还是%s？" : "Is your call about %s or %s?", a, b);
+    else if (n == 1) snprintf(q, sizeof q, zh ? "请问您是要咨询%s吗？" : "Did you mean %s?", a);
+    else snprintf(q, sizeof q, "%s", zh ? "抱歉，我没有听明白。请您再说一下要办理什么业务？"
+                                         : "Sorry, I didn't catch that. Could you tell me again what your call is about?");
+    sb_jw aw;
+    sb_jw_init(&aw);
+    sb_jw_obj(&aw);
+    sb_jw_key(&aw, "kind"); sb_jw_str(&aw, "clarify");
+    sb_jw_key(&aw, "options"); sb_jw_arr(&aw);
+    for (int i = 0; i < n; i++) sb_jw_str(&aw, s->labels[opts[i]].name);
+    sb_jw_arr_end(&aw);
+    sb_jw_obj_end(&aw);
+    rt_run_set_awaiting(run, aw.oom ? NULL : aw.p);
+    sb_jw_free(&aw);
+    sb_free(sr->output);
+    sr->output = sb_strdup(q);
+    return sr->output ? RT_STAGE_WAIT_CALLER : oom(run);
+}
+
+/* The top two are too close (top: label indices, -1 the reject class):
+ * ask between the in-scope ones. Out of scope by a nose over a label asks
+ * about that label alone; never the out-of-scope class itself. */
+static rt_stage_outcome clarify(rt_run *run, const sb_stage *s, const int top[2]) {
+    int opts[2], n = 0;
+    for (int k = 0; k < 2; k++)
+        if (!out_of_scope(s, top[k])) opts[n++] = top[k];
+    if (!n) return set_intent(run, s, -1, top[0] < 0);
+    return ask(run, s, opts, n);
+}
+
+/* The score method's labels, normalised, ranked for clarify. */
+static rt_stage_outcome decide_scored(rt_run *run, const sb_stage *s) {
+    double sum = 0;
+    for (size_t i = 0; i < s->n_labels; i++) sum += run->probs[i];
+    int top[2] = { -1, -1 };
+    for (size_t i = 0; sum > 0 && i < s->n_labels; i++) {
+        run->probs[i] /= sum;
+        if (top[0] < 0 || run->probs[i] > run->probs[top[0]]) { top[1] = top[0]; top[0] = (int)i; }
+        else if (top[1] < 0 || run->probs[i] > run->probs[top[1]]) top[1] = (int)i;
+    }
+    if (top[1] >= 0 && run->probs[top[0]] - run->probs[top[1]] < s->clarify_margin) return clarify(run, s, top);
+    return set_intent(run, s, -1, false);
+}
+
+/* The caller's turn after the stage asked. true: it settled the stage (*o);
+ * false: it is a new request - or the answer to the open question, or a
+ * turn after the router restarted, which kept no question - and is now the
+ * call's words, routed as if the call had begun with them. */
+static bool answered(rt_run *run, const sb_stage *s, rt_stage_outcome *o) {
+    stage_res *sr = &run->res[run->cur];
+    const char *turn = rt_run_turn(run);
+    if (sr->turn_read) return false;
+    sr->turn_read = true;
+    size_t at = 0;
+    if (sr->clarifying && sr->clarify_n > 0) {
+        rt_clarify_option opt[2];
+        for (int i = 0; i < sr->clarify_n; i++)
+            opt[i] = (rt_clarify_option){ s->labels[sr->clarify_opt[i]].name, &s->labels[sr->clarify_opt[i]].display };
+        int picked;
+        rt_clarify_verdict v = rt_clarify_read(turn, opt, sr->clarify_n, &picked, &at);
+        sr->clarifying = false;
+        if (v == RT_CLARIFY_PICKED) { *o = settle(run, s, sr->clarify_opt[picked]); return true; }
+        if (v == RT_CLARIFY_NEITHER) { *o = ask(run, s, NULL, 0); return true; }
+    }
+    sr->clarifying = false;
+    char *words = rt_trimmed(turn + at, strlen(turn + at));
+    if (!words) { *o = oom(run); return true; }
+    sb_free(run->input);
+    run->input = words;
+    return false;
+}
 
 /* Contextual calibration (Zhao et al., 2021): a small model prefers some
  * labels whatever the caller says (the last or shortest label, a familiar
@@ -332,6 +484,11 @@ static rt_stage_outcome on_embedded(rt_run *run, const sb_stage *s, const rt_rep
     for (int k = 0; k < cr.n; k++)
         if (cr.idx[k] < (int)s->n_labels) run->probs[cr.idx[k]] = cr.prob[k];
     run->model_s += sb_now_s() - run->t_stage;
+    /* The top two classes by the margin route eval reports and
+     * hybrid_margin compares; the reject class is -1. */
+    int top[2] = { cr.n > 0 && cr.idx[0] < (int)s->n_labels ? cr.idx[0] : -1,
+                   cr.n > 1 && cr.idx[1] < (int)s->n_labels ? cr.idx[1] : -1 };
+    if (cr.n > 1 && cr.margin < s->clarify_margin) return clarify(run, s, top);
     return set_intent(run, s, cr.confidence, cr.rejected);
 }
 
@@ -357,6 +514,8 @@ static int start_embed(rt_run *run, const sb_stage *s, char *err) {
 
 static rt_stage_outcome intent_start(rt_run *run, const sb_stage *s) {
     char err[SB_ERR_LEN];
+    rt_stage_outcome o;
+    if (rt_run_turn(run) && answered(run, s, &o)) return o;
     int rc = rt_intent_embeds(run->ex, s) ? start_embed(run, s, err) : start_score(run, s, err);
     if (rc == 1) return rt_stage_poll(run, INDEX_POLL_MS);
     return rc ? rt_stage_refused(run, s, rc, 500, err) : RT_STAGE_WAIT_BACKEND;

@@ -124,6 +124,27 @@ rt_yesno rt_caller_yesno(const char *answer);
 rt_yesno rt_caller_lead(const char *answer, size_t *rest);
 bool rt_caller_refuses(const char *answer);
 
+/* clarify.c: the answer to "A or B?" (n 2) or "did you mean A?" (n 1).
+ * PICKED: *picked is the option's index; NEITHER: none of them; NEW: a
+ * new request, which starts at answer + *request (after a leading no). */
+typedef enum { RT_CLARIFY_NEW, RT_CLARIFY_PICKED, RT_CLARIFY_NEITHER } rt_clarify_verdict;
+typedef struct {
+    const char *name;                   /* the label */
+    const sb_lang_text *display;        /* its display names; may be NULL */
+} rt_clarify_option;
+rt_clarify_verdict rt_clarify_read(const char *answer, const rt_clarify_option *opts, int n, int *picked,
+                                   size_t *request);
+
+/* lang_text.c: texts per language (sb_lang_text). load: {language: text}
+ * at v, named what in messages. for: the text in the language of input
+ * (Chinese characters: zh, else en; missing: the first listed).
+ * handoff_default: the hand-off line of a stage that writes none. */
+bool rt_looks_chinese(const char *text);
+int rt_text_load(vctx *c, const sb_config_node *v, const char *what, sb_lang_text *t);
+const char *rt_text_for(const sb_lang_text *t, const char *input);
+void rt_text_free(sb_lang_text *t);
+const char *rt_handoff_default(const char *input);
+
 /* ------------------------------------------ what kinds use to load */
 
 /* A template key (FILE:LINE:COL on a mistake). */
