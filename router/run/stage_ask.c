@@ -196,15 +196,6 @@ static bool empty(const sb_json *v) {
     return t[strspn(t, " \t\r\n")] == '\0';
 }
 
-/* The first required slot the stage's JSON leaves empty and the caller
- * did not decline, or NULL. */
-static const ask_slot *missing(const ask_conf *a, const sb_json *obj, unsigned declined) {
-    for (size_t i = 0; i < a->n; i++)
-        if (a->slots[i].required && !(declined & 1u << i) && empty(sb_json_get(obj, a->slots[i].slot)))
-            return &a->slots[i];
-    return NULL;
-}
-
 static bool checked(const ask_slot *as) { return as->has_re || as->checksum != CHECK_NONE; }
 
 /* Whether value passes the slot's pattern and checksum. */
@@ -215,6 +206,21 @@ static bool valid(const ask_slot *as, const char *value) {
     if (as->checksum == CHECK_RESIDENT_ID) return n == 18 && sb_mod11_2_valid(value, n);
     if (as->checksum == CHECK_LUHN) return n >= 2 && sb_luhn_valid(value, n);
     return true;
+}
+
+/* The first required slot the stage's JSON leaves empty, or fills with a
+ * string its checks refuse, and the caller did not decline; or NULL. A
+ * small model writes what it half heard ("九百度" read as an account
+ * "9aidu"): what the caller would be refused, the model is too. */
+static const ask_slot *missing(const ask_conf *a, const sb_json *obj, unsigned declined) {
+    for (size_t i = 0; i < a->n; i++) {
+        const ask_slot *as = &a->slots[i];
+        if (!as->required || (declined & 1u << i)) continue;
+        const sb_json *v = sb_json_get(obj, as->slot);
+        if (empty(v) || (checked(as) && sb_json_type_of(v) == SB_JSON_STRING && !valid(as, sb_json_str(v))))
+            return as;
+    }
+    return NULL;
 }
 
 static rt_stage_outcome hand_off(rt_run *run, const sb_stage *s, const char *reason) {
