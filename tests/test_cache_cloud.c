@@ -392,8 +392,15 @@ static pid_t proxy_start(const char *cloud_url, int mode, int *port_out, int *no
             _exit(0);           /* both connections drop with the request half sent */
         }
         if (write(u, req.p, req.len) != (ssize_t)req.len) _exit(3);
+        /* The whole reply: headers + Content-Length bytes. Reading to EOF
+         * would wait out the cloud's keep-alive timeout (tens of seconds of
+         * an idle test). */
         sb_jw reply = { 0 };
-        for (ssize_t r; (r = read(u, buf, sizeof buf)) > 0;) sb_jw_raw(&reply, buf, (size_t)r);
+        for (ssize_t r; (r = read(u, buf, sizeof buf)) > 0;) {
+            sb_jw_raw(&reply, buf, (size_t)r);
+            char *end = strstr(reply.p, "\r\n\r\n"), *cl = strcasestr(reply.p, "Content-Length:");
+            if (end && cl && cl < end && reply.len >= (size_t)(end + 4 - reply.p) + (size_t)atol(cl + 15)) break;
+        }
         if (mode == CUT_REPLY) {
             if (write(c, reply.p, reply.len / 2) < 0) _exit(4);
             _exit(0);
