@@ -180,8 +180,13 @@ int rt_model_capacity(const rt_model *m) {
 
 int rt_model_retry_after(const rt_model *m) {
     if (m->service_s <= 0) return 1;
-    /* By then the worker has taken everything waiting now: a retry finds room. */
-    double s = (m->n_waiting + 1) * m->service_s / rt_model_capacity(m);
+    /* By then the worker has taken everything queued behind its slots now:
+     * a retry finds room. What is queued behind the slots is counted from
+     * both counters: a burst admitted in one loop pass is all in n_waiting
+     * until the deferred dispatch moves up to capacity of it in flight, and
+     * counting those as queued would double the answer on a busy box. */
+    int cap = rt_model_capacity(m), behind = m->n_waiting + m->n_inflight - cap;
+    double s = ((behind > 0 ? behind : 0) + 1) * m->service_s / cap;
     return s >= RT_RETRY_AFTER_MAX_S ? RT_RETRY_AFTER_MAX_S : s < 1 ? 1 : (int)s + (s > (int)s);
 }
 
