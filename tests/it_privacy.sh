@@ -54,7 +54,8 @@ expect 2 "no-such.tsv" "$SB" privacy eval "$tmp/no-such.tsv"
 expect 2 "--mode is pseudonymize, mask or tag" "$SB" privacy detect --mode erase x
 expect 2 "unknown type 'FAX'" "$SB" privacy detect --types PHONE,FAX x
 expect 2 "regex" "$SB" privacy detect --pattern 'BAD=a[' x
-expect 2 "unknown command 'erase'" "$SB" privacy erase
+expect 2 "unknown command 'forget'" "$SB" privacy forget
+expect 2 "give exactly one of --session, --call, --value" "$SB" privacy erase
 "$SB" privacy --help | grep -q "privacy detect" || fail "--help"
 "$SB" privacy detect --help | grep -q -- "--digit-pattern" || fail "detect --help"
 "$SB" --help | grep -q "privacy" || fail "privacy is not in the command list"

@@ -227,7 +227,7 @@ static void test_unknown_keys(void **state) {
                  "api_key_env, timeout_ms, parallel, max_queue, max_tokens, deadline_ms)");
     expect_error("runtime:\n  dir: x\n  htp: 1\nmodels: {}\n",
                  ":3:3: runtime: unknown key 'htp' (expected one of: dir, http, api_key_env, "
-                 "api_key_file, api_keys_file, secret_key_file, log_level, drain_ms)");
+                 "api_key_file, api_keys_file, secret_key_file, log_level, drain_ms, retention)");
     expect_error("modles:\n  a: {}\n",
                  ":1:1: configuration: unknown key 'modles' (expected one of: runtime, models, "
                  "cache, knowledge, pipelines, console, sessions)");
