@@ -19,7 +19,17 @@ for s in "${socks[@]}"; do
     [ -S "$s" ] || { echo "it_tool_calls: FAIL: no worker at $s: $(cat "${s%.sock}.log")"; exit 1; }
 done
 rc=0
-(cd tests && python3 tool_calls_check.py "${socks[@]}") || rc=1
+# One checker per worker, at once: each worker computes on its own thread
+# (-t 1), so the three take the wall time of the slowest, not their sum.
+checkers=()
+for s in "${socks[@]}"; do
+    (cd tests && python3 tool_calls_check.py "$s") > "$s.check" 2>&1 &
+    checkers+=($!)
+done
+for i in "${!checkers[@]}"; do
+    wait "${checkers[$i]}" || rc=1
+    cat "${socks[$i]}.check"
+done
 # Under SAN=1 a worker's leaks and UBSan reports are in its log once it exits.
 for p in "${it_pids[@]}"; do it_stop "$p" worker || rc=1; done
 for m in tiny-llama-spm-Q4_0 tiny-llama3-Q4_K_M tiny-phi3-Q4_K_M; do it_san_check "$tmp/$m.log" "worker $m" || rc=1; done
