@@ -165,7 +165,8 @@ static void finish_whole(rt_upcall *c, const char *body, size_t len) {
         deliver_error(c, "upstream_error", "upstream %s: the answer has no choices[0].%s", c->url,
                       c->chat ? "message.content" : "text");
     } else if ((rc = rt_up_tool_calls(tc, &calls, &n_calls, why, sizeof why)) ||
-               (rc = rt_up_logprobs(sb_json_get(ch, "logprobs"), c->chat, &lps, &n_lps, &lp_store, why, sizeof why))) {
+               (rc = rt_up_logprobs(c->logprobs ? sb_json_get(ch, "logprobs") : NULL, c->chat, &lps, &n_lps,
+                                    &lp_store, why, sizeof why))) {
         deliver_error(c, rc == SB_ENOMEM ? SB_IPC_INTERNAL : "upstream_error", "upstream %s: choices[0]: %s", c->url,
                       rc == SB_ENOMEM ? "out of memory" : why);
     } else {
@@ -214,7 +215,8 @@ static int sse_data(rt_upcall *c, const char *data, size_t len) {
     rt_token tok = { .text = "", .has_logprobs = c->logprobs };
     void *lp_store = NULL;
     char why[SB_ERR_LEN];
-    if (!rc && (rc = rt_up_logprobs(sb_json_get(ch, "logprobs"), c->chat, (rt_logprob **)&tok.logprobs,
+    /* Entries the caller did not ask for are not passed on. */
+    if (!rc && c->logprobs && (rc = rt_up_logprobs(sb_json_get(ch, "logprobs"), c->chat, (rt_logprob **)&tok.logprobs,
                                     &tok.n_logprobs, &lp_store, why, sizeof why)))
         deliver_error(c, rc == SB_ENOMEM ? SB_IPC_INTERNAL : "upstream_error", "upstream %s: a chunk's logprobs: %s",
                       c->url, rc == SB_ENOMEM ? "out of memory" : why);
