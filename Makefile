@@ -8,6 +8,8 @@
 #   make fuzz       libFuzzer targets (clang), FUZZ_SECONDS each
 #   make bench      side-by-side benchmark against llama.cpp (see docs/PERFORMANCE.md)
 #   make models     install a real small instruct GGUF into models/
+#   make check-real tool calling, an agent framework and logprobs on that
+#                   real model (minutes; not part of make check)
 #
 # Sources are found by wildcard: adding a .c file to a module directory (or a
 # sub-folder of one, e.g. worker/engine/) is enough. Includes name their module
@@ -57,7 +59,7 @@ TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null)
 
-.PHONY: all test check deps fuzz bench models clean demo
+.PHONY: all test check check-real deps fuzz bench models clean demo
 # SAN=1 builds its own binary so a sanitized build never replaces bin/.
 SB_BIN := $(if $(filter 1,$(SAN)),$(BUILD)/switchboard,$(BIN)/switchboard)
 all: $(SB_BIN)
@@ -118,6 +120,14 @@ deps:
 check:
 	tools/deps.sh
 	$(MAKE) test SAN=1
+
+# The real 0.5B model (make models) behind the OpenAI door: forced tool
+# calls, a langchain agent loop, logprobs against `switchboard logits`
+# (tests/real/check_real.sh). Not in `check`: minutes of inference and a
+# 400 MB model that CI does not fetch.
+check-real: all
+	tools/deps.sh real
+	SB_BIN=$(abspath $(SB_BIN)) bash tests/real/check_real.sh
 
 fuzz:
 	tools/fuzz.sh

@@ -292,11 +292,14 @@ static void on_token(void *arg, const rt_token *t) {
     sb_jw_init(&w);
     logprobs_json(q, t->logprobs, t->n_logprobs, &w, &q->lp_offset);
     sse_open(q, "miss");
-    if (t->len) chunk_x(q, t->text, t->len, NULL, &w, NULL);
+    /* Entries of a character not yet complete go out with empty text, as
+     * OpenAI sends them, rather than being lost. */
+    if (t->len || t->n_logprobs) chunk_x(q, t->text, t->len, NULL, &w, NULL);
     sb_jw_free(&w);
 }
 
-/* The model's tool calls as OpenAI's: ids made from the completion's, each
+/* The model's tool calls as OpenAI's: ids made from the completion's (an upstream's own
+ * when it gave them), each
  * {"id", "type": "function", "function": {"name", "arguments"}}, with
  * "index" in a stream's delta. */
 static void calls_json(const rt_req *q, const rt_tool_call *calls, size_t n, bool index, sb_jw *w) {
@@ -306,7 +309,9 @@ static void calls_json(const rt_req *q, const rt_tool_call *calls, size_t n, boo
         snprintf(id, sizeof id, "call_%s_%zu", strchr(q->id, '-') ? strchr(q->id, '-') + 1 : q->id, i);
         sb_jw_obj(w);
         if (index) { sb_jw_key(w, "index"); sb_jw_int(w, (int64_t)i); }
-        sb_jw_key(w, "id"); sb_jw_str(w, id);
+        sb_jw_key(w, "id");
+        if (calls[i].id) sb_jw_strn(w, calls[i].id, calls[i].id_len);     /* an upstream's own */
+        else sb_jw_str(w, id);
         sb_jw_key(w, "type"); sb_jw_str(w, "function");
         sb_jw_key(w, "function");
         sb_jw_obj(w);
@@ -465,9 +470,6 @@ static int check_model_limits(rt_req *q, const rt_model *m, const rt_gen_req *g)
         BAD("'max_tokens': %d exceeds this model's limit of %d", g->sampling.max_tokens, m->max_tokens);
     if (g->json_schema && m->remote)
         BAD("'response_format': schema-constrained output needs a local model; '%.80s' is an upstream", m->name);
-    if ((g->tools_len || g->logprobs) && m->remote)
-        BAD("'%s': served by local models only for now; '%.80s' is an upstream", g->tools_len ? "tools" : "logprobs",
-            m->name);
     return 0;
 }
 

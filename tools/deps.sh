@@ -4,6 +4,8 @@
 #
 #   tools/deps.sh          what `make check` needs (the default)
 #   tools/deps.sh demo     what `make demo` needs: build, fetch the model, run it
+#   tools/deps.sh real     what `make check-real` needs: the tests' Python
+#                          packages and an agent framework (langchain-openai)
 #
 # SB_DEBS_ONLY=1 installs the Debian packages and no Python package (.ci/run:
 # python3-venv before its venv exists, which then gets the Python packages).
@@ -50,7 +52,17 @@ case "$mode" in
             jinja2=jinja2           # tests/it_chat_tools.sh: renders the chat templates, the reference
                                     # our tool-calling prompts are compared with byte for byte
         ) ;;
-    *) echo "usage: tools/deps.sh [check|demo]" >&2; exit 2 ;;
+    # make check-real: the real model's checks. langchain-openai (with
+    # langchain-core, tiktoken and their dependencies, tens of MB) is an
+    # agent framework driving the runtime; only check-real runs it, so
+    # `make check` and CI do not install it.
+    real)
+        py_pkgs+=(
+            openai=openai                       # tests/real/tools_real.py
+            jsonschema=jsonschema               # validates the forced calls' arguments
+            langchain-openai=langchain_openai   # the agent loop (ChatOpenAI.bind_tools)
+        ) ;;
+    *) echo "usage: tools/deps.sh [check|demo|real]" >&2; exit 2 ;;
 esac
 [ "${SB_WITH_FUZZ:-0}" = 1 ] && need+=(clang libclang-rt-14-dev)
 [ -n "${SB_EXTRA_DEBS:-}" ] && need+=($SB_EXTRA_DEBS)

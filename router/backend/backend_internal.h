@@ -55,4 +55,25 @@ void rt_upstream_free_all(rt_model *m);                 /* no callbacks */
 void rt_upstream_feed(bool chat, bool stream, int code, const char *body, size_t len, size_t chunk,
                       rt_token_fn on_token, rt_up_done_fn on_done, void *arg);
 
+/* upstream_reply.c: an OpenAI answer's choices[0].logprobs (chat's shape,
+ * or the legacy completions' when !chat) as entries in one allocation
+ * (*store, sb_free after the callback; NULL/0 for null), and
+ * message.tool_calls as views into the parsed answer (*out, sb_free).
+ * 0; SB_EINVAL with what is wrong in why; SB_ENOMEM. */
+int rt_up_logprobs(const sb_json *lp, bool chat, rt_logprob **out, size_t *n, void **store, char *why,
+                   size_t why_len);
+int rt_up_tool_calls(const sb_json *calls, rt_tool_call **out, size_t *n, char *why, size_t why_len);
+
+/* A stream's tool-call deltas put together: per call its id, name and
+ * arguments so far. rt_up_calls_view gives views valid until the next add
+ * or free. */
+#define RT_UP_MAX_CALLS 64
+typedef struct {
+    sb_jw part[RT_UP_MAX_CALLS][3];
+    size_t n;
+} rt_up_calls;
+int  rt_up_calls_add(rt_up_calls *acc, const sb_json *deltas, char *why, size_t why_len);
+void rt_up_calls_view(const rt_up_calls *acc, rt_tool_call *out);
+void rt_up_calls_free(rt_up_calls *acc);
+
 #endif

@@ -160,10 +160,13 @@ typedef struct {
 } rt_logprob;
 
 /* A tool call the model made: the function's name and its arguments, the
- * JSON text the model wrote. */
+ * JSON text the model wrote; id: the call's id when the backend has one (an
+ * upstream's, which its later tool messages name), NULL: the door makes one. */
 typedef struct {
     const char *name, *arguments;
     size_t name_len, arguments_len;
+    const char *id;
+    size_t id_len;
 } rt_tool_call;
 
 /* What a call answered, decoded once by the backend that made it. Views,

@@ -56,6 +56,8 @@ struct rt_upcall {
     struct event *timer, *reap;
     struct evbuffer *body;          /* what has arrived of the answer */
     sb_jw text;                     /* streamed text so far */
+    rt_up_calls *calls;             /* streamed tool-call fragments so far, or NULL */
+    bool logprobs;                  /* the request asked for them */
     int n_chunks;
     char finish[24];
     int http_error;                 /* evhttp's error kind, or 0 */
@@ -79,6 +81,8 @@ static void call_free(rt_upcall *c) {
     if (c->reap) event_free(c->reap);
     if (c->body) evbuffer_free(c->body);
     sb_jw_free(&c->text);
+    if (c->calls) rt_up_calls_free(c->calls);
+    sb_free(c->calls);
     sb_free(c);
 }
 
@@ -106,13 +110,24 @@ static void deliver_error(rt_upcall *c, const char *code, const char *fmt, ...) 
     c->on_done(c->arg, &res);
 }
 
-static void deliver_ok(rt_upcall *c, const char *text, size_t len, const char *finish, int64_t pt, int64_t ct) {
+/* g: the answer's text, finish_reason, counts, calls and logprobs. */
+static void deliver_ok(rt_upcall *c, rt_gen_result g) {
     if (c->done) return;
     c->done = true;
-    rt_reply res = { .method = RT_CALL_GENERATE, .ok = true };
-    res.gen = (rt_gen_result){ .text = text, .len = len, .finish_reason = finish && *finish ? finish : "stop",
-                               .prompt_tokens = pt, .completion_tokens = ct, .gen_ms = (sb_now_s() - c->t0) * 1e3 };
+    rt_reply res = { .method = RT_CALL_GENERATE, .ok = true, .gen = g };
+    if (!g.finish_reason || !*g.finish_reason) res.gen.finish_reason = "stop";
+    res.gen.has_logprobs = c->logprobs;
+    res.gen.gen_ms = (sb_now_s() - c->t0) * 1e3;
     c->on_done(c->arg, &res);
+}
+
+/* The end of a stream: its text, its calls put together. */
+static void deliver_stream(rt_upcall *c) {
+    rt_tool_call calls[RT_UP_MAX_CALLS];
+    size_t n = c->calls ? c->calls->n : 0;
+    if (n) rt_up_calls_view(c->calls, calls);
+    deliver_ok(c, (rt_gen_result){ .text = c->text.p ? c->text.p : "", .len = c->text.len, .finish_reason = c->finish,
+                                   .completion_tokens = c->n_chunks, .calls = n ? calls : NULL, .n_calls = n });
 }
 
 /* ----------------------------------------------------------- answers */
@@ -139,18 +154,48 @@ static void finish_whole(rt_upcall *c, const char *body, size_t len) {
     const sb_json *root = sb_json_root(d), *ch = sb_json_at(sb_json_get(root, "choices"), 0);
     const sb_json *text = c->chat ? sb_json_get(sb_json_get(ch, "message"), "content") : sb_json_get(ch, "text");
     const sb_json *usage = sb_json_get(root, "usage");
-    if (sb_json_type_of(text) != SB_JSON_STRING) {
+    const sb_json *tc = c->chat ? sb_json_get(sb_json_get(ch, "message"), "tool_calls") : NULL;
+    rt_tool_call *calls = NULL;
+    rt_logprob *lps = NULL;
+    size_t n_calls = 0, n_lps = 0;
+    void *lp_store = NULL;
+    int rc;
+    /* A message that calls tools may have null content. */
+    if (sb_json_type_of(text) != SB_JSON_STRING && !(sb_json_len(tc) && sb_json_type_of(text) == SB_JSON_NULL)) {
         deliver_error(c, "upstream_error", "upstream %s: the answer has no choices[0].%s", c->url,
                       c->chat ? "message.content" : "text");
+    } else if ((rc = rt_up_tool_calls(tc, &calls, &n_calls, why, sizeof why)) ||
+               (rc = rt_up_logprobs(c->logprobs ? sb_json_get(ch, "logprobs") : NULL, c->chat, &lps, &n_lps,
+                                    &lp_store, why, sizeof why))) {
+        deliver_error(c, rc == SB_ENOMEM ? SB_IPC_INTERNAL : "upstream_error", "upstream %s: choices[0]: %s", c->url,
+                      rc == SB_ENOMEM ? "out of memory" : why);
     } else {
-        deliver_ok(c, sb_json_str(text), sb_json_len(text), sb_json_str(sb_json_get(ch, "finish_reason")),
-                   (int64_t)sb_json_num(sb_json_get(usage, "prompt_tokens")),
-                   (int64_t)sb_json_num(sb_json_get(usage, "completion_tokens")));
+        const char *s = sb_json_str(text);
+        deliver_ok(c, (rt_gen_result){ .text = s ? s : "", .len = sb_json_len(text),
+                                       .finish_reason = sb_json_str(sb_json_get(ch, "finish_reason")),
+                                       .prompt_tokens = (int64_t)sb_json_num(sb_json_get(usage, "prompt_tokens")),
+                                       .completion_tokens = (int64_t)sb_json_num(sb_json_get(usage, "completion_tokens")),
+                                       .calls = calls, .n_calls = n_calls, .logprobs = lps, .n_logprobs = n_lps });
     }
+    sb_free(calls);
+    sb_free(lp_store);
     sb_json_doc_free(d);
 }
 
-/* One SSE event's data. 1 = [DONE]. */
+/* A chunk's delta.tool_calls fragments, added to the call's. 0, or an
+ * error delivered. */
+static int stream_calls(rt_upcall *c, const sb_json *ch) {
+    const sb_json *tc = c->chat ? sb_json_get(sb_json_get(ch, "delta"), "tool_calls") : NULL;
+    if (sb_json_type_of(tc) != SB_JSON_ARRAY) return 0;
+    char why[SB_ERR_LEN];
+    int rc = !c->calls && !(c->calls = sb_calloc(1, sizeof *c->calls)) ? SB_ENOMEM : 0;
+    if (!rc) rc = rt_up_calls_add(c->calls, tc, why, sizeof why);
+    if (rc) deliver_error(c, rc == SB_ENOMEM ? SB_IPC_INTERNAL : "upstream_error", "upstream %s: a chunk's tool_calls: %s",
+                          c->url, rc == SB_ENOMEM ? "out of memory" : why);
+    return rc;
+}
+
+/* One SSE event's data. 1 = [DONE] (or an error delivered). */
 static int sse_data(rt_upcall *c, const char *data, size_t len) {
     if (len == 6 && !memcmp(data, "[DONE]", 6)) return 1;
     sb_json_doc *d;
@@ -166,14 +211,27 @@ static int sse_data(rt_upcall *c, const char *data, size_t len) {
     const sb_json *t = c->chat ? sb_json_get(sb_json_get(ch, "delta"), "content") : sb_json_get(ch, "text");
     const char *fin = sb_json_str(sb_json_get(ch, "finish_reason"));
     if (fin) snprintf(c->finish, sizeof c->finish, "%s", fin);
-    if (sb_json_type_of(t) == SB_JSON_STRING && sb_json_len(t)) {
+    int rc = stream_calls(c, ch);
+    rt_token tok = { .text = "", .has_logprobs = c->logprobs };
+    void *lp_store = NULL;
+    char why[SB_ERR_LEN];
+    /* Entries the caller did not ask for are not passed on. */
+    if (!rc && c->logprobs && (rc = rt_up_logprobs(sb_json_get(ch, "logprobs"), c->chat, (rt_logprob **)&tok.logprobs,
+                                    &tok.n_logprobs, &lp_store, why, sizeof why)))
+        deliver_error(c, rc == SB_ENOMEM ? SB_IPC_INTERNAL : "upstream_error", "upstream %s: a chunk's logprobs: %s",
+                      c->url, rc == SB_ENOMEM ? "out of memory" : why);
+    bool has_text = sb_json_type_of(t) == SB_JSON_STRING && sb_json_len(t);
+    if (!rc && has_text) {
         sb_jw_raw(&c->text, sb_json_str(t), sb_json_len(t));
         c->n_chunks++;
-        rt_token tok = { .text = sb_json_str(t), .len = sb_json_len(t) };
-        if (c->on_token && !c->done) c->on_token(c->arg, &tok);
+        tok.text = sb_json_str(t);
+        tok.len = sb_json_len(t);
     }
+    /* A chunk of entries without text (half a character) is passed on too. */
+    if (!rc && (has_text || tok.n_logprobs) && c->on_token && !c->done) c->on_token(c->arg, &tok);
+    sb_free(lp_store);
     sb_json_doc_free(d);
-    return 0;
+    return rc ? 1 : 0;
 }
 
 /* Complete lines of the SSE stream that arrived so far. */
@@ -185,9 +243,7 @@ static void sse_drain(rt_upcall *c) {
             const char *p = line + 5;
             size_t k = n - 5;
             if (k && *p == ' ') { p++; k--; }
-            if (sse_data(c, p, k) == 1 && !c->done) {
-                deliver_ok(c, c->text.p ? c->text.p : "", c->text.len, c->finish, 0, c->n_chunks);
-            }
+            if (sse_data(c, p, k) == 1 && !c->done) deliver_stream(c);
         }
         free(line);             /* evbuffer_readln allocates with libevent's malloc */
     }
@@ -250,7 +306,7 @@ static void finish_answer(rt_upcall *c, int code) {
         /* A last line without its newline, then the end of the stream. */
         evbuffer_add(c->body, "\n", 1);
         sse_drain(c);
-        if (!c->done) deliver_ok(c, c->text.p ? c->text.p : "", c->text.len, c->finish, 0, c->n_chunks);
+        if (!c->done) deliver_stream(c);
     } else {
         finish_whole(c, body, len);
     }
@@ -271,6 +327,75 @@ static void put_text(sb_jw *w, const sb_segs *t) {
     sb_jw_strn(w, t->text.p ? t->text.p : "", t->text.len);
 }
 
+/* A chat message; an assistant's tool_calls and a tool message's
+ * tool_call_id back in OpenAI's shape (the typed request keeps them as the
+ * worker's JSON, sb_backend.h). -1: that JSON is not readable. */
+static int put_message(sb_jw *w, const rt_gen_msg *m) {
+    const char *calls = m->tool.p ? m->tool.p + m->tool_id_len : "";
+    size_t calls_len = m->tool.len - m->tool_id_len;
+    sb_json_doc *d = NULL;
+    if (calls_len && sb_json_parse(calls, calls_len, &d, NULL)) return -1;
+    const sb_json *arr = d ? sb_json_root(d) : NULL;
+    sb_jw_obj(w);
+    sb_jw_key(w, "role"); sb_jw_str(w, m->role);
+    sb_jw_key(w, "content");
+    if (!m->content.text.len && sb_json_len(arr)) sb_jw_null(w);     /* a call without words */
+    else put_text(w, &m->content);
+    if (m->tool_id_len) { sb_jw_key(w, "tool_call_id"); sb_jw_strn(w, m->tool.p, m->tool_id_len); }
+    if (sb_json_len(arr)) {
+        sb_jw_key(w, "tool_calls");
+        sb_jw_arr(w);
+        for (size_t i = 0; i < sb_json_len(arr); i++) {
+            const sb_json *c = sb_json_at(arr, i);
+            sb_jw_obj(w);
+            sb_jw_key(w, "id"); sb_jw_value(w, sb_json_get(c, "id"));
+            sb_jw_key(w, "type"); sb_jw_str(w, "function");
+            sb_jw_key(w, "function");
+            sb_jw_obj(w);
+            sb_jw_key(w, "name"); sb_jw_value(w, sb_json_get(c, "name"));
+            sb_jw_key(w, "arguments"); sb_jw_value(w, sb_json_get(c, "arguments"));
+            sb_jw_obj_end(w);
+            sb_jw_obj_end(w);
+        }
+        sb_jw_arr_end(w);
+    }
+    sb_jw_obj_end(w);
+    sb_json_doc_free(d);
+    return 0;
+}
+
+/* tools, tool_choice, parallel_tool_calls, logprobs, top_logprobs as the
+ * caller gave them: the upstream enforces tool_choice and answers for what
+ * it cannot do. */
+static void put_tools(sb_jw *w, const rt_gen_req *g) {
+    static const char *const choices[] = { "none", "auto", "required" };
+    if (g->tools_len) {
+        sb_jw_key(w, "tools");
+        sb_jw_raw(w, g->tools_own.p, g->tools_len);     /* the caller's array, re-encoded when parsed */
+        w->after_key = 0;
+    }
+    if (g->tool_name_len) {
+        sb_jw_key(w, "tool_choice");
+        sb_jw_obj(w);
+        sb_jw_key(w, "type"); sb_jw_str(w, "function");
+        sb_jw_key(w, "function");
+        sb_jw_obj(w);
+        sb_jw_key(w, "name"); sb_jw_strn(w, g->tools_own.p + g->tools_len, g->tool_name_len);
+        sb_jw_obj_end(w);
+        sb_jw_obj_end(w);
+    } else if (g->tool_choice != RT_TOOLS_UNSET) {
+        sb_jw_key(w, "tool_choice"); sb_jw_str(w, choices[g->tool_choice]);
+    }
+    if (g->parallel_tool_calls >= 0) { sb_jw_key(w, "parallel_tool_calls"); sb_jw_bool(w, g->parallel_tool_calls); }
+    if (!g->logprobs) return;
+    if (g->kind == RT_KIND_CHAT) {
+        sb_jw_key(w, "logprobs"); sb_jw_bool(w, true);
+        if (g->top_logprobs) { sb_jw_key(w, "top_logprobs"); sb_jw_int(w, g->top_logprobs); }
+    } else {
+        sb_jw_key(w, "logprobs"); sb_jw_int(w, g->top_logprobs);
+    }
+}
+
 /* The OpenAI request body for g, encoded from the struct. Only parameters
  * the caller set are sent, so strict servers see nothing they do not know
  * unless a stage asked for it. json_schema is not sent (an OpenAI request
@@ -279,17 +404,14 @@ static int build_body(rt_upcall *c, const rt_gen_req *g, const char *model, sb_j
     const sb_sampling *sp = &g->sampling;
     c->stream = g->stream;
     c->chat = g->kind == RT_KIND_CHAT;
+    c->logprobs = g->logprobs;
     sb_jw_obj(w);
     sb_jw_key(w, "model"); sb_jw_str(w, model);
     if (c->chat) {
         sb_jw_key(w, "messages");
         sb_jw_arr(w);
-        for (size_t i = 0; i < g->n_msgs; i++) {
-            sb_jw_obj(w);
-            sb_jw_key(w, "role"); sb_jw_str(w, g->msgs[i].role);
-            sb_jw_key(w, "content"); put_text(w, &g->msgs[i].content);
-            sb_jw_obj_end(w);
-        }
+        for (size_t i = 0; i < g->n_msgs; i++)
+            if (put_message(w, &g->msgs[i])) return sb_seterr(err, SB_EINVAL, "messages[%zu]: tool_calls unreadable", i);
         sb_jw_arr_end(w);
     } else {
         sb_jw_key(w, "prompt"); put_text(w, &g->prompt);
@@ -307,6 +429,7 @@ static int build_body(rt_upcall *c, const rt_gen_req *g, const char *model, sb_j
         for (size_t i = 0; i < g->n_stops; i++) sb_jw_strn(w, g->stops[i], g->stop_lens[i]);
         sb_jw_arr_end(w);
     }
+    put_tools(w, g);
     sb_jw_key(w, "stream"); sb_jw_bool(w, g->stream);
     sb_jw_obj_end(w);
     return w->oom ? sb_seterr(err, SB_ENOMEM, "out of memory") : 0;
@@ -450,4 +573,6 @@ void rt_upstream_feed(bool chat, bool stream, int code, const char *body, size_t
     if (in) evbuffer_free(in);
     if (c.body) evbuffer_free(c.body);
     sb_jw_free(&c.text);
+    if (c.calls) rt_up_calls_free(c.calls);
+    sb_free(c.calls);
 }
