@@ -74,6 +74,9 @@ while True:
     threading.Thread(target=hold, args=(c,), daemon=True).start()
 PY
 it_pids+=($!)
+# Listening before anything calls it: on a loaded box the interpreter takes
+# a while to start, and a call before bind() is refused, not hung.
+for _ in $(seq 1 600); do (exec 3<>"/dev/tcp/127.0.0.1/$port_slow") 2>/dev/null && break; sleep 0.05; done
 "$SB" run -c "$tmp/up.yaml" > "$tmp/up.log" 2>&1 &
 up_pid=$!; it_pids+=($up_pid)
 "$SB" run -c "$tmp/edge.yaml" > "$tmp/edge.log" 2>&1 &
