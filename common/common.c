@@ -103,6 +103,12 @@ uint64_t sb_now_ns(void) {
 }
 double sb_now_s(void) { return (double)sb_now_ns() * 1e-9; }
 
+double sb_percentile(const double *sorted, size_t n, double q) {
+    if (!n) return 0;
+    size_t i = (size_t)(q * (double)n + 0.999999);
+    return sorted[i ? (i > n ? n : i) - 1 : 0];
+}
+
 int sb_opt_int(const char *cmd, const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out) {
     char *end = NULL;
     errno = 0;

@@ -122,16 +122,10 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-static double pct(const double *v, size_t n, double q) {
-    if (!n) return 0;
-    size_t i = (size_t)(q * (double)(n - 1) + 0.5);
-    return v[i];
-}
-
 static void report(const tally *t, const pii_eval_opts *o, const char *path) {
     double recall = t->mentions ? (double)t->found / (double)t->mentions : 0;
     double fp = t->negatives ? (double)t->fp_lines / (double)t->negatives : 0;
-    double p50 = pct(t->lat, t->n_lat, 0.50), p95 = pct(t->lat, t->n_lat, 0.95), p99 = pct(t->lat, t->n_lat, 0.99);
+    double p50 = sb_percentile(t->lat, t->n_lat, 0.50), p95 = sb_percentile(t->lat, t->n_lat, 0.95), p99 = sb_percentile(t->lat, t->n_lat, 0.99);
     double mx = t->n_lat ? t->lat[t->n_lat - 1] : 0;
     if (o->json) {
         sb_jw w;

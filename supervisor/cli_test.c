@@ -229,13 +229,6 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* Nearest rank. */
-static double percentile(const double *sorted, size_t n, double q) {
-    if (!n) return 0;
-    size_t i = (size_t)(q * (double)n + 0.999999);
-    return sorted[i ? i - 1 : 0];
-}
-
 static void count_language(report *r, const char *tag, bool passed) {
     const char *t = tag ? tag : "-";
     size_t i = 0;
@@ -265,7 +258,7 @@ static void print_summary(const report *r, double bar) {
     if (bar >= 0) printf("the bar (--min-success) %.1f %%: %s\n", 100 * bar, success(r) >= bar ? "met" : "NOT met");
     printf("turns per call: mean %.1f, max %zu\n", r->convs ? (double)r->turns / (double)r->convs : 0, r->max_turns);
     printf("latency per turn (HTTP): p50 %.1f ms, p95 %.1f ms over %zu turns\n",
-           percentile(r->latency, r->n_latency, 0.5), percentile(r->latency, r->n_latency, 0.95), r->n_latency);
+           sb_percentile(r->latency, r->n_latency, 0.5), sb_percentile(r->latency, r->n_latency, 0.95), r->n_latency);
     printf("by language:");
     for (size_t i = 0; i < r->n_langs; i++)
         printf("%s %s %zu/%zu", i ? "," : "", r->langs[i].tag, r->langs[i].passed, r->langs[i].convs);
@@ -311,8 +304,8 @@ static void print_json(const report *r, double bar, bool ok) {
     sb_jw_obj_end(&w);
     sb_jw_key(&w, "latency_ms"), sb_jw_obj(&w);
     sb_jw_key(&w, "turns"), sb_jw_int(&w, (int64_t)r->n_latency);
-    sb_jw_key(&w, "p50"), sb_jw_fixed(&w, percentile(r->latency, r->n_latency, 0.5), 1);
-    sb_jw_key(&w, "p95"), sb_jw_fixed(&w, percentile(r->latency, r->n_latency, 0.95), 1);
+    sb_jw_key(&w, "p50"), sb_jw_fixed(&w, sb_percentile(r->latency, r->n_latency, 0.5), 1);
+    sb_jw_key(&w, "p95"), sb_jw_fixed(&w, sb_percentile(r->latency, r->n_latency, 0.95), 1);
     sb_jw_obj_end(&w);
     sb_jw_key(&w, "by_language"), sb_jw_obj(&w);
     for (size_t i = 0; i < r->n_langs; i++) {

@@ -61,6 +61,7 @@ case "$mode" in
             openai=openai                       # tests/real/tools_real.py
             jsonschema=jsonschema               # validates the forced calls' arguments
             langchain-openai=langchain_openai   # the agent loop (ChatOpenAI.bind_tools)
+            langchain-core=langchain_core       # its messages and @tool, imported by tools_real.py
         ) ;;
     *) echo "usage: tools/deps.sh [check|demo|real]" >&2; exit 2 ;;
 esac
