@@ -32,6 +32,16 @@ static void call_delta(void *arg, const char *text, size_t len) {
     q->reply.delta(q->reply.arg, text, len);
 }
 
+/* A turn its session could not store. SB_EBUSY: another router took a
+ * turn of this session meanwhile (a shared store) - the caller's race, as
+ * two turns at once on one router are (session_busy). */
+static void unstored(rt_req *q, int rc, const char *err) {
+    if (rc == SB_EBUSY)
+        rt_req_error(q, 409, "invalid_request_error", "session_busy", "the turn could not be stored: %s", err);
+    else
+        rt_req_error(q, 500, "server_error", "session_store", "the turn could not be stored: %s", err);
+}
+
 /* The whole result is stored, so either door can be answered from it
  * later; the door gets it with the answer. */
 static void call_finish(void *arg, const rt_answer *a) {
@@ -49,7 +59,7 @@ static void call_finish(void *arg, const rt_answer *a) {
         sb_free(reply);
         if (rc) {           /* unstored, so unsaid: the next turn must not miss it */
             trace(q, rt_run_pipeline(a->run), rt_run_input(a->run), a->run, NULL, 500, err);
-            rt_req_error(q, 500, "server_error", "session_store", "the turn could not be stored: %s", err);
+            unstored(q, rc, err);
             return;
         }
         turn = &view;
@@ -85,7 +95,7 @@ static void call_ask(void *arg, const rt_answer *a) {
     trace(q, rt_run_pipeline(a->run), rt_run_input(a->run), a->run, NULL, rc ? 500 : 200, rc ? err : NULL);
     if (rc) {
         rt_run_cancel(run);
-        rt_req_error(q, 500, "server_error", "session_store", "the turn could not be stored: %s", err);
+        unstored(q, rc, err);
         sb_free(question);
         return;
     }
@@ -97,7 +107,7 @@ static void call_ask(void *arg, const rt_answer *a) {
     out.finish_reason = "stop";
     if (!w.oom) { out.result = w.p; out.result_len = w.len; }
     if (view.done) rt_run_cancel(run);
-    else rt_waiting_put(q->r, q->sess->id, run, q->pipe->conv.ttl_s);
+    else rt_waiting_put(q->r, q->sess, run, q->pipe->conv.ttl_s);
     q->reply.finish(q->reply.arg, &out);
     sb_jw_free(&w);
     sb_free(question);
@@ -180,7 +190,7 @@ static bool call_id(rt_req *q) {
 /* The session's suspended run, if this router still has it, goes on with
  * this turn as the answer, replying to this request. true: it runs. */
 static bool resume(rt_req *q, const char *input, const rt_sink *sink) {
-    rt_run *run = rt_waiting_take(q->r, q->sess->id);
+    rt_run *run = rt_waiting_take(q->r, q->sess);
     char err[SB_ERR_LEN];
     if (!run) return false;
     if (rt_run_resume_to(run, input, sink, err)) {

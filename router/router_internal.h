@@ -14,7 +14,8 @@
  *   pipeapi.c   /v1/pipelines/NAME and its JSON reply sink
  *   pipecall.c  a pipeline call from either door: cache, run, trace
  *   session_door.c  a call as a turn of a conversation; /v1/sessions/ID
- *   sessions.c  the sessions' SQLite store
+ *   sessions_store.c  the sessions' store API over its table (sessions_store.h)
+ *   sessions.c  the sessions' SQLite store; sessions_pg.c  the PostgreSQL one
  *   apikeys.c   the named API keys and their roles
  *   cache_door.c  the response cache as the doors use it
  *   metrics.c   /health, /metrics (Prometheus text); obs.h: histograms,
@@ -97,7 +98,9 @@ const char *rt_role_name(unsigned role);        /* one RT_ROLE_* */
 
 /* ------------------------------------------------------------ sessions */
 
-/* sessions.c: conversations' state in one SQLite file (sessions.store). */
+/* sessions_store.c: conversations' state in the store sessions.store
+ * names: one SQLite file (sessions.c), or a PostgreSQL database the routers
+ * of a site share (sessions_pg.c). */
 #define RT_SESSION_ID_LEN 32        /* 128 random bits, lower-case hex */
 typedef struct rt_sessions rt_sessions;
 typedef struct {
@@ -111,6 +114,10 @@ typedef struct {
     int turns, failures;
     long long bytes;                /* the callers' and replies' text stored */
     double created, updated, expires;
+    /* The row's version as this router read it (0: not stored yet). A
+     * shared store (PostgreSQL) commits a turn only over that version, so
+     * a turn another router committed meanwhile is never overwritten. */
+    long long version;
     bool done;                      /* the call ended (max_turns, max_bytes, a hand-off) */
     /* Set before a commit that hands the call off: the commit builds the
      * package into handoff (and, with a url, queues it for delivery in the
@@ -316,8 +323,10 @@ void rt_turn_failed(rt_req *q, const sb_pipeline *p);
  * for the session's next turn (rt_waiting_take). As commit otherwise. */
 int  rt_turn_asked(rt_req *q, const sb_pipeline *p, const rt_run *run, const char *input, const char *question,
                    rt_turn_view *view, char *err);
-void rt_waiting_put(rt *r, const char *session, rt_run *run, double ttl_s);
-rt_run *rt_waiting_take(rt *r, const char *session);    /* NULL: none (gone with a restart) */
+void rt_waiting_put(rt *r, const rt_session *ss, rt_run *run, double ttl_s);
+/* NULL: none (gone with a restart), or its session took a turn on another
+ * router since (the run is stale: dropped). */
+rt_run *rt_waiting_take(rt *r, const rt_session *ss);
 void rt_turn_end(rt_req *q);
 void rt_handle_session(rt_req *q, const char *id, bool del);        /* GET / DELETE /v1/sessions/ID */
 void rt_sessions_start(rt *r, const sb_config *cfg);

@@ -228,28 +228,36 @@ int rt_turn_asked(rt_req *q, const sb_pipeline *p, const rt_run *run, const char
 typedef struct rt_waiting {
     struct rt_waiting *next;
     char id[RT_SESSION_ID_LEN + 1];
+    int turns;                      /* the session's turns when it asked */
     rt_run *run;
     double expires;                 /* the session's idle expiry: then the run is dropped */
 } rt_waiting;
 
-void rt_waiting_put(rt *r, const char *session, rt_run *run, double ttl_s) {
+void rt_waiting_put(rt *r, const rt_session *ss, rt_run *run, double ttl_s) {
     rt_waiting *w = sb_calloc(1, sizeof *w);
     if (!w) { rt_run_cancel(run); return; }     /* the next turn starts it at the stage again */
-    snprintf(w->id, sizeof w->id, "%s", session);
+    snprintf(w->id, sizeof w->id, "%s", ss->id);
+    w->turns = ss->turns;
     w->run = run;
     w->expires = wall_now() + ttl_s;
     w->next = r->waiting;
     r->waiting = w;
 }
 
-rt_run *rt_waiting_take(rt *r, const char *session) {
+/* With a shared store the session may have moved on through another
+ * router's turns (the caller's words went to another box): resuming
+ * this router's run would answer an old question. */
+rt_run *rt_waiting_take(rt *r, const rt_session *ss) {
     for (rt_waiting **pp = &r->waiting; *pp; pp = &(*pp)->next)
-        if (!strcmp((*pp)->id, session)) {
+        if (!strcmp((*pp)->id, ss->id)) {
             rt_waiting *w = *pp;
             rt_run *run = w->run;
+            bool current = w->turns == ss->turns;
             *pp = w->next;
             sb_free(w);
-            return run;
+            if (current) return run;
+            rt_run_cancel(run);
+            return NULL;
         }
     return NULL;
 }

@@ -23,14 +23,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "router/router_internal.h"
+#include "router/sessions_store.h"
 
-struct rt_sessions {
-    sqlite3 *db;
-    char *path;
-    char (*busy)[RT_SESSION_ID_LEN + 1];    /* sessions with a turn in flight */
-    size_t n_busy, cap_busy;
-};
+static const rt_session_store sqlite_store;
 
 static const char *const schema =
     "CREATE TABLE IF NOT EXISTS sessions ("
@@ -75,7 +70,7 @@ static int create_private(const char *path, char *err) {
     return rc;
 }
 
-int rt_sessions_open(const char *path, rt_sessions **out, char *err) {
+int rt_sessions_sqlite_open(const char *path, rt_sessions **out, char *err) {
     *out = NULL;
     int rc = create_private(path, err);
     if (rc) return rc;
@@ -84,7 +79,11 @@ int rt_sessions_open(const char *path, rt_sessions **out, char *err) {
         sb_free(s);
         return sb_seterr(err, SB_ENOMEM, "out of memory");
     }
-    if (sqlite3_open_v2(path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
+    s->store = &sqlite_store;
+    sqlite3 *db = NULL;
+    rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
+    s->db = db;
+    if (rc != SQLITE_OK) {
         rc = db_fail(s, err, "open");
     } else {
         sqlite3_busy_timeout(s->db, 2000);
@@ -101,13 +100,7 @@ int rt_sessions_open(const char *path, rt_sessions **out, char *err) {
     return 0;
 }
 
-void rt_sessions_close(rt_sessions *s) {
-    if (!s) return;
-    sqlite3_close_v2(s->db);
-    sb_free(s->busy);
-    sb_free(s->path);
-    sb_free(s);
-}
+static void sqlite_close(rt_sessions *s) { sqlite3_close_v2(s->db); }
 
 int rt_session_new_id(char out[RT_SESSION_ID_LEN + 1]) {
     uint8_t r[RT_SESSION_ID_LEN / 2];
@@ -171,7 +164,7 @@ void rt_session_clear(rt_session *ss) {
     memset(ss, 0, sizeof *ss);
 }
 
-int rt_session_load(rt_sessions *s, const char *id, const char *owner, double now, rt_session *out, char *err) {
+static int sqlite_load(rt_sessions *s, const char *id, const char *owner, double now, rt_session *out, char *err) {
     memset(out, 0, sizeof *out);
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(s->db,
@@ -251,7 +244,7 @@ int rt_session_json(rt_sessions *s, const rt_session *ss, sb_jw *w, char *err) {
     return rc ? rc : w->oom ? sb_seterr(err, SB_ENOMEM, "out of memory") : 0;
 }
 
-int rt_session_transcript_json(rt_sessions *s, const char *id, sb_jw *w, char *err) {
+static int sqlite_transcript_json(rt_sessions *s, const char *id, sb_jw *w, char *err) {
     sb_jw_arr(w);
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(s->db, "SELECT n, at, caller, reply FROM turns WHERE session = ?1 ORDER BY n", -1, &st,
@@ -352,7 +345,7 @@ static void summary(const rt_session *ss, sb_jw *w) {
  * confidence, the slots with their real values (that person needs them),
  * the transcript as stored (this turn's row included: it is read inside
  * the commit's transaction), a one-line summary and why. */
-static int package_text(rt_sessions *s, const rt_session *ss, char **out, char *err) {
+int rt_session_package(rt_sessions *s, const rt_session *ss, char **out, char *err) {
     sb_jw w;
     sb_jw_init(&w);
     sb_jw_obj(&w);
@@ -389,7 +382,7 @@ static int enqueue(rt_sessions *s, const rt_session *ss, const char *body, doubl
                         " VALUES (?1, ?2, ?3, ?4, 0, ?4) ON CONFLICT(session) DO NOTHING", err, bind_outbox, &o);
 }
 
-int rt_handoff_due(rt_sessions *s, double now, rt_handoff_item *items, int max, char *err) {
+static int sqlite_handoff_due(rt_sessions *s, double now, rt_handoff_item *items, int max, char *err) {
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(s->db, "SELECT session, url, body, attempts FROM handoff_outbox WHERE next_at <= ?1"
                                   " ORDER BY next_at LIMIT ?2", -1, &st, NULL) != SQLITE_OK)
@@ -428,11 +421,11 @@ static int bind_retry(sqlite3_stmt *st, const void *arg) {
 
 static int bind_id(sqlite3_stmt *st, const void *arg) { return sqlite3_bind_text(st, 1, arg, -1, SQLITE_STATIC); }
 
-int rt_handoff_delivered(rt_sessions *s, const char *id, char *err) {
+static int sqlite_handoff_delivered(rt_sessions *s, const char *id, char *err) {
     return step_once(s, "DELETE FROM handoff_outbox WHERE session = ?1", err, bind_id, id);
 }
 
-int rt_handoff_retry(rt_sessions *s, const char *id, double next_at, const char *why, char *err) {
+static int sqlite_handoff_retry(rt_sessions *s, const char *id, double next_at, const char *why, char *err) {
     retry_args r = { id, next_at, why };
     return step_once(s, "UPDATE handoff_outbox SET attempts = attempts + 1, next_at = ?2, last_error = ?3"
                         " WHERE session = ?1", err, bind_retry, &r);
@@ -442,8 +435,8 @@ int rt_handoff_retry(rt_sessions *s, const char *id, double next_at, const char 
  * has turns 1). The row is inserted or updated, the turn (caller NULL:
  * none) added, in one transaction: both or neither. created is kept from
  * the first commit. */
-int rt_session_commit(rt_sessions *s, rt_session *ss, int ttl_s, const char *caller, const char *reply,
-                      double now, char *err) {
+static int sqlite_commit(rt_sessions *s, rt_session *ss, int ttl_s, const char *caller, const char *reply,
+                         double now, char *err) {
     turn_args t = { ss, ttl_s, now, caller ? caller : "", reply ? reply : "" };
     int rc = exec(s, "BEGIN IMMEDIATE", err);
     if (rc) return rc;
@@ -457,7 +450,7 @@ int rt_session_commit(rt_sessions *s, rt_session *ss, int ttl_s, const char *cal
         rc = step_once(s, "INSERT INTO turns (session, n, at, caller, reply) VALUES (?1, ?2, ?3, ?4, ?5)", err,
                        bind_turn, &t);
     char *package = NULL;
-    if (!rc && ss->handoff_reason) rc = package_text(s, ss, &package, err);
+    if (!rc && ss->handoff_reason) rc = rt_session_package(s, ss, &package, err);
     if (!rc && package && ss->handoff_url) rc = enqueue(s, ss, package, now, err);
     if (!rc) rc = exec(s, "COMMIT", err);
     if (rc) {
@@ -474,7 +467,7 @@ int rt_session_commit(rt_sessions *s, rt_session *ss, int ttl_s, const char *cal
 
 static int bind_now(sqlite3_stmt *st, const void *arg) { return sqlite3_bind_double(st, 1, *(const double *)arg); }
 
-int rt_session_delete(rt_sessions *s, const char *id, char *err) {
+static int sqlite_delete(rt_sessions *s, const char *id, char *err) {
     int rc = exec(s, "BEGIN IMMEDIATE", err);
     if (!rc) rc = step_once(s, "DELETE FROM turns WHERE session = ?1", err, bind_id, id);
     if (!rc) rc = step_once(s, "DELETE FROM sessions WHERE id = ?1", err, bind_id, id);
@@ -504,13 +497,8 @@ static int purge_where(rt_sessions *s, const char *column, double t, char *err) 
     return rc ? rc : n;
 }
 
-int rt_sessions_sweep(rt_sessions *s, double now, char *err) { return purge_where(s, "expires", now, err); }
 
-int rt_sessions_purge_before(rt_sessions *s, double before, char *err) {
-    return purge_where(s, "updated", before, err);
-}
-
-int rt_session_erase(rt_sessions *s, const char *id, sb_bytes *callers, char *err) {
+static int sqlite_erase(rt_sessions *s, const char *id, sb_bytes *callers, char *err) {
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(s->db, "SELECT caller FROM turns WHERE session = ?1", -1, &st, NULL) != SQLITE_OK)
         return db_fail(s, err, "reading a session");
@@ -534,7 +522,7 @@ int rt_session_erase(rt_sessions *s, const char *id, sb_bytes *callers, char *er
     return n;
 }
 
-int rt_sessions_erase_matching(rt_sessions *s, rt_text_match_fn match, void *arg, char *err) {
+static int sqlite_erase_matching(rt_sessions *s, rt_text_match_fn match, void *arg, char *err) {
     /* The ids first, the deletes after: no delete under an open statement. */
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(s->db,
@@ -570,6 +558,13 @@ int rt_sessions_erase_matching(rt_sessions *s, rt_text_match_fn match, void *arg
 /* The deleted rows' pages are zeroed (secure_delete), but the WAL still
  * holds the frames that wrote them until a checkpoint copies them back and
  * truncates it: a purge is not over while the words are in the -wal. */
-int rt_sessions_checkpoint(rt_sessions *s, char *err) {
+static int sqlite_checkpoint(rt_sessions *s, char *err) {
     return exec(s, "PRAGMA wal_checkpoint(TRUNCATE)", err);
 }
+
+static const rt_session_store sqlite_store = {
+    .close = sqlite_close, .load = sqlite_load, .transcript_json = sqlite_transcript_json,
+    .commit = sqlite_commit, .remove = sqlite_delete, .purge_where = purge_where, .erase = sqlite_erase,
+    .erase_matching = sqlite_erase_matching, .checkpoint = sqlite_checkpoint, .handoff_due = sqlite_handoff_due,
+    .handoff_delivered = sqlite_handoff_delivered, .handoff_retry = sqlite_handoff_retry,
+};

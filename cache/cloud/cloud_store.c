@@ -12,7 +12,8 @@
  */
 #include "cache/cloud/cloud_internal.h"
 
-#include <libpq-fe.h>
+#include "common/sb_pg.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,45 +39,19 @@ static const char schema_sql[] =
     "CREATE TABLE IF NOT EXISTS sb_seen(sig text PRIMARY KEY, ts bigint NOT NULL);"
     "CREATE INDEX IF NOT EXISTS sb_seen_ts ON sb_seen(ts);";
 
-static int pg_fail(sbc_store *s, PGresult *r, char *err, const char *what) {
-    const char *msg = r ? PQresultErrorMessage(r) : PQerrorMessage(s->pg);
-    int rc = sb_seterr(err, SB_EIO, "postgres: %s: %.200s", what, msg && *msg ? msg : "failed");
-    if (r) PQclear(r);
-    /* A broken connection is re-established for the next request. */
-    if (PQstatus(s->pg) != CONNECTION_OK) PQreset(s->pg);
-    return rc;
-}
-
-/* Run a statement; NULL (and err set) unless it returned ok or rows. */
 static PGresult *run(sbc_store *s, const char *sql, int n, const char *const *params, char *err,
                      const char *what) {
-    PGresult *r = n ? PQexecParams(s->pg, sql, n, NULL, params, NULL, NULL, 0) : PQexec(s->pg, sql);
-    ExecStatusType st = PQresultStatus(r);
-    if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) return r;
-    pg_fail(s, r, err, what);
-    return NULL;
+    return sb_pg_run(s->pg, sql, n, params, err, what);
 }
 
-static int exec_ok(sbc_store *s, const char *sql, char *err) {
-    PGresult *r = run(s, sql, 0, NULL, err, sql);
-    if (!r) return SB_EIO;
-    PQclear(r);
-    return SB_OK;
-}
+static int exec_ok(sbc_store *s, const char *sql, char *err) { return sb_pg_exec(s->pg, sql, err); }
 
 int sbc_store_open(const char *dsn, sbc_store **out, char *err) {
     *out = NULL;
     sbc_store *s = sb_calloc(1, sizeof *s);
     if (!s) return sb_seterr(err, SB_ENOMEM, "cloud: out of memory");
-    s->pg = PQconnectdb(dsn);
-    if (PQstatus(s->pg) != CONNECTION_OK) {
-        int rc = sb_seterr(err, SB_EIO, "postgres: connect: %.200s", PQerrorMessage(s->pg));
-        sbc_store_close(s);
-        return rc;
-    }
-    PGresult *r = PQexec(s->pg, "SET client_min_messages = warning");
-    PQclear(r);
-    int rc = exec_ok(s, "BEGIN", err);
+    int rc = sb_pg_connect(dsn, &s->pg, err);
+    if (!rc) rc = exec_ok(s, "BEGIN", err);
     if (!rc) rc = exec_ok(s, schema_sql, err);
     if (!rc) rc = exec_ok(s, "COMMIT", err);
     if (rc) { sbc_store_close(s); return rc; }
@@ -299,8 +274,7 @@ int sbc_store_sync(sbc_store *s, const char *edge_id, const sb_json *req, int64_
     if (exec_ok(s, "COMMIT", err)) { rc = SB_EIO; goto fail; }
     return reply->oom ? sb_seterr(err, SB_ENOMEM, "sync: out of memory") : SB_OK;
 fail:
-    r = PQexec(s->pg, "ROLLBACK");
-    PQclear(r);
+    sb_pg_rollback(s->pg);
     return rc;
 }
 
@@ -326,7 +300,6 @@ int sbc_store_delete(sbc_store *s, const char *key, int64_t *version, char *err)
     if (exec_ok(s, "COMMIT", err)) goto fail;
     return SB_OK;
 fail:
-    r = PQexec(s->pg, "ROLLBACK");
-    PQclear(r);
+    sb_pg_rollback(s->pg);
     return SB_EIO;
 }
