@@ -10,6 +10,8 @@
 #   make models     install a real small instruct GGUF into models/
 #   make check-real tool calling, an agent framework and logprobs on that
 #                   real model (minutes; not part of make check)
+#   make fleet-test two runtimes behind HAProxy sharing sessions in one
+#                   PostgreSQL over TLS (not part of make check)
 #
 # Sources are found by wildcard: adding a .c file to a module directory (or a
 # sub-folder of one, e.g. worker/engine/) is enough. Includes name their module
@@ -59,7 +61,7 @@ TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null)
 
-.PHONY: all test check check-real deps fuzz bench models clean demo
+.PHONY: all test check check-real fleet-test deps fuzz bench models clean demo
 # SAN=1 builds its own binary so a sanitized build never replaces bin/.
 SB_BIN := $(if $(filter 1,$(SAN)),$(BUILD)/switchboard,$(BIN)/switchboard)
 all: $(SB_BIN)
@@ -128,6 +130,15 @@ check:
 check-real: all
 	tools/deps.sh real
 	SB_BIN=$(abspath $(SB_BIN)) bash tests/real/check_real.sh
+
+# A site's fleet (docs/operations.md, "A fleet"): a real PostgreSQL over
+# TLS, two runtimes and HAProxy on this box (tests/fleet_test.sh). Not in
+# `check`: two more runtimes, a database and a proxy are about a minute on
+# two cores, and the PostgreSQL store it relies on is already in `check`
+# (tests/test_sessions_pg.c, on a real server).
+fleet-test: all
+	tools/deps.sh fleet
+	SB_BIN=$(abspath $(SB_BIN)) bash tests/fleet_test.sh
 
 fuzz:
 	tools/fuzz.sh

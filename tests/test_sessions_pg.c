@@ -93,8 +93,8 @@ static void test_any_box_takes_the_next_turn(void **state) {
     assert_int_equal(rt_session_commit(b, &got, 600, "thanks", "bye", 1003.0, err), 0);
     transcript(a, ss.id, text, sizeof text);
     assert_string_equal(text, "我的账号>请问您的账号是多少？|4410032>noted|thanks>bye");
-    assert_int_equal(rt_session_load(a, ss.id, "intruder", 1004.0, &got, err), SB_ENOTFOUND);
     rt_session_clear(&got);
+    assert_int_equal(rt_session_load(a, ss.id, "intruder", 1004.0, &got, err), SB_ENOTFOUND);
     rt_session_clear(&ss);
     rt_sessions_close(a);
     rt_sessions_close(b);

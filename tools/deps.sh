@@ -6,6 +6,8 @@
 #   tools/deps.sh demo     what `make demo` needs: build, fetch the model, run it
 #   tools/deps.sh real     what `make check-real` needs: the tests' Python
 #                          packages and an agent framework (langchain-openai)
+#   tools/deps.sh fleet    what `make fleet-test` needs: PostgreSQL, HAProxy
+#                          and openssl (tests/fleet_test.sh)
 #
 # SB_DEBS_ONLY=1 installs the Debian packages and no Python package (.ci/run:
 # python3-venv before its venv exists, which then gets the Python packages).
@@ -63,7 +65,11 @@ case "$mode" in
             langchain-openai=langchain_openai   # the agent loop (ChatOpenAI.bind_tools)
             langchain-core=langchain_core       # its messages and @tool, imported by tools_real.py
         ) ;;
-    *) echo "usage: tools/deps.sh [check|demo|real]" >&2; exit 2 ;;
+    # make fleet-test: a site's sessions in PostgreSQL (over TLS, hence
+    # openssl for its certificates) behind HAProxy's round-robin. Only that
+    # target runs it, so `make check` and CI do not install haproxy.
+    fleet) need+=(postgresql haproxy openssl) ;;
+    *) echo "usage: tools/deps.sh [check|demo|real|fleet]" >&2; exit 2 ;;
 esac
 [ "${SB_WITH_FUZZ:-0}" = 1 ] && need+=(clang libclang-rt-14-dev)
 [ -n "${SB_EXTRA_DEBS:-}" ] && need+=($SB_EXTRA_DEBS)
