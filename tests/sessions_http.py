@@ -192,13 +192,22 @@ check(st == 200 and [t["reply"] for t in g["transcript"]] ==
       and g["awaiting"] is None and g["state"]["slots"]["name"] == "Ann", "its transcript holds the questions", g)
 
 # ------------------------------------------------------------------ kill -9 under load
-# Callers keep talking while the router is killed: every turn that was
+# 100 callers keep talking while the router is killed: every turn that was
 # answered (a 200 reached the caller) must be in its session afterwards.
 answered, stop = {}, threading.Event()
 
 
+CALLERS = 100
+started = threading.Semaphore(0)
+
+
 def caller(n):
-    st, _, j = turn("caller %d turn 1" % n, pipe="many")
+    for _ in range(50):             # a first turn refused while 100 start at once (503) is sent again
+        st, _, j = turn("caller %d turn 1" % n, pipe="many")
+        if st != 503:
+            break
+        time.sleep(0.2)
+    started.release()
     if st != 200:
         return
     sid_n, k = j["session"], 1
@@ -214,10 +223,12 @@ def caller(n):
         answered[sid_n].append(j["state"]["turn"])
 
 
-threads = [threading.Thread(target=caller, args=(n,)) for n in range(8)]
+threads = [threading.Thread(target=caller, args=(n,)) for n in range(CALLERS)]
 for t in threads:
     t.start()
-time.sleep(1.5)
+for _ in range(CALLERS):            # every call is under way, most with a turn in flight
+    started.acquire(timeout=120)
+time.sleep(0.5)
 pid = router_pid()
 os.kill(pid, signal.SIGKILL)
 stop.set()
@@ -230,7 +241,7 @@ for s_id, turns in answered.items():
     st, _, g = req("GET", "/v1/sessions/" + s_id)
     have = {t["turn"] for t in (g or {}).get("transcript", [])} if st == 200 else set()
     lost += [(s_id, t) for t in turns if t not in have]
-check(new is not None and len(answered) == 8 and n_turns > 16 and not lost,
+check(new is not None and len(answered) == CALLERS and n_turns > CALLERS and not lost,
       "kill -9 with %d sessions mid-call: none of %d answered turns lost" % (len(answered), n_turns), lost[:5])
 st, _, j = turn("after", next(iter(answered)), pipe="many")
 check(st == 200 and j["state"]["turn"] >= 2, "and their next turns continue", (st, j))
