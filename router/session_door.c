@@ -224,7 +224,12 @@ int rt_turn_asked(rt_req *q, const sb_pipeline *p, const rt_run *run, const char
 
 /* A run that asked waits here, in memory, for its session's next turn;
  * the session row says which stage asked, so after a restart the next
- * turn starts a run at that stage instead (rt_run_start_at). */
+ * turn starts a run at that stage instead (rt_run_start_at).
+ * Only the latest RT_WAITING_MAX are kept: a suspended run is about 12 KB,
+ * so 10,000 callers who went quiet mid-call would hold 120 MB of the
+ * router's memory. An older one's session goes on at its stage as after a
+ * restart (the outputs of the stages before it are not kept there). */
+#define RT_WAITING_MAX 1024
 typedef struct rt_waiting {
     struct rt_waiting *next;
     char id[RT_SESSION_ID_LEN + 1];
@@ -242,6 +247,14 @@ void rt_waiting_put(rt *r, const rt_session *ss, rt_run *run, double ttl_s) {
     w->expires = wall_now() + ttl_s;
     w->next = r->waiting;
     r->waiting = w;
+    size_t kept = 1;
+    while (w->next && kept < RT_WAITING_MAX) { w = w->next; kept++; }
+    for (rt_waiting *old = w->next, *next; old; old = next) {   /* the oldest, past the cap */
+        next = old->next;
+        rt_run_cancel(old->run);
+        sb_free(old);
+    }
+    w->next = NULL;
 }
 
 /* With a shared store the session may have moved on through another
