@@ -344,9 +344,15 @@ void rt_handle_session(rt_req *q, const char *id, bool del) {
 
 /* ------------------------------------------------------------- the sweep */
 
+static bool open_store(rt *r, const sb_config *cfg);
+
 static void on_sweep(evutil_socket_t fd, short what, void *arg) {
     rt *r = arg;
     char err[SB_ERR_LEN];
+    if (!r->sessions) {             /* it did not open: a site's database may be back */
+        open_store(r, r->ex.conf->cfg);
+        return;
+    }
     double now = wall_now();
     drop_waiting(r, NULL, now);
     int n = rt_sessions_sweep(r->sessions, now, err);
@@ -354,25 +360,31 @@ static void on_sweep(evutil_socket_t fd, short what, void *arg) {
     else if (n) sb_info("session sweep: %d expired session(s) purged", n);
 }
 
-/* Opened when a pipeline keeps conversations (at start, or when a reload
- * adds one), so a router without any leaves no file behind. A store that
- * will not open leaves conversations off (503), not the router. */
-void rt_sessions_start(rt *r, const sb_config *cfg) {
+/* The store and its hand-off delivery. A store that will not open leaves
+ * conversations off (503), not the router, and is tried again at every
+ * sweep: a fleet's database may come up after its boxes, or come back. */
+static bool open_store(rt *r, const sb_config *cfg) {
     char err[SB_ERR_LEN];
-    const sb_pipelines *ps = r->ex.conf->pipes;
-    bool want = false;
-    for (size_t i = 0; ps && i < ps->n; i++) want |= ps->items[i].conv.on;
-    if (!want || r->sessions) return;
     if (rt_sessions_open(cfg->sessions.store, &r->sessions, err)) {
-        sb_warn("sessions disabled: %s", err);
-        return;
+        sb_warn("sessions disabled: %s (trying again in %d s)", err, cfg->sessions.sweep_s);
+        return false;
     }
     if (rt_handoff_out_start(cfg->sessions.store, &r->handoff_out, err))
         sb_warn("hand-off delivery off: %s", err);
+    return true;
+}
+
+/* Opened when a pipeline keeps conversations (at start, or when a reload
+ * adds one), so a router without any leaves no file behind. */
+void rt_sessions_start(rt *r, const sb_config *cfg) {
+    const sb_pipelines *ps = r->ex.conf->pipes;
+    bool want = false;
+    for (size_t i = 0; ps && i < ps->n; i++) want |= ps->items[i].conv.on;
+    if (!want || r->sessions || r->session_timer) return;
     r->session_timer = event_new(r->ex.be.base, -1, EV_PERSIST, on_sweep, r);
     struct timeval tv = { cfg->sessions.sweep_s, 0 };
     if (r->session_timer) event_add(r->session_timer, &tv);
-    on_sweep(-1, 0, r);
+    if (open_store(r, cfg)) on_sweep(-1, 0, r);
 }
 
 void rt_sessions_stop(rt *r) {
