@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
-"""fleet_http.py URL PID_A RUN_A PID_B RUN_B - conversations through HAProxy
-(URL) over two boxes that share their sessions in PostgreSQL
-(tests/fleet_test.sh starts them; PID_x is box x's supervisor, RUN_x its
-runtime directory).
+"""fleet_http.py URL PID_A RUN_A URL_A PID_B RUN_B URL_B - conversations
+through HAProxy (URL) over two boxes that share their sessions in
+PostgreSQL (tests/fleet_test.sh starts them; PID_x is box x's supervisor,
+RUN_x its runtime directory, URL_x the box itself, past HAProxy).
 
 1. A call that asks for two slots: its three turns alternate between the
    boxes and it completes, twice (the second call's last turn lands on the
    box that asked the first question: that box's suspended run is stale by
    then and must not answer it).
-2. A longer call on a slow pipeline: one box is killed (-9: its supervisor,
+2. One turn sent to both boxes at once (a caller's retry racing its first
+   try): one box answers it, the other says 409 session_busy, and the
+   session holds the turn once.
+3. A longer call on a slow pipeline: one box is killed (-9: its supervisor,
    its router and its workers) while it runs a turn; the caller sends that turn again
    and the other box finishes the call, with every answered turn kept once.
 Standard library only (http.client).
@@ -26,7 +29,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 import itlib  # noqa: E402
 
 URL = sys.argv[1]
-BOXES = {"a": (int(sys.argv[2]), sys.argv[3]), "b": (int(sys.argv[4]), sys.argv[5])}
+BOXES = {"a": (int(sys.argv[2]), sys.argv[3]), "b": (int(sys.argv[5]), sys.argv[6])}
+DIRECT = {"a": urllib.parse.urlparse(sys.argv[4]), "b": urllib.parse.urlparse(sys.argv[7])}
 u = urllib.parse.urlparse(URL)
 fails = 0
 
@@ -38,9 +42,11 @@ def check(ok, what, detail=""):
         fails += 1
 
 
-def req(method, path, body=None, timeout=60):
-    """(status, box, json); status 0 when the connection broke."""
-    c = http.client.HTTPConnection(u.hostname, u.port, timeout=timeout)
+def req(method, path, body=None, timeout=60, at=None):
+    """(status, box, json) through HAProxy, or box `at` directly; status 0
+    when the connection broke."""
+    where = DIRECT[at] if at else u
+    c = http.client.HTTPConnection(where.hostname, where.port, timeout=timeout)
     try:
         data = json.dumps(body).encode() if body is not None else None
         c.request(method, path, body=data, headers={"Content-Type": "application/json"} if data else {})
@@ -72,11 +78,11 @@ def kill_box(name):
             pass
 
 
-def turn(pipe, text, session=None):
+def turn(pipe, text, session=None, at=None):
     body = {"input": text}
     if session:
         body["session"] = session
-    return req("POST", "/v1/pipelines/" + pipe, body)
+    return req("POST", "/v1/pipelines/" + pipe, body, at=at)
 
 
 # ------------------------------------------------------------ 1. alternating
@@ -102,7 +108,23 @@ for call in (1, 2):
     check(st == 200 and [t["caller"] for t in g["transcript"]] == ["I have a question about my bill", "4410032", "Ann"],
           "call %d: the transcript, read from box %s, has the three turns" % (call, box), g)
 
-# ------------------------------------------------------------ 2. one box dies mid-call
+# ------------------------------------------------------------ 2. one turn on both boxes at once
+st, _, j = turn("slow", "race turn 1")
+rsid = (j or {}).get("session")
+out = {}
+racers = [threading.Thread(target=lambda b=b: out.update({b: turn("slow", "race turn 2", rsid, at=b)})) for b in "ab"]
+for t in racers:
+    t.start()
+for t in racers:
+    t.join(60)
+codes = sorted((out[b][0], ((out[b][2] or {}).get("error") or {}).get("code")) for b in "ab")
+check(st == 200 and codes == [(200, None), (409, "session_busy")],
+      "the same turn on both boxes at once: one answers it, the other 409 session_busy", codes)
+st, _, g = req("GET", "/v1/sessions/%s" % rsid)
+check(st == 200 and [t["caller"] for t in g["transcript"]] == ["race turn 1", "race turn 2"],
+      "and the session holds that turn once", g)
+
+# ------------------------------------------------------------ 3. one box dies mid-call
 st, last_box, j = turn("slow", "turn 1")
 sid = (j or {}).get("session")
 check(st == 200 and sid, "slow call: first turn answered by box %s" % last_box, (st, j))

@@ -141,7 +141,8 @@ it_pids+=($!)
 it_wait_http "http://127.0.0.1:$port_lb/health" || fail "haproxy does not answer"
 
 rc=0
-python3 tests/fleet_http.py "http://127.0.0.1:$port_lb" "$pid_a" "$tmp/a/run" "$pid_b" "$tmp/b/run" || rc=1
+python3 tests/fleet_http.py "http://127.0.0.1:$port_lb" "$pid_a" "$tmp/a/run" "http://127.0.0.1:$port_a" \
+    "$pid_b" "$tmp/b/run" "http://127.0.0.1:$port_b" || rc=1
 # Both boxes spoke TLS to the database, each as itself.
 n=$(psql -d postgres -tA -c "SELECT count(DISTINCT usename) FROM pg_stat_ssl JOIN pg_stat_activity USING (pid)
                              WHERE ssl AND usename IN ('box_a', 'box_b')") || n=0
