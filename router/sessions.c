@@ -198,14 +198,6 @@ static int sqlite_load(rt_sessions *s, const char *id, const char *owner, double
     out->stage = sqlite3_column_int(st, 11);
     out->done = sqlite3_column_int(st, 12);
     sqlite3_finalize(st);
-    if (!out->pipeline || !out->slots) {
-        rt_session_clear(out);
-        return sb_seterr(err, SB_ENOMEM, "out of memory");
-    }
-    if (out->expires <= now) {
-        rt_session_clear(out);
-        return sb_seterr(err, SB_ETIMEOUT, "session %s expired", id);
-    }
     return 0;
 }
 

@@ -128,14 +128,6 @@ static int pg_load(rt_sessions *s, const char *id, const char *owner, double now
     out->done = PQgetvalue(r, 0, 12)[0] == 't';
     out->version = atoll(PQgetvalue(r, 0, 13));
     PQclear(r);
-    if (!out->pipeline || !out->slots) {
-        rt_session_clear(out);
-        return sb_seterr(err, SB_ENOMEM, "out of memory");
-    }
-    if (out->expires <= now) {
-        rt_session_clear(out);
-        return sb_seterr(err, SB_ETIMEOUT, "session %s expired", id);
-    }
     return 0;
 }
 

@@ -30,8 +30,20 @@ void rt_sessions_close(rt_sessions *s) {
     sb_free(s);
 }
 
+/* A store fills out from the row (its copies may have failed); what it
+ * gave and the expiry are judged here, once for every store. */
 int rt_session_load(rt_sessions *s, const char *id, const char *owner, double now, rt_session *out, char *err) {
-    return s->store->load(s, id, owner, now, out, err);
+    int rc = s->store->load(s, id, owner, now, out, err);
+    if (rc) return rc;
+    if (!out->pipeline || !out->slots) {
+        rt_session_clear(out);
+        return sb_seterr(err, SB_ENOMEM, "out of memory");
+    }
+    if (out->expires <= now) {
+        rt_session_clear(out);
+        return sb_seterr(err, SB_ETIMEOUT, "session %s expired", id);
+    }
+    return 0;
 }
 
 int rt_session_transcript_json(rt_sessions *s, const char *id, sb_jw *w, char *err) {

@@ -9,9 +9,10 @@
 #include "router/router_internal.h"
 
 /* One entry per rt_session_* function that reads or writes rows; each has
- * that function's contract (router_internal.h). purge_where deletes the
- * sessions whose `column` (updated or expires: ours, never a caller's) is
- * <= t, with their turns: how many, or < 0. */
+ * that function's contract (router_internal.h), except that load fills out
+ * from the row whatever its expiry (rt_session_load judges it). purge_where
+ * deletes the sessions whose `column` (updated or expires: ours, never a
+ * caller's) is <= t, with their turns: how many, or < 0. */
 typedef struct {
     void (*close)(rt_sessions *s);
     int (*load)(rt_sessions *s, const char *id, const char *owner, double now, rt_session *out, char *err);
