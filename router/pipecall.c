@@ -183,7 +183,7 @@ static bool resume(rt_req *q, const char *input, const rt_sink *sink) {
     rt_run *run = rt_waiting_take(q->r, q->sess->id);
     char err[SB_ERR_LEN];
     if (!run) return false;
-    if (rt_run_resume_to(run, input, sink, err) || rt_turn_context(q, rt_run_pipe(run), run, false, err)) {
+    if (rt_run_resume_to(run, input, sink, err)) {
         rt_run_cancel(run);
         return false;
     }
