@@ -101,6 +101,10 @@ pipelines:
     conversation: { ttl_s: 600, history_turns: 2 }
     stages:
       - { name: say, kind: tool, command: ["/bin/echo", "heard: {{input}} | {{history}}"] }
+  brief:
+    conversation: { ttl_s: 600, history_turns: 50, history_tokens: 16 }
+    stages:
+      - { name: say, kind: tool, command: ["printf", "%s", "{{history}}"] }
 YAML
 export SB_TEST_API_KEY="convtest-key-$$"
 fail() { echo "FAIL $*"; echo "--- stdout"; head -40 "$tmp/out"; echo "--- stderr"; head -20 "$tmp/err"; exit 1; }
@@ -121,7 +125,7 @@ has err "$S/bad_key.yaml:6:9: conversations[0].turns[0]: unknown key 'reply_cont
 t 2 -c "$tmp/rt.yaml" $S/bad_hangup.yaml
 has err "$S/bad_hangup.yaml:5:9: conversations[0].turns[0]: a hang-up ends the conversation"
 t 2 -c "$tmp/rt.yaml" $S/pass.yaml $S/bad_pipeline.yaml $S/bad_key.yaml
-has err "$S/bad_pipeline.yaml:3:15: conversations[0].pipeline: 'nosuch' is not a pipeline of the config (it has: ask, short, route, desk, chat)"
+has err "$S/bad_pipeline.yaml:3:15: conversations[0].pipeline: 'nosuch' is not a pipeline of the config (it has: ask, short, route, desk, chat, brief)"
 has err "bad_key.yaml:6:9"      # every bad script is named, not only the first
 [ -s "$tmp/out" ] && fail "a bad script ran conversations"
 ls "$run" >/dev/null 2>&1 && fail "a bad script started the runtime"
@@ -161,6 +165,30 @@ t 0 -c "$tmp/rt.yaml" --url "$url" $S/confirm.yaml $S/topic.yaml
 has out "conversations 11, passed 11"
 has out "by language: en 7/7, zh 4/4"
 echo "ok   confirm before acting and topic changes: the readback, yes/no/corrections, a new topic keeping its slots, {{history}}"
+
+# {{history}}'s limits: the last history_turns turns, and the oldest
+# dropped first until the estimate fits history_tokens (here 16: a turn of
+# ten Chinese characters and 17 ASCII bytes is 15, the next one more).
+python3 - "$url" "$SB_TEST_API_KEY" <<'PY' || fail "{{history}} limits"
+import json, sys, urllib.request
+url, key = sys.argv[1], sys.argv[2]
+def turns(pipe, words):
+    sid, out = None, []
+    for w in words:
+        body = {"input": w, **({"session": sid} if sid else {})}
+        r = urllib.request.Request(f"{url}/v1/pipelines/{pipe}", json.dumps(body).encode(),
+                                   {"Content-Type": "application/json", "Authorization": f"Bearer {key}"})
+        j = json.load(urllib.request.urlopen(r))
+        sid = j["session"]
+        out.append(j["reply"])
+    return out
+r = turns("chat", ["one", "two", "three", "four"])
+assert r[3].startswith("heard: four | Caller: two\nAgent: heard: two | "), r
+assert r[3].count("\nCaller: three\nAgent: heard: three | ") == 1, r
+r = turns("brief", ["一二三四五六七八九十", "hi", "yo"])
+assert r == ["", "Caller: 一二三四五六七八九十\nAgent:", ""], r
+PY
+echo "ok   {{history}}: the last history_turns turns, the oldest dropped first past history_tokens"
 
 t 1 -c "$tmp/rt.yaml" --url "$url" $S/fail.yaml
 has out "PASS  $S/fail.yaml: passes"
