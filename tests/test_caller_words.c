@@ -97,10 +97,25 @@ static void test_refusals(void **state) {
         if (rt_caller_refuses(NO[i])) fail_msg("\"%s\" is not a refusal", NO[i]);
 }
 
+/* Which answers may be a request of their own (routed as a new topic):
+ * never a refusal, never a plain yes or no. */
+static void test_may_ask(void **state) {
+    (void)state;
+    static const char *const ASKS[] = {"我想问一下公积金怎么提取", "Can I speak to a person?", "不对，我要问医保",
+                                       "no, I want to ask about my pension", "转人工", "what about my tax"};
+    static const char *const ANSWERS[] = {"嗯", "好的", "不是", "不用了，谢谢", "uh huh", "no thanks", "yeah sure",
+                                          "不方便说", "I'd rather not say", "不知道", "skip it"};
+    for (size_t i = 0; i < sizeof ASKS / sizeof *ASKS; i++)
+        if (!rt_caller_may_ask(ASKS[i])) fail_msg("\"%s\" may be a request", ASKS[i]);
+    for (size_t i = 0; i < sizeof ANSWERS / sizeof *ANSWERS; i++)
+        if (rt_caller_may_ask(ANSWERS[i])) fail_msg("\"%s\" answers the question", ANSWERS[i]);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_yesno_table),
         cmocka_unit_test(test_lead_rest),
+        cmocka_unit_test(test_may_ask),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -53,7 +53,7 @@ static const word WORDS[] = {
     {"啊", W_FILLER}, {"呀", W_FILLER}, {"吧", W_FILLER}, {"呢", W_FILLER}, {"嘛", W_FILLER},
     {"啦", W_FILLER}, {"了", W_FILLER}, {"呃", W_FILLER}, {"额", W_FILLER}, {"那个", W_FILLER},
     {"喂", W_FILLER}, {"哎", W_FILLER}, {"唉", W_FILLER}, {"哈", W_FILLER}, {"就是", W_FILLER},
-    {"的", W_FILLER},
+    {"的", W_FILLER}, {"谢谢", W_FILLER}, {"谢了", W_FILLER}, {"多谢", W_FILLER}, {"麻烦了", W_FILLER},
     /* English: yes */
     {"yes", W_YES}, {"yeah", W_YES}, {"yea", W_YES}, {"yah", W_YES}, {"ya", W_YES}, {"yep", W_YES},
     {"yup", W_YES}, {"sure", W_YES}, {"ok", W_YES}, {"okay", W_YES}, {"okey", W_YES}, {"o k", W_YES},
@@ -195,4 +195,10 @@ bool rt_caller_refuses(const char *answer) {
         return true;
     }
     return false;
+}
+
+bool rt_caller_may_ask(const char *answer) {
+    size_t rest = 0;
+    if (rt_caller_refuses(answer)) return false;
+    return rt_caller_lead(answer, &rest) == RT_UNKNOWN || rt_says_something(answer + rest);
 }

@@ -403,10 +403,12 @@ static rt_stage_outcome take(rt_run *run, const sb_stage *s, const ask_slot *as,
     int asked_i = (int)(as - a->slots);
     bool any = false;
     for (size_t i = 0; i < a->n; i++) any |= taken[i];
-    /* Nothing that fits a slot's checks (a slot without checks fits
-     * anything): the answer may be a new request (another topic, "转人工");
-     * routed first, it comes back here if it is not. */
-    if (!any && !(checked(as) && valid(as, an->whole)) && rt_run_reroute(run)) return RT_STAGE_REROUTE;
+    /* Nothing that fits a slot's checks (a slot without checks has none
+     * to pass), no refusal and no plain yes or no: the answer may be a new
+     * request (another topic, "转人工"); routed first, it comes back here
+     * if it is not. */
+    if (!any && !(checked(as) && valid(as, an->whole)) && rt_caller_may_ask(rt_run_turn(run)) && rt_run_reroute(run))
+        return RT_STAGE_REROUTE;
     /* The answer as said, when it gave no value to another slot: "my
      * account is 4410032", asked for a name, is not a name. */
     if (!any && an->whole[0] && !rt_caller_refuses(an->whole) && valid(as, an->whole)) {

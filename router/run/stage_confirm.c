@@ -140,7 +140,7 @@ rt_stage_outcome rt_confirm_gate(rt_run *run, const sb_stage *s, bool *go) {
         return RT_STAGE_DONE;
     }
     /* Not a plain answer and nothing corrected: maybe a new request. */
-    if ((yn == RT_UNKNOWN || !plain) && rt_run_reroute(run)) return RT_STAGE_REROUTE;
+    if ((yn == RT_UNKNOWN || !plain) && rt_caller_may_ask(turn) && rt_run_reroute(run)) return RT_STAGE_REROUTE;
     if (sr->confirm_change || ++sr->confirm_noes >= 2) return not_confirmed(run, s);
     return yn == RT_NO ? ask_change(run, s) : read_back(run, s);
 }

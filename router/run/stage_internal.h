@@ -145,6 +145,10 @@ typedef enum { RT_UNKNOWN, RT_YES, RT_NO } rt_yesno;
 rt_yesno rt_caller_yesno(const char *answer);
 rt_yesno rt_caller_lead(const char *answer, size_t *rest);
 bool rt_caller_refuses(const char *answer);
+/* Whether the answer could be a request of its own: it neither declines
+ * nor is a plain yes or no ("嗯", "no thanks"), which answer the question
+ * asked and are never routed as a new topic. */
+bool rt_caller_may_ask(const char *answer);
 
 /* clarify.c: the answer to "A or B?" (n 2) or "did you mean A?" (n 1).
  * PICKED: *picked is the option's index; NEITHER: none of them; NEW: a
