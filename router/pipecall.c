@@ -244,6 +244,10 @@ void rt_pipeline_call(rt_req *q, const char *name, const char *input, const char
              ? rt_run_start_at(&q->r->ex, &ref, q->sess->stage, q->sess->intent, q->sess->slots, input, &sink,
                                &q->run, err)
              : rt_run_start_ref(&q->r->ex, &ref, input, &sink, &q->run, err);
+    if (!rc && (rc = rt_turn_context(q, q->pipe, q->run, q->sess && q->sess->stage < 0, err))) {
+        rt_run_cancel(q->run);
+        q->run = NULL;
+    }
     if (rc) {
         rt_req_error(q, 500, "server_error", "internal", "%s", err);
         return;

@@ -323,6 +323,13 @@ void rt_turn_failed(rt_req *q, const sb_pipeline *p);
  * for the session's next turn (rt_waiting_take). As commit otherwise. */
 int  rt_turn_asked(rt_req *q, const sb_pipeline *p, const rt_run *run, const char *input, const char *question,
                    rt_turn_view *view, char *err);
+/* What the session gives a run it starts (router/run/topic.c): the last
+ * turns before it as {{history}} (conversation.history_turns, trimmed to
+ * history_tokens; a resumed run keeps those it began with, so the answers
+ * to its own questions are not shown twice beside {{input}}), and - fresh:
+ * a run from the start - the slots gathered so far. 0, or an error in err
+ * (the turn is not run). */
+int  rt_turn_context(rt_req *q, const sb_pipeline *p, rt_run *run, bool fresh, char *err);
 void rt_waiting_put(rt *r, const rt_session *ss, rt_run *run, double ttl_s);
 /* NULL: none (gone with a restart), or its session took a turn on another
  * router since (the run is stale: dropped). */

@@ -220,6 +220,79 @@ int rt_turn_asked(rt_req *q, const sb_pipeline *p, const rt_run *run, const char
     return 0;
 }
 
+/* ------------------------------------------------------------- context */
+
+/* A turn's words on one line: a caller who could start a line in the
+ * composer's prompt could write a turn of the agent's. */
+static void one_line(sb_jw *w, const char *text) {
+    for (const char *t = text; *t; t++) sb_jw_raw(w, *t == '\n' || *t == '\r' ? " " : t, 1);
+}
+
+/* About how many tokens text takes: one per non-ASCII character (a CJK
+ * character is one or two for the small models' vocabularies) and one per
+ * four ASCII bytes. The router has no tokenizer; this errs on the side of
+ * a shorter history. */
+static int tokens_about(const char *text, size_t len) {
+    int ascii = 0, other = 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)text[i];
+        if (c < 0x80) ascii++;
+        else if ((c & 0xC0) != 0x80) other++;
+    }
+    return other + (ascii + 3) / 4;
+}
+
+/* The last history_turns turns, "Caller: ...\nAgent: ...\n" each, the
+ * oldest dropped first until they fit history_tokens. */
+static int history(rt_req *q, const sb_pipeline *p, sb_jw *out, char *err) {
+    sb_jw t;
+    sb_jw_init(&t);
+    int rc = rt_session_transcript_json(q->r->sessions, q->sess->id, &t, err);
+    sb_json_doc *d = NULL;
+    if (!rc && (t.oom || sb_json_parse(t.p, t.len, &d, NULL))) rc = sb_seterr(err, SB_ENOMEM, "out of memory");
+    sb_jw_free(&t);
+    if (rc) return rc;
+    const sb_json *turns = sb_json_root(d);
+    size_t n = sb_json_len(turns), from = n > (size_t)p->conv.history_turns ? n - (size_t)p->conv.history_turns : 0;
+    sb_jw lines[50];
+    int used = 0;
+    size_t first = n;
+    for (size_t i = n; i > from; i--) {
+        const sb_json *turn = sb_json_at(turns, i - 1);
+        sb_jw *w = &lines[i - 1 - from];
+        sb_jw_init(w);
+        sb_jw_raw(w, "Caller: ", 8);
+        one_line(w, sb_json_str(sb_json_get(turn, "caller")));
+        sb_jw_raw(w, "\nAgent: ", 8);
+        one_line(w, sb_json_str(sb_json_get(turn, "reply")));
+        sb_jw_raw(w, "\n", 1);
+        used += tokens_about(w->p ? w->p : "", w->len);
+        if (used > p->conv.history_tokens) { sb_jw_free(w); break; }
+        first = i - 1;
+    }
+    for (size_t i = first; i < n; i++) {
+        sb_jw *w = &lines[i - from];
+        sb_jw_raw(out, w->p ? w->p : "", w->len);
+        if (w->oom) out->oom = 1;
+        sb_jw_free(w);
+    }
+    sb_jw_raw(out, "", 0);
+    sb_json_doc_free(d);
+    return out->oom ? sb_seterr(err, SB_ENOMEM, "out of memory") : 0;
+}
+
+int rt_turn_context(rt_req *q, const sb_pipeline *p, rt_run *run, bool fresh, char *err) {
+    if (!q->sess) return 0;
+    if (fresh && rt_run_carry_slots(run, q->sess->slots)) return sb_seterr(err, SB_ENOMEM, "out of memory");
+    if (!p->conv.history_turns || !q->sess->turns) return 0;
+    sb_jw w;
+    sb_jw_init(&w);
+    int rc = history(q, p, &w, err);
+    if (!rc && rt_run_set_history(run, w.p)) rc = sb_seterr(err, SB_ENOMEM, "out of memory");
+    sb_jw_free(&w);
+    return rc;
+}
+
 /* ------------------------------------------------------- suspended runs */
 
 /* A run that asked waits here, in memory, for its session's next turn;

@@ -11,6 +11,10 @@ it_init convtest
 run=$tmp/run
 port=$(it_ports 1)
 S=tests/data/convtest
+# The tiny random E5 fixture (as it_clarify builds it): with 1nn an exact
+# example is its own nearest, so the desk pipeline routes its scripts' words.
+python3 -c 'import sys; sys.path.insert(0, "tests"); import e5_tiny; e5_tiny.make_model(sys.argv[1])' "$tmp/tiny.e5s1"
+"$SB" convert-e5 "$tmp/tiny.e5s1" "$tmp/e5.gguf" > /dev/null || { echo "FAIL convert-e5"; exit 1; }
 cat > "$tmp/rt.yaml" <<YAML
 runtime:
   dir: $run
@@ -19,6 +23,7 @@ runtime:
   drain_ms: 2000
 models:
   tiny: { gguf: $DATA/tiny-llama-spm-Q4_K_M.gguf, threads: 1, ctx: 512, max_tokens: 8 }
+  e5: { gguf: $tmp/e5.gguf, threads: 1, max_queue: 8 }
 pipelines:
   ask:
     conversation: { ttl_s: 600 }
@@ -49,6 +54,59 @@ pipelines:
         min_confidence: 1
         fallback: human
       - { name: say, kind: tool, command: ["/bin/echo", "{{intent}}: {{input}}"] }
+  desk:
+    conversation: { ttl_s: 600, topic_switch: 0.1 }
+    stages:
+      - name: route
+        kind: intent
+        model: e5
+        classifier: 1nn
+        labels:
+          billing: { examples: ["my bill is wrong", "电费不对"] }
+          # The last example of each is there to be routed: were a refusal or a
+          # plain yes routed, it would switch topic (topic.yaml checks it is not).
+          tax: { examples: ["my income tax return", "个税怎么申报了", "I'd rather not say"] }
+          human: { examples: ["operator", "转人工", "uh huh"] }
+      - name: extract
+        kind: generate
+        model: tiny
+        when: { intent: [billing] }
+        json: true
+        prompt: "The account in: {{input}}"
+        max_tokens: 4
+        ask:
+          account:
+            question: { zh: "请问您的账号是多少？", en: "What is your account number?" }
+            pattern: "^[0-9]{7}$"
+      - name: taxid
+        kind: generate
+        model: tiny
+        when: { intent: [tax] }
+        json: true
+        prompt: "The account and year in: {{input}}"
+        max_tokens: 4
+        ask:
+          account: { question: { en: "What is your account number?" }, pattern: "^[0-9]{7}$" }
+          year: { question: { zh: "哪一年的？", en: "For which year?" }, pattern: "^20[0-9][0-9]$" }
+      - name: open_case
+        kind: tool
+        when: { intent: [billing] }
+        command: ["/bin/echo", "case opened for {{stages.extract.json.account}}"]
+        confirm: true
+        readback:
+          zh: "将为账号 {{stages.extract.json.account}} 登记，可以吗？"
+          en: "I will open a case for account {{stages.extract.json.account}}. Shall I go ahead?"
+      - { name: file_tax, kind: tool, when: { intent: [tax] },
+          command: ["/bin/echo", "tax return {{stages.taxid.json.year}} for {{stages.taxid.json.account}}"] }
+      - { name: say, kind: tool, when: { intent: [human] }, command: ["/bin/echo", "{{intent}}: {{input}}"] }
+  chat:
+    conversation: { ttl_s: 600, history_turns: 2 }
+    stages:
+      - { name: say, kind: tool, command: ["/bin/echo", "heard: {{input}} | {{history}}"] }
+  brief:
+    conversation: { ttl_s: 600, history_turns: 50, history_tokens: 16 }
+    stages:
+      - { name: say, kind: tool, command: ["printf", "%s", "{{history}}"] }
 YAML
 export SB_TEST_API_KEY="convtest-key-$$"
 fail() { echo "FAIL $*"; echo "--- stdout"; head -40 "$tmp/out"; echo "--- stderr"; head -20 "$tmp/err"; exit 1; }
@@ -69,7 +127,7 @@ has err "$S/bad_key.yaml:6:9: conversations[0].turns[0]: unknown key 'reply_cont
 t 2 -c "$tmp/rt.yaml" $S/bad_hangup.yaml
 has err "$S/bad_hangup.yaml:5:9: conversations[0].turns[0]: a hang-up ends the conversation"
 t 2 -c "$tmp/rt.yaml" $S/pass.yaml $S/bad_pipeline.yaml $S/bad_key.yaml
-has err "$S/bad_pipeline.yaml:3:15: conversations[0].pipeline: 'nosuch' is not a pipeline of the config (it has: ask, short, route)"
+has err "$S/bad_pipeline.yaml:3:15: conversations[0].pipeline: 'nosuch' is not a pipeline of the config (it has: ask, short, route, desk, chat, brief)"
 has err "bad_key.yaml:6:9"      # every bad script is named, not only the first
 [ -s "$tmp/out" ] && fail "a bad script ran conversations"
 ls "$run" >/dev/null 2>&1 && fail "a bad script started the runtime"
@@ -104,6 +162,35 @@ echo "ok   a port already taken is not mistaken for the started runtime (exit 3)
 t 0 -c "$tmp/rt.yaml" --url "$url" $S/pass.yaml
 has out "conversations 4, passed 4"
 echo "ok   --url: the same scripts pass against a running runtime"
+
+t 0 -c "$tmp/rt.yaml" --url "$url" $S/confirm.yaml $S/topic.yaml
+has out "conversations 13, passed 13"
+has out "by language: en 9/9, zh 4/4"
+echo "ok   confirm before acting and topic changes: the readback, yes/no/corrections, a new topic keeping its slots, {{history}}"
+
+# {{history}}'s limits: the last history_turns turns, and the oldest
+# dropped first until the estimate fits history_tokens (here 16: a turn of
+# ten Chinese characters and 17 ASCII bytes is 15, the next one more).
+python3 - "$url" "$SB_TEST_API_KEY" <<'PY' || fail "{{history}} limits"
+import json, sys, urllib.request
+url, key = sys.argv[1], sys.argv[2]
+def turns(pipe, words):
+    sid, out = None, []
+    for w in words:
+        body = {"input": w, **({"session": sid} if sid else {})}
+        r = urllib.request.Request(f"{url}/v1/pipelines/{pipe}", json.dumps(body).encode(),
+                                   {"Content-Type": "application/json", "Authorization": f"Bearer {key}"})
+        j = json.load(urllib.request.urlopen(r))
+        sid = j["session"]
+        out.append(j["reply"])
+    return out
+r = turns("chat", ["one", "two", "three", "four"])
+assert r[3].startswith("heard: four | Caller: two\nAgent: heard: two | "), r
+assert r[3].count("\nCaller: three\nAgent: heard: three | ") == 1, r
+r = turns("brief", ["一二三四五六七八九十", "hi", "yo"])
+assert r == ["", "Caller: 一二三四五六七八九十\nAgent:", ""], r
+PY
+echo "ok   {{history}}: the last history_turns turns, the oldest dropped first past history_tokens"
 
 t 1 -c "$tmp/rt.yaml" --url "$url" $S/fail.yaml
 has out "PASS  $S/fail.yaml: passes"

@@ -7,7 +7,9 @@
 # off, refusals of an optional and of a required slot, the hand-off
 # package (intent, slots, transcript, summary, reason), its delivery to a
 # receiver that fails its first two attempts (and across a kill -9 of the
-# router), and a call routed to a hand-off intent.
+# router), a confirmation awaited across a kill -9 (the readback's slots
+# and the awaited answer come back from the session), and a call routed to
+# a hand-off intent.
 set -u
 cd "$(dirname "$0")/.."
 . tests/itlib.sh
@@ -46,6 +48,22 @@ pipelines:
           name: { zh: "请问您怎么称呼？", en: "And your name?" }
         handoff: { zh: "正在为您转接人工服务，请稍候。", en: "Putting you through to a colleague." }
       - { name: say, kind: tool, command: ["/bin/echo", "account {{stages.extract.json.account}} id {{stages.extract.json.id}} name {{stages.extract.json.name}}"] }
+  confirm:
+    conversation: { ttl_s: 600 }
+    stages:
+      - name: extract
+        kind: generate
+        model: tiny
+        json: true
+        prompt: "Extract the account from: {{input}}"
+        max_tokens: 4
+        ask:
+          account: { question: { en: "What is your account number?" }, pattern: "^[0-9]{7}$" }
+      - name: file
+        kind: tool
+        command: ["/bin/echo", "filed for {{stages.extract.json.account}}"]
+        confirm: true
+        readback: { en: "I will file a request for account {{stages.extract.json.account}}. Go ahead?" }
   bytes:
     conversation: { ttl_s: 600, max_bytes: 1024, handoff_url: "http://127.0.0.1:$rport/handoff" }
     stages:

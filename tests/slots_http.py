@@ -207,10 +207,24 @@ check(st == 200 and handoffs[kid].get("reason") == "refused", "a call handed off
 end = time.time() + 10
 while time.time() < end and attempts.get(kid, 0) < 3:
     time.sleep(0.05)
+# A confirmation awaited when the router dies: the session keeps the stage
+# that asked, what it awaits and the slots its readback names.
+st, j = req("POST", "/v1/pipelines/confirm", {"input": "I want to file a request"})
+cid = j and j.get("session")
+st, j = req("POST", "/v1/pipelines/confirm", {"input": "4410032", "session": cid})
+check(st == 200 and j["awaiting"] == {"kind": "confirm"} and "account 4410032. Go ahead?" in j["reply"],
+      "a confirm stage reads back what it will do with the account", (st, j))
 pid = itlib.router_pid(RUN)
 os.kill(pid, signal.SIGKILL)
 new = itlib.wait_router(RUN, pid, lambda: req("GET", "/v1/models")[0] == 200)
 check(new is not None, f"the supervisor restarted the router after kill -9 (pid {pid} -> {new})")
+st, j = req("POST", "/v1/pipelines/confirm", {"input": "no, it's 4410033", "session": cid})
+check(st == 200 and j["awaiting"] == {"kind": "confirm"} and "account 4410033. Go ahead?" in j["reply"]
+      and j["state"]["slots"].get("account") == "4410033",
+      "after a kill -9 the awaited confirmation is answered: a correction is read back", (st, j))
+st, j = req("POST", "/v1/pipelines/confirm", {"input": "yes", "session": cid})
+check(st == 200 and j["reply"] == "filed for 4410033" and j["awaiting"] is None,
+      "... and the yes runs the tool with the corrected account", (st, j))
 with lock:
     before = attempts.get(kid, 0)
     held.discard(kid)

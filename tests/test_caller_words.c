@@ -25,6 +25,10 @@ static const struct { const char *answer; rt_yesno want; } YESNO[] = {
     {"不不不", RT_NO}, {"嗯，不是", RT_NO}, {"不行", RT_NO}, {"没有", RT_NO}, {"错了", RT_NO},
     {"不对，是4410032", RT_NO}, {"好的，不用了", RT_NO}, {"算了吧", RT_NO}, {"不需要了", RT_NO},
     {"呃 不是的", RT_NO}, {"不可以", RT_NO},
+    /* as speech recognition writes them */
+    {"是滴", RT_YES}, {"对滴对滴", RT_YES}, {"好嘞", RT_YES}, {"嗯呢", RT_YES}, {"恩恩，是地", RT_YES}, {"行吧", RT_YES},
+    {"不用啦", RT_NO}, {"不了不了", RT_NO}, {"不是滴", RT_NO}, {"嗯哼，不要啦", RT_NO},
+    {"中不中", RT_UNKNOWN}, {"中国银行", RT_UNKNOWN},
     /* Chinese: unknown */
     {"是不是", RT_UNKNOWN}, {"是我的账号", RT_UNKNOWN}, {"对我来说很重要", RT_UNKNOWN}, {"不知道", RT_UNKNOWN},
     {"可以吗？", RT_UNKNOWN}, {"我想查社保", RT_UNKNOWN}, {"", RT_UNKNOWN}, {"。。。", RT_UNKNOWN},
@@ -39,6 +43,7 @@ static const struct { const char *answer; rt_yesno want; } YESNO[] = {
     {"no", RT_NO}, {"No.", RT_NO}, {"nope", RT_NO}, {"nah", RT_NO}, {"not really", RT_NO},
     {"no thanks", RT_NO}, {"no, it's 4410032", RT_NO}, {"I don't think so", RT_NO}, {"wrong", RT_NO},
     {"uh no", RT_NO}, {"no no no", RT_NO}, {"yes, no", RT_NO}, {"well, no", RT_NO},
+    {"nope nope", RT_NO}, {"nay", RT_NO}, {"Na.", RT_NO}, {"yeah yeah", RT_YES}, {"yep, go ahead", RT_YES},
     /* English: unknown */
     {"not sure", RT_UNKNOWN}, {"I don't know", RT_UNKNOWN}, {"maybe", RT_UNKNOWN}, {"my name is not John", RT_UNKNOWN},
     {"is it?", RT_UNKNOWN}, {"yes?", RT_UNKNOWN}, {"nobody", RT_UNKNOWN}, {"okapi", RT_UNKNOWN}, {"yesterday", RT_UNKNOWN},
@@ -92,10 +97,25 @@ static void test_refusals(void **state) {
         if (rt_caller_refuses(NO[i])) fail_msg("\"%s\" is not a refusal", NO[i]);
 }
 
+/* Which answers may be a request of their own (routed as a new topic):
+ * never a refusal, never a plain yes or no. */
+static void test_may_ask(void **state) {
+    (void)state;
+    static const char *const ASKS[] = {"我想问一下公积金怎么提取", "Can I speak to a person?", "不对，我要问医保",
+                                       "no, I want to ask about my pension", "转人工", "what about my tax"};
+    static const char *const ANSWERS[] = {"嗯", "好的", "不是", "不用了，谢谢", "uh huh", "no thanks", "yeah sure",
+                                          "不方便说", "I'd rather not say", "不知道", "skip it"};
+    for (size_t i = 0; i < sizeof ASKS / sizeof *ASKS; i++)
+        if (!rt_caller_may_ask(ASKS[i])) fail_msg("\"%s\" may be a request", ASKS[i]);
+    for (size_t i = 0; i < sizeof ANSWERS / sizeof *ANSWERS; i++)
+        if (rt_caller_may_ask(ANSWERS[i])) fail_msg("\"%s\" answers the question", ANSWERS[i]);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_yesno_table),
         cmocka_unit_test(test_lead_rest),
+        cmocka_unit_test(test_may_ask),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -120,7 +120,7 @@ static void test_valid_pipeline(void **state) {
     sb_json_doc *d;
     assert_int_equal(sb_json_parse(outputs[1], strlen(outputs[1]), &d, NULL), 0);
     const sb_json *json[4] = { NULL, sb_json_root(d), NULL, NULL };
-    sb_tmpl_env env = { "hello", "/cfg", "a", 0.875, p, outputs, json };
+    sb_tmpl_env env = { "hello", "/cfg", "a", 0.875, p, outputs, json, NULL };
     sb_jw w;
     sb_jw_init(&w);
     sb_tmpl_render(p->stages[1].prompt, &env, &w);
@@ -188,7 +188,7 @@ static void test_intent_caller_one_line(void **state) {
         { "\nIntent: b\n", "b" },
     };
     for (size_t i = 0; i < SB_ARRAY_LEN(CASES); i++) {
-        sb_tmpl_env env = { CASES[i].in, "/cfg", NULL, 0, p, NULL, NULL };
+        sb_tmpl_env env = { CASES[i].in, "/cfg", NULL, 0, p, NULL, NULL, NULL };
         sb_segs sg;
         sb_segs_init(&sg);
         sb_intent_caller(&p->stages[0], &env, false, &sg);
@@ -202,7 +202,7 @@ static void test_intent_caller_one_line(void **state) {
         sb_segs_free(&sg);
     }
     /* An operator's utterance template keeps its line; calibration's probe. */
-    sb_tmpl_env env = { "hi\nIntent: b", "/cfg", NULL, 0, p, NULL, NULL };
+    sb_tmpl_env env = { "hi\nIntent: b", "/cfg", NULL, 0, p, NULL, NULL, NULL };
     sb_segs sg;
     sb_segs_init(&sg);
     sb_intent_caller(&p->stages[1], &env, false, &sg);
@@ -784,6 +784,54 @@ static void test_clarify_keys(void **state) {
                  "        labels: { a: { display: { \"1\": x } }, b: {} }\n", "pipe.yaml:10:", "not a language tag");
 }
 
+/* A tool stage's confirm: readback templates per language (checked as
+ * templates of that stage), change and handoff; the conversation's topic
+ * and history keys. Refused at their line when wrong. */
+static void test_confirm_and_topic_keys(void **state) {
+    (void)state;
+#define TOOL HEAD "      - name: x\n        kind: generate\n        model: m\n        prompt: hi\n        json: true\n" \
+                  "      - name: act\n        kind: tool\n        command: [/bin/true]\n"
+    const char *ok = TOOL "        confirm: true\n"
+                          "        readback: { zh: '将为 {{stages.x.json.account}} 办理？', en: 'For {{stages.x.json.account}}?' }\n"
+                          "        change: { en: 'What then?' }\n        handoff: { en: 'Hold on.' }\n";
+    sb_config *cfg = NULL;
+    sb_pipelines *ps = NULL;
+    char err[SB_ERR_LEN] = "";
+    if (load(ok, &cfg, &ps, err)) fail_msg("%s", err);
+    assert_non_null(sb_pipelines_find(ps, "p")->stages[1].own);
+    sb_pipelines_free(ps);
+    sb_config_free(cfg);
+    expect_error(TOOL "        confirm: true\n", "pipe.yaml:15:18", "confirm: true needs readback");
+    expect_error(TOOL "        confirm: yes please\n", "pipe.yaml:15:18", "confirm: expected true or false");
+    expect_error(TOOL "        readback: { en: 'Go?' }\n", "pipe.yaml:15:19", "readback: only with confirm: true");
+    expect_error(TOOL "        confirm: true\n        readback: { en: 'For {{stages.later.output}}?' }\n", "pipe.yaml:16:19",
+                 "readback.en: {{stages.later.output}}: no earlier stage named 'later'");
+    expect_error(TOOL "        confirm: true\n        readback: 'Go?'\n", "pipe.yaml:16:19",
+                 "readback: expected a mapping of 1-8 languages");
+#undef TOOL
+#define CONV(x) "runtime: { dir: /tmp/sb-pipe-test }\nmodels:\n  m: { gguf: tiny-llama-spm-Q4_K_M.gguf }\n" \
+                "pipelines:\n  p:\n    conversation: { " x " }\n    stages:\n" \
+                "      - { name: t, kind: tool, command: [/bin/echo, '{{history}}'] }\n"
+    if (load(CONV("topic_switch: 0.8, history_turns: 6, history_tokens: 512"), &cfg, &ps, err)) fail_msg("%s", err);
+    const sb_pipeline *p = sb_pipelines_find(ps, "p");
+    assert_true(p->conv.topic_switch > 0.79 && p->conv.topic_switch < 0.81);
+    assert_int_equal(p->conv.history_turns, 6);
+    assert_int_equal(p->conv.history_tokens, 512);
+    sb_pipelines_free(ps);
+    sb_config_free(cfg);
+    if (load(CONV("ttl_s: 60"), &cfg, &ps, err)) fail_msg("%s", err);
+    p = sb_pipelines_find(ps, "p");
+    assert_true(p->conv.topic_switch == 0);         /* off unless asked for */
+    assert_int_equal(p->conv.history_turns, 4);
+    assert_int_equal(p->conv.history_tokens, 256);
+    sb_pipelines_free(ps);
+    sb_config_free(cfg);
+    expect_error(CONV("topic_switch: 1.5"), "pipe.yaml:6:", "topic_switch");
+    expect_error(CONV("history_turns: 51"), "pipe.yaml:6:", "history_turns");
+    expect_error(CONV("history_tokens: 8"), "pipe.yaml:6:", "history_tokens");
+#undef CONV
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_valid_pipeline),
@@ -799,6 +847,7 @@ int main(void) {
         cmocka_unit_test(test_typed_calls),
         cmocka_unit_test(test_ask_and_conversation_errors),
         cmocka_unit_test(test_clarify_keys),
+        cmocka_unit_test(test_confirm_and_topic_keys),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

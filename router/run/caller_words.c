@@ -35,21 +35,25 @@ static const word WORDS[] = {
     {"没错", W_YES}, {"没问题", W_YES}, {"好的", W_YES}, {"好啊", W_YES}, {"好", W_YES}, {"可以", W_YES},
     {"行", W_YES}, {"确认", W_YES}, {"确定", W_YES}, {"当然", W_YES}, {"正确", W_YES}, {"不错", W_YES},
     {"要的", W_YES}, {"需要", W_YES}, {"没错儿", W_YES}, {"对头", W_YES},
+    /* as speech recognition writes them: homophones of 的, drawled particles */
+    {"是滴", W_YES}, {"是地", W_YES}, {"对滴", W_YES}, {"对地", W_YES}, {"好滴", W_YES}, {"好嘞", W_YES},
+    {"好哒", W_YES}, {"行吧", W_YES}, {"中", W_YES}, {"嗯呢", W_WEAK_YES}, {"嗯哼", W_WEAK_YES}, {"恩恩", W_WEAK_YES},
     {"嗯", W_WEAK_YES}, {"嗯嗯", W_WEAK_YES}, {"恩", W_WEAK_YES}, {"哦", W_WEAK_YES}, {"噢", W_WEAK_YES},
     /* Chinese: no */
     {"不是", W_NO}, {"不对", W_NO}, {"不用", W_NO}, {"不用了", W_NO}, {"不要", W_NO}, {"不要了", W_NO},
     {"不行", W_NO}, {"不好", W_NO}, {"不可以", W_NO}, {"不需要", W_NO}, {"不", W_NO}, {"没有", W_NO},
     {"错了", W_NO}, {"错", W_NO}, {"否", W_NO}, {"算了", W_NO}, {"别", W_NO}, {"不必", W_NO},
     {"不确认", W_NO}, {"搞错了", W_NO},
+    {"不用啦", W_NO}, {"不要啦", W_NO}, {"不了", W_NO}, {"不是滴", W_NO}, {"不是地", W_NO},
     /* Chinese: doubt, questions */
     {"不知道", W_DOUBT}, {"不确定", W_DOUBT}, {"不清楚", W_DOUBT}, {"不晓得", W_DOUBT}, {"是不是", W_DOUBT},
     {"对不对", W_DOUBT}, {"好不好", W_DOUBT}, {"行不行", W_DOUBT}, {"可不可以", W_DOUBT}, {"吗", W_DOUBT},
-    {"说不好", W_DOUBT}, {"不一定", W_DOUBT},
+    {"说不好", W_DOUBT}, {"不一定", W_DOUBT}, {"中不中", W_DOUBT},
     /* Chinese: fillers */
     {"啊", W_FILLER}, {"呀", W_FILLER}, {"吧", W_FILLER}, {"呢", W_FILLER}, {"嘛", W_FILLER},
     {"啦", W_FILLER}, {"了", W_FILLER}, {"呃", W_FILLER}, {"额", W_FILLER}, {"那个", W_FILLER},
     {"喂", W_FILLER}, {"哎", W_FILLER}, {"唉", W_FILLER}, {"哈", W_FILLER}, {"就是", W_FILLER},
-    {"的", W_FILLER},
+    {"的", W_FILLER}, {"谢谢", W_FILLER}, {"谢了", W_FILLER}, {"多谢", W_FILLER}, {"麻烦了", W_FILLER},
     /* English: yes */
     {"yes", W_YES}, {"yeah", W_YES}, {"yea", W_YES}, {"yah", W_YES}, {"ya", W_YES}, {"yep", W_YES},
     {"yup", W_YES}, {"sure", W_YES}, {"ok", W_YES}, {"okay", W_YES}, {"okey", W_YES}, {"o k", W_YES},
@@ -63,6 +67,7 @@ static const word WORDS[] = {
     {"no", W_NO}, {"nope", W_NO}, {"nah", W_NO}, {"naw", W_NO}, {"not really", W_NO}, {"not", W_NO},
     {"no thanks", W_NO}, {"no thank you", W_NO}, {"wrong", W_NO}, {"that's wrong", W_NO},
     {"incorrect", W_NO}, {"negative", W_NO}, {"never", W_NO}, {"no way", W_NO}, {"don't", W_NO},
+    {"noe", W_NO}, {"nay", W_NO}, {"na", W_NO},
     {"do not", W_NO}, {"i don't think so", W_NO}, {"not at all", W_NO}, {"cancel", W_NO},
     /* English: doubt */
     {"not sure", W_DOUBT}, {"i'm not sure", W_DOUBT}, {"don't know", W_DOUBT}, {"i don't know", W_DOUBT},
@@ -190,4 +195,10 @@ bool rt_caller_refuses(const char *answer) {
         return true;
     }
     return false;
+}
+
+bool rt_caller_may_ask(const char *answer) {
+    size_t rest = 0;
+    if (rt_caller_refuses(answer)) return false;
+    return rt_caller_lead(answer, &rest) == RT_UNKNOWN || rt_says_something(answer + rest);
 }

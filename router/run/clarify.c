@@ -66,7 +66,7 @@ static bool names(const char *text, const rt_clarify_option *o) {
 
 /* Whether anything but white space and punctuation (ASCII, and the
  * CJK and full-width forms: E3 80 xx, EF BC xx) is left. */
-static bool says_something(const char *text) {
+bool rt_says_something(const char *text) {
     for (const unsigned char *p = (const unsigned char *)text; *p;) {
         if (*p < 0x80) {
             if (isalnum(*p)) return true;
@@ -114,7 +114,7 @@ rt_clarify_verdict rt_clarify_read(const char *answer, const rt_clarify_option *
     }
     if (lead == RT_YES && n == 1) { *picked = 0; return RT_CLARIFY_PICKED; }
     if (lead == RT_NO) {
-        if (!says_something(answer + rest)) return RT_CLARIFY_NEITHER;
+        if (!rt_says_something(answer + rest)) return RT_CLARIFY_NEITHER;
         *request = rest;
     }
     return RT_CLARIFY_NEW;

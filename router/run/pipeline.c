@@ -55,7 +55,10 @@ static int load_cache_fold(vctx *c, const sb_config_node *n, sb_pipeline *p) {
 
 /* conversation: the pipeline keeps a session per caller (router/sessions.c).
  * ttl_s: idle seconds before a session expires; max_turns: turns before the
- * call ends (done, handed to a person); max_bytes: what a session may store. */
+ * call ends (done, handed to a person); max_bytes: what a session may store;
+ * topic_switch: the confidence at which a caller's answer to a question is
+ * a new topic instead (0: never); history_turns / history_tokens: what
+ * {{history}} shows a composer of the turns before. */
 #define CV(f) offsetof(sb_pipeline, conv.f)
 static const sb_cfg_key conversation_keys[] = {
     { "ttl_s", SB_KEY_INT, 1, 7 * 86400, CV(ttl_s), NULL },
@@ -63,6 +66,9 @@ static const sb_cfg_key conversation_keys[] = {
     { "max_bytes", SB_KEY_INT, 1024, 16 << 20, CV(max_bytes), NULL },
     RT_KEY("handoff_intents"),      /* labels of the pipeline's intent stages, checked after its stages */
     { "handoff_url", SB_KEY_STR, 1, 0, CV(handoff_url), NULL },
+    { "topic_switch", SB_KEY_NUM, 0, 1, CV(topic_switch), NULL },
+    { "history_turns", SB_KEY_INT, 0, 50, CV(history_turns), NULL },
+    { "history_tokens", SB_KEY_INT, 16, 32768, CV(history_tokens), NULL },
     RT_KEYS_END
 };
 
@@ -74,6 +80,8 @@ static int load_conversation(vctx *c, const sb_config_node *n, sb_pipeline *p) {
     p->conv.ttl_s = 1800;
     p->conv.max_turns = 50;
     p->conv.max_bytes = 256 << 10;
+    p->conv.history_turns = 4;
+    p->conv.history_tokens = 256;
     int rc = sb_cfg_want_map(&k, n);
     if (!rc) rc = sb_cfg_keys_check(&k, n, conversation_keys);
     if (!rc) rc = sb_cfg_keys_read(&k, n, conversation_keys, p);

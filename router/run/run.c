@@ -104,7 +104,7 @@ sb_tmpl_env rt_run_env(rt_run *run) {
         run->json[i] = run->res[i].json;
     }
     return (sb_tmpl_env){ run->input, run->conf->cfg->base_dir, run->intent, run->confidence, run->p, run->outputs,
-                          run->json };
+                          run->json, run->history };
 }
 
 static bool when_matches(const rt_run *run, const sb_stage *s) {
@@ -251,12 +251,25 @@ static const rt_stage_kind *running_kind(const rt_run *run) {
 
 static void suspend(rt_run *run);
 
+static bool sets_intent(const rt_run *run) {
+    return run->cur < run->p->n_stages && (rt_stage_kind_of(&run->p->stages[run->cur])->traits & RT_KIND_SETS_INTENT);
+}
+
 /* Where every stage's step ends: one convention for every kind. */
 static void advance(rt_run *run, rt_stage_outcome o) {
     switch (o) {
     case RT_STAGE_DONE:
-        run->cur++;
+        if (sets_intent(run) && run->topic.on) {
+            rt_topic_routed(run);       /* sets cur: the new topic's next stage, or back to the question */
+        } else {
+            if (sets_intent(run)) rt_topic_keep_slots(run);
+            run->cur++;
+        }
         schedule(run);
+        break;
+    case RT_STAGE_REROUTE:
+        if (rt_topic_reroute(run)) finish(run);
+        else schedule(run);
         break;
     case RT_STAGE_WAIT_BACKEND:
         break;
@@ -315,6 +328,7 @@ int rt_run_resume_to(rt_run *run, const char *turn, const rt_sink *sink, char *e
     if (!run->suspended) return sb_seterr(err, SB_EINVAL, "the run does not wait on the caller");
     if (sink) run->sink = *sink;
     rt_run_set_awaiting(run, NULL);     /* the stage says again if it asks again */
+    run->topic.done = false;               /* a new answer: it may be routed */
     char *t = sb_strdup(turn);
     if (!t) return sb_seterr(err, SB_ENOMEM, "out of memory");
     sb_free(run->turn);
@@ -346,7 +360,8 @@ const char *rt_run_handoff_reason(const rt_run *run) {
 }
 
 const sb_json *rt_run_slots(const rt_run *run) {
-    return run->slots_stage >= 0 ? run->res[run->slots_stage].json : NULL;
+    if (run->slots_stage >= 0) return run->res[run->slots_stage].json;
+    return run->kept ? sb_json_root(run->kept) : NULL;
 }
 
 /* What the kind said it awaits, else the stage's name as the slot: a
@@ -435,9 +450,18 @@ int rt_run_start_ref(rt_exec *ex, rt_pipeline_ref *ref, const char *input, const
     return rt_run_start_at(ex, ref, -1, NULL, NULL, input, sink, out, err);
 }
 
-/* The slots a session kept, as the JSON of the stage that gathers them. */
-static void restore_slots(rt_run *run, size_t stage, const char *slots) {
-    stage_res *sr = &run->res[stage];
+/* The slots a session kept, as the JSON of the stage that gathers them:
+ * the stage that asked, or the last before it that gathers slots (a
+ * confirmation reads back what an earlier stage gathered); with none,
+ * they are carried (rt_run_carry_slots). */
+static int restore_slots(rt_run *run, size_t stage, const char *slots) {
+    int at = -1;
+    for (size_t i = 0; i <= stage; i++) {
+        const sb_stage *s = &run->p->stages[i];
+        if (rt_stage_kind_of(s)->gathers && rt_stage_kind_of(s)->gathers(s, NULL)) at = (int)i;
+    }
+    if (at < 0) return slots ? rt_run_carry_slots(run, slots) : 0;
+    stage_res *sr = &run->res[at];
     if (slots && !sb_json_parse(slots, strlen(slots), &sr->doc, NULL)) {
         sr->json = sb_json_root(sr->doc);
         if (sb_json_type_of(sr->json) != SB_JSON_OBJECT) {
@@ -446,6 +470,8 @@ static void restore_slots(rt_run *run, size_t stage, const char *slots) {
             sr->json = NULL;
         }
     }
+    if (sr->json) run->slots_stage = at;
+    return 0;
 }
 
 int rt_run_start_at(rt_exec *ex, rt_pipeline_ref *ref, int stage, const char *intent, const char *slots,
@@ -480,10 +506,10 @@ int rt_run_start_at(rt_exec *ex, rt_pipeline_ref *ref, int stage, const char *in
         run->cur = (size_t)stage;
         run->turn = sb_strdup(input);
         if (intent) run->intent = sb_strdup(intent);
-        restore_slots(run, run->cur, slots);
+        if (restore_slots(run, run->cur, slots)) run->cur = p->n_stages;  /* out of memory: caught below */
     }
     if (!run->input || !run->res || !run->outputs || !run->json || !run->timer || !run->kick ||
-        (at && (!run->turn || (intent && !run->intent)))) {
+        (at && (!run->turn || (intent && !run->intent) || run->cur == p->n_stages))) {
         run_free(run);
         return sb_seterr(err, SB_ENOMEM, "out of memory");
     }
@@ -510,6 +536,7 @@ static void run_free(rt_run *run) {
     sb_free(run->intent);
     sb_free(run->turn);
     sb_free(run->awaiting);
+    rt_topic_free(run);
     if (run->timer) event_free(run->timer);
     if (run->kick) event_free(run->kick);
     rt_conf_release(run->conf);

@@ -29,6 +29,8 @@ typedef struct {
     int clarify_opt[2], clarify_n;  /* intent: the labels the pending question offers (0: an open question) */
     bool clarifying;                /* intent: the caller's next turn answers the stage's question */
     bool turn_read;                 /* intent: this turn's answer was read (a poll starts the stage again) */
+    int confirm_noes;               /* confirm: noes (or answers that were neither) to the readback */
+    bool confirm_change;            /* confirm: the pending question is "what should I change?" */
 } stage_res;
 
 struct rt_run {
@@ -67,7 +69,32 @@ struct rt_run {
     bool done;
     sb_pii_table *pii;              /* the call's placeholders (rt_run_set_privacy), or NULL */
     bool uncacheable;               /* rt_run_uncacheable */
+    /* Conversations: slots carried in (a session's, or a topic's the call
+     * left), and those of them the stages of the run's intent gather. */
+    sb_json_doc *carried, *kept;
+    char *history;                  /* {{history}}: the session's last turns (rt_run_set_history), or NULL */
+    struct {                        /* routing a caller's answer (RT_STAGE_REROUTE) */
+        bool on;                    /* the intent stage runs on the answer now */
+        bool done;                  /* this turn was routed: the asking stage handles it itself */
+        size_t back;                /* the stage that asked */
+        char *input, *intent;       /* the run's own, put back when the topic stays */
+        char *turn;                 /* the answer, for the stage that asked when the topic stays */
+        double confidence;
+        double probs[SB_PIPE_MAX_LABELS];
+        bool fell_back;
+        char *intent_output;        /* the intent stage's output */
+    } topic;
 };
+
+/* topic.c: the run's topic across turns. keep_slots: after an intent
+ * stage decided, the carried slots its stages gather are kept. reroute:
+ * the running stage's answer goes to the intent stage before it (true:
+ * out of memory, the run fails). routed: that stage decided: a new topic
+ * goes on after it, else the stage that asked gets its answer back. */
+void rt_topic_keep_slots(rt_run *run);
+bool rt_topic_reroute(rt_run *run);
+void rt_topic_routed(rt_run *run);
+void rt_topic_free(rt_run *run);
 
 /* The calibration prior measured for intent stage s, or NULL. */
 rt_prior *rt_run_prior(rt_run *run, const sb_stage *s);

@@ -171,6 +171,9 @@ typedef struct {
         char *handoff_url;          /* where hand-off packages are POSTed, or NULL */
         char **handoff_intents;     /* labels that end the call with a hand-off (asked / rejected) */
         size_t n_handoff_intents;
+        double topic_switch;        /* an answer routed to another intent this sure is a new topic; 0: never */
+        int history_turns;          /* {{history}}: the last turns shown (default 4; 0: none) */
+        int history_tokens;         /* ... trimmed, oldest first, to about this many tokens (default 256) */
     } conv;
 } sb_pipeline;
 
@@ -199,6 +202,7 @@ typedef struct {
     const sb_pipeline *pipe;
     const char *const *outputs;     /* per stage; NULL = not run */
     const sb_json *const *json;     /* per stage; NULL = none */
+    const char *history;            /* {{history}}: a conversation's turns before this one; NULL = none */
 } sb_tmpl_env;
 
 /* Render into w (raw text, no JSON escaping): tool arguments, stdin, bodies. */
@@ -391,8 +395,17 @@ void rt_run_awaiting_json(const rt_run *run, sb_jw *w);
 int  rt_run_start_at(rt_exec *ex, rt_pipeline_ref *ref, int stage, const char *intent, const char *slots,
                      const char *input, const rt_sink *sink, rt_run **out, char *err);
 /* The call's slots: the JSON object of the stage that gathers them (a
- * generate stage with `ask:`), or NULL. */
+ * generate stage with `ask:`), else those carried in that still apply,
+ * or NULL. */
 const sb_json *rt_run_slots(const rt_run *run);
+/* A conversation's next call (router/run/topic.c): slots (JSON object
+ * text) the session gathered so far - the run keeps those that the stages
+ * of its intent gather, and a stage that gathers slots starts from them -
+ * and history, the turns before this one as {{history}} shows them. Set
+ * right after the run starts or resumes, before the loop runs. 0 or
+ * SB_ENOMEM. */
+int rt_run_carry_slots(rt_run *run, const char *slots);
+int rt_run_set_history(rt_run *run, const char *text);
 /* The intent's confidence (0 without an intent). */
 double rt_run_confidence(const rt_run *run);
 /* Why the call goes to a person after this run: a stage's hand-off

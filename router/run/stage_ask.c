@@ -92,6 +92,13 @@ void rt_ask_free(sb_stage *s) {
     s->own = NULL;
 }
 
+bool rt_ask_gathers(const sb_stage *s, const char *slot) {
+    const ask_conf *a = s->own;
+    for (size_t i = 0; a && slot && i < a->n; i++)
+        if (!strcmp(a->slots[i].slot, slot)) return true;
+    return a && !slot;
+}
+
 /* ------------------------------------------------------------ loading */
 
 static const char *const CHECKSUMS[] = {"none", "resident_id", "luhn", NULL};
@@ -249,14 +256,37 @@ static rt_stage_outcome ask(rt_run *run, const sb_stage *s, const ask_slot *as, 
 
 static rt_stage_outcome oom(rt_run *run) { return rt_stage_fail(run, 500, "internal", "%s%s", "out of memory", ""); }
 
+static int rewrite(stage_res *sr, const ask_conf *a, const char *const *set);
+
+/* The slots the call carried in (an earlier question's, a topic it left)
+ * fill those the extraction left empty or wrote as a value their checks
+ * refuse: a caller is not asked twice for what he said. 0 or SB_ENOMEM. */
+static int take_kept(rt_run *run, const ask_conf *a, stage_res *sr) {
+    const sb_json *kept = rt_run_kept_slots(run);
+    const char *set[ASK_MAX_SLOTS] = {0};
+    bool any = false;
+    for (size_t i = 0; kept && i < a->n; i++) {
+        const ask_slot *as = &a->slots[i];
+        const sb_json *have = sb_json_get(sr->json, as->slot), *v = sb_json_get(kept, as->slot);
+        bool have_ok = !empty(have) && !(checked(as) && sb_json_type_of(have) == SB_JSON_STRING &&
+                                         !valid(as, sb_json_str(have)));
+        if (have_ok || empty(v) || sb_json_type_of(v) != SB_JSON_STRING || !valid(as, sb_json_str(v))) continue;
+        set[i] = sb_json_str(v);
+        any = true;
+    }
+    return any ? rewrite(sr, a, set) : 0;
+}
+
 rt_stage_outcome rt_ask_next(rt_run *run, const sb_stage *s) {
     const ask_conf *a = s->own;
     stage_res *sr = &run->res[run->cur];
+    bool first = run->slots_stage != (int)run->cur;
     run->slots_stage = (int)run->cur;
     if (!sr->json) {                /* nothing extracted: every slot is empty */
         if (sb_json_parse("{}", 2, &sr->doc, NULL)) return oom(run);
         sr->json = sb_json_root(sr->doc);
     }
+    if (first && take_kept(run, a, sr)) return oom(run);
     const ask_slot *as = missing(a, sr->json, sr->declined);
     if (!as) {
         sb_jw w;
@@ -373,6 +403,12 @@ static rt_stage_outcome take(rt_run *run, const sb_stage *s, const ask_slot *as,
     int asked_i = (int)(as - a->slots);
     bool any = false;
     for (size_t i = 0; i < a->n; i++) any |= taken[i];
+    /* Nothing that fits a slot's checks (a slot without checks has none
+     * to pass), no refusal and no plain yes or no: the answer may be a new
+     * request (another topic, "转人工"); routed first, it comes back here
+     * if it is not. */
+    if (!any && !(checked(as) && valid(as, an->whole)) && rt_caller_may_ask(rt_run_turn(run)) && rt_run_reroute(run))
+        return RT_STAGE_REROUTE;
     /* The answer as said, when it gave no value to another slot: "my
      * account is 4410032", asked for a name, is not a name. */
     if (!any && an->whole[0] && !rt_caller_refuses(an->whole) && valid(as, an->whole)) {
@@ -409,4 +445,29 @@ rt_stage_outcome rt_ask_answered(rt_run *run, const sb_stage *s) {
     rt_stage_outcome o = take(run, s, as, &an);
     sb_free(an.whole);
     return o;
+}
+
+/* ------------------------------------------------- a later correction */
+
+int rt_ask_correct(rt_run *run, const char *words) {
+    if (run->slots_stage < 0) return 0;
+    const sb_stage *s = &run->p->stages[run->slots_stage];
+    const ask_conf *a = rt_stage_kind_of(s)->gathers ? s->own : NULL;
+    stage_res *sr = &run->res[run->slots_stage];
+    if (!a || !sr->json) return 0;
+    answer an = {0};
+    if (read_answer(a, words, &an)) return -1;
+    const char *set[ASK_MAX_SLOTS] = {0};
+    int n = 0;
+    for (size_t k = 0; k < an.n; k++)
+        for (size_t i = 0; i < a->n; i++) {
+            const ask_slot *as = &a->slots[i];
+            const char *now = sb_json_str(sb_json_get(sr->json, as->slot));
+            if (set[i] || !checked(as) || !valid(as, an.values[k])) continue;
+            if (!now || strcmp(now, an.values[k])) { set[i] = an.values[k]; n++; }
+            break;
+        }
+    int rc = n && rewrite(sr, a, set) ? -1 : n;
+    sb_free(an.whole);
+    return rc;
 }

@@ -175,4 +175,5 @@ const rt_stage_kind rt_kind_generate = {
     .start = generate_start,
     .on_reply = generate_reply,
     .free = rt_ask_free,
+    .gathers = rt_ask_gathers,
 };

@@ -344,6 +344,11 @@ static rt_stage_outcome ask(rt_run *run, const sb_stage *s, const int *opts, int
  * ask between the in-scope ones. Out of scope by a nose over a label asks
  * about that label alone; never the out-of-scope class itself. */
 static rt_stage_outcome clarify(rt_run *run, const sb_stage *s, const int top[2]) {
+    if (rt_run_rerouting(run)) {    /* a caller's answer being routed: too close to call is no new topic */
+        rt_stage_outcome o = set_intent(run, s, -1, top[0] < 0);
+        run->fell_back = true;
+        return o;
+    }
     int opts[2], n = 0;
     for (int k = 0; k < 2; k++)
         if (!out_of_scope(s, top[k])) opts[n++] = top[k];

@@ -45,6 +45,9 @@ typedef enum {
                                with its state, and on the caller's next turn (rt_run_resume) start runs again
                                at this stage, with rt_run_turn the answer */
     RT_STAGE_FAILED,        /* the run fails: rt_stage_fail recorded the status and the reason */
+    RT_STAGE_REROUTE,       /* the caller's answer is no answer to the question: the run routes it first
+                               (only after rt_run_reroute said it may); a new topic goes on from the intent
+                               stage, else start runs again at this stage with the same answer */
 } rt_stage_outcome;
 
 /* What the loader may ask of the stages before a stage. */
@@ -84,6 +87,11 @@ typedef struct rt_stage_kind {
     /* Free s->own (what check put there), also after a check that failed
      * half way. NULL: the kind keeps nothing there. */
     void (*free)(sb_stage *s);
+    /* Whether the stage gathers the call's slots (slot NULL), or gathers
+     * that one: its JSON is the call's slots (rt_run_slots), which a
+     * session keeps, and a new topic keeps the slots its stages gather.
+     * NULL: it gathers none. */
+    bool (*gathers)(const sb_stage *s, const char *slot);
 } rt_stage_kind;
 
 /* ------------------------------------------------------ the table */
@@ -111,6 +119,20 @@ int rt_ask_load(vctx *c, const sb_config_node *n, sb_stage *s, const sb_config_n
 rt_stage_outcome rt_ask_next(rt_run *run, const sb_stage *s);
 rt_stage_outcome rt_ask_answered(rt_run *run, const sb_stage *s);
 void rt_ask_free(sb_stage *s);
+bool rt_ask_gathers(const sb_stage *s, const char *slot);
+/* A later stage's answer as a correction of the call's slots: each number
+ * in words that passes a slot's checks and differs from its value replaces
+ * it ("不对，户号是 5520982"). How many slots changed, or -1 (out of memory). */
+int rt_ask_correct(rt_run *run, const char *words);
+
+/* stage_confirm.c: a tool stage's `confirm: true` (readback, change,
+ * handoff; kept at s->own). load: from the stage's mapping (nothing
+ * without confirm: true). gate: before the tool acts - reads back what it
+ * will do and reads the answer; *go when the caller said yes (the tool
+ * runs now), else the outcome (asking, a hand-off, a reroute). */
+int rt_confirm_load(vctx *c, const sb_config_node *n, sb_stage *s, const rt_tmpl_scope *scope);
+rt_stage_outcome rt_confirm_gate(rt_run *run, const sb_stage *s, bool *go);
+void rt_confirm_free(sb_stage *s);
 
 /* caller_words.c: what a caller's short answer means, in Chinese and
  * English, colloquial and as speech recognition writes it. yesno: from the
@@ -123,6 +145,10 @@ typedef enum { RT_UNKNOWN, RT_YES, RT_NO } rt_yesno;
 rt_yesno rt_caller_yesno(const char *answer);
 rt_yesno rt_caller_lead(const char *answer, size_t *rest);
 bool rt_caller_refuses(const char *answer);
+/* Whether the answer could be a request of its own: it neither declines
+ * nor is a plain yes or no ("嗯", "no thanks"), which answer the question
+ * asked and are never routed as a new topic. */
+bool rt_caller_may_ask(const char *answer);
 
 /* clarify.c: the answer to "A or B?" (n 2) or "did you mean A?" (n 1).
  * PICKED: *picked is the option's index; NEITHER: none of them; NEW: a
@@ -134,6 +160,8 @@ typedef struct {
 } rt_clarify_option;
 rt_clarify_verdict rt_clarify_read(const char *answer, const rt_clarify_option *opts, int n, int *picked,
                                    size_t *request);
+/* Whether anything but white space and punctuation is in text. */
+bool rt_says_something(const char *text);
 
 /* lang_text.c: texts per language (sb_lang_text). load: {language: text}
  * at v, named what in messages. for: the text in the language of input
@@ -177,6 +205,18 @@ rt_stage_outcome rt_stage_hand_off(rt_run *run, const char *reason);
 /* The caller's answer on this turn, after the stage asked (WAIT_CALLER);
  * NULL on the stage's first start. */
 const char *rt_run_turn(const rt_run *run);
+/* Whether the stage may answer RT_STAGE_REROUTE for this turn: the
+ * conversation switches topics (topic_switch), an intent stage comes
+ * before it, and this turn was not routed already. */
+bool rt_run_reroute(const rt_run *run);
+/* While the run routes a caller's answer (RT_STAGE_REROUTE): the intent
+ * stage decides without asking (clarify), since an unclear intent keeps
+ * the call on its topic. */
+bool rt_run_rerouting(const rt_run *run);
+/* The slots carried into this run (a session's, or those of the topic it
+ * left) that the stages of its intent gather, or NULL: a stage that gathers
+ * slots starts from them. */
+const sb_json *rt_run_kept_slots(const rt_run *run);
 /* What a stage that asks awaits, as the answer's `awaiting` shows it
  * (JSON text, copied: {"kind": "slot", "slot": NAME}, {"kind": "clarify",
  * "options": [...]}, {"kind": "confirm"}); set before returning

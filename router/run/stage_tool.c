@@ -2,7 +2,9 @@
  * HTTP request (tool.c runs either, with its limits) gets the stage's
  * input - an earlier stage's JSON (args_from), or a template - and its
  * answer is the stage's output, and its JSON when it is an object. A tool
- * that fails is an error on its stage; the run goes on.
+ * that fails is an error on its stage; the run goes on. With `confirm:
+ * true` it acts only after the caller heard what it will do and said yes
+ * (stage_confirm.c).
  */
 #include <stddef.h>
 #include <stdio.h>
@@ -20,6 +22,7 @@ static const sb_cfg_key tool_keys[] = {
     { "max_concurrent", SB_KEY_INT, 1, 1024, S(max_concurrent), NULL },
     { "max_queue", SB_KEY_INT, 0, 100000, S(max_queue), NULL },
     RT_KEY("privacy"),
+    RT_KEY("confirm"), RT_KEY("readback"), RT_KEY("change"), RT_KEY("handoff"),    /* stage_confirm.c */
     RT_KEYS_END
 };
 
@@ -116,6 +119,7 @@ static int load_tool(vctx *c, const sb_config_node *n, sb_pipeline *p, size_t id
     if ((rc = sb_cfg_keys_read(PL(c), n, tool_keys, s))) return rc;
     if ((v = sb_config_node_get(n, "stdin")) && (rc = rt_pl_tmpl(c, v, "stdin", scope, &s->stdin_tmpl))) return rc;
     if ((v = sb_config_node_get(n, "privacy")) && (rc = load_reveal(c, v, p, s, cmd != NULL))) return rc;
+    if ((rc = rt_confirm_load(c, n, s, scope))) return rc;
     return cmd ? load_command(c, n, cmd, s, scope) : load_http_tool(c, n, url, s, scope);
 }
 
@@ -179,6 +183,9 @@ static void on_tool_done(void *arg, int rc, const char *out, size_t len, const c
 }
 
 static rt_stage_outcome tool_start(rt_run *run, const sb_stage *s) {
+    bool go;
+    rt_stage_outcome asked = rt_confirm_gate(run, s, &go);
+    if (!go) return asked;
     sb_tmpl_env env = rt_run_env(run);
     sb_jw in, args[SB_PIPE_MAX_ARGS];
     char *argv[SB_PIPE_MAX_ARGS + 1] = {0};
@@ -228,4 +235,5 @@ const rt_stage_kind rt_kind_tool = {
     .check = load_tool,
     .start = tool_start,
     .stop = tool_stop,
+    .free = rt_confirm_free,
 };

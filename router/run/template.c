@@ -4,6 +4,9 @@
  *   {{input}}                   the caller's text
  *   {{config_dir}}              the config file's directory (tool paths)
  *   {{intent}} {{confidence}}   what the intent stage decided
+ *   {{history}}                 a conversation's turns before this one
+ *                               ("Caller: ...\nAgent: ...\n" lines; empty
+ *                               without a session)
  *   {{stages.NAME.output}}      an earlier stage's output text
  *   {{stages.NAME.json}}        its JSON object (json: true), re-encoded
  *   {{stages.NAME.json.KEY}}    one field of it (strings as is, others as JSON)
@@ -22,7 +25,7 @@
 
 #include "router/run/sb_run.h"
 
-enum { P_LIT, P_INPUT, P_INTENT, P_CONFIDENCE, P_OUTPUT, P_JSON, P_JSONKEY, P_CONFIG_DIR };
+enum { P_LIT, P_INPUT, P_INTENT, P_CONFIDENCE, P_OUTPUT, P_JSON, P_JSONKEY, P_CONFIG_DIR, P_HISTORY };
 
 typedef struct {
     int kind;
@@ -73,6 +76,7 @@ static int compile_hole(sb_tmpl *t, const char *h, size_t n, const rt_tmpl_scope
 #define IS(s) (n == strlen(s) && !memcmp(h, s, n))
     if (IS("input")) return add_piece(t, P_INPUT, NULL, 0, -1);
     if (IS("config_dir")) return add_piece(t, P_CONFIG_DIR, NULL, 0, -1);
+    if (IS("history")) return add_piece(t, P_HISTORY, NULL, 0, -1);
     if (IS("intent")) {
         if (!scope->has_intent) { snprintf(why, wn, "{{intent}} needs an intent stage before this one"); return SB_EINVAL; }
         return add_piece(t, P_INTENT, NULL, 0, -1);
@@ -101,7 +105,7 @@ static int compile_hole(sb_tmpl *t, const char *h, size_t n, const rt_tmpl_scope
         if (fl > 5 && !memcmp(field, "json.", 5)) return add_piece(t, P_JSONKEY, field + 5, fl - 5, idx);
     }
 unknown:
-    snprintf(why, wn, "unknown template variable {{%.*s}} (known: input, intent, confidence, config_dir, "
+    snprintf(why, wn, "unknown template variable {{%.*s}} (known: input, intent, confidence, history, config_dir, "
              "stages.NAME.output, stages.NAME.json[.KEY])", (int)(n > 60 ? 60 : n), h);
     return SB_EINVAL;
 }
@@ -172,6 +176,7 @@ static void render(const sb_tmpl *t, const sb_tmpl_env *env, sink *k) {
         case P_LIT: emit(k, p->text, p->len, true); break;
         case P_INPUT: emit_str(k, env->input, false); break;
         case P_CONFIG_DIR: emit_str(k, env->config_dir, false); break;
+        case P_HISTORY: emit_str(k, env->history ? env->history : "", false); break;
         case P_INTENT: emit_str(k, env->intent, false); break;
         case P_CONFIDENCE:
             snprintf(num, sizeof num, "%.3f", env->confidence);
