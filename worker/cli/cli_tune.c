@@ -37,7 +37,7 @@ static void tune_usage(FILE *f) {
             "  -t T              threads (default: the CPUs online)\n"
             "  --models P...     GGUF files, or directories of them, to tune on (default: none:\n"
             "                    machine figures only, built-in kernel choices)\n"
-            "  --budget S        seconds for the whole run, 10..600 (default 90)\n"
+            "  --budget S        seconds for the whole run, 1..600 (default 90)\n"
             "  --out FILE        where to write the profile (default: $SB_TUNE_PROFILE, else\n"
             "                    $XDG_CACHE_HOME or ~/.cache, /switchboard/tune-<cpu>.json)\n\n"
             "The engine applies the profile only on the CPU, microcode and ISA features it was\n"
@@ -315,7 +315,7 @@ int sb_cmd_tune(int argc, char **argv) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { tune_usage(stdout); return SB_EXIT_OK; }
         else if (!strcmp(a, "-t")) { if (sb_opt_int("tune", a, v, 1, 256, &x)) return SB_EXIT_CONFIG; r.threads = (int)x; i++; }
-        else if (!strcmp(a, "--budget")) { if (sb_opt_int("tune", a, v, 10, 600, &x)) return SB_EXIT_CONFIG; r.budget = (double)x; i++; }
+        else if (!strcmp(a, "--budget")) { if (sb_opt_int("tune", a, v, 1, 600, &x)) return SB_EXIT_CONFIG; r.budget = (double)x; i++; }
         else if (!strcmp(a, "--out") && v) { r.out = v; i++; }
         else if (!strcmp(a, "--models") && v) {
             model_args = argv + i + 1;

@@ -92,7 +92,7 @@ void sb_kq_resolve(const sb_kq_plan *plan, sb_kq_kernels *out) {
          * does not run through it, is never applied */
         if (!v || v->level != plan->level || v->type != t || base[t].vec_dot != variants_default(v)) continue;
         out->row[t].vec_dot = v->vec_dot;
-        out->tuned = 1;
+        out->tuned |= v->vec_dot != base[t].vec_dot;
     }
     if (memcmp(&plan->split, &split_builtin, sizeof split_builtin) != 0) out->tuned = 1;
 }
