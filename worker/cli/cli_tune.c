@@ -339,8 +339,10 @@ int sb_cmd_tune(int argc, char **argv) {
     tune_measure_machine(&r.mc, r.threads, r.budget * (r.n_models ? 0.15 : 0.9));
     sb_model *m = r.n_models ? load_largest(&r) : NULL;
     if (m) {
-        tune_dots(&r, m, left(&r) * 0.5);
-        tune_split(&r, m, left(&r) * 0.85);
+        /* shares of what is left, so that the minimum rounds each step
+         * takes whatever the budget still fit in it */
+        tune_dots(&r, m, left(&r) * 0.45);
+        tune_split(&r, m, left(&r) * 0.8);
         sb_model_free(m);
     }
     print_report(&r, &cpu);
