@@ -175,13 +175,13 @@ static void tune_dots(tune_run *r, const sb_model *m, double seconds) {
 static void tune_field(tune_run *r, const sb_model *m, int *field, const int *values, int n_values, int n_tok,
                        double seconds, double res[2]) {
     sb_kq_kernels k;
-    const int builtin = *field;
+    const int current = *field;
     sb_kq_resolve(&r->plan, &k);
     double best = eval_tps(m, &k, r->threads, n_tok, seconds / (n_values + 1), 2);
     res[0] = best;
-    int pick = builtin;
+    int pick = current;
     for (int i = 0; i < n_values; i++) {
-        if (values[i] == builtin) continue;
+        if (values[i] == current) continue;
         *field = values[i];
         sb_kq_resolve(&r->plan, &k);
         const double tps = eval_tps(m, &k, r->threads, n_tok, seconds / (n_values + 1), 2);

@@ -2,6 +2,7 @@
  * the machine (bandwidth, int8 peaks, caches) and the kernel variants on
  * a model's real tensors.
  */
+#include <cpuid.h>
 #include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
@@ -31,7 +32,27 @@ static int read_line(const char *path, char *buf, size_t cap) {
     return ok ? 0 : -1;
 }
 
-/* L2 and L3 of cpu0 from sysfs (data or unified caches); 0 if unknown. */
+/* The same from CPUID's deterministic cache parameters (Intel leaf 4, AMD
+ * 0x8000001D: one subleaf per cache), where sysfs does not say (some
+ * containers hide it). */
+static void cache_sizes_cpuid(tune_machine *mc) {
+    static const unsigned leaves[] = { 4, 0x8000001Du };
+    for (int l = 0; l < 2 && !(mc->l2_bytes && mc->l3_bytes); l++) {
+        unsigned a, b, c, d;
+        if ((unsigned)__get_cpuid_max(leaves[l] & 0x80000000u, NULL) < leaves[l]) continue;
+        for (unsigned i = 0; i < 8; i++) {
+            __cpuid_count(leaves[l], i, a, b, c, d);
+            const unsigned type = a & 0x1F, level = (a >> 5) & 7;
+            if (type == 0) break;
+            if (type == 2) continue;                    /* instruction cache */
+            const size_t bytes = (size_t)((b >> 22) + 1) * (((b >> 12) & 0x3FF) + 1) * ((b & 0xFFF) + 1) * (c + 1);
+            if (level == 2 && !mc->l2_bytes) mc->l2_bytes = bytes;
+            if (level == 3 && !mc->l3_bytes) mc->l3_bytes = bytes;
+        }
+    }
+}
+
+/* L2 and L3 of cpu0 from sysfs (data or unified caches), else CPUID; 0 if unknown. */
 static void cache_sizes(tune_machine *mc) {
     for (int i = 0; i < 8; i++) {
         char path[128], level[16], type[32], size[32];
@@ -44,6 +65,7 @@ static void cache_sizes(tune_machine *mc) {
         if (!strcmp(level, "2")) mc->l2_bytes = parse_size(size);
         if (!strcmp(level, "3")) mc->l3_bytes = parse_size(size);
     }
+    cache_sizes_cpuid(mc);
 }
 
 /* ---- bandwidth ------------------------------------------------------------- */

@@ -245,6 +245,10 @@ void sb_kq_act_q8_1_ref(const float *src, void *dst, int64_t n);
 KQ_DECLARE_DOTS(ref)
 KQ_DECLARE_DOTS(avx2)
 
+/* Bytes ahead the default decode dots prefetch (why: kq_x86.h). */
+#ifndef KQ_PREFETCH_AHEAD
+#define KQ_PREFETCH_AHEAD 8192
+#endif
 /* Prefetch-distance twins of a decode dot (KQ_PF_VARIANTS in kq_x86.h). */
 #define KQ_DECLARE_PF(name)                                                  \
     void name##_pf0(int n, float *s, const void *x, const void *y);           \

@@ -23,7 +23,7 @@
 
 /* The default kernel and its prefetch twins (kq_x86.h), default first. */
 #define PF_TWINS(lvl, lvl_name, T, fn)                                    \
-    { lvl_name, lvl, T, 8192, fn },                                       \
+    { lvl_name, lvl, T, KQ_PREFETCH_AHEAD, fn },                          \
     { lvl_name "-pf0", lvl, T, 0, fn##_pf0 },                             \
     { lvl_name "-pf4k", lvl, T, 4096, fn##_pf4k },                        \
     { lvl_name "-pf16k", lvl, T, 16384, fn##_pf16k },                     \

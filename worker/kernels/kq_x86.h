@@ -14,9 +14,8 @@
  * is read soon anyway, and a prefetch never faults. Measured on Llama-3-8B
  * shapes, 2 threads: without it decode is ~15 % slower; 4, 8 and 16 KiB
  * ahead, and the T0, T2 and NTA hints, are alike within the noise. */
-#ifndef KQ_PREFETCH_AHEAD
-#define KQ_PREFETCH_AHEAD 8192
-#endif
+/* (KQ_PREFETCH_AHEAD itself is in kq_internal.h: the variant list of
+ * kq_tune.c names the default distance too.) */
 #ifndef KQ_PREFETCH_HINT
 #define KQ_PREFETCH_HINT _MM_HINT_T0
 #endif
