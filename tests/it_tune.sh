@@ -4,9 +4,11 @@
 #     figures, built-in choices), to --out or to $XDG_CACHE_HOME/switchboard/;
 #  2. a profile with a non-default variant for every quant type this level
 #     has twins of, and a non-default split, is applied (one log line) and
-#     every fixture's `switchboard logits` output (forced tokens through the
-#     prompt path, then greedy decode steps) is byte-identical to the
-#     untuned run's (SB_TUNE_PROFILE=off);
+#     every fixture's `switchboard logits --exact` output (forced tokens
+#     through the prompt path, then greedy decode steps; every float with all
+#     its digits) is byte-identical to the untuned run's (SB_TUNE_PROFILE=off),
+#     while the same comparison does see the AVX2 kernels' other float order
+#     (so it can fail);
 #  3. a foreign, stale, corrupt or unknown-variant profile is ignored with
 #     exactly one log line naming the file and the reason, and the output is
 #     the untuned one; with no profile at the default path nothing is logged.
@@ -53,17 +55,25 @@ p["plan"]["dot"] = {t: lvl + twins[i % 4] for i, t in enumerate(types)}
 p["plan"]["split"] = {"rows_per_task": 4, "tasks_per_thread": 8, "gemm_rows": 128}
 json.dump(p, open(sys.argv[2], "w"))
 EOF
-runs=0
+runs=0; seen_avx2=0
 for ref in tests/data/golden/*.forced.json; do
     name=$(basename "$ref" .forced.json)
     ids=$(python3 -c "import json,sys;print(','.join(map(str,json.load(open(sys.argv[1]))['tokens'])))" "$ref")
-    SB_TUNE_PROFILE=off "$SB" logits -m "tests/data/$name.gguf" --ids "$ids" -n 6 -t 2 > "$tmp/plain.json" 2> "$tmp/plain.err" || { bad "$name untuned: $(head -c 300 "$tmp/plain.err")"; continue; }
-    SB_TUNE_PROFILE="$tmp/tuned.json" "$SB" logits -m "tests/data/$name.gguf" --ids "$ids" -n 6 -t 2 > "$tmp/tuned.out" 2> "$tmp/tuned.err" || { bad "$name tuned: $(head -c 300 "$tmp/tuned.err")"; continue; }
+    SB_TUNE_PROFILE=off "$SB" logits -m "tests/data/$name.gguf" --ids "$ids" -n 6 -t 2 --exact > "$tmp/plain.json" 2> "$tmp/plain.err" || { bad "$name untuned: $(head -c 300 "$tmp/plain.err")"; continue; }
+    SB_TUNE_PROFILE="$tmp/tuned.json" "$SB" logits -m "tests/data/$name.gguf" --ids "$ids" -n 6 -t 2 --exact > "$tmp/tuned.out" 2> "$tmp/tuned.err" || { bad "$name tuned: $(head -c 300 "$tmp/tuned.err")"; continue; }
+    if grep -q '"level": *"avx512"' "$tmp/tuned.json"; then
+        SB_KERNELS=avx2 SB_TUNE_PROFILE=off "$SB" logits -m "tests/data/$name.gguf" --ids "$ids" -n 6 -t 2 --exact > "$tmp/avx2.json" 2> /dev/null
+        cmp -s "$tmp/plain.json" "$tmp/avx2.json" || seen_avx2=$((seen_avx2+1))
+    fi
     if ! grep -q "tune profile $tmp/tuned.json applied" "$tmp/tuned.err"; then bad "$name: profile not applied: $(head -c 300 "$tmp/tuned.err")"; continue; fi
     if cmp -s "$tmp/plain.json" "$tmp/tuned.out"; then runs=$((runs+1)); else bad "$name: tuned logits differ from untuned"; fi
     grep -q "tune profile" "$tmp/plain.err" && bad "$name: SB_TUNE_PROFILE=off still read a profile"
 done
 [ $runs -ge 8 ] && ok "tuned = untuned, byte for byte, on $runs fixtures" || bad "only $runs fixtures compared"
+if grep -q '"level": *"avx512"' "$tmp/tuned.json"; then
+    [ $seen_avx2 -ge 1 ] && ok "the comparison sees a float order change (AVX2 kernels differ on $seen_avx2 fixtures)" \
+        || bad "--exact output does not see the AVX2 kernels' float order"
+fi
 
 # 3. profiles that must be ignored, each with one line naming file and reason
 model=tests/data/tiny-llama-spm-Q4_K_M.gguf

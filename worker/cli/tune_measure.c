@@ -70,15 +70,17 @@ static void cache_sizes(tune_machine *mc) {
 
 /* ---- bandwidth ------------------------------------------------------------- */
 
-/* Best of `windows` probe windows with `threads` readers (bench --membw's
- * probe: plain and prefetching passes, the better one); GB/s, 0 on failure. */
-static double bandwidth(int threads, int windows) {
+/* Best of `windows` probe windows with 1 and with `threads` readers,
+ * alternated (bench --membw's probe: plain and prefetching passes, the
+ * better one); GB/s, 0 on failure. */
+static void bandwidth(tune_machine *mc, int threads, int windows) {
     sb_bwprobe *p;
-    if (sb_bwprobe_new(threads, 1ul << 30, &p)) return 0;
-    double best = 0;
-    for (int w = 0; w < windows; w++) best = SB_MAX(best, sb_bwprobe_window(p));
+    if (sb_bwprobe_new(threads, 1ul << 30, &p)) return;
+    for (int w = 0; w < windows; w++) {
+        mc->bw1 = SB_MAX(mc->bw1, sb_bwprobe_window_n(p, 1));
+        mc->bwt = SB_MAX(mc->bwt, sb_bwprobe_window_n(p, threads));
+    }
     sb_bwprobe_free(p);
-    return best;
 }
 
 /* ---- int8 peaks -------------------------------------------------------------- */
@@ -120,10 +122,9 @@ void tune_measure_machine(tune_machine *mc, int threads, double seconds) {
     for (int f = 0; f < TUNE_FAMILIES; f++)
         mc->peak[f] = !strcmp(families[f], "amx") ? peak_in_child(families[f], seconds * 0.08)
                                                   : sb_kq_peak_macs(families[f], seconds * 0.08);
-    /* the rest of the share for the probes, ~60 ms per window */
-    const int windows = SB_MAX(2, (int)((seconds - (sb_now_s() - t0)) / 0.15 / 2));
-    mc->bw1 = bandwidth(1, windows);
-    mc->bwt = threads > 1 ? bandwidth(threads, windows) : mc->bw1;
+    /* the rest of the share for the probes (a window: ~0.1 s per reader count) */
+    const int windows = SB_MAX(2, (int)((seconds - (sb_now_s() - t0)) / 0.2 / 2));
+    bandwidth(mc, threads, windows);
 }
 
 /* ---- finding the models ------------------------------------------------------ */
