@@ -93,42 +93,52 @@ static double eval_tps(const sb_model *m, const sb_kq_kernels *k, int threads, i
     return best;
 }
 
-/* The largest GGUF that loads as a decoder: its matrices are what decode
- * streams, and the split matters most where they are big. */
-static sb_model *load_largest(tune_run *r) {
-    sb_model *m = NULL;
+/* The GGUFs that load as decoders, largest file first: the largest one's
+ * matrices are what the split is tuned on (it matters most where they are
+ * big), and each type's dot on the largest model that has that type. */
+typedef struct {
+    sb_model *m[TUNE_MAX_MODELS];
+    const char *path[TUNE_MAX_MODELS];
+    long long size[TUNE_MAX_MODELS];
+    int n;
+} decoders;
+
+static void load_decoders(const tune_run *r, decoders *d) {
     char err[SB_ERR_LEN];
-    long long biggest = -1;
+    d->n = 0;
     for (int i = 0; i < r->n_models; i++) {
         struct stat st;
-        if (stat(r->models[i], &st) || st.st_size <= biggest) continue;
-        sb_model *mi;
-        if (sb_model_load(r->models[i], &mi, err)) {
+        sb_model *m;
+        if (stat(r->models[i], &st)) continue;
+        if (sb_model_load(r->models[i], &m, err)) {
             fprintf(stderr, "tune: not a decoder, skipped: %s\n", err);
             continue;
         }
-        if (m) sb_model_free(m);
-        m = mi;
-        biggest = st.st_size;
-        snprintf(r->split_model, sizeof r->split_model, "%s", r->models[i]);
+        int k = d->n++;
+        for (; k > 0 && d->size[k - 1] < st.st_size; k--)
+            d->m[k] = d->m[k - 1], d->path[k] = d->path[k - 1], d->size[k] = d->size[k - 1];
+        d->m[k] = m, d->path[k] = r->models[i], d->size[k] = st.st_size;
     }
-    return m;
 }
 
 /* ---- the decode dots ------------------------------------------------------ */
 
-/* The weight types of the model's matrices that have twins at `level`
- * (token_embd is read a row per token, never as a matrix). */
-static int dot_types(const sb_model *m, int level, int *types) {
-    const sb_gguf *g = sb_model_gguf(m);
+/* The weight types of the models' matrices that have twins at `level`
+ * (token_embd is read a row per token, never as a matrix), each with the
+ * first (largest) model that has it. */
+static int dot_types(const decoders *d, int level, int *types, int *where) {
     int n = 0, seen[SB_TYPE_COUNT] = { 0 };
-    for (size_t k = 0; k < sb_gguf_n_tensors(g); k++) {
-        const sb_gguf_tensor *t = sb_gguf_tensor_at(g, k);
-        const sb_kq_variant *v;
-        if (t->type >= SB_TYPE_COUNT || seen[t->type] || t->n_dims != 2 || sb_str_eq(t->name, "token_embd.weight"))
-            continue;
-        seen[t->type] = 1;
-        if (sb_kq_variants(level, (int)t->type, &v) > 1) types[n++] = (int)t->type;
+    for (int i = 0; i < d->n; i++) {
+        const sb_gguf *g = sb_model_gguf(d->m[i]);
+        for (size_t k = 0; k < sb_gguf_n_tensors(g); k++) {
+            const sb_gguf_tensor *t = sb_gguf_tensor_at(g, k);
+            const sb_kq_variant *v;
+            if (t->type >= SB_TYPE_COUNT || seen[t->type] || t->n_dims != 2 ||
+                sb_str_eq(t->name, "token_embd.weight"))
+                continue;
+            seen[t->type] = 1;
+            if (sb_kq_variants(level, (int)t->type, &v) > 1) where[n] = i, types[n++] = (int)t->type;
+        }
     }
     return n;
 }
@@ -161,10 +171,13 @@ static void tune_dot(tune_run *r, const sb_model *m, int type, double seconds, t
     if (d->pick) r->plan.dot[type] = d->variant[d->pick];
 }
 
-static void tune_dots(tune_run *r, const sb_model *m, double seconds) {
-    int types[SB_TYPE_COUNT];
-    const int n = dot_types(m, r->plan.level, types);
-    for (int i = 0; i < n; i++) tune_dot(r, m, types[i], seconds / n, &r->dots[r->n_dots++]);
+static void tune_dots(tune_run *r, const decoders *d, double seconds) {
+    int types[SB_TYPE_COUNT], where[SB_TYPE_COUNT];
+    const int n = dot_types(d, r->plan.level, types, where);
+    for (int i = 0; i < n; i++) {
+        r->dots[r->n_dots].model = d->path[where[i]];
+        tune_dot(r, d->m[where[i]], types[i], seconds / n, &r->dots[r->n_dots++]);
+    }
 }
 
 /* ---- the split ---------------------------------------------------------------- */
@@ -233,6 +246,7 @@ static void write_measured(sb_jw *w, const tune_run *r, int level) {
         const tune_dot_result *d = &r->dots[i];
         sb_jw_key(w, names[d->type].name);
         sb_jw_obj(w);
+        sb_jw_key(w, "model"), sb_jw_str(w, d->model);
         for (int v = 0; v < d->n_variants; v++) sb_jw_key(w, d->variant[v]->name), sb_jw_fixed(w, d->best_tps[v], 2);
         sb_jw_obj_end(w);
     }
@@ -290,7 +304,7 @@ static void print_report(const tune_run *r, const sb_cpu_id *cpu) {
     const sb_kq_traits *names = sb_kq_table(SB_KQ_REF);
     for (int i = 0; i < r->n_dots; i++) {
         const tune_dot_result *d = &r->dots[i];
-        printf("%s dot, decode t/s (best of %d):", names[d->type].name, d->rounds);
+        printf("%s dot on %s, decode t/s (best of %d):", names[d->type].name, d->model, d->rounds);
         for (int v = 0; v < d->n_variants; v++)
             printf(" %s %.2f%s", d->variant[v]->name, d->best_tps[v], v == d->pick ? "*" : "");
         printf("\n");
@@ -337,14 +351,16 @@ int sb_cmd_tune(int argc, char **argv) {
     fprintf(stderr, "tune: level %s, %d threads, %d model(s), budget %.0f s\n", sb_kq_level_name(level), r.threads,
             r.n_models, r.budget);
     tune_measure_machine(&r.mc, r.threads, r.budget * (r.n_models ? 0.15 : 0.9));
-    sb_model *m = r.n_models ? load_largest(&r) : NULL;
-    if (m) {
+    static decoders dec;
+    load_decoders(&r, &dec);
+    if (dec.n) {
+        snprintf(r.split_model, sizeof r.split_model, "%s", dec.path[0]);
         /* shares of what is left, so that the minimum rounds each step
          * takes whatever the budget still fit in it */
-        tune_dots(&r, m, left(&r) * 0.45);
-        tune_split(&r, m, left(&r) * 0.8);
-        sb_model_free(m);
+        tune_dots(&r, &dec, left(&r) * 0.45);
+        tune_split(&r, dec.m[0], left(&r) * 0.8);
     }
+    for (int i = 0; i < dec.n; i++) sb_model_free(dec.m[i]);
     print_report(&r, &cpu);
     if (write_profile(&r, &cpu, path)) return SB_EXIT_FAIL;
     printf("profile: %s (%.1f s)\n", path, sb_now_s() - r.t0);

@@ -20,6 +20,7 @@ typedef struct {
 
 typedef struct {
     int type, n_variants, rounds, pick;
+    const char *model;                      /* the model it was timed on */
     const sb_kq_variant *variant[TUNE_MAX_VARIANTS];
     double best_tps[TUNE_MAX_VARIANTS];     /* best decode tokens/s with that variant for the type */
 } tune_dot_result;
