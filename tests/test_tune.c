@@ -8,7 +8,10 @@
  *     type or variant, and split values outside what matmul.c can take;
  *  3. the profile path: SB_TUNE_PROFILE=off disables, SB_TUNE_PROFILE=FILE
  *     names it, else $XDG_CACHE_HOME (absolute only) or ~/.cache, with the
- *     CPU in the file name.
+ *     CPU in the file name;
+ *  4. the int8 peak probe: a positive rate for each vector family the level
+ *     runs on, -1 for an unknown one; the gemm's family per level. (AMX is
+ *     probed by `tune` in a child process, as it can fault: not here.)
  * (That the engine applies a profile once, logs one line for one it
  * ignores, and that tuned logits equal untuned ones: tests/it_tune.sh.)
  */
@@ -176,8 +179,20 @@ static void test_profile_path(void **state) {
     assert_string_equal(path, want);
 }
 
+static void test_peak(void **state) {
+    (void)state;
+    const int level = sb_kq_best_level();
+    if (level >= SB_KQ_AVX2) assert_true(sb_kq_peak_macs("avx2", 0.02) > 1e8);
+    if (level >= SB_KQ_AVX512) assert_true(sb_kq_peak_macs("avx512_vnni", 0.02) > 1e8);
+    assert_true(sb_kq_peak_macs("avx_vnni", 0.02) != 0);
+    assert_true(sb_kq_peak_macs("sse9", 0.02) == -1);
+    assert_string_equal(sb_kq_gemm_family(SB_KQ_AVX512), "avx512_vnni");
+    assert_string_equal(sb_kq_gemm_family(SB_KQ_AVX2), "avx2");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_peak),
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_foreign_and_stale),
         cmocka_unit_test(test_bad_profiles),
