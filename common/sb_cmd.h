@@ -13,6 +13,7 @@ int sb_cmd_logits(int argc, char **argv);    /* worker/cli/cli_engine.c */
 int sb_cmd_chat_prompt(int argc, char **argv); /* worker/cli/cli_chat.c */
 int sb_cmd_generate(int argc, char **argv);  /* worker/cli/cli_engine.c */
 int sb_cmd_bench(int argc, char **argv);     /* worker/cli/cli_engine.c */
+int sb_cmd_tune(int argc, char **argv);      /* worker/cli/cli_tune.c */
 int sb_cmd_bench_batch(int argc, char **argv); /* worker/cli/cli_bench_batch.c: bench --parallel */
 int sb_cmd_perplexity(int argc, char **argv); /* worker/cli/cli_perplexity.c */
 int sb_cmd_quantize(int argc, char **argv);  /* worker/cli/cli_quantize.c */

@@ -18,6 +18,7 @@ static const sb_command commands[] = {
     { "chat-prompt", sb_cmd_chat_prompt, "print the prompt a chat request (tools included) becomes in a model's template" },
     { "generate", sb_cmd_generate, "stream a completion (or --chat reply) from a model" },
     { "bench",    sb_cmd_bench,    "prompt and decode throughput (like llama-bench)" },
+    { "tune",     sb_cmd_tune,     "measure this machine and pick the fastest kernel variants for it (a profile)" },
     { "perplexity", sb_cmd_perplexity, "perplexity of a text file (llama-perplexity's method)" },
     { "quantize", sb_cmd_quantize, "quantize an F16/BF16/F32 GGUF (llama-quantize's mixes and bytes)" },
     { "embed",    sb_cmd_embed,    "sentence vectors from an encoder model (multilingual-e5)" },

@@ -17,6 +17,11 @@
  *     reference's bit for bit (the per-block float step the interleaved kernel repeats);
  *     the same for Q4_0/Q5_0/Q8_0 at AVX-512 on Q8_0 activations prepared by
  *     sb_kq_q8_0_prepare (every tail of n/32 mod 4 blocks; vec_dot bit for bit).
+ *  5. every registered variant of a decode dot (sb_kq_variants: the candidates
+ *     `switchboard tune` may put in a profile) is its level's vec_dot bit for bit,
+ *     on quantized rows, random-byte blocks and extremes, every length above;
+ *     its group's first entry is the table's own vec_dot; and resolving a plan
+ *     swaps exactly that pointer in (vec_dotn kept: it still matches).
  */
 #include <math.h>
 #include <setjmp.h>
@@ -245,8 +250,85 @@ static void test_dotn_il(void **state) {
     if (sb_kq_best_level() >= SB_KQ_AVX512) assert_int_equal(checked, 6);
 }
 
+/* One row pair through a variant and through its level's vec_dot: memcmp. */
+static void check_variant(const sb_kq_variant *v, int n, const uint8_t *x, const uint8_t *y, const char *what) {
+    float got, want;
+    v->vec_dot(n, &got, x, y);
+    sb_kq_table(v->level)[v->type].vec_dot(n, &want, x, y);
+    if (memcmp(&got, &want, sizeof got))
+        fail_msg("variant %s of %s (%s, n=%d): %.9g, the level's vec_dot %.9g", v->name, ref_row(v->type)->name,
+                 what, n, (double)got, (double)want);
+}
+
+static void test_dotn_variants(void **state) {
+    (void)state;
+    rng_seed(11);
+    int checked = 0;
+    for (int level = 0; level <= sb_kq_best_level(); level++)
+        for (int type = 0; type < SB_TYPE_COUNT; type++) {
+            const sb_kq_variant *v;
+            const int nv = sb_kq_variants(level, type, &v);
+            if (!nv) continue;
+            assert_true(v[0].vec_dot == sb_kq_table(level)[type].vec_dot);    /* the default comes first */
+            const int yt = ref_row(type)->vec_dot_type;
+            int lens[4];
+            const int nl = lengths_for(type, lens);
+            for (int li = 0; li < nl; li++) {
+                const int n = lens[li];
+                size_t bx, bex;
+                uint8_t *x = make_rows(type, 1, n, &bx), *ex = make_extreme_rows(type, 1, n, &bex), *rx = malloc(bx + 64);
+                assert_non_null(rx);
+                fill_random_blocks(type, rx, n);
+                uint8_t *y = make_acts(yt, 2, n, sb_kq_row_size(ref_row(yt), n), 0);
+                uint8_t *ey = make_acts(yt, 1, n, sb_kq_row_size(ref_row(yt), n), 1);
+                for (int i = 0; i < nv; i++) {
+                    check_variant(&v[i], n, x, y, "quantized");
+                    check_variant(&v[i], n, rx, y + sb_kq_row_size(ref_row(yt), n), "random bytes");
+                    check_variant(&v[i], n, ex, ey, "extremes");
+                }
+                free(x), free(ex), free(rx), free(y), free(ey);
+            }
+            /* a plan swaps in exactly the variant's pointer */
+            for (int i = 0; i < nv; i++) {
+                sb_kq_plan plan;
+                sb_kq_kernels k;
+                sb_kq_plan_default(level, &plan);
+                plan.dot[type] = &v[i];
+                sb_kq_resolve(&plan, &k);
+                assert_true(k.row[type].vec_dot == v[i].vec_dot);
+                assert_true(k.row[type].vec_dotn == sb_kq_table(level)[type].vec_dotn);
+                assert_int_equal(k.tuned, i > 0);
+                assert_true(sb_kq_variant_find(level, type, v[i].name) == &v[i]);
+                checked++;
+            }
+        }
+    /* the prefetch twins: 5 per k-quant at AVX2; and 5 per legacy and k-quant type at AVX-512 */
+    if (sb_kq_best_level() >= SB_KQ_AVX2) assert_true(checked >= 25);
+    if (sb_kq_best_level() >= SB_KQ_AVX512) assert_int_equal(checked, 65);
+}
+
+/* A variant is applied only in its own level's table and type's row. */
+static void test_dotn_variant_foreign(void **state) {
+    (void)state;
+    if (sb_kq_best_level() < SB_KQ_AVX512) skip();
+    const sb_kq_variant *v = sb_kq_variant_find(SB_KQ_AVX2, SB_TYPE_Q4_K, "avx2-pf0");
+    assert_non_null(v);
+    sb_kq_plan plan;
+    sb_kq_kernels k;
+    sb_kq_plan_default(SB_KQ_AVX512, &plan);
+    plan.dot[SB_TYPE_Q4_K] = v;                 /* another level's */
+    plan.dot[SB_TYPE_Q5_K] = v;                 /* another type's */
+    sb_kq_resolve(&plan, &k);
+    assert_true(k.row[SB_TYPE_Q4_K].vec_dot == sb_kq_table(SB_KQ_AVX512)[SB_TYPE_Q4_K].vec_dot);
+    assert_true(k.row[SB_TYPE_Q5_K].vec_dot == sb_kq_table(SB_KQ_AVX512)[SB_TYPE_Q5_K].vec_dot);
+    assert_int_equal(k.tuned, 0);
+    assert_null(sb_kq_variant_find(SB_KQ_AVX512, SB_TYPE_Q4_K, "avx2-pf0"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_dotn_variants),
+        cmocka_unit_test(test_dotn_variant_foreign),
         cmocka_unit_test(test_dotn_table),
         cmocka_unit_test(test_dotn_bit_identical),
         cmocka_unit_test(test_dotn_extremes),

@@ -170,6 +170,33 @@ static void test_gemm_position_independent(void **state) {
         }
 }
 
+/* matmul.c cuts a prompt's rows into blocks of the plan's gemm_rows (then
+ * halves them for small matrices): every block size a profile may hold
+ * (multiples of 16 up to 512, and the halvings down to 8) must give the
+ * pairs one whole call gives, bit for bit, or tuning it would change the
+ * logits. */
+static void test_gemm_row_blocks(void **state) {
+    (void)state;
+    static const int blocks[] = { 8, 16, 32, 48, 64, 128, 512 };
+    for (int level = 0; level <= sb_kq_best_level(); level++)
+        for (int type = 0; type < SB_TYPE_COUNT; type++) {
+            const sb_kq_traits *t = &sb_kq_table(level)[type];
+            if (!t->gemm) continue;
+            const int n = t->blck_size == 32 ? 256 : 512, nr = 200, nc = 40;
+            size_t bx, by;
+            uint8_t *x = make_rows(type, nr, n, &bx), *y = make_rows(t->vec_dot_type, nc, n, &by);
+            float *full = malloc(sizeof(float) * (size_t)nr * nc);
+            assert_non_null(full);
+            t->gemm(n, nr, nc, x, bx, y, by, full, (size_t)nr);
+            for (size_t b = 0; b < sizeof blocks / sizeof blocks[0]; b++)
+                for (int r0 = 0; r0 < nr; r0 += blocks[b])
+                    check_sub(level, type, n, x, bx, y, by, full, nr, r0, blocks[b] < nr - r0 ? blocks[b] : nr - r0, 0, nc);
+            free(full);
+            free(x);
+            free(y);
+        }
+}
+
 int main(void) {
     rng_seed(0x2545F4914F6CDD1Dull);
     const struct CMUnitTest tests[] = {
@@ -177,6 +204,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_extreme_values),
         cmocka_unit_test(test_gemm_ref_is_vec_dot_ref),
         cmocka_unit_test(test_gemm_position_independent),
+        cmocka_unit_test(test_gemm_row_blocks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,6 +5,7 @@
 #                  [--threads T] [--sb PATH] [--out DIR]
 #                  [--no-scaling | --scaling-only] [--no-interleaved-bw]
 #                  [--batched-only | --no-batched] [--batched-rounds N]
+#                  [--tune-profile FILE|off]
 #
 #   --quick    pp 128, tg 32, 3 rounds: a fast look, not a result
 #   --sb PATH  the switchboard binary to measure (default bin/switchboard;
@@ -14,6 +15,10 @@
 #   --batched-only   only step 5 (e.g. --batched-only --models phi3)
 #   --no-batched     skip step 5
 #   --batched-rounds N   rounds of step 5 (default 3)
+#   --tune-profile FILE|off  the kernel tuning profile ours runs with and
+#              whose int8 peak the pp "% of int8 peak" columns use (sets
+#              SB_TUNE_PROFILE; default: the one `switchboard tune` wrote for
+#              this CPU, if any; off: built-in kernel choices, no such columns)
 #
 # Steps (each is skipped when its result already exists):
 #   1. llama.cpp and its llama-bench/llama-quantize   (tools/llamacpp.sh)
@@ -62,6 +67,7 @@ while [[ $# -gt 0 ]]; do
         --batched-only) batched=2; shift ;;
         --no-batched) batched=0; shift ;;
         --batched-rounds) batched_rounds="${2:?--batched-rounds needs N}"; shift 2 ;;
+        --tune-profile) export SB_TUNE_PROFILE="${2:?--tune-profile needs FILE or off}"; shift 2 ;;
         -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
         *) die "unknown option $1 (see --help)" ;;
     esac

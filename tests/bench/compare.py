@@ -23,6 +23,13 @@ Method (see docs/PERFORMANCE.md):
     bytes = weights + the KV rows read); llama.cpp's decode is set against
     the median of the interleaved probes of the same round, run just before
     it;
+  * prompt processing is also given as a fraction of this machine's int8
+    peak: pp_tps * (multiply-adds per prompt token: the elements of every
+    matrix but token_embd and the output, which a prompt runs for its last
+    token only) / (peak of one core * threads), the peak being the one
+    `switchboard tune` measured for the instruction family the gemm uses,
+    read from the tuning profile the engine reads (SB_TUNE_PROFILE, else
+    ~/.cache/switchboard/tune-<cpu>.json; no profile: no such column);
   * thread scaling: TinyLlama decode at -t 1 and -t 2, alternated likewise.
 Every raw sample and the 1-minute load average at the time it was taken go
 into results.json, so noisy runs can be recognised later.
@@ -72,6 +79,61 @@ def weight_bytes_per_token(path):
     """
     reader = gguf.GGUFReader(path)
     return sum(int(t.n_bytes) for t in reader.tensors if t.name != "token_embd.weight")
+
+
+def pp_macs_per_token(path):
+    """Int8 multiply-adds a prompt token costs in the matrices: one per
+    weight element of every matrix but token_embd (gathered) and output
+    (a prompt's logits are its last token's only)."""
+    reader = gguf.GGUFReader(path)
+    return sum(int(t.n_elements) for t in reader.tensors
+               if len(t.shape) == 2 and t.name not in ("token_embd.weight", "output.weight"))
+
+
+def cpuinfo_key():
+    """vendor-family-model-stepping, as the engine names its profile."""
+    info = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if not line.strip():
+                    break
+                k, _, v = line.partition(":")
+                info[k.strip()] = v.strip()
+    except OSError:
+        return None
+    try:
+        return f"{info['vendor_id']}-{info['cpu family']}-{info['model']}-{info['stepping']}"
+    except KeyError:
+        return None
+
+
+def tune_profile():
+    """The profile the engine reads (SB_TUNE_PROFILE=FILE|off, else the
+    cache path), with the measured int8 peak of the gemm's instruction
+    family; None when there is none or it cannot be read."""
+    env = os.environ.get("SB_TUNE_PROFILE")
+    if env == "off":
+        return None
+    path = env
+    if not path:
+        key = cpuinfo_key()
+        xdg = os.environ.get("XDG_CACHE_HOME", "")
+        base = xdg if xdg.startswith("/") else os.path.join(os.path.expanduser("~"), ".cache")
+        path = os.path.join(base, "switchboard", f"tune-{key}.json") if key else None
+    if not path or not os.path.exists(path):
+        return None
+    try:
+        with open(path) as f:
+            p = json.load(f)
+        m = p["measured"]
+        fam = m["gemm_family"]
+        return {"path": path, "date": m.get("date"), "gemm_family": fam,
+                "peak_per_core": m["peak_macs_per_core"].get(fam), "plan": p.get("plan"),
+                "bandwidth_gbs_t": m.get("bandwidth_gbs_t")}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        log(f"tuning profile {path} unreadable ({e}); no int8-peak columns")
+        return None
 
 
 def run(cmd):
@@ -206,6 +268,7 @@ def bench_model(key, eng, args):
     res = {"name": name, "file": os.path.relpath(path, REPO_ROOT),
            "file_bytes": os.path.getsize(path),
            "llama_weight_bytes": weight_bytes_per_token(path),
+           "pp_macs_per_token": pp_macs_per_token(path),
            "ours": [], "llamacpp": []}
     log(f"{name}: {fname}, {res['file_bytes'] / 2**30:.2f} GiB, "
         f"{args.rounds} rounds x (ours, llama.cpp), pp{args.pp} tg{args.tg} -t {args.threads}")
@@ -256,6 +319,12 @@ def bench_model(key, eng, args):
     kv = (bpt[0] - res["ours_weight_bytes"]) if bpt and res["ours_weight_bytes"] else 0
     res["bw_frac_int_llamacpp"] = median([s["tg"] * (res["llama_weight_bytes"] + kv) / (s["bw_int"] * 1e9)
                                           for s in res["llamacpp"] if s.get("tg") and s.get("bw_int")])
+    # pp against the int8 peak `switchboard tune` measured (all threads)
+    tp = args.tune
+    peak = tp["peak_per_core"] * args.threads if tp and tp.get("peak_per_core") else None
+    for side in ("ours", "llamacpp"):
+        med = res[side + "_pp"]["median"]
+        res[f"pp_peak_frac_{side}"] = med * res["pp_macs_per_token"] / peak if med and peak else None
     return res
 
 
@@ -318,18 +387,20 @@ def markdown(results):
     models = list(results["models"].values())
     if models:
         lines += ["", f"| model | file | ours {pp} | llama.cpp {pp} | {pp} ours/llama.cpp | "
+        f"ours {pp} % of int8 peak | llama.cpp {pp} % of int8 peak | "
         f"ours {tg} | llama.cpp {tg} | {tg} ours/llama.cpp | ours {tg} % of BW limit | "
         f"llama.cpp {tg} % of BW limit | BW GB/s (min–max of rounds) | "
         f"ours {tg} % of interleaved limit | llama.cpp {tg} % of interleaved limit | "
         f"interleaved BW GB/s (median of rounds, min–max) | MB per token | load (1 min) |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     def pct(x):
         return "—" if x is None else f"{100 * x:.0f}%"
     for m in models:
         lines.append(
             f"| {m['name']} | `{os.path.basename(m['file'])}` ({m['file_bytes'] / 2**30:.2f} GiB) | "
             f"{fmt(m['ours_pp']['median'])} | {fmt(m['llamacpp_pp']['median'])} | "
-            f"{times(m['ratio_pp'])} | {fmt(m['ours_tg']['median'])} | "
+            f"{times(m['ratio_pp'])} | {pct(m.get('pp_peak_frac_ours'))} | {pct(m.get('pp_peak_frac_llamacpp'))} | "
+            f"{fmt(m['ours_tg']['median'])} | "
             f"{fmt(m['llamacpp_tg']['median'])} | {times(m['ratio_tg'])} | "
             f"{pct(m['bw_frac_ours'])} | {pct(m['bw_frac_llamacpp'])} | "
             f"{fmt(m['bw_gbs']['min'], 1)}–{fmt(m['bw_gbs']['max'], 1)} | "
@@ -348,7 +419,17 @@ def markdown(results):
             for s in m["ours"] + m["llamacpp"] if "error" in s]
     if errs:
         lines += ["", "Errors: " + "; ".join(sorted(set(errs)))]
+    tp = results.get("tune_profile")
     if models:
+        lines += ["", ("int8 peak: " + (f"{fmt(tp['peak_per_core'] / 1e9, 1)} G multiply-adds/s per core "
+                                        f"({tp['gemm_family']}, the gemm's family) × {a['threads']} threads, "
+                                        f"measured by `switchboard tune` {tp.get('date')} (`{tp['path']}`, "
+                                        f"plan {json.dumps(tp.get('plan'), separators=(',', ':'))}); "
+                                        if tp and tp.get("peak_per_core") else
+                                        "no tuning profile, so no int8-peak columns (run `switchboard tune`); ")
+                       + "multiply-adds per prompt token: "
+                       + ", ".join(f"{m['name']} {fmt((m.get('pp_macs_per_token') or 0) / 1e9, 2)} G" for m in models)
+                       + ".")]
         lines += ["", "Bytes per token for the bandwidth limit: "
                   + ", ".join(f"{m['name']} ours {mib(m['ours_weight_bytes'])}"
                               f" / llama.cpp {mib(m['llama_weight_bytes'])}"
@@ -417,6 +498,7 @@ def main():
                     help="only the TinyLlama -t 1 vs -t 2 decode comparison")
     ap.add_argument("--out", default=os.path.join(REPO_ROOT, "build", "bench"))
     args = ap.parse_args()
+    args.tune = tune_profile()
     keys = [k for k in args.models.split(",") if k]
     for k in keys:
         if k not in MODEL_FILES:
@@ -437,6 +519,7 @@ def main():
         "settings": {"threads": args.threads, "pp": args.pp, "tg": args.tg,
                      "rounds": args.rounds, "fa": args.fa},
         "load": {"start": loadavg()},
+        "tune_profile": args.tune,
         "models": {},
     }
     bw, raw = measure_bandwidth(args, args.membw_reps)

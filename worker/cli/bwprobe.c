@@ -82,9 +82,8 @@ void sb_bwprobe_free(sb_bwprobe *p) {
     sb_free(p);
 }
 
-/* One pass over the next chunk; seconds. */
-static double pass(sb_bwprobe *p, int prefetch) {
-    const int nt = sb_pool_size(p->pool);
+/* One pass over the next chunk by nt readers; seconds. */
+static double pass(sb_bwprobe *p, int prefetch, int nt) {
     pass_job j = { p->buf + p->next, CHUNK_BYTES / (size_t)nt / 128 * 128, prefetch, { 0 } };
     p->next = (p->next + CHUNK_BYTES) % p->bytes;
     const double t0 = sb_now_s();
@@ -94,7 +93,10 @@ static double pass(sb_bwprobe *p, int prefetch) {
     return dt / ((double)j.per * nt) * CHUNK_BYTES;     /* as if the whole chunk */
 }
 
-double sb_bwprobe_window(sb_bwprobe *p) {
-    const double plain = pass(p, 0), pf = pass(p, 1);
+double sb_bwprobe_window_n(sb_bwprobe *p, int readers) {
+    const int nt = SB_MAX(1, SB_MIN(readers, sb_pool_size(p->pool)));
+    const double plain = pass(p, 0, nt), pf = pass(p, 1, nt);
     return (double)CHUNK_BYTES * 1e-9 / SB_MIN(plain, pf);
 }
+
+double sb_bwprobe_window(sb_bwprobe *p) { return sb_bwprobe_window_n(p, sb_pool_size(p->pool)); }

@@ -251,9 +251,11 @@ static void bench_report(const char *model, const sb_model *m, int threads, int 
     const sb_gguf *g = sb_model_gguf(m);
     const double huge = (double)sb_gguf_huge_bytes(g) / (double)sb_gguf_file_size(g);
     if (json) {
-        printf("{\"model\":\"%s\",\"threads\":%d,\"kernels\":\"%s\",\"pp\":%d,\"tg\":%d,\"runs\":%d,"
+        /* tuned: a tuning profile's plan is in force (docs/KERNELS.md, "Tuning") */
+        printf("{\"model\":\"%s\",\"threads\":%d,\"kernels\":\"%s\",\"tuned\":%s,\"pp\":%d,\"tg\":%d,\"runs\":%d,"
                "\"pp_tps\":%.3f,\"tg_tps\":%.3f,\"weight_bytes\":%zu,\"huge_page_frac\":%.3f",
-               model, threads, sb_kq_level_name(sb_kq_best_level()), pp, tg, runs, pp_med, tg_med,
+               model, threads, sb_kq_level_name(sb_kq_best_level()),
+               sb_kq_engine_kernels(sb_kq_best_level())->tuned ? "true" : "false", pp, tg, runs, pp_med, tg_med,
                sb_model_weight_bytes(m), huge);
         if (o->probe) print_bw(&o->bw, sb_model_weight_bytes(m), 1);
         printf("}\n");

@@ -82,7 +82,8 @@ static double log_sum_exp(const float *x, int n) {
 
 static void logits_usage(FILE *f) {
     fprintf(f,
-            "usage: switchboard logits -m MODEL.gguf (--ids CSV | -p TEXT) [-n N] [--top K] [-t T] [-c CTX] [--kv-f32]\n\n"
+            "usage: switchboard logits -m MODEL.gguf (--ids CSV | -p TEXT) [-n N] [--top K] [-t T] [-c CTX] [--kv-f32]\n"
+            "                          [--exact]\n\n"
             "Evaluate the tokens in one batched forward pass and print, as JSON, the\n"
             "log-sum-exp and top-K logits after every position, then N greedy tokens\n"
             "decoded one at a time (the schema of llama.cpp references in\n"
@@ -94,24 +95,32 @@ static void logits_usage(FILE *f) {
             "  --top K     logits per position (default 10)\n"
             "  -t T        threads (default 2)\n"
             "  -c CTX      context size (default: prompt + N)\n"
-            "  --kv-f32    F32 KV cache instead of F16\n");
+            "  --kv-f32    F32 KV cache instead of F16\n"
+            "  --exact     every number with all its digits (floats round-trip), and each\n"
+            "              greedy step's top logits: two runs print the same bytes only if\n"
+            "              they computed the same bits\n");
 }
 
-/* Each position's log-sum-exp and its k largest logits, as JSON lines. */
-static void print_positions(const float *logits, int n, size_t nv, int k) {
+/* One position's log-sum-exp and its k largest logits, as a JSON object;
+ * exact: all digits (%.17g / %.9g round-trip a double / a float). */
+static void print_position(const float *row, size_t nv, int k, int exact) {
     int idx[64];
+    const int got = top_k(row, (int)nv, k, idx);
+    printf(exact ? "{\"lse\":%.17g,\"top\":[" : "{\"lse\":%.6f,\"top\":[", log_sum_exp(row, (int)nv));
+    for (int j = 0; j < got; j++) printf(exact ? "%s[%d,%.9g]" : "%s[%d,%.6f]", j ? "," : "", idx[j], (double)row[idx[j]]);
+    printf("]}");
+}
+
+static void print_positions(const float *logits, int n, size_t nv, int k, int exact) {
     for (int i = 0; i < n; i++) {
-        const float *row = logits + (size_t)i * nv;
-        int got = top_k(row, (int)nv, k, idx);
-        printf("{\"lse\":%.6f,\"top\":[", log_sum_exp(row, (int)nv));
-        for (int j = 0; j < got; j++) printf("%s[%d,%.6f]", j ? "," : "", idx[j], row[idx[j]]);
-        printf("]}%s\n", i + 1 < n ? "," : "");
+        print_position(logits + (size_t)i * nv, nv, k, exact);
+        printf("%s\n", i + 1 < n ? "," : "");
     }
 }
 
 /* Greedy continuation: the last row's argmax, fed back one at a time (its
  * logits land in buf), then each step's top-2 gap. -1 on failure. */
-static int print_greedy(sb_ctx *c, const float *row, float *buf, size_t nv, int n_greedy) {
+static int print_greedy(sb_ctx *c, const float *row, float *buf, size_t nv, int n_greedy, int k, int exact) {
     char err[SB_ERR_LEN];
     int idx[2];
     float *gaps = sb_malloc(((size_t)n_greedy + 1) * sizeof(float));
@@ -130,15 +139,21 @@ static int print_greedy(sb_ctx *c, const float *row, float *buf, size_t nv, int 
         row = buf;
     }
     printf("],\n\"greedy_gap\":[");
-    for (int g = 0; g < n_greedy; g++) printf("%s%.4f", g ? "," : "", gaps[g]);
-    printf("]}\n");
+    for (int g = 0; g < n_greedy; g++) printf(exact ? "%s%.9g" : "%s%.4f", g ? "," : "", (double)gaps[g]);
+    if (exact && n_greedy > 1) {          /* the last decode step's logits (the one-token kernels) */
+        printf("],\n\"last_step\":");
+        print_position(row, nv, k, 1);
+        printf("}\n");
+    } else {
+        printf("]}\n");
+    }
     sb_free(gaps);
     return 0;
 }
 
 int sb_cmd_logits(int argc, char **argv) {
     const char *model = NULL, *ids_s = NULL, *prompt = NULL;
-    int n_greedy = 24, k = 10, threads = 2, n_ctx = 0, kv_f32 = 0;
+    int n_greedy = 24, k = 10, threads = 2, n_ctx = 0, kv_f32 = 0, exact = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { logits_usage(stdout); return SB_EXIT_OK; }
@@ -150,6 +165,7 @@ int sb_cmd_logits(int argc, char **argv) {
         else if (!strcmp(a, "-t")) { if (parse_int("logits", a, v, 1, 256, &threads)) return SB_EXIT_CONFIG; i++; }
         else if (!strcmp(a, "-c")) { if (parse_int("logits", a, v, 1, 1 << 20, &n_ctx)) return SB_EXIT_CONFIG; i++; }
         else if (!strcmp(a, "--kv-f32")) kv_f32 = 1;
+        else if (!strcmp(a, "--exact")) exact = 1;
         else { fprintf(stderr, "logits: unknown or incomplete option '%s'\n", a); logits_usage(stderr); return SB_EXIT_CONFIG; }
     }
     if (!model || (!ids_s == !prompt)) { logits_usage(stderr); return SB_EXIT_CONFIG; }
@@ -191,9 +207,9 @@ int sb_cmd_logits(int argc, char **argv) {
     printf("{\"model\":\"%s\",\"n_vocab\":%d,\"tokens\":[", base ? base + 1 : model, hp->n_vocab);
     for (int i = 0; i < n; i++) printf("%s%d", i ? "," : "", ids[i]);
     printf("],\n\"positions\":[\n");
-    print_positions(logits, n, nv, k);
+    print_positions(logits, n, nv, k, exact);
     printf("],\n\"greedy\":[");
-    if (print_greedy(c, logits + (size_t)(n - 1) * nv, logits, nv, n_greedy)) goto out;
+    if (print_greedy(c, logits + (size_t)(n - 1) * nv, logits, nv, n_greedy, k, exact)) goto out;
     rc = SB_EXIT_OK;
 out:
     sb_free(logits);

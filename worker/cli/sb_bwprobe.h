@@ -22,5 +22,8 @@ void   sb_bwprobe_free(sb_bwprobe *p);
 /* One window: a plain pass and a prefetching pass (like tools/membw), each
  * over the next chunk of the buffer; the better one, in GB/s (1e9 bytes). */
 double sb_bwprobe_window(sb_bwprobe *p);
+/* The same with only `readers` (1..threads) of the probe's threads reading:
+ * one buffer serves the 1-thread and the T-thread figure. */
+double sb_bwprobe_window_n(sb_bwprobe *p, int readers);
 
 #endif

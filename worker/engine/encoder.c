@@ -154,7 +154,8 @@ int sb_encoder_open(const char *path, int n_threads, int kq_level, sb_encoder **
         rc = sb_seterr(err, SB_EFORMAT, "%s: tokenizer without BOS/EOS or larger than token_embd", path);
     if (rc) goto fail;
     int level = kq_level >= 0 && kq_level < sb_kq_best_level() ? kq_level : sb_kq_best_level();
-    e->kq = sb_kq_table(level);
+    const sb_kq_kernels *kernels = sb_kq_engine_kernels(level);
+    e->kq = kernels->row;
     e->vec = sb_kq_vec_table(level);
     const int nt = SB_MAX(1, SB_MIN(n_threads, 256));
     const size_t rows = (size_t)e->n_ctx, H = (size_t)e->H, F = (size_t)e->FF;
@@ -164,7 +165,7 @@ int sb_encoder_open(const char *path, int n_threads, int kq_level, sb_encoder **
         alloc_rows(&e->mid, rows, F) || alloc_rows(&e->scores, (size_t)nt, rows) ||
         alloc_rows(&e->qh, (size_t)nt, H / (size_t)e->NH) || !(e->kh = sb_aligned_alloc(rows * H * 2)) ||
         !(e->vh = sb_aligned_alloc(rows * H * 2)) ||
-        sb_mm_init(&e->mm, e->kq, e->pool, rows * SB_MAX(H, F) * 4 + 4096, 0)) {
+        sb_mm_init(&e->mm, kernels, e->pool, rows * SB_MAX(H, F) * 4 + 4096, 0)) {
         rc = sb_seterr(err, SB_ENOMEM, "out of memory for a %d-token window", e->n_ctx);
         goto fail;
     }

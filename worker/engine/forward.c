@@ -118,7 +118,10 @@ int sb_ctx_new(const sb_model *m, const sb_ctx_params *p, sb_ctx **out, char *er
     c->m = m;
     int level = p->kq_level >= 0 && p->kq_level < SB_KQ_LEVELS ? p->kq_level : sb_kq_best_level();
     if (level > sb_kq_best_level()) level = sb_kq_best_level();
-    c->kq = sb_kq_table(level);
+    const sb_kq_kernels *kernels = p->kernels && p->kernels->level <= sb_kq_best_level() ? p->kernels
+                                                                                         : sb_kq_engine_kernels(level);
+    level = kernels->level;
+    c->kq = kernels->row;
     c->vec = sb_kq_vec_table(level);
     c->n_ctx = p->n_ctx > 0 ? p->n_ctx : SB_MIN(hp->n_ctx_train, 4096);
     c->n_batch = p->n_batch > 0 ? p->n_batch : DEFAULT_BATCH;
@@ -161,7 +164,7 @@ int sb_ctx_new(const sb_model *m, const sb_ctx_params *p, sb_ctx **out, char *er
     /* Activation buffers sized for the widest input (n_ff, or q for wo) in
      * the bulkiest activation format (F32 = 4 bytes/element covers all). */
     const size_t widest = SB_MAX((size_t)hp->n_ff, SB_MAX((size_t)hp->n_embd, dq));
-    if (sb_mm_init(&c->mm, c->kq, c->pool, nb * widest * 4 + 4096, m->x8_row_bytes) != 0) {
+    if (sb_mm_init(&c->mm, kernels, c->pool, nb * widest * 4 + 4096, m->x8_row_bytes) != 0) {
         sb_ctx_free(c);
         return sb_seterr(err, SB_ENOMEM, "out of memory for a %d-token batch", c->n_batch);
     }

@@ -21,20 +21,22 @@
 #include "worker/engine/matmul_impl.h"
 #include "common/sb_common.h"
 
-#define ROWS_PER_TASK 16        /* 1×1 path: 16 floats of output = one cache line per task */
-#define TASKS_PER_THREAD 24     /* 1×1 path: above this, rows per task grow (each claim is an atomic CAS) */
-#define GEMM_ROWS 64            /* gemm path: a multiple of every tile's rows */
+/* Rows per task, the task cap per thread and the gemm's row blocks come
+ * from the kernels' plan (sb_kq_split: built-in 16 rows = one cache line of
+ * output, 24 tasks per thread as each claim is an atomic CAS, 64 gemm rows,
+ * a multiple of every tile's rows); `switchboard tune` may pick others. */
 #define GEMM_TOKS 512           /* a packed weight panel serves this many tokens: packing it costs about as much as 64 tokens of compute */
 #define X8_GEMM_MIN_TOKS 4      /* x8 weights: below this the tiled kernels would run vec_dot per pair anyway */
 
-int sb_mm_init(sb_mm *mm, const sb_kq_traits *kq, sb_pool *pool, size_t act_bytes, size_t x8_row_bytes) {
+int sb_mm_init(sb_mm *mm, const sb_kq_kernels *kq, sb_pool *pool, size_t act_bytes, size_t x8_row_bytes) {
     memset(mm, 0, sizeof *mm);
-    mm->kq = kq;
+    mm->kq = kq->row;
+    mm->split = kq->split;
     mm->pool = pool;
     for (int i = 0; i < SB_MM_ACT_SLOTS; i++)
         if (!(mm->act[i].buf = sb_aligned_alloc(act_bytes))) return SB_ENOMEM;
     if (x8_row_bytes) {
-        mm->x8_rows_bytes = GEMM_ROWS * x8_row_bytes;
+        mm->x8_rows_bytes = (size_t)mm->split.gemm_rows * x8_row_bytes;
         if (!(mm->x8_rows = sb_aligned_alloc(mm->x8_rows_bytes * (size_t)sb_pool_size(pool)))) return SB_ENOMEM;
     }
     return 0;
@@ -156,7 +158,7 @@ static void run_gemm(const mm_part *p, int local, int n_tok, uint8_t *x8_rows) {
     const int nc = SB_MIN(GEMM_TOKS, n_tok - t0);
     const size_t rbytes = p->w->row_bytes;
     const uint8_t *x = (const uint8_t *)p->w->data + (size_t)r0 * rbytes;
-    if (p->w->x8_buf) {         /* r0 and nr are multiples of 8 (GEMM_ROWS, ne1) */
+    if (p->w->x8_buf) {         /* r0 and nr are multiples of 8 (gemm_rows, ne1) */
         for (int g = 0; g < nr / 8; g++)
             sb_kq_x8_unpack(p->w->type, p->w->ne0, x + (size_t)g * 8 * rbytes, x8_rows + (size_t)g * 8 * rbytes, rbytes);
         x = x8_rows;
@@ -301,20 +303,21 @@ void sb_mm_run(sb_mm *mm, const float *x, int n_tok, const sb_mm_out *outs, int 
      * that claiming them (a CAS each; ~100 ns when another thread is
      * stealing from the same range) is not the cost: a decode step has
      * ~110 runs. */
-    int rows = all_gemm ? GEMM_ROWS : ROWS_PER_TASK;
+    const int gemm_rows = mm->split.gemm_rows;
+    int rows = all_gemm ? gemm_rows : mm->split.rows_per_task;
     const int min_rows = all_gemm ? 8 : 1;
     for (;;) {
         int64_t n_tasks = 0;
         for (int i = 0; i < j.n_parts; i++)
-            n_tasks += part_tasks(&j.part[i], j.part[i].gemm && !all_gemm ? GEMM_ROWS : rows);
-        if (!all_gemm && n_tasks > TASKS_PER_THREAD * n_threads && rows < (1 << 20)) rows *= 2;
+            n_tasks += part_tasks(&j.part[i], j.part[i].gemm && !all_gemm ? gemm_rows : rows);
+        if (!all_gemm && n_tasks > (int64_t)mm->split.tasks_per_thread * n_threads && rows < (1 << 20)) rows *= 2;
         else if (n_tasks < 4 * n_threads && rows > min_rows) rows /= 2;
         else break;
     }
     int first = 0;
     for (int i = 0; i < j.n_parts; i++) {
         mm_part *p = &j.part[i];
-        p->rows = p->gemm && !all_gemm ? GEMM_ROWS : rows;
+        p->rows = p->gemm && !all_gemm ? gemm_rows : rows;
         if (p->gemv8) p->rows = SB_MAX(8, p->rows / 8 * 8);
         p->first_task = first;
         first += (int)part_tasks(p, p->rows);

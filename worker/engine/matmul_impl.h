@@ -20,6 +20,7 @@ typedef struct {
 
 typedef struct {
     const sb_kq_traits *kq;
+    sb_kq_split         split;      /* how runs are cut into pool tasks (the kernels' plan) */
     sb_pool            *pool;
     sb_act_slot         act[SB_MM_ACT_SLOTS];
     int                 act_next;
@@ -61,7 +62,7 @@ typedef struct {
 /* act_bytes: the largest converted batch (n_batch × widest input, in the
  * bulkiest activation format); x8_row_bytes: the longest row of a weight
  * in the x8 layout (0: none). Returns 0 or SB_ENOMEM. */
-int  sb_mm_init(sb_mm *mm, const sb_kq_traits *kq, sb_pool *pool, size_t act_bytes, size_t x8_row_bytes);
+int  sb_mm_init(sb_mm *mm, const sb_kq_kernels *kq, sb_pool *pool, size_t act_bytes, size_t x8_row_bytes);
 void sb_mm_free(sb_mm *mm);
 /* Forget the converted inputs (their f32 source is about to change). */
 void sb_mm_reset(sb_mm *mm);

@@ -39,6 +39,7 @@ void sb_ctx_params_default(sb_ctx_params *p) {
     p->n_batch = 0;
     p->n_seq = 0;
     p->kv_blocks = 0;
+    p->kernels = NULL;
 }
 
 static int get_hp_u32(const sb_gguf *g, const char *arch, const char *suffix, int required,

@@ -45,6 +45,9 @@ typedef struct {
     int n_ctx;              /* KV cache positions; 0 = min(n_ctx_train, 4096) */
     int kv_f32;             /* 0: F16 KV cache (llama.cpp's default), 1: F32 */
     int kq_level;           /* kernel level, -1 = best this CPU allows */
+    const struct sb_kq_kernels *kernels;   /* NULL: sb_kq_engine_kernels(level), the machine's
+                                       profile applied; else these (switchboard tune's
+                                       candidates), when their level is one the CPU runs */
     int n_batch;            /* max tokens per internal forward pass; 0 = 512 */
     int n_seq;              /* sequences the context can hold at once; 0 = 1 */
     int kv_blocks;          /* KV pool size in blocks of SB_KV_BLOCK positions, shared by

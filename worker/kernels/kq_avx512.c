@@ -130,7 +130,7 @@ KQ_INLINE float legacy_group(int wt, float sum, const void *vx, const sb_block_q
     return sum;
 }
 
-KQ_INLINE void dot_legacy(int wt, int n, float *s, const void *vx, const void *vy) {
+KQ_INLINE void dot_legacy(int wt, int n, float *s, const void *vx, const void *vy, size_t pf) {
     const size_t xb = kq_block_bytes(wt);
     const sb_block_q8_0 *y = vy;
     const int nb = n / 32;
@@ -138,16 +138,19 @@ KQ_INLINE void dot_legacy(int wt, int n, float *s, const void *vx, const void *v
     int i = 0;
     for (; i + 16 <= nb; i += 16) {
         const uint8_t *xi = (const uint8_t *)vx + (size_t)i * xb;
-        kq_prefetch_ahead(xi, 16 * xb);     /* the weights stream from DRAM */
+        kq_prefetch_at(xi, pf, 16 * xb);     /* the weights stream from DRAM */
         sum = legacy_group(wt, sum, xi, y + i, 16);
     }
     if (i < nb) sum = legacy_group(wt, sum, (const uint8_t *)vx + (size_t)i * xb, y + i, nb - i);
     *s = sum;
 }
 
-void sb_kq_dot_q4_0_q8_0_avx512(int n, float *s, const void *vx, const void *vy) { dot_legacy(L_Q4_0, n, s, vx, vy); }
-void sb_kq_dot_q5_0_q8_0_avx512(int n, float *s, const void *vx, const void *vy) { dot_legacy(L_Q5_0, n, s, vx, vy); }
-void sb_kq_dot_q8_0_q8_0_avx512(int n, float *s, const void *vx, const void *vy) { dot_legacy(L_Q8_0, n, s, vx, vy); }
+KQ_INLINE void dot_q4_0(int n, float *s, const void *vx, const void *vy, size_t pf) { dot_legacy(L_Q4_0, n, s, vx, vy, pf); }
+KQ_INLINE void dot_q5_0(int n, float *s, const void *vx, const void *vy, size_t pf) { dot_legacy(L_Q5_0, n, s, vx, vy, pf); }
+KQ_INLINE void dot_q8_0(int n, float *s, const void *vx, const void *vy, size_t pf) { dot_legacy(L_Q8_0, n, s, vx, vy, pf); }
+KQ_PF_VARIANTS(dot_q4_0, sb_kq_dot_q4_0_q8_0_avx512)
+KQ_PF_VARIANTS(dot_q5_0, sb_kq_dot_q5_0_q8_0_avx512)
+KQ_PF_VARIANTS(dot_q8_0, sb_kq_dot_q8_0_q8_0_avx512)
 
 /* [dx·dy, mx·sy] of one block: (d, m) and (d, s) are adjacent fp16 pairs. */
 static inline __m128 f16_pair_product(const sb_fp16 *xdm, const sb_fp16 *yds) {

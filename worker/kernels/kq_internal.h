@@ -245,6 +245,30 @@ void sb_kq_act_q8_1_ref(const float *src, void *dst, int64_t n);
 KQ_DECLARE_DOTS(ref)
 KQ_DECLARE_DOTS(avx2)
 
+/* Bytes ahead the default decode dots prefetch (why: kq_x86.h). */
+#ifndef KQ_PREFETCH_AHEAD
+#define KQ_PREFETCH_AHEAD 8192
+#endif
+/* Prefetch-distance twins of a decode dot (KQ_PF_VARIANTS in kq_x86.h). */
+#define KQ_DECLARE_PF(name)                                                  \
+    void name##_pf0(int n, float *s, const void *x, const void *y);           \
+    void name##_pf4k(int n, float *s, const void *x, const void *y);          \
+    void name##_pf16k(int n, float *s, const void *x, const void *y);         \
+    void name##_pf32k(int n, float *s, const void *x, const void *y);
+KQ_DECLARE_PF(sb_kq_dot_q2_K_q8_K_avx2)
+KQ_DECLARE_PF(sb_kq_dot_q3_K_q8_K_avx2)
+KQ_DECLARE_PF(sb_kq_dot_q4_K_q8_K_avx2)
+KQ_DECLARE_PF(sb_kq_dot_q5_K_q8_K_avx2)
+KQ_DECLARE_PF(sb_kq_dot_q6_K_q8_K_avx2)
+KQ_DECLARE_PF(sb_kq_dot_q4_0_q8_0_avx512)
+KQ_DECLARE_PF(sb_kq_dot_q5_0_q8_0_avx512)
+KQ_DECLARE_PF(sb_kq_dot_q8_0_q8_0_avx512)
+KQ_DECLARE_PF(sb_kq_dot_q2_K_q8_K_avx512)
+KQ_DECLARE_PF(sb_kq_dot_q3_K_q8_K_avx512)
+KQ_DECLARE_PF(sb_kq_dot_q4_K_q8_K_avx512)
+KQ_DECLARE_PF(sb_kq_dot_q5_K_q8_K_avx512)
+KQ_DECLARE_PF(sb_kq_dot_q6_K_q8_K_avx512)
+
 /* ---- AVX2 level (kq_avx2.c, kq_kquants_avx2.c) ---------------------------- */
 #define KQ_DOTN_ARGS int n, int nt, float *s, size_t s_stride, const void *x, const void *y, size_t y_stride
 /* kq_dotn_avx2.c: vec_dotn, bit for bit the AVX2 vec_dot */

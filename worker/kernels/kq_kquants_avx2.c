@@ -16,13 +16,13 @@
 
 /* ==== Q2_K: q in 0..3, x = d·(sc&15)·q - dmin·(sc>>4) ===================== */
 
-void sb_kq_dot_q2_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
+static inline __attribute__((always_inline)) void dot_q2_K(int n, float *s, const void *vx, const void *vy, size_t pf) {
     const sb_block_q2_K *x = vx;
     const sb_block_q8_K *y = vy;
     const __m256i m3 = _mm256_set1_epi8(3);
     __m256 acc = _mm256_setzero_ps(), acc_min = _mm256_setzero_ps();
     for (int i = 0; i < n / SB_QK_K; i++) {
-        kq_prefetch_ahead(&x[i], sizeof x[i]);
+        kq_prefetch_at(&x[i], pf, sizeof x[i]);
         const __m128i packed = _mm_loadu_si128((const __m128i *)x[i].scales);
         const __m128i sc8 = _mm_and_si128(packed, _mm_set1_epi8(0xF));
         const __m128i mn8 = _mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0xF));
@@ -49,17 +49,18 @@ void sb_kq_dot_q2_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
     }
     *s = kq_hsum_f32x8(_mm256_sub_ps(acc, acc_min));
 }
+KQ_PF_VARIANTS(dot_q2_K, sb_kq_dot_q2_K_q8_K_avx2)
 
 /* ==== Q3_K: q in -4..3 = low 2 bits + 4·hmask bit - 4 ======================= */
 /* We dot the unsigned 0..7 value and take 4·Σ sc·bsums back out. */
 
-void sb_kq_dot_q3_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
+static inline __attribute__((always_inline)) void dot_q3_K(int n, float *s, const void *vx, const void *vy, size_t pf) {
     const sb_block_q3_K *x = vx;
     const sb_block_q8_K *y = vy;
     const __m256i m3 = _mm256_set1_epi8(3), m4 = _mm256_set1_epi8(4);
     __m256 acc = _mm256_setzero_ps();
     for (int i = 0; i < n / SB_QK_K; i++) {
-        kq_prefetch_ahead(&x[i], sizeof x[i]);
+        kq_prefetch_at(&x[i], pf, sizeof x[i]);
         const __m256i sc16 = _mm256_cvtepi8_epi16(kq_scales_q3_128(x[i].scales));
         const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y[i].bsums)), 2);
         const __m256i sch[2] = { _mm256_permute2x128_si256(sc16, sc16, 0x00), _mm256_permute2x128_si256(sc16, sc16, 0x11) };
@@ -86,17 +87,18 @@ void sb_kq_dot_q3_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
     }
     *s = kq_hsum_f32x8(acc);
 }
+KQ_PF_VARIANTS(dot_q3_K, sb_kq_dot_q3_K_q8_K_avx2)
 
 /* ==== Q4_K / Q5_K: 8 sub-blocks of 32, 6-bit scales and mins ================ */
 
-void sb_kq_dot_q4_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
+static inline __attribute__((always_inline)) void dot_q4_K(int n, float *s, const void *vx, const void *vy, size_t pf) {
     const sb_block_q4_K *x = vx;
     const sb_block_q8_K *y = vy;
     const __m256i m4 = _mm256_set1_epi8(0xF);
     __m256 acc = _mm256_setzero_ps();
     __m256 acc_min = _mm256_setzero_ps();
     for (int i = 0; i < n / SB_QK_K; i++) {
-        kq_prefetch_ahead(&x[i], sizeof x[i]);
+        kq_prefetch_at(&x[i], pf, sizeof x[i]);
         const __m128i sm = kq_scales_k4_128(&x[i]);
         const __m256i sc2 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
         const int8_t *q8 = y[i].qs;
@@ -116,15 +118,16 @@ void sb_kq_dot_q4_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
     }
     *s = kq_hsum_f32x8(_mm256_sub_ps(acc, acc_min));
 }
+KQ_PF_VARIANTS(dot_q4_K, sb_kq_dot_q4_K_q8_K_avx2)
 
-void sb_kq_dot_q5_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
+static inline __attribute__((always_inline)) void dot_q5_K(int n, float *s, const void *vx, const void *vy, size_t pf) {
     const sb_block_q5_K *x = vx;
     const sb_block_q8_K *y = vy;
     const __m256i m4 = _mm256_set1_epi8(0xF);
     __m256 acc = _mm256_setzero_ps();
     __m256 acc_min = _mm256_setzero_ps();
     for (int i = 0; i < n / SB_QK_K; i++) {
-        kq_prefetch_ahead(&x[i], sizeof x[i]);
+        kq_prefetch_at(&x[i], pf, sizeof x[i]);
         const __m128i sm = kq_scales_k4_128(&x[i]);
         const __m256i sc2 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
         const int8_t *q8 = y[i].qs;
@@ -149,17 +152,18 @@ void sb_kq_dot_q5_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
     }
     *s = kq_hsum_f32x8(_mm256_sub_ps(acc, acc_min));
 }
+KQ_PF_VARIANTS(dot_q5_K, sb_kq_dot_q5_K_q8_K_avx2)
 
 /* ==== Q6_K: q in -32..31 stored +32; int8 scales per 16 ===================== */
 /* Dot the unsigned 0..63 value and take 32·Σ sc·bsums back out. */
 
-void sb_kq_dot_q6_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
+static inline __attribute__((always_inline)) void dot_q6_K(int n, float *s, const void *vx, const void *vy, size_t pf) {
     const sb_block_q6_K *x = vx;
     const sb_block_q8_K *y = vy;
     const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(0x30);
     __m256 acc = _mm256_setzero_ps();
     for (int i = 0; i < n / SB_QK_K; i++) {
-        kq_prefetch_ahead(&x[i], sizeof x[i]);
+        kq_prefetch_at(&x[i], pf, sizeof x[i]);
         const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i].scales));
         const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y[i].bsums)), 5);
         const __m256i sch[2] = { _mm256_permute2x128_si256(sc16, sc16, 0x00), _mm256_permute2x128_si256(sc16, sc16, 0x11) };
@@ -189,3 +193,4 @@ void sb_kq_dot_q6_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
     }
     *s = kq_hsum_f32x8(acc);
 }
+KQ_PF_VARIANTS(dot_q6_K, sb_kq_dot_q6_K_q8_K_avx2)

@@ -35,8 +35,9 @@ static inline __m512i join(__m256i lo, __m256i hi) {
 #ifndef KQ_AVX512_PREFETCH
 #define KQ_AVX512_PREFETCH 1
 #endif
-static inline void kq512_prefetch(const void *block, size_t bytes) {
-    if (KQ_AVX512_PREFETCH) kq_prefetch_ahead(block, bytes);
+#define KQ_INLINE static inline __attribute__((always_inline))
+KQ_INLINE void kq512_prefetch(const void *block, size_t bytes, size_t ahead) {
+    if (KQ_AVX512_PREFETCH) kq_prefetch_at(block, ahead, bytes);
 }
 
 static inline __m512i load_q8_64(const int8_t *p) { return _mm512_loadu_si512(p); }
@@ -78,14 +79,14 @@ static inline __m512i planes2(__m512i bits2, __m512i sh, __m512i m3) {
 
 _Static_assert(offsetof(sb_block_q2_K, dmin) == offsetof(sb_block_q2_K, d) + sizeof(sb_fp16), "Q2_K d, dmin adjacent");
 
-void sb_kq_dot_q2_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy) {
+KQ_INLINE void dot_q2_K(int n, float *s, const void *vx, const void *vy, size_t pf) {
     const sb_block_q2_K *x = vx;
     const sb_block_q8_K *y = vy;
     const __m512i m3 = _mm512_set1_epi8(3), sh01 = halves_epi16(0, 2), sh23 = halves_epi16(4, 6);
     __m512 acc = _mm512_setzero_ps();
     __m256 acc_min = _mm256_setzero_ps();
     for (int i = 0; i < n / SB_QK_K; i++) {
-        kq512_prefetch(&x[i], sizeof x[i]);
+        kq512_prefetch(&x[i], sizeof x[i], pf);
         /* one widening (port 5) for both nibbles */
         const __m256i sm16 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)x[i].scales));
         const __m256i sc16 = _mm256_and_si256(sm16, _mm256_set1_epi16(0xF));
@@ -111,10 +112,11 @@ void sb_kq_dot_q2_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy)
     }
     *s = _mm512_reduce_add_ps(acc) - kq_hsum_f32x8(acc_min);
 }
+KQ_PF_VARIANTS(dot_q2_K, sb_kq_dot_q2_K_q8_K_avx512)
 
 /* ==== Q3_K ================================================================== */
 
-void sb_kq_dot_q3_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy) {
+KQ_INLINE void dot_q3_K(int n, float *s, const void *vx, const void *vy, size_t pf) {
     const sb_block_q3_K *x = vx;
     const sb_block_q8_K *y = vy;
     const __m512i m3 = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
@@ -130,7 +132,7 @@ void sb_kq_dot_q3_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy)
     };
     __m512 acc = _mm512_setzero_ps();
     for (int i = 0; i < n / SB_QK_K; i++) {
-        kq512_prefetch(&x[i], sizeof x[i]);
+        kq512_prefetch(&x[i], sizeof x[i], pf);
         const __m256i sc16 = _mm256_cvtepi8_epi16(kq_scales_q3_128(x[i].scales));
         const __m512i offset = _mm512_zextsi256_si512(_mm256_slli_epi32(_mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y[i].bsums)), 2));
         const __m512i sc = _mm512_castsi256_si512(sc16);
@@ -152,6 +154,7 @@ void sb_kq_dot_q3_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy)
     }
     *s = _mm512_reduce_add_ps(acc);
 }
+KQ_PF_VARIANTS(dot_q3_K, sb_kq_dot_q3_K_q8_K_avx512)
 
 /* ==== Q4_K / Q5_K =========================================================== */
 
@@ -163,9 +166,9 @@ static inline __m512i lo_hi_shift4(void) {
 
 /* One Q4_K super-block's integer sum against Q8_K (16 lanes), and the
  * products of its mins with the bsums (8 lanes). */
-static inline __m512i q4k_block(const sb_block_q4_K *x, const sb_block_q8_K *y, __m256i *mins) {
+KQ_INLINE __m512i q4k_block(const sb_block_q4_K *x, const sb_block_q8_K *y, __m256i *mins, size_t pf) {
     const __m512i m4 = _mm512_set1_epi8(0xF), lo_hi_shift = lo_hi_shift4();
-    kq512_prefetch(x, sizeof *x);
+    kq512_prefetch(x, sizeof *x, pf);
     const __m128i sm = kq_scales_k4_128(x);
     const __m512i sc = _mm512_castsi128_si512(_mm_cvtepu8_epi16(sm));
     __m512i sumi = _mm512_setzero_si512();
@@ -179,9 +182,9 @@ static inline __m512i q4k_block(const sb_block_q4_K *x, const sb_block_q8_K *y, 
     return sumi;
 }
 
-static inline __m512i q5k_block(const sb_block_q5_K *x, const sb_block_q8_K *y, __m256i *mins) {
+KQ_INLINE __m512i q5k_block(const sb_block_q5_K *x, const sb_block_q8_K *y, __m256i *mins, size_t pf) {
     const __m512i m4 = _mm512_set1_epi8(0xF), one = _mm512_set1_epi8(1), lo_hi_shift = lo_hi_shift4();
-    kq512_prefetch(x, sizeof *x);
+    kq512_prefetch(x, sizeof *x, pf);
     const __m128i sm = kq_scales_k4_128(x);
     const __m512i sc = _mm512_castsi128_si512(_mm_cvtepu8_epi16(sm));
     const __m256i qh = _mm256_loadu_si256((const __m256i *)x->qh);
@@ -222,7 +225,7 @@ static inline float ref_step_pair(float sum, const void *dm0, const void *dm1, f
 }
 
 #define DOT_K4(name, blk_t, block_fn)                                                                  \
-    void sb_kq_dot_##name##_q8_K_avx512(int n, float *s, const void *vx, const void *vy) {          \
+    KQ_INLINE void dot_##name(int n, float *s, const void *vx, const void *vy, size_t pf) {          \
         const blk_t *x = vx;                                                                          \
         const sb_block_q8_K *y = vy;                                                                  \
         const int nb = n / SB_QK_K;                                                                   \
@@ -230,12 +233,12 @@ static inline float ref_step_pair(float sum, const void *dm0, const void *dm1, f
         int i = 0;                                                                                    \
         for (; i + 1 < nb; i += 2) {                                                                  \
             __m256i m0, m1;                                                                           \
-            const __m512i s0 = block_fn(&x[i], &y[i], &m0), s1 = block_fn(&x[i + 1], &y[i + 1], &m1); \
+            const __m512i s0 = block_fn(&x[i], &y[i], &m0, pf), s1 = block_fn(&x[i + 1], &y[i + 1], &m1, pf); \
             sum = ref_step_pair(sum, &x[i].d, &x[i + 1].d, y[i].d, y[i + 1].d, isum_pair(s0, m0, s1, m1)); \
         }                                                                                             \
         if (i < nb) {                                                                                 \
             __m256i m;                                                                                \
-            const __m512i si = block_fn(&x[i], &y[i], &m);                                            \
+            const __m512i si = block_fn(&x[i], &y[i], &m, pf);                                            \
             sum = ref_step(sum, kq_f16(x[i].d), kq_f16(x[i].dmin), y[i].d, _mm512_reduce_add_epi32(si), \
                            kq_hsum_i32x8(m));                                                         \
         }                                                                                             \
@@ -243,15 +246,17 @@ static inline float ref_step_pair(float sum, const void *dm0, const void *dm1, f
     }
 DOT_K4(q4_K, sb_block_q4_K, q4k_block)
 DOT_K4(q5_K, sb_block_q5_K, q5k_block)
+KQ_PF_VARIANTS(dot_q4_K, sb_kq_dot_q4_K_q8_K_avx512)
+KQ_PF_VARIANTS(dot_q5_K, sb_kq_dot_q5_K_q8_K_avx512)
 
 /* ==== Q6_K ================================================================== */
 
 /* One Q6_K super-block's integer sum against Q8_K, its −32 offset
  * (32 · Σ scale · bsum) taken off: 16 lanes adding up to isum. */
-static inline __m512i q6k_block(const sb_block_q6_K *x, const sb_block_q8_K *y) {
+KQ_INLINE __m512i q6k_block(const sb_block_q6_K *x, const sb_block_q8_K *y, size_t pf) {
     const __m512i m4 = _mm512_set1_epi8(0xF), m2 = _mm512_set1_epi8(0x30);
     const __m512i sh01 = halves_epi16(4, 2), sh23 = halves_epi16(0, 2);   /* qh bits 2p..2p+1 to bits 4..5 */
-    kq512_prefetch(x, sizeof *x);
+    kq512_prefetch(x, sizeof *x, pf);
     const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x->scales));
     const __m512i offset = _mm512_zextsi256_si512(_mm256_slli_epi32(_mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y->bsums)), 5));
     const __m512i sc = _mm512_castsi256_si512(sc16);
@@ -270,14 +275,14 @@ static inline __m512i q6k_block(const sb_block_q6_K *x, const sb_block_q8_K *y) 
     return _mm512_sub_epi32(sumi, offset);
 }
 
-void sb_kq_dot_q6_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy) {
+KQ_INLINE void dot_q6_K(int n, float *s, const void *vx, const void *vy, size_t pf) {
     const sb_block_q6_K *x = vx;
     const sb_block_q8_K *y = vy;
     const int nb = n / SB_QK_K;
     float sum = 0;
     int i = 0;
     for (; i + 1 < nb; i += 2) {     /* two blocks' sums through one reduction tree: lanes isum0, isum1 */
-        const __m512i s0 = q6k_block(&x[i], &y[i]), s1 = q6k_block(&x[i + 1], &y[i + 1]);
+        const __m512i s0 = q6k_block(&x[i], &y[i], pf), s1 = q6k_block(&x[i + 1], &y[i + 1], pf);
         const __m256i a = _mm256_add_epi32(_mm512_castsi512_si256(s0), _mm512_extracti64x4_epi64(s0, 1));
         const __m256i b = _mm256_add_epi32(_mm512_castsi512_si256(s1), _mm512_extracti64x4_epi64(s1, 1));
         const __m256i h = _mm256_hadd_epi32(a, b), h2 = _mm256_hadd_epi32(h, h);
@@ -285,6 +290,7 @@ void sb_kq_dot_q6_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy)
         sum += (kq_f16(x[i].d) * y[i].d) * (float)_mm_cvtsi128_si32(r);
         sum += (kq_f16(x[i + 1].d) * y[i + 1].d) * (float)_mm_extract_epi32(r, 1);
     }
-    if (i < nb) sum += (kq_f16(x[i].d) * y[i].d) * (float)_mm512_reduce_add_epi32(q6k_block(&x[i], &y[i]));
+    if (i < nb) sum += (kq_f16(x[i].d) * y[i].d) * (float)_mm512_reduce_add_epi32(q6k_block(&x[i], &y[i], pf));
     *s = sum;
 }
+KQ_PF_VARIANTS(dot_q6_K, sb_kq_dot_q6_K_q8_K_avx512)

@@ -14,9 +14,8 @@
  * is read soon anyway, and a prefetch never faults. Measured on Llama-3-8B
  * shapes, 2 threads: without it decode is ~15 % slower; 4, 8 and 16 KiB
  * ahead, and the T0, T2 and NTA hints, are alike within the noise. */
-#ifndef KQ_PREFETCH_AHEAD
-#define KQ_PREFETCH_AHEAD 8192
-#endif
+/* (KQ_PREFETCH_AHEAD itself is in kq_internal.h: the variant list of
+ * kq_tune.c names the default distance too.) */
 #ifndef KQ_PREFETCH_HINT
 #define KQ_PREFETCH_HINT _MM_HINT_T0
 #endif
@@ -25,9 +24,27 @@
  * where its callers are large, and a call to a const void function is dead
  * code - GCC 12 deleted every prefetch of kq_dotn_il_avx512.c,
  * kq_dotn_avx2.c and the legacy dots that way (objdump showed none). */
-static inline __attribute__((always_inline)) void kq_prefetch_ahead(const void *block, size_t bytes) {
-    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)block + KQ_PREFETCH_AHEAD + o, KQ_PREFETCH_HINT);
+static inline __attribute__((always_inline)) void kq_prefetch_at(const void *block, size_t ahead, size_t bytes) {
+    if (ahead)
+        for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)block + ahead + o, KQ_PREFETCH_HINT);
 }
+static inline __attribute__((always_inline)) void kq_prefetch_ahead(const void *block, size_t bytes) {
+    kq_prefetch_at(block, KQ_PREFETCH_AHEAD, bytes);
+}
+
+/* The decode dots' prefetch distance is a variant, not a constant: the
+ * best one depends on the machine (docs/KERNELS.md, "Tuning"). A body
+ * written as body(n, s, x, y, ahead), always inlined, becomes the default
+ * kernel `name` (KQ_PREFETCH_AHEAD) and one twin per other distance,
+ * declared by KQ_DECLARE_PF in kq_internal.h. The distance only moves
+ * prefetches, so every twin computes what `name` does, bit for bit
+ * (test_dotn compares them with memcmp). */
+#define KQ_PF_VARIANTS(body, name)                                                                  \
+    void name(int n, float *s, const void *x, const void *y) { body(n, s, x, y, KQ_PREFETCH_AHEAD); } \
+    void name##_pf0(int n, float *s, const void *x, const void *y) { body(n, s, x, y, 0); }           \
+    void name##_pf4k(int n, float *s, const void *x, const void *y) { body(n, s, x, y, 4096); }       \
+    void name##_pf16k(int n, float *s, const void *x, const void *y) { body(n, s, x, y, 16384); }     \
+    void name##_pf32k(int n, float *s, const void *x, const void *y) { body(n, s, x, y, 32768); }
 
 /* fp16 -> fp32 with F16C (exact, like sb_fp16_to_fp32, but one instruction). */
 static inline float kq_f16(sb_fp16 h) { return _cvtsh_ss(h); }

@@ -21,6 +21,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "common/sb_json.h"
+
 enum sb_type {
     SB_TYPE_F32 = 0, SB_TYPE_F16 = 1, SB_TYPE_Q4_0 = 2, SB_TYPE_Q4_1 = 3,
     /* 4, 5: retired Q4_2, Q4_3 */
@@ -164,6 +166,97 @@ const sb_kq_traits *sb_kq_table(int level);
  * SB_KERNELS=ref|avx2|avx512. */
 int         sb_kq_best_level(void);
 const char *sb_kq_level_name(int level);
+
+/* ---- tuning: kernel variants and a per-machine plan (kq_tune.c) ------------
+ * A level's table is the built-in choice; `switchboard tune` times the
+ * registered variants on this machine and writes a plan into a profile
+ * (kq_profile.c) that the engine applies once, before any thread runs.
+ * Every variant computes its level's default bit for bit (test_dotn checks
+ * each with memcmp), so a plan changes speed, never numbers. */
+
+/* How matmul.c splits a run into pool tasks: every output element is the
+ * same dot whatever the split, so these only move work between threads. */
+typedef struct {
+    int rows_per_task;      /* one-token path: output rows per task to start from */
+    int tasks_per_thread;   /* above this many tasks per thread, rows per task double */
+    int gemm_rows;          /* tiled path: weight rows per task (a multiple of 16) */
+} sb_kq_split;
+
+/* One registered candidate for a type's decode dot at a level. */
+typedef struct {
+    const char   *name;     /* "avx512-pf16k": unique among the type's variants */
+    int           level;    /* the level whose table it may replace vec_dot in */
+    int           type;     /* weight type */
+    int           prefetch; /* bytes ahead it prefetches (0: none) */
+    sb_vec_dot_fn vec_dot;
+} sb_kq_variant;
+
+/* The variants of `type` at `level` (the default first); their count. */
+int sb_kq_variants(int level, int type, const sb_kq_variant **out);
+/* The variant of that name, or NULL. */
+const sb_kq_variant *sb_kq_variant_find(int level, int type, const char *name);
+
+/* A plan: per type the decode dot (NULL: the level's default) and the split. */
+typedef struct {
+    int                  level;
+    const sb_kq_variant *dot[SB_TYPE_COUNT];
+    sb_kq_split          split;
+} sb_kq_plan;
+
+/* What the engine runs with: a level's rows with a plan applied. Built once
+ * and read-only after that, like the tables. */
+typedef struct sb_kq_kernels {
+    sb_kq_traits row[SB_TYPE_COUNT];
+    sb_kq_split  split;
+    int          level;
+    int          tuned;     /* a profile's plan was applied */
+} sb_kq_kernels;
+
+/* The built-in plan of a level (every default, the built-in split). */
+void sb_kq_plan_default(int level, sb_kq_plan *plan);
+/* out = level's table with the plan applied: a pure function. */
+void sb_kq_resolve(const sb_kq_plan *plan, sb_kq_kernels *out);
+/* The engine's kernels at `level`: the profile's plan (SB_TUNE_PROFILE,
+ * else the default path of kq_profile) when it was made on this CPU at
+ * this level, else the built-in plan. The profile is read once per process;
+ * a profile that does not apply is ignored with one log line. */
+const sb_kq_kernels *sb_kq_engine_kernels(int level);
+
+/* ---- this CPU, and the tuning profile (kq_profile.c) --------------------- */
+typedef struct {
+    char vendor[16];        /* "GenuineIntel" */
+    int  family, model, stepping;
+    char microcode[24];     /* /proc/cpuinfo "microcode", "" if absent */
+    char flags[160];        /* the ISA features the kernels care about, space-separated */
+} sb_cpu_id;
+
+void sb_cpu_identify(sb_cpu_id *id);
+/* The default profile path: $SB_TUNE_PROFILE if set (and not "off"), else
+ * $XDG_CACHE_HOME (or ~/.cache)/switchboard/tune-<vendor>-<family>-<model>-<stepping>.json.
+ * Returns 0, or -1 when profiles are off (SB_TUNE_PROFILE=off) or no home. */
+int sb_kq_profile_path(const sb_cpu_id *cpu, char *buf, size_t cap);
+/* Parse a profile's text: 0 and *plan when it was made on `cpu` (vendor,
+ * family, model, stepping, microcode, flags) at a level this build has,
+ * and names only known variants; else -1 with the reason in why. */
+int sb_kq_profile_parse(const char *text, size_t len, const sb_cpu_id *cpu, sb_kq_plan *plan, char *why,
+                        size_t why_cap);
+/* Into an open JSON object: "format", "cpu", "level" and "plan" (what
+ * sb_kq_profile_parse reads; the writer may add its own keys beside them). */
+void sb_kq_profile_write(sb_jw *w, const sb_cpu_id *cpu, const sb_kq_plan *plan);
+void sb_kq_profile_write_cpu(sb_jw *w, const sb_cpu_id *cpu);   /* just "cpu" */
+
+/* ---- the machine's int8 peak (kq_peak.c) ---------------------------------
+ * Multiply-adds per second of one core through one instruction family:
+ * "avx2" (vpmaddubsw + vpmaddwd, the AVX2 kernels'), "avx512_vnni"
+ * (vpdpbusd zmm, the AVX-512 gemm's), "avx_vnni" (VEX vpdpbusd ymm) or
+ * "amx" (tdpbusd). -1: this CPU lacks it; -2: the OS refused AMX's tile
+ * state. Runs about `seconds`. AMX can fault where a hypervisor hides the
+ * state the CPUID bits promise: run it in a child process. */
+double      sb_kq_peak_macs(const char *family, double seconds);
+/* Ask Linux for AMX's tile state (arch_prctl): 0 granted, -1 refused. */
+int         sb_kq_amx_request(void);
+/* The family the gemm of a level multiplies with ("avx512_vnni", "avx2"). */
+const char *sb_kq_gemm_family(int level);
 
 /* ---- row-interleaved ("x8") weights, for decode (kq_x8.c) -----------------
  * Groups of 8 rows re-laid super-block by super-block so that one SIMD

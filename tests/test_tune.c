@@ -1,0 +1,202 @@
+/* test_tune.c - the tuning profile (worker/kernels/kq_profile.c) and plans.
+ *
+ *  1. a plan written by sb_kq_profile_write parses back to the same plan on
+ *     the CPU it names (round trip: split, every chosen dot variant);
+ *  2. a profile from another CPU (vendor, family, model, stepping), other
+ *     microcode or other ISA features is refused, with the reason naming
+ *     what differs; so are bad JSON, another format, an unknown level,
+ *     type or variant, and split values outside what matmul.c can take;
+ *  3. the profile path: SB_TUNE_PROFILE=off disables, SB_TUNE_PROFILE=FILE
+ *     names it, else $XDG_CACHE_HOME (absolute only) or ~/.cache, with the
+ *     CPU in the file name;
+ *  4. the int8 peak probe: a positive rate for each vector family the level
+ *     runs on, -1 for an unknown one; the gemm's family per level. (AMX is
+ *     probed by `tune` in a child process, as it can fault: not here.)
+ * (That the engine applies a profile once, logs one line for one it
+ * ignores, and that tuned logits equal untuned ones: tests/it_tune.sh.)
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "common/sb_common.h"
+#include "common/sb_json.h"
+#include "worker/kernels/sb_kq.h"
+
+/* A profile's text for `plan`, as if measured on `cpu`. */
+static char *profile_text(const sb_cpu_id *cpu, const sb_kq_plan *plan) {
+    sb_jw w;
+    sb_jw_init(&w);
+    sb_jw_obj(&w);
+    sb_kq_profile_write(&w, cpu, plan);
+    sb_jw_key(&w, "measured"), sb_jw_obj(&w), sb_jw_obj_end(&w);     /* tune's own keys are ignored */
+    sb_jw_obj_end(&w);
+    assert_false(w.oom);
+    char *s = strdup(w.p);
+    sb_jw_free(&w);
+    return s;
+}
+
+/* A plan with something non-default in every field the CPU allows. */
+static void tuned_plan(sb_kq_plan *plan) {
+    const int level = sb_kq_best_level();
+    sb_kq_plan_default(level, plan);
+    plan->split = (sb_kq_split){ .rows_per_task = 4, .tasks_per_thread = 8, .gemm_rows = 128 };
+    for (int t = 0; t < SB_TYPE_COUNT; t++) {
+        const sb_kq_variant *v;
+        if (sb_kq_variants(level, t, &v) > 1) plan->dot[t] = &v[1 + t % 4];
+    }
+}
+
+/* Parse text on this CPU: the rc, and the reason in why. */
+static int parse(const char *text, sb_kq_plan *plan, char *why) {
+    sb_cpu_id cpu;
+    sb_cpu_identify(&cpu);
+    return sb_kq_profile_parse(text, strlen(text), &cpu, plan, why, 256);
+}
+
+static void test_round_trip(void **state) {
+    (void)state;
+    sb_cpu_id cpu;
+    sb_cpu_identify(&cpu);
+    assert_true(cpu.vendor[0] && cpu.family > 0);
+    sb_kq_plan plan, back;
+    tuned_plan(&plan);
+    char *text = profile_text(&cpu, &plan), why[256] = "";
+    assert_int_equal(parse(text, &back, why), 0);
+    assert_int_equal(back.level, plan.level);
+    assert_memory_equal(&back.split, &plan.split, sizeof plan.split);
+    int dots = 0;
+    for (int t = 0; t < SB_TYPE_COUNT; t++) {
+        assert_ptr_equal(back.dot[t], plan.dot[t]);
+        dots += plan.dot[t] != NULL;
+    }
+    if (plan.level >= SB_KQ_AVX2) assert_true(dots >= 5);       /* not vacuous */
+    sb_kq_kernels k;
+    sb_kq_resolve(&back, &k);
+    assert_int_equal(k.tuned, 1);
+    assert_int_equal(k.split.gemm_rows, 128);
+    free(text);
+}
+
+/* The profile made on a CPU that differs in one field: refused, and the
+ * reason says `expect`. */
+static void refused_cpu(void (*change)(sb_cpu_id *), const char *expect) {
+    sb_cpu_id other;
+    sb_cpu_identify(&other);
+    change(&other);
+    sb_kq_plan plan;
+    tuned_plan(&plan);
+    char *text = profile_text(&other, &plan), why[256] = "";
+    assert_int_equal(parse(text, &plan, why), -1);
+    if (!strstr(why, expect)) fail_msg("reason \"%s\" does not say \"%s\"", why, expect);
+    free(text);
+}
+
+static void other_vendor(sb_cpu_id *c) { snprintf(c->vendor, sizeof c->vendor, "%s", c->vendor[0] == 'A' ? "GenuineIntel" : "AuthenticAMD"); }
+static void other_model(sb_cpu_id *c) { c->model++; }
+static void other_stepping(sb_cpu_id *c) { c->stepping++; }
+static void other_microcode(sb_cpu_id *c) { snprintf(c->microcode, sizeof c->microcode, "%s", strcmp(c->microcode, "0x2") ? "0x2" : "0x3"); }
+static void other_flags(sb_cpu_id *c) { snprintf(c->flags, sizeof c->flags, "avx2 fma"); }
+
+static void test_foreign_and_stale(void **state) {
+    (void)state;
+    refused_cpu(other_vendor, "another CPU (vendor");
+    refused_cpu(other_model, "another CPU (model");
+    refused_cpu(other_stepping, "another CPU (stepping");
+    refused_cpu(other_microcode, "stale: microcode");
+    sb_cpu_id me;
+    sb_cpu_identify(&me);
+    if (strcmp(me.flags, "avx2 fma")) refused_cpu(other_flags, "other ISA features");
+}
+
+/* text with the first `from` replaced by `to`, refused for `expect`. */
+static void refused_edit(const char *from, const char *to, const char *expect) {
+    sb_cpu_id cpu;
+    sb_cpu_identify(&cpu);
+    sb_kq_plan plan;
+    tuned_plan(&plan);
+    char *text = profile_text(&cpu, &plan);
+    char *at = strstr(text, from);
+    if (!at) fail_msg("\"%s\" not in %s", from, text);
+    char *edited = malloc(strlen(text) + strlen(to) + 1);
+    assert_non_null(edited);
+    sprintf(edited, "%.*s%s%s", (int)(at - text), text, to, at + strlen(from));
+    char why[256] = "";
+    assert_int_equal(parse(edited, &plan, why), -1);
+    if (!strstr(why, expect)) fail_msg("reason \"%s\" does not say \"%s\" (profile %s)", why, expect, edited);
+    free(text);
+    free(edited);
+}
+
+static void test_bad_profiles(void **state) {
+    (void)state;
+    char why[256] = "";
+    sb_kq_plan plan;
+    assert_int_equal(parse("{\"format\": \"switchboard-tune/1\", ", &plan, why), -1);
+    assert_non_null(strstr(why, "bad JSON"));
+    assert_int_equal(parse("", &plan, why), -1);
+    assert_non_null(strstr(why, "bad JSON"));
+    assert_int_equal(parse("[1, 2]", &plan, why), -1);
+    refused_edit("switchboard-tune/1", "switchboard-tune/9", "\"format\"");
+    refused_edit("\"level\":\"", "\"level\":\"x", "unknown level");
+    refused_edit("\"rows_per_task\":4", "\"rows_per_task\":0", "rows_per_task");
+    refused_edit("\"tasks_per_thread\":8", "\"tasks_per_thread\":\"8\"", "tasks_per_thread");
+    refused_edit("\"gemm_rows\":128", "\"gemm_rows\":120", "multiple of 16");
+    refused_edit("\"split\":{", "\"splat\":{", "plan.split");
+    if (sb_kq_best_level() >= SB_KQ_AVX2) {
+        refused_edit("-pf", "-pf7", "unknown variant");
+        refused_edit("\"dot\":{\"", "\"dot\":{\"Q9", "unknown type");
+    }
+}
+
+static void test_profile_path(void **state) {
+    (void)state;
+    sb_cpu_id cpu;
+    sb_cpu_identify(&cpu);
+    char path[4096], want[4096];
+    setenv("SB_TUNE_PROFILE", "off", 1);
+    assert_int_equal(sb_kq_profile_path(&cpu, path, sizeof path), -1);
+    setenv("SB_TUNE_PROFILE", "/tmp/some/profile.json", 1);
+    assert_int_equal(sb_kq_profile_path(&cpu, path, sizeof path), 0);
+    assert_string_equal(path, "/tmp/some/profile.json");
+    unsetenv("SB_TUNE_PROFILE");
+    setenv("XDG_CACHE_HOME", "/xdg/cache", 1);
+    assert_int_equal(sb_kq_profile_path(&cpu, path, sizeof path), 0);
+    snprintf(want, sizeof want, "/xdg/cache/switchboard/tune-%s-%d-%d-%d.json", cpu.vendor, cpu.family, cpu.model,
+             cpu.stepping);
+    assert_string_equal(path, want);
+    setenv("XDG_CACHE_HOME", "relative", 1);      /* the XDG spec: relative paths are invalid, ignored */
+    setenv("HOME", "/home/h", 1);
+    assert_int_equal(sb_kq_profile_path(&cpu, path, sizeof path), 0);
+    snprintf(want, sizeof want, "/home/h/.cache/switchboard/tune-%s-%d-%d-%d.json", cpu.vendor, cpu.family,
+             cpu.model, cpu.stepping);
+    assert_string_equal(path, want);
+}
+
+static void test_peak(void **state) {
+    (void)state;
+    const int level = sb_kq_best_level();
+    if (level >= SB_KQ_AVX2) assert_true(sb_kq_peak_macs("avx2", 0.02) > 1e8);
+    if (level >= SB_KQ_AVX512) assert_true(sb_kq_peak_macs("avx512_vnni", 0.02) > 1e8);
+    assert_true(sb_kq_peak_macs("avx_vnni", 0.02) != 0);
+    assert_true(sb_kq_peak_macs("sse9", 0.02) == -1);
+    assert_string_equal(sb_kq_gemm_family(SB_KQ_AVX512), "avx512_vnni");
+    assert_string_equal(sb_kq_gemm_family(SB_KQ_AVX2), "avx2");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_peak),
+        cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_foreign_and_stale),
+        cmocka_unit_test(test_bad_profiles),
+        cmocka_unit_test(test_profile_path),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

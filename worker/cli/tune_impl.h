@@ -1,0 +1,34 @@
+/* tune_impl.h - private to cli_tune.c and tune_measure.c: what
+ * `switchboard tune` measures and the results it plans from. */
+#ifndef SB_TUNE_IMPL_H
+#define SB_TUNE_IMPL_H
+
+#include "common/sb_common.h"
+#include "worker/kernels/sb_kq.h"
+
+#define TUNE_FAMILIES 4             /* avx2, avx512_vnni, avx_vnni, amx */
+#define TUNE_MAX_VARIANTS 8
+#define TUNE_MARGIN 0.03            /* a non-default choice must be this much faster */
+#define TUNE_PATH 4096
+#define TUNE_MAX_MODELS 16
+
+typedef struct {
+    double bw1, bwt;                /* GB/s, 1 and T threads */
+    double peak[TUNE_FAMILIES];     /* int8 multiply-adds/s of one core; < 0: absent (-1), refused (-2), faulted (-3) */
+    size_t l2_bytes, l3_bytes;      /* 0: unknown */
+} tune_machine;
+
+typedef struct {
+    int type, n_variants, rounds, pick;
+    const char *model;                      /* the model it was timed on */
+    const sb_kq_variant *variant[TUNE_MAX_VARIANTS];
+    double best_tps[TUNE_MAX_VARIANTS];     /* best decode tokens/s with that variant for the type */
+} tune_dot_result;
+
+const char *tune_family_name(int f);
+/* Caches, peaks and bandwidth, in about `seconds`. */
+void tune_measure_machine(tune_machine *mc, int threads, double seconds);
+/* GGUF paths from files and directories (*.gguf directly inside), sorted. */
+int  tune_find_models(char **args, int n_args, char paths[][TUNE_PATH], int cap);
+
+#endif
