@@ -93,11 +93,10 @@ static int play(const rt_dialog_opts *o, size_t k, ending *e, char *err) {
         sb_cls_result r;
         int rc = o->route(o->ctx, k, text, &r, err);
         if (rc) return rc;
-        int top[2] = { r.n > 0 && r.idx[0] < (int)s->n_labels ? r.idx[0] : -1,
-                       r.n > 1 && r.idx[1] < (int)s->n_labels ? r.idx[1] : -1 };
-        int label;
+        int ranked[SB_CLS_MAX_LABELS + 1], label;
+        for (int i = 0; i < r.n; i++) ranked[i] = r.idx[i] < (int)s->n_labels ? r.idx[i] : -1;
         size_t at = 0;
-        sb_clarify_step step = sb_clarify_routed(s, &cs, r.n, top, r.margin, &label);
+        sb_clarify_step step = sb_clarify_routed(s, &cs, ranked, r.score, r.n, &label);
         const char *said = NULL;
         while (step == SB_CLARIFY_ASK) {
             e->asked++;
@@ -110,9 +109,9 @@ static int play(const rt_dialog_opts *o, size_t k, ending *e, char *err) {
             step = sb_clarify_answered(s, &cs, said, &label, &at);
         }
         switch (step) {
-        case SB_CLARIFY_SETTLED:
-            e->how = END_LABEL, e->label = label;
-            note(e, "%s%s", class_name(o, label), "");
+        case SB_CLARIFY_SETTLED:        /* picked, or the one left when the caller's "neither" is counted */
+            e->how = label >= 0 ? END_LABEL : END_REFUSED, e->label = label;
+            note(e, label >= 0 ? "%s%s" : "refused%s%s", label >= 0 ? class_name(o, label) : "", "");
             return 0;
         case SB_CLARIFY_UNCLEAR:
             e->how = END_HANDED_OFF, e->label = label;

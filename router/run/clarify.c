@@ -18,6 +18,11 @@
  * ("what is your call about?"). Anything else is a new request and is
  * routed again as if the call had begun with it. Each question counts;
  * a call that would need more than `max` is handed off (reason `unclear`).
+ * The labels the caller said "neither" to are remembered: routed again and
+ * still close, the call is not offered them again, and when one class is
+ * then clear of the rest it is taken - "did you mean the housing fund?",
+ * "no", and the same words again end at the refusal when the reject class
+ * was the other one, rather than at the same question and a hand-off.
  *
  * The steps (sb_clarify_routed, sb_clarify_answered) are the policy alone,
  * on a small state and no run: the intent stage acts on what they return
@@ -25,6 +30,7 @@
  * plays a corpus of calls through the very same steps.
  */
 #include <ctype.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -148,14 +154,30 @@ static sb_clarify_step ask(const sb_stage *s, sb_clarify_state *st, const int *o
     return SB_CLARIFY_ASK;
 }
 
-sb_clarify_step sb_clarify_routed(const sb_stage *s, sb_clarify_state *st, int n_classes, const int top[2],
-                                  double margin, int *label) {
-    *label = -1;
-    if (n_classes < 2 || !(margin < s->clarify_margin)) return SB_CLARIFY_NONE;
-    int opts[2], n = 0;
-    for (int k = 0; k < 2; k++)
-        if (!out_of_scope(s, top[k])) opts[n++] = top[k];
-    return n ? ask(s, st, opts, n, label) : SB_CLARIFY_NONE;
+static bool declined(const sb_clarify_state *st, int label) {
+    return label >= 0 && label < 64 && (st->declined >> label & 1);
+}
+
+sb_clarify_step sb_clarify_routed(const sb_stage *s, sb_clarify_state *st, const int *ranked, const float *score,
+                                  int n, int *label) {
+    *label = n ? ranked[0] : -1;
+    if (n < 2 || !(score[0] - score[1] < s->clarify_margin)) return SB_CLARIFY_NONE;
+    /* Too close to tell. What the caller said was not the call does not
+     * come back: the first two classes it did not decline. */
+    int keep[2], at[2], k = 0;
+    for (int i = 0; i < n && k < 2; i++)
+        if (!declined(st, ranked[i])) at[k] = i, keep[k++] = ranked[i];
+    if (!k) return ask(s, st, NULL, 0, label);
+    if (at[0] != 0 || k < 2 || at[1] != 1) {
+        if (k < 2 || !(score[at[0]] - score[at[1]] < s->clarify_margin)) {
+            *label = keep[0];
+            return SB_CLARIFY_SETTLED;
+        }
+    }
+    int opts[2], m = 0;
+    for (int j = 0; j < k; j++)
+        if (!out_of_scope(s, keep[j])) opts[m++] = keep[j];
+    return m ? ask(s, st, opts, m, label) : SB_CLARIFY_NONE;
 }
 
 sb_clarify_step sb_clarify_answered(const sb_stage *s, sb_clarify_state *st, const char *answer, int *label,
@@ -171,7 +193,10 @@ sb_clarify_step sb_clarify_answered(const sb_stage *s, sb_clarify_state *st, con
     int picked;
     switch (rt_clarify_read(answer, opt, st->n, &picked, at)) {
     case RT_CLARIFY_PICKED: *label = st->opt[picked]; return SB_CLARIFY_SETTLED;
-    case RT_CLARIFY_NEITHER: return ask(s, st, NULL, 0, label);
+    case RT_CLARIFY_NEITHER:
+        for (int i = 0; i < st->n; i++)
+            if (st->opt[i] < 64) st->declined |= (uint64_t)1 << st->opt[i];
+        return ask(s, st, NULL, 0, label);
     default: return SB_CLARIFY_REROUTE;
     }
 }

@@ -337,7 +337,7 @@ static rt_stage_outcome ask(rt_run *run, const sb_stage *s) {
 static rt_stage_outcome act(rt_run *run, const sb_stage *s, sb_clarify_step step, int label) {
     switch (step) {
     case SB_CLARIFY_ASK: return ask(run, s);
-    case SB_CLARIFY_SETTLED: return settle(run, s, label);
+    case SB_CLARIFY_SETTLED: return label >= 0 ? settle(run, s, label) : set_intent(run, s, -1, true);
     default: return unclear(run, s, label);
     }
 }
@@ -346,15 +346,16 @@ static rt_stage_outcome act(rt_run *run, const sb_stage *s, sb_clarify_step step
 static rt_stage_outcome decide_scored(rt_run *run, const sb_stage *s) {
     double sum = 0;
     for (size_t i = 0; i < s->n_labels; i++) sum += run->probs[i];
-    int top[2] = { -1, -1 };
+    int ranked[SB_PIPE_MAX_LABELS], n = 0;
+    float score[SB_PIPE_MAX_LABELS];
     for (size_t i = 0; sum > 0 && i < s->n_labels; i++) {
         run->probs[i] /= sum;
-        if (top[0] < 0 || run->probs[i] > run->probs[top[0]]) { top[1] = top[0]; top[0] = (int)i; }
-        else if (top[1] < 0 || run->probs[i] > run->probs[top[1]]) top[1] = (int)i;
+        int k = n++;            /* insertion by probability, best first */
+        for (; k > 0 && score[k - 1] < run->probs[i]; k--) ranked[k] = ranked[k - 1], score[k] = score[k - 1];
+        ranked[k] = (int)i, score[k] = (float)run->probs[i];
     }
-    int label, ranked = top[1] >= 0 ? 2 : 1;
-    sb_clarify_step step = sb_clarify_routed(s, &run->res[run->cur].clarify, ranked, top,
-                                             ranked > 1 ? run->probs[top[0]] - run->probs[top[1]] : 0, &label);
+    int label;
+    sb_clarify_step step = sb_clarify_routed(s, &run->res[run->cur].clarify, ranked, score, n, &label);
     return step == SB_CLARIFY_NONE ? set_intent(run, s, -1, false) : act(run, s, step, label);
 }
 
@@ -469,12 +470,12 @@ static rt_stage_outcome on_embedded(rt_run *run, const sb_stage *s, const rt_rep
     for (int k = 0; k < cr.n; k++)
         if (cr.idx[k] < (int)s->n_labels) run->probs[cr.idx[k]] = cr.prob[k];
     run->model_s += sb_now_s() - run->t_stage;
-    /* The top two classes by the margin route eval reports and
+    /* Ranked by the scores whose top-2 gap route eval reports and
      * hybrid_margin compares; the reject class is -1. */
-    int top[2] = { cr.n > 0 && cr.idx[0] < (int)s->n_labels ? cr.idx[0] : -1,
-                   cr.n > 1 && cr.idx[1] < (int)s->n_labels ? cr.idx[1] : -1 };
+    int ranked[SB_CLS_MAX_LABELS + 1];
+    for (int k = 0; k < cr.n; k++) ranked[k] = cr.idx[k] < (int)s->n_labels ? cr.idx[k] : -1;
     int label;
-    sb_clarify_step step = sb_clarify_routed(s, &run->res[run->cur].clarify, cr.n, top, cr.margin, &label);
+    sb_clarify_step step = sb_clarify_routed(s, &run->res[run->cur].clarify, ranked, cr.score, cr.n, &label);
     return step == SB_CLARIFY_NONE ? set_intent(run, s, cr.confidence, cr.rejected) : act(run, s, step, label);
 }
 
