@@ -128,7 +128,7 @@ if [[ -f "$model" ]]; then
     "$SB_BIN" route eval -c configs/hotline_embed.yaml --pipeline hotline --min-accuracy "${SB_ROUTE_MIN:-0.87}" \
         tests/data/routing_corpus.tsv > "$tmp/real" || fail "real model: $(sed -n '1,12p' "$tmp/real")"
     echo "it_route_eval: real model $(sed -n 3p "$tmp/real")"
-    "$SB_BIN" route eval -c configs/hotline_embed.yaml --pipeline hotline --dialogue \
+    "$SB_BIN" route eval -c configs/hotline_embed.yaml --pipeline hotline --dialogue --clarify-margin 0.4 \
         --min-accuracy "${SB_DIALOGUE_MIN:-0.94}" tests/data/routing_corpus.tsv > "$tmp/real" ||
         fail "real model, --dialogue: $(sed -n '1,12p' "$tmp/real")"
     echo "it_route_eval: real model, $(sed -n 3p "$tmp/real"), $(sed -n 5p "$tmp/real")"
