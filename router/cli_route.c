@@ -33,6 +33,7 @@ typedef struct {
     int threads, json, verbose, no_desc, no_oos, k, center;
     int dialogue, sweep;        /* --dialogue, --sweep-margins */
     double clarify_margin;      /* < 0: the stage's clarify.margin */
+    double max_asked;           /* --max-asked; < 0: no gate */
     double desc_weight;         /* < 0: the classifier's default */
     double min_conf, min_acc;   /* min_conf < 0: the stage's min_confidence */
 } opts;
@@ -98,6 +99,8 @@ static void usage(FILE *f) {
         "                          gates the dialogue accuracy\n"
         "      --clarify-margin X  with --dialogue: ask below this top-2 margin (default:\n"
         "                          the stage's clarify.margin; 0 never asks)\n"
+        "      --max-asked X       with --dialogue: exit 3 when more than this share of\n"
+        "                          calls (0-1) is asked\n"
         "      --sweep-margins     with --dialogue: also the same calls at margins 0-0.7\n"
         "                          (to choose clarify.margin on a dev set, never the test set)\n"
         "  -t, --threads N         encoder threads (default 1)\n"
@@ -114,10 +117,11 @@ static int parse_opts(int argc, char **argv, opts *o) {
         {"k", 1, 0, 'k'}, {"center", 0, 0, 'Z'}, {"no-center", 0, 0, 'N'}, {"desc-weight", 1, 0, 'W'}, {"examples", 1, 0, 'e'}, {"no-desc", 0, 0, 'D'}, {"no-oos", 0, 0, 'O'},
         {"min-confidence", 1, 0, 'C'}, {"min-accuracy", 1, 0, 'A'}, {"json", 0, 0, 'j'},
         {"threads", 1, 0, 't'}, {"verbose", 0, 0, 'v'}, {"help", 0, 0, 'h'},
-        {"dialogue", 0, 0, 'G'}, {"clarify-margin", 1, 0, 'M'}, {"sweep-margins", 0, 0, 'w'}, {0, 0, 0, 0}};
+        {"dialogue", 0, 0, 'G'}, {"clarify-margin", 1, 0, 'M'}, {"sweep-margins", 0, 0, 'w'},
+        {"max-asked", 1, 0, 'X'}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->method = -1, o->threads = 1, o->min_conf = -1, o->min_acc = -1, o->desc_weight = -1, o->center = 1;
-    o->clarify_margin = -1;
+    o->clarify_margin = -1, o->max_asked = -1;
     int ch;
     int64_t v;
     char *end;
@@ -153,14 +157,14 @@ static int parse_opts(int argc, char **argv, opts *o) {
             o->desc_weight = (double)v;
             break;
         case 'O': o->no_oos = 1; break;
-        case 'C': case 'A': {
+        case 'C': case 'A': case 'X': {
             double x = strtod(optarg, &end);
             if (!*optarg || *end || !(x >= 0 && x <= 1)) {
                 fprintf(stderr, "route eval: %s expects a number in [0, 1], got '%s'\n",
-                        ch == 'C' ? "--min-confidence" : "--min-accuracy", optarg);
+                        ch == 'C' ? "--min-confidence" : ch == 'A' ? "--min-accuracy" : "--max-asked", optarg);
                 return -1;
             }
-            *(ch == 'C' ? &o->min_conf : &o->min_acc) = x;
+            *(ch == 'C' ? &o->min_conf : ch == 'A' ? &o->min_acc : &o->max_asked) = x;
             break;
         }
         case 'j': o->json = 1; break;
@@ -180,8 +184,8 @@ static int parse_opts(int argc, char **argv, opts *o) {
         default: usage(stderr); return -1;
         }
     }
-    if ((o->sweep || o->clarify_margin >= 0) && !o->dialogue) {
-        fprintf(stderr, "route eval: --clarify-margin and --sweep-margins go with --dialogue\n");
+    if ((o->sweep || o->clarify_margin >= 0 || o->max_asked >= 0) && !o->dialogue) {
+        fprintf(stderr, "route eval: --clarify-margin, --max-asked and --sweep-margins go with --dialogue\n");
         return -1;
     }
     if (optind + 1 != argc || !o->config || !o->pipeline) {
@@ -589,7 +593,7 @@ static int route_again(void *ctx, size_t k, const char *text, sb_cls_result *r, 
     return rc ? rc : sb_cls_classify(d->ev->cls, d->v, r);
 }
 
-static double dialogue(eval *ev, const opts *o, const char *gguf, char *err) {
+static double dialogue(eval *ev, const opts *o, const char *gguf, double *asked, char *err) {
     sb_stage st = *ev->st;
     if (o->clarify_margin >= 0) st.clarify_margin = o->clarify_margin;
     rt_dialog_call *dc = sb_calloc(ev->n, sizeof *dc);
@@ -609,7 +613,7 @@ static double dialogue(eval *ev, const opts *o, const char *gguf, char *err) {
         dc[i] = (rt_dialog_call){ c->expected, ev->langs.names[c->lang], c->lang, c->text };
         d.single_right += c->got == c->expected;
     }
-    acc = rt_dialog_eval(&d, err);
+    acc = rt_dialog_eval(&d, asked, err);
 out:
     sb_free(dc);
     sb_free(ctx.v);
@@ -677,14 +681,21 @@ static int route_eval(int argc, char **argv) {
         goto out;
     }
     if ((rc = train(&ev, &o, err)) || (rc = classify_all(&ev, err))) goto out;
-    double acc = o.dialogue ? dialogue(&ev, &o, m->gguf, err) : report(&ev, &o);
+    double asked = 0;
+    double acc = o.dialogue ? dialogue(&ev, &o, m->gguf, &asked, err) : report(&ev, &o);
     if (acc < 0) {
         rc = err[0] ? SB_EINVAL : SB_ENOMEM;
         goto out;
     }
-    exit_code = o.min_acc >= 0 && acc < o.min_acc ? EXIT_BELOW : SB_EXIT_OK;
-    if (exit_code == EXIT_BELOW)
+    exit_code = SB_EXIT_OK;
+    if (o.min_acc >= 0 && acc < o.min_acc) {
         fprintf(stderr, "route eval: accuracy %.4f is below --min-accuracy %.4f\n", acc, o.min_acc);
+        exit_code = EXIT_BELOW;
+    }
+    if (o.max_asked >= 0 && asked > o.max_asked) {
+        fprintf(stderr, "route eval: %.4f of the calls were asked, above --max-asked %.4f\n", asked, o.max_asked);
+        exit_code = EXIT_BELOW;
+    }
 out:
     if (rc) fprintf(stderr, "route eval: %s\n", err[0] ? err : sb_strerror(rc));
     free_eval(&ev);

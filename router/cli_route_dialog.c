@@ -253,7 +253,7 @@ static void json_report(const rt_dialog_opts *o, const tally *t, const ending *e
     sb_jw_arr_end(w);
 }
 
-double rt_dialog_eval(const rt_dialog_opts *o, char *err) {
+double rt_dialog_eval(const rt_dialog_opts *o, double *asked, char *err) {
     ending *e = sb_calloc(o->n ? o->n : 1, sizeof *e);
     if (!e) return sb_seterr(err, SB_ENOMEM, "out of memory"), -1;
     tally t;
@@ -273,6 +273,7 @@ double rt_dialog_eval(const rt_dialog_opts *o, char *err) {
         if (o->sweep && sweep(o, NULL, err)) goto out;
     }
     acc = share(t.right, o->n);
+    *asked = share(t.asked, o->n);
 out:
     sb_jw_free(&w);
     sb_free(e);

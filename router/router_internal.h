@@ -389,8 +389,9 @@ typedef struct {
     rt_dialog_route_fn route;
     void *ctx;
 } rt_dialog_opts;
-/* Print the report; the dialogue accuracy, or -1 (err says why). */
-double rt_dialog_eval(const rt_dialog_opts *o, char *err);
+/* Print the report; the dialogue accuracy, or -1 (err says why), and in
+ * *asked the share of calls asked at least once. */
+double rt_dialog_eval(const rt_dialog_opts *o, double *asked, char *err);
 int rt_dialog_label(const sb_stage *s, const char *name);     /* its index, or -1 */
 
 #endif

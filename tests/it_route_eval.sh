@@ -105,7 +105,10 @@ assert [s["margin"] for s in d2["sweep"]][:2] == [0, 0.05] and d2["sweep"][0]["a
 EOF
 ev --dialogue "$tmp/good.tsv" | grep -q "^calls asked        0.0000  (0/5)" || fail "--dialogue without clarify: asks"
 expect 3 "accuracy 0.6667 is below --min-accuracy 0.7000" ev --dialogue --clarify-margin 2 --min-accuracy 0.7 "$tmp/bad.tsv"
-expect 2 "--clarify-margin and --sweep-margins go with --dialogue" ev --sweep-margins "$tmp/good.tsv"
+expect 3 "1.0000 of the calls were asked, above --max-asked 0.2500" ev --dialogue --clarify-margin 2 --max-asked 0.25 "$tmp/bad.tsv"
+ev --dialogue --max-asked 0 "$tmp/bad.tsv" > /dev/null || fail "--max-asked 0 with nothing asked exited $?"
+expect 2 "--clarify-margin, --max-asked and --sweep-margins go with --dialogue" ev --sweep-margins "$tmp/good.tsv"
+expect 2 "--clarify-margin, --max-asked and --sweep-margins go with --dialogue" ev --max-asked 0.2 "$tmp/good.tsv"
 expect 2 "--clarify-margin expects a number in [0, 2]" ev --dialogue --clarify-margin 3 "$tmp/good.tsv"
 
 expect 2 "is not an encoder model" "$SB_BIN" route eval -c "$tmp/route.yaml" --pipeline decoder "$tmp/good.tsv"
@@ -129,7 +132,7 @@ if [[ -f "$model" ]]; then
         tests/data/routing_corpus.tsv > "$tmp/real" || fail "real model: $(sed -n '1,12p' "$tmp/real")"
     echo "it_route_eval: real model $(sed -n 3p "$tmp/real")"
     "$SB_BIN" route eval -c configs/hotline_embed.yaml --pipeline hotline --dialogue --clarify-margin 0.4 \
-        --min-accuracy "${SB_DIALOGUE_MIN:-0.94}" tests/data/routing_corpus.tsv > "$tmp/real" ||
+        --min-accuracy "${SB_DIALOGUE_MIN:-0.94}" --max-asked 0.25 tests/data/routing_corpus.tsv > "$tmp/real" ||
         fail "real model, --dialogue: $(sed -n '1,12p' "$tmp/real")"
     echo "it_route_eval: real model, $(sed -n 3p "$tmp/real"), $(sed -n 5p "$tmp/real")"
 else
