@@ -31,6 +31,9 @@ typedef struct {
     int method;                 /* sb_cls_method; -1 until resolved: the stage's classifier: key */
     int max_examples;           /* per label; 0 = all */
     int threads, json, verbose, no_desc, no_oos, k, center;
+    int dialogue, sweep;        /* --dialogue, --sweep-margins */
+    double clarify_margin;      /* < 0: the stage's clarify.margin */
+    double max_asked;           /* --max-asked; < 0: no gate */
     double desc_weight;         /* < 0: the classifier's default */
     double min_conf, min_acc;   /* min_conf < 0: the stage's min_confidence */
 } opts;
@@ -40,6 +43,7 @@ typedef struct {
     int lang, style;            /* tag indices */
     float conf, margin, ms;     /* margin: the method's top-2 score gap, what hybrid_margin compares */
     char *text;
+    sb_cls_result r;            /* the whole verdict, for --dialogue */
 } call;
 
 typedef struct {
@@ -88,6 +92,17 @@ static void usage(FILE *f) {
         "      --min-confidence X  reject below X (default: the stage's min_confidence)\n"
         "      --min-accuracy X    exit 3 when overall accuracy is below X (0-1)\n"
         "      --json              one JSON object instead of the text report\n"
+        "      --dialogue          play each call as a conversation with a simulated caller\n"
+        "                          through the stage's clarify: steps (docs/ROUTING.md,\n"
+        "                          \"Dialogue-level routing\"): dialogue accuracy, share of\n"
+        "                          calls asked, single-shot accuracy; --min-accuracy then\n"
+        "                          gates the dialogue accuracy\n"
+        "      --clarify-margin X  with --dialogue: ask below this top-2 margin (default:\n"
+        "                          the stage's clarify.margin; 0 never asks)\n"
+        "      --max-asked X       with --dialogue: exit 3 when more than this share of\n"
+        "                          calls (0-1) is asked\n"
+        "      --sweep-margins     with --dialogue: also the same calls at margins 0-0.7\n"
+        "                          (to choose clarify.margin on a dev set, never the test set)\n"
         "  -t, --threads N         encoder threads (default 1)\n"
         "  -v, --verbose           every call, not only the misses (with --json: \"calls\"\n"
         "                          instead of \"misses\", each with its margin and ms)\n"
@@ -101,9 +116,12 @@ static int parse_opts(int argc, char **argv, opts *o) {
         {"config", 1, 0, 'c'}, {"pipeline", 1, 0, 'p'}, {"stage", 1, 0, 'S'}, {"method", 1, 0, 'm'},
         {"k", 1, 0, 'k'}, {"center", 0, 0, 'Z'}, {"no-center", 0, 0, 'N'}, {"desc-weight", 1, 0, 'W'}, {"examples", 1, 0, 'e'}, {"no-desc", 0, 0, 'D'}, {"no-oos", 0, 0, 'O'},
         {"min-confidence", 1, 0, 'C'}, {"min-accuracy", 1, 0, 'A'}, {"json", 0, 0, 'j'},
-        {"threads", 1, 0, 't'}, {"verbose", 0, 0, 'v'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+        {"threads", 1, 0, 't'}, {"verbose", 0, 0, 'v'}, {"help", 0, 0, 'h'},
+        {"dialogue", 0, 0, 'G'}, {"clarify-margin", 1, 0, 'M'}, {"sweep-margins", 0, 0, 'w'},
+        {"max-asked", 1, 0, 'X'}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->method = -1, o->threads = 1, o->min_conf = -1, o->min_acc = -1, o->desc_weight = -1, o->center = 1;
+    o->clarify_margin = -1, o->max_asked = -1;
     int ch;
     int64_t v;
     char *end;
@@ -139,21 +157,36 @@ static int parse_opts(int argc, char **argv, opts *o) {
             o->desc_weight = (double)v;
             break;
         case 'O': o->no_oos = 1; break;
-        case 'C': case 'A': {
+        case 'C': case 'A': case 'X': {
             double x = strtod(optarg, &end);
             if (!*optarg || *end || !(x >= 0 && x <= 1)) {
                 fprintf(stderr, "route eval: %s expects a number in [0, 1], got '%s'\n",
-                        ch == 'C' ? "--min-confidence" : "--min-accuracy", optarg);
+                        ch == 'C' ? "--min-confidence" : ch == 'A' ? "--min-accuracy" : "--max-asked", optarg);
                 return -1;
             }
-            *(ch == 'C' ? &o->min_conf : &o->min_acc) = x;
+            *(ch == 'C' ? &o->min_conf : ch == 'A' ? &o->min_acc : &o->max_asked) = x;
             break;
         }
         case 'j': o->json = 1; break;
+        case 'G': o->dialogue = 1; break;
+        case 'w': o->sweep = 1; break;
+        case 'M': {
+            double x = strtod(optarg, &end);
+            if (!*optarg || *end || !(x >= 0 && x <= 2)) {
+                fprintf(stderr, "route eval: --clarify-margin expects a number in [0, 2], got '%s'\n", optarg);
+                return -1;
+            }
+            o->clarify_margin = x;
+            break;
+        }
         case 'v': o->verbose = 1; break;
         case 'h': usage(stdout); return 1;
         default: usage(stderr); return -1;
         }
+    }
+    if ((o->sweep || o->clarify_margin >= 0 || o->max_asked >= 0) && !o->dialogue) {
+        fprintf(stderr, "route eval: --clarify-margin, --max-asked and --sweep-margins go with --dialogue\n");
+        return -1;
     }
     if (optind + 1 != argc || !o->config || !o->pipeline) {
         fprintf(stderr, "route eval: give -c CONFIG, --pipeline P and one FILE.tsv\n");
@@ -323,6 +356,7 @@ static int classify_all(eval *ev, char *err) {
         sb_cls_result r;
         if (!(rc = embed(ev, c->text, v, err))) rc = sb_cls_classify(ev->cls, v, &r);
         c->ms = (float)((sb_now_s() - t0) * 1000.0);
+        c->r = r;
         c->got = r.top;
         c->conf = r.confidence;
         c->margin = r.margin;
@@ -541,6 +575,51 @@ static int print_json(const eval *ev, const opts *o, const summary *s) {
     return rc;
 }
 
+/* --dialogue: the calls of the first verdicts are routed again only when
+ * they say something else; the encoder is deterministic, so a repeat of
+ * the first words gets the first verdict. */
+typedef struct {
+    eval *ev;
+    float *v;
+} dialog_ctx;
+
+static int route_again(void *ctx, size_t k, const char *text, sb_cls_result *r, char *err) {
+    dialog_ctx *d = ctx;
+    if (!strcmp(text, d->ev->calls[k].text)) {
+        *r = d->ev->calls[k].r;
+        return 0;
+    }
+    int rc = embed(d->ev, text, d->v, err);
+    return rc ? rc : sb_cls_classify(d->ev->cls, d->v, r);
+}
+
+static double dialogue(eval *ev, const opts *o, const char *gguf, double *asked, char *err) {
+    sb_stage st = *ev->st;
+    if (o->clarify_margin >= 0) st.clarify_margin = o->clarify_margin;
+    rt_dialog_call *dc = sb_calloc(ev->n, sizeof *dc);
+    dialog_ctx ctx = { ev, sb_malloc((size_t)sb_encoder_dim(ev->enc) * sizeof(float)) };
+    double acc = -1;
+    if (!dc || !ctx.v) {
+        sb_seterr(err, SB_ENOMEM, "out of memory");
+        goto out;
+    }
+    rt_dialog_opts d = { .config = o->config, .pipeline = o->pipeline, .encoder = gguf,
+                         .method = sb_cls_method_name(o->method), .st = &st,
+                         .min_conf = o->min_conf >= 0 ? o->min_conf : st.min_confidence, .json = o->json,
+                         .verbose = o->verbose, .sweep = o->sweep, .langs = (const char *const *)ev->langs.names,
+                         .n_langs = ev->langs.n, .calls = dc, .n = ev->n, .route = route_again, .ctx = &ctx };
+    for (size_t i = 0; i < ev->n; i++) {
+        const call *c = &ev->calls[i];
+        dc[i] = (rt_dialog_call){ c->expected, ev->langs.names[c->lang], c->lang, c->text };
+        d.single_right += c->got == c->expected;
+    }
+    acc = rt_dialog_eval(&d, asked, err);
+out:
+    sb_free(dc);
+    sb_free(ctx.v);
+    return acc;
+}
+
 /* Print the report; the overall accuracy, or -1 when out of memory. */
 static double report(const eval *ev, const opts *o) {
     summary s;
@@ -602,10 +681,21 @@ static int route_eval(int argc, char **argv) {
         goto out;
     }
     if ((rc = train(&ev, &o, err)) || (rc = classify_all(&ev, err))) goto out;
-    double acc = report(&ev, &o);
-    exit_code = o.min_acc >= 0 && acc < o.min_acc ? EXIT_BELOW : SB_EXIT_OK;
-    if (exit_code == EXIT_BELOW)
+    double asked = 0;
+    double acc = o.dialogue ? dialogue(&ev, &o, m->gguf, &asked, err) : report(&ev, &o);
+    if (acc < 0) {
+        rc = err[0] ? SB_EINVAL : SB_ENOMEM;
+        goto out;
+    }
+    exit_code = SB_EXIT_OK;
+    if (o.min_acc >= 0 && acc < o.min_acc) {
         fprintf(stderr, "route eval: accuracy %.4f is below --min-accuracy %.4f\n", acc, o.min_acc);
+        exit_code = EXIT_BELOW;
+    }
+    if (o.max_asked >= 0 && asked > o.max_asked) {
+        fprintf(stderr, "route eval: %.4f of the calls were asked, above --max-asked %.4f\n", asked, o.max_asked);
+        exit_code = EXIT_BELOW;
+    }
 out:
     if (rc) fprintf(stderr, "route eval: %s\n", err[0] ? err : sb_strerror(rc));
     free_eval(&ev);

@@ -381,4 +381,33 @@ typedef struct rt_sync rt_sync;
 int  rt_sync_start(sb_cache *cache, const sb_config *cfg, rt_sync **out, char *err);
 void rt_sync_stop(rt_sync *s);      /* NULL ok; waits for a sync in progress */
 
+/* cli_route_dialog.c: `route eval --dialogue` - each call of a labelled set
+ * played with a simulated caller through the intent stage's clarify steps
+ * (sb_clarify_*), what cli_route.c prints after it trained and classified. */
+#define RT_DIALOG_MAX_LANGS 16
+typedef struct {
+    int expected;                   /* label index; n_labels: out of scope */
+    const char *lang;               /* the caller's language tag (zh, en) */
+    int lang_idx;                   /* < RT_DIALOG_MAX_LANGS */
+    const char *text;
+} rt_dialog_call;
+/* Classify text, call k's words or what it said later; 0 or an SB_E*. */
+typedef int (*rt_dialog_route_fn)(void *ctx, size_t k, const char *text, sb_cls_result *r, char *err);
+typedef struct {
+    const char *config, *pipeline, *encoder, *method;  /* named in the report */
+    const sb_stage *st;             /* played with its clarify.margin and clarify.max */
+    double min_conf;
+    int json, verbose, sweep;       /* sweep: the same calls at a range of margins too */
+    const char *const *langs;       /* by lang_idx */
+    int n_langs;
+    const rt_dialog_call *calls;
+    size_t n, single_right;         /* single_right: right by the first verdict alone */
+    rt_dialog_route_fn route;
+    void *ctx;
+} rt_dialog_opts;
+/* Print the report; the dialogue accuracy, or -1 (err says why), and in
+ * *asked the share of calls asked at least once. */
+double rt_dialog_eval(const rt_dialog_opts *o, double *asked, char *err);
+int rt_dialog_label(const sb_stage *s, const char *name);     /* its index, or -1 */
+
 #endif

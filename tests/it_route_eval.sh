@@ -35,8 +35,8 @@ pipelines:
         model: enc
         classifier: 1nn
         labels:
-          social_insurance: { examples: ["社保卡办理", "the query: is a test"] }
-          housing_fund: { examples: ["公积金 hello", "wild cards, yes!"] }
+          social_insurance: { display: { zh: 社保, en: social insurance }, examples: ["社保卡办理", "the query: is a test"] }
+          housing_fund: { display: { zh: 公积金, en: the housing fund }, examples: ["公积金 hello", "wild cards, yes!"] }
         out_of_scope: ["hello world"]
         min_confidence: 0.2
         fallback: social_insurance
@@ -81,6 +81,36 @@ python3 -c 'import json,sys; c=json.load(open(sys.argv[1]))["calls"]; assert len
 # every method runs on the same data
 for m in centroid knn logreg; do ev --method "$m" --center "$tmp/good.tsv" > /dev/null || fail "--method $m exited $?"; done
 
+# --dialogue: the calls played with a simulated caller through the clarify
+# steps. Never asking, it is the single-shot count; asking every call
+# (margin 2 is above any gap), the simulated caller names the right option
+# in its call's language, and says "neither" when it is not offered - the
+# out-of-scope call and the mislabelled one, which end handed off.
+ev --dialogue --clarify-margin 0 --json "$tmp/bad.tsv" > "$tmp/d0" || fail "--dialogue exited $?"
+ev --dialogue --clarify-margin 2 --json -v --sweep-margins "$tmp/bad.tsv" > "$tmp/d2" || fail "--dialogue (asking) exited $?"
+python3 - "$tmp/d0" "$tmp/d2" <<'EOF' || fail "--dialogue report: $(cat "$tmp/d0" "$tmp/d2")"
+import json, sys
+d0, d2 = (json.load(open(f)) for f in sys.argv[1:3])
+assert (d0["calls"], d0["right"], d0["asked"], d0["single_shot_accuracy"]) == (6, 5, 0, 5 / 6), d0
+assert d0["ended"] == {"label": 5, "refused": 1, "handed_off": 0}, d0["ended"]
+assert (d2["right"], d2["asked"], d2["asked_share"], d2["clarify_margin"]) == (4, 6, 1, 2), d2
+assert d2["ended"] == {"label": 4, "refused": 0, "handed_off": 2}, d2["ended"]
+assert d2["by_lang"] == {"zh": {"n": 2, "right": 2}, "en": {"n": 4, "right": 2}}, d2["by_lang"]
+calls = {(c["expected"], c["text"]): c for c in d2["calls_played"]}
+assert "'社保' -> social_insurance" in calls["social_insurance", "社保卡办理"]["path"], calls
+assert "'social insurance' -> social_insurance" in calls["social_insurance", "the query: is a test"]["path"], calls
+oos = calls["out_of_scope", "hello world"]
+assert not oos["right"] and "'neither'" in oos["path"] and oos["path"].endswith("handed off (unclear)"), oos
+assert [s["margin"] for s in d2["sweep"]][:2] == [0, 0.05] and d2["sweep"][0]["accuracy"] == 5 / 6, d2["sweep"]
+EOF
+ev --dialogue "$tmp/good.tsv" | grep -q "^calls asked        0.0000  (0/5)" || fail "--dialogue without clarify: asks"
+expect 3 "accuracy 0.6667 is below --min-accuracy 0.7000" ev --dialogue --clarify-margin 2 --min-accuracy 0.7 "$tmp/bad.tsv"
+expect 3 "1.0000 of the calls were asked, above --max-asked 0.2500" ev --dialogue --clarify-margin 2 --max-asked 0.25 "$tmp/bad.tsv"
+ev --dialogue --max-asked 0 "$tmp/bad.tsv" > /dev/null || fail "--max-asked 0 with nothing asked exited $?"
+expect 2 "--clarify-margin, --max-asked and --sweep-margins go with --dialogue" ev --sweep-margins "$tmp/good.tsv"
+expect 2 "--clarify-margin, --max-asked and --sweep-margins go with --dialogue" ev --max-asked 0.2 "$tmp/good.tsv"
+expect 2 "--clarify-margin expects a number in [0, 2]" ev --dialogue --clarify-margin 3 "$tmp/good.tsv"
+
 expect 2 "is not an encoder model" "$SB_BIN" route eval -c "$tmp/route.yaml" --pipeline decoder "$tmp/good.tsv"
 expect 2 "no pipeline 'nope'" "$SB_BIN" route eval -c "$tmp/route.yaml" --pipeline nope "$tmp/good.tsv"
 printf 'tax\tzh\t个税\n' > "$tmp/unknown.tsv"
@@ -101,6 +131,10 @@ if [[ -f "$model" ]]; then
     "$SB_BIN" route eval -c configs/hotline_embed.yaml --pipeline hotline --min-accuracy "${SB_ROUTE_MIN:-0.87}" \
         tests/data/routing_corpus.tsv > "$tmp/real" || fail "real model: $(sed -n '1,12p' "$tmp/real")"
     echo "it_route_eval: real model $(sed -n 3p "$tmp/real")"
+    "$SB_BIN" route eval -c configs/hotline_embed.yaml --pipeline hotline --dialogue --clarify-margin 0.4 \
+        --min-accuracy "${SB_DIALOGUE_MIN:-0.94}" --max-asked 0.25 tests/data/routing_corpus.tsv > "$tmp/real" ||
+        fail "real model, --dialogue: $(sed -n '1,12p' "$tmp/real")"
+    echo "it_route_eval: real model, $(sed -n 3p "$tmp/real"), $(sed -n 5p "$tmp/real")"
 else
     echo "it_route_eval: real-model run skipped (tools/models.sh e5 installs it)"
 fi

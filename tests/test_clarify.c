@@ -2,7 +2,8 @@
  * (router/run/clarify.c): a table of answers to "social insurance or
  * housing fund?" and to "did you mean housing fund?", in Chinese and
  * English, with the option they pick, "neither", or a new request and
- * where it starts.
+ * where it starts; and the steps the intent stage and `route eval
+ * --dialogue` both run on.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -92,10 +93,88 @@ static void test_whole_words(void **state) {
     assert_int_equal(rt_clarify_read(NULL, o, 1, &picked, &at), RT_CLARIFY_NEW);
 }
 
+/* The steps (sb_clarify_routed / sb_clarify_answered) on a stage of three
+ * labels and a reject class: ask when close, hand off past clarify.max,
+ * and a "neither" remembered when the call is routed again. */
+static sb_label LABELS[3] = { { .name = "social_insurance" }, { .name = "housing_fund" }, { .name = "tax_office" } };
+
+static sb_stage stage(void) {
+    LABELS[0].display = SOCIAL, LABELS[1].display = HOUSING, LABELS[2].display = TAX;
+    return (sb_stage){ .name = "route", .labels = LABELS, .n_labels = 3, .clarify_margin = 0.2, .clarify_max = 2 };
+}
+
+static void test_steps(void **state) {
+    (void)state;
+    sb_stage s = stage();
+    sb_clarify_state st = {0};
+    int label;
+    size_t at;
+    const int close[4] = { 0, 1, 2, -1 };
+    const float close_score[4] = { 0.40f, 0.35f, 0.15f, 0.10f };
+    /* clear: nothing asked */
+    const float clear_score[4] = { 0.80f, 0.10f, 0.06f, 0.04f };
+    assert_int_equal(sb_clarify_routed(&s, &st, close, clear_score, 4, &label), SB_CLARIFY_NONE);
+    assert_int_equal(label, 0);
+    assert_int_equal(st.asked, 0);
+    /* close: asked between the two, answered by name */
+    assert_int_equal(sb_clarify_routed(&s, &st, close, close_score, 4, &label), SB_CLARIFY_ASK);
+    assert_true(st.pending && st.n == 2 && st.opt[0] == 0 && st.opt[1] == 1 && st.asked == 1);
+    assert_int_equal(sb_clarify_answered(&s, &st, "公积金", &label, &at), SB_CLARIFY_SETTLED);
+    assert_int_equal(label, 1);
+    /* "neither": the open question; the same words again leave tax_office
+     * clear of the reject class (0.15 - 0.10 < 0.2: asked, but max is
+     * reached: handed off at it) */
+    st = (sb_clarify_state){0};
+    sb_clarify_routed(&s, &st, close, close_score, 4, &label);
+    assert_int_equal(sb_clarify_answered(&s, &st, "都不是", &label, &at), SB_CLARIFY_ASK);
+    assert_true(st.pending && st.n == 0 && st.asked == 2 && st.declined == 3);
+    assert_int_equal(sb_clarify_answered(&s, &st, "我想问的是别的", &label, &at), SB_CLARIFY_REROUTE);
+    assert_int_equal(at, 0);
+    assert_int_equal(sb_clarify_routed(&s, &st, close, close_score, 4, &label), SB_CLARIFY_UNCLEAR);
+    assert_int_equal(label, 2);
+    /* ...and with tax_office clear of the rest, the call settles there */
+    const float apart[4] = { 0.40f, 0.35f, 0.20f, 0.0f };
+    st = (sb_clarify_state){ .asked = 2, .declined = 3 };
+    assert_int_equal(sb_clarify_routed(&s, &st, close, apart, 4, &label), SB_CLARIFY_SETTLED);
+    assert_int_equal(label, 2);
+    /* out of scope by a nose: the label alone is offered; a no, and the
+     * same words again, end at the reject class (-1), not at a hand-off */
+    const int oos[4] = { -1, 1, 0, 2 };
+    const float oos_score[4] = { 0.50f, 0.45f, 0.03f, 0.02f };
+    st = (sb_clarify_state){0};
+    assert_int_equal(sb_clarify_routed(&s, &st, oos, oos_score, 4, &label), SB_CLARIFY_ASK);
+    assert_true(st.n == 1 && st.opt[0] == 1);
+    assert_int_equal(sb_clarify_answered(&s, &st, "不是", &label, &at), SB_CLARIFY_ASK);
+    assert_int_equal(sb_clarify_answered(&s, &st, "帮我订机票", &label, &at), SB_CLARIFY_REROUTE);
+    assert_int_equal(sb_clarify_routed(&s, &st, oos, oos_score, 4, &label), SB_CLARIFY_SETTLED);
+    assert_int_equal(label, -1);
+    /* confident new words stand even for a declined label */
+    assert_int_equal(sb_clarify_routed(&s, &st, close, clear_score, 4, &label), SB_CLARIFY_NONE);
+    /* not pending: a new request, whole */
+    assert_int_equal(sb_clarify_answered(&s, &st, "公积金", &label, &at), SB_CLARIFY_REROUTE);
+    /* a stage without clarify: never asks */
+    s.clarify_margin = 0;
+    st = (sb_clarify_state){0};
+    assert_int_equal(sb_clarify_routed(&s, &st, close, close_score, 4, &label), SB_CLARIFY_NONE);
+}
+
+/* What the question calls a label, by language tag. */
+static void test_display(void **state) {
+    (void)state;
+    sb_stage s = stage();
+    assert_string_equal(sb_label_display(&s.labels[0], "zh"), "社保");
+    assert_string_equal(sb_label_display(&s.labels[0], "en"), "social insurance");
+    assert_string_equal(sb_label_display(&s.labels[2], "zh"), "tax");    /* none in zh: the first listed */
+    sb_label bare = { .name = "x" };
+    assert_null(sb_label_display(&bare, "en"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_answers),
         cmocka_unit_test(test_whole_words),
+        cmocka_unit_test(test_steps),
+        cmocka_unit_test(test_display),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

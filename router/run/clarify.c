@@ -18,12 +18,24 @@
  * ("what is your call about?"). Anything else is a new request and is
  * routed again as if the call had begun with it. Each question counts;
  * a call that would need more than `max` is handed off (reason `unclear`).
+ * The labels the caller said "neither" to are remembered: routed again and
+ * still close, the call is not offered them again, and when one class is
+ * then clear of the rest it is taken - "did you mean the housing fund?",
+ * "no", and the same words again end at the refusal when the reject class
+ * was the other one, rather than at the same question and a hand-off.
+ *
+ * The steps (sb_clarify_routed, sb_clarify_answered) are the policy alone,
+ * on a small state and no run: the intent stage acts on what they return
+ * (asks, settles, routes again, hands off), and `route eval --dialogue`
+ * plays a corpus of calls through the very same steps.
  */
 #include <ctype.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "common/sb_utf8.h"
+#include "router/classify/sb_classify.h"
 #include "router/run/stage_internal.h"
 
 /* ------------------------------------------------- reading the answer */
@@ -118,4 +130,77 @@ rt_clarify_verdict rt_clarify_read(const char *answer, const rt_clarify_option *
         *request = rest;
     }
     return RT_CLARIFY_NEW;
+}
+
+/* ------------------------------------------------------ the steps */
+
+static bool out_of_scope(const sb_stage *s, int label) {
+    return label < 0 || !strcmp(s->labels[label].name, SB_CLS_OOS_NAME);
+}
+
+/* Ask between opts[0..n) (n 0: an open question), or hand off when the
+ * call has had its clarify.max questions: at the first option, or at the
+ * last question's for an open one. */
+static sb_clarify_step ask(const sb_stage *s, sb_clarify_state *st, const int *opts, int n, int *label) {
+    if (st->asked >= s->clarify_max) {
+        st->pending = false;
+        *label = n ? opts[0] : st->opt[0];
+        return SB_CLARIFY_UNCLEAR;
+    }
+    st->asked++;
+    st->pending = true;
+    st->n = n;
+    for (int i = 0; i < n; i++) st->opt[i] = opts[i];
+    return SB_CLARIFY_ASK;
+}
+
+static bool declined(const sb_clarify_state *st, int label) {
+    return label >= 0 && label < 64 && (st->declined >> label & 1);
+}
+
+sb_clarify_step sb_clarify_routed(const sb_stage *s, sb_clarify_state *st, const int *ranked, const float *score,
+                                  int n, int *label) {
+    *label = n ? ranked[0] : -1;
+    if (n < 2 || !(score[0] - score[1] < s->clarify_margin)) return SB_CLARIFY_NONE;
+    /* Too close to tell. What the caller said was not the call does not
+     * come back: the first two classes it did not decline. */
+    int keep[2], at[2], k = 0;
+    for (int i = 0; i < n && k < 2; i++)
+        if (!declined(st, ranked[i])) at[k] = i, keep[k++] = ranked[i];
+    if (!k) return ask(s, st, NULL, 0, label);
+    if (at[0] != 0 || k < 2 || at[1] != 1) {
+        if (k < 2 || !(score[at[0]] - score[at[1]] < s->clarify_margin)) {
+            *label = keep[0];
+            return SB_CLARIFY_SETTLED;
+        }
+    }
+    int opts[2], m = 0;
+    for (int j = 0; j < k; j++)
+        if (!out_of_scope(s, keep[j])) opts[m++] = keep[j];
+    return m ? ask(s, st, opts, m, label) : SB_CLARIFY_NONE;
+}
+
+sb_clarify_step sb_clarify_answered(const sb_stage *s, sb_clarify_state *st, const char *answer, int *label,
+                                    size_t *at) {
+    *label = -1;
+    *at = 0;
+    bool options = st->pending && st->n > 0;
+    st->pending = false;
+    if (!options) return SB_CLARIFY_REROUTE;
+    rt_clarify_option opt[2];
+    for (int i = 0; i < st->n; i++)
+        opt[i] = (rt_clarify_option){ s->labels[st->opt[i]].name, &s->labels[st->opt[i]].display };
+    int picked;
+    switch (rt_clarify_read(answer, opt, st->n, &picked, at)) {
+    case RT_CLARIFY_PICKED: *label = st->opt[picked]; return SB_CLARIFY_SETTLED;
+    case RT_CLARIFY_NEITHER:
+        for (int i = 0; i < st->n; i++)
+            if (st->opt[i] < 64) st->declined |= (uint64_t)1 << st->opt[i];
+        return ask(s, st, NULL, 0, label);
+    default: return SB_CLARIFY_REROUTE;
+    }
+}
+
+const char *sb_label_display(const sb_label *l, const char *lang) {
+    return l->display.n ? rt_text_in(&l->display, lang) : NULL;
 }

@@ -42,11 +42,14 @@ int rt_text_load(vctx *c, const sb_config_node *v, const char *what, sb_lang_tex
     return 0;
 }
 
-const char *rt_text_for(const sb_lang_text *t, const char *input) {
-    const char *want = rt_looks_chinese(input) ? "zh" : "en";
+const char *rt_text_in(const sb_lang_text *t, const char *lang) {
     for (size_t k = 0; k < t->n; k++)
-        if (!strncmp(t->lang[k], want, 2)) return t->text[k];
+        if (!strncmp(t->lang[k], lang, 2)) return t->text[k];
     return t->n ? t->text[0] : NULL;
+}
+
+const char *rt_text_for(const sb_lang_text *t, const char *input) {
+    return rt_text_in(t, rt_looks_chinese(input) ? "zh" : "en");
 }
 
 void rt_text_free(sb_lang_text *t) {

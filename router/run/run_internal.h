@@ -25,9 +25,7 @@ typedef struct {
     bool found;                     /* retrieve: passages at or above min_score */
     int retries_used;               /* ask: times the slot now asked was asked again */
     unsigned declined;              /* ask: the optional slots (bits) the caller would not give */
-    int clarify_asked;              /* intent: questions the stage asked the caller (clarify) */
-    int clarify_opt[2], clarify_n;  /* intent: the labels the pending question offers (0: an open question) */
-    bool clarifying;                /* intent: the caller's next turn answers the stage's question */
+    sb_clarify_state clarify;       /* intent: its questions to the caller (clarify.c) */
     bool turn_read;                 /* intent: this turn's answer was read (a poll starts the stage again) */
     int confirm_noes;               /* confirm: noes (or answers that were neither) to the readback */
     bool confirm_change;            /* confirm: the pending question is "what should I change?" */

@@ -193,6 +193,44 @@ void sb_pipelines_free(sb_pipelines *p);                /* NULL ok */
 const sb_pipeline *sb_pipelines_find(const sb_pipelines *p, const char *name);
 int  sb_pipeline_stage_index(const sb_pipeline *p, const char *name);
 
+/* An intent stage's `clarify:` (router/run/clarify.c): when its two best
+ * classes are too close to tell, the caller is asked between them, and the
+ * answer settles the call, asks again or is a new request. The pipeline's
+ * intent stage runs on it, and `route eval --dialogue` plays whole calls
+ * through the same steps without a runtime. */
+typedef struct {
+    int asked;                      /* questions asked so far in this call */
+    int n, opt[2];                  /* the last question's options (label indices); n 0: an open question */
+    bool pending;                   /* the caller's next turn answers it */
+    uint64_t declined;              /* labels (bits) the caller said "neither" to */
+} sb_clarify_state;
+
+typedef enum {
+    SB_CLARIFY_NONE,                /* nothing to ask: the classifier's verdict stands */
+    SB_CLARIFY_ASK,                 /* ask st->n options st->opt (0: "what is your call about?") */
+    SB_CLARIFY_SETTLED,             /* the caller picked *label, or left only it (-1: the reject class) */
+    SB_CLARIFY_REROUTE,             /* a new request: route the answer from byte *at on */
+    SB_CLARIFY_UNCLEAR,             /* it would take more than clarify.max questions: hand off at *label */
+} sb_clarify_step;
+
+/* After classifying: n classes ranked best first (label indices; -1 the
+ * classifier's reject class) with their scores; the top-2 margin is
+ * score[0] - score[1]. The reject class and a label named out_of_scope are
+ * never offered: when one of the two, the other is asked about alone; when
+ * both, NONE. When the call is close, the labels the caller already said
+ * "neither" to are out of the running: if that leaves one class clear of
+ * the next, the call is SETTLED there. */
+sb_clarify_step sb_clarify_routed(const sb_stage *s, sb_clarify_state *st, const int *ranked, const float *score,
+                                  int n, int *label);
+/* The caller's turn while st is pending (when it is not, REROUTE at 0):
+ * an option's name, an ordinal, a yes or no, "neither" (one open question,
+ * within clarify.max), or a new request. */
+sb_clarify_step sb_clarify_answered(const sb_stage *s, sb_clarify_state *st, const char *answer, int *label,
+                                    size_t *at);
+/* What the question calls label l in language lang ("zh", "en"; the first
+ * listed when it has none in lang; NULL without display:). */
+const char *sb_label_display(const sb_label *l, const char *lang);
+
 /* What a template can see while a pipeline runs. */
 typedef struct {
     const char *input;

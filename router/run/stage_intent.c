@@ -266,10 +266,6 @@ static rt_stage_outcome set_intent(rt_run *run, const sb_stage *s, double conf, 
 
 /* ------------------------------------------------------------ clarify */
 
-static bool out_of_scope(const sb_stage *s, int label) {
-    return label < 0 || !strcmp(s->labels[label].name, SB_CLS_OOS_NAME);
-}
-
 static rt_stage_outcome oom(rt_run *run) { return rt_stage_fail(run, 500, "internal", "%s%s", "out of memory", ""); }
 
 /* The call's intent is label, chosen by the caller (or the best guess
@@ -308,15 +304,12 @@ static void display_name(const sb_stage *s, int label, const char *input, char *
             if (*p == '_') *p = ' ';
 }
 
-/* Ask between opts[0..n) (n 0: an open question); the next turn answers. */
-static rt_stage_outcome ask(rt_run *run, const sb_stage *s, const int *opts, int n) {
+/* Ask the question clarify.c's step chose (its options in the stage's
+ * clarify state; none: an open question); the next turn answers. */
+static rt_stage_outcome ask(rt_run *run, const sb_stage *s) {
     stage_res *sr = &run->res[run->cur];
-    if (sr->clarify_asked >= s->clarify_max) return unclear(run, s, n ? opts[0] : sr->clarify_opt[0]);
-    sr->clarify_asked++;
-    sr->clarifying = true;
+    const int n = sr->clarify.n, *opts = sr->clarify.opt;
     sr->turn_read = false;
-    sr->clarify_n = n;
-    for (int i = 0; i < n; i++) sr->clarify_opt[i] = opts[i];
     bool zh = rt_looks_chinese(run->input);
     char a[128], b[128], q[512];
     if (n > 0) display_name(s, opts[0], run->input, a, sizeof a);
@@ -340,34 +333,37 @@ static rt_stage_outcome ask(rt_run *run, const sb_stage *s, const int *opts, int
     return sr->output ? RT_STAGE_WAIT_CALLER : oom(run);
 }
 
-/* The top two are too close (top: label indices, -1 the reject class):
- * ask between the in-scope ones. Out of scope by a nose over a label asks
- * about that label alone; never the out-of-scope class itself. */
-static rt_stage_outcome clarify(rt_run *run, const sb_stage *s, const int top[2]) {
-    if (rt_run_rerouting(run)) {    /* a caller's answer being routed: too close to call is no new topic */
-        rt_stage_outcome o = set_intent(run, s, -1, top[0] < 0);
+/* What a clarify step asks of the stage; NONE is the caller's to decide.
+ * A caller's answer being routed for a new topic asks nothing: too close
+ * to call is no new topic, and the stage that asked reads the answer. */
+static rt_stage_outcome act(rt_run *run, const sb_stage *s, sb_clarify_step step, int label) {
+    if (step == SB_CLARIFY_ASK && rt_run_rerouting(run)) {
+        rt_stage_outcome o = set_intent(run, s, -1, false);
         run->fell_back = true;
         return o;
     }
-    int opts[2], n = 0;
-    for (int k = 0; k < 2; k++)
-        if (!out_of_scope(s, top[k])) opts[n++] = top[k];
-    if (!n) return set_intent(run, s, -1, top[0] < 0);
-    return ask(run, s, opts, n);
+    switch (step) {
+    case SB_CLARIFY_ASK: return ask(run, s);
+    case SB_CLARIFY_SETTLED: return label >= 0 ? settle(run, s, label) : set_intent(run, s, -1, true);
+    default: return unclear(run, s, label);
+    }
 }
 
 /* The score method's labels, normalised, ranked for clarify. */
 static rt_stage_outcome decide_scored(rt_run *run, const sb_stage *s) {
     double sum = 0;
     for (size_t i = 0; i < s->n_labels; i++) sum += run->probs[i];
-    int top[2] = { -1, -1 };
+    int ranked[SB_PIPE_MAX_LABELS], n = 0;
+    float score[SB_PIPE_MAX_LABELS];
     for (size_t i = 0; sum > 0 && i < s->n_labels; i++) {
         run->probs[i] /= sum;
-        if (top[0] < 0 || run->probs[i] > run->probs[top[0]]) { top[1] = top[0]; top[0] = (int)i; }
-        else if (top[1] < 0 || run->probs[i] > run->probs[top[1]]) top[1] = (int)i;
+        int k = n++;            /* insertion by probability, best first */
+        for (; k > 0 && score[k - 1] < run->probs[i]; k--) ranked[k] = ranked[k - 1], score[k] = score[k - 1];
+        ranked[k] = (int)i, score[k] = (float)run->probs[i];
     }
-    if (top[1] >= 0 && run->probs[top[0]] - run->probs[top[1]] < s->clarify_margin) return clarify(run, s, top);
-    return set_intent(run, s, -1, false);
+    int label;
+    sb_clarify_step step = sb_clarify_routed(s, &run->res[run->cur].clarify, ranked, score, n, &label);
+    return step == SB_CLARIFY_NONE ? set_intent(run, s, -1, false) : act(run, s, step, label);
 }
 
 /* The caller's turn after the stage asked. true: it settled the stage (*o);
@@ -379,18 +375,10 @@ static bool answered(rt_run *run, const sb_stage *s, rt_stage_outcome *o) {
     const char *turn = rt_run_turn(run);
     if (sr->turn_read) return false;
     sr->turn_read = true;
-    size_t at = 0;
-    if (sr->clarifying && sr->clarify_n > 0) {
-        rt_clarify_option opt[2];
-        for (int i = 0; i < sr->clarify_n; i++)
-            opt[i] = (rt_clarify_option){ s->labels[sr->clarify_opt[i]].name, &s->labels[sr->clarify_opt[i]].display };
-        int picked;
-        rt_clarify_verdict v = rt_clarify_read(turn, opt, sr->clarify_n, &picked, &at);
-        sr->clarifying = false;
-        if (v == RT_CLARIFY_PICKED) { *o = settle(run, s, sr->clarify_opt[picked]); return true; }
-        if (v == RT_CLARIFY_NEITHER) { *o = ask(run, s, NULL, 0); return true; }
-    }
-    sr->clarifying = false;
+    size_t at;
+    int label;
+    sb_clarify_step step = sb_clarify_answered(s, &sr->clarify, turn, &label, &at);
+    if (step != SB_CLARIFY_REROUTE) { *o = act(run, s, step, label); return true; }
     char *words = rt_trimmed(turn + at, strlen(turn + at));
     if (!words) { *o = oom(run); return true; }
     sb_free(run->input);
@@ -489,12 +477,13 @@ static rt_stage_outcome on_embedded(rt_run *run, const sb_stage *s, const rt_rep
     for (int k = 0; k < cr.n; k++)
         if (cr.idx[k] < (int)s->n_labels) run->probs[cr.idx[k]] = cr.prob[k];
     run->model_s += sb_now_s() - run->t_stage;
-    /* The top two classes by the margin route eval reports and
+    /* Ranked by the scores whose top-2 gap route eval reports and
      * hybrid_margin compares; the reject class is -1. */
-    int top[2] = { cr.n > 0 && cr.idx[0] < (int)s->n_labels ? cr.idx[0] : -1,
-                   cr.n > 1 && cr.idx[1] < (int)s->n_labels ? cr.idx[1] : -1 };
-    if (cr.n > 1 && cr.margin < s->clarify_margin) return clarify(run, s, top);
-    return set_intent(run, s, cr.confidence, cr.rejected);
+    int ranked[SB_CLS_MAX_LABELS + 1];
+    for (int k = 0; k < cr.n; k++) ranked[k] = cr.idx[k] < (int)s->n_labels ? cr.idx[k] : -1;
+    int label;
+    sb_clarify_step step = sb_clarify_routed(s, &run->res[run->cur].clarify, ranked, cr.score, cr.n, &label);
+    return step == SB_CLARIFY_NONE ? set_intent(run, s, cr.confidence, cr.rejected) : act(run, s, step, label);
 }
 
 /* The embedding method: the caller's vector, once the stage's index of

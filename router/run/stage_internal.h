@@ -170,6 +170,7 @@ bool rt_says_something(const char *text);
 bool rt_looks_chinese(const char *text);
 int rt_text_load(vctx *c, const sb_config_node *v, const char *what, sb_lang_text *t);
 const char *rt_text_for(const sb_lang_text *t, const char *input);
+const char *rt_text_in(const sb_lang_text *t, const char *lang);     /* by tag: its first two letters */
 void rt_text_free(sb_lang_text *t);
 const char *rt_handoff_default(const char *input);
 

@@ -134,7 +134,7 @@ bool rt_topic_reroute(rt_run *run) {
     run->topic.intent_output = sr->output;
     sr->output = NULL;
     sr->turn_read = true;           /* the answer is the words to route, not an answer to a clarifying question */
-    sr->clarifying = false;
+    sr->clarify.pending = false;
     run->cur = (size_t)at;
     return false;
 }
