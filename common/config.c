@@ -157,6 +157,7 @@ void sb_config_free(sb_config *cfg) {
         sb_free(m->name);
         sb_free(m->gguf);
         sb_free(m->draft);
+        sb_free(m->adapter);
         sb_free(m->upstream);
         sb_free(m->upstream_model);
         sb_free(m->api_key_env);
@@ -207,7 +208,8 @@ bool sb_config_equal_model(const sb_config_model *a, const sb_config_model *b) {
     return str_eq(a->name, b->name) && str_eq(a->gguf, b->gguf) &&
            a->threads == b->threads && a->ctx == b->ctx && a->kv_type == b->kv_type &&
            a->idle_unload_s == b->idle_unload_s && a->parallel == b->parallel && a->kv_mb == b->kv_mb &&
-           a->lookup == b->lookup && str_eq(a->draft, b->draft) &&
+           a->lookup == b->lookup && str_eq(a->draft, b->draft) && str_eq(a->adapter, b->adapter) &&
+           a->adapter_size == b->adapter_size && a->adapter_mtime_ns == b->adapter_mtime_ns &&
            str_eq(a->upstream, b->upstream) &&
            str_eq(a->upstream_model, b->upstream_model) && str_eq(a->api_key_env, b->api_key_env) &&
            a->timeout_ms == b->timeout_ms && a->max_queue == b->max_queue &&

@@ -106,6 +106,7 @@ static const sb_cfg_key local_keys[] = {
     { "deadline_ms", SB_KEY_INT, 100, 3600000, M(deadline_ms), NULL },
     { "lookup", SB_KEY_INT, 0, 16, M(lookup), NULL },
     { "draft", SB_KEY_STR, 1, 0, M(draft), NULL },
+    { "adapter", SB_KEY_OTHER, 0, 0, 0, NULL },             /* a readable file, its identity kept */
     SB_CFG_KEYS_END
 };
 
@@ -136,8 +137,13 @@ static int load_local(const sb_cfg_ctx *c, const sb_config_node *key, const sb_c
     m->gguf_ino = st.st_ino;
     m->gguf_size = (uint64_t)st.st_size;
     m->gguf_mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
-    const sb_config_node *idle = sb_config_node_get(v, "idle");
+    const sb_config_node *idle = sb_config_node_get(v, "idle"), *ad = sb_config_node_get(v, "adapter");
     if (idle && (rc = load_idle(c, idle, m))) return rc;
+    if (ad) {
+        if ((rc = sb_cfg_path(c, ad, "adapter", true, &m->adapter, &st))) return rc;
+        m->adapter_size = (uint64_t)st.st_size;
+        m->adapter_mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+    }
     if (m->max_tokens > m->ctx && sb_config_node_get(v, "max_tokens"))
         return FAIL(c, sb_config_node_get(v, "max_tokens"),
                     "%s.max_tokens: %d exceeds the context size (ctx: %d)", c->path, m->max_tokens, m->ctx);

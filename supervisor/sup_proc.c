@@ -90,6 +90,7 @@ static void build_cmdline(const child *c, cmdline *cl) {
     if (m->lookup) { arg(cl, "--lookup"); arg(cl, "%d", m->lookup); }
     const sb_config_model *d = m->draft ? sb_config_find_model(cfg, m->draft) : NULL;
     if (d && d->gguf) { arg(cl, "--draft"); arg(cl, "%s", d->gguf); }
+    if (m->adapter) { arg(cl, "--adapter"); arg(cl, "%s", m->adapter); }
 }
 
 /* In the child, between fork and exec: only async-signal-safe calls. Every

@@ -43,6 +43,8 @@ typedef struct {
     int kv_mb;                  /* KV pool (--kv-mb); 0: the default for `parallel` */
     sb_engine *engine;          /* a decoder model, or */
     sb_encoder *encoder;        /* an encoder model (serve_embed.c) */
+    const char *adapter_path;   /* --adapter: a LoRA adapter the encoder applies to every text */
+    struct sb_lora *adapter;    /* loaded from adapter_path */
     struct event_base *base;
     sb_ipc_server *server;
     pthread_t compute;
