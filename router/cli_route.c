@@ -634,7 +634,10 @@ int sb_cmd_route(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "eval")) return route_eval(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "train")) return sb_route_train(argc - 1, argv + 1);
     if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
-        usage(stdout);
+        printf("usage: switchboard route eval -c CONFIG --pipeline P [options] FILE.tsv\n"
+               "       switchboard route train -c CONFIG --pipeline P [options] -o ADAPTER.gguf\n\n"
+               "  eval   accuracy of a pipeline's intent stage on labelled calls (route eval --help)\n"
+               "  train  adapt its encoder to the labels: a LoRA adapter (route train --help)\n");
         return SB_EXIT_OK;
     }
     fprintf(stderr, "usage: switchboard route eval -c CONFIG --pipeline P FILE.tsv (route eval --help)\n"

@@ -310,8 +310,9 @@ static int route_train(int argc, char **argv) {
         goto out;
     }
     exit_code = SB_EXIT_FAIL;
+    o.max_tokens = SB_MIN(o.max_tokens, sb_encoder_n_ctx(enc));     /* longer texts are cut to the window */
     if ((rc = sb_encoder_adapter_new(enc, o.rank, (float)o.alpha, o.layers, o.seed, &lora, err)) ||
-        (rc = sb_enc_trainer_new(enc, lora, SB_MIN(o.max_tokens, sb_encoder_n_ctx(enc)), &tr, err)) ||
+        (rc = sb_enc_trainer_new(enc, lora, o.max_tokens, &tr, err)) ||
         (rc = sb_enc_trainer_set_fast(tr, 1, err)))
         goto out;
     const double t0 = sb_now_s();

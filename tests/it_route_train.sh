@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# `switchboard route train` on the tiny random encoder of tests/e5_tiny.py
+# (2 layers, dim 64, a 16-token window; built here, no download), and the
+# adapter it writes served by a worker:
+#  - a few steps lower the contrastive loss, progress lines name step, loss
+#    and ETA, and the run is deterministic: the same file from -t 1 and -t 2,
+#    another from another seed;
+#  - the file is llama.cpp's LoRA layout (general.type adapter, adapter.type
+#    lora, adapter.lora.alpha, F32 <base>.lora_a [in, r] / .lora_b [r, out]),
+#    read here by an independent GGUF reader;
+#  - --shots caps the examples per label;
+#  - route eval --adapter and embed --adapter use it; a model entry's
+#    adapter: gives POST /v1/embeddings the same vectors as embed --adapter
+#    (and not the frozen ones);
+#  - bad input is a clean exit 2 naming what is wrong.
+set -u
+cd "$(dirname "$0")/.."
+. tests/itlib.sh
+it_init routetrain
+fail() { echo "it_route_train: FAIL: $*" >&2; exit 1; }
+python3 -c 'import sys; sys.path.insert(0, "tests"); import e5_tiny; e5_tiny.make_model(sys.argv[1])' "$tmp/tiny.e5s1"
+"$SB" convert-e5 "$tmp/tiny.e5s1" "$tmp/e5.gguf" > /dev/null || fail "convert-e5"
+port=$(it_ports 1)
+cat > "$tmp/rt.yaml" <<YAML
+runtime: { dir: $tmp/run, http: 127.0.0.1:$port, drain_ms: 2000 }
+models:
+  e5:  { gguf: $tmp/e5.gguf, threads: 1 }
+pipelines:
+  hotline:
+    stages:
+      - name: route
+        kind: intent
+        model: e5
+        labels:
+          billing:   { description: "bills and the meter", examples: ["the meter reading is off", "why is my bill high", "pay the water bill", "late fee"] }
+          complaint: { description: "complaints", examples: ["I want to complain", "the road is broken", "loud music at night"] }
+          tax:       { description: "taxes", examples: ["my income tax return", "tax refund"] }
+        out_of_scope: ["what is the weather like", "tell me a joke"]
+        fallback: complaint
+YAML
+tr() { "$SB" route train -c "$tmp/rt.yaml" --pipeline hotline "$@"; }
+
+# --- training: the loss falls, progress is shown, the file appears
+tr --steps 8 --seed 3 --lr 0.01 -t 1 -o "$tmp/a1.gguf" > "$tmp/out" 2> "$tmp/err" || fail "route train exited $?: $(tail -3 "$tmp/err")"
+grep -q "^route train: 14 texts (3 labels + out_of_scope: 2), rank 8, alpha 16, top 2 layers, 8 steps of 14, seed 3" "$tmp/err" \
+    || fail "header: $(head -1 "$tmp/err")"
+grep -q "^route train: step 8/8  loss [0-9.]*  lr .* ETA 0s$" "$tmp/err" || fail "progress: $(tail -2 "$tmp/err")"
+grep -q "wrote $tmp/a1.gguf" "$tmp/out" || fail "stdout: $(cat "$tmp/out")"
+python3 - "$tmp/err" <<'EOF' || fail "the loss did not fall: $(grep step "$tmp/err")"
+import re, sys
+l = [float(m.group(1)) for m in re.finditer(r"step \d+/\d+  loss ([0-9.]+)", open(sys.argv[1]).read())]
+assert len(l) == 8 and l[-1] < l[0] - 0.05, l
+EOF
+tr --steps 8 --seed 3 --lr 0.01 -t 2 -o "$tmp/a2.gguf" 2> /dev/null > /dev/null || fail "route train -t 2"
+cmp -s "$tmp/a1.gguf" "$tmp/a2.gguf" || fail "-t 1 and -t 2 wrote different adapters"
+tr --steps 8 --seed 4 --lr 0.01 -t 2 -o "$tmp/a3.gguf" 2> /dev/null > /dev/null || fail "route train --seed 4"
+cmp -s "$tmp/a1.gguf" "$tmp/a3.gguf" && fail "--seed 4 wrote the same adapter as --seed 3"
+tr --steps 1 --shots 1 --layers 1 --rank 4 --alpha 8 -o "$tmp/s1.gguf" 2> "$tmp/err" > /dev/null || fail "--shots 1"
+grep -q "^route train: 8 texts (3 labels + out_of_scope: 2), rank 4, alpha 8, top 1 layers" "$tmp/err" \
+    || fail "--shots 1: $(head -1 "$tmp/err")"
+
+# --- the file: llama.cpp's LoRA adapter layout, by an independent reader
+python3 - "$tmp/a1.gguf" "$tmp/s1.gguf" <<'EOF' || fail "adapter layout"
+import struct, sys
+def read(path):
+    b = open(path, "rb").read()
+    assert b[:4] == b"GGUF", "magic"
+    ver, nt, nkv = struct.unpack_from("<IQQ", b, 4)
+    off = 24
+    def s():
+        nonlocal off
+        n, = struct.unpack_from("<Q", b, off); off += 8 + n
+        return b[off - n:off].decode()
+    kv = {}
+    for _ in range(nkv):
+        k = s(); t, = struct.unpack_from("<I", b, off); off += 4
+        if t == 8: kv[k] = s()
+        elif t == 6: kv[k], = struct.unpack_from("<f", b, off); off += 4
+        else: raise AssertionError(f"{k}: unexpected type {t}")
+    ts = {}
+    for _ in range(nt):
+        name = s(); nd, = struct.unpack_from("<I", b, off); off += 4
+        ne = struct.unpack_from(f"<{nd}Q", b, off); off += 8 * nd
+        typ, o = struct.unpack_from("<IQ", b, off); off += 12
+        ts[name] = (ne, typ)
+    return ver, kv, ts
+ver, kv, ts = read(sys.argv[1])
+assert ver == 3 and kv == {"general.architecture": "bert", "general.type": "adapter", "adapter.type": "lora",
+                           "adapter.lora.alpha": 16.0}, kv
+mats = {"attn_q": (64, 64), "attn_k": (64, 64), "attn_v": (64, 64), "attn_output": (64, 64),
+        "ffn_up": (64, 128), "ffn_down": (128, 64)}          # (in, out)
+want = {}
+for l in (0, 1):
+    for m, (i, o) in mats.items():
+        want[f"blk.{l}.{m}.weight.lora_a"] = ((i, 8), 0)
+        want[f"blk.{l}.{m}.weight.lora_b"] = ((8, o), 0)
+assert ts == want, sorted(set(ts) ^ set(want))
+_, kv, ts = read(sys.argv[2])
+assert kv["adapter.lora.alpha"] == 8.0 and len(ts) == 12 and all(n.startswith("blk.1.") for n in ts), ts
+assert ts["blk.1.ffn_down.weight.lora_a"] == ((128, 4), 0), ts
+EOF
+
+# --- using it: route eval, embed, and a worker behind POST /v1/embeddings
+printf 'billing\tthe meter reading is off\ncomplaint\tI want to complain\n' > "$tmp/calls.tsv"
+"$SB" route eval -c "$tmp/rt.yaml" --pipeline hotline --adapter "$tmp/a1.gguf" "$tmp/calls.tsv" > "$tmp/out" 2>&1 \
+    || fail "route eval --adapter: $(cat "$tmp/out")"
+grep -q "^adapter $tmp/a1.gguf" "$tmp/out" || fail "route eval does not name the adapter: $(head -3 "$tmp/out")"
+"$SB" embed -m "$tmp/e5.gguf" "loud music at night" > "$tmp/frozen.json" || fail "embed"
+"$SB" embed -m "$tmp/e5.gguf" --adapter "$tmp/a1.gguf" "loud music at night" > "$tmp/adapted.json" || fail "embed --adapter"
+cmp -s "$tmp/frozen.json" "$tmp/adapted.json" && fail "embed --adapter gave the frozen vector"
+
+# the same model twice: e5a with the adapter (a path relative to the config)
+sed 's|^  e5:  { gguf: \(.*\) }$|&\n  e5a: { gguf: \1, adapter: a1.gguf }|' "$tmp/rt.yaml" > "$tmp/serve.yaml"
+grep -q "e5a:" "$tmp/serve.yaml" || fail "serve.yaml: $(cat "$tmp/serve.yaml")"
+"$SB" run -c "$tmp/serve.yaml" > "$tmp/run.log" 2>&1 &
+sup=$!; it_pids+=($sup)
+it_wait_http "http://127.0.0.1:$port/health" 200 0.05 || fail "the runtime did not come up: $(tail -5 "$tmp/run.log")"
+python3 - "http://127.0.0.1:$port" "$tmp/frozen.json" "$tmp/adapted.json" <<'EOF' || fail "/v1/embeddings with the adapter"
+import json, sys, urllib.request
+def emb(model):
+    req = urllib.request.Request(sys.argv[1] + "/v1/embeddings", method="POST",
+                                 data=json.dumps({"model": model, "input": "loud music at night"}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    return json.load(urllib.request.urlopen(req, timeout=60))["data"][0]["embedding"]
+frozen, adapted = (json.load(open(p)) for p in sys.argv[2:4])
+for model, want, other in (("e5a", adapted, frozen), ("e5", frozen, adapted)):
+    got = emb(model)
+    assert max(abs(a - b) for a, b in zip(got, want)) < 1e-6, (model, "differs from embed's vector")
+    assert max(abs(a - b) for a, b in zip(got, other)) > 1e-3, (model, "is the other vector")
+EOF
+grep -q "adapter $tmp/a1.gguf: rank 8, alpha 16" "$tmp/run.log" || fail "the worker does not log its adapter"
+it_stop "$sup" runtime || fail "runtime stop"
+it_forget "$sup"
+it_san_check "$tmp/run.log" "the runtime's log" || exit 1
+
+# --- bad input
+expect() {   # expect EXIT_CODE STDERR_SUBSTRING CMD...
+    local want="$1" msg="$2" rc=0; shift 2
+    "$@" > "$tmp/out" 2> "$tmp/err" || rc=$?
+    [ "$rc" = "$want" ] || fail "$* exited $rc, want $want ($(head -c 300 "$tmp/err"))"
+    grep -qF -- "$msg" "$tmp/err" || fail "$*: stderr lacks '$msg': $(head -c 300 "$tmp/err")"
+}
+expect 2 "--layers 3: the model has 2" tr --layers 3 -o "$tmp/x.gguf"
+expect 2 "give -c CONFIG, --pipeline P and -o ADAPTER.gguf" tr
+expect 2 "--lr expects a number" tr --lr fast -o "$tmp/x.gguf"
+expect 2 "not a LoRA adapter" "$SB" route eval -c "$tmp/rt.yaml" --pipeline hotline --adapter "$tmp/e5.gguf" "$tmp/calls.tsv"
+expect 2 "not a LoRA adapter" "$SB" embed -m "$tmp/e5.gguf" --adapter "$tmp/e5.gguf" "x"
+sed 's/adapter: a1.gguf/adapter: nope.gguf/' "$tmp/serve.yaml" > "$tmp/bad.yaml"
+expect 2 "models.e5a.adapter" "$SB" run -c "$tmp/bad.yaml" --check
+[ -e "$tmp/x.gguf" ] && fail "a refused run left $tmp/x.gguf"
+"$SB" route train --help | grep -q -- "--shots K" || fail "route train --help"
+"$SB" route --help | grep -q "route train" || fail "route --help does not list train"
+echo "it_route_train: ok"
