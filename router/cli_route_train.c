@@ -34,9 +34,12 @@
 #include "worker/engine/sb_encoder_train.h"
 #include "worker/engine/sb_lora.h"
 
+#define EXIT_WORSE 3            /* the adapted estimate is below the frozen one: nothing written */
+
 typedef struct {
     const char *config, *pipeline, *stage, *out;
     int shots, threads, steps, epochs, batch, rank, layers, max_tokens, warmup;
+    int folds, force;           /* the leave-some-out estimate's folds (0: none); write even if worse */
     uint64_t seed;
     double lr, alpha, tau, weight_decay;
 } opts;
@@ -44,6 +47,7 @@ typedef struct {
 typedef struct {
     float  *h0;                 /* the states entering the lowest adapted layer, n rows */
     int     n, label;           /* label: the stage's index; n_labels: out_of_scope */
+    int     fold;               /* -1: a description (always trained on); else the example's fold */
 } sample;
 
 typedef struct {
@@ -71,22 +75,30 @@ static void usage(FILE *f) {
         "  -o, --out FILE          the adapter to write (atomically)\n"
         "      --shots K           examples per label, 0 = all (default 5)\n"
         "      --seed N            the adapter's initial A and the batch order (default 1)\n"
-        "      --epochs N          passes over the texts (default 20)\n"
+        "      --epochs N          passes over the texts (default 10)\n"
         "      --steps N           optimizer steps instead of --epochs\n"
         "      --batch N           texts per step, 2..1024 (default 64; all when fewer)\n"
         "      --rank R            LoRA rank (default 8)\n"
         "      --alpha A           LoRA alpha: the update is scaled by alpha/rank (default 16)\n"
         "      --layers N          adapt the top N layers (default 2)\n"
-        "      --lr X              AdamW peak learning rate (default 0.002)\n"
+        "      --lr X              AdamW peak learning rate (default 0.001)\n"
         "      --warmup N          steps of linear warm-up (default: a tenth of the steps)\n"
         "      --weight-decay X    AdamW's decoupled weight decay (default 0.01)\n"
-        "      --tau X             the loss's temperature (default 0.1)\n"
+        "      --tau X             the loss's temperature (default 0.05)\n"
         "      --max-tokens N      tokens a text is cut to, <s> </s> included (default 64)\n"
+        "      --folds N           the leave-some-out estimate's folds, 0 = none (default 3)\n"
+        "      --force             write the adapter even when its estimate is below the\n"
+        "                          frozen encoder's\n"
         "  -t, --threads N         encoder threads (default 1)\n"
         "  -h, --help              this help\n"
         "\n"
+        "Before the final run, a leave-some-out estimate on the training data itself:\n"
+        "the examples are dealt into --folds folds; for each, an adapter is trained\n"
+        "without it, and the stage's classifier, fitted on the rest, routes the fold's\n"
+        "examples with the frozen and with the adapted encoder. The adapter is written\n"
+        "only if the adapted estimate is not below the frozen one (else exit 3).\n"
         "Progress goes to stderr: step, loss, learning rate, elapsed time and ETA.\n"
-        "Exit: 0, 1 runtime error, 2 usage/config error.\n");
+        "Exit: 0, 1 runtime error, 2 usage/config error, 3 adapted estimate below frozen.\n");
 }
 
 static int opt_num(const char *name, const char *s, double lo, double hi, double *out) {
@@ -106,10 +118,11 @@ static int parse_opts(int argc, char **argv, opts *o) {
         {"shots", 1, 0, 'K'}, {"seed", 1, 0, 's'}, {"epochs", 1, 0, 'E'}, {"steps", 1, 0, 'N'},
         {"batch", 1, 0, 'B'}, {"rank", 1, 0, 'r'}, {"alpha", 1, 0, 'a'}, {"layers", 1, 0, 'L'},
         {"lr", 1, 0, 'l'}, {"warmup", 1, 0, 'w'}, {"weight-decay", 1, 0, 'd'}, {"tau", 1, 0, 'T'},
-        {"max-tokens", 1, 0, 'm'}, {"threads", 1, 0, 't'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+        {"max-tokens", 1, 0, 'm'}, {"threads", 1, 0, 't'}, {"help", 0, 0, 'h'}, {"folds", 1, 0, 'F'},
+        {"force", 0, 0, 'f'}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
-    *o = (opts){ .shots = 5, .threads = 1, .epochs = 20, .batch = 64, .rank = 8, .layers = 2, .max_tokens = 64,
-                 .warmup = -1, .seed = 1, .lr = 2e-3, .alpha = 16, .tau = 0.1, .weight_decay = 0.01 };
+    *o = (opts){ .shots = 5, .threads = 1, .epochs = 10, .batch = 64, .rank = 8, .layers = 2, .max_tokens = 64,
+                 .warmup = -1, .seed = 1, .folds = 3, .lr = 1e-3, .alpha = 16, .tau = 0.05, .weight_decay = 0.01 };
     int ch;
     int64_t v;
     const char *cmd = "route train";
@@ -131,6 +144,8 @@ static int parse_opts(int argc, char **argv, opts *o) {
         case 'w': bad = sb_opt_int(cmd, "--warmup", optarg, 0, 1000000, &v); o->warmup = (int)v; break;
         case 'm': bad = sb_opt_int(cmd, "--max-tokens", optarg, 3, 100000, &v); o->max_tokens = (int)v; break;
         case 't': bad = sb_opt_int(cmd, "--threads", optarg, 1, 256, &v); o->threads = (int)v; break;
+        case 'F': bad = sb_opt_int(cmd, "--folds", optarg, 0, 100, &v); o->folds = v == 1 ? -1 : (int)v; break;
+        case 'f': o->force = 1; break;
         case 'a': bad = opt_num("--alpha", optarg, 1e-6, 1e6, &o->alpha); break;
         case 'l': bad = opt_num("--lr", optarg, 1e-9, 1, &o->lr); break;
         case 'd': bad = opt_num("--weight-decay", optarg, 0, 1, &o->weight_decay); break;
@@ -139,6 +154,10 @@ static int parse_opts(int argc, char **argv, opts *o) {
         default: usage(stderr); return -1;
         }
         if (bad) return -1;
+        if (o->folds < 0) {
+            fprintf(stderr, "route train: --folds expects 0 (no estimate) or 2..100\n");
+            return -1;
+        }
     }
     if (optind != argc || !o->config || !o->pipeline || !o->out) {
         fprintf(stderr, "route train: give -c CONFIG, --pipeline P and -o ADAPTER.gguf (route train --help)\n");
@@ -150,7 +169,7 @@ static int parse_opts(int argc, char **argv, opts *o) {
 /* ------------------------------------------------------------ the texts */
 
 static int add_text(sb_enc_trainer *tr, const sb_encoder *e, int max_tokens, samples *S, const char *text,
-                    int label, char *err) {
+                    int label, int fold, char *err) {
     int32_t *ids = NULL;
     size_t n = 0;
     int rc = sb_encoder_tokenize(e, SB_EMBED_QUERY, text, strlen(text), &ids, &n, err);
@@ -162,7 +181,7 @@ static int add_text(sb_enc_trainer *tr, const sb_encoder *e, int max_tokens, sam
         S->s = ns;
     }
     sample *s = &S->s[S->n];
-    s->n = (int)n, s->label = label;
+    s->n = (int)n, s->label = label, s->fold = fold;
     s->h0 = sb_malloc(n * (size_t)sb_encoder_dim(e) * sizeof *s->h0);
     rc = s->h0 ? sb_enc_train_prefix(tr, ids, (int)n, s->h0, err) : sb_seterr(err, SB_ENOMEM, "out of memory");
     sb_free(ids);
@@ -177,19 +196,19 @@ static int add_text(sb_enc_trainer *tr, const sb_encoder *e, int max_tokens, sam
  * examples apart). */
 static int collect(sb_enc_trainer *tr, const sb_encoder *e, const sb_stage *st, const opts *o, samples *S,
                    char *err) {
-    const int nl = (int)st->n_labels;
-    int shots[SB_CLS_MAX_LABELS] = {0}, rc = 0;
+    const int nl = (int)st->n_labels, F = o->folds > 0 ? o->folds : 1;
+    int shots[SB_CLS_MAX_LABELS + 1] = {0}, rc = 0;     /* examples taken per class: their folds in turn */
     for (int i = 0; i < nl && !rc; i++) {
         const sb_label *l = &st->labels[i];
-        if (l->description) rc = add_text(tr, e, o->max_tokens, S, l->description, i, err);
+        if (l->description) rc = add_text(tr, e, o->max_tokens, S, l->description, i, -1, err);
         for (size_t k = 0; k < l->n_examples && !rc && (!o->shots || shots[i] < o->shots); k++, shots[i]++)
-            rc = add_text(tr, e, o->max_tokens, S, l->examples[k], i, err);
+            rc = add_text(tr, e, o->max_tokens, S, l->examples[k], i, shots[i] % F, err);
     }
     for (size_t k = 0; k < st->n_extra && !rc; k++) {
         const int label = st->extra_label[k] < 0 ? nl : st->extra_label[k];
         if (label < nl && o->shots && shots[label] >= o->shots) continue;
-        if (label < nl) shots[label]++;
-        rc = add_text(tr, e, o->max_tokens, S, st->extra_text[k], label, err);
+        rc = add_text(tr, e, o->max_tokens, S, st->extra_text[k], label, shots[label] % F, err);
+        shots[label]++;
     }
     return rc;
 }
@@ -221,29 +240,37 @@ static void fmt_secs(double s, char *buf, size_t cap) {
     else snprintf(buf, cap, "%dm%02ds", (int)(s / 60), (int)fmod(s, 60));
 }
 
-/* Batches are consecutive slices of a per-epoch shuffle of the texts; the
- * last slice of an epoch may be short (a step needs 2 texts). */
-static int train(sb_enc_trainer *tr, const samples *S, const opts *o, int steps, char *err) {
-    const size_t B = SB_MIN((size_t)o->batch, S->n);
-    size_t *order = sb_malloc(S->n * sizeof *order);
+#define ALL_FOLDS (-2)
+
+/* Trains on every text but fold `held` (ALL_FOLDS: every text). Batches
+ * are consecutive slices of a per-epoch shuffle of those texts; the last
+ * slice of an epoch may be short (a step needs 2 texts). what: the
+ * progress lines' prefix. */
+static int train(sb_enc_trainer *tr, const samples *S, const opts *o, int held, int steps, const char *what,
+                 char *err) {
+    size_t *order = sb_malloc(S->n * sizeof *order), m = 0;
+    for (size_t i = 0; order && i < S->n; i++)
+        if (held == ALL_FOLDS || S->s[i].fold != held) order[m++] = i;
+    const size_t B = SB_MIN((size_t)o->batch, m);
+    size_t *pick = sb_malloc(m * sizeof *pick);
     const float **h0 = sb_malloc(B * sizeof *h0);
     int *n = sb_malloc(B * sizeof *n), *lab = sb_malloc(B * sizeof *lab);
-    int rc = order && h0 && n && lab ? 0 : sb_seterr(err, SB_ENOMEM, "out of memory");
+    int rc = order && pick && h0 && n && lab ? 0 : sb_seterr(err, SB_ENOMEM, "out of memory");
     sb_adamw_params p = { .lr = (float)o->lr, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
                           .weight_decay = (float)o->weight_decay,
                           .warmup_steps = o->warmup >= 0 ? o->warmup : steps / 10, .total_steps = steps };
     uint64_t rng = o->seed ^ 0x5EEDBA7C4E5ull;
-    size_t pos = S->n;
+    size_t pos = m;
     const double t0 = sb_now_s();
     for (int step = 1; step <= steps && !rc; step++) {
-        if (pos + 2 > S->n) {
-            for (size_t i = 0; i < S->n; i++) order[i] = i;
-            shuffle(order, S->n, &rng);
+        if (pos + 2 > m) {
+            memcpy(pick, order, m * sizeof *pick);
+            shuffle(pick, m, &rng);
             pos = 0;
         }
-        const size_t b = SB_MIN(B, S->n - pos);
+        const size_t b = SB_MIN(B, m - pos);
         for (size_t i = 0; i < b; i++) {
-            const sample *s = &S->s[order[pos + i]];
+            const sample *s = &S->s[pick[pos + i]];
             h0[i] = s->h0, n[i] = s->n, lab[i] = s->label;
         }
         pos += b;
@@ -255,10 +282,79 @@ static int train(sb_enc_trainer *tr, const samples *S, const opts *o, int steps,
         fmt_secs(el, es, sizeof es);
         fmt_secs(el / step * (steps - step), eta, sizeof eta);
         if (!rc)
-            fprintf(stderr, "route train: step %d/%d  loss %.4f  lr %.2e  %s  ETA %s\n", step, steps, loss,
+            fprintf(stderr, "route train: %sstep %d/%d  loss %.4f  lr %.2e  %s  ETA %s\n", what, step, steps, loss,
                     (double)lr, es, eta);
     }
-    sb_free(order), sb_free(h0), sb_free(n), sb_free(lab);
+    sb_free(order), sb_free(pick), sb_free(h0), sb_free(n), sb_free(lab);
+    return rc;
+}
+
+/* ------------------------------------------------------------ the estimate */
+
+/* The stage's classifier, as route eval builds it by default, fitted on
+ * the vectors V of every text but fold `held`; *right += the held-out
+ * examples it routes to their label. */
+static int score_fold(const sb_stage *st, const samples *S, const float *V, int dim, int held, int *right,
+                      char *err) {
+    const char *names[SB_CLS_MAX_LABELS];
+    for (size_t i = 0; i < st->n_labels; i++) names[i] = st->labels[i].name;
+    sb_cls_opts co;
+    sb_cls_opts_default(&co);
+    co.method = st->classifier >= 0 ? (sb_cls_method)st->classifier : SB_CLS_CENTROID;
+    sb_classifier *cls;
+    int rc = sb_cls_new(dim, (int)st->n_labels, names, &co, &cls, err);
+    const int nl = (int)st->n_labels;
+    for (size_t i = 0; i < S->n && !rc; i++) {
+        const sample *s = &S->s[i];
+        if (s->fold == held) continue;
+        const float *v = V + i * (size_t)dim;
+        rc = s->fold < 0 ? sb_cls_set_description(cls, s->label, v, err)
+                         : sb_cls_add_example(cls, s->label == nl ? SB_CLS_OOS : s->label, v, err);
+    }
+    if (!rc) rc = sb_cls_train(cls, err);
+    for (size_t i = 0; i < S->n && !rc; i++) {
+        sb_cls_result r;
+        if (S->s[i].fold != held || (rc = sb_cls_classify(cls, V + i * (size_t)dim, &r))) continue;
+        *right += r.top == S->s[i].label;       /* out_of_scope's index is n_labels, as sample.label */
+    }
+    sb_cls_free(cls);
+    if (rc && rc != SB_ENOMEM) {
+        char why[SB_ERR_LEN];
+        snprintf(why, sizeof why, "%s", err);
+        sb_seterr(err, rc, "the estimate's fold %d: %s (--folds 0 skips the estimate)", held + 1, why);
+    }
+    return rc;
+}
+
+static int embed_all(sb_enc_trainer *tr, const samples *S, int dim, float *V, char *err) {
+    int rc = 0;
+    for (size_t i = 0; i < S->n && !rc; i++) rc = sb_enc_train_embed_from(tr, S->s[i].h0, S->s[i].n, V + i * (size_t)dim, err);
+    return rc;
+}
+
+/* For each fold: a fresh adapter (B = 0: the frozen vectors) trained on
+ * the other folds, the held-out examples routed before and after. */
+static int estimate(sb_encoder *enc, const sb_stage *st, const samples *S, const opts *o, int steps, int *frozen,
+                    int *adapted, int *held_n, char *err) {
+    const int dim = sb_encoder_dim(enc);
+    float *V = sb_malloc(S->n * (size_t)dim * sizeof *V);
+    int rc = V ? 0 : sb_seterr(err, SB_ENOMEM, "out of memory");
+    *frozen = *adapted = *held_n = 0;
+    for (size_t i = 0; i < S->n; i++) *held_n += S->s[i].fold >= 0;
+    for (int f = 0; f < o->folds && !rc; f++) {
+        sb_lora *lora = NULL;
+        sb_enc_trainer *tr = NULL;
+        char what[32];
+        snprintf(what, sizeof what, "fold %d/%d: ", f + 1, o->folds);
+        if (!(rc = sb_encoder_adapter_new(enc, o->rank, (float)o->alpha, o->layers, o->seed, &lora, err)) &&
+            !(rc = sb_enc_trainer_new(enc, lora, o->max_tokens, &tr, err)) && !(rc = sb_enc_trainer_set_fast(tr, 1, err)) &&
+            !(rc = embed_all(tr, S, dim, V, err)) && !(rc = score_fold(st, S, V, dim, f, frozen, err)) &&
+            !(rc = train(tr, S, o, f, steps, what, err)) && !(rc = embed_all(tr, S, dim, V, err)))
+            rc = score_fold(st, S, V, dim, f, adapted, err);
+        sb_enc_trainer_free(tr);
+        sb_lora_free(lora);
+    }
+    sb_free(V);
     return rc;
 }
 
@@ -330,7 +426,20 @@ static int route_train(int argc, char **argv) {
     fprintf(stderr, "route train: %zu texts (%zu labels + out_of_scope: %d), rank %d, alpha %g, top %d layers, "
             "%d steps of %zu, seed %llu, %d thread%s\n", S.n, st->n_labels, S.per_label[st->n_labels], o.rank,
             o.alpha, o.layers, steps, B, (unsigned long long)o.seed, o.threads, o.threads == 1 ? "" : "s");
-    if ((rc = train(tr, &S, &o, steps, err)) || (rc = sb_lora_save(lora, o.out, err))) goto out;
+    if (o.folds) {
+        int fz, ad, hn;
+        if ((rc = estimate(enc, st, &S, &o, steps, &fz, &ad, &hn, err))) goto out;
+        fprintf(stderr, "route train: leave-some-out estimate (%d folds of the %d examples): frozen %.4f (%d/%d), "
+                "adapted %.4f (%d/%d)\n", o.folds, hn, hn ? (double)fz / hn : 0, fz, hn, hn ? (double)ad / hn : 0, ad,
+                hn);
+        if (ad < fz && !o.force) {
+            fprintf(stderr, "route train: not writing %s: the adapted encoder's estimate is below the frozen one's "
+                    "(--force writes it anyway)\n", o.out);
+            exit_code = EXIT_WORSE;
+            goto out;
+        }
+    }
+    if ((rc = train(tr, &S, &o, ALL_FOLDS, steps, "", err)) || (rc = sb_lora_save(lora, o.out, err))) goto out;
     printf("route train: wrote %s (%d steps on %zu texts in %.1f s); evaluate it with\n"
            "  switchboard route eval -c %s --pipeline %s --adapter %s TEST.tsv\n",
            o.out, steps, S.n, sb_now_s() - t0, o.config, o.pipeline, o.out);
