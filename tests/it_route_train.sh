@@ -149,6 +149,33 @@ for model, want, other in (("e5a", adapted, frozen), ("e5", frozen, adapted)):
     assert max(abs(a - b) for a, b in zip(got, other)) > 1e-3, (model, "is the other vector")
 EOF
 grep -q "adapter $tmp/a1.gguf: rank 8, alpha 16" "$tmp/run.log" || fail "the worker does not log its adapter"
+# retrained in place (the seed-4 adapter copied over a1: the same size, a new mtime) + SIGHUP: the worker
+# restarts with the new adapter, and the frozen entry's worker is left alone
+"$SB" embed -m "$tmp/e5.gguf" --adapter "$tmp/a3.gguf" "loud music at night" > "$tmp/adapted3.json" || fail "embed a3"
+n_loads=$(grep -c "adapter $tmp/a1.gguf: rank 8" "$tmp/run.log")
+sleep 0.05; cp "$tmp/a3.gguf" "$tmp/a1.gguf.new" && mv "$tmp/a1.gguf.new" "$tmp/a1.gguf"
+kill -HUP "$sup"
+for _ in $(seq 1 600); do
+    [ "$(grep -c "adapter $tmp/a1.gguf: rank 8" "$tmp/run.log")" -gt "$n_loads" ] && break; sleep 0.1
+done
+python3 - "http://127.0.0.1:$port" "$tmp/frozen.json" "$tmp/adapted3.json" <<'EOF' || fail "after SIGHUP: $(tail -5 "$tmp/run.log")"
+import json, sys, time, urllib.request, urllib.error
+def emb(model):
+    req = urllib.request.Request(sys.argv[1] + "/v1/embeddings", method="POST",
+                                 data=json.dumps({"model": model, "input": "loud music at night"}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    return json.load(urllib.request.urlopen(req, timeout=60))["data"][0]["embedding"]
+frozen, adapted3 = (json.load(open(p)) for p in sys.argv[2:4])
+for _ in range(300):                 # the restarted worker may not be ready at once
+    try:
+        got = emb("e5a")
+        break
+    except urllib.error.HTTPError as e:
+        if e.code != 503: raise
+        time.sleep(0.1)
+assert max(abs(a - b) for a, b in zip(got, adapted3)) < 1e-6, "e5a does not serve the retrained adapter"
+assert max(abs(a - b) for a, b in zip(emb("e5"), frozen)) < 1e-6
+EOF
 it_stop "$sup" runtime || fail "runtime stop"
 it_forget "$sup"
 it_san_check "$tmp/run.log" "the runtime's log" || exit 1
