@@ -40,6 +40,7 @@ typedef struct {
     const char *config, *pipeline, *stage, *out;
     int shots, threads, steps, epochs, batch, rank, layers, max_tokens, warmup;
     int folds, force;           /* the leave-some-out estimate's folds (0: none); write even if worse */
+    int phrases;                /* the descriptions' phrases as texts of their label too */
     uint64_t seed;
     double lr, alpha, tau, weight_decay;
 } opts;
@@ -87,6 +88,8 @@ static void usage(FILE *f) {
         "      --tau X             the loss's temperature (default 0.05)\n"
         "      --max-tokens N      tokens a text is cut to, <s> </s> included (default 64)\n"
         "      --folds N           the leave-some-out estimate's folds, 0 = none (default 3)\n"
+        "      --phrases           also train on each description's phrases (split at , ; :\n"
+        "                          and their full-width forms) as texts of its label\n"
         "      --force             write the adapter even when its estimate is below the\n"
         "                          frozen encoder's\n"
         "  -t, --threads N         encoder threads (default 1)\n"
@@ -119,7 +122,7 @@ static int parse_opts(int argc, char **argv, opts *o) {
         {"batch", 1, 0, 'B'}, {"rank", 1, 0, 'r'}, {"alpha", 1, 0, 'a'}, {"layers", 1, 0, 'L'},
         {"lr", 1, 0, 'l'}, {"warmup", 1, 0, 'w'}, {"weight-decay", 1, 0, 'd'}, {"tau", 1, 0, 'T'},
         {"max-tokens", 1, 0, 'm'}, {"threads", 1, 0, 't'}, {"help", 0, 0, 'h'}, {"folds", 1, 0, 'F'},
-        {"force", 0, 0, 'f'}, {0, 0, 0, 0}};
+        {"force", 0, 0, 'f'}, {"phrases", 0, 0, 'P'}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     *o = (opts){ .shots = 5, .threads = 1, .epochs = 10, .batch = 64, .rank = 8, .layers = 2, .max_tokens = 64,
                  .warmup = -1, .seed = 1, .folds = 3, .lr = 1e-3, .alpha = 16, .tau = 0.05, .weight_decay = 0.01 };
@@ -146,6 +149,7 @@ static int parse_opts(int argc, char **argv, opts *o) {
         case 't': bad = sb_opt_int(cmd, "--threads", optarg, 1, 256, &v); o->threads = (int)v; break;
         case 'F': bad = sb_opt_int(cmd, "--folds", optarg, 0, 100, &v); o->folds = v == 1 ? -1 : (int)v; break;
         case 'f': o->force = 1; break;
+        case 'P': o->phrases = 1; break;
         case 'a': bad = opt_num("--alpha", optarg, 1e-6, 1e6, &o->alpha); break;
         case 'l': bad = opt_num("--lr", optarg, 1e-9, 1, &o->lr); break;
         case 'd': bad = opt_num("--weight-decay", optarg, 0, 1, &o->weight_decay); break;
@@ -194,6 +198,34 @@ static int add_text(sb_enc_trainer *tr, const sb_encoder *e, int max_tokens, sam
 /* The stage's labelled texts, as route eval and the runtime train on them,
  * but at most `shots` examples a label (descriptions and out_of_scope
  * examples apart). */
+/* A description's phrases ("noise, illegal construction, rude staff"):
+ * the operator's own words for what a label covers, each one a text of the
+ * label, so the adapter sees more than one sentence per description. */
+static int add_phrases(sb_enc_trainer *tr, const sb_encoder *e, int max_tokens, samples *S, const char *d, int label,
+                       char *err) {
+    static const char *const seps[] = { ",", ";", ":", "\xEF\xBC\x8C", "\xEF\xBC\x9B", "\xEF\xBC\x9A",
+                                        "\xE3\x80\x81" };      /* ， ； ： 、 */
+    int rc = 0;
+    while (*d && !rc) {
+        size_t n = strlen(d), skip = 0;
+        for (size_t i = 0; i < SB_ARRAY_LEN(seps); i++) {
+            const char *at = strstr(d, seps[i]);
+            if (at && (size_t)(at - d) < n) n = (size_t)(at - d), skip = strlen(seps[i]);
+        }
+        size_t a = 0, b = n;
+        while (a < b && (d[a] == ' ' || d[a] == '\t')) a++;
+        while (b > a && (d[b - 1] == ' ' || d[b - 1] == '\t')) b--;
+        if (b - a >= 2) {
+            char buf[512];
+            snprintf(buf, sizeof buf, "%.*s", (int)SB_MIN(b - a, sizeof buf - 1), d + a);
+            rc = add_text(tr, e, max_tokens, S, buf, label, -1, err);
+        }
+        d += n + skip;
+        if (!skip) break;
+    }
+    return rc;
+}
+
 static int collect(sb_enc_trainer *tr, const sb_encoder *e, const sb_stage *st, const opts *o, samples *S,
                    char *err) {
     const int nl = (int)st->n_labels, F = o->folds > 0 ? o->folds : 1;
@@ -201,6 +233,7 @@ static int collect(sb_enc_trainer *tr, const sb_encoder *e, const sb_stage *st, 
     for (int i = 0; i < nl && !rc; i++) {
         const sb_label *l = &st->labels[i];
         if (l->description) rc = add_text(tr, e, o->max_tokens, S, l->description, i, -1, err);
+        if (l->description && o->phrases && !rc) rc = add_phrases(tr, e, o->max_tokens, S, l->description, i, err);
         for (size_t k = 0; k < l->n_examples && !rc && (!o->shots || shots[i] < o->shots); k++, shots[i]++)
             rc = add_text(tr, e, o->max_tokens, S, l->examples[k], i, shots[i] % F, err);
     }

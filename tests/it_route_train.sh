@@ -79,6 +79,12 @@ tr --steps 1 --shots 1 --layers 1 --folds 0 --rank 4 --alpha 8 -o "$tmp/s1.gguf"
 grep -q "^route train: 8 texts (3 labels + out_of_scope: 2), rank 4, alpha 8, top 1 layers" "$tmp/err" \
     || fail "--shots 1: $(head -1 "$tmp/err")"
 
+# --phrases: each description's phrases are texts of its label too ("bills, the meter; late fees" -> 3 more)
+sed 's|description: "bills and the meter"|description: "bills, the meter；late fees"|' "$tmp/rt.yaml" > "$tmp/phr.yaml"
+"$SB" route train -c "$tmp/phr.yaml" --pipeline hotline --steps 1 --folds 0 --phrases -o "$tmp/p.gguf" 2> "$tmp/err" > /dev/null \
+    || fail "--phrases: $(tail -1 "$tmp/err")"
+grep -q "^route train: 19 texts (3 labels" "$tmp/err" || fail "--phrases: $(head -1 "$tmp/err")"
+
 # --- the file: llama.cpp's LoRA adapter layout, by an independent reader
 python3 - "$tmp/a1.gguf" "$tmp/s1.gguf" <<'EOF' || fail "adapter layout"
 import struct, sys
