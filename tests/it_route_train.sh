@@ -137,6 +137,11 @@ cmp -s "$tmp/frozen.json" "$tmp/adapted.json" && fail "embed --adapter gave the 
 
 # the same model twice: e5a with the adapter (a path relative to the config)
 sed 's|^  e5:  { gguf: \(.*\) }$|&\n  e5a: { gguf: \1, adapter: a1.gguf }|' "$tmp/rt.yaml" > "$tmp/serve.yaml"
+cat >> "$tmp/serve.yaml" <<YAML
+  adapted:
+    stages:
+      - { name: routea, kind: intent, model: e5a, labels: { a: { examples: ["the meter"] }, b: { examples: ["a tax"] } } }
+YAML
 grep -q "e5a:" "$tmp/serve.yaml" || fail "serve.yaml: $(cat "$tmp/serve.yaml")"
 "$SB" run -c "$tmp/serve.yaml" > "$tmp/run.log" 2>&1 &
 sup=$!; it_pids+=($sup)
@@ -182,6 +187,13 @@ for _ in range(300):                 # the restarted worker may not be ready at 
 assert max(abs(a - b) for a, b in zip(got, adapted3)) < 1e-6, "e5a does not serve the retrained adapter"
 assert max(abs(a - b) for a, b in zip(emb("e5"), frozen)) < 1e-6
 EOF
+# the intent stage on e5a re-embedded its texts after the reload: the adapter is part of the model's
+# fingerprint, which keys the embedding cache (the same GGUF with another adapter is another model)
+for _ in $(seq 1 300); do
+    [ "$(grep -c "intent stage 'routea': 2 texts embedded" "$tmp/run.log")" -ge 2 ] && break; sleep 0.1
+done
+[ "$(grep -c "intent stage 'routea': 2 texts embedded (0 from" "$tmp/run.log")" -ge 2 ] \
+    || fail "the adapted stage's vectors came from the cache: $(grep "intent stage 'routea'" "$tmp/run.log")"
 it_stop "$sup" runtime || fail "runtime stop"
 it_forget "$sup"
 it_san_check "$tmp/run.log" "the runtime's log" || exit 1
