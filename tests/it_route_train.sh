@@ -213,6 +213,10 @@ expect 2 "not a LoRA adapter" "$SB" route eval -c "$tmp/rt.yaml" --pipeline hotl
 expect 2 "not a LoRA adapter" "$SB" embed -m "$tmp/e5.gguf" --adapter "$tmp/e5.gguf" "x"
 sed 's/adapter: a1.gguf/adapter: nope.gguf/' "$tmp/serve.yaml" > "$tmp/bad.yaml"
 expect 2 "models.e5a.adapter" "$SB" run -c "$tmp/bad.yaml" --check
+# a knowledge base's passages are embedded without an adapter: its embed_model may not have one
+cat "$tmp/serve.yaml" > "$tmp/kbad.yaml"
+printf 'knowledge:\n  docs: { path: %s/kb.sqlite, embed_model: e5a }\n' "$tmp" >> "$tmp/kbad.yaml"
+expect 2 "knowledge.docs.embed_model: model 'e5a' has an adapter" "$SB" run -c "$tmp/kbad.yaml" --check
 [ -e "$tmp/x.gguf" ] && fail "a refused run left $tmp/x.gguf"
 "$SB" route train --help | grep -q -- "--shots K" || fail "route train --help"
 "$SB" route --help | grep -q "route train" || fail "route --help does not list train"
