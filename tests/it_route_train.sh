@@ -13,8 +13,12 @@
 #    when it is not below the frozen encoder's (exit 3 otherwise; --force);
 #  - route eval --adapter and embed --adapter use it; a model entry's
 #    adapter: gives POST /v1/embeddings the same vectors as embed --adapter
-#    (and not the frozen ones);
-#  - bad input is a clean exit 2 naming what is wrong.
+#    (and not the frozen ones); retrained in place + SIGHUP, the worker
+#    restarts with the new one, and an intent stage on that entry
+#    re-embeds its texts (the adapter is part of the model's fingerprint,
+#    the embedding cache's key);
+#  - bad input is a clean exit 2 naming what is wrong, a knowledge base on
+#    an adapted entry included.
 set -u
 cd "$(dirname "$0")/.."
 . tests/itlib.sh
