@@ -151,17 +151,32 @@ grep -q "e5a:" "$tmp/serve.yaml" || fail "serve.yaml: $(cat "$tmp/serve.yaml")"
 sup=$!; it_pids+=($sup)
 it_wait_http "http://127.0.0.1:$port/health" 200 0.05 || fail "the runtime did not come up: $(tail -5 "$tmp/run.log")"
 python3 - "http://127.0.0.1:$port" "$tmp/frozen.json" "$tmp/adapted.json" <<'EOF' || fail "/v1/embeddings with the adapter"
-import json, sys, urllib.request
+import json, sys, urllib.error, urllib.request
 def emb(model):
     req = urllib.request.Request(sys.argv[1] + "/v1/embeddings", method="POST",
                                  data=json.dumps({"model": model, "input": "loud music at night"}).encode(),
                                  headers={"Content-Type": "application/json"})
     return json.load(urllib.request.urlopen(req, timeout=60))["data"][0]["embedding"]
 frozen, adapted = (json.load(open(p)) for p in sys.argv[2:4])
+def emb2(model, **extra):
+    req = urllib.request.Request(sys.argv[1] + "/v1/embeddings", method="POST",
+                                 data=json.dumps(dict(model=model, input=["loud music at night"] * 2, **extra)).encode(),
+                                 headers={"Content-Type": "application/json"})
+    return [d["embedding"] for d in json.load(urllib.request.urlopen(req, timeout=60))["data"]]
 for model, want, other in (("e5a", adapted, frozen), ("e5", frozen, adapted)):
     got = emb(model)
     assert max(abs(a - b) for a, b in zip(got, want)) < 1e-6, (model, "differs from embed's vector")
     assert max(abs(a - b) for a, b in zip(got, other)) > 1e-3, (model, "is the other vector")
+# "adapter": "none": the frozen vectors from the adapted entry's worker, and its adapter again after
+for model in ("e5a", "e5"):
+    for v in emb2(model, adapter="none"):
+        assert max(abs(a - b) for a, b in zip(v, frozen)) < 1e-6, (model, "adapter none is not the frozen vector")
+assert max(abs(a - b) for a, b in zip(emb("e5a"), adapted)) < 1e-6, "the worker's adapter is not back"
+try:
+    emb2("e5a", adapter="other")
+    raise AssertionError("adapter 'other' accepted")
+except urllib.error.HTTPError as e:
+    assert e.code == 400 and "expected \\\"none\\\"" in e.read().decode(), "adapter 'other': not a clear 400"
 EOF
 grep -q "adapter $tmp/a1.gguf: rank 8, alpha 16" "$tmp/run.log" || fail "the worker does not log its adapter"
 # retrained in place (the seed-4 adapter copied over a1: the same size, a new mtime) + SIGHUP: the worker

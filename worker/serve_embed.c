@@ -31,6 +31,17 @@ static int parse_kind(const sb_mp_obj *p, sb_embed_kind *kind, char *err) {
     return 0;
 }
 
+/* "adapter": "none" - the frozen encoder for this request, not the
+ * worker's --adapter; nothing else is accepted. */
+static int parse_adapter(const sb_mp_obj *p, int *frozen, char *err) {
+    const char *a = NULL;
+    size_t n;
+    if (sb_mp_get_str(p, "adapter", SB_MP_OPTIONAL, &a, &n, err)) return SB_EINVAL;
+    if (a && strcmp(a, "none")) return sb_seterr(err, SB_EINVAL, "'adapter': expected \"none\", got '%.40s'", a);
+    *frozen = a != NULL;
+    return 0;
+}
+
 /* The request's texts: exactly one of "text" (str) and "texts" ([str]). */
 static int parse_texts(const sb_mp_obj *p, const sb_mp_obj **list, const sb_mp_obj **one, uint32_t *n, char *err) {
     *list = NULL;
@@ -93,16 +104,19 @@ static int tokenize_all(sb_encoder *e, sb_embed_kind kind, const sb_mp_obj *list
 
 void sb_serve_embed(sb_encoder *e, sb_ipc_reply *r, const sb_mp_obj *params, const atomic_int *cancel,
                     sb_mp_writer *wr) {
-    static const char *const allowed[] = { "text", "texts", "kind", NULL };
+    static const char *const allowed[] = { "text", "texts", "kind", "adapter", NULL };
     char err[SB_ERR_LEN];
     sb_embed_kind kind = SB_EMBED_QUERY;
     const sb_mp_obj *list, *one;
     uint32_t n = 0;
+    int frozen = 0;
     if (sb_mp_check_keys(params, allowed, err) || parse_kind(params, &kind, err) ||
-        parse_texts(params, &list, &one, &n, err)) {
+        parse_adapter(params, &frozen, err) || parse_texts(params, &list, &one, &n, err)) {
         sb_ipc_reply_error(r, SB_IPC_INVALID_REQUEST, "%s", err);
         return;
     }
+    const struct sb_lora *own = sb_encoder_adapter(e);
+    if (frozen) sb_encoder_set_adapter(e, NULL, err);
     const double t0 = sb_now_s();
     text_pieces *tp = sb_malloc(sizeof *tp);
     if (!tp) { sb_ipc_reply_error(r, SB_IPC_INTERNAL, "out of memory"); return; }
@@ -126,6 +140,8 @@ void sb_serve_embed(sb_encoder *e, sb_ipc_reply *r, const sb_mp_obj *params, con
     sb_free(vec);
     pieces_free(tp, n);
     sb_free(tp);
+    char ignored[SB_ERR_LEN];
+    if (frozen) sb_encoder_set_adapter(e, own, ignored);  /* the worker's own again: it fits, it was set before */
     /* Cancelled: the caller hung up (or the worker is stopping) - the
      * encoder stopped inside the text, within a third of a layer. */
     if (rc == SB_ECANCEL) {

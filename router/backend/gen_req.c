@@ -558,8 +558,9 @@ int rt_score_encode_prio(const rt_score_req *r, int priority, sb_mp_writer *p) {
 int rt_score_encode(const rt_score_req *r, sb_mp_writer *p) { return rt_score_encode_prio(r, 0, p); }
 
 int rt_embed_encode(const rt_embed_req *r, sb_mp_writer *p) {
-    sb_mp_map(p, 2);
+    sb_mp_map(p, r->no_adapter ? 3 : 2);
     sb_mp_kv_str(p, "kind", r->kind);
+    if (r->no_adapter) sb_mp_kv_str(p, "adapter", "none");
     sb_mp_str(p, "texts");
     sb_mp_array(p, (uint32_t)r->n);
     for (size_t i = 0; i < r->n; i++) sb_mp_strn(p, r->texts[i], r->lens ? r->lens[i] : strlen(r->texts[i]));

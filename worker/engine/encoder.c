@@ -324,6 +324,8 @@ int sb_encoder_adapter_new(const sb_encoder *e, int rank, float alpha, int top_n
 
 int sb_encoder_n_layer(const sb_encoder *e) { return e->NL; }
 
+const sb_lora *sb_encoder_adapter(const sb_encoder *e) { return e->lora; }
+
 static bool cancelled(const atomic_int *cancel) {
     return cancel && atomic_load(cancel);
 }
