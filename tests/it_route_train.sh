@@ -137,10 +137,11 @@ printf 'billing\tthe meter reading is off\ncomplaint\tI want to complain\n' > "$
 grep -q "^adapter $tmp/a1.gguf" "$tmp/out" || fail "route eval does not name the adapter: $(head -3 "$tmp/out")"
 "$SB" embed -m "$tmp/e5.gguf" "loud music at night" > "$tmp/frozen.json" || fail "embed"
 "$SB" embed -m "$tmp/e5.gguf" --adapter "$tmp/a1.gguf" "loud music at night" > "$tmp/adapted.json" || fail "embed --adapter"
+"$SB" embed -m "$tmp/e5.gguf" --adapter "$tmp/a3.gguf" "loud music at night" > "$tmp/adapted3.json" || fail "embed a3"
 cmp -s "$tmp/frozen.json" "$tmp/adapted.json" && fail "embed --adapter gave the frozen vector"
 
 # the same model twice: e5a with the adapter (a path relative to the config)
-sed 's|^  e5:  { gguf: \(.*\) }$|&\n  e5a: { gguf: \1, adapter: a1.gguf }|' "$tmp/rt.yaml" > "$tmp/serve.yaml"
+sed 's|^  e5:  { gguf: \(.*\) }$|&\n  e5a: { gguf: \1, adapter: a1.gguf, adapters: { other: a3.gguf } }|' "$tmp/rt.yaml" > "$tmp/serve.yaml"
 cat >> "$tmp/serve.yaml" <<YAML
   adapted:
     stages:
@@ -150,14 +151,14 @@ grep -q "e5a:" "$tmp/serve.yaml" || fail "serve.yaml: $(cat "$tmp/serve.yaml")"
 "$SB" run -c "$tmp/serve.yaml" > "$tmp/run.log" 2>&1 &
 sup=$!; it_pids+=($sup)
 it_wait_http "http://127.0.0.1:$port/health" 200 0.05 || fail "the runtime did not come up: $(tail -5 "$tmp/run.log")"
-python3 - "http://127.0.0.1:$port" "$tmp/frozen.json" "$tmp/adapted.json" <<'EOF' || fail "/v1/embeddings with the adapter"
+python3 - "http://127.0.0.1:$port" "$tmp/frozen.json" "$tmp/adapted.json" "$tmp/adapted3.json" <<'EOF' || fail "/v1/embeddings with the adapter"
 import json, sys, urllib.error, urllib.request
 def emb(model):
     req = urllib.request.Request(sys.argv[1] + "/v1/embeddings", method="POST",
                                  data=json.dumps({"model": model, "input": "loud music at night"}).encode(),
                                  headers={"Content-Type": "application/json"})
     return json.load(urllib.request.urlopen(req, timeout=60))["data"][0]["embedding"]
-frozen, adapted = (json.load(open(p)) for p in sys.argv[2:4])
+frozen, adapted, adapted3 = (json.load(open(p)) for p in sys.argv[2:5])
 def emb2(model, **extra):
     req = urllib.request.Request(sys.argv[1] + "/v1/embeddings", method="POST",
                                  data=json.dumps(dict(model=model, input=["loud music at night"] * 2, **extra)).encode(),
@@ -167,21 +168,22 @@ for model, want, other in (("e5a", adapted, frozen), ("e5", frozen, adapted)):
     got = emb(model)
     assert max(abs(a - b) for a, b in zip(got, want)) < 1e-6, (model, "differs from embed's vector")
     assert max(abs(a - b) for a, b in zip(got, other)) > 1e-3, (model, "is the other vector")
-# "adapter": "none": the frozen vectors from the adapted entry's worker, and its adapter again after
-for model in ("e5a", "e5"):
-    for v in emb2(model, adapter="none"):
-        assert max(abs(a - b) for a, b in zip(v, frozen)) < 1e-6, (model, "adapter none is not the frozen vector")
-assert max(abs(a - b) for a, b in zip(emb("e5a"), adapted)) < 1e-6, "the worker's adapter is not back"
-try:
-    emb2("e5a", adapter="other")
-    raise AssertionError("adapter 'other' accepted")
-except urllib.error.HTTPError as e:
-    assert e.code == 400 and "expected \\\"none\\\"" in e.read().decode(), "adapter 'other': not a clear 400"
+# per request: "none" the frozen vectors, "other" the named adapter; the entry's own adapter after each
+def close(v, w): return max(abs(a - b) for a, b in zip(v, w)) < 1e-6
+for model, name, want in (("e5a", "none", frozen), ("e5", "none", frozen), ("e5a", "other", adapted3)):
+    assert all(close(v, want) for v in emb2(model, adapter=name)), (model, name, "not the vector it names")
+    assert close(emb("e5a"), adapted), ("the worker's own adapter is not back after", name)
+for model, name, known in (("e5a", "nope", "none, other"), ("e5", "other", "none")):
+    try:
+        emb2(model, adapter=name)
+        raise AssertionError(f"adapter {name!r} accepted by {model}")
+    except urllib.error.HTTPError as e:
+        body = e.read().decode()
+        assert e.code == 400 and f"is not one of this worker's: {known}" in body, (model, name, e.code, body)
 EOF
 grep -q "adapter $tmp/a1.gguf: rank 8, alpha 16" "$tmp/run.log" || fail "the worker does not log its adapter"
 # retrained in place (the seed-4 adapter copied over a1: the same size, a new mtime) + SIGHUP: the worker
 # restarts with the new adapter, and the frozen entry's worker is left alone
-"$SB" embed -m "$tmp/e5.gguf" --adapter "$tmp/a3.gguf" "loud music at night" > "$tmp/adapted3.json" || fail "embed a3"
 n_loads=$(grep -c "adapter $tmp/a1.gguf: rank 8" "$tmp/run.log")
 sleep 0.05; cp "$tmp/a3.gguf" "$tmp/a1.gguf.new" && mv "$tmp/a1.gguf.new" "$tmp/a1.gguf"
 kill -HUP "$sup"
