@@ -157,6 +157,13 @@ void sb_config_free(sb_config *cfg) {
         sb_free(m->name);
         sb_free(m->gguf);
         sb_free(m->draft);
+        sb_free(m->adapter);
+        for (size_t k = 0; k < m->n_adapters; k++) {
+            sb_free(m->adapter_names[k]);
+            sb_free(m->adapter_paths[k]);
+        }
+        sb_free(m->adapter_names);
+        sb_free(m->adapter_paths);
         sb_free(m->upstream);
         sb_free(m->upstream_model);
         sb_free(m->api_key_env);
@@ -203,11 +210,21 @@ const sb_config_kb *sb_config_find_kb(const sb_config *cfg, const char *name) {
 
 static bool str_eq(const char *a, const char *b) { return a == b || (a && b && !strcmp(a, b)); }
 
+static bool same_adapters(const sb_config_model *a, const sb_config_model *b) {
+    if (a->n_adapters != b->n_adapters || a->adapters_id != b->adapters_id) return false;
+    for (size_t k = 0; k < a->n_adapters; k++)
+        if (!str_eq(a->adapter_names[k], b->adapter_names[k]) || !str_eq(a->adapter_paths[k], b->adapter_paths[k]))
+            return false;
+    return true;
+}
+
 bool sb_config_equal_model(const sb_config_model *a, const sb_config_model *b) {
     return str_eq(a->name, b->name) && str_eq(a->gguf, b->gguf) &&
            a->threads == b->threads && a->ctx == b->ctx && a->kv_type == b->kv_type &&
            a->idle_unload_s == b->idle_unload_s && a->parallel == b->parallel && a->kv_mb == b->kv_mb &&
-           a->lookup == b->lookup && str_eq(a->draft, b->draft) &&
+           a->lookup == b->lookup && str_eq(a->draft, b->draft) && str_eq(a->adapter, b->adapter) &&
+           a->adapter_size == b->adapter_size && a->adapter_mtime_ns == b->adapter_mtime_ns &&
+           same_adapters(a, b) &&
            str_eq(a->upstream, b->upstream) &&
            str_eq(a->upstream_model, b->upstream_model) && str_eq(a->api_key_env, b->api_key_env) &&
            a->timeout_ms == b->timeout_ms && a->max_queue == b->max_queue &&

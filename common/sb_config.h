@@ -79,6 +79,13 @@ typedef struct {
     int kv_mb;                  /* the worker's KV pool in MiB; 0 = unset: the worker sizes it */
     int lookup;                 /* prompt-lookup draft length [0, 16]; 0 = off (docs/SPECULATIVE.md) */
     char *draft;                /* another local model of the config drafting for this one, or NULL */
+    char *adapter;              /* an encoder's LoRA adapter file (absolute path), or NULL */
+    uint64_t adapter_size;      /* its identity when loaded, so a retrained adapter counts as a change */
+    int64_t adapter_mtime_ns;
+    /* adapters: {NAME: FILE}: more adapters a request picks by name */
+    char **adapter_names, **adapter_paths;
+    size_t n_adapters;
+    uint64_t adapters_id;       /* a hash of their sizes and mtimes: retrained counts as changed */
     char *upstream;             /* http(s)://host[:port][/path] */
     char *upstream_model;       /* model name sent upstream; default the entry name */
     char *api_key_env;          /* env var holding the upstream key, or NULL */

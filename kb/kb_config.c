@@ -44,6 +44,12 @@ static int load_kb(const sb_cfg_ctx *knowledge, const sb_config_node *key, const
     if (!m || !m->gguf)
         return FAIL(&kc, sb_config_node_get(v, "embed_model"), "%s.embed_model: '%s' is not a local (gguf) model "
                     "of models:", what, k->embed_model);
+    /* kb add embeds the passages with the GGUF alone; a question embedded
+     * through an adapter would not compare with them, silently. */
+    if (m->adapter)
+        return FAIL(&kc, sb_config_node_get(v, "embed_model"), "%s.embed_model: model '%s' has an adapter, and a "
+                    "knowledge base's passages are embedded without one: name an entry of the same gguf without "
+                    "'adapter'", what, k->embed_model);
     if (k->overlap >= k->chunk_tokens)
         return FAIL(&kc, sb_config_node_get(v, "overlap"), "%s.overlap: %d must be less than chunk_tokens (%d)",
                     what, k->overlap, k->chunk_tokens);

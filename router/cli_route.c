@@ -20,6 +20,7 @@
 #include "router/classify/sb_classify.h"
 #include "common/sb_cmd.h"
 #include "worker/engine/sb_encoder.h"
+#include "worker/engine/sb_lora.h"
 
 #define EXIT_BELOW 3            /* accuracy below --min-accuracy */
 #define MAX_LINE 16384          /* a rambling call fits; longer lines are an error, not cut silently */
@@ -28,6 +29,8 @@
 
 typedef struct {
     const char *config, *pipeline, *stage, *file;
+    const char *adapter;        /* --adapter FILE; else the model entry's adapter:, if any */
+    int no_adapter;
     int method;                 /* sb_cls_method; -1 until resolved: the stage's classifier: key */
     int max_examples;           /* per label; 0 = all */
     int threads, json, verbose, no_desc, no_oos, k, center;
@@ -53,6 +56,7 @@ typedef struct {
 
 typedef struct {
     sb_encoder *enc;
+    struct sb_lora *lora;       /* the encoder's adapter, or NULL */
     sb_classifier *cls;
     const sb_stage *st;
     int n_labels;
@@ -80,6 +84,9 @@ static void usage(FILE *f) {
         "  -c, --config FILE       the runtime config\n"
         "  -p, --pipeline NAME     the pipeline\n"
         "      --stage NAME        its intent stage (default: the first)\n"
+        "      --adapter FILE      a LoRA adapter for the encoder (route train's output)\n"
+        "                          instead of the model entry's adapter:\n"
+        "      --no-adapter        the frozen encoder, even if the entry names an adapter\n"
         "      --method M          centroid | 1nn | knn | logreg (default: the stage's\n"
         "                          classifier:, else centroid)\n"
         "      --k N               knn neighbours (default 5)\n"
@@ -118,7 +125,7 @@ static int parse_opts(int argc, char **argv, opts *o) {
         {"min-confidence", 1, 0, 'C'}, {"min-accuracy", 1, 0, 'A'}, {"json", 0, 0, 'j'},
         {"threads", 1, 0, 't'}, {"verbose", 0, 0, 'v'}, {"help", 0, 0, 'h'},
         {"dialogue", 0, 0, 'G'}, {"clarify-margin", 1, 0, 'M'}, {"sweep-margins", 0, 0, 'w'},
-        {"max-asked", 1, 0, 'X'}, {0, 0, 0, 0}};
+        {"max-asked", 1, 0, 'X'}, {"adapter", 1, 0, 'a'}, {"no-adapter", 0, 0, 'n'}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->method = -1, o->threads = 1, o->min_conf = -1, o->min_acc = -1, o->desc_weight = -1, o->center = 1;
     o->clarify_margin = -1, o->max_asked = -1;
@@ -131,6 +138,8 @@ static int parse_opts(int argc, char **argv, opts *o) {
         case 'c': o->config = optarg; break;
         case 'p': o->pipeline = optarg; break;
         case 'S': o->stage = optarg; break;
+        case 'a': o->adapter = optarg; break;
+        case 'n': o->no_adapter = 1; break;
         case 'm':
             if ((o->method = sb_cls_method_parse(optarg)) < 0) {
                 fprintf(stderr, "route eval: --method expects centroid, 1nn, knn or logreg, got '%s'\n", optarg);
@@ -442,6 +451,7 @@ static void print_text(const eval *ev, const opts *o, const summary *s) {
     const tags *tg[2] = {&ev->langs, &ev->styles};
     int nc = sb_cls_n_classes(ev->cls), all = ev->n_labels + 1;
     printf("route eval: %s, pipeline %s, stage %s\n", o->config, o->pipeline, ev->st->name);
+    if (ev->lora) printf("adapter %s\n", o->adapter ? o->adapter : "(the model entry's)");
     printf("method %s, temperature %.4f; trained on %d examples%s in %.2f s\n",
            sb_cls_method_name(o->method),
            (double)sb_cls_temperature(ev->cls), ev->n_train, o->no_desc ? "" : " + descriptions", ev->train_s);
@@ -639,6 +649,7 @@ static void free_eval(eval *ev) {
     for (int i = 0; i < ev->styles.n; i++) free(ev->styles.names[i]);
     sb_cls_free(ev->cls);
     sb_encoder_free(ev->enc);
+    sb_lora_free(ev->lora);
 }
 
 static int route_eval(int argc, char **argv) {
@@ -675,6 +686,10 @@ static int route_eval(int argc, char **argv) {
                       "embeddings", ev.st->name, ev.st->model, m->gguf);
         goto out;
     }
+    if (!o.no_adapter && (o.adapter || m->adapter) &&
+        ((rc = sb_encoder_adapter_load(ev.enc, o.adapter ? o.adapter : m->adapter, &ev.lora, err)) ||
+         (rc = sb_encoder_set_adapter(ev.enc, ev.lora, err))))
+        goto out;
     exit_code = SB_EXIT_FAIL;
     if ((rc = read_calls(&ev, o.file, err))) {
         exit_code = rc == SB_EFORMAT ? SB_EXIT_CONFIG : SB_EXIT_FAIL;
@@ -706,10 +721,15 @@ out:
 
 int sb_cmd_route(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "eval")) return route_eval(argc - 1, argv + 1);
+    if (argc >= 2 && !strcmp(argv[1], "train")) return sb_route_train(argc - 1, argv + 1);
     if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
-        usage(stdout);
+        printf("usage: switchboard route eval -c CONFIG --pipeline P [options] FILE.tsv\n"
+               "       switchboard route train -c CONFIG --pipeline P [options] -o ADAPTER.gguf\n\n"
+               "  eval   accuracy of a pipeline's intent stage on labelled calls (route eval --help)\n"
+               "  train  adapt its encoder to the labels: a LoRA adapter (route train --help)\n");
         return SB_EXIT_OK;
     }
-    fprintf(stderr, "usage: switchboard route eval -c CONFIG --pipeline P FILE.tsv (route eval --help)\n");
+    fprintf(stderr, "usage: switchboard route eval -c CONFIG --pipeline P FILE.tsv (route eval --help)\n"
+                    "       switchboard route train -c CONFIG --pipeline P -o ADAPTER.gguf (route train --help)\n");
     return SB_EXIT_CONFIG;
 }

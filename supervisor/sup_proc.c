@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_ARGS 40
+#define MAX_ARGS 80
 
 int64_t sup_unix_ms(void) {
     struct timespec ts;
@@ -90,6 +90,11 @@ static void build_cmdline(const child *c, cmdline *cl) {
     if (m->lookup) { arg(cl, "--lookup"); arg(cl, "%d", m->lookup); }
     const sb_config_model *d = m->draft ? sb_config_find_model(cfg, m->draft) : NULL;
     if (d && d->gguf) { arg(cl, "--draft"); arg(cl, "%s", d->gguf); }
+    if (m->adapter) { arg(cl, "--adapter"); arg(cl, "%s", m->adapter); }
+    for (size_t k = 0; k < m->n_adapters; k++) {
+        arg(cl, "--named-adapter");
+        arg(cl, "%s=%s", m->adapter_names[k], m->adapter_paths[k]);
+    }
 }
 
 /* In the child, between fork and exec: only async-signal-safe calls. Every

@@ -170,6 +170,8 @@ def sample_values(section, key, typ):
             return [keyfile], [os.path.join(TMP, "missing-file")]
         if key == "gguf":
             return [GGUF], [os.path.join(TMP, "missing.gguf")]
+        if key == "adapter":            # readable here; its content is checked by the worker that loads it
+            return [keyfile], [os.path.join(TMP, "missing-adapter.gguf")]
         if key == "dir":
             return [os.path.join(TMP, "run-dir")], []
         return [os.path.join(TMP, "file.sqlite")], []

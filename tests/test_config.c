@@ -215,7 +215,7 @@ static void test_cache_sync_url(void **state) {
 static void test_unknown_keys(void **state) {
     expect_error("models:\n  a:\n    gguf: m.gguf\n    thread: 2\n",
                  ":4:5: models.a: unknown key 'thread' (expected one of: gguf, threads, ctx, "
-                 "kv_type, idle, parallel, kv_mb, max_queue, max_tokens, deadline_ms, lookup, draft)");
+                 "kv_type, idle, parallel, kv_mb, max_queue, max_tokens, deadline_ms, lookup, draft, adapter, adapters)");
     /* draft: another local model, not together with lookup. */
     expect_error("models:\n  a: { gguf: m.gguf, draft: a }\n",
                  ":2:29: models.a.draft: 'a' is not another local (gguf) model of models:");
@@ -434,6 +434,42 @@ static void test_equal_model_for_reload(void **state) {
     assert_int_equal(load("models:\n  x: { gguf: m.gguf, threads: 1, lookup: 8 }\n  y: { gguf: m.gguf }\n", &b, err), 0);
     assert_false(sb_config_equal_model(sb_config_find_model(a, "x"), sb_config_find_model(b, "x")));
     sb_config_free(b);
+    /* An adapter is on the worker's command line too, and a retrained one
+     * (the same path, a new file) restarts the worker. */
+    char ap[160];
+    snprintf(ap, sizeof ap, "%s/ad.gguf", g_dir);
+    write_file(ap, "GGUF1");
+    const char *with = "models:\n  x: { gguf: m.gguf, threads: 1, adapter: ad.gguf }\n  y: { gguf: m.gguf }\n";
+    sb_config *c;
+    assert_int_equal(load(with, &b, err), 0);
+    assert_non_null(strstr(sb_config_find_model(b, "x")->adapter, "/ad.gguf"));
+    assert_false(sb_config_equal_model(sb_config_find_model(a, "x"), sb_config_find_model(b, "x")));
+    assert_int_equal(load(with, &c, err), 0);
+    assert_true(sb_config_equal_model(sb_config_find_model(b, "x"), sb_config_find_model(c, "x")));
+    sb_config_free(c);
+    write_file(ap, "GGUF1 retrained");
+    assert_int_equal(load(with, &c, err), 0);
+    assert_false(sb_config_equal_model(sb_config_find_model(b, "x"), sb_config_find_model(c, "x")));
+    sb_config_free(c);
+    sb_config_free(b);
+    /* adapters: {NAME: FILE}, named per request; a retrained one restarts the worker too */
+    const char *named = "models:\n  x: { gguf: m.gguf, threads: 1, adapters: { a: ad.gguf, b: ad.gguf } }\n"
+                        "  y: { gguf: m.gguf }\n";
+    assert_int_equal(load(named, &b, err), 0);
+    const sb_config_model *xm = sb_config_find_model(b, "x");
+    assert_int_equal(xm->n_adapters, 2);
+    assert_string_equal(xm->adapter_names[1], "b");
+    assert_non_null(strstr(xm->adapter_paths[0], "/ad.gguf"));
+    assert_false(sb_config_equal_model(sb_config_find_model(a, "x"), xm));
+    write_file(ap, "GGUF1 retrained twice");
+    assert_int_equal(load(named, &c, err), 0);
+    assert_false(sb_config_equal_model(xm, sb_config_find_model(c, "x")));
+    sb_config_free(c);
+    sb_config_free(b);
+    expect_error("models:\n  x: { gguf: m.gguf, adapters: { none: ad.gguf } }\n",
+                 ":2:34: models.x.adapters: name 'none' must be 1-64 characters of A-Z a-z 0-9 _ - and not 'none'");
+    assert_int_equal(load("models:\n  x: { gguf: m.gguf, adapter: none.gguf }\n", &b, err), SB_EINVAL);
+    if (!strstr(err, ":2:31: models.x.adapter: cannot read '")) fail_msg("%s", err);
     /* The same path, but the file was replaced: that is a different model. */
     char p[160], tmp[170];
     snprintf(p, sizeof p, "%s/m.gguf", g_dir);

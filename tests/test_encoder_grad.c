@@ -553,6 +553,94 @@ static void test_train_step_learns_labels(void **state) {
     close_model(&c);
 }
 
+/* The frozen layers' states (sb_enc_train_prefix) reused: embedding,
+ * gradients and a training step from them are the bits of the same from
+ * the ids. Fast mode (SIMD F32 products): vectors within rounding of the
+ * reference (cosine > 0.99999), gradients within 1e-4 normwise, and its
+ * training run the same bits on 1 thread as on 2. */
+static void train_fast(int threads, int top_n, sb_lora **out) {
+    model_ctx c;
+    char err[256];
+    open_model_threads(&c, top_n, threads);
+    assert_int_equal(sb_enc_trainer_set_fast(c.t, 1, err), 0);
+    float *h0[NT];
+    int n[NT];
+    const int labels[NT] = { 0, 0, 1, 1 };
+    for (int k = 0; k < NT; k++) {
+        n[k] = (int)c.n[k];
+        h0[k] = sb_malloc(c.n[k] * 64 * sizeof(float));
+        assert_int_equal(sb_enc_train_prefix(c.t, c.ids[k], n[k], h0[k], err), 0);
+    }
+    const sb_adamw_params p = { .lr = 5e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f };
+    for (int s = 0; s < 5; s++)
+        assert_int_equal(sb_enc_train_step_from(c.t, (const float *const *)h0, n, labels, NT, 0.1f, &p, NULL, err), 0);
+    for (int k = 0; k < NT; k++) sb_free(h0[k]);
+    *out = c.lora;
+    c.lora = NULL;
+    close_model(&c);
+}
+
+static double rel_diff(const float *a, const float *b, size_t n) {
+    double d = 0, na = 0, nb = 0;
+    for (size_t i = 0; i < n; i++) d += (a[i] - b[i]) * (double)(a[i] - b[i]), na += a[i] * (double)a[i], nb += b[i] * (double)b[i];
+    return sqrt(d) / fmax(sqrt(fmax(na, nb)), 1e-30);
+}
+
+static void test_prefix_and_fast_mode(void **state) {
+    (void)state;
+    model_ctx c;
+    char err[256];
+    open_model(&c, 1);
+    randomize_b(c.lora, 0.3f);
+    float ref[NT][64], fast[NT][64], v[64], h0[16 * 64];
+    float *ga, *gb, ref_ga[4 * 64], ref_gb[4 * 64];     /* layer 1's Q: every W of the layer is behind its gradient */
+    for (int k = 0; k < NT; k++) {
+        const int n = (int)c.n[k];
+        assert_int_equal(sb_enc_train_embed(c.t, c.ids[k], n, ref[k], err), 0);
+        assert_int_equal(sb_enc_train_prefix(c.t, c.ids[k], n, h0, err), 0);
+        assert_int_equal(sb_enc_train_embed_from(c.t, h0, n, v, err), 0);
+        assert_memory_equal(v, ref[k], sizeof v);
+        sb_enc_train_zero_grad(c.t);
+        assert_int_equal(sb_enc_train_backward(c.t, c.ids[k], n, c.r[k], err), 0);
+        sb_enc_train_grad(c.t, 1, SB_LORA_Q, &ga, &gb);
+        memcpy(ref_ga, ga, sizeof ref_ga), memcpy(ref_gb, gb, sizeof ref_gb);
+        sb_enc_train_zero_grad(c.t);
+        assert_int_equal(sb_enc_train_backward_from(c.t, h0, n, c.r[k], err), 0);
+        assert_memory_equal(ga, ref_ga, sizeof ref_ga);
+        assert_memory_equal(gb, ref_gb, sizeof ref_gb);
+    }
+    assert_int_equal(sb_enc_trainer_set_fast(c.t, 1, err), 0);
+    for (int k = 0; k < NT; k++) {
+        const int n = (int)c.n[k];
+        assert_int_equal(sb_enc_train_embed(c.t, c.ids[k], n, fast[k], err), 0);
+        double dot = 0;
+        for (int i = 0; i < 64; i++) dot += fast[k][i] * (double)ref[k][i];
+        if (!(dot > 0.99999)) fail_msg("text %d: fast mode's cosine to the reference %.7f", k, dot);
+        sb_enc_train_zero_grad(c.t);
+        assert_int_equal(sb_enc_train_backward(c.t, c.ids[k], n, c.r[k], err), 0);
+        sb_enc_train_grad(c.t, 1, SB_LORA_Q, &ga, &gb);
+    }
+    /* the last text's gradients, fast against the reference */
+    if (!(rel_diff(ga, ref_ga, 4 * 64) < 1e-4 && rel_diff(gb, ref_gb, 4 * 64) < 1e-4))
+        fail_msg("fast gradients off by %.2e, %.2e", rel_diff(ga, ref_ga, 4 * 64), rel_diff(gb, ref_gb, 4 * 64));
+    close_model(&c);
+    sb_lora *one, *two;
+    train_fast(1, 2, &one);
+    train_fast(2, 2, &two);
+    for (int il = 0; il < 2; il++)
+        for (int w = 0; w < SB_LORA_N_MATS; w++) {
+            const sb_lora_mat *a = sb_lora_get(one, il, (sb_lora_which)w), *b = sb_lora_get(two, il, (sb_lora_which)w);
+            assert_memory_equal(a->a, b->a, (size_t)one->rank * (size_t)a->in * sizeof(float));
+            assert_memory_equal(a->b, b->b, (size_t)one->rank * (size_t)a->out * sizeof(float));
+        }
+    float nb = 0;
+    const sb_lora_mat *m = sb_lora_get(one, 1, SB_LORA_Q);
+    for (int i = 0; i < 64 * one->rank; i++) nb += fabsf(m->b[i]);
+    assert_true(nb > 0);                /* it trained */
+    sb_lora_free(one);
+    sb_lora_free(two);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layer_norm),
@@ -568,6 +656,7 @@ int main(void) {
         cmocka_unit_test(test_bad_adapter_files),
         cmocka_unit_test(test_adamw_learns_deterministically),
         cmocka_unit_test(test_train_step_learns_labels),
+        cmocka_unit_test(test_prefix_and_fast_mode),
     };
     return cmocka_run_group_tests_name("encoder_grad", tests, convert_model, remove_model);
 }

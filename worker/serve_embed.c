@@ -31,6 +31,26 @@ static int parse_kind(const sb_mp_obj *p, sb_embed_kind *kind, char *err) {
     return 0;
 }
 
+/* "adapter": "none" (the frozen encoder) or one of the worker's named
+ * adapters, for this request; absent: the worker's own. *pick = 1 and
+ * *lora set when the request names one. */
+static int parse_adapter(const sb_mp_obj *p, const sb_serve_adapters *ads, int *pick, const struct sb_lora **lora,
+                         char *err) {
+    const char *a = NULL;
+    size_t n;
+    *pick = 0, *lora = NULL;
+    if (sb_mp_get_str(p, "adapter", SB_MP_OPTIONAL, &a, &n, err)) return SB_EINVAL;
+    if (!a) return 0;
+    *pick = 1;
+    if (!strcmp(a, "none")) return 0;
+    for (int i = 0; ads && i < ads->n; i++)
+        if (!strcmp(a, ads->names[i])) { *lora = ads->loras[i]; return 0; }
+    char known[256] = "";
+    for (int i = 0; ads && i < ads->n; i++)
+        snprintf(known + strlen(known), sizeof known - strlen(known), ", %s", ads->names[i]);
+    return sb_seterr(err, SB_EINVAL, "'adapter': '%.40s' is not one of this worker's: none%s", a, known);
+}
+
 /* The request's texts: exactly one of "text" (str) and "texts" ([str]). */
 static int parse_texts(const sb_mp_obj *p, const sb_mp_obj **list, const sb_mp_obj **one, uint32_t *n, char *err) {
     *list = NULL;
@@ -91,15 +111,17 @@ static int tokenize_all(sb_encoder *e, sb_embed_kind kind, const sb_mp_obj *list
     return 0;
 }
 
-void sb_serve_embed(sb_encoder *e, sb_ipc_reply *r, const sb_mp_obj *params, const atomic_int *cancel,
-                    sb_mp_writer *wr) {
-    static const char *const allowed[] = { "text", "texts", "kind", NULL };
+void sb_serve_embed(sb_encoder *e, const sb_serve_adapters *ads, sb_ipc_reply *r, const sb_mp_obj *params,
+                    const atomic_int *cancel, sb_mp_writer *wr) {
+    static const char *const allowed[] = { "text", "texts", "kind", "adapter", NULL };
     char err[SB_ERR_LEN];
     sb_embed_kind kind = SB_EMBED_QUERY;
     const sb_mp_obj *list, *one;
     uint32_t n = 0;
+    int pick = 0;
+    const struct sb_lora *picked = NULL, *own = sb_encoder_adapter(e);
     if (sb_mp_check_keys(params, allowed, err) || parse_kind(params, &kind, err) ||
-        parse_texts(params, &list, &one, &n, err)) {
+        parse_adapter(params, ads, &pick, &picked, err) || parse_texts(params, &list, &one, &n, err)) {
         sb_ipc_reply_error(r, SB_IPC_INVALID_REQUEST, "%s", err);
         return;
     }
@@ -113,6 +135,10 @@ void sb_serve_embed(sb_encoder *e, sb_ipc_reply *r, const sb_mp_obj *params, con
     int64_t total = 0;
     int rc = vec ? 0 : sb_seterr(err, SB_ENOMEM, "out of memory");
     uint32_t i = 0;
+    /* The request's adapter for its texts only: set after every early
+     * return, put back before the reply. */
+    char ignored[SB_ERR_LEN];
+    if (pick) sb_encoder_set_adapter(e, picked, ignored);   /* loaded for this encoder: it fits */
     sb_mp_writer_reset(wr);
     sb_mp_map(wr, 5);
     sb_mp_str(wr, "embeddings");
@@ -126,6 +152,7 @@ void sb_serve_embed(sb_encoder *e, sb_ipc_reply *r, const sb_mp_obj *params, con
     sb_free(vec);
     pieces_free(tp, n);
     sb_free(tp);
+    if (pick) sb_encoder_set_adapter(e, own, ignored);      /* the worker's own again */
     /* Cancelled: the caller hung up (or the worker is stopping) - the
      * encoder stopped inside the text, within a third of a layer. */
     if (rc == SB_ECANCEL) {

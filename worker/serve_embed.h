@@ -26,11 +26,22 @@
  * the decoder loader then reports why). */
 int sb_serve_is_encoder_file(const char *path);
 
+/* The adapters a request names ("adapter": NAME; --named-adapter). */
+#define SB_SERVE_MAX_ADAPTERS 16
+struct sb_lora;
+typedef struct {
+    const char *names[SB_SERVE_MAX_ADAPTERS];
+    struct sb_lora *loras[SB_SERVE_MAX_ADAPTERS];
+    int n;
+} sb_serve_adapters;
+
 /* Run one `embed` request on the compute thread and answer r (ok, error or
  * cancelled: checked between the layers of every window). All texts are
- * tokenized and checked against the caps first. wr is scratch. */
-void sb_serve_embed(sb_encoder *e, sb_ipc_reply *r, const sb_mp_obj *params, const atomic_int *cancel,
-                    sb_mp_writer *wr);
+ * tokenized and checked against the caps first. The request's "adapter"
+ * (none, or one of ads by name) applies to it alone; without one, the
+ * encoder's own (--adapter, or none). wr is scratch. */
+void sb_serve_embed(sb_encoder *e, const sb_serve_adapters *ads, sb_ipc_reply *r, const sb_mp_obj *params,
+                    const atomic_int *cancel, sb_mp_writer *wr);
 
 /* The `info` map of an encoder worker (docs/ipc.md). */
 void sb_serve_encoder_info(const sb_encoder *e, const char *name, const char *path, sb_mp_writer *wr);

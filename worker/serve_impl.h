@@ -43,6 +43,10 @@ typedef struct {
     int kv_mb;                  /* KV pool (--kv-mb); 0: the default for `parallel` */
     sb_engine *engine;          /* a decoder model, or */
     sb_encoder *encoder;        /* an encoder model (serve_embed.c) */
+    const char *adapter_path;   /* --adapter: a LoRA adapter the encoder applies to every text */
+    struct sb_lora *adapter;    /* loaded from adapter_path */
+    const char *named_paths[SB_SERVE_MAX_ADAPTERS];     /* --named-adapter NAME=FILE: the FILEs */
+    sb_serve_adapters named;    /* loaded; a request picks one by name */
     struct event_base *base;
     sb_ipc_server *server;
     pthread_t compute;

@@ -558,8 +558,9 @@ int rt_score_encode_prio(const rt_score_req *r, int priority, sb_mp_writer *p) {
 int rt_score_encode(const rt_score_req *r, sb_mp_writer *p) { return rt_score_encode_prio(r, 0, p); }
 
 int rt_embed_encode(const rt_embed_req *r, sb_mp_writer *p) {
-    sb_mp_map(p, 2);
+    sb_mp_map(p, r->adapter ? 3 : 2);
     sb_mp_kv_str(p, "kind", r->kind);
+    if (r->adapter) sb_mp_kv_str(p, "adapter", r->adapter);
     sb_mp_str(p, "texts");
     sb_mp_array(p, (uint32_t)r->n);
     for (size_t i = 0; i < r->n; i++) sb_mp_strn(p, r->texts[i], r->lens ? r->lens[i] : strlen(r->texts[i]));
@@ -617,6 +618,7 @@ typedef struct {
     char **texts;
     size_t *lens;
     char kind[16];
+    char adapter[SB_CONFIG_MAX_NAME + 1];
 } embed_copy;
 
 rt_embed_req *rt_embed_copy(const rt_embed_req *r) {
@@ -625,6 +627,7 @@ rt_embed_req *rt_embed_copy(const rt_embed_req *r) {
     c->r = *r;
     snprintf(c->kind, sizeof c->kind, "%s", r->kind);
     c->r.kind = c->kind;
+    if (r->adapter) snprintf(c->adapter, sizeof c->adapter, "%s", r->adapter), c->r.adapter = c->adapter;
     c->texts = sb_calloc(r->n ? r->n : 1, sizeof *c->texts);
     c->lens = sb_calloc(r->n ? r->n : 1, sizeof *c->lens);
     bool ok = c->texts && c->lens;

@@ -518,6 +518,22 @@ void rt_models_sync(rt_backends *be, const sb_config *cfg) {
                 sb_warn("model '%s': no fingerprint, its answers will not be cached: %s", cm->name, err);
                 m->fingerprint[0] = '\0';
             }
+            /* An adapter changes every vector: the model with it is another
+             * model to the caches (an intent stage's embeddings above all),
+             * and a retrained adapter another still. Adapters are small:
+             * every byte is hashed. */
+            char afp[SB_CACHE_KEY_HEX];
+            if (m->fingerprint[0] && cm->adapter) {
+                if (sb_cache_fingerprint_file(cm->adapter, SB_FP_FULL, afp, err)) {
+                    sb_warn("model '%s': no fingerprint for its adapter, its answers will not be cached: %s",
+                            cm->name, err);
+                    m->fingerprint[0] = '\0';
+                } else {
+                    char both[SB_CACHE_KEY_HEX];
+                    sb_cache_key("model+adapter", m->fingerprint, afp, "", both);
+                    memcpy(m->fingerprint, both, sizeof both);
+                }
+            }
         }
     }
 }

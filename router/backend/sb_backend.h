@@ -404,6 +404,7 @@ struct rt_embed_req {
     const size_t *lens;             /* NULL: each text is a C string */
     size_t n;
     int priority;                   /* the router's queue only: a worker's embed takes none */
+    const char *adapter;            /* NULL: the worker's own; "none" or one of its named adapters */
 };
 
 /* models.NAME with `upstream:` (upstream_config.c): a remote model's keys,

@@ -8,6 +8,7 @@
 #include "common/sb_cmd.h"
 #include "common/sb_common.h"
 #include "worker/engine/sb_encoder.h"
+#include "worker/engine/sb_lora.h"
 #include "worker/kernels/sb_kq.h"
 
 static void embed_usage(FILE *f) {
@@ -26,6 +27,7 @@ static void embed_usage(FILE *f) {
         "      --passage      prefix \"passage: \" (documents to retrieve)\n"
         "      --raw          no prefix\n"
         "      --tokens       print the token ids instead (<s> … </s>, all windows)\n"
+        "      --adapter FILE a LoRA adapter (GGUF, route train's output) on the encoder\n"
         "  -t, --threads N    threads (default 1)\n"
         "      --time         report load time and ms per text on stderr\n"
         "  -h, --help         this help\n");
@@ -69,15 +71,16 @@ static int embed_lines(sb_encoder *e, FILE *in, sb_embed_kind kind, int tokens, 
 }
 
 int sb_cmd_embed(int argc, char **argv) {
-    enum { OPT_QUERY = 256, OPT_PASSAGE, OPT_RAW, OPT_TOKENS, OPT_TIME };
+    enum { OPT_QUERY = 256, OPT_PASSAGE, OPT_RAW, OPT_TOKENS, OPT_TIME, OPT_ADAPTER };
     static const struct option opts[] = {
         { "model", required_argument, NULL, 'm' }, { "file", required_argument, NULL, 'f' },
         { "threads", required_argument, NULL, 't' }, { "query", no_argument, NULL, OPT_QUERY },
         { "passage", no_argument, NULL, OPT_PASSAGE }, { "raw", no_argument, NULL, OPT_RAW },
         { "tokens", no_argument, NULL, OPT_TOKENS }, { "time", no_argument, NULL, OPT_TIME },
-        { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 },
+        { "adapter", required_argument, NULL, OPT_ADAPTER }, { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
     };
-    const char *model = NULL, *file = NULL;
+    const char *model = NULL, *file = NULL, *adapter = NULL;
     int threads = 1, tokens = 0, timing = 0, c;
     sb_embed_kind kind = SB_EMBED_QUERY;
     optind = 1;
@@ -91,6 +94,7 @@ int sb_cmd_embed(int argc, char **argv) {
         case OPT_RAW: kind = SB_EMBED_RAW; break;
         case OPT_TOKENS: tokens = 1; break;
         case OPT_TIME: timing = 1; break;
+        case OPT_ADAPTER: adapter = optarg; break;
         case 'h': embed_usage(stdout); return SB_EXIT_OK;
         default: embed_usage(stderr); return SB_EXIT_CONFIG;
         }
@@ -107,6 +111,13 @@ int sb_cmd_embed(int argc, char **argv) {
     const double t0 = sb_now_s();
     if (sb_encoder_open(model, threads, -1, &e, err)) {
         fprintf(stderr, "switchboard embed: %s\n", err);
+        return SB_EXIT_CONFIG;
+    }
+    sb_lora *lora = NULL;
+    if (adapter && (sb_encoder_adapter_load(e, adapter, &lora, err) || sb_encoder_set_adapter(e, lora, err))) {
+        fprintf(stderr, "switchboard embed: %s\n", err);
+        sb_lora_free(lora);
+        sb_encoder_free(e);
         return SB_EXIT_CONFIG;
     }
     const double load_ms = (sb_now_s() - t0) * 1000.0;
@@ -131,6 +142,7 @@ int sb_cmd_embed(int argc, char **argv) {
     if (rc) fprintf(stderr, "switchboard embed: %s\n", err);
     sb_free(vec);
     sb_encoder_free(e);
+    sb_lora_free(lora);
     return rc ? SB_EXIT_FAIL : SB_EXIT_OK;
 }
 

@@ -314,6 +314,19 @@ int sb_encoder_set_adapter(sb_encoder *e, const sb_lora *lora, char *err) {
     return 0;
 }
 
+int sb_encoder_adapter_load(const sb_encoder *e, const char *path, sb_lora **out, char *err) {
+    return sb_lora_load(path, e->NL, e->H, e->FF, out, err);
+}
+
+int sb_encoder_adapter_new(const sb_encoder *e, int rank, float alpha, int top_n, uint64_t seed, sb_lora **out,
+                           char *err) {
+    return sb_lora_new(e->NL, e->H, e->FF, rank, alpha, top_n, seed, out, err);
+}
+
+int sb_encoder_n_layer(const sb_encoder *e) { return e->NL; }
+
+const sb_lora *sb_encoder_adapter(const sb_encoder *e) { return e->lora; }
+
 static bool cancelled(const atomic_int *cancel) {
     return cancel && atomic_load(cancel);
 }

@@ -23,6 +23,8 @@ struct sb_enc_trainer {
     int      max_n, first, rank;
     float    scale;
     float  **W;                         /* [NL][6]: the frozen matrices in F32, [out][in] */
+    float  **Wt;                        /* [NL][6]: fast mode, adapted layers: W transposed, [in][out] */
+    int      fast;
     tr_cache *cache;                    /* [NL - first + 1]: the last slot serves the frozen layers */
     tr_state *st;                       /* [NL][6] (used where the adapter has the matrix) */
     float   *h, *tmp, *dh, *dt, *dx1, *dc, *dq, *dk, *dv, *dg;
@@ -89,6 +91,8 @@ static void dequantize(sb_enc_trainer *t) {
 
 void sb_enc_trainer_free(sb_enc_trainer *t) {
     if (!t) return;
+    for (int i = 0; t->Wt && i < t->e->NL * SB_LORA_N_MATS; i++) sb_aligned_free(t->Wt[i]);
+    sb_free(t->Wt);
     sb_free(t->W);
     sb_free(t->cache);
     sb_free(t->st);
@@ -134,6 +138,26 @@ int sb_enc_trainer_new(const sb_encoder *e, sb_lora *lora, int max_tokens, sb_en
     return 0;
 }
 
+int sb_enc_trainer_set_fast(sb_enc_trainer *t, int on, char *err) {
+    const sb_encoder *e = t->e;
+    if (on && !t->Wt) {
+        if (!(t->Wt = sb_calloc((size_t)e->NL * SB_LORA_N_MATS, sizeof *t->Wt)))
+            return sb_seterr(err, SB_ENOMEM, "out of memory");
+        for (int l = t->first; l < e->NL; l++)
+            for (int w = 0; w < SB_LORA_N_MATS; w++) {
+                int in, out;
+                mat_dims(e, w, &in, &out);
+                float *wt = sb_aligned_alloc((size_t)in * (size_t)out * sizeof *wt);
+                if (!(t->Wt[l * SB_LORA_N_MATS + w] = wt)) return sb_seterr(err, SB_ENOMEM, "out of memory");
+                const float *W = t->W[l * SB_LORA_N_MATS + w];
+                for (int o = 0; o < out; o++)
+                    for (int i = 0; i < in; i++) wt[(size_t)i * out + o] = W[(size_t)o * in + i];
+            }
+    }
+    t->fast = on;
+    return 0;
+}
+
 /* ---- forward ----------------------------------------------------------- */
 
 static void embed(sb_enc_trainer *t, const int32_t *ids, int n) {
@@ -150,7 +174,7 @@ static void embed(sb_enc_trainer *t, const int32_t *ids, int n) {
 
 static const float *W_of(const sb_enc_trainer *t, int l, int w) { return t->W[l * SB_LORA_N_MATS + w]; }
 
-#define TRAIN_ROWS 2            /* token rows per pool task: texts are short */
+#define TRAIN_ROWS 8            /* token rows per pool task: each W row is read once per task */
 
 /* A product over token rows on the encoder's pool: each row is one task's
  * whole sum, so the bits do not depend on the thread count. */
@@ -167,11 +191,22 @@ static void lin_task(void *arg, int task, int thread) {
     const int t0 = task * TRAIN_ROWS, rows = SB_MIN(TRAIN_ROWS, j->n - t0);
     const sb_lora_mat *m = sb_lora_get(t->lora, j->l, (sb_lora_which)j->w);
     const float *x = j->x + (size_t)t0 * j->in, *ax = j->ax + (size_t)t0 * t->rank;
+    const float *W = W_of(t, j->l, j->w);
+    if (t->fast) {          /* the frozen product by the kernel; the op adds the rest */
+        const sb_vec_dot_fn dot = t->e->kq[SB_TYPE_F32].vec_dot;
+        const int back = j->backward, k = back ? j->out : j->in, m_out = back ? j->in : j->out;
+        const float *M = back ? t->Wt[j->l * SB_LORA_N_MATS + j->w] : W;
+        const float *src = back ? j->dy + (size_t)t0 * j->out : x;
+        float *dst = back ? j->dx + (size_t)t0 * j->in : j->y + (size_t)t0 * j->out;
+        for (int o = 0; o < m_out; o++)             /* a matrix row stays in cache for the task's rows */
+            for (int r = 0; r < rows; r++) dot(k, &dst[(size_t)r * m_out + o], M + (size_t)o * k, src + (size_t)r * k);
+        W = NULL;
+    }
     if (j->backward)
-        sb_op_linear_backward(j->dy + (size_t)t0 * j->out, x, rows, j->in, j->out, W_of(t, j->l, j->w), m, t->rank,
+        sb_op_linear_backward(j->dy + (size_t)t0 * j->out, x, rows, j->in, j->out, W, m, t->rank,
                               t->scale, ax, j->dx + (size_t)t0 * j->in, NULL, NULL);
     else
-        sb_op_linear_forward(x, rows, j->in, j->out, W_of(t, j->l, j->w), j->bias, m, t->rank, t->scale,
+        sb_op_linear_forward(x, rows, j->in, j->out, W, j->bias, m, t->rank, t->scale,
                              j->ax + (size_t)t0 * t->rank, j->y + (size_t)t0 * j->out);
 }
 
@@ -212,23 +247,60 @@ static int check_ids(const sb_enc_trainer *t, const int32_t *ids, int n, char *e
     return 0;
 }
 
-static int forward(sb_enc_trainer *t, const int32_t *ids, int n, float *vec, char *err) {
+/* t->h = the hidden states entering the lowest adapted layer. */
+static int prefix(sb_enc_trainer *t, const int32_t *ids, int n, char *err) {
     int rc = check_ids(t, ids, n, err);
     if (rc) return rc;
     const sb_encoder *e = t->e;
     embed(t, ids, n);
-    for (int l = 0; l < e->NL; l++) {
-        tr_cache *c = &t->cache[l >= t->first ? l - t->first : e->NL - t->first];
+    tr_cache *c = &t->cache[e->NL - t->first];          /* the frozen layers' slot */
+    for (int l = 0; l < t->first; l++) {
+        memcpy(c->x0, t->h, (size_t)n * e->H * sizeof *c->x0);
+        layer_forward(t, l, c, n);
+    }
+    return 0;
+}
+
+/* The adapted layers from t->h, then the pooled vector. */
+static void forward_top(sb_enc_trainer *t, int n, float *vec) {
+    const sb_encoder *e = t->e;
+    for (int l = t->first; l < e->NL; l++) {
+        tr_cache *c = &t->cache[l - t->first];
         memcpy(c->x0, t->h, (size_t)n * e->H * sizeof *c->x0);
         layer_forward(t, l, c, n);
     }
     t->norm = sb_op_pool_forward(t->h, n, e->H, t->vec);
     if (vec) memcpy(vec, t->vec, (size_t)e->H * sizeof *vec);
+}
+
+/* A text as token ids (ids) or as its prefix states (h0, n rows). */
+typedef struct { const int32_t *ids; const float *h0; int n; } tr_input;
+
+static int forward(sb_enc_trainer *t, tr_input in, float *vec, char *err) {
+    if (in.ids) {
+        int rc = prefix(t, in.ids, in.n, err);
+        if (rc) return rc;
+    } else {
+        if (in.n < 1 || in.n > t->max_n)
+            return sb_seterr(err, SB_EINVAL, "%d tokens: the trainer takes 1..%d", in.n, t->max_n);
+        memcpy(t->h, in.h0, (size_t)in.n * t->e->H * sizeof *t->h);
+    }
+    forward_top(t, in.n, vec);
     return 0;
 }
 
 int sb_enc_train_embed(sb_enc_trainer *t, const int32_t *ids, int n, float *vec, char *err) {
-    return forward(t, ids, n, vec, err);
+    return forward(t, (tr_input){ ids, NULL, n }, vec, err);
+}
+
+int sb_enc_train_prefix(sb_enc_trainer *t, const int32_t *ids, int n, float *h0, char *err) {
+    int rc = prefix(t, ids, n, err);
+    if (!rc) memcpy(h0, t->h, (size_t)n * t->e->H * sizeof *h0);
+    return rc;
+}
+
+int sb_enc_train_embed_from(sb_enc_trainer *t, const float *h0, int n, float *vec, char *err) {
+    return forward(t, (tr_input){ NULL, h0, n }, vec, err);
 }
 
 /* ---- backward ---------------------------------------------------------- */
@@ -272,13 +344,21 @@ static void layer_backward(sb_enc_trainer *t, int l, const tr_cache *c, int n, i
     }
 }
 
-int sb_enc_train_backward(sb_enc_trainer *t, const int32_t *ids, int n, const float *dvec, char *err) {
-    int rc = forward(t, ids, n, NULL, err);
+static int backward(sb_enc_trainer *t, tr_input in, const float *dvec, char *err) {
+    int rc = forward(t, in, NULL, err);
     if (rc) return rc;
     const sb_encoder *e = t->e;
-    sb_op_pool_backward(dvec, t->vec, t->norm, n, e->H, t->dh);
-    for (int l = e->NL - 1; l >= t->first; l--) layer_backward(t, l, &t->cache[l - t->first], n, l == t->first);
+    sb_op_pool_backward(dvec, t->vec, t->norm, in.n, e->H, t->dh);
+    for (int l = e->NL - 1; l >= t->first; l--) layer_backward(t, l, &t->cache[l - t->first], in.n, l == t->first);
     return 0;
+}
+
+int sb_enc_train_backward(sb_enc_trainer *t, const int32_t *ids, int n, const float *dvec, char *err) {
+    return backward(t, (tr_input){ ids, NULL, n }, dvec, err);
+}
+
+int sb_enc_train_backward_from(sb_enc_trainer *t, const float *h0, int n, const float *dvec, char *err) {
+    return backward(t, (tr_input){ NULL, h0, n }, dvec, err);
 }
 
 void sb_enc_train_zero_grad(sb_enc_trainer *t) {
@@ -298,27 +378,39 @@ void sb_enc_train_grad(sb_enc_trainer *t, int layer, sb_lora_which w, float **ga
     *gb = ok ? t->st[layer * SB_LORA_N_MATS + w].gb : NULL;
 }
 
-int sb_enc_train_step(sb_enc_trainer *t, const int32_t *const *ids, const int *n, const int *labels, int batch,
-                      float tau, const sb_adamw_params *p, double *loss, char *err) {
+static int step(sb_enc_trainer *t, const int32_t *const *ids, const float *const *h0, const int *n,
+                const int *labels, int batch, float tau, const sb_adamw_params *p, double *loss, char *err) {
     if (batch < 2 || !(tau > 0)) return sb_seterr(err, SB_EINVAL, "a step needs 2 or more texts and a temperature > 0");
     const size_t H = (size_t)t->e->H;
     float *V = sb_malloc((size_t)batch * H * sizeof *V), *dV = sb_malloc((size_t)batch * H * sizeof *dV);
     int rc = V && dV ? 0 : sb_seterr(err, SB_ENOMEM, "out of memory");
     for (int i = 0; i < batch && !rc; i++) {
         char why[160] = "";
-        rc = sb_enc_train_embed(t, ids[i], n[i], V + i * H, why);
+        const tr_input in = { ids ? ids[i] : NULL, ids ? NULL : h0[i], n[i] };
+        rc = forward(t, in, V + i * H, why);
         if (rc) sb_seterr(err, rc, "text %d of the batch: %s", i, why);
     }
     if (!rc) {
         const double l = sb_op_supcon(V, labels, batch, (int)H, tau, dV);
         if (loss) *loss = l;
         sb_enc_train_zero_grad(t);
-        for (int i = 0; i < batch && !rc; i++) rc = sb_enc_train_backward(t, ids[i], n[i], dV + i * H, err);
+        for (int i = 0; i < batch && !rc; i++)
+            rc = backward(t, (tr_input){ ids ? ids[i] : NULL, ids ? NULL : h0[i], n[i] }, dV + i * H, err);
     }
     if (!rc) sb_adamw_step(t, p);
     sb_free(V);
     sb_free(dV);
     return rc;
+}
+
+int sb_enc_train_step(sb_enc_trainer *t, const int32_t *const *ids, const int *n, const int *labels, int batch,
+                      float tau, const sb_adamw_params *p, double *loss, char *err) {
+    return step(t, ids, NULL, n, labels, batch, tau, p, loss, err);
+}
+
+int sb_enc_train_step_from(sb_enc_trainer *t, const float *const *h0, const int *n, const int *labels, int batch,
+                           float tau, const sb_adamw_params *p, double *loss, char *err) {
+    return step(t, NULL, h0, n, labels, batch, tau, p, loss, err);
 }
 
 /* ---- AdamW ------------------------------------------------------------- */

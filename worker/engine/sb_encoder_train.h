@@ -38,10 +38,26 @@ typedef struct sb_enc_trainer sb_enc_trainer;
  * it trains or embeds (as sb_encoder.h says). */
 int  sb_enc_trainer_new(const sb_encoder *e, sb_lora *lora, int max_tokens, sb_enc_trainer **out, char *err);
 void sb_enc_trainer_free(sb_enc_trainer *t);
+/* Fast mode (on = 1): the frozen matrices' products in F32 with the SIMD
+ * dot kernels of e's kernel level (sums in F32, in the kernel's order)
+ * instead of the reference's double sums; the adapted layers' transposed
+ * matrices are kept for the backward (4·(4·H² + 2·H·FF) bytes a layer,
+ * 7 MiB on e5-small). About ten times faster; the bits then depend on the
+ * kernel level (SB_KERNELS), still not on the thread count. The gradient
+ * checks run the reference. */
+int  sb_enc_trainer_set_fast(sb_enc_trainer *t, int on, char *err);
 
 /* vec[0..H) = the L2-normalised vector of ids[0..n) (n ≤ max_tokens, ids
  * as sb_encoder_tokenize gives them). */
 int  sb_enc_train_embed(sb_enc_trainer *t, const int32_t *ids, int n, float *vec, char *err);
+/* The layers below the adapter are frozen, so a text's hidden states
+ * entering the lowest adapted layer never change: a caller that trains on
+ * the same texts for many steps computes them once (h0, n rows of the
+ * model's dim) and passes them to the _from variants, which run only the
+ * adapted layers. The results are the same bits as from the ids. */
+int  sb_enc_train_prefix(sb_enc_trainer *t, const int32_t *ids, int n, float *h0, char *err);
+int  sb_enc_train_embed_from(sb_enc_trainer *t, const float *h0, int n, float *vec, char *err);
+int  sb_enc_train_backward_from(sb_enc_trainer *t, const float *h0, int n, const float *dvec, char *err);
 /* Adds d(loss)/d(A), d(loss)/d(B) for d(loss)/d(vec) = dvec into the
  * gradients (sb_enc_train_grad). */
 int  sb_enc_train_backward(sb_enc_trainer *t, const int32_t *ids, int n, const float *dvec, char *err);
@@ -70,6 +86,10 @@ void sb_adamw_step(sb_enc_trainer *t, const sb_adamw_params *p);
 int sb_enc_train_step(sb_enc_trainer *t, const int32_t *const *ids, const int *n, const int *labels, int batch,
                       float tau, const sb_adamw_params *p, double *loss, char *err);
 
+/* The same from the texts' prefix states (sb_enc_train_prefix). */
+int sb_enc_train_step_from(sb_enc_trainer *t, const float *const *h0, const int *n, const int *labels, int batch,
+                           float tau, const sb_adamw_params *p, double *loss, char *err);
+
 /* ---- ops (rows are tokens) ------------------------------------------------ */
 /* y = LN(x)·w + b per row of H; keeps xhat and rstd for the backward. */
 void sb_op_ln_forward(const float *x, const float *w, const float *b, int n, int H, float eps, float *y, float *xhat,
@@ -86,12 +106,14 @@ void sb_op_attn_forward(const float *q, const float *k, const float *v, int n, i
 void sb_op_attn_backward(const float *dctx, const float *q, const float *k, const float *v, const float *P, int n, int H,
                          int NH, float *dq, float *dk, float *dv);
 /* y = x·Wᵀ + scale·(x·Aᵀ)·Bᵀ + bias; W [out][in] F32; m may be NULL (no
- * adapter); ax [n][rank] keeps scale·x·Aᵀ (NULL when m is). */
+ * adapter); ax [n][rank] keeps scale·x·Aᵀ (NULL when m is). W NULL: y
+ * already holds x·Wᵀ (computed by a faster kernel), the rest is added. */
 void sb_op_linear_forward(const float *x, int n, int in, int out, const float *W, const float *bias,
                           const sb_lora_mat *m, int rank, float scale, float *ax, float *y);
 /* dx (overwritten) and, with m, gA, gB (accumulated); each of the three
  * may be NULL (not computed), so rows can be split among threads for dx
- * while one thread sums the gradients over all rows. */
+ * while one thread sums the gradients over all rows. W NULL: dx already
+ * holds dy·W, the adapter's term is added. */
 void sb_op_linear_backward(const float *dy, const float *x, int n, int in, int out, const float *W,
                            const sb_lora_mat *m, int rank, float scale, const float *ax, float *dx, float *ga,
                            float *gb);

@@ -111,19 +111,39 @@ void sb_op_attn_backward(const float *dctx, const float *q, const float *k, cons
         }
 }
 
+/* One output of the frozen product for token rows t..t+3 at once: four
+ * independent sums (the double adds' latency overlaps) over a W row that
+ * stays in cache; each sum runs in the order a single row's would, so the
+ * bits do not depend on how rows are grouped. */
+static void dot4(const float *w, const float *x, int in, int out, int o, float *y) {
+    const float *x0 = x, *x1 = x + in, *x2 = x + 2 * (size_t)in, *x3 = x + 3 * (size_t)in;
+    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (int i = 0; i < in; i++) {
+        const float wi = w[i];
+        s0 += wi * x0[i], s1 += wi * x1[i], s2 += wi * x2[i], s3 += wi * x3[i];
+    }
+    y[o] = (float)s0, y[out + o] = (float)s1, y[2 * (size_t)out + o] = (float)s2, y[3 * (size_t)out + o] = (float)s3;
+}
+
 /* The frozen product, then the adapter's term, then the bias: the order
- * sb_encoder's forward adds them in. */
+ * sb_encoder's forward adds them in. The frozen product runs output by
+ * output over all n rows, so a W row is read once per call, not per row. */
 void sb_op_linear_forward(const float *x, int n, int in, int out, const float *W, const float *bias,
                           const sb_lora_mat *m, int rank, float scale, float *ax, float *y) {
+    for (int o = 0; o < out && W; o++) {
+        const float *w = W + (size_t)o * in;
+        int t = 0;
+        for (; t + 4 <= n; t += 4) dot4(w, x + (size_t)t * in, in, out, o, y + (size_t)t * out);
+        for (; t < n; t++) {
+            const float *xt = x + (size_t)t * in;
+            double s = 0;
+            for (int i = 0; i < in; i++) s += w[i] * xt[i];
+            y[(size_t)t * out + o] = (float)s;
+        }
+    }
     for (int t = 0; t < n; t++) {
         const float *xt = x + (size_t)t * in;
         float *yt = y + (size_t)t * out;
-        for (int o = 0; o < out; o++) {
-            const float *w = W + (size_t)o * in;
-            double s = 0;
-            for (int i = 0; i < in; i++) s += w[i] * xt[i];
-            yt[o] = (float)s;
-        }
         if (m) {
             float *at = ax + (size_t)t * rank;
             for (int r = 0; r < rank; r++) {
@@ -145,22 +165,27 @@ void sb_op_linear_forward(const float *x, int n, int in, int out, const float *W
 }
 
 /* With a = scale·x·Aᵀ (kept in ax) and y = … + a·Bᵀ:
- * dB += dyᵀ·a; db = dy·B; dA += scale·dbᵀ·x; dx = dy·W + scale·db·A. */
+ * dB += dyᵀ·a; db = dy·B; dA += scale·dbᵀ·x; dx = dy·W + scale·db·A.
+ * dy·W runs W row by W row over all n rows (each dx element sums in the
+ * same order as row by row). */
 void sb_op_linear_backward(const float *dy, const float *x, int n, int in, int out, const float *W,
                            const sb_lora_mat *m, int rank, float scale, const float *ax, float *dx, float *ga,
                            float *gb) {
     float db[SB_LORA_MAX_RANK];
-    for (int t = 0; t < n; t++) {
-        const float *dyt = dy + (size_t)t * out, *xt = x + (size_t)t * in;
-        float *dxt = dx ? dx + (size_t)t * in : NULL;
-        if (dxt) {
-            memset(dxt, 0, (size_t)in * sizeof *dxt);
-            for (int o = 0; o < out; o++) {
-                const float *w = W + (size_t)o * in;
-                for (int i = 0; i < in; i++) dxt[i] += dyt[o] * w[i];
+    if (dx && W) {
+        memset(dx, 0, (size_t)n * (size_t)in * sizeof *dx);
+        for (int o = 0; o < out; o++) {
+            const float *w = W + (size_t)o * in;
+            for (int t = 0; t < n; t++) {
+                const float d = dy[(size_t)t * out + o];
+                float *dxt = dx + (size_t)t * in;
+                for (int i = 0; i < in; i++) dxt[i] += d * w[i];
             }
         }
-        if (!m) continue;
+    }
+    for (int t = 0; t < n && m; t++) {
+        const float *dyt = dy + (size_t)t * out, *xt = x + (size_t)t * in;
+        float *dxt = dx ? dx + (size_t)t * in : NULL;
         const float *at = ax + (size_t)t * rank;
         for (int r = 0; r < rank; r++) db[r] = 0;
         for (int o = 0; o < out; o++) {
