@@ -9,7 +9,8 @@
 #   make bench      side-by-side benchmark against llama.cpp (see docs/PERFORMANCE.md)
 #   make models     install a real small instruct GGUF into models/
 #   make check-real tool calling, an agent framework and logprobs on that
-#                   real model (minutes; not part of make check)
+#                   real model and the optional 1.5B (minutes; not part of
+#                   make check)
 #   make fleet-test two runtimes behind HAProxy sharing sessions in one
 #                   PostgreSQL over TLS (not part of make check)
 #
@@ -124,9 +125,10 @@ check:
 	$(MAKE) test SAN=1
 
 # The real 0.5B model (make models) behind the OpenAI door: forced tool
-# calls, a langchain agent loop, logprobs against `switchboard logits`
-# (tests/real/check_real.sh). Not in `check`: minutes of inference and a
-# 400 MB model that CI does not fetch.
+# calls and logprobs against `switchboard logits`; a langchain agent loop on
+# the optional 1.5B (tools/models.sh qwen15) (tests/real/check_real.sh). Not
+# in `check`: minutes of inference and 1.5 GB of models that CI does not
+# fetch.
 check-real: all
 	tools/deps.sh real
 	SB_BIN=$(abspath $(SB_BIN)) bash tests/real/check_real.sh

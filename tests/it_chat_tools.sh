@@ -13,7 +13,8 @@ if ! python3 -c "import jinja2" 2>/dev/null; then
     echo "it_chat_tools: FAIL: python3 has no jinja2 (tools/deps.sh check installs it)"; exit 1
 fi
 t=tests/data/templates
-python3 tests/chat_tools_check.py "$SB" $t/qwen2.5-instruct.jinja $t/llama-3.1-8b-instruct.jinja \
+python3 tests/chat_tools_check.py "$SB" $t/qwen2.5-instruct.jinja $t/qwen2.5-coder-1.5b-instruct.jinja \
+    $t/llama-3.1-8b-instruct.jinja \
     $t/smollm2-135m-instruct.jinja $t/tiny-llama3.jinja $t/tiny-llama-spm.jinja $t/tiny-phi3.jinja ||
     { echo "it_chat_tools: FAIL"; exit 1; }
 # The command's own errors: a request it cannot render says why, exit 2.

@@ -14,7 +14,9 @@
  *     its call (tile and panel edges), as long as the call's token count
  *     stays on the same side of the kernel's method switch (≤ 3 or ≥ 8
  *     tokens at every level): what lets a multi-sequence pass run each
- *     part's tokens as their own call (docs/BATCHING.md).
+ *     part's tokens as their own call (docs/BATCHING.md);
+ *  5. at the AVX-512 level, the packed panels of Q4_0, Q5_0, Q8_0, Q4_K,
+ *     Q5_K and Q6_K equal vec_dot bit for bit.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -131,6 +133,42 @@ static void test_gemm_ref_is_vec_dot_ref(void **state) {
     }
 }
 
+/* At the AVX-512 level the packed panels (8 tokens and more) of the types
+ * the hotline models use run vec_dot's float steps lane for lane: every
+ * result is vec_dot's bit for bit, so a token's numbers are the same in a
+ * prompt pass and in a decode step (forward.c; tests/test_forward_invariant.c
+ * checks it on whole models). Shapes with several packed chunks of blocks
+ * (152 legacy blocks, 19 super-blocks), a partial panel and a partial
+ * column group. */
+static void test_gemm_panels_are_vec_dot(void **state) {
+    (void)state;
+    if (sb_kq_best_level() < SB_KQ_AVX512) skip();
+    static const int exact[] = { SB_TYPE_Q4_0, SB_TYPE_Q5_0, SB_TYPE_Q8_0, SB_TYPE_Q4_K, SB_TYPE_Q5_K, SB_TYPE_Q6_K };
+    for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++) {
+        const sb_kq_traits *t = &sb_kq_table(SB_KQ_AVX512)[exact[i]];
+        static const int shapes[][3] = { { 4864, 37, 19 }, { 896, 20, 8 }, { 2048, 16, 70 } };
+        for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+            const int n = shapes[k][0], nr = shapes[k][1], nc = shapes[k][2];
+            size_t bx, by;
+            uint8_t *x = make_rows(exact[i], nr, n, &bx), *y = make_rows(t->vec_dot_type, nc, n, &by);
+            float *s = malloc(sizeof(float) * (size_t)nr * (size_t)nc);
+            assert_non_null(s);
+            t->gemm(n, nr, nc, x, bx, y, by, s, (size_t)nr);
+            for (int c = 0; c < nc; c++)
+                for (int r = 0; r < nr; r++) {
+                    float one;
+                    t->vec_dot(n, &one, x + (size_t)r * bx, y + (size_t)c * by);
+                    if (memcmp(&one, &s[(size_t)c * nr + r], sizeof one))
+                        fail_msg("%s gemm at avx512, n %d, %dx%d, pair (%d,%d): %.9g, vec_dot %.9g", t->name, n, nr,
+                                 nc, r, c, s[(size_t)c * nr + r], one);
+                }
+            free(s);
+            free(x);
+            free(y);
+        }
+    }
+}
+
 /* s_sub (rows r0.., tokens c0..) must equal the same pairs of s_full. */
 static void check_sub(int level, int type, int n, const uint8_t *x, size_t bx, const uint8_t *y, size_t by,
                       const float *full, int ld_full, int r0, int nr, int c0, int nc) {
@@ -205,6 +243,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_ref_is_vec_dot_ref),
         cmocka_unit_test(test_gemm_position_independent),
         cmocka_unit_test(test_gemm_row_blocks),
+        cmocka_unit_test(test_gemm_panels_are_vec_dot),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

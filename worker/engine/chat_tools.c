@@ -231,6 +231,7 @@ int sb_chat_tmpl_init(sb_chat_tmpl *t, const char *tmpl, size_t len) {
         memcpy(t->default_system, sys, sys_len);
         t->default_system[sys_len] = 0;
         t->tools = SB_TOOLS_HERMES;
+        t->hermes_braces = has(tmpl, len, "{{\\\"name\\\": <function-name>") ? 2 : 1;
     } else if (t->kind == SB_CHAT_LLAMA3 && has(tmpl, len, "Environment: ipython")) {
         t->tools = SB_TOOLS_LLAMA31;
         llama_date(t, tmpl, len);
@@ -373,6 +374,10 @@ static const char HERMES_TOOLS_TAIL[] =
     "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
     "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
     "<args-json-object>}\n</tool_call>";
+static const char HERMES_TOOLS_TAIL_BRACES2[] =
+    "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+    "<tool_call></tool_call> XML tags:\n<tool_call>\n{{\"name\": <function-name>, \"arguments\": "
+    "<args-json-object>}}\n</tool_call>";
 
 /* first_newline 0: the first call opens the text (generic, no content). */
 static void put_hermes_calls(sb_prompt *b, const sb_chat_msg *m, int first_newline) {
@@ -398,7 +403,7 @@ static void apply_hermes(const sb_chat_tmpl *t, sb_prompt *b, const sb_chat_msg 
     if (tools) {
         put(b, HERMES_TOOLS_HEAD);
         put_tools(b, tools, tools_len, -1, "\n", "");
-        put(b, HERMES_TOOLS_TAIL);
+        put(b, t->hermes_braces == 2 ? HERMES_TOOLS_TAIL_BRACES2 : HERMES_TOOLS_TAIL);
     }
     put(b, "<|im_end|>\n");
     for (size_t i = 0; i < n; i++) {

@@ -168,6 +168,14 @@ int sb_ctx_new(const sb_model *m, const sb_ctx_params *p, sb_ctx **out, char *er
         sb_ctx_free(c);
         return sb_seterr(err, SB_ENOMEM, "out of memory for a %d-token batch", c->n_batch);
     }
+    /* At AVX-512 the tiled kernels' packed panels (8 tokens and more) sum
+     * as vec_dot does, bit for bit, and their register tiles (fewer) do
+     * not: with fewer tokens to the one-token kernels, a token's numbers
+     * do not depend on the pass it is in, so a generation decoding token
+     * by token gets what one pass over its whole text gives (`switchboard
+     * logits`, logprobs). Below AVX-512 the panels sum in their own order
+     * and the default stays (docs/KERNELS.md, "Batch invariance"). */
+    if (level >= SB_KQ_AVX512) c->mm.gemm_min_toks = 8;
     *out = c;
     return 0;
 }

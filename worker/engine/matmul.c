@@ -33,6 +33,7 @@ int sb_mm_init(sb_mm *mm, const sb_kq_kernels *kq, sb_pool *pool, size_t act_byt
     mm->kq = kq->row;
     mm->split = kq->split;
     mm->pool = pool;
+    mm->gemm_min_toks = 2;
     for (int i = 0; i < SB_MM_ACT_SLOTS; i++)
         if (!(mm->act[i].buf = sb_aligned_alloc(act_bytes))) return SB_ENOMEM;
     if (x8_row_bytes) {
@@ -275,9 +276,9 @@ void sb_mm_run(sb_mm *mm, const float *x, int n_tok, const sb_mm_out *outs, int 
             p->w = outs[i].w;
             p->dot = tt->vec_dot;
             p->dotn = tt->vec_dotn;
-            const int x8 = p->w->x8_buf != NULL;
-            p->gemm = !g->one && g->n > (x8 ? X8_GEMM_MIN_TOKS - 1 : 1) && !mm->decode_kernels ? tt->gemm : NULL;
-            p->gemv8 = x8 && !p->gemm ? tt->gemv8 : NULL;
+            const int min_toks = p->w->x8_buf ? SB_MAX(X8_GEMM_MIN_TOKS, mm->gemm_min_toks) : mm->gemm_min_toks;
+            p->gemm = !g->one && g->n >= min_toks && !mm->decode_kernels ? tt->gemm : NULL;
+            p->gemv8 = p->w->x8_buf && !p->gemm ? tt->gemv8 : NULL;
             p->yil_q8_0 = tt->vec_dot_type == SB_TYPE_Q8_0;
             p->dotn_il = !p->gemm && !p->gemv8 &&
                                  (tt->vec_dot_type == SB_TYPE_Q8_K ? g->n >= SB_KQ_IL_MIN_TOK

@@ -27,6 +27,7 @@ typedef struct {
     uint8_t            *x8_rows;    /* per thread: a row block of an x8 weight back in file layout, for gemm */
     size_t              x8_rows_bytes;
     int                 decode_kernels; /* nonzero: never the tiled path, so every token's numbers are a lone token's */
+    int                 gemm_min_toks;  /* the fewest tokens of a segment that take the tiled path (2 from sb_mm_init) */
     /* Token segments of the next runs (a multi-sequence pass sets them, 0/0
      * restores the default of one segment of all tokens): tokens
      * [0, n_one) go through the one-token kernels; then n_seg segments of

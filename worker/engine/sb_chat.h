@@ -115,7 +115,9 @@ int sb_chat_default_system(const char *tmpl, size_t len, const char **text, size
  *   hermes    Qwen2.5's template (it writes "<tools>" and "<tool_call>"):
  *             the tools in its system block, a call as
  *             "<tool_call>\n{"name": N, "arguments": A}\n</tool_call>",
- *             results as "<tool_response>" blocks in one user turn.
+ *             results as "<tool_response>" blocks in one user turn. The
+ *             format line of the system block keeps the template's braces
+ *             (Qwen2.5-Coder-1.5B's literal doubles them: "{{"name": ...}}").
  *   llama31   Llama-3.1's (it writes "Environment: ipython"): the tools
  *             (JSON, indent 4) in the first user message, a call as the
  *             assistant's whole turn {"name": N, "parameters": A}, results
@@ -138,6 +140,8 @@ typedef struct {
     int kind;                   /* sb_chat_kind (UNKNOWN renders as chatml) */
     int tools;                  /* SB_TOOLS_* */
     char *default_system;       /* hermes: the system text when none is given */
+    int hermes_braces;          /* hermes: the format line's braces, 2 where the template's string
+                                   literal doubles them (Qwen2.5-Coder 1.5B: Jinja prints "{{" as is) */
     char date[32];              /* llama31: "Today Date: " (its date_string, or today) */
 } sb_chat_tmpl;
 

@@ -97,7 +97,9 @@ KQ_INLINE void tile_q8_0(int n, int R, int C, const uint8_t *x, size_t bx, const
  * against 4 broadcast activation bytes per 64 multiply-adds, lane r = row r.
  * Per block and column the accumulator starts at −K·Σy (computed once per
  * column and block for all panels of a call), then 8 vpdpbusd, and
- * acc += (dx·dy)·int. Same integers and products as the 1×1 kernels. */
+ * acc += (dx·dy)·int: the integers, products and float steps of the 1×1
+ * kernels, so each result equals vec_dot's bit for bit (one multiply more
+ * per block than an FMA, the price of batch-invariant numbers). */
 
 #define PANEL 16
 #define PACK_B 64               /* blocks per packed chunk: 36 KB */
@@ -143,15 +145,18 @@ KQ_INLINE void pack_panel(int wt, const uint8_t *x, size_t bx, int nr, int i0, i
     }
 }
 
-/* C columns against nbk packed blocks; 16 results per column stored at (or
- * added to) s + c·ldc under mask m. start[c][b] = −K·Σy, dy[c][b] = the
- * activation scales. */
+/* C columns against nbk packed blocks; 16 results per column stored at
+ * s + c·ldc under mask m, the sums going on from what is there when add
+ * (the blocks before i0). start[c][b] = −K·Σy, dy[c][b] = the activation
+ * scales. Each lane runs the 1×1 kernel's float step, sum += (dx·dy)·isum
+ * in block order with no FMA, so a token's result is its vec_dot's bit for
+ * bit whatever else is in the batch: a prompt's numbers are a decode's. */
 KQ_INLINE void micro(int C, const panel_blk *pan, int nbk, const sb_block_q8_0 *const *yc,
                      const int32_t (*start)[PACK_B], const float (*dy)[PACK_B], float *s, size_t ldc,
                      __mmask16 m, int add) {
     __m512 acc[COLS];
 #pragma GCC unroll 8
-    for (int c = 0; c < C; c++) acc[c] = _mm512_setzero_ps();
+    for (int c = 0; c < C; c++) acc[c] = add ? _mm512_maskz_loadu_ps(m, s + (size_t)c * ldc) : _mm512_setzero_ps();
     for (int b = 0; b < nbk; b++) {
         const panel_blk *p = &pan[b];
         __m512i t[COLS];
@@ -166,13 +171,10 @@ KQ_INLINE void micro(int C, const panel_blk *pan, int nbk, const sb_block_q8_0 *
         const __m512 dx = _mm512_loadu_ps(p->d);
 #pragma GCC unroll 8
         for (int c = 0; c < C; c++)
-            acc[c] = _mm512_fmadd_ps(_mm512_mul_ps(dx, _mm512_set1_ps(dy[c][b])), _mm512_cvtepi32_ps(t[c]), acc[c]);
+            acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_mul_ps(dx, _mm512_set1_ps(dy[c][b])), _mm512_cvtepi32_ps(t[c])));
     }
 #pragma GCC unroll 8
-    for (int c = 0; c < C; c++) {
-        float *o = s + (size_t)c * ldc;
-        _mm512_mask_storeu_ps(o, m, add ? _mm512_add_ps(acc[c], _mm512_maskz_loadu_ps(m, o)) : acc[c]);
-    }
+    for (int c = 0; c < C; c++) _mm512_mask_storeu_ps(s + (size_t)c * ldc, m, acc[c]);
 }
 
 /* −K·Σ y and dy of one activation block. */

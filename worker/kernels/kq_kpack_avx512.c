@@ -15,6 +15,11 @@
  * (same d scale) as vpdpwssd of 16-bit (min, min) pairs against the
  * broadcast (bsum, bsum) pairs of Q8_K into msum, and finally
  *     acc_c += (d·dy)·(fsum + msum) − (dmin·dy)·msum      (Q2_K: isum, below)
+ * with the roundings of the 1×1 kernels' float step (ref_step of
+ * kq_kquants_avx512.c: two products, their difference, then the add; no
+ * FMA), so for Q4_K, Q5_K and Q6_K each result equals that vec_dot's bit
+ * for bit as long as fsum is exact (below): a token's numbers do not
+ * depend on whether it was a prompt's or a decode's.
  * The scale goes on in float because vpmulld is two port-0 uops (plus the
  * add) against one each for the convert and the FMA: on a kernel bound by
  * its vector ports, kq_bench's 64-token Q5_K gemm went from 152 to 164 G
@@ -161,13 +166,15 @@ static inline __m512i dpbusd_bcast(__m512i t, __m512i q, const int8_t *p) {
     return t;
 }
 
-/* C columns against nsb packed super-blocks; results (16 rows) added to or
- * stored at s + c·ldc under mask m. */
+/* C columns against nsb packed super-blocks; results (16 rows) stored at
+ * s + c·ldc under mask m, going on from what is there when add (the
+ * super-blocks before i0): one chain per row in super-block order, as the
+ * 1×1 kernel sums. */
 KQ_INLINE void micro(int wt, int C, const panel_sb *pan, int nsb, const sb_block_q8_K *const *yc, int i0,
                      float *s, size_t ldc, __mmask16 m, int add) {
     __m512 acc[COLS];
 #pragma GCC unroll 8
-    for (int c = 0; c < C; c++) acc[c] = _mm512_setzero_ps();
+    for (int c = 0; c < C; c++) acc[c] = add ? _mm512_maskz_loadu_ps(m, s + (size_t)c * ldc) : _mm512_setzero_ps();
     const int ns = n_sub(wt), gps = 64 / ns;    /* groups per sub-block */
     for (int i = 0; i < nsb; i++) {
         const panel_sb *p = &pan[i];
@@ -209,11 +216,12 @@ KQ_INLINE void micro(int wt, int C, const panel_sb *pan, int nsb, const sb_block
 #pragma GCC unroll 8
             for (int k = 0; k < 8; k++) ms = _mm512_dpwssd_epi32(ms, _mm512_loadu_si512(p->mn[k]), bcast32(&yb[c]->bsums[2 * k]));
             const __m512 dy = _mm512_set1_ps(yb[c]->d);
-            if (wt != W_Q2_K) {
+            if (wt != W_Q2_K) {    /* the 1×1 kernels' ref_step: sum + ((d·dy)·isum − (dmin·dy)·summs) */
                 const __m512 is = _mm512_add_ps(fsum[c], _mm512_cvtepi32_ps(has_min(wt) ? isum[c] : _mm512_add_epi32(isum[c], ms)));
-                acc[c] = _mm512_fmadd_ps(_mm512_mul_ps(d, dy), is, acc[c]);
+                __m512 step = _mm512_mul_ps(_mm512_mul_ps(d, dy), is);
                 if (has_min(wt))
-                    acc[c] = _mm512_fnmadd_ps(_mm512_mul_ps(_mm512_loadu_ps(p->dmin), dy), _mm512_cvtepi32_ps(ms), acc[c]);
+                    step = _mm512_sub_ps(step, _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(p->dmin), dy), _mm512_cvtepi32_ps(ms)));
+                acc[c] = _mm512_add_ps(acc[c], step);
             } else if (has_min(wt)) {
                 acc[c] = _mm512_fmadd_ps(_mm512_mul_ps(d, dy), _mm512_cvtepi32_ps(isum[c]), acc[c]);
                 acc[c] = _mm512_fnmadd_ps(_mm512_mul_ps(_mm512_loadu_ps(p->dmin), dy), _mm512_cvtepi32_ps(ms), acc[c]);
@@ -223,11 +231,7 @@ KQ_INLINE void micro(int wt, int C, const panel_sb *pan, int nsb, const sb_block
         }
     }
 #pragma GCC unroll 8
-    for (int c = 0; c < C; c++) {
-        float *o = s + (size_t)c * ldc;
-        const __m512 v = add ? _mm512_add_ps(acc[c], _mm512_maskz_loadu_ps(m, o)) : acc[c];
-        _mm512_mask_storeu_ps(o, m, v);
-    }
+    for (int c = 0; c < C; c++) _mm512_mask_storeu_ps(s + (size_t)c * ldc, m, acc[c]);
 }
 
 KQ_INLINE void micro_n(int wt, int cc, const panel_sb *pan, int nsb, const sb_block_q8_K *const *yc, int i0,
