@@ -102,6 +102,12 @@ typedef struct {
  * keeps one placeholder throughout. */
 typedef struct { sb_pii_entry *v; size_t n, cap; } sb_pii_table;
 void sb_pii_table_free(sb_pii_table *t);
+/* A table as text, to keep it between a conversation's turns (the session
+ * store seals it), and back: a JSON array of {name, number, value, raw}.
+ * save: *out sb_malloc'ed, 0 or SB_ENOMEM. load: t is emptied first, then
+ * 0, SB_EINVAL (not a saved table) or SB_ENOMEM, t empty on an error. */
+int sb_pii_table_save(const sb_pii_table *t, char **out, size_t *out_len);
+int sb_pii_table_load(const char *text, size_t len, sb_pii_table *t, char *err);
 
 typedef enum {
     SB_PII_PSEUDONYMIZE,        /* ⟨PHONE_1⟩, value kept in the table */

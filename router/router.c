@@ -136,7 +136,7 @@ static void m_pipeline(void *ud, sb_ipc_reply *reply, const char *method, const 
     rt_pipeline_ref ref;
     int rc = rt_pipeline_resolve(&r->ex, name, NULL, &ref, err);
     /* The caller's personal data is replaced here, as pipecall.c does for HTTP. */
-    if (!rc && (rc = rt_privacy_enter(ref.p, input, &sc->privacy, err))) rt_pipeline_ref_release(&ref);
+    if (!rc && (rc = rt_privacy_enter(ref.p, input, NULL, &sc->privacy, err))) rt_pipeline_ref_release(&ref);
     if (!rc && sc->privacy) {
         input = rt_privacy_input(sc->privacy);
         rt_privacy_wrap(sc->privacy, &sink);

@@ -342,12 +342,21 @@ void rt_sessions_start(rt *r, const sb_config *cfg) {
     bool want = false;
     for (size_t i = 0; ps && i < ps->n; i++) want |= ps->items[i].conv.on;
     if (!want || r->sessions) return;
-    if (rt_sessions_open(cfg->sessions.store, &r->sessions, err)) {
+    uint8_t key[SB_SEAL_KEY_LEN];
+    bool keyed = cfg->runtime.secret_key_file != NULL;
+    if (keyed && sb_seal_key_load(cfg->runtime.secret_key_file, key, err)) {
         sb_warn("sessions disabled: %s", err);
         return;
     }
-    if (rt_handoff_out_start(cfg->sessions.store, &r->handoff_out, err))
+    if (rt_sessions_open(cfg->sessions.store, &r->sessions, err)) {
+        sb_warn("sessions disabled: %s", err);
+        explicit_bzero(key, sizeof key);
+        return;
+    }
+    if (keyed) rt_sessions_set_key(r->sessions, key);
+    if (rt_handoff_out_start(cfg->sessions.store, keyed ? key : NULL, &r->handoff_out, err))
         sb_warn("hand-off delivery off: %s", err);
+    explicit_bzero(key, sizeof key);
     r->session_timer = event_new(r->ex.be.base, -1, EV_PERSIST, on_sweep, r);
     struct timeval tv = { cfg->sessions.sweep_s, 0 };
     if (r->session_timer) event_add(r->session_timer, &tv);

@@ -11,6 +11,13 @@
  * time.
  *
  * The file holds callers' words: it is created 0600, as the cache is.
+ * Under a privacy policy the words are placeholders (⟨PHONE_1⟩), and the
+ * values behind them - which later turns restore into replies and reveal
+ * to tools - are kept only sealed (AES-256-GCM, cache/seal.c, with the
+ * site's runtime.secret_key_file), bound to their session by the
+ * associated data: a box copied into another session's row does not open.
+ * A hand-off package, which carries the real values to the person who
+ * takes the call, is sealed the same way until it is delivered.
  * Everything runs on the router's loop; a turn's reads and its commit are
  * a few page reads and one fsync.
  */
@@ -30,6 +37,8 @@ struct rt_sessions {
     char *path;
     char (*busy)[RT_SESSION_ID_LEN + 1];    /* sessions with a turn in flight */
     size_t n_busy, cap_busy;
+    uint8_t key[SB_SEAL_KEY_LEN];   /* seals values and packages; has_key false: none */
+    bool has_key;
 };
 
 static const char *const schema =
@@ -37,17 +46,28 @@ static const char *const schema =
     " id TEXT PRIMARY KEY, owner TEXT NOT NULL, pipeline TEXT NOT NULL,"
     " created REAL NOT NULL, updated REAL NOT NULL, expires REAL NOT NULL,"
     " turns INTEGER NOT NULL, failures INTEGER NOT NULL, bytes INTEGER NOT NULL,"
-    " intent TEXT, slots TEXT NOT NULL, awaiting TEXT, stage INTEGER NOT NULL, done INTEGER NOT NULL);"
+    " intent TEXT, slots TEXT NOT NULL, awaiting TEXT, stage INTEGER NOT NULL, done INTEGER NOT NULL, values_box BLOB);"
     "CREATE INDEX IF NOT EXISTS sessions_expires ON sessions(expires);"
     "CREATE TABLE IF NOT EXISTS turns ("
     " session TEXT NOT NULL, n INTEGER NOT NULL, at REAL NOT NULL, caller TEXT NOT NULL, reply TEXT NOT NULL,"
     " PRIMARY KEY (session, n)) WITHOUT ROWID;"
     /* Hand-off packages to deliver: one per session (its id is the
      * idempotency key), kept until the receiver takes it, whatever becomes
-     * of the session. */
+     * of the session. A delivered one keeps its row without the package
+     * (what the console shows) until its session is gone. body is a sealed
+     * box (BLOB) when sealed is 1. */
     "CREATE TABLE IF NOT EXISTS handoff_outbox ("
     " session TEXT PRIMARY KEY, url TEXT NOT NULL, body TEXT NOT NULL, created REAL NOT NULL,"
-    " attempts INTEGER NOT NULL, next_at REAL NOT NULL, last_error TEXT);";
+    " attempts INTEGER NOT NULL, next_at REAL NOT NULL, last_error TEXT, sealed INTEGER NOT NULL DEFAULT 0,"
+    " reason TEXT, delivered REAL);";
+
+/* Columns added after the first release, for files made before them. */
+static const struct { const char *table, *column, *decl; } added_columns[] = {
+    { "sessions", "values_box", "BLOB" },
+    { "handoff_outbox", "sealed", "INTEGER NOT NULL DEFAULT 0" },
+    { "handoff_outbox", "reason", "TEXT" },
+    { "handoff_outbox", "delivered", "REAL" },
+};
 
 static int db_fail(rt_sessions *s, char *err, const char *what) {
     return sb_seterr(err, SB_EIO, "sessions %s: %s: %s", s->path, what, sqlite3_errmsg(s->db));
@@ -75,6 +95,23 @@ static int create_private(const char *path, char *err) {
     return rc;
 }
 
+static int add_columns(rt_sessions *s, char *err) {
+    int rc = 0;
+    for (size_t i = 0; !rc && i < SB_ARRAY_LEN(added_columns); i++) {
+        char sql[160];
+        sqlite3_stmt *st;
+        snprintf(sql, sizeof sql, "SELECT %s FROM %s LIMIT 0", added_columns[i].column, added_columns[i].table);
+        if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) == SQLITE_OK) {
+            sqlite3_finalize(st);
+            continue;
+        }
+        snprintf(sql, sizeof sql, "ALTER TABLE %s ADD COLUMN %s %s", added_columns[i].table, added_columns[i].column,
+                 added_columns[i].decl);
+        rc = exec(s, sql, err);
+    }
+    return rc;
+}
+
 int rt_sessions_open(const char *path, rt_sessions **out, char *err) {
     *out = NULL;
     int rc = create_private(path, err);
@@ -92,6 +129,7 @@ int rt_sessions_open(const char *path, rt_sessions **out, char *err) {
         if (!rc) rc = exec(s, "PRAGMA synchronous=FULL", err);
         if (!rc) rc = exec(s, "PRAGMA secure_delete=ON", err);   /* a purged transcript's bytes go */
         if (!rc) rc = exec(s, schema, err);
+        if (!rc) rc = add_columns(s, err);
     }
     if (rc) {
         rt_sessions_close(s);
@@ -104,9 +142,76 @@ int rt_sessions_open(const char *path, rt_sessions **out, char *err) {
 void rt_sessions_close(rt_sessions *s) {
     if (!s) return;
     sqlite3_close_v2(s->db);
+    explicit_bzero(s->key, sizeof s->key);
     sb_free(s->busy);
     sb_free(s->path);
     sb_free(s);
+}
+
+void rt_sessions_set_key(rt_sessions *s, const uint8_t key[SB_SEAL_KEY_LEN]) {
+    memcpy(s->key, key, sizeof s->key);
+    s->has_key = true;
+}
+
+/* ---------------------------------------------------------------- sealing */
+
+/* What a box of session id holds (values or a hand-off package): the
+ * associated data, so a box opens only in its own session and place. */
+static void box_aad(char *aad, size_t n, const char *id, const char *what) { snprintf(aad, n, "%s/%s", id, what); }
+
+static int seal_text(rt_sessions *s, const char *id, const char *what, const char *text, size_t len, uint8_t **box,
+                     size_t *box_len, char *err) {
+    *box = NULL;
+    if (!s->has_key)
+        return sb_seterr(err, SB_EINVAL, "sessions %s: session %s keeps callers' values, and no "
+                         "runtime.secret_key_file is set to seal them", s->path, id);
+    char aad[RT_SESSION_ID_LEN + 16];
+    box_aad(aad, sizeof aad, id, what);
+    if (!(*box = sb_malloc(len + SB_SEAL_OVERHEAD))) return sb_seterr(err, SB_ENOMEM, "out of memory");
+    int rc = sb_seal(s->key, aad, strlen(aad), text, len, *box);
+    if (rc) {
+        sb_free(*box);
+        *box = NULL;
+        return sb_seterr(err, rc, "session %s: sealing its %s failed", id, what);
+    }
+    *box_len = len + SB_SEAL_OVERHEAD;
+    return 0;
+}
+
+/* The text in a box, NUL-terminated and sb_malloc'ed. A box that does not
+ * open is SB_EINVAL naming the likely cause: it never crashes a turn or
+ * leaks a byte of the box. */
+static int open_box(rt_sessions *s, const char *id, const char *what, const void *box, size_t len, char **text,
+                    char *err) {
+    *text = NULL;
+    if (!s->has_key)
+        return sb_seterr(err, SB_EINVAL, "session %s: its %s are sealed, and no runtime.secret_key_file is set "
+                         "to open them", id, what);
+    char aad[RT_SESSION_ID_LEN + 16];
+    box_aad(aad, sizeof aad, id, what);
+    if (len < SB_SEAL_OVERHEAD || !(*text = sb_malloc(len - SB_SEAL_OVERHEAD + 1)))
+        return len < SB_SEAL_OVERHEAD ? sb_seterr(err, SB_EINVAL, "session %s: its sealed %s are cut short", id, what)
+                                      : sb_seterr(err, SB_ENOMEM, "out of memory");
+    if (sb_unseal(s->key, aad, strlen(aad), box, len, (uint8_t *)*text)) {
+        sb_free(*text);
+        *text = NULL;
+        return sb_seterr(err, SB_EINVAL, "session %s: its sealed %s do not open with runtime.secret_key_file "
+                         "(a different key than the one that sealed them, or the store was altered)", id, what);
+    }
+    (*text)[len - SB_SEAL_OVERHEAD] = '\0';
+    return 0;
+}
+
+/* The session's values from the box in column i of st, into ss->values. */
+static int load_values(rt_sessions *s, sqlite3_stmt *st, int i, rt_session *ss, char *err) {
+    if (sqlite3_column_type(st, i) == SQLITE_NULL) return 0;
+    char *json;
+    int rc = open_box(s, ss->id, "values", sqlite3_column_blob(st, i), (size_t)sqlite3_column_bytes(st, i), &json, err);
+    if (rc) return rc;
+    rc = sb_pii_table_load(json, strlen(json), &ss->values, err);
+    explicit_bzero(json, strlen(json));
+    sb_free(json);
+    return rc;
 }
 
 int rt_session_new_id(char out[RT_SESSION_ID_LEN + 1]) {
@@ -168,6 +273,7 @@ void rt_session_clear(rt_session *ss) {
     sb_free(ss->awaiting);
     sb_free(ss->handoff);
     sb_free(ss->said);
+    sb_pii_table_free(&ss->values);
     memset(ss, 0, sizeof *ss);
 }
 
@@ -176,7 +282,7 @@ int rt_session_load(rt_sessions *s, const char *id, const char *owner, double no
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(s->db,
                            "SELECT owner, pipeline, created, updated, expires, turns, failures, bytes, intent, slots,"
-                           " awaiting, stage, done FROM sessions WHERE id = ?1", -1, &st, NULL) != SQLITE_OK)
+                           " awaiting, stage, done, values_box FROM sessions WHERE id = ?1", -1, &st, NULL) != SQLITE_OK)
         return db_fail(s, err, "reading a session");
     sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
     int rc = sqlite3_step(st);
@@ -204,7 +310,12 @@ int rt_session_load(rt_sessions *s, const char *id, const char *owner, double no
     out->awaiting = col_dup(st, 10);
     out->stage = sqlite3_column_int(st, 11);
     out->done = sqlite3_column_int(st, 12);
+    rc = load_values(s, st, 13, out, err);
     sqlite3_finalize(st);
+    if (rc) {
+        rt_session_clear(out);
+        return rc;
+    }
     if (!out->pipeline || !out->slots) {
         rt_session_clear(out);
         return sb_seterr(err, SB_ENOMEM, "out of memory");
@@ -275,7 +386,9 @@ int rt_session_transcript_json(rt_sessions *s, const char *id, sb_jw *w, char *e
 
 /* ---------------------------------------------------------------- writes */
 
-static int bind_state(sqlite3_stmt *st, const rt_session *ss, int ttl_s, double now) {
+typedef struct { uint8_t *p; size_t len; } box;
+
+static int bind_state(sqlite3_stmt *st, const rt_session *ss, int ttl_s, double now, const box *values) {
     sqlite3_bind_text(st, 1, ss->id, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, ss->owner, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 3, ss->pipeline, -1, SQLITE_STATIC);
@@ -288,6 +401,8 @@ static int bind_state(sqlite3_stmt *st, const rt_session *ss, int ttl_s, double 
     sqlite3_bind_text(st, 10, ss->slots ? ss->slots : "{}", -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 11, ss->awaiting, -1, SQLITE_STATIC);
     sqlite3_bind_int(st, 12, ss->stage);
+    if (values->p) sqlite3_bind_blob(st, 14, values->p, (int)values->len, SQLITE_STATIC);
+    else sqlite3_bind_null(st, 14);
     return sqlite3_bind_int(st, 13, ss->done);
 }
 
@@ -301,11 +416,11 @@ static int step_once(rt_sessions *s, const char *sql, char *err, int (*bind)(sql
     return rc == SQLITE_DONE ? 0 : db_fail(s, err, "writing");
 }
 
-typedef struct { const rt_session *ss; int ttl_s; double now; const char *caller, *reply; } turn_args;
+typedef struct { const rt_session *ss; int ttl_s; double now; const char *caller, *reply; box values; } turn_args;
 
 static int bind_row(sqlite3_stmt *st, const void *arg) {
     const turn_args *t = arg;
-    return bind_state(st, t->ss, t->ttl_s, t->now);
+    return bind_state(st, t->ss, t->ttl_s, t->now, &t->values);
 }
 
 static int bind_turn(sqlite3_stmt *st, const void *arg) {
@@ -373,26 +488,58 @@ static int package_text(rt_sessions *s, const rt_session *ss, char **out, char *
     return rc;
 }
 
-typedef struct { const rt_session *ss; const char *body; double now; } outbox_args;
+typedef struct { const rt_session *ss; const char *body; box sealed; double now; } outbox_args;
 
 static int bind_outbox(sqlite3_stmt *st, const void *arg) {
     const outbox_args *o = arg;
     sqlite3_bind_text(st, 1, o->ss->id, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, o->ss->handoff_url, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 3, o->body, -1, SQLITE_STATIC);
+    if (o->sealed.p) sqlite3_bind_blob(st, 3, o->sealed.p, (int)o->sealed.len, SQLITE_STATIC);
+    else sqlite3_bind_text(st, 3, o->body, -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 5, o->sealed.p != NULL);
+    sqlite3_bind_text(st, 6, o->ss->handoff_reason, -1, SQLITE_STATIC);
     return sqlite3_bind_double(st, 4, o->now);
 }
 
-static int enqueue(rt_sessions *s, const rt_session *ss, const char *body, double now, char *err) {
-    outbox_args o = { ss, body, now };
-    return step_once(s, "INSERT INTO handoff_outbox (session, url, body, created, attempts, next_at)"
-                        " VALUES (?1, ?2, ?3, ?4, 0, ?4) ON CONFLICT(session) DO NOTHING", err, bind_outbox, &o);
+/* The package queued for delivery. With values, the receiver gets them
+ * put back in (the person who takes the call needs the real number), and
+ * the package waits in the outbox sealed. */
+static int enqueue(rt_sessions *s, const rt_session *ss, const sb_pii_table *values, const char *body, double now,
+                   char *err) {
+    outbox_args o = { ss, body, { NULL, 0 }, now };
+    int rc = 0;
+    if (values) {
+        char *real;
+        size_t n;
+        if (sb_privacy_restore(values, body, strlen(body), false, &real, &n)) return sb_seterr(err, SB_ENOMEM, "out of memory");
+        rc = seal_text(s, ss->id, "handoff", real, n, &o.sealed.p, &o.sealed.len, err);
+        explicit_bzero(real, n);
+        sb_free(real);
+    }
+    if (!rc)
+        rc = step_once(s, "INSERT INTO handoff_outbox (session, url, body, created, attempts, next_at, sealed, reason)"
+                          " VALUES (?1, ?2, ?3, ?4, 0, ?4, ?5, ?6) ON CONFLICT(session) DO NOTHING", err, bind_outbox, &o);
+    sb_free(o.sealed.p);
+    return rc;
+}
+
+/* A due package's body: as stored, or unsealed. A box that does not open
+ * (another key) leaves body NULL and says why, for the retry. */
+static int due_body(rt_sessions *s, sqlite3_stmt *st, rt_handoff_item *it) {
+    char err[SB_ERR_LEN];
+    it->error = NULL;
+    if (!sqlite3_column_int(st, 4)) return (it->body = col_dup(st, 2)) ? 0 : SB_ENOMEM;
+    int rc = open_box(s, it->session, "handoff", sqlite3_column_blob(st, 2), (size_t)sqlite3_column_bytes(st, 2),
+                      &it->body, err);
+    if (rc == SB_EINVAL) it->error = "the sealed package does not open with runtime.secret_key_file (another key?)";
+    return rc == SB_EINVAL ? 0 : rc;
 }
 
 int rt_handoff_due(rt_sessions *s, double now, rt_handoff_item *items, int max, char *err) {
     sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(s->db, "SELECT session, url, body, attempts FROM handoff_outbox WHERE next_at <= ?1"
-                                  " ORDER BY next_at LIMIT ?2", -1, &st, NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(s->db, "SELECT session, url, body, attempts, sealed FROM handoff_outbox"
+                                  " WHERE next_at <= ?1 AND delivered IS NULL ORDER BY next_at LIMIT ?2", -1, &st,
+                           NULL) != SQLITE_OK)
         return db_fail(s, err, "reading the hand-off outbox");
     sqlite3_bind_double(st, 1, now);
     sqlite3_bind_int(st, 2, max);
@@ -401,10 +548,13 @@ int rt_handoff_due(rt_sessions *s, double now, rt_handoff_item *items, int max, 
         rt_handoff_item *it = &items[n];
         snprintf(it->session, sizeof it->session, "%s", (const char *)sqlite3_column_text(st, 0));
         it->url = col_dup(st, 1);
-        it->body = col_dup(st, 2);
         it->attempts = sqlite3_column_int(st, 3);
         n++;
-        if (!it->url || !it->body) { rt_handoff_items_free(items, n); sqlite3_finalize(st); return SB_ENOMEM; }
+        if (!it->url || due_body(s, st, it)) {
+            rt_handoff_items_free(items, n);
+            sqlite3_finalize(st);
+            return sb_seterr(err, SB_ENOMEM, "out of memory");
+        }
     }
     sqlite3_finalize(st);
     return n;
@@ -413,6 +563,7 @@ int rt_handoff_due(rt_sessions *s, double now, rt_handoff_item *items, int max, 
 void rt_handoff_items_free(rt_handoff_item *items, int n) {
     for (int i = 0; i < n; i++) {
         sb_free(items[i].url);
+        if (items[i].body) explicit_bzero(items[i].body, strlen(items[i].body));
         sb_free(items[i].body);
     }
 }
@@ -428,8 +579,11 @@ static int bind_retry(sqlite3_stmt *st, const void *arg) {
 
 static int bind_id(sqlite3_stmt *st, const void *arg) { return sqlite3_bind_text(st, 1, arg, -1, SQLITE_STATIC); }
 
+/* The row stays, without its package (the receiver has it), so the
+ * console can say it was delivered; it goes with its session. */
 int rt_handoff_delivered(rt_sessions *s, const char *id, char *err) {
-    return step_once(s, "DELETE FROM handoff_outbox WHERE session = ?1", err, bind_id, id);
+    return step_once(s, "UPDATE handoff_outbox SET body = '', sealed = 0, delivered = (julianday('now') - 2440587.5) * 86400,"
+                        " attempts = attempts + 1, last_error = NULL WHERE session = ?1", err, bind_id, id);
 }
 
 int rt_handoff_retry(rt_sessions *s, const char *id, double next_at, const char *why, char *err) {
@@ -442,23 +596,43 @@ int rt_handoff_retry(rt_sessions *s, const char *id, double next_at, const char 
  * has turns 1). The row is inserted or updated, the turn (caller NULL:
  * none) added, in one transaction: both or neither. created is kept from
  * the first commit. */
+/* The values a commit seals: the call's table, else those loaded. */
+static const sb_pii_table *values_of(const rt_session *ss) {
+    return ss->seal ? ss->seal : ss->values.n ? &ss->values : NULL;
+}
+
+static int seal_values(rt_sessions *s, const rt_session *ss, box *b, char *err) {
+    const sb_pii_table *values = values_of(ss);
+    if (!values) return 0;
+    char *json;
+    size_t n;
+    if (sb_pii_table_save(values, &json, &n)) return sb_seterr(err, SB_ENOMEM, "out of memory");
+    int rc = seal_text(s, ss->id, "values", json, n, &b->p, &b->len, err);
+    explicit_bzero(json, n);
+    sb_free(json);
+    return rc;
+}
+
 int rt_session_commit(rt_sessions *s, rt_session *ss, int ttl_s, const char *caller, const char *reply,
                       double now, char *err) {
-    turn_args t = { ss, ttl_s, now, caller ? caller : "", reply ? reply : "" };
-    int rc = exec(s, "BEGIN IMMEDIATE", err);
-    if (rc) return rc;
+    turn_args t = { ss, ttl_s, now, caller ? caller : "", reply ? reply : "", { NULL, 0 } };
+    int rc = seal_values(s, ss, &t.values, err);
+    if (!rc) rc = exec(s, "BEGIN IMMEDIATE", err);
+    if (rc) { sb_free(t.values.p); return rc; }
     rc = step_once(s,
                    "INSERT INTO sessions (id, owner, pipeline, created, updated, expires, turns, failures, bytes,"
-                   " intent, slots, awaiting, stage, done) VALUES (?1, ?2, ?3, ?4, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11,"
-                   " ?12, ?13) ON CONFLICT(id) DO UPDATE SET updated = ?4, expires = ?5, turns = ?6, failures = ?7,"
-                   " bytes = ?8, intent = ?9, slots = ?10, awaiting = ?11, stage = ?12, done = ?13",
+                   " intent, slots, awaiting, stage, done, values_box) VALUES (?1, ?2, ?3, ?4, ?4, ?5, ?6, ?7, ?8, ?9,"
+                   " ?10, ?11, ?12, ?13, ?14) ON CONFLICT(id) DO UPDATE SET updated = ?4, expires = ?5, turns = ?6,"
+                   " failures = ?7, bytes = ?8, intent = ?9, slots = ?10, awaiting = ?11, stage = ?12, done = ?13,"
+                   " values_box = ?14",
                    err, bind_row, &t);
+    sb_free(t.values.p);
     if (!rc && caller)
         rc = step_once(s, "INSERT INTO turns (session, n, at, caller, reply) VALUES (?1, ?2, ?3, ?4, ?5)", err,
                        bind_turn, &t);
     char *package = NULL;
     if (!rc && ss->handoff_reason) rc = package_text(s, ss, &package, err);
-    if (!rc && package && ss->handoff_url) rc = enqueue(s, ss, package, now, err);
+    if (!rc && package && ss->handoff_url) rc = enqueue(s, ss, values_of(ss), package, now, err);
     if (!rc) rc = exec(s, "COMMIT", err);
     if (rc) {
         sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
@@ -473,6 +647,23 @@ int rt_session_commit(rt_sessions *s, rt_session *ss, int ttl_s, const char *cal
 }
 
 static int bind_now(sqlite3_stmt *st, const void *arg) { return sqlite3_bind_double(st, 1, *(const double *)arg); }
+
+/* A session, its turns, and with outbox its hand-off package even if not
+ * delivered yet (an erase wins over a delivery; a caller who hung up
+ * does not). */
+static int delete_session(rt_sessions *s, const char *id, bool outbox, char *err) {
+    int rc = exec(s, "BEGIN IMMEDIATE", err);
+    if (!rc) rc = step_once(s, "DELETE FROM turns WHERE session = ?1", err, bind_id, id);
+    if (!rc) rc = step_once(s, "DELETE FROM sessions WHERE id = ?1", err, bind_id, id);
+    int n = rc ? 0 : sqlite3_changes(s->db);
+    if (!rc && outbox) rc = step_once(s, "DELETE FROM handoff_outbox WHERE session = ?1", err, bind_id, id);
+    if (rc) {
+        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+        return rc;
+    }
+    rc = exec(s, "COMMIT", err);
+    return rc ? rc : n;
+}
 
 int rt_session_delete(rt_sessions *s, const char *id, char *err) {
     int rc = exec(s, "BEGIN IMMEDIATE", err);
@@ -494,11 +685,13 @@ static int purge_where(rt_sessions *s, const char *column, double t, char *err) 
     int rc = exec(s, "BEGIN IMMEDIATE", err);
     if (!rc) rc = step_once(s, turns, err, bind_now, &t);
     if (!rc) rc = step_once(s, rows, err, bind_now, &t);
+    int n = sqlite3_changes(s->db);
+    /* A delivered package's row goes with its session. */
+    if (!rc) rc = exec(s, "DELETE FROM handoff_outbox WHERE delivered IS NOT NULL AND session NOT IN (SELECT id FROM sessions)", err);
     if (rc) {
         sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
         return rc;
     }
-    int n = sqlite3_changes(s->db);
     rc = exec(s, "COMMIT", err);
     if (!rc && n) rc = rt_sessions_checkpoint(s, err);
     return rc ? rc : n;
@@ -522,24 +715,33 @@ int rt_session_erase(rt_sessions *s, const char *id, sb_bytes *callers, char *er
     }
     if (!rc && step != SQLITE_DONE) rc = db_fail(s, err, "reading a session");
     sqlite3_finalize(st);
-    if (!rc) rc = exec(s, "BEGIN IMMEDIATE", err);
-    if (!rc) rc = step_once(s, "DELETE FROM turns WHERE session = ?1", err, bind_id, id);
-    if (!rc) rc = step_once(s, "DELETE FROM sessions WHERE id = ?1", err, bind_id, id);
-    int n = rc ? 0 : sqlite3_changes(s->db);
-    if (rc) {
-        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
-        return rc;
-    }
-    if ((rc = exec(s, "COMMIT", err)) || (n && (rc = rt_sessions_checkpoint(s, err)))) return rc;
+    int n = rc ? rc : delete_session(s, id, true, err);
+    if (n > 0 && (rc = rt_sessions_checkpoint(s, err))) return rc;
     return n;
+}
+
+/* Does session id's sealed values box (column col of st) hold what match
+ * looks for? A box this key cannot open fails the erase: it cannot tell. */
+static int values_match(rt_sessions *s, sqlite3_stmt *st, int col, rt_text_match_fn match, void *arg, bool *hit,
+                        char *err) {
+    if (sqlite3_column_type(st, col) != SQLITE_BLOB) return 0;
+    const char *id = (const char *)sqlite3_column_text(st, 0);
+    char *json;
+    int rc = open_box(s, id ? id : "?", "values", sqlite3_column_blob(st, col), (size_t)sqlite3_column_bytes(st, col),
+                      &json, err);
+    if (rc) return rc;
+    *hit = match(arg, json, strlen(json));
+    explicit_bzero(json, strlen(json));
+    sb_free(json);
+    return 0;
 }
 
 int rt_sessions_erase_matching(rt_sessions *s, rt_text_match_fn match, void *arg, char *err) {
     /* The ids first, the deletes after: no delete under an open statement. */
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(s->db,
-                           "SELECT id, intent, slots, awaiting FROM sessions UNION ALL"
-                           " SELECT session, caller, reply, NULL FROM turns", -1, &st, NULL) != SQLITE_OK)
+                           "SELECT id, intent, slots, awaiting, values_box FROM sessions UNION ALL"
+                           " SELECT session, caller, reply, NULL, NULL FROM turns", -1, &st, NULL) != SQLITE_OK)
         return db_fail(s, err, "reading the sessions");
     enum { ID = RT_SESSION_ID_LEN + 1 };
     sb_bytes ids = { 0 };       /* matching ids, ID bytes each (NUL included) */
@@ -550,6 +752,7 @@ int rt_sessions_erase_matching(rt_sessions *s, rt_text_match_fn match, void *arg
             const char *t = (const char *)sqlite3_column_text(st, col);
             hit = t && match(arg, t, (size_t)sqlite3_column_bytes(st, col));
         }
+        if (!hit && (rc = values_match(s, st, 4, match, arg, &hit, err))) break;
         const char *id = (const char *)sqlite3_column_text(st, 0);
         if (hit && rt_session_id_valid(id) && sb_bytes_put(&ids, id, ID))
             rc = sb_seterr(err, SB_ENOMEM, "out of memory");
@@ -560,7 +763,9 @@ int rt_sessions_erase_matching(rt_sessions *s, rt_text_match_fn match, void *arg
     for (size_t i = 0; !rc && i < ids.n; i += ID) {
         bool again = false;     /* one session can match in its row and in several turns */
         for (size_t j = 0; j < i && !again; j += ID) again = !strcmp(ids.p + i, ids.p + j);
-        if (!again && !(rc = rt_session_delete(s, ids.p + i, err))) deleted++;
+        int n = again ? 0 : delete_session(s, ids.p + i, true, err);
+        if (n < 0) rc = n;
+        else deleted += n;
     }
     sb_free(ids.p);
     if (!rc && deleted) rc = rt_sessions_checkpoint(s, err);

@@ -146,6 +146,22 @@ static int load_privacy(vctx *c, const sb_config_node *n, sb_pipeline *p) {
     return 0;
 }
 
+/* A conversation under a privacy policy: its session keeps the values
+ * behind the placeholders across turns, sealed with the site's key, and
+ * its hand-off package carries them to a person, so only over TLS. */
+static int check_private_conversation(vctx *c, const sb_config_node *n, const sb_pipeline *p) {
+    if (p->privacy_mode == SB_PRIVACY_PSEUDONYMIZE && !c->cfg->runtime.secret_key_file)
+        return FAIL(c, sb_config_node_get(n, "privacy"),
+                    "%s: privacy (pseudonymize) with a conversation keeps the caller's values between turns, sealed "
+                    "with runtime.secret_key_file; set it (openssl rand -hex 32 > FILE; chmod 600 FILE)", c->path);
+    const char *url = p->conv.handoff_url;
+    if (url && strncmp(url, "https://", 8))
+        return FAIL(c, sb_config_node_get(sb_config_node_get(n, "conversation"), "handoff_url"),
+                    "%s.conversation.handoff_url: must be https:// when the pipeline has a privacy policy (the "
+                    "hand-off package carries the caller's real values), got '%s'", c->path, url);
+    return 0;
+}
+
 /* A pipeline's own keys; its stages' are their kinds' (stage_*.c). */
 #define P(f) offsetof(sb_pipeline, f)
 static const sb_cfg_key pipeline_keys[] = {
@@ -175,13 +191,7 @@ static int load_pipeline(vctx *c, const sb_config_node *key, const sb_config_nod
     if ((v = sb_config_node_get(n, "cache_fold")) && (rc = load_cache_fold(c, v, p))) return rc;
     if ((v = sb_config_node_get(n, "conversation")) && (rc = load_conversation(c, v, p))) return rc;
     if ((v = sb_config_node_get(n, "privacy")) && (rc = load_privacy(c, v, p))) return rc;
-    /* A session keeps the caller's words across turns, and the privacy
-     * door's values live only as long as one call: together a later turn
-     * could restore or reveal another turn's value. Refused until sessions
-     * keep the values themselves (sealed at rest). */
-    if (p->conv.on && p->privacy_mode != SB_PRIVACY_OFF)
-        return FAIL(c, sb_config_node_get(n, "privacy"),
-                    "%s: privacy and conversation in one pipeline are not supported yet; give one of them", c->path);
+    if (p->conv.on && p->privacy_mode != SB_PRIVACY_OFF && (rc = check_private_conversation(c, n, p))) return rc;
     const sb_config_node *st = sb_config_node_get(n, "stages");
     if (!st) return FAIL(c, n, "%s: missing 'stages'", c->path);
     if (st->kind != SB_CFG_SEQ || st->n_items == 0 || st->n_items > SB_PIPE_MAX_STAGES)

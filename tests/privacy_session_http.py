@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""privacy_session_http.py URL RUNDIR SB CONFIG REVEALED STATE - a
+conversation under a privacy policy against a real runtime
+(tests/it_privacy_session.sh starts it and says what the pipeline does).
+
+The random-weight fixture extracts nothing, so the mobile and the e-mail
+are asked for, one turn each; the last turn's reply says both back. Writes
+{"kept": SESSION} to STATE: a session the script leaves mid-call, for the
+wrong-key check that follows. Standard library only.
+"""
+import http.client
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.parse
+
+sys.path.insert(0, os.path.dirname(__file__))
+import itlib  # noqa: E402
+
+URL, RUN, SB, CONFIG, REVEALED, STATE = sys.argv[1:7]
+u = urllib.parse.urlparse(URL)
+KEYS = {"app": "app-key-0123456789", "dpo": "dpo-key-0123456789"}
+check = itlib.Checks(detail_max=400)
+
+# Each value, and the renderings a file might hold it in.
+VALUES = {
+    "13800138000": ["13800138000", "138 0013 8000", "幺三八零零幺三八零零零", "幺三八 零零幺三 八零零零"],
+    "zhang.san@example.com": ["zhang.san"],
+    "13912345678": ["13912345678", "139 1234 5678"],
+    "li.si@example.com": ["li.si"],
+    "13700001111": ["13700001111"],
+    "wang.wu@example.com": ["wang.wu"],
+}
+
+
+def req(method, path, body=None, key="app", timeout=60):
+    c = http.client.HTTPConnection(u.hostname, u.port, timeout=timeout)
+    h = {"Authorization": "Bearer " + KEYS[key]}
+    data = None
+    if body is not None:
+        data = json.dumps(body).encode()
+        h["Content-Type"] = "application/json"
+    c.request(method, path, body=data, headers=h)
+    r = c.getresponse()
+    raw = r.read()
+    c.close()
+    try:
+        return r.status, json.loads(raw)
+    except ValueError:
+        return r.status, None
+
+
+def turn(text, session=None):
+    body = {"input": text}
+    if session:
+        body["session"] = session
+    return req("POST", "/v1/pipelines/private", body)
+
+
+def files_holding(needle):
+    """Files under the runtime dir holding needle (UTF-8 or JSON \\u escapes)."""
+    forms = {needle.encode(), json.dumps(needle)[1:-1].encode()}
+    hits = []
+    for root, _, files in os.walk(RUN):
+        for f in files:
+            p = os.path.join(root, f)
+            try:
+                data = open(p, "rb").read()
+            except OSError:
+                continue
+            if any(x in data for x in forms):
+                hits.append(os.path.relpath(p, RUN))
+    return hits
+
+
+def leaks(values):
+    return {r: files_holding(r) for v in values for r in VALUES[v] if files_holding(r)}
+
+
+def revealed():
+    try:
+        return open(REVEALED).read().splitlines()
+    except OSError:
+        return []
+
+
+def erase(flag, arg):
+    env = dict(os.environ, SB_TEST_ADMIN=KEYS["dpo"])
+    p = subprocess.run([SB, "privacy", "erase", flag, arg, "-c", CONFIG, "--api-key-env", "SB_TEST_ADMIN"],
+                       capture_output=True, text=True, timeout=120, env=env)
+    return p.returncode, p.stdout, p.stderr
+
+
+PH = "\u27e8PHONE_1\u27e9"
+EM = "\u27e8EMAIL_1\u27e9"
+
+# ------------------------------------------------------------ a call, run resumed in memory
+st, j = turn("I need to update my contact details")
+sid = (j or {}).get("session")
+check(st == 200 and j["awaiting"] == {"kind": "slot", "slot": "phone"}, "turn 1 asks for the mobile", (st, j))
+st, j = turn("幺三八 零零幺三 八零零零", sid)
+check(st == 200 and j["state"]["slots"].get("phone") == "13800138000" and j["awaiting"] == {"kind": "slot", "slot": "email"},
+      "turn 2: the mobile said in numerals fills the slot (its checks on the value; the answer shows it restored)",
+      (st, j))
+check(not leaks(["13800138000"]), "after turn 2: no file under the runtime dir holds the mobile in any rendering "
+      "(session store and WAL included)", leaks(["13800138000"]))
+st, j = turn("zhang.san@example.com", sid)
+check(st == 200 and j["reply"] == "we will call 13800138000 and write to zhang.san@example.com",
+      "turn 3's reply restores the mobile said in turn 2", (st, j))
+check("13800138000|zhang.san@example.com" in revealed(),
+      "the privacy: reveal tool got turn 2's mobile on turn 3", revealed())
+st, g = req("GET", "/v1/sessions/" + str(sid))
+callers = [t["caller"] for t in (g or {}).get("transcript", [])]
+replies = " ".join(t["reply"] for t in (g or {}).get("transcript", []))
+check(st == 200 and callers[1:] == [PH, EM] and "13800138000" not in json.dumps(g, ensure_ascii=False)
+      and PH in replies and g["state"]["slots"] == {"phone": PH, "email": EM},
+      "the stored transcript and slots hold placeholders only", g)
+
+# ------------------------------------------------------------ across a kill -9 of the router
+st, j = turn("please update my details")
+kid = (j or {}).get("session")
+st, j = turn("139 1234 5678", kid)
+check(st == 200 and j["awaiting"] == {"kind": "slot", "slot": "email"}, "another call: the mobile given", (st, j))
+pid = itlib.router_pid(RUN)
+os.kill(pid, signal.SIGKILL)
+new = itlib.wait_router(RUN, pid, lambda: req("GET", "/v1/models", timeout=2)[0] == 200, 90)
+check(new is not None, "the router came back after kill -9")
+st, j = turn("li.si@example.com", kid)
+check(st == 200 and j["reply"] == "we will call 13912345678 and write to li.si@example.com",
+      "after the restart the sealed values open: the reply restores the earlier turn's mobile", (st, j))
+check("13912345678|li.si@example.com" in revealed(), "and the revealing tool gets it", revealed())
+# Left mid-call (asking for the e-mail) for the wrong-key check.
+st, j = turn("and a second request")
+keep = (j or {}).get("session")
+st, j = turn("13912345678", keep)
+check(st == 200 and j["awaiting"] == {"kind": "slot", "slot": "email"}, "a session left mid-call", (st, j))
+with open(STATE, "w") as f:
+    json.dump({"kept": keep}, f)
+
+# ------------------------------------------------------------ a hand-off carries the real values, sealed
+st, j = turn("I want to complain")
+hid = (j or {}).get("session")
+turn("13700001111", hid)
+st, j = turn("I'd rather not say", hid)
+h = (j or {}).get("handoff") or {}
+check(st == 200 and j["done"] is True and h.get("reason") == "refused" and h.get("slots", {}).get("phone") == "13700001111",
+      "a refusal hands the call off; the package names the real mobile", (st, j))
+check(not leaks(["13700001111"]), "the queued package is sealed: no file holds its values", leaks(["13700001111"]))
+
+check(not leaks(list(VALUES)), "no file under the runtime dir holds any value in any rendering", leaks(list(VALUES)))
+
+# ------------------------------------------------------------ erasure
+rc, out, err = erase("--value", "138-0013-8000")
+got = json.loads(out)["erased"] if rc == 0 else {}
+check(rc == 0 and got.get("sessions") == 1, "erase --value finds the session by its sealed values", (rc, out, err))
+st, _ = req("GET", "/v1/sessions/" + str(sid), key="dpo")
+check(st == 404, "the erased session is gone", st)
+rc, out, err = erase("--session", hid or "x")
+check(rc == 0 and json.loads(out)["erased"]["sessions"] == 1, "erase --session", (rc, out, err))
+st, _ = req("GET", "/v1/sessions/" + str(kid), key="dpo")
+check(st == 200, "another caller's session is kept", st)
+
+sys.exit(check.summary())
