@@ -158,7 +158,10 @@ typedef struct {
 } rt_handoff_item;
 int  rt_handoff_due(rt_sessions *s, double now, rt_handoff_item *items, int max, char *err);
 void rt_handoff_items_free(rt_handoff_item *items, int n);
-int  rt_handoff_delivered(rt_sessions *s, const char *id, char *err);
+int  rt_handoff_delivered(rt_sessions *s, const char *id, char *err);     /* the row kept, its package emptied */
+/* The console's list: the latest max hand-offs and their delivery state,
+ * never a package (sessions.c says the fields). */
+int  rt_handoff_list_json(rt_sessions *s, int max, sb_jw *w, char *err);
 int  rt_handoff_retry(rt_sessions *s, const char *id, double next_at, const char *why, char *err);
 int  rt_session_delete(rt_sessions *s, const char *id, char *err);
 /* Purge the sessions expired at now: how many, or < 0. */

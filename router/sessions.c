@@ -579,6 +579,38 @@ static int bind_retry(sqlite3_stmt *st, const void *arg) {
 
 static int bind_id(sqlite3_stmt *st, const void *arg) { return sqlite3_bind_text(st, 1, arg, -1, SQLITE_STATIC); }
 
+/* The latest max hand-offs for the console, newest first: where each
+ * stands in its delivery, and never the package (it holds the caller's
+ * values): [{session, pipeline, intent, reason, url, created, state
+ * (queued | retrying | delivered), attempts, next_at, delivered, last_error}]. */
+int rt_handoff_list_json(rt_sessions *s, int max, sb_jw *w, char *err) {
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(s->db, "SELECT o.session, s.pipeline, s.intent, o.reason, o.url, o.created, o.attempts,"
+                                  " o.next_at, o.delivered, o.last_error FROM handoff_outbox o LEFT JOIN sessions s"
+                                  " ON s.id = o.session ORDER BY o.created DESC LIMIT ?1", -1, &st, NULL) != SQLITE_OK)
+        return db_fail(s, err, "reading the hand-off outbox");
+    sqlite3_bind_int(st, 1, max);
+    sb_jw_arr(w);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        bool delivered = sqlite3_column_type(st, 8) != SQLITE_NULL;
+        int attempts = sqlite3_column_int(st, 6);
+        sb_jw_obj(w);
+        static const char *const keys[] = { "session", "pipeline", "intent", "reason", "url" };
+        for (int i = 0; i < 5; i++) { sb_jw_key(w, keys[i]); sb_jw_str(w, (const char *)sqlite3_column_text(st, i)); }
+        sb_jw_key(w, "created"); sb_jw_fixed(w, sqlite3_column_double(st, 5), 3);
+        sb_jw_key(w, "state"); sb_jw_str(w, delivered ? "delivered" : attempts ? "retrying" : "queued");
+        sb_jw_key(w, "attempts"); sb_jw_int(w, attempts);
+        sb_jw_key(w, "next_at"); if (delivered) sb_jw_null(w); else sb_jw_fixed(w, sqlite3_column_double(st, 7), 3);
+        sb_jw_key(w, "delivered"); if (delivered) sb_jw_fixed(w, sqlite3_column_double(st, 8), 3); else sb_jw_null(w);
+        sb_jw_key(w, "last_error"); sb_jw_str(w, (const char *)sqlite3_column_text(st, 9));
+        sb_jw_obj_end(w);
+    }
+    sqlite3_finalize(st);
+    sb_jw_arr_end(w);
+    return rc == SQLITE_DONE ? 0 : db_fail(s, err, "reading the hand-off outbox");
+}
+
 /* The row stays, without its package (the receiver has it), so the
  * console can say it was delivered; it goes with its session. */
 int rt_handoff_delivered(rt_sessions *s, const char *id, char *err) {

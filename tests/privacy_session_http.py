@@ -148,6 +148,14 @@ h = (j or {}).get("handoff") or {}
 check(st == 200 and j["done"] is True and h.get("reason") == "refused" and h.get("slots", {}).get("phone") == "13700001111",
       "a refusal hands the call off; the package names the real mobile", (st, j))
 check(not leaks(["13700001111"]), "the queued package is sealed: no file holds its values", leaks(["13700001111"]))
+st, c = req("GET", "/v1/console/handoffs", key="dpo")
+row = next((x for x in (c or {}).get("handoffs", []) if x["session"] == hid), {})
+check(st == 200 and row.get("reason") == "refused" and row.get("pipeline") == "private"
+      and row.get("state") in ("queued", "retrying") and row.get("url") == "https://127.0.0.1:9/handoff"
+      and "13700001111" not in json.dumps(c),
+      "the console lists the hand-off: reason and delivery state, never the package", (st, c))
+st, c = req("GET", "/v1/console/handoffs", key="app")
+check(st == 403, "a client key may not list hand-offs", st)
 
 check(not leaks(list(VALUES)), "no file under the runtime dir holds any value in any rendering", leaks(list(VALUES)))
 

@@ -190,8 +190,18 @@ static void test_handoff_package_sealed_until_sent(void **state) {
     assert_non_null(strstr(items[0].body, EMAIL));                          /* and in the transcript */
     assert_string_equal(items[0].session, ss.id);
     rt_handoff_items_free(items, 1);
+    sb_jw w;
+    sb_jw_init(&w);
+    assert_int_equal(rt_handoff_list_json(s, 10, &w, err), 0);
+    assert_non_null(strstr(w.p, "\"state\":\"queued\""));
+    assert_non_null(strstr(w.p, "\"reason\":\"asked\""));
+    assert_null(strstr(w.p, PHONE));
     assert_int_equal(rt_handoff_delivered(s, ss.id, err), 0);
     assert_int_equal(rt_handoff_due(s, 3000.0, items, 4, err), 0);
+    sb_jw_reset(&w);
+    assert_int_equal(rt_handoff_list_json(s, 10, &w, err), 0);      /* the row is kept, marked delivered */
+    assert_non_null(strstr(w.p, "\"state\":\"delivered\""));
+    sb_jw_free(&w);
     rt_session_clear(&ss);
     sb_pii_table_free(&table);
     rt_sessions_close(s);
