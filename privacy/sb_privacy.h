@@ -80,6 +80,15 @@ void sb_privacy_free(sb_privacy *p);
  * Call before the detector is shared; SB_EINVAL naming the problem. */
 enum { SB_PII_ON_TEXT, SB_PII_ON_DIGITS };
 int  sb_privacy_add_pattern(sb_privacy *p, const char *name, const char *regex, int on, char *err);
+/* The check digit an operator's identifier carries: pattern NAME's matches
+ * count only when their check characters pass it - the match's digits (and
+ * a final X or x for MOD 11-2), anything else in it ignored - so a pattern
+ * broad enough to catch every employee number does not take every number
+ * of that length. luhn: ISO/IEC 7812-1 (bank cards); mod11-2: ISO 7064
+ * MOD 11-2 (the resident ID's). 0, or SB_EINVAL: no such pattern. */
+typedef enum { SB_PII_CHECK_NONE, SB_PII_CHECK_LUHN, SB_PII_CHECK_MOD11_2 } sb_pii_check;
+extern const char *const sb_pii_check_names[];      /* "none", "luhn", "mod11-2", NULL: by sb_pii_check */
+int  sb_privacy_pattern_check(sb_privacy *p, const char *name, sb_pii_check check, char *err);
 const char *sb_privacy_pattern_name(const sb_privacy *p, int pattern);
 
 /* Every identifier in text[0..len) (need not be NUL-terminated). 0, or

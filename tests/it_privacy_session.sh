@@ -37,7 +37,9 @@ cache:
   path: $run/cache.sqlite
 pipelines:
   private:
-    privacy: { mode: pseudonymize }
+    privacy:
+      mode: pseudonymize
+      patterns: [{ name: MEMBER, regex: "^8[0-9]{15}\$", on: digits, checksum: luhn }]
     conversation: { ttl_s: 600, handoff_url: "$2" }
     stages:
       - name: extract
