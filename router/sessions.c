@@ -624,10 +624,6 @@ int rt_handoff_retry(rt_sessions *s, const char *id, double next_at, const char 
                         " WHERE session = ?1", err, bind_retry, &r);
 }
 
-/* ss holds the state after the turn (ss->turns counts it; a new session
- * has turns 1). The row is inserted or updated, the turn (caller NULL:
- * none) added, in one transaction: both or neither. created is kept from
- * the first commit. */
 /* The values a commit seals: the call's table, else those loaded. */
 static const sb_pii_table *values_of(const rt_session *ss) {
     return ss->seal ? ss->seal : ss->values.n ? &ss->values : NULL;
@@ -645,6 +641,10 @@ static int seal_values(rt_sessions *s, const rt_session *ss, box *b, char *err) 
     return rc;
 }
 
+/* ss holds the state after the turn (ss->turns counts it; a new session
+ * has turns 1). The row is inserted or updated, the turn (caller NULL:
+ * none) added, in one transaction: both or neither. created is kept from
+ * the first commit. */
 int rt_session_commit(rt_sessions *s, rt_session *ss, int ttl_s, const char *caller, const char *reply,
                       double now, char *err) {
     turn_args t = { ss, ttl_s, now, caller ? caller : "", reply ? reply : "", { NULL, 0 } };
@@ -698,14 +698,8 @@ static int delete_session(rt_sessions *s, const char *id, bool outbox, char *err
 }
 
 int rt_session_delete(rt_sessions *s, const char *id, char *err) {
-    int rc = exec(s, "BEGIN IMMEDIATE", err);
-    if (!rc) rc = step_once(s, "DELETE FROM turns WHERE session = ?1", err, bind_id, id);
-    if (!rc) rc = step_once(s, "DELETE FROM sessions WHERE id = ?1", err, bind_id, id);
-    if (rc) {
-        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
-        return rc;
-    }
-    return exec(s, "COMMIT", err);
+    int rc = delete_session(s, id, false, err);
+    return rc < 0 ? rc : 0;
 }
 
 /* Delete the sessions `column <= t` (column is ours, never the caller's)

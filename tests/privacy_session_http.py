@@ -8,19 +8,16 @@ are asked for, one turn each; the last turn's reply says both back. Writes
 {"kept": SESSION} to STATE: a session the script leaves mid-call, for the
 wrong-key check that follows. Standard library only.
 """
-import http.client
 import json
 import os
 import signal
 import subprocess
 import sys
-import urllib.parse
 
 sys.path.insert(0, os.path.dirname(__file__))
 import itlib  # noqa: E402
 
 URL, RUN, SB, CONFIG, REVEALED, STATE = sys.argv[1:7]
-u = urllib.parse.urlparse(URL)
 KEYS = {"app": "app-key-0123456789", "dpo": "dpo-key-0123456789"}
 check = itlib.Checks(detail_max=400)
 
@@ -37,20 +34,12 @@ VALUES = {
 
 
 def req(method, path, body=None, key="app", timeout=60):
-    c = http.client.HTTPConnection(u.hostname, u.port, timeout=timeout)
-    h = {"Authorization": "Bearer " + KEYS[key]}
-    data = None
-    if body is not None:
-        data = json.dumps(body).encode()
-        h["Content-Type"] = "application/json"
-    c.request(method, path, body=data, headers=h)
-    r = c.getresponse()
-    raw = r.read()
-    c.close()
+    h = {"Authorization": "Bearer " + KEYS[key], "Content-Type": "application/json"}
+    st, _, raw = itlib.request(URL + path, method, body, h, timeout)
     try:
-        return r.status, json.loads(raw)
+        return st, json.loads(raw)
     except ValueError:
-        return r.status, None
+        return st, None
 
 
 def turn(text, session=None):
@@ -60,24 +49,10 @@ def turn(text, session=None):
     return req("POST", "/v1/pipelines/private", body)
 
 
-def files_holding(needle):
-    """Files under the runtime dir holding needle (UTF-8 or JSON \\u escapes)."""
-    forms = {needle.encode(), json.dumps(needle)[1:-1].encode()}
-    hits = []
-    for root, _, files in os.walk(RUN):
-        for f in files:
-            p = os.path.join(root, f)
-            try:
-                data = open(p, "rb").read()
-            except OSError:
-                continue
-            if any(x in data for x in forms):
-                hits.append(os.path.relpath(p, RUN))
-    return hits
-
-
 def leaks(values):
-    return {r: files_holding(r) for v in values for r in VALUES[v] if files_holding(r)}
+    """Each rendering of values that a file under the runtime dir holds, with those files."""
+    found = {r: itlib.files_holding(RUN, r) for v in values for r in VALUES[v]}
+    return {r: f for r, f in found.items() if f}
 
 
 def revealed():
