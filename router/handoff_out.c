@@ -59,7 +59,7 @@ static void deliver(rt_sessions *s, const rt_handoff_item *it) {
     }
     snprintf(headers, sizeof headers, "Idempotency-Key: %.*s\r\n", RT_SESSION_ID_LEN, it->session);
     int status = 0;
-    int rc = sb_http_post_json(it->url, headers, it->body, strlen(it->body), TIMEOUT_MS, NULL, &status, err);
+    int rc = sb_http_post_json(it->url, headers, it->body, strlen(it->body), TIMEOUT_MS, it->ca_file, &status, err);
     if (!rc && status >= 200 && status < 300) {
         if (rt_handoff_delivered(s, it->session, err)) sb_warn("hand-off of session %s: %s", it->session, err);
         else sb_info("hand-off of session %s delivered to %s (attempt %d)", it->session, it->url, it->attempts + 1);

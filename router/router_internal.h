@@ -117,6 +117,7 @@ typedef struct {
      * same transaction). */
     const char *handoff_reason;     /* NULL: no hand-off */
     const char *handoff_url;        /* conversation.handoff_url, or NULL */
+    const char *handoff_ca_file;    /* conversation.handoff_ca_file, or NULL: the system's CAs */
     double handoff_confidence;      /* < 0: none */
     char *handoff;                  /* the package (JSON text) after such a commit; or NULL */
     char *said;                     /* this turn's words (rt_turn_begin), not stored here; or NULL */
@@ -153,6 +154,7 @@ int  rt_session_commit(rt_sessions *s, rt_session *ss, int ttl_s, const char *ca
 typedef struct {
     char session[RT_SESSION_ID_LEN + 1];    /* the idempotency key */
     char *url, *body;               /* body NULL: a sealed package that did not open (why in error) */
+    char *ca_file;                  /* the receiver's TLS is verified against it; NULL: the system's */
     int attempts;
     const char *error;
 } rt_handoff_item;

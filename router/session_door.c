@@ -85,6 +85,7 @@ static void end_call(rt_req *q, const sb_pipeline *p, const char *reason) {
     ss->done = true;
     ss->handoff_reason = reason;
     ss->handoff_url = p->conv.handoff_url;
+    ss->handoff_ca_file = p->conv.handoff_ca_file;
     ss->handoff_confidence = -1;
     if (rt_session_commit(q->r->sessions, ss, p->conv.ttl_s, NULL, NULL, wall_now(), err)) {
         rt_req_error(q, 500, "server_error", "internal", "%s", err);
@@ -131,6 +132,7 @@ static void viewed(rt_req *q, rt_turn_view *view, const char *reply) {
 static void handing_off(rt_session *ss, const sb_pipeline *p, const rt_run *run, const char *reason) {
     ss->handoff_reason = reason;
     ss->handoff_url = p->conv.handoff_url;
+    ss->handoff_ca_file = p->conv.handoff_ca_file;
     ss->handoff_confidence = rt_run_intent(run) ? rt_run_confidence(run) : -1;
 }
 

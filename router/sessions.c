@@ -59,7 +59,7 @@ static const char *const schema =
     "CREATE TABLE IF NOT EXISTS handoff_outbox ("
     " session TEXT PRIMARY KEY, url TEXT NOT NULL, body TEXT NOT NULL, created REAL NOT NULL,"
     " attempts INTEGER NOT NULL, next_at REAL NOT NULL, last_error TEXT, sealed INTEGER NOT NULL DEFAULT 0,"
-    " reason TEXT, delivered REAL);";
+    " reason TEXT, delivered REAL, ca_file TEXT);";
 
 /* Columns added after the first release, for files made before them. */
 static const struct { const char *table, *column, *decl; } added_columns[] = {
@@ -67,6 +67,7 @@ static const struct { const char *table, *column, *decl; } added_columns[] = {
     { "handoff_outbox", "sealed", "INTEGER NOT NULL DEFAULT 0" },
     { "handoff_outbox", "reason", "TEXT" },
     { "handoff_outbox", "delivered", "REAL" },
+    { "handoff_outbox", "ca_file", "TEXT" },
 };
 
 static int db_fail(rt_sessions *s, char *err, const char *what) {
@@ -498,6 +499,7 @@ static int bind_outbox(sqlite3_stmt *st, const void *arg) {
     else sqlite3_bind_text(st, 3, o->body, -1, SQLITE_STATIC);
     sqlite3_bind_int(st, 5, o->sealed.p != NULL);
     sqlite3_bind_text(st, 6, o->ss->handoff_reason, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 7, o->ss->handoff_ca_file, -1, SQLITE_STATIC);
     return sqlite3_bind_double(st, 4, o->now);
 }
 
@@ -517,8 +519,9 @@ static int enqueue(rt_sessions *s, const rt_session *ss, const sb_pii_table *val
         sb_free(real);
     }
     if (!rc)
-        rc = step_once(s, "INSERT INTO handoff_outbox (session, url, body, created, attempts, next_at, sealed, reason)"
-                          " VALUES (?1, ?2, ?3, ?4, 0, ?4, ?5, ?6) ON CONFLICT(session) DO NOTHING", err, bind_outbox, &o);
+        rc = step_once(s, "INSERT INTO handoff_outbox (session, url, body, created, attempts, next_at, sealed, reason,"
+                          " ca_file) VALUES (?1, ?2, ?3, ?4, 0, ?4, ?5, ?6, ?7) ON CONFLICT(session) DO NOTHING", err,
+                       bind_outbox, &o);
     sb_free(o.sealed.p);
     return rc;
 }
@@ -537,7 +540,7 @@ static int due_body(rt_sessions *s, sqlite3_stmt *st, rt_handoff_item *it) {
 
 int rt_handoff_due(rt_sessions *s, double now, rt_handoff_item *items, int max, char *err) {
     sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(s->db, "SELECT session, url, body, attempts, sealed FROM handoff_outbox"
+    if (sqlite3_prepare_v2(s->db, "SELECT session, url, body, attempts, sealed, ca_file FROM handoff_outbox"
                                   " WHERE next_at <= ?1 AND delivered IS NULL ORDER BY next_at LIMIT ?2", -1, &st,
                            NULL) != SQLITE_OK)
         return db_fail(s, err, "reading the hand-off outbox");
@@ -547,10 +550,12 @@ int rt_handoff_due(rt_sessions *s, double now, rt_handoff_item *items, int max, 
     while (n < max && (rc = sqlite3_step(st)) == SQLITE_ROW) {
         rt_handoff_item *it = &items[n];
         snprintf(it->session, sizeof it->session, "%s", (const char *)sqlite3_column_text(st, 0));
+        it->body = NULL;
         it->url = col_dup(st, 1);
+        it->ca_file = col_dup(st, 5);
         it->attempts = sqlite3_column_int(st, 3);
         n++;
-        if (!it->url || due_body(s, st, it)) {
+        if (!it->url || (sqlite3_column_type(st, 5) != SQLITE_NULL && !it->ca_file) || due_body(s, st, it)) {
             rt_handoff_items_free(items, n);
             sqlite3_finalize(st);
             return sb_seterr(err, SB_ENOMEM, "out of memory");
@@ -563,6 +568,7 @@ int rt_handoff_due(rt_sessions *s, double now, rt_handoff_item *items, int max, 
 void rt_handoff_items_free(rt_handoff_item *items, int n) {
     for (int i = 0; i < n; i++) {
         sb_free(items[i].url);
+        sb_free(items[i].ca_file);
         if (items[i].body) explicit_bzero(items[i].body, strlen(items[i].body));
         sb_free(items[i].body);
     }

@@ -8,7 +8,9 @@
 # revealing tool (also across a kill -9 of the router), while no byte of
 # any value - in any rendering - is in a file under the runtime dir (the
 # session store and its WAL included) or in the transcript; a hand-off
-# package carries the real values and waits sealed; erase by value and by
+# package carries the real values, waits sealed, and reaches an https
+# receiver (its CA the test's own: conversation.handoff_ca_file) with the
+# real values, the console saying it was delivered; erase by value and by
 # session work; a runtime started with another key refuses the sessions'
 # turns with a clear error and keeps running. Also: the load-time checks
 # (secret_key_file required, an https handoff_url).
@@ -17,7 +19,7 @@ cd "$(dirname "$0")/.."
 . tests/itlib.sh
 it_init privsess
 run=$tmp/run
-port=$(it_ports 1)
+read -r port rport < <(it_ports 2)
 keys=$tmp/keys.txt
 cat > "$keys" <<KEYS
 app  app-key-0123456789  client
@@ -26,6 +28,14 @@ KEYS
 chmod 600 "$keys"
 openssl rand -hex 32 > "$tmp/key"
 chmod 600 "$tmp/key"
+# The hand-off receiver's TLS: a CA of the test's own, named by
+# conversation.handoff_ca_file, and a certificate for 127.0.0.1.
+openssl req -x509 -newkey rsa:2048 -nodes -keyout "$tmp/ca.key" -out "$tmp/ca.pem" -days 2 -subj "/CN=sb-test-ca" \
+    2>/dev/null || { echo "FAIL openssl: cannot make the test CA"; exit 1; }
+openssl req -newkey rsa:2048 -nodes -keyout "$tmp/srv.key" -out "$tmp/srv.csr" -subj "/CN=receiver" 2>/dev/null &&
+openssl x509 -req -in "$tmp/srv.csr" -CA "$tmp/ca.pem" -CAkey "$tmp/ca.key" -CAcreateserial -days 2 -out "$tmp/srv.pem" \
+    -extfile <(printf 'subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n') 2>/dev/null ||
+    { echo "FAIL openssl: cannot make the receiver's certificate"; exit 1; }
 # The revealing tool: records what it was given, outside the runtime dir.
 printf '%s\n' "printf '%s|%s\\n' \"\$1\" \"\$2\" >> $tmp/revealed.txt; echo looked up" > "$tmp/reveal.sh"
 config() {   # config KEYLINE HANDOFF_URL > file
@@ -40,7 +50,7 @@ pipelines:
     privacy:
       mode: pseudonymize
       patterns: [{ name: MEMBER, regex: "^8[0-9]{15}\$", on: digits, checksum: luhn }]
-    conversation: { ttl_s: 600, handoff_url: "$2" }
+    conversation: { ttl_s: 600, handoff_url: "$2", handoff_ca_file: $tmp/ca.pem }
     stages:
       - name: extract
         kind: generate
@@ -63,18 +73,18 @@ ok() { echo "ok   $*"; }
 bad() { echo "FAIL $*"; rc=1; }
 
 # Load-time checks: no key file; an http hand-off url.
-config "" "https://127.0.0.1:9/handoff" > "$tmp/nokey.yaml"
+config "" "https://127.0.0.1:$rport/handoff" > "$tmp/nokey.yaml"
 "$SB" run -c "$tmp/nokey.yaml" --check > /dev/null 2> "$tmp/err"; st=$?
 [ $st -eq 2 ] && grep -q "pipelines.private.*runtime.secret_key_file" "$tmp/err" &&
     ok "privacy + conversation without runtime.secret_key_file is refused: $(head -1 "$tmp/err")" ||
     bad "no secret_key_file: rc $st: $(cat "$tmp/err")"
-config ", secret_key_file: $tmp/key" "http://127.0.0.1:9/handoff" > "$tmp/http.yaml"
+config ", secret_key_file: $tmp/key" "http://127.0.0.1:$rport/handoff" > "$tmp/http.yaml"
 "$SB" run -c "$tmp/http.yaml" --check > /dev/null 2> "$tmp/err"; st=$?
 [ $st -eq 2 ] && grep -q "pipelines.private.conversation.handoff_url: must be https://" "$tmp/err" &&
     ok "an http:// handoff_url under a privacy policy is refused: $(head -1 "$tmp/err")" ||
     bad "http handoff_url: rc $st: $(cat "$tmp/err")"
 
-config ", secret_key_file: $tmp/key" "https://127.0.0.1:9/handoff" > "$tmp/rt.yaml"
+config ", secret_key_file: $tmp/key" "https://127.0.0.1:$rport/handoff" > "$tmp/rt.yaml"
 "$SB" run -c "$tmp/rt.yaml" --check > /dev/null 2> "$tmp/err" ||
     bad "the config with both is refused: $(cat "$tmp/err")"
 start() {
@@ -85,7 +95,7 @@ start() {
 start
 SB_ERASE_KEY=dpo-key-0123456789 \
     python3 tests/privacy_session_http.py "http://127.0.0.1:$port" "$run" "$SB" "$tmp/rt.yaml" "$tmp/revealed.txt" \
-    "$tmp/state.json" || rc=1
+    "$tmp/state.json" "$rport" "$tmp/srv.pem" "$tmp/srv.key" || rc=1
 it_stop "$sup" runtime || rc=1
 it_forget "$sup"
 it_san_check "$tmp/run.log" runtime || rc=1

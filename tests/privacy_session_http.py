@@ -1,23 +1,31 @@
 #!/usr/bin/env python3
-"""privacy_session_http.py URL RUNDIR SB CONFIG REVEALED STATE - a
+"""privacy_session_http.py URL RUNDIR SB CONFIG REVEALED STATE RPORT CERT KEY - a
 conversation under a privacy policy against a real runtime
 (tests/it_privacy_session.sh starts it and says what the pipeline does).
 
 The random-weight fixture extracts nothing, so the mobile and the e-mail
 are asked for, one turn each; the last turn's reply says both back. Writes
 {"kept": SESSION} to STATE: a session the script leaves mid-call, for the
-wrong-key check that follows. Standard library only.
+wrong-key check that follows. The hand-off receiver listens here, on
+https://127.0.0.1:RPORT with CERT and KEY, and takes every package (200)
+unless told to hold them (503).
+Standard library only.
 """
+import http.server
 import json
 import os
 import signal
+import ssl
 import subprocess
+import sqlite3
 import sys
+import threading
+import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 import itlib  # noqa: E402
 
-URL, RUN, SB, CONFIG, REVEALED, STATE = sys.argv[1:7]
+URL, RUN, SB, CONFIG, REVEALED, STATE, RPORT, CERT, KEY = sys.argv[1:10]
 KEYS = {"app": "app-key-0123456789", "dpo": "dpo-key-0123456789"}
 check = itlib.Checks(detail_max=400)
 
@@ -69,6 +77,29 @@ def erase(flag, arg):
     return p.returncode, p.stdout, p.stderr
 
 
+received = {}      # Idempotency-Key -> the package
+holding = threading.Event()     # set: the receiver refuses (503), so a package stays queued
+
+
+class Receiver(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        if not holding.is_set():
+            received[self.headers.get("Idempotency-Key")] = json.loads(body)
+        self.send_response(503 if holding.is_set() else 200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *a):
+        pass
+
+
+srv = http.server.ThreadingHTTPServer(("127.0.0.1", int(RPORT)), Receiver)
+tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+tls.load_cert_chain(CERT, KEY)
+srv.socket = tls.wrap_socket(srv.socket, server_side=True)
+threading.Thread(target=srv.serve_forever, daemon=True).start()
+
 PH = "\u27e8PHONE_1\u27e9"
 EM = "\u27e8EMAIL_1\u27e9"
 
@@ -117,6 +148,7 @@ with open(STATE, "w") as f:
     json.dump({"kept": keep}, f)
 
 # ------------------------------------------------------------ a hand-off carries the real values, sealed
+holding.set()
 st, j = turn("I want to complain")
 hid = (j or {}).get("session")
 turn("13700001111", hid)
@@ -124,13 +156,29 @@ st, j = turn("I'd rather not say", hid)
 h = (j or {}).get("handoff") or {}
 check(st == 200 and j["done"] is True and h.get("reason") == "refused" and h.get("slots", {}).get("phone") == "13700001111",
       "a refusal hands the call off; the package names the real mobile", (st, j))
-check(not leaks(["13700001111"]), "the queued package is sealed: no file holds its values", leaks(["13700001111"]))
+db = sqlite3.connect("file:%s?mode=ro" % os.path.join(RUN, "sessions.sqlite"), uri=True)
+row = db.execute("SELECT sealed, typeof(body), delivered FROM handoff_outbox WHERE session = ?", (hid,)).fetchone()
+db.close()
+check(row == (1, "blob", None) and not leaks(["13700001111"]),
+      "the queued package waits sealed: no file holds its values", (row, leaks(["13700001111"])))
+holding.clear()
+for _ in range(150):
+    if hid in received:
+        break
+    time.sleep(0.1)
+pkg = received.get(hid, {})
+callers = [t["caller"] for t in pkg.get("transcript", [])]
+check(pkg.get("slots", {}).get("phone") == "13700001111" and "13700001111" in callers and "\u27e8" not in json.dumps(pkg)
+      and pkg.get("reason") == "refused" and "phone=13700001111" in pkg.get("summary", ""),
+      "the https receiver got the package with the real values (slots, summary, transcript), no placeholder", pkg)
+time.sleep(0.5)     # the delivery thread marks it after the 200
 st, c = req("GET", "/v1/console/handoffs", key="dpo")
 row = next((x for x in (c or {}).get("handoffs", []) if x["session"] == hid), {})
 check(st == 200 and row.get("reason") == "refused" and row.get("pipeline") == "private"
-      and row.get("state") in ("queued", "retrying") and row.get("url") == "https://127.0.0.1:9/handoff"
+      and row.get("state") == "delivered" and row.get("url") == "https://127.0.0.1:%s/handoff" % RPORT
       and "13700001111" not in json.dumps(c),
-      "the console lists the hand-off: reason and delivery state, never the package", (st, c))
+      "the console lists the hand-off: reason and delivery state (delivered), never the package", (st, c))
+check(not leaks(["13700001111"]), "after delivery the outbox row holds no package", leaks(["13700001111"]))
 st, c = req("GET", "/v1/console/handoffs", key="app")
 check(st == 403, "a client key may not list hand-offs", st)
 

@@ -63,6 +63,7 @@ static const sb_cfg_key conversation_keys[] = {
     { "max_bytes", SB_KEY_INT, 1024, 16 << 20, CV(max_bytes), NULL },
     RT_KEY("handoff_intents"),      /* labels of the pipeline's intent stages, checked after its stages */
     { "handoff_url", SB_KEY_STR, 1, 0, CV(handoff_url), NULL },
+    { "handoff_ca_file", SB_KEY_PATH, 1, 0, CV(handoff_ca_file), NULL },
     RT_KEYS_END
 };
 
@@ -323,6 +324,7 @@ void sb_pipelines_free(sb_pipelines *ps) {
             sb_free(p->conv.handoff_intents[k]);
         sb_free(p->conv.handoff_intents);
         sb_free(p->conv.handoff_url);
+        sb_free(p->conv.handoff_ca_file);
         sb_free(p->name);
         sb_free(p->description);
         sb_privacy_free(p->privacy);
