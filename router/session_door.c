@@ -113,10 +113,18 @@ static void end_call(rt_req *q, const sb_pipeline *p, const char *reason) {
     sb_jw_key(&w, "done"); sb_jw_bool(&w, true);
     sb_jw_obj_end(&w);
     rt_answer a = { .text = "", .finish_reason = "stop", .result = w.oom ? NULL : w.p, .result_len = w.len };
+    /* Before the privacy door: its values put back here, as it would. */
+    char *shown = NULL;
+    size_t n;
+    if (a.result && ss->values.n && !sb_privacy_restore(&ss->values, w.p, w.len, false, &shown, &n)) {
+        a.result = shown;
+        a.result_len = n;
+    }
     rt_req_set_header(q, "X-Session-Id", ss->id);
     if (ss->handoff_url) rt_handoff_out_kick(q->r->handoff_out);
     q->reply.finish(q->reply.arg, &a);
     sb_jw_free(&w);
+    sb_free(shown);
 }
 
 /* Where the call stands after a turn, and the reply header. */

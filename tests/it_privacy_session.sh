@@ -66,6 +66,10 @@ pipelines:
         privacy: reveal
         command: ["/bin/sh", "$tmp/reveal.sh", "{{stages.extract.json.phone}}", "{{stages.extract.json.email}}"]
       - { name: say, kind: tool, command: ["/bin/echo", "we will call {{stages.extract.json.phone}} and write to {{stages.extract.json.email}}"] }
+  tight:
+    privacy: { mode: pseudonymize }
+    conversation: { max_bytes: 1024 }
+    stages: [{ name: say, kind: tool, command: ["/bin/echo", "noted: {{input}}"] }]
 YAML
 }
 rc=0
@@ -101,7 +105,7 @@ it_forget "$sup"
 it_san_check "$tmp/run.log" runtime || rc=1
 
 # After the stop (the store checkpointed and closed): still no value.
-for v in 13800138000 "幺三八" 13912345678 13700001111 zhang.san li.si wang.wu; do
+for v in 13800138000 "幺三八" 13912345678 13700001111 13500135000 8000123456789018 zhang.san li.si wang.wu; do
     if grep -rqaF -- "$v" "$run"; then bad "after stop: '$v' in $(grep -rlaF -- "$v" "$run")"; fi
 done
 
