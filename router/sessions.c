@@ -352,7 +352,7 @@ static int due_item(sqlite3_stmt *st, rt_handoff_item *it) {
     it->sealed = sqlite3_column_int(st, 4);
     size_t n = (size_t)sqlite3_column_bytes(st, 2);
     if ((it->body = sb_malloc(n + 1))) {
-        memcpy(it->body, sqlite3_column_blob(st, 2), n);
+        if (n) memcpy(it->body, sqlite3_column_blob(st, 2), n);
         it->body[n] = '\0';
         it->body_len = n;
     }

@@ -294,10 +294,14 @@ static int pg_delete(rt_sessions *s, const char *id, char *err) {
     return n < 0 ? n : 0;
 }
 
-/* With its package, delivered or not: an erase wins over a delivery. */
+/* With its package, delivered or not (an erase wins over a delivery), in
+ * one transaction: 1, 0 (no such session) or < 0. */
 static int erase_session(rt_sessions *s, const char *id, char *err) {
-    int n = delete_where(s, "DELETE FROM sb_sessions WHERE id = $1", id, err);
-    if (n >= 0 && delete_where(s, "DELETE FROM sb_handoff_outbox WHERE session = $1", id, err) < 0) return SB_EIO;
+    int rc = sb_pg_exec(s->db, "BEGIN", err);
+    int n = rc ? rc : delete_where(s, "DELETE FROM sb_sessions WHERE id = $1", id, err);
+    if (n >= 0 && delete_where(s, "DELETE FROM sb_handoff_outbox WHERE session = $1", id, err) < 0) n = SB_EIO;
+    if (n >= 0 && (rc = sb_pg_exec(s->db, "COMMIT", err))) n = rc;
+    if (n < 0) sb_pg_rollback(s->db);
     return n;
 }
 
@@ -306,9 +310,9 @@ static int pg_purge_where(rt_sessions *s, const char *column, double t, char *er
     char sql[96];
     snprintf(sql, sizeof sql, "DELETE FROM sb_sessions WHERE %s <= $1", column);
     int n = delete_where(s, sql, fnum(t).v, err);
-    if (n >= 0 && !run_ok(s, "DELETE FROM sb_handoff_outbox o WHERE delivered IS NOT NULL AND NOT EXISTS"
-                             " (SELECT 1 FROM sb_sessions s WHERE s.id = o.session)", 0, NULL, err,
-                          "deleting delivered hand-offs") == 0)
+    if (n >= 0 && run_ok(s, "DELETE FROM sb_handoff_outbox o WHERE delivered IS NOT NULL AND NOT EXISTS"
+                            " (SELECT 1 FROM sb_sessions s WHERE s.id = o.session)", 0, NULL, err,
+                         "deleting delivered hand-offs"))
         return SB_EIO;
     return n;
 }

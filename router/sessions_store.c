@@ -281,8 +281,7 @@ int rt_session_package(rt_sessions *s, const rt_session *ss, char **text, rt_blo
 int rt_session_load(rt_sessions *s, const char *id, const char *owner, double now, rt_session *out, char *err) {
     rt_blob values = { 0 };
     int rc = s->store->load(s, id, owner, now, out, &values, err);
-    if (rc) return rc;
-    if (values.p) rc = load_values(s, out, &values, err);
+    if (!rc && values.p) rc = load_values(s, out, &values, err);
     rt_blob_free(&values);
     if (rc) {
         rt_session_clear(out);
