@@ -14,7 +14,8 @@
  *   pipeapi.c   /v1/pipelines/NAME and its JSON reply sink
  *   pipecall.c  a pipeline call from either door: cache, run, trace
  *   session_door.c  a call as a turn of a conversation; /v1/sessions/ID
- *   sessions_store.c  the sessions' store API over its table (sessions_store.h)
+ *   sessions_store.c  the sessions' store API over its table (sessions_store.h);
+ *               sealing values and hand-off packages for every store
  *   sessions.c  the sessions' SQLite store; sessions_pg.c  the PostgreSQL one
  *   apikeys.c   the named API keys and their roles
  *   cache_door.c  the response cache as the doors use it

@@ -1,6 +1,7 @@
-/* sessions_store.h - between the sessions' API (sessions.c, which is also
- * the SQLite store) and the other store, PostgreSQL (sessions_pg.c): what a
- * store implements, as a table of functions. Not an API: the router sees
+/* sessions_store.h - between the sessions' API (sessions_store.c, which
+ * also seals and opens what every store keeps sealed) and the stores,
+ * SQLite (sessions.c) and PostgreSQL (sessions_pg.c): what a store
+ * implements, as a table of functions. Not an API: the router sees
  * router_internal.h's rt_session_* functions, which call through it.
  */
 #ifndef SB_SESSIONS_STORE_H
