@@ -215,6 +215,29 @@ function renderCache() {
   $("#cache").replaceChildren(dl);
 }
 
+// ----------------------------------------------------------------- hand-offs
+
+// Polled, not fed: a package is delivered on the router's delivery thread,
+// which the feed does not hear about. The list never holds a package.
+async function loadHandoffs() {
+  const res = await fetch("/v1/console/handoffs", { headers: headers(), cache: "no-store" }).catch(() => null);
+  if (!res || !res.ok) return;
+  const j = await res.json();
+  const box = $("#handoffs");
+  if (!j.enabled) { box.replaceChildren(el("p", { class: "muted" }, "no conversations (no pipeline keeps sessions)")); return; }
+  if (!j.handoffs.length) { box.replaceChildren(el("p", { class: "muted" }, "none yet")); return; }
+  const t = el("table", { id: "handofftable" }, el("tr", {}, ...["time", "session", "pipeline", "intent", "reason", "delivery"].map((h) => el("th", {}, h))));
+  for (const h of j.handoffs) {
+    const state = h.state === "delivered" ? `delivered (${h.attempts} attempt${h.attempts === 1 ? "" : "s"})`
+      : h.state === "retrying" ? `retrying · ${h.attempts} failed` : "queued";
+    t.append(el("tr", { class: "handoff" }, el("td", {}, new Date(h.created * 1000).toLocaleTimeString()),
+      el("td", { title: h.session }, h.session.slice(0, 8)), el("td", {}, h.pipeline || "–"), el("td", {}, h.intent || "–"),
+      el("td", {}, h.reason || "–"),
+      el("td", { class: h.state === "delivered" ? "ok" : h.state === "retrying" ? "bad" : "", title: h.last_error || h.url }, state)));
+  }
+  box.replaceChildren(t);
+}
+
 // ----------------------------------------------------------------- trace
 
 async function openTrace(id) {
@@ -291,6 +314,8 @@ function main() {
   // The router sends a snapshot only when something changed: the uptime
   // keeps counting here.
   setInterval(() => { if (S.state) renderRouter(); }, 1000);
+  setInterval(loadHandoffs, 5000);
   feed();
+  loadHandoffs();
 }
 main();

@@ -216,6 +216,7 @@ static int try_patterns(const scan *s, const char *d, char *value) {
         regmatch_t m;
         if (pp->on != SB_PII_ON_DIGITS || regexec(&pp->re, d, 1, &m, 0)) continue;
         if (m.rm_so != 0 || d[m.rm_eo] != 0) continue;          /* the whole string, or nothing */
+        if (!pii_pattern_accepts(pp, d, strlen(d))) continue;
         strcpy(value, d);
         return (int)i;
     }

@@ -145,10 +145,12 @@ static int pattern_matches(const sb_privacy *p, size_t k, const char *c, size_t 
         regmatch_t m;
         if (regexec(&p->pats[k].re, c + pos, 1, &m, pos > from ? REG_NOTBOL : 0)) break;
         size_t a = pos + (size_t)m.rm_so, b = pos + (size_t)m.rm_eo;
-        if (b > a) {
+        if (b > a && pii_pattern_accepts(&p->pats[k], c + a, b - a)) {
             int rc = pii_push(out, a, b, SB_PII_CUSTOM, (int)k, c + a, b - a);
             if (rc) return rc;
             pos = b;
+        } else if (b > a) {
+            pos = a + 1;            /* a shorter match further on may pass the check */
         } else {
             pos = a + 1;
         }

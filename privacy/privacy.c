@@ -4,6 +4,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "common/sb_checksum.h"
 #include "common/sb_common.h"
 #include "privacy/privacy_internal.h"
 
@@ -72,6 +73,31 @@ int sb_privacy_add_pattern(sb_privacy *p, const char *name, const char *regex, i
     if (on == SB_PII_ON_DIGITS) p->any_digit_pattern = true;
     else p->any_text_pattern = true;
     return 0;
+}
+
+const char *const sb_pii_check_names[] = { "none", "luhn", "mod11-2", NULL };
+
+int sb_privacy_pattern_check(sb_privacy *p, const char *name, sb_pii_check check, char *err) {
+    for (size_t i = 0; i < p->n_pats; i++)
+        if (!strcmp(p->pats[i].name, name)) {
+            p->pats[i].check = check;
+            return 0;
+        }
+    return sb_seterr(err, SB_EINVAL, "privacy pattern '%s': no such pattern", name);
+}
+
+bool pii_pattern_accepts(const pii_pattern *pp, const char *v, size_t n) {
+    if (pp->check == SB_PII_CHECK_NONE) return true;
+    char d[SB_PII_VALUE_MAX];
+    size_t k = 0;
+    for (size_t i = 0; i < n && k < sizeof d; i++) {
+        bool x = (v[i] == 'X' || v[i] == 'x') && pp->check == SB_PII_CHECK_MOD11_2;
+        if ((v[i] >= '0' && v[i] <= '9') || x) d[k++] = x ? 'X' : v[i];
+    }
+    if (k < 2 || k == sizeof d) return false;
+    for (size_t i = 0; i + 1 < k; i++)
+        if (d[i] == 'X') return false;      /* X is a check character, last or nowhere */
+    return pp->check == SB_PII_CHECK_LUHN ? sb_luhn_valid(d, k) : sb_mod11_2_valid(d, k);
 }
 
 const char *sb_privacy_pattern_name(const sb_privacy *p, int pattern) {

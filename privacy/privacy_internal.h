@@ -14,8 +14,12 @@
 typedef struct {
     char name[PII_NAME_MAX + 1];
     int on;                     /* SB_PII_ON_TEXT | SB_PII_ON_DIGITS */
+    sb_pii_check check;         /* a match counts only if its check characters pass */
     regex_t re;
 } pii_pattern;
+
+/* Whether the n bytes of a match of pp pass its check (always without one). */
+bool pii_pattern_accepts(const pii_pattern *pp, const char *v, size_t n);
 
 struct sb_privacy {
     unsigned types;             /* built-in detectors on: bits 1u << sb_pii_type */

@@ -197,3 +197,66 @@ int sb_privacy_restore(const sb_pii_table *t, const char *text, size_t len, bool
     *out_len = w.len;
     return *out ? 0 : SB_ENOMEM;
 }
+
+/* ---------------------------------------------------------------- keeping a table */
+
+int sb_pii_table_save(const sb_pii_table *t, char **out, size_t *out_len) {
+    *out = NULL;
+    *out_len = 0;
+    sb_jw w;
+    sb_jw_init(&w);
+    sb_jw_arr(&w);
+    for (size_t i = 0; i < t->n; i++) {
+        const sb_pii_entry *e = &t->v[i];
+        sb_jw_obj(&w);
+        sb_jw_key(&w, "name"); sb_jw_str(&w, e->name);
+        sb_jw_key(&w, "number"); sb_jw_int(&w, e->number);
+        sb_jw_key(&w, "value"); sb_jw_str(&w, e->value);
+        sb_jw_key(&w, "raw"); sb_jw_str(&w, e->raw);
+        sb_jw_obj_end(&w);
+    }
+    sb_jw_arr_end(&w);
+    if (w.oom) { sb_jw_free(&w); return SB_ENOMEM; }
+    *out = w.p;
+    *out_len = w.len;
+    return 0;
+}
+
+/* One saved entry into t; SB_EINVAL when it is not one. */
+static int load_entry(const sb_json *o, sb_pii_table *t) {
+    const char *name = sb_json_str(sb_json_get(o, "name")), *value = sb_json_str(sb_json_get(o, "value")),
+               *raw = sb_json_str(sb_json_get(o, "raw"));
+    const sb_json *num = sb_json_get(o, "number");
+    if (!name || !value || !raw || !sb_json_is_int(num, 1, 1000000) || !name[0] || strlen(name) > PII_NAME_MAX)
+        return SB_EINVAL;
+    if (pii_grow((void **)&t->v, &t->cap, t->n, sizeof *t->v, 8)) return SB_ENOMEM;
+    sb_pii_entry e = {.number = (unsigned)sb_json_num(num)};
+    char ph[PII_NAME_MAX + 32];
+    snprintf(ph, sizeof ph, OPEN "%s_%u" CLOSE, name, e.number);
+    e.placeholder = sb_strdup(ph);
+    e.name = sb_strdup(name);
+    e.value = sb_strdup(value);
+    e.raw = sb_strdup(raw);
+    if (!e.placeholder || !e.name || !e.value || !e.raw) {
+        sb_free(e.placeholder), sb_free(e.name), sb_free(e.value), sb_free(e.raw);
+        return SB_ENOMEM;
+    }
+    t->v[t->n++] = e;
+    return 0;
+}
+
+int sb_pii_table_load(const char *text, size_t len, sb_pii_table *t, char *err) {
+    sb_pii_table_free(t);
+    sb_json_doc *d;
+    if (sb_json_parse(text, len, &d, NULL)) return sb_seterr(err, SB_EINVAL, "a saved placeholder table is not JSON");
+    const sb_json *a = sb_json_root(d);
+    int rc = sb_json_type_of(a) == SB_JSON_ARRAY ? 0 : SB_EINVAL;
+    for (size_t i = 0; !rc && i < sb_json_len(a); i++) rc = load_entry(sb_json_at(a, i), t);
+    sb_json_doc_free(d);
+    if (rc) {
+        sb_pii_table_free(t);
+        return rc == SB_ENOMEM ? sb_seterr(err, rc, "out of memory")
+                               : sb_seterr(err, rc, "a saved placeholder table has an entry that is not one");
+    }
+    return 0;
+}

@@ -80,6 +80,15 @@ void sb_privacy_free(sb_privacy *p);
  * Call before the detector is shared; SB_EINVAL naming the problem. */
 enum { SB_PII_ON_TEXT, SB_PII_ON_DIGITS };
 int  sb_privacy_add_pattern(sb_privacy *p, const char *name, const char *regex, int on, char *err);
+/* The check digit an operator's identifier carries: pattern NAME's matches
+ * count only when their check characters pass it - the match's digits (and
+ * a final X or x for MOD 11-2), anything else in it ignored - so a pattern
+ * broad enough to catch every employee number does not take every number
+ * of that length. luhn: ISO/IEC 7812-1 (bank cards); mod11-2: ISO 7064
+ * MOD 11-2 (the resident ID's). 0, or SB_EINVAL: no such pattern. */
+typedef enum { SB_PII_CHECK_NONE, SB_PII_CHECK_LUHN, SB_PII_CHECK_MOD11_2 } sb_pii_check;
+extern const char *const sb_pii_check_names[];      /* "none", "luhn", "mod11-2", NULL: by sb_pii_check */
+int  sb_privacy_pattern_check(sb_privacy *p, const char *name, sb_pii_check check, char *err);
 const char *sb_privacy_pattern_name(const sb_privacy *p, int pattern);
 
 /* Every identifier in text[0..len) (need not be NUL-terminated). 0, or
@@ -102,6 +111,12 @@ typedef struct {
  * keeps one placeholder throughout. */
 typedef struct { sb_pii_entry *v; size_t n, cap; } sb_pii_table;
 void sb_pii_table_free(sb_pii_table *t);
+/* A table as text, to keep it between a conversation's turns (the session
+ * store seals it), and back: a JSON array of {name, number, value, raw}.
+ * save: *out sb_malloc'ed, 0 or SB_ENOMEM. load: t is emptied first, then
+ * 0, SB_EINVAL (not a saved table) or SB_ENOMEM, t empty on an error. */
+int sb_pii_table_save(const sb_pii_table *t, char **out, size_t *out_len);
+int sb_pii_table_load(const char *text, size_t len, sb_pii_table *t, char *err);
 
 typedef enum {
     SB_PII_PSEUDONYMIZE,        /* ⟨PHONE_1⟩, value kept in the table */

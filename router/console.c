@@ -13,6 +13,10 @@
  *                            whenever what it shows changed (at most one
  *                            a second), batched into one write
  *   GET /v1/console/state    the snapshot once (JSON)
+ *   GET /v1/console/handoffs the latest hand-offs of conversations and
+ *                            where their delivery stands (the session
+ *                            store's outbox); polled by the page, not fed:
+ *                            a delivery happens on another thread
  *
  * The snapshot's work is done once for all subscribers and only when
  * something changed; its slow parts are kept between snapshots (sorted
@@ -295,6 +299,25 @@ void rt_handle_console_state(rt_req *q) {
     if (w->oom) rt_req_error(q, 500, "server_error", "out_of_memory", "out of memory");
     else rt_req_json(q, 200, w->p, w->len, NULL);      /* q is freed */
     if (o) account(o, RT_CONSOLE_STATE, t0, c0);
+}
+
+#define HANDOFFS_SHOWN 50
+
+void rt_handle_console_handoffs(rt_req *q) {
+    rt *r = q->r;
+    char err[SB_ERR_LEN];
+    sb_jw *w = &q->out;
+    sb_jw_reset(w);
+    sb_jw_obj(w);
+    sb_jw_key(w, "enabled"); sb_jw_bool(w, r->sessions != NULL);
+    sb_jw_key(w, "handoffs");
+    int rc = 0;
+    if (r->sessions) rc = rt_handoff_list_json(r->sessions, HANDOFFS_SHOWN, w, err);
+    else { sb_jw_arr(w); sb_jw_arr_end(w); }
+    sb_jw_obj_end(w);
+    if (rc) rt_req_error(q, 500, "server_error", "internal", "%s", err);
+    else if (w->oom) rt_req_error(q, 500, "server_error", "out_of_memory", "out of memory");
+    else rt_req_json(q, 200, w->p, w->len, NULL);
 }
 
 /* ---------------------------------------------------------- the feed */

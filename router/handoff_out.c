@@ -9,7 +9,8 @@
  * TLS verified, one deadline, no redirects). The key a receiver
  * deduplicates on is the session id, sent as Idempotency-Key: a call is
  * handed off once, and a retry after a lost acknowledgement carries the
- * same key and the same bytes.
+ * same key and the same bytes. A package of a pipeline with a privacy
+ * policy waits sealed (sessions_store.c) and is opened only to be sent.
  *
  * A delivery does network I/O and may take seconds, so it runs on its own
  * thread with its own SQLite connection (the store is WAL: the loop's
@@ -37,6 +38,8 @@ struct rt_handoff_out {
     pthread_mutex_t mu;
     pthread_cond_t cv;          /* CLOCK_MONOTONIC */
     bool stop, kicked;
+    uint8_t key[SB_SEAL_KEY_LEN];   /* opens sealed packages (privacy: their real values) */
+    bool keyed;
 };
 
 static double wall_now(void) {
@@ -48,9 +51,15 @@ static double wall_now(void) {
 /* One package: delivered (2xx: removed) or tried again later. */
 static void deliver(rt_sessions *s, const rt_handoff_item *it) {
     char err[SB_ERR_LEN], headers[128], why[SB_ERR_LEN + 32];
+    if (!it->body) {            /* sealed under another key: retried, so a fixed key file delivers it */
+        double wait = fmin(BACKOFF_MAX_S, BACKOFF_FIRST_S * pow(2, it->attempts));
+        sb_warn("hand-off of session %s: %s (again in %.2f s)", it->session, it->error, wait);
+        if (rt_handoff_retry(s, it->session, wall_now() + wait, it->error, err)) sb_warn("hand-off of session %s: %s", it->session, err);
+        return;
+    }
     snprintf(headers, sizeof headers, "Idempotency-Key: %.*s\r\n", RT_SESSION_ID_LEN, it->session);
     int status = 0;
-    int rc = sb_http_post_json(it->url, headers, it->body, strlen(it->body), TIMEOUT_MS, NULL, &status, err);
+    int rc = sb_http_post_json(it->url, headers, it->body, strlen(it->body), TIMEOUT_MS, it->ca_file, &status, err);
     if (!rc && status >= 200 && status < 300) {
         if (rt_handoff_delivered(s, it->session, err)) sb_warn("hand-off of session %s: %s", it->session, err);
         else sb_info("hand-off of session %s delivered to %s (attempt %d)", it->session, it->url, it->attempts + 1);
@@ -81,6 +90,7 @@ static void *out_main(void *arg) {
         sb_warn("hand-off delivery off: %s", err);
         return NULL;
     }
+    if (h->keyed) rt_sessions_set_key(s, h->key);
     pthread_mutex_lock(&h->mu);
     while (!h->stop) {
         h->kicked = false;
@@ -99,13 +109,14 @@ static void *out_main(void *arg) {
     return NULL;
 }
 
-int rt_handoff_out_start(const char *path, rt_handoff_out **out, char *err) {
+int rt_handoff_out_start(const char *path, const uint8_t *key, rt_handoff_out **out, char *err) {
     *out = NULL;
     rt_handoff_out *h = sb_calloc(1, sizeof *h);
     if (!h || !(h->path = sb_strdup(path))) {
         sb_free(h);
         return sb_seterr(err, SB_ENOMEM, "out of memory");
     }
+    if ((h->keyed = key != NULL)) memcpy(h->key, key, sizeof h->key);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -140,6 +151,7 @@ void rt_handoff_out_stop(rt_handoff_out *h) {
     pthread_join(h->tid, NULL);
     pthread_cond_destroy(&h->cv);
     pthread_mutex_destroy(&h->mu);
+    explicit_bzero(h->key, sizeof h->key);
     sb_free(h->path);
     sb_free(h);
 }

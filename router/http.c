@@ -62,6 +62,7 @@ static void feedback_tsv(rt_req *q, const char *rest, const sb_json *body) { rt_
 static void privacy_erase(rt_req *q, const char *rest, const sb_json *body) { rt_handle_privacy_erase(q, body); }
 static void console_events(rt_req *q, const char *rest, const sb_json *body) { rt_handle_console_events(q); }
 static void console_state(rt_req *q, const char *rest, const sb_json *body) { rt_handle_console_state(q); }
+static void console_handoffs(rt_req *q, const char *rest, const sb_json *body) { rt_handle_console_handoffs(q); }
 static void console_page(rt_req *q, const char *rest, const sb_json *body) {
     if (!rt_console_static(q, q->path))
         rt_req_error(q, 404, "invalid_request_error", "not_found", "no route for %s", q->path);
@@ -93,6 +94,8 @@ static const route_def routes[] = {
       SHOWS_WORDS_IF_SHOWN, M_GET, console_events },
     { "/v1/console/state", false, M_GET, RT_ROLE_CONSOLE | RT_ROLE_ADMIN, false, RT_ROUTE_CONSOLE,
       SHOWS_WORDS_IF_SHOWN, M_GET, console_state },
+    { "/v1/console/handoffs", false, M_GET, RT_ROLE_CONSOLE | RT_ROLE_ADMIN, false, RT_ROUTE_CONSOLE, SHOWS_NONE, 0,
+      console_handoffs },
     { "/console", false, M_GET, 0, false, RT_ROUTE_CONSOLE, SHOWS_NONE, 0, console_page },
     { "/console/", true, M_GET, 0, false, RT_ROUTE_CONSOLE, SHOWS_NONE, 0, console_page },
 };

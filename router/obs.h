@@ -164,10 +164,12 @@ void rt_handle_calls(rt_req *q, const char *rest, bool is_post);
 void rt_handle_feedback_tsv(rt_req *q);
 
 /* The console (console.c): GET /console, /console/app.js, /console/app.css,
- * GET /v1/console/events (SSE), GET /v1/console/state. */
+ * GET /v1/console/events (SSE), GET /v1/console/state,
+ * GET /v1/console/handoffs. */
 bool rt_console_static(rt_req *q, const char *path);    /* true: answered */
 void rt_handle_console_events(rt_req *q);
 void rt_handle_console_state(rt_req *q);
+void rt_handle_console_handoffs(rt_req *q);
 /* trace.c -> console.c: a call was recorded in the ring (the feed sends
  * its summary with the next batch), or another event (JSON) happened. */
 void rt_console_call(rt *r);

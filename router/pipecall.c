@@ -106,6 +106,9 @@ static void call_ask(void *arg, const rt_answer *a) {
     out.text = question;
     out.finish_reason = "stop";
     if (!w.oom) { out.result = w.p; out.result_len = w.len; }
+    /* The call's table is freed with this request; the next turn's
+     * request attaches its own (resume). */
+    rt_run_set_privacy(run, NULL);
     if (view.done) rt_run_cancel(run);
     else rt_waiting_put(q->r, q->sess, run, q->pipe->conv.ttl_s);
     q->reply.finish(q->reply.arg, &out);
@@ -193,6 +196,8 @@ static bool resume(rt_req *q, const char *input, const rt_sink *sink) {
     rt_run *run = rt_waiting_take(q->r, q->sess);
     char err[SB_ERR_LEN];
     if (!run) return false;
+    /* The table the run had went with the request that started it. */
+    rt_privacy_attach(q->privacy, run);
     if (rt_run_resume_to(run, input, sink, err)) {
         rt_run_cancel(run);
         return false;
@@ -223,9 +228,12 @@ void rt_pipeline_call(rt_req *q, const char *name, const char *input, const char
         return;
     }
     if (rc) { rt_req_error(q, 500, "server_error", "internal", "%s", err); return; }
+    /* The session first: its kept values seed the privacy door's table (a
+     * value keeps its placeholder across turns). It stores nothing of this
+     * turn's words; the door gives the session the redacted ones. */
+    if (rt_turn_begin(q, ref.p, session, input)) { rt_pipeline_ref_release(&ref); return; }
     /* From here on nothing sees the caller's personal data (privacy_door.c). */
     if (!rt_privacy_door(q, ref.p, &input)) { rt_pipeline_ref_release(&ref); return; }
-    if (rt_turn_begin(q, ref.p, session, input)) { rt_pipeline_ref_release(&ref); return; }
     /* A turn of a session depends on the session: never cached. */
     if (!q->sess && try_cache(q, &ref, input, until)) { rt_pipeline_ref_release(&ref); return; }
     /* A session's turn is not streamed: no byte of it may go out before

@@ -6,7 +6,12 @@
  *
  *   pseudonymize  the caller's values become typed placeholders (⟨PHONE_1⟩);
  *                 the values stay in this call's table, in memory, and the
- *                 door's sink is wrapped so the reply has them put back
+ *                 door's sink is wrapped so the reply has them put back.
+ *                 A conversation's turn starts from the table its session
+ *                 kept (sealed at rest, sessions.c), so one value keeps one
+ *                 placeholder across turns and a later turn restores and
+ *                 reveals the values of earlier ones; the commit seals the
+ *                 table again, with what this turn added
  *   mask          masks (138****5678); nothing is kept, nothing restored
  *   reject        400 personal_data naming the types found, not the values
  *
@@ -50,11 +55,15 @@ static void type_list(const sb_pii_spans *sp, char *out, size_t n) {
     }
 }
 
-int rt_privacy_enter(const sb_pipeline *p, const char *input, rt_privacy_call **out, char *err) {
+int rt_privacy_enter(const sb_pipeline *p, const char *input, sb_pii_table *kept, rt_privacy_call **out, char *err) {
     *out = NULL;
     if (!p->privacy || p->privacy_mode == SB_PRIVACY_OFF) return 0;
     rt_privacy_call *pc = sb_calloc(1, sizeof *pc);
     if (!pc) return sb_seterr(err, SB_ENOMEM, "out of memory");
+    if (kept && p->privacy_mode == SB_PRIVACY_PSEUDONYMIZE) {   /* taken over: the call's table from here on */
+        pc->table = *kept;
+        memset(kept, 0, sizeof *kept);
+    }
     sb_jw_init(&pc->held);
     sb_pii_spans sp = { 0 };
     size_t n;
@@ -170,13 +179,22 @@ void rt_privacy_wrap(rt_privacy_call *pc, rt_sink *sink) {
 
 bool rt_privacy_door(rt_req *q, const sb_pipeline *p, const char **input) {
     char err[SB_ERR_LEN];
-    int rc = rt_privacy_enter(p, *input, &q->privacy, err);
+    int rc = rt_privacy_enter(p, *input, q->sess ? &q->sess->values : NULL, &q->privacy, err);
     if (rc == SB_EINVAL) rt_req_error(q, 400, "invalid_request_error", "personal_data", "%s", err);
     else if (rc) rt_req_error(q, 500, "server_error", "out_of_memory", "%s", err);
     if (rc) return false;
-    if (q->privacy) {
-        *input = q->privacy->input;
-        rt_privacy_wrap(q->privacy, &q->reply);
+    if (!q->privacy) return true;
+    *input = q->privacy->input;
+    rt_privacy_wrap(q->privacy, &q->reply);
+    if (q->sess) {              /* the transcript keeps the redacted words, the store the sealed table */
+        char *said = sb_strdup(*input);
+        if (!said) {
+            rt_req_error(q, 500, "server_error", "out_of_memory", "out of memory");
+            return false;
+        }
+        sb_free(q->sess->said);
+        q->sess->said = said;
+        if (q->privacy->restore) q->sess->seal = &q->privacy->table;
     }
     return true;
 }

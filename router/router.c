@@ -136,7 +136,7 @@ static void m_pipeline(void *ud, sb_ipc_reply *reply, const char *method, const 
     rt_pipeline_ref ref;
     int rc = rt_pipeline_resolve(&r->ex, name, NULL, &ref, err);
     /* The caller's personal data is replaced here, as pipecall.c does for HTTP. */
-    if (!rc && (rc = rt_privacy_enter(ref.p, input, &sc->privacy, err))) rt_pipeline_ref_release(&ref);
+    if (!rc && (rc = rt_privacy_enter(ref.p, input, NULL, &sc->privacy, err))) rt_pipeline_ref_release(&ref);
     if (!rc && sc->privacy) {
         input = rt_privacy_input(sc->privacy);
         rt_privacy_wrap(sc->privacy, &sink);
@@ -189,6 +189,10 @@ static void reload(router *ro) {
     }
     if (strcmp(c->cfg->runtime.http, r->ex.conf->cfg->runtime.http))
         sb_warn("runtime.http changed to %s: restart the router to listen there", c->cfg->runtime.http);
+    const char *key_was = r->ex.conf->cfg->runtime.secret_key_file, *key_now = c->cfg->runtime.secret_key_file;
+    if (r->sessions && (!key_was != !key_now || (key_was && strcmp(key_was, key_now))))
+        sb_warn("runtime.secret_key_file changed: the open session store keeps the key it was opened with; "
+                "restart the router to seal and open sessions' values with the new one");
     rt_keys_free(r->keys);
     r->keys = keys;
     if (rt_obs_configure(r, c->cfg, err)) sb_warn("console: %s", err);

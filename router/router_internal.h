@@ -14,7 +14,8 @@
  *   pipeapi.c   /v1/pipelines/NAME and its JSON reply sink
  *   pipecall.c  a pipeline call from either door: cache, run, trace
  *   session_door.c  a call as a turn of a conversation; /v1/sessions/ID
- *   sessions_store.c  the sessions' store API over its table (sessions_store.h)
+ *   sessions_store.c  the sessions' store API over its table (sessions_store.h);
+ *               sealing values and hand-off packages for every store
  *   sessions.c  the sessions' SQLite store; sessions_pg.c  the PostgreSQL one
  *   apikeys.c   the named API keys and their roles
  *   cache_door.c  the response cache as the doors use it
@@ -127,17 +128,30 @@ typedef struct {
      * same transaction). */
     const char *handoff_reason;     /* NULL: no hand-off */
     const char *handoff_url;        /* conversation.handoff_url, or NULL */
+    const char *handoff_ca_file;    /* conversation.handoff_ca_file, or NULL: the system's CAs */
     double handoff_confidence;      /* < 0: none */
     char *handoff;                  /* the package (JSON text) after such a commit; or NULL */
     char *said;                     /* this turn's words (rt_turn_begin), not stored here; or NULL */
+    /* privacy: pseudonymize - the caller's values behind the placeholders of
+     * the transcript and slots. Stored only sealed (runtime.secret_key_file,
+     * the session id as associated data); values holds them unsealed after
+     * a load, and a commit seals *seal (the call's table, privacy_door.c),
+     * else values when it has any. */
+    sb_pii_table values;
+    const sb_pii_table *seal;
 } rt_session;
 int  rt_sessions_open(const char *path, rt_sessions **out, char *err);
 void rt_sessions_close(rt_sessions *s);             /* NULL ok */
+/* The key that seals the sessions' values and hand-off packages at rest
+ * (runtime.secret_key_file). Without one, a session that keeps values can
+ * neither be stored nor read: the config requires the file for them. */
+void rt_sessions_set_key(rt_sessions *s, const uint8_t key[SB_SEAL_KEY_LEN]);
 int  rt_session_new_id(char out[RT_SESSION_ID_LEN + 1]);   /* 0 or SB_EIO (no randomness) */
 bool rt_session_id_valid(const char *id);
 /* 0 with *out; SB_ENOTFOUND: none, or another owner's (owner NULL: any
  * owner - an admin key's read); SB_ETIMEOUT: idle
- * past its ttl (until the sweep removes it); SB_EIO. */
+ * past its ttl (until the sweep removes it); SB_EIO; SB_EINVAL: its sealed
+ * values do not open with this store's key (err says so). */
 int  rt_session_load(rt_sessions *s, const char *id, const char *owner, double now, rt_session *out, char *err);
 void rt_session_clear(rt_session *ss);
 /* Store ss (the state after its turns-th turn) and that turn, in one
@@ -146,16 +160,26 @@ void rt_session_clear(rt_session *ss);
 int  rt_session_commit(rt_sessions *s, rt_session *ss, int ttl_s, const char *caller, const char *reply,
                        double now, char *err);
 /* The hand-off outbox (docs/router.md, "Handing off"): the packages due at
- * now, at most max (the count, or < 0); a delivered one is removed, a
- * failed one tried again at next_at. */
+ * now, at most max (the count, or < 0); a delivered one is emptied (its
+ * row kept for the console until its session goes), a failed one tried
+ * again at next_at. */
 typedef struct {
     char session[RT_SESSION_ID_LEN + 1];    /* the idempotency key */
-    char *url, *body;
+    char *url, *body;               /* body NULL: a sealed package that did not open (why in error) */
+    char *ca_file;                  /* the receiver's TLS is verified against it; NULL: the system's */
     int attempts;
+    const char *error;
+    /* As the store read body (sessions_store.h): its length, and whether it
+     * is a sealed box, which rt_handoff_due opens. */
+    size_t body_len;
+    bool sealed;
 } rt_handoff_item;
 int  rt_handoff_due(rt_sessions *s, double now, rt_handoff_item *items, int max, char *err);
 void rt_handoff_items_free(rt_handoff_item *items, int n);
-int  rt_handoff_delivered(rt_sessions *s, const char *id, char *err);
+int  rt_handoff_delivered(rt_sessions *s, const char *id, char *err);     /* the row kept, its package emptied */
+/* The console's list: the latest max hand-offs and their delivery state,
+ * never a package (sessions_store.c says the fields). */
+int  rt_handoff_list_json(rt_sessions *s, int max, sb_jw *w, char *err);
 int  rt_handoff_retry(rt_sessions *s, const char *id, double next_at, const char *why, char *err);
 int  rt_session_delete(rt_sessions *s, const char *id, char *err);
 /* Purge the sessions expired at now: how many, or < 0. */
@@ -196,7 +220,7 @@ void rt_session_release(rt_sessions *s, const char *id);   /* s NULL ok */
  * with exponential backoff otherwise - at least once, across restarts.
  * kick: a package was queued (NULL ok). */
 typedef struct rt_handoff_out rt_handoff_out;
-int  rt_handoff_out_start(const char *path, rt_handoff_out **out, char *err);
+int  rt_handoff_out_start(const char *path, const uint8_t *key, rt_handoff_out **out, char *err);  /* key NULL: none */
 void rt_handoff_out_kick(rt_handoff_out *h);
 void rt_handoff_out_stop(rt_handoff_out *h);    /* NULL ok */
 
@@ -352,8 +376,9 @@ void rt_sessions_stop(rt *r);
 typedef struct rt_privacy_call rt_privacy_call;
 /* p's policy on input: 0 and *out the call's state (NULL: the pipeline has
  * no policy); SB_EINVAL: refused (mode reject: err names the types found,
- * never the values); SB_ENOMEM. */
-int  rt_privacy_enter(const sb_pipeline *p, const char *input, rt_privacy_call **out, char *err);
+ * never the values); SB_ENOMEM. kept (NULL ok): a session's table, taken
+ * over (left empty) as the call's starting table under pseudonymize. */
+int  rt_privacy_enter(const sb_pipeline *p, const char *input, sb_pii_table *kept, rt_privacy_call **out, char *err);
 const char *rt_privacy_input(const rt_privacy_call *pc);   /* what the call runs on */
 /* The sink a door answers through, replaced by one that restores the
  * values into the reply (pseudonymize; else unchanged). pc must outlive it. */

@@ -85,6 +85,7 @@ static void end_call(rt_req *q, const sb_pipeline *p, const char *reason) {
     ss->done = true;
     ss->handoff_reason = reason;
     ss->handoff_url = p->conv.handoff_url;
+    ss->handoff_ca_file = p->conv.handoff_ca_file;
     ss->handoff_confidence = -1;
     if (rt_session_commit(q->r->sessions, ss, p->conv.ttl_s, NULL, NULL, wall_now(), err)) {
         rt_req_error(q, 500, "server_error", "internal", "%s", err);
@@ -112,10 +113,18 @@ static void end_call(rt_req *q, const sb_pipeline *p, const char *reason) {
     sb_jw_key(&w, "done"); sb_jw_bool(&w, true);
     sb_jw_obj_end(&w);
     rt_answer a = { .text = "", .finish_reason = "stop", .result = w.oom ? NULL : w.p, .result_len = w.len };
+    /* Before the privacy door: its values put back here, as it would. */
+    char *shown = NULL;
+    size_t n;
+    if (a.result && ss->values.n && !sb_privacy_restore(&ss->values, w.p, w.len, false, &shown, &n)) {
+        a.result = shown;
+        a.result_len = n;
+    }
     rt_req_set_header(q, "X-Session-Id", ss->id);
     if (ss->handoff_url) rt_handoff_out_kick(q->r->handoff_out);
     q->reply.finish(q->reply.arg, &a);
     sb_jw_free(&w);
+    sb_free(shown);
 }
 
 /* Where the call stands after a turn, and the reply header. */
@@ -131,6 +140,7 @@ static void viewed(rt_req *q, rt_turn_view *view, const char *reply) {
 static void handing_off(rt_session *ss, const sb_pipeline *p, const rt_run *run, const char *reason) {
     ss->handoff_reason = reason;
     ss->handoff_url = p->conv.handoff_url;
+    ss->handoff_ca_file = p->conv.handoff_ca_file;
     ss->handoff_confidence = rt_run_intent(run) ? rt_run_confidence(run) : -1;
 }
 
@@ -438,12 +448,21 @@ static void on_sweep(evutil_socket_t fd, short what, void *arg) {
  * sweep: a fleet's database may come up after its boxes, or come back. */
 static bool open_store(rt *r, const sb_config *cfg) {
     char err[SB_ERR_LEN];
-    if (rt_sessions_open(cfg->sessions.store, &r->sessions, err)) {
+    uint8_t key[SB_SEAL_KEY_LEN];
+    bool keyed = cfg->runtime.secret_key_file != NULL;
+    if (keyed && sb_seal_key_load(cfg->runtime.secret_key_file, key, err)) {
         sb_warn("sessions disabled: %s (trying again in %d s)", err, cfg->sessions.sweep_s);
         return false;
     }
-    if (rt_handoff_out_start(cfg->sessions.store, &r->handoff_out, err))
+    if (rt_sessions_open(cfg->sessions.store, &r->sessions, err)) {
+        sb_warn("sessions disabled: %s (trying again in %d s)", err, cfg->sessions.sweep_s);
+        explicit_bzero(key, sizeof key);
+        return false;
+    }
+    if (keyed) rt_sessions_set_key(r->sessions, key);
+    if (rt_handoff_out_start(cfg->sessions.store, keyed ? key : NULL, &r->handoff_out, err))
         sb_warn("hand-off delivery off: %s", err);
+    explicit_bzero(key, sizeof key);
     return true;
 }
 

@@ -11,6 +11,8 @@
  * time.
  *
  * The file holds callers' words: it is created 0600, as the cache is.
+ * Under a privacy policy a session's values and a queued hand-off package
+ * come here sealed (sessions_store.c seals and opens them), as BLOBs.
  * Everything runs on the router's loop; a turn's reads and its commit are
  * a few page reads and one fsync.
  */
@@ -32,17 +34,30 @@ static const char *const schema =
     " id TEXT PRIMARY KEY, owner TEXT NOT NULL, pipeline TEXT NOT NULL,"
     " created REAL NOT NULL, updated REAL NOT NULL, expires REAL NOT NULL,"
     " turns INTEGER NOT NULL, failures INTEGER NOT NULL, bytes INTEGER NOT NULL,"
-    " intent TEXT, slots TEXT NOT NULL, awaiting TEXT, stage INTEGER NOT NULL, done INTEGER NOT NULL);"
+    " intent TEXT, slots TEXT NOT NULL, awaiting TEXT, stage INTEGER NOT NULL, done INTEGER NOT NULL,"
+    " values_box BLOB);"
     "CREATE INDEX IF NOT EXISTS sessions_expires ON sessions(expires);"
     "CREATE TABLE IF NOT EXISTS turns ("
     " session TEXT NOT NULL, n INTEGER NOT NULL, at REAL NOT NULL, caller TEXT NOT NULL, reply TEXT NOT NULL,"
     " PRIMARY KEY (session, n)) WITHOUT ROWID;"
     /* Hand-off packages to deliver: one per session (its id is the
      * idempotency key), kept until the receiver takes it, whatever becomes
-     * of the session. */
+     * of the session. A delivered one keeps its row without the package
+     * (what the console shows) until its session is gone. body is a sealed
+     * box (BLOB) when sealed is 1. */
     "CREATE TABLE IF NOT EXISTS handoff_outbox ("
     " session TEXT PRIMARY KEY, url TEXT NOT NULL, body TEXT NOT NULL, created REAL NOT NULL,"
-    " attempts INTEGER NOT NULL, next_at REAL NOT NULL, last_error TEXT);";
+    " attempts INTEGER NOT NULL, next_at REAL NOT NULL, last_error TEXT, sealed INTEGER NOT NULL DEFAULT 0,"
+    " reason TEXT, delivered REAL, ca_file TEXT);";
+
+/* Columns added after the first release, for files made before them. */
+static const struct { const char *table, *column, *decl; } added_columns[] = {
+    { "sessions", "values_box", "BLOB" },
+    { "handoff_outbox", "sealed", "INTEGER NOT NULL DEFAULT 0" },
+    { "handoff_outbox", "reason", "TEXT" },
+    { "handoff_outbox", "delivered", "REAL" },
+    { "handoff_outbox", "ca_file", "TEXT" },
+};
 
 static int db_fail(rt_sessions *s, char *err, const char *what) {
     return sb_seterr(err, SB_EIO, "sessions %s: %s: %s", s->path, what, sqlite3_errmsg(s->db));
@@ -70,6 +85,23 @@ static int create_private(const char *path, char *err) {
     return rc;
 }
 
+static int add_columns(rt_sessions *s, char *err) {
+    int rc = 0;
+    for (size_t i = 0; !rc && i < SB_ARRAY_LEN(added_columns); i++) {
+        char sql[160];
+        sqlite3_stmt *st;
+        snprintf(sql, sizeof sql, "SELECT %s FROM %s LIMIT 0", added_columns[i].column, added_columns[i].table);
+        if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) == SQLITE_OK) {
+            sqlite3_finalize(st);
+            continue;
+        }
+        snprintf(sql, sizeof sql, "ALTER TABLE %s ADD COLUMN %s %s", added_columns[i].table, added_columns[i].column,
+                 added_columns[i].decl);
+        rc = exec(s, sql, err);
+    }
+    return rc;
+}
+
 int rt_sessions_sqlite_open(const char *path, rt_sessions **out, char *err) {
     *out = NULL;
     int rc = create_private(path, err);
@@ -91,6 +123,7 @@ int rt_sessions_sqlite_open(const char *path, rt_sessions **out, char *err) {
         if (!rc) rc = exec(s, "PRAGMA synchronous=FULL", err);
         if (!rc) rc = exec(s, "PRAGMA secure_delete=ON", err);   /* a purged transcript's bytes go */
         if (!rc) rc = exec(s, schema, err);
+        if (!rc) rc = add_columns(s, err);
     }
     if (rc) {
         rt_sessions_close(s);
@@ -154,22 +187,25 @@ static char *col_dup(sqlite3_stmt *st, int i) {
     return t ? sb_strdup(t) : NULL;
 }
 
-void rt_session_clear(rt_session *ss) {
-    sb_free(ss->pipeline);
-    sb_free(ss->intent);
-    sb_free(ss->slots);
-    sb_free(ss->awaiting);
-    sb_free(ss->handoff);
-    sb_free(ss->said);
-    memset(ss, 0, sizeof *ss);
+/* A BLOB column's bytes, copied (NULL: none). 0 or SB_ENOMEM. */
+static int col_blob(sqlite3_stmt *st, int i, rt_blob *out) {
+    out->p = NULL;
+    out->len = 0;
+    if (sqlite3_column_type(st, i) == SQLITE_NULL) return 0;
+    size_t n = (size_t)sqlite3_column_bytes(st, i);
+    if (!(out->p = sb_malloc(n ? n : 1))) return SB_ENOMEM;
+    if (n) memcpy(out->p, sqlite3_column_blob(st, i), n);
+    out->len = n;
+    return 0;
 }
 
-static int sqlite_load(rt_sessions *s, const char *id, const char *owner, double now, rt_session *out, char *err) {
+static int sqlite_load(rt_sessions *s, const char *id, const char *owner, double now, rt_session *out,
+                       rt_blob *values, char *err) {
     memset(out, 0, sizeof *out);
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(s->db,
                            "SELECT owner, pipeline, created, updated, expires, turns, failures, bytes, intent, slots,"
-                           " awaiting, stage, done FROM sessions WHERE id = ?1", -1, &st, NULL) != SQLITE_OK)
+                           " awaiting, stage, done, values_box FROM sessions WHERE id = ?1", -1, &st, NULL) != SQLITE_OK)
         return db_fail(s, err, "reading a session");
     sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
     int rc = sqlite3_step(st);
@@ -197,43 +233,9 @@ static int sqlite_load(rt_sessions *s, const char *id, const char *owner, double
     out->awaiting = col_dup(st, 10);
     out->stage = sqlite3_column_int(st, 11);
     out->done = sqlite3_column_int(st, 12);
+    rc = col_blob(st, 13, values);
     sqlite3_finalize(st);
-    return 0;
-}
-
-/* A JSON text as a value of w (stored JSON is ours; unreadable is null). */
-static void json_text(sb_jw *w, const char *text) {
-    sb_json_doc *d;
-    if (!text || sb_json_parse(text, strlen(text), &d, NULL)) { sb_jw_null(w); return; }
-    sb_jw_value(w, sb_json_root(d));
-    sb_json_doc_free(d);
-}
-
-void rt_session_state_json(const rt_session *ss, sb_jw *w) {
-    sb_jw_obj(w);
-    sb_jw_key(w, "intent"); sb_jw_str(w, ss->intent);
-    sb_jw_key(w, "slots"); json_text(w, ss->slots);
-    sb_jw_key(w, "turn"); sb_jw_int(w, ss->turns);
-    sb_jw_obj_end(w);
-}
-
-int rt_session_json(rt_sessions *s, const rt_session *ss, sb_jw *w, char *err) {
-    sb_jw_obj(w);
-    sb_jw_key(w, "id"); sb_jw_str(w, ss->id);
-    sb_jw_key(w, "pipeline"); sb_jw_str(w, ss->pipeline);
-    sb_jw_key(w, "created"); sb_jw_fixed(w, ss->created, 3);
-    sb_jw_key(w, "updated"); sb_jw_fixed(w, ss->updated, 3);
-    sb_jw_key(w, "expires"); sb_jw_fixed(w, ss->expires, 3);
-    sb_jw_key(w, "state"); rt_session_state_json(ss, w);
-    sb_jw_key(w, "awaiting"); json_text(w, ss->awaiting);
-    sb_jw_key(w, "turns"); sb_jw_int(w, ss->turns);
-    sb_jw_key(w, "failures"); sb_jw_int(w, ss->failures);
-    sb_jw_key(w, "bytes"); sb_jw_int(w, ss->bytes);
-    sb_jw_key(w, "done"); sb_jw_bool(w, ss->done);
-    sb_jw_key(w, "transcript");
-    int rc = rt_session_transcript_json(s, ss->id, w, err);
-    sb_jw_obj_end(w);
-    return rc ? rc : w->oom ? sb_seterr(err, SB_ENOMEM, "out of memory") : 0;
+    return rc ? sb_seterr(err, rc, "out of memory") : 0;
 }
 
 static int sqlite_transcript_json(rt_sessions *s, const char *id, sb_jw *w, char *err) {
@@ -260,7 +262,12 @@ static int sqlite_transcript_json(rt_sessions *s, const char *id, sb_jw *w, char
 
 /* ---------------------------------------------------------------- writes */
 
-static int bind_state(sqlite3_stmt *st, const rt_session *ss, int ttl_s, double now) {
+static void bind_blob(sqlite3_stmt *st, int i, const rt_blob *b) {
+    if (b && b->p) sqlite3_bind_blob(st, i, b->p, (int)b->len, SQLITE_STATIC);
+    else sqlite3_bind_null(st, i);
+}
+
+static int bind_state(sqlite3_stmt *st, const rt_session *ss, int ttl_s, double now, const rt_blob *values) {
     sqlite3_bind_text(st, 1, ss->id, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, ss->owner, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 3, ss->pipeline, -1, SQLITE_STATIC);
@@ -273,6 +280,7 @@ static int bind_state(sqlite3_stmt *st, const rt_session *ss, int ttl_s, double 
     sqlite3_bind_text(st, 10, ss->slots ? ss->slots : "{}", -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 11, ss->awaiting, -1, SQLITE_STATIC);
     sqlite3_bind_int(st, 12, ss->stage);
+    bind_blob(st, 14, values);
     return sqlite3_bind_int(st, 13, ss->done);
 }
 
@@ -286,11 +294,17 @@ static int step_once(rt_sessions *s, const char *sql, char *err, int (*bind)(sql
     return rc == SQLITE_DONE ? 0 : db_fail(s, err, "writing");
 }
 
-typedef struct { const rt_session *ss; int ttl_s; double now; const char *caller, *reply; } turn_args;
+typedef struct {
+    const rt_session *ss;
+    int ttl_s;
+    double now;
+    const char *caller, *reply;
+    const rt_blob *values;
+} turn_args;
 
 static int bind_row(sqlite3_stmt *st, const void *arg) {
     const turn_args *t = arg;
-    return bind_state(st, t->ss, t->ttl_s, t->now);
+    return bind_state(st, t->ss, t->ttl_s, t->now, t->values);
 }
 
 static int bind_turn(sqlite3_stmt *st, const void *arg) {
@@ -304,102 +318,91 @@ static int bind_turn(sqlite3_stmt *st, const void *arg) {
 
 /* ------------------------------------------------------- hand-off */
 
-/* One line for the person who takes the call: the intent and the slots
- * given ("billing: account=4410032, name=张三"), then why. A long line is
- * cut; the slots are whole in the package beside it. */
-#define SUMMARY_MAX 512
-static void summary(const rt_session *ss, sb_jw *w) {
-    char line[SUMMARY_MAX];
-    size_t n = (size_t)snprintf(line, sizeof line, "%s:", ss->intent ? ss->intent : "no intent");
-    sb_json_doc *d;
-    int given = 0;
-    if (ss->slots && !sb_json_parse(ss->slots, strlen(ss->slots), &d, NULL)) {
-        const sb_json *o = sb_json_root(d);
-        for (size_t i = 0; i < sb_json_len(o) && n < sizeof line; i++) {
-            const sb_json *v = sb_json_val_at(o, i);
-            if (sb_json_type_of(v) == SB_JSON_NULL || (sb_json_type_of(v) == SB_JSON_STRING && !*sb_json_str(v)))
-                continue;
-            sb_jw vw;
-            sb_jw_init(&vw);
-            if (sb_json_type_of(v) != SB_JSON_STRING) sb_jw_value(&vw, v);
-            const char *text = sb_json_type_of(v) == SB_JSON_STRING ? sb_json_str(v) : vw.oom ? "?" : vw.p;
-            n += (size_t)snprintf(line + n, sizeof line - n, "%s %s=%s", given++ ? "," : "", sb_json_key_at(o, i), text);
-            sb_jw_free(&vw);
-        }
-        sb_json_doc_free(d);
-    }
-    if (!given && n < sizeof line) n += (size_t)snprintf(line + n, sizeof line - n, " no slots given");
-    if (n < sizeof line) snprintf(line + n, sizeof line - n, "; handed off: %s", ss->handoff_reason);
-    sb_jw_str(w, line);
-}
-
-/* The package for the person who takes the call: the intent and its
- * confidence, the slots with their real values (that person needs them),
- * the transcript as stored (this turn's row included: it is read inside
- * the commit's transaction), a one-line summary and why. */
-int rt_session_package(rt_sessions *s, const rt_session *ss, char **out, char *err) {
-    sb_jw w;
-    sb_jw_init(&w);
-    sb_jw_obj(&w);
-    sb_jw_key(&w, "session"); sb_jw_str(&w, ss->id);
-    sb_jw_key(&w, "pipeline"); sb_jw_str(&w, ss->pipeline);
-    sb_jw_key(&w, "reason"); sb_jw_str(&w, ss->handoff_reason);
-    sb_jw_key(&w, "intent"); sb_jw_str(&w, ss->intent);
-    sb_jw_key(&w, "confidence");
-    if (ss->handoff_confidence >= 0) sb_jw_num(&w, ss->handoff_confidence); else sb_jw_null(&w);
-    sb_jw_key(&w, "slots"); json_text(&w, ss->slots);
-    sb_jw_key(&w, "summary"); summary(ss, &w);
-    sb_jw_key(&w, "transcript");
-    int rc = rt_session_transcript_json(s, ss->id, &w, err);
-    sb_jw_obj_end(&w);
-    if (!rc && w.oom) rc = sb_seterr(err, SB_ENOMEM, "out of memory");
-    if (!rc && !(*out = sb_strdup(w.p))) rc = sb_seterr(err, SB_ENOMEM, "out of memory");
-    sb_jw_free(&w);
-    return rc;
-}
-
-typedef struct { const rt_session *ss; const char *body; double now; } outbox_args;
+typedef struct { const rt_session *ss; const char *body; const rt_blob *sealed; double now; } outbox_args;
 
 static int bind_outbox(sqlite3_stmt *st, const void *arg) {
     const outbox_args *o = arg;
     sqlite3_bind_text(st, 1, o->ss->id, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, o->ss->handoff_url, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 3, o->body, -1, SQLITE_STATIC);
+    if (o->sealed->p) bind_blob(st, 3, o->sealed);
+    else sqlite3_bind_text(st, 3, o->body, -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 5, o->sealed->p != NULL);
+    sqlite3_bind_text(st, 6, o->ss->handoff_reason, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 7, o->ss->handoff_ca_file, -1, SQLITE_STATIC);
     return sqlite3_bind_double(st, 4, o->now);
 }
 
-static int enqueue(rt_sessions *s, const rt_session *ss, const char *body, double now, char *err) {
-    outbox_args o = { ss, body, now };
-    return step_once(s, "INSERT INTO handoff_outbox (session, url, body, created, attempts, next_at)"
-                        " VALUES (?1, ?2, ?3, ?4, 0, ?4) ON CONFLICT(session) DO NOTHING", err, bind_outbox, &o);
+/* The package as text, or sealed (sealed->p) in its place. */
+static int enqueue(rt_sessions *s, const rt_session *ss, const char *body, const rt_blob *sealed, double now,
+                   char *err) {
+    outbox_args o = { ss, body, sealed, now };
+    return step_once(s, "INSERT INTO handoff_outbox (session, url, body, created, attempts, next_at, sealed, reason,"
+                        " ca_file) VALUES (?1, ?2, ?3, ?4, 0, ?4, ?5, ?6, ?7) ON CONFLICT(session) DO NOTHING", err,
+                     bind_outbox, &o);
+}
+
+/* A due item from its row: body's bytes as stored (a sealed box is
+ * opened by rt_handoff_due). 0 or SB_ENOMEM. */
+static int due_item(sqlite3_stmt *st, rt_handoff_item *it) {
+    memset(it, 0, sizeof *it);
+    snprintf(it->session, sizeof it->session, "%s", (const char *)sqlite3_column_text(st, 0));
+    it->url = col_dup(st, 1);
+    it->ca_file = col_dup(st, 5);
+    it->attempts = sqlite3_column_int(st, 3);
+    it->sealed = sqlite3_column_int(st, 4);
+    size_t n = (size_t)sqlite3_column_bytes(st, 2);
+    if ((it->body = sb_malloc(n + 1))) {
+        if (n) memcpy(it->body, sqlite3_column_blob(st, 2), n);
+        it->body[n] = '\0';
+        it->body_len = n;
+    }
+    bool ca_lost = sqlite3_column_type(st, 5) != SQLITE_NULL && !it->ca_file;
+    return !it->url || !it->body || ca_lost ? SB_ENOMEM : 0;
 }
 
 static int sqlite_handoff_due(rt_sessions *s, double now, rt_handoff_item *items, int max, char *err) {
     sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(s->db, "SELECT session, url, body, attempts FROM handoff_outbox WHERE next_at <= ?1"
-                                  " ORDER BY next_at LIMIT ?2", -1, &st, NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(s->db, "SELECT session, url, body, attempts, sealed, ca_file FROM handoff_outbox"
+                                  " WHERE next_at <= ?1 AND delivered IS NULL ORDER BY next_at LIMIT ?2", -1, &st,
+                           NULL) != SQLITE_OK)
         return db_fail(s, err, "reading the hand-off outbox");
     sqlite3_bind_double(st, 1, now);
     sqlite3_bind_int(st, 2, max);
-    int n = 0, rc;
-    while (n < max && (rc = sqlite3_step(st)) == SQLITE_ROW) {
-        rt_handoff_item *it = &items[n];
-        snprintf(it->session, sizeof it->session, "%s", (const char *)sqlite3_column_text(st, 0));
-        it->url = col_dup(st, 1);
-        it->body = col_dup(st, 2);
-        it->attempts = sqlite3_column_int(st, 3);
-        n++;
-        if (!it->url || !it->body) { rt_handoff_items_free(items, n); sqlite3_finalize(st); return SB_ENOMEM; }
+    int n = 0, rc = 0;
+    while (n < max && sqlite3_step(st) == SQLITE_ROW) {
+        rc = due_item(st, &items[n++]);
+        if (rc) break;
     }
     sqlite3_finalize(st);
+    if (rc) {
+        rt_handoff_items_free(items, n);
+        return sb_seterr(err, SB_ENOMEM, "out of memory");
+    }
     return n;
 }
 
-void rt_handoff_items_free(rt_handoff_item *items, int n) {
-    for (int i = 0; i < n; i++) {
-        sb_free(items[i].url);
-        sb_free(items[i].body);
+static const char *col_text(sqlite3_stmt *st, int i) { return (const char *)sqlite3_column_text(st, i); }
+
+static int sqlite_handoff_list(rt_sessions *s, int max, sb_jw *w, char *err) {
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(s->db, "SELECT o.session, s.pipeline, s.intent, o.reason, o.url, o.created, o.attempts,"
+                                  " o.next_at, o.delivered, o.last_error FROM handoff_outbox o LEFT JOIN sessions s"
+                                  " ON s.id = o.session ORDER BY o.created DESC LIMIT ?1", -1, &st, NULL) != SQLITE_OK)
+        return db_fail(s, err, "reading the hand-off outbox");
+    sqlite3_bind_int(st, 1, max);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        rt_handoff_row row = {
+            .session = col_text(st, 0), .pipeline = col_text(st, 1), .intent = col_text(st, 2),
+            .reason = col_text(st, 3), .url = col_text(st, 4), .created = sqlite3_column_double(st, 5),
+            .attempts = sqlite3_column_int(st, 6), .next_at = sqlite3_column_double(st, 7),
+            .is_delivered = sqlite3_column_type(st, 8) != SQLITE_NULL, .delivered = sqlite3_column_double(st, 8),
+            .last_error = col_text(st, 9),
+        };
+        rt_handoff_row_json(w, &row);
     }
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? 0 : db_fail(s, err, "reading the hand-off outbox");
 }
 
 typedef struct { const char *id; double next_at; const char *why; } retry_args;
@@ -413,8 +416,11 @@ static int bind_retry(sqlite3_stmt *st, const void *arg) {
 
 static int bind_id(sqlite3_stmt *st, const void *arg) { return sqlite3_bind_text(st, 1, arg, -1, SQLITE_STATIC); }
 
+/* The row stays, without its package (the receiver has it), so the
+ * console can say it was delivered; it goes with its session. */
 static int sqlite_handoff_delivered(rt_sessions *s, const char *id, char *err) {
-    return step_once(s, "DELETE FROM handoff_outbox WHERE session = ?1", err, bind_id, id);
+    return step_once(s, "UPDATE handoff_outbox SET body = '', sealed = 0, delivered = (julianday('now') - 2440587.5)"
+                        " * 86400, attempts = attempts + 1, last_error = NULL WHERE session = ?1", err, bind_id, id);
 }
 
 static int sqlite_handoff_retry(rt_sessions *s, const char *id, double next_at, const char *why, char *err) {
@@ -428,22 +434,26 @@ static int sqlite_handoff_retry(rt_sessions *s, const char *id, double next_at, 
  * none) added, in one transaction: both or neither. created is kept from
  * the first commit. */
 static int sqlite_commit(rt_sessions *s, rt_session *ss, int ttl_s, const char *caller, const char *reply,
-                         double now, char *err) {
-    turn_args t = { ss, ttl_s, now, caller ? caller : "", reply ? reply : "" };
+                         double now, const rt_blob *values, char *err) {
+    turn_args t = { ss, ttl_s, now, caller ? caller : "", reply ? reply : "", values };
     int rc = exec(s, "BEGIN IMMEDIATE", err);
     if (rc) return rc;
     rc = step_once(s,
                    "INSERT INTO sessions (id, owner, pipeline, created, updated, expires, turns, failures, bytes,"
-                   " intent, slots, awaiting, stage, done) VALUES (?1, ?2, ?3, ?4, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11,"
-                   " ?12, ?13) ON CONFLICT(id) DO UPDATE SET updated = ?4, expires = ?5, turns = ?6, failures = ?7,"
-                   " bytes = ?8, intent = ?9, slots = ?10, awaiting = ?11, stage = ?12, done = ?13",
+                   " intent, slots, awaiting, stage, done, values_box) VALUES (?1, ?2, ?3, ?4, ?4, ?5, ?6, ?7, ?8, ?9,"
+                   " ?10, ?11, ?12, ?13, ?14) ON CONFLICT(id) DO UPDATE SET updated = ?4, expires = ?5, turns = ?6,"
+                   " failures = ?7, bytes = ?8, intent = ?9, slots = ?10, awaiting = ?11, stage = ?12, done = ?13,"
+                   " values_box = ?14",
                    err, bind_row, &t);
     if (!rc && caller)
         rc = step_once(s, "INSERT INTO turns (session, n, at, caller, reply) VALUES (?1, ?2, ?3, ?4, ?5)", err,
                        bind_turn, &t);
     char *package = NULL;
-    if (!rc && ss->handoff_reason) rc = rt_session_package(s, ss, &package, err);
-    if (!rc && package && ss->handoff_url) rc = enqueue(s, ss, package, now, err);
+    rt_blob sealed = { 0 };
+    if (!rc && ss->handoff_reason)
+        rc = rt_session_package(s, ss, &package, ss->handoff_url ? &sealed : NULL, err);
+    if (!rc && package && ss->handoff_url) rc = enqueue(s, ss, package, &sealed, now, err);
+    rt_blob_free(&sealed);
     if (!rc) rc = exec(s, "COMMIT", err);
     if (rc) {
         sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
@@ -459,15 +469,26 @@ static int sqlite_commit(rt_sessions *s, rt_session *ss, int ttl_s, const char *
 
 static int bind_now(sqlite3_stmt *st, const void *arg) { return sqlite3_bind_double(st, 1, *(const double *)arg); }
 
-static int sqlite_delete(rt_sessions *s, const char *id, char *err) {
+/* A session, its turns, and with outbox its hand-off package even if not
+ * delivered yet (an erase wins over a delivery; a caller who hung up
+ * does not): 1, 0 (no such session) or < 0. */
+static int delete_session(rt_sessions *s, const char *id, bool outbox, char *err) {
     int rc = exec(s, "BEGIN IMMEDIATE", err);
     if (!rc) rc = step_once(s, "DELETE FROM turns WHERE session = ?1", err, bind_id, id);
     if (!rc) rc = step_once(s, "DELETE FROM sessions WHERE id = ?1", err, bind_id, id);
+    int n = rc ? 0 : sqlite3_changes(s->db);
+    if (!rc && outbox) rc = step_once(s, "DELETE FROM handoff_outbox WHERE session = ?1", err, bind_id, id);
     if (rc) {
         sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
         return rc;
     }
-    return exec(s, "COMMIT", err);
+    rc = exec(s, "COMMIT", err);
+    return rc ? rc : n;
+}
+
+static int sqlite_delete(rt_sessions *s, const char *id, char *err) {
+    int rc = delete_session(s, id, false, err);
+    return rc < 0 ? rc : 0;
 }
 
 /* Delete the sessions `column <= t` (column is ours, never the caller's)
@@ -479,16 +500,19 @@ static int purge_where(rt_sessions *s, const char *column, double t, char *err) 
     int rc = exec(s, "BEGIN IMMEDIATE", err);
     if (!rc) rc = step_once(s, turns, err, bind_now, &t);
     if (!rc) rc = step_once(s, rows, err, bind_now, &t);
+    int n = sqlite3_changes(s->db);
+    /* A delivered package's row goes with its session. */
+    if (!rc)
+        rc = exec(s, "DELETE FROM handoff_outbox WHERE delivered IS NOT NULL AND session NOT IN (SELECT id FROM"
+                     " sessions)", err);
     if (rc) {
         sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
         return rc;
     }
-    int n = sqlite3_changes(s->db);
     rc = exec(s, "COMMIT", err);
     if (!rc && n) rc = rt_sessions_checkpoint(s, err);
     return rc ? rc : n;
 }
-
 
 static int sqlite_erase(rt_sessions *s, const char *id, sb_bytes *callers, char *err) {
     sqlite3_stmt *st;
@@ -502,36 +526,40 @@ static int sqlite_erase(rt_sessions *s, const char *id, sb_bytes *callers, char 
     }
     if (!rc && step != SQLITE_DONE) rc = db_fail(s, err, "reading a session");
     sqlite3_finalize(st);
-    if (!rc) rc = exec(s, "BEGIN IMMEDIATE", err);
-    if (!rc) rc = step_once(s, "DELETE FROM turns WHERE session = ?1", err, bind_id, id);
-    if (!rc) rc = step_once(s, "DELETE FROM sessions WHERE id = ?1", err, bind_id, id);
-    int n = rc ? 0 : sqlite3_changes(s->db);
-    if (rc) {
-        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
-        return rc;
-    }
-    if ((rc = exec(s, "COMMIT", err)) || (n && (rc = rt_sessions_checkpoint(s, err)))) return rc;
+    int n = rc ? rc : delete_session(s, id, true, err);
+    if (n > 0 && (rc = rt_sessions_checkpoint(s, err))) return rc;
     return n;
 }
 
-static int sqlite_erase_matching(rt_sessions *s, rt_text_match_fn match, void *arg, char *err) {
+/* The row's texts and sealed values, as the shared matcher reads them. */
+static rt_store_row store_row(sqlite3_stmt *st) {
+    rt_store_row row = { .id = col_text(st, 0) };
+    for (int i = 0; i < 3; i++) {
+        row.text[i] = col_text(st, i + 1);
+        row.len[i] = (size_t)sqlite3_column_bytes(st, i + 1);
+    }
+    if (sqlite3_column_type(st, 4) == SQLITE_BLOB) {
+        row.values = sqlite3_column_blob(st, 4);
+        row.values_len = (size_t)sqlite3_column_bytes(st, 4);
+    }
+    return row;
+}
+
+static int sqlite_erase_matching(rt_sessions *s, rt_row_match_fn match, void *arg, char *err) {
     /* The ids first, the deletes after: no delete under an open statement. */
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(s->db,
-                           "SELECT id, intent, slots, awaiting FROM sessions UNION ALL"
-                           " SELECT session, caller, reply, NULL FROM turns", -1, &st, NULL) != SQLITE_OK)
+                           "SELECT id, intent, slots, awaiting, values_box FROM sessions UNION ALL"
+                           " SELECT session, caller, reply, NULL, NULL FROM turns", -1, &st, NULL) != SQLITE_OK)
         return db_fail(s, err, "reading the sessions");
     enum { ID = RT_SESSION_ID_LEN + 1 };
     sb_bytes ids = { 0 };       /* matching ids, ID bytes each (NUL included) */
     int rc = 0, step;
     while (!rc && (step = sqlite3_step(st)) == SQLITE_ROW) {
         bool hit = false;
-        for (int col = 1; col <= 3 && !hit; col++) {
-            const char *t = (const char *)sqlite3_column_text(st, col);
-            hit = t && match(arg, t, (size_t)sqlite3_column_bytes(st, col));
-        }
-        const char *id = (const char *)sqlite3_column_text(st, 0);
-        if (hit && rt_session_id_valid(id) && sb_bytes_put(&ids, id, ID))
+        rt_store_row row = store_row(st);
+        if ((rc = match(s, &row, arg, &hit, err))) break;
+        if (hit && rt_session_id_valid(row.id) && sb_bytes_put(&ids, row.id, ID))
             rc = sb_seterr(err, SB_ENOMEM, "out of memory");
     }
     if (!rc && step != SQLITE_DONE) rc = db_fail(s, err, "reading the sessions");
@@ -540,7 +568,9 @@ static int sqlite_erase_matching(rt_sessions *s, rt_text_match_fn match, void *a
     for (size_t i = 0; !rc && i < ids.n; i += ID) {
         bool again = false;     /* one session can match in its row and in several turns */
         for (size_t j = 0; j < i && !again; j += ID) again = !strcmp(ids.p + i, ids.p + j);
-        if (!again && !(rc = rt_session_delete(s, ids.p + i, err))) deleted++;
+        int n = again ? 0 : delete_session(s, ids.p + i, true, err);
+        if (n < 0) rc = n;
+        else deleted += n;
     }
     sb_free(ids.p);
     if (!rc && deleted) rc = rt_sessions_checkpoint(s, err);
@@ -559,4 +589,5 @@ static const rt_session_store sqlite_store = {
     .commit = sqlite_commit, .remove = sqlite_delete, .purge_where = purge_where, .erase = sqlite_erase,
     .erase_matching = sqlite_erase_matching, .checkpoint = sqlite_checkpoint, .handoff_due = sqlite_handoff_due,
     .handoff_delivered = sqlite_handoff_delivered, .handoff_retry = sqlite_handoff_retry,
+    .handoff_list = sqlite_handoff_list,
 };

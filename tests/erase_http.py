@@ -9,6 +9,9 @@ import sys
 import urllib.error
 import urllib.request
 
+sys.path.insert(0, os.path.dirname(__file__))
+import itlib  # noqa: E402
+
 URL, RUN, SB, CONFIG, LOG = sys.argv[1:6]
 ADMIN, OPS, APP = os.environ["SB_ERASE_KEY"], os.environ["SB_OPS_KEY"], "app-key-0123456789"
 fails = 0
@@ -48,21 +51,7 @@ def call(text, call_id=None, session=None, pipe="desk"):
 
 def files_holding(needle):
     """Files under the runtime dir that hold needle (as UTF-8 or a JSON \\u escape)."""
-    forms = [needle.encode()]
-    esc = json.dumps(needle)[1:-1].encode()
-    if esc not in forms:
-        forms.append(esc)
-    hits = []
-    for root, _, files in os.walk(RUN):
-        for f in files:
-            p = os.path.join(root, f)
-            try:
-                data = open(p, "rb").read()
-            except OSError:
-                continue
-            if any(x in data for x in forms):
-                hits.append(os.path.relpath(p, RUN))
-    return hits
+    return itlib.files_holding(RUN, needle)
 
 
 def served_holding(needle):

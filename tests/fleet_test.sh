@@ -64,6 +64,7 @@ runtime:
   dir: $dir/run
   http: 127.0.0.1:$port
   drain_ms: 1000
+  secret_key_file: $tmp/seal.key
 models:
   tiny: { gguf: $DATA/tiny-llama-spm-Q4_K_M.gguf, threads: 1, ctx: 512, max_tokens: 8 }
 cache:
@@ -85,6 +86,20 @@ pipelines:
           account: { en: "What is your account number?" }
           name: { en: "And your name, please?" }
       - { name: say, kind: tool, command: ["/bin/echo", "account {{stages.extract.json.account}} for {{stages.extract.json.name}}"] }
+  private:
+    privacy: { mode: pseudonymize }
+    conversation: { ttl_s: 600 }
+    stages:
+      - name: extract
+        kind: generate
+        model: tiny
+        json: true
+        prompt: "Extract the phone and the e-mail from: {{input}}"
+        max_tokens: 4
+        ask:
+          phone: { question: { en: "Your mobile number, please?" }, pattern: "^1[3-9][0-9]{9}\$" }
+          email: { question: { en: "And your e-mail?" }, pattern: "@" }
+      - { name: say, kind: tool, command: ["/bin/echo", "we will call {{stages.extract.json.phone}} and write to {{stages.extract.json.email}}"] }
   slow:
     conversation: { ttl_s: 600, max_turns: 100 }
     stages:
@@ -94,6 +109,10 @@ YAML
     it_pids+=($!)
     eval "pid_$name=$!"
 }
+# One key for the site's boxes: a session's values are sealed by whichever
+# box took the turn and opened by the next.
+openssl rand -hex 32 > "$tmp/seal.key"
+chmod 600 "$tmp/seal.key"
 box a "$port_a"
 box b "$port_b"
 it_wait_ready "$tmp/a.log" 120 "$pid_a" || fail "box a did not come up"
@@ -115,6 +134,37 @@ for port in "$port_a" "$port_b"; do   # 503 sessions_unavailable until then, 404
 done
 
 # ---- HAProxy: round-robin over both, a box that stops answering /health is out
+# A caller's values under a privacy policy, across the boxes: the mobile
+# said on box b and the e-mail on box a come back together in box a's
+# reply (each box sealing what it added, the other opening it), and the
+# database holds neither value, as text or as hex.
+private_turn() {  # PORT TEXT [SESSION] -> the answer's JSON on stdout
+    local body
+    body=$(python3 -c 'import json,sys; d={"input": sys.argv[1]}; d.update({"session": sys.argv[2]} if len(sys.argv) > 2 else {}); print(json.dumps(d))' "${@:2}")
+    curl -s -m 60 -H 'Content-Type: application/json' -d "$body" "http://127.0.0.1:$1/v1/pipelines/private"
+}
+field() { python3 -c 'import json,sys; j=json.load(sys.stdin); print(eval(sys.argv[1], {}, {"j": j}))' "$1"; }
+j=$(private_turn "$port_a" "I need to update my contact details")
+sid=$(printf '%s' "$j" | field 'j.get("session")')
+[ "$(printf '%s' "$j" | field 'j.get("awaiting")')" = "{'kind': 'slot', 'slot': 'phone'}" ] ||
+    fail "private turn 1 on box a: $j"
+j=$(private_turn "$port_b" "13800138000" "$sid")
+[ "$(printf '%s' "$j" | field 'j.get("awaiting")')" = "{'kind': 'slot', 'slot': 'email'}" ] ||
+    fail "private turn 2 on box b: $j"
+j=$(private_turn "$port_a" "zhang.san@example.com" "$sid")
+[ "$(printf '%s' "$j" | field 'j.get("reply")')" = "we will call 13800138000 and write to zhang.san@example.com" ] ||
+    fail "private turn 3 on box a: $j"
+echo "ok   privacy across boxes: the mobile said on box b and the e-mail on box a are both in box a's reply"
+for v in 13800138000 3133383030313338303030 zhang.san 7a68616e672e73616e; do
+    n=$(psql -d sessions -tA -c "SELECT (SELECT count(*) FROM sb_sessions x WHERE strpos(x::text, '$v') > 0)
+        + (SELECT count(*) FROM sb_session_turns x WHERE strpos(x::text, '$v') > 0)
+        + (SELECT count(*) FROM sb_handoff_outbox x WHERE strpos(x::text, '$v') > 0)") || fail "psql"
+    [ "$n" = 0 ] || fail "the sessions database holds '$v' in $n row(s)"
+done
+n=$(psql -d sessions -tA -c "SELECT count(*) FROM sb_sessions WHERE id = '$sid' AND values_box IS NOT NULL") || fail "psql"
+[ "$n" = 1 ] || fail "session $sid has no sealed values in the database"
+echo "ok   the sessions database holds neither value (as text or hex), the session's values sealed"
+
 cat > "$tmp/haproxy.cfg" <<CFG
 global
     maxconn 256

@@ -62,6 +62,23 @@ def wait_router(run_dir, old_pid, serves, secs=60):
     return None
 
 
+def files_holding(root_dir, needle):
+    """Files under root_dir that hold needle, as UTF-8 or as JSON \\u
+    escapes (how a JSON store writes non-ASCII), relative to root_dir."""
+    forms = {needle.encode(), json.dumps(needle)[1:-1].encode()}
+    hits = []
+    for root, _, files in os.walk(root_dir):
+        for f in files:
+            p = os.path.join(root, f)
+            try:
+                data = open(p, "rb").read()
+            except OSError:
+                continue
+            if any(x in data for x in forms):
+                hits.append(os.path.relpath(p, root_dir))
+    return hits
+
+
 def host_port(url):
     """("127.0.0.1", 8080) from "http://127.0.0.1:8080..."."""
     host, port = re.match(r"http://([^:]+):(\d+)", url).groups()

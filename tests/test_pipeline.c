@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "router/run/sb_run.h"
 #include "router/backend/backend_internal.h"    /* the worker params of the typed calls */
@@ -391,16 +392,86 @@ static void test_privacy_keys(void **state) {
                  "pipe.yaml:7", "only a command tool");
     expect_error(PHEAD "    privacy: {}\n    stages: [{ name: t, kind: tool, command: [cat], privacy: show }]\n",
                  "pipe.yaml:7", "privacy: expected reveal");
-    /* A session outlives the call whose values the door keeps: not together. */
-    expect_error(PHEAD "    privacy: { mode: mask }\n    conversation: { ttl_s: 60 }\n" "    stages: [{ name: t, kind: tool, command: [cat] }]\n",
-                 "pipe.yaml:6", "privacy and conversation in one pipeline are not supported yet");
-    snprintf(y, sizeof y, PHEAD "    privacy: { mode: off }\n    conversation: { ttl_s: 60 }\n%s", st);
-    sb_config *cfg2;
-    sb_pipelines *ps2;
-    char err2[SB_ERR_LEN];
-    assert_int_equal(load(y, &cfg2, &ps2, err2), 0);
-    sb_pipelines_free(ps2);
-    sb_config_free(cfg2);
+    /* A conversation under a policy: its session keeps the values sealed
+     * (the key is needed), its hand-off package carries them (https). */
+    snprintf(y, sizeof y, PHEAD "    privacy: { mode: pseudonymize }\n    conversation: { ttl_s: 60 }\n%s", st);
+    expect_error(y, "pipe.yaml:6", "pipelines.p: privacy (pseudonymize) with a conversation keeps the caller's values "
+                 "between turns, sealed with runtime.secret_key_file");
+    snprintf(y, sizeof y, PHEAD "    privacy: { mode: mask }\n    conversation: { handoff_url: 'http://desk/in' }\n%s", st);
+    expect_error(y, "pipe.yaml:7:34", "pipelines.p.conversation.handoff_url: must be https:// when the pipeline has a "
+                 "privacy policy");
+    const char *key = "/tmp/sb-pipe-test-seal.key";
+    FILE *f = fopen(key, "w");
+    assert_non_null(f);
+    fputs("00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\n", f);
+    fclose(f);
+    const char *accepted[] = {
+        "    privacy: { mode: off }\n    conversation: { ttl_s: 60 }\n",
+        "    privacy: { mode: mask }\n    conversation: { handoff_url: 'https://desk/in' }\n",
+        "    privacy: { mode: pseudonymize }\n    conversation: { handoff_url: 'https://desk/in' }\n",
+    };
+    for (size_t i = 0; i < SB_ARRAY_LEN(accepted); i++) {
+        snprintf(y, sizeof y, "runtime: { dir: /tmp/sb-pipe-test, secret_key_file: %s }\n"
+                 "models:\n  m: { gguf: tiny-llama-spm-Q4_K_M.gguf }\npipelines:\n  p:\n%s%s", key, accepted[i], st);
+        sb_config *cfg2;
+        sb_pipelines *ps2;
+        char err2[SB_ERR_LEN];
+        if (load(y, &cfg2, &ps2, err2)) fail_msg("refused: %s", err2);
+        sb_pipelines_free(ps2);
+        sb_config_free(cfg2);
+    }
+    unlink(key);
+}
+
+/* privacy.patterns: an operator's identifiers, with a check digit. */
+static void test_privacy_patterns(void **state) {
+    const char *ok = PHEAD "    privacy:\n      detect: [PHONE]\n      patterns:\n"
+                     "        - { name: EMPLOYEE_ID, regex: 'E[0-9]{6}' }\n"
+                     "        - { name: MEMBER, regex: '^8[0-9]{15}$', on: digits, checksum: luhn }\n"
+                     "        - { name: STAFF_ID, regex: 'S[0-9]{17}[0-9X]', checksum: mod11-2 }\n"
+                     "    stages: [{ name: t, kind: tool, command: [cat] }]\n";
+    sb_config *cfg = NULL;
+    sb_pipelines *ps = NULL;
+    char err[SB_ERR_LEN] = "";
+    if (load(ok, &cfg, &ps, err)) fail_msg("%s", err);
+    const sb_pipeline *p = sb_pipelines_find(ps, "p");
+    sb_pii_spans sp = { 0 };
+    /* A valid Luhn member number (spoken with spaces too), one with a wrong
+     * check digit, a staff id with a valid and one with a wrong MOD 11-2. */
+    const char *text = "staff E123456 member 8000 1234 5678 9018 not 8000123456789011 "
+                       "S11010519491231002X S110105194912310021";
+    assert_int_equal(sb_privacy_detect(p->privacy, text, strlen(text), &sp), 0);
+    assert_int_equal(sp.n, 3);
+    assert_string_equal(sb_privacy_pattern_name(p->privacy, sp.v[0].pattern), "EMPLOYEE_ID");
+    assert_string_equal(sp.v[0].value, "E123456");
+    assert_string_equal(sb_privacy_pattern_name(p->privacy, sp.v[1].pattern), "MEMBER");
+    assert_string_equal(sp.v[1].value, "8000123456789018");
+    assert_string_equal(sb_privacy_pattern_name(p->privacy, sp.v[2].pattern), "STAFF_ID");
+    assert_string_equal(sp.v[2].value, "S11010519491231002X");
+    sb_pii_spans_free(&sp);
+    sb_pipelines_free(ps);
+    sb_config_free(cfg);
+
+    const char *st = "    stages: [{ name: t, kind: tool, command: [cat] }]\n";
+    char y[1024];
+    snprintf(y, sizeof y, PHEAD "    privacy:\n      patterns:\n        - { name: EMPLOYEE_ID, regex: 'E[0-9' }\n%s", st);
+    expect_error(y, "pipe.yaml:8:39", "pipelines.p.privacy.patterns[0]: privacy pattern 'EMPLOYEE_ID': regex 'E[0-9':");
+    snprintf(y, sizeof y, PHEAD "    privacy:\n      patterns:\n        - { name: A, regex: 'x' }\n"
+             "        - { name: B, regex: 'y', checksum: crc }\n%s", st);
+    expect_error(y, "pipe.yaml:9", "pipelines.p.privacy.patterns[1].checksum: expected none|luhn|mod11-2");
+    snprintf(y, sizeof y, PHEAD "    privacy:\n      patterns:\n        - { name: B, on: words, regex: 'y' }\n%s", st);
+    expect_error(y, "pipe.yaml:8", "patterns[0].on: expected text|digits");
+    snprintf(y, sizeof y, PHEAD "    privacy:\n      patterns:\n        - { name: EMPLOYEE_ID }\n%s", st);
+    expect_error(y, "pipe.yaml:8", "patterns[0]: a pattern needs 'name' and 'regex'");
+    snprintf(y, sizeof y, PHEAD "    privacy:\n      patterns:\n        - { name: employee, regex: x }\n%s", st);
+    expect_error(y, "pipe.yaml:8", "privacy pattern 'employee': a name is 1-24 of A-Z 0-9 _");
+    snprintf(y, sizeof y, PHEAD "    privacy:\n      patterns:\n        - { name: PHONE, regex: x }\n%s", st);
+    expect_error(y, "pipe.yaml:8", "privacy pattern 'PHONE': the name of a built-in type");
+    snprintf(y, sizeof y, PHEAD "    privacy:\n      patterns: { name: A, regex: x }\n%s", st);
+    expect_error(y, "pipe.yaml:7:17", "privacy.patterns: expected a list of 1-32 patterns");
+    /* Checked with the policy off too. */
+    snprintf(y, sizeof y, PHEAD "    privacy:\n      mode: off\n      patterns: [{ name: A, regex: '(' }]\n%s", st);
+    expect_error(y, "pipe.yaml:8", "privacy pattern 'A': regex '('");
 }
 
 /* Intent stages that classify by embeddings: method, score_model,
@@ -839,6 +910,7 @@ int main(void) {
         cmocka_unit_test(test_rejections),
         cmocka_unit_test(test_priority_key),
         cmocka_unit_test(test_privacy_keys),
+        cmocka_unit_test(test_privacy_patterns),
         cmocka_unit_test(test_json_schema_key),
         cmocka_unit_test(test_embedding_keys),
         cmocka_unit_test(test_retrieve_keys),

@@ -3,7 +3,10 @@
  * SQLite store: two connections stand for two routers of one site. A turn
  * taken by one is read and continued by the other; two turns of one
  * session at once keep the first and refuse the second (SB_EBUSY); owners,
- * expiry, retention, erasure and the hand-off outbox as in SQLite.
+ * expiry, retention, erasure and the hand-off outbox as in SQLite. Under a
+ * privacy policy the values and the queued package are in the database
+ * only sealed, come back to a box with the site's key, and not with
+ * another; a delivered package's row stays, emptied, for the console.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -205,6 +208,122 @@ static void test_handoff_outbox_shared(void **state) {
     rt_sessions_close(b);
 }
 
+#define PHONE "13800138000"
+#define PHONE_HEX "3133383030313338303030"      /* as bytea's text form would show it unsealed */
+#define EMAIL "zhang.san@example.com"
+static const uint8_t KEY[SB_SEAL_KEY_LEN] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16,
+                                              17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32 };
+static const uint8_t OTHER_KEY[SB_SEAL_KEY_LEN] = { 9 };
+
+static rt_sessions *open_keyed(const uint8_t *key) {
+    rt_sessions *s = open_box();
+    if (key) rt_sessions_set_key(s, key);
+    return s;
+}
+
+/* Rows of the three tables whose text (bytea as hex) holds needle. */
+static int rows_holding(const char *needle) {
+    char q[512];
+    snprintf(q, sizeof q, "SELECT (SELECT count(*) FROM sb_sessions x WHERE strpos(x::text, '%s') > 0)"
+                          " + (SELECT count(*) FROM sb_session_turns x WHERE strpos(x::text, '%s') > 0)"
+                          " + (SELECT count(*) FROM sb_handoff_outbox x WHERE strpos(x::text, '%s') > 0)",
+             needle, needle, needle);
+    char *n = pg_dump(&g_pg, "sessions", q);
+    int count = atoi(n);
+    free(n);
+    return count;
+}
+
+static void test_sealed_values_and_package(void **state) {
+    NEED_PG();
+    char err[SB_ERR_LEN];
+    rt_sessions *a = open_keyed(KEY), *b = open_keyed(KEY), *wrong = open_keyed(OTHER_KEY), *none = open_keyed(NULL);
+    sb_privacy *det;
+    assert_int_equal(sb_privacy_new(SB_PII_ALL, &det, err), 0);
+    sb_pii_table table = { 0 };
+    char *said;
+    size_t n;
+    const char *words = "my number is 138 0013 8000, mail " EMAIL;
+    assert_int_equal(sb_privacy_redact(det, words, strlen(words), SB_PII_PSEUDONYMIZE, &table, NULL, &said, &n), 0);
+    sb_privacy_free(det);
+    rt_session ss, got;
+    new_session(&ss, "app");
+    ss.turns = 1;
+    ss.seal = &table;
+    sb_free(ss.slots);
+    ss.slots = sb_strdup("{\"phone\": \"\xE2\x9F\xA8PHONE_1\xE2\x9F\xA9\"}");
+    assert_int_equal(rt_session_commit(a, &ss, 600, said, "noted", 6000.0, err), 0);
+    ss.turns = 2;
+    ss.done = true;
+    ss.handoff_reason = "asked";
+    ss.handoff_url = "https://desk.example/handoff";
+    ss.handoff_confidence = 0.9;
+    assert_int_equal(rt_session_commit(a, &ss, 600, "a person please", "connecting you", 6001.0, err), 0);
+    assert_null(strstr(ss.handoff, PHONE));         /* the answer's copy: placeholders */
+    /* No byte of a value in any table, as text or as hex. */
+    assert_int_equal(rows_holding(PHONE), 0);
+    assert_int_equal(rows_holding(PHONE_HEX), 0);
+    assert_int_equal(rows_holding("zhang.san"), 0);
+    assert_true(rows_holding("PHONE_1") > 0);
+
+    /* The other box, with the site's key: the values come back. */
+    assert_int_equal(rt_session_load(b, ss.id, "app", 6002.0, &got, err), 0);
+    assert_int_equal(got.values.n, 2);
+    char *reply;
+    const char *model = "we call \xE2\x9F\xA8PHONE_1\xE2\x9F\xA9";
+    assert_int_equal(sb_privacy_restore(&got.values, model, strlen(model), false, &reply, &n), 0);
+    assert_string_equal(reply, "we call " PHONE);
+    sb_free(reply);
+    rt_session_clear(&got);
+    /* Another key, or none: refused, saying why, never a value. */
+    assert_int_equal(rt_session_load(wrong, ss.id, "app", 6002.0, &got, err), SB_EINVAL);
+    assert_non_null(strstr(err, "do not open with runtime.secret_key_file"));
+    assert_null(strstr(err, PHONE));
+    assert_int_equal(rt_session_load(none, ss.id, "app", 6002.0, &got, err), SB_EINVAL);
+    assert_non_null(strstr(err, "no runtime.secret_key_file"));
+
+    /* The package: not opened under another key, opened with the real
+     * values for delivery, then emptied and kept as delivered. */
+    rt_handoff_item items[4];
+    assert_int_equal(rt_handoff_due(wrong, 6002.0, items, 4, err), 1);
+    assert_null(items[0].body);
+    assert_non_null(strstr(items[0].error, "does not open"));
+    rt_handoff_items_free(items, 1);
+    assert_int_equal(rt_handoff_due(b, 6100.0, items, 4, err), 1);       /* after the first taker's minute */
+    assert_non_null(strstr(items[0].body, "\"phone\":\"" PHONE "\""));
+    assert_non_null(strstr(items[0].body, EMAIL));
+    rt_handoff_items_free(items, 1);
+    assert_int_equal(rt_handoff_delivered(b, ss.id, err), 0);
+    assert_int_equal(rt_handoff_due(a, 7000.0, items, 4, err), 0);
+    sb_jw w;
+    sb_jw_init(&w);
+    assert_int_equal(rt_handoff_list_json(a, 10, &w, err), 0);
+    assert_non_null(strstr(w.p, "\"state\":\"delivered\""));
+    assert_non_null(strstr(w.p, ss.id));
+    sb_jw_free(&w);
+    char q[160];
+    snprintf(q, sizeof q, "SELECT body, sealed FROM sb_handoff_outbox WHERE session = '%s'", ss.id);
+    char *row = pg_dump(&g_pg, "sessions", q);
+    assert_string_equal(row, "|f\n");
+    free(row);
+
+    /* An erase by value finds the session by its sealed values only (the
+     * words hold placeholders), with its package's row. */
+    assert_int_equal(rt_sessions_erase_matching(b, has_word, PHONE, err), 1);
+    assert_int_equal(rt_session_load(a, ss.id, "app", 6002.0, &got, err), SB_ENOTFOUND);
+    snprintf(q, sizeof q, "SELECT count(*) FROM sb_handoff_outbox WHERE session = '%s'", ss.id);
+    row = pg_dump(&g_pg, "sessions", q);
+    assert_string_equal(row, "0\n");
+    free(row);
+    sb_free(said);
+    sb_pii_table_free(&table);
+    rt_session_clear(&ss);
+    rt_sessions_close(a);
+    rt_sessions_close(b);
+    rt_sessions_close(wrong);
+    rt_sessions_close(none);
+}
+
 static void test_store_names(void **state) {
     assert_true(rt_sessions_store_is_pg("postgresql://sb@db1/sb?sslmode=verify-full"));
     assert_true(rt_sessions_store_is_pg("postgres://db1/sb"));
@@ -227,6 +346,7 @@ int main(void) {
         cmocka_unit_test(test_two_boxes_one_turn_loses_nothing),
         cmocka_unit_test(test_expiry_retention_erasure),
         cmocka_unit_test(test_handoff_outbox_shared),
+        cmocka_unit_test(test_sealed_values_and_package),
         cmocka_unit_test(test_store_names),
     };
     return cmocka_run_group_tests_name("sessions_pg", tests, group_setup, group_teardown);

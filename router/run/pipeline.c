@@ -69,6 +69,7 @@ static const sb_cfg_key conversation_keys[] = {
     { "topic_switch", SB_KEY_NUM, 0, 1, CV(topic_switch), NULL },
     { "history_turns", SB_KEY_INT, 0, 50, CV(history_turns), NULL },
     { "history_tokens", SB_KEY_INT, 16, 32768, CV(history_tokens), NULL },
+    { "handoff_ca_file", SB_KEY_PATH, 1, 0, CV(handoff_ca_file), NULL },
     RT_KEYS_END
 };
 
@@ -118,8 +119,51 @@ typedef struct { int mode; } privacy_block;
 static const sb_cfg_key privacy_keys[] = {
     { "mode", SB_KEY_ENUM, 0, 0, offsetof(privacy_block, mode), privacy_modes },
     { "detect", SB_KEY_OTHER, 0, 0, 0, NULL },
+    { "patterns", SB_KEY_OTHER, 0, 0, 0, NULL },
     { NULL, SB_KEY_OTHER, 0, 0, 0, NULL }
 };
+
+/* privacy.patterns: [{name, regex, on: text | digits, checksum: none |
+ * luhn | mod11-2}] - the operator's own identifiers, added to the
+ * detector (docs/PRIVACY.md, "Operator patterns"). */
+#define PRIVACY_MAX_PATTERNS 32
+typedef struct { char *name, *regex; int on, checksum; } pattern_conf;
+static const char *const pattern_ons[] = { "text", "digits", NULL };    /* by SB_PII_ON_* */
+static const sb_cfg_key pattern_keys[] = {
+    { "name", SB_KEY_STR, 1, 0, offsetof(pattern_conf, name), NULL },
+    { "regex", SB_KEY_STR, 1, 0, offsetof(pattern_conf, regex), NULL },
+    { "on", SB_KEY_ENUM, 0, 0, offsetof(pattern_conf, on), pattern_ons },
+    { "checksum", SB_KEY_ENUM, 0, 0, offsetof(pattern_conf, checksum), sb_pii_check_names },
+    { NULL, SB_KEY_OTHER, 0, 0, 0, NULL }
+};
+
+static int load_pattern(vctx *c, const char *at, const sb_config_node *n, sb_privacy *det) {
+    sb_cfg_ctx pc = { c->cfg, c->err, at, true };
+    pattern_conf pt = { 0 };
+    char err[SB_ERR_LEN];
+    int rc = sb_cfg_read_map(&pc, n, pattern_keys, &pt);
+    if (!rc && (!pt.name || !pt.regex))
+        rc = FAIL(c, n, "%s: a pattern needs 'name' and 'regex' (and may say 'on' and 'checksum')", at);
+    if (!rc && sb_privacy_add_pattern(det, pt.name, pt.regex, pt.on, err))
+        rc = FAIL(c, sb_config_node_get(n, strstr(err, "regex '") ? "regex" : "name"), "%s: %s", at, err);
+    if (!rc) rc = sb_privacy_pattern_check(det, pt.name, (sb_pii_check)pt.checksum, err) ? FAIL(c, n, "%s: %s", at, err) : 0;
+    sb_free(pt.name);
+    sb_free(pt.regex);
+    return rc;
+}
+
+static int load_patterns(vctx *c, const char *path, const sb_config_node *n, sb_privacy *det) {
+    if (n->kind != SB_CFG_SEQ || n->n_items == 0 || n->n_items > PRIVACY_MAX_PATTERNS)
+        return FAIL(c, n, "%s.patterns: expected a list of 1-%d patterns ({name, regex, on, checksum}), got %s", path,
+                    PRIVACY_MAX_PATTERNS, sb_cfg_what(n));
+    int rc = 0;
+    for (size_t i = 0; !rc && i < n->n_items; i++) {
+        char at[sizeof c->path + 48];
+        snprintf(at, sizeof at, "%s.patterns[%zu]", path, i);
+        rc = load_pattern(c, at, n->items[i], det);
+    }
+    return rc;
+}
 
 static int load_privacy(vctx *c, const sb_config_node *n, sb_pipeline *p) {
     char path[sizeof c->path + 16];
@@ -148,9 +192,34 @@ static int load_privacy(vctx *c, const sb_config_node *n, sb_pipeline *p) {
         if (rc) return rc;
     }
     p->privacy_mode = b.mode;
-    if (b.mode == SB_PRIVACY_OFF) return 0;
     char err[SB_ERR_LEN];
-    if ((rc = sb_privacy_new(types, &p->privacy, err))) return FAIL(c, n, "%s: %s", path, err);
+    sb_privacy *det;
+    if ((rc = sb_privacy_new(types, &det, err))) return FAIL(c, n, "%s: %s", path, err);
+    /* Checked even with mode off: turning the policy on must not be what
+     * reveals a broken pattern. */
+    const sb_config_node *pats = sb_config_node_get(n, "patterns");
+    if (pats && (rc = load_patterns(c, path, pats, det))) {
+        sb_privacy_free(det);
+        return rc;
+    }
+    if (b.mode == SB_PRIVACY_OFF) sb_privacy_free(det);
+    else p->privacy = det;
+    return 0;
+}
+
+/* A conversation under a privacy policy: its session keeps the values
+ * behind the placeholders across turns, sealed with the site's key, and
+ * its hand-off package carries them to a person, so only over TLS. */
+static int check_private_conversation(vctx *c, const sb_config_node *n, const sb_pipeline *p) {
+    if (p->privacy_mode == SB_PRIVACY_PSEUDONYMIZE && !c->cfg->runtime.secret_key_file)
+        return FAIL(c, sb_config_node_get(n, "privacy"),
+                    "%s: privacy (pseudonymize) with a conversation keeps the caller's values between turns, sealed "
+                    "with runtime.secret_key_file; set it (openssl rand -hex 32 > FILE; chmod 600 FILE)", c->path);
+    const char *url = p->conv.handoff_url;
+    if (url && strncmp(url, "https://", 8))
+        return FAIL(c, sb_config_node_get(sb_config_node_get(n, "conversation"), "handoff_url"),
+                    "%s.conversation.handoff_url: must be https:// when the pipeline has a privacy policy (the "
+                    "hand-off package carries the caller's real values), got '%s'", c->path, url);
     return 0;
 }
 
@@ -183,13 +252,7 @@ static int load_pipeline(vctx *c, const sb_config_node *key, const sb_config_nod
     if ((v = sb_config_node_get(n, "cache_fold")) && (rc = load_cache_fold(c, v, p))) return rc;
     if ((v = sb_config_node_get(n, "conversation")) && (rc = load_conversation(c, v, p))) return rc;
     if ((v = sb_config_node_get(n, "privacy")) && (rc = load_privacy(c, v, p))) return rc;
-    /* A session keeps the caller's words across turns, and the privacy
-     * door's values live only as long as one call: together a later turn
-     * could restore or reveal another turn's value. Refused until sessions
-     * keep the values themselves (sealed at rest). */
-    if (p->conv.on && p->privacy_mode != SB_PRIVACY_OFF)
-        return FAIL(c, sb_config_node_get(n, "privacy"),
-                    "%s: privacy and conversation in one pipeline are not supported yet; give one of them", c->path);
+    if (p->conv.on && p->privacy_mode != SB_PRIVACY_OFF && (rc = check_private_conversation(c, n, p))) return rc;
     const sb_config_node *st = sb_config_node_get(n, "stages");
     if (!st) return FAIL(c, n, "%s: missing 'stages'", c->path);
     if (st->kind != SB_CFG_SEQ || st->n_items == 0 || st->n_items > SB_PIPE_MAX_STAGES)
@@ -269,6 +332,7 @@ void sb_pipelines_free(sb_pipelines *ps) {
             sb_free(p->conv.handoff_intents[k]);
         sb_free(p->conv.handoff_intents);
         sb_free(p->conv.handoff_url);
+        sb_free(p->conv.handoff_ca_file);
         sb_free(p->name);
         sb_free(p->description);
         sb_privacy_free(p->privacy);

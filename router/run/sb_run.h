@@ -169,6 +169,7 @@ typedef struct {
         int max_turns;              /* then the call ends (done), default 50 */
         int max_bytes;              /* a session's stored bytes at most, default 262144 */
         char *handoff_url;          /* where hand-off packages are POSTed, or NULL */
+        char *handoff_ca_file;      /* the CA certificates its TLS is verified against; NULL: the system's */
         char **handoff_intents;     /* labels that end the call with a hand-off (asked / rejected) */
         size_t n_handoff_intents;
         double topic_switch;        /* an answer routed to another intent this sure is a new topic; 0: never */

@@ -205,8 +205,13 @@ static bool empty(const sb_json *v) {
 
 static bool checked(const ask_slot *as) { return as->has_re || as->checksum != CHECK_NONE; }
 
-/* Whether value passes the slot's pattern and checksum. */
-static bool valid(const ask_slot *as, const char *value) {
+/* Whether value passes the slot's pattern and checksum. Under a privacy
+ * policy the call's words hold placeholders (⟨ID_1⟩): one of the call's
+ * table is checked as the value it stands for, and the slot keeps the
+ * placeholder, so the session stores no value (privacy_door.c). */
+static bool valid(const sb_pii_table *pii, const ask_slot *as, const char *value) {
+    for (size_t i = 0; pii && i < pii->n; i++)
+        if (!strcmp(pii->v[i].placeholder, value)) { value = pii->v[i].value; break; }
     size_t n = strlen(value);
     if (!n) return false;
     if (as->has_re && regexec(&as->re, value, 0, NULL, 0)) return false;
@@ -219,12 +224,12 @@ static bool valid(const ask_slot *as, const char *value) {
  * string its checks refuse, and the caller did not decline; or NULL. A
  * small model writes what it half heard ("九百度" read as an account
  * "9aidu"): what the caller would be refused, the model is too. */
-static const ask_slot *missing(const ask_conf *a, const sb_json *obj, unsigned declined) {
+static const ask_slot *missing(const sb_pii_table *pii, const ask_conf *a, const sb_json *obj, unsigned declined) {
     for (size_t i = 0; i < a->n; i++) {
         const ask_slot *as = &a->slots[i];
         if (!as->required || (declined & 1u << i)) continue;
         const sb_json *v = sb_json_get(obj, as->slot);
-        if (empty(v) || (checked(as) && sb_json_type_of(v) == SB_JSON_STRING && !valid(as, sb_json_str(v))))
+        if (empty(v) || (checked(as) && sb_json_type_of(v) == SB_JSON_STRING && !valid(pii, as, sb_json_str(v))))
             return as;
     }
     return NULL;
@@ -269,8 +274,8 @@ static int take_kept(rt_run *run, const ask_conf *a, stage_res *sr) {
         const ask_slot *as = &a->slots[i];
         const sb_json *have = sb_json_get(sr->json, as->slot), *v = sb_json_get(kept, as->slot);
         bool have_ok = !empty(have) && !(checked(as) && sb_json_type_of(have) == SB_JSON_STRING &&
-                                         !valid(as, sb_json_str(have)));
-        if (have_ok || empty(v) || sb_json_type_of(v) != SB_JSON_STRING || !valid(as, sb_json_str(v))) continue;
+                                         !valid(run->pii, as, sb_json_str(have)));
+        if (have_ok || empty(v) || sb_json_type_of(v) != SB_JSON_STRING || !valid(run->pii, as, sb_json_str(v))) continue;
         set[i] = sb_json_str(v);
         any = true;
     }
@@ -287,7 +292,7 @@ rt_stage_outcome rt_ask_next(rt_run *run, const sb_stage *s) {
         sr->json = sb_json_root(sr->doc);
     }
     if (first && take_kept(run, a, sr)) return oom(run);
-    const ask_slot *as = missing(a, sr->json, sr->declined);
+    const ask_slot *as = missing(run->pii, a, sr->json, sr->declined);
     if (!as) {
         sb_jw w;
         sb_jw_init(&w);
@@ -303,7 +308,8 @@ rt_stage_outcome rt_ask_next(rt_run *run, const sb_stage *s) {
 /* ------------------------------------------------------- the answer */
 
 typedef struct {
-    char values[8][SB_PII_VALUE_MAX];   /* the answer's numbers, as digits (more are not read) */
+    char values[8][SB_PII_VALUE_MAX];   /* the answer's numbers, as digits (more are not read), and placeholders */
+    size_t at[8];                       /* where each is in the answer: they are kept in that order */
     size_t n;
     char *whole;                    /* the answer after a correction's lead, numbers as digits, trimmed */
     bool correction;
@@ -312,7 +318,26 @@ typedef struct {
 /* What the caller said, read: its lead (a no makes it a correction), its
  * numbers, and the rest with each number written as its digits (never
  * longer than as said: a number's digits take at most its bytes). */
-static int read_answer(const ask_conf *a, const char *turn, answer *an) {
+static void add_value(answer *an, const char *v, size_t at) {
+    if (an->n == SB_ARRAY_LEN(an->values)) return;
+    size_t k = an->n++;
+    for (; k && an->at[k - 1] > at; k--) {
+        memcpy(an->values[k], an->values[k - 1], sizeof an->values[k]);
+        an->at[k] = an->at[k - 1];
+    }
+    snprintf(an->values[k], SB_PII_VALUE_MAX, "%s", v);
+    an->at[k] = at;
+}
+
+/* The call's placeholders in t, as values (privacy: the numbers the
+ * caller said are placeholders by now). */
+static void add_placeholders(const sb_pii_table *pii, const char *t, answer *an) {
+    for (size_t i = 0; pii && i < pii->n; i++)
+        for (const char *p = t; (p = strstr(p, pii->v[i].placeholder)); p += strlen(pii->v[i].placeholder))
+            add_value(an, pii->v[i].placeholder, (size_t)(p - t));
+}
+
+static int read_answer(const ask_conf *a, const sb_pii_table *pii, const char *turn, answer *an) {
     size_t rest = 0;
     an->correction = rt_caller_lead(turn, &rest) == RT_NO && turn[rest];
     if (!an->correction) rest = 0;
@@ -338,9 +363,10 @@ static int read_answer(const ask_conf *a, const char *turn, answer *an) {
         memcpy(whole + w, sp.v[k].value, vl);
         w += vl;
         at = sp.v[k].end;
-        if (an->n < SB_ARRAY_LEN(an->values)) snprintf(an->values[an->n++], SB_PII_VALUE_MAX, "%s", sp.v[k].value);
+        add_value(an, sp.v[k].value, sp.v[k].start);
     }
     sb_pii_spans_free(&sp);
+    add_placeholders(pii, t, an);
     an->whole = rt_trimmed(whole, w);
     sb_free(whole);
     return an->whole ? 0 : SB_ENOMEM;
@@ -350,15 +376,15 @@ static int read_answer(const ask_conf *a, const char *turn, answer *an) {
  * it has checks v passes, else (for a correction) a filled slot with checks
  * it passes, else an empty one with checks; -1: none. A slot without checks
  * takes the whole answer instead (rt_ask_answered). */
-static int slot_for(const ask_conf *a, const ask_slot *asked, const sb_json *obj, const char *v, bool correction,
-                    const int *taken) {
+static int slot_for(const sb_pii_table *pii, const ask_conf *a, const ask_slot *asked, const sb_json *obj, const char *v,
+                    bool correction, const int *taken) {
     int asked_i = (int)(asked - a->slots);
-    if (!taken[asked_i] && checked(asked) && valid(asked, v)) return asked_i;
+    if (!taken[asked_i] && checked(asked) && valid(pii, asked, v)) return asked_i;
     for (int pass = correction ? 0 : 1; pass < 2; pass++)
         for (size_t i = 0; i < a->n; i++) {
             const ask_slot *o = &a->slots[i];
             bool is_empty = empty(sb_json_get(obj, o->slot));
-            if (taken[i] || !checked(o) || is_empty != (pass == 1) || !valid(o, v)) continue;
+            if (taken[i] || !checked(o) || is_empty != (pass == 1) || !valid(pii, o, v)) continue;
             return (int)i;
         }
     return -1;
@@ -397,7 +423,7 @@ static rt_stage_outcome take(rt_run *run, const sb_stage *s, const ask_slot *as,
     const char *set[ASK_MAX_SLOTS] = {0};
     int taken[ASK_MAX_SLOTS] = {0};
     for (size_t k = 0; k < an->n; k++) {
-        int i = slot_for(a, as, sr->json, an->values[k], an->correction, taken);
+        int i = slot_for(run->pii, a, as, sr->json, an->values[k], an->correction, taken);
         if (i >= 0) { set[i] = an->values[k]; taken[i] = 1; }
     }
     int asked_i = (int)(as - a->slots);
@@ -407,11 +433,11 @@ static rt_stage_outcome take(rt_run *run, const sb_stage *s, const ask_slot *as,
      * to pass), no refusal and no plain yes or no: the answer may be a new
      * request (another topic, "转人工"); routed first, it comes back here
      * if it is not. */
-    if (!any && !(checked(as) && valid(as, an->whole)) && rt_caller_may_ask(rt_run_turn(run)) && rt_run_reroute(run))
+    if (!any && !(checked(as) && valid(run->pii, as, an->whole)) && rt_caller_may_ask(rt_run_turn(run)) && rt_run_reroute(run))
         return RT_STAGE_REROUTE;
     /* The answer as said, when it gave no value to another slot: "my
      * account is 4410032", asked for a name, is not a name. */
-    if (!any && an->whole[0] && !rt_caller_refuses(an->whole) && valid(as, an->whole)) {
+    if (!any && an->whole[0] && !rt_caller_refuses(an->whole) && valid(run->pii, as, an->whole)) {
         set[asked_i] = an->whole;
         taken[asked_i] = 1;
         any = true;
@@ -438,10 +464,10 @@ rt_stage_outcome rt_ask_answered(rt_run *run, const sb_stage *s) {
     const ask_conf *a = s->own;
     stage_res *sr = &run->res[run->cur];
     if (!sr->json) return rt_ask_next(run, s);
-    const ask_slot *as = missing(a, sr->json, sr->declined);
+    const ask_slot *as = missing(run->pii, a, sr->json, sr->declined);
     if (!as) return rt_ask_next(run, s);
     answer an = {0};
-    if (read_answer(a, rt_run_turn(run), &an)) return oom(run);
+    if (read_answer(a, run->pii, rt_run_turn(run), &an)) return oom(run);
     rt_stage_outcome o = take(run, s, as, &an);
     sb_free(an.whole);
     return o;
@@ -456,14 +482,14 @@ int rt_ask_correct(rt_run *run, const char *words) {
     stage_res *sr = &run->res[run->slots_stage];
     if (!a || !sr->json) return 0;
     answer an = {0};
-    if (read_answer(a, words, &an)) return -1;
+    if (read_answer(a, run->pii, words, &an)) return -1;
     const char *set[ASK_MAX_SLOTS] = {0};
     int n = 0;
     for (size_t k = 0; k < an.n; k++)
         for (size_t i = 0; i < a->n; i++) {
             const ask_slot *as = &a->slots[i];
             const char *now = sb_json_str(sb_json_get(sr->json, as->slot));
-            if (set[i] || !checked(as) || !valid(as, an.values[k])) continue;
+            if (set[i] || !checked(as) || !valid(run->pii, as, an.values[k])) continue;
             if (!now || strcmp(now, an.values[k])) { set[i] = an.values[k]; n++; }
             break;
         }
