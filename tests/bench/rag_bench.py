@@ -42,7 +42,6 @@ import os
 import random
 import re
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -52,6 +51,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(HERE, "python_rag"))
+sys.path.insert(0, os.path.dirname(HERE))
+import itlib  # noqa: E402
 import rag as pyrag  # noqa: E402  (the prompt rendering, for the diagnosis)
 
 PIPELINE = "rag"
@@ -62,14 +63,6 @@ CLK = os.sysconf("SC_CLK_TCK")
 
 def log(*a):
     print(*a, flush=True)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def pct(xs, p):
@@ -241,6 +234,7 @@ def closed_loop(port, questions, concurrency, stream=False):
                 docs = st.get(RETRIEVE, {}).get("json") or {}
                 rec["passages"] = [[p["source"], p["section"], p["text"]] for p in docs.get("passages", [])]
                 rec["usage"] = doc.get("usage")
+                rec["stage_ms"] = {x["name"]: x.get("ms") for x in doc.get("stages", [])}
             results[i] = rec
         if conn is not None:
             conn.close()
@@ -272,21 +266,21 @@ def summarize(results, wall, cpu, peak_kb):
 class Stack:
     """One stack's process tree, started alone and stopped after its phases."""
 
-    def __init__(self, name, argv, env, port, log_path, ready_fn):
+    def __init__(self, name, argv, env, port, log_path, ready_factory):
         self.name, self.argv, self.env, self.port = name, argv, env, port
-        self.log_path, self.ready_fn = log_path, ready_fn
+        self.log_path, self.ready_factory = log_path, ready_factory
         self.proc = None
 
     def start(self, timeout=600):
         self.logf = open(self.log_path, "ab")
         self.proc = subprocess.Popen(self.argv, env=self.env, stdout=self.logf, stderr=subprocess.STDOUT,
                                      cwd=REPO, start_new_session=True)
-        t0 = time.time()
+        t0, ready = time.time(), self.ready_factory()     # a fresh check for each start
         while time.time() - t0 < timeout:
             if self.proc.poll() is not None:
                 raise RuntimeError("%s exited with status %s during start-up (log: %s)"
                                    % (self.name, self.proc.returncode, self.log_path))
-            if self.ready_fn(self.port):
+            if ready(self.port):
                 return time.time() - t0
             time.sleep(0.25)
         raise RuntimeError("%s not ready after %d s (log: %s)" % (self.name, timeout, self.log_path))
@@ -319,15 +313,19 @@ def ours_ready(port):
     return bool(h) and h.get("status") == "ok" and all(m.get("status") == "up" for m in h["models"].values())
 
 
-def python_ready_fn(workers):
-    seen = set()
+def python_ready_factory(workers):
+    """A check that is true once /health was answered by `workers`
+    different uvicorn worker processes of this start."""
+    def factory():
+        seen = set()
 
-    def ready(port):
-        h = http_get_json(port, "/health")
-        if h:
-            seen.add(h.get("pid"))
-        return len(seen) >= workers
-    return ready
+        def ready(port):
+            h = http_get_json(port, "/health")
+            if h:
+                seen.add(h.get("pid"))
+            return len(seen) >= workers
+        return ready
+    return factory
 
 
 # --------------------------------------------------------------- prepare
@@ -481,6 +479,10 @@ def run_phase(stack, sampler, pids_fn, port, questions, conc, stream):
     res, wall = closed_loop(port, questions, conc, stream)
     peak = sampler.take_peak()
     cpu = cpu_s(pids_fn()) - cpu0
+    bad = [r for r in res if r["status"] != 200]
+    if bad:
+        log("  %d of %d calls failed; the first: status %s, %s" % (len(bad), len(res), bad[0]["status"],
+                                                                  bad[0].get("error")))
     return res, summarize(res, wall, cpu, peak)
 
 
@@ -518,6 +520,7 @@ def measure_stack(stack, a, questions, out, rnd):
     finally:
         sampler.stop()
         stack.stop()
+    rec["load_after"] = os.getloadavg()[0]
     return rec
 
 
@@ -530,6 +533,9 @@ def report(a, recs, diag, equality, meta):
     lines = ["# RAG benchmark: ours against the Python baseline", "",
              "%s; %d questions, concurrency %d, %d round(s), max_tokens %d; load average at start %.1f" %
              (meta["started"], a.requests, a.concurrency, a.rounds, a.max_tokens, meta["load_start"]), "",
+             "%s, %d cores, kernel %s; tree %s; baseline %s" % (
+                 meta["cpu"], meta["cpus"], meta["kernel"], meta["commit"],
+                 ", ".join("%s %s" % kv for kv in meta["packages"].items())), "",
              "| stack | pass | calls | P50 s | P95 s | P99 s | max s | TTFT P50 s | TTFT P95 s | req/s | CPU s/req | peak PSS MB |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     summary = {}
@@ -573,6 +579,31 @@ def report(a, recs, diag, equality, meta):
     return lines, summary
 
 
+def machine():
+    """What the figures were taken on: CPU, cores, kernel, our commit and
+    the baseline's package versions."""
+    from importlib import metadata
+    cpu = ""
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    try:
+        commit = subprocess.run(["git", "-C", REPO, "describe", "--always", "--dirty"], capture_output=True,
+                                text=True).stdout.strip()
+    except OSError:
+        commit = ""
+    versions = {}
+    for pkg in ("llama_cpp_python", "chromadb", "fastapi", "uvicorn", "numpy"):
+        try:
+            versions[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            versions[pkg] = None
+    return {"cpu": cpu, "cpus": os.cpu_count(), "kernel": os.uname().release, "commit": commit,
+            "python": sys.version.split()[0], "packages": versions}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
@@ -580,36 +611,45 @@ def main():
     ap.add_argument("--config", default=os.path.join(HERE, "rag_bench.yaml"))
     ap.add_argument("--questions", default=os.path.join(HERE, "rag_questions.tsv"))
     ap.add_argument("--out", default=os.path.join(REPO, "build", "rag_bench"))
-    ap.add_argument("--concurrency", type=int, default=10)
-    ap.add_argument("--requests", type=int, default=200)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--max-tokens", type=int, default=64)
-    ap.add_argument("--stream-requests", type=int, default=40, help="calls of the streamed pass (0: none)")
-    ap.add_argument("--c1-requests", type=int, default=20, help="calls of the one-at-a-time pass (0: none)")
+    ap.add_argument("--concurrency", type=int, help="callers at once (default 10)")
+    ap.add_argument("--requests", type=int, help="calls of the main pass (default 200)")
+    ap.add_argument("--rounds", type=int, help="rounds, the stacks' order alternating (default 3)")
+    ap.add_argument("--max-tokens", type=int, help="the answer's max_tokens (default 64)")
+    ap.add_argument("--stream-requests", type=int, help="calls of the streamed pass (default 40; 0: none)")
+    ap.add_argument("--c1-requests", type=int, help="calls of the one-at-a-time pass (default 20; 0: none)")
     ap.add_argument("--py-workers", type=int, default=1, help="uvicorn worker processes")
     ap.add_argument("--py-threads", type=int, default=None, help="the baseline's generator threads (default: the config's)")
     ap.add_argument("--py-embed-threads", type=int, default=None,
                     help="the baseline's encoder threads (default: the config's)")
-    ap.add_argument("--diagnose", type=int, default=20, help="differing answers whose prompt ids are compared")
+    ap.add_argument("--diagnose", type=int, help="differing answers whose prompt ids are compared (default 20)")
     ap.add_argument("--seed", type=int, default=38)
     ap.add_argument("--only", choices=("ours", "python"), help="measure one stack only")
-    ap.add_argument("--quick", action="store_true", help="20 calls, concurrency 4, 1 round, max_tokens 16")
+    ap.add_argument("--quick", action="store_true",
+                    help="defaults of a smoke run: 20 calls, concurrency 4, 1 round, max_tokens 16, 8 streamed, 4 alone")
     a = ap.parse_args()
+    defaults = dict(concurrency=10, requests=200, rounds=3, max_tokens=64, stream_requests=40, c1_requests=20,
+                    diagnose=20)
     if a.quick:
-        a.requests, a.concurrency, a.rounds, a.max_tokens = 20, 4, 1, 16
-        a.stream_requests, a.c1_requests, a.diagnose = 8, 4, 5
+        defaults.update(concurrency=4, requests=20, rounds=1, max_tokens=16, stream_requests=8, c1_requests=4,
+                        diagnose=5)
+    for k, v in defaults.items():
+        if getattr(a, k) is None:
+            setattr(a, k, v)
     for k in ("concurrency", "requests", "rounds", "max_tokens", "py_workers"):
         if getattr(a, k) < 1:
             ap.error("--%s must be at least 1" % k.replace("_", "-"))
+    for k in ("stream_requests", "c1_requests", "diagnose"):
+        if getattr(a, k) < 0:
+            ap.error("--%s must be 0 or more" % k.replace("_", "-"))
     if not os.access(a.sb, os.X_OK):
         ap.error("%s is not an executable (build it: make)" % a.sb)
     a.out = os.path.abspath(a.out)
     os.makedirs(a.out, exist_ok=True)
     meta = {"started": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "load_start": os.getloadavg()[0], "cpus": os.cpu_count(), "args": vars(a)}
+            "load_start": os.getloadavg()[0], "args": vars(a), **machine()}
 
     # ---- prepare
-    port_ours, port_py = free_port(), free_port()
+    port_ours, port_py = itlib.free_port(), itlib.free_port()
     cfg = os.path.join(a.out, "ours.yaml")
     kb = os.path.join(a.out, "policy.sqlite")
     derive_config(a.config, cfg, os.path.join(a.out, "run"), kb, port_ours, a.max_tokens)
@@ -643,11 +683,11 @@ def main():
     uvicorn = os.path.join(os.path.dirname(sys.executable), "uvicorn")
     stacks = {
         "ours": Stack("ours", [a.sb, "run", "-c", cfg], dict(os.environ), port_ours, os.path.join(a.out, "ours.log"),
-                      ours_ready),
+                      lambda: ours_ready),
         "python": Stack("python", [uvicorn, "app:app", "--app-dir", os.path.join(HERE, "python_rag"),
                                    "--host", "127.0.0.1", "--port", str(port_py), "--workers", str(a.py_workers),
                                    "--log-level", "warning", "--no-access-log"],
-                        env_py, port_py, os.path.join(a.out, "python.log"), python_ready_fn(a.py_workers)),
+                        env_py, port_py, os.path.join(a.out, "python.log"), python_ready_factory(a.py_workers)),
     }
 
     # ---- rounds

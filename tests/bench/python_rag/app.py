@@ -13,9 +13,10 @@ Started by tools/rag_bench.sh as
     RAG_CONFIG=tests/bench/rag_bench.yaml RAG_PIPELINE=rag RAG_STORE=DIR [RAG_THREADS=N] [RAG_EMBED_THREADS=N] \
         uvicorn app:app --app-dir tests/bench/python_rag --workers W --port P
 
-after ingest.py filled RAG_STORE. The endpoints are plain `def`s: FastAPI
-runs them on its thread pool, so a call waiting for a model does not block
-the event loop, and the two models run side by side (rag.py).
+after ingest.py filled RAG_STORE. A call's work runs on Starlette's thread
+pool (run_in_threadpool, or a sync generator for a stream), so a call
+waiting for a model does not block the event loop, and the two models run
+side by side (rag.py).
 """
 import json
 import os
@@ -24,6 +25,7 @@ import uuid
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.concurrency import run_in_threadpool
 
 from rag import Rag
 
@@ -58,15 +60,16 @@ def health():
 
 
 @app.post("/v1/pipelines/{name}")
-def pipeline(name: str, body: dict):
+async def pipeline(name: str, request: Request):
     _check_pipeline(name)
+    body = _json_body(await request.body())      # with or without a JSON Content-Type, as ours
     text = body.get("input")
     if not isinstance(text, str) or not text:
         raise HTTPException(400, {"type": "invalid_request", "message": "'input': expected a non-empty string"})
     until = body.get("until")
     if until is not None and until not in (rag.pipe.retrieve["name"], rag.pipe.generate["name"]):
         raise HTTPException(400, {"type": "invalid_value", "message": "'until': no stage named '%s'" % until})
-    return JSONResponse(rag.run(text, debug=bool(body.get("debug")), until=until))
+    return JSONResponse(await run_in_threadpool(rag.run, text, bool(body.get("debug")), until))
 
 
 def _chunk(cid, created, model, delta, finish=None):
@@ -106,7 +109,6 @@ async def chat(request: Request):
     if body.get("stream"):
         # A sync generator: Starlette pulls it on the thread pool.
         return StreamingResponse(_stream(question, model), media_type="text/event-stream")
-    from starlette.concurrency import run_in_threadpool
     r = await run_in_threadpool(rag.run, question)
     return {"id": "chatcmpl-" + uuid.uuid4().hex[:14], "object": "chat.completion", "created": int(time.time()),
             "model": model, "choices": [{"index": 0, "message": {"role": "assistant", "content": r["output"]},
