@@ -604,7 +604,7 @@ def machine():
             "python": sys.version.split()[0], "packages": versions}
 
 
-def main():
+def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("--sb", default=os.path.join(REPO, "bin", "switchboard"))
@@ -644,44 +644,45 @@ def main():
     if not os.access(a.sb, os.X_OK):
         ap.error("%s is not an executable (build it: make)" % a.sb)
     a.out = os.path.abspath(a.out)
-    os.makedirs(a.out, exist_ok=True)
-    meta = {"started": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "load_start": os.getloadavg()[0], "args": vars(a), **machine()}
+    return a
 
-    # ---- prepare
-    port_ours, port_py = itlib.free_port(), itlib.free_port()
+
+def prepare(a, port_ours):
+    """Our config and base, and the baseline's store filled with the same
+    passages: (our config's path, the pipeline, the baseline's store dir)."""
+    global RETRIEVE
     cfg = os.path.join(a.out, "ours.yaml")
     kb = os.path.join(a.out, "policy.sqlite")
     derive_config(a.config, cfg, os.path.join(a.out, "run"), kb, port_ours, a.max_tokens)
     pipe = pyrag.Pipeline(cfg, PIPELINE)
-    global RETRIEVE
     RETRIEVE = pipe.retrieve["name"]
     for f in (kb, kb + "-wal", kb + "-shm"):
         if os.path.exists(f):
             os.unlink(f)
     log("prepare: switchboard kb add examples/kb/*.md")
-    docs = sorted(os.path.join(REPO, "examples", "kb", f) for f in os.listdir(os.path.join(REPO, "examples", "kb"))
-                  if f.endswith(".md"))
+    kb_dir = os.path.join(REPO, "examples", "kb")
+    docs = sorted(os.path.join(kb_dir, f) for f in os.listdir(kb_dir) if f.endswith(".md"))
     subprocess.run([a.sb, "kb", "add", "-c", cfg, "--quiet"] + docs, check=True)
     passages = os.path.join(a.out, "passages.jsonl")
     n = export_passages(kb, passages)
     store = os.path.join(a.out, "pystore")
     log("prepare: %d passages -> the baseline's store (llama.cpp embeddings, chromadb, FTS5)" % n)
-    ingest = [sys.executable, os.path.join(HERE, "python_rag", "ingest.py"), "--config", cfg, "--pipeline", PIPELINE,
-              "--passages", passages, "--store", store]
     # One thread: ingesting is not measured, and two llama.cpp threads on
     # cores that other processes keep busy wait on each other for seconds
     # per passage (ggml's spinning barrier).
-    subprocess.run(ingest + ["--threads", "1"], check=True)
-    questions = read_questions(a.questions, a.requests, a.seed)
+    subprocess.run([sys.executable, os.path.join(HERE, "python_rag", "ingest.py"), "--config", cfg, "--pipeline",
+                    PIPELINE, "--passages", passages, "--store", store, "--threads", "1"], check=True)
+    return cfg, pipe, store
 
+
+def make_stacks(a, cfg, store, port_ours, port_py):
     env_py = dict(os.environ, RAG_CONFIG=cfg, RAG_PIPELINE=PIPELINE, RAG_STORE=store)
     if a.py_threads:
         env_py["RAG_THREADS"] = str(a.py_threads)
     if a.py_embed_threads:
         env_py["RAG_EMBED_THREADS"] = str(a.py_embed_threads)
     uvicorn = os.path.join(os.path.dirname(sys.executable), "uvicorn")
-    stacks = {
+    return {
         "ours": Stack("ours", [a.sb, "run", "-c", cfg], dict(os.environ), port_ours, os.path.join(a.out, "ours.log"),
                       lambda: ours_ready),
         "python": Stack("python", [uvicorn, "app:app", "--app-dir", os.path.join(HERE, "python_rag"),
@@ -690,30 +691,10 @@ def main():
                         env_py, port_py, os.path.join(a.out, "python.log"), python_ready_factory(a.py_workers)),
     }
 
-    # ---- rounds
-    recs, out, t_start = [], {"pipe": pipe}, time.time()
-    results_path = os.path.join(a.out, "results.json")
-    failed = False
-    for rnd in range(1, a.rounds + 1):
-        order = ["ours", "python"] if rnd % 2 else ["python", "ours"]
-        for name in order:
-            if a.only and name != a.only:
-                continue
-            try:
-                rec = measure_stack(stacks[name], a, questions, out, rnd)
-            except RuntimeError as e:
-                log("rag_bench: error: %s" % e)
-                return 2
-            if name == "ours" and "ours_main" not in out:
-                out["ours_main"] = rec["phases"]["main"]["calls"]
-            if name == "python" and "py_main" not in out:
-                out["py_main"] = rec["phases"]["main"]["calls"]
-            failed |= any(c["status"] != 200 for p in rec["phases"].values() for c in p["calls"])
-            recs.append(rec)
-            with open(results_path, "w", encoding="utf-8") as f:
-                json.dump({"meta": meta, "rounds": recs}, f, ensure_ascii=False, indent=1, default=str)
 
-    # ---- answers
+def compare_answers(out, recs):
+    """Round 1's main answers of both stacks side by side, the diagnosis's
+    causes, and how many answers each stack repeats in every round."""
     equality = {"compared": 0, "same": 0, "causes": {}}
     diag = next((r.get("diagnosis") for r in recs if r.get("diagnosis") is not None), [])
     if "ours_main" in out and "py_main" in out:
@@ -723,18 +704,55 @@ def main():
                 equality["same"] += o["answer"] == p["answer"]
         for d in diag:
             equality["causes"][d["cause"]] = equality["causes"].get(d["cause"], 0) + 1
-    for stack in ("ours", "python"):       # is each stack's answer the same every round?
+    for stack in ("ours", "python"):
         mains = [r["phases"]["main"]["calls"] for r in recs if r["stack"] == stack]
         if len(mains) > 1:
             equality["%s_stable_across_rounds" % stack] = sum(
                 all(m[i]["answer"] == mains[0][i]["answer"] for m in mains) for i in range(len(mains[0])))
+    return equality, diag
+
+
+def headline(summary):
+    """The last line, when both stacks answered in their main passes."""
+    if not all("main" in summary.get(st, {}) for st in ("ours", "python")):
+        return None
+    xo, yp = summary["ours"]["main"]["p99_s"], summary["python"]["main"]["p99_s"]
+    return "rag p99 ours %.2f s, python %.2f s, ratio %.2f; rss ours %.0f MB, python %.0f MB" % (
+        xo, yp, yp / xo, summary["ours"]["peak_pss_mb"], summary["python"]["peak_pss_mb"])
+
+
+def main():
+    a = parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    meta = {"started": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "load_start": os.getloadavg()[0], "args": vars(a), **machine()}
+    port_ours, port_py = itlib.free_port(), itlib.free_port()
+    cfg, pipe, store = prepare(a, port_ours)
+    questions = read_questions(a.questions, a.requests, a.seed)
+    stacks = make_stacks(a, cfg, store, port_ours, port_py)
+
+    recs, out, t_start = [], {"pipe": pipe}, time.time()
+    results_path = os.path.join(a.out, "results.json")
+    failed = False
+    for rnd in range(1, a.rounds + 1):
+        for name in ["ours", "python"] if rnd % 2 else ["python", "ours"]:
+            if a.only and name != a.only:
+                continue
+            try:
+                rec = measure_stack(stacks[name], a, questions, out, rnd)
+            except RuntimeError as e:
+                log("rag_bench: error: %s" % e)
+                return 2
+            out.setdefault("ours_main" if name == "ours" else "py_main", rec["phases"]["main"]["calls"])
+            failed |= any(c["status"] != 200 for p in rec["phases"].values() for c in p["calls"])
+            recs.append(rec)
+            with open(results_path, "w", encoding="utf-8") as f:        # a stopped run keeps what it measured
+                json.dump({"meta": meta, "rounds": recs}, f, ensure_ascii=False, indent=1, default=str)
+
+    equality, diag = compare_answers(out, recs)
     meta["wall_s"] = time.time() - t_start
     lines, summary = report(a, recs, diag, equality, meta)
-    last = None
-    if "ours" in summary and "python" in summary:
-        xo, yp = summary["ours"]["main"]["p99_s"], summary["python"]["main"]["p99_s"]
-        last = "rag p99 ours %.2f s, python %.2f s, ratio %.2f; rss ours %.0f MB, python %.0f MB" % (
-            xo, yp, yp / xo, summary["ours"]["peak_pss_mb"], summary["python"]["peak_pss_mb"])
+    last = headline(summary)
     with open(results_path, "w", encoding="utf-8") as f:
         json.dump({"meta": meta, "summary": summary, "equality": equality, "diagnosis": diag, "rounds": recs},
                   f, ensure_ascii=False, indent=1, default=str)
