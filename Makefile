@@ -62,7 +62,7 @@ TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null)
 
-.PHONY: all test check check-real fleet-test deps fuzz bench models clean demo
+.PHONY: all test check check-real fleet-test deps fuzz bench rag-bench models clean demo
 # SAN=1 builds its own binary so a sanitized build never replaces bin/.
 SB_BIN := $(if $(filter 1,$(SAN)),$(BUILD)/switchboard,$(BIN)/switchboard)
 all: $(SB_BIN)
@@ -147,6 +147,12 @@ fuzz:
 
 bench: all
 	tools/bench.sh
+
+# Our retrieve -> compose pipeline against a Python RAG stack (llama-cpp-python,
+# chromadb, FastAPI) at 10 concurrent callers: tools/rag_bench.sh, its own
+# venv in build/rag_bench. Not in `check`: an hour of inference.
+rag-bench: all
+	SB_BIN=$(abspath $(SB_BIN)) tools/rag_bench.sh
 
 models:
 	tools/models.sh

@@ -79,6 +79,15 @@ def files_holding(root_dir, needle):
     return hits
 
 
+def free_port():
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
 def host_port(url):
     """("127.0.0.1", 8080) from "http://127.0.0.1:8080..."."""
     host, port = re.match(r"http://([^:]+):(\d+)", url).groups()

@@ -33,7 +33,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -78,14 +77,6 @@ def log(msg):
 def loadavg():
     with open("/proc/loadavg") as f:
         return [float(x) for x in f.read().split()[:3]]
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def derived_config(src, run_dir, port):
@@ -211,7 +202,7 @@ def main():
     calls = CALLS[:args.calls]
     tmp = tempfile.mkdtemp(prefix="sb-hotline-burst-")
     run_dir = os.path.join(tmp, "run")
-    port = free_port()
+    port = itlib.free_port()
     url = f"http://127.0.0.1:{port}"
     cfg = derived_config(args.config, run_dir, port)
     logpath = os.path.join(tmp, "run.log")
