@@ -91,12 +91,15 @@ config ", secret_key_file: $tmp/key" "http://127.0.0.1:$rport/handoff" > "$tmp/h
 config ", secret_key_file: $tmp/key" "https://127.0.0.1:$rport/handoff" > "$tmp/rt.yaml"
 "$SB" run -c "$tmp/rt.yaml" --check > /dev/null 2> "$tmp/err" ||
     bad "the config with both is refused: $(cat "$tmp/err")"
+# Each start logs to its own file: a second start waiting on the first
+# one's log would see its ready line and talk to a runtime not yet up.
 start() {
-    "$SB" run -c "$tmp/rt.yaml" >> "$tmp/run.log" 2>&1 &
+    log=$1
+    "$SB" run -c "$tmp/rt.yaml" > "$log" 2>&1 &
     sup=$!; it_pids+=($sup)
-    it_wait_ready "$tmp/run.log" 90 "$sup" || { echo "FAIL the runtime did not start"; tail -30 "$tmp/run.log"; exit 1; }
+    it_wait_ready "$log" 90 "$sup" || { echo "FAIL the runtime did not start"; tail -30 "$log"; exit 1; }
 }
-start
+start "$tmp/run.log"
 SB_ERASE_KEY=dpo-key-0123456789 \
     python3 tests/privacy_session_http.py "http://127.0.0.1:$port" "$run" "$SB" "$tmp/rt.yaml" "$tmp/revealed.txt" \
     "$tmp/state.json" "$rport" "$tmp/srv.pem" "$tmp/srv.key" || rc=1
@@ -111,7 +114,7 @@ done
 
 # Another key: the kept session's turn is refused, clearly, and the runtime lives on.
 openssl rand -hex 32 > "$tmp/key"
-start
+start "$tmp/run2.log"
 python3 - "http://127.0.0.1:$port" "$tmp/state.json" <<'PY' || rc=1
 import json, sys, urllib.request, urllib.error
 url, state = sys.argv[1:3]
@@ -134,7 +137,7 @@ print(("ok   " if ok2 else "FAIL ") + "the runtime lives on: a new session start
 sys.exit(0 if ok1 and ok2 else 1)
 PY
 it_stop "$sup" runtime || rc=1
-it_san_check "$tmp/run.log" runtime || rc=1
-if [ $rc -ne 0 ]; then echo "--- run.log (tail)"; tail -40 "$tmp/run.log"; fi
+it_san_check "$tmp/run2.log" runtime || rc=1
+if [ $rc -ne 0 ]; then echo "--- run.log, run2.log (tails)"; tail -40 "$tmp/run.log" "$tmp/run2.log"; fi
 [ "$rc" = 0 ] && echo "it_privacy_session: all passed" || echo "it_privacy_session: FAILED"
 exit $rc
