@@ -67,6 +67,9 @@ pipelines:
           # plain yes routed, it would switch topic (topic.yaml checks it is not).
           tax: { examples: ["my income tax return", "个税怎么申报了", "I'd rather not say"] }
           human: { examples: ["operator", "转人工", "uh huh"] }
+          # What the line does not handle: an answer routed here misses the
+          # question, it is not a request to refuse (topic.yaml).
+          out_of_scope: { examples: ["what is the weather", "the grey box by the door"] }
       - name: extract
         kind: generate
         model: tiny
@@ -164,8 +167,8 @@ has out "conversations 4, passed 4"
 echo "ok   --url: the same scripts pass against a running runtime"
 
 t 0 -c "$tmp/rt.yaml" --url "$url" $S/confirm.yaml $S/topic.yaml
-has out "conversations 13, passed 13"
-has out "by language: en 9/9, zh 4/4"
+has out "conversations 14, passed 14"
+has out "by language: en 10/10, zh 4/4"
 echo "ok   confirm before acting and topic changes: the readback, yes/no/corrections, a new topic keeping its slots, {{history}}"
 
 # {{history}}'s limits: the last history_turns turns, and the oldest

@@ -15,16 +15,17 @@
  * value that passes the slot's checks, not a plain yes or no - the stage
  * answers RT_STAGE_REROUTE and the run routes the answer through the
  * intent stage before it (rt_topic_reroute). An intent other than the
- * call's, at the conversation's `topic_switch` confidence or above and
- * not too close to call (the stage's clarify margin), is a new topic: the
- * answer becomes the run's input, the stages after the intent stage run
- * afresh for it, with the slots that still apply. Otherwise the call's
+ * call's and out_of_scope, at the conversation's `topic_switch` confidence
+ * or above and not too close to call (the stage's clarify margin), is a
+ * new topic: the answer becomes the run's input, the stages after the
+ * intent stage run afresh for it, with the slots that still apply. Otherwise the call's
  * intent is put back and the stage that asked reads the answer itself
  * (a re-ask, a refusal...), with its counts as they were.
  */
 #include <stdio.h>
 #include <string.h>
 
+#include "router/classify/sb_classify.h"
 #include "router/run/stage_internal.h"
 
 /* ------------------------------------------------------- carried slots */
@@ -192,9 +193,14 @@ static void stay(rt_run *run) {
     run->cur = run->topic.back;
 }
 
+/* The out-of-scope label is no service to turn to: routed there, an answer
+ * is one that misses the question ("the grey box by the door" for an
+ * account, "no, never mind" after "what should I change?"), which the stage
+ * that asked reads - a re-ask, a no - rather than a request to refuse. */
 void rt_topic_routed(rt_run *run) {
     run->topic.on = false;
-    bool other = run->intent && (!run->topic.intent || strcmp(run->intent, run->topic.intent));
+    bool other = run->intent && strcmp(run->intent, SB_CLS_OOS_NAME)
+                 && (!run->topic.intent || strcmp(run->intent, run->topic.intent));
     if (other && !run->fell_back && run->confidence >= run->p->conv.topic_switch) switch_topic(run);
     else stay(run);
 }
