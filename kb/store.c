@@ -57,6 +57,11 @@ static int exec(kb_store *s, const char *sql, char *err) {
  * narrowed (the cache does the same, cache/cache.c). */
 static int make_private(const char *path, int create, char *err) {
     int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | (create ? O_CREAT : 0), 0600);
+    /* Creating, ENOENT can only be the folder: telling the caller to run
+     * the very `kb add` that failed would send them in a circle. */
+    if (fd < 0 && errno == ENOENT && create)
+        return sb_seterr(err, SB_ENOTFOUND, "%s: the folder it goes in does not exist (create it, or point "
+                         "the knowledge base's path: elsewhere)", path);
     if (fd < 0 && errno == ENOENT) return sb_seterr(err, SB_ENOTFOUND, "%s: no such knowledge base "
                                                     "(create it with `switchboard kb add`)", path);
     if (fd < 0) return sb_seterr(err, SB_EIO, "%s: %s", path, strerror(errno));
