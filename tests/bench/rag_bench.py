@@ -97,15 +97,35 @@ def proc_tree(root):
     return out
 
 
+PSS_KEYS = ("Pss:", "Pss_Anon:", "Pss_File:", "Pss_Shmem:")
+
+
 def pss_kb(pid):
+    """{Pss, Pss_Anon, Pss_File, Pss_Shmem} of pid in kB (zeros when gone):
+    the file part is mostly the mapped model pages, which both stacks share
+    the same way; the anonymous part is what each stack allocates."""
+    got = {k[:-1]: 0 for k in PSS_KEYS}
     try:
         with open("/proc/%d/smaps_rollup" % pid) as f:
             for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1])
+                if line.startswith(PSS_KEYS):
+                    k, v = line.split()[:2]
+                    got[k[:-1]] = int(v)
     except OSError:
         pass
-    return 0
+    return got
+
+
+def proc_name(pid):
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            argv = f.read().split(b"\0")
+    except OSError:
+        return "?"
+    words = [w.decode(errors="replace") for w in argv if w]
+    if len(words) > 2 and words[1] == "worker" and "--name" in words:
+        return "worker " + words[words.index("--name") + 1]
+    return " ".join(os.path.basename(w) for w in words[:2])
 
 
 def cpu_s(pids):
@@ -131,6 +151,7 @@ class Sampler(threading.Thread):
         self.stop_ev = threading.Event()
         self.lock = threading.Lock()
         self.peak_kb = 0
+        self.at_peak = None         # the stack's split at its highest total, over the whole run
         self.pids = proc_tree(root)
         self.n = 0
 
@@ -138,9 +159,18 @@ class Sampler(threading.Thread):
         while not self.stop_ev.is_set():
             if self.n % 10 == 0:        # the tree is stable once up; refresh now and then
                 self.pids = proc_tree(self.root)
-            total = sum(pss_kb(p) for p in self.pids)
+            each = {p: pss_kb(p) for p in self.pids}
+            total = sum(v["Pss"] for v in each.values())
             with self.lock:
                 self.peak_kb = max(self.peak_kb, total)
+                if not self.at_peak or total > self.at_peak["total_mb"] * 1024:
+                    self.at_peak = {"total_mb": total / 1024,
+                                    "anon_mb": sum(v["Pss_Anon"] for v in each.values()) / 1024,
+                                    "file_mb": sum(v["Pss_File"] for v in each.values()) / 1024,
+                                    "shmem_mb": sum(v["Pss_Shmem"] for v in each.values()) / 1024,
+                                    "processes": [{"name": proc_name(p), "pss_mb": v["Pss"] / 1024,
+                                                   "anon_mb": v["Pss_Anon"] / 1024, "file_mb": v["Pss_File"] / 1024}
+                                                  for p, v in each.items() if v["Pss"]]}
             self.n += 1
             self.stop_ev.wait(self.period)
 
@@ -514,6 +544,7 @@ def measure_stack(stack, a, questions, out, rnd):
                                                                         s["cpu_s_per_request"] or 0))
         rec["peak_pss_mb"] = max(sampler.take_peak() / 1024,
                                  max(p["peak_pss_mb"] for p in rec["phases"].values()))
+        rec["pss_at_peak"] = sampler.at_peak
         if stack.name == "python" and a.diagnose and out.get("ours_main"):
             rec["diagnosis"] = diagnose(out["ours_main"], rec["phases"]["main"]["calls"], stack.port, a,
                                         out["pipe"])
@@ -539,6 +570,7 @@ def report(a, recs, diag, equality, meta):
              "| stack | pass | calls | P50 s | P95 s | P99 s | max s | TTFT P50 s | TTFT P95 s | req/s | CPU s/req | peak PSS MB |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     summary = {}
+    split_lines = []
     for stack in ("ours", "python"):
         for phase in ("main", "stream", "c1"):
             lat = pooled(recs, stack, phase)
@@ -562,8 +594,18 @@ def report(a, recs, diag, equality, meta):
         peaks = [r["peak_pss_mb"] for r in recs if r["stack"] == stack]
         if peaks:
             summary[stack]["peak_pss_mb"] = max(peaks)
+        splits = [r["pss_at_peak"] for r in recs if r["stack"] == stack and r.get("pss_at_peak")]
+        if splits:
+            top = max(splits, key=lambda x: x["total_mb"])
+            summary[stack]["pss_at_peak"] = top
+            split_lines.append("- %s at its peak: %.0f MB = file %.0f MB (mapped model pages and code) + anonymous "
+                               "%.0f MB + shmem %.0f MB; %s" % (
+                                   stack, top["total_mb"], top["file_mb"], top["anon_mb"], top["shmem_mb"],
+                                   ", ".join("%s %.0f (anon %.0f)" % (q["name"], q["pss_mb"], q["anon_mb"])
+                                             for q in sorted(top["processes"], key=lambda q: -q["pss_mb"]))))
     lines += ["", "Stream: the OpenAI door (`model: pipeline:%s`, `stream: true`) on both; ours' pipeline door "
               "does not stream. Peak PSS: summed over the stack's processes, every 200 ms, highest of all passes." % PIPELINE,
+              ""] + split_lines + [
               "", "Answers (main pass, round 1 of each): %d of %d identical (%.1f %%); differing: %s" % (
                   equality["same"], equality["compared"], 100.0 * equality["same"] / max(1, equality["compared"]),
                   ", ".join("%s %d" % kv for kv in sorted(equality["causes"].items())) or "none")]
