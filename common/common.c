@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -95,6 +96,15 @@ void *sb_aligned_alloc(size_t n) {
     return p;
 }
 void sb_aligned_free(void *p) { free(p); }
+
+void *sb_pages_alloc(size_t n) {
+    if (malloc_should_fail()) return NULL;
+    void *p = mmap(NULL, n ? n : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+void sb_pages_free(void *p, size_t n) {
+    if (p) munmap(p, n ? n : 1);
+}
 
 uint64_t sb_now_ns(void) {
     struct timespec ts;

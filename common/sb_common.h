@@ -65,6 +65,12 @@ void  sb_free(void *p);
 /* Aligned (64 B: one cache line, one AVX-512 register) zeroed allocation. */
 void *sb_aligned_alloc(size_t n);
 void  sb_aligned_free(void *p);
+/* n bytes of fresh zero pages, page-aligned, that take memory only where
+ * written: for a buffer sized for its most use and mostly idle (a KV pool).
+ * sb_aligned_alloc's memset would make every page resident at once. Freed
+ * with sb_pages_free(p, n); NULL p is fine. */
+void *sb_pages_alloc(size_t n);
+void  sb_pages_free(void *p, size_t n);
 /* Test hook: fail the allocation `after` calls from now (-1 disables). */
 void  sb_malloc_fail_after(long after);
 

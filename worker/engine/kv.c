@@ -29,8 +29,11 @@ int sb_kv_init(sb_kv *kv, int n_layer, size_t row_bytes, int n_ctx, int n_seq, i
     if (sb_mul_size(row_bytes, (size_t)kv->n_blocks * SB_KV_BLOCK, &kv->layer_bytes) ||
         sb_mul_size(kv->layer_bytes, (size_t)n_layer, &bytes))
         return sb_seterr(err, SB_ERANGE, "KV pool of %d blocks: size overflows", kv->n_blocks);
-    kv->k = sb_aligned_alloc(bytes);
-    kv->v = sb_aligned_alloc(bytes);
+    /* Sized for n_seq whole contexts, while most sequences are short or
+     * absent: pages that are written only, not the whole pool at start. */
+    kv->pool_bytes = bytes;
+    kv->k = sb_pages_alloc(bytes);
+    kv->v = sb_pages_alloc(bytes);
     kv->ref = sb_calloc((size_t)kv->n_blocks, sizeof *kv->ref);
     kv->table = sb_calloc((size_t)n_seq * (size_t)kv->max_blocks, sizeof *kv->table);
     kv->n_past = sb_malloc((size_t)n_seq * sizeof *kv->n_past);
@@ -46,8 +49,8 @@ int sb_kv_init(sb_kv *kv, int n_layer, size_t row_bytes, int n_ctx, int n_seq, i
 }
 
 void sb_kv_free(sb_kv *kv) {
-    sb_aligned_free(kv->k);
-    sb_aligned_free(kv->v);
+    sb_pages_free(kv->k, kv->pool_bytes);
+    sb_pages_free(kv->v, kv->pool_bytes);
     sb_free(kv->ref);
     sb_free(kv->table);
     sb_free(kv->n_past);

@@ -26,6 +26,7 @@ typedef struct {
     size_t row_bytes;           /* one position's K (or V) in one layer */
     size_t layer_bytes;         /* n_blocks · SB_KV_BLOCK · row_bytes */
     uint8_t *k, *v;             /* [n_layer][n_blocks·SB_KV_BLOCK][row_bytes] */
+    size_t pool_bytes;          /* of k, and of v (sb_pages_alloc) */
     int32_t *ref;               /* [n_blocks] */
     int n_free;
     int32_t *table;             /* [n_seq][max_blocks]: block of each SB_KV_BLOCK positions */
