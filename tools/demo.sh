@@ -209,8 +209,8 @@ talk() {   # TITLE FIRST_AWAITS FINAL_INTENT WORDS...
     printf '\n%s\n' "$title"
     "$py" tools/demo_talk.py "$url" hotline "$@" || die "the conversation '$title' did not go as expected"
 }
-talk "(a) a bill dispute without the meter number: it is asked for, and given" \
-    slot utilities_billing "我家这个月水费怎么这么高，是不是抄错表了" "户号是 5520981"
+talk "(a) a bill dispute without the meter number: it is asked for, given, read back and confirmed" \
+    slot utilities_billing "我家这个月水费怎么这么高，是不是抄错表了" "户号是 5520981" "对，没错"
 talk "(b) a vague call: two services are too close to tell, so the caller is asked which one" \
     clarify social_insurance "我想问一下保险的事" "社保"
 talk "(c) out of scope: a polite refusal, not an answer as if it were a service of the line" \
