@@ -25,7 +25,7 @@ import uuid
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, StreamingResponse
-from starlette.concurrency import run_in_threadpool
+from fastapi.concurrency import run_in_threadpool  # starlette's, re-exported by the package we pin
 
 from rag import Rag
 
