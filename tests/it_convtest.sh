@@ -110,6 +110,36 @@ pipelines:
     conversation: { ttl_s: 600, history_turns: 50, history_tokens: 16 }
     stages:
       - { name: say, kind: tool, command: ["printf", "%s", "{{history}}"] }
+  # The demo's shape: a confirmed tool, then a composer. The tool's reply
+  # is the answer after the yes (reply.yaml), not the composer's words.
+  case:
+    conversation: { ttl_s: 600 }
+    stages:
+      - name: extract
+        kind: generate
+        model: tiny
+        json: true
+        prompt: "The account in: {{input}}"
+        max_tokens: 4
+        ask:
+          account:
+            question: { zh: "请问您的账号是多少？", en: "What is your account number?" }
+            pattern: "^[0-9]{7}$"
+      # A stand-in for a case system: a case number, or a failure for an
+      # account that starts with 0.
+      - name: open_case
+        kind: tool
+        command: ["/bin/sh", "-c", "case \"\$1\" in 0*) echo 'case system down' >&2; exit 3;; esac; printf '{\"case\": \"BC-%s\"}' \"\$1\"",
+                  "sh", "{{stages.extract.json.account}}"]
+        confirm: true
+        readback:
+          zh: "将为账号 {{stages.extract.json.account}} 登记，可以吗？"
+          en: "I will open a case for account {{stages.extract.json.account}}. Shall I go ahead?"
+        reply:
+          zh: "已为账号 {{stages.extract.json.account}} 登记，案件号 {{stages.open_case.json.case}}。"
+          en: "Case {{stages.open_case.json.case}} is open for account {{stages.extract.json.account}}."
+        handoff: { zh: "登记没有成功，正在为您转接人工服务。", en: "That did not go through; a colleague will take your call." }
+      - { name: answer, kind: generate, model: tiny, prompt: "Answer the caller: {{input}}", max_tokens: 8 }
 YAML
 export SB_TEST_API_KEY="convtest-key-$$"
 fail() { echo "FAIL $*"; echo "--- stdout"; head -40 "$tmp/out"; echo "--- stderr"; head -20 "$tmp/err"; exit 1; }
@@ -130,7 +160,7 @@ has err "$S/bad_key.yaml:6:9: conversations[0].turns[0]: unknown key 'reply_cont
 t 2 -c "$tmp/rt.yaml" $S/bad_hangup.yaml
 has err "$S/bad_hangup.yaml:5:9: conversations[0].turns[0]: a hang-up ends the conversation"
 t 2 -c "$tmp/rt.yaml" $S/pass.yaml $S/bad_pipeline.yaml $S/bad_key.yaml
-has err "$S/bad_pipeline.yaml:3:15: conversations[0].pipeline: 'nosuch' is not a pipeline of the config (it has: ask, short, route, desk, chat, brief)"
+has err "$S/bad_pipeline.yaml:3:15: conversations[0].pipeline: 'nosuch' is not a pipeline of the config (it has: ask, short, route, desk, chat, brief, case)"
 has err "bad_key.yaml:6:9"      # every bad script is named, not only the first
 [ -s "$tmp/out" ] && fail "a bad script ran conversations"
 ls "$run" >/dev/null 2>&1 && fail "a bad script started the runtime"
@@ -170,6 +200,10 @@ t 0 -c "$tmp/rt.yaml" --url "$url" $S/confirm.yaml $S/topic.yaml
 has out "conversations 14, passed 14"
 has out "by language: en 10/10, zh 4/4"
 echo "ok   confirm before acting and topic changes: the readback, yes/no/corrections, a new topic keeping its slots, {{history}}"
+
+t 0 -c "$tmp/rt.yaml" --url "$url" $S/reply.yaml
+has out "conversations 3, passed 3"
+echo "ok   a confirmed tool's reply: the case number its JSON returned, not the composer after it; a failed tool hands off"
 
 # {{history}}'s limits: the last history_turns turns, and the oldest
 # dropped first until the estimate fits history_tokens (here 16: a turn of

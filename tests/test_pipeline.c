@@ -879,6 +879,20 @@ static void test_confirm_and_topic_keys(void **state) {
                  "readback.en: {{stages.later.output}}: no earlier stage named 'later'");
     expect_error(TOOL "        confirm: true\n        readback: 'Go?'\n", "pipe.yaml:16:19",
                  "readback: expected a mapping of 1-8 languages");
+    /* reply: templates that may name the stage's own result; with or
+     * without confirm; then it answers, so output may not name another. */
+    if (load(TOOL "        reply: { en: 'Case {{stages.act.json.case}} for {{stages.x.json.account}}' }\n"
+                  "        handoff: { en: 'Hold on.' }\n", &cfg, &ps, err))
+        fail_msg("%s", err);
+    assert_non_null(sb_pipelines_find(ps, "p")->stages[1].own);
+    sb_pipelines_free(ps);
+    sb_config_free(cfg);
+    expect_error(TOOL "        handoff: { en: 'Hold on.' }\n", "pipe.yaml:15:18", "handoff: only with confirm: true or a reply");
+    expect_error(TOOL "        reply: { en: 'Done: {{stages.later.output}}' }\n", "pipe.yaml:15:16",
+                 "reply.en: {{stages.later.output}}: no earlier stage named 'later'");
+    expect_error(TOOL "        reply: 'Done.'\n", "pipe.yaml:15:16", "reply: expected a mapping of 1-8 languages");
+    expect_error(TOOL "        reply: { en: 'Done.' }\n    output: x\n", "pipe.yaml:16:13",
+                 "output: stage 'act' answers with its reply where it runs");
 #undef TOOL
 #define CONV(x) "runtime: { dir: /tmp/sb-pipe-test }\nmodels:\n  m: { gguf: tiny-llama-spm-Q4_K_M.gguf }\n" \
                 "pipelines:\n  p:\n    conversation: { " x " }\n    stages:\n" \

@@ -268,6 +268,11 @@ static int load_pipeline(vctx *c, const sb_config_node *key, const sb_config_nod
     if ((v = sb_config_node_get(n, "output"))) {
         p->output = v->kind == SB_CFG_SCALAR ? sb_pipeline_stage_index(p, v->value) : -1;
         if (p->output < 0) return FAIL(c, v, "%s.output: no stage named '%s'", c->path, v->kind == SB_CFG_SCALAR ? v->value : "?");
+        /* A stage with a reply answers the turns it runs in itself. */
+        for (size_t i = 0; i < p->n_stages; i++)
+            if ((int)i != p->output && rt_tool_replies(&p->stages[i]))
+                return FAIL(c, v, "%s.output: stage '%s' answers with its reply where it runs; leave output out",
+                            c->path, p->stages[i].name);
     }
     if ((rc = check_handoff_intents(c, n, p))) return rc;
     sb_sha256_ctx h;

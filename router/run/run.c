@@ -139,6 +139,7 @@ bool rt_json_fits(stage_res *sr) {
 }
 
 static const char *run_output(const rt_run *run) {
+    if (run->last_ran >= 0 && run->res[run->last_ran].reply) return run->res[run->last_ran].reply;
     int i = run->p->output >= 0 && !run->handoff ? run->p->output : run->last_ran;
     return i >= 0 && run->res[i].output ? run->res[i].output : "";
 }
@@ -203,6 +204,16 @@ rt_stage_outcome rt_stage_hand_off(rt_run *run, const char *reason) {
     run->handoff = reason;
     run->until = (int)run->cur;     /* the stages after it would answer a call a person now takes */
     return rt_stage_end(run, ST_OK, NULL);
+}
+
+rt_stage_outcome rt_stage_reply(rt_run *run, char *text, const char *handoff) {
+    stage_res *sr = &run->res[run->cur];
+    if (!text) return rt_stage_fail(run, 500, "internal", "%s%s", "out of memory", "");
+    sb_free(sr->reply);
+    sr->reply = text;
+    run->handoff = handoff;
+    run->until = (int)run->cur;     /* the stages after it would answer something else */
+    return rt_stage_end(run, sr->error ? ST_ERROR : ST_OK, NULL);
 }
 
 rt_stage_outcome rt_stage_poll(rt_run *run, int ms) {
@@ -525,6 +536,7 @@ static void run_free(rt_run *run) {
     stop_stage(run);
     for (size_t i = 0; run->res && i < run->p->n_stages; i++) {
         sb_free(run->res[i].output);
+        sb_free(run->res[i].reply);
         sb_free(run->res[i].error);
         sb_free(run->res[i].input);
         sb_json_doc_free(run->res[i].doc);
@@ -608,6 +620,7 @@ static void result_json(const rt_run *run, const rt_turn_view *turn, sb_jw *w, b
         sb_jw_key(w, "kind"); sb_jw_str(w, rt_stage_kind_of(&p->stages[i])->name);
         sb_jw_key(w, "status"); sb_jw_str(w, status[sr->status]);
         sb_jw_key(w, "output"); sb_jw_str(w, sr->output);
+        if (sr->reply) { sb_jw_key(w, "reply"); sb_jw_str(w, sr->reply); }
         if (sr->json) { sb_jw_key(w, "json"); sb_jw_value(w, sr->json); }
         if (sr->error) { sb_jw_key(w, "error"); sb_jw_str(w, sr->error); }
         sb_jw_key(w, "ms"); sb_jw_num(w, (double)(int64_t)(sr->ms * 10) / 10);

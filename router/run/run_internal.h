@@ -17,6 +17,7 @@ typedef struct {
     double ms;
     double t_start;                 /* sb_now_s() when it started; 0: never started */
     char *output;
+    char *reply;                    /* what it said to the caller, when that is the turn's answer (rt_stage_reply) */
     sb_json_doc *doc;
     const sb_json *json;
     char *error;

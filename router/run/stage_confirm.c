@@ -1,5 +1,6 @@
-/* stage_confirm.c - a tool stage's `confirm: true`: before it acts, the
- * caller hears what it will do and says yes.
+/* stage_confirm.c - what a tool stage says to the caller: before it acts
+ * (`confirm: true`: what it will do, and a yes), and after (`reply:`:
+ * what it did, from its result).
  *
  *   - name: open_case
  *     kind: tool
@@ -10,6 +11,8 @@
  *                 en: "I'll open a case for account {{stages.extract.json.account}}. Shall I go ahead?" }
  *     change: { zh: "请问哪里需要修改？", en: "What should I change?" }      # optional
  *     handoff: { zh: "正在为您转接人工服务。", en: "Putting you through." }   # optional
+ *     reply: { zh: "已登记，案件号 {{stages.open_case.json.case}}。",        # optional
+ *              en: "Your case number is {{stages.open_case.json.case}}." }
  *
  * The readback is a template per language, filled with the slots the
  * call has gathered (no model: the caller hears exactly what will be
@@ -24,52 +27,98 @@
  * new request: with the conversation's `topic_switch` the run routes it
  * first (rt_run_reroute), and comes back here only when it stays on topic.
  * The count of noes lives in the run, as a slot's re-asks do.
+ *
+ * Once the tool has acted, what the caller hears must be what it did: a
+ * composer stage after it would write an answer to the call's first
+ * words, not to the action (a small model invents a case, an amount).
+ * So `reply` - a template per language over the tool's own result, named
+ * by the stage's name - is the turn's answer, and the stages after it do
+ * not run. A tool that fails leaves nothing true to say: the call goes to
+ * a person (reason `tool_failed`, the stage's `handoff` line).
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "router/run/stage_internal.h"
 
+/* A template per language ({zh: "...", en: "..."}). */
 typedef struct {
-    sb_lang_text readback;          /* the templates' sources, per language */
-    sb_tmpl *tmpl[SB_MAX_LANGS];    /* compiled, in readback's order */
+    sb_lang_text src;               /* the sources, per language */
+    sb_tmpl *tmpl[SB_MAX_LANGS];    /* compiled, in src's order */
+} lang_tmpl;
+
+typedef struct {
+    bool confirm;
+    lang_tmpl readback;             /* with confirm */
     sb_lang_text change, handoff;   /* n 0: the built-in lines */
+    lang_tmpl reply;                /* n 0: none - the stages after it answer */
 } confirm_conf;
+
+static void lang_tmpl_free(lang_tmpl *t) {
+    for (size_t i = 0; i < t->src.n; i++) rt_tmpl_free(t->tmpl[i]);
+    rt_text_free(&t->src);
+}
 
 void rt_confirm_free(sb_stage *s) {
     confirm_conf *k = s->own;
     if (!k) return;
-    for (size_t i = 0; i < k->readback.n; i++) rt_tmpl_free(k->tmpl[i]);
-    rt_text_free(&k->readback);
+    lang_tmpl_free(&k->readback);
+    lang_tmpl_free(&k->reply);
     rt_text_free(&k->change);
     rt_text_free(&k->handoff);
     sb_free(k);
     s->own = NULL;
 }
 
+bool rt_tool_replies(const sb_stage *s) {
+    const confirm_conf *k = s->kind == SB_STAGE_TOOL ? s->own : NULL;
+    return k && k->reply.src.n;
+}
+
 /* ------------------------------------------------------------ loading */
 
+static int lang_tmpl_load(vctx *c, const sb_config_node *v, const char *what, const rt_tmpl_scope *scope,
+                          lang_tmpl *t) {
+    int rc = rt_text_load(c, v, what, &t->src);
+    for (size_t i = 0; !rc && i < t->src.n; i++) {
+        char why[256];
+        rc = rt_tmpl_compile(t->src.text[i], scope, &t->tmpl[i], why, sizeof why);
+        if (rc == SB_EINVAL) rc = FAIL(c, v, "%s.%s.%s: %s", c->path, what, t->src.lang[i], why);
+    }
+    return rc;
+}
+
+/* The reply's templates name the stage's own result besides the stages
+ * before it ({{stages.open_case.json.case}}). */
+static int load_reply(vctx *c, const sb_config_node *v, const sb_stage *s, const rt_tmpl_scope *scope,
+                      lang_tmpl *t) {
+    const char *names[SB_PIPE_MAX_STAGES + 1];
+    for (size_t i = 0; i < scope->n_before; i++) names[i] = scope->names[i];
+    names[scope->n_before] = s->name;
+    rt_tmpl_scope own = { names, scope->n_before + 1, scope->has_intent };
+    return lang_tmpl_load(c, v, "reply", &own, t);
+}
+
 int rt_confirm_load(vctx *c, const sb_config_node *n, sb_stage *s, const rt_tmpl_scope *scope) {
-    const sb_config_node *on = sb_config_node_get(n, "confirm"), *v;
+    const sb_config_node *on = sb_config_node_get(n, "confirm"), *reply = sb_config_node_get(n, "reply"), *v;
     bool yes = false;
     if (on && (on->kind != SB_CFG_SCALAR || (strcmp(on->value, "true") && strcmp(on->value, "false"))))
         return FAIL(c, on, "%s.confirm: expected true or false", c->path);
     yes = on && !strcmp(on->value, "true");
-    static const char *const needs[] = { "readback", "change", "handoff" };
+    static const char *const needs[] = { "readback", "change" };
     for (size_t i = 0; !yes && i < SB_ARRAY_LEN(needs); i++)
         if ((v = sb_config_node_get(n, needs[i])))
             return FAIL(c, v, "%s.%s: only with confirm: true", c->path, needs[i]);
-    if (!yes) return 0;
-    if (!(v = sb_config_node_get(n, "readback")))
+    if (!yes && !reply && (v = sb_config_node_get(n, "handoff")))
+        return FAIL(c, v, "%s.handoff: only with confirm: true or a reply", c->path);
+    if (!yes && !reply) return 0;
+    if (yes && !(v = sb_config_node_get(n, "readback")))
         return FAIL(c, on, "%s: confirm: true needs readback: {language: what the stage will do, a template}", c->path);
     confirm_conf *k = sb_calloc(1, sizeof *k);
     if (!(s->own = k)) return SB_ENOMEM;
-    int rc = rt_text_load(c, v, "readback", &k->readback);
-    for (size_t i = 0; !rc && i < k->readback.n; i++) {
-        char why[256];
-        rc = rt_tmpl_compile(k->readback.text[i], scope, &k->tmpl[i], why, sizeof why);
-        if (rc == SB_EINVAL) rc = FAIL(c, v, "%s.readback.%s: %s", c->path, k->readback.lang[i], why);
-    }
+    k->confirm = yes;
+    int rc = yes ? lang_tmpl_load(c, v, "readback", scope, &k->readback) : 0;
+    if (!rc && reply) rc = load_reply(c, reply, s, scope, &k->reply);
     if (!rc && (v = sb_config_node_get(n, "change"))) rc = rt_text_load(c, v, "change", &k->change);
     if (!rc && (v = sb_config_node_get(n, "handoff"))) rc = rt_text_load(c, v, "handoff", &k->handoff);
     return rc;
@@ -88,20 +137,25 @@ static rt_stage_outcome say(rt_run *run, char *text, const char *awaiting) {
     return RT_STAGE_WAIT_CALLER;
 }
 
-/* What the stage will do, in the caller's language, with the call's values. */
-static rt_stage_outcome read_back(rt_run *run, const sb_stage *s) {
-    const confirm_conf *k = s->own;
-    const char *src = rt_text_for(&k->readback, run->input);
+/* t in the caller's language, filled with the call's values; NULL: out of memory. */
+static char *lang_tmpl_render(rt_run *run, const lang_tmpl *t) {
+    const char *src = rt_text_for(&t->src, run->input);
     size_t i = 0;
-    while (i + 1 < k->readback.n && k->readback.text[i] != src) i++;
+    while (i + 1 < t->src.n && t->src.text[i] != src) i++;
     sb_tmpl_env env = rt_run_env(run);
     sb_jw w;
     sb_jw_init(&w);
-    sb_tmpl_render(k->tmpl[i], &env, &w);
+    sb_tmpl_render(t->tmpl[i], &env, &w);
     char *text = w.oom ? NULL : rt_trimmed(w.p ? w.p : "", w.len);
     sb_jw_free(&w);
+    return text;
+}
+
+/* What the stage will do, in the caller's language, with the call's values. */
+static rt_stage_outcome read_back(rt_run *run, const sb_stage *s) {
+    const confirm_conf *k = s->own;
     run->res[run->cur].confirm_change = false;
-    return say(run, text, "{\"kind\": \"confirm\"}");
+    return say(run, lang_tmpl_render(run, &k->readback), "{\"kind\": \"confirm\"}");
 }
 
 static rt_stage_outcome ask_change(rt_run *run, const sb_stage *s) {
@@ -112,17 +166,21 @@ static rt_stage_outcome ask_change(rt_run *run, const sb_stage *s) {
                "{\"kind\": \"confirm\", \"step\": \"change\"}");
 }
 
+static const char *handoff_line(const rt_run *run, const confirm_conf *k) {
+    return k->handoff.n ? rt_text_for(&k->handoff, run->input) : rt_handoff_default(run->input);
+}
+
 static rt_stage_outcome not_confirmed(rt_run *run, const sb_stage *s) {
-    const confirm_conf *k = s->own;
     stage_res *sr = &run->res[run->cur];
     sb_free(sr->output);
-    sr->output = sb_strdup(k->handoff.n ? rt_text_for(&k->handoff, run->input) : rt_handoff_default(run->input));
+    sr->output = sb_strdup(handoff_line(run, s->own));
     return sr->output ? rt_stage_hand_off(run, "not_confirmed") : oom(run);
 }
 
 rt_stage_outcome rt_confirm_gate(rt_run *run, const sb_stage *s, bool *go) {
     *go = false;
-    if (!s->own) { *go = true; return RT_STAGE_DONE; }
+    const confirm_conf *k = s->own;
+    if (!k || !k->confirm) { *go = true; return RT_STAGE_DONE; }
     const char *turn = rt_run_turn(run);
     if (!turn) return read_back(run, s);
     stage_res *sr = &run->res[run->cur];
@@ -143,4 +201,14 @@ rt_stage_outcome rt_confirm_gate(rt_run *run, const sb_stage *s, bool *go) {
     if ((yn == RT_UNKNOWN || !plain) && rt_caller_may_ask(turn) && rt_run_reroute(run)) return RT_STAGE_REROUTE;
     if (sr->confirm_change || ++sr->confirm_noes >= 2) return not_confirmed(run, s);
     return yn == RT_NO ? ask_change(run, s) : read_back(run, s);
+}
+
+rt_stage_outcome rt_tool_end(rt_run *run, const sb_stage *s, const char *err) {
+    const confirm_conf *k = s->own;
+    if (!k || !k->reply.src.n) return rt_stage_end(run, err ? ST_ERROR : ST_OK, err);
+    if (!err) return rt_stage_reply(run, lang_tmpl_render(run, &k->reply), NULL);
+    stage_res *sr = &run->res[run->cur];
+    sb_free(sr->error);
+    if (!(sr->error = sb_strdup(err))) return oom(run);
+    return rt_stage_reply(run, sb_strdup(handoff_line(run, k)), "tool_failed");
 }

@@ -125,13 +125,18 @@ bool rt_ask_gathers(const sb_stage *s, const char *slot);
  * it ("不对，户号是 5520982"). How many slots changed, or -1 (out of memory). */
 int rt_ask_correct(rt_run *run, const char *words);
 
-/* stage_confirm.c: a tool stage's `confirm: true` (readback, change,
- * handoff; kept at s->own). load: from the stage's mapping (nothing
- * without confirm: true). gate: before the tool acts - reads back what it
- * will do and reads the answer; *go when the caller said yes (the tool
- * runs now), else the outcome (asking, a hand-off, a reroute). */
+/* stage_confirm.c: what a tool stage says to the caller - `confirm: true`
+ * (readback, change, handoff) and `reply` - kept at s->own. load: from
+ * the stage's mapping (nothing without either). gate: before the tool
+ * acts - reads back what it will do and reads the answer; *go when the
+ * caller said yes (the tool runs now), else the outcome (asking, a
+ * hand-off, a reroute). end: the tool answered (err NULL) or failed; the
+ * stage ends - with a reply, that is the turn's answer (a failure hands
+ * the call off). replies: whether the stage has a reply. */
 int rt_confirm_load(vctx *c, const sb_config_node *n, sb_stage *s, const rt_tmpl_scope *scope);
 rt_stage_outcome rt_confirm_gate(rt_run *run, const sb_stage *s, bool *go);
+rt_stage_outcome rt_tool_end(rt_run *run, const sb_stage *s, const char *err);
+bool rt_tool_replies(const sb_stage *s);
 void rt_confirm_free(sb_stage *s);
 
 /* caller_words.c: what a caller's short answer means, in Chinese and
@@ -203,6 +208,12 @@ void rt_run_report(rt_run *run, rt_stage_outcome o);
  * the running stage's output is the reply, the stages after it do not
  * run, and the answer says so (handoff, done). Returns RT_STAGE_DONE. */
 rt_stage_outcome rt_stage_hand_off(rt_run *run, const char *reason);
+/* The running stage's text (taken; NULL: out of memory, the run fails) is
+ * the turn's answer - kept apart from its output, which stays what it
+ * computed - and the stages after it do not run; handoff: NULL, or why the
+ * call goes to a person with it. Its status is ST_ERROR when it recorded
+ * an error first. Returns RT_STAGE_DONE. */
+rt_stage_outcome rt_stage_reply(rt_run *run, char *text, const char *handoff);
 /* The caller's answer on this turn, after the stage asked (WAIT_CALLER);
  * NULL on the stage's first start. */
 const char *rt_run_turn(const rt_run *run);

@@ -3,8 +3,8 @@
  * input - an earlier stage's JSON (args_from), or a template - and its
  * answer is the stage's output, and its JSON when it is an object. A tool
  * that fails is an error on its stage; the run goes on. With `confirm:
- * true` it acts only after the caller heard what it will do and said yes
- * (stage_confirm.c).
+ * true` it acts only after the caller heard what it will do and said yes,
+ * and with `reply` the caller hears what it did (stage_confirm.c).
  */
 #include <stddef.h>
 #include <stdio.h>
@@ -22,7 +22,7 @@ static const sb_cfg_key tool_keys[] = {
     { "max_concurrent", SB_KEY_INT, 1, 1024, S(max_concurrent), NULL },
     { "max_queue", SB_KEY_INT, 0, 100000, S(max_queue), NULL },
     RT_KEY("privacy"),
-    RT_KEY("confirm"), RT_KEY("readback"), RT_KEY("change"), RT_KEY("handoff"),    /* stage_confirm.c */
+    RT_KEY("confirm"), RT_KEY("readback"), RT_KEY("change"), RT_KEY("handoff"), RT_KEY("reply"),  /* stage_confirm.c */
     RT_KEYS_END
 };
 
@@ -178,7 +178,7 @@ static void on_tool_done(void *arg, int rc, const char *out, size_t len, const c
             rt_json_fits(sr);       /* too deep: the stage keeps its text only */
         }
     }
-    rt_run_report(run, rt_stage_end(run, rc ? ST_ERROR : ST_OK, rc ? err : NULL));
+    rt_run_report(run, rt_tool_end(run, &run->p->stages[run->cur], rc ? (err ? err : "failed") : NULL));
     sb_free(safe_err);
 }
 
@@ -220,7 +220,7 @@ static rt_stage_outcome tool_start(rt_run *run, const sb_stage *s) {
     /* A full tool queue is load, not a broken tool: the caller gets 503 +
      * Retry-After, as for a model's full queue. */
     if (rc == SB_EBUSY) return rt_stage_fail(run, 503, "server_busy", "stage '%s': %s", s->name, err);
-    return rc ? rt_stage_end(run, ST_ERROR, err) : RT_STAGE_WAIT_BACKEND;
+    return rc ? rt_tool_end(run, s, err) : RT_STAGE_WAIT_BACKEND;
 }
 
 static void tool_stop(rt_run *run) {
