@@ -203,14 +203,17 @@ echo "Every answer above opened a session (the pipeline has a conversation: bloc
 echo "is a conversation, and the next turn with that session id continues it. Turns of a"
 echo "session are never answered from the response cache - their answer depends on the"
 echo "call so far. Three calls as conversations:"
-talk() {   # TITLE FIRST_AWAITS FINAL_INTENT WORDS...
-    local title=$1
+talk() {   # TITLE [--last-reply-has TEXT] FIRST_AWAITS FINAL_INTENT WORDS...
+    local title=$1 check=()
     shift
+    [ "$1" = --last-reply-has ] && { check=("$1" "$2"); shift 2; }
     printf '\n%s\n' "$title"
-    "$py" tools/demo_talk.py "$url" hotline "$@" || die "the conversation '$title' did not go as expected"
+    "$py" tools/demo_talk.py "${check[@]}" "$url" hotline "$@" || die "the conversation '$title' did not go as expected"
 }
+# After the yes the caller hears the case the case system opened (open_case's
+# reply), not a composer's words about the bill.
 talk "(a) a bill dispute without the meter number: it is asked for, given, read back and confirmed" \
-    slot utilities_billing "我家这个月水费怎么这么高，是不是抄错表了" "户号是 5520981" "对，没错"
+    --last-reply-has "BC-5520981" slot utilities_billing "我家这个月水费怎么这么高，是不是抄错表了" "户号是 5520981" "对，没错"
 talk "(b) a vague call: two services are too close to tell, so the caller is asked which one" \
     clarify social_insurance "我想问一下保险的事" "社保"
 talk "(c) out of scope: a polite refusal, not an answer as if it were a service of the line" \

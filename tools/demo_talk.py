@@ -3,10 +3,11 @@
 one call through POST /v1/pipelines/PIPELINE, the session carried from the
 first answer to the next turn.
 
-    demo_talk.py URL PIPELINE FIRST_AWAITS FINAL_INTENT WORDS [WORDS ...]
+    demo_talk.py [--last-reply-has TEXT] URL PIPELINE FIRST_AWAITS FINAL_INTENT WORDS [WORDS ...]
 
 FIRST_AWAITS is what the first answer must await: slot, clarify or none.
-FINAL_INTENT is the intent the last answer must have. Prints each turn:
+FINAL_INTENT is the intent the last answer must have; with --last-reply-has,
+its reply must contain TEXT (what a tool returned, say). Prints each turn:
 the caller's words, the reply, what the pipeline awaits and the intent.
 Exit status 0 when the conversation went as expected and ended awaiting
 nothing, 1 otherwise (with the reason). Standard library only.
@@ -43,13 +44,17 @@ def turn(url, pipeline, words, session):
 
 
 def main():
-    if len(sys.argv) < 6:
+    args = sys.argv[1:]
+    must_have = None
+    if args[:1] == ["--last-reply-has"] and len(args) > 1:
+        must_have, args = args[1], args[2:]
+    if len(args) < 5:
         print(__doc__, file=sys.stderr)
         return 2
-    url, pipeline, first_awaits, final_intent = sys.argv[1:5]
+    url, pipeline, first_awaits, final_intent = args[:4]
     session = None
     d = {}
-    for i, words in enumerate(sys.argv[5:]):
+    for i, words in enumerate(args[4:]):
         print(f"  caller: {words}")
         d, secs = turn(url, pipeline, words, session)
         session = d.get("session")
@@ -71,6 +76,9 @@ def main():
         return 1
     if not (d.get("reply") or "").strip():
         print("demo_talk: the last answer has no reply")
+        return 1
+    if must_have is not None and must_have not in d.get("reply"):
+        print(f"demo_talk: the last reply does not contain {must_have!r}")
         return 1
     return 0
 
