@@ -247,6 +247,10 @@ typedef struct {
 /* Render into w (raw text, no JSON escaping): tool arguments, stdin, bodies. */
 void sb_tmpl_render(const sb_tmpl *t, const sb_tmpl_env *env, sb_jw *w);
 const char *sb_tmpl_source(const sb_tmpl *t);
+/* Whether a hole of t that names stage's result would render nothing: its
+ * output empty, no JSON, or the field absent, null or "". A text built
+ * over a result (a tool's reply) then says less than it claims. */
+bool sb_tmpl_lacks(const sb_tmpl *t, const sb_tmpl_env *env, int stage);
 
 /* Render a prompt template: literal text special, every hole's value not. */
 void sb_tmpl_render_segs(const sb_tmpl *t, const sb_tmpl_env *env, sb_segs *out);

@@ -33,8 +33,9 @@
  * words, not to the action (a small model invents a case, an amount).
  * So `reply` - a template per language over the tool's own result, named
  * by the stage's name - is the turn's answer, and the stages after it do
- * not run. A tool that fails leaves nothing true to say: the call goes to
- * a person (reason `tool_failed`, the stage's `handoff` line).
+ * not run. A tool that fails - or answers without what the reply names
+ * (a case number) - leaves nothing true to say: the call goes to a
+ * person (reason `tool_failed`, the stage's `handoff` line).
  */
 #include <stdio.h>
 #include <string.h>
@@ -137,15 +138,20 @@ static rt_stage_outcome say(rt_run *run, char *text, const char *awaiting) {
     return RT_STAGE_WAIT_CALLER;
 }
 
-/* t in the caller's language, filled with the call's values; NULL: out of memory. */
-static char *lang_tmpl_render(rt_run *run, const lang_tmpl *t) {
+/* t's template in the caller's language. */
+static const sb_tmpl *lang_tmpl_for(const rt_run *run, const lang_tmpl *t) {
     const char *src = rt_text_for(&t->src, run->input);
     size_t i = 0;
     while (i + 1 < t->src.n && t->src.text[i] != src) i++;
+    return t->tmpl[i];
+}
+
+/* t in the caller's language, filled with the call's values; NULL: out of memory. */
+static char *lang_tmpl_render(rt_run *run, const lang_tmpl *t) {
     sb_tmpl_env env = rt_run_env(run);
     sb_jw w;
     sb_jw_init(&w);
-    sb_tmpl_render(t->tmpl[i], &env, &w);
+    sb_tmpl_render(lang_tmpl_for(run, t), &env, &w);
     char *text = w.oom ? NULL : rt_trimmed(w.p ? w.p : "", w.len);
     sb_jw_free(&w);
     return text;
@@ -206,6 +212,11 @@ rt_stage_outcome rt_confirm_gate(rt_run *run, const sb_stage *s, bool *go) {
 rt_stage_outcome rt_tool_end(rt_run *run, const sb_stage *s, const char *err) {
     const confirm_conf *k = s->own;
     if (!k || !k->reply.src.n) return rt_stage_end(run, err ? ST_ERROR : ST_OK, err);
+    /* An answer without what the reply names (no case number) is no
+     * proof the tool did what the reply would say it did. */
+    sb_tmpl_env env = rt_run_env(run);
+    if (!err && sb_tmpl_lacks(lang_tmpl_for(run, &k->reply), &env, (int)run->cur))
+        err = "its answer lacks what the stage's reply names";
     if (!err) return rt_stage_reply(run, lang_tmpl_render(run, &k->reply), NULL);
     stage_res *sr = &run->res[run->cur];
     sb_free(sr->error);

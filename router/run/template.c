@@ -194,6 +194,21 @@ void sb_tmpl_render(const sb_tmpl *t, const sb_tmpl_env *env, sb_jw *w) {
     render(t, env, &k);
 }
 
+static bool blank_value(const sb_json *v) {
+    return !v || sb_json_type_of(v) == SB_JSON_NULL || (sb_json_type_of(v) == SB_JSON_STRING && !sb_json_len(v));
+}
+
+bool sb_tmpl_lacks(const sb_tmpl *t, const sb_tmpl_env *env, int stage) {
+    for (size_t i = 0; t && i < t->n; i++) {
+        const piece *p = &t->pieces[i];
+        if (p->stage != stage) continue;
+        if (p->kind == P_OUTPUT && (!env->outputs[stage] || !env->outputs[stage][0])) return true;
+        if (p->kind == P_JSON && !env->json[stage]) return true;
+        if (p->kind == P_JSONKEY && blank_value(sb_json_get(env->json[stage], p->text))) return true;
+    }
+    return false;
+}
+
 void sb_tmpl_render_segs(const sb_tmpl *t, const sb_tmpl_env *env, sb_segs *out) {
     sink k = { NULL, out };
     render(t, env, &k);
