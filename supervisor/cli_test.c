@@ -224,11 +224,6 @@ typedef struct {
     size_t n_langs;
 } report;
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static void count_language(report *r, const char *tag, bool passed) {
     const char *t = tag ? tag : "-";
     size_t i = 0;
@@ -360,7 +355,7 @@ static bool run_all(const options *o, const ct_target *t, report *r) {
                 r->latency[r->n_latency++] = res->latency_ms[j];
         }
     }
-    qsort(r->latency, r->n_latency, sizeof *r->latency, cmp_double);
+    sb_sort_doubles(r->latency, r->n_latency);
     return true;
 }
 
