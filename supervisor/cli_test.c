@@ -297,6 +297,9 @@ static void json_conv(sb_jw *w, const ct_conv *c, const ct_result *res) {
     sb_jw_key(w, "latency_ms"), sb_jw_arr(w);
     for (size_t i = 0; i < res->turns_run; i++) sb_jw_fixed(w, res->latency_ms[i], 1);
     sb_jw_arr_end(w);
+    sb_jw_key(w, "generated"), sb_jw_arr(w);       /* per turn: whether a model generated tokens for it */
+    for (size_t i = 0; i < res->turns_run; i++) sb_jw_bool(w, res->generated[i]);
+    sb_jw_arr_end(w);
     sb_jw_key(w, "failure");
     if (res->passed) sb_jw_null(w);
     else {
