@@ -113,6 +113,15 @@ uint64_t sb_now_ns(void) {
 }
 double sb_now_s(void) { return (double)sb_now_ns() * 1e-9; }
 
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+void sb_sort_doubles(double *v, size_t n) {
+    if (n > 1) qsort(v, n, sizeof *v, cmp_double);
+}
+
 double sb_percentile(const double *sorted, size_t n, double q) {
     if (!n) return 0;
     size_t i = (size_t)(q * (double)n + 0.999999);

@@ -80,6 +80,8 @@ double   sb_now_s(void);
 /* The nearest-rank q-quantile (0 < q <= 1) of n values sorted ascending;
  * 0 for none. The one definition every report's p50/p95 uses. */
 double   sb_percentile(const double *sorted, size_t n, double q);
+/* Sort n doubles ascending, in place (what sb_percentile wants first). */
+void     sb_sort_doubles(double *v, size_t n);
 /* Read a whole file (at most max bytes) into *out, NUL-terminated, sb_free()
  * by the caller. SB_EIO (err names the path and errno) or SB_ERANGE (too big). */
 int      sb_read_file(const char *path, size_t max, char **out, size_t *len, char *err);

@@ -69,22 +69,11 @@ static int load_tsv(const char *path, question **out, size_t *n) {
     return rc;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double pct(double *v, int n, double p) {
-    if (!n) return 0;
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    int i = (int)(p * (n - 1) + 0.5);
-    return v[i];
-}
-
 static void report(const char *mode, const char *lang, tally *t) {
     if (!t->n) return;
     double d = t->n;
-    double p50 = pct(t->ms, t->n, 0.5), p95 = pct(t->ms, t->n, 0.95);
+    sb_sort_doubles(t->ms, (size_t)t->n);
+    double p50 = sb_percentile(t->ms, (size_t)t->n, 0.5), p95 = sb_percentile(t->ms, (size_t)t->n, 0.95);
     printf("%-8s %-4s %4d  %5.3f  %5.3f  %5.3f  %5.3f  %7.1f  %7.1f\n", mode, lang, t->n, t->r1 / d, t->r3 / d,
            t->r5 / d, t->rr / d, p50, p95);
 }

@@ -398,29 +398,19 @@ static gate at_threshold(const eval *ev, double t) {
 
 static double ratio(size_t a, size_t b) { return b ? (double)a / (double)b : 0; }
 
-static int cmp_float(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
-
-/* Nearest-rank percentile of the sorted latencies. */
-static float pct(const float *sorted, size_t n, double q) {
-    size_t i = (size_t)(q * (double)n + 0.999999);
-    return sorted[i ? i - 1 : 0];
-}
-
 typedef struct {
     size_t right;
     double acc, ece;
     size_t tag_n[2][MAX_TAGS], tag_right[2][MAX_TAGS];
-    float p50, p95, pmax;
+    double p50, p95, pmax;
     double min_conf;
     gate g;
 } summary;
 
 static int summarise(const eval *ev, const opts *o, summary *s) {
     memset(s, 0, sizeof *s);
-    float *conf = sb_malloc(ev->n * sizeof *conf), *ms = sb_malloc(ev->n * sizeof *ms);
+    float *conf = sb_malloc(ev->n * sizeof *conf);
+    double *ms = sb_malloc(ev->n * sizeof *ms);
     int *ok = sb_malloc(ev->n * sizeof *ok);
     if (!conf || !ms || !ok) {
         sb_free(conf), sb_free(ms), sb_free(ok);
@@ -436,8 +426,8 @@ static int summarise(const eval *ev, const opts *o, summary *s) {
     }
     s->acc = ratio(s->right, ev->n);
     s->ece = sb_cls_ece(conf, ok, ev->n, ECE_BINS);
-    qsort(ms, ev->n, sizeof *ms, cmp_float);
-    s->p50 = pct(ms, ev->n, 0.5), s->p95 = pct(ms, ev->n, 0.95), s->pmax = ms[ev->n - 1];
+    sb_sort_doubles(ms, ev->n);
+    s->p50 = sb_percentile(ms, ev->n, 0.5), s->p95 = sb_percentile(ms, ev->n, 0.95), s->pmax = ms[ev->n - 1];
     s->min_conf = o->min_conf >= 0 ? o->min_conf : ev->st->min_confidence;
     s->g = at_threshold(ev, s->min_conf);
     sb_free(conf), sb_free(ms), sb_free(ok);

@@ -14,6 +14,8 @@
 #include "common/sb_json.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +29,7 @@
 #define DEFAULT_START_S    120
 #define HEALTH_EVERY_MS    50
 #define STOP_GRACE_MS      10000    /* past the config's drain_ms, before SIGKILL */
+#define MAX_CALLERS        256
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -48,9 +51,16 @@ static void usage(FILE *f) {
             "  --check             only read and check the scripts (against -c's pipelines\n"
             "                      when given); nothing runs\n"
             "  --timeout-ms N      per request (default %d)\n"
-            "  --start-timeout-s N wait this long for a started runtime (default %d)\n\n"
+            "  --start-timeout-s N wait this long for a started runtime (default %d)\n"
+            "  --callers N         run N conversations at once, as N callers would, each\n"
+            "                      taking the next conversation when its own ends (default 1)\n"
+            "  --repeat K          run the scripts' conversations K times over (default 1),\n"
+            "                      to keep N callers busy for longer\n\n"
             "A conversation succeeds when every expectation of every turn is met; it stops\n"
-            "at the first one that is not, which is reported with its turn and line.\n\n"
+            "at the first one that is not, which is reported with its turn and line.\n"
+            "The report gives each turn's HTTP latency, p50 and p95, over all turns and over\n"
+            "the turns no model generated for (a question, a confirmation or a refusal from\n"
+            "the config's text: usage.completion_tokens 0), and the turns lost to HTTP errors.\n\n"
             "Exit status: 0 passed (at least --min-success of the conversations), 1 below\n"
             "the bar, 2 bad usage, config or script, 3 the runtime unreachable (or a\n"
             "started one did not come up).\n",
@@ -66,6 +76,7 @@ typedef struct {
     bool check_only;
     int timeout_ms;
     int start_s;
+    int callers, repeat;
     char **scripts;
     int n_scripts;
 } options;
@@ -73,7 +84,8 @@ typedef struct {
 /* ------------------------------------------------------------ options */
 
 static int parse_options(int argc, char **argv, options *o) {
-    *o = (options){ .min_success = -1, .timeout_ms = DEFAULT_TIMEOUT_MS, .start_s = DEFAULT_START_S };
+    *o = (options){ .min_success = -1, .timeout_ms = DEFAULT_TIMEOUT_MS, .start_s = DEFAULT_START_S, .callers = 1,
+                    .repeat = 1 };
     int64_t v;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -98,6 +110,12 @@ static int parse_options(int argc, char **argv, options *o) {
         } else if (!strcmp(a, "--start-timeout-s")) {
             if (sb_opt_int("test", a, val, 1, 3600, &v)) return -1;
             o->start_s = (int)v;
+        } else if (!strcmp(a, "--callers")) {
+            if (sb_opt_int("test", a, val, 1, MAX_CALLERS, &v)) return -1;
+            o->callers = (int)v;
+        } else if (!strcmp(a, "--repeat")) {
+            if (sb_opt_int("test", a, val, 1, 1000, &v)) return -1;
+            o->repeat = (int)v;
         } else {
             fprintf(stderr, "test: unknown or incomplete option '%s'\n", a);
             usage(stderr);
@@ -215,19 +233,18 @@ static bool stop_runtime(runtime *rt) {
 
 typedef struct {
     ct_script *scripts;
-    ct_result **results;        /* per script, per conversation; NULL: not run */
+    ct_result **results;        /* per script, per run of a conversation (repeat x its conversations) */
     size_t n_scripts;
-    size_t convs, passed, turns, max_turns;
+    int repeat, callers;
+    size_t convs, passed, turns, max_turns, lost;
     double *latency;            /* every turn's, sorted */
     size_t n_latency;
+    double *quiet;              /* the turns no model generated for, sorted */
+    size_t n_quiet;
+    double wall_s;
     struct { const char *tag; size_t convs, passed; } langs[MAX_LANGS];
     size_t n_langs;
 } report;
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 static void count_language(report *r, const char *tag, bool passed) {
     const char *t = tag ? tag : "-";
@@ -259,6 +276,10 @@ static void print_summary(const report *r, double bar) {
     printf("turns per call: mean %.1f, max %zu\n", r->convs ? (double)r->turns / (double)r->convs : 0, r->max_turns);
     printf("latency per turn (HTTP): p50 %.1f ms, p95 %.1f ms over %zu turns\n",
            sb_percentile(r->latency, r->n_latency, 0.5), sb_percentile(r->latency, r->n_latency, 0.95), r->n_latency);
+    printf("  turns no model generated for: p50 %.1f ms, p95 %.1f ms over %zu turns\n",
+           sb_percentile(r->quiet, r->n_quiet, 0.5), sb_percentile(r->quiet, r->n_quiet, 0.95), r->n_quiet);
+    printf("callers %d: %zu turns in %.1f s (%.2f turns/s), %zu conversation%s lost to HTTP errors\n", r->callers,
+           r->n_latency, r->wall_s, r->wall_s > 0 ? (double)r->n_latency / r->wall_s : 0, r->lost, r->lost == 1 ? "" : "s");
     printf("by language:");
     for (size_t i = 0; i < r->n_langs; i++)
         printf("%s %s %zu/%zu", i ? "," : "", r->langs[i].tag, r->langs[i].passed, r->langs[i].convs);
@@ -275,6 +296,9 @@ static void json_conv(sb_jw *w, const ct_conv *c, const ct_result *res) {
     sb_jw_key(w, "turns"), sb_jw_int(w, (int64_t)res->turns_run);
     sb_jw_key(w, "latency_ms"), sb_jw_arr(w);
     for (size_t i = 0; i < res->turns_run; i++) sb_jw_fixed(w, res->latency_ms[i], 1);
+    sb_jw_arr_end(w);
+    sb_jw_key(w, "generated"), sb_jw_arr(w);       /* per turn: whether a model generated tokens for it */
+    for (size_t i = 0; i < res->turns_run; i++) sb_jw_bool(w, res->generated[i]);
     sb_jw_arr_end(w);
     sb_jw_key(w, "failure");
     if (res->passed) sb_jw_null(w);
@@ -306,7 +330,15 @@ static void print_json(const report *r, double bar, bool ok) {
     sb_jw_key(&w, "turns"), sb_jw_int(&w, (int64_t)r->n_latency);
     sb_jw_key(&w, "p50"), sb_jw_fixed(&w, sb_percentile(r->latency, r->n_latency, 0.5), 1);
     sb_jw_key(&w, "p95"), sb_jw_fixed(&w, sb_percentile(r->latency, r->n_latency, 0.95), 1);
+    sb_jw_key(&w, "not_generated"), sb_jw_obj(&w);
+    sb_jw_key(&w, "turns"), sb_jw_int(&w, (int64_t)r->n_quiet);
+    sb_jw_key(&w, "p50"), sb_jw_fixed(&w, sb_percentile(r->quiet, r->n_quiet, 0.5), 1);
+    sb_jw_key(&w, "p95"), sb_jw_fixed(&w, sb_percentile(r->quiet, r->n_quiet, 0.95), 1);
     sb_jw_obj_end(&w);
+    sb_jw_obj_end(&w);
+    sb_jw_key(&w, "callers"), sb_jw_int(&w, r->callers);
+    sb_jw_key(&w, "wall_s"), sb_jw_fixed(&w, r->wall_s, 2);
+    sb_jw_key(&w, "lost"), sb_jw_int(&w, (int64_t)r->lost);
     sb_jw_key(&w, "by_language"), sb_jw_obj(&w);
     for (size_t i = 0; i < r->n_langs; i++) {
         sb_jw_key(&w, r->langs[i].tag), sb_jw_obj(&w);
@@ -319,12 +351,13 @@ static void print_json(const report *r, double bar, bool ok) {
     for (size_t i = 0; i < r->n_scripts; i++) {
         const ct_script *s = &r->scripts[i];
         bool all = true;
-        for (size_t k = 0; k < s->n_convs; k++) all = all && r->results[i][k].passed;
+        const size_t runs = s->n_convs * (size_t)r->repeat;
+        for (size_t k = 0; k < runs; k++) all = all && r->results[i][k].passed;
         sb_jw_obj(&w);
         sb_jw_key(&w, "path"), sb_jw_str(&w, s->path);
         sb_jw_key(&w, "passed"), sb_jw_bool(&w, all);
         sb_jw_key(&w, "conversations"), sb_jw_arr(&w);
-        for (size_t k = 0; k < s->n_convs; k++) json_conv(&w, &s->convs[k], &r->results[i][k]);
+        for (size_t k = 0; k < runs; k++) json_conv(&w, &s->convs[k % s->n_convs], &r->results[i][k]);
         sb_jw_arr_end(&w);
         sb_jw_obj_end(&w);
     }
@@ -337,30 +370,98 @@ static void print_json(const report *r, double bar, bool ok) {
 
 /* ------------------------------------------------------------ running */
 
-/* Every conversation of every script, in order; false when the runtime
- * stopped answering (the rest would say nothing about the pipelines). */
-static bool run_all(const options *o, const ct_target *t, report *r) {
-    for (size_t i = 0; i < r->n_scripts; i++) {
-        const ct_script *s = &r->scripts[i];
-        for (size_t k = 0; k < s->n_convs; k++) {
-            ct_result *res = &r->results[i][k];
-            ct_run_conv(t, &s->convs[k], res);
-            if (res->unreachable) {
-                fprintf(stderr, "test: %s: %s: turn %d: %s\n", s->path, s->convs[k].name, res->failed_turn,
-                        res->failure);
-                return false;
-            }
-            if (!o->json) print_result(s, &s->convs[k], res);
-            r->convs++;
-            r->passed += res->passed;
-            r->turns += res->turns_run;
-            r->max_turns = SB_MAX(r->max_turns, res->turns_run);
-            count_language(r, s->convs[k].language, res->passed);
-            for (size_t j = 0; j < res->turns_run; j++)     /* room for every turn of every script */
-                r->latency[r->n_latency++] = res->latency_ms[j];
+/* The callers: each takes the next conversation of the list (every
+ * conversation of every script, `repeat` times) until none is left, or
+ * until one finds the runtime gone (the rest would say nothing about the
+ * pipelines). */
+typedef struct {
+    report *r;
+    const ct_target *t;
+    bool print;                 /* each result as it ends, the progress of a long run */
+    pthread_mutex_t print_lock;
+    size_t n_jobs;
+    atomic_size_t next;
+    atomic_bool gone;
+} callers;
+
+static void job_at(const report *r, size_t j, size_t *script, size_t *run) {
+    size_t i = 0;
+    for (;;) {
+        const size_t runs = r->scripts[i].n_convs * (size_t)r->repeat;
+        if (j < runs) break;
+        j -= runs, i++;
+    }
+    *script = i, *run = j;
+}
+
+static void *caller_main(void *arg) {
+    callers *c = arg;
+    for (size_t j; !atomic_load(&c->gone) && (j = atomic_fetch_add(&c->next, 1)) < c->n_jobs;) {
+        size_t i, k;
+        job_at(c->r, j, &i, &k);
+        const ct_script *s = &c->r->scripts[i];
+        ct_result *res = &c->r->results[i][k];
+        ct_run_conv(c->t, &s->convs[k % s->n_convs], res);
+        if (res->unreachable) atomic_store(&c->gone, true);
+        else if (c->print) {
+            pthread_mutex_lock(&c->print_lock);
+            print_result(s, &s->convs[k % s->n_convs], res);
+            fflush(stdout);
+            pthread_mutex_unlock(&c->print_lock);
         }
     }
-    qsort(r->latency, r->n_latency, sizeof *r->latency, cmp_double);
+    return NULL;
+}
+
+/* Whether a conversation ran: a caller that saw the runtime gone leaves the
+ * rest untouched (latency NULL). */
+static bool ran(const ct_result *res) { return res->latency_ms != NULL; }
+
+static bool run_all(const options *o, const ct_target *t, report *r) {
+    callers c = { .r = r, .t = t, .print = !o->json, .print_lock = PTHREAD_MUTEX_INITIALIZER };
+    for (size_t i = 0; i < r->n_scripts; i++) c.n_jobs += r->scripts[i].n_convs * (size_t)r->repeat;
+    atomic_init(&c.next, 0);
+    atomic_init(&c.gone, false);
+    pthread_t th[MAX_CALLERS];
+    int n = 0;
+    const double t0 = sb_now_s();
+    if (o->callers == 1) caller_main(&c);
+    else
+        for (; n < o->callers; n++)
+            if (pthread_create(&th[n], NULL, caller_main, &c)) break;
+    if (o->callers > 1 && !n) caller_main(&c);      /* no thread to be had: one caller, still a run */
+    for (int k = 0; k < n; k++) pthread_join(th[k], NULL);
+    r->wall_s = sb_now_s() - t0;
+    for (size_t i = 0; i < r->n_scripts; i++) {
+        const ct_script *s = &r->scripts[i];
+        for (size_t k = 0; k < s->n_convs * (size_t)r->repeat; k++) {
+            const ct_result *res = &r->results[i][k];
+            const ct_conv *cv = &s->convs[k % s->n_convs];
+            if (!ran(res) || res->unreachable) continue;
+            r->convs++;
+            r->passed += res->passed;
+            r->lost += res->http_error;
+            r->turns += res->turns_run;
+            r->max_turns = SB_MAX(r->max_turns, res->turns_run);
+            count_language(r, cv->language, res->passed);
+            for (size_t j = 0; j < res->turns_run; j++) {     /* room for every turn of every run */
+                r->latency[r->n_latency++] = res->latency_ms[j];
+                if (!res->generated[j]) r->quiet[r->n_quiet++] = res->latency_ms[j];
+            }
+        }
+    }
+    sb_sort_doubles(r->latency, r->n_latency);
+    sb_sort_doubles(r->quiet, r->n_quiet);
+    if (atomic_load(&c.gone)) {
+        for (size_t i = 0; i < r->n_scripts; i++)
+            for (size_t k = 0; k < r->scripts[i].n_convs * (size_t)r->repeat; k++) {
+                const ct_result *res = &r->results[i][k];
+                if (ran(res) && res->unreachable)
+                    fprintf(stderr, "test: %s: %s: turn %d: %s\n", r->scripts[i].path,
+                            r->scripts[i].convs[k % r->scripts[i].n_convs].name, res->failed_turn, res->failure);
+            }
+        return false;
+    }
     return true;
 }
 
@@ -376,23 +477,28 @@ static int load_scripts(const options *o, const sb_config *cfg, report *r) {
         int rc = ct_script_load(o->scripts[i], cfg ? cfg->pipelines : NULL, s, err);
         if (rc == SB_ENOMEM) return rc;
         if (rc) { fprintf(stderr, "test: %s\n", err); bad++; continue; }     /* report every bad script */
-        if (!(r->results[r->n_scripts] = sb_calloc(s->n_convs, sizeof **r->results))) return SB_ENOMEM;
+        if (!(r->results[r->n_scripts] = sb_calloc(s->n_convs * (size_t)o->repeat, sizeof **r->results)))
+            return SB_ENOMEM;
         r->n_scripts++;
-        for (size_t k = 0; k < s->n_convs; k++) turns += s->convs[k].n_turns;
+        for (size_t k = 0; k < s->n_convs; k++) turns += s->convs[k].n_turns * (size_t)o->repeat;
     }
     if (bad) return SB_EINVAL;
-    return (r->latency = sb_calloc(turns ? turns : 1, sizeof *r->latency)) ? 0 : SB_ENOMEM;
+    r->latency = sb_calloc(turns ? turns : 1, sizeof *r->latency);
+    r->quiet = sb_calloc(turns ? turns : 1, sizeof *r->quiet);
+    return r->latency && r->quiet ? 0 : SB_ENOMEM;
 }
 
 static void report_free(report *r) {
     for (size_t i = 0; i < r->n_scripts; i++) {
-        for (size_t k = 0; r->results[i] && k < r->scripts[i].n_convs; k++) sb_free(r->results[i][k].latency_ms);
+        for (size_t k = 0; r->results[i] && k < r->scripts[i].n_convs * (size_t)r->repeat; k++)
+            sb_free(r->results[i][k].latency_ms), sb_free(r->results[i][k].generated);
         sb_free(r->results[i]);
         ct_script_free(&r->scripts[i]);
     }
     sb_free(r->scripts);
     sb_free(r->results);
     sb_free(r->latency);
+    sb_free(r->quiet);
 }
 
 void sb_runtime_url(const sb_config *cfg, char *url, size_t cap) {
@@ -455,7 +561,7 @@ int sb_cmd_test(int argc, char **argv) {
         fprintf(stderr, "test: %s\n", err);
         return SB_EXIT_CONFIG;
     }
-    report r = { 0 };
+    report r = { .repeat = o.repeat, .callers = o.callers };
     rc = load_scripts(&o, cfg, &r);
     if (rc == SB_ENOMEM) fprintf(stderr, "test: out of memory\n");
     int code = rc ? SB_EXIT_CONFIG : o.check_only ? print_checked(&r) : run_tests(&o, cfg, &r);

@@ -52,8 +52,10 @@ typedef struct {
     size_t turns_run;
     int failed_turn;            /* 1-based; 0 when passed */
     int failed_line;            /* the turn's line in the script */
+    bool http_error;            /* the failure is an HTTP error status (a lost turn under load) */
     char failure[1024];         /* "intent: expected billing, got complaint" */
     double *latency_ms;         /* one per turn run */
+    bool *generated;            /* per turn run: whether a model generated tokens for it */
 } ct_result;
 
 typedef struct {
@@ -63,7 +65,8 @@ typedef struct {
 } ct_target;
 
 /* Run one conversation turn by turn, stopping at the first failed
- * expectation. res->latency_ms is the caller's to sb_free. */
+ * expectation. res->latency_ms and res->generated are the caller's to
+ * sb_free. Safe to call from several threads at once. */
 void ct_run_conv(const ct_target *t, const ct_conv *conv, ct_result *res);
 
 #endif

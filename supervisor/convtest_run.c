@@ -167,6 +167,7 @@ static bool http_failure(ct_result *res, const sb_http_reply *r) {
         code = sb_json_str(sb_json_get(e, "code"));
         msg = sb_json_str(sb_json_get(e, "message"));
     }
+    res->http_error = true;
     failf(res, "HTTP %d %s: %.300s", r->status, code ? code : "", msg ? msg : r->body);
     sb_json_doc_free(doc);
     return false;
@@ -206,6 +207,8 @@ static bool say(runner *rn, const ct_turn *t) {
     else {
         const sb_json *a = sb_json_root(doc);
         const char *id = sb_json_str(sb_json_get(a, "session"));
+        const sb_json *ct = sb_json_get(sb_json_get(a, "usage"), "completion_tokens");
+        rn->res->generated[rn->res->turns_run - 1] = ct && sb_json_num(ct) > 0;
         if (id && !rn->session[0]) snprintf(rn->session, sizeof rn->session, "%s", id);
         if (!(ok = check_answer(rn->res, t, a))) add_context(rn->res, a);
     }
@@ -229,7 +232,9 @@ static bool hang_up(runner *rn) {
 void ct_run_conv(const ct_target *t, const ct_conv *conv, ct_result *res) {
     memset(res, 0, sizeof *res);
     runner rn = { .t = t, .conv = conv, .res = res };
-    if (!(res->latency_ms = sb_calloc(conv->n_turns, sizeof *res->latency_ms))) {
+    res->latency_ms = sb_calloc(conv->n_turns, sizeof *res->latency_ms);
+    res->generated = sb_calloc(conv->n_turns, sizeof *res->generated);
+    if (!res->latency_ms || !res->generated) {
         failf(res, "out of memory");
         res->failed_turn = 1;
         res->failed_line = conv->line;

@@ -206,6 +206,25 @@ t 0 -c "$tmp/rt.yaml" --url "$url" $S/reply.yaml
 has out "conversations 4, passed 4"
 echo "ok   a confirmed tool's reply: the case number its JSON returned, not the composer after it; a failed tool, or one without a case, hands off"
 
+# Callers at once: every conversation, three times over, by 8 callers in
+# parallel; the sessions must not cross (each run passes alone), nothing is
+# lost, and the turns no model generated for are reported apart.
+t 0 -c "$tmp/rt.yaml" --url "$url" --callers 8 --repeat 3 $S/pass.yaml $S/confirm.yaml $S/topic.yaml
+has out "conversations 54, passed 54"
+has out "callers 8: "
+has out ", 0 conversations lost to HTTP errors"
+has out "turns no model generated for: p50"
+t 0 -c "$tmp/rt.yaml" --url "$url" --callers 4 --json $S/pass.yaml $S/confirm.yaml
+python3 - "$tmp/out" <<'PY' || fail "--callers --json report"
+import json, sys
+r = json.load(open(sys.argv[1]))
+lat = r["latency_ms"]
+assert r["ok"] and r["callers"] == 4 and r["lost"] == 0 and r["wall_s"] > 0, r
+assert 0 < lat["not_generated"]["turns"] < lat["turns"], lat     # extract turns generate, readbacks and tools do not
+PY
+t 2 -c "$tmp/rt.yaml" --callers 0 $S/pass.yaml; has err "--callers"
+echo "ok   --callers/--repeat: 8 callers at once, 54 conversations pass, none lost; non-generated turns apart"
+
 # {{history}}'s limits: the last history_turns turns, and the oldest
 # dropped first until the estimate fits history_tokens (here 16: a turn of
 # ten Chinese characters and 17 ASCII bytes is 15, the next one more).

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "common/sb_common.h"
 #include "router/obs.h"
 
 static uint64_t lcg = 0x9E3779B97F4A7C15ull;
@@ -33,6 +34,26 @@ static double brute(double *v, size_t n, double q) {
     qsort(v, n, sizeof *v, cmp_d);
     size_t rank = (size_t)(q * (double)n + 0.999999);
     return v[(rank ? rank : 1) - 1];
+}
+
+/* The one percentile every report prints (common/) is the same nearest rank:
+ * the console, `route eval`, `kb eval` and the benches all agree. */
+static void test_percentile_is_nearest_rank(void **state) {
+    (void)state;
+    double v[5] = { 5, 1, 3, 2, 4 };
+    sb_sort_doubles(v, 5);
+    for (int i = 0; i < 5; i++) assert_true(v[i] == i + 1);
+    assert_true(sb_percentile(v, 5, 0.20) == 1);
+    assert_true(sb_percentile(v, 5, 0.50) == 3);
+    assert_true(sb_percentile(v, 5, 0.95) == 5);
+    assert_true(sb_percentile(v, 0, 0.50) == 0);
+    for (size_t n = 1; n < 60; n++) {
+        double a[60], b[60];
+        for (size_t i = 0; i < n; i++) a[i] = b[i] = rnd_ms();
+        sb_sort_doubles(a, n);
+        assert_true(sb_percentile(a, n, 0.95) == brute(b, n, 0.95));
+        assert_true(sb_percentile(a, n, 0.50) == brute(b, n, 0.50));
+    }
 }
 
 static const sb_json *key_of(const sb_json *root, const char *stage_key) {
@@ -139,6 +160,7 @@ static void test_latwin_out_of_memory(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_percentile_is_nearest_rank),
         cmocka_unit_test(test_latwin_sliding_window),
         cmocka_unit_test(test_latwin_special_keys_and_unknown_removal),
         cmocka_unit_test(test_latwin_out_of_memory),

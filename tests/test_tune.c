@@ -12,6 +12,9 @@
  *  4. the int8 peak probe: a positive rate for each vector family the level
  *     runs on, -1 for an unknown one; the gemm's family per level. (AMX is
  *     probed by `tune` in a child process, as it can fault: not here.)
+ *  5. the pick rule: a twin replaces the default only when its first
+ *     quartile of rounds beats the default's third and its median is 3 %
+ *     faster; overlapping rounds (noise) keep the default.
  * (That the engine applies a profile once, logs one line for one it
  * ignores, and that tuned logits equal untuned ones: tests/it_tune.sh.)
  */
@@ -26,6 +29,7 @@
 
 #include "common/sb_common.h"
 #include "common/sb_json.h"
+#include "worker/cli/tune_impl.h"
 #include "worker/kernels/sb_kq.h"
 
 /* A profile's text for `plan`, as if measured on `cpu`. */
@@ -190,9 +194,37 @@ static void test_peak(void **state) {
     assert_string_equal(sb_kq_gemm_family(SB_KQ_AVX2), "avx2");
 }
 
+static tune_samples rounds(const double *v, int n) {
+    tune_samples s = { .n = 0 };
+    for (int i = 0; i < n; i++) tune_sample_add(&s, v[i]);
+    return s;
+}
+
+static void test_pick_rule(void **state) {
+    (void)state;
+    const double base[] = { 100, 101, 99, 100, 102, 98, 100, 101 };
+    const double clear[] = { 110, 109, 111, 110, 108, 112, 110, 109 };   /* +10 %, rounds apart */
+    const double noisy[] = { 130, 80, 125, 90, 120, 85, 128, 95 };       /* median +7 %, scattered */
+    const double small[] = { 102, 102, 103, 102, 101, 102, 103, 102 };   /* apart, but +2 % */
+    tune_samples b = rounds(base, 8), c = rounds(clear, 8), n = rounds(noisy, 8), sm = rounds(small, 8);
+    assert_true(tune_quantile(&b, 0.5) == 100);
+    assert_true(tune_beats(&c, &b));
+    assert_false(tune_beats(&b, &c));
+    assert_false(tune_beats(&n, &b));
+    assert_false(tune_beats(&sm, &b));
+    tune_samples two_a = rounds((const double[]){ 105, 110 }, 2), two_b = rounds((const double[]){ 100, 106 }, 2);
+    assert_false(tune_beats(&two_a, &two_b));      /* a's slower round is under b's faster */
+    two_b = rounds((const double[]){ 100, 101 }, 2);
+    assert_true(tune_beats(&two_a, &two_b));
+    tune_samples none = { .n = 0 };
+    assert_false(tune_beats(&none, &b));
+    assert_false(tune_beats(&c, &none));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_peak),
+        cmocka_unit_test(test_pick_rule),
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_foreign_and_stale),
         cmocka_unit_test(test_bad_profiles),

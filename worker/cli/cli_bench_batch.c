@@ -58,11 +58,6 @@ static int opt_int(const char *opt, const char *v, int lo, int hi, int *out) {
     return 0;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 typedef struct {
     const sb_model *m;
     int threads, pp, tg, n_batch;
@@ -156,8 +151,8 @@ int sb_cmd_bench_batch(int argc, char **argv) {
         const int B = list[k];
         for (int r = 0; r < runs; r++)
             if (run_once(&b, B, &tp[r], &tt[r], err)) { fprintf(stderr, "bench: B=%d: %s\n", B, err); goto out; }
-        qsort(tp, (size_t)runs, sizeof *tp, cmp_double);
-        qsort(tt, (size_t)runs, sizeof *tt, cmp_double);
+        sb_sort_doubles(tp, (size_t)runs);
+        sb_sort_doubles(tt, (size_t)runs);
         const double t_pp = tp[runs / 2], t_tg = tt[runs / 2], t = t_pp + t_tg;
         const int n_kv = B * (b.pp + b.tg);
         if (json)

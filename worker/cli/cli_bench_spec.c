@@ -45,11 +45,6 @@ static char *read_file(const char *path) {
     return b.buf;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 static void usage(FILE *f) {
     fprintf(f,
             "usage: switchboard bench -m MODEL.gguf (--lookup N | --draft FILE [--n-draft N]) --prompt-file F\n"
@@ -160,8 +155,8 @@ int sb_cmd_bench_spec(int argc, char **argv) {
         }
         if (txt[0].len != txt[1].len || (txt[0].len && memcmp(txt[0].buf, txt[1].buf, txt[0].len))) same = 0;
     }
-    qsort(tps, (size_t)runs, sizeof *tps, cmp_double);
-    qsort(tps + runs, (size_t)runs, sizeof *tps, cmp_double);
+    sb_sort_doubles(tps, (size_t)runs);
+    sb_sort_doubles(tps + runs, (size_t)runs);
     const double plain = tps[runs / 2], spec = tps[runs + runs / 2];
     if (json)
         printf("{\"model\":\"%s\",\"threads\":%d,\"lookup\":%d,\"draft\":\"%s\",\"n_draft\":%d,\"exact\":%d,\"runs\":%d,"

@@ -64,9 +64,11 @@ static double left(const tune_run *r) { return r->budget - (sb_now_s() - r->t0);
  * prompt) of a real model, so each matrix streams from memory between two
  * uses, as in a decode, not from a cache a kernel benchmark would warm. */
 
-/* Best tokens/s of n-token evals (n = 1: 4 decode steps; more: one prompt)
- * with these kernels, over `seconds` and at least min_rounds rounds. */
-static double eval_tps(const sb_model *m, const sb_kq_kernels *k, int threads, int n, double seconds, int min_rounds) {
+/* Tokens/s of n-token evals (n = 1: 4 decode steps; more: one prompt) with
+ * these kernels, one sample a round, over `seconds` and at least min_rounds
+ * rounds. */
+static void eval_tps(const sb_model *m, const sb_kq_kernels *k, int threads, int n, double seconds, int min_rounds,
+                     tune_samples *out) {
     sb_ctx_params cp;
     sb_ctx_params_default(&cp);
     cp.n_threads = threads;
@@ -75,22 +77,20 @@ static double eval_tps(const sb_model *m, const sb_kq_kernels *k, int threads, i
     cp.kernels = k;
     sb_ctx *c;
     char err[SB_ERR_LEN];
-    if (sb_ctx_new(m, &cp, &c, err)) return 0;
+    if (sb_ctx_new(m, &cp, &c, err)) return;
     int32_t toks[64];
     for (int i = 0; i < 64; i++) toks[i] = (int32_t)(1000 + 37 * i) % sb_model_hparams(m)->n_vocab;
     const int steps = n == 1 ? 4 : 1;
-    double best = 0;
     const double t0 = sb_now_s();
-    for (int round = 0; round < min_rounds || (sb_now_s() - t0 < seconds && round < 32); round++) {
+    for (int round = 0; round < min_rounds || (sb_now_s() - t0 < seconds && out->n < TUNE_MAX_ROUNDS); round++) {
         sb_ctx_truncate(c, 0);
         const double ts = sb_now_s();
         int fail = 0;
         for (int s = 0; s < steps && !fail; s++) fail = sb_ctx_eval(c, toks + s * (n == 1), n, NULL, 0, err) != 0;
         if (fail) break;
-        best = SB_MAX(best, (double)(steps * n) / (sb_now_s() - ts));
+        tune_sample_add(out, (double)(steps * n) / (sb_now_s() - ts));
     }
     sb_ctx_free(c);
-    return best;
 }
 
 /* The GGUFs that load as decoders, largest file first: the largest one's
@@ -145,29 +145,30 @@ static int dot_types(const decoders *d, int level, int *types, int *where) {
 
 /* Every variant of one type in decode, the rest of the plan as chosen so
  * far; rounds alternate the order (forward, backward) so that drifting load
- * hits every variant alike. The default stays unless a twin beats it by
- * TUNE_MARGIN: a pick that flips with the noise would make two runs
- * disagree for nothing. */
+ * hits every variant alike. The default stays unless a twin beats it
+ * beyond the rounds' own scatter (tune_beats): a pick that flips with the
+ * noise would make two runs disagree for nothing. */
 static void tune_dot(tune_run *r, const sb_model *m, int type, double seconds, tune_dot_result *d) {
     const sb_kq_variant *v;
     d->type = type;
     d->n_variants = SB_MIN(TUNE_MAX_VARIANTS, sb_kq_variants(r->plan.level, type, &v));
-    for (int i = 0; i < d->n_variants; i++) d->variant[i] = &v[i], d->best_tps[i] = 0;
+    for (int i = 0; i < d->n_variants; i++) d->variant[i] = &v[i], d->tps[i].n = 0;
     sb_kq_plan plan = r->plan;
     sb_kq_kernels k;
     const double t0 = sb_now_s();
-    for (int round = 0; round < 2 || (sb_now_s() - t0 < seconds && round < 32); round++) {
+    for (int round = 0; round < 2 || (sb_now_s() - t0 < seconds && round < TUNE_MAX_ROUNDS); round++) {
         for (int i = 0; i < d->n_variants; i++) {
             const int x = round & 1 ? d->n_variants - 1 - i : i;
             plan.dot[type] = d->variant[x];
             sb_kq_resolve(&plan, &k);
-            d->best_tps[x] = SB_MAX(d->best_tps[x], eval_tps(m, &k, r->threads, 1, 0, 1));
+            eval_tps(m, &k, r->threads, 1, 0, 1, &d->tps[x]);
         }
         d->rounds = round + 1;
     }
     d->pick = 0;
     for (int i = 1; i < d->n_variants; i++)
-        if (d->best_tps[i] > d->best_tps[d->pick] && d->best_tps[i] > d->best_tps[0] * (1 + TUNE_MARGIN)) d->pick = i;
+        if (tune_beats(&d->tps[i], &d->tps[0]) && tune_quantile(&d->tps[i], 0.5) > tune_quantile(&d->tps[d->pick], 0.5))
+            d->pick = i;
     if (d->pick) r->plan.dot[type] = d->variant[d->pick];
 }
 
@@ -183,25 +184,27 @@ static void tune_dots(tune_run *r, const decoders *d, double seconds) {
 /* ---- the split ---------------------------------------------------------------- */
 
 /* Try each value of one split field in turn; keep one that beats the
- * current choice by TUNE_MARGIN. res[0]: the built-in's speed, res[1]: the
- * choice's. */
+ * current choice beyond the noise (tune_beats). res[0]: the built-in's
+ * median speed, res[1]: the choice's. */
 static void tune_field(tune_run *r, const sb_model *m, int *field, const int *values, int n_values, int n_tok,
                        double seconds, double res[2]) {
     sb_kq_kernels k;
     const int current = *field;
     sb_kq_resolve(&r->plan, &k);
-    double best = eval_tps(m, &k, r->threads, n_tok, seconds / (n_values + 1), 2);
-    res[0] = best;
+    tune_samples best = { .n = 0 }, cand;
+    eval_tps(m, &k, r->threads, n_tok, seconds / (n_values + 1), 3, &best);
+    res[0] = tune_quantile(&best, 0.5);
     int pick = current;
     for (int i = 0; i < n_values; i++) {
         if (values[i] == current) continue;
         *field = values[i];
         sb_kq_resolve(&r->plan, &k);
-        const double tps = eval_tps(m, &k, r->threads, n_tok, seconds / (n_values + 1), 2);
-        if (tps > best * (1 + TUNE_MARGIN)) best = tps, pick = values[i];
+        cand.n = 0;
+        eval_tps(m, &k, r->threads, n_tok, seconds / (n_values + 1), 3, &cand);
+        if (tune_beats(&cand, &best)) best = cand, pick = values[i];
     }
     *field = pick;
-    res[1] = best;
+    res[1] = tune_quantile(&best, 0.5);
 }
 
 static void tune_split(tune_run *r, const sb_model *m, double seconds) {
@@ -239,7 +242,7 @@ static void write_measured(sb_jw *w, const tune_run *r, int level) {
     sb_jw_arr(w);
     for (int i = 0; i < r->n_models; i++) sb_jw_str(w, r->models[i]);
     sb_jw_arr_end(w);
-    sb_jw_key(w, "dot_tps");            /* best decode tokens/s per variant, per type */
+    sb_jw_key(w, "dot_tps");            /* median decode tokens/s per variant, per type */
     sb_jw_obj(w);
     const sb_kq_traits *names = sb_kq_table(SB_KQ_REF);
     for (int i = 0; i < r->n_dots; i++) {
@@ -247,7 +250,7 @@ static void write_measured(sb_jw *w, const tune_run *r, int level) {
         sb_jw_key(w, names[d->type].name);
         sb_jw_obj(w);
         sb_jw_key(w, "model"), sb_jw_str(w, d->model);
-        for (int v = 0; v < d->n_variants; v++) sb_jw_key(w, d->variant[v]->name), sb_jw_fixed(w, d->best_tps[v], 2);
+        for (int v = 0; v < d->n_variants; v++) sb_jw_key(w, d->variant[v]->name), sb_jw_fixed(w, tune_quantile(&d->tps[v], 0.5), 2);
         sb_jw_obj_end(w);
     }
     sb_jw_obj_end(w);
@@ -304,9 +307,10 @@ static void print_report(const tune_run *r, const sb_cpu_id *cpu) {
     const sb_kq_traits *names = sb_kq_table(SB_KQ_REF);
     for (int i = 0; i < r->n_dots; i++) {
         const tune_dot_result *d = &r->dots[i];
-        printf("%s dot on %s, decode t/s (best of %d):", names[d->type].name, d->model, d->rounds);
+        printf("%s dot on %s, decode t/s (median of %d, quartiles):", names[d->type].name, d->model, d->rounds);
         for (int v = 0; v < d->n_variants; v++)
-            printf(" %s %.2f%s", d->variant[v]->name, d->best_tps[v], v == d->pick ? "*" : "");
+            printf(" %s %.2f [%.2f-%.2f]%s", d->variant[v]->name, tune_quantile(&d->tps[v], 0.5),
+                   tune_quantile(&d->tps[v], 0.25), tune_quantile(&d->tps[v], 0.75), v == d->pick ? "*" : "");
         printf("\n");
     }
     if (r->split_model[0])

@@ -8,7 +8,8 @@
 
 #define TUNE_FAMILIES 4             /* avx2, avx512_vnni, avx_vnni, amx */
 #define TUNE_MAX_VARIANTS 8
-#define TUNE_MARGIN 0.03            /* a non-default choice must be this much faster */
+#define TUNE_MARGIN 0.03            /* a non-default choice's median must be this much faster */
+#define TUNE_MAX_ROUNDS 32
 #define TUNE_PATH 4096
 #define TUNE_MAX_MODELS 16
 
@@ -18,14 +19,27 @@ typedef struct {
     size_t l2_bytes, l3_bytes;      /* 0: unknown */
 } tune_machine;
 
+/* Tokens/s of each timed round of one candidate. */
+typedef struct {
+    double v[TUNE_MAX_ROUNDS];
+    int n;
+} tune_samples;
+
 typedef struct {
     int type, n_variants, rounds, pick;
     const char *model;                      /* the model it was timed on */
     const sb_kq_variant *variant[TUNE_MAX_VARIANTS];
-    double best_tps[TUNE_MAX_VARIANTS];     /* best decode tokens/s with that variant for the type */
+    tune_samples tps[TUNE_MAX_VARIANTS];    /* decode tokens/s with that variant for the type, per round */
 } tune_dot_result;
 
 const char *tune_family_name(int f);
+void   tune_sample_add(tune_samples *s, double tps);
+/* Nearest-rank q-quantile of the rounds; 0 for none. */
+double tune_quantile(const tune_samples *s, double q);
+/* Whether candidate a is faster than b beyond the noise their own rounds
+ * show: a's first quartile above b's third, and a's median TUNE_MARGIN above
+ * b's. Two rounds each: a's slower round must beat b's faster one. */
+int    tune_beats(const tune_samples *a, const tune_samples *b);
 /* Caches, peaks and bandwidth, in about `seconds`. */
 void tune_measure_machine(tune_machine *mc, int threads, double seconds);
 /* GGUF paths from files and directories (*.gguf directly inside), sorted. */

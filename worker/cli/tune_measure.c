@@ -154,3 +154,23 @@ int tune_find_models(char **args, int n_args, char paths[][TUNE_PATH], int cap) 
     qsort(paths, (size_t)n, TUNE_PATH, by_path);    /* readdir's order is the file system's */
     return n;
 }
+
+void tune_sample_add(tune_samples *s, double tps) {
+    if (s->n < TUNE_MAX_ROUNDS) s->v[s->n++] = tps;
+}
+
+double tune_quantile(const tune_samples *s, double q) {
+    double v[TUNE_MAX_ROUNDS];
+    memcpy(v, s->v, (size_t)s->n * sizeof *v);
+    sb_sort_doubles(v, (size_t)s->n);
+    return sb_percentile(v, (size_t)s->n, q);
+}
+
+/* The quartiles' gap is the threshold the machine itself gives: on a quiet
+ * box the rounds agree and a 4 % gain shows, on a busy one they scatter and
+ * the default stays, instead of a pick that flips from run to run. */
+int tune_beats(const tune_samples *a, const tune_samples *b) {
+    if (!a->n || !b->n) return 0;
+    return tune_quantile(a, 0.25) > tune_quantile(b, 0.75) &&
+           tune_quantile(a, 0.5) > tune_quantile(b, 0.5) * (1 + TUNE_MARGIN);
+}
