@@ -34,8 +34,9 @@ typedef struct {
     int method;                 /* sb_cls_method; -1 until resolved: the stage's classifier: key */
     int max_examples;           /* per label; 0 = all */
     int threads, json, verbose, no_desc, no_oos, k, center;
-    int dialogue, sweep;        /* --dialogue, --sweep-margins */
+    int dialogue, sweep;        /* --dialogue, --sweep-margins (1) or --sweep-refusal (2) */
     double clarify_margin;      /* < 0: the stage's clarify.margin */
+    double refusal_margin;      /* < 0: the stage's clarify.refusal_margin */
     double max_asked;           /* --max-asked; < 0: no gate */
     double desc_weight;         /* < 0: the classifier's default */
     double min_conf, min_acc;   /* min_conf < 0: the stage's min_confidence */
@@ -110,6 +111,11 @@ static void usage(FILE *f) {
         "                          calls (0-1) is asked\n"
         "      --sweep-margins     with --dialogue: also the same calls at margins 0-0.7\n"
         "                          (to choose clarify.margin on a dev set, never the test set)\n"
+        "      --refusal-margin X  with --dialogue: before a refusal, offer the best in-scope\n"
+        "                          label when within X of out_of_scope (default: the stage's\n"
+        "                          clarify.refusal_margin, else clarify.margin)\n"
+        "      --sweep-refusal     with --dialogue: also the same calls at refusal margins\n"
+        "                          from clarify.margin to 3 (chosen on a dev set too)\n"
         "  -t, --threads N         encoder threads (default 1)\n"
         "  -v, --verbose           every call, not only the misses (with --json: \"calls\"\n"
         "                          instead of \"misses\", each with its margin and ms)\n"
@@ -125,10 +131,10 @@ static int parse_opts(int argc, char **argv, opts *o) {
         {"min-confidence", 1, 0, 'C'}, {"min-accuracy", 1, 0, 'A'}, {"json", 0, 0, 'j'},
         {"threads", 1, 0, 't'}, {"verbose", 0, 0, 'v'}, {"help", 0, 0, 'h'},
         {"dialogue", 0, 0, 'G'}, {"clarify-margin", 1, 0, 'M'}, {"sweep-margins", 0, 0, 'w'},
-        {"max-asked", 1, 0, 'X'}, {"adapter", 1, 0, 'a'}, {"no-adapter", 0, 0, 'n'}, {0, 0, 0, 0}};
+        {"max-asked", 1, 0, 'X'}, {"refusal-margin", 1, 0, 'R'}, {"sweep-refusal", 0, 0, 'F'}, {"adapter", 1, 0, 'a'}, {"no-adapter", 0, 0, 'n'}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->method = -1, o->threads = 1, o->min_conf = -1, o->min_acc = -1, o->desc_weight = -1, o->center = 1;
-    o->clarify_margin = -1, o->max_asked = -1;
+    o->clarify_margin = -1, o->refusal_margin = -1, o->max_asked = -1;
     int ch;
     int64_t v;
     char *end;
@@ -179,6 +185,16 @@ static int parse_opts(int argc, char **argv, opts *o) {
         case 'j': o->json = 1; break;
         case 'G': o->dialogue = 1; break;
         case 'w': o->sweep = 1; break;
+        case 'F': o->sweep = 2; break;
+        case 'R': {
+            double x = strtod(optarg, &end);
+            if (!*optarg || *end || !(x >= 0 && x <= 10)) {
+                fprintf(stderr, "route eval: --refusal-margin expects a number in [0, 10], got '%s'\n", optarg);
+                return -1;
+            }
+            o->refusal_margin = x;
+            break;
+        }
         case 'M': {
             double x = strtod(optarg, &end);
             if (!*optarg || *end || !(x >= 0 && x <= 2)) {
@@ -193,8 +209,9 @@ static int parse_opts(int argc, char **argv, opts *o) {
         default: usage(stderr); return -1;
         }
     }
-    if ((o->sweep || o->clarify_margin >= 0 || o->max_asked >= 0) && !o->dialogue) {
-        fprintf(stderr, "route eval: --clarify-margin, --max-asked and --sweep-margins go with --dialogue\n");
+    if ((o->sweep || o->clarify_margin >= 0 || o->refusal_margin >= 0 || o->max_asked >= 0) && !o->dialogue) {
+        fprintf(stderr, "route eval: --clarify-margin, --refusal-margin, --max-asked and --sweep-margins/--sweep-refusal "
+                        "go with --dialogue\n");
         return -1;
     }
     if (optind + 1 != argc || !o->config || !o->pipeline) {
@@ -596,6 +613,7 @@ static int route_again(void *ctx, size_t k, const char *text, sb_cls_result *r, 
 static double dialogue(eval *ev, const opts *o, const char *gguf, double *asked, char *err) {
     sb_stage st = *ev->st;
     if (o->clarify_margin >= 0) st.clarify_margin = o->clarify_margin;
+    if (o->refusal_margin >= 0) st.clarify_refusal = o->refusal_margin;
     rt_dialog_call *dc = sb_calloc(ev->n, sizeof *dc);
     dialog_ctx ctx = { ev, sb_malloc((size_t)sb_encoder_dim(ev->enc) * sizeof(float)) };
     double acc = -1;

@@ -155,26 +155,33 @@ static double share(size_t a, size_t b) { return b ? (double)a / (double)b : 0; 
 
 static const double SWEEP[] = {0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7};
 #define N_SWEEP (sizeof SWEEP / sizeof SWEEP[0])
+static const double SWEEP_REFUSAL[] = {0.5, 0.6, 0.7, 0.8, 0.9, 1, 1.2, 1.5, 2, 2.5, 3};
+#define N_SWEEP_REFUSAL (sizeof SWEEP_REFUSAL / sizeof SWEEP_REFUSAL[0])
 
-/* The same calls at other clarify margins, to choose one on a dev set. */
+/* The same calls at other clarify margins (or refusal margins, at the
+ * stage's clarify margin), to choose one on a dev set. */
 static int sweep(const rt_dialog_opts *o, sb_jw *w, char *err) {
     sb_stage s = *o->st;
     rt_dialog_opts at = *o;
     at.st = &s;
-    if (w) sb_jw_key(w, "sweep"), sb_jw_arr(w);
-    else printf("\nclarify.margin  dialogue accuracy  asked\n");
-    for (size_t i = 0; i < N_SWEEP; i++) {
+    const bool refusal = o->sweep == 2;
+    const double *values = refusal ? SWEEP_REFUSAL : SWEEP;
+    const size_t n = refusal ? N_SWEEP_REFUSAL : N_SWEEP;
+    if (w) sb_jw_key(w, refusal ? "sweep_refusal" : "sweep"), sb_jw_arr(w);
+    else printf("\n%s  dialogue accuracy  asked\n", refusal ? "refusal_margin" : "clarify.margin");
+    for (size_t i = 0; i < n; i++) {
         tally t;
-        s.clarify_margin = SWEEP[i];
+        if (refusal && values[i] < s.clarify_margin) continue;
+        *(refusal ? &s.clarify_refusal : &s.clarify_margin) = values[i];
         int rc = play_all(&at, &t, NULL, err);
         if (rc) return rc;
         if (!w) {
-            printf("  %.2f          %.4f (%zu/%zu)    %5.1f%% (%zu)\n", SWEEP[i], share(t.right, o->n), t.right, o->n,
+            printf("  %.2f          %.4f (%zu/%zu)    %5.1f%% (%zu)\n", values[i], share(t.right, o->n), t.right, o->n,
                    100 * share(t.asked, o->n), t.asked);
             continue;
         }
         sb_jw_obj(w);
-        sb_jw_key(w, "margin"), sb_jw_num(w, SWEEP[i]);
+        sb_jw_key(w, "margin"), sb_jw_num(w, values[i]);
         sb_jw_key(w, "accuracy"), sb_jw_num(w, share(t.right, o->n));
         sb_jw_key(w, "asked"), sb_jw_num(w, share(t.asked, o->n));
         sb_jw_obj_end(w);
@@ -188,8 +195,10 @@ static const char *const HOW[] = {"at a label", "refused (out of scope)", "hande
 static void print_text(const rt_dialog_opts *o, const tally *t, const ending *e) {
     const sb_stage *s = o->st;
     printf("route eval --dialogue: %s, pipeline %s, stage %s\n", o->config, o->pipeline, s->name);
-    printf("encoder %s, method %s; clarify.margin %.2f, clarify.max %d, min_confidence %.2f\n", o->encoder, o->method,
-           s->clarify_margin, s->clarify_max, o->min_conf);
+    printf("encoder %s, method %s; clarify.margin %.2f, refusal_margin %.2f, clarify.max %d, min_confidence %.2f\n",
+           o->encoder, o->method, s->clarify_margin, s->clarify_refusal > s->clarify_margin ? s->clarify_refusal
+                                                                                            : s->clarify_margin,
+           s->clarify_max, o->min_conf);
     printf("dialogue accuracy  %.4f  (%zu/%zu)\n", share(t->right, o->n), t->right, o->n);
     printf("single-shot        %.4f  (%zu/%zu)\n", share(o->single_right, o->n), o->single_right, o->n);
     printf("calls asked        %.4f  (%zu/%zu)\n", share(t->asked, o->n), t->asked, o->n);
@@ -214,6 +223,7 @@ static void json_report(const rt_dialog_opts *o, const tally *t, const ending *e
     sb_jw_key(w, "method"), sb_jw_str(w, o->method);
     sb_jw_key(w, "clarify_margin"), sb_jw_num(w, s->clarify_margin);
     sb_jw_key(w, "clarify_max"), sb_jw_int(w, s->clarify_max);
+    sb_jw_key(w, "refusal_margin"), sb_jw_num(w, s->clarify_refusal > s->clarify_margin ? s->clarify_refusal : s->clarify_margin);
     sb_jw_key(w, "min_confidence"), sb_jw_num(w, o->min_conf);
     sb_jw_key(w, "calls"), sb_jw_int(w, (int64_t)o->n);
     sb_jw_key(w, "right"), sb_jw_int(w, (int64_t)t->right);

@@ -425,7 +425,7 @@ typedef struct {
     const char *config, *pipeline, *encoder, *method;  /* named in the report */
     const sb_stage *st;             /* played with its clarify.margin and clarify.max */
     double min_conf;
-    int json, verbose, sweep;       /* sweep: the same calls at a range of margins too */
+    int json, verbose, sweep;       /* sweep: the same calls at a range of margins (1) or of refusal margins (2) too */
     const char *const *langs;       /* by lang_idx */
     int n_langs;
     const rt_dialog_call *calls;

@@ -107,8 +107,23 @@ ev --dialogue "$tmp/good.tsv" | grep -q "^calls asked        0.0000  (0/5)" || f
 expect 3 "accuracy 0.6667 is below --min-accuracy 0.7000" ev --dialogue --clarify-margin 2 --min-accuracy 0.7 "$tmp/bad.tsv"
 expect 3 "1.0000 of the calls were asked, above --max-asked 0.2500" ev --dialogue --clarify-margin 2 --max-asked 0.25 "$tmp/bad.tsv"
 ev --dialogue --max-asked 0 "$tmp/bad.tsv" > /dev/null || fail "--max-asked 0 with nothing asked exited $?"
-expect 2 "--clarify-margin, --max-asked and --sweep-margins go with --dialogue" ev --sweep-margins "$tmp/good.tsv"
-expect 2 "--clarify-margin, --max-asked and --sweep-margins go with --dialogue" ev --max-asked 0.2 "$tmp/good.tsv"
+expect 2 "--sweep-margins/--sweep-refusal go with --dialogue" ev --sweep-margins "$tmp/good.tsv"
+expect 2 "--sweep-margins/--sweep-refusal go with --dialogue" ev --max-asked 0.2 "$tmp/good.tsv"
+expect 2 "--sweep-margins/--sweep-refusal go with --dialogue" ev --refusal-margin 1 "$tmp/good.tsv"
+expect 2 "--refusal-margin expects a number in [0, 10]" ev --dialogue --refusal-margin 11 "$tmp/good.tsv"
+# Before a refusal: a refusal margin above every gap offers the out-of-scope
+# call its best desk first; its "neither", the open question and the same
+# words end at the refusal (right), not at a second desk.
+ev --dialogue --clarify-margin 0.0001 --refusal-margin 10 --json -v --sweep-refusal "$tmp/bad.tsv" > "$tmp/dr" ||
+    fail "--refusal-margin exited $?"
+python3 - "$tmp/dr" <<'EOF2' || fail "--refusal-margin report: $(cat "$tmp/dr")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["refusal_margin"] == 10, d
+oos = {c["text"]: c for c in d["calls_played"] if c["expected"] == "out_of_scope"}["hello world"]
+assert oos["right"] and oos["asked"] == 2 and "? -> 'neither'" in oos["path"] and oos["path"].endswith("refused"), oos
+assert [s["margin"] for s in d["sweep_refusal"]][:2] == [0.5, 0.6], d["sweep_refusal"]
+EOF2
 expect 2 "--clarify-margin expects a number in [0, 2]" ev --dialogue --clarify-margin 3 "$tmp/good.tsv"
 
 expect 2 "is not an encoder model" "$SB_BIN" route eval -c "$tmp/route.yaml" --pipeline decoder "$tmp/good.tsv"

@@ -158,6 +158,43 @@ static void test_steps(void **state) {
     assert_int_equal(sb_clarify_routed(&s, &st, close, close_score, 4, &label), SB_CLARIFY_NONE);
 }
 
+/* clarify.refusal_margin: before a refusal the best in-scope label is
+ * offered from further off than between two desks, on the call's first
+ * question only; a wider margin never applies to two in-scope labels. */
+static void test_refusal_margin(void **state) {
+    (void)state;
+    sb_stage s = stage();
+    sb_clarify_state st = {0};
+    int label;
+    size_t at;
+    const int oos[4] = { -1, 1, 0, 2 };
+    const float oos_score[4] = { 0.70f, 0.20f, 0.06f, 0.04f };      /* a gap of 0.5 */
+    assert_int_equal(sb_clarify_routed(&s, &st, oos, oos_score, 4, &label), SB_CLARIFY_NONE);   /* refused */
+    assert_int_equal(label, -1);
+    s.clarify_refusal = 0.6;
+    assert_int_equal(sb_clarify_routed(&s, &st, oos, oos_score, 4, &label), SB_CLARIFY_ASK);
+    assert_true(st.n == 1 && st.opt[0] == 1 && st.asked == 1);
+    assert_int_equal(sb_clarify_answered(&s, &st, "对", &label, &at), SB_CLARIFY_SETTLED);
+    assert_int_equal(label, 1);
+    /* declined: the open question, the same words, and the refusal - not
+     * the next desk offered from as far */
+    st = (sb_clarify_state){0};
+    sb_clarify_routed(&s, &st, oos, oos_score, 4, &label);
+    assert_int_equal(sb_clarify_answered(&s, &st, "都不是", &label, &at), SB_CLARIFY_ASK);
+    assert_int_equal(sb_clarify_answered(&s, &st, "帮我订机票", &label, &at), SB_CLARIFY_REROUTE);
+    const float next_close[4] = { 0.70f, 0.20f, 0.15f, 0.04f };
+    assert_int_equal(sb_clarify_routed(&s, &st, oos, next_close, 4, &label), SB_CLARIFY_NONE);
+    assert_int_equal(label, -1);
+    /* two in-scope labels 0.5 apart: not asked, whatever refusal_margin says */
+    const int desks[4] = { 0, 1, -1, 2 };
+    st = (sb_clarify_state){0};
+    assert_int_equal(sb_clarify_routed(&s, &st, desks, oos_score, 4, &label), SB_CLARIFY_NONE);
+    assert_int_equal(label, 0);
+    /* a stage that never clarifies does not start before refusals */
+    s.clarify_margin = 0;
+    assert_int_equal(sb_clarify_routed(&s, &st, oos, oos_score, 4, &label), SB_CLARIFY_NONE);
+}
+
 /* What the question calls a label, by language tag. */
 static void test_display(void **state) {
     (void)state;
@@ -174,6 +211,7 @@ int main(void) {
         cmocka_unit_test(test_answers),
         cmocka_unit_test(test_whole_words),
         cmocka_unit_test(test_steps),
+        cmocka_unit_test(test_refusal_margin),
         cmocka_unit_test(test_display),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

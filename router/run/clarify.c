@@ -24,6 +24,10 @@
  * "no", and the same words again end at the refusal when the reject class
  * was the other one, rather than at the same question and a hand-off.
  *
+ * Before a refusal the stage may look further than between two desks
+ * (clarify.refusal_margin): the best in-scope label is offered alone when
+ * it is within that margin of the out-of-scope class.
+ *
  * The steps (sb_clarify_routed, sb_clarify_answered) are the policy alone,
  * on a small state and no run: the intent stage acts on what they return
  * (asks, settles, routes again, hands off), and `route eval --dialogue`
@@ -158,10 +162,22 @@ static bool declined(const sb_clarify_state *st, int label) {
     return label >= 0 && label < 64 && (st->declined >> label & 1);
 }
 
+/* How close the runner-up must be for the caller to be asked. A refusal
+ * is a dead end for a caller who did have a matter for the line, where a
+ * wrong desk is put right a turn later, so before refusing the stage may
+ * look further (clarify.refusal_margin): "did you mean to report a
+ * problem?" costs a sentence, a wrong refusal costs the call. Only
+ * before the call's first question: a caller who has said no once is not
+ * offered one desk after another. */
+static double margin_for(const sb_stage *s, const sb_clarify_state *st, int top) {
+    bool wider = out_of_scope(s, top) && !st->asked && s->clarify_margin > 0 && s->clarify_refusal > s->clarify_margin;
+    return wider ? s->clarify_refusal : s->clarify_margin;
+}
+
 sb_clarify_step sb_clarify_routed(const sb_stage *s, sb_clarify_state *st, const int *ranked, const float *score,
                                   int n, int *label) {
     *label = n ? ranked[0] : -1;
-    if (n < 2 || !(score[0] - score[1] < s->clarify_margin)) return SB_CLARIFY_NONE;
+    if (n < 2 || !(score[0] - score[1] < margin_for(s, st, ranked[0]))) return SB_CLARIFY_NONE;
     /* Too close to tell. What the caller said was not the call does not
      * come back: the first two classes it did not decline. */
     int keep[2], at[2], k = 0;
@@ -169,7 +185,7 @@ sb_clarify_step sb_clarify_routed(const sb_stage *s, sb_clarify_state *st, const
         if (!declined(st, ranked[i])) at[k] = i, keep[k++] = ranked[i];
     if (!k) return ask(s, st, NULL, 0, label);
     if (at[0] != 0 || k < 2 || at[1] != 1) {
-        if (k < 2 || !(score[at[0]] - score[at[1]] < s->clarify_margin)) {
+        if (k < 2 || !(score[at[0]] - score[at[1]] < margin_for(s, st, keep[0]))) {
             *label = keep[0];
             return SB_CLARIFY_SETTLED;
         }

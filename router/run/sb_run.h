@@ -106,6 +106,8 @@ typedef struct {
     double hybrid_margin;           /* hybrid: asked when the top-2 score margin is below this */
     double clarify_margin;          /* clarify: the caller is asked when the top-2 margin is below this; 0: never */
     int clarify_max;                /* clarify: questions per call before it is handed off (default 2) */
+    double clarify_refusal;         /* clarify: before a refusal, the best in-scope label is offered when
+                                       within this of the out-of-scope class; < 0: clarify_margin */
     int classifier;                 /* sb_cls_method (sb_classify.h); -1: its default */
     char *examples_file;            /* as written in the config */
     char **extra_text;              /* examples_file lines, then out_of_scope examples */

@@ -30,9 +30,10 @@ static const sb_cfg_key intent_keys[] = {
     RT_KEYS_END
 };
 
-/* clarify: { margin, max } (router/run/clarify.c). */
+/* clarify: { margin, max, refusal_margin } (router/run/clarify.c). */
 static const sb_cfg_key clarify_keys[] = {
     { "margin", SB_KEY_NUM, 0, 2, S(clarify_margin), NULL },
+    { "refusal_margin", SB_KEY_NUM, 0, 10, S(clarify_refusal), NULL },
     { "max", SB_KEY_INT, 1, 5, S(clarify_max), NULL },
     RT_KEYS_END
 };
@@ -191,6 +192,7 @@ static int load_intent(vctx *c, const sb_config_node *n, sb_stage *s, const rt_t
     }
     if ((rc = load_intent_method(c, n, s))) return rc;
     s->clarify_max = 2;
+    s->clarify_refusal = -1;
     if ((v = sb_config_node_get(n, "clarify"))) {
         char save[sizeof c->path];
         memcpy(save, c->path, sizeof save);
