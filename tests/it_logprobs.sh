@@ -12,9 +12,7 @@ it_init logprobs
 # numbers independent of how its sequence was cut into passes: on an
 # AVX-512 machine (CI) the AVX2 kernels run a second time (SB_KERNELS=avx2;
 # tiny-phi3-Q8_0 differed there by 0.026 when they were not invariant).
-levels=(default)
-grep -qw avx512_vnni /proc/cpuinfo 2>/dev/null && levels+=(avx2)
-for level in "${levels[@]}"; do
+for level in $(it_kernel_levels); do
     run=(env)   # the default level: whatever the environment asks for
     [ "$level" = default ] || run=(env SB_KERNELS="$level")
     for m in tiny-llama3-Q4_K_M tiny-phi3-Q8_0; do
