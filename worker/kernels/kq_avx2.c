@@ -264,38 +264,52 @@ static inline __m256i block_sums_8(const __m256i p[8]) {
     return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
 }
 
-/* The next cnt ≤ 8 blocks' float steps onto sum: dx (every legacy block's
- * first field) at x + k·xb. */
-static inline float legacy_steps(float sum, const __m256i p[8], const uint8_t *x, size_t xb, const sb_block_q8_0 *y,
-                                 int cnt) {
-    _Alignas(16) sb_fp16 dx[8] = { 0 }, dy[8] = { 0 };
-    for (int k = 0; k < cnt; k++) {
-        memcpy(&dx[k], x + (size_t)k * xb, sizeof dx[k]);
-        dy[k] = y[k].d;
-    }
-    const __m256 scale = _mm256_mul_ps(_mm256_cvtph_ps(_mm_load_si128((const __m128i *)dx)),
-                                       _mm256_cvtph_ps(_mm_load_si128((const __m128i *)dy)));
+/* The fp16 in the low half of each dword of v, as 8 floats. */
+static inline __m256 f16_of_dwords(__m256i v) {
+    const __m256i lo16 = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1,
+                                          0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1);
+    const __m256i w = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(v, lo16), _MM_SHUFFLE(3, 1, 2, 0));
+    return _mm256_cvtph_ps(_mm256_castsi256_si128(w));
+}
+
+/* The next cnt ≤ 8 blocks' float steps onto sum; p[k] = block k's 8 dword
+ * partial sums, its dx (every legacy block's first field) at x + k·xb. The
+ * scales come by two gathers: fp16 stored one per block and read back as a
+ * vector would stall on store forwarding. */
+static inline __attribute__((always_inline)) float legacy_steps(float sum, const __m256i p[8], const uint8_t *x,
+                                                                size_t xb, const sb_block_q8_0 *y, int cnt) {
+    const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i live = _mm256_cmpgt_epi32(_mm256_set1_epi32(cnt), iota);
+    const __m256i hx = _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), (const int *)x,
+                                                   _mm256_mullo_epi32(iota, _mm256_set1_epi32((int)xb)), live, 1);
+    const __m256i hy = _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), (const int *)&y->d,
+                                                   _mm256_mullo_epi32(iota, _mm256_set1_epi32((int)sizeof *y)), live, 1);
+    const __m256 scale = _mm256_mul_ps(f16_of_dwords(hx), f16_of_dwords(hy));
     _Alignas(32) float v[8];
     _mm256_store_ps(v, _mm256_mul_ps(scale, _mm256_cvtepi32_ps(block_sums_8(p))));
     for (int k = 0; k < cnt; k++) sum += v[k];
     return sum;
 }
 
+/* The blocks' partial sums are computed before any float step: 8
+ * independent integer chains. */
 #define DOT_SYMMETRIC(name, xtype, load_x)                                                   \
+    static inline __attribute__((always_inline)) float name##_group(float sum, const xtype *x, \
+                                                                    const sb_block_q8_0 *y, int cnt) { \
+        __m256i p[8];                                                                        \
+        _Pragma("GCC unroll 8")                                                              \
+        for (int k = 0; k < 8; k++)                                                          \
+            p[k] = k < cnt ? kq_dot_i8i8_32(load_x(&x[k]), load_y(y[k].qs)) : _mm256_setzero_si256(); \
+        return legacy_steps(sum, p, (const uint8_t *)x, sizeof *x, y, cnt);                  \
+    }                                                                                        \
     void name(int n, float *s, const void *vx, const void *vy) {                             \
         const xtype *x = vx;                                                                 \
         const sb_block_q8_0 *y = vy;                                                         \
         const int nb = n / 32;                                                               \
         float sum = 0.0f;                                                                    \
-        for (int i = 0; i < nb; i += 8) {                                                    \
-            const int cnt = nb - i < 8 ? nb - i : 8;                                         \
-            __m256i p[8];                                                                    \
-            _Pragma("GCC unroll 8")                                                          \
-            for (int k = 0; k < 8; k++)                                                      \
-                p[k] = k < cnt ? kq_dot_i8i8_32(load_x(&x[i + k]), load_y(y[i + k].qs))      \
-                               : _mm256_setzero_si256();                                     \
-            sum = legacy_steps(sum, p, (const uint8_t *)&x[i], sizeof *x, y + i, cnt);       \
-        }                                                                                    \
+        int i = 0;                                                                           \
+        for (; i + 8 <= nb; i += 8) sum = name##_group(sum, x + i, y + i, 8);                \
+        if (i < nb) sum = name##_group(sum, x + i, y + i, nb - i);                           \
         *s = sum;                                                                            \
     }
 
