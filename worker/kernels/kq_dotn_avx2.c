@@ -101,7 +101,7 @@ KQ_INLINE void dotn_k2(int wt, int n, int nt, float *s, size_t s_stride, const v
             if (wt == W_Q6_K)
                 sum[t] += (b.d * y->d) * (float)kq_hsum_i32x8(_mm256_sub_epi32(sumi, _mm256_slli_epi32(m, 5)));
             else
-                sum[t] = kq_ref_step(sum[t], b.d, b.dmin, y->d, kq_hsum_i32x8(sumi), kq_hsum_i32x8(m));
+                sum[t] = kq_ref_step_x8(sum[t], b.d, b.dmin, y->d, sumi, m);
         }
     }
     for (int t = 0; t < nt; t++) s[(size_t)t * s_stride] = sum[t];

@@ -9,8 +9,9 @@
  * So the integer sums and the result equal the reference kernel's, bit for
  * bit, and so do the multi-token kernels of this level (kq_dotn_avx2.c,
  * kq_x8_avx2.c, kq_kpack_avx2.c), which repeat that step: a token's numbers
- * do not depend on the pass it is in. The two horizontal integer sums per
- * super-block cost ~10 instructions against the ~60 of its integer work.
+ * do not depend on the pass it is in. The horizontal integer sums (one
+ * reduction for isum and the min sum: kq_ref_step_x8) cost a few
+ * instructions per super-block against the ~80 of its integer work.
  *
  * Layouts (see kq_kquants_ref.c): Q2_K/Q3_K keep 4 2-bit planes per 32
  * bytes (plane p of byte l = element 32p + l of that 128); Q4_K/Q5_K keep
@@ -48,7 +49,7 @@ static inline __attribute__((always_inline)) void dot_q2_K(int n, float *s, cons
             }
             q8 += 128;
         }
-        sum = kq_ref_step(sum, kq_f16(x[i].d), kq_f16(x[i].dmin), y[i].d, kq_hsum_i32x8(sumi), kq_hsum_i32x8(mins));
+        sum = kq_ref_step_x8(sum, kq_f16(x[i].d), kq_f16(x[i].dmin), y[i].d, sumi, mins);
     }
     *s = sum;
 }
@@ -113,8 +114,7 @@ static inline __attribute__((always_inline)) void dot_q4_K(int n, float *s, cons
             sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_shuffle_epi8(sc2, scale_pair_shuffle(2 * j)), p_lo));
             sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_shuffle_epi8(sc2, scale_pair_shuffle(2 * j + 1)), p_hi));
         }
-        sum = kq_ref_step(sum, kq_f16(x[i].d), kq_f16(x[i].dmin), y[i].d, kq_hsum_i32x8(sumi),
-                          kq_hsum_i32x8(kq_k4_mins_dot_bsums(sm, y[i].bsums)));
+        sum = kq_ref_step_x8(sum, kq_f16(x[i].d), kq_f16(x[i].dmin), y[i].d, sumi, kq_k4_mins_dot_bsums(sm, y[i].bsums));
     }
     *s = sum;
 }
@@ -145,8 +145,7 @@ static inline __attribute__((always_inline)) void dot_q5_K(int n, float *s, cons
             sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_shuffle_epi8(sc2, scale_pair_shuffle(2 * j)), p_lo));
             sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_shuffle_epi8(sc2, scale_pair_shuffle(2 * j + 1)), p_hi));
         }
-        sum = kq_ref_step(sum, kq_f16(x[i].d), kq_f16(x[i].dmin), y[i].d, kq_hsum_i32x8(sumi),
-                          kq_hsum_i32x8(kq_k4_mins_dot_bsums(sm, y[i].bsums)));
+        sum = kq_ref_step_x8(sum, kq_f16(x[i].d), kq_f16(x[i].dmin), y[i].d, sumi, kq_k4_mins_dot_bsums(sm, y[i].bsums));
     }
     *s = sum;
 }
