@@ -253,8 +253,8 @@ static inline __m256i load_y(const int8_t *qs) { return _mm256_loadu_si256((cons
  * per lane: a token's numbers do not depend on the pass it is in
  * (docs/KERNELS.md, "Batch invariance"). What is vector here is the
  * integer work, and 8 blocks' sums and scale products at once (lane j =
- * block j); the 8 float adds stay one chain, an add's latency per block,
- * which decode's weight stream hides. */
+ * block j); the 8 float adds stay one chain, an add's latency per block
+ * (docs/KERNELS.md weighs that against decode's weight stream). */
 
 /* Lane j = the sum of the 8 dwords of p[j]. */
 static inline __m256i block_sums_8(const __m256i p[8]) {
