@@ -6,6 +6,7 @@
 #   read -r a b < <(it_ports 2)
 #   "$SB" run ... 2> "$tmp/run.log" & it_pids+=($!)
 #   it_wait_ready "$tmp/run.log"   # up: GET /health answers 200
+#   for level in $(it_kernel_levels); do ...   # kernel levels to check numerics at
 # Every process in it_pids is stopped on exit (SIGTERM, then SIGKILL after
 # 5 s); a script that defines it_cleanup_more has it called before the wait.
 
@@ -121,6 +122,16 @@ it_san_check() {
     echo "FAIL sanitizer report in $what:"
     grep -A30 -E "ERROR: (Address|Leak)Sanitizer|runtime error:" "$log" | head -60
     return 1
+}
+
+# The kernel levels a numerics check runs at, one per line: "default" (what
+# the environment asks for), and "avx2" too on a CPU with AVX-512 VNNI,
+# where the default is AVX-512 and the AVX2 kernels would go unchecked (CI
+# runs on such a machine). Run a level as: env SB_KERNELS=avx2 CMD...
+it_kernel_levels() {
+    echo default
+    grep -qw avx512_vnni /proc/cpuinfo 2>/dev/null && echo avx2
+    return 0
 }
 
 # it_expect EXIT_CODE STDERR_SUBSTRING CMD...: CMD exits with EXIT_CODE and

@@ -15,8 +15,9 @@
  *     stays on the same side of the kernel's method switch (≤ 3 or ≥ 8
  *     tokens at every level): what lets a multi-sequence pass run each
  *     part's tokens as their own call (docs/BATCHING.md);
- *  5. at the AVX-512 level, the packed panels of Q4_0, Q5_0, Q8_0, Q4_K,
- *     Q5_K and Q6_K equal vec_dot bit for bit.
+ *  5. at the AVX2 and AVX-512 levels, the packed panels of Q4_0, Q5_0,
+ *     Q8_0, Q4_K, Q5_K and Q6_K (at AVX2 also Q2_K and Q3_K) equal vec_dot,
+ *     and vec_dot the reference vec_dot, bit for bit.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -133,40 +134,56 @@ static void test_gemm_ref_is_vec_dot_ref(void **state) {
     }
 }
 
-/* At the AVX-512 level the packed panels (8 tokens and more) of the types
- * the hotline models use run vec_dot's float steps lane for lane: every
- * result is vec_dot's bit for bit, so a token's numbers are the same in a
- * prompt pass and in a decode step (forward.c; tests/test_forward_invariant.c
- * checks it on whole models). Shapes with several packed chunks of blocks
- * (152 legacy blocks, 19 super-blocks), a partial panel and a partial
- * column group. */
+/* The types whose every path sums as the reference vec_dot at a SIMD
+ * level: at AVX2 all the types with a gemm; at AVX-512 not Q2_K and Q3_K,
+ * whose 1×1 kernels keep vector accumulators. */
+static int batch_invariant(int level, int type) {
+    switch (type) {
+    case SB_TYPE_Q4_0: case SB_TYPE_Q5_0: case SB_TYPE_Q8_0:
+    case SB_TYPE_Q4_K: case SB_TYPE_Q5_K: case SB_TYPE_Q6_K: return 1;
+    case SB_TYPE_Q2_K: case SB_TYPE_Q3_K: return level == SB_KQ_AVX2;
+    default: return 0;
+    }
+}
+
+/* At the AVX2 and AVX-512 levels the packed panels (and at AVX-512 the
+ * register tiles' replacement, the one-token kernels) of the types the
+ * hotline models use run vec_dot's float steps lane for lane, and vec_dot
+ * runs the reference's: every result is vec_dot_ref's bit for bit, so a
+ * token's numbers are the same in a prompt pass and in a decode step
+ * (forward.c; tests/test_forward_invariant.c checks it on whole models;
+ * test_dotn and test_x8 check the multi-token dots and gemv8 against the
+ * same). Shapes with several packed chunks of blocks (152 legacy blocks,
+ * 19 super-blocks), a partial panel and a partial column group. */
 static void test_gemm_panels_are_vec_dot(void **state) {
     (void)state;
-    if (sb_kq_best_level() < SB_KQ_AVX512) skip();
-    static const int exact[] = { SB_TYPE_Q4_0, SB_TYPE_Q5_0, SB_TYPE_Q8_0, SB_TYPE_Q4_K, SB_TYPE_Q5_K, SB_TYPE_Q6_K };
-    for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++) {
-        const sb_kq_traits *t = &sb_kq_table(SB_KQ_AVX512)[exact[i]];
-        static const int shapes[][3] = { { 4864, 37, 19 }, { 896, 20, 8 }, { 2048, 16, 70 } };
-        for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
-            const int n = shapes[k][0], nr = shapes[k][1], nc = shapes[k][2];
-            size_t bx, by;
-            uint8_t *x = make_rows(exact[i], nr, n, &bx), *y = make_rows(t->vec_dot_type, nc, n, &by);
-            float *s = malloc(sizeof(float) * (size_t)nr * (size_t)nc);
-            assert_non_null(s);
-            t->gemm(n, nr, nc, x, bx, y, by, s, (size_t)nr);
-            for (int c = 0; c < nc; c++)
-                for (int r = 0; r < nr; r++) {
-                    float one;
-                    t->vec_dot(n, &one, x + (size_t)r * bx, y + (size_t)c * by);
-                    if (memcmp(&one, &s[(size_t)c * nr + r], sizeof one))
-                        fail_msg("%s gemm at avx512, n %d, %dx%d, pair (%d,%d): %.9g, vec_dot %.9g", t->name, n, nr,
-                                 nc, r, c, s[(size_t)c * nr + r], one);
-                }
-            free(s);
-            free(x);
-            free(y);
+    if (sb_kq_best_level() < SB_KQ_AVX2) skip();
+    for (int level = SB_KQ_AVX2; level <= sb_kq_best_level(); level++)
+        for (int type = 0; type < SB_TYPE_COUNT; type++) {
+            if (!batch_invariant(level, type)) continue;
+            const sb_kq_traits *t = &sb_kq_table(level)[type], *tr = ref_row(type);
+            static const int shapes[][3] = { { 4864, 37, 19 }, { 896, 20, 8 }, { 2048, 16, 70 } };
+            for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+                const int n = shapes[k][0], nr = shapes[k][1], nc = shapes[k][2];
+                size_t bx, by;
+                uint8_t *x = make_rows(type, nr, n, &bx), *y = make_rows(t->vec_dot_type, nc, n, &by);
+                float *s = malloc(sizeof(float) * (size_t)nr * (size_t)nc);
+                assert_non_null(s);
+                t->gemm(n, nr, nc, x, bx, y, by, s, (size_t)nr);
+                for (int c = 0; c < nc; c++)
+                    for (int r = 0; r < nr; r++) {
+                        float one, ref;
+                        t->vec_dot(n, &one, x + (size_t)r * bx, y + (size_t)c * by);
+                        tr->vec_dot(n, &ref, x + (size_t)r * bx, y + (size_t)c * by);
+                        if (memcmp(&one, &s[(size_t)c * nr + r], sizeof one) || memcmp(&one, &ref, sizeof one))
+                            fail_msg("%s at %s, n %d, %dx%d, pair (%d,%d): gemm %.9g, vec_dot %.9g, ref %.9g", t->name,
+                                     sb_kq_level_name(level), n, nr, nc, r, c, s[(size_t)c * nr + r], one, ref);
+                    }
+                free(s);
+                free(x);
+                free(y);
+            }
         }
-    }
 }
 
 /* s_sub (rows r0.., tokens c0..) must equal the same pairs of s_full. */

@@ -15,7 +15,8 @@
 #      instead of answering (docs/router.md).
 #   2. tests/logprobs_check.py on a worker with --parallel 1 (the
 #      single-sequence path): a greedy generation's logprobs equal
-#      `switchboard logits` for the same prefixes within 1e-4.
+#      `switchboard logits` for the same prefixes within 1e-4; on a CPU
+#      with AVX-512 a second time with the AVX2 kernels (it_kernel_levels).
 #
 # SB_REAL_MODEL names another GGUF of a Qwen2.5 instruct model for 1 and 2,
 # SB_AGENT_MODEL another for the agent loop. Exit 0 when all pass, 1 when
@@ -49,10 +50,16 @@ rc=0
 python3 tests/real/tools_real.py "http://127.0.0.1:$hport/v1" coder "$agent_name" || rc=1
 it_stop "${it_pids[-1]}" "runtime" || rc=1
 
-"$SB" worker --model "$model" --socket "$tmp/w.sock" -t 2 --parallel 1 > "$tmp/w.log" 2>&1 & it_pids+=($!)
-for _ in $(seq 1 600); do [ -S "$tmp/w.sock" ] && break; sleep 0.1; done
-(cd tests && python3 logprobs_check.py "$SB" "$model" "$tmp/w.sock") || rc=1
-it_stop "${it_pids[-1]}" "worker" || rc=1
+for level in $(it_kernel_levels); do
+    run=(env)   # the default level: whatever the environment asks for
+    [ "$level" = default ] || run=(env SB_KERNELS="$level")
+    sock="$tmp/w-$level.sock"
+    "${run[@]}" "$SB" worker --model "$model" --socket "$sock" -t 2 --parallel 1 > "$tmp/w-$level.log" 2>&1 & it_pids+=($!)
+    for _ in $(seq 1 600); do [ -S "$sock" ] && break; sleep 0.1; done
+    echo "# logprobs, kernels: $level"
+    (cd tests && "${run[@]}" python3 logprobs_check.py "$SB" "$model" "$sock") || rc=1
+    it_stop "${it_pids[-1]}" "worker" || rc=1
+done
 [ $rc -eq 0 ] && [ "$agent_name" = none ] && rc=2
 case $rc in
     0) echo "check-real: ok" ;;

@@ -173,8 +173,9 @@ int sb_ctx_new(const sb_model *m, const sb_ctx_params *p, sb_ctx **out, char *er
      * not: with fewer tokens to the one-token kernels, a token's numbers
      * do not depend on the pass it is in, so a generation decoding token
      * by token gets what one pass over its whole text gives (`switchboard
-     * logits`, logprobs). Below AVX-512 the panels sum in their own order
-     * and the default stays (docs/KERNELS.md, "Batch invariance"). */
+     * logits`, logprobs). At AVX2 the gemm has no register tiles (fewer
+     * than 4 tokens are vec_dot per pair) and its panels sum as vec_dot
+     * too, so the default stays (docs/KERNELS.md, "Batch invariance"). */
     if (level >= SB_KQ_AVX512) c->mm.gemm_min_toks = 8;
     *out = c;
     return 0;

@@ -2,7 +2,8 @@
  * the legacy 32-element quants. (The k-quant dots are in kq_kquants_avx2.c.)
  *
  * The integer part of every quant dot is exact and equal to the reference
- * one; only the order of the float additions differs. The activation
+ * one; Q4_0, Q5_0 and Q8_0 also add in the reference's order (below), Q4_1
+ * and Q5_1 in their own. The activation
  * quantizers produce the same bytes as their _ref twins.
  */
 #include "worker/kernels/kq_x86.h"
@@ -222,8 +223,11 @@ void sb_kq_deq_q4_0_avx2(const void *src, float *dst, int64_t n) {
 }
 
 /* ==== legacy quant dots ===================================================== */
-/* Two blocks per iteration into two accumulators, so that the convert+FMA
- * latency of one block hides behind the integer work of the next. */
+/* The block loaders (q as signed bytes, or unsigned for the types with a
+ * min). Q4_1 and Q5_1 (DOT_WITH_MIN) take two blocks per iteration into two
+ * accumulators, so that the convert+FMA latency of one block hides behind
+ * the integer work of the next: they have no gemm, so every pass runs
+ * these same dots and their order need not be the reference's. */
 
 /* q - 8 as signed bytes */
 static inline __m256i load_q4_0(const sb_block_q4_0 *b) { return _mm256_sub_epi8(kq_nibbles_32(b->qs), _mm256_set1_epi8(8)); }
@@ -241,25 +245,72 @@ static inline __m256i load_q5_1(const sb_block_q5_1 *b) {
 static inline __m256i load_q8_0(const sb_block_q8_0 *b) { return _mm256_loadu_si256((const __m256i *)b->qs); }
 static inline __m256i load_y(const int8_t *qs) { return _mm256_loadu_si256((const __m256i *)qs); }
 
-/* Symmetric types: Σ_blocks dx·dy·Σ(q·q8). */
+/* Symmetric types (Q4_0, Q5_0, Q8_0): the reference's numbers. sum +=
+ * (dx·dy)·isum block by block, in block order, as kq_ref.c does; the
+ * integer sums are exact in any grouping, so every result is the
+ * reference's bit for bit, and so is every result of this level's gemm
+ * panels (kq_kpack_avx2.c), which run the same step with one weight row
+ * per lane: a token's numbers do not depend on the pass it is in
+ * (docs/KERNELS.md, "Batch invariance"). What is vector here is the
+ * integer work, and 8 blocks' sums and scale products at once (lane j =
+ * block j); the 8 float adds stay one chain, an add's latency per block
+ * (docs/KERNELS.md weighs that against decode's weight stream). */
+
+/* Lane j = the sum of the 8 dwords of p[j]. */
+static inline __m256i block_sums_8(const __m256i p[8]) {
+    /* per 128-bit half: blocks 0..3 (4..7) over dwords 0..3, then over 4..7 */
+    const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+    const __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+/* The fp16 in the low half of each dword of v, as 8 floats. */
+static inline __m256 f16_of_dwords(__m256i v) {
+    const __m256i lo16 = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1,
+                                          0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1);
+    const __m256i w = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(v, lo16), _MM_SHUFFLE(3, 1, 2, 0));
+    return _mm256_cvtph_ps(_mm256_castsi256_si128(w));
+}
+
+/* The next cnt ≤ 8 blocks' float steps onto sum; p[k] = block k's 8 dword
+ * partial sums, its dx (every legacy block's first field) at x + k·xb. The
+ * scales come by two gathers: fp16 stored one per block and read back as a
+ * vector would stall on store forwarding. */
+static inline __attribute__((always_inline)) float legacy_steps(float sum, const __m256i p[8], const uint8_t *x,
+                                                                size_t xb, const sb_block_q8_0 *y, int cnt) {
+    const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i live = _mm256_cmpgt_epi32(_mm256_set1_epi32(cnt), iota);
+    const __m256i hx = _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), (const int *)x,
+                                                   _mm256_mullo_epi32(iota, _mm256_set1_epi32((int)xb)), live, 1);
+    const __m256i hy = _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), (const int *)&y->d,
+                                                   _mm256_mullo_epi32(iota, _mm256_set1_epi32((int)sizeof *y)), live, 1);
+    const __m256 scale = _mm256_mul_ps(f16_of_dwords(hx), f16_of_dwords(hy));
+    _Alignas(32) float v[8];
+    _mm256_store_ps(v, _mm256_mul_ps(scale, _mm256_cvtepi32_ps(block_sums_8(p))));
+    for (int k = 0; k < cnt; k++) sum += v[k];
+    return sum;
+}
+
+/* The blocks' partial sums are computed before any float step: 8
+ * independent integer chains. */
 #define DOT_SYMMETRIC(name, xtype, load_x)                                                   \
+    static inline __attribute__((always_inline)) float name##_group(float sum, const xtype *x, \
+                                                                    const sb_block_q8_0 *y, int cnt) { \
+        __m256i p[8];                                                                        \
+        _Pragma("GCC unroll 8")                                                              \
+        for (int k = 0; k < 8; k++)                                                          \
+            p[k] = k < cnt ? kq_dot_i8i8_32(load_x(&x[k]), load_y(y[k].qs)) : _mm256_setzero_si256(); \
+        return legacy_steps(sum, p, (const uint8_t *)x, sizeof *x, y, cnt);                  \
+    }                                                                                        \
     void name(int n, float *s, const void *vx, const void *vy) {                             \
         const xtype *x = vx;                                                                 \
         const sb_block_q8_0 *y = vy;                                                         \
         const int nb = n / 32;                                                               \
-        __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();                       \
+        float sum = 0.0f;                                                                    \
         int i = 0;                                                                           \
-        for (; i + 2 <= nb; i += 2) {                                                        \
-            const __m256i p0 = kq_dot_i8i8_32(load_x(&x[i]), load_y(y[i].qs));              \
-            const __m256i p1 = kq_dot_i8i8_32(load_x(&x[i + 1]), load_y(y[i + 1].qs));      \
-            acc0 = _mm256_fmadd_ps(_mm256_set1_ps(kq_f16(x[i].d) * kq_f16(y[i].d)), _mm256_cvtepi32_ps(p0), acc0); \
-            acc1 = _mm256_fmadd_ps(_mm256_set1_ps(kq_f16(x[i + 1].d) * kq_f16(y[i + 1].d)), _mm256_cvtepi32_ps(p1), acc1); \
-        }                                                                                    \
-        if (i < nb) {                                                                        \
-            const __m256i p0 = kq_dot_i8i8_32(load_x(&x[i]), load_y(y[i].qs));              \
-            acc0 = _mm256_fmadd_ps(_mm256_set1_ps(kq_f16(x[i].d) * kq_f16(y[i].d)), _mm256_cvtepi32_ps(p0), acc0); \
-        }                                                                                    \
-        *s = kq_hsum_f32x8(_mm256_add_ps(acc0, acc1));                                       \
+        for (; i + 8 <= nb; i += 8) sum = name##_group(sum, x + i, y + i, 8);                \
+        if (i < nb) sum = name##_group(sum, x + i, y + i, nb - i);                           \
+        *s = sum;                                                                            \
     }
 
 DOT_SYMMETRIC(sb_kq_dot_q4_0_q8_0_avx2, sb_block_q4_0, load_q4_0)

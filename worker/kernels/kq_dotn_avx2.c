@@ -5,8 +5,8 @@
  * Per super-block the eight 32-quant steps are unpacked once, with their
  * 16-bit scale vectors, into arrays (16 ymm registers cannot hold them, so
  * they sit in L1); each token then does vpmaddubsw + vpmaddwd + vpaddd per
- * step and the 1×1 kernel's float step per super-block, with its own
- * accumulators, and the 1×1 kernel's final reduction.
+ * step and the 1×1 kernel's float step per super-block (the reference's,
+ * kq_ref_step) onto its own sum.
  */
 #include "worker/kernels/kq_x86.h"
 
@@ -83,8 +83,8 @@ KQ_INLINE void dotn_k2(int wt, int n, int nt, float *s, size_t s_stride, const v
     }
     const uint8_t *x = vx;
     const size_t bb = wt == W_Q4_K ? sizeof(sb_block_q4_K) : wt == W_Q5_K ? sizeof(sb_block_q5_K) : sizeof(sb_block_q6_K);
-    __m256 acc[NT_MAX], acc_min[NT_MAX];
-    for (int t = 0; t < nt; t++) acc[t] = acc_min[t] = _mm256_setzero_ps();
+    float sum[NT_MAX];
+    for (int t = 0; t < nt; t++) sum[t] = 0.0f;
     for (int i = 0; i < n / SB_QK_K; i++) {
         const uint8_t *blk = x + (size_t)i * bb;
         kq_prefetch_ahead(blk, bb);
@@ -98,18 +98,13 @@ KQ_INLINE void dotn_k2(int wt, int n, int nt, float *s, size_t s_stride, const v
             for (int k = 0; k < 8; k++)
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(b.sc[k], _mm256_maddubs_epi16(b.q[k], _mm256_loadu_si256((const __m256i *)(y->qs + 32 * k)))));
             const __m256i m = _mm256_madd_epi16(b.pair16, _mm256_loadu_si256((const __m256i *)y->bsums));
-            const float dy = y->d;
-            if (wt == W_Q6_K) {
-                sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(m, 5));
-                acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(b.d * dy), _mm256_cvtepi32_ps(sumi), acc[t]);
-            } else {
-                acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(b.d * dy), _mm256_cvtepi32_ps(sumi), acc[t]);
-                acc_min[t] = _mm256_fmadd_ps(_mm256_set1_ps(b.dmin * dy), _mm256_cvtepi32_ps(m), acc_min[t]);
-            }
+            if (wt == W_Q6_K)
+                sum[t] += (b.d * y->d) * (float)kq_hsum_i32x8(_mm256_sub_epi32(sumi, _mm256_slli_epi32(m, 5)));
+            else
+                sum[t] = kq_ref_step_x8(sum[t], b.d, b.dmin, y->d, sumi, m);
         }
     }
-    for (int t = 0; t < nt; t++)
-        s[(size_t)t * s_stride] = wt == W_Q6_K ? kq_hsum_f32x8(acc[t]) : kq_hsum_f32x8(_mm256_sub_ps(acc[t], acc_min[t]));
+    for (int t = 0; t < nt; t++) s[(size_t)t * s_stride] = sum[t];
 }
 
 void sb_kq_dotn_q4_K_q8_K_avx2(KQ_DOTN_ARGS) { dotn_k2(W_Q4_K, n, nt, s, s_stride, x, y, y_stride); }

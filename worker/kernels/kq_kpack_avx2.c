@@ -16,16 +16,21 @@
  * So per super-block and column, as in the 1×1 kernels of
  * kq_kquants_avx2.c: isum = Σ_sub-blocks sc·Σ q·y (exact), the mins
  * (Q2_K, Q4_K, Q5_K; dmin) or the offsets of Q3_K / Q6_K (folded into isum)
- * from Q8_K's bsums with vpmaddwd, then acc += (d·dy)·isum − (dmin·dy)·msum.
- * The legacy types keep q signed (Q4_0: q−8, Q5_0: q−16) and move the sign
- * onto the activation (vpsignb), one float FMA per 32-block as in vec_dot.
- * Every block's integers are those of vec_dot; only the float summation
- * order differs.
+ * from Q8_K's bsums with vpmaddwd, then vec_dot's float step per lane,
+ * acc + ((d·dy)·isum − (dmin·dy)·msum) (acc + (d·dy)·(isum + msum) for
+ * Q3_K and Q6_K). The legacy types keep q signed (Q4_0: q−8, Q5_0: q−16)
+ * and move the sign onto the activation (vpsignb), then acc + (dx·dy)·isum
+ * per 32-block. Those are the reference's integers and float steps, in
+ * block order, with a multiply and an add where an FMA would round once:
+ * each result equals vec_dot's (kq_avx2.c, kq_kquants_avx2.c) bit for bit,
+ * so a token's numbers are the same whether it came in a prompt of many
+ * tokens or alone in a decode step (docs/KERNELS.md, "Batch invariance").
  *
  * A panel is packed for a chunk of blocks at a time (~23 KB: L1/L2-resident
  * while all columns pass) with the SIMD decode below and an 8×8 dword
- * transpose; later chunks add to the output. Fewer than PACK_MIN_COLS
- * columns do not repay the packing: those are dotted pair by pair.
+ * transpose; a later chunk's sums go on from the stored ones. Fewer than
+ * PACK_MIN_COLS columns do not repay the packing: those are dotted pair by
+ * pair.
  */
 #include "worker/kernels/kq_x86.h"
 
@@ -268,17 +273,35 @@ static inline __m256i bcast32(const void *p) {
     return _mm256_set1_epi32(v);
 }
 
-/* The 8 row results of each of C columns: stored or added at s + c·ldc
- * (all 8 lanes when pr == PANEL, else the first pr). */
-KQ_INLINE void store_cols(int C, const __m256 *acc, float *s, size_t ldc, int pr, int add) {
+/* The sums each of C columns starts from: zero, or with add the sums of
+ * the chunks before (the first pr rows at s + c·ldc), so that every row
+ * is one chain of float steps in block order, as in vec_dot. */
+KQ_INLINE void load_cols(int C, __m256 *acc, const float *s, size_t ldc, int pr, int add) {
+    for (int c = 0; c < C; c++) {
+        const float *o = s + (size_t)c * ldc;
+        if (!add) {
+            acc[c] = _mm256_setzero_ps();
+        } else if (pr == PANEL) {
+            acc[c] = _mm256_loadu_ps(o);
+        } else {
+            _Alignas(32) float t[PANEL] = { 0 };
+            for (int r = 0; r < pr; r++) t[r] = o[r];
+            acc[c] = _mm256_load_ps(t);
+        }
+    }
+}
+
+/* The 8 row results of each of C columns, stored at s + c·ldc (all 8 lanes
+ * when pr == PANEL, else the first pr). */
+KQ_INLINE void store_cols(int C, const __m256 *acc, float *s, size_t ldc, int pr) {
     for (int c = 0; c < C; c++) {
         float *o = s + (size_t)c * ldc;
         if (pr == PANEL) {
-            _mm256_storeu_ps(o, add ? _mm256_add_ps(acc[c], _mm256_loadu_ps(o)) : acc[c]);
+            _mm256_storeu_ps(o, acc[c]);
         } else {
             _Alignas(32) float t[PANEL];
             _mm256_store_ps(t, acc[c]);
-            for (int r = 0; r < pr; r++) o[r] = add ? o[r] + t[r] : t[r];
+            for (int r = 0; r < pr; r++) o[r] = t[r];
         }
     }
 }
@@ -287,7 +310,7 @@ KQ_INLINE void store_cols(int C, const __m256 *acc, float *s, size_t ldc, int pr
 KQ_INLINE void micro_k(int wt, int C, const panel_sb *pan, int nsb, const sb_block_q8_K *const *yc, int i0,
                        float *s, size_t ldc, int pr, int add) {
     __m256 acc[COLS];
-    for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
+    load_cols(C, acc, s, ldc, pr, add);
     const int ns = n_sub(wt), gps = 64 / ns, ch = chunk_groups(wt) < gps ? chunk_groups(wt) : gps;
     for (int i = 0; i < nsb; i++) {
         const panel_sb *p = &pan[i];
@@ -324,21 +347,23 @@ KQ_INLINE void micro_k(int wt, int C, const panel_sb *pan, int nsb, const sb_blo
             for (int k = 0; k < 8; k++)
                 ms = _mm256_add_epi32(ms, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)p->mn[k]), bcast32(&yb[c]->bsums[2 * k])));
             const __m256 dy = _mm256_set1_ps(yb[c]->d);
-            if (has_min(wt)) {
-                acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(d, dy), _mm256_cvtepi32_ps(isum[c]), acc[c]);
-                acc[c] = _mm256_fnmadd_ps(_mm256_mul_ps(_mm256_loadu_ps(p->dmin), dy), _mm256_cvtepi32_ps(ms), acc[c]);
-            } else {
-                acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(d, dy), _mm256_cvtepi32_ps(_mm256_add_epi32(isum[c], ms)), acc[c]);
-            }
+            /* vec_dot's step (kq_ref_step), each operation rounded */
+            __m256 step;
+            if (has_min(wt))
+                step = _mm256_sub_ps(_mm256_mul_ps(_mm256_mul_ps(d, dy), _mm256_cvtepi32_ps(isum[c])),
+                                     _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(p->dmin), dy), _mm256_cvtepi32_ps(ms)));
+            else
+                step = _mm256_mul_ps(_mm256_mul_ps(d, dy), _mm256_cvtepi32_ps(_mm256_add_epi32(isum[c], ms)));
+            acc[c] = _mm256_add_ps(acc[c], step);
         }
     }
-    store_cols(C, acc, s, ldc, pr, add);
+    store_cols(C, acc, s, ldc, pr);
 }
 
 KQ_INLINE void micro_legacy(int wt, int C, const panel_bk *pan, int nbk, const sb_block_q8_0 *const *yc, int i0,
                             float *s, size_t ldc, int pr, int add) {
     __m256 acc[COLS];
-    for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
+    load_cols(C, acc, s, ldc, pr, add);
     const int ch = chunk_groups(wt);
     const __m256i ones = _mm256_set1_epi16(1);
     for (int i = 0; i < nbk; i++) {
@@ -367,10 +392,11 @@ KQ_INLINE void micro_legacy(int wt, int C, const panel_bk *pan, int nbk, const s
         }
         const __m256 d = _mm256_loadu_ps(p->d);
 #pragma GCC unroll 4
-        for (int c = 0; c < C; c++)
-            acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(kq_f16(yb[c]->d))), _mm256_cvtepi32_ps(isum[c]), acc[c]);
+        for (int c = 0; c < C; c++)   /* vec_dot's step: a multiply and an add, no FMA */
+            acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(_mm256_mul_ps(d, _mm256_set1_ps(kq_f16(yb[c]->d))),
+                                                         _mm256_cvtepi32_ps(isum[c])));
     }
-    store_cols(C, acc, s, ldc, pr, add);
+    store_cols(C, acc, s, ldc, pr);
 }
 
 /* ---- drivers ------------------------------------------------------------------- */

@@ -4,8 +4,14 @@
  * i8 activations -> i16 pair sums) then madd with the 16-bit sub-block
  * scales (-> i32), summed exactly over the super-block; the min / offset
  * terms come from the activation's bsums (Σq8 per 16 elements), also in
- * integers; then one float FMA per super-block with d·y.d. So the integer
- * result equals the reference kernel's, bit for bit.
+ * integers; then the reference's float step per super-block, in scalar
+ * float and block order (kq_ref_step; sum + (d·dy)·isum for Q3_K and Q6_K).
+ * So the integer sums and the result equal the reference kernel's, bit for
+ * bit, and so do the multi-token kernels of this level (kq_dotn_avx2.c,
+ * kq_x8_avx2.c, kq_kpack_avx2.c), which repeat that step: a token's numbers
+ * do not depend on the pass it is in. The horizontal integer sums (one
+ * reduction for isum and the min sum: kq_ref_step_x8) cost a few
+ * instructions per super-block against the ~80 of its integer work.
  *
  * Layouts (see kq_kquants_ref.c): Q2_K/Q3_K keep 4 2-bit planes per 32
  * bytes (plane p of byte l = element 32p + l of that 128); Q4_K/Q5_K keep
@@ -20,7 +26,7 @@ static inline __attribute__((always_inline)) void dot_q2_K(int n, float *s, cons
     const sb_block_q2_K *x = vx;
     const sb_block_q8_K *y = vy;
     const __m256i m3 = _mm256_set1_epi8(3);
-    __m256 acc = _mm256_setzero_ps(), acc_min = _mm256_setzero_ps();
+    float sum = 0.0f;
     for (int i = 0; i < n / SB_QK_K; i++) {
         kq_prefetch_at(&x[i], pf, sizeof x[i]);
         const __m128i packed = _mm_loadu_si128((const __m128i *)x[i].scales);
@@ -43,11 +49,9 @@ static inline __attribute__((always_inline)) void dot_q2_K(int n, float *s, cons
             }
             q8 += 128;
         }
-        const float dy = y[i].d;
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(dy * kq_f16(x[i].d)), _mm256_cvtepi32_ps(sumi), acc);
-        acc_min = _mm256_fmadd_ps(_mm256_set1_ps(dy * kq_f16(x[i].dmin)), _mm256_cvtepi32_ps(mins), acc_min);
+        sum = kq_ref_step_x8(sum, kq_f16(x[i].d), kq_f16(x[i].dmin), y[i].d, sumi, mins);
     }
-    *s = kq_hsum_f32x8(_mm256_sub_ps(acc, acc_min));
+    *s = sum;
 }
 KQ_PF_VARIANTS(dot_q2_K, sb_kq_dot_q2_K_q8_K_avx2)
 
@@ -58,7 +62,7 @@ static inline __attribute__((always_inline)) void dot_q3_K(int n, float *s, cons
     const sb_block_q3_K *x = vx;
     const sb_block_q8_K *y = vy;
     const __m256i m3 = _mm256_set1_epi8(3), m4 = _mm256_set1_epi8(4);
-    __m256 acc = _mm256_setzero_ps();
+    float sum = 0.0f;
     for (int i = 0; i < n / SB_QK_K; i++) {
         kq_prefetch_at(&x[i], pf, sizeof x[i]);
         const __m256i sc16 = _mm256_cvtepi8_epi16(kq_scales_q3_128(x[i].scales));
@@ -82,10 +86,9 @@ static inline __attribute__((always_inline)) void dot_q3_K(int n, float *s, cons
             }
             q8 += 128;
         }
-        sumi = _mm256_sub_epi32(sumi, offset);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(kq_f16(x[i].d) * y[i].d), _mm256_cvtepi32_ps(sumi), acc);
+        sum += (kq_f16(x[i].d) * y[i].d) * (float)kq_hsum_i32x8(_mm256_sub_epi32(sumi, offset));
     }
-    *s = kq_hsum_f32x8(acc);
+    *s = sum;
 }
 KQ_PF_VARIANTS(dot_q3_K, sb_kq_dot_q3_K_q8_K_avx2)
 
@@ -95,8 +98,7 @@ static inline __attribute__((always_inline)) void dot_q4_K(int n, float *s, cons
     const sb_block_q4_K *x = vx;
     const sb_block_q8_K *y = vy;
     const __m256i m4 = _mm256_set1_epi8(0xF);
-    __m256 acc = _mm256_setzero_ps();
-    __m256 acc_min = _mm256_setzero_ps();
+    float sum = 0.0f;
     for (int i = 0; i < n / SB_QK_K; i++) {
         kq_prefetch_at(&x[i], pf, sizeof x[i]);
         const __m128i sm = kq_scales_k4_128(&x[i]);
@@ -112,11 +114,9 @@ static inline __attribute__((always_inline)) void dot_q4_K(int n, float *s, cons
             sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_shuffle_epi8(sc2, scale_pair_shuffle(2 * j)), p_lo));
             sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_shuffle_epi8(sc2, scale_pair_shuffle(2 * j + 1)), p_hi));
         }
-        const float dy = y[i].d;
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(kq_f16(x[i].d) * dy), _mm256_cvtepi32_ps(sumi), acc);
-        acc_min = _mm256_fmadd_ps(_mm256_set1_ps(kq_f16(x[i].dmin) * dy), _mm256_cvtepi32_ps(kq_k4_mins_dot_bsums(sm, y[i].bsums)), acc_min);
+        sum = kq_ref_step_x8(sum, kq_f16(x[i].d), kq_f16(x[i].dmin), y[i].d, sumi, kq_k4_mins_dot_bsums(sm, y[i].bsums));
     }
-    *s = kq_hsum_f32x8(_mm256_sub_ps(acc, acc_min));
+    *s = sum;
 }
 KQ_PF_VARIANTS(dot_q4_K, sb_kq_dot_q4_K_q8_K_avx2)
 
@@ -124,8 +124,7 @@ static inline __attribute__((always_inline)) void dot_q5_K(int n, float *s, cons
     const sb_block_q5_K *x = vx;
     const sb_block_q8_K *y = vy;
     const __m256i m4 = _mm256_set1_epi8(0xF);
-    __m256 acc = _mm256_setzero_ps();
-    __m256 acc_min = _mm256_setzero_ps();
+    float sum = 0.0f;
     for (int i = 0; i < n / SB_QK_K; i++) {
         kq_prefetch_at(&x[i], pf, sizeof x[i]);
         const __m128i sm = kq_scales_k4_128(&x[i]);
@@ -146,11 +145,9 @@ static inline __attribute__((always_inline)) void dot_q5_K(int n, float *s, cons
             sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_shuffle_epi8(sc2, scale_pair_shuffle(2 * j)), p_lo));
             sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_shuffle_epi8(sc2, scale_pair_shuffle(2 * j + 1)), p_hi));
         }
-        const float dy = y[i].d;
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(kq_f16(x[i].d) * dy), _mm256_cvtepi32_ps(sumi), acc);
-        acc_min = _mm256_fmadd_ps(_mm256_set1_ps(kq_f16(x[i].dmin) * dy), _mm256_cvtepi32_ps(kq_k4_mins_dot_bsums(sm, y[i].bsums)), acc_min);
+        sum = kq_ref_step_x8(sum, kq_f16(x[i].d), kq_f16(x[i].dmin), y[i].d, sumi, kq_k4_mins_dot_bsums(sm, y[i].bsums));
     }
-    *s = kq_hsum_f32x8(_mm256_sub_ps(acc, acc_min));
+    *s = sum;
 }
 KQ_PF_VARIANTS(dot_q5_K, sb_kq_dot_q5_K_q8_K_avx2)
 
@@ -161,7 +158,7 @@ static inline __attribute__((always_inline)) void dot_q6_K(int n, float *s, cons
     const sb_block_q6_K *x = vx;
     const sb_block_q8_K *y = vy;
     const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(0x30);
-    __m256 acc = _mm256_setzero_ps();
+    float sum = 0.0f;
     for (int i = 0; i < n / SB_QK_K; i++) {
         kq_prefetch_at(&x[i], pf, sizeof x[i]);
         const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i].scales));
@@ -188,9 +185,8 @@ static inline __attribute__((always_inline)) void dot_q6_K(int n, float *s, cons
             }
             q8 += 128;
         }
-        sumi = _mm256_sub_epi32(sumi, offset);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(kq_f16(x[i].d) * y[i].d), _mm256_cvtepi32_ps(sumi), acc);
+        sum += (kq_f16(x[i].d) * y[i].d) * (float)kq_hsum_i32x8(_mm256_sub_epi32(sumi, offset));
     }
-    *s = kq_hsum_f32x8(acc);
+    *s = sum;
 }
 KQ_PF_VARIANTS(dot_q6_K, sb_kq_dot_q6_K_q8_K_avx2)

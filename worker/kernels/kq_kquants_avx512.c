@@ -54,10 +54,7 @@ static inline __m512i step(__m512i acc, __m512i q, const int8_t *q8, __m512i sca
  * (kq_dotn_il_avx512.c), which hold one token per lane, can repeat the
  * step lane for lane. The horizontal integer sums cost a few instructions
  * per block; a decode of one token streams weights from DRAM, and a batch
- * of tokens goes through those kernels. */
-static inline float ref_step(float sum, float d, float dmin, float dy, int isum, int summs) {
-    return sum + ((d * dy) * (float)isum - (dmin * dy) * (float)summs);
-}
+ * of tokens goes through those kernels. (The step: kq_ref_step, kq_x86.h.) */
 
 /* 32 bytes in both halves of a register (a broadcast load: no shuffle). */
 static inline __m512i load_32_twice(const uint8_t *p) { return _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)p)); }
@@ -239,7 +236,7 @@ static inline float ref_step_pair(float sum, const void *dm0, const void *dm1, f
         if (i < nb) {                                                                                 \
             __m256i m;                                                                                \
             const __m512i si = block_fn(&x[i], &y[i], &m, pf);                                            \
-            sum = ref_step(sum, kq_f16(x[i].d), kq_f16(x[i].dmin), y[i].d, _mm512_reduce_add_epi32(si), \
+            sum = kq_ref_step(sum, kq_f16(x[i].d), kq_f16(x[i].dmin), y[i].d, _mm512_reduce_add_epi32(si), \
                            kq_hsum_i32x8(m));                                                         \
         }                                                                                             \
         *s = sum;                                                                                     \

@@ -75,6 +75,26 @@ static inline int kq_hsum_i32x4(__m128i r) {
     return _mm_cvtsi128_si32(r);
 }
 
+/* The reference k-quant dot's float step for one super-block (kq_kquants_ref.c):
+ * the block's exact integer sum and min sum, then
+ * sum + ((d·dy)·isum − (dmin·dy)·summs), each operation rounded, no FMA.
+ * Every kernel that ends its super-blocks with it, in block order, gives
+ * the reference's bits, whatever else it does in integers: so a token's
+ * result is the same in a decode step and in a prompt pass (docs/KERNELS.md,
+ * "Batch invariance"). Types without mins pass dmin = 0 and summs = 0. */
+static inline float kq_ref_step(float sum, float d, float dmin, float dy, int isum, int summs) {
+    return sum + ((d * dy) * (float)isum - (dmin * dy) * (float)summs);
+}
+
+/* kq_ref_step on a super-block's integer sums still spread over 8 lanes
+ * each (isum, summs): one horizontal reduction for both. */
+static inline float kq_ref_step_x8(float sum, float d, float dmin, float dy, __m256i isum, __m256i summs) {
+    const __m256i h = _mm256_hadd_epi32(isum, summs);   /* per half: i01 i23 m01 m23 */
+    __m128i r = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    r = _mm_hadd_epi32(r, r);                            /* Σisum, Σsumms, … */
+    return kq_ref_step(sum, d, dmin, dy, _mm_cvtsi128_si32(r), _mm_extract_epi32(r, 1));
+}
+
 /* Bit v (0..7) of every byte of h, moved to bit 4: the Q5_K fifth bit,
  * ready to OR onto a nibble. One 16-bit shift (none for v = 4) and a mask:
  * the bit that lands on bit 4 of a byte always comes from the same byte.
