@@ -6,7 +6,8 @@
  *   2. POST it, signed. A failure leaves the outbox as it is: the next call
  *      sends the same bytes with the same sync_id, and the cloud applies a
  *      sync_id at most once.
- *   3. The local cache applies the reply and ends the batch in one
+ *   3. The reply's erasures go to the caller's stores (on_erasures), then
+ *      the local cache applies the reply and ends the batch in one
  *      transaction (sb_cache_outbox_apply).
  * Rounds repeat while the cloud says there is more or deltas remain. No
  * lock is held across the network: requests keep flowing.
