@@ -176,6 +176,16 @@ rc, out, err = erase("--session", j.get("session") or "x")
 check(rc == 0 and json.loads(out).get("cloud", {}).get("status") == 200, "erase --session at edge a", (rc, out, err))
 check(wait_for(lambda: log_lines("b", "privacy erase from the cloud: session"), INTERVAL + 5), "edge b applied the session's erase")
 
+# ---- the erasures' hashes are forgotten once both edges synced past them
+def erasure_rows():
+    dump = pg_dump().decode("utf-8", "replace")
+    block = dump.split("COPY public.sb_erasures", 1)[1].split("\\.", 1)[0] if "COPY public.sb_erasures" in dump else ""
+    return len(block.strip().splitlines()) - 1 if block else -1
+
+
+check(synced("a", 2) and synced("b", 2) and wait_for(lambda: erasure_rows() == 0, 3 * INTERVAL),
+      "once both edges synced past them, the cloud keeps no erasure", erasure_rows())
+
 # ---- the logs: the value never, nor its hash
 dump = pg_dump()
 check(b"sb_erasures" in dump, "the cloud's dump has the erasures table")

@@ -533,8 +533,12 @@ int sb_cmd_cloud(int argc, char **argv) {
         free_config(&cl.cfg);
         return SB_EXIT_FAIL;
     }
-    sbc_store_set_erasure(cl.store, cl.cfg.admin_token, cl.cfg.n_edges);
-    int rc = serve(&cl, port_file);
+    const char **ids = sb_calloc(cl.cfg.n_edges, sizeof *ids);
+    for (size_t i = 0; ids && i < cl.cfg.n_edges; i++) ids[i] = cl.cfg.edges[i].id;
+    int rc = !ids || sbc_store_set_erasure(cl.store, cl.cfg.admin_token, ids, cl.cfg.n_edges) ? SB_EXIT_FAIL : SB_EXIT_OK;
+    sb_free(ids);
+    if (rc) fprintf(stderr, "cloud: out of memory\n");
+    else rc = serve(&cl, port_file);
     sbc_store_close(cl.store);
     free_config(&cl.cfg);
     return rc;

@@ -23,9 +23,9 @@ int  sbc_store_remember_signature(sbc_store *s, const char *sig, int64_t ts, int
 int  sbc_store_sync(sbc_store *s, const char *edge_id, const sb_json *req, int64_t threshold,
                     sb_jw *reply, char *err);
 
-/* The admin token (NULL: none) the erase key is derived from, and how many
+/* The admin token (NULL: none) the erase key is derived from, and the
  * edges the config lists (an erasure is kept until each has taken it). */
-void sbc_store_set_erasure(sbc_store *s, const char *admin_token, size_t n_edges);
+int  sbc_store_set_erasure(sbc_store *s, const char *admin_token, const char *const *edge_ids, size_t n_edges);
 
 /* An erase from an edge (docs/PRIVACY.md, "Erasure"): kind "value" (mac
  * and digits: the value's keyed hash), "session" or "call" (id), with the

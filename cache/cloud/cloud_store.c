@@ -25,6 +25,7 @@ struct sbc_store {
     char erase_key[SB_CACHE_KEY_HEX];   /* "" without an admin token: no erasure can be made */
     sb_privacy *det;                    /* finds erased values in entries */
     int64_t n_edges;                    /* configured: erasures wait for all of them */
+    sb_jw edge_ids;                     /* their ids as a PostgreSQL array literal */
 };
 
 static const char schema_sql[] =
@@ -72,13 +73,26 @@ void sbc_store_close(sbc_store *s) {
     if (!s) return;
     if (s->pg) PQfinish(s->pg);
     sb_privacy_free(s->det);
+    sb_jw_free(&s->edge_ids);
     sb_free(s);
 }
 
-void sbc_store_set_erasure(sbc_store *s, const char *admin_token, size_t n_edges) {
+int sbc_store_set_erasure(sbc_store *s, const char *admin_token, const char *const *edge_ids, size_t n_edges) {
     s->n_edges = (int64_t)n_edges;
+    sb_jw_free(&s->edge_ids);
+    sb_jw_raw(&s->edge_ids, "{", 1);
+    for (size_t i = 0; i < n_edges; i++) {
+        sb_jw_raw(&s->edge_ids, i ? ",\"" : "\"", i ? 2 : 1);
+        for (const char *c = edge_ids[i]; *c; c++) {
+            if (*c == '"' || *c == '\\') sb_jw_raw(&s->edge_ids, "\\", 1);
+            sb_jw_raw(&s->edge_ids, c, 1);
+        }
+        sb_jw_raw(&s->edge_ids, "\"", 1);
+    }
+    sb_jw_raw(&s->edge_ids, "}", 1);
     if (admin_token) sb_erase_key(admin_token, s->erase_key);
     else s->erase_key[0] = '\0';
+    return s->edge_ids.oom ? SB_ENOMEM : SB_OK;
 }
 
 int sbc_store_remember_signature(sbc_store *s, const char *sig, int64_t ts, int *fresh, char *err) {
@@ -373,9 +387,10 @@ int sbc_store_sync(sbc_store *s, const char *edge_id, const sb_json *req, int64_
         goto fail;
     PQclear(r);
     num ne = n2s(s->n_edges);
-    const char *pn[1] = { ne.v };
+    const char *pn[2] = { ne.v, s->edge_ids.p ? s->edge_ids.p : "{}" };
     if (!(r = run(s, "DELETE FROM sb_erasures WHERE version <= (SELECT CASE WHEN count(*) >= $1::bigint"
-                     " THEN min(cursor) ELSE 0 END FROM sb_edges)", 1, pn, err, "forgetting erasures")))
+                     " THEN min(cursor) ELSE 0 END FROM sb_edges WHERE edge_id = ANY($2::text[]))",
+                  2, pn, err, "forgetting erasures")))
         goto fail;
     PQclear(r);
     if (exec_ok(s, "COMMIT", err)) { rc = SB_EIO; goto fail; }
