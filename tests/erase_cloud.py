@@ -8,8 +8,6 @@ import os
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(__file__))
 import itlib  # noqa: E402
@@ -32,18 +30,9 @@ def check(cond, what, detail=""):
 
 
 def req(edge, method, path, body=None, key=APP, headers=None):
-    data = json.dumps(body).encode() if body is not None else None
-    r = urllib.request.Request(URL[edge] + path, data=data, method=method)
-    r.add_header("Authorization", "Bearer " + key)
-    if data is not None:
-        r.add_header("Content-Type", "application/json")
-    for k, v in (headers or {}).items():
-        r.add_header(k, v)
-    try:
-        with urllib.request.urlopen(r, timeout=60) as resp:
-            return resp.status, resp.read().decode("utf-8", "replace")
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode("utf-8", "replace")
+    h = {"Authorization": "Bearer " + key, "Content-Type": "application/json", **(headers or {})}
+    st, _, out = itlib.request(URL[edge] + path, method, body, h, 60)
+    return st, out.decode("utf-8", "replace")
 
 
 def call(edge, text, call_id=None, session=None, pipe="desk"):
