@@ -83,6 +83,8 @@ it_stop "$pid_a" "edge a" || rc=1
 it_stop "$pid_b" "edge b" || rc=1
 it_san_check "$tmp/a.log" "edge a" || rc=1
 it_san_check "$tmp/b.log" "edge b" || rc=1
+it_stop "$CLOUD_PID" cloud || rc=1
+it_san_check "$tmp/cloud.log" cloud || rc=1
 # After the stop (databases checkpointed and closed): still nothing at B.
 for v in 13800138000 "138 0013 8000" "幺三八零零幺三八零零零" 6222020200112233445; do
     if grep -rqaF -- "$v" "$tmp/run-b"; then echo "FAIL after stop: '$v' in $(grep -rlaF -- "$v" "$tmp/run-b")"; rc=1; fi

@@ -131,4 +131,5 @@ if [ -s "$tmp/values.json" ]; then
 fi
 if [ $rc -ne 0 ]; then echo "--- run.log (tail)"; tail -20 "$tmp/run.log"; fi
 it_san_check "$tmp/run.log" runtime || rc=1
+if [ -n "$sync_cfg" ]; then it_stop "$CLOUD_PID" cloud || rc=1; it_san_check "$tmp/cloud.log" cloud || rc=1; fi
 exit $rc

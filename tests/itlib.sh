@@ -163,9 +163,11 @@ it_pg_stop() { [ -z "${PGBIN:-}" ] || $PGRUN "$PGBIN/pg_ctl" -D "$tmp/pg/data" -
 it_pg_dump() { $PGRUN "$PGBIN/pg_dump" -h "$tmp/pg" -U postgres postgres; }
 
 # it_cloud_start CONFIG LOG: `switchboard cloud -c CONFIG` on the port it
-# picks, its stderr in LOG, in it_pids; sets CLOUD to its URL.
+# picks, its stderr in LOG, in it_pids; sets CLOUD to its URL and
+# CLOUD_PID.
 it_cloud_start() {
     "$SB" cloud -c "$1" --port-file "$tmp/cloud.port" 2> "$2" &
+    CLOUD_PID=$!
     it_pids+=($!)
     for _ in $(seq 100); do [ -s "$tmp/cloud.port" ] && break; sleep 0.1; done
     [ -s "$tmp/cloud.port" ] || return 1
