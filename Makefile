@@ -13,6 +13,9 @@
 #                   make check)
 #   make fleet-test two runtimes behind HAProxy sharing sessions in one
 #                   PostgreSQL over TLS (not part of make check)
+#   make privacy-check the leak check with 500 calls, and the demo's pipeline
+#                   under a privacy policy on the real models (minutes;
+#                   not part of make check)
 #
 # Sources are found by wildcard: adding a .c file to a module directory (or a
 # sub-folder of one, e.g. worker/engine/) is enough. Includes name their module
@@ -62,7 +65,7 @@ TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null)
 
-.PHONY: all test check check-real fleet-test deps fuzz bench rag-bench models clean demo
+.PHONY: all test check check-real fleet-test privacy-check deps fuzz bench rag-bench models clean demo
 # SAN=1 builds its own binary so a sanitized build never replaces bin/.
 SB_BIN := $(if $(filter 1,$(SAN)),$(BUILD)/switchboard,$(BIN)/switchboard)
 all: $(SB_BIN)
@@ -141,6 +144,16 @@ check-real: all
 fleet-test: all
 	tools/deps.sh fleet
 	SB_BIN=$(abspath $(SB_BIN)) bash tests/fleet_test.sh
+
+# Callers' personal data (docs/PRIVACY.md, "The leak test"): the leak check
+# of `check` with 500 calls, then configs/demo.yaml's hotline under a
+# pseudonymize policy on the real models (make models), cloud sync
+# included: zero values in any store, the cloud's pg_dump or an upstream,
+# and the replies restored (tests/real/privacy_check.sh). Not in `check`:
+# minutes of inference on models CI does not fetch.
+privacy-check: all
+	tools/deps.sh privacy
+	SB_BIN=$(abspath $(SB_BIN)) bash tests/real/privacy_check.sh
 
 fuzz:
 	tools/fuzz.sh

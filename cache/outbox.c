@@ -164,13 +164,67 @@ static int exec_key(sb_cache *c, const char *sql, const char *key) {
     return rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
+/* The entries that hold an erased value, deleted (docs/PRIVACY.md,
+ * "Erasure"). The keys are gathered first: a statement reading the table
+ * is not stepped while rows of it are deleted. */
+static int erase_value(sb_cache *c, sb_erase_matcher *m, int64_t *n, char *err) {
+    sqlite3_stmt *st;
+    sb_bytes keys = { 0 };
+    int rc = sqlite3_prepare_v2(c->db, "SELECT key, input, response FROM entries", -1, &st, NULL);
+    while (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *input = (const char *)sqlite3_column_text(st, 1);
+        const char *resp = sqlite3_column_blob(st, 2);
+        if ((input && sb_erase_matches(m, input, (size_t)sqlite3_column_bytes(st, 1))) ||
+            (resp && sb_erase_matches(m, resp, (size_t)sqlite3_column_bytes(st, 2))))
+            if (sb_bytes_put(&keys, sqlite3_column_text(st, 0), SB_CACHE_KEY_HEX)) rc = SQLITE_NOMEM;
+        if (rc == SQLITE_ROW) rc = SQLITE_OK;
+    }
+    if (rc == SQLITE_DONE) rc = SQLITE_OK;
+    sqlite3_finalize(st);
+    for (size_t i = 0; rc == SQLITE_OK && i < keys.n; i += SB_CACHE_KEY_HEX, ++*n)
+        rc = exec_key(c, "DELETE FROM entries WHERE key = ?1", keys.p + i);
+    sb_free(keys.p);
+    return rc == SQLITE_OK ? SB_OK : sbc_fail(c, rc, err, "sync: erasing a value");
+}
+
+/* A reply's erasures, as far as the cache is concerned: entries holding an
+ * erased value go (an erased session's or call's entries come as
+ * deletions, by key). The other stores are the caller's
+ * (sb_cache_sync_opts.on_erasures). */
+static int apply_erasures(sb_cache *c, const sb_json *erasures, const char *key, sb_cache_sync_result *res,
+                          char *err) {
+    sb_privacy *det = NULL;
+    int rc = SB_OK;
+    for (size_t i = 0; !rc && i < sb_json_len(erasures); i++) {
+        const sb_json *e = sb_json_at(erasures, i);
+        const char *kind = NULL, *mac = NULL;
+        int64_t digits = 0;
+        res->erasures_received++;
+        if (sbc_json_str(e, "kind", &kind) || strcmp(kind, "value")) continue;
+        sb_erase_matcher m;
+        char why[SB_ERR_LEN];
+        sbc_json_int(e, "digits", &digits);
+        if (!det && (rc = sb_privacy_new(SB_PII_ALL, &det, err))) break;
+        if (sbc_json_str(e, "mac", &mac) || sb_erase_matcher_init(&m, det, key ? key : "", mac, digits, why)) {
+            sb_warn("sync: skipping an erasure the cache cannot read: %s", mac ? why : "no mac");
+            continue;
+        }
+        rc = erase_value(c, &m, &res->erased_entries, err);
+        sb_erase_matcher_free(&m);
+    }
+    sb_privacy_free(det);
+    return rc;
+}
+
 /* Step 3: the reply, its cursor and the end of the batch, all or nothing. */
 static int apply_reply(sb_cache *c, const sb_cache_batch *b, const sb_json *reply, sb_cache_sync_result *res,
                        int *more, char *err) {
     int64_t cursor = 0;
-    const sb_json *entries = sb_json_get(reply, "entries"), *deletions = sb_json_get(reply, "deletions");
+    const sb_json *entries = sb_json_get(reply, "entries"), *deletions = sb_json_get(reply, "deletions"),
+                  *erasures = sb_json_get(reply, "erasures");
     if (sbc_json_int(reply, "cursor", &cursor) || (entries && sb_json_type_of(entries) != SB_JSON_ARRAY) ||
-        (deletions && sb_json_type_of(deletions) != SB_JSON_ARRAY))
+        (deletions && sb_json_type_of(deletions) != SB_JSON_ARRAY) ||
+        (erasures && sb_json_type_of(erasures) != SB_JSON_ARRAY))
         return sb_seterr(err, SB_EFORMAT, "sync: reply has no cursor or malformed lists");
     *more = sb_json_bool(sb_json_get(reply, "more"));
     int r = sbc_exec(c, "BEGIN IMMEDIATE", err), rc = SQLITE_OK;
@@ -201,6 +255,10 @@ static int apply_reply(sb_cache *c, const sb_cache_batch *b, const sb_json *repl
         if ((rc = exec_key(c, "DELETE FROM entries WHERE key = ?1", key))) goto sqlfail;
         res->deletions_received++;
     }
+    if ((r = apply_erasures(c, erasures, sb_json_str(sb_json_get(reply, "erase_key")), res, err))) {
+        sbc_exec(c, "ROLLBACK", NULL);
+        return r;
+    }
     if (older) sb_info("sync: %lld entries under an older key version not stored", (long long)older);
     snprintf(sql, sizeof sql, "UPDATE meta SET value = max(value, %lld) WHERE name = 'sync_cursor'",
              (long long)cursor);
@@ -230,8 +288,11 @@ int sb_cache_outbox_take(sb_cache *c, const sb_cache_sync_opts *o, sb_cache_batc
 int sb_cache_outbox_apply(sb_cache *c, const sb_cache_batch *b, const sb_json *reply,
                           sb_cache_sync_result *res, int *more, char *err) {
     pthread_mutex_lock(&c->lock);
+    int64_t erasures = res->erasures_received;
     int rc = apply_reply(c, b, reply, res, more, err);
     pthread_mutex_unlock(&c->lock);
+    /* An erase leaves no copy of what it deleted in free pages or the WAL. */
+    if (!rc && res->erasures_received > erasures) rc = sb_cache_vacuum(c, err);
     return rc;
 }
 

@@ -32,6 +32,8 @@
 #include <stdint.h>
 #include "common/sb_common.h"
 #include "common/sb_config.h"
+#include "common/sb_json.h"
+#include "privacy/sb_privacy.h"
 
 /* ============================================================ hashing */
 
@@ -76,6 +78,43 @@ int sb_seal_key_load(const char *path, uint8_t key[SB_SEAL_KEY_LEN], char *err);
 void sb_hex_encode(const void *data, size_t len, char *out);
 /* Constant-time comparison (signatures, tokens): 1 if equal. */
 int  sb_ct_equal(const void *a, const void *b, size_t len);
+
+/* ================================================ erasure across the fleet
+ *
+ * An erase by value travels from the edge where it was asked, through the
+ * cloud tier, to the other edges as a keyed hash, never as the value
+ * (erasure.c; docs/PRIVACY.md, "Erasure"). */
+
+#define SB_ERASE_VALUE_MIN 6    /* service numbers have 5 digits: shorter would erase half the stores */
+
+/* The value's normalised form: the one identifier the detectors find
+ * covering it, else its digits when it is a number written with spaces,
+ * dashes, brackets or +, else the value as given. spans is scratch. */
+void sb_erase_normalise(const sb_privacy *det, const char *v, sb_pii_spans *spans, char norm[SB_PII_VALUE_MAX]);
+/* Can other stores find norm by its hash alone: it is a number, or one
+ * identifier the detectors read as exactly itself? (A name is not.) */
+bool sb_erase_value_portable(const sb_privacy *det, const char *norm, sb_pii_spans *spans);
+/* The fleet's erase key, derived from the cloud's admin token: hex
+ * HMAC-SHA256(token, "switchboard erase key v1"). */
+void sb_erase_key(const char *admin_token, char out[SB_CACHE_KEY_HEX]);
+/* The value's hash under that key: hex HMAC-SHA256(key_hex, "value\n" norm). */
+void sb_erase_value_mac(const char *key_hex, const char *norm, char out[SB_CACHE_KEY_HEX]);
+
+/* Finds texts that hold the value behind a hash: an identifier the
+ * detectors find whose value hashes to it, or (digits > 0, the value being
+ * a number of that many digits) a window of a run of ASCII digits that
+ * does. One per thread; det is shared. */
+typedef struct {
+    const sb_privacy *det;
+    sb_pii_spans spans;
+    char key[SB_CACHE_KEY_HEX], mac[SB_CACHE_KEY_HEX];
+    size_t digits;
+} sb_erase_matcher;
+/* SB_EINVAL when key or mac is not 64 lower-case hex digits, or digits is out of range. */
+int  sb_erase_matcher_init(sb_erase_matcher *m, const sb_privacy *det, const char *key_hex, const char *mac_hex,
+                           int64_t digits, char *err);
+bool sb_erase_matches(sb_erase_matcher *m, const char *text, size_t len);
+void sb_erase_matcher_free(sb_erase_matcher *m);
 
 /* ====================================================== normalisation */
 
@@ -259,11 +298,19 @@ typedef struct {
     int         timeout_ms;          /* per request, start to end; 0 = 10000 */
     const char *ca_file;             /* PEM CA bundle that signs the cloud's certificate; NULL = system store */
     int64_t     page_limit;          /* entries per response page; 0 = 500 */
+    /* Erasures in a reply (docs/PRIVACY.md, "Erasure"), for the stores
+     * above the cache: called with the reply's "erasures" array and the
+     * erase key before the reply is applied; non-zero fails the round, so
+     * the cursor stays and the same erasures come again. NULL: the cache
+     * applies them to its entries only. */
+    int       (*on_erasures)(void *arg, const sb_json *erasures, const char *key_hex, char *err);
+    void       *erasures_arg;
 } sb_cache_sync_opts;
 
 typedef struct {
     int64_t deltas_sent, entries_sent;       /* in this call (incl. a resent batch) */
     int64_t entries_received, deletions_received;
+    int64_t erasures_received, erased_entries;  /* erasures in the replies; entries they deleted */
     int64_t cursor;                          /* after the call */
     int     resumed;                         /* a batch cut off earlier was resent */
     int     rounds;                          /* HTTP requests made */

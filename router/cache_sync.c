@@ -22,6 +22,14 @@
 
 typedef struct { char *name, *path; } pull_kb;
 
+/* An erasure of a sync reply, copied out of it for the loop thread. */
+typedef struct {
+    char kind[8], id[129], mac[SB_CACHE_KEY_HEX];
+    int64_t digits;
+} erasure;
+
+enum { ERASE_NONE, ERASE_PENDING, ERASE_DONE, ERASE_FAILED };
+
 struct rt_sync {
     sb_cache *cache;
     char *url, *edge_id, *secret, *ca_file;
@@ -32,7 +40,68 @@ struct rt_sync {
     pthread_t tid;
     pthread_mutex_t mu;
     pthread_cond_t cv;      /* CLOCK_MONOTONIC: an interval is not moved by clock changes */
+    /* Erasures handed to the loop thread (the traces are its), under mu. */
+    erasure *erasures;
+    size_t n_erasures;
+    char erase_key[SB_CACHE_KEY_HEX];
+    int erase_state;
+    char erase_err[SB_ERR_LEN];
 };
+
+/* sb_cache_sync_opts.on_erasures, on the sync thread: the erasures go to
+ * the loop thread, and the round waits until they are applied there - the
+ * cursor moves past them only then, so a failure or a stop brings them
+ * again with the next sync. */
+static int on_erasures(void *arg, const sb_json *list, const char *key_hex, char *err) {
+    rt_sync *s = arg;
+    size_t n = sb_json_len(list);
+    erasure *v = sb_calloc(n + 1, sizeof *v);
+    if (!v) return sb_seterr(err, SB_ENOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        const sb_json *e = sb_json_at(list, i);
+        const char *kind = sb_json_str(sb_json_get(e, "kind")), *id = sb_json_str(sb_json_get(e, "id")),
+                   *mac = sb_json_str(sb_json_get(e, "mac"));
+        snprintf(v[i].kind, sizeof v[i].kind, "%s", kind ? kind : "");
+        snprintf(v[i].id, sizeof v[i].id, "%s", id ? id : "");
+        snprintf(v[i].mac, sizeof v[i].mac, "%s", mac ? mac : "");
+        v[i].digits = (int64_t)sb_json_num(sb_json_get(e, "digits"));
+    }
+    pthread_mutex_lock(&s->mu);
+    s->erasures = v;
+    s->n_erasures = n;
+    snprintf(s->erase_key, sizeof s->erase_key, "%s", key_hex ? key_hex : "");
+    s->erase_state = ERASE_PENDING;
+    while (s->erase_state == ERASE_PENDING && !s->stop) pthread_cond_wait(&s->cv, &s->mu);
+    int rc = s->erase_state == ERASE_DONE ? SB_OK
+             : sb_seterr(err, SB_EIO, "erasures from the cloud not applied: %s",
+                         s->erase_state == ERASE_FAILED ? s->erase_err : "stopping");
+    s->erase_state = ERASE_NONE;
+    s->erasures = NULL;
+    s->n_erasures = 0;
+    pthread_mutex_unlock(&s->mu);
+    sb_free(v);
+    return rc;
+}
+
+void rt_sync_erasures(rt_sync *s, rt *r) {
+    if (!s) return;
+    pthread_mutex_lock(&s->mu);
+    bool pending = s->erase_state == ERASE_PENDING;
+    pthread_mutex_unlock(&s->mu);
+    if (!pending) return;       /* the list stays put while pending: on_erasures waits */
+    char err[SB_ERR_LEN] = "";
+    int rc = 0;
+    for (size_t i = 0; !rc && i < s->n_erasures; i++) {
+        const erasure *e = &s->erasures[i];
+        rt_erasure one = { e->kind, e->id[0] ? e->id : NULL, e->mac[0] ? e->mac : NULL, e->digits };
+        rc = rt_erase_remote(r, &one, s->erase_key, err);
+    }
+    pthread_mutex_lock(&s->mu);
+    s->erase_state = rc ? ERASE_FAILED : ERASE_DONE;
+    snprintf(s->erase_err, sizeof s->erase_err, "%s", err);
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
 
 static void pull_kbs(rt_sync *s) {
     sb_cloud_peer peer = { .url = s->url, .edge_id = s->edge_id, .secret = s->secret, .ca_file = s->ca_file };
@@ -61,7 +130,7 @@ static void *sync_main(void *arg) {
         pthread_mutex_unlock(&s->mu);
         char err[SB_ERR_LEN];
         sb_cache_sync_opts o = { .url = s->url, .edge_id = s->edge_id, .secret = s->secret,
-                                 .ca_file = s->ca_file };
+                                 .ca_file = s->ca_file, .on_erasures = on_erasures, .erasures_arg = s };
         sb_cache_sync_result res;
         double t0 = sb_now_s();
         if (!s->cache)
@@ -69,9 +138,10 @@ static void *sync_main(void *arg) {
         else if (sb_cache_sync(s->cache, &o, &res, err))
             sb_warn("cache sync with %s failed (retrying in %d s): %s", s->url, s->interval_s, err);
         else
-            sb_info("cache sync with %s: sent %lld hit deltas and %lld entries, got %lld entries and %lld deletions in %.0f ms",
-                    s->url, (long long)res.deltas_sent, (long long)res.entries_sent, (long long)res.entries_received,
-                    (long long)res.deletions_received, (sb_now_s() - t0) * 1e3);
+            sb_info("cache sync with %s: sent %lld hit deltas and %lld entries, got %lld entries, %lld deletions and "
+                    "%lld erasures in %.0f ms", s->url, (long long)res.deltas_sent, (long long)res.entries_sent,
+                    (long long)res.entries_received, (long long)res.deletions_received,
+                    (long long)res.erasures_received, (sb_now_s() - t0) * 1e3);
         pull_kbs(s);
         pthread_mutex_lock(&s->mu);
     }
@@ -111,7 +181,7 @@ void rt_sync_stop(rt_sync *s) {
     if (!s) return;
     pthread_mutex_lock(&s->mu);
     s->stop = 1;
-    pthread_cond_signal(&s->cv);
+    pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
     pthread_join(s->tid, NULL);
     pthread_cond_destroy(&s->cv);

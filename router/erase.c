@@ -28,13 +28,13 @@
 #include "cache/sb_cache.h"
 #include "privacy/sb_privacy.h"
 
-#define ERASE_VALUE_MIN 6       /* service numbers have 5 digits: shorter would erase half the cache */
 
 typedef struct {
     const sb_privacy *det;
     sb_pii_spans spans;
     char norm[SB_PII_VALUE_MAX];
     const char *raw;
+    sb_erase_matcher *remote;   /* an erase from another edge: the value known by its keyed hash only */
     sb_bytes inputs;            /* --session / --call: the calls' inputs, NUL-separated */
     sb_bytes quoted;            /* the inputs and the call id as JSON strings (the OTel lines' form) */
     sb_bytes cache_keys;        /* the cache entries erased, SB_CACHE_KEY_HEX bytes each */
@@ -42,6 +42,7 @@ typedef struct {
 
 static bool holds_value(void *arg, const char *text, size_t len) {
     target *t = arg;
+    if (t->remote) return sb_erase_matches(t->remote, text, len);
     if (!t->norm[0]) return false;
     if (memmem(text, len, t->norm, strlen(t->norm)) || memmem(text, len, t->raw, strlen(t->raw))) return true;
     /* Out of memory finding the spans: what was found is checked; a text
@@ -79,7 +80,7 @@ static void add_input(void *arg, const char *input) {
  * the call's id as a whole JSON string (an attribute's value). */
 static bool otel_line_holds(void *arg, const char *line, size_t len) {
     target *t = arg;
-    if (t->norm[0] && holds_value(t, line, len)) return true;
+    if ((t->norm[0] || t->remote) && holds_value(t, line, len)) return true;
     for (size_t i = 0; i < t->quoted.n; i += strlen(t->quoted.p + i) + 1)
         if (memmem(line, len, t->quoted.p + i, strlen(t->quoted.p + i))) return true;
     return false;
@@ -92,25 +93,6 @@ static void quote(target *t, const char *s) {
     sb_jw_str(&w, s);
     if (w.p && !sb_bytes_put(&t->quoted, w.p, w.len)) sb_bytes_put(&t->quoted, "", 1);
     sb_jw_free(&w);
-}
-
-/* The value's normalised form: the one identifier the detectors find
- * covering it, else its digits when it is a number written with
- * separators, else the value as given. */
-static void normalise_value(target *t, const char *v) {
-    size_t len = strlen(v);
-    if (!sb_privacy_detect(t->det, v, len, &t->spans) && t->spans.n == 1) {
-        snprintf(t->norm, sizeof t->norm, "%s", t->spans.v[0].value);
-        return;
-    }
-    size_t n = 0;
-    bool number = true;
-    for (const char *p = v; *p && number; p++) {
-        if (*p >= '0' && *p <= '9') { if (n + 1 < sizeof t->norm) t->norm[n++] = *p; }
-        else number = strchr(" -+()", *p) != NULL;
-    }
-    t->norm[n] = '\0';
-    if (!number || !n) snprintf(t->norm, sizeof t->norm, "%s", v);
 }
 
 typedef struct {
@@ -185,6 +167,44 @@ static const char *what_of(rt_req *q, const sb_json *body, const char **arg) {
     return kind;
 }
 
+/* Every store but the cache's own sync state, for one erase: n[] counts
+ * per store (sessions, traces, cache entries, feedback, OTel lines). A
+ * value's target has norm set (asked here) or remote (asked at another
+ * edge); a session's or call's, arg its id. 0, or < 0 with err. */
+static int erase_all(rt *r, const char *kind, const char *arg, target *t, int n[5], char *err) {
+    int rc = 0;
+    rt_text_match_fn match = is_input;
+    if (!strcmp(kind, "value")) {
+        match = holds_value;
+        if (r->sessions && (rc = n[0] = rt_sessions_erase_matching(r->sessions, holds_value, t, err)) < 0) return rc;
+        n[1] = rt_trace_erase(r, NULL, holds_value, t, NULL, NULL);
+    } else if (!strcmp(kind, "session")) {
+        sb_bytes callers = { 0 };
+        if (r->sessions && (rc = n[0] = rt_session_erase(r->sessions, arg, &callers, err)) < 0) {
+            sb_free(callers.p);
+            return rc;
+        }
+        for (size_t i = 0; i < callers.n; i += strlen(callers.p + i) + 1) add_input(t, callers.p + i);
+        sb_free(callers.p);
+        n[1] = rt_trace_erase(r, NULL, is_input, t, NULL, NULL);
+    } else {
+        n[1] = rt_trace_erase(r, arg, NULL, NULL, add_input, t);
+    }
+    if ((rc = n[2] = erase_cache(r, t, match, err)) < 0) return rc;
+    if ((rc = n[3] = rt_feedback_erase(r, strcmp(kind, "call") ? NULL : arg, match, t, err)) < 0) return rc;
+    for (size_t i = 0; i < t->inputs.n; i += strlen(t->inputs.p + i) + 1) quote(t, t->inputs.p + i);
+    if (!strcmp(kind, "call")) quote(t, arg);
+    if ((rc = n[4] = rt_otel_erase(r->obs, otel_line_holds, t, err)) < 0) return rc;
+    return 0;
+}
+
+static void target_free(target *t) {
+    sb_free(t->inputs.p);
+    sb_free(t->quoted.p);
+    sb_free(t->cache_keys.p);
+    sb_pii_spans_free(&t->spans);
+}
+
 void rt_handle_privacy_erase(rt_req *q, const sb_json *body) {
     rt *r = q->r;
     const char *arg = NULL, *kind = what_of(q, body, &arg);
@@ -196,48 +216,55 @@ void rt_handle_privacy_erase(rt_req *q, const sb_json *body) {
         return;
     }
     target t = { .det = det, .raw = arg };
-    int n[5] = { 0 }, rc = 0;
-    rt_text_match_fn match = is_input;
+    int n[5] = { 0 };
     if (!strcmp(kind, "value")) {
-        normalise_value(&t, arg);
-        match = holds_value;
-        if (strlen(t.norm) < ERASE_VALUE_MIN) {
+        sb_erase_normalise(det, arg, &t.spans, t.norm);
+        if (strlen(t.norm) < SB_ERASE_VALUE_MIN) {
             rt_req_error(q, 400, "invalid_request_error", "invalid_erase",
-                         "the value is shorter than %d characters: it would match unrelated text", ERASE_VALUE_MIN);
+                         "the value is shorter than %d characters: it would match unrelated text", SB_ERASE_VALUE_MIN);
             goto out;
         }
-        if (r->sessions && (rc = n[0] = rt_sessions_erase_matching(r->sessions, holds_value, &t, err)) < 0) goto fail;
-        n[1] = rt_trace_erase(r, NULL, holds_value, &t, NULL, NULL);
-    } else if (!strcmp(kind, "session")) {
-        if (!rt_session_id_valid(arg)) {
-            rt_req_error(q, 400, "invalid_request_error", "invalid_erase", "not a session id: 32 hex digits");
-            goto out;
-        }
-        sb_bytes callers = { 0 };
-        if (r->sessions && (rc = n[0] = rt_session_erase(r->sessions, arg, &callers, err)) < 0) {
-            sb_free(callers.p);
-            goto fail;
-        }
-        for (size_t i = 0; i < callers.n; i += strlen(callers.p + i) + 1) add_input(&t, callers.p + i);
-        sb_free(callers.p);
-        n[1] = rt_trace_erase(r, NULL, is_input, &t, NULL, NULL);
-    } else {
-        n[1] = rt_trace_erase(r, arg, NULL, NULL, add_input, &t);
+    } else if (!strcmp(kind, "session") && !rt_session_id_valid(arg)) {
+        rt_req_error(q, 400, "invalid_request_error", "invalid_erase", "not a session id: 32 hex digits");
+        goto out;
     }
-    if ((rc = n[2] = erase_cache(r, &t, match, err)) < 0) goto fail;
-    if ((rc = n[3] = rt_feedback_erase(r, strcmp(kind, "call") ? NULL : arg, match, &t, err)) < 0) goto fail;
-    for (size_t i = 0; i < t.inputs.n; i += strlen(t.inputs.p + i) + 1) quote(&t, t.inputs.p + i);
-    if (!strcmp(kind, "call")) quote(&t, arg);
-    if ((rc = n[4] = rt_otel_erase(r->obs, otel_line_holds, &t, err)) < 0) goto fail;
-    reply(q, kind, n, &t.cache_keys);
-    goto out;
-fail:
-    sb_warn("privacy erase by key '%s' (%s) failed: %s", q->key_name[0] ? q->key_name : "-", kind, err);
-    rt_req_error(q, 500, "server_error", "erase_failed", "the erase did not finish (see the log); run it again");
+    if (erase_all(r, kind, arg, &t, n, err) < 0) {
+        sb_warn("privacy erase by key '%s' (%s) failed: %s", q->key_name[0] ? q->key_name : "-", kind, err);
+        rt_req_error(q, 500, "server_error", "erase_failed", "the erase did not finish (see the log); run it again");
+    } else {
+        reply(q, kind, n, &t.cache_keys);
+    }
 out:
-    sb_free(t.inputs.p);
-    sb_free(t.quoted.p);
-    sb_free(t.cache_keys.p);
-    sb_pii_spans_free(&t.spans);
+    target_free(&t);
     sb_privacy_free(det);
+}
+
+int rt_erase_remote(rt *r, const rt_erasure *e, const char *key_hex, char *err) {
+    sb_privacy *det = NULL;
+    sb_erase_matcher m;
+    int rc = sb_privacy_new(SB_PII_ALL, &det, err);
+    target t = { .det = det, .raw = "" };
+    if (!rc && !strcmp(e->kind, "value")) {
+        if (sb_erase_matcher_init(&m, det, key_hex ? key_hex : "", e->mac ? e->mac : "", e->digits, err)) {
+            /* Not readable here, ever: refusing it would stop every later sync. */
+            sb_warn("cloud erase skipped: %s", err);
+            sb_privacy_free(det);
+            return 0;
+        }
+        t.remote = &m;
+    } else if (!rc && (!e->id || (strcmp(e->kind, "session") && strcmp(e->kind, "call")) ||
+                       (!strcmp(e->kind, "session") && !rt_session_id_valid(e->id)))) {
+        sb_warn("cloud erase of an unknown kind skipped");
+        sb_privacy_free(det);
+        return 0;
+    }
+    int n[5] = { 0 };
+    if (!rc) rc = erase_all(r, e->kind, e->id, &t, n, err);
+    if (!rc)
+        sb_info("privacy erase from the cloud: %s; %d session(s), %d trace(s), %d cache entr(y/ies), "
+                "%d feedback mark(s), %d OTel line(s)", e->kind, n[0], n[1], n[2], n[3], n[4]);
+    if (t.remote) sb_erase_matcher_free(&m);
+    target_free(&t);
+    sb_privacy_free(det);
+    return rc < 0 ? rc : 0;
 }

@@ -227,7 +227,10 @@ static void on_signal(evutil_socket_t sig, short what, void *arg) {
     event_base_loopexit(r->ex.be.base, &deadline);
 }
 
-static void on_health_timer(evutil_socket_t fd, short what, void *arg) { rt_models_poll(arg); }
+static void on_health_timer(evutil_socket_t fd, short what, void *arg) {
+    rt_models_poll(arg);
+    rt_sync_erasures(((rt *)arg)->sync, arg);
+}
 static void on_sweep_timer(evutil_socket_t fd, short what, void *arg) { rt_http_sweep(arg); }
 
 /* ------------------------------------------------------------- command */

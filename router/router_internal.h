@@ -205,6 +205,11 @@ int  rt_session_erase(rt_sessions *s, const char *id, sb_bytes *callers, char *e
 int  rt_audit(rt_req *q);
 /* erase.c: POST /v1/privacy/erase (admin). */
 void rt_handle_privacy_erase(rt_req *q, const sb_json *body);
+/* An erase asked at another edge, from the cloud's sync reply: kind
+ * "value" (mac and digits under key_hex, sb_erase_matcher), "session" or
+ * "call" (id). On the loop thread; 0, or < 0 with err (to be retried). */
+typedef struct { const char *kind, *id, *mac; int64_t digits; } rt_erasure;
+int  rt_erase_remote(rt *r, const rt_erasure *e, const char *key_hex, char *err);
 /* {"intent", "slots", "turn"}; and GET /v1/sessions/ID's whole answer. */
 void rt_session_state_json(const rt_session *ss, sb_jw *w);
 int  rt_session_json(rt_sessions *s, const rt_session *ss, sb_jw *w, char *err);
@@ -408,6 +413,9 @@ void rt_cache_store(rt_req *q, const char *response, size_t len);
 typedef struct rt_sync rt_sync;
 int  rt_sync_start(sb_cache *cache, const sb_config *cfg, rt_sync **out, char *err);
 void rt_sync_stop(rt_sync *s);      /* NULL ok; waits for a sync in progress */
+/* On the loop thread (each second): the erasures a sync received, applied
+ * to this router's stores while the sync waits (s NULL ok). */
+void rt_sync_erasures(rt_sync *s, rt *r);
 
 /* cli_route_dialog.c: `route eval --dialogue` - each call of a labelled set
  * played with a simulated caller through the intent stage's clarify steps

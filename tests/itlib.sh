@@ -147,3 +147,40 @@ it_expect() {
         echo "${0##*/}: FAIL: $*: stderr lacks '$msg': $(head -c 300 "$tmp/err")" >&2; exit 1
     fi
 }
+
+# it_pg_start: a throwaway PostgreSQL cluster in $tmp/pg, on a Unix socket
+# there only (no TCP port to collide with); as root it runs as the postgres
+# user. Sets PGBIN, PGRUN (the prefix that runs a command as that user) and
+# PG_DSN. Returns 2 when PostgreSQL is not installed (the caller skips,
+# saying so: tools/deps.sh fleet installs it), 1 when it would not start.
+# it_pg_stop in it_cleanup_more stops it; it_pg_dump prints pg_dump's SQL.
+it_pg_start() {
+    PGBIN="" PGRUN=""
+    local d ru
+    for d in /usr/lib/postgresql/*/bin; do [ -x "$d/initdb" ] && PGBIN=$d; done
+    [ -n "$PGBIN" ] || return 2
+    mkdir -p "$tmp/pg"
+    if [ "$(id -u)" -eq 0 ]; then
+        ru=$(it_runuser) || return 1
+        chown postgres: "$tmp/pg" && chmod 755 "$tmp" || return 1
+        PGRUN="$ru -u postgres --"
+    fi
+    $PGRUN "$PGBIN/initdb" -D "$tmp/pg/data" -A trust -U postgres --no-sync > "$tmp/initdb.log" 2>&1 || return 1
+    $PGRUN "$PGBIN/pg_ctl" -D "$tmp/pg/data" -l "$tmp/pg/log" -w \
+        -o "-k $tmp/pg -c listen_addresses='' -c fsync=off" start > /dev/null || return 1
+    PG_DSN="host=$tmp/pg port=5432 user=postgres dbname=postgres"
+}
+it_pg_stop() { [ -z "${PGBIN:-}" ] || $PGRUN "$PGBIN/pg_ctl" -D "$tmp/pg/data" -m immediate -w stop > /dev/null 2>&1; }
+it_pg_dump() { $PGRUN "$PGBIN/pg_dump" -h "$tmp/pg" -U postgres postgres; }
+
+# it_cloud_start CONFIG LOG: `switchboard cloud -c CONFIG` on the port it
+# picks, its stderr in LOG, in it_pids; sets CLOUD to its URL and
+# CLOUD_PID.
+it_cloud_start() {
+    "$SB" cloud -c "$1" --port-file "$tmp/cloud.port" 2> "$2" &
+    CLOUD_PID=$!
+    it_pids+=($!)
+    for _ in $(seq 100); do [ -s "$tmp/cloud.port" ] && break; sleep 0.1; done
+    [ -s "$tmp/cloud.port" ] || return 1
+    CLOUD=http://127.0.0.1:$(cat "$tmp/cloud.port")
+}

@@ -12,7 +12,7 @@ valid identifiers (mobiles, resident IDs with their check digit, Luhn cards,
 e-mail) written as digits, spaced, in Chinese numerals (幺 and 一) and in
 English digit words, through both HTTP doors (whole and streamed) and the
 socket door; marks feedback and reads traces and the feedback export back
-into RUN_DIR/exports; and checks that the replies have the values restored
+into RUN_DIR/exports; runs conversations (the session store); and checks that the replies have the values restored
 where the model echoed their placeholders (pseudonymize), masked (mask),
 refused with personal_data (reject), and that an answer a tool computed
 from revealed values is never cached. It writes every value and its
@@ -150,6 +150,19 @@ def calls(url, run_dir, values_path, n):
     st, h, b = post(url, "/v1/pipelines/account", {"input": reveal[0]})
     check(st == 200 and h.get("x-cache") == "miss", "a revealed answer repeated is still a miss", h.get("x-cache"))
 
+    # Conversations: the values of a turn kept (sealed) in the session store
+    # and restored in a later turn's reply.
+    for k in range(max(2, n // 10)):
+        vals = make_values(rng, 500 + k)
+        allvals.append(vals)
+        st, h, b = post(url, "/v1/pipelines/conv", {"input": "我的手机号是%s" % spoken(vals["PHONE"], HOWS[k % 5])})
+        sid = json.loads(b).get("session") if st == 200 else None
+        check(st == 200 and sid and vals["PHONE"] in json.loads(b)["output"], "conversation %d: turn 1 restored" % k, b[:300])
+        st, h, b = post(url, "/v1/pipelines/conv", {"input": "card %s, same phone %s" % (vals["CARD"], vals["PHONE"]),
+                                                    "session": sid})
+        out = json.loads(b).get("output", "") if st == 200 else ""
+        check(st == 200 and vals["CARD"] in out and vals["PHONE"] in out, "conversation %d: turn 2 restored" % k, b[:300])
+
     # Streamed through the OpenAI door: placeholders split across deltas are restored.
     for k in range(3):
         vals = make_values(rng, 1000 + k)
@@ -184,7 +197,7 @@ def calls(url, run_dir, values_path, n):
     # Traces and feedback: marked, then read back into the run dir's exports (scanned).
     exports = os.path.join(run_dir, "exports")
     os.makedirs(exports, exist_ok=True)
-    for cid in ids[:10]:
+    for cid in ids[-10:]:      # the newest: the ring keeps console.traces of them
         st, h, b = itlib.request(url + "/v1/calls/" + cid, "GET", None, {}, 30)
         check(st == 200, "trace of %s" % cid, b[:200])
         with open(os.path.join(exports, cid + ".json"), "wb") as f:

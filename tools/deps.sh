@@ -8,6 +8,9 @@
 #                          packages and an agent framework (langchain-openai)
 #   tools/deps.sh fleet    what `make fleet-test` needs: PostgreSQL, HAProxy
 #                          and openssl (tests/fleet_test.sh)
+#   tools/deps.sh privacy  what `make privacy-check` needs: PostgreSQL (the
+#                          cloud tier), openssl (the site key) and PyYAML
+#                          (tests/real/privacy_real.py reads configs/demo.yaml)
 #
 # SB_DEBS_ONLY=1 installs the Debian packages and no Python package (.ci/run:
 # python3-venv before its venv exists, which then gets the Python packages).
@@ -69,7 +72,12 @@ case "$mode" in
     # openssl for its certificates) behind HAProxy's round-robin. Only that
     # target runs it, so `make check` and CI do not install haproxy.
     fleet) need+=(postgresql haproxy openssl) ;;
-    *) echo "usage: tools/deps.sh [check|demo|real|fleet]" >&2; exit 2 ;;
+    # make privacy-check: the leak check with its cloud on PostgreSQL, and
+    # the demo's pipeline derived from its YAML.
+    privacy)
+        need+=(postgresql openssl)
+        py_pkgs+=(PyYAML=yaml) ;;
+    *) echo "usage: tools/deps.sh [check|demo|real|fleet|privacy]" >&2; exit 2 ;;
 esac
 [ "${SB_WITH_FUZZ:-0}" = 1 ] && need+=(clang libclang-rt-14-dev)
 [ -n "${SB_EXTRA_DEBS:-}" ] && need+=($SB_EXTRA_DEBS)

@@ -7,6 +7,8 @@
  *
  *   POST   /v1/sync            signed by an edge (X-Edge-Id, X-Timestamp, X-Signature)
  *   DELETE /v1/entries/{key}   Authorization: Bearer ADMIN_TOKEN
+ *   POST   /v1/erase           Authorization: Bearer ADMIN_TOKEN: a caller's
+ *                              data erased, sent on to every edge
  *   GET    /v1/kb/{name}/manifest, /v1/kb/{name}/snapshot
  *                              signed by an edge: a knowledge base published
  *                              into kb_dir (`switchboard kb publish`)
@@ -219,14 +221,20 @@ static void handle_sync(cloud *cl, struct evhttp_request *req) {
     sb_jw_free(&out);
 }
 
-static void handle_delete(cloud *cl, struct evhttp_request *req, const char *key) {
+/* The operator's routes (purges, erasures) take the admin token. */
+static bool admin_ok(cloud *cl, struct evhttp_request *req) {
     const char *auth = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
     const char *tok = cl->cfg.admin_token;
     if (!tok || !auth || strncmp(auth, "Bearer ", 7) || strlen(auth + 7) != strlen(tok) ||
         !sb_ct_equal(auth + 7, tok, strlen(tok))) {
         reply_error(cl, req, 401, "Unauthorized", tok ? "bad admin token" : "no admin_token configured");
-        return;
+        return false;
     }
+    return true;
+}
+
+static void handle_delete(cloud *cl, struct evhttp_request *req, const char *key) {
+    if (!admin_ok(cl, req)) return;
     int64_t version = 0;
     char why[SB_ERR_LEN] = "";
     int rc = sbc_store_delete(cl->store, key, &version, why);
@@ -236,6 +244,60 @@ static void handle_delete(cloud *cl, struct evhttp_request *req, const char *key
     int n = snprintf(body, sizeof body, "{\"deleted\":\"%s\",\"version\":%lld}", key, (long long)version);
     sb_info("purged %s at version %lld", key, (long long)version);
     reply_json(req, 200, "OK", body, (size_t)n);
+}
+
+/* POST /v1/erase: an erase asked at an edge, carried to every edge in the
+ * sync replies (docs/PRIVACY.md, "Erasure"). Logged as its kind and counts:
+ * never the value's hash or the id. */
+static int erasure_of(const sb_json *j, sbc_erasure *e, const char ***keys, char *why) {
+    const sb_json *ks = sb_json_get(j, "cache_keys");
+    memset(e, 0, sizeof *e);
+    if (sbc_json_str(j, "kind", &e->kind) || (strcmp(e->kind, "value") && strcmp(e->kind, "session") &&
+                                              strcmp(e->kind, "call")))
+        return sb_seterr(why, SB_EINVAL, "erase: \"kind\" is value, session or call");
+    if (!strcmp(e->kind, "value")) {
+        if (sbc_json_str(j, "mac", &e->mac) || sbc_json_int(j, "digits", &e->digits) ||
+            (e->digits && e->digits < SB_ERASE_VALUE_MIN))
+            return sb_seterr(why, SB_EINVAL, "erase: a value needs \"mac\" (its keyed hash) and \"digits\" "
+                             "(0, or its length >= %d when it is a number)", SB_ERASE_VALUE_MIN);
+    } else if (sbc_json_str(j, "id", &e->id) || !e->id[0] || strlen(e->id) > 128) {
+        return sb_seterr(why, SB_EINVAL, "erase: a %s needs \"id\" (1-128 characters)", e->kind);
+    }
+    if (ks && sb_json_type_of(ks) != SB_JSON_ARRAY) return sb_seterr(why, SB_EINVAL, "erase: cache_keys is an array");
+    if (!(*keys = sb_calloc(sb_json_len(ks) + 1, sizeof **keys))) return sb_seterr(why, SB_ENOMEM, "out of memory");
+    for (size_t i = 0; i < sb_json_len(ks); i++)
+        if (!((*keys)[e->n_keys++] = sb_json_str(sb_json_at(ks, i))))
+            return sb_seterr(why, SB_EINVAL, "erase: cache_keys[%zu] is not a string", i);
+    e->keys = *keys;
+    return SB_OK;
+}
+
+static void handle_erase(cloud *cl, struct evhttp_request *req) {
+    if (!admin_ok(cl, req)) return;
+    struct evbuffer *in = evhttp_request_get_input_buffer(req);
+    size_t len = evbuffer_get_length(in);
+    const char *body = len ? (const char *)evbuffer_pullup(in, -1) : "";
+    char why[SB_ERR_LEN] = "";
+    sb_json_doc *j = NULL;
+    const char **keys = NULL;
+    sbc_erasure e;
+    int64_t version = 0, n = 0;
+    int rc = sb_json_parse(body, len, &j, why);
+    if (!rc) rc = erasure_of(sb_json_root(j), &e, &keys, why);
+    if (!rc) rc = sbc_store_erase(cl->store, &e, &version, &n, why);
+    if (rc == SB_EINVAL || rc == SB_EFORMAT) {
+        reply_error(cl, req, 400, "Bad Request", why);
+    } else if (rc) {
+        reply_error(cl, req, 503, "Service Unavailable", why);
+    } else {
+        char out[160];
+        int w = snprintf(out, sizeof out, "{\"erasure\":%lld,\"cache_entries\":%lld}", (long long)version, (long long)n);
+        sb_info("erase (%s) at version %lld: %lld cache entr(y/ies) purged; the edges take it at their next sync",
+                e.kind, (long long)version, (long long)n);
+        reply_json(req, 200, "OK", out, (size_t)w);
+    }
+    sb_free(keys);
+    sb_json_doc_free(j);
 }
 
 /* ------------------------------------------------ published knowledge bases */
@@ -349,6 +411,9 @@ static void on_request(struct evhttp_request *req, void *arg) {
     } else if (!strncmp(uri, "/v1/entries/", 12)) {
         if (m == EVHTTP_REQ_DELETE) handle_delete(cl, req, uri + 12);
         else reply_error(cl, req, 405, "Method Not Allowed", "DELETE /v1/entries/{key}");
+    } else if (!strcmp(uri, "/v1/erase")) {
+        if (m == EVHTTP_REQ_POST) handle_erase(cl, req);
+        else reply_error(cl, req, 405, "Method Not Allowed", "POST /v1/erase");
     } else if (!strncmp(uri, "/v1/kb/", 7)) {
         handle_kb(cl, req, uri);
     } else if (!strcmp(uri, "/v1/health")) {
@@ -374,7 +439,8 @@ static void usage(FILE *f) {
         "usage: switchboard cloud -c FILE [--listen HOST:PORT] [--database DSN] [--port-file F]\n\n"
         "The cloud tier of the response cache: edges sync hit counts and entries\n"
         "with it (POST /v1/sync), operators purge keys fleet-wide\n"
-        "(DELETE /v1/entries/KEY), and it serves the knowledge bases published into\n"
+        "(DELETE /v1/entries/KEY) and carry erasures of callers' data to every\n"
+        "edge (POST /v1/erase), and it serves the knowledge bases published into\n"
         "kb_dir (`switchboard kb publish`) to the same edges (GET /v1/kb/NAME/...).\n"
         "State lives in PostgreSQL. See docs/cache-sync.md and docs/KNOWLEDGE.md.\n\n"
         "  -c FILE         config: listen, database, admin_token, push_threshold,\n"
@@ -467,7 +533,12 @@ int sb_cmd_cloud(int argc, char **argv) {
         free_config(&cl.cfg);
         return SB_EXIT_FAIL;
     }
-    int rc = serve(&cl, port_file);
+    const char **ids = sb_calloc(cl.cfg.n_edges, sizeof *ids);
+    for (size_t i = 0; ids && i < cl.cfg.n_edges; i++) ids[i] = cl.cfg.edges[i].id;
+    int rc = !ids || sbc_store_set_erasure(cl.store, cl.cfg.admin_token, ids, cl.cfg.n_edges) ? SB_EXIT_FAIL : SB_EXIT_OK;
+    sb_free(ids);
+    if (rc) fprintf(stderr, "cloud: out of memory\n");
+    else rc = serve(&cl, port_file);
     sbc_store_close(cl.store);
     free_config(&cl.cfg);
     return rc;

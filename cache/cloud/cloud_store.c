@@ -22,6 +22,10 @@
 struct sbc_store {
     PGconn *pg;
     int64_t last_purge_s;
+    char erase_key[SB_CACHE_KEY_HEX];   /* "" without an admin token: no erasure can be made */
+    sb_privacy *det;                    /* finds erased values in entries */
+    int64_t n_edges;                    /* configured: erasures wait for all of them */
+    sb_jw edge_ids;                     /* their ids as a PostgreSQL array literal */
 };
 
 static const char schema_sql[] =
@@ -37,7 +41,12 @@ static const char schema_sql[] =
     "CREATE TABLE IF NOT EXISTS sb_syncs(edge_id text NOT NULL, sync_id text NOT NULL,"
     "  applied_ms bigint NOT NULL, PRIMARY KEY (edge_id, sync_id));"
     "CREATE TABLE IF NOT EXISTS sb_seen(sig text PRIMARY KEY, ts bigint NOT NULL);"
-    "CREATE INDEX IF NOT EXISTS sb_seen_ts ON sb_seen(ts);";
+    "CREATE INDEX IF NOT EXISTS sb_seen_ts ON sb_seen(ts);"
+    /* Erasures on their way to the edges (docs/PRIVACY.md, "Erasure"): a
+     * value only as its keyed hash; kept until every edge's cursor passed. */
+    "CREATE TABLE IF NOT EXISTS sb_erasures(version bigint PRIMARY KEY, kind text NOT NULL,"
+    "  id text, mac text, digits int NOT NULL DEFAULT 0, at_ms bigint NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS sb_edges(edge_id text PRIMARY KEY, cursor bigint NOT NULL);";
 
 static PGresult *run(sbc_store *s, const char *sql, int n, const char *const *params, char *err,
                      const char *what) {
@@ -50,7 +59,8 @@ int sbc_store_open(const char *dsn, sbc_store **out, char *err) {
     *out = NULL;
     sbc_store *s = sb_calloc(1, sizeof *s);
     if (!s) return sb_seterr(err, SB_ENOMEM, "cloud: out of memory");
-    int rc = sb_pg_connect(dsn, &s->pg, err);
+    int rc = sb_privacy_new(SB_PII_ALL, &s->det, err);
+    if (!rc) rc = sb_pg_connect(dsn, &s->pg, err);
     if (!rc) rc = exec_ok(s, "BEGIN", err);
     if (!rc) rc = exec_ok(s, schema_sql, err);
     if (!rc) rc = exec_ok(s, "COMMIT", err);
@@ -62,7 +72,27 @@ int sbc_store_open(const char *dsn, sbc_store **out, char *err) {
 void sbc_store_close(sbc_store *s) {
     if (!s) return;
     if (s->pg) PQfinish(s->pg);
+    sb_privacy_free(s->det);
+    sb_jw_free(&s->edge_ids);
     sb_free(s);
+}
+
+int sbc_store_set_erasure(sbc_store *s, const char *admin_token, const char *const *edge_ids, size_t n_edges) {
+    s->n_edges = (int64_t)n_edges;
+    sb_jw_free(&s->edge_ids);
+    sb_jw_raw(&s->edge_ids, "{", 1);
+    for (size_t i = 0; i < n_edges; i++) {
+        sb_jw_raw(&s->edge_ids, i ? ",\"" : "\"", i ? 2 : 1);
+        for (const char *c = edge_ids[i]; *c; c++) {
+            if (*c == '"' || *c == '\\') sb_jw_raw(&s->edge_ids, "\\", 1);
+            sb_jw_raw(&s->edge_ids, c, 1);
+        }
+        sb_jw_raw(&s->edge_ids, "\"", 1);
+    }
+    sb_jw_raw(&s->edge_ids, "}", 1);
+    if (admin_token) sb_erase_key(admin_token, s->erase_key);
+    else s->erase_key[0] = '\0';
+    return s->edge_ids.oom ? SB_ENOMEM : SB_OK;
 }
 
 int sbc_store_remember_signature(sbc_store *s, const char *sig, int64_t ts, int *fresh, char *err) {
@@ -98,10 +128,52 @@ static int valid_key(const char *k) {
     return 1;
 }
 
+/* The values erased so far, each with when: an entry uploaded after an
+ * erase but made before it (an edge that had not heard of it yet) holds
+ * what was erased, and is not stored. */
+typedef struct {
+    sb_erase_matcher *m;
+    int64_t *at_ms;
+    size_t n;
+} erased_values;
+
+static void erased_free(erased_values *ev) {
+    for (size_t i = 0; i < ev->n; i++) sb_erase_matcher_free(&ev->m[i]);
+    sb_free(ev->m);
+    sb_free(ev->at_ms);
+    memset(ev, 0, sizeof *ev);
+}
+
+static int erased_load(sbc_store *s, erased_values *ev, char *err) {
+    memset(ev, 0, sizeof *ev);
+    if (!s->erase_key[0]) return SB_OK;
+    PGresult *r = run(s, "SELECT mac, digits, at_ms FROM sb_erasures WHERE kind = 'value'", 0, NULL, err,
+                      "reading erasures");
+    if (!r) return SB_EIO;
+    int rows = PQntuples(r);
+    ev->m = sb_calloc((size_t)rows + 1, sizeof *ev->m);
+    ev->at_ms = sb_calloc((size_t)rows + 1, sizeof *ev->at_ms);
+    for (int i = 0; ev->m && ev->at_ms && i < rows; i++)
+        if (!sb_erase_matcher_init(&ev->m[ev->n], s->det, s->erase_key, PQgetvalue(r, i, 0),
+                                   atoll(PQgetvalue(r, i, 1)), err))
+            ev->at_ms[ev->n++] = atoll(PQgetvalue(r, i, 2));
+    PQclear(r);
+    if (!ev->m || !ev->at_ms) { erased_free(ev); return sb_seterr(err, SB_ENOMEM, "cloud: out of memory"); }
+    return SB_OK;
+}
+
+static bool erased(erased_values *ev, int64_t created, const char *input, const uint8_t *resp, size_t n) {
+    for (size_t i = 0; i < ev->n; i++)
+        if (created < ev->at_ms[i] &&
+            (sb_erase_matches(&ev->m[i], input, strlen(input)) || sb_erase_matches(&ev->m[i], (const char *)resp, n)))
+            return true;
+    return false;
+}
+
 /* An uploaded entry: fills a stub (deltas came first), or revives a purged
  * key only with an answer made after the purge - an edge that had not yet
  * heard of the purge must not bring the old answer back. */
-static int apply_entry(sbc_store *s, const sb_json *e, int64_t *version, char *err) {
+static int apply_entry(sbc_store *s, const sb_json *e, erased_values *ev, int64_t *version, char *err) {
     const char *key, *ns, *fp, *input, *params, *b64;
     int64_t created = 0, ttl = 0;
     /* A bad entry is skipped, not fatal: failing the request would leave the
@@ -123,9 +195,14 @@ static int apply_entry(sbc_store *s, const sb_json *e, int64_t *version, char *e
                 "is not base64", key);
         return SB_OK;
     }
-    sb_free(bytes);
     sbc_json_int(e, "created_ms", &created);
     sbc_json_int(e, "ttl_s", &ttl);
+    bool gone = erased(ev, created, input, bytes, n);
+    sb_free(bytes);
+    if (gone) {
+        sb_info("sync: an uploaded entry made before an erase holds the erased value: not stored");
+        return SB_OK;
+    }
     num v = n2s(++*version), c = n2s(created), t = n2s(ttl);
     const char *p[9] = { key, ns, fp, input, params, b64, c.v, t.v, v.v };
     PGresult *r = run(s,
@@ -187,8 +264,9 @@ static int edge_can_use(PGresult *r, int i, unsigned versions) {
     return v && ((versions >> v) & 1u);
 }
 
-static void reply_changes(PGresult *r, int limit, int64_t version, int applied, unsigned versions,
-                          sb_jw *out) {
+/* The entries and deletions part of a reply; returns the cursor it brings
+ * the edge to. */
+static int64_t reply_changes(PGresult *r, int limit, int64_t version, unsigned versions, sb_jw *out) {
     int rows = PQntuples(r), more = rows > limit;
     int64_t cursor = version;
     if (more) cursor = atoll(PQgetvalue(r, limit - 1, 9));
@@ -216,8 +294,31 @@ static void reply_changes(PGresult *r, int limit, int64_t version, int applied, 
         sb_jw_rawf(out, "%s\"%s\"", first ? "" : ",", PQgetvalue(r, i, 0));
         first = 0;
     }
-    sb_jw_rawf(out, "],\"cursor\":%lld,\"more\":%s,\"applied\":%s}", (long long)cursor,
-                   more ? "true" : "false", applied ? "true" : "false");
+    sb_jw_rawf(out, "]");
+    return cursor;
+}
+
+/* The erasures the edge has not had, up to the cursor the reply brings it
+ * to, with the key that finds an erased value (only when there is one). */
+static int reply_erasures(sbc_store *s, int64_t from, int64_t to, sb_jw *out, char *err) {
+    num f = n2s(from), t = n2s(to);
+    const char *p[2] = { f.v, t.v };
+    PGresult *r = run(s, "SELECT kind, coalesce(id, ''), coalesce(mac, ''), digits FROM sb_erasures"
+                         " WHERE version > $1::bigint AND version <= $2::bigint ORDER BY version",
+                      2, p, err, "reading erasures");
+    if (!r) return SB_EIO;
+    sb_jw_rawf(out, ",\"erasures\":[");
+    for (int i = 0; i < PQntuples(r); i++) {
+        sb_jw_rawf(out, "%s{\"kind\":", i ? "," : "");
+        sb_jw_str(out, PQgetvalue(r, i, 0));
+        if (PQgetvalue(r, i, 1)[0]) { sb_jw_rawf(out, ",\"id\":"); sb_jw_str(out, PQgetvalue(r, i, 1)); }
+        if (PQgetvalue(r, i, 2)[0]) sb_jw_rawf(out, ",\"mac\":\"%s\",\"digits\":%s", PQgetvalue(r, i, 2), PQgetvalue(r, i, 3));
+        sb_jw_rawf(out, "}");
+    }
+    sb_jw_rawf(out, "]");
+    if (PQntuples(r) && s->erase_key[0]) sb_jw_rawf(out, ",\"erase_key\":\"%s\"", s->erase_key);
+    PQclear(r);
+    return SB_OK;
 }
 
 int sbc_store_sync(sbc_store *s, const char *edge_id, const sb_json *req, int64_t threshold,
@@ -248,8 +349,12 @@ int sbc_store_sync(sbc_store *s, const char *edge_id, const sb_json *req, int64_
     applied = atoi(PQcmdTuples(r)) == 1;
     PQclear(r);
     if (applied) {
-        for (size_t i = 0; i < sb_json_len(entries); i++)
-            if ((rc = apply_entry(s, sb_json_at(entries, i), &version, err))) goto fail;
+        erased_values ev = { 0 };
+        if ((rc = sb_json_len(entries) ? erased_load(s, &ev, err) : SB_OK)) goto fail;
+        for (size_t i = 0; !rc && i < sb_json_len(entries); i++)
+            rc = apply_entry(s, sb_json_at(entries, i), &ev, &version, err);
+        erased_free(&ev);
+        if (rc) goto fail;
         for (size_t i = 0; i < sb_json_len(deltas); i++)
             if ((rc = apply_delta(s, sb_json_at(deltas, i), &version, err))) goto fail;
         num v = n2s(version);
@@ -269,7 +374,24 @@ int sbc_store_sync(sbc_store *s, const char *edge_id, const sb_json *req, int64_
         " WHERE version > $1::bigint AND (deleted OR (response IS NOT NULL AND"
         " global_hits >= $2::bigint)) ORDER BY version LIMIT $3::bigint",
         3, pq, err, "reading changes"))) goto fail;
-    reply_changes(r, (int)limit, version, applied, edge_key_versions(req), reply);
+    int64_t to = reply_changes(r, (int)limit, version, edge_key_versions(req), reply);
+    PQclear(r);
+    if (reply_erasures(s, cursor, to, reply, err)) goto fail;
+    sb_jw_rawf(reply, ",\"cursor\":%lld,\"more\":%s,\"applied\":%s}", (long long)to, to < version ? "true" : "false",
+               applied ? "true" : "false");
+    /* The edge applied everything up to its cursor: erasures every edge has
+     * are forgotten (they hold hashes of what was erased). */
+    const char *pe[2] = { edge_id, c.v };
+    if (!(r = run(s, "INSERT INTO sb_edges VALUES ($1, $2::bigint) ON CONFLICT (edge_id) DO UPDATE"
+                     " SET cursor = greatest(sb_edges.cursor, EXCLUDED.cursor)", 2, pe, err, "recording the cursor")))
+        goto fail;
+    PQclear(r);
+    num ne = n2s(s->n_edges);
+    const char *pn[2] = { ne.v, s->edge_ids.p ? s->edge_ids.p : "{}" };
+    if (!(r = run(s, "DELETE FROM sb_erasures WHERE version <= (SELECT CASE WHEN count(*) >= $1::bigint"
+                     " THEN min(cursor) ELSE 0 END FROM sb_edges WHERE edge_id = ANY($2::text[]))",
+                  2, pn, err, "forgetting erasures")))
+        goto fail;
     PQclear(r);
     if (exec_ok(s, "COMMIT", err)) { rc = SB_EIO; goto fail; }
     return reply->oom ? sb_seterr(err, SB_ENOMEM, "sync: out of memory") : SB_OK;
@@ -278,28 +400,87 @@ fail:
     return rc;
 }
 
-int sbc_store_delete(sbc_store *s, const char *key, int64_t *version, char *err) {
-    if (!valid_key(key)) return sb_seterr(err, SB_EINVAL, "purge: a key is 64 hex digits");
-    if (exec_ok(s, "BEGIN", err)) return SB_EIO;
-    PGresult *r = run(s, "SELECT version FROM sb_meta WHERE id = 1 FOR UPDATE", 0, NULL, err, "locking");
-    if (!r) goto fail;
-    *version = atoll(PQgetvalue(r, 0, 0)) + 1;
-    PQclear(r);
-    num v = n2s(*version), now = n2s(sbc_now_ms());
+/* A key made a tombstone at the next version, in the caller's transaction.
+ * The input goes with the answer: it is the caller's words. */
+static int tombstone(sbc_store *s, const char *key, int64_t *version, char *err) {
+    num v = n2s(++*version), now = n2s(sbc_now_ms());
     const char *p[3] = { key, v.v, now.v };
-    if (!(r = run(s,
+    PGresult *r = run(s,
         "INSERT INTO sb_entries(key, deleted, deleted_ms, version) VALUES ($1, true, $3::bigint,"
         " $2::bigint) ON CONFLICT (key) DO UPDATE SET deleted = true, deleted_ms = EXCLUDED.deleted_ms,"
-        " response = NULL, global_hits = 0, version = EXCLUDED.version", 3, p, err, "purging")))
-        goto fail;
+        " response = NULL, input = NULL, params = NULL, global_hits = 0, version = EXCLUDED.version",
+        3, p, err, "purging");
+    if (!r) return SB_EIO;
     PQclear(r);
-    const char *pv[1] = { v.v };
-    if (!(r = run(s, "UPDATE sb_meta SET version = $1::bigint WHERE id = 1", 1, pv, err,
-                  "advancing the version"))) goto fail;
-    PQclear(r);
-    if (exec_ok(s, "COMMIT", err)) goto fail;
     return SB_OK;
-fail:
-    sb_pg_rollback(s->pg);
-    return SB_EIO;
+}
+
+static int lock_version(sbc_store *s, int64_t *version, char *err) {
+    if (exec_ok(s, "BEGIN", err)) return SB_EIO;
+    PGresult *r = run(s, "SELECT version FROM sb_meta WHERE id = 1 FOR UPDATE", 0, NULL, err, "locking");
+    if (!r) { sb_pg_rollback(s->pg); return SB_EIO; }
+    *version = atoll(PQgetvalue(r, 0, 0));
+    PQclear(r);
+    return SB_OK;
+}
+
+/* The version moved to where the transaction's changes reached, committed. */
+static int commit_version(sbc_store *s, int64_t version, char *err) {
+    num v = n2s(version);
+    const char *pv[1] = { v.v };
+    PGresult *r = run(s, "UPDATE sb_meta SET version = $1::bigint WHERE id = 1", 1, pv, err, "advancing the version");
+    if (!r) return SB_EIO;
+    PQclear(r);
+    return exec_ok(s, "COMMIT", err) ? SB_EIO : SB_OK;
+}
+
+/* The stored entries holding the erased value, made tombstones. */
+static int tombstone_value(sbc_store *s, const char *mac, int64_t digits, int64_t *version, int64_t *n, char *err) {
+    sb_erase_matcher m;
+    if (sb_erase_matcher_init(&m, s->det, s->erase_key, mac, digits, err)) return SB_EINVAL;
+    PGresult *r = run(s, "SELECT key, input, translate(encode(response, 'base64'), E'\\n', '') FROM sb_entries"
+                         " WHERE NOT deleted AND response IS NOT NULL", 0, NULL, err, "reading entries");
+    int rc = r ? SB_OK : SB_EIO;
+    for (int i = 0; !rc && r && i < PQntuples(r); i++) {
+        uint8_t *bytes = NULL;
+        size_t len = 0;
+        const char *b64 = PQgetvalue(r, i, 2), *input = PQgetvalue(r, i, 1);
+        if (sbc_base64_decode(b64, strlen(b64), &bytes, &len)) continue;
+        bool hit = sb_erase_matches(&m, input, strlen(input)) || sb_erase_matches(&m, (const char *)bytes, len);
+        sb_free(bytes);
+        if (hit && !(rc = tombstone(s, PQgetvalue(r, i, 0), version, err))) ++*n;
+    }
+    if (r) PQclear(r);
+    sb_erase_matcher_free(&m);
+    return rc;
+}
+
+int sbc_store_erase(sbc_store *s, const sbc_erasure *e, int64_t *version, int64_t *n_entries, char *err) {
+    *n_entries = 0;
+    if (!s->erase_key[0]) return sb_seterr(err, SB_EINVAL, "erase: no admin_token configured");
+    for (size_t i = 0; i < e->n_keys; i++)
+        if (!valid_key(e->keys[i])) return sb_seterr(err, SB_EINVAL, "erase: cache_keys[%zu] is not 64 hex digits", i);
+    int rc = lock_version(s, version, err);
+    for (size_t i = 0; !rc && i < e->n_keys; i++)
+        if (!(rc = tombstone(s, e->keys[i], version, err))) ++*n_entries;
+    if (!rc && e->mac) rc = tombstone_value(s, e->mac, e->digits, version, n_entries, err);
+    num v = n2s(++*version), now = n2s(sbc_now_ms()), d = n2s(e->digits);
+    const char *p[6] = { v.v, e->kind, e->id, e->mac, d.v, now.v };
+    PGresult *r = rc ? NULL : run(s, "INSERT INTO sb_erasures VALUES ($1::bigint, $2, $3, $4, $5::int, $6::bigint)",
+                                  6, p, err, "recording the erasure");
+    if (!r && !rc) rc = SB_EIO;
+    if (r) PQclear(r);
+    if (!rc) rc = commit_version(s, *version, err);
+    if (rc) sb_pg_rollback(s->pg);
+    return rc;
+}
+
+int sbc_store_delete(sbc_store *s, const char *key, int64_t *version, char *err) {
+    if (!valid_key(key)) return sb_seterr(err, SB_EINVAL, "purge: a key is 64 hex digits");
+    if (lock_version(s, version, err)) return SB_EIO;
+    if (tombstone(s, key, version, err) || commit_version(s, *version, err)) {
+        sb_pg_rollback(s->pg);
+        return SB_EIO;
+    }
+    return SB_OK;
 }

@@ -6,7 +6,8 @@
  *   2. POST it, signed. A failure leaves the outbox as it is: the next call
  *      sends the same bytes with the same sync_id, and the cloud applies a
  *      sync_id at most once.
- *   3. The local cache applies the reply and ends the batch in one
+ *   3. The reply's erasures go to the caller's stores (on_erasures), then
+ *      the local cache applies the reply and ends the batch in one
  *      transaction (sb_cache_outbox_apply).
  * Rounds repeat while the cloud says there is more or deltas remain. No
  * lock is held across the network: requests keep flowing.
@@ -82,9 +83,10 @@ int sb_cache_sync(sb_cache *c, const sb_cache_sync_opts *o, sb_cache_sync_result
             sb_json_type_of(sb_json_root(j)) != SB_JSON_OBJECT)
             rc = sb_seterr(err, SB_EFORMAT, "sync: reply is not a JSON object");
         int more = 0;
-        if (!rc) {
-            rc = sb_cache_outbox_apply(c, &b, sb_json_root(j), res, &more, err);
-        }
+        const sb_json *erasures = rc ? NULL : sb_json_get(sb_json_root(j), "erasures");
+        if (!rc && o->on_erasures && sb_json_type_of(erasures) == SB_JSON_ARRAY && sb_json_len(erasures))
+            rc = o->on_erasures(o->erasures_arg, erasures, sb_json_str(sb_json_get(sb_json_root(j), "erase_key")), err);
+        if (!rc) rc = sb_cache_outbox_apply(c, &b, sb_json_root(j), res, &more, err);
         if (!rc) { res->deltas_sent += b.n_deltas; res->entries_sent += b.n_entries; }
         sb_json_doc_free(j);
         sb_jw_free(&reply.body);
