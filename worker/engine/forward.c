@@ -80,6 +80,7 @@ void sb_ctx_truncate(sb_ctx *c, int n) { sb_kv_truncate(&c->kv, 0, n); }
 
 int  sb_ctx_seq_new(sb_ctx *c, int *seq, char *err) { return sb_kv_seq_new(&c->kv, seq, err); }
 void sb_ctx_seq_free(sb_ctx *c, int seq) { sb_kv_seq_free(&c->kv, seq); }
+void sb_ctx_seq_expect(sb_ctx *c, int seq, int positions) { sb_kv_seq_expect(&c->kv, seq, positions); }
 int  sb_ctx_seq_n_past(const sb_ctx *c, int seq) { return sb_kv_in_use(&c->kv, seq) ? c->kv.n_past[seq] : -1; }
 void sb_ctx_seq_truncate(sb_ctx *c, int seq, int n) { sb_kv_truncate(&c->kv, seq, n); }
 int  sb_ctx_seq_fork(sb_ctx *c, int dst, int src, int n, char *err) { return sb_kv_fork(&c->kv, dst, src, n, err); }
