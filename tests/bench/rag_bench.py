@@ -134,7 +134,9 @@ def mappings(pid, top=12):
                     maps.append(cur)
                 elif head and head[0] == "Anonymous:" and cur is not None:
                     cur["rss_kb"] = int(head[1])
-                elif head and head[0] == "Pss_File:" and cur is not None and cur["name"].startswith("/"):
+                    if cur["name"].startswith("/"):     # a file's private copies (relocations): not file pages
+                        files[cur["name"]] = files.get(cur["name"], 0) - int(head[1])
+                elif head and head[0] == "Pss:" and cur is not None and cur["name"].startswith("/"):
                     files[cur["name"]] = files.get(cur["name"], 0) + int(head[1])
     except OSError:
         return [], []
