@@ -122,7 +122,7 @@ def mappings(pid, top=12):
     - the KV pool, scratch buffers, the heap -; the file PSS per mapped
     file, [{"pss_kb", "name"}] - the models' pages, code). Read only when
     the stack reaches a new peak, not every sample."""
-    maps, files, cur = [], {}, None
+    maps, files, rss, cur = [], {}, {}, None
     try:
         with open("/proc/%d/smaps" % pid) as f:
             for line in f:
@@ -138,13 +138,18 @@ def mappings(pid, top=12):
                         files[cur["name"]] = files.get(cur["name"], 0) - int(head[1])
                 elif head and head[0] == "Pss:" and cur is not None and cur["name"].startswith("/"):
                     files[cur["name"]] = files.get(cur["name"], 0) + int(head[1])
+                elif head and head[0] == "Rss:" and cur is not None and cur["name"].startswith("/"):
+                    rss[cur["name"]] = rss.get(cur["name"], 0) + int(head[1])
     except OSError:
         return [], []
     maps = [m for m in maps if m["rss_kb"]]
     maps.sort(key=lambda m: -m["rss_kb"])
     rest = sum(m["rss_kb"] for m in maps[top:])
     anon = maps[:top] + ([{"kb": 0, "rss_kb": rest, "name": "(%d smaller)" % (len(maps) - top)}] if rest else [])
-    by_file = sorted(({"pss_kb": v, "name": k} for k, v in files.items() if v), key=lambda m: -m["pss_kb"])
+    # rss_kb above pss_kb: another process maps the same pages (someone's
+    # worker on the same model) and PSS gives it its share.
+    by_file = sorted(({"pss_kb": v, "rss_kb": rss.get(k, 0), "name": k} for k, v in files.items() if v),
+                     key=lambda m: -m["pss_kb"])
     rest = sum(m["pss_kb"] for m in by_file[4:])
     return anon, by_file[:4] + ([{"pss_kb": rest, "name": "(%d more files)" % (len(by_file) - 4)}] if rest else [])
 
@@ -643,8 +648,10 @@ def report(a, recs, diag, equality, meta):
                         q["name"], ", ".join("%s %.1f/%.1f" % (m["name"], m["rss_kb"] / 1024, m["kb"] / 1024)
                                              for m in q["anon_maps"])))
                 if q.get("file_maps"):
-                    split_lines.append("  - %s, file PSS (MB): %s" % (
-                        q["name"], ", ".join("%s %.1f" % (os.path.basename(m["name"]), m["pss_kb"] / 1024)
+                    split_lines.append("  - %s, file PSS (MB; RSS when pages are shared with other processes): %s" % (
+                        q["name"], ", ".join("%s %.1f%s" % (os.path.basename(m["name"]), m["pss_kb"] / 1024,
+                                                           " (RSS %.1f)" % (m["rss_kb"] / 1024)
+                                                           if m.get("rss_kb", 0) > m["pss_kb"] * 1.02 + 256 else "")
                                              for m in q["file_maps"])))
     lines += ["", "Stream: the OpenAI door (`model: pipeline:%s`, `stream: true`) on both; ours' pipeline door "
               "does not stream. Peak PSS: summed over the stack's processes, every 200 ms, highest of all passes." % PIPELINE,
