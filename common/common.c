@@ -87,15 +87,42 @@ char *sb_strdup(const char *s) {
     return d;
 }
 
+/* A big aligned buffer is most often sized for the most its user may need
+ * and written only as far as a call goes (a batch's scratch rows, a logits
+ * row per sequence that may run): its own fresh zero pages, resident where
+ * written, where a memset would make every page resident at once. Each
+ * buffer carries a 64-byte header, before the pointer handed out, saying
+ * how it was made: the mapping's length, or 0 for the heap. */
+#define ALIGNED_HDR 64
+#define ALIGNED_LAZY_MIN ((size_t)256 * 1024)
+
 void *sb_aligned_alloc(size_t n) {
     if (malloc_should_fail()) return NULL;
-    void *p = NULL;
-    size_t sz = (n + 63) & ~(size_t)63;
-    if (posix_memalign(&p, 64, sz ? sz : 64) != 0) return NULL;
-    memset(p, 0, sz ? sz : 64);
-    return p;
+    if (n > SIZE_MAX - 2 * ALIGNED_HDR - 4096) return NULL;
+    size_t total = ALIGNED_HDR + (n ? (n + 63) & ~(size_t)63 : 64);
+    uint8_t *p;
+    if (total >= ALIGNED_LAZY_MIN) {
+        if ((p = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)) == MAP_FAILED)
+            return NULL;
+    } else {
+        void *q = NULL;
+        if (posix_memalign(&q, 64, total) != 0) return NULL;
+        p = q;
+        memset(p, 0, total);
+        total = 0;
+    }
+    memcpy(p, &total, sizeof total);
+    return p + ALIGNED_HDR;
 }
-void sb_aligned_free(void *p) { free(p); }
+
+void sb_aligned_free(void *p) {
+    if (!p) return;
+    uint8_t *h = (uint8_t *)p - ALIGNED_HDR;
+    size_t total;
+    memcpy(&total, h, sizeof total);
+    if (total) munmap(h, total);
+    else free(h);
+}
 
 void *sb_pages_alloc(size_t n) {
     if (malloc_should_fail()) return NULL;

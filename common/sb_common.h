@@ -62,7 +62,10 @@ void *sb_calloc(size_t n, size_t size);
 void *sb_realloc(void *p, size_t n);
 char *sb_strdup(const char *s);
 void  sb_free(void *p);
-/* Aligned (64 B: one cache line, one AVX-512 register) zeroed allocation. */
+/* Aligned (64 B: one cache line, one AVX-512 register) zeroed allocation,
+ * freed with sb_aligned_free only. From 256 KiB on it is fresh pages of
+ * its own, resident only where written (a buffer sized for the biggest
+ * batch costs what the batches at hand write). */
 void *sb_aligned_alloc(size_t n);
 void  sb_aligned_free(void *p);
 /* n bytes of fresh zero pages, page-aligned, that take memory only where

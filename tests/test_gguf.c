@@ -353,6 +353,70 @@ static void test_huge_bytes(void **state) {
     assert_int_equal(sb_gguf_open_mem(chunk, sizeof chunk, "zeros", &m, err) == 0 ? 0 : 1, 1);   /* not a GGUF */
 }
 
+/* Whether the page holding p is mapped in this process (/proc/self/pagemap
+ * bit 63); -1 when pagemap cannot be read. */
+static int page_mapped(const void *p) {
+    const long page = sysconf(_SC_PAGESIZE);
+    int fd = open("/proc/self/pagemap", O_RDONLY);
+    if (fd < 0) return -1;
+    uint64_t e = 0;
+    const ssize_t r = pread(fd, &e, sizeof e, (off_t)((uintptr_t)p / (uintptr_t)page * sizeof e));
+    close(fd);
+    return r == (ssize_t)sizeof e ? (int)(e >> 63) : -1;
+}
+
+/* sb_gguf_read_at gives a row's bytes without mapping them; a buffer GGUF
+ * and an address outside the file get the address back. After
+ * sb_gguf_release_header the header's pages are no longer mapped, and a
+ * metadata value read afterwards is still the same. */
+static void test_read_at_and_release(void **state) {
+    (void)state;
+    const char *path = "tests/data/tiny-llama-spm-Q4_K_M.gguf";
+    char err[SB_ERR_LEN];
+    sb_gguf *g;
+    if (sb_gguf_open(path, &g, err)) fail_msg("%s", err);
+    const sb_gguf_tensor *t = sb_gguf_find_tensor(g, "token_embd.weight");
+    assert_non_null(t);
+    const size_t row = t->nbytes / (size_t)t->ne[1];
+    const uint8_t *at = (const uint8_t *)t->data + 7 * row;
+    uint8_t *dst = malloc(row);
+    assert_true(sb_gguf_read_at(g, at, row, dst) == dst);
+    const int before = page_mapped(at);
+    assert_memory_equal(dst, at, row);
+    if (before >= 0) assert_int_equal(before, 0);      /* nothing had touched that row's page */
+    const uint8_t *end = (const uint8_t *)sb_gguf_base(g) + sb_gguf_file_size(g);
+    assert_true(sb_gguf_read_at(g, end - 4, 8, dst) == end - 4);
+
+    sb_str arch, again;
+    assert_int_equal(sb_gguf_get_str(g, "general.architecture", &arch), 0);
+    const long page = sysconf(_SC_PAGESIZE);
+    assert_true(sb_gguf_data_offset(g) >= (size_t)page);
+    const uint8_t *base = sb_gguf_base(g);
+    if (page_mapped(base) == 1) {
+        sb_gguf_release_header(g);
+        assert_int_equal(page_mapped(base), 0);
+    }
+    assert_int_equal(sb_gguf_get_str(g, "general.architecture", &again), 0);
+    assert_int_equal(again.len, arch.len);
+    assert_memory_equal(again.ptr, "llama", 5);
+
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    uint8_t *copy = malloc(sb_gguf_file_size(g));
+    assert_int_equal(fread(copy, 1, sb_gguf_file_size(g), f), sb_gguf_file_size(g));
+    fclose(f);
+    sb_gguf *m;
+    if (sb_gguf_open_mem(copy, sb_gguf_file_size(g), "copy", &m, err)) fail_msg("%s", err);
+    const sb_gguf_tensor *tm = sb_gguf_find_tensor(m, "token_embd.weight");
+    const uint8_t *at_m = (const uint8_t *)tm->data + 7 * row;
+    assert_true(sb_gguf_read_at(m, at_m, row, dst) == at_m);    /* a buffer: its own bytes */
+    sb_gguf_release_header(m);                                  /* nothing to give back */
+    sb_gguf_close(m);
+    free(copy);
+    free(dst);
+    sb_gguf_close(g);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_valid_contents),
@@ -361,6 +425,7 @@ int main(void) {
         cmocka_unit_test(test_truncated_fixtures),
         cmocka_unit_test(test_missing_file),
         cmocka_unit_test(test_huge_bytes),
+        cmocka_unit_test(test_read_at_and_release),
     };
     return cmocka_run_group_tests_name("gguf", tests, NULL, NULL);
 }

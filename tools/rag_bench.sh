@@ -18,7 +18,8 @@
 #      rag p99 ours X s, python Y s, ratio Y/X; rss ours A MB, python B MB
 #
 # --quick: 20 calls at concurrency 4, one round, max_tokens 16 - a check
-# that both stacks work end to end, not a result.
+# that both stacks work end to end, not a result. --only ours needs neither
+# the venv nor llama.cpp: the system's python3 (with PyYAML) runs it.
 # Environment: SB_BIN (default bin/switchboard), LLAMACPP_DIR (default
 # build/llamacpp), RAG_BENCH_VENV (default build/rag_bench/venv).
 # Exit status: 0 every call answered, 1 some failed, 2 usage or set-up error.
@@ -38,6 +39,21 @@ venv="${RAG_BENCH_VENV:-$repo/build/rag_bench/venv}"
 for m in models/qwen2.5-coder-0.5b-instruct.Q4_K_M.gguf models/multilingual-e5-small.Q4_0.gguf; do
     [ -f "$m" ] || die "$m is missing (tools/models.sh qwen; tools/models.sh e5)"
 done
+
+# Ours alone runs nothing of the baseline: the system's python3 drives it
+# (it needs PyYAML only), without the venv or llama.cpp.
+only=""
+prev=""
+for arg in "$@"; do
+    case "$arg" in --only=*) only=${arg#--only=} ;; esac
+    [ "$prev" = "--only" ] && only=$arg
+    prev=$arg
+done
+if [ "$only" = ours ]; then
+    python3 -c 'import yaml' 2> /dev/null \
+        || die "--only ours runs with the system's python3, which lacks PyYAML (Debian: apt-get install python3-yaml)"
+    exec python3 tests/bench/rag_bench.py --sb "$SB" "$@"
+fi
 
 # The venv's python first on PATH: tools/llamacpp.sh installs the bindings
 # into whichever python3 it finds.

@@ -17,6 +17,9 @@
  * cannot be loaded: the supervisor does not restart such a worker.
  */
 #include <event2/event.h>
+#ifdef __linux__
+#include <malloc.h>
+#endif
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -529,6 +532,12 @@ static int load_model(worker *w, sb_ctx_params *cp) {
         w->engine = NULL;
         return SB_EXIT_CONFIG;
     }
+    /* Loading freed its temporaries (the GGUF's string arrays, the
+     * tokenizer's growing buffers) inside the heap, where they stay
+     * resident for the worker's life unless given back. */
+#ifdef __GLIBC__
+    malloc_trim(0);
+#endif
     /* An encoder runs its embed jobs one at a time: say so, so the router
      * sends it no more than that and its queue bound stays max_queue. */
     if (w->encoder) w->parallel = 1;

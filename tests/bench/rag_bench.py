@@ -116,6 +116,44 @@ def pss_kb(pid):
     return got
 
 
+def mappings(pid, top=12):
+    """What pid's PSS is made of, from /proc/PID/smaps: (the largest
+    anonymous mappings by resident kB, [{"kb": size, "rss_kb", "name"}]
+    - the KV pool, scratch buffers, the heap -; the file PSS per mapped
+    file, [{"pss_kb", "name"}] - the models' pages, code). Read only when
+    the stack reaches a new peak, not every sample."""
+    maps, files, rss, cur = [], {}, {}, None
+    try:
+        with open("/proc/%d/smaps" % pid) as f:
+            for line in f:
+                head = line.split()
+                if re.match(r"^[0-9a-f]+-[0-9a-f]+ ", line):
+                    lo, hi = (int(x, 16) for x in head[0].split("-"))
+                    name = head[5] if len(head) > 5 else ""
+                    cur = {"kb": (hi - lo) // 1024, "rss_kb": 0, "name": name or "(anon)"}
+                    maps.append(cur)
+                elif head and head[0] == "Anonymous:" and cur is not None:
+                    cur["rss_kb"] = int(head[1])
+                    if cur["name"].startswith("/"):     # a file's private copies (relocations): not file pages
+                        files[cur["name"]] = files.get(cur["name"], 0) - int(head[1])
+                elif head and head[0] == "Pss:" and cur is not None and cur["name"].startswith("/"):
+                    files[cur["name"]] = files.get(cur["name"], 0) + int(head[1])
+                elif head and head[0] == "Rss:" and cur is not None and cur["name"].startswith("/"):
+                    rss[cur["name"]] = rss.get(cur["name"], 0) + int(head[1])
+    except OSError:
+        return [], []
+    maps = [m for m in maps if m["rss_kb"]]
+    maps.sort(key=lambda m: -m["rss_kb"])
+    rest = sum(m["rss_kb"] for m in maps[top:])
+    anon = maps[:top] + ([{"kb": 0, "rss_kb": rest, "name": "(%d smaller)" % (len(maps) - top)}] if rest else [])
+    # rss_kb above pss_kb: another process maps the same pages (someone's
+    # worker on the same model) and PSS gives it its share.
+    by_file = sorted(({"pss_kb": v, "rss_kb": rss.get(k, 0), "name": k} for k, v in files.items() if v),
+                     key=lambda m: -m["pss_kb"])
+    rest = sum(m["pss_kb"] for m in by_file[4:])
+    return anon, by_file[:4] + ([{"pss_kb": rest, "name": "(%d more files)" % (len(by_file) - 4)}] if rest else [])
+
+
 def proc_name(pid):
     try:
         with open("/proc/%d/cmdline" % pid, "rb") as f:
@@ -169,7 +207,8 @@ class Sampler(threading.Thread):
                                     "file_mb": sum(v["Pss_File"] for v in each.values()) / 1024,
                                     "shmem_mb": sum(v["Pss_Shmem"] for v in each.values()) / 1024,
                                     "processes": [{"name": proc_name(p), "pss_mb": v["Pss"] / 1024,
-                                                   "anon_mb": v["Pss_Anon"] / 1024, "file_mb": v["Pss_File"] / 1024}
+                                                   "anon_mb": v["Pss_Anon"] / 1024, "file_mb": v["Pss_File"] / 1024,
+                                                   **dict(zip(("anon_maps", "file_maps"), mappings(p)))}
                                                   for p, v in each.items() if v["Pss"]]}
             self.n += 1
             self.stop_ev.wait(self.period)
@@ -603,6 +642,17 @@ def report(a, recs, diag, equality, meta):
                                    stack, top["total_mb"], top["file_mb"], top["anon_mb"], top["shmem_mb"],
                                    ", ".join("%s %.0f (anon %.0f)" % (q["name"], q["pss_mb"], q["anon_mb"])
                                              for q in sorted(top["processes"], key=lambda q: -q["pss_mb"]))))
+            for q in sorted(top["processes"], key=lambda q: -q["pss_mb"]):
+                if q.get("anon_maps"):
+                    split_lines.append("  - %s, anonymous mappings (resident / mapped MB): %s" % (
+                        q["name"], ", ".join("%s %.1f/%.1f" % (m["name"], m["rss_kb"] / 1024, m["kb"] / 1024)
+                                             for m in q["anon_maps"])))
+                if q.get("file_maps"):
+                    split_lines.append("  - %s, file PSS (MB; RSS when pages are shared with other processes): %s" % (
+                        q["name"], ", ".join("%s %.1f%s" % (os.path.basename(m["name"]), m["pss_kb"] / 1024,
+                                                           " (RSS %.1f)" % (m["rss_kb"] / 1024)
+                                                           if m.get("rss_kb", 0) > m["pss_kb"] * 1.02 + 256 else "")
+                                             for m in q["file_maps"])))
     lines += ["", "Stream: the OpenAI door (`model: pipeline:%s`, `stream: true`) on both; ours' pipeline door "
               "does not stream. Peak PSS: summed over the stack's processes, every 200 ms, highest of all passes." % PIPELINE,
               ""] + split_lines + [
@@ -708,6 +758,8 @@ def prepare(a, port_ours):
     passages = os.path.join(a.out, "passages.jsonl")
     n = export_passages(kb, passages)
     store = os.path.join(a.out, "pystore")
+    if a.only == "ours":        # nothing of the baseline runs: no venv, no llama.cpp needed
+        return cfg, pipe, store
     log("prepare: %d passages -> the baseline's store (llama.cpp embeddings, chromadb, FTS5)" % n)
     # One thread: ingesting is not measured, and two llama.cpp threads on
     # cores that other processes keep busy wait on each other for seconds

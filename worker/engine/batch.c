@@ -247,6 +247,13 @@ static int reserved(const sb_sched *s) {
     return r;
 }
 
+/* The positions a generation can reach: its prompt and max_tokens, or the
+ * whole context. */
+static int gen_positions(const sb_task *t) {
+    const int n_ctx = sb_ctx_n_ctx(t->core.e->ctx);
+    return t->o->max_tokens > 0 ? SB_MIN(t->n_prompt + t->o->max_tokens, n_ctx) : n_ctx;
+}
+
 /* A sequence for t holding the longest cached prefix of its prompt, with
  * `need(matched)` blocks reserved: cached prefixes are evicted, LRU first,
  * until free blocks cover every reservation. SB_EBUSY (nothing changed)
@@ -289,6 +296,8 @@ static int admit(sb_engine *e, sb_task *t, int (*need)(const sb_task *, int matc
                          sb_ctx_kv_blocks_free(e->ctx), reserved(s), want);
     int rc = sb_ctx_seq_new(e->ctx, &t->seq, err);
     if (rc) return rc;
+    /* Its blocks in one run with room for all it may take, low in the pool. */
+    sb_ctx_seq_expect(e->ctx, t->seq, t->kind == K_GEN ? gen_positions(t) : t->n_prompt);
     /* Sequence 0 is sb_engine_generate's; if the context hands it out, its
      * remembered tokens are gone. */
     if (t->seq == 0) e->n_hist = 0;
@@ -312,9 +321,7 @@ static int admit(sb_engine *e, sb_task *t, int (*need)(const sb_task *, int matc
 }
 
 static int gen_need(const sb_task *t, int matched) {
-    const int n_ctx = sb_ctx_n_ctx(t->core.e->ctx);
-    const int positions = t->o->max_tokens > 0 ? SB_MIN(t->n_prompt + t->o->max_tokens, n_ctx) : n_ctx;
-    return blocks_for(positions) - matched / SB_KV_BLOCK;
+    return blocks_for(gen_positions(t)) - matched / SB_KV_BLOCK;
 }
 
 /* The prompt, then fork_cap forks at once: each a copy of the prompt's

@@ -44,6 +44,7 @@ void sb_encoder_free(sb_encoder *e) {
     for (size_t i = 0; i < SB_ARRAY_LEN(bufs); i++) sb_aligned_free(bufs[i]);
     sb_aligned_free(e->kh);
     sb_aligned_free(e->vh);
+    sb_aligned_free(e->embd_rows);
     sb_mm_free(&e->mm);
     sb_pool_free(e->pool);
     sb_ugm_free(e->tok);
@@ -164,11 +165,12 @@ int sb_encoder_open(const char *path, int n_threads, int kq_level, sb_encoder **
         alloc_rows(&e->v, rows, H) || alloc_rows(&e->ctx, rows, H) || alloc_rows(&e->tmp, rows, H) ||
         alloc_rows(&e->mid, rows, F) || alloc_rows(&e->scores, (size_t)nt, rows) ||
         alloc_rows(&e->qh, (size_t)nt, H / (size_t)e->NH) || !(e->kh = sb_aligned_alloc(rows * H * 2)) ||
-        !(e->vh = sb_aligned_alloc(rows * H * 2)) ||
+        !(e->vh = sb_aligned_alloc(rows * H * 2)) || !(e->embd_rows = sb_aligned_alloc(rows * e->tok_embd.row_bytes)) ||
         sb_mm_init(&e->mm, kernels, e->pool, rows * SB_MAX(H, F) * 4 + 4096, 0)) {
         rc = sb_seterr(err, SB_ENOMEM, "out of memory for a %d-token window", e->n_ctx);
         goto fail;
     }
+    sb_gguf_release_header(e->gguf);    /* the tokenizer has its copy */
     *out = e;
     return 0;
 fail:
@@ -198,10 +200,23 @@ typedef struct {
     int n, step;
 } step_job;
 
-static void embed_row(sb_encoder *e, const int32_t *ids, int t) {
+/* The window's token embedding rows, read from the file before the
+ * parallel embedding step: read through the mapping, each row would map
+ * the 64 KiB (or 2 MiB page) around it, and a 250k-token table is read a
+ * few rows per query (sb_gguf_read_at). */
+static void read_embd_rows(sb_encoder *e, const int32_t *ids, int n) {
+    const size_t rb = e->tok_embd.row_bytes;
+    for (int t = 0; t < n; t++) {
+        uint8_t *dst = e->embd_rows + (size_t)t * rb;
+        const uint8_t *at = (const uint8_t *)e->tok_embd.data + (size_t)ids[t] * rb;
+        if (sb_gguf_read_at(e->gguf, at, rb, dst) != dst) memcpy(dst, at, rb);
+    }
+}
+
+static void embed_row(sb_encoder *e, int t) {
     const int H = e->H;
     float *x = e->x + (size_t)t * H;
-    e->kq[e->tok_embd.type].to_float((const uint8_t *)e->tok_embd.data + (size_t)ids[t] * e->tok_embd.row_bytes, x, H);
+    e->kq[e->tok_embd.type].to_float(e->embd_rows + (size_t)t * e->tok_embd.row_bytes, x, H);
     const float *p = e->pos + (size_t)t * H;
     for (int i = 0; i < H; i++) x[i] += p[i] + e->type0[i];
     layer_norm(x, NULL, e->eln_w, e->eln_b, H, e->eps);
@@ -240,7 +255,7 @@ static void step_task(void *arg, int task, int thread) {
     for (int t = task * ROWS_PER_TASK; t < SB_MIN((task + 1) * ROWS_PER_TASK, j->n); t++) {
         const size_t r = (size_t)t * H;
         switch (j->step) {
-        case STEP_EMBED: embed_row(e, j->ids, t); break;
+        case STEP_EMBED: embed_row(e, t); break;
         case STEP_QKV_BIAS:
             add_bias(e->q + r, L->bq, H);
             add_bias(e->k + r, L->bk, H);
@@ -338,6 +353,7 @@ static bool cancelled(const atomic_int *cancel) {
  * encoder at once rather than after the whole text, also on a loaded box. */
 static int forward(sb_encoder *e, const int32_t *ids, int n, double weight, double *sum, const atomic_int *cancel) {
     const size_t H = (size_t)e->H;
+    read_embd_rows(e, ids, n);
     run_step(e, NULL, ids, n, STEP_EMBED);
     for (int l = 0; l < e->NL; l++) {
         if (cancelled(cancel)) return SB_ECANCEL;

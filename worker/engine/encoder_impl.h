@@ -34,6 +34,7 @@ struct sb_encoder {
     float    *scores;                           /* [threads][n_ctx] */
     sb_fp16  *kh, *vh;                          /* K and V rounded to F16, [n_ctx][H] */
     float    *qh;                               /* [threads][head dim]: a q head, F16-rounded */
+    uint8_t  *embd_rows;                        /* [n_ctx][tok_embd row]: a window's token rows, read from the file */
     const sb_lora *lora;                        /* optional adapter (not owned), NULL = none */
 };
 

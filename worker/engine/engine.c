@@ -64,6 +64,7 @@ int sb_engine_open_kv(const char *path, const sb_ctx_params *p, int kv_mb, sb_en
         rc = sb_seterr(err, SB_ENOMEM, "out of memory");
         goto fail;
     }
+    sb_gguf_release_header(sb_model_gguf(e->model));    /* the vocabulary and the template have their copies */
     *out = e;
     return 0;
 fail:

@@ -53,6 +53,7 @@ struct sb_ctx {
     float *vtmp;                /* [n_threads][ATTN_HEADS][head_dim] */
     sb_fp16 *kgat, *vgat;       /* [n_threads][n_ctx][head_dim]: a fragmented window's K and V, gathered (F16 cache) */
     float *rope_cs;             /* [n_batch][n_rot] cos,sin pairs */
+    uint8_t *embd_buf;          /* one token embedding row, read from the file */
     sb_prof *prof;              /* per-op profile, or NULL */
 };
 
@@ -80,6 +81,7 @@ void sb_ctx_truncate(sb_ctx *c, int n) { sb_kv_truncate(&c->kv, 0, n); }
 
 int  sb_ctx_seq_new(sb_ctx *c, int *seq, char *err) { return sb_kv_seq_new(&c->kv, seq, err); }
 void sb_ctx_seq_free(sb_ctx *c, int seq) { sb_kv_seq_free(&c->kv, seq); }
+void sb_ctx_seq_expect(sb_ctx *c, int seq, int positions) { sb_kv_seq_expect(&c->kv, seq, positions); }
 int  sb_ctx_seq_n_past(const sb_ctx *c, int seq) { return sb_kv_in_use(&c->kv, seq) ? c->kv.n_past[seq] : -1; }
 void sb_ctx_seq_truncate(sb_ctx *c, int seq, int n) { sb_kv_truncate(&c->kv, seq, n); }
 int  sb_ctx_seq_fork(sb_ctx *c, int dst, int src, int n, char *err) { return sb_kv_fork(&c->kv, dst, src, n, err); }
@@ -97,6 +99,7 @@ void sb_ctx_free(sb_ctx *c) {
     sb_aligned_free(c->qconv);
     sb_aligned_free(c->kgat);
     sb_aligned_free(c->vgat);
+    sb_aligned_free(c->embd_buf);
     sb_free(c->tok_seq);
     sb_free(c->tok_pos);
     sb_free(c->tok_contig);
@@ -150,6 +153,7 @@ int sb_ctx_new(const sb_model *m, const sb_ctx_params *p, sb_ctx **out, char *er
     bad = bad || alloc_floats(&c->rope_cs, nb * (size_t)hp->n_rot);
     bad = bad || (n_seq > 1 && alloc_floats(&c->lbuf, (size_t)n_seq * (size_t)hp->n_vocab));
     bad = bad || !(c->qconv = sb_aligned_alloc((size_t)nt * ATTN_HEADS * hd * 4));
+    bad = bad || !(c->embd_buf = sb_aligned_alloc(m->tok_embd.row_bytes));
     bad = bad || (gat && (!(c->kgat = sb_aligned_alloc(gat)) || !(c->vgat = sb_aligned_alloc(gat))));
     bad = bad || !(c->tok_seq = sb_malloc(nb * sizeof(int))) || !(c->tok_pos = sb_malloc(nb * sizeof(int)));
     bad = bad || !(c->tok_contig = sb_malloc(nb)) || !(c->ord = sb_malloc((size_t)n_seq * sizeof *c->ord));
@@ -334,6 +338,18 @@ static void attn_task(void *arg, int task, int thread) {
 }
 
 /* ---- one batch ---------------------------------------------------------------- */
+
+/* Token tok's embedding row. Read from the file (sb_gguf_read_at) unless
+ * the table is also the output matrix, which every pass reads whole
+ * through the mapping anyway: a 151k-row table is read a few rows per
+ * pass, and each row read through the mapping maps the 64 KiB (or the
+ * 2 MiB page) around it as the process's memory. */
+static const void *embd_row(sb_ctx *c, int32_t tok) {
+    const sb_model *m = c->m;
+    const uint8_t *at = (const uint8_t *)m->tok_embd.data + (size_t)tok * m->tok_embd.row_bytes;
+    if (m->output.data == m->tok_embd.data) return at;
+    return sb_gguf_read_at(m->gguf, at, m->tok_embd.row_bytes, c->embd_buf);
+}
 
 typedef struct {
     sb_ctx *c;
@@ -524,8 +540,7 @@ static void eval_pass(sb_ctx *c, const sb_seq_part *parts, int n_parts) {
             c->tok_seq[t] = pp->seq;
             c->tok_pos[t] = pos;
             c->tok_contig[t] = (uint8_t)sb_kv_contiguous(&c->kv, pp->seq, start, pos);
-            et->to_float((const uint8_t *)m->tok_embd.data + (size_t)pp->tokens[k] * m->tok_embd.row_bytes,
-                         c->x + (size_t)t * d, d);
+            et->to_float(embd_row(c, pp->tokens[k]), c->x + (size_t)t * d, d);
             rope_cache(c->rope_cs + (size_t)t * hp->n_rot, pos, hp->n_rot, hp->rope_freq_base, hp->rope_freq_scale,
                        m->rope_freqs);
         }

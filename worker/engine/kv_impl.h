@@ -7,7 +7,11 @@
  * consecutive block ids is one strided range per layer, which the attention
  * kernels read in one call, exactly as the contiguous cache of one sequence
  * was read before the pool. Allocation prefers the block after a
- * sequence's last one, so a sequence alone is laid out exactly as before.
+ * sequence's last one, so a sequence alone is laid out exactly as before;
+ * otherwise the lowest free run that holds what the sequence is expected to
+ * reach (sb_kv_seq_expect), so the pool's written part stays where the
+ * sequences at hand are. A block whose last user goes gives its pages back
+ * (madvise): the pool's resident memory is that of the blocks in use.
  *
  * Sharing: ref[b] counts the sequences whose table holds b; 0 = free. A
  * block with ref > 1 is read-only: appending into a shared partial block
@@ -24,13 +28,16 @@
 typedef struct {
     int n_layer, n_ctx, n_seq, n_blocks, max_blocks;    /* max_blocks: per sequence, ceil(n_ctx / SB_KV_BLOCK) */
     size_t row_bytes;           /* one position's K (or V) in one layer */
-    size_t layer_bytes;         /* n_blocks · SB_KV_BLOCK · row_bytes */
+    size_t layer_bytes;         /* n_blocks · SB_KV_BLOCK · row_bytes, rounded up to whole pages */
     uint8_t *k, *v;             /* [n_layer][n_blocks·SB_KV_BLOCK][row_bytes] */
     size_t pool_bytes;          /* of k, and of v (sb_pages_alloc) */
     int32_t *ref;               /* [n_blocks] */
     int n_free;
     int32_t *table;             /* [n_seq][max_blocks]: block of each SB_KV_BLOCK positions */
     int *n_past;                /* [n_seq]; -1: sequence not in use */
+    int *expect;                /* [n_seq]: blocks the sequence is expected to reach (0: not said) */
+    int *held;                  /* [n_seq]: blocks in its table (ahead of n_past while a pass runs) */
+    size_t page;                /* the system's page size */
 } sb_kv;
 
 /* Sequence 0 is in use from the start. Returns 0, SB_ENOMEM or SB_ERANGE. */
@@ -38,6 +45,10 @@ int  sb_kv_init(sb_kv *kv, int n_layer, size_t row_bytes, int n_ctx, int n_seq, 
 void sb_kv_free(sb_kv *kv);
 int  sb_kv_in_use(const sb_kv *kv, int seq);
 int  sb_kv_seq_new(sb_kv *kv, int *seq, char *err);
+/* seq will hold up to `positions` (its prompt and the tokens it may
+ * generate): its blocks are then taken from a free run that holds them all
+ * when one exists, so it stays in consecutive blocks as it grows. */
+void sb_kv_seq_expect(sb_kv *kv, int seq, int positions);
 void sb_kv_seq_free(sb_kv *kv, int seq);
 void sb_kv_truncate(sb_kv *kv, int seq, int n);
 int  sb_kv_fork(sb_kv *kv, int dst, int src, int n, char *err);

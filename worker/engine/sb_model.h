@@ -130,6 +130,10 @@ int sb_ctx_seq_verify(sb_ctx *c, int seq, const int32_t *tokens, int n, float *l
 
 /* A free sequence id (its n_past 0). SB_EBUSY when all n_seq are in use. */
 int  sb_ctx_seq_new(sb_ctx *c, int *seq, char *err);
+/* seq will hold up to `positions`: its blocks come from a free run with
+ * room for them all when there is one (consecutive blocks are read without
+ * a gather). A hint: a sequence may still grow past it, up to n_ctx. */
+void sb_ctx_seq_expect(sb_ctx *c, int seq, int positions);
 /* Release seq and its blocks (a shared block when its last user goes).
  * Sequence 0 is never released, only emptied. */
 void sb_ctx_seq_free(sb_ctx *c, int seq);

@@ -28,6 +28,7 @@ struct sb_gguf {
     const uint8_t   *base;
     size_t           size;
     int              mapped;        /* 1: munmap at close */
+    int              fd;            /* the mapped file, for sb_gguf_read_at; -1: a caller's buffer */
     uint32_t         version;
     uint32_t         alignment;
     size_t           data_offset;
@@ -426,6 +427,7 @@ int sb_gguf_open_mem(const void *buf, size_t len, const char *label, sb_gguf **o
     }
     g->base = buf;
     g->size = len;
+    g->fd = -1;
     return open_common(g, out, err);
 }
 
@@ -448,8 +450,10 @@ int sb_gguf_open(const char *path, sb_gguf **out, char *err) {
      * cache's copy; nothing is ever written through it. */
     void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
     int e = errno;
-    close(fd);
-    if (p == MAP_FAILED) return sb_seterr(err, SB_EIO, "%s: mmap failed: %s", path, strerror(e));
+    if (p == MAP_FAILED) {
+        close(fd);
+        return sb_seterr(err, SB_EIO, "%s: mmap failed: %s", path, strerror(e));
+    }
     /* 2 MiB pages for the weights where the page cache can give them
      * (sb_gguf.h, sb_gguf_huge_bytes). Measured here (ext4, Linux 6.18,
      * THP "madvise"): TinyLlama-shape read back after its pages were
@@ -460,17 +464,41 @@ int sb_gguf_open(const char *path, sb_gguf **out, char *err) {
     if (!g || !(g->path = sb_strdup(path))) {
         sb_free(g);
         munmap(p, (size_t)st.st_size);
+        close(fd);
         return sb_seterr(err, SB_ENOMEM, "out of memory");
     }
     g->base = p;
     g->size = (size_t)st.st_size;
     g->mapped = 1;
+    g->fd = fd;
     return open_common(g, out, err);
+}
+
+const void *sb_gguf_read_at(const sb_gguf *g, const void *at, size_t n, void *dst) {
+    const uint8_t *a = at;
+    if (g->fd < 0 || a < g->base || n > g->size || (size_t)(a - g->base) > g->size - n) return at;
+    for (size_t done = 0; done < n;) {
+        const ssize_t r = pread(g->fd, (uint8_t *)dst + done, n - done, (off_t)(a - g->base + done));
+        if (r <= 0) {
+            if (r < 0 && errno == EINTR) continue;
+            return at;      /* the mapping holds the same bytes */
+        }
+        done += (size_t)r;
+    }
+    return dst;
+}
+
+void sb_gguf_release_header(const sb_gguf *g) {
+    const long page = sysconf(_SC_PAGESIZE);
+    if (!g->mapped || page <= 0) return;
+    const size_t n = g->data_offset / (size_t)page * (size_t)page;
+    if (n) (void)madvise((void *)g->base, n, MADV_DONTNEED);
 }
 
 void sb_gguf_close(sb_gguf *g) {
     if (!g) return;
     if (g->mapped) munmap((void *)g->base, g->size);
+    if (g->mapped && g->fd >= 0) close(g->fd);
     sb_free(g->kv);
     sb_free(g->tensors);
     sb_free(g->path);

@@ -73,6 +73,19 @@ void sb_gguf_close(sb_gguf *g);
  * file read through a mapping, not for one just written; see
  * docs/operations.md, "Model files and huge pages"). */
 size_t sb_gguf_huge_bytes(const sb_gguf *g);
+/* The n bytes at `at` (inside the file's data: a row of a tensor) read
+ * from the file into dst, without touching the mapping; returns dst, or
+ * `at` itself when the GGUF is a caller's buffer or the read fails (the
+ * mapping holds the same bytes). For a table read a few rows at a time
+ * (token embeddings): a row read through the mapping maps the 64 KiB
+ * around it, or its whole 2 MiB page, and they count as the process's
+ * memory (PSS) though a row is a few hundred bytes. */
+const void *sb_gguf_read_at(const sb_gguf *g, const void *at, size_t n, void *dst);
+/* Once the metadata has been copied out (the tokenizer's tables): the
+ * header's pages leave this process's mapping (MADV_DONTNEED), so they no
+ * longer count as its memory. A later read of a metadata value still
+ * works: its pages come back from the page cache. */
+void sb_gguf_release_header(const sb_gguf *g);
 
 uint32_t    sb_gguf_version(const sb_gguf *g);
 size_t      sb_gguf_file_size(const sb_gguf *g);
