@@ -14,7 +14,6 @@
 #define DEFAULT_CHUNK_TOKENS 200
 #define DEFAULT_OVERLAP      32
 #define DEFAULT_CANDIDATES   50 /* per list before fusion: deep enough that a chunk ranked low by one list can rise */
-#define DEFAULT_RRF_K        60 /* Cormack, Clarke & Büttcher 2009: the k of reciprocal rank fusion */
 
 struct sb_kb {
     kb_store *store;
@@ -300,18 +299,37 @@ static int by_score(const void *a, const void *b) {
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-/* Reciprocal rank fusion: each chunk scores the sum over the lists of
- * 1 / (k + rank). With one list (the other empty) the list's own score is
- * kept instead, so bm25 and vector modes report BM25 and cosine. */
-static size_t fuse(const scored *a, size_t na, const scored *b, size_t nb, int rrf_k, bool hybrid, fused *out) {
+/* A list's scores mapped onto [0, 1] over its candidates: 1 for its best,
+ * 0 for its last (all 1 when they are equal). Cosines and BM25 scores have
+ * unrelated scales; what is comparable is where a chunk stands between a
+ * list's best and its worst candidate. */
+static double spread_pos(const scored *l, size_t n, size_t i) {
+    double hi = l[0].score, lo = l[n - 1].score;
+    return hi > lo ? (l[i].score - lo) / (hi - lo) : 1.0;
+}
+
+/* Hybrid: the vectors lead, BM25 breaks near-ties. A chunk scores
+ * (1 - w)·v + w·b, v and b its places in each list's spread (spread_pos;
+ * 0 when not in the list). So BM25 can move a chunk past another only when
+ * their cosines are within w/(1-w) of the vector list's spread: it decides
+ * among passages the vectors cannot tell apart, and adds exact matches
+ * (names, numbers) that the vectors rank close, but a weak BM25 list cannot
+ * outvote a clear vector winner. Reciprocal rank fusion did exactly that:
+ * it gives each list an equal vote whatever its quality, and a first place
+ * in BM25's list with a second in the vectors' beat the vectors' clear
+ * first (docs/KNOWLEDGE.md, "Hybrid fusion"). With one list (the other
+ * empty, or bm25/vector mode) that list's own score is kept, so bm25 and
+ * vector modes report BM25 and cosine. */
+static size_t fuse(const scored *a, size_t na, const scored *b, size_t nb, double w, bool hybrid, fused *out) {
     size_t n = 0;
+    if (hybrid && (!na || !nb)) w = na ? 1.0 : 0.0;
     for (size_t i = 0; i < na; i++)
-        out[n++] = (fused){ a[i].id, hybrid ? 1.0 / (rrf_k + (double)(i + 1)) : a[i].score, (int)i + 1, 0, 0 };
+        out[n++] = (fused){ a[i].id, hybrid ? w * spread_pos(a, na, i) : a[i].score, (int)i + 1, 0, 0 };
     for (size_t j = 0; j < nb; j++) {
         size_t i = 0;
         while (i < n && out[i].id != b[j].id) i++;
         if (i == n) out[n++] = (fused){ b[j].id, 0, 0, 0, 0 };
-        out[i].score += hybrid ? 1.0 / (rrf_k + (double)(j + 1)) : b[j].score;
+        out[i].score += hybrid ? (1 - w) * spread_pos(b, nb, j) : b[j].score;
         out[i].rb = (int)j + 1;
         out[i].cos = b[j].score;
     }
@@ -363,6 +381,8 @@ int sb_kb_search(sb_kb *kb, const char *query, size_t len, const sb_kb_search_op
     *n = 0;
     if (o->top_k < 1 || o->top_k > SB_KB_MAX_TOP_K || (unsigned)o->mode > SB_KB_HYBRID)
         return sb_seterr(err, SB_EINVAL, "kb search: top_k must be in [1, %d]", SB_KB_MAX_TOP_K);
+    if (!(o->bm25_weight >= 0 && o->bm25_weight <= 1))
+        return sb_seterr(err, SB_EINVAL, "kb search: bm25_weight must be in [0, 1]");
     int rc0 = refresh_meta(kb, err);
     if (rc0) return rc0;
     if (!kb->meta_dim) return 0;                /* nothing added yet: no hits */
@@ -377,7 +397,7 @@ int sb_kb_search(sb_kb *kb, const char *query, size_t len, const sb_kb_search_op
     int rc = bm && vec && f ? search_lists(kb, query, len, o, cand, bm, &nb, vec, &nv, err)
                             : sb_seterr(err, SB_ENOMEM, "out of memory");
     if (!rc) {
-        size_t nf = fuse(bm, nb, vec, nv, o->rrf_k > 0 ? o->rrf_k : DEFAULT_RRF_K, hybrid, f);
+        size_t nf = fuse(bm, nb, vec, nv, o->bm25_weight > 0 ? o->bm25_weight : SB_KB_BM25_WEIGHT, hybrid, f);
         rc = fetch_hits(kb, f, nf, o->top_k, out, n, err);
     }
     sb_free(bm);

@@ -14,7 +14,8 @@
  *
  * Search: BM25 (FTS5), vector (brute-force dot product over every chunk,
  * vectors cached in memory and reloaded when another connection changes the
- * file), or hybrid: reciprocal rank fusion of both lists.
+ * file), or hybrid: both lists fused, the vectors leading and BM25
+ * breaking their near-ties (SB_KB_BM25_WEIGHT).
  *
  * The embedder is pluggable: sb_kb_open() with an encoder GGUF uses
  * sb_encoder (worker/engine/sb_encoder.h) in-process; a caller that embeds
@@ -160,18 +161,29 @@ typedef struct {
     int64_t id;                 /* chunk id */
     char *source, *section, *text;
     int position;
-    /* BM25: -bm25() (higher is better); vector: cosine; hybrid: the RRF sum. */
+    /* BM25: -bm25() (higher is better); vector: cosine; hybrid: the fused
+     * score in [0, 1] (comparable within one query only). */
     double score;
     int bm25_rank, vec_rank;    /* 1-based rank in each list; 0 = not in it */
     double cosine;              /* vector, hybrid: cosine with the query (0 when vec_rank is 0) */
     double rerank;              /* the reranker's P(yes) in [0, 1]; -1: not reranked */
 } sb_kb_hit;
 
+/* Hybrid's fusion: a chunk scores (1 - w)·v + w·b, v and b where it stands
+ * between the best (1) and the last (0) of the vector and BM25 candidates.
+ * Small on purpose: BM25 reorders only passages whose cosines lie within
+ * w/(1-w) of the candidates' spread, so a weak BM25 list (paraphrased
+ * questions, Chinese bigrams) cannot outvote the vectors, while their ties
+ * are broken by the exact words. Measured in docs/KNOWLEDGE.md ("Hybrid
+ * fusion"): every w in [0.02, 0.1] keeps hybrid at or above both lists on
+ * both eval sets; 0.05 is inside that range, not its best point. */
+#define SB_KB_BM25_WEIGHT 0.05
+
 typedef struct {
     sb_kb_mode mode;
     int top_k;                  /* [1, SB_KB_MAX_TOP_K] */
     int candidates;             /* per list before fusion; 0 = 50 */
-    int rrf_k;                  /* 0 = 60 (Cormack et al. 2009) */
+    double bm25_weight;         /* hybrid: BM25's share w in [0, 1]; 0 = SB_KB_BM25_WEIGHT */
     /* The query's L2-normalised "query: " vector from the base's embedder
      * (sb_kb_embed_id: compare it with the model that made the vector),
      * sb_kb_embed_id's dim floats; or NULL: embedded here with the encoder
