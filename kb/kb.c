@@ -10,6 +10,7 @@
 
 #include "cache/sb_cache.h"           /* sb_sha256 */
 #include "worker/engine/sb_encoder.h"
+#include "worker/engine/sb_lora.h"
 
 #define DEFAULT_CHUNK_TOKENS 200
 #define DEFAULT_OVERLAP      32
@@ -18,6 +19,7 @@
 struct sb_kb {
     kb_store *store;
     sb_encoder *enc;
+    struct sb_lora *qlora;      /* applied to questions only (sb_kb_opts.query_adapter) */
     sb_kb_embed_fn embed;
     sb_kb_count_fn count;
     void *ud;
@@ -37,22 +39,28 @@ struct sb_kb {
 static size_t enc_count(void *ud, const char *s, size_t n) {
     int32_t *ids = NULL;
     size_t k = 0;
-    if (sb_encoder_tokenize(ud, SB_EMBED_RAW, s, n, &ids, &k, NULL)) return n;   /* only on OOM: bytes bound it */
+    if (sb_encoder_tokenize(((sb_kb *)ud)->enc, SB_EMBED_RAW, s, n, &ids, &k, NULL)) return n;   /* only on OOM: bytes bound it */
     sb_free(ids);
     return k >= 2 ? k - 2 : 0;                  /* <s> and </s> */
 }
 
+/* The question through the adapter, a passage without: the stored vectors
+ * are the plain embedder's, whatever adapter a reader uses. */
 static int enc_embed(void *ud, int kind, const char *text, size_t len, float *out, char *err) {
-    return sb_encoder_embed(ud, (sb_embed_kind)kind, text, len, out, NULL, err);
+    sb_kb *kb = ud;
+    int rc = sb_encoder_set_adapter(kb->enc, kind == SB_EMBED_QUERY ? kb->qlora : NULL, err);
+    return rc ? rc : sb_encoder_embed(kb->enc, (sb_embed_kind)kind, text, len, out, NULL, err);
 }
 
 static int open_embedder(sb_kb *kb, const sb_kb_opts *o, char *err) {
     if (o->encoder_gguf) {
         int rc = sb_encoder_open(o->encoder_gguf, o->threads > 0 ? o->threads : 1, -1, &kb->enc, err);
         if (rc) return rc;
+        if (o->query_adapter && (rc = sb_encoder_adapter_load(kb->enc, o->query_adapter, &kb->qlora, err)))
+            return rc;
         kb->embed = enc_embed;
         kb->count = enc_count;
-        kb->ud = kb->enc;
+        kb->ud = kb;
         kb->dim = sb_encoder_dim(kb->enc);
         struct stat st;
         const char *base = strrchr(o->encoder_gguf, '/');
@@ -124,6 +132,7 @@ void sb_kb_close(sb_kb *kb) {
     if (!kb) return;
     kb_store_close(kb->store);
     sb_encoder_free(kb->enc);
+    sb_lora_free(kb->qlora);
     sb_free(kb->qvec);
     sb_free(kb);
 }
@@ -404,6 +413,46 @@ int sb_kb_search(sb_kb *kb, const char *query, size_t len, const sb_kb_search_op
     sb_free(vec);
     sb_free(f);
     return rc;
+}
+
+int sb_kb_passages(sb_kb *kb, sb_kb_passage **out, size_t *n, char *err) {
+    *out = NULL;
+    *n = 0;
+    int rc = refresh_meta(kb, err);
+    if (rc) return rc;
+    if (!kb->meta_dim) return sb_seterr(err, SB_ENOTFOUND, "kb: empty knowledge base (nothing added yet)");
+    const int64_t *ids;
+    const float *vecs;
+    size_t total;
+    const size_t dim = (size_t)kb->meta_dim;
+    if ((rc = kb_store_vectors(kb->store, kb->meta_dim, &ids, &vecs, &total, err))) return rc;
+    sb_kb_passage *p = sb_calloc(total ? total : 1, sizeof *p);
+    if (!p) return sb_seterr(err, SB_ENOMEM, "out of memory");
+    size_t k = 0;
+    for (size_t i = 0; i < total && !rc; i++) {
+        sb_kb_hit h = { .id = ids[i] };
+        /* the cached vectors stay valid: fetching reads rows, it does not reload them */
+        if ((rc = kb_store_fetch(kb->store, &h, err)) == SB_ENOTFOUND) { rc = 0; continue; }
+        if (rc) { sb_free(h.source), sb_free(h.section), sb_free(h.text); break; }
+        p[k] = (sb_kb_passage){ .id = h.id, .source = h.source, .section = h.section, .text = h.text,
+                                .position = h.position, .vec = sb_malloc(dim * sizeof(float)) };
+        if (!p[k].vec) { k++; rc = sb_seterr(err, SB_ENOMEM, "out of memory"); break; }
+        memcpy(p[k++].vec, vecs + i * dim, dim * sizeof(float));
+    }
+    if (rc) { sb_kb_passages_free(p, k); return rc; }
+    *out = p;
+    *n = k;
+    return 0;
+}
+
+void sb_kb_passages_free(sb_kb_passage *p, size_t n) {
+    for (size_t i = 0; p && i < n; i++) {
+        sb_free(p[i].source);
+        sb_free(p[i].section);
+        sb_free(p[i].text);
+        sb_free(p[i].vec);
+    }
+    sb_free(p);
 }
 
 kb_store *kb_store_of(sb_kb *kb) {

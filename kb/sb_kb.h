@@ -103,6 +103,10 @@ typedef struct {
     const char *embed_id;
     int chunk_tokens, overlap;  /* for sb_kb_add_*; 0: 200 and 32 */
     sb_kb_fts fts;              /* the FTS tokenizer of a new base */
+    /* With encoder_gguf: a LoRA adapter (sb_lora.h, `kb adapt`'s output)
+     * applied to questions only. Passages are always embedded without
+     * one, so the stored vectors stay those of the base's embedder. */
+    const char *query_adapter;
     int follow_symlinks;        /* sb_kb_add_file reads through a symbolic link (else refuses it) */
 } sb_kb_opts;
 
@@ -194,6 +198,17 @@ typedef struct {
 /* The embedder the base was built with ("multilingual-e5-small.Q4_0.gguf
  * 73637376") and its dimension, or NULL before anything was added. */
 const char *sb_kb_embed_id(const sb_kb *kb, int *dim);
+
+/* Every chunk of the base with its stored vector (the embedder's dim
+ * floats), in id order: what `kb adapt` trains questions against. */
+typedef struct {
+    int64_t id;
+    char *source, *section, *text;
+    int position;
+    float *vec;
+} sb_kb_passage;
+int  sb_kb_passages(sb_kb *kb, sb_kb_passage **out, size_t *n, char *err);
+void sb_kb_passages_free(sb_kb_passage *p, size_t n);
 
 /* The top_k chunks for `query`. *out is sb_malloc'ed (sb_kb_hits_free);
  * fewer hits than top_k when fewer chunks match (BM25) or exist. */
