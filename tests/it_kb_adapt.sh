@@ -3,8 +3,8 @@
 # tests/e5_tiny.py, the tiny llama of tests/data as the question writer):
 #  - with --questions, the adapter is trained against the base's stored
 #    passages: progress names step, loss and ETA, the loss falls, the
-#    held-out recall is printed frozen and adapted, and the file is written
-#    only when the adapted recall@3 is not below the frozen one (exit 3
+#    held-out recall and MRR are printed frozen and adapted, and the file is
+#    written only when the adapted MRR is not below the frozen one (exit 3
 #    otherwise); the same bits on 1 and 2 threads;
 #  - the writer path runs a generative model over every chunk with progress
 #    (a random model writes few usable questions: then a clear error);
@@ -62,11 +62,13 @@ for key in (b"general.type", b"adapter", b"adapter.type", b"lora", b"adapter.lor
     assert key in b, key
 EOF
 
-# --- the guard: without --force the file is written exactly when the adapted held-out recall@3 is not below the frozen one
+# --- the guard: without --force the file is written exactly when the adapted held-out MRR is not below the frozen one
+seen=""
 for seed in 1 2 3 4; do
   rm -f "$tmp/g.gguf"
-  ad --seed $seed --lr 0.2 -o "$tmp/g.gguf" > /dev/null 2> "$tmp/gerr"; rc=$?
-  read -r fz adp < <(sed -n 's/.*recall@3 frozen \([0-9.]*\), adapted \([0-9.]*\)$/\1 \2/p' "$tmp/gerr")
+  ad --seed $seed -o "$tmp/g.gguf" > /dev/null 2> "$tmp/gerr"; rc=$?
+  seen="$seen $rc"
+  read -r fz adp < <(sed -n 's/.*MRR@10 frozen \([0-9.]*\), adapted \([0-9.]*\)$/\1 \2/p' "$tmp/gerr")
   [[ -n "${fz:-}" ]] || fail "guard: no held-out line: $(tail -2 "$tmp/gerr")"
   if python3 -c "import sys; sys.exit(0 if float('$adp') < float('$fz') else 1)"; then
     [[ $rc == 3 && ! -e "$tmp/g.gguf" ]] || fail "guard: adapted $adp < frozen $fz but exit $rc / file written"
@@ -75,6 +77,7 @@ for seed in 1 2 3 4; do
     [[ $rc == 0 && -s "$tmp/g.gguf" ]] || fail "guard: adapted $adp >= frozen $fz but exit $rc"
   fi
 done
+[[ "$seen" == *0* && "$seen" == *3* ]] || fail "the seeds did not show both outcomes of the guard (exits:$seen)"
 
 # --- the question writer: one line of progress per chunk; a random model writes few usable questions
 "$SB" kb adapt -c "$tmp/kb.yaml" --model gen --save-questions "$tmp/gen.tsv" --epochs 1 --layers 2 --force -o "$tmp/w.gguf" \
