@@ -103,6 +103,26 @@ with=$(s) && without=$(s --adapter none) && file=$(s --adapter "$tmp/a1.gguf") |
 [[ "$with" == "$file" ]] || fail "the base's adapter and --adapter FILE differ"
 "$SB" kb eval -c "$tmp/kba.yaml" <(printf 'hello\ta.md\n社保卡\tb.md\n') > /dev/null || fail "kb eval with the base's adapter"
 
+# ... and so does a retrieve stage: the router asks the encoder's worker for the question's vector through it
+port=$(it_ports 1)
+{ printf 'runtime: { dir: %s/run, http: 127.0.0.1:%s, drain_ms: 1000 }\n' "$tmp" "$port"
+  cat "$tmp/kba.yaml"
+  printf 'pipelines:\n  ask:\n    cache: false\n    stages:\n      - { name: docs, kind: retrieve, kb: docs, mode: vector, top_k: 4 }\n'
+} > "$tmp/rt.yaml"
+"$SB" run -c "$tmp/rt.yaml" > "$tmp/run.log" 2>&1 &
+it_pids+=($!)
+it_wait_http "http://127.0.0.1:$port/health" 200 0.05 || fail "the runtime did not come up: $(tail -5 "$tmp/run.log")"
+curl -s -m 30 "http://127.0.0.1:$port/v1/pipelines/ask" -d '{"input": "hello"}' > "$tmp/ask.json"
+python3 - "$tmp/ask.json" "$with" "$without" <<'EOF' || fail "the retrieve stage did not use the base's adapter: $(cat "$tmp/ask.json")"
+import json, sys
+got = {p["source"]: p["score"] for p in json.load(open(sys.argv[1]))["stages"][0]["json"]["passages"]}
+want = {h["source"]: h["score"] for h in map(json.loads, sys.argv[2].splitlines())}
+frozen = {h["source"]: h["score"] for h in map(json.loads, sys.argv[3].splitlines())}
+assert set(got) == set(want), (got, want)
+assert all(abs(got[k] - want[k]) < 1e-4 for k in got), (got, want)
+assert any(abs(got[k] - frozen[k]) > 1e-4 for k in got), (got, frozen)
+EOF
+
 # --- bad input
 expect() {
   local want=$1 msg=$2; shift 2
