@@ -114,6 +114,8 @@ static char *clean_line(const char *line, size_t len, int zh) {
                 p = q + 3, again = 1;                                         /* 、 ． ： */
         }
     }
+    for (char *t = p; *t; t++)
+        if (*t == '\t') *t = ' ';                     /* the saved questions are tab-separated */
     size_t n = strlen(p);
     while (n && (p[n - 1] == ' ' || p[n - 1] == '\t' || p[n - 1] == '"' || p[n - 1] == '\r')) n--;
     p[n] = '\0';
