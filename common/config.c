@@ -173,6 +173,7 @@ void sb_config_free(sb_config *cfg) {
         sb_free(cfg->kbs[i].name);
         sb_free(cfg->kbs[i].path);
         sb_free(cfg->kbs[i].embed_model);
+        sb_free(cfg->kbs[i].adapter);
     }
     sb_free(cfg->kbs);
     sb_free(cfg->runtime.dir);

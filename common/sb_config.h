@@ -111,6 +111,8 @@ typedef struct {
     int chunk_tokens;           /* [64, 510], default 200: one e5 window */
     int overlap;                /* [0, 128], default 32; < chunk_tokens */
     bool pull;                  /* the router pulls it from cache.sync's cloud (docs/KNOWLEDGE.md "Sync") */
+    char *adapter;              /* a name of embed_model's adapters: its questions are embedded through it; NULL: none */
+    const char *adapter_path;   /* that adapter's file (the model entry's), or NULL */
 } sb_config_kb;
 
 typedef struct {

@@ -1,5 +1,6 @@
 /* cli_kb.c - `switchboard kb`: add, list, remove, stats, search and eval
- * over the knowledge bases of a config (docs/KNOWLEDGE.md). */
+ * over the knowledge bases of a config (docs/KNOWLEDGE.md); adapt is in
+ * kb_adapt.c. */
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -37,9 +38,13 @@ static const char *const usage_text =
     "  remove SOURCE...   remove sources and their chunks\n"
     "  stats              documents, chunks, tokens, file size, embedder, tokenizer\n"
     "  search QUERY       the best chunks for a question\n"
-    "      --mode M       bm25 | vector | hybrid (default: reciprocal rank fusion)\n"
+    "      --mode M       bm25 | vector | hybrid (default: the vectors lead, BM25\n"
+    "                     breaks their near-ties)\n"
     "      -k, --top-k N  hits (default 5, at most 100)\n"
     "      --json         one JSON object per hit\n"
+    "      --adapter FILE|none  embed the question through this LoRA adapter (kb\n"
+    "                     adapt's output) instead of the base's adapter: (none: no\n"
+    "                     adapter); search and eval\n"
     "  eval FILE.tsv      recall@1/3/5, MRR and latency of each mode over labelled\n"
     "                     questions (query<TAB>expected source per line, # comments)\n"
     "      --misses       print the questions each mode missed in its top 5\n"
@@ -53,6 +58,9 @@ static const char *const usage_text =
     "                     judged passage's P(yes) (tools/kb_rerank_sweep.py)\n"
     "      --rerank-prompt T  the prompt, with {{query}} and {{passage}}\n"
     "      --rerank-chat  the prompt as a user message of the model's chat template\n"
+    "  adapt              fine-tune the encoder for this base's questions: a local\n"
+    "                     model writes questions for each chunk, a LoRA adapter learns\n"
+    "                     them (switchboard kb adapt --help)\n"
     "  publish            (cloud side) snapshot the base into --dir DIR, the cloud's\n"
     "                     kb_dir: DIR/NAME.sqlite + DIR/NAME.json (version, SHA-256)\n"
     "      --dir DIR      where `switchboard cloud` serves it from (its kb_dir)\n"
@@ -73,6 +81,7 @@ typedef struct {
     const char *dir, *url, *edge_id, *secret_file, *ca_file;
     int threads, top_k, quiet, json, misses, rerank_n, rerank_chat, rerank_vectors, follow_symlinks;
     const char *dump;
+    const char *adapter;        /* --adapter FILE|none: instead of the base's adapter: */
 } kb_args;
 
 static int usage_error(const char *fmt, const char *arg) {
@@ -115,9 +124,11 @@ static int open_kb(const kb_args *a, int create, int need_encoder, sb_kb **out) 
     const sb_config_model *m = sb_config_find_model(cfg, k->embed_model);
     int fts = a->fts ? kb_fts_parse(a->fts) : SB_KB_FTS_BIGRAM;
     if (fts < 0) { sb_config_free(cfg); return usage_error("unknown --fts '%s' (bigram, trigram, unicode61)", a->fts); }
+    const char *adapter = a->adapter ? (strcmp(a->adapter, "none") ? a->adapter : NULL) : k->adapter_path;
     sb_kb_opts o = { .path = k->path, .create = create, .encoder_gguf = need_encoder ? m->gguf : NULL,
                      .threads = a->threads ? a->threads : m->threads, .chunk_tokens = k->chunk_tokens,
-                     .overlap = k->overlap, .fts = (sb_kb_fts)fts, .follow_symlinks = a->follow_symlinks };
+                     .overlap = k->overlap, .fts = (sb_kb_fts)fts, .follow_symlinks = a->follow_symlinks,
+                     .query_adapter = need_encoder ? adapter : NULL };
     rc = sb_kb_open(&o, out, err);
     if (rc) {
         fprintf(stderr, "kb %s: %s%s\n", k->name, err,
@@ -383,7 +394,7 @@ static int kb_cmd_pull(const kb_args *a) {
 
 int sb_cmd_kb(int argc, char **argv) {
     enum { OPT_KB = 256, OPT_NAME, OPT_FTS, OPT_QUIET, OPT_MODE, OPT_JSON, OPT_MISSES, OPT_RR_MODEL, OPT_RR_N, OPT_RR_PROMPT,
-           OPT_DIR, OPT_URL, OPT_EDGE, OPT_SECRET, OPT_CA, OPT_RR_CHAT, OPT_RR_VEC, OPT_DUMP, OPT_FOLLOW };
+           OPT_DIR, OPT_URL, OPT_EDGE, OPT_SECRET, OPT_CA, OPT_RR_CHAT, OPT_RR_VEC, OPT_DUMP, OPT_FOLLOW, OPT_ADAPTER };
     static const struct option opts[] = {
         { "config", required_argument, NULL, 'c' }, { "kb", required_argument, NULL, OPT_KB },
         { "threads", required_argument, NULL, 't' }, { "name", required_argument, NULL, OPT_NAME },
@@ -396,7 +407,7 @@ int sb_cmd_kb(int argc, char **argv) {
         { "edge-id", required_argument, NULL, OPT_EDGE }, { "secret-file", required_argument, NULL, OPT_SECRET },
         { "ca-file", required_argument, NULL, OPT_CA }, { "rerank-chat", no_argument, NULL, OPT_RR_CHAT },
         { "rerank-vectors", no_argument, NULL, OPT_RR_VEC }, { "dump", required_argument, NULL, OPT_DUMP },
-        { "follow-symlinks", no_argument, NULL, OPT_FOLLOW },
+        { "follow-symlinks", no_argument, NULL, OPT_FOLLOW }, { "adapter", required_argument, NULL, OPT_ADAPTER },
         { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 },
     };
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
@@ -404,6 +415,7 @@ int sb_cmd_kb(int argc, char **argv) {
         return argc < 2 ? SB_EXIT_CONFIG : SB_EXIT_OK;
     }
     const char *cmd = argv[1];
+    if (!strcmp(cmd, "adapt")) return kb_cmd_adapt(argc - 1, argv + 1);     /* options of its own */
     kb_args a = { .top_k = 5, .rerank_n = 5 };
     int64_t v;
     optind = 1;
@@ -426,6 +438,7 @@ int sb_cmd_kb(int argc, char **argv) {
         case OPT_RR_VEC: a.rerank_vectors = 1; break;
         case OPT_DUMP: a.dump = optarg; break;
         case OPT_FOLLOW: a.follow_symlinks = 1; break;
+        case OPT_ADAPTER: a.adapter = optarg; break;
         case OPT_DIR: a.dir = optarg; break;
         case OPT_URL: a.url = optarg; break;
         case OPT_EDGE: a.edge_id = optarg; break;
@@ -441,7 +454,8 @@ int sb_cmd_kb(int argc, char **argv) {
     static const char *const cmds[] = { "add", "list", "remove", "stats", "search", "eval", "publish", "pull", NULL };
     bool known = false;
     for (const char *const *k = cmds; *k; k++) known |= !strcmp(*k, cmd);
-    if (!known) return usage_error("unknown command '%s' (add, list, remove, stats, search, eval, publish, pull)", cmd);
+    if (!known)
+        return usage_error("unknown command '%s' (add, list, remove, stats, search, eval, adapt, publish, pull)", cmd);
     if (!a.config) return usage_error("%s-c CONFIG is required", "");
     if (!strcmp(cmd, "add")) return cmd_add(&a, rest, args);
     if (!strcmp(cmd, "remove")) return cmd_remove(&a, rest, args);

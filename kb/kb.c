@@ -10,15 +10,16 @@
 
 #include "cache/sb_cache.h"           /* sb_sha256 */
 #include "worker/engine/sb_encoder.h"
+#include "worker/engine/sb_lora.h"
 
 #define DEFAULT_CHUNK_TOKENS 200
 #define DEFAULT_OVERLAP      32
 #define DEFAULT_CANDIDATES   50 /* per list before fusion: deep enough that a chunk ranked low by one list can rise */
-#define DEFAULT_RRF_K        60 /* Cormack, Clarke & Büttcher 2009: the k of reciprocal rank fusion */
 
 struct sb_kb {
     kb_store *store;
     sb_encoder *enc;
+    struct sb_lora *qlora;      /* applied to questions only (sb_kb_opts.query_adapter) */
     sb_kb_embed_fn embed;
     sb_kb_count_fn count;
     void *ud;
@@ -38,22 +39,28 @@ struct sb_kb {
 static size_t enc_count(void *ud, const char *s, size_t n) {
     int32_t *ids = NULL;
     size_t k = 0;
-    if (sb_encoder_tokenize(ud, SB_EMBED_RAW, s, n, &ids, &k, NULL)) return n;   /* only on OOM: bytes bound it */
+    if (sb_encoder_tokenize(((sb_kb *)ud)->enc, SB_EMBED_RAW, s, n, &ids, &k, NULL)) return n;   /* only on OOM: bytes bound it */
     sb_free(ids);
     return k >= 2 ? k - 2 : 0;                  /* <s> and </s> */
 }
 
+/* The question through the adapter, a passage without: the stored vectors
+ * are the plain embedder's, whatever adapter a reader uses. */
 static int enc_embed(void *ud, int kind, const char *text, size_t len, float *out, char *err) {
-    return sb_encoder_embed(ud, (sb_embed_kind)kind, text, len, out, NULL, err);
+    sb_kb *kb = ud;
+    int rc = sb_encoder_set_adapter(kb->enc, kind == SB_EMBED_QUERY ? kb->qlora : NULL, err);
+    return rc ? rc : sb_encoder_embed(kb->enc, (sb_embed_kind)kind, text, len, out, NULL, err);
 }
 
 static int open_embedder(sb_kb *kb, const sb_kb_opts *o, char *err) {
     if (o->encoder_gguf) {
         int rc = sb_encoder_open(o->encoder_gguf, o->threads > 0 ? o->threads : 1, -1, &kb->enc, err);
         if (rc) return rc;
+        if (o->query_adapter && (rc = sb_encoder_adapter_load(kb->enc, o->query_adapter, &kb->qlora, err)))
+            return rc;
         kb->embed = enc_embed;
         kb->count = enc_count;
-        kb->ud = kb->enc;
+        kb->ud = kb;
         kb->dim = sb_encoder_dim(kb->enc);
         struct stat st;
         const char *base = strrchr(o->encoder_gguf, '/');
@@ -125,6 +132,7 @@ void sb_kb_close(sb_kb *kb) {
     if (!kb) return;
     kb_store_close(kb->store);
     sb_encoder_free(kb->enc);
+    sb_lora_free(kb->qlora);
     sb_free(kb->qvec);
     sb_free(kb);
 }
@@ -300,18 +308,37 @@ static int by_score(const void *a, const void *b) {
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-/* Reciprocal rank fusion: each chunk scores the sum over the lists of
- * 1 / (k + rank). With one list (the other empty) the list's own score is
- * kept instead, so bm25 and vector modes report BM25 and cosine. */
-static size_t fuse(const scored *a, size_t na, const scored *b, size_t nb, int rrf_k, bool hybrid, fused *out) {
+/* A list's scores mapped onto [0, 1] over its candidates: 1 for its best,
+ * 0 for its last (all 1 when they are equal). Cosines and BM25 scores have
+ * unrelated scales; what is comparable is where a chunk stands between a
+ * list's best and its worst candidate. */
+static double spread_pos(const scored *l, size_t n, size_t i) {
+    double hi = l[0].score, lo = l[n - 1].score;
+    return hi > lo ? (l[i].score - lo) / (hi - lo) : 1.0;
+}
+
+/* Hybrid: the vectors lead, BM25 breaks near-ties. A chunk scores
+ * (1 - w)·v + w·b, v and b its places in each list's spread (spread_pos;
+ * 0 when not in the list). So BM25 can move a chunk past another only when
+ * their cosines are within w/(1-w) of the vector list's spread: it decides
+ * among passages the vectors cannot tell apart, and adds exact matches
+ * (names, numbers) that the vectors rank close, but a weak BM25 list cannot
+ * outvote a clear vector winner. Reciprocal rank fusion did exactly that:
+ * it gives each list an equal vote whatever its quality, and a first place
+ * in BM25's list with a second in the vectors' beat the vectors' clear
+ * first (docs/KNOWLEDGE.md, "Hybrid fusion"). With one list (the other
+ * empty, or bm25/vector mode) that list's own score is kept, so bm25 and
+ * vector modes report BM25 and cosine. */
+static size_t fuse(const scored *a, size_t na, const scored *b, size_t nb, double w, bool hybrid, fused *out) {
     size_t n = 0;
+    if (hybrid && (!na || !nb)) w = na ? 1.0 : 0.0;
     for (size_t i = 0; i < na; i++)
-        out[n++] = (fused){ a[i].id, hybrid ? 1.0 / (rrf_k + (double)(i + 1)) : a[i].score, (int)i + 1, 0, 0 };
+        out[n++] = (fused){ a[i].id, hybrid ? w * spread_pos(a, na, i) : a[i].score, (int)i + 1, 0, 0 };
     for (size_t j = 0; j < nb; j++) {
         size_t i = 0;
         while (i < n && out[i].id != b[j].id) i++;
         if (i == n) out[n++] = (fused){ b[j].id, 0, 0, 0, 0 };
-        out[i].score += hybrid ? 1.0 / (rrf_k + (double)(j + 1)) : b[j].score;
+        out[i].score += hybrid ? (1 - w) * spread_pos(b, nb, j) : b[j].score;
         out[i].rb = (int)j + 1;
         out[i].cos = b[j].score;
     }
@@ -363,6 +390,8 @@ int sb_kb_search(sb_kb *kb, const char *query, size_t len, const sb_kb_search_op
     *n = 0;
     if (o->top_k < 1 || o->top_k > SB_KB_MAX_TOP_K || (unsigned)o->mode > SB_KB_HYBRID)
         return sb_seterr(err, SB_EINVAL, "kb search: top_k must be in [1, %d]", SB_KB_MAX_TOP_K);
+    if (!(o->bm25_weight >= 0 && o->bm25_weight <= 1))
+        return sb_seterr(err, SB_EINVAL, "kb search: bm25_weight must be in [0, 1]");
     int rc0 = refresh_meta(kb, err);
     if (rc0) return rc0;
     if (!kb->meta_dim) return 0;                /* nothing added yet: no hits */
@@ -377,13 +406,53 @@ int sb_kb_search(sb_kb *kb, const char *query, size_t len, const sb_kb_search_op
     int rc = bm && vec && f ? search_lists(kb, query, len, o, cand, bm, &nb, vec, &nv, err)
                             : sb_seterr(err, SB_ENOMEM, "out of memory");
     if (!rc) {
-        size_t nf = fuse(bm, nb, vec, nv, o->rrf_k > 0 ? o->rrf_k : DEFAULT_RRF_K, hybrid, f);
+        size_t nf = fuse(bm, nb, vec, nv, o->bm25_weight > 0 ? o->bm25_weight : SB_KB_BM25_WEIGHT, hybrid, f);
         rc = fetch_hits(kb, f, nf, o->top_k, out, n, err);
     }
     sb_free(bm);
     sb_free(vec);
     sb_free(f);
     return rc;
+}
+
+int sb_kb_passages(sb_kb *kb, sb_kb_passage **out, size_t *n, char *err) {
+    *out = NULL;
+    *n = 0;
+    int rc = refresh_meta(kb, err);
+    if (rc) return rc;
+    if (!kb->meta_dim) return sb_seterr(err, SB_ENOTFOUND, "kb: empty knowledge base (nothing added yet)");
+    const int64_t *ids;
+    const float *vecs;
+    size_t total;
+    const size_t dim = (size_t)kb->meta_dim;
+    if ((rc = kb_store_vectors(kb->store, kb->meta_dim, &ids, &vecs, &total, err))) return rc;
+    sb_kb_passage *p = sb_calloc(total ? total : 1, sizeof *p);
+    if (!p) return sb_seterr(err, SB_ENOMEM, "out of memory");
+    size_t k = 0;
+    for (size_t i = 0; i < total && !rc; i++) {
+        sb_kb_hit h = { .id = ids[i] };
+        /* the cached vectors stay valid: fetching reads rows, it does not reload them */
+        if ((rc = kb_store_fetch(kb->store, &h, err)) == SB_ENOTFOUND) { rc = 0; continue; }
+        if (rc) { sb_free(h.source), sb_free(h.section), sb_free(h.text); break; }
+        p[k] = (sb_kb_passage){ .id = h.id, .source = h.source, .section = h.section, .text = h.text,
+                                .position = h.position, .vec = sb_malloc(dim * sizeof(float)) };
+        if (!p[k].vec) { k++; rc = sb_seterr(err, SB_ENOMEM, "out of memory"); break; }
+        memcpy(p[k++].vec, vecs + i * dim, dim * sizeof(float));
+    }
+    if (rc) { sb_kb_passages_free(p, k); return rc; }
+    *out = p;
+    *n = k;
+    return 0;
+}
+
+void sb_kb_passages_free(sb_kb_passage *p, size_t n) {
+    for (size_t i = 0; p && i < n; i++) {
+        sb_free(p[i].source);
+        sb_free(p[i].section);
+        sb_free(p[i].text);
+        sb_free(p[i].vec);
+    }
+    sb_free(p);
 }
 
 kb_store *kb_store_of(sb_kb *kb) {

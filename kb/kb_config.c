@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <stdio.h>
+#include <string.h>
 
 #define FAIL SB_CFG_FAIL
 
@@ -21,6 +22,7 @@ static const sb_cfg_key kb_keys[] = {
     { "chunk_tokens", SB_KEY_INT, 64, 510, KB(chunk_tokens), NULL },
     { "overlap", SB_KEY_INT, 0, 128, KB(overlap), NULL },
     { "pull", SB_KEY_OTHER, 0, 0, 0, NULL },               /* false | true, into a bool */
+    { "adapter", SB_KEY_STR, 1, 0, KB(adapter), NULL },
     SB_CFG_KEYS_END
 };
 
@@ -50,6 +52,16 @@ static int load_kb(const sb_cfg_ctx *knowledge, const sb_config_node *key, const
         return FAIL(&kc, sb_config_node_get(v, "embed_model"), "%s.embed_model: model '%s' has an adapter, and a "
                     "knowledge base's passages are embedded without one: name an entry of the same gguf without "
                     "'adapter'", what, k->embed_model);
+    /* Questions only: the passages stay the plain encoder's, so the base
+     * need not be re-embedded when the adapter changes (`kb adapt`). */
+    if (k->adapter) {
+        for (size_t i = 0; i < m->n_adapters && !k->adapter_path; i++)
+            if (!strcmp(m->adapter_names[i], k->adapter)) k->adapter_path = m->adapter_paths[i];
+        if (!k->adapter_path)
+            return FAIL(&kc, sb_config_node_get(v, "adapter"), "%s.adapter: '%s' is not one of model '%s''s "
+                        "adapters (models.%s.adapters: {%s: FILE}, the file `kb adapt` wrote)", what, k->adapter,
+                        k->embed_model, k->embed_model, k->adapter);
+    }
     if (k->overlap >= k->chunk_tokens)
         return FAIL(&kc, sb_config_node_get(v, "overlap"), "%s.overlap: %d must be less than chunk_tokens (%d)",
                     what, k->overlap, k->chunk_tokens);

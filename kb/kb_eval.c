@@ -119,6 +119,7 @@ static void dump(const kb_eval_opts *eo, const char *mode, const question *q, do
         sb_jw_obj(&w);
         sb_jw_key(&w, "id"); sb_jw_int(&w, h[i].id);
         sb_jw_key(&w, "source"); sb_jw_str(&w, h[i].source);
+        sb_jw_key(&w, "score"); sb_jw_num(&w, h[i].score);
         if (h[i].rerank >= 0) {
             sb_jw_key(&w, "p"); sb_jw_num(&w, h[i].rerank);
             sb_jw_key(&w, "judge_ms"); sb_jw_num(&w, judge_ms[i]);

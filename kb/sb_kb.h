@@ -14,7 +14,8 @@
  *
  * Search: BM25 (FTS5), vector (brute-force dot product over every chunk,
  * vectors cached in memory and reloaded when another connection changes the
- * file), or hybrid: reciprocal rank fusion of both lists.
+ * file), or hybrid: both lists fused, the vectors leading and BM25
+ * breaking their near-ties (SB_KB_BM25_WEIGHT).
  *
  * The embedder is pluggable: sb_kb_open() with an encoder GGUF uses
  * sb_encoder (worker/engine/sb_encoder.h) in-process; a caller that embeds
@@ -102,6 +103,10 @@ typedef struct {
     const char *embed_id;
     int chunk_tokens, overlap;  /* for sb_kb_add_*; 0: 200 and 32 */
     sb_kb_fts fts;              /* the FTS tokenizer of a new base */
+    /* With encoder_gguf: a LoRA adapter (sb_lora.h, `kb adapt`'s output)
+     * applied to questions only. Passages are always embedded without
+     * one, so the stored vectors stay those of the base's embedder. */
+    const char *query_adapter;
     int follow_symlinks;        /* sb_kb_add_file reads through a symbolic link (else refuses it) */
 } sb_kb_opts;
 
@@ -160,18 +165,29 @@ typedef struct {
     int64_t id;                 /* chunk id */
     char *source, *section, *text;
     int position;
-    /* BM25: -bm25() (higher is better); vector: cosine; hybrid: the RRF sum. */
+    /* BM25: -bm25() (higher is better); vector: cosine; hybrid: the fused
+     * score in [0, 1] (comparable within one query only). */
     double score;
     int bm25_rank, vec_rank;    /* 1-based rank in each list; 0 = not in it */
     double cosine;              /* vector, hybrid: cosine with the query (0 when vec_rank is 0) */
     double rerank;              /* the reranker's P(yes) in [0, 1]; -1: not reranked */
 } sb_kb_hit;
 
+/* Hybrid's fusion: a chunk scores (1 - w)·v + w·b, v and b where it stands
+ * between the best (1) and the last (0) of the vector and BM25 candidates.
+ * Small on purpose: BM25 reorders only passages whose cosines lie within
+ * w/(1-w) of the candidates' spread, so a weak BM25 list (paraphrased
+ * questions, Chinese bigrams) cannot outvote the vectors, while their ties
+ * are broken by the exact words. Measured in docs/KNOWLEDGE.md ("Hybrid
+ * fusion"): every w in [0.02, 0.1] keeps hybrid at or above both lists on
+ * both eval sets; 0.05 is inside that range, not its best point. */
+#define SB_KB_BM25_WEIGHT 0.05
+
 typedef struct {
     sb_kb_mode mode;
     int top_k;                  /* [1, SB_KB_MAX_TOP_K] */
     int candidates;             /* per list before fusion; 0 = 50 */
-    int rrf_k;                  /* 0 = 60 (Cormack et al. 2009) */
+    double bm25_weight;         /* hybrid: BM25's share w in [0, 1]; 0 = SB_KB_BM25_WEIGHT */
     /* The query's L2-normalised "query: " vector from the base's embedder
      * (sb_kb_embed_id: compare it with the model that made the vector),
      * sb_kb_embed_id's dim floats; or NULL: embedded here with the encoder
@@ -182,6 +198,17 @@ typedef struct {
 /* The embedder the base was built with ("multilingual-e5-small.Q4_0.gguf
  * 73637376") and its dimension, or NULL before anything was added. */
 const char *sb_kb_embed_id(const sb_kb *kb, int *dim);
+
+/* Every chunk of the base with its stored vector (the embedder's dim
+ * floats), in id order: what `kb adapt` trains questions against. */
+typedef struct {
+    int64_t id;
+    char *source, *section, *text;
+    int position;
+    float *vec;
+} sb_kb_passage;
+int  sb_kb_passages(sb_kb *kb, sb_kb_passage **out, size_t *n, char *err);
+void sb_kb_passages_free(sb_kb_passage *p, size_t n);
 
 /* The top_k chunks for `query`. *out is sb_malloc'ed (sb_kb_hits_free);
  * fewer hits than top_k when fewer chunks match (BM25) or exist. */

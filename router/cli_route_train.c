@@ -254,72 +254,24 @@ static void samples_free(samples *S) {
 
 /* ------------------------------------------------------------ training */
 
-/* splitmix64: the batch order's stream, fixed for a seed on every platform. */
-static uint64_t next_u64(uint64_t *s) {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static void shuffle(size_t *order, size_t n, uint64_t *rng) {
-    for (size_t i = n; i > 1; i--) {
-        size_t j = (size_t)(next_u64(rng) % i), tmp = order[i - 1];
-        order[i - 1] = order[j], order[j] = tmp;
-    }
-}
-
-static void fmt_secs(double s, char *buf, size_t cap) {
-    if (s < 60) snprintf(buf, cap, "%.0fs", s);
-    else snprintf(buf, cap, "%dm%02ds", (int)(s / 60), (int)fmod(s, 60));
-}
-
 #define ALL_FOLDS (-2)
 
-/* Trains on every text but fold `held` (ALL_FOLDS: every text). Batches
- * are consecutive slices of a per-epoch shuffle of those texts; the last
- * slice of an epoch may be short (a step needs 2 texts). what: the
- * progress lines' prefix. */
+/* Trains on every text but fold `held` (ALL_FOLDS: every text), through the
+ * engine's loop (sb_enc_train_fit). what: the progress lines' prefix. */
 static int train(sb_enc_trainer *tr, const samples *S, const opts *o, int held, int steps, const char *what,
                  char *err) {
-    size_t *order = sb_malloc(S->n * sizeof *order), m = 0;
-    for (size_t i = 0; order && i < S->n; i++)
-        if (held == ALL_FOLDS || S->s[i].fold != held) order[m++] = i;
-    const size_t B = SB_MIN((size_t)o->batch, m);
-    size_t *pick = sb_malloc(m * sizeof *pick);
-    const float **h0 = sb_malloc(B * sizeof *h0);
-    int *n = sb_malloc(B * sizeof *n), *lab = sb_malloc(B * sizeof *lab);
-    int rc = order && pick && h0 && n && lab ? 0 : sb_seterr(err, SB_ENOMEM, "out of memory");
-    sb_adamw_params p = { .lr = (float)o->lr, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
-                          .weight_decay = (float)o->weight_decay,
-                          .warmup_steps = o->warmup >= 0 ? o->warmup : steps / 10, .total_steps = steps };
-    uint64_t rng = o->seed ^ 0x5EEDBA7C4E5ull;
-    size_t pos = m;
-    const double t0 = sb_now_s();
-    for (int step = 1; step <= steps && !rc; step++) {
-        if (pos + 2 > m) {
-            memcpy(pick, order, m * sizeof *pick);
-            shuffle(pick, m, &rng);
-            pos = 0;
-        }
-        const size_t b = SB_MIN(B, m - pos);
-        for (size_t i = 0; i < b; i++) {
-            const sample *s = &S->s[pick[pos + i]];
-            h0[i] = s->h0, n[i] = s->n, lab[i] = s->label;
-        }
-        pos += b;
-        double loss = 0;
-        const float lr = sb_adamw_lr(&p, step);
-        rc = sb_enc_train_step_from(tr, h0, n, lab, (int)b, (float)o->tau, &p, &loss, err);
-        const double el = sb_now_s() - t0;
-        char es[32], eta[32];
-        fmt_secs(el, es, sizeof es);
-        fmt_secs(el / step * (steps - step), eta, sizeof eta);
-        if (!rc)
-            fprintf(stderr, "route train: %sstep %d/%d  loss %.4f  lr %.2e  %s  ETA %s\n", what, step, steps, loss,
-                    (double)lr, es, eta);
-    }
-    sb_free(order), sb_free(pick), sb_free(h0), sb_free(n), sb_free(lab);
+    sb_enc_text *x = sb_malloc((S->n ? S->n : 1) * sizeof *x);
+    if (!x) return sb_seterr(err, SB_ENOMEM, "out of memory");
+    size_t m = 0;
+    for (size_t i = 0; i < S->n; i++)
+        if (held == ALL_FOLDS || S->s[i].fold != held) x[m++] = (sb_enc_text){ S->s[i].h0, S->s[i].n, S->s[i].label };
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "route train: %s", what);
+    const sb_enc_fit_opts fo = { .steps = steps, .batch = o->batch, .warmup = o->warmup, .lr = o->lr,
+                                 .weight_decay = o->weight_decay, .tau = o->tau, .seed = o->seed,
+                                 .progress = stderr, .prefix = prefix };
+    int rc = sb_enc_train_fit(tr, x, m, &fo, err);
+    sb_free(x);
     return rc;
 }
 

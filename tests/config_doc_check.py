@@ -94,6 +94,8 @@ def config(section, key, value):
     if section == "knowledge":
         kb = {"path": os.path.join(TMP, "kb.sqlite"), "embed_model": "m"}
         kb[key] = value
+        if key == "adapter":            # a name of the embed model's adapters
+            model["adapters"] = {"q": keyfile}
         if key == "pull":               # pulled from the cloud of cache.sync
             cache = {"sync": {"url": "http://127.0.0.1:9", "edge_id": "e1", "secret_file": secret}}
     if section == "runtime":
@@ -185,6 +187,8 @@ def sample_values(section, key, typ):
         return ["https://cloud.example:9443/sb", "http://127.0.0.1:9090"], ["ftp://x", "http://192.0.2.7:9090"]
     if t == "model name":                # knowledge.embed_model: a model of models:
         return ["m"], ["no-such-model"]
+    if t == "adapter name":              # knowledge.adapter: one of the embed model's adapters
+        return ["q"], ["no-such-adapter"]
     if t == "another local model's name":   # models.NAME.draft: not itself
         return ["d"], ["no-such-model", "m"]
     if t == "env var name":

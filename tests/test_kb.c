@@ -397,6 +397,48 @@ static void test_store_version(void **state) {
     sb_kb_close(kb);
 }
 
+/* Hybrid: the vectors lead and BM25 breaks their near-ties. Three
+ * passages of disjoint words; the query vector is built from theirs to set
+ * each cosine, and the query's one word is only in the second passage. A
+ * clear vector winner stays first although BM25 ranks it nowhere
+ * (reciprocal rank fusion put the BM25 hit first: a first place in one list
+ * and a second in the other beat a lone first); two near-equal cosines are
+ * ordered by BM25. */
+static void fused_first(sb_kb *kb, double ca, double cb, double cc, const char *want) {
+    static const char *const texts[] = { "Alpha\nalpha apple", "Beta\nbeta banana", "Gamma\ngamma grape" };
+    const double c[] = { ca, cb, cc };
+    float q[DIM] = { 0 }, v[DIM];
+    char err[SB_ERR_LEN];
+    for (int t = 0; t < 3; t++) {
+        assert_int_equal(fake_embed(NULL, 2, texts[t], strlen(texts[t]), v, err), 0);
+        for (int d = 0; d < DIM; d++) q[d] += (float)c[t] * v[d];
+    }
+    sb_kb_search_opts o = { .mode = SB_KB_HYBRID, .top_k = 3, .qvec = q };
+    sb_kb_hit *h;
+    size_t n;
+    assert_int_equal(sb_kb_search(kb, "banana", 6, &o, &h, &n, err), 0);
+    assert_int_equal(n, 3);
+    assert_string_equal(h[0].source, want);
+    sb_kb_hits_free(h, n);
+}
+
+static void test_store_hybrid_vectors_lead(void **state) {
+    (void)state;
+    sb_kb *kb = open_fake(NULL, "fake-1");
+    sb_kb_add_result r;
+    assert_int_equal(add(kb, "a.md", "# Alpha\n\nalpha apple\n", &r), 0);
+    assert_int_equal(add(kb, "b.md", "# Beta\n\nbeta banana\n", &r), 0);
+    assert_int_equal(add(kb, "c.md", "# Gamma\n\ngamma grape\n", &r), 0);
+    fused_first(kb, 0.9, 0.5, 0.1, "a.md");      /* the vectors are sure: BM25 cannot outvote them */
+    fused_first(kb, 0.80, 0.79, 0.1, "b.md");    /* they are not: BM25's exact word decides */
+    sb_kb_search_opts o = { .mode = SB_KB_HYBRID, .top_k = 3, .bm25_weight = 2 };
+    sb_kb_hit *h;
+    size_t n;
+    char err[SB_ERR_LEN];
+    assert_int_equal(sb_kb_search(kb, "banana", 6, &o, &h, &n, err), SB_EINVAL);
+    sb_kb_close(kb);
+}
+
 /* The rerank's prompt, probability and order (kb/rerank.c). */
 static void test_rerank_helpers(void **state) {
     (void)state;
@@ -567,6 +609,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_store_embedder_identity, setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_caller_vector, setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_version, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_store_hybrid_vectors_lead, setup, teardown),
         cmocka_unit_test(test_rerank_helpers),
         cmocka_unit_test_setup_teardown(test_store_latency_5000, setup, teardown),
     };

@@ -284,6 +284,10 @@ static int load_pipeline(vctx *c, const sb_config_node *key, const sb_config_nod
             sb_sha256_update(&h, &p->stages[i].extra_label[k], sizeof(int));
             sb_sha256_update(&h, p->stages[i].extra_text[k], strlen(p->stages[i].extra_text[k]) + 1);
         }
+    /* ... and so does the adapter a searched base's questions go through
+     * (knowledge.NAME.adapter, outside the pipeline's YAML). */
+    for (size_t i = 0; i < p->n_stages; i++)
+        if (p->stages[i].kb_adapter) sb_sha256_update(&h, p->stages[i].kb_adapter, strlen(p->stages[i].kb_adapter) + 1);
     /* ... and so does a json_schema file. */
     for (size_t i = 0; i < p->n_stages; i++)
         if (p->stages[i].json_schema) sb_sha256_update(&h, p->stages[i].json_schema, strlen(p->stages[i].json_schema) + 1);
@@ -322,6 +326,7 @@ static void free_stage(sb_stage *s) {
     sb_free(s->url);
     rt_tmpl_free(s->body);
     sb_free(s->kb);
+    sb_free(s->kb_adapter);
     rt_tmpl_free(s->query);
     sb_free(s->rerank_model);
     sb_free(s->rerank_prompt);

@@ -78,7 +78,9 @@ int rt_run_score(rt_run *run, const sb_stage *s, const char *model, rt_score_req
 int rt_run_embed(rt_run *run, const sb_stage *s, const char *text, size_t len, char *err) {
     rt_model *m = stage_model(run, s->model, err);
     if (!m) return SB_EIO;
-    rt_embed_req r = { .kind = "query", .texts = &text, .lens = &len, .n = 1, .priority = s->priority };
+    /* a retrieve stage's base may name an adapter for its questions (kb adapt's) */
+    rt_embed_req r = { .kind = "query", .texts = &text, .lens = &len, .n = 1, .priority = s->priority,
+                       .adapter = s->kb_adapter };
     return submitted(run, m, rt_model_submit_embed(m, &r, m->deadline_ms, on_model_reply, run, &run->job, err));
 }
 

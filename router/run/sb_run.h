@@ -136,6 +136,7 @@ typedef struct {
     bool privacy_reveal;            /* command: `privacy: reveal`, the real values behind the call's placeholders */
     /* retrieve (router/run/retrieve.c): model is the base's embed_model */
     char *kb;                       /* a knowledge: entry */
+    char *kb_adapter;               /* its adapter: the question is embedded through it (NULL: none) */
     sb_tmpl *query;                 /* default "{{input}}" */
     int kb_top_k;                   /* [1, SB_PIPE_MAX_TOP_K], default 3 */
     int kb_mode;                    /* sb_kb_mode: 0 bm25, 1 vector, 2 hybrid (default) */

@@ -65,6 +65,7 @@ static int load_retrieve(vctx *c, const sb_config_node *n, sb_stage *s, const rt
     const sb_config_kb *kb = sb_config_find_kb(c->cfg, s->kb);
     if (!kb) return FAIL(c, v, "%s.kb: no knowledge base named '%s' under knowledge:", c->path, s->kb);
     if (!(s->model = sb_strdup(kb->embed_model))) return SB_ENOMEM;
+    if (kb->adapter && !(s->kb_adapter = sb_strdup(kb->adapter))) return SB_ENOMEM;
     s->kb_top_k = 3;
     s->min_score = -1;
     if ((rc = sb_cfg_keys_read(PL(c), n, retrieve_keys, s))) return rc;

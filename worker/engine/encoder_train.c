@@ -3,6 +3,7 @@
  * ops are in train_ops.c; this file holds the layer order, which must be
  * encoder.c's forward, and the buffers. */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "common/sb_common.h"
@@ -378,20 +379,30 @@ void sb_enc_train_grad(sb_enc_trainer *t, int layer, sb_lora_which w, float **ga
     *gb = ok ? t->st[layer * SB_LORA_N_MATS + w].gb : NULL;
 }
 
+/* The batch's texts, then n_fixed constant vectors (fixed[i] with
+ * fixed_labels[i]) that take part in the loss but get no gradient. */
 static int step(sb_enc_trainer *t, const int32_t *const *ids, const float *const *h0, const int *n,
-                const int *labels, int batch, float tau, const sb_adamw_params *p, double *loss, char *err) {
-    if (batch < 2 || !(tau > 0)) return sb_seterr(err, SB_EINVAL, "a step needs 2 or more texts and a temperature > 0");
-    const size_t H = (size_t)t->e->H;
-    float *V = sb_malloc((size_t)batch * H * sizeof *V), *dV = sb_malloc((size_t)batch * H * sizeof *dV);
-    int rc = V && dV ? 0 : sb_seterr(err, SB_ENOMEM, "out of memory");
+                const int *labels, int batch, const float *fixed, const int *fixed_labels, int n_fixed, float tau,
+                const sb_adamw_params *p, double *loss, char *err) {
+    if (batch < 1 || batch + n_fixed < 2 || !(tau > 0))
+        return sb_seterr(err, SB_EINVAL, "a step needs 2 or more texts and a temperature > 0");
+    const size_t H = (size_t)t->e->H, all = (size_t)batch + (size_t)n_fixed;
+    float *V = sb_malloc(all * H * sizeof *V), *dV = sb_malloc(all * H * sizeof *dV);
+    int *lab = sb_malloc(all * sizeof *lab);
+    int rc = V && dV && lab ? 0 : sb_seterr(err, SB_ENOMEM, "out of memory");
     for (int i = 0; i < batch && !rc; i++) {
         char why[160] = "";
         const tr_input in = { ids ? ids[i] : NULL, ids ? NULL : h0[i], n[i] };
         rc = forward(t, in, V + i * H, why);
         if (rc) sb_seterr(err, rc, "text %d of the batch: %s", i, why);
+        else lab[i] = labels[i];
+    }
+    if (!rc && n_fixed) {
+        memcpy(V + (size_t)batch * H, fixed, (size_t)n_fixed * H * sizeof *V);
+        memcpy(lab + batch, fixed_labels, (size_t)n_fixed * sizeof *lab);
     }
     if (!rc) {
-        const double l = sb_op_supcon(V, labels, batch, (int)H, tau, dV);
+        const double l = sb_op_supcon(V, lab, (int)all, (int)H, tau, dV);
         if (loss) *loss = l;
         sb_enc_train_zero_grad(t);
         for (int i = 0; i < batch && !rc; i++)
@@ -400,17 +411,90 @@ static int step(sb_enc_trainer *t, const int32_t *const *ids, const float *const
     if (!rc) sb_adamw_step(t, p);
     sb_free(V);
     sb_free(dV);
+    sb_free(lab);
     return rc;
 }
 
 int sb_enc_train_step(sb_enc_trainer *t, const int32_t *const *ids, const int *n, const int *labels, int batch,
                       float tau, const sb_adamw_params *p, double *loss, char *err) {
-    return step(t, ids, NULL, n, labels, batch, tau, p, loss, err);
+    return step(t, ids, NULL, n, labels, batch, NULL, NULL, 0, tau, p, loss, err);
 }
 
 int sb_enc_train_step_from(sb_enc_trainer *t, const float *const *h0, const int *n, const int *labels, int batch,
                            float tau, const sb_adamw_params *p, double *loss, char *err) {
-    return step(t, NULL, h0, n, labels, batch, tau, p, loss, err);
+    return step(t, NULL, h0, n, labels, batch, NULL, NULL, 0, tau, p, loss, err);
+}
+
+int sb_enc_train_step_fixed(sb_enc_trainer *t, const float *const *h0, const int *n, const int *labels, int batch,
+                            const float *fixed, const int *fixed_labels, int n_fixed, float tau,
+                            const sb_adamw_params *p, double *loss, char *err) {
+    return step(t, NULL, h0, n, labels, batch, fixed, fixed_labels, n_fixed, tau, p, loss, err);
+}
+
+/* ---- the training loop ------------------------------------------------- */
+
+/* splitmix64: the batch order's stream, fixed for a seed on every platform. */
+static uint64_t next_u64(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static void shuffle(size_t *order, size_t n, uint64_t *rng) {
+    for (size_t i = n; i > 1; i--) {
+        size_t j = (size_t)(next_u64(rng) % i), tmp = order[i - 1];
+        order[i - 1] = order[j], order[j] = tmp;
+    }
+}
+
+static void fmt_secs(double s, char *buf, size_t cap) {
+    if (s < 60) snprintf(buf, cap, "%.0fs", s);
+    else snprintf(buf, cap, "%dm%02ds", (int)(s / 60), (int)fmod(s, 60));
+}
+
+int sb_enc_train_fit(sb_enc_trainer *t, const sb_enc_text *texts, size_t m, const sb_enc_fit_opts *o, char *err) {
+    const size_t B = SB_MIN((size_t)o->batch, m);
+    size_t *pick = sb_malloc((m ? m : 1) * sizeof *pick);
+    const float **h0 = sb_malloc((B ? B : 1) * sizeof *h0);
+    int *n = sb_malloc((B ? B : 1) * sizeof *n), *lab = sb_malloc((B ? B : 1) * sizeof *lab);
+    int rc = pick && h0 && n && lab ? 0 : sb_seterr(err, SB_ENOMEM, "out of memory");
+    if (!rc && (m < 1 || m + (size_t)o->n_fixed < 2))
+        rc = sb_seterr(err, SB_EINVAL, "training needs 2 or more texts");
+    const sb_adamw_params p = { .lr = (float)o->lr, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+                                .weight_decay = (float)o->weight_decay,
+                                .warmup_steps = o->warmup >= 0 ? o->warmup : o->steps / 10,
+                                .total_steps = o->steps };
+    uint64_t rng = o->seed ^ 0x5EEDBA7C4E5ull;
+    size_t pos = m;
+    const size_t min_b = o->n_fixed ? 1 : 2;        /* a step's loss needs two vectors */
+    const double t0 = sb_now_s();
+    for (int st = 1; st <= o->steps && !rc; st++) {
+        if (pos + min_b > m) {
+            for (size_t i = 0; i < m; i++) pick[i] = i;
+            shuffle(pick, m, &rng);
+            pos = 0;
+        }
+        const size_t b = SB_MIN(B, m - pos);
+        for (size_t i = 0; i < b; i++) {
+            const sb_enc_text *x = &texts[pick[pos + i]];
+            h0[i] = x->h0, n[i] = x->n, lab[i] = x->label;
+        }
+        pos += b;
+        double loss = 0;
+        const float lr = sb_adamw_lr(&p, st);
+        rc = step(t, NULL, h0, n, lab, (int)b, o->fixed, o->fixed_labels, o->n_fixed, (float)o->tau, &p, &loss, err);
+        if (o->progress && !rc) {
+            const double el = sb_now_s() - t0;
+            char es[32], eta[32];
+            fmt_secs(el, es, sizeof es);
+            fmt_secs(el / st * (o->steps - st), eta, sizeof eta);
+            fprintf(o->progress, "%sstep %d/%d  loss %.4f  lr %.2e  %s  ETA %s\n", o->prefix ? o->prefix : "", st,
+                    o->steps, loss, (double)lr, es, eta);
+        }
+    }
+    sb_free(pick), sb_free(h0), sb_free(n), sb_free(lab);
+    return rc;
 }
 
 /* ---- AdamW ------------------------------------------------------------- */

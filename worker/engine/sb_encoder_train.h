@@ -28,6 +28,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include "worker/engine/sb_encoder.h"
 #include "worker/engine/sb_lora.h"
 
@@ -89,6 +90,41 @@ int sb_enc_train_step(sb_enc_trainer *t, const int32_t *const *ids, const int *n
 /* The same from the texts' prefix states (sb_enc_train_prefix). */
 int sb_enc_train_step_from(sb_enc_trainer *t, const float *const *h0, const int *n, const int *labels, int batch,
                            float tau, const sb_adamw_params *p, double *loss, char *err);
+
+/* The same with n_fixed constant vectors in the loss beside the batch's
+ * texts (fixed[n_fixed][H], labels fixed_labels): anchors, positives and
+ * negatives like the texts, but no gradient flows to them - a retrieval
+ * base's passages, embedded once, against which questions are trained
+ * (`kb adapt`). batch ≥ 1, batch + n_fixed ≥ 2. */
+int sb_enc_train_step_fixed(sb_enc_trainer *t, const float *const *h0, const int *n, const int *labels, int batch,
+                            const float *fixed, const int *fixed_labels, int n_fixed, float tau,
+                            const sb_adamw_params *p, double *loss, char *err);
+
+/* ---- the training loop ---------------------------------------------------- */
+typedef struct {
+    const float *h0;            /* the text's prefix states (sb_enc_train_prefix) */
+    int n, label;
+} sb_enc_text;
+
+typedef struct {
+    int steps, batch;
+    int warmup;                 /* < 0: steps / 10 */
+    double lr, weight_decay, tau;
+    uint64_t seed;              /* the batches' order */
+    const float *fixed;         /* sb_enc_train_step_fixed's constant vectors (NULL, 0: none) */
+    const int *fixed_labels;
+    int n_fixed;
+    FILE *progress;             /* NULL: quiet; else a line per step: loss, lr, elapsed, ETA */
+    const char *prefix;         /* the progress lines' */
+} sb_enc_fit_opts;
+
+/* `steps` AdamW steps (cosine schedule after a linear warm-up) of the
+ * supervised contrastive loss over texts[0..m): each batch is the next
+ * slice of a per-epoch shuffle of the texts (seeded), the last slice of an
+ * epoch possibly short, plus the fixed vectors. Deterministic for the
+ * texts, options and seed, whatever the thread count. route train and kb
+ * adapt both train through it. */
+int sb_enc_train_fit(sb_enc_trainer *t, const sb_enc_text *texts, size_t m, const sb_enc_fit_opts *o, char *err);
 
 /* ---- ops (rows are tokens) ------------------------------------------------ */
 /* y = LN(x)·w + b per row of H; keeps xhat and rstd for the backward. */
