@@ -8,7 +8,9 @@ would build from PyPI to answer policy questions from the demo base.
     chromadb           in-process, cosine space, vectors supplied by us (no
                        embedding function, nothing downloaded at run time)
     SQLite FTS5        the BM25 half
-    fusion             reciprocal rank fusion of the two top-50 lists, k = 60
+    fusion             the two top-50 lists as ours fuses them: each list's
+                       scores placed on [0, 1] between its best and its
+                       last, 0.95 x the vectors' + 0.05 x BM25's
 
 Everything that decides the answer is ours' too, on purpose (the benchmark
 compares serving stacks, not retrieval recipes): the passages are our
@@ -33,7 +35,7 @@ import time
 
 import yaml
 
-RRF_K = 60          # kb/kb.c DEFAULT_RRF_K
+BM25_WEIGHT = 0.05   # kb/sb_kb.h SB_KB_BM25_WEIGHT: BM25 breaks the vectors' near-ties
 CANDIDATES = 50     # kb/kb.c DEFAULT_CANDIDATES: each list's depth before fusion
 FTS_TOKENIZER = "porter unicode61 remove_diacritics 2"
 COLLECTION = "policy"
@@ -213,18 +215,26 @@ class Store:
         return None if row is None else {"source": row[0], "section": row[1], "text": row[2]}
 
 
+def spread_pos(lst, i):
+    """Where entry i stands between the list's best (1) and its last (0)."""
+    hi, lo = lst[0][1], lst[-1][1]
+    return (lst[i][1] - lo) / (hi - lo) if hi > lo else 1.0
+
+
 def fuse(bm, vec):
-    """Reciprocal rank fusion; each chunk keeps its cosine (0 when only BM25
-    found it), the best first, ties in the order found (BM25 list first)."""
+    """kb/kb.c's hybrid fusion: (1 - w) x the vectors' place + w x BM25's
+    (0 when not in a list; one list alone decides when the other is empty);
+    each chunk keeps its cosine (0 when only BM25 found it), the best first."""
+    w = BM25_WEIGHT if bm and vec else (1.0 if bm else 0.0)
     fused, order = {}, []
-    for rank, (cid, _) in enumerate(bm, 1):
-        fused[cid] = [1.0 / (RRF_K + rank), 0.0]
+    for i, (cid, _) in enumerate(bm):
+        fused[cid] = [w * spread_pos(bm, i), 0.0]
         order.append(cid)
-    for rank, (cid, cos) in enumerate(vec, 1):
+    for j, (cid, cos) in enumerate(vec):
         if cid not in fused:
             fused[cid] = [0.0, 0.0]
             order.append(cid)
-        fused[cid][0] += 1.0 / (RRF_K + rank)
+        fused[cid][0] += (1 - w) * spread_pos(vec, j)
         fused[cid][1] = cos
     return sorted(((cid, fused[cid][0], fused[cid][1]) for cid in order), key=lambda t: -t[1])
 
