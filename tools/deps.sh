@@ -11,6 +11,10 @@
 #   tools/deps.sh privacy  what `make privacy-check` needs: PostgreSQL (the
 #                          cloud tier), openssl (the site key) and PyYAML
 #                          (tests/real/privacy_real.py reads configs/demo.yaml)
+#   tools/deps.sh rag      what `make rag-bench`'s Python baseline needs, into
+#                          $PYTHON (tools/rag_bench.sh points it at the bench's
+#                          own venv): tests/bench/python_rag/requirements.txt,
+#                          pinned (llama-cpp-python comes from tools/llamacpp.sh)
 #
 # SB_DEBS_ONLY=1 installs the Debian packages and no Python package (.ci/run:
 # python3-venv before its venv exists, which then gets the Python packages).
@@ -39,6 +43,7 @@ mode="${1:-check}"
 need=(make gcc pkg-config xxd libevent-dev libmsgpack-dev libsqlite3-dev libyaml-dev libpq-dev
       libcurl4-openssl-dev libssl-dev python3 python3-pip curl ca-certificates util-linux)
 py_pkgs=()
+py_requirements=""     # a pinned requirements file: installed whole when an import is missing
 case "$mode" in
     demo) ;;
     # Tests: cmocka, PostgreSQL (the cloud cache store), python3-venv
@@ -77,18 +82,39 @@ case "$mode" in
     privacy)
         need+=(postgresql openssl)
         py_pkgs+=(PyYAML=yaml) ;;
-    *) echo "usage: tools/deps.sh [check|demo|real|fleet|privacy]" >&2; exit 2 ;;
+    # make rag-bench: the Python stack the bench measures ours against
+    # (tests/bench/python_rag/), at the versions it was checked with.
+    rag)
+        need+=(python3-venv)
+        py_requirements="$repo_root/tests/bench/python_rag/requirements.txt"
+        py_pkgs+=(
+            fastapi=fastapi         # tests/bench/python_rag/app.py: the HTTP door
+            uvicorn=uvicorn         # its server
+            chromadb=chromadb       # rag.py: the vector store
+            numpy=numpy
+            PyYAML=yaml             # rag.py, rag_bench.py: the pipeline's YAML
+        ) ;;
+    *) echo "usage: tools/deps.sh [check|demo|real|fleet|privacy|rag]" >&2; exit 2 ;;
 esac
 [ "${SB_WITH_FUZZ:-0}" = 1 ] && need+=(clang libclang-rt-14-dev)
 [ -n "${SB_EXTRA_DEBS:-}" ] && need+=($SB_EXTRA_DEBS)
 
 python_deps() {
-    local p missing=()
+    local p missing=() stamp
     [ ${#py_pkgs[@]} -gt 0 ] && [ "${SB_DEBS_ONLY:-0}" != 1 ] || return 0
     py_require deps || return 1
     for p in "${py_pkgs[@]}"; do
         "$py" -c "import ${p#*=}" 2>/dev/null || missing+=("${p%%=*}")
     done
+    if [ -n "$py_requirements" ]; then
+        # Pinned: installed again when the file changed since, not only when
+        # an import is missing (a bench compares the versions it names).
+        stamp="$("$py" -c 'import sys; print(sys.prefix)')/.sb-requirements"
+        [ ${#missing[@]} -gt 0 ] || ! cmp -s "$py_requirements" "$stamp" || return 0
+        echo "deps: pip install -r ${py_requirements#"$repo_root"/} (into $py)"
+        py_pip_install deps -r "$py_requirements" && { cp "$py_requirements" "$stamp" 2>/dev/null || true; }
+        return
+    fi
     [ ${#missing[@]} -gt 0 ] || return 0
     echo "deps: pip install ${missing[*]} (into $py)"
     py_pip_install deps "${missing[@]}"

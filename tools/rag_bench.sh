@@ -8,7 +8,8 @@
 #                      [--out DIR] [--quick]
 #
 # 1. the bench venv, once: build/rag_bench/venv (its own, no system site
-#    packages) with tests/bench/python_rag/requirements.txt from PyPI and
+#    packages) with tests/bench/python_rag/requirements.txt from PyPI
+#    (tools/deps.sh rag) and
 #    the llama-cpp-python bindings of tools/llamacpp.sh (which builds the
 #    reference llama.cpp into $LLAMACPP_DIR first if it is not there: 15-30
 #    minutes on 2 cores, once);
@@ -57,18 +58,13 @@ fi
 
 # The venv's python first on PATH: tools/llamacpp.sh installs the bindings
 # into whichever python3 it finds.
+SB_DEBS_ONLY=1 tools/deps.sh rag || die "tools/deps.sh rag failed"
 if [ ! -x "$venv/bin/python" ]; then
     echo "rag_bench: creating $venv"
     python3 -m venv "$venv" || die "python3 -m venv failed (Debian: apt-get install python3-venv)"
 fi
 export PIP_DISABLE_PIP_VERSION_CHECK=1
-req=tests/bench/python_rag/requirements.txt
-stamp="$venv/.requirements"
-if ! cmp -s "$req" "$stamp"; then
-    echo "rag_bench: pip install -r $req (into $venv)"
-    "$venv/bin/python" -m pip install --quiet -r "$req" || die "pip install -r $req failed"
-    cp "$req" "$stamp"
-fi
+PYTHON="$venv/bin/python" tools/deps.sh rag || die "tools/deps.sh rag (into $venv) failed"
 if ! "$venv/bin/python" -c 'import llama_cpp' 2> /dev/null; then
     echo "rag_bench: installing the llama-cpp-python bindings (tools/llamacpp.sh)"
 fi
