@@ -32,6 +32,9 @@ m = p["measured"]
 assert m["bandwidth_gbs_1"] > 0 and m["bandwidth_gbs_t"] > 0, m
 assert m["gemm_family"] in ("avx512_vnni", "avx2", "scalar"), m
 assert m["peak_macs_per_core"].get(m["gemm_family"]) or m["gemm_family"] == "scalar", m
+# the gemm family on both threads at once: more than none, at most two cores' worth (with slack)
+t = m["gemm_peak_macs_all_threads"]
+assert m["gemm_family"] == "scalar" or 0 < t < 2.5 * m["peak_macs_per_core"][m["gemm_family"]], m
 assert p["plan"]["split"] == {"rows_per_task": 16, "tasks_per_thread": 24, "gemm_rows": 64}, p["plan"]
 assert p["plan"]["dot"] == {}, p["plan"]
 EOF

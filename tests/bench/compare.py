@@ -130,6 +130,7 @@ def tune_profile():
         fam = m["gemm_family"]
         return {"path": path, "date": m.get("date"), "gemm_family": fam,
                 "peak_per_core": m["peak_macs_per_core"].get(fam), "plan": p.get("plan"),
+                "peak_all_threads": m.get("gemm_peak_macs_all_threads"), "threads": m.get("threads"),
                 "bandwidth_gbs_t": m.get("bandwidth_gbs_t")}
     except (OSError, ValueError, KeyError, TypeError) as e:
         log(f"tuning profile {path} unreadable ({e}); no int8-peak columns")
@@ -321,7 +322,14 @@ def bench_model(key, eng, args):
                                           for s in res["llamacpp"] if s.get("tg") and s.get("bw_int")])
     # pp against the int8 peak `switchboard tune` measured (all threads)
     tp = args.tune
-    peak = tp["peak_per_core"] * args.threads if tp and tp.get("peak_per_core") else None
+    # (measured with that many threads at once when the profile was made with
+    # them: two vCPUs may not reach twice one core's rate)
+    peak = None
+    if tp and tp.get("peak_all_threads") and tp.get("threads") == args.threads:
+        peak = tp["peak_all_threads"]
+    elif tp and tp.get("peak_per_core"):
+        peak = tp["peak_per_core"] * args.threads
+    res["pp_peak_macs"] = peak
     for side in ("ours", "llamacpp"):
         med = res[side + "_pp"]["median"]
         res[f"pp_peak_frac_{side}"] = med * res["pp_macs_per_token"] / peak if med and peak else None
@@ -421,8 +429,12 @@ def markdown(results):
         lines += ["", "Errors: " + "; ".join(sorted(set(errs)))]
     tp = results.get("tune_profile")
     if models:
+        all_t = tp and tp.get("peak_all_threads") and tp.get("threads") == a["threads"]
         lines += ["", ("int8 peak: " + (f"{fmt(tp['peak_per_core'] / 1e9, 1)} G multiply-adds/s per core "
-                                        f"({tp['gemm_family']}, the gemm's family) × {a['threads']} threads, "
+                                        f"({tp['gemm_family']}, the gemm's family); "
+                                        + (f"{fmt(tp['peak_all_threads'] / 1e9, 1)} G/s with {a['threads']} "
+                                           "threads at once, the columns' peak; " if all_t else
+                                           f"× {a['threads']} threads, the columns' peak; ") +
                                         f"measured by `switchboard tune` {tp.get('date')} (`{tp['path']}`, "
                                         f"plan {json.dumps(tp.get('plan'), separators=(',', ':'))}); "
                                         if tp and tp.get("peak_per_core") else

@@ -28,6 +28,7 @@ static void tune_usage(FILE *f) {
             "  - memory read bandwidth with 1 and T threads (bench --membw's probe);\n"
             "  - the int8 multiply-add peak of one core per instruction family\n"
             "    (avx2, avx512_vnni, avx_vnni, amx where the OS grants its state);\n"
+            "    and the gemm's family again with all T threads at once;\n"
             "  - L2 and L3 sizes;\n"
             "then time, through whole decode steps and a 64-token prompt of the largest\n"
             "model given, the kernel variants of each quant type it uses (the decode\n"
@@ -238,6 +239,9 @@ static void write_measured(sb_jw *w, const tune_run *r, int level) {
         else sb_jw_null(w);
     }
     sb_jw_obj_end(w);
+    sb_jw_key(w, "gemm_peak_macs_all_threads");     /* gemm_family, all `threads` at once */
+    if (r->mc.peak_t > 0) sb_jw_num(w, r->mc.peak_t);
+    else sb_jw_null(w);
     sb_jw_key(w, "models");
     sb_jw_arr(w);
     for (int i = 0; i < r->n_models; i++) sb_jw_str(w, r->models[i]);
@@ -304,6 +308,9 @@ static void print_report(const tune_run *r, const sb_cpu_id *cpu) {
         if (r->mc.peak[f] > 0) printf("int8 peak %-12s %8.1f G multiply-adds/s per core\n", tune_family_name(f), r->mc.peak[f] * 1e-9);
         else printf("int8 peak %-12s %s\n", tune_family_name(f), why[(int)-r->mc.peak[f] % 4]);
     }
+    if (r->mc.peak_t > 0)
+        printf("int8 peak %-12s %8.1f G multiply-adds/s with %d threads at once (the gemm's family)\n",
+               sb_kq_gemm_family(r->plan.level), r->mc.peak_t * 1e-9, r->threads);
     const sb_kq_traits *names = sb_kq_table(SB_KQ_REF);
     for (int i = 0; i < r->n_dots; i++) {
         const tune_dot_result *d = &r->dots[i];
@@ -354,7 +361,7 @@ int sb_cmd_tune(int argc, char **argv) {
     sb_kq_plan_default(level, &r.plan);
     fprintf(stderr, "tune: level %s, %d threads, %d model(s), budget %.0f s\n", sb_kq_level_name(level), r.threads,
             r.n_models, r.budget);
-    tune_measure_machine(&r.mc, r.threads, r.budget * (r.n_models ? 0.15 : 0.9));
+    tune_measure_machine(&r.mc, r.threads, sb_kq_gemm_family(level), r.budget * (r.n_models ? 0.15 : 0.9));
     static decoders dec;
     load_decoders(&r, &dec);
     if (dec.n) {

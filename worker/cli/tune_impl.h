@@ -16,6 +16,11 @@
 typedef struct {
     double bw1, bwt;                /* GB/s, 1 and T threads */
     double peak[TUNE_FAMILIES];     /* int8 multiply-adds/s of one core; < 0: absent (-1), refused (-2), faulted (-3) */
+    /* The gemm's family with every thread at it at once, summed: what a
+     * prompt can use. A VM's vCPUs may be one host core's two hyperthreads,
+     * or share a clock that drops with wide vectors on both, so the
+     * per-core peak times the threads can be a rate no run reaches. */
+    double peak_t;                  /* <= 0: not measured */
     size_t l2_bytes, l3_bytes;      /* 0: unknown */
 } tune_machine;
 
@@ -40,8 +45,9 @@ double tune_quantile(const tune_samples *s, double q);
  * show: a's first quartile above b's third, and a's median TUNE_MARGIN above
  * b's. Two rounds each: a's slower round must beat b's faster one. */
 int    tune_beats(const tune_samples *a, const tune_samples *b);
-/* Caches, peaks and bandwidth, in about `seconds`. */
-void tune_measure_machine(tune_machine *mc, int threads, double seconds);
+/* Caches, peaks and bandwidth, in about `seconds`; gemm_family names the
+ * family whose all-threads peak is measured too (sb_kq_gemm_family). */
+void tune_measure_machine(tune_machine *mc, int threads, const char *gemm_family, double seconds);
 /* GGUF paths from files and directories (*.gguf directly inside), sorted. */
 int  tune_find_models(char **args, int n_args, char paths[][TUNE_PATH], int cap);
 

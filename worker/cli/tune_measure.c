@@ -4,6 +4,7 @@
  */
 #include <cpuid.h>
 #include <dirent.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -116,12 +117,62 @@ static double peak_in_child(const char *family, double seconds) {
     return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? r : -3;
 }
 
-void tune_measure_machine(tune_machine *mc, int threads, double seconds) {
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int go;
+} peak_start;
+
+typedef struct {
+    const char *family;
+    double seconds, rate;
+    peak_start *start;
+} peak_job;
+
+static void *peak_thread(void *arg) {
+    peak_job *j = arg;
+    pthread_mutex_lock(&j->start->mu);
+    while (!j->start->go) pthread_cond_wait(&j->start->cv, &j->start->mu);
+    pthread_mutex_unlock(&j->start->mu);
+    j->rate = sb_kq_peak_macs(j->family, j->seconds);
+    return NULL;
+}
+
+/* The vector family's rate with `threads` threads at it at once, summed
+ * (AMX is not: its probe runs in a child, and the gemm does not use it).
+ * The threads start together, so that each one's timed span overlaps the
+ * others'. */
+static double peak_all_threads(const char *family, int threads, double seconds) {
+    enum { MAX_T = 256 };
+    threads = SB_MIN(threads, MAX_T);
+    if (threads < 1 || !strcmp(family, "amx")) return -1;
+    pthread_t tid[MAX_T];
+    peak_job job[MAX_T];
+    peak_start start = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0 };
+    int n = 1;
+    job[0] = (peak_job){ family, seconds, -1, &start };
+    for (; n < threads; n++) {
+        job[n] = job[0];
+        if (pthread_create(&tid[n], NULL, peak_thread, &job[n])) break;
+    }
+    pthread_mutex_lock(&start.mu);
+    start.go = 1;
+    pthread_cond_broadcast(&start.cv);
+    pthread_mutex_unlock(&start.mu);
+    peak_thread(&job[0]);
+    double sum = 0;
+    for (int i = 1; i < n; i++) pthread_join(tid[i], NULL);
+    for (int i = 0; i < n && sum >= 0; i++) sum = job[i].rate > 0 ? sum + job[i].rate : -1;
+    return n == threads ? sum : -1;
+}
+
+void tune_measure_machine(tune_machine *mc, int threads, const char *gemm_family, double seconds) {
     cache_sizes(mc);
     const double t0 = sb_now_s();
     for (int f = 0; f < TUNE_FAMILIES; f++)
         mc->peak[f] = !strcmp(families[f], "amx") ? peak_in_child(families[f], seconds * 0.08)
                                                   : sb_kq_peak_macs(families[f], seconds * 0.08);
+    mc->peak_t = peak_all_threads(gemm_family, threads, seconds * 0.08);
     /* the rest of the share for the probes (a window: ~0.1 s per reader count) */
     const int windows = SB_MAX(2, (int)((seconds - (sb_now_s() - t0)) / 0.2 / 2));
     bandwidth(mc, threads, windows);
