@@ -75,8 +75,8 @@ int sb_encoder_embed_pieces(sb_encoder *e, const int32_t *pieces, size_t n, cons
 
 /* Use a LoRA adapter (sb_lora.h) in the forward pass from now on; NULL
  * removes it. e does not own it: it must outlive its use. SB_EINVAL if it
- * was made for another shape. An adapter whose B is zero gives the same
- * bits as none. */
+ * was made for another shape. An adapter whose B is zero (and whose
+ * norms, if it has any, are the base's) gives the same bits as none. */
 struct sb_lora;
 int sb_encoder_set_adapter(sb_encoder *e, const struct sb_lora *lora, char *err);
 /* An adapter file (sb_lora_load) read for e's shape; a fresh adapter
