@@ -37,6 +37,7 @@
 typedef struct {
     const char *config, *kb, *out, *model, *questions_in, *questions_out;
     int per_chunk, threads, epochs, batch, rank, layers, max_tokens, holdout_pct, force, quiet;
+    int norms;                  /* train the adapted layers' LayerNorms too */
     uint64_t seed;
     double lr, alpha, tau, weight_decay;
 } adapt_opts;
@@ -82,6 +83,7 @@ static void usage(FILE *f) {
         "      --weight-decay X     AdamW's (default 0.01)\n"
         "      --max-tokens N       a question's tokens at most (default 64)\n"
         "      --force              write the adapter even if it is worse on the held-out slice\n"
+        "      --norms              also train the adapted layers' LayerNorms (weight and bias)\n"
         "      --quiet              no progress lines\n"
         "  -t, --threads N          threads (default: the embed model's)\n"
         "  -h, --help               this help\n"
@@ -109,14 +111,14 @@ static int opt_real(const char *name, const char *s, double lo, double hi, doubl
 /* 1: --help, 0: ok, -1: usage error (said). */
 static int parse_opts(int argc, char **argv, adapt_opts *o) {
     enum { O_KB = 256, O_MODEL, O_PER, O_SAVE, O_QIN, O_HOLD, O_SEED, O_EPOCHS, O_BATCH, O_RANK, O_ALPHA, O_LAYERS,
-           O_LR, O_TAU, O_WD, O_MAXT, O_FORCE, O_QUIET };
+           O_LR, O_TAU, O_WD, O_MAXT, O_FORCE, O_QUIET, O_NORMS };
     static const struct option lo[] = {
         {"config", 1, 0, 'c'}, {"kb", 1, 0, O_KB}, {"out", 1, 0, 'o'}, {"model", 1, 0, O_MODEL},
         {"per-chunk", 1, 0, O_PER}, {"save-questions", 1, 0, O_SAVE}, {"questions", 1, 0, O_QIN},
         {"holdout", 1, 0, O_HOLD}, {"seed", 1, 0, O_SEED}, {"epochs", 1, 0, O_EPOCHS}, {"batch", 1, 0, O_BATCH},
         {"rank", 1, 0, O_RANK}, {"alpha", 1, 0, O_ALPHA}, {"layers", 1, 0, O_LAYERS}, {"lr", 1, 0, O_LR},
         {"tau", 1, 0, O_TAU}, {"weight-decay", 1, 0, O_WD}, {"max-tokens", 1, 0, O_MAXT}, {"force", 0, 0, O_FORCE},
-        {"quiet", 0, 0, O_QUIET}, {"threads", 1, 0, 't'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+        {"quiet", 0, 0, O_QUIET}, {"norms", 0, 0, O_NORMS}, {"threads", 1, 0, 't'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     *o = (adapt_opts){ .per_chunk = 3, .epochs = 10, .batch = 32, .rank = 8, .layers = 4, .max_tokens = 64,
                        .holdout_pct = 20, .seed = 1, .lr = 1e-3, .alpha = 16, .tau = 0.05, .weight_decay = 0.01 };
     const char *cmd = "kb adapt";
@@ -147,6 +149,7 @@ static int parse_opts(int argc, char **argv, adapt_opts *o) {
         case O_WD: bad = opt_real("--weight-decay", optarg, 0, 10, &o->weight_decay); break;
         case O_FORCE: o->force = 1; break;
         case O_QUIET: o->quiet = 1; break;
+        case O_NORMS: o->norms = 1; break;
         case 'h': usage(stdout); return 1;
         default: fprintf(stderr, "(see 'switchboard kb adapt --help')\n"); return -1;
         }
@@ -383,7 +386,8 @@ static int train(sb_enc_trainer *tr, const adapt_opts *o, const questions *Q, co
                                  .fixed_labels = labels, .n_fixed = (int)np, .progress = o->quiet ? NULL : stderr,
                                  .prefix = "kb adapt: " };
     fprintf(stderr, "kb adapt: training on %zu questions against %zu passages: rank %d, alpha %g, top %d layers, "
-            "%d steps of %zu, seed %llu\n", m, np, o->rank, o->alpha, o->layers, steps, B,
+            "%s%d steps of %zu, seed %llu\n", m, np, o->rank, o->alpha, o->layers, o->norms ? "their LayerNorms, " : "",
+            steps, B,
             (unsigned long long)o->seed);
     int rc = sb_enc_train_fit(tr, x, m, &fo, err);
     *steps_out = steps;
@@ -467,6 +471,7 @@ static int adapt(const adapt_opts *o0, int *exit_code, char *err) {
     int steps = 0;
     const double t1 = sb_now_s();
     if ((rc = sb_encoder_adapter_new(enc, o.rank, (float)o.alpha, o.layers, o.seed, &lora, err)) ||
+        (o.norms && (rc = sb_encoder_adapter_add_norms(enc, lora, err))) ||
         (rc = sb_enc_trainer_new(enc, lora, o.max_tokens, &tr, err)) || (rc = sb_enc_trainer_set_fast(tr, 1, err)) ||
         (rc = prepare(tr, enc, &o, &Q, err)) || (rc = held_recall(tr, &Q, p, np, dim, &fz, err)) ||
         (rc = train(tr, &o, &Q, p, np, dim, &steps, err)) || (rc = held_recall(tr, &Q, p, np, dim, &ad, err)))

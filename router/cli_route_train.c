@@ -41,6 +41,7 @@ typedef struct {
     int shots, threads, steps, epochs, batch, rank, layers, max_tokens, warmup;
     int folds, force;           /* the leave-some-out estimate's folds (0: none); write even if worse */
     int phrases;                /* the descriptions' phrases as texts of their label too */
+    int norms;                  /* train the adapted layers' LayerNorms too */
     uint64_t seed;
     double lr, alpha, tau, weight_decay;
 } opts;
@@ -89,6 +90,8 @@ static void usage(FILE *f) {
         "      --tau X             the loss's temperature (default 0.05)\n"
         "      --max-tokens N      tokens a text is cut to, <s> </s> included (default 64)\n"
         "      --folds N           the leave-some-out estimate's folds, 0 = none (default 3)\n"
+        "      --norms             also train the adapted layers' LayerNorms (weight and\n"
+        "                          bias, no weight decay); the adapter file carries them\n"
         "      --phrases           also train on each description's phrases (split at , ; :\n"
         "                          and their full-width forms) as texts of its label\n"
         "      --force             write the adapter even when its estimate is below the\n"
@@ -123,7 +126,8 @@ static int parse_opts(int argc, char **argv, opts *o) {
         {"batch", 1, 0, 'B'}, {"rank", 1, 0, 'r'}, {"alpha", 1, 0, 'a'}, {"layers", 1, 0, 'L'},
         {"lr", 1, 0, 'l'}, {"warmup", 1, 0, 'w'}, {"weight-decay", 1, 0, 'd'}, {"tau", 1, 0, 'T'},
         {"max-tokens", 1, 0, 'm'}, {"threads", 1, 0, 't'}, {"help", 0, 0, 'h'}, {"folds", 1, 0, 'F'},
-        {"force", 0, 0, 'f'}, {"phrases", 0, 0, 'P'}, {0, 0, 0, 0}};
+        {"force", 0, 0, 'f'}, {"phrases", 0, 0, 'P'}, {"norms", 0, 0, 'n'},
+        {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     *o = (opts){ .shots = 5, .threads = 1, .epochs = 10, .batch = 64, .rank = 8, .layers = 2, .max_tokens = 64,
                  .warmup = -1, .seed = 1, .folds = 3, .lr = 1e-3, .alpha = 16, .tau = 0.05, .weight_decay = 0.01 };
@@ -151,6 +155,7 @@ static int parse_opts(int argc, char **argv, opts *o) {
         case 'F': bad = sb_opt_int(cmd, "--folds", optarg, 0, 100, &v); o->folds = v == 1 ? -1 : (int)v; break;
         case 'f': o->force = 1; break;
         case 'P': o->phrases = 1; break;
+        case 'n': o->norms = 1; break;
         case 'a': bad = opt_num("--alpha", optarg, 1e-6, 1e6, &o->alpha); break;
         case 'l': bad = opt_num("--lr", optarg, 1e-9, 1, &o->lr); break;
         case 'd': bad = opt_num("--weight-decay", optarg, 0, 1, &o->weight_decay); break;
@@ -320,6 +325,15 @@ static int embed_all(sb_enc_trainer *tr, const samples *S, int dim, float *V, ch
 
 /* For each fold: a fresh adapter (B = 0: the frozen vectors) trained on
  * the other folds, the held-out examples routed before and after. */
+/* A fresh adapter (with its own norms under --norms) and its trainer. */
+static int new_adapter(sb_encoder *enc, const opts *o, sb_lora **lora, sb_enc_trainer **tr, char *err) {
+    int rc = sb_encoder_adapter_new(enc, o->rank, (float)o->alpha, o->layers, o->seed, lora, err);
+    if (!rc && o->norms) rc = sb_encoder_adapter_add_norms(enc, *lora, err);
+    if (!rc) rc = sb_enc_trainer_new(enc, *lora, o->max_tokens, tr, err);
+    if (!rc) rc = sb_enc_trainer_set_fast(*tr, 1, err);
+    return rc;
+}
+
 static int estimate(sb_encoder *enc, const sb_stage *st, const samples *S, const opts *o, int steps, int *frozen,
                     int *adapted, int *held_n, char *err) {
     const int dim = sb_encoder_dim(enc);
@@ -332,9 +346,8 @@ static int estimate(sb_encoder *enc, const sb_stage *st, const samples *S, const
         sb_enc_trainer *tr = NULL;
         char what[32];
         snprintf(what, sizeof what, "fold %d/%d: ", f + 1, o->folds);
-        if (!(rc = sb_encoder_adapter_new(enc, o->rank, (float)o->alpha, o->layers, o->seed, &lora, err)) &&
-            !(rc = sb_enc_trainer_new(enc, lora, o->max_tokens, &tr, err)) && !(rc = sb_enc_trainer_set_fast(tr, 1, err)) &&
-            !(rc = embed_all(tr, S, dim, V, err)) && !(rc = score_fold(st, S, V, dim, f, frozen, err)) &&
+        if (!(rc = new_adapter(enc, o, &lora, &tr, err)) && !(rc = embed_all(tr, S, dim, V, err)) &&
+            !(rc = score_fold(st, S, V, dim, f, frozen, err)) &&
             !(rc = train(tr, S, o, f, steps, what, err)) && !(rc = embed_all(tr, S, dim, V, err)))
             rc = score_fold(st, S, V, dim, f, adapted, err);
         sb_enc_trainer_free(tr);
@@ -393,10 +406,7 @@ static int route_train(int argc, char **argv) {
     }
     exit_code = SB_EXIT_FAIL;
     o.max_tokens = SB_MIN(o.max_tokens, sb_encoder_n_ctx(enc));     /* longer texts are cut to the window */
-    if ((rc = sb_encoder_adapter_new(enc, o.rank, (float)o.alpha, o.layers, o.seed, &lora, err)) ||
-        (rc = sb_enc_trainer_new(enc, lora, o.max_tokens, &tr, err)) ||
-        (rc = sb_enc_trainer_set_fast(tr, 1, err)))
-        goto out;
+    if ((rc = new_adapter(enc, &o, &lora, &tr, err))) goto out;
     const double t0 = sb_now_s();
     if ((rc = collect(tr, enc, st, &o, &S, err))) goto out;
     int nc = 0;
@@ -410,8 +420,9 @@ static int route_train(int argc, char **argv) {
     const size_t B = SB_MIN((size_t)o.batch, S.n);
     steps = o.steps ? o.steps : o.epochs * (int)((S.n + B - 1) / B);
     fprintf(stderr, "route train: %zu texts (%zu labels + out_of_scope: %d), rank %d, alpha %g, top %d layers, "
-            "%d steps of %zu, seed %llu, %d thread%s\n", S.n, st->n_labels, S.per_label[st->n_labels], o.rank,
-            o.alpha, o.layers, steps, B, (unsigned long long)o.seed, o.threads, o.threads == 1 ? "" : "s");
+            "%s%d steps of %zu, seed %llu, %d thread%s\n", S.n, st->n_labels, S.per_label[st->n_labels], o.rank,
+            o.alpha, o.layers, o.norms ? "their LayerNorms, " : "", steps, B, (unsigned long long)o.seed, o.threads,
+            o.threads == 1 ? "" : "s");
     if (o.folds) {
         int fz, ad, hn;
         if ((rc = estimate(enc, st, &S, &o, steps, &fz, &ad, &hn, err))) goto out;

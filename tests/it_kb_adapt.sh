@@ -5,7 +5,7 @@
 #    passages: progress names step, loss and ETA, the loss falls, the
 #    held-out recall and MRR are printed frozen and adapted, and the file is
 #    written only when the adapted MRR is not below the frozen one (exit 3
-#    otherwise); the same bits on 1 and 2 threads;
+#    otherwise); the same bits on 1 and 2 threads, with --norms too;
 #  - the writer path runs a generative model over every chunk with progress
 #    (a random model writes few usable questions: then a clear error);
 #  - knowledge.NAME.adapter names one of the embed model's adapters, and kb
@@ -54,6 +54,12 @@ assert len(l) == 12 and sum(l[-3:]) < sum(l[:3]) - 0.05, l
 EOF
 ad -t 2 --seed 3 --force -o "$tmp/a2.gguf" > /dev/null 2>&1 || fail "kb adapt -t 2"
 cmp -s "$tmp/a1.gguf" "$tmp/a2.gguf" || fail "1 and 2 threads wrote different adapters"
+# --norms: the adapted layers' LayerNorms train too (the same loop as route train's), as deterministically
+ad -t 1 --seed 3 --force --norms -o "$tmp/n1.gguf" > /dev/null 2> "$tmp/err" || fail "--norms: $(tail -1 "$tmp/err")"
+grep -q "top 2 layers, their LayerNorms, 12 steps of 8" "$tmp/err" || fail "--norms header: $(grep training "$tmp/err")"
+ad -t 2 --seed 3 --force --norms -o "$tmp/n2.gguf" > /dev/null 2>&1 || fail "--norms -t 2"
+cmp -s "$tmp/n1.gguf" "$tmp/n2.gguf" || fail "--norms: 1 and 2 threads wrote different adapters"
+cmp -s "$tmp/a1.gguf" "$tmp/n1.gguf" && fail "--norms wrote the adapter without them"
 python3 - "$tmp/a1.gguf" <<'EOF' || fail "not a llama.cpp LoRA adapter"
 import struct, sys
 b = open(sys.argv[1], "rb").read()

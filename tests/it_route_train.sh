@@ -8,6 +8,10 @@
 #  - the file is llama.cpp's LoRA layout (general.type adapter, adapter.type
 #    lora, adapter.lora.alpha, F32 <base>.lora_a [in, r] / .lora_b [r, out]),
 #    read here by an independent GGUF reader;
+#  - --norms trains the adapted layers' LayerNorms too, as deterministically;
+#    the file then carries them as sb.blk.N.*_norm.weight [H, 2] (names
+#    llama.cpp's loader skips), and a worker's per-request adapter applies
+#    them (the vector of embed --adapter, not that of the file without them);
 #  - --shots caps the examples per label;
 #  - the leave-some-out estimate is printed, and the adapter is written only
 #    when it is not below the frozen encoder's (exit 3 otherwise; --force);
@@ -64,6 +68,10 @@ tr --steps 8 --seed 3 --lr 0.01 --folds 0 -t 2 -o "$tmp/a2.gguf" 2> /dev/null > 
 cmp -s "$tmp/a1.gguf" "$tmp/a2.gguf" || fail "-t 1 and -t 2 wrote different adapters"
 tr --steps 8 --seed 4 --lr 0.01 --folds 0 -t 2 -o "$tmp/a3.gguf" 2> /dev/null > /dev/null || fail "route train --seed 4"
 cmp -s "$tmp/a1.gguf" "$tmp/a3.gguf" && fail "--seed 4 wrote the same adapter as --seed 3"
+tr --steps 8 --seed 3 --lr 0.01 --folds 0 --norms -t 1 -o "$tmp/n1.gguf" 2> "$tmp/err" > /dev/null || fail "--norms: $(tail -1 "$tmp/err")"
+grep -q "^route train: 14 texts .*, top 2 layers, their LayerNorms, 8 steps of 14" "$tmp/err" || fail "--norms: $(head -1 "$tmp/err")"
+tr --steps 8 --seed 3 --lr 0.01 --folds 0 --norms -t 2 -o "$tmp/n2.gguf" 2> /dev/null > /dev/null || fail "--norms -t 2"
+cmp -s "$tmp/n1.gguf" "$tmp/n2.gguf" || fail "--norms: -t 1 and -t 2 wrote different adapters"
 # the guard: exit 3 and no file exactly when the adapted estimate is below the frozen one (seed 6 is such a
 # run with this CPU's kernels; the bits, hence the estimate, may differ on another kernel level), --force writes
 for seed in 3 6; do
@@ -90,7 +98,7 @@ sed 's|description: "bills and the meter"|description: "bills, the meter；late 
 grep -q "^route train: 19 texts (3 labels" "$tmp/err" || fail "--phrases: $(head -1 "$tmp/err")"
 
 # --- the file: llama.cpp's LoRA adapter layout, by an independent reader
-python3 - "$tmp/a1.gguf" "$tmp/s1.gguf" <<'EOF' || fail "adapter layout"
+python3 - "$tmp/a1.gguf" "$tmp/s1.gguf" "$tmp/n1.gguf" "$tmp/a2.gguf" <<'EOF' || fail "adapter layout"
 import struct, sys
 def read(path):
     b = open(path, "rb").read()
@@ -113,8 +121,12 @@ def read(path):
         ne = struct.unpack_from(f"<{nd}Q", b, off); off += 8 * nd
         typ, o = struct.unpack_from("<IQ", b, off); off += 12
         ts[name] = (ne, typ)
-    return ver, kv, ts
-ver, kv, ts = read(sys.argv[1])
+        offs[name] = o
+    start = (off + 31) // 32 * 32
+    data = {n: struct.unpack_from(f"<{ne[0] * ne[1]}f", b, start + offs[n]) for n, (ne, _) in ts.items()}
+    return ver, kv, ts, data
+offs = {}
+ver, kv, ts, data = read(sys.argv[1])
 assert ver == 3 and kv == {"general.architecture": "bert", "general.type": "adapter", "adapter.type": "lora",
                            "adapter.lora.alpha": 16.0}, kv
 mats = {"attn_q": (64, 64), "attn_k": (64, 64), "attn_v": (64, 64), "attn_output": (64, 64),
@@ -125,9 +137,19 @@ for l in (0, 1):
         want[f"blk.{l}.{m}.weight.lora_a"] = ((i, 8), 0)
         want[f"blk.{l}.{m}.weight.lora_b"] = ((8, o), 0)
 assert ts == want, sorted(set(ts) ^ set(want))
-_, kv, ts = read(sys.argv[2])
+_, kv, ts, _ = read(sys.argv[2])
 assert kv["adapter.lora.alpha"] == 8.0 and len(ts) == 12 and all(n.startswith("blk.1.") for n in ts), ts
 assert ts["blk.1.ffn_down.weight.lora_a"] == ((128, 4), 0), ts
+# --norms: the pairs plus each adapted layer's two norms, weight row then bias row, trained (the same seed without
+# --norms starts from the same A; the norms move B and A elsewhere)
+_, kv, ts, norms = read(sys.argv[3])
+extra = {f"sb.blk.{l}.{n}_norm.weight": ((64, 2), 0) for l in (0, 1) for n in ("attn_output", "layer_output")}
+assert ts == {**want, **extra}, sorted(set(ts) ^ set(want) ^ set(extra))
+assert all(n.endswith("_norm.weight") for n in extra)      # what llama.cpp's loader skips
+_, _, _, plain = read(sys.argv[4])
+assert norms["blk.1.attn_q.weight.lora_b"] != plain["blk.1.attn_q.weight.lora_b"]
+w = norms["sb.blk.1.layer_output_norm.weight"]
+assert all(abs(x) < 10 for x in w) and len(set(w)) > 64, w[:8]
 EOF
 
 # --- using it: route eval, embed, and a worker behind POST /v1/embeddings
@@ -138,10 +160,11 @@ grep -q "^adapter $tmp/a1.gguf" "$tmp/out" || fail "route eval does not name the
 "$SB" embed -m "$tmp/e5.gguf" "loud music at night" > "$tmp/frozen.json" || fail "embed"
 "$SB" embed -m "$tmp/e5.gguf" --adapter "$tmp/a1.gguf" "loud music at night" > "$tmp/adapted.json" || fail "embed --adapter"
 "$SB" embed -m "$tmp/e5.gguf" --adapter "$tmp/a3.gguf" "loud music at night" > "$tmp/adapted3.json" || fail "embed a3"
+"$SB" embed -m "$tmp/e5.gguf" --adapter "$tmp/n1.gguf" "loud music at night" > "$tmp/normed.json" || fail "embed n1"
 cmp -s "$tmp/frozen.json" "$tmp/adapted.json" && fail "embed --adapter gave the frozen vector"
 
 # the same model twice: e5a with the adapter (a path relative to the config)
-sed 's|^  e5:  { gguf: \(.*\) }$|&\n  e5a: { gguf: \1, adapter: a1.gguf, adapters: { other: a3.gguf } }|' "$tmp/rt.yaml" > "$tmp/serve.yaml"
+sed 's|^  e5:  { gguf: \(.*\) }$|&\n  e5a: { gguf: \1, adapter: a1.gguf, adapters: { other: a3.gguf, norms: n1.gguf } }|' "$tmp/rt.yaml" > "$tmp/serve.yaml"
 cat >> "$tmp/serve.yaml" <<YAML
   adapted:
     stages:
@@ -151,14 +174,15 @@ grep -q "e5a:" "$tmp/serve.yaml" || fail "serve.yaml: $(cat "$tmp/serve.yaml")"
 "$SB" run -c "$tmp/serve.yaml" > "$tmp/run.log" 2>&1 &
 sup=$!; it_pids+=($sup)
 it_wait_http "http://127.0.0.1:$port/health" 200 0.05 || fail "the runtime did not come up: $(tail -5 "$tmp/run.log")"
-python3 - "http://127.0.0.1:$port" "$tmp/frozen.json" "$tmp/adapted.json" "$tmp/adapted3.json" <<'EOF' || fail "/v1/embeddings with the adapter"
+python3 - "http://127.0.0.1:$port" "$tmp/frozen.json" "$tmp/adapted.json" "$tmp/adapted3.json" "$tmp/normed.json" <<'EOF' \
+    || fail "/v1/embeddings with the adapter"
 import json, sys, urllib.error, urllib.request
 def emb(model):
     req = urllib.request.Request(sys.argv[1] + "/v1/embeddings", method="POST",
                                  data=json.dumps({"model": model, "input": "loud music at night"}).encode(),
                                  headers={"Content-Type": "application/json"})
     return json.load(urllib.request.urlopen(req, timeout=60))["data"][0]["embedding"]
-frozen, adapted, adapted3 = (json.load(open(p)) for p in sys.argv[2:5])
+frozen, adapted, adapted3, normed = (json.load(open(p)) for p in sys.argv[2:6])
 def emb2(model, **extra):
     req = urllib.request.Request(sys.argv[1] + "/v1/embeddings", method="POST",
                                  data=json.dumps(dict(model=model, input=["loud music at night"] * 2, **extra)).encode(),
@@ -170,10 +194,11 @@ for model, want, other in (("e5a", adapted, frozen), ("e5", frozen, adapted)):
     assert max(abs(a - b) for a, b in zip(got, other)) > 1e-3, (model, "is the other vector")
 # per request: "none" the frozen vectors, "other" the named adapter; the entry's own adapter after each
 def close(v, w): return max(abs(a - b) for a, b in zip(v, w)) < 1e-6
-for model, name, want in (("e5a", "none", frozen), ("e5", "none", frozen), ("e5a", "other", adapted3)):
+for model, name, want in (("e5a", "none", frozen), ("e5", "none", frozen), ("e5a", "other", adapted3),
+                          ("e5a", "norms", normed)):
     assert all(close(v, want) for v in emb2(model, adapter=name)), (model, name, "not the vector it names")
     assert close(emb("e5a"), adapted), ("the worker's own adapter is not back after", name)
-for model, name, known in (("e5a", "nope", "none, other"), ("e5", "other", "none")):
+for model, name, known in (("e5a", "nope", "none, other, norms"), ("e5", "other", "none")):
     try:
         emb2(model, adapter=name)
         raise AssertionError(f"adapter {name!r} accepted by {model}")

@@ -311,6 +311,46 @@ static void check_model_grad(int top_n) {
 static void test_encoder_grad_all_layers(void **state) { (void)state; check_model_grad(2); }
 static void test_encoder_grad_top_layer(void **state) { (void)state; check_model_grad(1); }
 
+/* An adapter on the top top_n layers with its own LayerNorms, B and the
+ * norms moved off their start (so no gradient is 0 and the norms change
+ * the vectors), and its trainer. */
+static void open_model_norms(model_ctx *c, int top_n) {
+    char err[256];
+    open_model(c, top_n);
+    sb_enc_trainer_free(c->t);
+    assert_int_equal(sb_encoder_adapter_add_norms(c->e, c->lora, err), 0);
+    assert_int_equal(sb_enc_trainer_new(c->e, c->lora, sb_encoder_n_ctx(c->e), &c->t, err), 0);
+    randomize_b(c->lora, 0.2f);
+    for (int il = 0; il < 2; il++)
+        for (int k = 0; k < SB_LORA_N_NORMS; k++) {
+            sb_lora_norm *nm = sb_lora_norm_get(c->lora, il, (sb_lora_norm_which)k);
+            assert_true(!nm == (il < 2 - top_n));
+            for (int i = 0; nm && i < 2 * 64; i++) nm->w[i] += 0.3f * urand();
+        }
+}
+
+static void test_encoder_grad_norms(void **state) {
+    (void)state;
+    model_ctx c;
+    open_model_norms(&c, 2);
+    c.nt = 2;
+    model_grad(&c);
+    double worst = 0;
+    for (int il = 0; il < 2; il++)
+        for (int k = 0; k < SB_LORA_N_NORMS; k++) {
+            sb_lora_norm *nm = sb_lora_norm_get(c.lora, il, (sb_lora_norm_which)k);
+            float *gw, *gb;
+            sb_enc_train_norm_grad(c.t, il, (sb_lora_norm_which)k, &gw, &gb);
+            assert_non_null(gw);
+            const double ew = fd_error(model_loss, &c, nm->w, gw, 64, 1);
+            const double eb = fd_error(model_loss, &c, nm->b, gb, 64, 1);
+            print_message("layer %d norm %d: dw %.2e db %.2e\n", il, k, ew, eb);
+            worst = fmax(worst, fmax(ew, eb));
+        }
+    assert_true(worst <= BOUND);
+    close_model(&c);
+}
+
 static void embed_all(model_ctx *c, float out[NT][64]) {
     char err[256];
     for (int k = 0; k < NT; k++)
@@ -349,6 +389,48 @@ static void test_fresh_adapter_is_identity(void **state) {
     sb_lora small = *c.lora;
     small.n_layer = 1;
     assert_int_equal(sb_encoder_set_adapter(c.e, &small, err), SB_EINVAL);
+    close_model(&c);
+}
+
+/* Trained norms travel in the file and are applied at inference: within
+ * rounding of the trainer's vectors, and not those of the same adapter
+ * without its norms; fresh copies of the base's change no bit. */
+static void test_adapter_norms_at_inference(void **state) {
+    (void)state;
+    model_ctx c;
+    char err[256] = "", path[256];
+    float plain[NT][64], got[NT][64], bare[NT][64], train[64];
+    open_model(&c, 1);
+    embed_all(&c, plain);
+    assert_int_equal(sb_encoder_adapter_add_norms(c.e, c.lora, err), 0);
+    assert_int_equal(sb_encoder_set_adapter(c.e, c.lora, err), 0);
+    embed_all(&c, got);
+    assert_memory_equal(plain, got, sizeof plain);
+    close_model(&c);
+    open_model_norms(&c, 1);
+    temp_path(path, sizeof path, "n.gguf");
+    assert_int_equal(sb_lora_save(c.lora, path, err), 0);
+    sb_lora *back = NULL;
+    assert_int_equal(sb_lora_load(path, 2, 64, 128, &back, err), 0);
+    unlink(path);
+    assert_null(sb_lora_norm_get(back, 0, SB_LORA_LN_ATTN));
+    for (int k = 0; k < SB_LORA_N_NORMS; k++)
+        assert_memory_equal(sb_lora_norm_get(back, 1, (sb_lora_norm_which)k)->w,
+                            sb_lora_norm_get(c.lora, 1, (sb_lora_norm_which)k)->w, 2 * 64 * sizeof(float));
+    assert_int_equal(sb_encoder_set_adapter(c.e, back, err), 0);
+    embed_all(&c, got);
+    sb_lora without = *back;
+    sb_lora_norm none[2 * SB_LORA_N_NORMS] = { { 0 } };
+    without.norms = none;
+    assert_int_equal(sb_encoder_set_adapter(c.e, &without, err), 0);
+    embed_all(&c, bare);
+    for (int k = 0; k < NT; k++) {
+        assert_int_equal(sb_enc_train_embed(c.t, c.ids[k], (int)c.n[k], train, err), 0);
+        const double cos_train = dot(train, got[k], 64), cos_bare = dot(got[k], bare[k], 64);
+        print_message("%s: trainer to inference %.6f, without the norms %.4f\n", texts[k], cos_train, cos_bare);
+        assert_true(cos_train > 0.999 && cos_bare < 0.999);
+    }
+    sb_lora_free(back);
     close_model(&c);
 }
 
@@ -437,9 +519,12 @@ static void test_bad_adapter_files(void **state) {
         { { good_a, { "blk.1.ffn_up.weight.lora_b", 4, 128, SB_TYPE_F16, 0 } }, 2, 1, "must be F32 [4, 128]" },
         { { good_a, { "blk.1.ffn_up.weight.lora_b", 4, 64, SB_TYPE_F32, 0.5f } }, 2, 1, "must be F32 [4, 128]" },
         { { good_a, { "blk.1.ffn_up.weight.lora_b", 4, 128, SB_TYPE_F32, NAN } }, 2, 1, "non-finite value at element 0" },
-        { { good_a, { "blk.1.attn_norm.weight.lora_b", 4, 64, SB_TYPE_F32, 0 } }, 2, 1, "is not a LoRA half" },
+        { { good_a, { "blk.1.attn_norm.weight.lora_b", 4, 64, SB_TYPE_F32, 0 } }, 2, 1, "is neither a LoRA half" },
         { { good_a, { "blk.2.ffn_up.weight.lora_b", 4, 128, SB_TYPE_F32, 0 } }, 2, 1, "of a layer 0..1 matrix" },
-        { { good_a, { "blk.1.ffn_up.weight.lora_c", 4, 128, SB_TYPE_F32, 0 } }, 2, 1, "is not a LoRA half" },
+        { { good_a, { "sb.blk.1.attn_output_norm.weight", 64, 1, SB_TYPE_F32, 1 } }, 2, 1, "must be F32 [64, 2]" },
+        { { good_a, { "sb.blk.1.layer_output_norm.weight", 64, 2, SB_TYPE_F32, NAN } }, 2, 1, "non-finite value" },
+        { { good_a, { "sb.blk.1.attn_norm.weight", 64, 2, SB_TYPE_F32, 1 } }, 2, 1, "nor a trained norm" },
+        { { good_a, { "blk.1.ffn_up.weight.lora_c", 4, 128, SB_TYPE_F32, 0 } }, 2, 1, "is neither a LoRA half" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         sb_lora *l = NULL;
@@ -651,6 +736,8 @@ int main(void) {
         cmocka_unit_test(test_supcon),
         cmocka_unit_test(test_encoder_grad_all_layers),
         cmocka_unit_test(test_encoder_grad_top_layer),
+        cmocka_unit_test(test_encoder_grad_norms),
+        cmocka_unit_test(test_adapter_norms_at_inference),
         cmocka_unit_test(test_fresh_adapter_is_identity),
         cmocka_unit_test(test_adapter_file_round_trip),
         cmocka_unit_test(test_bad_adapter_files),

@@ -241,11 +241,19 @@ static void attend(sb_encoder *e, int h, int t, int n, float *s, float *qh) {
     e->vec->pv_f16(hd, n, s, (float)(1.0 / sum), e->vh + h * hd, (size_t)H, e->ctx + (size_t)t * H + h * hd);
 }
 
+/* Layer L's norm k: the adapter's trained one if it has it, else the base's. */
+static void norm_of(const sb_encoder *e, const enc_layer *L, sb_lora_norm_which k, const float **w, const float **b) {
+    const sb_lora_norm *nm = sb_lora_norm_get(e->lora, (int)(L - e->layers), k);
+    *w = nm ? nm->w : k == SB_LORA_LN_ATTN ? L->ln1_w : L->ln2_w;
+    *b = nm ? nm->b : k == SB_LORA_LN_ATTN ? L->ln1_b : L->ln2_b;
+}
+
 static void step_task(void *arg, int task, int thread) {
     const step_job *j = arg;
     sb_encoder *e = j->e;
     const enc_layer *L = j->L;
     const int H = e->H, F = e->FF;
+    const float *lnw, *lnb;
     if (j->step == STEP_ATTN) {                     /* task = head × block of tokens */
         const int nb = (j->n + ROWS_PER_TASK - 1) / ROWS_PER_TASK, h = task / nb, t0 = task % nb * ROWS_PER_TASK;
         for (int t = t0; t < SB_MIN(t0 + ROWS_PER_TASK, j->n); t++)
@@ -265,7 +273,8 @@ static void step_task(void *arg, int task, int thread) {
             break;
         case STEP_ATTN_OUT:
             add_bias(e->tmp + r, L->bo, H);
-            layer_norm(e->x + r, e->tmp + r, L->ln1_w, L->ln1_b, H, e->eps);
+            norm_of(e, L, SB_LORA_LN_ATTN, &lnw, &lnb);
+            layer_norm(e->x + r, e->tmp + r, lnw, lnb, H, e->eps);
             break;
         case STEP_FFN_UP: {
             float *m = e->mid + (size_t)t * F;
@@ -277,7 +286,8 @@ static void step_task(void *arg, int task, int thread) {
         }
         case STEP_FFN_OUT:
             add_bias(e->tmp + r, L->bdown, H);
-            layer_norm(e->x + r, e->tmp + r, L->ln2_w, L->ln2_b, H, e->eps);
+            norm_of(e, L, SB_LORA_LN_FFN, &lnw, &lnb);
+            layer_norm(e->x + r, e->tmp + r, lnw, lnb, H, e->eps);
             break;
         default: break;
         }
@@ -339,6 +349,16 @@ int sb_encoder_adapter_new(const sb_encoder *e, int rank, float alpha, int top_n
 }
 
 int sb_encoder_n_layer(const sb_encoder *e) { return e->NL; }
+
+int sb_encoder_adapter_add_norms(const sb_encoder *e, sb_lora *lora, char *err) {
+    int rc = 0;
+    for (int l = sb_lora_first_layer(lora); l < e->NL && !rc; l++) {
+        const enc_layer *L = &e->layers[l];
+        rc = sb_lora_set_norm(lora, l, SB_LORA_LN_ATTN, L->ln1_w, L->ln1_b, err);
+        if (!rc) rc = sb_lora_set_norm(lora, l, SB_LORA_LN_FFN, L->ln2_w, L->ln2_b, err);
+    }
+    return rc;
+}
 
 const sb_lora *sb_encoder_adapter(const sb_encoder *e) { return e->lora; }
 

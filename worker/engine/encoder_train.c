@@ -17,6 +17,7 @@ typedef struct {
 } tr_cache;
 
 typedef struct { float *ga, *gb, *ma, *va, *mb, *vb; } tr_state;   /* gradients, AdamW moments */
+typedef struct { float *g, *m, *v; } tr_norm_state;     /* [2H] each: the weight's, then the bias's */
 
 struct sb_enc_trainer {
     const sb_encoder *e;
@@ -28,6 +29,7 @@ struct sb_enc_trainer {
     int      fast;
     tr_cache *cache;                    /* [NL - first + 1]: the last slot serves the frozen layers */
     tr_state *st;                       /* [NL][6] (used where the adapter has the matrix) */
+    tr_norm_state *nst;                 /* [NL][2] (used where the adapter has the norm) */
     float   *h, *tmp, *dh, *dt, *dx1, *dc, *dq, *dk, *dv, *dg;
     float   *vec;
     float    norm;
@@ -63,6 +65,12 @@ static void plan(sb_enc_trainer *t) {
             s->ga = take(t, na), s->ma = take(t, na), s->va = take(t, na);
             s->gb = take(t, nb), s->mb = take(t, nb), s->vb = take(t, nb);
         }
+    for (int l = t->first; l < e->NL; l++)
+        for (int k = 0; k < SB_LORA_N_NORMS; k++)
+            if (sb_lora_norm_get(t->lora, l, (sb_lora_norm_which)k)) {
+                tr_norm_state *s = &t->nst[l * SB_LORA_N_NORMS + k];
+                s->g = take(t, 2 * H), s->m = take(t, 2 * H), s->v = take(t, 2 * H);
+            }
     for (int i = 0; i <= e->NL - t->first; i++) {
         tr_cache *c = &t->cache[i];
         float **nh[] = { &c->x0, &c->q, &c->k, &c->v, &c->c, &c->xh1, &c->x1, &c->xh2 };
@@ -97,6 +105,7 @@ void sb_enc_trainer_free(sb_enc_trainer *t) {
     sb_free(t->W);
     sb_free(t->cache);
     sb_free(t->st);
+    sb_free(t->nst);
     sb_aligned_free(t->arena);
     sb_free(t);
 }
@@ -121,8 +130,9 @@ int sb_enc_trainer_new(const sb_encoder *e, sb_lora *lora, int max_tokens, sb_en
     t->first = sb_lora_first_layer(lora);
     t->W = sb_calloc((size_t)e->NL * SB_LORA_N_MATS, sizeof *t->W);
     t->st = sb_calloc((size_t)e->NL * SB_LORA_N_MATS, sizeof *t->st);
+    t->nst = sb_calloc((size_t)e->NL * SB_LORA_N_NORMS, sizeof *t->nst);
     t->cache = sb_calloc((size_t)(e->NL - t->first + 1), sizeof *t->cache);
-    if (t->W && t->st && t->cache) {
+    if (t->W && t->st && t->nst && t->cache) {
         plan(t);
         const size_t bytes = t->used * sizeof(float);
         if ((t->arena = sb_aligned_alloc(bytes))) {
@@ -221,6 +231,19 @@ static void linear(sb_enc_trainer *t, int l, int w, const float *x, int n, const
     run_rows(t, &j);
 }
 
+/* Layer l's norm k, the adapter's if it has one (as sb_encoder's forward);
+ * gw/gb: where its gradients go, NULL if it is the base's (frozen). */
+typedef struct { const float *w, *b; float *gw, *gb; } tr_norm;
+
+static tr_norm norm_of(const sb_enc_trainer *t, int l, sb_lora_norm_which k) {
+    const enc_layer *L = &t->e->layers[l];
+    const sb_lora_norm *nm = sb_lora_norm_get(t->lora, l, k);
+    if (!nm) return k == SB_LORA_LN_ATTN ? (tr_norm){ L->ln1_w, L->ln1_b, NULL, NULL }
+                                         : (tr_norm){ L->ln2_w, L->ln2_b, NULL, NULL };
+    float *g = t->nst[l * SB_LORA_N_NORMS + k].g;
+    return (tr_norm){ nm->w, nm->b, g, g ? g + t->e->H : NULL };
+}
+
 /* Layer l on c->x0 (which the caller filled), its output into t->h. */
 static void layer_forward(sb_enc_trainer *t, int l, tr_cache *c, int n) {
     const sb_encoder *e = t->e;
@@ -232,12 +255,13 @@ static void layer_forward(sb_enc_trainer *t, int l, tr_cache *c, int n) {
     sb_op_attn_forward(c->q, c->k, c->v, n, H, e->NH, c->P, c->c);
     linear(t, l, SB_LORA_O, c->c, n, L->bo, c->ax[SB_LORA_O], t->tmp);
     for (size_t i = 0; i < (size_t)n * H; i++) t->tmp[i] = c->x0[i] + t->tmp[i];
-    sb_op_ln_forward(t->tmp, L->ln1_w, L->ln1_b, n, H, e->eps, c->x1, c->xh1, c->r1);
+    const tr_norm n1 = norm_of(t, l, SB_LORA_LN_ATTN), n2 = norm_of(t, l, SB_LORA_LN_FFN);
+    sb_op_ln_forward(t->tmp, n1.w, n1.b, n, H, e->eps, c->x1, c->xh1, c->r1);
     linear(t, l, SB_LORA_UP, c->x1, n, L->bup, c->ax[SB_LORA_UP], c->u);
     for (size_t i = 0; i < (size_t)n * e->FF; i++) c->g[i] = sb_op_gelu(c->u[i]);
     linear(t, l, SB_LORA_DOWN, c->g, n, L->bdown, c->ax[SB_LORA_DOWN], t->tmp);
     for (size_t i = 0; i < (size_t)n * H; i++) t->tmp[i] = c->x1[i] + t->tmp[i];
-    sb_op_ln_forward(t->tmp, L->ln2_w, L->ln2_b, n, H, e->eps, t->h, c->xh2, c->r2);
+    sb_op_ln_forward(t->tmp, n2.w, n2.b, n, H, e->eps, t->h, c->xh2, c->r2);
 }
 
 static int check_ids(const sb_enc_trainer *t, const int32_t *ids, int n, char *err) {
@@ -325,15 +349,15 @@ static void add_into(float *y, const float *x, size_t n) {
 /* t->dh = d/d(output of layer l) in, d/d(its input) out (unless last). */
 static void layer_backward(sb_enc_trainer *t, int l, const tr_cache *c, int n, int last) {
     const sb_encoder *e = t->e;
-    const enc_layer *L = &e->layers[l];
     const int H = e->H;
     const size_t nh = (size_t)n * H;
-    sb_op_ln_backward(t->dh, c->xh2, c->r2, L->ln2_w, n, H, t->dt, NULL, NULL);      /* dt = d(x1 + ffn) */
+    const tr_norm n1 = norm_of(t, l, SB_LORA_LN_ATTN), n2 = norm_of(t, l, SB_LORA_LN_FFN);
+    sb_op_ln_backward(t->dh, c->xh2, c->r2, n2.w, n, H, t->dt, n2.gw, n2.gb);     /* dt = d(x1 + ffn) */
     linear_back(t, l, SB_LORA_DOWN, t->dt, c->g, n, c->ax[SB_LORA_DOWN], t->dg);
     for (size_t i = 0; i < (size_t)n * e->FF; i++) t->dg[i] *= sb_op_gelu_grad(c->u[i]);
     linear_back(t, l, SB_LORA_UP, t->dg, c->x1, n, c->ax[SB_LORA_UP], t->dx1);
     add_into(t->dx1, t->dt, nh);
-    sb_op_ln_backward(t->dx1, c->xh1, c->r1, L->ln1_w, n, H, t->dt, NULL, NULL);     /* dt = d(x0 + attn) */
+    sb_op_ln_backward(t->dx1, c->xh1, c->r1, n1.w, n, H, t->dt, n1.gw, n1.gb);    /* dt = d(x0 + attn) */
     linear_back(t, l, SB_LORA_O, t->dt, c->c, n, c->ax[SB_LORA_O], t->dc);
     sb_op_attn_backward(t->dc, c->q, c->k, c->v, c->P, n, H, e->NH, t->dq, t->dk, t->dv);
     const int ws[3] = { SB_LORA_Q, SB_LORA_K, SB_LORA_V };
@@ -371,12 +395,20 @@ void sb_enc_train_zero_grad(sb_enc_trainer *t) {
             memset(s->ga, 0, (size_t)t->rank * (size_t)m->in * sizeof(float));
             memset(s->gb, 0, (size_t)t->rank * (size_t)m->out * sizeof(float));
         }
+    for (int i = 0; i < t->e->NL * SB_LORA_N_NORMS; i++)
+        if (t->nst[i].g) memset(t->nst[i].g, 0, 2 * (size_t)t->e->H * sizeof(float));
 }
 
 void sb_enc_train_grad(sb_enc_trainer *t, int layer, sb_lora_which w, float **ga, float **gb) {
     const int ok = layer >= 0 && layer < t->e->NL && sb_lora_get(t->lora, layer, w);
     *ga = ok ? t->st[layer * SB_LORA_N_MATS + w].ga : NULL;
     *gb = ok ? t->st[layer * SB_LORA_N_MATS + w].gb : NULL;
+}
+
+void sb_enc_train_norm_grad(sb_enc_trainer *t, int layer, sb_lora_norm_which k, float **gw, float **gb) {
+    float *g = layer >= t->first && layer < t->e->NL ? t->nst[layer * SB_LORA_N_NORMS + k].g : NULL;
+    *gw = g;
+    *gb = g ? g + t->e->H : NULL;
 }
 
 /* The batch's texts, then n_fixed constant vectors (fixed[i] with
@@ -527,5 +559,16 @@ void sb_adamw_step(sb_enc_trainer *t, const sb_adamw_params *p) {
             tr_state *s = &t->st[l * SB_LORA_N_MATS + w];
             adamw(m->a, s->ga, s->ma, s->va, (size_t)t->rank * (size_t)m->in, p, lr, c1, c2);
             adamw(m->b, s->gb, s->mb, s->vb, (size_t)t->rank * (size_t)m->out, p, lr, c1, c2);
+        }
+    /* No weight decay on the norms: decoupled decay pulls a weight toward 0,
+     * and a LayerNorm's gain belongs near the base's (about 1), not near 0
+     * (BERT's own fine-tuning exempts LayerNorm and biases from decay). */
+    sb_adamw_params nd = *p;
+    nd.weight_decay = 0;
+    for (int l = t->first; l < t->e->NL; l++)
+        for (int k = 0; k < SB_LORA_N_NORMS; k++) {
+            sb_lora_norm *nm = sb_lora_norm_get(t->lora, l, (sb_lora_norm_which)k);
+            const tr_norm_state *s = &t->nst[l * SB_LORA_N_NORMS + k];
+            if (nm && s->g) adamw(nm->w, s->g, s->m, s->v, 2 * (size_t)t->e->H, &nd, lr, c1, c2);
         }
 }

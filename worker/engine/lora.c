@@ -14,6 +14,9 @@ static const char *const base_suffix[SB_LORA_N_MATS] = {
     "attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight", "ffn_up.weight", "ffn_down.weight",
 };
 
+/* The base tensors the norms replace; the file's names add "sb." and ".weight". */
+static const char *const norm_base[SB_LORA_N_NORMS] = { "attn_output_norm", "layer_output_norm" };
+
 void sb_lora_base_name(int layer, sb_lora_which w, char *buf, size_t cap) {
     snprintf(buf, cap, "blk.%d.%s", layer, base_suffix[w]);
 }
@@ -29,12 +32,32 @@ sb_lora_mat *sb_lora_get(const sb_lora *l, int layer, sb_lora_which w) {
     return m->a ? m : NULL;
 }
 
+sb_lora_norm *sb_lora_norm_get(const sb_lora *l, int layer, sb_lora_norm_which k) {
+    if (!l || layer < 0 || layer >= l->n_layer) return NULL;
+    sb_lora_norm *nm = &l->norms[(size_t)layer * SB_LORA_N_NORMS + k];
+    return nm->w ? nm : NULL;
+}
+
+int sb_lora_set_norm(sb_lora *l, int layer, sb_lora_norm_which k, const float *w, const float *b, char *err) {
+    if (layer < 0 || layer >= l->n_layer) return sb_seterr(err, SB_EINVAL, "LoRA: no layer %d", layer);
+    sb_lora_norm *nm = &l->norms[(size_t)layer * SB_LORA_N_NORMS + k];
+    if (!nm->w && !(nm->w = sb_malloc(2 * (size_t)l->H * sizeof(float))))
+        return sb_seterr(err, SB_ENOMEM, "out of memory");
+    nm->b = nm->w + l->H;
+    memcpy(nm->w, w, (size_t)l->H * sizeof(float));
+    memcpy(nm->b, b, (size_t)l->H * sizeof(float));
+    return 0;
+}
+
 float sb_lora_scale(const sb_lora *l) { return l->alpha / (float)l->rank; }
 
 int sb_lora_first_layer(const sb_lora *l) {
-    for (int il = 0; il < l->n_layer; il++)
+    for (int il = 0; il < l->n_layer; il++) {
         for (int w = 0; w < SB_LORA_N_MATS; w++)
             if (sb_lora_get(l, il, (sb_lora_which)w)) return il;
+        for (int k = 0; k < SB_LORA_N_NORMS; k++)
+            if (sb_lora_norm_get(l, il, (sb_lora_norm_which)k)) return il;
+    }
     return l->n_layer;
 }
 
@@ -44,7 +67,9 @@ void sb_lora_free(sb_lora *l) {
         sb_free(l->mats[i].a);
         sb_free(l->mats[i].b);
     }
+    for (size_t i = 0; l->norms && i < (size_t)l->n_layer * SB_LORA_N_NORMS; i++) sb_free(l->norms[i].w);
     sb_free(l->mats);
+    sb_free(l->norms);
     sb_free(l);
 }
 
@@ -52,7 +77,9 @@ static int shell(int n_layer, int H, int FF, int rank, float alpha, sb_lora **ou
     if (n_layer < 1 || H < 1 || FF < 1 || rank < 1 || rank > SB_LORA_MAX_RANK || !isfinite(alpha))
         return sb_seterr(err, SB_EINVAL, "LoRA: rank %d (1..%d) or alpha out of range", rank, SB_LORA_MAX_RANK);
     sb_lora *l = sb_calloc(1, sizeof *l);
-    if (!l || !(l->mats = sb_calloc((size_t)n_layer * SB_LORA_N_MATS, sizeof *l->mats))) {
+    if (!l || !(l->mats = sb_calloc((size_t)n_layer * SB_LORA_N_MATS, sizeof *l->mats)) ||
+        !(l->norms = sb_calloc((size_t)n_layer * SB_LORA_N_NORMS, sizeof *l->norms))) {
+        if (l) sb_free(l->mats);
         sb_free(l);
         return sb_seterr(err, SB_ENOMEM, "out of memory");
     }
@@ -137,7 +164,7 @@ int sb_lora_save(const sb_lora *l, const char *path, char *err) {
     uint8_t *header = NULL;
     size_t hl = 0, nb = 0;
     sb_outfile *of = NULL;
-    blob *blobs = sb_calloc((size_t)l->n_layer * SB_LORA_N_MATS * 2, sizeof *blobs);
+    blob *blobs = sb_calloc((size_t)l->n_layer * (SB_LORA_N_MATS * 2 + SB_LORA_N_NORMS), sizeof *blobs);
     int rc = !blobs || sb_gguf_writer_new(&w) ? sb_seterr(err, SB_ENOMEM, "out of memory") : 0;
     if (!rc && (sb_gguf_writer_set_str(w, "general.architecture", "bert") ||
                 sb_gguf_writer_set_str(w, "general.type", "adapter") || sb_gguf_writer_set_str(w, "adapter.type", "lora") ||
@@ -151,6 +178,16 @@ int sb_lora_save(const sb_lora *l, const char *path, char *err) {
             if (!rc) rc = put_tensor(w, il, (sb_lora_which)k, "lora_b", l->rank, m->out, err);
             blobs[nb++] = (blob){ m->a, (size_t)l->rank * (size_t)m->in * sizeof(float) };
             blobs[nb++] = (blob){ m->b, (size_t)l->rank * (size_t)m->out * sizeof(float) };
+        }
+    for (int il = 0; il < l->n_layer && !rc; il++)
+        for (int k = 0; k < SB_LORA_N_NORMS && !rc; k++) {
+            const sb_lora_norm *nm = sb_lora_norm_get(l, il, (sb_lora_norm_which)k);
+            if (!nm) continue;
+            char name[96];
+            const int len = snprintf(name, sizeof name, "sb.blk.%d.%s.weight", il, norm_base[k]);
+            const int64_t ne[2] = { l->H, 2 };
+            rc = sb_gguf_writer_add_tensor(w, name, (size_t)len, 2, ne, SB_TYPE_F32, err);
+            blobs[nb++] = (blob){ nm->w, 2 * (size_t)l->H * sizeof(float) };
         }
     if (!rc) rc = sb_gguf_writer_header(w, &header, &hl, err);
     if (!rc) rc = sb_outfile_open(path, &of, err);
@@ -183,6 +220,24 @@ static int parse_name(sb_str name, int n_layer, int *layer, sb_lora_which *which
         if (strcmp(tail, ".lora_a") && strcmp(tail, ".lora_b")) return -1;
         *layer = il, *which = (sb_lora_which)w, *half = tail[6] == 'b';
         return 0;
+    }
+    return -1;
+}
+
+/* "sb.blk.N.attn_output_norm.weight" -> layer, norm; -1 if not a norm's name. */
+static int parse_norm_name(sb_str name, int n_layer, int *layer, sb_lora_norm_which *k) {
+    char s[128];
+    if (name.len >= sizeof s) return -1;
+    memcpy(s, name.ptr, name.len);
+    s[name.len] = 0;
+    int il, pos = 0;
+    if (sscanf(s, "sb.blk.%d.%n", &il, &pos) != 1 || pos == 0 || il < 0 || il >= n_layer) return -1;
+    for (int i = 0; i < SB_LORA_N_NORMS; i++) {
+        const size_t bl = strlen(norm_base[i]);
+        if (strncmp(s + pos, norm_base[i], bl) == 0 && strcmp(s + pos + bl, ".weight") == 0) {
+            *layer = il, *k = (sb_lora_norm_which)i;
+            return 0;
+        }
     }
     return -1;
 }
@@ -222,6 +277,19 @@ static int take_tensor(sb_lora *l, const sb_gguf_tensor *t, int il, sb_lora_whic
     return 0;
 }
 
+/* A trained norm's weight and bias rows after checking shape and values. */
+static int take_norm(sb_lora *l, const sb_gguf_tensor *t, int il, sb_lora_norm_which k, const char *path, char *err) {
+    if (t->type != SB_TYPE_F32 || t->n_dims != 2 || t->ne[0] != l->H || t->ne[1] != 2)
+        return sb_seterr(err, SB_EFORMAT, "%s: tensor '%.*s' must be F32 [%d, 2] (a norm's weight and bias)", path,
+                         (int)t->name.len, t->name.ptr, l->H);
+    const float *v = t->data;
+    for (int64_t i = 0; i < 2 * (int64_t)l->H; i++)
+        if (!isfinite(v[i]))
+            return sb_seterr(err, SB_EFORMAT, "%s: tensor '%.*s' has a non-finite value at element %lld", path,
+                             (int)t->name.len, t->name.ptr, (long long)i);
+    return sb_lora_set_norm(l, il, k, v, v + l->H, err);
+}
+
 /* The rank: lora_b's ne[0] (as llama.cpp takes it), the same for all. */
 static int find_rank(const sb_gguf *g, int n_layer, const char *path, int *rank, char *err) {
     *rank = 0;
@@ -229,9 +297,12 @@ static int find_rank(const sb_gguf *g, int n_layer, const char *path, int *rank,
         const sb_gguf_tensor *t = sb_gguf_tensor_at(g, i);
         int il, half;
         sb_lora_which w;
+        sb_lora_norm_which k;
+        if (!parse_norm_name(t->name, n_layer, &il, &k)) continue;
         if (parse_name(t->name, n_layer, &il, &w, &half))
-            return sb_seterr(err, SB_EFORMAT, "%s: tensor '%.*s' is not a LoRA half of a layer 0..%d matrix", path,
-                             (int)t->name.len, t->name.ptr, n_layer - 1);
+            return sb_seterr(err, SB_EFORMAT,
+                             "%s: tensor '%.*s' is neither a LoRA half of a layer 0..%d matrix nor a trained norm",
+                             path, (int)t->name.len, t->name.ptr, n_layer - 1);
         const int r = (int)(half ? t->ne[0] : t->ne[1]);
         if (*rank && r != *rank)
             return sb_seterr(err, SB_EFORMAT, "%s: tensor '%.*s' has rank %d, others %d", path, (int)t->name.len,
@@ -273,8 +344,9 @@ int sb_lora_load(const char *path, int n_layer, int H, int FF, sb_lora **out, ch
         const sb_gguf_tensor *t = sb_gguf_tensor_at(g, i);
         int il, half;
         sb_lora_which w;
-        parse_name(t->name, n_layer, &il, &w, &half);
-        rc = take_tensor(l, t, il, w, half, path, err);
+        sb_lora_norm_which k;
+        if (!parse_norm_name(t->name, n_layer, &il, &k)) rc = take_norm(l, t, il, k, path, err);
+        else if (!parse_name(t->name, n_layer, &il, &w, &half)) rc = take_tensor(l, t, il, w, half, path, err);
     }
     if (!rc) rc = check_pairs(l, g, path, err);
     sb_gguf_close(g);

@@ -75,8 +75,8 @@ int sb_encoder_embed_pieces(sb_encoder *e, const int32_t *pieces, size_t n, cons
 
 /* Use a LoRA adapter (sb_lora.h) in the forward pass from now on; NULL
  * removes it. e does not own it: it must outlive its use. SB_EINVAL if it
- * was made for another shape. An adapter whose B is zero gives the same
- * bits as none. */
+ * was made for another shape. An adapter whose B is zero (and whose
+ * norms, if it has any, are the base's) gives the same bits as none. */
 struct sb_lora;
 int sb_encoder_set_adapter(sb_encoder *e, const struct sb_lora *lora, char *err);
 /* An adapter file (sb_lora_load) read for e's shape; a fresh adapter
@@ -85,6 +85,11 @@ int sb_encoder_adapter_load(const sb_encoder *e, const char *path, struct sb_lor
 int sb_encoder_adapter_new(const sb_encoder *e, int rank, float alpha, int top_n, uint64_t seed,
                            struct sb_lora **out, char *err);
 int sb_encoder_n_layer(const sb_encoder *e);
+/* Give the adapter its own copy of the base's two LayerNorms (weight and
+ * bias) in each layer from its lowest adapted one up, so a trainer
+ * (sb_encoder_train.h) trains them too; no vector changes until they are
+ * trained. Call it before making the trainer. */
+int sb_encoder_adapter_add_norms(const sb_encoder *e, struct sb_lora *lora, char *err);
 /* The adapter in use (sb_encoder_set_adapter), or NULL. */
 const struct sb_lora *sb_encoder_adapter(const sb_encoder *e);
 

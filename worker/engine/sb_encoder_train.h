@@ -2,6 +2,11 @@
  * (sb_encoder.h): an F32 forward pass that keeps its activations, the
  * backward pass, and AdamW.
  *
+ * Where the adapter carries its own LayerNorms (sb_lora.h; added by
+ * sb_encoder_adapter_add_norms), the forward uses them, as sb_encoder's
+ * does, and they are trained too: their weight and bias get gradients
+ * and AdamW steps (without weight decay) beside A and B.
+ *
  * The base weights stay frozen: the trainer dequantizes each layer's six
  * matrices once into F32 (4·(4·H² + 2·H·FF)·layers bytes: 81 MiB for
  * multilingual-e5-small, 256 KiB for the test model), and gradients flow
@@ -65,6 +70,9 @@ int  sb_enc_train_backward(sb_enc_trainer *t, const int32_t *ids, int n, const f
 void sb_enc_train_zero_grad(sb_enc_trainer *t);
 /* The gradient of adapter matrix m (same layout as m->a / m->b). */
 void sb_enc_train_grad(sb_enc_trainer *t, int layer, sb_lora_which w, float **ga, float **gb);
+/* The gradient of the adapter's norm k of layer (its w and b), NULL if
+ * the adapter has not that norm. */
+void sb_enc_train_norm_grad(sb_enc_trainer *t, int layer, sb_lora_norm_which k, float **gw, float **gb);
 
 /* ---- AdamW ---------------------------------------------------------------- */
 typedef struct {
@@ -76,7 +84,8 @@ typedef struct {
 /* The learning rate of step (1-based) under p's schedule. */
 float sb_adamw_lr(const sb_adamw_params *p, int step);
 /* One AdamW step over every adapter matrix with the trainer's gradients
- * (decoupled weight decay, bias-corrected moments). */
+ * (decoupled weight decay, bias-corrected moments), and over the
+ * adapter's norms with no weight decay. */
 void sb_adamw_step(sb_enc_trainer *t, const sb_adamw_params *p);
 
 /* ---- a training step ------------------------------------------------------ */

@@ -14,6 +14,17 @@
  * "adapter", general.architecture "bert", adapter.type "lora",
  * adapter.lora.alpha (f32), and F32 tensors "<base>.lora_a" /
  * "<base>.lora_b" for "<base>" = "blk.N.attn_q.weight" etc.
+ *
+ * An adapter may also replace a layer's two LayerNorms (after attention,
+ * after the FFN) with trained ones (`route train --norms`): one F32
+ * tensor per norm, "sb.blk.N.attn_output_norm.weight" or
+ * "sb.blk.N.layer_output_norm.weight", ne [H, 2]: row 0 the weight
+ * (gamma), row 1 the bias (beta), the values themselves, not a change to
+ * the base's. The "sb." prefix keeps them apart from every llama.cpp
+ * tensor name; llama.cpp's adapter loader skips tensors whose names end
+ * in "_norm.weight" (its norm vectors are unimplemented), so it still
+ * reads such a file's A/B pairs but ignores the norms: its vectors then
+ * differ from ours.
  */
 #ifndef SB_LORA_H
 #define SB_LORA_H
@@ -30,11 +41,19 @@ typedef struct {
     int    in, out;
 } sb_lora_mat;
 
+/* The LayerNorms of a layer: after attention, after the FFN. */
+typedef enum { SB_LORA_LN_ATTN, SB_LORA_LN_FFN, SB_LORA_N_NORMS } sb_lora_norm_which;
+
+typedef struct {
+    float *w, *b;               /* [H] each, one allocation: b = w + H */
+} sb_lora_norm;
+
 typedef struct sb_lora {
     int    n_layer, H, FF;      /* the base model's shape */
     int    rank;
     float  alpha;
     sb_lora_mat *mats;          /* [n_layer][SB_LORA_N_MATS]; a == NULL: not adapted */
+    sb_lora_norm *norms;        /* [n_layer][SB_LORA_N_NORMS]; w == NULL: the base's */
 } sb_lora;
 
 /* A fresh adapter for a model of n_layer layers (dim H, FFN FF) on the top
@@ -46,7 +65,11 @@ void sb_lora_free(sb_lora *l);
 /* The adapted matrix, or NULL. */
 sb_lora_mat *sb_lora_get(const sb_lora *l, int layer, sb_lora_which w);
 float sb_lora_scale(const sb_lora *l);           /* alpha / rank */
-/* The lowest adapted layer (n_layer if none). */
+/* The trained norm, or NULL (the base's is used). */
+sb_lora_norm *sb_lora_norm_get(const sb_lora *l, int layer, sb_lora_norm_which k);
+/* Replace layer's norm k by a copy of w, b (H floats each). */
+int  sb_lora_set_norm(sb_lora *l, int layer, sb_lora_norm_which k, const float *w, const float *b, char *err);
+/* The lowest layer with an adapted matrix or norm (n_layer if none). */
 int  sb_lora_first_layer(const sb_lora *l);
 /* "blk.3.ffn_up.weight": the base tensor a matrix adapts. */
 void sb_lora_base_name(int layer, sb_lora_which w, char *buf, size_t cap);
@@ -58,7 +81,8 @@ void sb_lora_apply(const sb_lora_mat *m, int rank, float scale, const float *x, 
 int sb_lora_save(const sb_lora *l, const char *path, char *err);
 /* Read an adapter for a model of n_layer layers, dim H, FFN FF. Refuses
  * (SB_EFORMAT, naming file and key/tensor) a file that is not a bert LoRA
- * adapter, a tensor not in {Q,K,V,O,up,down} of an existing layer, a pair
+ * adapter, a tensor not in {Q,K,V,O,up,down} of an existing layer nor one
+ * of its norms, a norm not F32 [H, 2], a pair
  * missing one half, a shape that is not the base's, mixed ranks, a
  * non-F32 tensor or a non-finite value. */
 int sb_lora_load(const char *path, int n_layer, int H, int FF, sb_lora **out, char *err);
