@@ -5,7 +5,7 @@
 #                  [--threads T] [--sb PATH] [--out DIR]
 #                  [--no-scaling | --scaling-only] [--no-interleaved-bw]
 #                  [--batched-only | --no-batched] [--batched-rounds N]
-#                  [--tune-profile FILE|off]
+#                  [--tune-profile FILE|off] [--untuned]
 #
 #   --quick    pp 128, tg 32, 3 rounds: a fast look, not a result
 #   --sb PATH  the switchboard binary to measure (default bin/switchboard;
@@ -19,6 +19,9 @@
 #              whose int8 peak the pp "% of int8 peak" columns use (sets
 #              SB_TUNE_PROFILE; default: the one `switchboard tune` wrote for
 #              this CPU, if any; off: built-in kernel choices, no such columns)
+#   --untuned  also run ours on the built-in kernel choices (SB_TUNE_PROFILE=off)
+#              in every round, beside the tuned run: before and after tuning
+#              from the same rounds
 #
 # Steps (each is skipped when its result already exists):
 #   1. llama.cpp and its llama-bench/llama-quantize   (tools/llamacpp.sh)
@@ -62,6 +65,7 @@ while [[ $# -gt 0 ]]; do
         --out) out="${2:?--out needs a directory}"; shift 2 ;;
         --quick) pp=128; tg=32; rounds=3; shift ;;
         --no-scaling) extra+=(--no-scaling); shift ;;
+        --untuned) extra+=(--untuned); shift ;;
         --scaling-only) extra+=(--scaling-only); models=tinyllama; batched=0; shift ;;
         --no-interleaved-bw) extra+=(--no-interleaved-bw); shift ;;
         --batched-only) batched=2; shift ;;

@@ -137,12 +137,12 @@ def tune_profile():
         return None
 
 
-def run(cmd):
+def run(cmd, env=None):
     """Run cmd; return (stdout, error-or-None, seconds, load1 at start)."""
     load1 = loadavg()[0]
     t0 = time.time()
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT)
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT, env=env)
     except subprocess.TimeoutExpired:
         return "", f"timed out after {RUN_TIMEOUT} s", time.time() - t0, load1
     except OSError as exc:
@@ -198,8 +198,10 @@ class Engines:
                 "-p", str(pp), "-n", str(tg), "-r", "1", "-fa", str(self.args.fa),
                 "-o", "json"]
 
-    def ours(self, path, threads, pp, tg, membw=False):
-        out, err, dt, load1 = run(self.ours_cmd(path, threads, pp, tg, membw))
+    def ours(self, path, threads, pp, tg, membw=False, untuned=False):
+        # untuned: the built-in kernel choices, whatever profile is in force
+        env = dict(os.environ, SB_TUNE_PROFILE="off") if untuned else None
+        out, err, dt, load1 = run(self.ours_cmd(path, threads, pp, tg, membw), env)
         sample = {"load1": load1, "seconds": round(dt, 1)}
         if err is None:
             try:
@@ -208,7 +210,7 @@ class Engines:
                               weight_bytes=obj.get("weight_bytes"), raw=obj,
                               bw_int=obj.get("bw_gbs"), frac_int=obj.get("tg_bw_frac"),
                               bytes_per_token=obj.get("bytes_per_token"),
-                              huge_page_frac=obj.get("huge_page_frac"))
+                              huge_page_frac=obj.get("huge_page_frac"), tuned=obj.get("tuned"))
             except ValueError as exc:
                 err = str(exc)
         if err:
@@ -270,20 +272,23 @@ def bench_model(key, eng, args):
            "file_bytes": os.path.getsize(path),
            "llama_weight_bytes": weight_bytes_per_token(path),
            "pp_macs_per_token": pp_macs_per_token(path),
-           "ours": [], "llamacpp": []}
+           "ours": [], "llamacpp": [], "untuned": []}
     log(f"{name}: {fname}, {res['file_bytes'] / 2**30:.2f} GiB, "
         f"{args.rounds} rounds x (ours, llama.cpp), pp{args.pp} tg{args.tg} -t {args.threads}")
     drop_cached_pages(path)
     ours_ok = True
     for r in range(args.rounds):
         bw, _ = measure_bandwidth(args, args.membw_round_reps)
-        if ours_ok:
-            s_ours = eng.ours(path, args.threads, args.pp, args.tg, not args.no_interleaved_bw)
+        # --untuned: ours again on the built-in choices, before the tuned run
+        # in odd rounds and after it in even ones
+        sides = ([True, False] if r % 2 else [False, True]) if args.untuned else [False]
+        for untuned in sides if ours_ok else []:
+            s_ours = eng.ours(path, args.threads, args.pp, args.tg, not args.no_interleaved_bw, untuned)
             s_ours["bw_gbs"] = bw
-            res["ours"].append(s_ours)
+            res["untuned" if untuned else "ours"].append(s_ours)
             # an engine that cannot run this model yet would fail every
             # round; do not spend the rounds' time on it
-            ours_ok = "error" not in s_ours
+            ours_ok = ours_ok and "error" not in s_ours
         s_llama = eng.llama(path, args.threads, args.pp, args.tg)
         s_llama["bw_gbs"] = bw
         s_llama["bw_int"] = res["ours"][-1].get("bw_int")   # the interleaved probes just before it
@@ -296,10 +301,14 @@ def bench_model(key, eng, args):
             f" | bandwidth {fmt(bw, 1)} GB/s, interleaved {fmt(o.get('bw_int'), 1)}"
             f" (ours at {fmt(100 * o['frac_int'] if o.get('frac_int') else None, 0)} %)"
             f" | load {s_llama['load1']:.2f}"
-            f" | file on 2 MiB pages {fmt(100 * o['huge_page_frac'] if o.get('huge_page_frac') is not None else None, 0)} %")
-    for side in ("ours", "llamacpp"):
+            f" | file on 2 MiB pages {fmt(100 * o['huge_page_frac'] if o.get('huge_page_frac') is not None else None, 0)} %"
+            + (f" | untuned pp {fmt(res['untuned'][-1].get('pp'))} tg {fmt(res['untuned'][-1].get('tg'))}"
+               f" ({fmt(100 * res['untuned'][-1]['frac_int'] if res['untuned'][-1].get('frac_int') else None, 0)} %)"
+               if res["untuned"] else ""))
+    for side in ("ours", "llamacpp", "untuned"):
         res[side + "_pp"] = summarise(res[side], "pp")
         res[side + "_tg"] = summarise(res[side], "tg")
+    res["bw_frac_int_untuned"] = median([s["frac_int"] for s in res["untuned"] if s.get("frac_int")])
     wb = [s["weight_bytes"] for s in res["ours"] if s.get("weight_bytes")]
     res["ours_weight_bytes"] = wb[0] if wb else None
     res["ratio_pp"] = ratio(res["ours_pp"]["median"], res["llamacpp_pp"]["median"])
@@ -330,7 +339,7 @@ def bench_model(key, eng, args):
     elif tp and tp.get("peak_per_core"):
         peak = tp["peak_per_core"] * args.threads
     res["pp_peak_macs"] = peak
-    for side in ("ours", "llamacpp"):
+    for side in ("ours", "llamacpp", "untuned"):
         med = res[side + "_pp"]["median"]
         res[f"pp_peak_frac_{side}"] = med * res["pp_macs_per_token"] / peak if med and peak else None
     return res
@@ -417,6 +426,22 @@ def markdown(results):
             f"{fmt(m.get('bw_int_gbs', {}).get('max'), 1)}) | "
             f"{fmt((m.get('ours_bytes_per_token') or 0) / 1e6, 1)} | "
             f"{fmt(median([s['load1'] for s in m['ours'] + m['llamacpp']]), 1)} |")
+    unt = [m for m in models if m.get("untuned")]
+    if unt:
+        lines += ["", f"Ours with the built-in kernel choices (`SB_TUNE_PROFILE=off`), in the same rounds "
+                  "(before the tuned run in odd rounds, after it in even ones):", "",
+                  f"| model | untuned {pp} | tuned {pp} | untuned {pp} % of int8 peak | tuned | "
+                  f"untuned {tg} | tuned {tg} | untuned {tg} % of interleaved limit | tuned |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for m in unt:
+            lines.append(f"| {m['name']} | {fmt(m['untuned_pp']['median'])} | {fmt(m['ours_pp']['median'])} | "
+                         f"{pct(m.get('pp_peak_frac_untuned'))} | {pct(m.get('pp_peak_frac_ours'))} | "
+                         f"{fmt(m['untuned_tg']['median'])} | {fmt(m['ours_tg']['median'])} | "
+                         f"{pct(m.get('bw_frac_int_untuned'))} | {pct(m.get('bw_frac_int_ours'))} |")
+        lines += ["", "Per round, tuned / untuned: " + "; ".join(
+            f"{m['name']} pp " + ", ".join(f"{fmt(a_.get('pp'), 1)}/{fmt(b_.get('pp'), 1)}" for a_, b_ in zip(m["ours"], m["untuned"]))
+            + "; tg " + ", ".join(f"{fmt(a_.get('tg'))}/{fmt(b_.get('tg'))}" for a_, b_ in zip(m["ours"], m["untuned"]))
+            for m in unt) + "."]
     ts = results.get("thread_scaling")
     if ts:
         o, l = ts["ours_median"], ts["llamacpp_median"]
@@ -424,7 +449,7 @@ def markdown(results):
                   f"ours {fmt(o['1'])} (-t 1) → {fmt(o['2'])} (-t 2), {times(o['speedup'])}; "
                   f"llama.cpp {fmt(l['1'])} → {fmt(l['2'])}, {times(l['speedup'])}."]
     errs = [f"{m['name']}: {s['error']}" for m in models
-            for s in m["ours"] + m["llamacpp"] if "error" in s]
+            for s in m["ours"] + m["llamacpp"] + m.get("untuned", []) if "error" in s]
     if errs:
         lines += ["", "Errors: " + "; ".join(sorted(set(errs)))]
     tp = results.get("tune_profile")
@@ -504,6 +529,8 @@ def main():
     ap.add_argument("--membw-reps", type=int, default=10, help="passes per reader at the start")
     ap.add_argument("--membw-round-reps", type=int, default=4, help="passes per reader in each round")
     ap.add_argument("--no-scaling", action="store_true")
+    ap.add_argument("--untuned", action="store_true",
+                    help="also run ours with SB_TUNE_PROFILE=off in every round (tuned against untuned)")
     ap.add_argument("--no-interleaved-bw", action="store_true",
                     help="do not pass --membw to switchboard bench (binaries without it)")
     ap.add_argument("--scaling-only", action="store_true",
@@ -529,7 +556,7 @@ def main():
                             os.path.getmtime(args.sb)).strftime("%Y-%m-%d %H:%M"),
                         "command": " ".join(Engines(args).ours_cmd("FILE", args.threads, args.pp, args.tg))},
         "settings": {"threads": args.threads, "pp": args.pp, "tg": args.tg,
-                     "rounds": args.rounds, "fa": args.fa},
+                     "rounds": args.rounds, "fa": args.fa, "untuned": args.untuned},
         "load": {"start": loadavg()},
         "tune_profile": args.tune,
         "models": {},
