@@ -467,6 +467,10 @@ def markdown(results):
                        + "multiply-adds per prompt token: "
                        + ", ".join(f"{m['name']} {fmt((m.get('pp_macs_per_token') or 0) / 1e9, 2)} G" for m in models)
                        + ".")]
+        hp = [(m["name"], median([x["huge_page_frac"] for x in m["ours"] if x.get("huge_page_frac") is not None]))
+              for m in models]
+        lines += ["", "The file on 2 MiB pages (ours' reading, median of rounds): "
+                  + ", ".join(f"{n} {pct(f)}" for n, f in hp) + "."]
         lines += ["", "Bytes per token for the bandwidth limit: "
                   + ", ".join(f"{m['name']} ours {mib(m['ours_weight_bytes'])}"
                               f" / llama.cpp {mib(m['llama_weight_bytes'])}"
