@@ -189,35 +189,23 @@ static int find_chunk(const sb_kb_passage *p, size_t np, const char *source, int
     return -1;
 }
 
+typedef struct { const char *path; const sb_kb_passage *p; size_t np; questions *Q; } questions_reader;
+
+static int read_question(void *ud, char *f[3], size_t lineno, char *err) {
+    questions_reader *r = ud;
+    char *end;
+    long pos = strtol(f[1], &end, 10);
+    int c = *end ? -1 : find_chunk(r->p, r->np, f[0], (int)pos);
+    if (c < 0)
+        return sb_seterr(err, SB_EINVAL, "%s:%zu: no chunk %s of '%s' in the base (re-generate the questions "
+                         "after kb add changed it)", r->path, lineno, f[1], f[0]);
+    return push(r->Q, f[2], strlen(f[2]), c) ? sb_seterr(err, SB_ENOMEM, "out of memory") : 0;
+}
+
 /* --questions FILE: SOURCE<TAB>POSITION<TAB>QUESTION lines, # comments. */
 static int read_questions(const char *path, const sb_kb_passage *p, size_t np, questions *Q, char *err) {
-    FILE *f = fopen(path, "r");
-    if (!f) return sb_seterr(err, SB_EIO, "%s: %s", path, strerror(errno));
-    char *line = NULL;
-    size_t cap = 0, lineno = 0;
-    ssize_t got;
-    int rc = 0;
-    while (!rc && (got = getline(&line, &cap, f)) >= 0) {
-        lineno++;
-        while (got && (line[got - 1] == '\n' || line[got - 1] == '\r')) line[--got] = '\0';
-        if (!got || line[0] == '#') continue;
-        char *t1 = strchr(line, '\t'), *t2 = t1 ? strchr(t1 + 1, '\t') : NULL, *end;
-        if (!t2 || memchr(line, 0, (size_t)got) || !t2[1] || strchr(t2 + 1, 9)) {
-            rc = sb_seterr(err, SB_EINVAL, "%s:%zu: expected SOURCE<TAB>POSITION<TAB>QUESTION", path, lineno);
-            break;
-        }
-        *t1 = *t2 = '\0';
-        long pos = strtol(t1 + 1, &end, 10);
-        int c = *end || end == t1 + 1 ? -1 : find_chunk(p, np, line, (int)pos);
-        if (c < 0) {
-            rc = sb_seterr(err, SB_EINVAL, "%s:%zu: no chunk %s of '%s' in the base (re-generate the questions "
-                           "after kb add changed it)", path, lineno, t1 + 1, line);
-            break;
-        }
-        if (push(Q, t2 + 1, strlen(t2 + 1), c)) rc = sb_seterr(err, SB_ENOMEM, "out of memory");
-    }
-    free(line);
-    fclose(f);
+    questions_reader r = { path, p, np, Q };
+    int rc = sb_kb_writer_read(path, "SOURCE<TAB>POSITION<TAB>QUESTION", read_question, &r, err);
     if (!rc && !Q->n) rc = sb_seterr(err, SB_EINVAL, "%s: no questions", path);
     return rc;
 }

@@ -8,7 +8,9 @@
  */
 #include "kb/kb_internal.h"
 
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "worker/engine/sb_encoder.h"
@@ -262,4 +264,38 @@ void sb_kb_writer_progress(const char *cmd, size_t done, size_t total, const cha
     fprintf(stderr, "%s: [%zu/%zu] %s: %zu %s%s%s  %s  ETA %s\n", cmd, done, total, name ? name : "?", got, noun,
             got == 1 ? "" : "s", got < (size_t)asked ? " (fewer than asked)" : "", es, eta);
     sb_free(name);
+}
+
+static int is_utf8(const char *s, size_t n) {
+    for (size_t i = 0, k; i < n; i += k)
+        if (!(k = sb_utf8_valid((const uint8_t *)s + i, n - i))) return 0;
+    return 1;
+}
+
+int sb_kb_writer_read(const char *path, const char *layout, sb_kb_row_fn fn, void *ud, char *err) {
+    FILE *f = fopen(path, "r");
+    if (!f) return sb_seterr(err, SB_EIO, "%s: %s", path, strerror(errno));
+    char *line = NULL;
+    size_t cap = 0, lineno = 0;
+    ssize_t got;
+    int rc = 0;
+    while (!rc && (got = getline(&line, &cap, f)) >= 0) {
+        lineno++;
+        while (got && (line[got - 1] == '\n' || line[got - 1] == '\r')) line[--got] = '\0';
+        if (!got || line[0] == '#') continue;
+        char *t1 = strchr(line, '\t'), *t2 = t1 ? strchr(t1 + 1, '\t') : NULL;
+        if (!t2 || t1 == line || t2 == t1 + 1 || !t2[1] || strchr(t2 + 1, '\t') || memchr(line, 0, (size_t)got))
+            rc = sb_seterr(err, SB_EINVAL, "%s:%zu: expected %s", path, lineno, layout);
+        else if (!is_utf8(line, (size_t)got))
+            rc = sb_seterr(err, SB_EINVAL, "%s:%zu: not UTF-8 text", path, lineno);
+        else {
+            *t1 = *t2 = '\0';
+            char *fields[3] = { line, t1 + 1, t2 + 1 };
+            rc = fn(ud, fields, lineno, err);
+        }
+    }
+    if (!rc && ferror(f)) rc = sb_seterr(err, SB_EIO, "%s: %s", path, strerror(errno));
+    free(line);
+    fclose(f);
+    return rc;
 }

@@ -326,6 +326,13 @@ int  sb_kb_writer_pick(const sb_config *cfg, const char *name, const char *file_
  * (fewer than asked)  elapsed  ETA left", the ETA from the mean so far. */
 void sb_kb_writer_progress(const char *cmd, size_t done, size_t total, const char *item, size_t got, int asked,
                            const char *noun, double t0);
+/* A file of a writer's texts, saved to be read again: A<TAB>B<TAB>TEXT
+ * rows (CR LF or LF), # comments and blank lines skipped. fn gets each
+ * row's three fields, none empty, as NUL-terminated UTF-8, and the line's
+ * number; its nonzero return stops the read. A malformed row: SB_EINVAL,
+ * "PATH:LINE: expected LAYOUT" (or "not UTF-8 text"); no file: SB_EIO. */
+typedef int (*sb_kb_row_fn)(void *ud, char *fields[3], size_t lineno, char *err);
+int  sb_kb_writer_read(const char *path, const char *layout, sb_kb_row_fn fn, void *ud, char *err);
 /* 1 if the text is Chinese (CJK characters at least a fifth of its letters). */
 int  sb_kb_text_is_zh(const char *s);
 

@@ -14,7 +14,6 @@
 #include <string.h>
 
 #include "router/router_internal.h"
-#include "common/sb_utf8.h"
 #include "kb/sb_kb.h"
 
 #define OOS_NAME "out_of_scope"
@@ -72,7 +71,13 @@ int rt_paras_generate(const char *gguf, int threads, uint64_t seed, int n, const
         }
         sb_kb_lines_free(lines, nl);
         char item[160];
-        snprintf(item, sizeof item, "%s #%zu", label_name(st, ex[i].label), i + 1);
+        size_t cut = strlen(ex[i].text);
+        if (cut > 48) {                     /* the example's start, cut on a character's boundary */
+            cut = 48;
+            while (cut && ((unsigned char)ex[i].text[cut] & 0xC0) == 0x80) cut--;
+        }
+        snprintf(item, sizeof item, "%s \"%.*s%s\"", label_name(st, ex[i].label), (int)cut, ex[i].text,
+                 ex[i].text[cut] ? "..." : "");
         if (!rc) sb_kb_writer_progress("route train", i + 1, n_ex, item, kept, n, "paraphrase", t0);
     }
     sb_kb_writer_close(g);
@@ -93,52 +98,26 @@ static int find_label(const sb_stage *st, const char *name) {
     return strcmp(name, OOS_NAME) ? -1 : (int)st->n_labels;
 }
 
-static int is_utf8(const char *s, size_t n) {
-    for (size_t i = 0, k; i < n; i += k)
-        if (!(k = sb_utf8_valid((const uint8_t *)s + i, n - i))) return 0;
-    return 1;
-}
+typedef struct { const char *path; const sb_stage *st; const rt_example *ex; size_t n_ex; rt_paras *P; } reader;
 
-/* One row: 0 and the paraphrase pushed (or counted as skipped), or
- * SB_EINVAL naming path:lineno. */
-static int read_row(char *line, const char *path, size_t lineno, const sb_stage *st, const rt_example *ex,
-                    size_t n_ex, rt_paras *P, char *err) {
-    char *t1 = strchr(line, '\t'), *t2 = t1 ? strchr(t1 + 1, '\t') : NULL;
-    if (!t2 || t1 == line || t2 == t1 + 1 || !t2[1] || strchr(t2 + 1, '\t'))
-        return sb_seterr(err, SB_EINVAL, "%s:%zu: expected LABEL<TAB>EXAMPLE<TAB>PARAPHRASE", path, lineno);
-    *t1 = *t2 = '\0';
-    const int label = find_label(st, line);
+static int read_row(void *ud, char *f[3], size_t lineno, char *err) {
+    reader *r = ud;
+    const int label = find_label(r->st, f[0]);
     if (label < 0)
-        return sb_seterr(err, SB_EINVAL, "%s:%zu: no label '%s' in stage '%s' (nor %s)", path, lineno, line,
-                         st->name, OOS_NAME);
-    for (size_t i = 0; i < n_ex; i++)
-        if (ex[i].label == label && same_example(t1 + 1, ex[i].text))
-            return push(P, i, t2 + 1) ? sb_seterr(err, SB_ENOMEM, "out of memory") : 0;
-    P->skipped++;                   /* written for an example this run does not train on (another --shots) */
+        return sb_seterr(err, SB_EINVAL, "%s:%zu: no label '%s' in stage '%s' (nor %s)", r->path, lineno, f[0],
+                         r->st->name, OOS_NAME);
+    for (size_t i = 0; i < r->n_ex; i++)
+        if (r->ex[i].label == label && same_example(f[1], r->ex[i].text))
+            return push(r->P, i, f[2]) ? sb_seterr(err, SB_ENOMEM, "out of memory") : 0;
+    r->P->skipped++;                /* written for an example this run does not train on (another --shots) */
     return 0;
 }
 
 int rt_paras_read(const char *path, const sb_stage *st, const rt_example *ex, size_t n_ex, rt_paras *P,
                   char *err) {
-    FILE *f = fopen(path, "r");
-    if (!f) return sb_seterr(err, SB_EINVAL, "%s: %s", path, strerror(errno));
-    char *line = NULL;
-    size_t cap = 0, lineno = 0;
-    ssize_t got;
-    int rc = 0;
-    while (!rc && (got = getline(&line, &cap, f)) >= 0) {
-        lineno++;
-        while (got && (line[got - 1] == '\n' || line[got - 1] == '\r')) line[--got] = '\0';
-        if (!got || line[0] == '#') continue;
-        if (memchr(line, 0, (size_t)got) || !is_utf8(line, (size_t)got))
-            rc = sb_seterr(err, SB_EINVAL, "%s:%zu: not UTF-8 text", path, lineno);
-        else
-            rc = read_row(line, path, lineno, st, ex, n_ex, P, err);
-    }
-    if (!rc && ferror(f)) rc = sb_seterr(err, SB_EINVAL, "%s: %s", path, strerror(errno));
-    free(line);
-    fclose(f);
-    return rc;
+    reader r = { path, st, ex, n_ex, P };
+    int rc = sb_kb_writer_read(path, "LABEL<TAB>EXAMPLE<TAB>PARAPHRASE", read_row, &r, err);
+    return rc == SB_EIO ? SB_EINVAL : rc;       /* a file the option names that cannot be read: a usage error */
 }
 
 int rt_paras_save(const char *path, const sb_stage *st, const rt_example *ex, const rt_paras *P, char *err) {

@@ -74,7 +74,7 @@ grep -q "^route train: 3 paraphrases of 5 examples read from $tmp/p.tsv (2 rows 
 tr --folds 0 --paraphrases 2 --save-paraphrases "$tmp/gen.tsv" -o "$tmp/g1.gguf" > /dev/null 2> "$tmp/err" \
     || fail "--paraphrases 2: $(tail -3 "$tmp/err")"
 grep -q "^route train: 11 examples; 2 paraphrases each by gen " "$tmp/err" || fail "writer header: $(head -2 "$tmp/err")"
-[[ $(grep -c "^route train: \[[0-9]*/11\] [a-z_]* #[0-9]*: [0-2] paraphrase.*  ETA [0-9ms]*$" "$tmp/err") == 11 ]] \
+[[ $(grep -c "^route train: \[[0-9]*/11\] [a-z_]* \"[^\"]*\": [0-2] paraphrase.*  ETA [0-9ms]*$" "$tmp/err") == 11 ]] \
     || fail "writer progress: $(grep '\[' "$tmp/err")"
 head -1 "$tmp/gen.tsv" | grep -q "^# route train's paraphrases: LABEL<TAB>EXAMPLE<TAB>PARAPHRASE$" || fail "saved file"
 n=$(grep -vc '^#' "$tmp/gen.tsv")
@@ -84,21 +84,15 @@ grep -q "^route train: $n paraphrases of 11 examples read from .* (0 rows" "$tmp
 cmp -s "$tmp/g1.gguf" "$tmp/g2.gguf" || fail "written and read-back paraphrases trained different adapters"
 
 # --- bad input: exit 2 naming the file and line
-expect() {   # expect EXIT_CODE STDERR_SUBSTRING CMD...
-    local want="$1" msg="$2" rc=0; shift 2
-    "$@" > "$tmp/out" 2> "$tmp/err" || rc=$?
-    [ "$rc" = "$want" ] || fail "$* exited $rc, want $want ($(head -c 300 "$tmp/err"))"
-    grep -qF -- "$msg" "$tmp/err" || fail "$*: stderr lacks '$msg': $(head -c 300 "$tmp/err")"
-}
 printf 'billing\tthe meter reading is off\tfine\nbilling\tonly two fields\n' > "$tmp/bad1.tsv"
-expect 2 "$tmp/bad1.tsv:2: expected LABEL<TAB>EXAMPLE<TAB>PARAPHRASE" tr --paraphrases-file "$tmp/bad1.tsv" -o "$tmp/x.gguf"
+it_expect 2 "$tmp/bad1.tsv:2: expected LABEL<TAB>EXAMPLE<TAB>PARAPHRASE" tr --paraphrases-file "$tmp/bad1.tsv" -o "$tmp/x.gguf"
 printf '# c\nnope\tthe meter reading is off\tx y z\n' > "$tmp/bad2.tsv"
-expect 2 "$tmp/bad2.tsv:2: no label 'nope' in stage 'route'" tr --paraphrases-file "$tmp/bad2.tsv" -o "$tmp/x.gguf"
+it_expect 2 "$tmp/bad2.tsv:2: no label 'nope' in stage 'route'" tr --paraphrases-file "$tmp/bad2.tsv" -o "$tmp/x.gguf"
 printf 'billing\tlate fee\t\xff\xfe\n' > "$tmp/bad3.tsv"
-expect 2 "$tmp/bad3.tsv:1: not UTF-8 text" tr --paraphrases-file "$tmp/bad3.tsv" -o "$tmp/x.gguf"
-expect 2 "$tmp/none.tsv: No such file" tr --paraphrases-file "$tmp/none.tsv" -o "$tmp/x.gguf"
-expect 2 "--paraphrases-file reads them" tr --paraphrases-file "$tmp/p.tsv" --paraphrases 2 -o "$tmp/x.gguf"
-expect 2 "--model e5: $tmp/e5.gguf is an encoder" tr --paraphrases 2 --model e5 -o "$tmp/x.gguf"
+it_expect 2 "$tmp/bad3.tsv:1: not UTF-8 text" tr --paraphrases-file "$tmp/bad3.tsv" -o "$tmp/x.gguf"
+it_expect 2 "$tmp/none.tsv: No such file" tr --paraphrases-file "$tmp/none.tsv" -o "$tmp/x.gguf"
+it_expect 2 "--paraphrases-file reads them" tr --paraphrases-file "$tmp/p.tsv" --paraphrases 2 -o "$tmp/x.gguf"
+it_expect 2 "--model e5: $tmp/e5.gguf is an encoder" tr --paraphrases 2 --model e5 -o "$tmp/x.gguf"
 [ -e "$tmp/x.gguf" ] && fail "a refused run left $tmp/x.gguf"
 "$SB" route train --help | grep -q -- "--paraphrases-file F" || fail "route train --help"
 echo "it_route_paraphrase: ok"
