@@ -29,7 +29,6 @@
 #include "worker/engine/sb_encoder.h"
 #include "worker/engine/sb_encoder_train.h"
 #include "worker/engine/sb_lora.h"
-#include "worker/gguf/sb_gguf.h"
 
 #define EXIT_WORSE 3            /* the adapted held-out recall is below the frozen one: nothing written */
 #define MAX_QUESTIONS_LINE 4096
@@ -168,30 +167,6 @@ static int parse_opts(int argc, char **argv, adapt_opts *o) {
 
 /* ------------------------------------------------------------ the inputs */
 
-/* The question writer: --model, or the first local model whose GGUF is not
- * an encoder. */
-static int pick_writer(const sb_config *cfg, const char *name, const sb_config_model **out, char *err) {
-    *out = NULL;
-    for (size_t i = 0; i < cfg->n_models && !*out; i++) {
-        const sb_config_model *m = &cfg->models[i];
-        if ((name && strcmp(m->name, name)) || !m->gguf) continue;
-        sb_gguf *g = NULL;
-        int rc = sb_gguf_open(m->gguf, &g, err);
-        int enc = !rc && sb_encoder_file_is_encoder(g);
-        sb_gguf_close(g);
-        if (rc) return rc;
-        if (!enc) *out = m;
-        else if (name)
-            return sb_seterr(err, SB_EINVAL, "--model %s: %s is an encoder; questions need a generative model",
-                             name, m->gguf);
-    }
-    if (!*out)
-        return sb_seterr(err, SB_ENOTFOUND, name ? "--model %s: not a local (gguf) model of models:"
-                                                 : "%sno local generative model in models: to write questions "
-                                                   "(give --model NAME, or --questions FILE)", name ? name : "");
-    return 0;
-}
-
 static int push(questions *Q, const char *text, size_t len, int chunk) {
     if (Q->n == Q->cap) {
         question *v = sb_realloc(Q->q, (Q->cap = Q->cap ? 2 * Q->cap : 256) * sizeof *v);
@@ -217,48 +192,31 @@ static int find_chunk(const sb_kb_passage *p, size_t np, const char *source, int
     return -1;
 }
 
+typedef struct { const char *path; const sb_kb_passage *p; size_t np; questions *Q; } questions_reader;
+
+static int read_question(void *ud, char *f[3], size_t lineno, char *err) {
+    questions_reader *r = ud;
+    char *end;
+    long pos = strtol(f[1], &end, 10);
+    int c = *end ? -1 : find_chunk(r->p, r->np, f[0], (int)pos);
+    if (c < 0)
+        return sb_seterr(err, SB_EINVAL, "%s:%zu: no chunk %s of '%s' in the base (re-generate the questions "
+                         "after kb add changed it)", r->path, lineno, f[1], f[0]);
+    return push(r->Q, f[2], strlen(f[2]), c) ? sb_seterr(err, SB_ENOMEM, "out of memory") : 0;
+}
+
 /* --questions FILE: SOURCE<TAB>POSITION<TAB>QUESTION lines, # comments. */
 static int read_questions(const char *path, const sb_kb_passage *p, size_t np, questions *Q, char *err) {
-    FILE *f = fopen(path, "r");
-    if (!f) return sb_seterr(err, SB_EIO, "%s: %s", path, strerror(errno));
-    char *line = NULL;
-    size_t cap = 0, lineno = 0;
-    ssize_t got;
-    int rc = 0;
-    while (!rc && (got = getline(&line, &cap, f)) >= 0) {
-        lineno++;
-        while (got && (line[got - 1] == '\n' || line[got - 1] == '\r')) line[--got] = '\0';
-        if (!got || line[0] == '#') continue;
-        char *t1 = strchr(line, '\t'), *t2 = t1 ? strchr(t1 + 1, '\t') : NULL, *end;
-        if (!t2 || memchr(line, 0, (size_t)got) || !t2[1] || strchr(t2 + 1, 9)) {
-            rc = sb_seterr(err, SB_EINVAL, "%s:%zu: expected SOURCE<TAB>POSITION<TAB>QUESTION", path, lineno);
-            break;
-        }
-        *t1 = *t2 = '\0';
-        long pos = strtol(t1 + 1, &end, 10);
-        int c = *end || end == t1 + 1 ? -1 : find_chunk(p, np, line, (int)pos);
-        if (c < 0) {
-            rc = sb_seterr(err, SB_EINVAL, "%s:%zu: no chunk %s of '%s' in the base (re-generate the questions "
-                           "after kb add changed it)", path, lineno, t1 + 1, line);
-            break;
-        }
-        if (push(Q, t2 + 1, strlen(t2 + 1), c)) rc = sb_seterr(err, SB_ENOMEM, "out of memory");
-    }
-    free(line);
-    fclose(f);
+    questions_reader r = { path, p, np, Q };
+    int rc = sb_kb_writer_read(path, "SOURCE<TAB>POSITION<TAB>QUESTION", read_question, &r, err);
     if (!rc && !Q->n) rc = sb_seterr(err, SB_EINVAL, "%s: no questions", path);
     return rc;
 }
 
-static void fmt_secs(double s, char *buf, size_t cap) {
-    if (s < 60) snprintf(buf, cap, "%.0fs", s);
-    else snprintf(buf, cap, "%dm%02ds", (int)(s / 60), (int)(s - 60 * (int)(s / 60)));
-}
-
 static int generate(const adapt_opts *o, const char *gguf, const sb_kb_passage *p, size_t np, questions *Q,
                     char *err) {
-    kb_qgen *g;
-    int rc = kb_qgen_open(gguf, o->threads, o->seed, &g, err);
+    sb_kb_writer *g;
+    int rc = sb_kb_writer_open(gguf, o->threads, o->seed, &g, err);
     const double t0 = sb_now_s();
     for (size_t i = 0; i < np && !rc; i++) {
         char **qs = NULL;
@@ -266,20 +224,14 @@ static int generate(const adapt_opts *o, const char *gguf, const sb_kb_passage *
         if ((rc = kb_qgen_ask(g, p[i].section, p[i].text, o->per_chunk, (uint64_t)i, &qs, &nq, err))) break;
         for (size_t k = 0; k < nq && !rc; k++)
             if (push(Q, qs[k], strlen(qs[k]), (int)i)) rc = sb_seterr(err, SB_ENOMEM, "out of memory");
-        kb_questions_free(qs, nq);
+        sb_kb_lines_free(qs, nq);
         if (!o->quiet) {
-            const double el = sb_now_s() - t0;
-            char es[32], eta[32];
-            fmt_secs(el, es, sizeof es);
-            fmt_secs(el / (double)(i + 1) * (double)(np - i - 1), eta, sizeof eta);
-            char *name = sb_utf8_escape_controls(p[i].source);
-            fprintf(stderr, "kb adapt: [%zu/%zu] %s #%d: %zu question%s%s  %s  ETA %s\n", i + 1, np,
-                    name ? name : "?", p[i].position, nq, nq == 1 ? "" : "s",
-                    nq < (size_t)o->per_chunk ? " (fewer than asked)" : "", es, eta);
-            sb_free(name);
+            char item[512];
+            snprintf(item, sizeof item, "%s #%d", p[i].source, p[i].position);
+            sb_kb_writer_progress("kb adapt", i + 1, np, item, nq, o->per_chunk, "question", t0);
         }
     }
-    kb_qgen_close(g);
+    sb_kb_writer_close(g);
     return rc;
 }
 
@@ -442,7 +394,7 @@ static int adapt(const adapt_opts *o0, int *exit_code, char *err) {
     if (rc || !(k = pick_kb(cfg, o.kb, err))) { rc = rc ? rc : SB_ENOTFOUND; goto out; }
     const sb_config_model *m = sb_config_find_model(cfg, k->embed_model);
     if (!o.threads) o.threads = m->threads > 0 ? m->threads : 1;
-    if (!o.questions_in && (rc = pick_writer(cfg, o.model, &writer, err))) goto out;
+    if (!o.questions_in && (rc = sb_kb_writer_pick(cfg, o.model, "--questions", &writer, err))) goto out;
     *exit_code = SB_EXIT_FAIL;
     if ((rc = load_passages(k, m, &p, &np, err))) goto out;
     const double t0 = sb_now_s();

@@ -109,18 +109,12 @@ typedef struct {
 } kb_eval_opts;
 int  kb_eval_run(sb_kb *kb, const char *tsv, const kb_eval_opts *eo);
 
-/* kb_questions.c: questions for a chunk from a local generative model,
- * in the chunk's language (the prompts are in docs/KNOWLEDGE.md). */
-typedef struct kb_qgen kb_qgen;
-int  kb_qgen_open(const char *gguf, int threads, uint64_t seed, kb_qgen **out, char *err);
-void kb_qgen_close(kb_qgen *g);
-/* Up to n distinct questions (fewer when the model gives fewer in three
- * tries); salt varies the sampling seed per chunk. *out: kb_questions_free. */
-int  kb_qgen_ask(kb_qgen *g, const char *section, const char *text, int n, uint64_t salt, char ***out,
+/* kb_questions.c: questions for a chunk from the writer (sb_kb.h), in the
+ * chunk's language (the prompts are in docs/KNOWLEDGE.md): n distinct
+ * questions or so (sb_kb_writer_lines); salt varies the sampling seed per
+ * chunk. *out: sb_kb_lines_free. */
+int  kb_qgen_ask(sb_kb_writer *g, const char *section, const char *text, int n, uint64_t salt, char ***out,
                  size_t *n_out, char *err);
-void kb_questions_free(char **q, size_t n);
-/* 1 if the text is Chinese (CJK characters at least a fifth of its letters). */
-int  kb_text_is_zh(const char *s);
 
 /* kb_adapt.c: `kb adapt` (argv[0] is "adapt"); a process exit code. */
 int  kb_cmd_adapt(int argc, char **argv);

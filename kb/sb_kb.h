@@ -301,4 +301,39 @@ int         sb_kb_mode_parse(const char *s);          /* -1 if unknown */
  * "sections"): the bases, each its file, encoder and chunking. */
 extern const sb_cfg_section sb_kb_section;
 
+/* The writer: a local generative model that writes a few short texts a
+ * prompt asks for, one a line (kb adapt's questions, route train's
+ * paraphrases). Its lines are cleaned of numbering, bullets and quotes, and
+ * kept when they are 4..400 bytes, not a list's heading and in the asked
+ * language; repeats are dropped. Seeded sampling (temperature 0.7, top-p
+ * 0.9), so a run repeats. */
+typedef struct sb_kb_writer sb_kb_writer;
+int  sb_kb_writer_open(const char *gguf, int threads, uint64_t seed, sb_kb_writer **out, char *err);
+void sb_kb_writer_close(sb_kb_writer *g);                /* NULL ok */
+/* Distinct lines, Chinese if zh, else English: asked for n, up to three
+ * times while fewer came back; an answer's usable lines are all kept, so
+ * there may be more than n. salt varies the sampling seed per call.
+ * *out: sb_kb_lines_free. */
+int  sb_kb_writer_lines(sb_kb_writer *g, const char *prompt, int zh, int n, uint64_t salt, char ***out,
+                        size_t *n_out, char *err);
+void sb_kb_lines_free(char **q, size_t n);
+/* The writer's model: `name`, or the config's first local model whose GGUF
+ * is not an encoder. file_opt: the option that reads written texts instead,
+ * for the error when there is none. */
+int  sb_kb_writer_pick(const sb_config *cfg, const char *name, const char *file_opt, const sb_config_model **out,
+                       char *err);
+/* The writer's progress line on stderr: "CMD: [done/total] ITEM: got NOUNs
+ * (fewer than asked)  elapsed  ETA left", the ETA from the mean so far. */
+void sb_kb_writer_progress(const char *cmd, size_t done, size_t total, const char *item, size_t got, int asked,
+                           const char *noun, double t0);
+/* A file of a writer's texts, saved to be read again: A<TAB>B<TAB>TEXT
+ * rows (CR LF or LF), # comments and blank lines skipped. fn gets each
+ * row's three fields, none empty, as NUL-terminated UTF-8, and the line's
+ * number; its nonzero return stops the read. A malformed row: SB_EINVAL,
+ * "PATH:LINE: expected LAYOUT" (or "not UTF-8 text"); no file: SB_EIO. */
+typedef int (*sb_kb_row_fn)(void *ud, char *fields[3], size_t lineno, char *err);
+int  sb_kb_writer_read(const char *path, const char *layout, sb_kb_row_fn fn, void *ud, char *err);
+/* 1 if the text is Chinese (CJK characters at least a fifth of its letters). */
+int  sb_kb_text_is_zh(const char *s);
+
 #endif

@@ -30,6 +30,7 @@
 
 #include "router/router_internal.h"
 #include "router/classify/sb_classify.h"
+#include "kb/sb_kb.h"
 #include "worker/engine/sb_encoder.h"
 #include "worker/engine/sb_encoder_train.h"
 #include "worker/engine/sb_lora.h"
@@ -42,6 +43,8 @@ typedef struct {
     int folds, force;           /* the leave-some-out estimate's folds (0: none); write even if worse */
     int phrases;                /* the descriptions' phrases as texts of their label too */
     int norms;                  /* train the adapted layers' LayerNorms too */
+    int paraphrases;            /* the writer's paraphrases a training example (0: none) */
+    const char *model, *para_in, *para_out;     /* the writer; read / save the paraphrases */
     uint64_t seed;
     double lr, alpha, tau, weight_decay;
 } opts;
@@ -50,6 +53,8 @@ typedef struct {
     float  *h0;                 /* the states entering the lowest adapted layer, n rows */
     int     n, label;           /* label: the stage's index; n_labels: out_of_scope */
     int     fold;               /* -1: a description (always trained on); else the example's fold */
+    int     para;               /* a paraphrase: trained on with its example's fold, never scored */
+    const char *text;           /* an example's text (the config's), else NULL */
 } sample;
 
 typedef struct {
@@ -94,6 +99,14 @@ static void usage(FILE *f) {
         "                          bias, no weight decay); the adapter file carries them\n"
         "      --phrases           also train on each description's phrases (split at , ; :\n"
         "                          and their full-width forms) as texts of its label\n"
+        "      --paraphrases N     before training, a local generative model writes N\n"
+        "                          paraphrases of each training example (in its language),\n"
+        "                          texts of the example's label and fold\n"
+        "      --model NAME        the writer (default: the config's first local model\n"
+        "                          that is not an encoder)\n"
+        "      --save-paraphrases F  write them (LABEL<TAB>EXAMPLE<TAB>PARAPHRASE)\n"
+        "      --paraphrases-file F  read them from F instead of writing them (rows for\n"
+        "                          examples not trained on are skipped)\n"
         "      --force             write the adapter even when its estimate is below the\n"
         "                          frozen encoder's\n"
         "  -t, --threads N         encoder threads (default 1)\n"
@@ -126,8 +139,8 @@ static int parse_opts(int argc, char **argv, opts *o) {
         {"batch", 1, 0, 'B'}, {"rank", 1, 0, 'r'}, {"alpha", 1, 0, 'a'}, {"layers", 1, 0, 'L'},
         {"lr", 1, 0, 'l'}, {"warmup", 1, 0, 'w'}, {"weight-decay", 1, 0, 'd'}, {"tau", 1, 0, 'T'},
         {"max-tokens", 1, 0, 'm'}, {"threads", 1, 0, 't'}, {"help", 0, 0, 'h'}, {"folds", 1, 0, 'F'},
-        {"force", 0, 0, 'f'}, {"phrases", 0, 0, 'P'}, {"norms", 0, 0, 'n'},
-        {0, 0, 0, 0}};
+        {"force", 0, 0, 'f'}, {"phrases", 0, 0, 'P'}, {"norms", 0, 0, 'n'}, {"paraphrases", 1, 0, 'G'},
+        {"model", 1, 0, 'M'}, {"save-paraphrases", 1, 0, 'W'}, {"paraphrases-file", 1, 0, 'R'}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     *o = (opts){ .shots = 5, .threads = 1, .epochs = 10, .batch = 64, .rank = 8, .layers = 2, .max_tokens = 64,
                  .warmup = -1, .seed = 1, .folds = 3, .lr = 1e-3, .alpha = 16, .tau = 0.05, .weight_decay = 0.01 };
@@ -156,6 +169,10 @@ static int parse_opts(int argc, char **argv, opts *o) {
         case 'f': o->force = 1; break;
         case 'P': o->phrases = 1; break;
         case 'n': o->norms = 1; break;
+        case 'G': bad = sb_opt_int(cmd, "--paraphrases", optarg, 1, 50, &v); o->paraphrases = (int)v; break;
+        case 'M': o->model = optarg; break;
+        case 'W': o->para_out = optarg; break;
+        case 'R': o->para_in = optarg; break;
         case 'a': bad = opt_num("--alpha", optarg, 1e-6, 1e6, &o->alpha); break;
         case 'l': bad = opt_num("--lr", optarg, 1e-9, 1, &o->lr); break;
         case 'd': bad = opt_num("--weight-decay", optarg, 0, 1, &o->weight_decay); break;
@@ -168,6 +185,14 @@ static int parse_opts(int argc, char **argv, opts *o) {
             fprintf(stderr, "route train: --folds expects 0 (no estimate) or 2..100\n");
             return -1;
         }
+    }
+    if (o->para_in && (o->paraphrases || o->para_out || o->model)) {
+        fprintf(stderr, "route train: --paraphrases-file reads them: no --paraphrases, --save-paraphrases or --model\n");
+        return -1;
+    }
+    if ((o->para_out || o->model) && !o->paraphrases) {
+        fprintf(stderr, "route train: --save-paraphrases and --model go with --paraphrases N\n");
+        return -1;
     }
     if (optind != argc || !o->config || !o->pipeline || !o->out) {
         fprintf(stderr, "route train: give -c CONFIG, --pipeline P and -o ADAPTER.gguf (route train --help)\n");
@@ -191,7 +216,7 @@ static int add_text(sb_enc_trainer *tr, const sb_encoder *e, int max_tokens, sam
         S->s = ns;
     }
     sample *s = &S->s[S->n];
-    s->n = (int)n, s->label = label, s->fold = fold;
+    s->n = (int)n, s->label = label, s->fold = fold, s->para = 0, s->text = fold >= 0 ? text : NULL;
     s->h0 = sb_malloc(n * (size_t)sb_encoder_dim(e) * sizeof *s->h0);
     rc = s->h0 ? sb_enc_train_prefix(tr, ids, (int)n, s->h0, err) : sb_seterr(err, SB_ENOMEM, "out of memory");
     sb_free(ids);
@@ -252,6 +277,45 @@ static int collect(sb_enc_trainer *tr, const sb_encoder *e, const sb_stage *st, 
     return rc;
 }
 
+/* --paraphrases: each example's paraphrases, written now or read from
+ * --paraphrases-file, as texts of its label in its fold. The fold matters:
+ * the estimate holds an example out with its paraphrases, or a fold would
+ * train on other words for the very calls it is scored on, and the guard
+ * would compare the frozen encoder with one that has seen the answers.
+ * Descriptions are not paraphrased: they list a desk's topics, in both
+ * languages at once, rather than say what one caller says. */
+static int add_paraphrases(sb_enc_trainer *tr, const sb_encoder *e, const sb_stage *st, const sb_config_model *writer,
+                           const opts *o, samples *S, char *err) {
+    size_t n_ex = 0, *at = sb_malloc((S->n ? S->n : 1) * sizeof *at);
+    rt_example *ex = sb_malloc((S->n ? S->n : 1) * sizeof *ex);
+    rt_paras P = { 0 };
+    int rc = at && ex ? 0 : sb_seterr(err, SB_ENOMEM, "out of memory");
+    for (size_t i = 0; i < S->n && !rc; i++)
+        if (S->s[i].text) at[n_ex] = i, ex[n_ex++] = (rt_example){ S->s[i].label, S->s[i].text };
+    if (!rc && o->para_in) {
+        rc = rt_paras_read(o->para_in, st, ex, n_ex, &P, err);
+    } else if (!rc) {
+        fprintf(stderr, "route train: %zu examples; %d paraphrases each by %s (%s)\n", n_ex, o->paraphrases,
+                writer->name, writer->gguf);
+        rc = rt_paras_generate(writer->gguf, o->threads, o->seed, o->paraphrases, st, ex, n_ex, &P, err);
+    }
+    if (!rc && o->para_out) rc = rt_paras_save(o->para_out, st, ex, &P, err);
+    for (size_t k = 0; k < P.n && !rc; k++) {
+        const sample *src = &S->s[at[P.p[k].example]];
+        if (!(rc = add_text(tr, e, o->max_tokens, S, P.p[k].text, src->label, src->fold, err)))
+            S->s[S->n - 1].para = 1, S->s[S->n - 1].text = NULL;
+    }
+    if (!rc) {
+        fprintf(stderr, "route train: %zu paraphrases of %zu examples %s", P.n, n_ex, o->para_in ? "read from " : "written");
+        if (o->para_in) fprintf(stderr, "%s (%zu rows for examples not trained on skipped)", o->para_in, P.skipped);
+        fputc('\n', stderr);
+    }
+    rt_paras_free(&P);
+    sb_free(ex);
+    sb_free(at);
+    return rc;
+}
+
 static void samples_free(samples *S) {
     for (size_t i = 0; i < S->n; i++) sb_free(S->s[i].h0);
     sb_free(S->s);
@@ -272,6 +336,7 @@ static int train(sb_enc_trainer *tr, const samples *S, const opts *o, int held, 
         if (held == ALL_FOLDS || S->s[i].fold != held) x[m++] = (sb_enc_text){ S->s[i].h0, S->s[i].n, S->s[i].label };
     char prefix[64];
     snprintf(prefix, sizeof prefix, "route train: %s", what);
+    if (held != ALL_FOLDS) fprintf(stderr, "%strains on %zu of %zu texts\n", prefix, m, S->n);
     const sb_enc_fit_opts fo = { .steps = steps, .batch = o->batch, .warmup = o->warmup, .lr = o->lr,
                                  .weight_decay = o->weight_decay, .tau = o->tau, .seed = o->seed,
                                  .progress = stderr, .prefix = prefix };
@@ -297,7 +362,7 @@ static int score_fold(const sb_stage *st, const samples *S, const float *V, int 
     const int nl = (int)st->n_labels;
     for (size_t i = 0; i < S->n && !rc; i++) {
         const sample *s = &S->s[i];
-        if (s->fold == held) continue;
+        if (s->fold == held || s->para) continue;       /* the head is fitted on the config's texts, as served */
         const float *v = V + i * (size_t)dim;
         rc = s->fold < 0 ? sb_cls_set_description(cls, s->label, v, err)
                          : sb_cls_add_example(cls, s->label == nl ? SB_CLS_OOS : s->label, v, err);
@@ -305,7 +370,7 @@ static int score_fold(const sb_stage *st, const samples *S, const float *V, int 
     if (!rc) rc = sb_cls_train(cls, err);
     for (size_t i = 0; i < S->n && !rc; i++) {
         sb_cls_result r;
-        if (S->s[i].fold != held || (rc = sb_cls_classify(cls, V + i * (size_t)dim, &r))) continue;
+        if (S->s[i].fold != held || S->s[i].para || (rc = sb_cls_classify(cls, V + i * (size_t)dim, &r))) continue;
         *right += r.top == S->s[i].label;       /* out_of_scope's index is n_labels, as sample.label */
     }
     sb_cls_free(cls);
@@ -340,7 +405,7 @@ static int estimate(sb_encoder *enc, const sb_stage *st, const samples *S, const
     float *V = sb_malloc(S->n * (size_t)dim * sizeof *V);
     int rc = V ? 0 : sb_seterr(err, SB_ENOMEM, "out of memory");
     *frozen = *adapted = *held_n = 0;
-    for (size_t i = 0; i < S->n; i++) *held_n += S->s[i].fold >= 0;
+    for (size_t i = 0; i < S->n; i++) *held_n += S->s[i].fold >= 0 && !S->s[i].para;
     for (int f = 0; f < o->folds && !rc; f++) {
         sb_lora *lora = NULL;
         sb_enc_trainer *tr = NULL;
@@ -394,12 +459,15 @@ static int route_train(int argc, char **argv) {
     sb_config *cfg = NULL;
     sb_pipelines *ps = NULL;
     const sb_stage *st = NULL;
+    const sb_config_model *writer = NULL;
     sb_encoder *enc = NULL;
     sb_lora *lora = NULL;
     sb_enc_trainer *tr = NULL;
     samples S = {0};
     int exit_code = SB_EXIT_CONFIG, steps = 0;
-    if ((rc = open_stage(&o, &cfg, &ps, &st, &enc, err))) goto out;
+    if ((rc = open_stage(&o, &cfg, &ps, &st, &enc, err)) ||
+        (o.paraphrases && (rc = sb_kb_writer_pick(cfg, o.model, "--paraphrases-file", &writer, err))))
+        goto out;
     if (o.layers > sb_encoder_n_layer(enc)) {
         rc = sb_seterr(err, SB_EINVAL, "--layers %d: the model has %d", o.layers, sb_encoder_n_layer(enc));
         goto out;
@@ -409,6 +477,10 @@ static int route_train(int argc, char **argv) {
     if ((rc = new_adapter(enc, &o, &lora, &tr, err))) goto out;
     const double t0 = sb_now_s();
     if ((rc = collect(tr, enc, st, &o, &S, err))) goto out;
+    if ((o.paraphrases || o.para_in) && (rc = add_paraphrases(tr, enc, st, writer, &o, &S, err))) {
+        if (rc == SB_EINVAL) exit_code = SB_EXIT_CONFIG;
+        goto out;
+    }
     int nc = 0;
     for (size_t i = 0; i <= st->n_labels; i++) nc += S.per_label[i] > 0;
     if (S.n < 2 || nc < 2) {

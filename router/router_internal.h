@@ -95,6 +95,21 @@ void rt_keys_free(rt_keys *k);                  /* NULL ok */
 
 /* `switchboard route train` (cli_route_train.c): argv[0] is "train". */
 int  sb_route_train(int argc, char **argv);
+
+/* route train --paraphrases (cli_route_para.c): other callers' words for
+ * each training example, written by sb_kb.h's writer or read from a file
+ * of LABEL<TAB>EXAMPLE<TAB>PARAPHRASE rows. An example's label is the
+ * stage's index, n_labels for out_of_scope. */
+typedef struct { int label; const char *text; } rt_example;
+typedef struct { size_t example; char *text; } rt_para;     /* example: an index into the examples */
+typedef struct { rt_para *p; size_t n, cap, skipped; } rt_paras;   /* skipped: rows of untrained examples */
+int  rt_paras_generate(const char *gguf, int threads, uint64_t seed, int n, const sb_stage *st,
+                       const rt_example *ex, size_t n_ex, rt_paras *P, char *err);
+/* SB_EINVAL naming the file and line for a malformed row or an unknown label. */
+int  rt_paras_read(const char *path, const sb_stage *st, const rt_example *ex, size_t n_ex, rt_paras *P,
+                   char *err);
+int  rt_paras_save(const char *path, const sb_stage *st, const rt_example *ex, const rt_paras *P, char *err);
+void rt_paras_free(rt_paras *P);
 size_t rt_keys_count(const rt_keys *k);
 /* The key whose secret is secret[0, len), compared in constant time; NULL. */
 const rt_key *rt_keys_match(const rt_keys *k, const char *secret, size_t len);
