@@ -10,8 +10,7 @@ cd "$(dirname "$0")/.."
 it_init embedhttp
 run=$tmp/run
 port=$(it_ports 1)
-python3 -c 'import sys; sys.path.insert(0, "tests"); import e5_tiny; e5_tiny.make_model(sys.argv[1])' "$tmp/tiny.e5s1"
-"$SB" convert-e5 "$tmp/tiny.e5s1" "$tmp/e5.gguf" > /dev/null || { echo "FAIL convert-e5"; exit 1; }
+it_tiny_e5 || { echo "FAIL convert-e5"; exit 1; }
 cat > "$tmp/rt.yaml" <<YAML
 runtime:
   dir: $run

@@ -16,8 +16,7 @@ cd "$(dirname "$0")/.."
 . tests/itlib.sh
 it_init kbadapt
 fail() { echo "it_kb_adapt: FAIL: $*" >&2; exit 1; }
-python3 -c 'import sys; sys.path.insert(0, "tests"); import e5_tiny; e5_tiny.make_model(sys.argv[1])' "$tmp/tiny.e5s1"
-"$SB" convert-e5 "$tmp/tiny.e5s1" "$tmp/e5.gguf" > /dev/null || fail "convert-e5"
+it_tiny_e5 || fail "convert-e5"
 cat > "$tmp/kb.yaml" <<YAML
 models:
   e5:  { gguf: $tmp/e5.gguf, threads: 1 }

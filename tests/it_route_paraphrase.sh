@@ -17,25 +17,13 @@ cd "$(dirname "$0")/.."
 . tests/itlib.sh
 it_init routepara
 fail() { echo "it_route_paraphrase: FAIL: $*" >&2; exit 1; }
-python3 -c 'import sys; sys.path.insert(0, "tests"); import e5_tiny; e5_tiny.make_model(sys.argv[1])' "$tmp/tiny.e5s1"
-"$SB" convert-e5 "$tmp/tiny.e5s1" "$tmp/e5.gguf" > /dev/null || fail "convert-e5"
-cat > "$tmp/rt.yaml" <<YAML
+it_tiny_e5 || fail "convert-e5"
+{ cat <<YAML
 models:
   e5:  { gguf: $tmp/e5.gguf, threads: 1 }
   gen: { gguf: $PWD/tests/data/tiny-llama-spm-Q4_0.gguf, threads: 1 }
-pipelines:
-  hotline:
-    stages:
-      - name: route
-        kind: intent
-        model: e5
-        labels:
-          billing:   { description: "bills and the meter", examples: ["the meter reading is off", "why is my bill high", "pay the water bill", "late fee"] }
-          complaint: { description: "complaints", examples: ["I want to complain", "the road is broken", "loud music at night"] }
-          tax:       { description: "taxes", examples: ["my income tax return", "tax refund"] }
-        out_of_scope: ["what is the weather like", "tell me a joke"]
-        fallback: complaint
 YAML
+  cat tests/data/route_tiny_pipeline.yaml; } > "$tmp/rt.yaml"
 tr() { "$SB" route train -c "$tmp/rt.yaml" --pipeline hotline --steps 4 --seed 3 --lr 0.01 --force "$@"; }
 
 # The examples are dealt into 3 folds per label in turn: "the meter reading is off" is in fold 1, "the road

@@ -28,26 +28,14 @@ cd "$(dirname "$0")/.."
 . tests/itlib.sh
 it_init routetrain
 fail() { echo "it_route_train: FAIL: $*" >&2; exit 1; }
-python3 -c 'import sys; sys.path.insert(0, "tests"); import e5_tiny; e5_tiny.make_model(sys.argv[1])' "$tmp/tiny.e5s1"
-"$SB" convert-e5 "$tmp/tiny.e5s1" "$tmp/e5.gguf" > /dev/null || fail "convert-e5"
+it_tiny_e5 || fail "convert-e5"
 port=$(it_ports 1)
-cat > "$tmp/rt.yaml" <<YAML
+{ cat <<YAML
 runtime: { dir: $tmp/run, http: 127.0.0.1:$port, drain_ms: 2000 }
 models:
   e5:  { gguf: $tmp/e5.gguf, threads: 1 }
-pipelines:
-  hotline:
-    stages:
-      - name: route
-        kind: intent
-        model: e5
-        labels:
-          billing:   { description: "bills and the meter", examples: ["the meter reading is off", "why is my bill high", "pay the water bill", "late fee"] }
-          complaint: { description: "complaints", examples: ["I want to complain", "the road is broken", "loud music at night"] }
-          tax:       { description: "taxes", examples: ["my income tax return", "tax refund"] }
-        out_of_scope: ["what is the weather like", "tell me a joke"]
-        fallback: complaint
 YAML
+  cat tests/data/route_tiny_pipeline.yaml; } > "$tmp/rt.yaml"
 tr() { "$SB" route train -c "$tmp/rt.yaml" --pipeline hotline "$@"; }
 
 # --- training: the loss falls, progress is shown, the file appears

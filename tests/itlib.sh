@@ -7,6 +7,7 @@
 #   "$SB" run ... 2> "$tmp/run.log" & it_pids+=($!)
 #   it_wait_ready "$tmp/run.log"   # up: GET /health answers 200
 #   for level in $(it_kernel_levels); do ...   # kernel levels to check numerics at
+#   it_tiny_e5 || fail ...   # $tmp/e5.gguf: the tiny e5-shaped encoder
 # Every process in it_pids is stopped on exit (SIGTERM, then SIGKILL after
 # 5 s); a script that defines it_cleanup_more has it called before the wait.
 
@@ -17,6 +18,13 @@ it_init() {
     tmp=$(mktemp -d "/tmp/sb-$1-XXXXXX")
     it_pids=()
     trap it_cleanup EXIT
+}
+
+# The tiny multilingual-e5-shaped encoder of tests/e5_tiny.py, converted by
+# the binary under test to $tmp/e5.gguf.
+it_tiny_e5() {
+    python3 -c 'import sys; sys.path.insert(0, "tests"); import e5_tiny; e5_tiny.make_model(sys.argv[1])' \
+        "$tmp/tiny.e5s1" && "$SB" convert-e5 "$tmp/tiny.e5s1" "$tmp/e5.gguf" > /dev/null
 }
 
 it_cleanup() {
