@@ -22,7 +22,7 @@ ops       ops-key-0123456789    console
 dpo       dpo-key-0123456789    console,admin
 KEYS
 chmod 600 "$keys"
-cat > "$tmp/rt.yaml" <<YAML
+{ cat <<YAML
 runtime: { dir: $run, http: 127.0.0.1:$port, api_keys_file: $keys, drain_ms: 2000 }
 models:
   tiny: { gguf: $DATA/tiny-llama-spm-Q4_K_M.gguf, threads: 1, ctx: 512, max_tokens: 8 }
@@ -32,21 +32,8 @@ console:
   traces: 100
   show_caller_text: true
   otel_file: $run/otel.jsonl
-pipelines:
-  desk:
-    stages:
-      - name: route
-        kind: intent
-        model: tiny
-        labels:
-          billing: { description: "bills", examples: ["the meter reading is off"] }
-          human_agent: { description: "a person", examples: ["operator"] }
-      - { name: echo, kind: tool, command: ["/bin/cat"], timeout_ms: 5000 }
-  conv:
-    conversation: { ttl_s: 600 }
-    stages:
-      - { name: echo, kind: tool, command: ["/bin/cat"], timeout_ms: 5000 }
 YAML
+  cat "$DATA/erase_pipelines.yaml"; } > "$tmp/rt.yaml"
 "$SB" run -c "$tmp/rt.yaml" > "$tmp/run.log" 2>&1 &
 sup=$!; it_pids+=($sup)
 it_wait_ready "$tmp/run.log" 60 "$sup" || { echo "FAIL the runtime did not start"; tail -20 "$tmp/run.log"; exit 1; }

@@ -51,21 +51,8 @@ console:
   show_caller_text: true
   otel_file: $tmp/run-$1/otel.jsonl
   feedback_path: $tmp/run-$1/feedback.sqlite
-pipelines:
-  desk:
-    stages:
-      - name: route
-        kind: intent
-        model: tiny
-        labels:
-          billing: { description: "bills", examples: ["the meter reading is off"] }
-          human_agent: { description: "a person", examples: ["operator"] }
-      - { name: echo, kind: tool, command: ["/bin/cat"], timeout_ms: 5000 }
-  conv:
-    conversation: { ttl_s: 600 }
-    stages:
-      - { name: echo, kind: tool, command: ["/bin/cat"], timeout_ms: 5000 }
 YAML
+    cat "$DATA/erase_pipelines.yaml"
 }
 edge_cfg a "$port_a" > "$tmp/a.yaml"
 edge_cfg b "$port_b" > "$tmp/b.yaml"
