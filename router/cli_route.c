@@ -39,6 +39,8 @@ typedef struct {
     double refusal_margin;      /* < 0: the stage's clarify.refusal_margin */
     double max_asked;           /* --max-asked; < 0: no gate */
     double desc_weight;         /* < 0: the classifier's default */
+    double lexical;             /* --lexical W; < 0: the stage's lexical: */
+    int subwords;               /* --subwords 1 / --no-subwords 0; -1: SB_LEX_DEFAULT_FLAGS */
     double min_conf, min_acc;   /* min_conf < 0: the stage's min_confidence */
 } opts;
 
@@ -59,6 +61,9 @@ typedef struct {
     sb_encoder *enc;
     struct sb_lora *lora;       /* the encoder's adapter, or NULL */
     sb_classifier *cls;
+    int dim, lex_dim;           /* the classifier's: the encoder's dimension + lex_dim */
+    unsigned lex_flags;
+    float lex_weight;           /* reported only when lex_dim > 0: without, the report is as before */
     const sb_stage *st;
     int n_labels;
     call *calls;
@@ -97,6 +102,10 @@ static void usage(FILE *f) {
         "      --no-center         compare raw vectors (default: the training vectors'\n"
         "                          mean is subtracted first; --center says so explicitly)\n"
         "      --no-oos            leave the out_of_scope examples out\n"
+        "      --lexical W         the call's hashed words beside its embedding, weighted W\n"
+        "                          (default: the stage's lexical:, else 0 = none)\n"
+        "      --subwords, --no-subwords  with --lexical: character trigrams inside Latin\n"
+        "                          words too, or not (default: what stages use)\n"
         "      --min-confidence X  reject below X (default: the stage's min_confidence)\n"
         "      --min-accuracy X    exit 3 when overall accuracy is below X (0-1)\n"
         "      --json              one JSON object instead of the text report\n"
@@ -131,10 +140,11 @@ static int parse_opts(int argc, char **argv, opts *o) {
         {"min-confidence", 1, 0, 'C'}, {"min-accuracy", 1, 0, 'A'}, {"json", 0, 0, 'j'},
         {"threads", 1, 0, 't'}, {"verbose", 0, 0, 'v'}, {"help", 0, 0, 'h'},
         {"dialogue", 0, 0, 'G'}, {"clarify-margin", 1, 0, 'M'}, {"sweep-margins", 0, 0, 'w'},
-        {"max-asked", 1, 0, 'X'}, {"refusal-margin", 1, 0, 'R'}, {"sweep-refusal", 0, 0, 'F'}, {"adapter", 1, 0, 'a'}, {"no-adapter", 0, 0, 'n'}, {0, 0, 0, 0}};
+        {"max-asked", 1, 0, 'X'}, {"refusal-margin", 1, 0, 'R'}, {"sweep-refusal", 0, 0, 'F'}, {"adapter", 1, 0, 'a'}, {"no-adapter", 0, 0, 'n'},
+        {"lexical", 1, 0, 'L'}, {"subwords", 0, 0, 'U'}, {"no-subwords", 0, 0, 'u'}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->method = -1, o->threads = 1, o->min_conf = -1, o->min_acc = -1, o->desc_weight = -1, o->center = 1;
-    o->clarify_margin = -1, o->refusal_margin = -1, o->max_asked = -1;
+    o->clarify_margin = -1, o->refusal_margin = -1, o->max_asked = -1, o->lexical = -1, o->subwords = -1;
     int ch;
     int64_t v;
     char *end;
@@ -204,6 +214,17 @@ static int parse_opts(int argc, char **argv, opts *o) {
             o->clarify_margin = x;
             break;
         }
+        case 'L': {
+            double x = strtod(optarg, &end);
+            if (!*optarg || *end || !(x >= 0 && x <= 10)) {
+                fprintf(stderr, "route eval: --lexical expects a number in [0, 10], got '%s'\n", optarg);
+                return -1;
+            }
+            o->lexical = x;
+            break;
+        }
+        case 'U': o->subwords = 1; break;
+        case 'u': o->subwords = 0; break;
         case 'v': o->verbose = 1; break;
         case 'h': usage(stdout); return 1;
         default: usage(stderr); return -1;
@@ -231,8 +252,13 @@ static const sb_stage *find_stage(const sb_pipeline *p, const char *name) {
     return NULL;
 }
 
+/* The vector the classifier takes for text (ev->dim floats): its
+ * embedding, and its words beside it when lexical, as the router's intent
+ * stage builds it (router/run/stage_intent.c). */
 static int embed(eval *ev, const char *text, float *v, char *err) {
-    return sb_encoder_embed(ev->enc, SB_EMBED_QUERY, text, strlen(text), v, NULL, err);
+    int rc = sb_encoder_embed(ev->enc, SB_EMBED_QUERY, text, strlen(text), v, NULL, err);
+    if (!rc && ev->lex_dim) sb_lex_append(v, ev->dim - ev->lex_dim, text, strlen(text), ev->lex_flags, v);
+    return rc;
 }
 
 /* Embed the stage's training data into a new classifier. */
@@ -247,9 +273,14 @@ static int train(eval *ev, const opts *o, char *err) {
     if (o->desc_weight >= 0) co.desc_weight = (float)o->desc_weight;
     if (o->no_desc) co.desc_weight = 0;
     co.center = o->center;
-    int rc = sb_cls_new(sb_encoder_dim(ev->enc), (int)st->n_labels, names, &co, &ev->cls, err);
+    double lexical = o->lexical >= 0 ? o->lexical : st->lexical;
+    if (lexical > 0) co.lex_dim = SB_LEX_DIM, co.lex_weight = (float)lexical;
+    ev->lex_dim = co.lex_dim, ev->lex_weight = co.lex_weight;
+    ev->lex_flags = o->subwords < 0 ? SB_LEX_DEFAULT_FLAGS : o->subwords ? SB_LEX_SUBWORDS : 0;
+    ev->dim = sb_encoder_dim(ev->enc) + co.lex_dim;
+    int rc = sb_cls_new(ev->dim, (int)st->n_labels, names, &co, &ev->cls, err);
     if (rc) return rc;
-    float *v = sb_malloc((size_t)sb_encoder_dim(ev->enc) * sizeof *v);
+    float *v = sb_malloc((size_t)ev->dim * sizeof *v);
     if (!v) return sb_seterr(err, SB_ENOMEM, "out of memory");
     double t0 = sb_now_s();
     for (size_t i = 0; i < st->n_labels && !rc; i++) {
@@ -373,7 +404,7 @@ static int read_calls(eval *ev, const char *path, char *err) {
 }
 
 static int classify_all(eval *ev, char *err) {
-    float *v = sb_malloc((size_t)sb_encoder_dim(ev->enc) * sizeof *v);
+    float *v = sb_malloc((size_t)ev->dim * sizeof *v);
     if (!v) return sb_seterr(err, SB_ENOMEM, "out of memory");
     int rc = 0;
     for (size_t i = 0; i < ev->n && !rc; i++) {
@@ -459,6 +490,7 @@ static void print_text(const eval *ev, const opts *o, const summary *s) {
     int nc = sb_cls_n_classes(ev->cls), all = ev->n_labels + 1;
     printf("route eval: %s, pipeline %s, stage %s\n", o->config, o->pipeline, ev->st->name);
     if (ev->lora) printf("adapter %s\n", o->adapter ? o->adapter : "(the model entry's)");
+    if (ev->lex_dim) printf("lexical %g%s\n", (double)ev->lex_weight, ev->lex_flags & SB_LEX_SUBWORDS ? ", subwords" : "");
     printf("method %s, temperature %.4f; trained on %d examples%s in %.2f s\n",
            sb_cls_method_name(o->method),
            (double)sb_cls_temperature(ev->cls), ev->n_train, o->no_desc ? "" : " + descriptions", ev->train_s);
@@ -528,6 +560,7 @@ static int print_json(const eval *ev, const opts *o, const summary *s) {
     sb_jw_key(&w, "pipeline"), sb_jw_str(&w, o->pipeline);
     sb_jw_key(&w, "stage"), sb_jw_str(&w, ev->st->name);
     sb_jw_key(&w, "method"), sb_jw_str(&w, sb_cls_method_name(o->method));
+    if (ev->lex_dim) sb_jw_key(&w, "lexical"), sb_jw_num(&w, ev->lex_weight);
     sb_jw_key(&w, "temperature"), sb_jw_num(&w, sb_cls_temperature(ev->cls));
     sb_jw_key(&w, "train_examples"), sb_jw_int(&w, ev->n_train);
     json_rate(&w, "overall", s->right, ev->n);
@@ -615,7 +648,7 @@ static double dialogue(eval *ev, const opts *o, const char *gguf, double *asked,
     if (o->clarify_margin >= 0) st.clarify_margin = o->clarify_margin;
     if (o->refusal_margin >= 0) st.clarify_refusal = o->refusal_margin;
     rt_dialog_call *dc = sb_calloc(ev->n, sizeof *dc);
-    dialog_ctx ctx = { ev, sb_malloc((size_t)sb_encoder_dim(ev->enc) * sizeof(float)) };
+    dialog_ctx ctx = { ev, sb_malloc((size_t)ev->dim * sizeof(float)) };
     double acc = -1;
     if (!dc || !ctx.v) {
         sb_seterr(err, SB_ENOMEM, "out of memory");

@@ -492,6 +492,7 @@ static void test_embedding_keys(void **state) {
     const sb_stage *s = &ps->items[0].stages[0];
     assert_int_equal(s->method, SB_INTENT_EMBED);
     assert_int_equal(s->classifier, SB_CLS_KNN);
+    assert_true(s->lexical == 0);             /* absent: the embedding alone, as before the key */
     assert_int_equal(s->n_extra, 4);
     assert_string_equal(s->extra_text[0], "x three");
     assert_int_equal(s->extra_label[0], 0);
@@ -509,6 +510,15 @@ static void test_embedding_keys(void **state) {
     expect_error(HEAD INTENT "        method: score\n        classifier: knn\n", "pipe.yaml:15:21",
                  "applies to method embed or hybrid");
     expect_error(HEAD INTENT "        classifier: svm\n", "pipe.yaml:14:21", "expected centroid, 1nn, knn or logreg");
+    expect_error(HEAD INTENT "        method: score\n        lexical: 0.5\n", "pipe.yaml:15:18",
+                 "applies to method embed or hybrid");
+    expect_error(HEAD INTENT "        lexical: -0.5\n", "pipe.yaml:14:18", "lexical");
+    expect_error(HEAD INTENT "        lexical: many\n", "pipe.yaml:14:18", "lexical");
+    rc = load(HEAD INTENT "        lexical: 0.25\n", &cfg, &ps, err);
+    if (rc) fail_msg("%s", err);
+    assert_true(ps->items[0].stages[0].lexical == 0.25);   /* exact in binary */
+    sb_pipelines_free(ps);
+    sb_config_free(cfg);
     expect_error(HEAD INTENT "        examples_file: /nonexistent/x.tsv\n", "pipe.yaml:14:24", "cannot read /nonexistent/x.tsv");
     f = fopen(tsv, "w");
     assert_non_null(f);

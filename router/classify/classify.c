@@ -89,6 +89,11 @@ int sb_cls_new(int dim, int n_labels, const char *const *names, const sb_cls_opt
         sb_free(c);
         return sb_seterr(err, SB_EINVAL, "classifier: unknown method %d", (int)c->o.method);
     }
+    if (c->o.lex_dim < 0 || c->o.lex_dim >= dim || !(c->o.lex_weight >= 0 && isfinite(c->o.lex_weight))) {
+        sb_free(c);
+        return sb_seterr(err, SB_EINVAL, "classifier: lexical block of %d dims weighted %g in %d dims (needs "
+                         "0 <= lex_dim < dim, a finite weight >= 0)", c->o.lex_dim, (double)c->o.lex_weight, dim);
+    }
     c->names = sb_calloc((size_t)n_labels, sizeof *c->names);
     c->desc = sb_calloc((size_t)n_labels * (size_t)dim, sizeof *c->desc);
     c->has_desc = sb_calloc((size_t)n_labels, 1);
@@ -400,20 +405,37 @@ static void unit_of(const float *center, const float *v, int dim, float *out) {
     for (int d = 0; d < dim; d++) out[d] *= inv;
 }
 
+/* What the methods compare for vector v: v minus the centre, renormalised;
+ * with a lexical block, each block apart and the lexical one scaled by its
+ * weight. Renormalising the whole would let the blocks' sizes after
+ * centring, not the weight, decide how much each counts. */
+static void features_of(const sb_classifier *c, const float *v, float *out) {
+    int L = c->o.lex_dim, E = c->dim - L;
+    if (!L) {
+        unit_of(c->center, v, c->dim, out);
+        return;
+    }
+    unit_of(c->center, v, E, out);
+    unit_of(c->center + E, v + E, L, out + E);
+    for (int d = E; d < c->dim; d++) out[d] *= c->o.lex_weight;
+}
+
 /* Sentence encoders put every text in a narrow cone (e5's cosines between
  * unrelated calls are ~0.7-0.8): the common direction says nothing about
  * the label. Subtracting the training points' mean (and renormalising)
- * spreads the labels apart before any method compares them. */
+ * spreads the labels apart before any method compares them. Without
+ * centring, a lexical block still needs its blocks weighted: the centre is
+ * then zero. */
 static int centre_points(sb_classifier *c) {
     int D = c->dim;
     c->pts = c->x;
-    if (!c->o.center) return 0;
+    if (!c->o.center && !c->o.lex_dim) return 0;
     c->center = sb_calloc((size_t)D, sizeof *c->center);
     c->tx = sb_malloc(c->n * (size_t)D * sizeof *c->tx);
     if (!c->center || !c->tx) return SB_ENOMEM;
-    for (size_t i = 0; i < c->n; i++)
+    for (size_t i = 0; c->o.center && i < c->n; i++)
         for (int d = 0; d < D; d++) c->center[d] += c->x[i * (size_t)D + d] / (float)c->n;
-    for (size_t i = 0; i < c->n; i++) unit_of(c->center, c->x + i * (size_t)D, D, c->tx + i * (size_t)D);
+    for (size_t i = 0; i < c->n; i++) features_of(c, c->x + i * (size_t)D, c->tx + i * (size_t)D);
     c->pts = c->tx;
     return 0;
 }
@@ -475,7 +497,7 @@ int sb_cls_classify(const sb_classifier *c, const float *v, sb_cls_result *r) {
     if (!c->trained) return SB_EINVAL;
     int C = c->n_classes;
     float s[SB_CLS_MAX_LABELS + 1], p[SB_CLS_MAX_LABELS + 1], mx = -INFINITY, sum = 0, u[SB_CLS_MAX_DIM];
-    if (c->center) unit_of(c->center, v, c->dim, u), v = u;
+    if (c->center) features_of(c, v, u), v = u;
     scores(c, v, SIZE_MAX, s);
     for (int k = 0; k < C; k++) mx = fmaxf(mx, s[k] / c->T);
     for (int k = 0; k < C; k++) sum += (p[k] = expf(s[k] / c->T - mx));

@@ -27,6 +27,16 @@
  * a low probability sends the call to a fallback (min_confidence) is the
  * caller's rule: the module reports, it does not decide.
  *
+ * Lexical features (lexical.c): beside the embedding, the call's words
+ * hashed into SB_LEX_DIM buckets - CJK character unigrams and bigrams,
+ * lowercased Latin words and word bigrams - sublinear counts, unit length.
+ * A classifier made with lex_dim > 0 takes vectors [embedding ; lexical]
+ * (sb_lex_append builds one) and compares each block on its own: each is
+ * centred (when centring) and renormalised apart, and the lexical block
+ * scaled by lex_weight, so the weight is the lexical block's length next
+ * to the embedding's 1 whatever the blocks' sizes. lex_dim 0 is the
+ * embedding alone, exactly as without this feature.
+ *
  * Not thread-safe while training; sb_cls_classify on a trained classifier
  * only reads it.
  */
@@ -53,6 +63,8 @@ typedef struct {
     float fixed_t;       /* T when not calibrating (0 = 0.05 for similarity methods, 1 for logreg) */
     int   center;        /* 1: subtract the training points' mean from every vector (and the call's),
                             renormalise, then compare (see classify.c centre_points) */
+    int   lex_dim;       /* trailing dimensions that are lexical features (0: none; see above) */
+    float lex_weight;    /* the lexical block's length beside the embedding's (with lex_dim > 0) */
 } sb_cls_opts;
 
 /* Defaults: centroid, k 5, desc_weight 1, l2 1e-3, 300 iterations, calibrated, centred. */
@@ -104,5 +116,22 @@ int         sb_cls_n_examples(const sb_classifier *c, int label);
  * [0,1], correct[i] 0/1, in n_bins equal-width bins:
  * sum_b |B|/n * |acc(B) - conf(B)|. 0 when n is 0. */
 double sb_cls_ece(const float *conf, const int *correct, size_t n, int n_bins);
+
+/* ---- lexical features (lexical.c) ---- */
+
+#define SB_LEX_DIM 1024          /* buckets: a stage's examples have a few thousand distinct n-grams */
+#define SB_LEX_SUBWORDS 1u       /* also character trigrams inside Latin words (ASR misspellings) */
+#define SB_LEX_DEFAULT_FLAGS 0u  /* what stages and route eval use (chosen on the routing dev set) */
+
+/* The n bytes of text as a unit vector of dim (>= 1) hashed lexical
+ * features, into out; deterministic. Returns the number of n-grams
+ * counted: 0 for empty text or text with no letters, digits or CJK (out is
+ * then all zeros, not a unit vector); -1 if dim < 1. Bytes that are not
+ * UTF-8 separate words as a space would. */
+int sb_lex_features(const char *text, size_t n, unsigned flags, float *out, int dim);
+/* out = [emb (emb_dim floats) ; the text's lexical features (SB_LEX_DIM
+ * floats, these flags)]: the vector a classifier with lex_dim SB_LEX_DIM
+ * takes; out may be emb (with room). Returns what sb_lex_features does. */
+int sb_lex_append(const float *emb, int emb_dim, const char *text, size_t n, unsigned flags, float *out);
 
 #endif

@@ -159,6 +159,9 @@ static void build_failed(rt_eindex *ix, int rc, const char *fmt, const char *a) 
     sb_warn("intent stage '%s': cannot build its examples index: %s", ix->s->name, ix->err);
 }
 
+/* Train the stage's classifier on the texts' vectors: the embeddings, and
+ * with `lexical:` each text's words beside its embedding, as the stage
+ * gives a call's (stage_intent.c, on_embedded). */
 static void build_done(rt_eindex *ix) {
     const sb_stage *s = ix->s;
     const char *names[SB_PIPE_MAX_LABELS];
@@ -166,21 +169,26 @@ static void build_done(rt_eindex *ix) {
     sb_cls_opts o;
     sb_cls_opts_default(&o);
     if (s->classifier >= 0) o.method = (sb_cls_method)s->classifier;
+    if (s->lexical > 0) o.lex_dim = SB_LEX_DIM, o.lex_weight = (float)s->lexical;
     char err[SB_ERR_LEN];
     sb_cls_free(ix->cls);
     ix->cls = NULL;
-    int rc = sb_cls_new(ix->dim, (int)s->n_labels, names, &o, &ix->cls, err);
+    float *lv = o.lex_dim ? sb_malloc((size_t)(ix->dim + o.lex_dim) * sizeof *lv) : NULL;
+    int rc = o.lex_dim && !lv ? sb_seterr(err, SB_ENOMEM, "out of memory")
+                              : sb_cls_new(ix->dim + o.lex_dim, (int)s->n_labels, names, &o, &ix->cls, err);
     for (size_t i = 0; !rc && i < ix->n_texts; i++) {
         const ix_text *t = &ix->texts[i];
         const float *v = ix->vecs + i * (size_t)ix->dim;
+        if (lv) sb_lex_append(v, ix->dim, t->text, strlen(t->text), SB_LEX_DEFAULT_FLAGS, lv), v = lv;
         rc = t->desc ? sb_cls_set_description(ix->cls, t->label, v, err) : sb_cls_add_example(ix->cls, t->label, v, err);
     }
+    sb_free(lv);
     if (!rc) rc = sb_cls_train(ix->cls, err);
     if (rc) { build_failed(ix, rc, "%s", err); return; }
     ix->state = IX_READY;
-    sb_info("intent stage '%s': %zu texts embedded (%zu from %s) in %.0f ms; %s classifier, T %.3g", s->name,
-            ix->n_texts, ix->n_cached, CACHE_FILE, (sb_now_s() - ix->t0) * 1e3, sb_cls_method_name(o.method),
-            (double)sb_cls_temperature(ix->cls));
+    sb_info("intent stage '%s': %zu texts embedded (%zu from %s) in %.0f ms; %s classifier, lexical %g, T %.3g",
+            s->name, ix->n_texts, ix->n_cached, CACHE_FILE, (sb_now_s() - ix->t0) * 1e3, sb_cls_method_name(o.method),
+            s->lexical, (double)sb_cls_temperature(ix->cls));
 }
 
 static void next_batch(rt_eindex *ix);

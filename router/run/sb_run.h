@@ -109,6 +109,7 @@ typedef struct {
     double clarify_refusal;         /* clarify: before a refusal, the best in-scope label is offered when
                                        within this of the out-of-scope class; < 0: clarify_margin */
     int classifier;                 /* sb_cls_method (sb_classify.h); -1: its default */
+    double lexical;                 /* weight of the call's hashed words beside its embedding; 0: none */
     char *examples_file;            /* as written in the config */
     char **extra_text;              /* examples_file lines, then out_of_scope examples */
     int *extra_label;               /* their label index; -1: out of scope */

@@ -25,7 +25,7 @@ static const sb_cfg_key intent_keys[] = {
     { "calibrate", SB_KEY_BOOL, 0, 0, S(calibrate), NULL },
     RT_KEY("method"), RT_KEY("score_model"),
     { "hybrid_margin", SB_KEY_NUM, 0, 2, S(hybrid_margin), NULL },
-    RT_KEY("classifier"), RT_KEY("examples_file"), RT_KEY("out_of_scope"), RT_KEY("priority"),
+    RT_KEY("classifier"), { "lexical", SB_KEY_NUM, 0, 10, S(lexical), NULL }, RT_KEY("examples_file"), RT_KEY("out_of_scope"), RT_KEY("priority"),
     RT_KEY("clarify"),
     RT_KEYS_END
 };
@@ -149,8 +149,8 @@ static int load_intent_method(vctx *c, const sb_config_node *n, sb_stage *s) {
     } else if (s->method == SB_INTENT_HYBRID) {
         return FAIL(c, n, "%s: method: hybrid needs a generative 'score_model'", c->path);
     }
-    const char *embed_only[] = { "classifier", "examples_file", "out_of_scope", "hybrid_margin" };
-    for (int i = 0; s->method == SB_INTENT_SCORE && i < 4; i++)
+    const char *embed_only[] = { "classifier", "examples_file", "out_of_scope", "hybrid_margin", "lexical" };
+    for (int i = 0; s->method == SB_INTENT_SCORE && i < 5; i++)
         if ((v = sb_config_node_get(n, embed_only[i])))
             return FAIL(c, v, "%s.%s: applies to method embed or hybrid, not score", c->path, embed_only[i]);
     if ((v = sb_config_node_get(n, "classifier"))) {
@@ -454,6 +454,25 @@ static int start_score(rt_run *run, const sb_stage *s, char *err) {
     return rc;
 }
 
+/* The caller's text as the stage shows it to the encoder. */
+static void render_utterance(rt_run *run, const sb_stage *s, sb_jw *u) {
+    sb_tmpl_env env = rt_run_env(run);
+    sb_jw_init(u);
+    sb_tmpl_render(s->utterance, &env, u);
+}
+
+/* With `lexical:`, the words of the text the encoder embedded go beside its
+ * vector (vec has room), as the stage's examples were trained on
+ * (intent_embed.c). */
+static int lexical_features(rt_run *run, const sb_stage *s, float *vec, uint32_t dim) {
+    sb_jw u;
+    render_utterance(run, s, &u);
+    int rc = u.oom ? SB_ENOMEM : 0;
+    if (!rc) sb_lex_append(vec, (int)dim, u.p ? u.p : "", u.len, SB_LEX_DEFAULT_FLAGS, vec);
+    sb_jw_free(&u);
+    return rc;
+}
+
 /* An embedding stage: the caller's vector against the stage's examples.
  * The result has the score method's shape: probabilities over the labels
  * (the out-of-scope class, when trained, is not a label: its winning sends
@@ -462,9 +481,10 @@ static rt_stage_outcome on_embedded(rt_run *run, const sb_stage *s, const rt_rep
     const sb_classifier *cls = NULL;
     char err[SB_ERR_LEN];
     if (!res->ok) return call_failed(run, s, res);
-    float vec[4096];
-    uint32_t dim = rt_run_first_vector(res, vec, 4096);
+    float vec[SB_CLS_MAX_DIM];
+    uint32_t dim = rt_run_first_vector(res, vec, SB_CLS_MAX_DIM - SB_LEX_DIM);
     sb_cls_result cr;
+    if (dim && s->lexical > 0 && lexical_features(run, s, vec, dim)) return oom(run);
     if (rt_intent_classifier(run->ex, run->conf, s, &cls, err) != 0 || dim == 0 || sb_cls_classify(cls, vec, &cr))
         return rt_stage_fail(run, 502, "server_error", "intent stage '%s': %s", s->name,
                              "the encoder's vector does not fit the index");
@@ -496,10 +516,8 @@ static int start_embed(rt_run *run, const sb_stage *s, char *err) {
     const sb_classifier *cls;
     int rc = rt_intent_classifier(run->ex, run->conf, s, &cls, err);
     if (rc) return rc;
-    sb_tmpl_env env = rt_run_env(run);
     sb_jw u;
-    sb_jw_init(&u);
-    sb_tmpl_render(s->utterance, &env, &u);
+    render_utterance(run, s, &u);
     rt_run_keep_input(run, u.p, u.len);
     rc = u.oom ? sb_seterr(err, SB_ENOMEM, "out of memory") : rt_run_embed(run, s, u.p ? u.p : "", u.len, err);
     sb_jw_free(&u);
