@@ -126,6 +126,32 @@ assert [s["margin"] for s in d["sweep_refusal"]][:2] == [0.5, 0.6], d["sweep_ref
 EOF2
 expect 2 "--clarify-margin expects a number in [0, 2]" ev --dialogue --clarify-margin 3 "$tmp/good.tsv"
 
+# lexical: the call's hashed words beside its embedding. Weight 0 is the
+# embedding alone: the report is the same as without the option in every
+# figure but timings. With the stage's key the report names the weight, and
+# every call that IS a training example still goes to it (1-NN: its words
+# match too); a bad weight is a usage or config error naming it.
+ev --json -v "$tmp/bad.tsv" > "$tmp/l_none" || fail "route eval exited $?"
+ev --json -v --lexical 0 "$tmp/bad.tsv" > "$tmp/l_0" || fail "--lexical 0 exited $?"
+sed 's/classifier: 1nn/classifier: 1nn\n        lexical: 1/' "$tmp/route.yaml" > "$tmp/lex.yaml"
+"$SB_BIN" route eval -c "$tmp/lex.yaml" --pipeline hotline --json "$tmp/good.tsv" > "$tmp/l_1" || fail "lexical: 1 exited $?"
+python3 - "$tmp/l_none" "$tmp/l_0" "$tmp/l_1" <<'EOF3' || fail "lexical: $(cat "$tmp/l_0" "$tmp/l_1")"
+import json, sys
+def figures(path):
+    j = json.load(open(path))
+    for k in ("latency_ms",):
+        j.pop(k)
+    for c in j["calls"]:
+        c.pop("ms")
+    return j
+assert figures(sys.argv[1]) == figures(sys.argv[2]) and "lexical" not in figures(sys.argv[1])
+j = json.load(open(sys.argv[3]))
+assert j["lexical"] == 1 and j["overall"]["correct"] == j["overall"]["n"] == 5, j
+EOF3
+expect 2 "--lexical expects a number in [0, 10]" ev --lexical 11 "$tmp/good.tsv"
+sed 's/classifier: 1nn/classifier: 1nn\n        lexical: -1/' "$tmp/route.yaml" > "$tmp/badlex.yaml"
+expect 2 "lexical" "$SB_BIN" route eval -c "$tmp/badlex.yaml" --pipeline hotline "$tmp/good.tsv"
+
 expect 2 "is not an encoder model" "$SB_BIN" route eval -c "$tmp/route.yaml" --pipeline decoder "$tmp/good.tsv"
 expect 2 "no pipeline 'nope'" "$SB_BIN" route eval -c "$tmp/route.yaml" --pipeline nope "$tmp/good.tsv"
 printf 'tax\tzh\t个税\n' > "$tmp/unknown.tsv"
