@@ -90,9 +90,10 @@ int sb_cls_new(int dim, int n_labels, const char *const *names, const sb_cls_opt
         return sb_seterr(err, SB_EINVAL, "classifier: unknown method %d", (int)c->o.method);
     }
     if (c->o.lex_dim < 0 || c->o.lex_dim >= dim || !(c->o.lex_weight >= 0 && isfinite(c->o.lex_weight))) {
+        sb_seterr(err, SB_EINVAL, "classifier: lexical block of %d dims weighted %g in %d dims (needs "
+                  "0 <= lex_dim < dim, a finite weight >= 0)", c->o.lex_dim, (double)c->o.lex_weight, dim);
         sb_free(c);
-        return sb_seterr(err, SB_EINVAL, "classifier: lexical block of %d dims weighted %g in %d dims (needs "
-                         "0 <= lex_dim < dim, a finite weight >= 0)", c->o.lex_dim, (double)c->o.lex_weight, dim);
+        return SB_EINVAL;
     }
     c->names = sb_calloc((size_t)n_labels, sizeof *c->names);
     c->desc = sb_calloc((size_t)n_labels * (size_t)dim, sizeof *c->desc);
