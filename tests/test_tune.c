@@ -50,7 +50,7 @@ static char *profile_text(const sb_cpu_id *cpu, const sb_kq_plan *plan) {
 static void tuned_plan(sb_kq_plan *plan) {
     const int level = sb_kq_best_level();
     sb_kq_plan_default(level, plan);
-    plan->split = (sb_kq_split){ .rows_per_task = 4, .tasks_per_thread = 8, .gemm_rows = 128 };
+    plan->split = (sb_kq_split){ .rows_per_task = 4, .tasks_per_thread = 8, .gemm_rows = 128, .streams = 3 };
     for (int t = 0; t < SB_TYPE_COUNT; t++) {
         const sb_kq_variant *v;
         if (sb_kq_variants(level, t, &v) > 1) plan->dot[t] = &v[1 + t % 4];
@@ -85,6 +85,26 @@ static void test_round_trip(void **state) {
     sb_kq_resolve(&back, &k);
     assert_int_equal(k.tuned, 1);
     assert_int_equal(k.split.gemm_rows, 128);
+    free(text);
+}
+
+/* A profile written before the split had streams still applies, with the
+ * built-in number of streams: it never chose one. */
+static void test_profile_without_streams(void **state) {
+    (void)state;
+    sb_cpu_id cpu;
+    sb_cpu_identify(&cpu);
+    sb_kq_plan plan, back, builtin;
+    tuned_plan(&plan);
+    char *text = profile_text(&cpu, &plan), why[256] = "";
+    char *at = strstr(text, ",\"streams\":3");
+    assert_non_null(at);
+    memmove(at, at + strlen(",\"streams\":3"), strlen(at + strlen(",\"streams\":3")) + 1);
+    assert_int_equal(parse(text, &back, why), 0);
+    sb_kq_plan_default(plan.level, &builtin);
+    assert_true(builtin.split.streams > 1);
+    assert_int_equal(back.split.streams, builtin.split.streams);
+    assert_int_equal(back.split.rows_per_task, 4);
     free(text);
 }
 
@@ -152,6 +172,8 @@ static void test_bad_profiles(void **state) {
     refused_edit("\"rows_per_task\":4", "\"rows_per_task\":0", "rows_per_task");
     refused_edit("\"tasks_per_thread\":8", "\"tasks_per_thread\":\"8\"", "tasks_per_thread");
     refused_edit("\"gemm_rows\":128", "\"gemm_rows\":120", "multiple of 16");
+    refused_edit("\"streams\":3", "\"streams\":0", "streams");
+    refused_edit("\"streams\":3", "\"streams\":9", "streams");
     refused_edit("\"split\":{", "\"splat\":{", "plan.split");
     if (sb_kq_best_level() >= SB_KQ_AVX2) {
         refused_edit("-pf", "-pf7", "unknown variant");
@@ -226,6 +248,7 @@ int main(void) {
         cmocka_unit_test(test_peak),
         cmocka_unit_test(test_pick_rule),
         cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_profile_without_streams),
         cmocka_unit_test(test_foreign_and_stale),
         cmocka_unit_test(test_bad_profiles),
         cmocka_unit_test(test_profile_path),

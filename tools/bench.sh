@@ -5,7 +5,7 @@
 #                  [--threads T] [--sb PATH] [--out DIR]
 #                  [--no-scaling | --scaling-only] [--no-interleaved-bw]
 #                  [--batched-only | --no-batched] [--batched-rounds N]
-#                  [--tune-profile FILE|off] [--untuned]
+#                  [--tune-profile FILE|off] [--untuned] [--baseline-profile FILE]
 #
 #   --quick    pp 128, tg 32, 3 rounds: a fast look, not a result
 #   --sb PATH  the switchboard binary to measure (default bin/switchboard;
@@ -22,6 +22,8 @@
 #   --untuned  also run ours on the built-in kernel choices (SB_TUNE_PROFILE=off)
 #              in every round, beside the tuned run: before and after tuning
 #              from the same rounds
+#   --baseline-profile FILE  with --untuned: that second run uses FILE's plan
+#              instead of none (an A/B of two plans in the same rounds)
 #
 # Steps (each is skipped when its result already exists):
 #   1. llama.cpp and its llama-bench/llama-quantize   (tools/llamacpp.sh)
@@ -66,6 +68,7 @@ while [[ $# -gt 0 ]]; do
         --quick) pp=128; tg=32; rounds=3; shift ;;
         --no-scaling) extra+=(--no-scaling); shift ;;
         --untuned) extra+=(--untuned); shift ;;
+        --baseline-profile) extra+=(--baseline-profile "${2:?--baseline-profile needs FILE}"); shift 2 ;;
         --scaling-only) extra+=(--scaling-only); models=tinyllama; batched=0; shift ;;
         --no-interleaved-bw) extra+=(--no-interleaved-bw); shift ;;
         --batched-only) batched=2; shift ;;

@@ -199,8 +199,8 @@ class Engines:
                 "-o", "json"]
 
     def ours(self, path, threads, pp, tg, membw=False, untuned=False):
-        # untuned: the built-in kernel choices, whatever profile is in force
-        env = dict(os.environ, SB_TUNE_PROFILE="off") if untuned else None
+        # untuned: the built-in kernel choices (or --baseline-profile's), whatever profile is in force
+        env = dict(os.environ, SB_TUNE_PROFILE=self.args.baseline_profile or "off") if untuned else None
         out, err, dt, load1 = run(self.ours_cmd(path, threads, pp, tg, membw), env)
         sample = {"load1": load1, "seconds": round(dt, 1)}
         if err is None:
@@ -428,7 +428,10 @@ def markdown(results):
             f"{fmt(median([s['load1'] for s in m['ours'] + m['llamacpp']]), 1)} |")
     unt = [m for m in models if m.get("untuned")]
     if unt:
-        lines += ["", f"Ours with the built-in kernel choices (`SB_TUNE_PROFILE=off`), in the same rounds "
+        bp = results["settings"].get("baseline_profile")
+        base = f"the profile {bp}" if bp else "the built-in kernel choices"
+        lines += ["", f"Ours with {base} (`SB_TUNE_PROFILE={bp or 'off'}`: "
+                  "the untuned columns), in the same rounds "
                   "(before the tuned run in odd rounds, after it in even ones):", "",
                   f"| model | untuned {pp} | tuned {pp} | untuned {pp} % of int8 peak | tuned | "
                   f"untuned {tg} | tuned {tg} | untuned {tg} % of interleaved limit | tuned |",
@@ -535,6 +538,9 @@ def main():
     ap.add_argument("--no-scaling", action="store_true")
     ap.add_argument("--untuned", action="store_true",
                     help="also run ours with SB_TUNE_PROFILE=off in every round (tuned against untuned)")
+    ap.add_argument("--baseline-profile", metavar="FILE",
+                    help="with --untuned: the second run of ours uses this profile instead of none "
+                         "(an A/B of two plans in the same rounds)")
     ap.add_argument("--no-interleaved-bw", action="store_true",
                     help="do not pass --membw to switchboard bench (binaries without it)")
     ap.add_argument("--scaling-only", action="store_true",
@@ -560,7 +566,8 @@ def main():
                             os.path.getmtime(args.sb)).strftime("%Y-%m-%d %H:%M"),
                         "command": " ".join(Engines(args).ours_cmd("FILE", args.threads, args.pp, args.tg))},
         "settings": {"threads": args.threads, "pp": args.pp, "tg": args.tg,
-                     "rounds": args.rounds, "fa": args.fa, "untuned": args.untuned},
+                     "rounds": args.rounds, "fa": args.fa, "untuned": args.untuned,
+                     "baseline_profile": args.baseline_profile},
         "load": {"start": loadavg()},
         "tune_profile": args.tune,
         "models": {},

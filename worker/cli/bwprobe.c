@@ -3,7 +3,10 @@
  * The readers are tools/membw.c's: sum the bytes with four independent
  * vector accumulators (loads are the limit), one reader plain, one with a
  * software prefetch 4 KiB ahead (hardware stream prefetchers stop at 4 KiB
- * pages); the window's figure is the better one, the conservative choice for
+ * pages), one reading its share as two interleaved streams (the decode
+ * matmul reads a task's rows that way, and once it did, its decode read
+ * faster than a one-stream probe: a limit must not be slower than what it
+ * limits); the window's figure is the best one, the conservative choice for
  * a limit. Written with GCC vector types so the library stays baseline
  * x86-64; loads, not arithmetic, bound it at any vector width.
  */
@@ -27,8 +30,8 @@ struct sb_bwprobe {
 
 typedef struct {
     const uint8_t *base;
-    size_t per;                 /* bytes per task (a multiple of 128) */
-    int prefetch;
+    size_t per;                 /* bytes per task (a multiple of 256) */
+    int reader;                 /* READ_* */
     double sums[256];
 } pass_job;
 
@@ -50,10 +53,31 @@ static inline __attribute__((always_inline)) double sum_bytes(const uint8_t *p, 
     return t;
 }
 
+/* The same sum over two halves of p taken 128 bytes at a time in turn. */
+static double sum_bytes_2streams(const uint8_t *p, size_t n) {
+    const size_t h = n / 256 * 128;
+    const uint8_t *q = p + h;
+    v8f a0 = { 0 }, a1 = a0, a2 = a0, a3 = a0;
+    for (size_t i = 0; i < h; i += 128) {
+        a0 += *(const v8f *)(p + i) + *(const v8f *)(q + i);
+        a1 += *(const v8f *)(p + i + 32) + *(const v8f *)(q + i + 32);
+        a2 += *(const v8f *)(p + i + 64) + *(const v8f *)(q + i + 64);
+        a3 += *(const v8f *)(p + i + 96) + *(const v8f *)(q + i + 96);
+    }
+    const v8f s = (a0 + a1) + (a2 + a3);
+    double t = 0;
+    for (int k = 0; k < 8; k++) t += s[k];
+    return t;
+}
+
+enum { READ_PLAIN, READ_PREFETCH, READ_2STREAMS };
+
 static void pass_task(void *arg, int task, int thread) {
     pass_job *j = arg;
     const uint8_t *p = j->base + (size_t)task * j->per;
-    j->sums[task & 255] = j->prefetch ? sum_bytes(p, j->per, 1) : sum_bytes(p, j->per, 0);
+    j->sums[task & 255] = j->reader == READ_PREFETCH ? sum_bytes(p, j->per, 1)
+                          : j->reader == READ_2STREAMS ? sum_bytes_2streams(p, j->per)
+                                                         : sum_bytes(p, j->per, 0);
 }
 
 int sb_bwprobe_new(int threads, size_t buf_bytes, sb_bwprobe **out) {
@@ -83,8 +107,8 @@ void sb_bwprobe_free(sb_bwprobe *p) {
 }
 
 /* One pass over the next chunk by nt readers; seconds. */
-static double pass(sb_bwprobe *p, int prefetch, int nt) {
-    pass_job j = { p->buf + p->next, CHUNK_BYTES / (size_t)nt / 128 * 128, prefetch, { 0 } };
+static double pass(sb_bwprobe *p, int reader, int nt) {
+    pass_job j = { p->buf + p->next, CHUNK_BYTES / (size_t)nt / 256 * 256, reader, { 0 } };
     p->next = (p->next + CHUNK_BYTES) % p->bytes;
     const double t0 = sb_now_s();
     sb_pool_run(p->pool, pass_task, &j, nt);
@@ -95,8 +119,8 @@ static double pass(sb_bwprobe *p, int prefetch, int nt) {
 
 double sb_bwprobe_window_n(sb_bwprobe *p, int readers) {
     const int nt = SB_MAX(1, SB_MIN(readers, sb_pool_size(p->pool)));
-    const double plain = pass(p, 0, nt), pf = pass(p, 1, nt);
-    return (double)CHUNK_BYTES * 1e-9 / SB_MIN(plain, pf);
+    const double plain = pass(p, READ_PLAIN, nt), pf = pass(p, READ_PREFETCH, nt), two = pass(p, READ_2STREAMS, nt);
+    return (double)CHUNK_BYTES * 1e-9 / SB_MIN(SB_MIN(plain, pf), two);
 }
 
 double sb_bwprobe_window(sb_bwprobe *p) { return sb_bwprobe_window_n(p, sb_pool_size(p->pool)); }

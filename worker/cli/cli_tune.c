@@ -32,8 +32,8 @@ static void tune_usage(FILE *f) {
             "  - L2 and L3 sizes;\n"
             "then time, through whole decode steps and a 64-token prompt of the largest\n"
             "model given, the kernel variants of each quant type it uses (the decode\n"
-            "dot's prefetch distance) and the engine's work split (rows per task, tasks\n"
-            "per thread, gemm row blocks).\n"
+            "dot's prefetch distance) and the engine's work split (interleaved row runs per\n"
+            "task, rows per task, tasks per thread, gemm row blocks).\n"
             "Every variant gives the same numbers bit for bit; only speed changes.\n\n"
             "  -t T              threads (default: the CPUs online)\n"
             "  --models P...     GGUF files, or directories of them, to tune on (default: none:\n"
@@ -55,7 +55,7 @@ typedef struct {
     tune_dot_result dots[SB_TYPE_COUNT];
     sb_kq_plan plan;
     char split_model[TUNE_PATH];
-    double split_tps[3][2];     /* rows, tasks, gemm: built-in and chosen, tokens/s */
+    double split_tps[4][2];     /* streams, rows, tasks, gemm: built-in and chosen, tokens/s */
 } tune_run;
 
 static double left(const tune_run *r) { return r->budget - (sb_now_s() - r->t0); }
@@ -215,10 +215,12 @@ static void tune_field(tune_run *r, const sb_model *m, int *field, const int *va
 }
 
 static void tune_split(tune_run *r, const sb_model *m, double seconds) {
-    static const int rows[] = { 4, 8, 16, 32, 64 }, tasks[] = { 8, 24, 64 }, gemm[] = { 32, 64, 128 };
-    tune_field(r, m, &r->plan.split.rows_per_task, rows, 5, 1, seconds * 0.45, r->split_tps[0]);
-    tune_field(r, m, &r->plan.split.tasks_per_thread, tasks, 3, 1, seconds * 0.3, r->split_tps[1]);
-    tune_field(r, m, &r->plan.split.gemm_rows, gemm, 3, 64, seconds * 0.25, r->split_tps[2]);
+    static const int streams[] = { 1, 2, 4 }, rows[] = { 4, 8, 16, 32, 64 }, tasks[] = { 8, 24, 64 },
+                     gemm[] = { 32, 64, 128 };
+    tune_field(r, m, &r->plan.split.streams, streams, 3, 1, seconds * 0.25, r->split_tps[0]);
+    tune_field(r, m, &r->plan.split.rows_per_task, rows, 5, 1, seconds * 0.35, r->split_tps[1]);
+    tune_field(r, m, &r->plan.split.tasks_per_thread, tasks, 3, 1, seconds * 0.2, r->split_tps[2]);
+    tune_field(r, m, &r->plan.split.gemm_rows, gemm, 3, 64, seconds * 0.2, r->split_tps[3]);
 }
 
 /* ---- the profile ------------------------------------------------------------ */
@@ -327,11 +329,11 @@ static void print_report(const tune_run *r, const sb_cpu_id *cpu) {
         printf("\n");
     }
     if (r->split_model[0])
-        printf("split on %s: rows/task %d (%.1f -> %.1f t/s), tasks/thread %d (%.1f -> %.1f), gemm rows %d "
-               "(pp64 %.1f -> %.1f t/s)\n",
-               r->split_model, r->plan.split.rows_per_task, r->split_tps[0][0], r->split_tps[0][1],
-               r->plan.split.tasks_per_thread, r->split_tps[1][0], r->split_tps[1][1], r->plan.split.gemm_rows,
-               r->split_tps[2][0], r->split_tps[2][1]);
+        printf("split on %s: streams %d (%.1f -> %.1f t/s), rows/task %d (%.1f -> %.1f), tasks/thread %d "
+               "(%.1f -> %.1f), gemm rows %d (pp64 %.1f -> %.1f t/s)\n",
+               r->split_model, r->plan.split.streams, r->split_tps[0][0], r->split_tps[0][1],
+               r->plan.split.rows_per_task, r->split_tps[1][0], r->split_tps[1][1], r->plan.split.tasks_per_thread,
+               r->split_tps[2][0], r->split_tps[2][1], r->plan.split.gemm_rows, r->split_tps[3][0], r->split_tps[3][1]);
 }
 
 int sb_cmd_tune(int argc, char **argv) {

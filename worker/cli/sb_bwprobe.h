@@ -19,8 +19,9 @@ typedef struct sb_bwprobe sb_bwprobe;
  * SB_ENOMEM. */
 int    sb_bwprobe_new(int threads, size_t buf_bytes, sb_bwprobe **out);
 void   sb_bwprobe_free(sb_bwprobe *p);
-/* One window: a plain pass and a prefetching pass (like tools/membw), each
- * over the next chunk of the buffer; the better one, in GB/s (1e9 bytes). */
+/* One window: a plain pass, a prefetching pass (like tools/membw) and a
+ * pass reading two streams per thread, each over the next chunk of the
+ * buffer; the best one, in GB/s (1e9 bytes). */
 double sb_bwprobe_window(sb_bwprobe *p);
 /* The same with only `readers` (1..threads) of the probe's threads reading:
  * one buffer serves the 1-thread and the T-thread figure. */

@@ -103,6 +103,7 @@ typedef struct {
     float *y;
     size_t y_stride;
     int rows;                   /* rows per task */
+    int streams;                /* one-token vec_dot path: interleaved runs of a task's rows */
     int n_tok_blocks;           /* gemm path; 1 otherwise */
     int n_tok;                  /* tokens of this part's segment */
     int first_task;
@@ -113,6 +114,20 @@ typedef struct {
     int n_parts;
     const sb_mm *mm;
 } mm_job;
+
+/* Rows [r0, r1) against one token, one vec_dot per row, read as
+ * p->streams runs side by side: run k is rows r0 + k·len …, and step i
+ * takes row i of every run. A decode dot alone keeps too few DRAM lines in
+ * flight; two streams keep more (kq_tune.c). Each row is still its own
+ * vec_dot, so the order changes no number. */
+static void dot_streams(const mm_part *p, int64_t r0, int64_t r1, const uint8_t *a, float *y) {
+    const uint8_t *wd = p->w->data;
+    const size_t rb = p->w->row_bytes;
+    const int n = (int)p->w->ne0;
+    const int64_t len = (r1 - r0 + p->streams - 1) / p->streams;
+    for (int64_t i = 0; i < len; i++)
+        for (int64_t r = r0 + i; r < r1; r += len) p->dot(n, &y[r], wd + (size_t)r * rb, a);
+}
 
 /* Rows r0.. of every token, one vec_dot per row (or one gemv8 per 8 rows:
  * row blocks of x8 parts are multiples of 8). With several tokens and a
@@ -143,7 +158,7 @@ static void run_1x1(const mm_part *p, int64_t r0, int n_tok) {
         if (p->gemv8)
             for (int64_t r = r0; r < r1; r += 8) p->gemv8(n, &y[r], wd + (size_t)r * p->w->row_bytes, a);
         else
-            for (int64_t r = r0; r < r1; r++) p->dot(n, &y[r], wd + (size_t)r * p->w->row_bytes, a);
+            dot_streams(p, r0, r1, a, y);
     }
 }
 
@@ -319,6 +334,7 @@ void sb_mm_run(sb_mm *mm, const float *x, int n_tok, const sb_mm_out *outs, int 
     for (int i = 0; i < j.n_parts; i++) {
         mm_part *p = &j.part[i];
         p->rows = p->gemm && !all_gemm ? gemm_rows : rows;
+        p->streams = SB_MAX(1, mm->split.streams);
         if (p->gemv8) p->rows = SB_MAX(8, p->rows / 8 * 8);
         p->first_task = first;
         first += (int)part_tasks(p, p->rows);

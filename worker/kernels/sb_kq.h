@@ -95,6 +95,8 @@ typedef void (*sb_gemv8_fn)(int n, float *s, const void *x8, const void *y);
  * same integer sums, float steps and reduction as the 1×1 kernel), so a
  * sequence's numbers do not depend on what else is in its batch. */
 #define SB_KQ_DOTN_MAX 16
+/* The most interleaved runs of rows a one-token task reads (sb_kq_split). */
+#define SB_KQ_MAX_STREAMS 8
 typedef void (*sb_vec_dotn_fn)(int n, int nt, float *s, size_t s_stride, const void *x, const void *y,
                                size_t y_stride);
 
@@ -180,6 +182,7 @@ typedef struct {
     int rows_per_task;      /* one-token path: output rows per task to start from */
     int tasks_per_thread;   /* above this many tasks per thread, rows per task double */
     int gemm_rows;          /* tiled path: weight rows per task (a multiple of 16) */
+    int streams;            /* one-token path: a task's rows are read as this many interleaved runs */
 } sb_kq_split;
 
 /* One registered candidate for a type's decode dot at a level. */
