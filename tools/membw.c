@@ -45,6 +45,16 @@ static double now_seconds(void) {
 
 #define PF_BYTES 4096
 
+/* The readers' four accumulators, summed (the sum only keeps the loads alive). */
+static double sum_lanes(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
+    __m256 s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+    float lanes[8];
+    _mm256_storeu_ps(lanes, s);
+    double total = 0;
+    for (int i = 0; i < 8; i++) total += lanes[i];
+    return total;
+}
+
 /* Four independent accumulators hide the add latency so loads are the
  * limit. ahead > 0 also prefetches that many floats ahead (never past the
  * slice); always inlined with a constant, so the plain reader has no branch. */
@@ -60,12 +70,7 @@ static inline __attribute__((always_inline)) double sum_avx2(const float *p, siz
         a2 = _mm256_add_ps(a2, _mm256_load_ps(p + i + 16));
         a3 = _mm256_add_ps(a3, _mm256_load_ps(p + i + 24));
     }
-    __m256 s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
-    float lanes[8];
-    _mm256_storeu_ps(lanes, s);
-    double total = 0;
-    for (int i = 0; i < 8; i++) total += lanes[i];
-    return total;
+    return sum_lanes(a0, a1, a2, a3);
 }
 
 /* Plain loads over p[0, n/2) and p[n/2, n) in turn, 128 bytes each. */
@@ -79,12 +84,7 @@ static double sum_avx2_2streams(const float *p, size_t n) {
         a2 = _mm256_add_ps(a2, _mm256_add_ps(_mm256_load_ps(p + i + 16), _mm256_load_ps(q + i + 16)));
         a3 = _mm256_add_ps(a3, _mm256_add_ps(_mm256_load_ps(p + i + 24), _mm256_load_ps(q + i + 24)));
     }
-    __m256 s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
-    float lanes[8];
-    _mm256_storeu_ps(lanes, s);
-    double total = 0;
-    for (int i = 0; i < 8; i++) total += lanes[i];
-    return total;
+    return sum_lanes(a0, a1, a2, a3);
 }
 
 static void *reader(void *arg) {
