@@ -482,7 +482,8 @@ static rt_stage_outcome on_embedded(rt_run *run, const sb_stage *s, const rt_rep
     char err[SB_ERR_LEN];
     if (!res->ok) return call_failed(run, s, res);
     float vec[SB_CLS_MAX_DIM];
-    uint32_t dim = rt_run_first_vector(res, vec, SB_CLS_MAX_DIM - SB_LEX_DIM);
+    /* with `lexical:` the words take the vector's last SB_LEX_DIM places */
+    uint32_t dim = rt_run_first_vector(res, vec, SB_CLS_MAX_DIM - (s->lexical > 0 ? SB_LEX_DIM : 0));
     sb_cls_result cr;
     if (dim && s->lexical > 0 && lexical_features(run, s, vec, dim)) return oom(run);
     if (rt_intent_classifier(run->ex, run->conf, s, &cls, err) != 0 || dim == 0 || sb_cls_classify(cls, vec, &cr))
