@@ -168,6 +168,18 @@ int sb_opt_int(const char *cmd, const char *opt, const char *s, int64_t lo, int6
     return 0;
 }
 
+int sb_opt_num(const char *cmd, const char *opt, const char *s, double lo, double hi, double *out) {
+    char *end = NULL;
+    errno = 0;
+    double v = s ? strtod(s, &end) : 0;
+    if (!s || errno || end == s || *end || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "%s: %s expects a number in [%g, %g], got '%s'\n", cmd, opt, lo, hi, s ? s : "");
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
 int sb_grow(char **p, size_t *cap, size_t need) {
     if (need <= *cap) return 0;
     size_t c = *cap ? *cap : 256;

@@ -108,6 +108,9 @@ int sb_bytes_put(sb_bytes *b, const void *d, size_t n);
  * (s may be NULL). 0 and *out set, or -1 after printing
  * "CMD: OPT expects an integer in [LO, HI], got 'S'" to stderr. */
 int sb_opt_int(const char *cmd, const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out);
+/* The same for a decimal number (strtod) in [lo, hi]: "CMD: OPT expects a
+ * number in [LO, HI], got 'S'". NaN is never in range. */
+int sb_opt_num(const char *cmd, const char *opt, const char *s, double lo, double hi, double *out);
 
 /* Overflow-checked size arithmetic: return 0 and set *out, or -1 on overflow. */
 static inline int sb_add_size(size_t a, size_t b, size_t *out) {

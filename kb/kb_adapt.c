@@ -95,18 +95,6 @@ static void usage(FILE *f) {
         "the frozen one (nothing written; --force writes it).\n");
 }
 
-static int opt_real(const char *name, const char *s, double lo, double hi, double *out) {
-    char *end;
-    errno = 0;
-    double x = strtod(s, &end);
-    if (!*s || *end || errno || !(x >= lo && x <= hi)) {
-        fprintf(stderr, "kb adapt: %s expects a number in [%g, %g], got '%s'\n", name, lo, hi, s);
-        return -1;
-    }
-    *out = x;
-    return 0;
-}
-
 /* 1: --help, 0: ok, -1: usage error (said). */
 static int parse_opts(int argc, char **argv, adapt_opts *o) {
     enum { O_KB = 256, O_MODEL, O_PER, O_SAVE, O_QIN, O_HOLD, O_SEED, O_EPOCHS, O_BATCH, O_RANK, O_ALPHA, O_LAYERS,
@@ -142,10 +130,10 @@ static int parse_opts(int argc, char **argv, adapt_opts *o) {
         case O_LAYERS: bad = sb_opt_int(cmd, "--layers", optarg, 1, 1024, &v); o->layers = (int)v; break;
         case O_MAXT: bad = sb_opt_int(cmd, "--max-tokens", optarg, 3, 100000, &v); o->max_tokens = (int)v; break;
         case 't': bad = sb_opt_int(cmd, "--threads", optarg, 1, 256, &v); o->threads = (int)v; break;
-        case O_ALPHA: bad = opt_real("--alpha", optarg, 1e-6, 1e6, &o->alpha); break;
-        case O_LR: bad = opt_real("--lr", optarg, 1e-9, 1, &o->lr); break;
-        case O_TAU: bad = opt_real("--tau", optarg, 1e-4, 10, &o->tau); break;
-        case O_WD: bad = opt_real("--weight-decay", optarg, 0, 10, &o->weight_decay); break;
+        case O_ALPHA: bad = sb_opt_num("kb adapt", "--alpha", optarg, 1e-6, 1e6, &o->alpha); break;
+        case O_LR: bad = sb_opt_num("kb adapt", "--lr", optarg, 1e-9, 1, &o->lr); break;
+        case O_TAU: bad = sb_opt_num("kb adapt", "--tau", optarg, 1e-4, 10, &o->tau); break;
+        case O_WD: bad = sb_opt_num("kb adapt", "--weight-decay", optarg, 0, 10, &o->weight_decay); break;
         case O_FORCE: o->force = 1; break;
         case O_QUIET: o->quiet = 1; break;
         case O_NORMS: o->norms = 1; break;

@@ -147,7 +147,6 @@ static int parse_opts(int argc, char **argv, opts *o) {
     o->clarify_margin = -1, o->refusal_margin = -1, o->max_asked = -1, o->lexical = -1, o->subwords = -1;
     int ch;
     int64_t v;
-    char *end;
     optind = 1;
     while ((ch = getopt_long(argc, argv, "c:p:t:vh", lo, NULL)) != -1) {
         switch (ch) {
@@ -182,47 +181,16 @@ static int parse_opts(int argc, char **argv, opts *o) {
             o->desc_weight = (double)v;
             break;
         case 'O': o->no_oos = 1; break;
-        case 'C': case 'A': case 'X': {
-            double x = strtod(optarg, &end);
-            if (!*optarg || *end || !(x >= 0 && x <= 1)) {
-                fprintf(stderr, "route eval: %s expects a number in [0, 1], got '%s'\n",
-                        ch == 'C' ? "--min-confidence" : ch == 'A' ? "--min-accuracy" : "--max-asked", optarg);
-                return -1;
-            }
-            *(ch == 'C' ? &o->min_conf : ch == 'A' ? &o->min_acc : &o->max_asked) = x;
-            break;
-        }
+        case 'C': if (sb_opt_num("route eval", "--min-confidence", optarg, 0, 1, &o->min_conf)) return -1; break;
+        case 'A': if (sb_opt_num("route eval", "--min-accuracy", optarg, 0, 1, &o->min_acc)) return -1; break;
+        case 'X': if (sb_opt_num("route eval", "--max-asked", optarg, 0, 1, &o->max_asked)) return -1; break;
         case 'j': o->json = 1; break;
         case 'G': o->dialogue = 1; break;
         case 'w': o->sweep = 1; break;
         case 'F': o->sweep = 2; break;
-        case 'R': {
-            double x = strtod(optarg, &end);
-            if (!*optarg || *end || !(x >= 0 && x <= 10)) {
-                fprintf(stderr, "route eval: --refusal-margin expects a number in [0, 10], got '%s'\n", optarg);
-                return -1;
-            }
-            o->refusal_margin = x;
-            break;
-        }
-        case 'M': {
-            double x = strtod(optarg, &end);
-            if (!*optarg || *end || !(x >= 0 && x <= 2)) {
-                fprintf(stderr, "route eval: --clarify-margin expects a number in [0, 2], got '%s'\n", optarg);
-                return -1;
-            }
-            o->clarify_margin = x;
-            break;
-        }
-        case 'L': {
-            double x = strtod(optarg, &end);
-            if (!*optarg || *end || !(x >= 0 && x <= 10)) {
-                fprintf(stderr, "route eval: --lexical expects a number in [0, 10], got '%s'\n", optarg);
-                return -1;
-            }
-            o->lexical = x;
-            break;
-        }
+        case 'R': if (sb_opt_num("route eval", "--refusal-margin", optarg, 0, 10, &o->refusal_margin)) return -1; break;
+        case 'M': if (sb_opt_num("route eval", "--clarify-margin", optarg, 0, 2, &o->clarify_margin)) return -1; break;
+        case 'L': if (sb_opt_num("route eval", "--lexical", optarg, 0, 10, &o->lexical)) return -1; break;
         case 'U': o->subwords = 1; break;
         case 'u': o->subwords = 0; break;
         case 'v': o->verbose = 1; break;

@@ -121,17 +121,6 @@ static void usage(FILE *f) {
         "Exit: 0, 1 runtime error, 2 usage/config error, 3 adapted estimate below frozen.\n");
 }
 
-static int opt_num(const char *name, const char *s, double lo, double hi, double *out) {
-    char *end;
-    double x = strtod(s, &end);
-    if (!*s || *end || !(x >= lo && x <= hi)) {
-        fprintf(stderr, "route train: %s expects a number in [%g, %g], got '%s'\n", name, lo, hi, s);
-        return -1;
-    }
-    *out = x;
-    return 0;
-}
-
 static int parse_opts(int argc, char **argv, opts *o) {
     static const struct option lo[] = {
         {"config", 1, 0, 'c'}, {"pipeline", 1, 0, 'p'}, {"stage", 1, 0, 'S'}, {"out", 1, 0, 'o'},
@@ -173,10 +162,10 @@ static int parse_opts(int argc, char **argv, opts *o) {
         case 'M': o->model = optarg; break;
         case 'W': o->para_out = optarg; break;
         case 'R': o->para_in = optarg; break;
-        case 'a': bad = opt_num("--alpha", optarg, 1e-6, 1e6, &o->alpha); break;
-        case 'l': bad = opt_num("--lr", optarg, 1e-9, 1, &o->lr); break;
-        case 'd': bad = opt_num("--weight-decay", optarg, 0, 1, &o->weight_decay); break;
-        case 'T': bad = opt_num("--tau", optarg, 1e-3, 10, &o->tau); break;
+        case 'a': bad = sb_opt_num("route train", "--alpha", optarg, 1e-6, 1e6, &o->alpha); break;
+        case 'l': bad = sb_opt_num("route train", "--lr", optarg, 1e-9, 1, &o->lr); break;
+        case 'd': bad = sb_opt_num("route train", "--weight-decay", optarg, 0, 1, &o->weight_decay); break;
+        case 'T': bad = sb_opt_num("route train", "--tau", optarg, 1e-3, 10, &o->tau); break;
         case 'h': usage(stdout); return 1;
         default: usage(stderr); return -1;
         }

@@ -271,13 +271,8 @@ static int collect_piece(void *ud, const char *text, size_t len, int32_t token) 
 }
 
 static int parse_float(const char *cmd, const char *opt, const char *s, double lo, double hi, float *out) {
-    char *end;
-    errno = 0;
-    double v = strtod(s ? s : "", &end);
-    if (!s || errno || *end || end == s || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "%s: %s expects a number in [%g, %g], got '%s'\n", cmd, opt, lo, hi, s ? s : "");
-        return -1;
-    }
+    double v;
+    if (sb_opt_num(cmd, opt, s, lo, hi, &v)) return -1;
     *out = (float)v;
     return 0;
 }
