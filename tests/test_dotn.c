@@ -22,6 +22,10 @@
  *     on quantized rows, random-byte blocks and extremes, every length above;
  *     its group's first entry is the table's own vec_dot; and resolving a plan
  *     swaps exactly that pointer in (vec_dotn kept: it still matches).
+ *  6. vec_dot2 (two weight rows against one activation row; Q2_K…Q6_K at AVX-512, none
+ *     elsewhere) gives each row its level's vec_dot BIT FOR BIT, for quantized, random-byte
+ *     and extreme rows in every pairing and every length above, and so does the vec_dot2 of
+ *     every prefetch twin; resolving a plan swaps in the twin's vec_dot2 with its vec_dot.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -307,6 +311,71 @@ static void test_dotn_variants(void **state) {
     if (sb_kq_best_level() >= SB_KQ_AVX512) assert_int_equal(checked, 65);
 }
 
+/* dot2(x0, x1) against vec_dot(x0) and vec_dot(x1), bit for bit. */
+static void check_dot2(sb_vec_dot2_fn dot2, sb_vec_dot_fn dot, const char *name, int n, const uint8_t *x0,
+                       const uint8_t *x1, const uint8_t *y, const char *what) {
+    float got[2] = { SENTINEL, SENTINEL }, want[2];
+    dot2(n, &got[0], &got[1], x0, x1, y);
+    dot(n, &want[0], x0, y);
+    dot(n, &want[1], x1, y);
+    for (int r = 0; r < 2; r++)
+        if (memcmp(&got[r], &want[r], sizeof got[r]))
+            fail_msg("%s vec_dot2 (%s), n %d, row %d: %.9g (0x%08x), vec_dot %.9g (0x%08x)", name, what, n, r,
+                     (double)got[r], sb_fp32_to_bits(got[r]), (double)want[r], sb_fp32_to_bits(want[r]));
+}
+
+static void test_dot2(void **state) {
+    (void)state;
+    rng_seed(13);
+    int types = 0;
+    for (int level = 0; level <= sb_kq_best_level(); level++)
+        for (int type = 0; type < SB_TYPE_COUNT; type++) {
+            const sb_kq_traits *t = &sb_kq_table(level)[type];
+            const int kquant = type == SB_TYPE_Q2_K || type == SB_TYPE_Q3_K || type == SB_TYPE_Q4_K ||
+                               type == SB_TYPE_Q5_K || type == SB_TYPE_Q6_K;
+            /* where it is meant to be, and nowhere else (a level below AVX-512 has none) */
+            if (level == SB_KQ_AVX512 && kquant) assert_non_null(t->vec_dot2);
+            else if (t->vec_dot2) fail_msg("%s has a vec_dot2 at %s", t->name, sb_kq_level_name(level));
+            if (!t->vec_dot2) continue;
+            types++;
+            const sb_kq_variant *v;
+            const int nv = sb_kq_variants(level, type, &v);
+            assert_true(nv > 0 && v[0].vec_dot2 == t->vec_dot2);
+            const int yt = ref_row(type)->vec_dot_type;
+            int lens[4];
+            const int nl = lengths_for(type, lens);
+            for (int li = 0; li < nl; li++) {
+                const int n = lens[li];
+                size_t bx, bex;
+                uint8_t *x = make_rows(type, 2, n, &bx), *ex = make_extreme_rows(type, 1, n, &bex), *rx = malloc(bx + 64);
+                assert_non_null(rx);
+                fill_random_blocks(type, rx, n);
+                uint8_t *y = make_acts(yt, 1, n, sb_kq_row_size(ref_row(yt), n), 0);
+                uint8_t *ey = make_acts(yt, 1, n, sb_kq_row_size(ref_row(yt), n), 1);
+                for (int i = 0; i < nv; i++) {
+                    assert_non_null(v[i].vec_dot2);
+                    check_dot2(v[i].vec_dot2, t->vec_dot, v[i].name, n, x, x + bx, y, "two quantized rows");
+                    check_dot2(v[i].vec_dot2, t->vec_dot, v[i].name, n, rx, x, y, "random bytes, quantized");
+                    check_dot2(v[i].vec_dot2, t->vec_dot, v[i].name, n, x, rx, y, "quantized, random bytes");
+                    check_dot2(v[i].vec_dot2, t->vec_dot, v[i].name, n, ex, ex, ey, "extremes");
+                    check_dot2(v[i].vec_dot2, t->vec_dot, v[i].name, n, ex, x + bx, y, "extreme, quantized");
+                }
+                free(x), free(ex), free(rx), free(y), free(ey);
+            }
+            /* a plan's twin brings its own vec_dot2 */
+            for (int i = 0; i < nv; i++) {
+                sb_kq_plan plan;
+                sb_kq_kernels k;
+                sb_kq_plan_default(level, &plan);
+                plan.dot[type] = &v[i];
+                sb_kq_resolve(&plan, &k);
+                assert_true(k.row[type].vec_dot2 == v[i].vec_dot2);
+            }
+        }
+    if (sb_kq_best_level() >= SB_KQ_AVX512) assert_int_equal(types, 5);
+    else print_message("    (no AVX-512 on this CPU: no vec_dot2 to check)\n");
+}
+
 /* A variant is applied only in its own level's table and type's row. */
 static void test_dotn_variant_foreign(void **state) {
     (void)state;
@@ -333,6 +402,7 @@ int main(void) {
         cmocka_unit_test(test_dotn_bit_identical),
         cmocka_unit_test(test_dotn_extremes),
         cmocka_unit_test(test_dotn_il),
+        cmocka_unit_test(test_dot2),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,6 +6,16 @@
  * 16-bit sub-block scales and accumulates in i32: one instruction where
  * AVX2 needs madd + add. The integer result per super-block is exact, as in
  * the AVX2 and reference kernels; offsets and mins come from the bsums.
+ *
+ * Each k-quant dot is written once for nr = 1 or 2 weight rows against the
+ * same activation row: nr = 1 is the vec_dot, nr = 2 the vec_dot2, which
+ * runs the two rows block by block. Each row keeps its own accumulators and
+ * meets the same operations in the same order as in the vec_dot, so both
+ * results are that vec_dot's bit for bit. Why two rows at all: a decode dot
+ * streams its row from DRAM, and two rows read block by block keep twice
+ * the lines in flight of one; the same rows read one after the other (a
+ * task's two runs, matmul.c) stream measurably slower (docs/PERFORMANCE.md,
+ * "Two rows a dot").
  */
 #include <stddef.h>
 #include <string.h>
@@ -39,6 +49,24 @@ static inline __m512i join(__m256i lo, __m256i hi) {
 KQ_INLINE void kq512_prefetch(const void *block, size_t bytes, size_t ahead) {
     if (KQ_AVX512_PREFETCH) kq_prefetch_at(block, ahead, bytes);
 }
+
+/* The k-quant dots below take nr ≤ KQ_ROWS_MAX rows; nr is a constant
+ * where they are inlined, and KQ_ROWS unrolls their per-row loops so that
+ * each row's accumulators stay in registers. KQ_ROWS_BODIES(body) makes
+ * body_1 (one row: the vec_dot's shape) and body_2 (vec_dot2's). */
+#define KQ_ROWS_MAX 2
+#define KQ_ROWS _Pragma("GCC unroll 2")
+#define KQ_ROWS_BODIES(body)                                                                               \
+    KQ_INLINE void body##_1(int n, float *s, const void *x, const void *y, size_t pf) {                    \
+        float *const ss[1] = { s };                                                                        \
+        const void *const xs[1] = { x };                                                                   \
+        body(n, 1, ss, xs, y, pf);                                                                         \
+    }                                                                                                      \
+    KQ_INLINE void body##_2(int n, float *s0, float *s1, const void *x0, const void *x1, const void *y, size_t pf) { \
+        float *const ss[2] = { s0, s1 };                                                                   \
+        const void *const xs[2] = { x0, x1 };                                                              \
+        body(n, 2, ss, xs, y, pf);                                                                         \
+    }
 
 static inline __m512i load_q8_64(const int8_t *p) { return _mm512_loadu_si512(p); }
 
@@ -76,46 +104,62 @@ static inline __m512i planes2(__m512i bits2, __m512i sh, __m512i m3) {
 
 _Static_assert(offsetof(sb_block_q2_K, dmin) == offsetof(sb_block_q2_K, d) + sizeof(sb_fp16), "Q2_K d, dmin adjacent");
 
-KQ_INLINE void dot_q2_K(int n, float *s, const void *vx, const void *vy, size_t pf) {
-    const sb_block_q2_K *x = vx;
-    const sb_block_q8_K *y = vy;
+/* One Q2_K super-block's integer sum against Q8_K (16 lanes), and the
+ * products of its mins with the bsums (8 lanes). */
+KQ_INLINE __m512i q2k_block(const sb_block_q2_K *x, const sb_block_q8_K *y, __m256i *mins, size_t pf) {
     const __m512i m3 = _mm512_set1_epi8(3), sh01 = halves_epi16(0, 2), sh23 = halves_epi16(4, 6);
-    __m512 acc = _mm512_setzero_ps();
-    __m256 acc_min = _mm256_setzero_ps();
-    for (int i = 0; i < n / SB_QK_K; i++) {
-        kq512_prefetch(&x[i], sizeof x[i], pf);
-        /* one widening (port 5) for both nibbles */
-        const __m256i sm16 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)x[i].scales));
-        const __m256i sc16 = _mm256_and_si256(sm16, _mm256_set1_epi16(0xF));
-        const __m256i mn16 = _mm256_srli_epi16(sm16, 4);
-        const __m256i mins = _mm256_madd_epi16(mn16, _mm256_loadu_si256((const __m256i *)y[i].bsums));
-        const __m512i sc = _mm512_castsi256_si512(sc16);
-        __m512i sumi = _mm512_setzero_si512();
+    kq512_prefetch(x, sizeof *x, pf);
+    /* one widening (port 5) for both nibbles */
+    const __m256i sm16 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)x->scales));
+    const __m256i sc16 = _mm256_and_si256(sm16, _mm256_set1_epi16(0xF));
+    const __m256i mn16 = _mm256_srli_epi16(sm16, 4);
+    *mins = _mm256_madd_epi16(mn16, _mm256_loadu_si256((const __m256i *)y->bsums));
+    const __m512i sc = _mm512_castsi256_si512(sc16);
+    __m512i sumi = _mm512_setzero_si512();
 #pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-            const __m512i bits = load_32_twice(x[i].qs + 32 * h);
-            /* planes 0,1 then 2,3 of this 128: elements 0..63, 64..127 */
-            const __m512i q01 = planes2(bits, sh01, m3), q23 = planes2(bits, sh23, m3);
-            sumi = step(sumi, q01, y[i].qs + 128 * h, spread_scales(sc, 8 * h, 3));
-            sumi = step(sumi, q23, y[i].qs + 128 * h + 64, spread_scales(sc, 8 * h + 4, 3));
-        }
-        /* d and dmin side by side: one conversion and one multiply by dy
-         * for both (the same products as two scalar ones) */
-        int32_t dm;
-        memcpy(&dm, &x[i].d, sizeof dm);
-        const __m128 ddy = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(dm)), _mm_set1_ps(y[i].d));
-        acc = _mm512_fmadd_ps(_mm512_broadcastss_ps(ddy), _mm512_cvtepi32_ps(sumi), acc);
-        acc_min = _mm256_fmadd_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(ddy)), _mm256_cvtepi32_ps(mins), acc_min);
+    for (int h = 0; h < 2; h++) {
+        const __m512i bits = load_32_twice(x->qs + 32 * h);
+        /* planes 0,1 then 2,3 of this 128: elements 0..63, 64..127 */
+        const __m512i q01 = planes2(bits, sh01, m3), q23 = planes2(bits, sh23, m3);
+        sumi = step(sumi, q01, y->qs + 128 * h, spread_scales(sc, 8 * h, 3));
+        sumi = step(sumi, q23, y->qs + 128 * h + 64, spread_scales(sc, 8 * h + 4, 3));
     }
-    *s = _mm512_reduce_add_ps(acc) - kq_hsum_f32x8(acc_min);
+    return sumi;
 }
-KQ_PF_VARIANTS(dot_q2_K, sb_kq_dot_q2_K_q8_K_avx512)
+
+KQ_INLINE void dot_q2_K(int n, int nr, float *const *s, const void *const *vx, const void *vy, size_t pf) {
+    const sb_block_q8_K *y = vy;
+    const sb_block_q2_K *x[KQ_ROWS_MAX];
+    __m512 acc[KQ_ROWS_MAX];
+    __m256 acc_min[KQ_ROWS_MAX];
+    KQ_ROWS for (int r = 0; r < nr; r++) {
+        x[r] = vx[r];
+        acc[r] = _mm512_setzero_ps();
+        acc_min[r] = _mm256_setzero_ps();
+    }
+    for (int i = 0; i < n / SB_QK_K; i++)
+        KQ_ROWS for (int r = 0; r < nr; r++) {
+            __m256i mins;
+            const __m512i sumi = q2k_block(&x[r][i], &y[i], &mins, pf);
+            /* d and dmin side by side: one conversion and one multiply by dy
+             * for both (the same products as two scalar ones) */
+            int32_t dm;
+            memcpy(&dm, &x[r][i].d, sizeof dm);
+            const __m128 ddy = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(dm)), _mm_set1_ps(y[i].d));
+            acc[r] = _mm512_fmadd_ps(_mm512_broadcastss_ps(ddy), _mm512_cvtepi32_ps(sumi), acc[r]);
+            acc_min[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(ddy)), _mm256_cvtepi32_ps(mins), acc_min[r]);
+        }
+    KQ_ROWS for (int r = 0; r < nr; r++) *s[r] = _mm512_reduce_add_ps(acc[r]) - kq_hsum_f32x8(acc_min[r]);
+}
+KQ_ROWS_BODIES(dot_q2_K)
+KQ_PF_VARIANTS(dot_q2_K_1, sb_kq_dot_q2_K_q8_K_avx512)
+KQ_PF_VARIANTS2(dot_q2_K_2, sb_kq_dot2_q2_K_q8_K_avx512)
 
 /* ==== Q3_K ================================================================== */
 
-KQ_INLINE void dot_q3_K(int n, float *s, const void *vx, const void *vy, size_t pf) {
-    const sb_block_q3_K *x = vx;
-    const sb_block_q8_K *y = vy;
+/* One Q3_K super-block's integer sum against Q8_K, its −4 offset
+ * (4 · Σ scale · bsum) taken off: 16 lanes adding up to isum. */
+KQ_INLINE __m512i q3k_block(const sb_block_q3_K *x, const sb_block_q8_K *y, size_t pf) {
     const __m512i m3 = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
     const __m512i sh01 = halves_epi16(0, 2), sh23 = halves_epi16(4, 6);
     /* hmask bit k of each byte to bit 2, by a dword rotate left of 2 - k
@@ -127,31 +171,44 @@ KQ_INLINE void dot_q3_K(int n, float *s, const void *vx, const void *vy, size_t 
         { _mm512_inserti64x4(_mm512_set1_epi32(30), _mm256_set1_epi32(29), 1),
           _mm512_inserti64x4(_mm512_set1_epi32(28), _mm256_set1_epi32(27), 1) },
     };
-    __m512 acc = _mm512_setzero_ps();
-    for (int i = 0; i < n / SB_QK_K; i++) {
-        kq512_prefetch(&x[i], sizeof x[i], pf);
-        const __m256i sc16 = _mm256_cvtepi8_epi16(kq_scales_q3_128(x[i].scales));
-        const __m512i offset = _mm512_zextsi256_si512(_mm256_slli_epi32(_mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y[i].bsums)), 2));
-        const __m512i sc = _mm512_castsi256_si512(sc16);
-        const __m512i hm = load_32_twice(x[i].hmask);
-        __m512i sumi = _mm512_setzero_si512();
+    kq512_prefetch(x, sizeof *x, pf);
+    const __m256i sc16 = _mm256_cvtepi8_epi16(kq_scales_q3_128(x->scales));
+    const __m512i offset = _mm512_zextsi256_si512(_mm256_slli_epi32(_mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y->bsums)), 2));
+    const __m512i sc = _mm512_castsi256_si512(sc16);
+    const __m512i hm = load_32_twice(x->hmask);
+    __m512i sumi = _mm512_setzero_si512();
 #pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-            const __m512i bits = load_32_twice(x[i].qs + 32 * h);
-            /* high bit of each plane as 0/4 (hmask bit 4h + plane) */
-            const __m512i h01 = _mm512_and_si512(_mm512_rolv_epi32(hm, rot[h][0]), four);
-            const __m512i h23 = _mm512_and_si512(_mm512_rolv_epi32(hm, rot[h][1]), four);
-            const __m512i q01 = _mm512_or_si512(planes2(bits, sh01, m3), h01);
-            const __m512i q23 = _mm512_or_si512(planes2(bits, sh23, m3), h23);
-            sumi = step(sumi, q01, y[i].qs + 128 * h, spread_scales(sc, 8 * h, 3));
-            sumi = step(sumi, q23, y[i].qs + 128 * h + 64, spread_scales(sc, 8 * h + 4, 3));
-        }
-        sumi = _mm512_sub_epi32(sumi, offset);
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(kq_f16(x[i].d) * y[i].d), _mm512_cvtepi32_ps(sumi), acc);
+    for (int h = 0; h < 2; h++) {
+        const __m512i bits = load_32_twice(x->qs + 32 * h);
+        /* high bit of each plane as 0/4 (hmask bit 4h + plane) */
+        const __m512i h01 = _mm512_and_si512(_mm512_rolv_epi32(hm, rot[h][0]), four);
+        const __m512i h23 = _mm512_and_si512(_mm512_rolv_epi32(hm, rot[h][1]), four);
+        const __m512i q01 = _mm512_or_si512(planes2(bits, sh01, m3), h01);
+        const __m512i q23 = _mm512_or_si512(planes2(bits, sh23, m3), h23);
+        sumi = step(sumi, q01, y->qs + 128 * h, spread_scales(sc, 8 * h, 3));
+        sumi = step(sumi, q23, y->qs + 128 * h + 64, spread_scales(sc, 8 * h + 4, 3));
     }
-    *s = _mm512_reduce_add_ps(acc);
+    return _mm512_sub_epi32(sumi, offset);
 }
-KQ_PF_VARIANTS(dot_q3_K, sb_kq_dot_q3_K_q8_K_avx512)
+
+KQ_INLINE void dot_q3_K(int n, int nr, float *const *s, const void *const *vx, const void *vy, size_t pf) {
+    const sb_block_q8_K *y = vy;
+    const sb_block_q3_K *x[KQ_ROWS_MAX];
+    __m512 acc[KQ_ROWS_MAX];
+    KQ_ROWS for (int r = 0; r < nr; r++) {
+        x[r] = vx[r];
+        acc[r] = _mm512_setzero_ps();
+    }
+    for (int i = 0; i < n / SB_QK_K; i++)
+        KQ_ROWS for (int r = 0; r < nr; r++) {
+            const __m512i sumi = q3k_block(&x[r][i], &y[i], pf);
+            acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(kq_f16(x[r][i].d) * y[i].d), _mm512_cvtepi32_ps(sumi), acc[r]);
+        }
+    KQ_ROWS for (int r = 0; r < nr; r++) *s[r] = _mm512_reduce_add_ps(acc[r]);
+}
+KQ_ROWS_BODIES(dot_q3_K)
+KQ_PF_VARIANTS(dot_q3_K_1, sb_kq_dot_q3_K_q8_K_avx512)
+KQ_PF_VARIANTS2(dot_q3_K_2, sb_kq_dot2_q3_K_q8_K_avx512)
 
 /* ==== Q4_K / Q5_K =========================================================== */
 
@@ -222,29 +279,38 @@ static inline float ref_step_pair(float sum, const void *dm0, const void *dm1, f
 }
 
 #define DOT_K4(name, blk_t, block_fn)                                                                  \
-    KQ_INLINE void dot_##name(int n, float *s, const void *vx, const void *vy, size_t pf) {          \
-        const blk_t *x = vx;                                                                          \
+    KQ_INLINE void dot_##name(int n, int nr, float *const *s, const void *const *vx, const void *vy, size_t pf) { \
+        const blk_t *x[KQ_ROWS_MAX];                                                                  \
         const sb_block_q8_K *y = vy;                                                                  \
         const int nb = n / SB_QK_K;                                                                   \
-        float sum = 0;                                                                                \
+        float sum[KQ_ROWS_MAX];                                                                       \
+        KQ_ROWS for (int r = 0; r < nr; r++) {                                                        \
+            x[r] = vx[r];                                                                             \
+            sum[r] = 0;                                                                               \
+        }                                                                                             \
         int i = 0;                                                                                    \
-        for (; i + 1 < nb; i += 2) {                                                                  \
-            __m256i m0, m1;                                                                           \
-            const __m512i s0 = block_fn(&x[i], &y[i], &m0, pf), s1 = block_fn(&x[i + 1], &y[i + 1], &m1, pf); \
-            sum = ref_step_pair(sum, &x[i].d, &x[i + 1].d, y[i].d, y[i + 1].d, isum_pair(s0, m0, s1, m1)); \
-        }                                                                                             \
-        if (i < nb) {                                                                                 \
-            __m256i m;                                                                                \
-            const __m512i si = block_fn(&x[i], &y[i], &m, pf);                                            \
-            sum = kq_ref_step(sum, kq_f16(x[i].d), kq_f16(x[i].dmin), y[i].d, _mm512_reduce_add_epi32(si), \
-                           kq_hsum_i32x8(m));                                                         \
-        }                                                                                             \
-        *s = sum;                                                                                     \
-    }
+        for (; i + 1 < nb; i += 2)                                                                    \
+            KQ_ROWS for (int r = 0; r < nr; r++) {                                                    \
+                __m256i m0, m1;                                                                       \
+                const __m512i s0 = block_fn(&x[r][i], &y[i], &m0, pf), s1 = block_fn(&x[r][i + 1], &y[i + 1], &m1, pf); \
+                sum[r] = ref_step_pair(sum[r], &x[r][i].d, &x[r][i + 1].d, y[i].d, y[i + 1].d, isum_pair(s0, m0, s1, m1)); \
+            }                                                                                         \
+        if (i < nb)                                                                                   \
+            KQ_ROWS for (int r = 0; r < nr; r++) {                                                    \
+                __m256i m;                                                                            \
+                const __m512i si = block_fn(&x[r][i], &y[i], &m, pf);                                 \
+                sum[r] = kq_ref_step(sum[r], kq_f16(x[r][i].d), kq_f16(x[r][i].dmin), y[i].d, _mm512_reduce_add_epi32(si), \
+                                     kq_hsum_i32x8(m));                                               \
+            }                                                                                         \
+        KQ_ROWS for (int r = 0; r < nr; r++) *s[r] = sum[r];                                          \
+    }                                                                                                 \
+    KQ_ROWS_BODIES(dot_##name)
 DOT_K4(q4_K, sb_block_q4_K, q4k_block)
 DOT_K4(q5_K, sb_block_q5_K, q5k_block)
-KQ_PF_VARIANTS(dot_q4_K, sb_kq_dot_q4_K_q8_K_avx512)
-KQ_PF_VARIANTS(dot_q5_K, sb_kq_dot_q5_K_q8_K_avx512)
+KQ_PF_VARIANTS(dot_q4_K_1, sb_kq_dot_q4_K_q8_K_avx512)
+KQ_PF_VARIANTS(dot_q5_K_1, sb_kq_dot_q5_K_q8_K_avx512)
+KQ_PF_VARIANTS2(dot_q4_K_2, sb_kq_dot2_q4_K_q8_K_avx512)
+KQ_PF_VARIANTS2(dot_q5_K_2, sb_kq_dot2_q5_K_q8_K_avx512)
 
 /* ==== Q6_K ================================================================== */
 
@@ -272,22 +338,31 @@ KQ_INLINE __m512i q6k_block(const sb_block_q6_K *x, const sb_block_q8_K *y, size
     return _mm512_sub_epi32(sumi, offset);
 }
 
-KQ_INLINE void dot_q6_K(int n, float *s, const void *vx, const void *vy, size_t pf) {
-    const sb_block_q6_K *x = vx;
+KQ_INLINE void dot_q6_K(int n, int nr, float *const *s, const void *const *vx, const void *vy, size_t pf) {
+    const sb_block_q6_K *x[KQ_ROWS_MAX];
     const sb_block_q8_K *y = vy;
     const int nb = n / SB_QK_K;
-    float sum = 0;
-    int i = 0;
-    for (; i + 1 < nb; i += 2) {     /* two blocks' sums through one reduction tree: lanes isum0, isum1 */
-        const __m512i s0 = q6k_block(&x[i], &y[i], pf), s1 = q6k_block(&x[i + 1], &y[i + 1], pf);
-        const __m256i a = _mm256_add_epi32(_mm512_castsi512_si256(s0), _mm512_extracti64x4_epi64(s0, 1));
-        const __m256i b = _mm256_add_epi32(_mm512_castsi512_si256(s1), _mm512_extracti64x4_epi64(s1, 1));
-        const __m256i h = _mm256_hadd_epi32(a, b), h2 = _mm256_hadd_epi32(h, h);
-        const __m128i r = _mm_add_epi32(_mm256_castsi256_si128(h2), _mm256_extracti128_si256(h2, 1));
-        sum += (kq_f16(x[i].d) * y[i].d) * (float)_mm_cvtsi128_si32(r);
-        sum += (kq_f16(x[i + 1].d) * y[i + 1].d) * (float)_mm_extract_epi32(r, 1);
+    float sum[KQ_ROWS_MAX];
+    KQ_ROWS for (int r = 0; r < nr; r++) {
+        x[r] = vx[r];
+        sum[r] = 0;
     }
-    if (i < nb) sum += (kq_f16(x[i].d) * y[i].d) * (float)_mm512_reduce_add_epi32(q6k_block(&x[i], &y[i], pf));
-    *s = sum;
+    int i = 0;
+    for (; i + 1 < nb; i += 2)     /* two blocks' sums through one reduction tree: lanes isum0, isum1 */
+        KQ_ROWS for (int r = 0; r < nr; r++) {
+            const __m512i s0 = q6k_block(&x[r][i], &y[i], pf), s1 = q6k_block(&x[r][i + 1], &y[i + 1], pf);
+            const __m256i a = _mm256_add_epi32(_mm512_castsi512_si256(s0), _mm512_extracti64x4_epi64(s0, 1));
+            const __m256i b = _mm256_add_epi32(_mm512_castsi512_si256(s1), _mm512_extracti64x4_epi64(s1, 1));
+            const __m256i h = _mm256_hadd_epi32(a, b), h2 = _mm256_hadd_epi32(h, h);
+            const __m128i q = _mm_add_epi32(_mm256_castsi256_si128(h2), _mm256_extracti128_si256(h2, 1));
+            sum[r] += (kq_f16(x[r][i].d) * y[i].d) * (float)_mm_cvtsi128_si32(q);
+            sum[r] += (kq_f16(x[r][i + 1].d) * y[i + 1].d) * (float)_mm_extract_epi32(q, 1);
+        }
+    if (i < nb)
+        KQ_ROWS for (int r = 0; r < nr; r++)
+            sum[r] += (kq_f16(x[r][i].d) * y[i].d) * (float)_mm512_reduce_add_epi32(q6k_block(&x[r][i], &y[i], pf));
+    KQ_ROWS for (int r = 0; r < nr; r++) *s[r] = sum[r];
 }
-KQ_PF_VARIANTS(dot_q6_K, sb_kq_dot_q6_K_q8_K_avx512)
+KQ_ROWS_BODIES(dot_q6_K)
+KQ_PF_VARIANTS(dot_q6_K_1, sb_kq_dot_q6_K_q8_K_avx512)
+KQ_PF_VARIANTS2(dot_q6_K_2, sb_kq_dot2_q6_K_q8_K_avx512)
