@@ -20,7 +20,10 @@
  *             one thread's share of a decode matmul;
  *   2 streams the same dots over the thread's rows as two interleaved
  *             runs (rows i and i + half in turn), as matmul.c reads a
- *             task with split.streams = 2;
+ *             task with split.streams = 2 and pairs = 0;
+ *   dot2      the same two runs through vec_dot2, rows i and i + half in
+ *             one call, block by block (split.pairs = 1; "-" where the
+ *             level has none);
  *   gemv8     the same rows in the x8 layout (SB_REPACK=1), 8 per call.
  * The readers take turns window by window (each thread 24 MB per window,
  * never the same bytes twice in a row), so a noisy neighbour on the host
@@ -41,8 +44,8 @@
 #define WIN_BYTES (24ul << 20)    /* per thread and window */
 #define PF_AHEAD 8192
 
-enum { R_LOADS, R_LOADS_PF, R_DOT, R_DOT2, R_GEMV8, R_COUNT };
-static const char *const reader_name[R_COUNT] = { "loads", "loads+pf", "vec_dot", "2streams", "gemv8" };
+enum { R_LOADS, R_LOADS_PF, R_DOT, R_DOT2, R_PAIR, R_GEMV8, R_COUNT };
+static const char *const reader_name[R_COUNT] = { "loads", "loads+pf", "vec_dot", "2streams", "dot2", "gemv8" };
 
 typedef struct {
     const sb_kq_traits *t;
@@ -81,6 +84,11 @@ static void run_slice(slice *s) {
     case R_GEMV8:               /* levels without a gemv8 of the type: not measured */
         for (size_t r = 0; s->t->gemv8 && r + 8 <= s->rows; r += 8) s->t->gemv8(N, &s->out[r], s->w8 + r * s->rs, s->y);
         s->sum = s->out[0];
+        break;
+    case R_PAIR:                /* levels without a vec_dot2 of the type: not measured */
+        for (size_t r = 0, h = s->rows / 2; s->t->vec_dot2 && r < h; r++)
+            s->t->vec_dot2(N, &s->out[r], &s->out[h + r], s->w + r * s->rs, s->w + (h + r) * s->rs, s->y);
+        s->sum = s->out[s->rows - 1];
         break;
     case R_DOT2:
         for (size_t r = 0, h = s->rows / 2; r < h; r++) {
@@ -168,8 +176,8 @@ int main(int argc, char **argv) {
     for (int i = 0; i < N; i++) yf[i] = (float)rand() / RAND_MAX * 2 - 1;
     printf("streaming from DRAM at %s: GB/s of weight bytes, all threads, median of %d windows of %lu MB per thread\n",
            sb_kq_level_name(best), rounds, WIN_BYTES >> 20);
-    printf("%-6s %7s %9s %9s %9s %9s %9s %9s %9s %9s\n", "type", "threads", reader_name[0], reader_name[1],
-           reader_name[2], reader_name[3], reader_name[4], "dot/ld", "2str/ld", "gemv8/ld");
+    printf("%-6s %7s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s\n", "type", "threads", reader_name[0], reader_name[1],
+           reader_name[2], reader_name[3], reader_name[4], reader_name[5], "dot/ld", "2str/ld", "dot2/ld", "gemv8/ld");
     static const int types[] = { SB_TYPE_Q2_K, SB_TYPE_Q3_K, SB_TYPE_Q4_K, SB_TYPE_Q5_K, SB_TYPE_Q6_K };
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
         const sb_kq_traits *t = &sb_kq_table(best)[types[k]];
@@ -185,9 +193,15 @@ int main(int argc, char **argv) {
             measure(t, buf, x8, rs, y, threads, rounds, med);
             printf("%-6s %7d %9.2f %9.2f %9.2f %9.2f", t->name, threads, med[R_LOADS], med[R_LOADS_PF], med[R_DOT],
                    med[R_DOT2]);
-            const double dot_ld = 100 * med[R_DOT] / med[R_LOADS], dot2_ld = 100 * med[R_DOT2] / med[R_LOADS];
-            if (t->gemv8) printf(" %9.2f %8.0f%% %8.0f%% %8.0f%%\n", med[R_GEMV8], dot_ld, dot2_ld, 100 * med[R_GEMV8] / med[R_LOADS]);
-            else printf(" %9s %8.0f%% %8.0f%% %9s\n", "-", dot_ld, dot2_ld, "-");
+            if (t->vec_dot2) printf(" %9.2f", med[R_PAIR]);
+            else printf(" %9s", "-");
+            if (t->gemv8) printf(" %9.2f", med[R_GEMV8]);
+            else printf(" %9s", "-");
+            printf(" %8.0f%% %8.0f%%", 100 * med[R_DOT] / med[R_LOADS], 100 * med[R_DOT2] / med[R_LOADS]);
+            if (t->vec_dot2) printf(" %8.0f%%", 100 * med[R_PAIR] / med[R_LOADS]);
+            else printf(" %9s", "-");
+            if (t->gemv8) printf(" %8.0f%%\n", 100 * med[R_GEMV8] / med[R_LOADS]);
+            else printf(" %9s\n", "-");
             fflush(stdout);
         }
         free(y);
