@@ -3,7 +3,7 @@
 #  1. `tune --budget 1` writes a profile for this CPU (no models: machine
 #     figures, built-in choices), to --out or to $XDG_CACHE_HOME/switchboard/;
 #  2. a profile with a non-default variant for every quant type this level
-#     has twins of, and a non-default split (one stream, so no two-row dots
+#     has twins of, and a non-default split (one stream, one row a dot,
 #     where the built-in reads two runs through vec_dot2), is applied (one log line) and
 #     every fixture's `switchboard logits --exact` output (forced tokens
 #     through the prompt path, then greedy decode steps; every float with all
@@ -36,7 +36,7 @@ assert m["peak_macs_per_core"].get(m["gemm_family"]) or m["gemm_family"] == "sca
 # the gemm family on both threads at once: more than none, at most two cores' worth (with slack)
 t = m["gemm_peak_macs_all_threads"]
 assert m["gemm_family"] == "scalar" or 0 < t < 2.5 * m["peak_macs_per_core"][m["gemm_family"]], m
-assert p["plan"]["split"] == {"rows_per_task": 16, "tasks_per_thread": 24, "gemm_rows": 64, "streams": 2, "pairs": 1}, p["plan"]
+assert p["plan"]["split"] == {"rows_per_task": 16, "tasks_per_thread": 24, "gemm_rows": 64, "streams": 2, "dot_rows": 2}, p["plan"]
 assert p["plan"]["dot"] == {}, p["plan"]
 EOF
     then ok "tune wrote $(basename "$prof") under XDG_CACHE_HOME"; else bad "tune's profile: $(cat "$tmp/tune.err")"; fi
@@ -56,7 +56,7 @@ types = {"avx512": ["Q4_0", "Q5_0", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_
          "avx2": ["Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]}.get(lvl, [])
 twins = ["-pf0", "-pf4k", "-pf16k", "-pf32k"]
 p["plan"]["dot"] = {t: lvl + twins[i % 4] for i, t in enumerate(types)}
-p["plan"]["split"] = {"rows_per_task": 4, "tasks_per_thread": 8, "gemm_rows": 128, "streams": 1, "pairs": 0}
+p["plan"]["split"] = {"rows_per_task": 4, "tasks_per_thread": 8, "gemm_rows": 128, "streams": 1, "dot_rows": 1}
 json.dump(p, open(sys.argv[2], "w"))
 EOF
 runs=0; seen_avx2=0

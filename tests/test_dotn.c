@@ -22,10 +22,11 @@
  *     on quantized rows, random-byte blocks and extremes, every length above;
  *     its group's first entry is the table's own vec_dot; and resolving a plan
  *     swaps exactly that pointer in (vec_dotn kept: it still matches).
- *  6. vec_dot2 (two weight rows against one activation row; Q2_K…Q6_K at AVX-512, none
- *     elsewhere) gives each row its level's vec_dot BIT FOR BIT, for quantized, random-byte
- *     and extreme rows in every pairing and every length above, and so does the vec_dot2 of
- *     every prefetch twin; resolving a plan swaps in the twin's vec_dot2 with its vec_dot.
+ *  6. vec_dot2 and vec_dot4 (two or four weight rows, a padded stride apart, against one
+ *     activation row; Q2_K…Q6_K at AVX-512, none elsewhere) give each row its level's
+ *     vec_dot BIT FOR BIT, for quantized, random-byte and extreme rows mixed and every
+ *     length above, write only their strided outputs, and so do those of every prefetch
+ *     twin; resolving a plan swaps in the twin's multi-row dots with its vec_dot.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -311,69 +312,94 @@ static void test_dotn_variants(void **state) {
     if (sb_kq_best_level() >= SB_KQ_AVX512) assert_int_equal(checked, 65);
 }
 
-/* dot2(x0, x1) against vec_dot(x0) and vec_dot(x1), bit for bit. */
-static void check_dot2(sb_vec_dot2_fn dot2, sb_vec_dot_fn dot, const char *name, int n, const uint8_t *x0,
-                       const uint8_t *x1, const uint8_t *y, const char *what) {
-    float got[2] = { SENTINEL, SENTINEL }, want[2];
-    dot2(n, &got[0], &got[1], x0, x1, y);
-    dot(n, &want[0], x0, y);
-    dot(n, &want[1], x1, y);
-    for (int r = 0; r < 2; r++)
-        if (memcmp(&got[r], &want[r], sizeof got[r]))
-            fail_msg("%s vec_dot2 (%s), n %d, row %d: %.9g (0x%08x), vec_dot %.9g (0x%08x)", name, what, n, r,
-                     (double)got[r], sb_fp32_to_bits(got[r]), (double)want[r], sb_fp32_to_bits(want[r]));
+/* dotr over R rows x_step bytes apart against vec_dot on each, bit for bit;
+ * the gaps between its s_step-apart outputs stay untouched. */
+static void check_dotr(sb_vec_dotr_fn dotr, int R, sb_vec_dot_fn dot, const char *name, int n, const uint8_t *x,
+                       size_t x_step, const uint8_t *y, const char *what) {
+    float s[4 * S_STRIDE];
+    for (int i = 0; i < 4 * S_STRIDE; i++) s[i] = SENTINEL;
+    dotr(n, s, S_STRIDE, x, x_step, y);
+    for (int k = 0; k < R; k++) {
+        float want;
+        dot(n, &want, x + (size_t)k * x_step, y);
+        const float got = s[k * S_STRIDE];
+        if (memcmp(&got, &want, sizeof got))
+            fail_msg("%s vec_dot%d (%s), n %d, row %d: %.9g (0x%08x), vec_dot %.9g (0x%08x)", name, R, what, n, k,
+                     (double)got, sb_fp32_to_bits(got), (double)want, sb_fp32_to_bits(want));
+        for (int g = 1; g < S_STRIDE; g++)
+            if (s[k * S_STRIDE + g] != SENTINEL) fail_msg("%s vec_dot%d wrote into the stride gap", name, R);
+    }
+    for (int i = R * S_STRIDE; i < 4 * S_STRIDE; i++)
+        if (s[i] != SENTINEL) fail_msg("%s vec_dot%d wrote past its %d rows", name, R, R);
 }
 
-static void test_dot2(void **state) {
+/* Four rows x_step apart (a padded stride): each of kind[k] - 'q'
+ * quantized, 'r' random bytes, 'e' the extremes. */
+static uint8_t *mixed_rows(int type, int n, const char *kind, size_t *x_step) {
+    size_t bx;
+    uint8_t *q = make_rows(type, 4, n, &bx), *e = make_extreme_rows(type, 1, n, &bx);
+    *x_step = bx + 36;             /* rows off every alignment */
+    uint8_t *x = calloc(4, *x_step + 64);
+    assert_non_null(x);
+    for (int k = 0; k < 4; k++) {
+        uint8_t *row = x + (size_t)k * *x_step;
+        if (kind[k] == 'r') fill_random_blocks(type, row, n);
+        else memcpy(row, kind[k] == 'e' ? e : q + (size_t)k * bx, bx);
+    }
+    free(q), free(e);
+    return x;
+}
+
+static void test_dotr(void **state) {
     (void)state;
     rng_seed(13);
+    static const char *const kinds[] = { "qqqq", "rqeq", "qrqr", "eeee", "qeqr" };
     int types = 0;
     for (int level = 0; level <= sb_kq_best_level(); level++)
         for (int type = 0; type < SB_TYPE_COUNT; type++) {
             const sb_kq_traits *t = &sb_kq_table(level)[type];
             const int kquant = type == SB_TYPE_Q2_K || type == SB_TYPE_Q3_K || type == SB_TYPE_Q4_K ||
                                type == SB_TYPE_Q5_K || type == SB_TYPE_Q6_K;
-            /* where it is meant to be, and nowhere else (a level below AVX-512 has none) */
-            if (level == SB_KQ_AVX512 && kquant) assert_non_null(t->vec_dot2);
-            else if (t->vec_dot2) fail_msg("%s has a vec_dot2 at %s", t->name, sb_kq_level_name(level));
+            /* where they are meant to be, and nowhere else (a level below AVX-512 has none) */
+            if (level == SB_KQ_AVX512 && kquant) assert_true(t->vec_dot2 && t->vec_dot4);
+            else if (t->vec_dot2 || t->vec_dot4)
+                fail_msg("%s has a multi-row dot at %s", t->name, sb_kq_level_name(level));
             if (!t->vec_dot2) continue;
             types++;
             const sb_kq_variant *v;
             const int nv = sb_kq_variants(level, type, &v);
-            assert_true(nv > 0 && v[0].vec_dot2 == t->vec_dot2);
+            assert_true(nv > 0 && v[0].vec_dot2 == t->vec_dot2 && v[0].vec_dot4 == t->vec_dot4);
             const int yt = ref_row(type)->vec_dot_type;
             int lens[4];
             const int nl = lengths_for(type, lens);
             for (int li = 0; li < nl; li++) {
                 const int n = lens[li];
-                size_t bx, bex;
-                uint8_t *x = make_rows(type, 2, n, &bx), *ex = make_extreme_rows(type, 1, n, &bex), *rx = malloc(bx + 64);
-                assert_non_null(rx);
-                fill_random_blocks(type, rx, n);
                 uint8_t *y = make_acts(yt, 1, n, sb_kq_row_size(ref_row(yt), n), 0);
                 uint8_t *ey = make_acts(yt, 1, n, sb_kq_row_size(ref_row(yt), n), 1);
-                for (int i = 0; i < nv; i++) {
-                    assert_non_null(v[i].vec_dot2);
-                    check_dot2(v[i].vec_dot2, t->vec_dot, v[i].name, n, x, x + bx, y, "two quantized rows");
-                    check_dot2(v[i].vec_dot2, t->vec_dot, v[i].name, n, rx, x, y, "random bytes, quantized");
-                    check_dot2(v[i].vec_dot2, t->vec_dot, v[i].name, n, x, rx, y, "quantized, random bytes");
-                    check_dot2(v[i].vec_dot2, t->vec_dot, v[i].name, n, ex, ex, ey, "extremes");
-                    check_dot2(v[i].vec_dot2, t->vec_dot, v[i].name, n, ex, x + bx, y, "extreme, quantized");
+                for (size_t kd = 0; kd < sizeof kinds / sizeof kinds[0]; kd++) {
+                    size_t x_step;
+                    uint8_t *x = mixed_rows(type, n, kinds[kd], &x_step);
+                    for (int i = 0; i < nv; i++) {
+                        assert_true(v[i].vec_dot2 && v[i].vec_dot4);
+                        check_dotr(v[i].vec_dot2, 2, t->vec_dot, v[i].name, n, x, x_step, kd == 3 ? ey : y, kinds[kd]);
+                        check_dotr(v[i].vec_dot4, 4, t->vec_dot, v[i].name, n, x, x_step, kd == 3 ? ey : y, kinds[kd]);
+                    }
+                    free(x);
                 }
-                free(x), free(ex), free(rx), free(y), free(ey);
+                free(y), free(ey);
             }
-            /* a plan's twin brings its own vec_dot2 */
+            /* a plan's twin brings its own multi-row dots */
             for (int i = 0; i < nv; i++) {
                 sb_kq_plan plan;
                 sb_kq_kernels k;
                 sb_kq_plan_default(level, &plan);
                 plan.dot[type] = &v[i];
                 sb_kq_resolve(&plan, &k);
-                assert_true(k.row[type].vec_dot2 == v[i].vec_dot2);
+                assert_true(k.row[type].vec_dot2 == v[i].vec_dot2 && k.row[type].vec_dot4 == v[i].vec_dot4);
             }
         }
     if (sb_kq_best_level() >= SB_KQ_AVX512) assert_int_equal(types, 5);
-    else print_message("    (no AVX-512 on this CPU: no vec_dot2 to check)\n");
+    else print_message("    (no AVX-512 on this CPU: no multi-row dot to check)\n");
 }
 
 /* A variant is applied only in its own level's table and type's row. */
@@ -402,7 +428,7 @@ int main(void) {
         cmocka_unit_test(test_dotn_bit_identical),
         cmocka_unit_test(test_dotn_extremes),
         cmocka_unit_test(test_dotn_il),
-        cmocka_unit_test(test_dot2),
+        cmocka_unit_test(test_dotr),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

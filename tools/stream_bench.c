@@ -20,9 +20,9 @@
  *             one thread's share of a decode matmul;
  *   2 streams the same dots over the thread's rows as two interleaved
  *             runs (rows i and i + half in turn), as matmul.c reads a
- *             task with split.streams = 2 and pairs = 0;
+ *             task with split.streams = 2 and dot_rows = 1;
  *   dot2      the same two runs through vec_dot2, rows i and i + half in
- *             one call, block by block (split.pairs = 1; "-" where the
+ *             one call, block by block (split.dot_rows = 2; "-" where the
  *             level has none);
  *   gemv8     the same rows in the x8 layout (SB_REPACK=1), 8 per call.
  * The readers take turns window by window (each thread 24 MB per window,
@@ -87,7 +87,7 @@ static void run_slice(slice *s) {
         break;
     case R_PAIR:                /* levels without a vec_dot2 of the type: not measured */
         for (size_t r = 0, h = s->rows / 2; s->t->vec_dot2 && r < h; r++)
-            s->t->vec_dot2(N, &s->out[r], &s->out[h + r], s->w + r * s->rs, s->w + (h + r) * s->rs, s->y);
+            s->t->vec_dot2(N, &s->out[r], h, s->w + r * s->rs, h * s->rs, s->y);
         s->sum = s->out[s->rows - 1];
         break;
     case R_DOT2:

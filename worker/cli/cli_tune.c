@@ -55,7 +55,7 @@ typedef struct {
     tune_dot_result dots[SB_TYPE_COUNT];
     sb_kq_plan plan;
     char split_model[TUNE_PATH];
-    double split_tps[5][2];     /* streams, pairs, rows, tasks, gemm: built-in and chosen, tokens/s */
+    double split_tps[5][2];     /* streams, dot rows, rows, tasks, gemm: built-in and chosen, tokens/s */
 } tune_run;
 
 static double left(const tune_run *r) { return r->budget - (sb_now_s() - r->t0); }
@@ -215,10 +215,10 @@ static void tune_field(tune_run *r, const sb_model *m, int *field, const int *va
 }
 
 static void tune_split(tune_run *r, const sb_model *m, double seconds) {
-    static const int streams[] = { 1, 2, 4 }, pairs[] = { 0, 1 }, rows[] = { 4, 8, 16, 32, 64 },
+    static const int streams[] = { 1, 2, 4 }, dot_rows[] = { 1, 2, 4 }, rows[] = { 4, 8, 16, 32, 64 },
                      tasks[] = { 8, 24, 64 }, gemm[] = { 32, 64, 128 };
     tune_field(r, m, &r->plan.split.streams, streams, 3, 1, seconds * 0.2, r->split_tps[0]);
-    tune_field(r, m, &r->plan.split.pairs, pairs, 2, 1, seconds * 0.15, r->split_tps[1]);
+    tune_field(r, m, &r->plan.split.dot_rows, dot_rows, 3, 1, seconds * 0.15, r->split_tps[1]);
     tune_field(r, m, &r->plan.split.rows_per_task, rows, 5, 1, seconds * 0.3, r->split_tps[2]);
     tune_field(r, m, &r->plan.split.tasks_per_thread, tasks, 3, 1, seconds * 0.15, r->split_tps[3]);
     tune_field(r, m, &r->plan.split.gemm_rows, gemm, 3, 64, seconds * 0.2, r->split_tps[4]);
@@ -330,9 +330,9 @@ static void print_report(const tune_run *r, const sb_cpu_id *cpu) {
         printf("\n");
     }
     if (r->split_model[0])
-        printf("split on %s: streams %d (%.1f -> %.1f t/s), pairs %d (%.1f -> %.1f), rows/task %d (%.1f -> %.1f), "
+        printf("split on %s: streams %d (%.1f -> %.1f t/s), dot rows %d (%.1f -> %.1f), rows/task %d (%.1f -> %.1f), "
                "tasks/thread %d (%.1f -> %.1f), gemm rows %d (pp64 %.1f -> %.1f t/s)\n",
-               r->split_model, r->plan.split.streams, r->split_tps[0][0], r->split_tps[0][1], r->plan.split.pairs,
+               r->split_model, r->plan.split.streams, r->split_tps[0][0], r->split_tps[0][1], r->plan.split.dot_rows,
                r->split_tps[1][0], r->split_tps[1][1], r->plan.split.rows_per_task, r->split_tps[2][0],
                r->split_tps[2][1], r->plan.split.tasks_per_thread, r->split_tps[3][0], r->split_tps[3][1],
                r->plan.split.gemm_rows, r->split_tps[4][0], r->split_tps[4][1]);

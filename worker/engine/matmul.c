@@ -91,7 +91,7 @@ static const sb_act_slot *act_get(sb_mm *mm, const float *src, int n_tok, int64_
 typedef struct {
     const sb_weight *w;
     sb_vec_dot_fn dot;
-    sb_vec_dot2_fn dot2;        /* one-token path: two runs' rows at once; NULL: dot per row */
+    sb_vec_dotr_fn dot4, dot2;  /* one-token path: four or two runs' rows in one call; NULL: not used */
     sb_vec_dotn_fn dotn;        /* several tokens, 1x1 path: one weight row for up to 16 of them; NULL: dot per token */
     sb_vec_dotn_il_fn dotn_il;  /* the same on interleaved activations (yil), rows in groups; NULL: dotn */
     const uint8_t *yil;         /* the segment's tokens interleaved (Q8_K or Q8_0), SB_KQ_IL_TOK per group */
@@ -119,19 +119,21 @@ typedef struct {
 /* Rows [r0, r1) against one token, read as p->streams runs side by side:
  * run k is rows r0 + k·len …, and step i takes row i of every run. A
  * decode dot alone keeps too few DRAM lines in flight; two streams keep
- * more (kq_tune.c), and two runs' rows in one vec_dot2, block by block,
- * more again. Each row's result is its vec_dot's bit for bit either way,
- * so the reading order changes no number. */
+ * more (kq_tune.c), and runs' rows read block by block in one vec_dot2 or
+ * vec_dot4 more again. Each row's result is its vec_dot's bit for bit
+ * either way, so the reading order changes no number. */
 static void dot_streams(const mm_part *p, int64_t r0, int64_t r1, const uint8_t *a, float *y) {
     const uint8_t *wd = p->w->data;
     const size_t rb = p->w->row_bytes;
     const int n = (int)p->w->ne0;
     const int64_t len = (r1 - r0 + p->streams - 1) / p->streams;
+    const size_t step = (size_t)len * rb;
     for (int64_t i = 0; i < len; i++) {
         int64_t r = r0 + i;
+        if (p->dot4)
+            for (; r + 3 * len < r1; r += 4 * len) p->dot4(n, &y[r], (size_t)len, wd + (size_t)r * rb, step, a);
         if (p->dot2)
-            for (; r + len < r1; r += 2 * len)
-                p->dot2(n, &y[r], &y[r + len], wd + (size_t)r * rb, wd + (size_t)(r + len) * rb, a);
+            for (; r + len < r1; r += 2 * len) p->dot2(n, &y[r], (size_t)len, wd + (size_t)r * rb, step, a);
         for (; r < r1; r += len) p->dot(n, &y[r], wd + (size_t)r * rb, a);
     }
 }
@@ -297,7 +299,8 @@ void sb_mm_run(sb_mm *mm, const float *x, int n_tok, const sb_mm_out *outs, int 
             mm_part *p = &j.part[j.n_parts++];
             p->w = outs[i].w;
             p->dot = tt->vec_dot;
-            p->dot2 = mm->split.pairs ? tt->vec_dot2 : NULL;
+            p->dot2 = mm->split.dot_rows >= 2 ? tt->vec_dot2 : NULL;
+            p->dot4 = mm->split.dot_rows >= 4 ? tt->vec_dot4 : NULL;
             p->dotn = tt->vec_dotn;
             const int min_toks = p->w->x8_buf ? SB_MAX(X8_GEMM_MIN_TOKS, mm->gemm_min_toks) : mm->gemm_min_toks;
             p->gemm = !g->one && g->n >= min_toks && !mm->decode_kernels ? tt->gemm : NULL;

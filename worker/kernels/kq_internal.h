@@ -268,18 +268,21 @@ KQ_DECLARE_PF(sb_kq_dot_q3_K_q8_K_avx512)
 KQ_DECLARE_PF(sb_kq_dot_q4_K_q8_K_avx512)
 KQ_DECLARE_PF(sb_kq_dot_q5_K_q8_K_avx512)
 KQ_DECLARE_PF(sb_kq_dot_q6_K_q8_K_avx512)
-/* vec_dot2 (kq_kquants_avx512.c) and its prefetch twins. */
-#define KQ_DECLARE_DOT2(name)                                                                        \
-    void name(int n, float *s0, float *s1, const void *x0, const void *x1, const void *y);            \
-    void name##_pf0(int n, float *s0, float *s1, const void *x0, const void *x1, const void *y);      \
-    void name##_pf4k(int n, float *s0, float *s1, const void *x0, const void *x1, const void *y);     \
-    void name##_pf16k(int n, float *s0, float *s1, const void *x0, const void *x1, const void *y);    \
-    void name##_pf32k(int n, float *s0, float *s1, const void *x0, const void *x1, const void *y);
-KQ_DECLARE_DOT2(sb_kq_dot2_q2_K_q8_K_avx512)
-KQ_DECLARE_DOT2(sb_kq_dot2_q3_K_q8_K_avx512)
-KQ_DECLARE_DOT2(sb_kq_dot2_q4_K_q8_K_avx512)
-KQ_DECLARE_DOT2(sb_kq_dot2_q5_K_q8_K_avx512)
-KQ_DECLARE_DOT2(sb_kq_dot2_q6_K_q8_K_avx512)
+/* vec_dot2 and vec_dot4 (kq_kquants_avx512.c) and their prefetch twins. */
+#define KQ_DECLARE_DOTR_1(name) void name(int n, float *s, size_t s_step, const void *x, size_t x_step, const void *y);
+#define KQ_DECLARE_DOTR(name)                                                                        \
+    KQ_DECLARE_DOTR_1(name) KQ_DECLARE_DOTR_1(name##_pf0) KQ_DECLARE_DOTR_1(name##_pf4k)             \
+    KQ_DECLARE_DOTR_1(name##_pf16k) KQ_DECLARE_DOTR_1(name##_pf32k)
+KQ_DECLARE_DOTR(sb_kq_dot2_q2_K_q8_K_avx512)
+KQ_DECLARE_DOTR(sb_kq_dot4_q2_K_q8_K_avx512)
+KQ_DECLARE_DOTR(sb_kq_dot2_q3_K_q8_K_avx512)
+KQ_DECLARE_DOTR(sb_kq_dot4_q3_K_q8_K_avx512)
+KQ_DECLARE_DOTR(sb_kq_dot2_q4_K_q8_K_avx512)
+KQ_DECLARE_DOTR(sb_kq_dot4_q4_K_q8_K_avx512)
+KQ_DECLARE_DOTR(sb_kq_dot2_q5_K_q8_K_avx512)
+KQ_DECLARE_DOTR(sb_kq_dot4_q5_K_q8_K_avx512)
+KQ_DECLARE_DOTR(sb_kq_dot2_q6_K_q8_K_avx512)
+KQ_DECLARE_DOTR(sb_kq_dot4_q6_K_q8_K_avx512)
 
 /* ---- AVX2 level (kq_avx2.c, kq_kquants_avx2.c) ---------------------------- */
 #define KQ_DOTN_ARGS int n, int nt, float *s, size_t s_stride, const void *x, const void *y, size_t y_stride

@@ -7,15 +7,15 @@
  * AVX2 needs madd + add. The integer result per super-block is exact, as in
  * the AVX2 and reference kernels; offsets and mins come from the bsums.
  *
- * Each k-quant dot is written once for nr = 1 or 2 weight rows against the
- * same activation row: nr = 1 is the vec_dot, nr = 2 the vec_dot2, which
- * runs the two rows block by block. Each row keeps its own accumulators and
- * meets the same operations in the same order as in the vec_dot, so both
- * results are that vec_dot's bit for bit. Why two rows at all: a decode dot
- * streams its row from DRAM, and two rows read block by block keep twice
- * the lines in flight of one; the same rows read one after the other (a
- * task's two runs, matmul.c) stream measurably slower (docs/PERFORMANCE.md,
- * "Two rows a dot").
+ * Each k-quant dot is written once for nr = 1, 2 or 4 weight rows against
+ * the same activation row: nr = 1 is the vec_dot, 2 and 4 the vec_dot2 and
+ * vec_dot4, which run their rows block by block. Each row keeps its own
+ * accumulators and meets the same operations in the same order as in the
+ * vec_dot, so every result is that vec_dot's bit for bit. Why several rows
+ * at all: a decode dot streams its row from DRAM, and rows read block by
+ * block side by side keep more lines in flight than one; the same rows read
+ * one after the other (a task's runs, matmul.c) stream measurably slower
+ * (docs/PERFORMANCE.md, "Rows side by side in one dot").
  */
 #include <stddef.h>
 #include <string.h>
@@ -53,20 +53,28 @@ KQ_INLINE void kq512_prefetch(const void *block, size_t bytes, size_t ahead) {
 /* The k-quant dots below take nr ≤ KQ_ROWS_MAX rows; nr is a constant
  * where they are inlined, and KQ_ROWS unrolls their per-row loops so that
  * each row's accumulators stay in registers. KQ_ROWS_BODIES(body) makes
- * body_1 (one row: the vec_dot's shape) and body_2 (vec_dot2's). */
-#define KQ_ROWS_MAX 2
-#define KQ_ROWS _Pragma("GCC unroll 2")
+ * body_1 (one row: the vec_dot's shape), body_r2 and body_r4 (vec_dot2's
+ * and vec_dot4's: rows x_step bytes apart, results s_step floats apart). */
+#define KQ_ROWS_MAX 4
+#define KQ_ROWS _Pragma("GCC unroll 4")
+#define KQ_ROWS_R(body, R)                                                                                  \
+    KQ_INLINE void body##_r##R(int n, float *s, size_t s_step, const void *x, size_t x_step, const void *y, size_t pf) { \
+        float *ss[R];                                                                                       \
+        const void *xs[R];                                                                                  \
+        KQ_ROWS for (int k = 0; k < R; k++) {                                                               \
+            ss[k] = s + (size_t)k * s_step;                                                                 \
+            xs[k] = (const uint8_t *)x + (size_t)k * x_step;                                                \
+        }                                                                                                   \
+        body(n, R, ss, xs, y, pf);                                                                          \
+    }
 #define KQ_ROWS_BODIES(body)                                                                               \
     KQ_INLINE void body##_1(int n, float *s, const void *x, const void *y, size_t pf) {                    \
         float *const ss[1] = { s };                                                                        \
         const void *const xs[1] = { x };                                                                   \
         body(n, 1, ss, xs, y, pf);                                                                         \
     }                                                                                                      \
-    KQ_INLINE void body##_2(int n, float *s0, float *s1, const void *x0, const void *x1, const void *y, size_t pf) { \
-        float *const ss[2] = { s0, s1 };                                                                   \
-        const void *const xs[2] = { x0, x1 };                                                              \
-        body(n, 2, ss, xs, y, pf);                                                                         \
-    }
+    KQ_ROWS_R(body, 2)                                                                                     \
+    KQ_ROWS_R(body, 4)
 
 static inline __m512i load_q8_64(const int8_t *p) { return _mm512_loadu_si512(p); }
 
@@ -153,7 +161,8 @@ KQ_INLINE void dot_q2_K(int n, int nr, float *const *s, const void *const *vx, c
 }
 KQ_ROWS_BODIES(dot_q2_K)
 KQ_PF_VARIANTS(dot_q2_K_1, sb_kq_dot_q2_K_q8_K_avx512)
-KQ_PF_VARIANTS2(dot_q2_K_2, sb_kq_dot2_q2_K_q8_K_avx512)
+KQ_PF_VARIANTS_R(dot_q2_K_r2, sb_kq_dot2_q2_K_q8_K_avx512)
+KQ_PF_VARIANTS_R(dot_q2_K_r4, sb_kq_dot4_q2_K_q8_K_avx512)
 
 /* ==== Q3_K ================================================================== */
 
@@ -208,7 +217,8 @@ KQ_INLINE void dot_q3_K(int n, int nr, float *const *s, const void *const *vx, c
 }
 KQ_ROWS_BODIES(dot_q3_K)
 KQ_PF_VARIANTS(dot_q3_K_1, sb_kq_dot_q3_K_q8_K_avx512)
-KQ_PF_VARIANTS2(dot_q3_K_2, sb_kq_dot2_q3_K_q8_K_avx512)
+KQ_PF_VARIANTS_R(dot_q3_K_r2, sb_kq_dot2_q3_K_q8_K_avx512)
+KQ_PF_VARIANTS_R(dot_q3_K_r4, sb_kq_dot4_q3_K_q8_K_avx512)
 
 /* ==== Q4_K / Q5_K =========================================================== */
 
@@ -309,8 +319,10 @@ DOT_K4(q4_K, sb_block_q4_K, q4k_block)
 DOT_K4(q5_K, sb_block_q5_K, q5k_block)
 KQ_PF_VARIANTS(dot_q4_K_1, sb_kq_dot_q4_K_q8_K_avx512)
 KQ_PF_VARIANTS(dot_q5_K_1, sb_kq_dot_q5_K_q8_K_avx512)
-KQ_PF_VARIANTS2(dot_q4_K_2, sb_kq_dot2_q4_K_q8_K_avx512)
-KQ_PF_VARIANTS2(dot_q5_K_2, sb_kq_dot2_q5_K_q8_K_avx512)
+KQ_PF_VARIANTS_R(dot_q4_K_r2, sb_kq_dot2_q4_K_q8_K_avx512)
+KQ_PF_VARIANTS_R(dot_q4_K_r4, sb_kq_dot4_q4_K_q8_K_avx512)
+KQ_PF_VARIANTS_R(dot_q5_K_r2, sb_kq_dot2_q5_K_q8_K_avx512)
+KQ_PF_VARIANTS_R(dot_q5_K_r4, sb_kq_dot4_q5_K_q8_K_avx512)
 
 /* ==== Q6_K ================================================================== */
 
@@ -365,4 +377,5 @@ KQ_INLINE void dot_q6_K(int n, int nr, float *const *s, const void *const *vx, c
 }
 KQ_ROWS_BODIES(dot_q6_K)
 KQ_PF_VARIANTS(dot_q6_K_1, sb_kq_dot_q6_K_q8_K_avx512)
-KQ_PF_VARIANTS2(dot_q6_K_2, sb_kq_dot2_q6_K_q8_K_avx512)
+KQ_PF_VARIANTS_R(dot_q6_K_r2, sb_kq_dot2_q6_K_q8_K_avx512)
+KQ_PF_VARIANTS_R(dot_q6_K_r4, sb_kq_dot4_q6_K_q8_K_avx512)

@@ -98,7 +98,8 @@ typedef struct {
     sb_gemv8_fn      gemv8;
     sb_vec_dotn_fn   vec_dotn;      /* only with this level's own vec_dot */
     sb_vec_dotn_il_fn vec_dotn_il;  /* likewise */
-    sb_vec_dot2_fn   vec_dot2;      /* likewise */
+    sb_vec_dotr_fn   vec_dot2;      /* likewise */
+    sb_vec_dotr_fn   vec_dot4;      /* likewise */
 } kq_override;
 
 #define OVR(id, ...) [id] = { __VA_ARGS__ }
@@ -148,19 +149,19 @@ static const kq_override over_avx512[SB_TYPE_COUNT] = {
         .vec_dotn_il = sb_kq_dotn_il_q8_0_q8_0_avx512),
     OVR(SB_TYPE_Q2_K, .vec_dot = sb_kq_dot_q2_K_q8_K_avx512, .gemm = sb_kq_gemm_q2_K_q8_K_avx512,
         .vec_dotn = sb_kq_dotn_q2_K_q8_K_avx512,
-        .vec_dot2 = sb_kq_dot2_q2_K_q8_K_avx512),
+        .vec_dot2 = sb_kq_dot2_q2_K_q8_K_avx512, .vec_dot4 = sb_kq_dot4_q2_K_q8_K_avx512),
     OVR(SB_TYPE_Q3_K, .vec_dot = sb_kq_dot_q3_K_q8_K_avx512, .gemm = sb_kq_gemm_q3_K_q8_K_avx512,
         .vec_dotn = sb_kq_dotn_q3_K_q8_K_avx512,
-        .vec_dot2 = sb_kq_dot2_q3_K_q8_K_avx512),
+        .vec_dot2 = sb_kq_dot2_q3_K_q8_K_avx512, .vec_dot4 = sb_kq_dot4_q3_K_q8_K_avx512),
     OVR(SB_TYPE_Q4_K, .vec_dot = sb_kq_dot_q4_K_q8_K_avx512, .gemm = sb_kq_gemm_q4_K_q8_K_avx512,
         .vec_dotn = sb_kq_dotn_q4_K_q8_K_avx512, .vec_dotn_il = sb_kq_dotn_il_q4_K_q8_K_avx512,
-        .vec_dot2 = sb_kq_dot2_q4_K_q8_K_avx512),
+        .vec_dot2 = sb_kq_dot2_q4_K_q8_K_avx512, .vec_dot4 = sb_kq_dot4_q4_K_q8_K_avx512),
     OVR(SB_TYPE_Q5_K, .vec_dot = sb_kq_dot_q5_K_q8_K_avx512, .gemm = sb_kq_gemm_q5_K_q8_K_avx512,
         .vec_dotn = sb_kq_dotn_q5_K_q8_K_avx512, .vec_dotn_il = sb_kq_dotn_il_q5_K_q8_K_avx512,
-        .vec_dot2 = sb_kq_dot2_q5_K_q8_K_avx512),
+        .vec_dot2 = sb_kq_dot2_q5_K_q8_K_avx512, .vec_dot4 = sb_kq_dot4_q5_K_q8_K_avx512),
     OVR(SB_TYPE_Q6_K, .vec_dot = sb_kq_dot_q6_K_q8_K_avx512, .gemm = sb_kq_gemm_q6_K_q8_K_avx512,
         .vec_dotn = sb_kq_dotn_q6_K_q8_K_avx512, .vec_dotn_il = sb_kq_dotn_il_q6_K_q8_K_avx512,
-        .vec_dot2 = sb_kq_dot2_q6_K_q8_K_avx512),
+        .vec_dot2 = sb_kq_dot2_q6_K_q8_K_avx512, .vec_dot4 = sb_kq_dot4_q6_K_q8_K_avx512),
 };
 
 static const kq_override *const overrides[SB_KQ_LEVELS] = { NULL, over_avx2, over_avx512 };
@@ -170,7 +171,7 @@ static const char *const level_names[SB_KQ_LEVELS] = { "ref", "avx2", "avx512" }
 static void apply(sb_kq_traits *row, const kq_override *o) {
     RESOLVE(row, o, to_float);
     RESOLVE(row, o, from_float);
-    /* vec_dotn and vec_dot2 must give their level's vec_dot bit for bit, so
+    /* vec_dotn, vec_dot2 and vec_dot4 must give their level's vec_dot bit for bit, so
      * they go with the vec_dot they were written against: a level that
      * overrides vec_dot without them drops the ones below (vec_dot per row
      * instead). */
@@ -179,6 +180,7 @@ static void apply(sb_kq_traits *row, const kq_override *o) {
         row->vec_dotn = o->vec_dotn;
         row->vec_dotn_il = o->vec_dotn_il;
         row->vec_dot2 = o->vec_dot2;
+        row->vec_dot4 = o->vec_dot4;
     }
     RESOLVE(row, o, gemm);
     RESOLVE(row, o, gemv8);

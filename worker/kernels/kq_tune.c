@@ -23,18 +23,18 @@
 
 /* The default kernel and its prefetch twins (kq_x86.h), default first. */
 #define PF_TWINS(lvl, lvl_name, T, fn)                                    \
-    { lvl_name, lvl, T, KQ_PREFETCH_AHEAD, fn, NULL },                    \
-    { lvl_name "-pf0", lvl, T, 0, fn##_pf0, NULL },                       \
-    { lvl_name "-pf4k", lvl, T, 4096, fn##_pf4k, NULL },                  \
-    { lvl_name "-pf16k", lvl, T, 16384, fn##_pf16k, NULL },               \
-    { lvl_name "-pf32k", lvl, T, 32768, fn##_pf32k, NULL }
-/* The same with each twin's vec_dot2 (fn2, same prefetch) beside it. */
-#define PF_TWINS2(lvl, lvl_name, T, fn, fn2)                              \
-    { lvl_name, lvl, T, KQ_PREFETCH_AHEAD, fn, fn2 },                     \
-    { lvl_name "-pf0", lvl, T, 0, fn##_pf0, fn2##_pf0 },                  \
-    { lvl_name "-pf4k", lvl, T, 4096, fn##_pf4k, fn2##_pf4k },            \
-    { lvl_name "-pf16k", lvl, T, 16384, fn##_pf16k, fn2##_pf16k },        \
-    { lvl_name "-pf32k", lvl, T, 32768, fn##_pf32k, fn2##_pf32k }
+    { lvl_name, lvl, T, KQ_PREFETCH_AHEAD, fn, NULL, NULL },              \
+    { lvl_name "-pf0", lvl, T, 0, fn##_pf0, NULL, NULL },                 \
+    { lvl_name "-pf4k", lvl, T, 4096, fn##_pf4k, NULL, NULL },            \
+    { lvl_name "-pf16k", lvl, T, 16384, fn##_pf16k, NULL, NULL },         \
+    { lvl_name "-pf32k", lvl, T, 32768, fn##_pf32k, NULL, NULL }
+/* The same with each twin's vec_dot2 and vec_dot4 (same prefetch) beside it. */
+#define PF_TWINS_R(lvl, lvl_name, T, fn, fn2, fn4)                                 \
+    { lvl_name, lvl, T, KQ_PREFETCH_AHEAD, fn, fn2, fn4 },                         \
+    { lvl_name "-pf0", lvl, T, 0, fn##_pf0, fn2##_pf0, fn4##_pf0 },                \
+    { lvl_name "-pf4k", lvl, T, 4096, fn##_pf4k, fn2##_pf4k, fn4##_pf4k },         \
+    { lvl_name "-pf16k", lvl, T, 16384, fn##_pf16k, fn2##_pf16k, fn4##_pf16k },    \
+    { lvl_name "-pf32k", lvl, T, 32768, fn##_pf32k, fn2##_pf32k, fn4##_pf32k }
 
 #define TWINS_PER_TYPE 5
 static const sb_kq_variant variants[] = {
@@ -46,11 +46,16 @@ static const sb_kq_variant variants[] = {
     PF_TWINS(SB_KQ_AVX512, "avx512", SB_TYPE_Q4_0, sb_kq_dot_q4_0_q8_0_avx512),
     PF_TWINS(SB_KQ_AVX512, "avx512", SB_TYPE_Q5_0, sb_kq_dot_q5_0_q8_0_avx512),
     PF_TWINS(SB_KQ_AVX512, "avx512", SB_TYPE_Q8_0, sb_kq_dot_q8_0_q8_0_avx512),
-    PF_TWINS2(SB_KQ_AVX512, "avx512", SB_TYPE_Q2_K, sb_kq_dot_q2_K_q8_K_avx512, sb_kq_dot2_q2_K_q8_K_avx512),
-    PF_TWINS2(SB_KQ_AVX512, "avx512", SB_TYPE_Q3_K, sb_kq_dot_q3_K_q8_K_avx512, sb_kq_dot2_q3_K_q8_K_avx512),
-    PF_TWINS2(SB_KQ_AVX512, "avx512", SB_TYPE_Q4_K, sb_kq_dot_q4_K_q8_K_avx512, sb_kq_dot2_q4_K_q8_K_avx512),
-    PF_TWINS2(SB_KQ_AVX512, "avx512", SB_TYPE_Q5_K, sb_kq_dot_q5_K_q8_K_avx512, sb_kq_dot2_q5_K_q8_K_avx512),
-    PF_TWINS2(SB_KQ_AVX512, "avx512", SB_TYPE_Q6_K, sb_kq_dot_q6_K_q8_K_avx512, sb_kq_dot2_q6_K_q8_K_avx512),
+    PF_TWINS_R(SB_KQ_AVX512, "avx512", SB_TYPE_Q2_K, sb_kq_dot_q2_K_q8_K_avx512, sb_kq_dot2_q2_K_q8_K_avx512,
+               sb_kq_dot4_q2_K_q8_K_avx512),
+    PF_TWINS_R(SB_KQ_AVX512, "avx512", SB_TYPE_Q3_K, sb_kq_dot_q3_K_q8_K_avx512, sb_kq_dot2_q3_K_q8_K_avx512,
+               sb_kq_dot4_q3_K_q8_K_avx512),
+    PF_TWINS_R(SB_KQ_AVX512, "avx512", SB_TYPE_Q4_K, sb_kq_dot_q4_K_q8_K_avx512, sb_kq_dot2_q4_K_q8_K_avx512,
+               sb_kq_dot4_q4_K_q8_K_avx512),
+    PF_TWINS_R(SB_KQ_AVX512, "avx512", SB_TYPE_Q5_K, sb_kq_dot_q5_K_q8_K_avx512, sb_kq_dot2_q5_K_q8_K_avx512,
+               sb_kq_dot4_q5_K_q8_K_avx512),
+    PF_TWINS_R(SB_KQ_AVX512, "avx512", SB_TYPE_Q6_K, sb_kq_dot_q6_K_q8_K_avx512, sb_kq_dot2_q6_K_q8_K_avx512,
+               sb_kq_dot4_q6_K_q8_K_avx512),
 };
 #define N_VARIANTS (sizeof variants / sizeof variants[0])
 
@@ -86,7 +91,7 @@ static sb_vec_dot_fn variants_default(const sb_kq_variant *v) {
  * gained less than 2). Two runs then go through vec_dot2, both rows block by
  * block: +12 % more bytes a second than the same two runs row after row
  * (Q5_K, both threads, docs/PERFORMANCE.md "Two rows a dot"). */
-static const sb_kq_split split_builtin = { .rows_per_task = 16, .tasks_per_thread = 24, .gemm_rows = 64, .streams = 2, .pairs = 1 };
+static const sb_kq_split split_builtin = { .rows_per_task = 16, .tasks_per_thread = 24, .gemm_rows = 64, .streams = 2, .dot_rows = 2 };
 
 void sb_kq_plan_default(int level, sb_kq_plan *plan) {
     memset(plan, 0, sizeof *plan);
@@ -106,8 +111,9 @@ void sb_kq_resolve(const sb_kq_plan *plan, sb_kq_kernels *out) {
          * does not run through it, is never applied */
         if (!v || v->level != plan->level || v->type != t || base[t].vec_dot != variants_default(v)) continue;
         out->row[t].vec_dot = v->vec_dot;
-        /* its two-row twin has its prefetch; vec_dot2 stays NULL where the level has none */
+        /* its multi-row twins have its prefetch; they stay NULL where the level has none */
         if (base[t].vec_dot2) out->row[t].vec_dot2 = v->vec_dot2;
+        if (base[t].vec_dot4) out->row[t].vec_dot4 = v->vec_dot4;
         out->tuned |= v->vec_dot != base[t].vec_dot;
     }
     if (memcmp(&plan->split, &split_builtin, sizeof split_builtin) != 0) out->tuned = 1;

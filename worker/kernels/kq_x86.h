@@ -45,14 +45,14 @@ static inline __attribute__((always_inline)) void kq_prefetch_ahead(const void *
     void name##_pf4k(int n, float *s, const void *x, const void *y) { body(n, s, x, y, 4096); }       \
     void name##_pf16k(int n, float *s, const void *x, const void *y) { body(n, s, x, y, 16384); }     \
     void name##_pf32k(int n, float *s, const void *x, const void *y) { body(n, s, x, y, 32768); }
-/* The same twins of a vec_dot2 body: body(n, s0, s1, x0, x1, y, ahead). */
-#define KQ_DOT2_ARGS int n, float *s0, float *s1, const void *x0, const void *x1, const void *y
-#define KQ_PF_VARIANTS2(body, name)                                                                      \
-    void name(KQ_DOT2_ARGS) { body(n, s0, s1, x0, x1, y, KQ_PREFETCH_AHEAD); }                             \
-    void name##_pf0(KQ_DOT2_ARGS) { body(n, s0, s1, x0, x1, y, 0); }                                       \
-    void name##_pf4k(KQ_DOT2_ARGS) { body(n, s0, s1, x0, x1, y, 4096); }                                   \
-    void name##_pf16k(KQ_DOT2_ARGS) { body(n, s0, s1, x0, x1, y, 16384); }                                 \
-    void name##_pf32k(KQ_DOT2_ARGS) { body(n, s0, s1, x0, x1, y, 32768); }
+/* The same twins of a multi-row body: body(n, s, s_step, x, x_step, y, ahead). */
+#define KQ_DOTR_ARGS int n, float *s, size_t s_step, const void *x, size_t x_step, const void *y
+#define KQ_PF_VARIANTS_R(body, name)                                                                     \
+    void name(KQ_DOTR_ARGS) { body(n, s, s_step, x, x_step, y, KQ_PREFETCH_AHEAD); }                       \
+    void name##_pf0(KQ_DOTR_ARGS) { body(n, s, s_step, x, x_step, y, 0); }                                 \
+    void name##_pf4k(KQ_DOTR_ARGS) { body(n, s, s_step, x, x_step, y, 4096); }                             \
+    void name##_pf16k(KQ_DOTR_ARGS) { body(n, s, s_step, x, x_step, y, 16384); }                           \
+    void name##_pf32k(KQ_DOTR_ARGS) { body(n, s, s_step, x, x_step, y, 32768); }
 
 /* fp16 -> fp32 with F16C (exact, like sb_fp16_to_fp32, but one instruction). */
 static inline float kq_f16(sb_fp16 h) { return _cvtsh_ss(h); }

@@ -75,11 +75,12 @@ typedef void (*sb_from_float_fn)(const float *src, void *dst, int64_t n);
 /* *s = dot(x, y) over n elements; x is a row of the weight type, y a row of
  * its vec_dot_type. */
 typedef void (*sb_vec_dot_fn)(int n, float *s, const void *x, const void *y);
-/* Two weight rows against one activation row: *s0 = dot(x0, y) and
- * *s1 = dot(x1, y), each the same level's vec_dot BIT FOR BIT. The rows are
- * read block by block side by side, which keeps more DRAM lines in flight
- * than reading them one after the other (matmul.c, sb_kq_split.pairs). */
-typedef void (*sb_vec_dot2_fn)(int n, float *s0, float *s1, const void *x0, const void *x1, const void *y);
+/* R weight rows against one activation row (R = 2 for vec_dot2, 4 for
+ * vec_dot4): s[k·s_step] = dot(x + k·x_step bytes, y) for k < R, each the
+ * same level's vec_dot BIT FOR BIT. The rows are read block by block side
+ * by side, which keeps more DRAM lines in flight than reading them one
+ * after the other (matmul.c, sb_kq_split.dot_rows). */
+typedef void (*sb_vec_dotr_fn)(int n, float *s, size_t s_step, const void *x, size_t x_step, const void *y);
 /* A tile of dots: s[c·ldc + r] = dot(x row r, y row c) for r < nr, c < nc,
  * where row r of x starts at x + r·bx bytes and row c of y at y + c·by.
  * nr weight rows against nc activation rows: each weight block is decoded
@@ -162,7 +163,8 @@ typedef struct {
     sb_gemv8_fn      gemv8;         /* 8 rows in the x8 layout; NULL: this level keeps the file layout */
     sb_vec_dotn_fn   vec_dotn;      /* this level's vec_dot for nt rows; NULL: call sb_kq_vec_dotn */
     sb_vec_dotn_il_fn vec_dotn_il;  /* the same on interleaved Q8_K (or Q8_0) activations; NULL: vec_dotn */
-    sb_vec_dot2_fn   vec_dot2;      /* this level's vec_dot for two rows at once; NULL: none */
+    sb_vec_dotr_fn   vec_dot2;      /* this level's vec_dot for two rows at once; NULL: none */
+    sb_vec_dotr_fn   vec_dot4;      /* the same for four rows; NULL: none */
 } sb_kq_traits;
 
 enum sb_kq_level { SB_KQ_REF = 0, SB_KQ_AVX2 = 1, SB_KQ_AVX512 = 2, SB_KQ_LEVELS };
@@ -189,7 +191,7 @@ typedef struct {
     int tasks_per_thread;   /* above this many tasks per thread, rows per task double */
     int gemm_rows;          /* tiled path: weight rows per task (a multiple of 16) */
     int streams;            /* one-token path: a task's rows are read as this many interleaved runs */
-    int pairs;              /* 1: runs go two by two through vec_dot2 where the type has one; 0: vec_dot per row */
+    int dot_rows;           /* one-token path: 1, 2 or 4 runs' rows per call (vec_dot, vec_dot2, vec_dot4) where the type has the kernel */
 } sb_kq_split;
 
 /* One registered candidate for a type's decode dot at a level. */
@@ -199,7 +201,8 @@ typedef struct {
     int           type;     /* weight type */
     int           prefetch; /* bytes ahead it prefetches (0: none) */
     sb_vec_dot_fn vec_dot;
-    sb_vec_dot2_fn vec_dot2;/* its two-row twin (same prefetch), where the level has vec_dot2 */
+    sb_vec_dotr_fn vec_dot2;/* its two- and four-row twins (same prefetch), where the level has them */
+    sb_vec_dotr_fn vec_dot4;
 } sb_kq_variant;
 
 /* The variants of `type` at `level` (the default first); their count. */
