@@ -4,7 +4,7 @@
 #     figures, built-in choices), to --out or to $XDG_CACHE_HOME/switchboard/;
 #  2. a profile with a non-default variant for every quant type this level
 #     has twins of, and a non-default split (one stream, one row a dot,
-#     where the built-in reads two runs through vec_dot2), is applied (one log line) and
+#     where the built-in reads four runs through vec_dot4), is applied (one log line) and
 #     every fixture's `switchboard logits --exact` output (forced tokens
 #     through the prompt path, then greedy decode steps; every float with all
 #     its digits) is byte-identical to the untuned run's (SB_TUNE_PROFILE=off),
@@ -36,7 +36,7 @@ assert m["peak_macs_per_core"].get(m["gemm_family"]) or m["gemm_family"] == "sca
 # the gemm family on both threads at once: more than none, at most two cores' worth (with slack)
 t = m["gemm_peak_macs_all_threads"]
 assert m["gemm_family"] == "scalar" or 0 < t < 2.5 * m["peak_macs_per_core"][m["gemm_family"]], m
-assert p["plan"]["split"] == {"rows_per_task": 16, "tasks_per_thread": 24, "gemm_rows": 64, "streams": 2, "dot_rows": 2}, p["plan"]
+assert p["plan"]["split"] == {"rows_per_task": 16, "tasks_per_thread": 24, "gemm_rows": 64, "streams": 4, "dot_rows": 4}, p["plan"]
 assert p["plan"]["dot"] == {}, p["plan"]
 EOF
     then ok "tune wrote $(basename "$prof") under XDG_CACHE_HOME"; else bad "tune's profile: $(cat "$tmp/tune.err")"; fi

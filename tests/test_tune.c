@@ -50,7 +50,7 @@ static char *profile_text(const sb_cpu_id *cpu, const sb_kq_plan *plan) {
 static void tuned_plan(sb_kq_plan *plan) {
     const int level = sb_kq_best_level();
     sb_kq_plan_default(level, plan);
-    plan->split = (sb_kq_split){ .rows_per_task = 4, .tasks_per_thread = 8, .gemm_rows = 128, .streams = 3, .dot_rows = 4 };
+    plan->split = (sb_kq_split){ .rows_per_task = 4, .tasks_per_thread = 8, .gemm_rows = 128, .streams = 3, .dot_rows = 1 };
     for (int t = 0; t < SB_TYPE_COUNT; t++) {
         const sb_kq_variant *v;
         if (sb_kq_variants(level, t, &v) > 1) plan->dot[t] = &v[1 + t % 4];
@@ -99,8 +99,8 @@ static void test_profile_without_streams(void **state) {
     tuned_plan(&plan);
     sb_kq_plan_default(plan.level, &builtin);
     assert_true(builtin.split.streams > 1);
-    assert_int_equal(builtin.split.dot_rows, 2);
-    static const char *const cut[] = { ",\"dot_rows\":4", ",\"streams\":3" };
+    assert_int_equal(builtin.split.dot_rows, 4);
+    static const char *const cut[] = { ",\"dot_rows\":1", ",\"streams\":3" };
     char *text = profile_text(&cpu, &plan), why[256] = "";
     for (int i = 0; i < 2; i++) {       /* without dot_rows, then without either */
         char *at = strstr(text, cut[i]);
@@ -180,9 +180,9 @@ static void test_bad_profiles(void **state) {
     refused_edit("\"gemm_rows\":128", "\"gemm_rows\":120", "multiple of 16");
     refused_edit("\"streams\":3", "\"streams\":0", "streams");
     refused_edit("\"streams\":3", "\"streams\":9", "streams");
-    refused_edit("\"dot_rows\":4", "\"dot_rows\":0", "dot_rows");
-    refused_edit("\"dot_rows\":4", "\"dot_rows\":3", "1, 2 or 4");
-    refused_edit("\"dot_rows\":4", "\"dot_rows\":8", "dot_rows");
+    refused_edit("\"dot_rows\":1", "\"dot_rows\":0", "dot_rows");
+    refused_edit("\"dot_rows\":1", "\"dot_rows\":3", "1, 2 or 4");
+    refused_edit("\"dot_rows\":1", "\"dot_rows\":8", "dot_rows");
     refused_edit("\"split\":{", "\"splat\":{", "plan.split");
     if (sb_kq_best_level() >= SB_KQ_AVX2) {
         refused_edit("-pf", "-pf7", "unknown variant");

@@ -55,7 +55,7 @@ typedef struct {
     tune_dot_result dots[SB_TYPE_COUNT];
     sb_kq_plan plan;
     char split_model[TUNE_PATH];
-    double split_tps[5][2];     /* streams, dot rows, rows, tasks, gemm: built-in and chosen, tokens/s */
+    double split_tps[4][2];     /* streams × dot rows, rows, tasks, gemm: built-in and chosen, tokens/s */
 } tune_run;
 
 static double left(const tune_run *r) { return r->budget - (sb_now_s() - r->t0); }
@@ -190,38 +190,47 @@ static void tune_dots(tune_run *r, const decoders *d, double seconds) {
 
 /* ---- the split ---------------------------------------------------------------- */
 
-/* Try each value of one split field in turn; keep one that beats the
- * current choice beyond the noise (tune_beats). res[0]: the built-in's
- * median speed, res[1]: the choice's. */
-static void tune_field(tune_run *r, const sb_model *m, int *field, const int *values, int n_values, int n_tok,
-                       double seconds, double res[2]) {
+/* Try each value of one split field (f1 NULL), or each pair of values of
+ * two fields that only pay together (values[2i], values[2i + 1]), in
+ * turn; keep one that beats the current choice beyond the noise
+ * (tune_beats). res[0]: the built-in's median speed, res[1]: the choice's. */
+static void tune_fields(tune_run *r, const sb_model *m, int *f0, int *f1, const int *values, int n_values, int n_tok,
+                        double seconds, double res[2]) {
     sb_kq_kernels k;
-    const int current = *field;
+    const int w = f1 ? 2 : 1, cur0 = *f0, cur1 = f1 ? *f1 : 0;
     sb_kq_resolve(&r->plan, &k);
     tune_samples best = { .n = 0 }, cand;
     eval_tps(m, &k, r->threads, n_tok, seconds / (n_values + 1), 3, &best);
     res[0] = tune_quantile(&best, 0.5);
-    int pick = current;
+    int pick = -1;
     for (int i = 0; i < n_values; i++) {
-        if (values[i] == current) continue;
-        *field = values[i];
+        if (values[w * i] == cur0 && (!f1 || values[w * i + 1] == cur1)) continue;
+        *f0 = values[w * i];
+        if (f1) *f1 = values[w * i + 1];
         sb_kq_resolve(&r->plan, &k);
         cand.n = 0;
         eval_tps(m, &k, r->threads, n_tok, seconds / (n_values + 1), 3, &cand);
-        if (tune_beats(&cand, &best)) best = cand, pick = values[i];
+        if (tune_beats(&cand, &best)) best = cand, pick = i;
     }
-    *field = pick;
+    *f0 = pick < 0 ? cur0 : values[w * pick];
+    if (f1) *f1 = pick < 0 ? cur1 : values[w * pick + 1];
     res[1] = tune_quantile(&best, 0.5);
 }
 
+static void tune_field(tune_run *r, const sb_model *m, int *field, const int *values, int n_values, int n_tok,
+                       double seconds, double res[2]) {
+    tune_fields(r, m, field, NULL, values, n_values, n_tok, seconds, res);
+}
+
 static void tune_split(tune_run *r, const sb_model *m, double seconds) {
-    static const int streams[] = { 1, 2, 4 }, dot_rows[] = { 1, 2, 4 }, rows[] = { 4, 8, 16, 32, 64 },
-                     tasks[] = { 8, 24, 64 }, gemm[] = { 32, 64, 128 };
-    tune_field(r, m, &r->plan.split.streams, streams, 3, 1, seconds * 0.2, r->split_tps[0]);
-    tune_field(r, m, &r->plan.split.dot_rows, dot_rows, 3, 1, seconds * 0.15, r->split_tps[1]);
-    tune_field(r, m, &r->plan.split.rows_per_task, rows, 5, 1, seconds * 0.3, r->split_tps[2]);
-    tune_field(r, m, &r->plan.split.tasks_per_thread, tasks, 3, 1, seconds * 0.15, r->split_tps[3]);
-    tune_field(r, m, &r->plan.split.gemm_rows, gemm, 3, 64, seconds * 0.2, r->split_tps[4]);
+    /* streams and rows per dot go together: four rows a dot need four runs */
+    static const int streams_dot_rows[] = { 1, 1, 2, 1, 2, 2, 4, 2, 4, 4 };
+    static const int rows[] = { 4, 8, 16, 32, 64 }, tasks[] = { 8, 24, 64 }, gemm[] = { 32, 64, 128 };
+    tune_fields(r, m, &r->plan.split.streams, &r->plan.split.dot_rows, streams_dot_rows, 5, 1, seconds * 0.35,
+                r->split_tps[0]);
+    tune_field(r, m, &r->plan.split.rows_per_task, rows, 5, 1, seconds * 0.3, r->split_tps[1]);
+    tune_field(r, m, &r->plan.split.tasks_per_thread, tasks, 3, 1, seconds * 0.15, r->split_tps[2]);
+    tune_field(r, m, &r->plan.split.gemm_rows, gemm, 3, 64, seconds * 0.2, r->split_tps[3]);
 }
 
 /* ---- the profile ------------------------------------------------------------ */
@@ -330,12 +339,11 @@ static void print_report(const tune_run *r, const sb_cpu_id *cpu) {
         printf("\n");
     }
     if (r->split_model[0])
-        printf("split on %s: streams %d (%.1f -> %.1f t/s), dot rows %d (%.1f -> %.1f), rows/task %d (%.1f -> %.1f), "
+        printf("split on %s: streams %d, dot rows %d (%.1f -> %.1f t/s), rows/task %d (%.1f -> %.1f), "
                "tasks/thread %d (%.1f -> %.1f), gemm rows %d (pp64 %.1f -> %.1f t/s)\n",
-               r->split_model, r->plan.split.streams, r->split_tps[0][0], r->split_tps[0][1], r->plan.split.dot_rows,
-               r->split_tps[1][0], r->split_tps[1][1], r->plan.split.rows_per_task, r->split_tps[2][0],
-               r->split_tps[2][1], r->plan.split.tasks_per_thread, r->split_tps[3][0], r->split_tps[3][1],
-               r->plan.split.gemm_rows, r->split_tps[4][0], r->split_tps[4][1]);
+               r->split_model, r->plan.split.streams, r->plan.split.dot_rows, r->split_tps[0][0], r->split_tps[0][1],
+               r->plan.split.rows_per_task, r->split_tps[1][0], r->split_tps[1][1], r->plan.split.tasks_per_thread,
+               r->split_tps[2][0], r->split_tps[2][1], r->plan.split.gemm_rows, r->split_tps[3][0], r->split_tps[3][1]);
 }
 
 int sb_cmd_tune(int argc, char **argv) {

@@ -54,7 +54,10 @@ KQ_INLINE void kq512_prefetch(const void *block, size_t bytes, size_t ahead) {
  * where they are inlined, and KQ_ROWS unrolls their per-row loops so that
  * each row's accumulators stay in registers. KQ_ROWS_BODIES(body) makes
  * body_1 (one row: the vec_dot's shape), body_r2 and body_r4 (vec_dot2's
- * and vec_dot4's: rows x_step bytes apart, results s_step floats apart). */
+ * and vec_dot4's: rows x_step bytes apart, results s_step floats apart).
+ * Four rows prefetch half the distance ahead each, so that their streams
+ * together ask for as many bytes ahead as two rows' do: at the twins' full
+ * distance four rows decoded the 8B 11 % slower (docs/PERFORMANCE.md). */
 #define KQ_ROWS_MAX 4
 #define KQ_ROWS _Pragma("GCC unroll 4")
 #define KQ_ROWS_R(body, R)                                                                                  \
@@ -65,7 +68,7 @@ KQ_INLINE void kq512_prefetch(const void *block, size_t bytes, size_t ahead) {
             ss[k] = s + (size_t)k * s_step;                                                                 \
             xs[k] = (const uint8_t *)x + (size_t)k * x_step;                                                \
         }                                                                                                   \
-        body(n, R, ss, xs, y, pf);                                                                          \
+        body(n, R, ss, xs, y, R > 2 ? pf * 2 / R : pf);                                                     \
     }
 #define KQ_ROWS_BODIES(body)                                                                               \
     KQ_INLINE void body##_1(int n, float *s, const void *x, const void *y, size_t pf) {                    \
