@@ -57,7 +57,7 @@ KQ_INLINE void kq512_prefetch(const void *block, size_t bytes, size_t ahead) {
  * and vec_dot4's: rows x_step bytes apart, results s_step floats apart).
  * Four rows prefetch half the distance ahead each, so that their streams
  * together ask for as many bytes ahead as two rows' do: at the twins' full
- * distance four rows decoded the 8B 11 % slower (docs/PERFORMANCE.md). */
+ * distance four rows decoded the 8B 10 % slower (docs/PERFORMANCE.md). */
 #define KQ_ROWS_MAX 4
 #define KQ_ROWS _Pragma("GCC unroll 4")
 #define KQ_ROWS_R(body, R)                                                                                  \

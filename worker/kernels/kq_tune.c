@@ -89,7 +89,7 @@ static sb_vec_dot_fn variants_default(const sb_kq_variant *v) {
  * stream, and more streams read side by side keep more of them in flight.
  * On the AVX-512 Xeon (docs/PERFORMANCE.md, "Rows side by side in one
  * dot") this decoded the 8B, Phi-3 and TinyLlama shapes 8, 9 and 3 %
- * faster than two runs through vec_dot2, which were 17, 9 and 4 % faster
+ * faster than two runs through vec_dot2, which were 18, 8 and 6 % faster
  * than two runs row after row. */
 static const sb_kq_split split_builtin = { .rows_per_task = 16, .tasks_per_thread = 24, .gemm_rows = 64, .streams = 4, .dot_rows = 4 };
 
