@@ -26,7 +26,7 @@
  *     activation row; Q2_K…Q6_K at AVX-512, none elsewhere) give each row its level's
  *     vec_dot BIT FOR BIT, for quantized, random-byte and extreme rows mixed and every
  *     length above, write only their strided outputs, and so do those of every prefetch
- *     twin; resolving a plan swaps in the twin's multi-row dots with its vec_dot.
+ *     twin; resolving a plan swaps in the twin's multi-row dots with its vec_dot (test 5).
  */
 #include <math.h>
 #include <setjmp.h>
@@ -301,6 +301,8 @@ static void test_dotn_variants(void **state) {
                 plan.dot[type] = &v[i];
                 sb_kq_resolve(&plan, &k);
                 assert_true(k.row[type].vec_dot == v[i].vec_dot);
+                /* and its own multi-row twins (none where the level has none) */
+                assert_true(k.row[type].vec_dot2 == v[i].vec_dot2 && k.row[type].vec_dot4 == v[i].vec_dot4);
                 assert_true(k.row[type].vec_dotn == sb_kq_table(level)[type].vec_dotn);
                 assert_int_equal(k.tuned, i > 0);
                 assert_true(sb_kq_variant_find(level, type, v[i].name) == &v[i]);
@@ -387,15 +389,6 @@ static void test_dotr(void **state) {
                     free(x);
                 }
                 free(y), free(ey);
-            }
-            /* a plan's twin brings its own multi-row dots */
-            for (int i = 0; i < nv; i++) {
-                sb_kq_plan plan;
-                sb_kq_kernels k;
-                sb_kq_plan_default(level, &plan);
-                plan.dot[type] = &v[i];
-                sb_kq_resolve(&plan, &k);
-                assert_true(k.row[type].vec_dot2 == v[i].vec_dot2 && k.row[type].vec_dot4 == v[i].vec_dot4);
             }
         }
     if (sb_kq_best_level() >= SB_KQ_AVX512) assert_int_equal(types, 5);
