@@ -44,7 +44,7 @@
 #define WIN_BYTES (24ul << 20)    /* per thread and window */
 #define PF_AHEAD 8192
 
-enum { R_LOADS, R_LOADS_PF, R_DOT, R_DOT2, R_PAIR, R_GEMV8, R_COUNT };
+enum { R_LOADS, R_LOADS_PF, R_DOT, R_2RUNS, R_DOT2, R_GEMV8, R_COUNT };
 static const char *const reader_name[R_COUNT] = { "loads", "loads+pf", "vec_dot", "2streams", "dot2", "gemv8" };
 
 typedef struct {
@@ -85,12 +85,12 @@ static void run_slice(slice *s) {
         for (size_t r = 0; s->t->gemv8 && r + 8 <= s->rows; r += 8) s->t->gemv8(N, &s->out[r], s->w8 + r * s->rs, s->y);
         s->sum = s->out[0];
         break;
-    case R_PAIR:                /* levels without a vec_dot2 of the type: not measured */
+    case R_DOT2:                /* levels without a vec_dot2 of the type: not measured */
         for (size_t r = 0, h = s->rows / 2; s->t->vec_dot2 && r < h; r++)
             s->t->vec_dot2(N, &s->out[r], h, s->w + r * s->rs, h * s->rs, s->y);
         s->sum = s->out[s->rows - 1];
         break;
-    case R_DOT2:
+    case R_2RUNS:
         for (size_t r = 0, h = s->rows / 2; r < h; r++) {
             s->t->vec_dot(N, &s->out[r], s->w + r * s->rs, s->y);
             s->t->vec_dot(N, &s->out[h + r], s->w + (h + r) * s->rs, s->y);
@@ -192,13 +192,13 @@ int main(int argc, char **argv) {
             double med[R_COUNT];
             measure(t, buf, x8, rs, y, threads, rounds, med);
             printf("%-6s %7d %9.2f %9.2f %9.2f %9.2f", t->name, threads, med[R_LOADS], med[R_LOADS_PF], med[R_DOT],
-                   med[R_DOT2]);
-            if (t->vec_dot2) printf(" %9.2f", med[R_PAIR]);
+                   med[R_2RUNS]);
+            if (t->vec_dot2) printf(" %9.2f", med[R_DOT2]);
             else printf(" %9s", "-");
             if (t->gemv8) printf(" %9.2f", med[R_GEMV8]);
             else printf(" %9s", "-");
-            printf(" %8.0f%% %8.0f%%", 100 * med[R_DOT] / med[R_LOADS], 100 * med[R_DOT2] / med[R_LOADS]);
-            if (t->vec_dot2) printf(" %8.0f%%", 100 * med[R_PAIR] / med[R_LOADS]);
+            printf(" %8.0f%% %8.0f%%", 100 * med[R_DOT] / med[R_LOADS], 100 * med[R_2RUNS] / med[R_LOADS]);
+            if (t->vec_dot2) printf(" %8.0f%%", 100 * med[R_DOT2] / med[R_LOADS]);
             else printf(" %9s", "-");
             if (t->gemv8) printf(" %8.0f%%\n", 100 * med[R_GEMV8] / med[R_LOADS]);
             else printf(" %9s\n", "-");

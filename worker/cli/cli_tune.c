@@ -33,7 +33,7 @@ static void tune_usage(FILE *f) {
             "then time, through whole decode steps and a 64-token prompt of the largest\n"
             "model given, the kernel variants of each quant type it uses (the decode\n"
             "dot's prefetch distance) and the engine's work split (interleaved row runs per\n"
-            "task, rows per task, tasks per thread, gemm row blocks).\n"
+            "task and rows per dot call, rows per task, tasks per thread, gemm row blocks).\n"
             "Every variant gives the same numbers bit for bit; only speed changes.\n\n"
             "  -t T              threads (default: the CPUs online)\n"
             "  --models P...     GGUF files, or directories of them, to tune on (default: none:\n"

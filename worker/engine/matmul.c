@@ -3,8 +3,10 @@
  * The f32 input is converted once to the weight type's vec_dot_type (Q8_K,
  * Q8_0, F16…), as llama.cpp does, and cached for the other matrices that
  * read the same input. Then:
- *   - one token (decode): tasks are blocks of rows, each row one vec_dot;
- *     numerics are exactly those of the 1×1 kernels; a few tokens that
+ *   - one token (decode): tasks are blocks of rows, read as interleaved
+ *     runs whose rows go two or four to a call (vec_dot2, vec_dot4) where
+ *     the type has them, else one vec_dot each; numerics are exactly those
+ *     of the 1×1 kernels either way; a few tokens that
  *     must keep those numerics (decode_kernels: a batch of sequences, an
  *     exact verify) take each row through vec_dotn for up to 16 at once;
  *   - several tokens (prompt): tasks are blocks of rows × blocks of tokens

@@ -56,8 +56,8 @@ KQ_INLINE void kq512_prefetch(const void *block, size_t bytes, size_t ahead) {
  * body_1 (one row: the vec_dot's shape), body_r2 and body_r4 (vec_dot2's
  * and vec_dot4's: rows x_step bytes apart, results s_step floats apart).
  * Four rows prefetch half the distance ahead each, so that their streams
- * together ask for as many bytes ahead as two rows' do: at the twins' full
- * distance four rows decoded the 8B 10 % slower (docs/PERFORMANCE.md). */
+ * together ask for as many bytes ahead as two rows' do: at 8 KiB a row four
+ * rows decoded the 8B 10 % slower than at 4 KiB (docs/PERFORMANCE.md). */
 #define KQ_ROWS_MAX 4
 #define KQ_ROWS _Pragma("GCC unroll 4")
 #define KQ_ROWS_R(body, R)                                                                                  \

@@ -28,7 +28,8 @@
     { lvl_name "-pf4k", lvl, T, 4096, fn##_pf4k, NULL, NULL },            \
     { lvl_name "-pf16k", lvl, T, 16384, fn##_pf16k, NULL, NULL },         \
     { lvl_name "-pf32k", lvl, T, 32768, fn##_pf32k, NULL, NULL }
-/* The same with each twin's vec_dot2 and vec_dot4 (same prefetch) beside it. */
+/* The same with each twin's vec_dot2 and vec_dot4 beside it (built from the
+ * same distance; vec_dot4 prefetches half of it per row). */
 #define PF_TWINS_R(lvl, lvl_name, T, fn, fn2, fn4)                                 \
     { lvl_name, lvl, T, KQ_PREFETCH_AHEAD, fn, fn2, fn4 },                         \
     { lvl_name "-pf0", lvl, T, 0, fn##_pf0, fn2##_pf0, fn4##_pf0 },                \

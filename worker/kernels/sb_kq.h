@@ -201,7 +201,8 @@ typedef struct {
     int           type;     /* weight type */
     int           prefetch; /* bytes ahead it prefetches (0: none) */
     sb_vec_dot_fn vec_dot;
-    sb_vec_dotr_fn vec_dot2;/* its two- and four-row twins (same prefetch), where the level has them */
+    sb_vec_dotr_fn vec_dot2;/* its two- and four-row twins, where the level has them (vec_dot2 prefetches */
+                            /* as far ahead per row, vec_dot4 half as far: kq_kquants_avx512.c) */
     sb_vec_dotr_fn vec_dot4;
 } sb_kq_variant;
 
