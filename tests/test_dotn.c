@@ -27,6 +27,9 @@
  *     vec_dot BIT FOR BIT, for quantized, random-byte and extreme rows mixed and every
  *     length above, write only their strided outputs, and so do those of every prefetch
  *     twin; resolving a plan swaps in the twin's multi-row dots with its vec_dot (test 5).
+ *  7. the kernels a level runs only on CPUs with one more feature (the Q2_K dots through
+ *     VBMI's vpermb) are the level's plain ones bit for bit, every entry point and prefetch
+ *     twin, on the rows and lengths above, and the level's table runs them on such a CPU.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -40,6 +43,7 @@
 
 #include "common/sb_common.h"
 #include "tests/kq_testlib.h"
+#include "worker/kernels/kq_internal.h"
 #include "worker/kernels/sb_kq.h"
 
 #define S_STRIDE 3                  /* output floats apart: the gaps are checked */
@@ -395,6 +399,58 @@ static void test_dotr(void **state) {
     else print_message("    (no AVX-512 on this CPU: no multi-row dot to check)\n");
 }
 
+/* The VBMI Q2_K dots against the plain AVX-512 ones, entry point by entry
+ * point (each name of the list is a prefetch twin). */
+static void test_cpu_twins(void **state) {
+    (void)state;
+    if (sb_kq_best_level() < SB_KQ_AVX512 || !__builtin_cpu_supports("avx512vbmi")) {
+        print_message("    (no AVX-512 VBMI on this CPU: nothing to compare)\n");
+        skip();
+    }
+    rng_seed(17);
+    const sb_kq_traits *t = &sb_kq_table(SB_KQ_AVX512)[SB_TYPE_Q2_K];
+    /* the table runs them, with the level's vec_dotn beside */
+    assert_true(t->vec_dot == sb_kq_dot_q2_K_q8_K_avx512vbmi && t->vec_dot2 == sb_kq_dot2_q2_K_q8_K_avx512vbmi &&
+                t->vec_dot4 == sb_kq_dot4_q2_K_q8_K_avx512vbmi && t->vec_dotn == sb_kq_dotn_q2_K_q8_K_avx512);
+    static const sb_vec_dot_fn one[] = { sb_kq_dot_q2_K_q8_K_avx512vbmi, sb_kq_dot_q2_K_q8_K_avx512vbmi_pf0,
+                                         sb_kq_dot_q2_K_q8_K_avx512vbmi_pf4k, sb_kq_dot_q2_K_q8_K_avx512vbmi_pf16k,
+                                         sb_kq_dot_q2_K_q8_K_avx512vbmi_pf32k };
+    static const sb_vec_dotr_fn two[] = { sb_kq_dot2_q2_K_q8_K_avx512vbmi, sb_kq_dot2_q2_K_q8_K_avx512vbmi_pf0,
+                                          sb_kq_dot2_q2_K_q8_K_avx512vbmi_pf4k, sb_kq_dot2_q2_K_q8_K_avx512vbmi_pf16k,
+                                          sb_kq_dot2_q2_K_q8_K_avx512vbmi_pf32k };
+    static const sb_vec_dotr_fn four[] = { sb_kq_dot4_q2_K_q8_K_avx512vbmi, sb_kq_dot4_q2_K_q8_K_avx512vbmi_pf0,
+                                           sb_kq_dot4_q2_K_q8_K_avx512vbmi_pf4k, sb_kq_dot4_q2_K_q8_K_avx512vbmi_pf16k,
+                                           sb_kq_dot4_q2_K_q8_K_avx512vbmi_pf32k };
+    static const char *const kinds[] = { "qqqq", "rqeq", "qrqr", "eeee", "qeqr" };
+    const int yt = SB_TYPE_Q8_K;
+    int lens[4];
+    const int nl = lengths_for(SB_TYPE_Q2_K, lens);
+    for (int li = 0; li < nl; li++) {
+        const int n = lens[li];
+        uint8_t *y = make_acts(yt, 1, n, sb_kq_row_size(ref_row(yt), n), 0);
+        uint8_t *ey = make_acts(yt, 1, n, sb_kq_row_size(ref_row(yt), n), 1);
+        for (size_t kd = 0; kd < sizeof kinds / sizeof kinds[0]; kd++) {
+            size_t x_step;
+            uint8_t *x = mixed_rows(SB_TYPE_Q2_K, n, kinds[kd], &x_step);
+            const uint8_t *yk = kd == 3 ? ey : y;
+            for (int i = 0; i < 5; i++) {
+                for (int k = 0; k < 4; k++) {
+                    float got, want;
+                    one[i](n, &got, x + (size_t)k * x_step, yk);
+                    sb_kq_dot_q2_K_q8_K_avx512(n, &want, x + (size_t)k * x_step, yk);
+                    if (memcmp(&got, &want, sizeof got))
+                        fail_msg("Q2_K VBMI vec_dot %d (%s), n %d, row %d: %.9g, AVX-512 %.9g", i, kinds[kd], n, k,
+                                 (double)got, (double)want);
+                }
+                check_dotr(two[i], 2, sb_kq_dot_q2_K_q8_K_avx512, "Q2_K VBMI", n, x, x_step, yk, kinds[kd]);
+                check_dotr(four[i], 4, sb_kq_dot_q2_K_q8_K_avx512, "Q2_K VBMI", n, x, x_step, yk, kinds[kd]);
+            }
+            free(x);
+        }
+        free(y), free(ey);
+    }
+}
+
 /* A variant is applied only in its own level's table and type's row. */
 static void test_dotn_variant_foreign(void **state) {
     (void)state;
@@ -422,6 +478,7 @@ int main(void) {
         cmocka_unit_test(test_dotn_extremes),
         cmocka_unit_test(test_dotn_il),
         cmocka_unit_test(test_dotr),
+        cmocka_unit_test(test_cpu_twins),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -283,6 +283,12 @@ KQ_DECLARE_DOTR(sb_kq_dot2_q5_K_q8_K_avx512)
 KQ_DECLARE_DOTR(sb_kq_dot4_q5_K_q8_K_avx512)
 KQ_DECLARE_DOTR(sb_kq_dot2_q6_K_q8_K_avx512)
 KQ_DECLARE_DOTR(sb_kq_dot4_q6_K_q8_K_avx512)
+/* kq_q2k_avx512vbmi.c: the AVX-512 Q2_K dots bit for bit, through vpermb
+ * (CPUs with AVX512_VBMI; kq_table.c picks them by CPUID). */
+void sb_kq_dot_q2_K_q8_K_avx512vbmi(int n, float *s, const void *x, const void *y);
+KQ_DECLARE_PF(sb_kq_dot_q2_K_q8_K_avx512vbmi)
+KQ_DECLARE_DOTR(sb_kq_dot2_q2_K_q8_K_avx512vbmi)
+KQ_DECLARE_DOTR(sb_kq_dot4_q2_K_q8_K_avx512vbmi)
 
 /* ---- AVX2 level (kq_avx2.c, kq_kquants_avx2.c) ---------------------------- */
 #define KQ_DOTN_ARGS int n, int nt, float *s, size_t s_stride, const void *x, const void *y, size_t y_stride

@@ -20,64 +20,7 @@
 #include <stddef.h>
 #include <string.h>
 
-#include "worker/kernels/kq_x86.h"
-
-/* A vector of int16 lanes holding scale base + lane/group of sc16 (the 16
- * int16 scales in a 256-bit register): group 8 gives one scale per 128-bit
- * lane (16-element sub-blocks), group 16 one per 256-bit half (32-element
- * sub-blocks). vpermw does the broadcast. */
-static inline __m512i spread_scales(__m512i sc16, int base, int shift) {
-    static const int16_t iota[32] = { 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
-                                      16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31 };
-    const __m512i idx = _mm512_add_epi16(_mm512_set1_epi16((short)base),
-                                         _mm512_srli_epi16(_mm512_loadu_si512(iota), (unsigned)shift));
-    return _mm512_permutexvar_epi16(idx, sc16);
-}
-
-/* Two 256-bit halves into one register. */
-static inline __m512i join(__m256i lo, __m256i hi) {
-    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-}
-
-/* Decode streams the weights from DRAM: the AVX2 dots' prefetch of the
- * bytes KQ_PREFETCH_AHEAD ahead (kq_x86.h). KQ_AVX512_PREFETCH=0 builds
- * without it, for the A/B of docs/PERFORMANCE.md ("AVX-512 decode"). */
-#ifndef KQ_AVX512_PREFETCH
-#define KQ_AVX512_PREFETCH 1
-#endif
-#define KQ_INLINE static inline __attribute__((always_inline))
-KQ_INLINE void kq512_prefetch(const void *block, size_t bytes, size_t ahead) {
-    if (KQ_AVX512_PREFETCH) kq_prefetch_at(block, ahead, bytes);
-}
-
-/* The k-quant dots below take nr ≤ KQ_ROWS_MAX rows; nr is a constant
- * where they are inlined, and KQ_ROWS unrolls their per-row loops so that
- * each row's accumulators stay in registers. KQ_ROWS_BODIES(body) makes
- * body_1 (one row: the vec_dot's shape), body_r2 and body_r4 (vec_dot2's
- * and vec_dot4's: rows x_step bytes apart, results s_step floats apart).
- * Four rows prefetch half the distance ahead each, so that their streams
- * together ask for as many bytes ahead as two rows' do: at 8 KiB a row four
- * rows decoded the 8B 10 % slower than at 4 KiB (docs/PERFORMANCE.md). */
-#define KQ_ROWS_MAX 4
-#define KQ_ROWS _Pragma("GCC unroll 4")
-#define KQ_ROWS_R(body, R)                                                                                  \
-    KQ_INLINE void body##_r##R(int n, float *s, size_t s_step, const void *x, size_t x_step, const void *y, size_t pf) { \
-        float *ss[R];                                                                                       \
-        const void *xs[R];                                                                                  \
-        KQ_ROWS for (int k = 0; k < R; k++) {                                                               \
-            ss[k] = s + (size_t)k * s_step;                                                                 \
-            xs[k] = (const uint8_t *)x + (size_t)k * x_step;                                                \
-        }                                                                                                   \
-        body(n, R, ss, xs, y, R > 2 ? pf * 2 / R : pf);                                                     \
-    }
-#define KQ_ROWS_BODIES(body)                                                                               \
-    KQ_INLINE void body##_1(int n, float *s, const void *x, const void *y, size_t pf) {                    \
-        float *const ss[1] = { s };                                                                        \
-        const void *const xs[1] = { x };                                                                   \
-        body(n, 1, ss, xs, y, pf);                                                                         \
-    }                                                                                                      \
-    KQ_ROWS_R(body, 2)                                                                                     \
-    KQ_ROWS_R(body, 4)
+#include "worker/kernels/kq_kstep_avx512.h"
 
 static inline __m512i load_q8_64(const int8_t *p) { return _mm512_loadu_si512(p); }
 
@@ -95,25 +38,7 @@ static inline __m512i step(__m512i acc, __m512i q, const int8_t *q8, __m512i sca
  * per block; a decode of one token streams weights from DRAM, and a batch
  * of tokens goes through those kernels. (The step: kq_ref_step, kq_x86.h.) */
 
-/* 32 bytes in both halves of a register (a broadcast load: no shuffle). */
-static inline __m512i load_32_twice(const uint8_t *p) { return _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)p)); }
-
-/* Per-16-bit-lane counts: lo in the low 256 bits, hi in the high ones, so
- * one vpsrlvw of [bytes, bytes] gives two 2-bit planes (Q2_K/Q3_K) without
- * shifting two halves apart and joining them (a port-5 insert each). */
-static inline __m512i halves_epi16(short lo, short hi) {
-    return _mm512_inserti64x4(_mm512_set1_epi16(lo), _mm256_set1_epi16(hi), 1);
-}
-
-/* Q2_K/Q3_K: planes p and p+1 of 32 quant bytes broadcast to both halves,
- * as 0..3 per byte; sh = halves_epi16(2p, 2p + 2). */
-static inline __m512i planes2(__m512i bits2, __m512i sh, __m512i m3) {
-    return _mm512_and_si512(_mm512_srlv_epi16(bits2, sh), m3);
-}
-
 /* ==== Q2_K ================================================================== */
-
-_Static_assert(offsetof(sb_block_q2_K, dmin) == offsetof(sb_block_q2_K, d) + sizeof(sb_fp16), "Q2_K d, dmin adjacent");
 
 /* One Q2_K super-block's integer sum against Q8_K (16 lanes), and the
  * products of its mins with the bsums (8 lanes). */
@@ -138,30 +63,7 @@ KQ_INLINE __m512i q2k_block(const sb_block_q2_K *x, const sb_block_q8_K *y, __m2
     return sumi;
 }
 
-KQ_INLINE void dot_q2_K(int n, int nr, float *const *s, const void *const *vx, const void *vy, size_t pf) {
-    const sb_block_q8_K *y = vy;
-    const sb_block_q2_K *x[KQ_ROWS_MAX];
-    __m512 acc[KQ_ROWS_MAX];
-    __m256 acc_min[KQ_ROWS_MAX];
-    KQ_ROWS for (int r = 0; r < nr; r++) {
-        x[r] = vx[r];
-        acc[r] = _mm512_setzero_ps();
-        acc_min[r] = _mm256_setzero_ps();
-    }
-    for (int i = 0; i < n / SB_QK_K; i++)
-        KQ_ROWS for (int r = 0; r < nr; r++) {
-            __m256i mins;
-            const __m512i sumi = q2k_block(&x[r][i], &y[i], &mins, pf);
-            /* d and dmin side by side: one conversion and one multiply by dy
-             * for both (the same products as two scalar ones) */
-            int32_t dm;
-            memcpy(&dm, &x[r][i].d, sizeof dm);
-            const __m128 ddy = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(dm)), _mm_set1_ps(y[i].d));
-            acc[r] = _mm512_fmadd_ps(_mm512_broadcastss_ps(ddy), _mm512_cvtepi32_ps(sumi), acc[r]);
-            acc_min[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(ddy)), _mm256_cvtepi32_ps(mins), acc_min[r]);
-        }
-    KQ_ROWS for (int r = 0; r < nr; r++) *s[r] = _mm512_reduce_add_ps(acc[r]) - kq_hsum_f32x8(acc_min[r]);
-}
+KQ_DOT_Q2_K(dot_q2_K, q2k_block)
 KQ_ROWS_BODIES(dot_q2_K)
 KQ_PF_VARIANTS(dot_q2_K_1, sb_kq_dot_q2_K_q8_K_avx512)
 KQ_PF_VARIANTS_R(dot_q2_K_r2, sb_kq_dot2_q2_K_q8_K_avx512)

@@ -1,13 +1,18 @@
 /* kq_kstep_avx512.h - private to the AVX-512 matrix kernels (kq_avx512.c,
  * kq_gemm_avx512.c, kq_kgemm_avx512.c, kq_kpack_avx512.c, kq_dotn_avx512.c,
- * kq_dotn_il_avx512.c): the weight types they share, the decode of one
- * 64-quant step of a k-quant super-block and the spread of its sub-block
- * scales, the decode of two Q4_0/Q5_0/Q8_0 blocks, the 16×16 dword
- * transpose both panel packers use, and the lane helpers of the
- * one-token-per-lane kernels, so every kernel unpacks bits with one piece
- * of code. Include only from files compiled with the AVX-512 flags. */
+ * kq_dotn_il_avx512.c, kq_kquants_avx512.c, kq_q2k_avx512vbmi.c): the
+ * weight types they share, the decode of one 64-quant step of a k-quant
+ * super-block and the spread of its sub-block scales, the decode dots'
+ * prefetch and rows, the Q2_K dot around its block, the decode of two
+ * Q4_0/Q5_0/Q8_0 blocks, the 16×16 dword transpose both panel packers use,
+ * and the lane helpers of the one-token-per-lane kernels, so every kernel
+ * unpacks bits with one piece of code. Include only from files compiled
+ * with the AVX-512 flags. */
 #ifndef SB_KQ_KSTEP_AVX512_H
 #define SB_KQ_KSTEP_AVX512_H
+
+#include <stddef.h>
+#include <string.h>
 
 #include "worker/kernels/kq_x86.h"
 
@@ -42,7 +47,10 @@ static inline void transpose16(const __m512i r[16], __m512i o[16]) {
 
 KQ_INLINE __m512i join(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
 
-/* int16 lanes: scale base + lane >> shift of sc16 (see kq_kquants_avx512.c). */
+/* A vector of int16 lanes holding scale base + lane >> shift of sc16 (the
+ * 16 int16 scales in a 256-bit register): shift 3 gives one scale per
+ * 128-bit lane (16-element sub-blocks), 4 one per 256-bit half (32-element
+ * sub-blocks). vpermw does the broadcast. */
 KQ_INLINE __m512i spread_scales(__m512i sc16, int base, int shift) {
     const __m512i iota = _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16,
                                           15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
@@ -93,6 +101,98 @@ KQ_INLINE __m512i kq_kstep_decode(int wt, const uint8_t *blk, int j) {
     }
     }
 }
+
+/* ---- the decode dots' prefetch and rows (kq_kquants_avx512.c) ------------- */
+
+/* Decode streams the weights from DRAM: the AVX2 dots' prefetch of the
+ * bytes KQ_PREFETCH_AHEAD ahead (kq_x86.h). KQ_AVX512_PREFETCH=0 builds
+ * without it, for the A/B of docs/PERFORMANCE.md ("AVX-512 decode"). */
+#ifndef KQ_AVX512_PREFETCH
+#define KQ_AVX512_PREFETCH 1
+#endif
+KQ_INLINE void kq512_prefetch(const void *block, size_t bytes, size_t ahead) {
+    if (KQ_AVX512_PREFETCH) kq_prefetch_at(block, ahead, bytes);
+}
+
+/* The k-quant dots below take nr ≤ KQ_ROWS_MAX rows; nr is a constant
+ * where they are inlined, and KQ_ROWS unrolls their per-row loops so that
+ * each row's accumulators stay in registers. KQ_ROWS_BODIES(body) makes
+ * body_1 (one row: the vec_dot's shape), body_r2 and body_r4 (vec_dot2's
+ * and vec_dot4's: rows x_step bytes apart, results s_step floats apart).
+ * Four rows prefetch half the distance ahead each, so that their streams
+ * together ask for as many bytes ahead as two rows' do: at 8 KiB a row four
+ * rows decoded the 8B 10 % slower than at 4 KiB (docs/PERFORMANCE.md). */
+#define KQ_ROWS_MAX 4
+#define KQ_ROWS _Pragma("GCC unroll 4")
+#define KQ_ROWS_R(body, R)                                                                                  \
+    KQ_INLINE void body##_r##R(int n, float *s, size_t s_step, const void *x, size_t x_step, const void *y, size_t pf) { \
+        float *ss[R];                                                                                       \
+        const void *xs[R];                                                                                  \
+        KQ_ROWS for (int k = 0; k < R; k++) {                                                               \
+            ss[k] = s + (size_t)k * s_step;                                                                 \
+            xs[k] = (const uint8_t *)x + (size_t)k * x_step;                                                \
+        }                                                                                                   \
+        body(n, R, ss, xs, y, R > 2 ? pf * 2 / R : pf);                                                     \
+    }
+#define KQ_ROWS_BODIES(body)                                                                               \
+    KQ_INLINE void body##_1(int n, float *s, const void *x, const void *y, size_t pf) {                    \
+        float *const ss[1] = { s };                                                                        \
+        const void *const xs[1] = { x };                                                                   \
+        body(n, 1, ss, xs, y, pf);                                                                         \
+    }                                                                                                      \
+    KQ_ROWS_R(body, 2)                                                                                     \
+    KQ_ROWS_R(body, 4)
+
+/* ---- Q2_K / Q3_K bit planes, and the Q2_K dot around its block ------------- */
+
+/* 32 bytes in both halves of a register (a broadcast load: no shuffle). */
+static inline __m512i load_32_twice(const uint8_t *p) { return _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)p)); }
+
+/* Per-16-bit-lane counts: lo in the low 256 bits, hi in the high ones, so
+ * one vpsrlvw of [bytes, bytes] gives two 2-bit planes (Q2_K/Q3_K) without
+ * shifting two halves apart and joining them (a port-5 insert each). */
+static inline __m512i halves_epi16(short lo, short hi) {
+    return _mm512_inserti64x4(_mm512_set1_epi16(lo), _mm256_set1_epi16(hi), 1);
+}
+
+/* Q2_K/Q3_K: planes p and p+1 of 32 quant bytes broadcast to both halves,
+ * as 0..3 per byte; sh = halves_epi16(2p, 2p + 2). */
+static inline __m512i planes2(__m512i bits2, __m512i sh, __m512i m3) {
+    return _mm512_and_si512(_mm512_srlv_epi16(bits2, sh), m3);
+}
+
+_Static_assert(offsetof(sb_block_q2_K, dmin) == offsetof(sb_block_q2_K, d) + sizeof(sb_fp16), "Q2_K d, dmin adjacent");
+
+/* The Q2_K dot of nr rows, around block_fn(x, y, &mins, pf): one
+ * super-block's integer sum (16 lanes) and the products of its mins with
+ * the bsums (8 lanes). The two block functions (kq_kquants_avx512.c, and
+ * kq_q2k_avx512vbmi.c for CPUs with vpermb) give the same lanes, so the
+ * dots built on them agree bit for bit. */
+#define KQ_DOT_Q2_K(name, block_fn) \
+    KQ_INLINE void name(int n, int nr, float *const *s, const void *const *vx, const void *vy, size_t pf) {                      \
+        const sb_block_q8_K *y = vy;                                                                                             \
+        const sb_block_q2_K *x[KQ_ROWS_MAX];                                                                                     \
+        __m512 acc[KQ_ROWS_MAX];                                                                                                 \
+        __m256 acc_min[KQ_ROWS_MAX];                                                                                             \
+        KQ_ROWS for (int r = 0; r < nr; r++) {                                                                                   \
+            x[r] = vx[r];                                                                                                        \
+            acc[r] = _mm512_setzero_ps();                                                                                        \
+            acc_min[r] = _mm256_setzero_ps();                                                                                    \
+        }                                                                                                                        \
+        for (int i = 0; i < n / SB_QK_K; i++)                                                                                    \
+            KQ_ROWS for (int r = 0; r < nr; r++) {                                                                               \
+                __m256i mins;                                                                                                    \
+                const __m512i sumi = block_fn(&x[r][i], &y[i], &mins, pf);                                                       \
+                /* d and dmin side by side: one conversion and one multiply by dy                                                \
+                 * for both (the same products as two scalar ones) */                                                            \
+                int32_t dm;                                                                                                      \
+                memcpy(&dm, &x[r][i].d, sizeof dm);                                                                              \
+                const __m128 ddy = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(dm)), _mm_set1_ps(y[i].d));                         \
+                acc[r] = _mm512_fmadd_ps(_mm512_broadcastss_ps(ddy), _mm512_cvtepi32_ps(sumi), acc[r]);                          \
+                acc_min[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(ddy)), _mm256_cvtepi32_ps(mins), acc_min[r]); \
+            }                                                                                                                    \
+        KQ_ROWS for (int r = 0; r < nr; r++) *s[r] = _mm512_reduce_add_ps(acc[r]) - kq_hsum_f32x8(acc_min[r]);                   \
+    }
 
 /* ---- Q4_0 / Q5_0 / Q8_0: two 32-element blocks per register ---------------- */
 

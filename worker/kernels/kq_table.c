@@ -186,9 +186,25 @@ static void apply(sb_kq_traits *row, const kq_override *o) {
     RESOLVE(row, o, gemv8);
 }
 
-/* The resolved tables are a pure function of the two const tables above,
- * computed once (ggml fills its CPU traits at init the same way); after
- * pthread_once nothing writes them, so readers need no lock. */
+/* Kernels a level runs only where the CPU has a feature beyond the ones the
+ * level asks for. Each is its level's kernel bit for bit (its vec_dotn and
+ * gemm stay those of the level), so a CPU with the feature computes the
+ * same numbers in less time; applied after the level's overrides. */
+static int has_avx512vbmi(void) { return __builtin_cpu_supports("avx512vbmi"); }
+typedef struct {
+    int level, type;
+    int (*cpu_has)(void);
+    kq_override o;
+} kq_cpu_override;
+static const kq_cpu_override cpu_overrides[] = {
+    { SB_KQ_AVX512, SB_TYPE_Q2_K, has_avx512vbmi,
+      { .vec_dot = sb_kq_dot_q2_K_q8_K_avx512vbmi, .vec_dotn = sb_kq_dotn_q2_K_q8_K_avx512,
+        .vec_dot2 = sb_kq_dot2_q2_K_q8_K_avx512vbmi, .vec_dot4 = sb_kq_dot4_q2_K_q8_K_avx512vbmi } },
+};
+
+/* The resolved tables are a pure function of the const tables above and
+ * of the CPU, computed once (ggml fills its CPU traits at init the same
+ * way); after pthread_once nothing writes them, so readers need no lock. */
 static sb_kq_traits resolved[SB_KQ_LEVELS][SB_TYPE_COUNT];
 static pthread_once_t resolved_once = PTHREAD_ONCE_INIT;
 
@@ -198,6 +214,9 @@ static void resolve_tables(void) {
             resolved[l][t] = l ? resolved[l - 1][t] : table_ref[t];
             if (overrides[l] && table_ref[t].blck_size) apply(&resolved[l][t], &overrides[l][t]);
         }
+    __builtin_cpu_init();
+    for (size_t i = 0; i < sizeof cpu_overrides / sizeof cpu_overrides[0]; i++)
+        if (cpu_overrides[i].cpu_has()) apply(&resolved[cpu_overrides[i].level][cpu_overrides[i].type], &cpu_overrides[i].o);
 }
 
 const sb_kq_traits *sb_kq_table(int level) {

@@ -49,6 +49,10 @@ static const sb_kq_variant variants[] = {
     PF_TWINS(SB_KQ_AVX512, "avx512", SB_TYPE_Q8_0, sb_kq_dot_q8_0_q8_0_avx512),
     PF_TWINS_R(SB_KQ_AVX512, "avx512", SB_TYPE_Q2_K, sb_kq_dot_q2_K_q8_K_avx512, sb_kq_dot2_q2_K_q8_K_avx512,
                sb_kq_dot4_q2_K_q8_K_avx512),
+    /* the same names for the VBMI Q2_K dots (kq_table.c runs them where the
+     * CPU has VBMI): a profile names a prefetch distance, not the CPU path */
+    PF_TWINS_R(SB_KQ_AVX512, "avx512", SB_TYPE_Q2_K, sb_kq_dot_q2_K_q8_K_avx512vbmi, sb_kq_dot2_q2_K_q8_K_avx512vbmi,
+               sb_kq_dot4_q2_K_q8_K_avx512vbmi),
     PF_TWINS_R(SB_KQ_AVX512, "avx512", SB_TYPE_Q3_K, sb_kq_dot_q3_K_q8_K_avx512, sb_kq_dot2_q3_K_q8_K_avx512,
                sb_kq_dot4_q3_K_q8_K_avx512),
     PF_TWINS_R(SB_KQ_AVX512, "avx512", SB_TYPE_Q4_K, sb_kq_dot_q4_K_q8_K_avx512, sb_kq_dot2_q4_K_q8_K_avx512,
@@ -60,9 +64,13 @@ static const sb_kq_variant variants[] = {
 };
 #define N_VARIANTS (sizeof variants / sizeof variants[0])
 
+/* The group of the kernel the level's table runs for the type (a type can
+ * have one group per CPU path, e.g. with and without VBMI). */
 int sb_kq_variants(int level, int type, const sb_kq_variant **out) {
-    for (size_t i = 0; i < N_VARIANTS; i += TWINS_PER_TYPE)
-        if (variants[i].level == level && variants[i].type == type) {
+    const sb_kq_traits *row =
+        level >= 0 && level < SB_KQ_LEVELS && type >= 0 && type < SB_TYPE_COUNT ? &sb_kq_table(level)[type] : NULL;
+    for (size_t i = 0; row && i < N_VARIANTS; i += TWINS_PER_TYPE)
+        if (variants[i].level == level && variants[i].type == type && variants[i].vec_dot == row->vec_dot) {
             *out = &variants[i];
             return TWINS_PER_TYPE;
         }
