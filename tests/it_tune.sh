@@ -36,7 +36,7 @@ assert m["peak_macs_per_core"].get(m["gemm_family"]) or m["gemm_family"] == "sca
 # the gemm family on both threads at once: more than none, at most two cores' worth (with slack)
 t = m["gemm_peak_macs_all_threads"]
 assert m["gemm_family"] == "scalar" or 0 < t < 2.5 * m["peak_macs_per_core"][m["gemm_family"]], m
-assert p["plan"]["split"] == {"rows_per_task": 16, "tasks_per_thread": 24, "gemm_rows": 64, "streams": 4, "dot_rows": 4}, p["plan"]
+assert p["plan"]["split"] == {"rows_per_task": 16, "tasks_per_thread": 24, "gemm_rows": 64, "streams": 4, "dot_rows": 4, "task_kib": 256}, p["plan"]
 assert p["plan"]["dot"] == {}, p["plan"]
 EOF
     then ok "tune wrote $(basename "$prof") under XDG_CACHE_HOME"; else bad "tune's profile: $(cat "$tmp/tune.err")"; fi
@@ -56,7 +56,7 @@ types = {"avx512": ["Q4_0", "Q5_0", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_
          "avx2": ["Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]}.get(lvl, [])
 twins = ["-pf0", "-pf4k", "-pf16k", "-pf32k"]
 p["plan"]["dot"] = {t: lvl + twins[i % 4] for i, t in enumerate(types)}
-p["plan"]["split"] = {"rows_per_task": 4, "tasks_per_thread": 8, "gemm_rows": 128, "streams": 1, "dot_rows": 1}
+p["plan"]["split"] = {"rows_per_task": 4, "tasks_per_thread": 8, "gemm_rows": 128, "streams": 1, "dot_rows": 1, "task_kib": 0}
 json.dump(p, open(sys.argv[2], "w"))
 EOF
 runs=0; seen_avx2=0
@@ -78,6 +78,20 @@ if grep -q '"level": *"avx512"' "$tmp/tuned.json"; then
     [ $seen_avx2 -ge 1 ] && ok "the comparison sees a float order change (AVX2 kernels differ on $seen_avx2 fixtures)" \
         || bad "--exact output does not see the AVX2 kernels' float order"
 fi
+
+# splits at the edges: a cap of 1-3 tasks a thread (below the floor of 4 the
+# split otherwise keeps: it once looped forever there) and a task floor far
+# above any matrix; the output is still the untuned one
+model=tests/data/tiny-llama-spm-Q4_K_M.gguf
+SB_TUNE_PROFILE=off "$SB" logits -m $model -p "Hello" -n 4 -t 2 --exact > "$tmp/edge_ref.json" 2> /dev/null
+for edge in "1 0" "2 0" "3 16" "24 1048576"; do
+    set -- $edge
+    python3 -c "import json,sys; p=json.load(open(sys.argv[1])); p['plan']['split'].update(tasks_per_thread=int(sys.argv[3]), task_kib=int(sys.argv[4])); json.dump(p, open(sys.argv[2], 'w'))" \
+        "$tmp/tuned.json" "$tmp/edge.json" "$1" "$2"
+    if SB_TUNE_PROFILE="$tmp/edge.json" timeout 60 "$SB" logits -m $model -p "Hello" -n 4 -t 2 --exact > "$tmp/edge.out" 2> "$tmp/edge.err" \
+        && cmp -s "$tmp/edge_ref.json" "$tmp/edge.out"; then ok "tasks_per_thread $1, task_kib $2: untuned output"
+    else bad "tasks_per_thread $1, task_kib $2: $(tail -c 300 "$tmp/edge.err")"; fi
+done
 
 # 3. profiles that must be ignored, each with one line naming file and reason
 model=tests/data/tiny-llama-spm-Q4_K_M.gguf

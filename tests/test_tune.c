@@ -50,7 +50,7 @@ static char *profile_text(const sb_cpu_id *cpu, const sb_kq_plan *plan) {
 static void tuned_plan(sb_kq_plan *plan) {
     const int level = sb_kq_best_level();
     sb_kq_plan_default(level, plan);
-    plan->split = (sb_kq_split){ .rows_per_task = 4, .tasks_per_thread = 8, .gemm_rows = 128, .streams = 3, .dot_rows = 1 };
+    plan->split = (sb_kq_split){ .rows_per_task = 4, .tasks_per_thread = 8, .gemm_rows = 128, .streams = 3, .dot_rows = 1, .task_kib = 96 };
     for (int t = 0; t < SB_TYPE_COUNT; t++) {
         const sb_kq_variant *v;
         if (sb_kq_variants(level, t, &v) > 1) plan->dot[t] = &v[1 + t % 4];
@@ -88,9 +88,9 @@ static void test_round_trip(void **state) {
     free(text);
 }
 
-/* A profile written before the split had streams (or dot_rows) still
- * applies, with the built-in number of streams (and dot rows): it never
- * chose one. */
+/* A profile written before the split had streams (dot_rows, task_kib)
+ * still applies, with the built-in number of streams (dot rows, task
+ * floor): it never chose one. */
 static void test_profile_without_streams(void **state) {
     (void)state;
     sb_cpu_id cpu;
@@ -100,15 +100,17 @@ static void test_profile_without_streams(void **state) {
     sb_kq_plan_default(plan.level, &builtin);
     assert_true(builtin.split.streams > 1);
     assert_int_equal(builtin.split.dot_rows, 4);
-    static const char *const cut[] = { ",\"dot_rows\":1", ",\"streams\":3" };
+    assert_int_equal(builtin.split.task_kib, 256);
+    static const char *const cut[] = { ",\"task_kib\":96", ",\"dot_rows\":1", ",\"streams\":3" };
     char *text = profile_text(&cpu, &plan), why[256] = "";
-    for (int i = 0; i < 2; i++) {       /* without dot_rows, then without either */
+    for (int i = 0; i < 3; i++) {       /* without task_kib, then dot_rows too, then streams too */
         char *at = strstr(text, cut[i]);
         assert_non_null(at);
         memmove(at, at + strlen(cut[i]), strlen(at + strlen(cut[i])) + 1);
         assert_int_equal(parse(text, &back, why), 0);
-        assert_int_equal(back.split.dot_rows, builtin.split.dot_rows);
-        assert_int_equal(back.split.streams, i ? builtin.split.streams : 3);
+        assert_int_equal(back.split.task_kib, builtin.split.task_kib);
+        assert_int_equal(back.split.dot_rows, i >= 1 ? builtin.split.dot_rows : 1);
+        assert_int_equal(back.split.streams, i >= 2 ? builtin.split.streams : 3);
     }
     assert_int_equal(back.split.rows_per_task, 4);
     free(text);
@@ -183,6 +185,9 @@ static void test_bad_profiles(void **state) {
     refused_edit("\"dot_rows\":1", "\"dot_rows\":0", "dot_rows");
     refused_edit("\"dot_rows\":1", "\"dot_rows\":3", "1, 2 or 4");
     refused_edit("\"dot_rows\":1", "\"dot_rows\":8", "dot_rows");
+    refused_edit("\"task_kib\":96", "\"task_kib\":-1", "task_kib");
+    refused_edit("\"task_kib\":96", "\"task_kib\":1.5", "task_kib");
+    refused_edit("\"task_kib\":96", "\"task_kib\":1048577", "task_kib");
     refused_edit("\"split\":{", "\"splat\":{", "plan.split");
     if (sb_kq_best_level() >= SB_KQ_AVX2) {
         refused_edit("-pf", "-pf7", "unknown variant");

@@ -33,7 +33,8 @@ static void tune_usage(FILE *f) {
             "then time, through whole decode steps and a 64-token prompt of the largest\n"
             "model given, the kernel variants of each quant type it uses (the decode\n"
             "dot's prefetch distance) and the engine's work split (interleaved row runs per\n"
-            "task and rows per dot call, rows per task, tasks per thread, gemm row blocks).\n"
+            "task and rows per dot call, rows per task, tasks per thread, gemm row blocks;\n"
+            "and, on the smallest model, the least weight bytes per decode task).\n"
             "Every variant gives the same numbers bit for bit; only speed changes.\n\n"
             "  -t T              threads (default: the CPUs online)\n"
             "  --models P...     GGUF files, or directories of them, to tune on (default: none:\n"
@@ -54,8 +55,8 @@ typedef struct {
     tune_machine mc;
     tune_dot_result dots[SB_TYPE_COUNT];
     sb_kq_plan plan;
-    char split_model[TUNE_PATH];
-    double split_tps[4][2];     /* streams × dot rows, rows, tasks, gemm: built-in and chosen, tokens/s */
+    char split_model[TUNE_PATH], task_model[TUNE_PATH];
+    double split_tps[5][2];     /* streams × dot rows, rows, tasks, gemm, task KiB: built-in and chosen, tokens/s */
 } tune_run;
 
 static double left(const tune_run *r) { return r->budget - (sb_now_s() - r->t0); }
@@ -233,6 +234,14 @@ static void tune_split(tune_run *r, const sb_model *m, double seconds) {
     tune_field(r, m, &r->plan.split.gemm_rows, gemm, 3, 64, seconds * 0.2, r->split_tps[3]);
 }
 
+/* The floor on a task's weight bytes matters where matrices are small (a
+ * large model's tasks are above any of these anyway): timed on the smallest
+ * model given. */
+static void tune_task_kib(tune_run *r, const sb_model *m, double seconds) {
+    static const int kib[] = { 0, 64, 128, 256, 512 };
+    tune_field(r, m, &r->plan.split.task_kib, kib, 5, 1, seconds, r->split_tps[4]);
+}
+
 /* ---- the profile ------------------------------------------------------------ */
 
 static void write_measured(sb_jw *w, const tune_run *r, int level) {
@@ -277,6 +286,7 @@ static void write_measured(sb_jw *w, const tune_run *r, int level) {
     }
     sb_jw_obj_end(w);
     sb_jw_key(w, "split_model"), sb_jw_str(w, r->split_model[0] ? r->split_model : NULL);
+    sb_jw_key(w, "task_model"), sb_jw_str(w, r->task_model[0] ? r->task_model : NULL);
     sb_jw_obj_end(w);
 }
 
@@ -344,6 +354,9 @@ static void print_report(const tune_run *r, const sb_cpu_id *cpu) {
                r->split_model, r->plan.split.streams, r->plan.split.dot_rows, r->split_tps[0][0], r->split_tps[0][1],
                r->plan.split.rows_per_task, r->split_tps[1][0], r->split_tps[1][1], r->plan.split.tasks_per_thread,
                r->split_tps[2][0], r->split_tps[2][1], r->plan.split.gemm_rows, r->split_tps[3][0], r->split_tps[3][1]);
+    if (r->task_model[0])
+        printf("task floor on %s: %d KiB (%.1f -> %.1f t/s)\n", r->task_model, r->plan.split.task_kib, r->split_tps[4][0],
+               r->split_tps[4][1]);
 }
 
 int sb_cmd_tune(int argc, char **argv) {
@@ -387,7 +400,9 @@ int sb_cmd_tune(int argc, char **argv) {
         /* shares of what is left, so that the minimum rounds each step
          * takes whatever the budget still fit in it */
         tune_dots(&r, &dec, left(&r) * 0.45);
-        tune_split(&r, dec.m[0], left(&r) * 0.8);
+        tune_split(&r, dec.m[0], left(&r) * 0.65);
+        snprintf(r.task_model, sizeof r.task_model, "%s", dec.path[dec.n - 1]);
+        tune_task_kib(&r, dec.m[dec.n - 1], left(&r) * 0.6);
     }
     for (int i = 0; i < dec.n; i++) sb_model_free(dec.m[i]);
     print_report(&r, &cpu);

@@ -213,6 +213,14 @@ static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 /* Tasks of part p with `rows` rows per task. */
 static int64_t part_tasks(const mm_part *p, int rows) { return ceil_div(p->w->ne1, rows) * p->n_tok_blocks; }
 
+/* Tasks of a whole run with `rows` rows per task for its 1x1 parts (for
+ * all of them when all are tiled). */
+static int64_t run_tasks(const mm_job *j, int all_gemm, int rows, int gemm_rows) {
+    int64_t n = 0;
+    for (int i = 0; i < j->n_parts; i++) n += part_tasks(&j->part[i], j->part[i].gemm && !all_gemm ? gemm_rows : rows);
+    return n;
+}
+
 /* The token segments of a run: {first token, tokens, one-token kernels}. */
 typedef struct { int t0, n, one; } mm_seg;
 
@@ -335,13 +343,26 @@ void sb_mm_run(sb_mm *mm, const float *x, int n_tok, const sb_mm_out *outs, int 
     const int gemm_rows = mm->split.gemm_rows;
     int rows = all_gemm ? gemm_rows : mm->split.rows_per_task;
     const int min_rows = all_gemm ? 8 : 1;
-    for (;;) {
-        int64_t n_tasks = 0;
+    /* First coarser until the tasks fit the cap, then finer while there
+     * are fewer than 4 a thread, never past the cap again: each loop moves
+     * one way, so a cap below 4 a thread cannot make them undo each other. */
+    const int64_t max_tasks = all_gemm ? INT64_MAX : (int64_t)mm->split.tasks_per_thread * n_threads;
+    while (run_tasks(&j, all_gemm, rows, gemm_rows) > max_tasks && rows < (1 << 20)) rows *= 2;
+    while (rows > min_rows && run_tasks(&j, all_gemm, rows, gemm_rows) < 4 * n_threads &&
+           run_tasks(&j, all_gemm, rows / 2, gemm_rows) <= max_tasks)
+        rows /= 2;
+    /* Then coarser while a one-token task holds less than task_kib of
+     * weights, keeping 2 tasks a thread to balance: each task starts its
+     * runs' streams cold (their first lines miss before any prefetch
+     * runs ahead), and a small model's tasks are short enough for those
+     * starts to cost a tenth of its decode (docs/PERFORMANCE.md). */
+    if (!all_gemm && mm->split.task_kib > 0) {
+        double bytes = 0;
         for (int i = 0; i < j.n_parts; i++)
-            n_tasks += part_tasks(&j.part[i], j.part[i].gemm && !all_gemm ? gemm_rows : rows);
-        if (!all_gemm && n_tasks > (int64_t)mm->split.tasks_per_thread * n_threads && rows < (1 << 20)) rows *= 2;
-        else if (n_tasks < 4 * n_threads && rows > min_rows) rows /= 2;
-        else break;
+            if (!j.part[i].gemm) bytes += (double)j.part[i].w->row_bytes * (double)j.part[i].w->ne1;
+        while (bytes < (double)mm->split.task_kib * 1024.0 * (double)run_tasks(&j, all_gemm, rows, gemm_rows) &&
+               run_tasks(&j, all_gemm, rows * 2, gemm_rows) >= 2 * n_threads && rows < (1 << 20))
+            rows *= 2;
     }
     int first = 0;
     for (int i = 0; i < j.n_parts; i++) {

@@ -121,6 +121,7 @@ void sb_kq_profile_write(sb_jw *w, const sb_cpu_id *cpu, const sb_kq_plan *plan)
     sb_jw_key(w, "gemm_rows"), sb_jw_int(w, plan->split.gemm_rows);
     sb_jw_key(w, "streams"), sb_jw_int(w, plan->split.streams);
     sb_jw_key(w, "dot_rows"), sb_jw_int(w, plan->split.dot_rows);
+    sb_jw_key(w, "task_kib"), sb_jw_int(w, plan->split.task_kib);
     sb_jw_obj_end(w);
     sb_jw_key(w, "dot");
     sb_jw_obj(w);
@@ -171,11 +172,12 @@ static int parse_split(const sb_json *s, sb_kq_split *split, char *why, size_t w
         int_field(s, "tasks_per_thread", 1, 4096, &split->tasks_per_thread, why, why_cap) ||
         int_field(s, "gemm_rows", 16, 512, &split->gemm_rows, why, why_cap))
         return -1;
-    /* a profile from before streams (or dot_rows) were tuned keeps the
-     * built-in (sb_kq_plan_default filled it in): it never chose one */
+    /* a profile from before streams (dot_rows, task_kib) were tuned keeps
+     * the built-in (sb_kq_plan_default filled it in): it never chose one */
     if (sb_json_get(s, "streams") && int_field(s, "streams", 1, SB_KQ_MAX_STREAMS, &split->streams, why, why_cap))
         return -1;
     if (sb_json_get(s, "dot_rows") && int_field(s, "dot_rows", 1, 4, &split->dot_rows, why, why_cap)) return -1;
+    if (sb_json_get(s, "task_kib") && int_field(s, "task_kib", 0, 1 << 20, &split->task_kib, why, why_cap)) return -1;
     if (split->dot_rows == 3) return WHY("\"plan.split.dot_rows\" must be 1, 2 or 4");
     if (split->gemm_rows % 16) return WHY("\"plan.split.gemm_rows\" %d is not a multiple of 16", split->gemm_rows);
     return 0;

@@ -192,6 +192,7 @@ typedef struct {
     int gemm_rows;          /* tiled path: weight rows per task (a multiple of 16) */
     int streams;            /* one-token path: a task's rows are read as this many interleaved runs */
     int dot_rows;           /* one-token path: 1, 2 or 4 runs' rows per call (vec_dot, vec_dot2, vec_dot4) where the type has the kernel */
+    int task_kib;           /* one-token path: rows per task double while a task holds fewer KiB of weights (0: no floor) */
 } sb_kq_split;
 
 /* One registered candidate for a type's decode dot at a level. */
