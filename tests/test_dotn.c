@@ -399,56 +399,76 @@ static void test_dotr(void **state) {
     else print_message("    (no AVX-512 on this CPU: no multi-row dot to check)\n");
 }
 
-/* The VBMI Q2_K dots against the plain AVX-512 ones, entry point by entry
- * point (each name of the list is a prefetch twin). */
-static void test_cpu_twins(void **state) {
-    (void)state;
-    if (sb_kq_best_level() < SB_KQ_AVX512 || !__builtin_cpu_supports("avx512vbmi")) {
-        print_message("    (no AVX-512 VBMI on this CPU: nothing to compare)\n");
-        skip();
-    }
-    rng_seed(17);
-    const sb_kq_traits *t = &sb_kq_table(SB_KQ_AVX512)[SB_TYPE_Q2_K];
-    /* the table runs them, with the level's vec_dotn beside */
-    assert_true(t->vec_dot == sb_kq_dot_q2_K_q8_K_avx512vbmi && t->vec_dot2 == sb_kq_dot2_q2_K_q8_K_avx512vbmi &&
-                t->vec_dot4 == sb_kq_dot4_q2_K_q8_K_avx512vbmi && t->vec_dotn == sb_kq_dotn_q2_K_q8_K_avx512);
-    static const sb_vec_dot_fn one[] = { sb_kq_dot_q2_K_q8_K_avx512vbmi, sb_kq_dot_q2_K_q8_K_avx512vbmi_pf0,
-                                         sb_kq_dot_q2_K_q8_K_avx512vbmi_pf4k, sb_kq_dot_q2_K_q8_K_avx512vbmi_pf16k,
-                                         sb_kq_dot_q2_K_q8_K_avx512vbmi_pf32k };
-    static const sb_vec_dotr_fn two[] = { sb_kq_dot2_q2_K_q8_K_avx512vbmi, sb_kq_dot2_q2_K_q8_K_avx512vbmi_pf0,
-                                          sb_kq_dot2_q2_K_q8_K_avx512vbmi_pf4k, sb_kq_dot2_q2_K_q8_K_avx512vbmi_pf16k,
-                                          sb_kq_dot2_q2_K_q8_K_avx512vbmi_pf32k };
-    static const sb_vec_dotr_fn four[] = { sb_kq_dot4_q2_K_q8_K_avx512vbmi, sb_kq_dot4_q2_K_q8_K_avx512vbmi_pf0,
-                                           sb_kq_dot4_q2_K_q8_K_avx512vbmi_pf4k, sb_kq_dot4_q2_K_q8_K_avx512vbmi_pf16k,
-                                           sb_kq_dot4_q2_K_q8_K_avx512vbmi_pf32k };
+/* The kernels a CPU feature beyond the level's buys, against the level's
+ * plain ones, entry point by entry point (each a prefetch twin). */
+#define TWINS(fn) { fn, fn##_pf0, fn##_pf4k, fn##_pf16k, fn##_pf32k }
+typedef struct {
+    int type;
+    const char *feature;
+    int has;                        /* the CPU has it */
+    sb_vec_dot_fn plain;            /* the level's own vec_dot */
+    sb_vec_dot_fn one[5];
+    sb_vec_dotr_fn two[5], four[5];
+    sb_vec_dotn_fn dotn;            /* the level's vec_dotn, kept beside them */
+} cpu_twin;
+
+static void check_cpu_twin(const cpu_twin *c) {
     static const char *const kinds[] = { "qqqq", "rqeq", "qrqr", "eeee", "qeqr" };
+    const sb_kq_traits *t = &sb_kq_table(SB_KQ_AVX512)[c->type];
+    /* the table runs them, with the level's vec_dotn beside */
+    assert_true(t->vec_dot == c->one[0] && t->vec_dot2 == c->two[0] && t->vec_dot4 == c->four[0] && t->vec_dotn == c->dotn);
     const int yt = SB_TYPE_Q8_K;
     int lens[4];
-    const int nl = lengths_for(SB_TYPE_Q2_K, lens);
+    const int nl = lengths_for(c->type, lens);
     for (int li = 0; li < nl; li++) {
         const int n = lens[li];
         uint8_t *y = make_acts(yt, 1, n, sb_kq_row_size(ref_row(yt), n), 0);
         uint8_t *ey = make_acts(yt, 1, n, sb_kq_row_size(ref_row(yt), n), 1);
         for (size_t kd = 0; kd < sizeof kinds / sizeof kinds[0]; kd++) {
             size_t x_step;
-            uint8_t *x = mixed_rows(SB_TYPE_Q2_K, n, kinds[kd], &x_step);
+            uint8_t *x = mixed_rows(c->type, n, kinds[kd], &x_step);
             const uint8_t *yk = kd == 3 ? ey : y;
             for (int i = 0; i < 5; i++) {
                 for (int k = 0; k < 4; k++) {
                     float got, want;
-                    one[i](n, &got, x + (size_t)k * x_step, yk);
-                    sb_kq_dot_q2_K_q8_K_avx512(n, &want, x + (size_t)k * x_step, yk);
+                    c->one[i](n, &got, x + (size_t)k * x_step, yk);
+                    c->plain(n, &want, x + (size_t)k * x_step, yk);
                     if (memcmp(&got, &want, sizeof got))
-                        fail_msg("Q2_K VBMI vec_dot %d (%s), n %d, row %d: %.9g, AVX-512 %.9g", i, kinds[kd], n, k,
-                                 (double)got, (double)want);
+                        fail_msg("%s %s vec_dot %d (%s), n %d, row %d: %.9g, AVX-512 %.9g", t->name, c->feature, i,
+                                 kinds[kd], n, k, (double)got, (double)want);
                 }
-                check_dotr(two[i], 2, sb_kq_dot_q2_K_q8_K_avx512, "Q2_K VBMI", n, x, x_step, yk, kinds[kd]);
-                check_dotr(four[i], 4, sb_kq_dot_q2_K_q8_K_avx512, "Q2_K VBMI", n, x, x_step, yk, kinds[kd]);
+                check_dotr(c->two[i], 2, c->plain, c->feature, n, x, x_step, yk, kinds[kd]);
+                check_dotr(c->four[i], 4, c->plain, c->feature, n, x, x_step, yk, kinds[kd]);
             }
             free(x);
         }
         free(y), free(ey);
     }
+}
+
+static void test_cpu_twins(void **state) {
+    (void)state;
+    if (sb_kq_best_level() < SB_KQ_AVX512) {
+        print_message("    (no AVX-512 on this CPU: nothing to compare)\n");
+        skip();
+    }
+    __builtin_cpu_init();
+    const cpu_twin twins[] = {
+        { SB_TYPE_Q2_K, "avx512vbmi", __builtin_cpu_supports("avx512vbmi"), sb_kq_dot_q2_K_q8_K_avx512,
+          TWINS(sb_kq_dot_q2_K_q8_K_avx512vbmi), TWINS(sb_kq_dot2_q2_K_q8_K_avx512vbmi),
+          TWINS(sb_kq_dot4_q2_K_q8_K_avx512vbmi), sb_kq_dotn_q2_K_q8_K_avx512 },
+    };
+    rng_seed(17);
+    int checked = 0;
+    for (size_t i = 0; i < sizeof twins / sizeof twins[0]; i++) {
+        if (!twins[i].has) {
+            print_message("    (no %s on this CPU: its %s dots not compared)\n", twins[i].feature, ref_row(twins[i].type)->name);
+            continue;
+        }
+        check_cpu_twin(&twins[i]);
+        checked++;
+    }
+    if (!checked) skip();
 }
 
 /* A variant is applied only in its own level's table and type's row. */
