@@ -356,10 +356,48 @@ static uint8_t *mixed_rows(int type, int n, const char *kind, size_t *x_step) {
     return x;
 }
 
+/* Four-row sets of every kind below, at every length of the type, against
+ * a quantized activation (the extremes' against the extreme one): each
+ * handed to check(n, x, x_step, y, kind, ctx). */
+typedef void (*rows_check_fn)(int n, const uint8_t *x, size_t x_step, const uint8_t *y, const char *kind, const void *ctx);
+static void for_each_row_set(int type, rows_check_fn check, const void *ctx) {
+    static const char *const kinds[] = { "qqqq", "rqeq", "qrqr", "eeee", "qeqr" };
+    const int yt = ref_row(type)->vec_dot_type;
+    int lens[4];
+    const int nl = lengths_for(type, lens);
+    for (int li = 0; li < nl; li++) {
+        const int n = lens[li];
+        uint8_t *y = make_acts(yt, 1, n, sb_kq_row_size(ref_row(yt), n), 0);
+        uint8_t *ey = make_acts(yt, 1, n, sb_kq_row_size(ref_row(yt), n), 1);
+        for (size_t kd = 0; kd < sizeof kinds / sizeof kinds[0]; kd++) {
+            size_t x_step;
+            uint8_t *x = mixed_rows(type, n, kinds[kd], &x_step);
+            check(n, x, x_step, strcmp(kinds[kd], "eeee") ? y : ey, kinds[kd], ctx);
+            free(x);
+        }
+        free(y), free(ey);
+    }
+}
+
+/* The multi-row dots of every variant of one type at one level. */
+typedef struct {
+    const sb_kq_traits *t;
+    const sb_kq_variant *v;
+    int nv;
+} dotr_case;
+
+static void check_variants_dotr(int n, const uint8_t *x, size_t x_step, const uint8_t *y, const char *kind, const void *ctx) {
+    const dotr_case *c = ctx;
+    for (int i = 0; i < c->nv; i++) {
+        assert_true(c->v[i].vec_dot2 && c->v[i].vec_dot4);
+        check_dotr(c->v[i].vec_dot2, 2, c->t->vec_dot, c->v[i].name, n, x, x_step, y, kind);
+        check_dotr(c->v[i].vec_dot4, 4, c->t->vec_dot, c->v[i].name, n, x, x_step, y, kind);
+    }
+}
+
 static void test_dotr(void **state) {
     (void)state;
     rng_seed(13);
-    static const char *const kinds[] = { "qqqq", "rqeq", "qrqr", "eeee", "qeqr" };
     int types = 0;
     for (int level = 0; level <= sb_kq_best_level(); level++)
         for (int type = 0; type < SB_TYPE_COUNT; type++) {
@@ -375,25 +413,8 @@ static void test_dotr(void **state) {
             const sb_kq_variant *v;
             const int nv = sb_kq_variants(level, type, &v);
             assert_true(nv > 0 && v[0].vec_dot2 == t->vec_dot2 && v[0].vec_dot4 == t->vec_dot4);
-            const int yt = ref_row(type)->vec_dot_type;
-            int lens[4];
-            const int nl = lengths_for(type, lens);
-            for (int li = 0; li < nl; li++) {
-                const int n = lens[li];
-                uint8_t *y = make_acts(yt, 1, n, sb_kq_row_size(ref_row(yt), n), 0);
-                uint8_t *ey = make_acts(yt, 1, n, sb_kq_row_size(ref_row(yt), n), 1);
-                for (size_t kd = 0; kd < sizeof kinds / sizeof kinds[0]; kd++) {
-                    size_t x_step;
-                    uint8_t *x = mixed_rows(type, n, kinds[kd], &x_step);
-                    for (int i = 0; i < nv; i++) {
-                        assert_true(v[i].vec_dot2 && v[i].vec_dot4);
-                        check_dotr(v[i].vec_dot2, 2, t->vec_dot, v[i].name, n, x, x_step, kd == 3 ? ey : y, kinds[kd]);
-                        check_dotr(v[i].vec_dot4, 4, t->vec_dot, v[i].name, n, x, x_step, kd == 3 ? ey : y, kinds[kd]);
-                    }
-                    free(x);
-                }
-                free(y), free(ey);
-            }
+            const dotr_case c = { t, v, nv };
+            for_each_row_set(type, check_variants_dotr, &c);
         }
     if (sb_kq_best_level() >= SB_KQ_AVX512) assert_int_equal(types, 5);
     else print_message("    (no AVX-512 on this CPU: no multi-row dot to check)\n");
@@ -412,38 +433,27 @@ typedef struct {
     sb_vec_dotn_fn dotn;            /* the level's vec_dotn, kept beside them */
 } cpu_twin;
 
+static void check_cpu_twin_rows(int n, const uint8_t *x, size_t x_step, const uint8_t *y, const char *kind, const void *ctx) {
+    const cpu_twin *c = ctx;
+    for (int i = 0; i < 5; i++) {
+        for (int k = 0; k < 4; k++) {
+            float got, want;
+            c->one[i](n, &got, x + (size_t)k * x_step, y);
+            c->plain(n, &want, x + (size_t)k * x_step, y);
+            if (memcmp(&got, &want, sizeof got))
+                fail_msg("%s %s vec_dot %d (%s), n %d, row %d: %.9g, AVX-512 %.9g", ref_row(c->type)->name, c->feature,
+                         i, kind, n, k, (double)got, (double)want);
+        }
+        check_dotr(c->two[i], 2, c->plain, c->feature, n, x, x_step, y, kind);
+        check_dotr(c->four[i], 4, c->plain, c->feature, n, x, x_step, y, kind);
+    }
+}
+
 static void check_cpu_twin(const cpu_twin *c) {
-    static const char *const kinds[] = { "qqqq", "rqeq", "qrqr", "eeee", "qeqr" };
     const sb_kq_traits *t = &sb_kq_table(SB_KQ_AVX512)[c->type];
     /* the table runs them, with the level's vec_dotn beside */
     assert_true(t->vec_dot == c->one[0] && t->vec_dot2 == c->two[0] && t->vec_dot4 == c->four[0] && t->vec_dotn == c->dotn);
-    const int yt = SB_TYPE_Q8_K;
-    int lens[4];
-    const int nl = lengths_for(c->type, lens);
-    for (int li = 0; li < nl; li++) {
-        const int n = lens[li];
-        uint8_t *y = make_acts(yt, 1, n, sb_kq_row_size(ref_row(yt), n), 0);
-        uint8_t *ey = make_acts(yt, 1, n, sb_kq_row_size(ref_row(yt), n), 1);
-        for (size_t kd = 0; kd < sizeof kinds / sizeof kinds[0]; kd++) {
-            size_t x_step;
-            uint8_t *x = mixed_rows(c->type, n, kinds[kd], &x_step);
-            const uint8_t *yk = kd == 3 ? ey : y;
-            for (int i = 0; i < 5; i++) {
-                for (int k = 0; k < 4; k++) {
-                    float got, want;
-                    c->one[i](n, &got, x + (size_t)k * x_step, yk);
-                    c->plain(n, &want, x + (size_t)k * x_step, yk);
-                    if (memcmp(&got, &want, sizeof got))
-                        fail_msg("%s %s vec_dot %d (%s), n %d, row %d: %.9g, AVX-512 %.9g", t->name, c->feature, i,
-                                 kinds[kd], n, k, (double)got, (double)want);
-                }
-                check_dotr(c->two[i], 2, c->plain, c->feature, n, x, x_step, yk, kinds[kd]);
-                check_dotr(c->four[i], 4, c->plain, c->feature, n, x, x_step, yk, kinds[kd]);
-            }
-            free(x);
-        }
-        free(y), free(ey);
-    }
+    for_each_row_set(c->type, check_cpu_twin_rows, c);
 }
 
 static void test_cpu_twins(void **state) {
