@@ -114,8 +114,8 @@ KQ_INLINE void kq512_prefetch(const void *block, size_t bytes, size_t ahead) {
     if (KQ_AVX512_PREFETCH) kq_prefetch_at(block, ahead, bytes);
 }
 
-/* The k-quant dots below take nr ≤ KQ_ROWS_MAX rows; nr is a constant
- * where they are inlined, and KQ_ROWS unrolls their per-row loops so that
+/* The k-quant decode dots (kq_kquants_avx512.c, kq_q2k_avx512vbmi.c)
+ * take nr ≤ KQ_ROWS_MAX rows; nr is a constant where they are inlined, and KQ_ROWS unrolls their per-row loops so that
  * each row's accumulators stay in registers. KQ_ROWS_BODIES(body) makes
  * body_1 (one row: the vec_dot's shape), body_r2 and body_r4 (vec_dot2's
  * and vec_dot4's: rows x_step bytes apart, results s_step floats apart).

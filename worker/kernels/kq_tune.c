@@ -36,6 +36,10 @@
     { lvl_name "-pf4k", lvl, T, 4096, fn##_pf4k, fn2##_pf4k, fn4##_pf4k },         \
     { lvl_name "-pf16k", lvl, T, 16384, fn##_pf16k, fn2##_pf16k, fn4##_pf16k },    \
     { lvl_name "-pf32k", lvl, T, 32768, fn##_pf32k, fn2##_pf32k, fn4##_pf32k }
+/* An AVX-512 k-quant's group: sb_kq_dot{,2,4}_<t>_q8_K_<sfx> (sfx avx512,
+ * or a CPU-feature twin's avx512vbmi). */
+#define PF_TWINS_K(T, t, sfx) \
+    PF_TWINS_R(SB_KQ_AVX512, "avx512", T, sb_kq_dot_##t##_q8_K_##sfx, sb_kq_dot2_##t##_q8_K_##sfx, sb_kq_dot4_##t##_q8_K_##sfx)
 
 #define TWINS_PER_TYPE 5
 static const sb_kq_variant variants[] = {
@@ -47,20 +51,14 @@ static const sb_kq_variant variants[] = {
     PF_TWINS(SB_KQ_AVX512, "avx512", SB_TYPE_Q4_0, sb_kq_dot_q4_0_q8_0_avx512),
     PF_TWINS(SB_KQ_AVX512, "avx512", SB_TYPE_Q5_0, sb_kq_dot_q5_0_q8_0_avx512),
     PF_TWINS(SB_KQ_AVX512, "avx512", SB_TYPE_Q8_0, sb_kq_dot_q8_0_q8_0_avx512),
-    PF_TWINS_R(SB_KQ_AVX512, "avx512", SB_TYPE_Q2_K, sb_kq_dot_q2_K_q8_K_avx512, sb_kq_dot2_q2_K_q8_K_avx512,
-               sb_kq_dot4_q2_K_q8_K_avx512),
+    PF_TWINS_K(SB_TYPE_Q2_K, q2_K, avx512),
     /* the same names for the VBMI Q2_K dots (kq_table.c runs them where the
      * CPU has VBMI): a profile names a prefetch distance, not the CPU path */
-    PF_TWINS_R(SB_KQ_AVX512, "avx512", SB_TYPE_Q2_K, sb_kq_dot_q2_K_q8_K_avx512vbmi, sb_kq_dot2_q2_K_q8_K_avx512vbmi,
-               sb_kq_dot4_q2_K_q8_K_avx512vbmi),
-    PF_TWINS_R(SB_KQ_AVX512, "avx512", SB_TYPE_Q3_K, sb_kq_dot_q3_K_q8_K_avx512, sb_kq_dot2_q3_K_q8_K_avx512,
-               sb_kq_dot4_q3_K_q8_K_avx512),
-    PF_TWINS_R(SB_KQ_AVX512, "avx512", SB_TYPE_Q4_K, sb_kq_dot_q4_K_q8_K_avx512, sb_kq_dot2_q4_K_q8_K_avx512,
-               sb_kq_dot4_q4_K_q8_K_avx512),
-    PF_TWINS_R(SB_KQ_AVX512, "avx512", SB_TYPE_Q5_K, sb_kq_dot_q5_K_q8_K_avx512, sb_kq_dot2_q5_K_q8_K_avx512,
-               sb_kq_dot4_q5_K_q8_K_avx512),
-    PF_TWINS_R(SB_KQ_AVX512, "avx512", SB_TYPE_Q6_K, sb_kq_dot_q6_K_q8_K_avx512, sb_kq_dot2_q6_K_q8_K_avx512,
-               sb_kq_dot4_q6_K_q8_K_avx512),
+    PF_TWINS_K(SB_TYPE_Q2_K, q2_K, avx512vbmi),
+    PF_TWINS_K(SB_TYPE_Q3_K, q3_K, avx512),
+    PF_TWINS_K(SB_TYPE_Q4_K, q4_K, avx512),
+    PF_TWINS_K(SB_TYPE_Q5_K, q5_K, avx512),
+    PF_TWINS_K(SB_TYPE_Q6_K, q6_K, avx512),
 };
 #define N_VARIANTS (sizeof variants / sizeof variants[0])
 
