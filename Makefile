@@ -20,7 +20,7 @@
 # Sources are found by wildcard: adding a .c file to a module directory (or a
 # sub-folder of one, e.g. worker/engine/) is enough. Includes name their module
 # from the top ("worker/engine/sb_engine.h"), so the only -I is the root.
-# Files named *_avx2.c / *_avx512.c / *_avx512vbmi.c get their ISA flags only there; the
+# Files named *_avx2.c / *_avx512.c / *_avx512vbmi.c / *_amx.c get their ISA flags only there; the
 # rest of the binary stays baseline x86-64 and picks kernels by CPUID at run time.
 
 CC      ?= cc
@@ -50,6 +50,7 @@ LDLIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm -pthread
 AVX2_FLAGS   := -mavx2 -mfma -mf16c
 AVX512_FLAGS := $(AVX2_FLAGS) -mavx512f -mavx512bw -mavx512dq -mavx512vl -mavx512vnni
 AVX512VBMI_FLAGS := $(AVX512_FLAGS) -mavx512vbmi
+AMX_FLAGS    := $(AVX512VBMI_FLAGS) -mamx-tile -mamx-int8
 
 LIB_SRC  := $(filter-out supervisor/main.c,$(wildcard $(addsuffix /*.c,$(MODULES))))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
@@ -90,6 +91,10 @@ $(BUILD)/%_avx512.o: %_avx512.c
 $(BUILD)/%_avx512vbmi.o: %_avx512vbmi.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(AVX512VBMI_FLAGS) -MMD -MP -c -o $@ $<
+
+$(BUILD)/%_amx.o: %_amx.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(AMX_FLAGS) -MMD -MP -c -o $@ $<
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)

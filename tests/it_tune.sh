@@ -31,7 +31,7 @@ assert p["format"] == "switchboard-tune/1", p
 for k in ("vendor", "family", "model", "stepping", "microcode", "flags"): assert k in p["cpu"], k
 m = p["measured"]
 assert m["bandwidth_gbs_1"] > 0 and m["bandwidth_gbs_t"] > 0, m
-assert m["gemm_family"] in ("avx512_vnni", "avx2", "scalar"), m
+assert m["gemm_family"] in ("amx", "avx512_vnni", "avx2", "scalar"), m
 assert m["peak_macs_per_core"].get(m["gemm_family"]) or m["gemm_family"] == "scalar", m
 # the gemm family on both threads at once: more than none, at most two cores' worth (with slack)
 t = m["gemm_peak_macs_all_threads"]

@@ -17,7 +17,10 @@
  *     part's tokens as their own call (docs/BATCHING.md);
  *  5. at the AVX2 and AVX-512 levels, the packed panels of Q4_0, Q5_0,
  *     Q8_0, Q4_K, Q5_K and Q6_K (at AVX2 also Q2_K and Q3_K) equal vec_dot,
- *     and vec_dot the reference vec_dot, bit for bit.
+ *     and vec_dot the reference vec_dot, bit for bit;
+ *  6. where the CPU and the OS allow AMX, its k-quant gemms equal the
+ *     AVX-512 ones they replace bit for bit, on every edge of their tiles
+ *     (1..70 rows, 8..70 tokens), and write nothing beside their output.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -30,6 +33,7 @@
 #include <cmocka.h>
 
 #include "tests/kq_testlib.h"
+#include "worker/kernels/kq_internal.h"
 #include "worker/kernels/sb_kq.h"
 
 #define SENTINEL -12345.0f
@@ -252,6 +256,51 @@ static void test_gemm_row_blocks(void **state) {
         }
 }
 
+/* The AMX gemms and the AVX-512 ones the table runs without them. Shapes:
+ * a partial panel, several panel groups and packed chunks, and every tail
+ * of a 16-token tile (the AMX kernel's second configuration) down to the
+ * 8 tokens where both hand over to the register tiles. */
+static void test_gemm_amx_twins(void **state) {
+    (void)state;
+    if (sb_kq_best_level() < SB_KQ_AVX512 || !sb_kq_amx_usable()) skip();
+    static const struct { int type; sb_gemm_fn amx, avx512; } twins[] = {
+        { SB_TYPE_Q2_K, sb_kq_gemm_q2_K_q8_K_amx, sb_kq_gemm_q2_K_q8_K_avx512 },
+        { SB_TYPE_Q3_K, sb_kq_gemm_q3_K_q8_K_amx, sb_kq_gemm_q3_K_q8_K_avx512 },
+        { SB_TYPE_Q4_K, sb_kq_gemm_q4_K_q8_K_amx, sb_kq_gemm_q4_K_q8_K_avx512 },
+        { SB_TYPE_Q5_K, sb_kq_gemm_q5_K_q8_K_amx, sb_kq_gemm_q5_K_q8_K_avx512 },
+        { SB_TYPE_Q6_K, sb_kq_gemm_q6_K_q8_K_amx, sb_kq_gemm_q6_K_q8_K_avx512 },
+    };
+    static const int shapes[][3] = { { 4864, 37, 19 }, { 512, 1, 8 }, { 1280, 70, 70 }, { 256, 16, 16 },
+                                     { 768, 130, 33 }, { 512, 20, 9 }, { 512, 64, 15 }, { 256, 17, 17 } };
+    for (size_t w = 0; w < sizeof twins / sizeof twins[0]; w++) {
+        /* every table row a CPU with AMX runs must be the AMX twin, unless SB_AMX=0 said not to */
+        const char *off = getenv("SB_AMX");
+        assert_ptr_equal(sb_kq_table(SB_KQ_AVX512)[twins[w].type].gemm,
+                         off && !strcmp(off, "0") ? twins[w].avx512 : twins[w].amx);
+        for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+            const int n = shapes[k][0], nr = shapes[k][1], nc = shapes[k][2];
+            const size_t ldc = (size_t)nr + 5;
+            size_t bx, by;
+            uint8_t *x = make_rows(twins[w].type, nr, n, &bx), *y = make_rows(SB_TYPE_Q8_K, nc, n, &by);
+            float *a = malloc(sizeof(float) * ldc * (size_t)nc), *b = malloc(sizeof(float) * ldc * (size_t)nc);
+            assert_non_null(a);
+            assert_non_null(b);
+            for (size_t i = 0; i < ldc * (size_t)nc; i++) a[i] = b[i] = SENTINEL;
+            twins[w].amx(n, nr, nc, x, bx, y, by, a, ldc);
+            twins[w].avx512(n, nr, nc, x, bx, y, by, b, ldc);
+            for (int c = 0; c < nc; c++)
+                for (size_t r = 0; r < ldc; r++)
+                    if (memcmp(&a[(size_t)c * ldc + r], &b[(size_t)c * ldc + r], sizeof(float)))
+                        fail_msg("%s amx gemm, n %d, %dx%d, pair (%zu,%d): %.9g, avx512 %.9g", sb_kq_table(0)[twins[w].type].name,
+                                 n, nr, nc, r, c, a[(size_t)c * ldc + r], b[(size_t)c * ldc + r]);
+            free(a);
+            free(b);
+            free(x);
+            free(y);
+        }
+    }
+}
+
 int main(void) {
     rng_seed(0x2545F4914F6CDD1Dull);
     const struct CMUnitTest tests[] = {
@@ -261,6 +310,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_position_independent),
         cmocka_unit_test(test_gemm_row_blocks),
         cmocka_unit_test(test_gemm_panels_are_vec_dot),
+        cmocka_unit_test(test_gemm_amx_twins),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -138,14 +138,15 @@ static void *peak_thread(void *arg) {
     return NULL;
 }
 
-/* The vector family's rate with `threads` threads at it at once, summed
- * (AMX is not: its probe runs in a child, and the gemm does not use it).
+/* The gemm family's rate with `threads` threads at it at once, summed.
  * The threads start together, so that each one's timed span overlaps the
  * others'. */
 static double peak_all_threads(const char *family, int threads, double seconds) {
     enum { MAX_T = 256 };
     threads = SB_MIN(threads, MAX_T);
-    if (threads < 1 || !strcmp(family, "amx")) return -1;
+    /* AMX runs here only where the kernel table took it (the OS granted
+     * the tile state), as the gemm itself will */
+    if (threads < 1 || (!strcmp(family, "amx") && !sb_kq_amx_usable())) return -1;
     pthread_t tid[MAX_T];
     peak_job job[MAX_T];
     peak_start start = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0 };

@@ -149,6 +149,13 @@ void sb_kq_gemm_q3_K_q8_K_tile_avx512(KQ_GEMM_ARGS);
 void sb_kq_gemm_q4_K_q8_K_tile_avx512(KQ_GEMM_ARGS);
 void sb_kq_gemm_q5_K_q8_K_tile_avx512(KQ_GEMM_ARGS);
 void sb_kq_gemm_q6_K_q8_K_tile_avx512(KQ_GEMM_ARGS);
+/* The same products on AMX tiles (kq_kpack_amx.c), where the CPU and the OS
+ * allow them; each equals its AVX-512 twin's result (that file says when). */
+void sb_kq_gemm_q2_K_q8_K_amx(KQ_GEMM_ARGS);
+void sb_kq_gemm_q3_K_q8_K_amx(KQ_GEMM_ARGS);
+void sb_kq_gemm_q4_K_q8_K_amx(KQ_GEMM_ARGS);
+void sb_kq_gemm_q5_K_q8_K_amx(KQ_GEMM_ARGS);
+void sb_kq_gemm_q6_K_q8_K_amx(KQ_GEMM_ARGS);
 
 /* ---- x8 layout (kq_x8.c) --------------------------------------------------- */
 /* The head of a Q4_K / Q5_K tile (8 rows x 256 elements); Q5_K's qh[256]

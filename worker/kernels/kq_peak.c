@@ -165,6 +165,8 @@ static int cpu_has(const char *family) {
     return 0;
 }
 
+int sb_kq_amx_usable(void) { return cpu_has("amx") && sb_kq_amx_request() == 0; }
+
 double sb_kq_peak_macs(const char *family, double seconds) {
     if (!cpu_has(family)) return -1;
     int sink = 0;
@@ -178,5 +180,7 @@ double sb_kq_peak_macs(const char *family, double seconds) {
 }
 
 const char *sb_kq_gemm_family(int level) {
-    return level >= SB_KQ_AVX512 ? "avx512_vnni" : level == SB_KQ_AVX2 ? "avx2" : "scalar";
+    if (level >= SB_KQ_AVX512)      /* the k-quant gemms: AMX's where the table took them */
+        return sb_kq_table(level)[SB_TYPE_Q4_K].gemm == sb_kq_gemm_q4_K_q8_K_amx ? "amx" : "avx512_vnni";
+    return level == SB_KQ_AVX2 ? "avx2" : "scalar";
 }

@@ -191,6 +191,14 @@ static void apply(sb_kq_traits *row, const kq_override *o) {
  * gemm stay those of the level), so a CPU with the feature computes the
  * same numbers in less time; applied after the level's overrides. */
 static int has_avx512vbmi(void) { return __builtin_cpu_supports("avx512vbmi"); }
+/* The AMX gemms pack with VBMI (every AMX CPU has it) and need the OS to
+ * hand out the tile state; a kernel or hypervisor that refuses it keeps
+ * the AVX-512 gemm. SB_AMX=0 keeps it too (an A/B of the two on one
+ * machine). */
+static int has_amx(void) {
+    const char *env = getenv("SB_AMX");
+    return !(env && !strcmp(env, "0")) && has_avx512vbmi() && sb_kq_amx_usable();
+}
 typedef struct {
     int level, type;
     int (*cpu_has)(void);
@@ -200,6 +208,11 @@ static const kq_cpu_override cpu_overrides[] = {
     { SB_KQ_AVX512, SB_TYPE_Q2_K, has_avx512vbmi,
       { .vec_dot = sb_kq_dot_q2_K_q8_K_avx512vbmi, .vec_dotn = sb_kq_dotn_q2_K_q8_K_avx512,
         .vec_dot2 = sb_kq_dot2_q2_K_q8_K_avx512vbmi, .vec_dot4 = sb_kq_dot4_q2_K_q8_K_avx512vbmi } },
+    { SB_KQ_AVX512, SB_TYPE_Q2_K, has_amx, { .gemm = sb_kq_gemm_q2_K_q8_K_amx } },
+    { SB_KQ_AVX512, SB_TYPE_Q3_K, has_amx, { .gemm = sb_kq_gemm_q3_K_q8_K_amx } },
+    { SB_KQ_AVX512, SB_TYPE_Q4_K, has_amx, { .gemm = sb_kq_gemm_q4_K_q8_K_amx } },
+    { SB_KQ_AVX512, SB_TYPE_Q5_K, has_amx, { .gemm = sb_kq_gemm_q5_K_q8_K_amx } },
+    { SB_KQ_AVX512, SB_TYPE_Q6_K, has_amx, { .gemm = sb_kq_gemm_q6_K_q8_K_amx } },
 };
 
 /* The resolved tables are a pure function of the const tables above and

@@ -271,7 +271,10 @@ void sb_kq_profile_write_cpu(sb_jw *w, const sb_cpu_id *cpu);   /* just "cpu" */
 double      sb_kq_peak_macs(const char *family, double seconds);
 /* Ask Linux for AMX's tile state (arch_prctl): 0 granted, -1 refused. */
 int         sb_kq_amx_request(void);
-/* The family the gemm of a level multiplies with ("avx512_vnni", "avx2"). */
+/* 1 when the CPU has AMX-INT8 and the OS granted the tile state (asking it). */
+int         sb_kq_amx_usable(void);
+/* The family the k-quant gemm of a level multiplies with ("amx" where the
+ * table runs the AMX gemms, "avx512_vnni", "avx2"). */
 const char *sb_kq_gemm_family(int level);
 
 /* ---- row-interleaved ("x8") weights, for decode (kq_x8.c) -----------------
