@@ -36,7 +36,7 @@ assert m["peak_macs_per_core"].get(m["gemm_family"]) or m["gemm_family"] == "sca
 # the gemm family on both threads at once: more than none, at most two cores' worth (with slack)
 t = m["gemm_peak_macs_all_threads"]
 assert m["gemm_family"] == "scalar" or 0 < t < 2.5 * m["peak_macs_per_core"][m["gemm_family"]], m
-assert p["plan"]["split"] == {"rows_per_task": 16, "tasks_per_thread": 24, "gemm_rows": 64, "streams": 4, "dot_rows": 4, "task_kib": 256}, p["plan"]
+assert p["plan"]["split"] == {"rows_per_task": 16, "tasks_per_thread": 24, "gemm_rows": 256, "streams": 4, "dot_rows": 4, "task_kib": 256}, p["plan"]
 assert p["plan"]["dot"] == {}, p["plan"]
 EOF
     then ok "tune wrote $(basename "$prof") under XDG_CACHE_HOME"; else bad "tune's profile: $(cat "$tmp/tune.err")"; fi

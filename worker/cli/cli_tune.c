@@ -226,7 +226,7 @@ static void tune_field(tune_run *r, const sb_model *m, int *field, const int *va
 static void tune_split(tune_run *r, const sb_model *m, double seconds) {
     /* streams and rows per dot go together: four rows a dot need four runs */
     static const int streams_dot_rows[] = { 1, 1, 2, 1, 2, 2, 4, 2, 4, 4 };
-    static const int rows[] = { 4, 8, 16, 32, 64 }, tasks[] = { 8, 24, 64 }, gemm[] = { 32, 64, 128 };
+    static const int rows[] = { 4, 8, 16, 32, 64 }, tasks[] = { 8, 24, 64 }, gemm[] = { 64, 128, 256 };
     tune_fields(r, m, &r->plan.split.streams, &r->plan.split.dot_rows, streams_dot_rows, 5, 1, seconds * 0.35,
                 r->split_tps[0]);
     tune_field(r, m, &r->plan.split.rows_per_task, rows, 5, 1, seconds * 0.3, r->split_tps[1]);
