@@ -1,6 +1,7 @@
 /* kq_ceiling.c - the fastest a k-quant gemm can go through AVX-512 VNNI on
  * this core, from the work its format makes unavoidable, measured rather
- * than argued. Not a test: numbers only.
+ * than argued; and where the CPU and OS allow AMX, the same for the AMX
+ * gemm's tile products (kq_kpack_amx.c). Not a test: numbers only.
  *
  *   make BUILD=build && cc -O2 -std=c11 -D_GNU_SOURCE -I. [-DCOLS=4] \
  *       -o build/kq_ceiling tools/kq_ceiling.c build/libswitchboard.a -lm -ldl -pthread
@@ -117,6 +118,75 @@ static double ceiling(int sub, int threads) {
     return sum;
 }
 
+/* AMX: the tile products of kq_kpack_amx.c's micro-kernel alone, operands
+ * in L1: per super-block, zero four sums, then four steps of two token
+ * tiles and two weight tiles loaded and multiplied pairwise (four
+ * tdpbsud), then the four sums stored. Weights and activations are random
+ * bytes (the tile unit is slower on them than on zeros). Counted: the
+ * multiply-adds that reach a result - all of them for a one-plane type
+ * (Q2_K, Q3_K: the weight tiles are two panels), half for a two-plane one
+ * (Q4_K, Q5_K, Q6_K: the weight tiles are the lo and hi bytes of one
+ * panel's weights). */
+typedef struct __attribute__((packed)) {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_cfg;
+
+__attribute__((target("amx-tile,amx-int8"), noinline)) static double amx_products(double seconds) {
+    static _Alignas(64) int8_t a[2][4][1024], b[2][4][1024];
+    static _Alignas(64) int32_t c[4][256];
+    for (size_t i = 0; i < sizeof a; i++) ((int8_t *)a)[i] = (int8_t)(i * 2654435761u >> 13);
+    for (size_t i = 0; i < sizeof b; i++) ((int8_t *)b)[i] = (int8_t)(i * 2246822519u >> 11);
+    amx_cfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) cfg.colsb[t] = 64, cfg.rows[t] = 16;
+    _tile_loadconfig(&cfg);
+    long n = 0;
+    const double t0 = now();
+    double t;
+    do {
+        for (int r = 0; r < 256; r++) {
+            _tile_zero(4);
+            _tile_zero(5);
+            _tile_zero(6);
+            _tile_zero(7);
+            for (int j = 0; j < 4; j++) {
+                _tile_loadd(0, a[0][j], 64);
+                _tile_loadd(1, a[1][j], 64);
+                _tile_loadd(2, b[0][j], 64);
+                _tile_loadd(3, b[1][j], 64);
+                _tile_dpbsud(4, 0, 2);
+                _tile_dpbsud(5, 0, 3);
+                _tile_dpbsud(6, 1, 2);
+                _tile_dpbsud(7, 1, 3);
+            }
+            _tile_stored(4, c[0], 64);
+            _tile_stored(5, c[1], 64);
+            _tile_stored(6, c[2], 64);
+            _tile_stored(7, c[3], 64);
+        }
+        n += 256;
+        __asm__ volatile("" : : "r"(c) : "memory");
+    } while ((t = now() - t0) < seconds);
+    _tile_release();
+    return (double)n * 16 * 16 * 16 * 64 / t;       /* all four products' multiply-adds */
+}
+
+static void amx_section(void) {
+    const double peak = sb_kq_peak_macs("amx", 2.0);
+    if (peak <= 0) {
+        printf("AMX: %s\n", peak == -1 ? "not on this CPU" : "the OS refused the tile state");
+        return;
+    }
+    const double all = amx_products(2.0);
+    printf("tdpbusd peak, one core: %.1f G multiply-adds/s\n", peak * 1e-9);
+    printf("AMX gemm's tile products, one thread: one-plane types (Q2_K, Q3_K): %.1f G/s = %.0f %% of the peak; "
+           "two-plane types (Q4_K, Q5_K, Q6_K): %.1f G/s = %.0f %%\n",
+           all * 1e-9, 100 * all / peak, all * 0.5e-9, 50 * all / peak);
+}
+
 int main(int argc, char **argv) {
     const int threads = argc > 1 ? atoi(argv[1]) : 1;
     if (threads < 1 || threads > 64) return 2;
@@ -128,5 +198,6 @@ int main(int argc, char **argv) {
            threads, c32 * 1e-9, 100 * c32 / (peak * threads), threads);
     printf("%d thread(s): sub-blocks of 16 (Q3_K, Q6_K): %.1f G/s = %.0f %% of %d x the peak\n",
            threads, c16 * 1e-9, 100 * c16 / (peak * threads), threads);
+    amx_section();
     return 0;
 }
