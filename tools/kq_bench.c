@@ -6,6 +6,7 @@
  *       -o build/kq_bench tools/kq_bench.c build/libswitchboard.a -lm -ldl -pthread
  *   build/kq_bench [path/to/libggml-cpu.so]
  *   build/kq_bench dotn [rounds]     (only the small-batch decode table)
+ *   build/kq_bench prompt [rows tokens]   (only the k-quant prompt gemms)
  *
  * Each measurement dots one activation row with 64 weight rows of 4096
  * elements (a few hundred KB: L2-resident, so this is kernel speed, not
@@ -13,6 +14,9 @@
  * Then the tiled kernels (gemm) of the best level on 64 rows × 64 tokens
  * against vec_dot per pair, in multiply-adds per second. `dotn`: vec_dotn
  * (one weight row, up to 16 decode tokens) against vec_dot per token.
+ * `prompt`: the k-quant gemms on a prompt's shape (256 rows, the built-in
+ * gemm block, × 512 tokens × 4096), the AVX-512 packed kernel against the
+ * AMX one where the CPU and OS allow it, calls alternating, best of 8.
  */
 #include <dlfcn.h>
 #include <math.h>
@@ -21,6 +25,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "worker/kernels/kq_internal.h"
 #include "worker/kernels/sb_kq.h"
 
 #define N 4096
@@ -340,7 +345,61 @@ static void bench_vec_dot_type(int type, const ggml_traits_cpu *g, const float *
     free(y);
 }
 
+/* The AVX-512 k-quant gemms against their AMX twins on a prompt's shape. */
+static void bench_prompt(int rows, int toks) {
+    static const struct { int type; sb_gemm_fn avx512, amx; } k[] = {
+        { SB_TYPE_Q2_K, sb_kq_gemm_q2_K_q8_K_avx512, sb_kq_gemm_q2_K_q8_K_amx },
+        { SB_TYPE_Q3_K, sb_kq_gemm_q3_K_q8_K_avx512, sb_kq_gemm_q3_K_q8_K_amx },
+        { SB_TYPE_Q4_K, sb_kq_gemm_q4_K_q8_K_avx512, sb_kq_gemm_q4_K_q8_K_amx },
+        { SB_TYPE_Q5_K, sb_kq_gemm_q5_K_q8_K_avx512, sb_kq_gemm_q5_K_q8_K_amx },
+        { SB_TYPE_Q6_K, sb_kq_gemm_q6_K_q8_K_avx512, sb_kq_gemm_q6_K_q8_K_amx },
+    };
+    if (sb_kq_best_level() < SB_KQ_AVX512) {
+        printf("prompt: no AVX-512 here\n");
+        return;
+    }
+    const int amx = sb_kq_amx_usable();
+    const sb_kq_traits *ref = sb_kq_table(SB_KQ_REF);
+    printf("k-quant gemm, %d rows x %d tokens x %d, G multiply-adds/s (one thread, best of 8)%s\n", rows, toks, N,
+           amx ? "" : "; AMX: not usable here");
+    printf("%-6s %9s %9s %7s\n", "type", "avx512", "amx", "ratio");
+    float *f = malloc(sizeof(float) * N), *out = malloc(sizeof(float) * (size_t)rows * toks);
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        const sb_kq_traits *t = &ref[k[i].type];
+        const size_t rs = sb_kq_row_size(t, N), ys = sb_kq_row_size(&ref[SB_TYPE_Q8_K], N);
+        uint8_t *w = malloc(rs * rows), *y = malloc(ys * toks);
+        for (int r = 0; r < rows; r++) {
+            for (int e = 0; e < N; e++) f[e] = frand();
+            t->from_float_ref(f, w + (size_t)r * rs, N);
+        }
+        for (int c = 0; c < toks; c++) {
+            for (int e = 0; e < N; e++) f[e] = frand();
+            ref[SB_TYPE_Q8_K].from_float(f, y + (size_t)c * ys, N);
+        }
+        double best[2] = { 1e9, 1e9 };
+        for (int rep = 0; rep < 8; rep++)
+            for (int v = 0; v < 1 + amx; v++) {
+                const double t0 = now();
+                (v ? k[i].amx : k[i].avx512)(N, rows, toks, w, rs, y, ys, out, (size_t)rows);
+                const double d = now() - t0;
+                if (d < best[v]) best[v] = d;
+            }
+        const double macs = (double)rows * toks * N;
+        if (amx) printf("%-6s %9.1f %9.1f %6.2fx\n", t->name, macs / best[0] * 1e-9, macs / best[1] * 1e-9, best[0] / best[1]);
+        else printf("%-6s %9.1f %9s\n", t->name, macs / best[0] * 1e-9, "-");
+        sink = out[0];
+        free(w);
+        free(y);
+    }
+    free(f);
+    free(out);
+}
+
 int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "prompt") == 0) {
+        bench_prompt(argc > 2 ? atoi(argv[2]) : 256, argc > 3 ? atoi(argv[3]) : 512);
+        return 0;
+    }
     if (argc > 1 && strcmp(argv[1], "dotn") == 0) {
         bench_dotn(argc > 2 ? atoi(argv[2]) : 7);
         return 0;
