@@ -97,6 +97,52 @@ static inline void kq_unpack_scales_q3(const uint8_t *packed, int8_t out[16]) {
     for (int j = 0; j < 16; j++) out[j] = (int8_t)(b[j] - 32);
 }
 
+/* ---- a k-quant super-block's scales, for the packed gemms ----------------- */
+
+/* Its sub-block scales (signed: Q3_K's without their bias) and mins (Q2_K,
+ * Q4_K, Q5_K; else 0): 16 of each, of which Q4_K and Q5_K use 8. */
+static inline void kq_kblock_scales(int type, const void *blk, int16_t sc[16], uint8_t mn[16]) {
+    memset(mn, 0, 16);
+    switch (type) {
+    case SB_TYPE_Q2_K: {
+        const sb_block_q2_K *b = (const sb_block_q2_K *)blk;
+        for (int s = 0; s < 16; s++) sc[s] = b->scales[s] & 0xF, mn[s] = b->scales[s] >> 4;
+        break;
+    }
+    case SB_TYPE_Q3_K: {
+        int8_t s8[16];
+        kq_unpack_scales_q3(((const sb_block_q3_K *)blk)->scales, s8);
+        for (int s = 0; s < 16; s++) sc[s] = s8[s];
+        break;
+    }
+    case SB_TYPE_Q4_K:
+    case SB_TYPE_Q5_K: {      /* scales at the same offset in Q5_K */
+        uint8_t sm[16];
+        kq_unpack_scales_k4(((const sb_block_q4_K *)blk)->scales, sm);
+        for (int s = 0; s < 8; s++) sc[s] = sm[s], mn[s] = sm[8 + s], sc[8 + s] = 0;
+        break;
+    }
+    default: {
+        const sb_block_q6_K *b = (const sb_block_q6_K *)blk;
+        for (int s = 0; s < 16; s++) sc[s] = b->scales[s];
+        break;
+    }
+    }
+}
+
+static inline int32_t kq_pair16(int a, int b) { return (int32_t)(((uint32_t)(uint16_t)(int16_t)b << 16) | (uint16_t)(int16_t)a); }
+
+/* The int16 pairs the VNNI panels put against Q8_K's bsums 2k, 2k+1: a
+ * min per bsum (Q2_K), one min per two (Q4_K, Q5_K), or the offset of
+ * the quants times the scale (Q3_K: -4, Q6_K: -32). */
+static inline void kq_kblock_bsum_pairs(int type, const int16_t sc[16], const uint8_t mn[16], int32_t pairs[8]) {
+    for (int k = 0; k < 8; k++)
+        pairs[k] = type == SB_TYPE_Q2_K ? kq_pair16(mn[2 * k], mn[2 * k + 1])
+                 : type == SB_TYPE_Q3_K ? kq_pair16(-4 * sc[2 * k], -4 * sc[2 * k + 1])
+                 : type == SB_TYPE_Q6_K ? kq_pair16(-32 * sc[2 * k], -32 * sc[2 * k + 1])
+                                        : kq_pair16(mn[k], mn[k]);
+}
+
 /* ---- tiled kernels (sb_gemm_fn) ------------------------------------------- */
 
 /* The body of an sb_gemm_fn built from a tile function

@@ -37,6 +37,7 @@
  */
 #include <immintrin.h>
 
+#include "worker/kernels/kq_internal.h"
 #include "worker/kernels/kq_kstep_avx512.h"
 
 #define PANEL 16                /* rows per panel: one per lane of the float step */
@@ -61,45 +62,14 @@ KQ_INLINE int has_min(int wt) { return wt == W_Q2_K || wt == W_Q4_K || wt == W_Q
 KQ_INLINE int sub_len(int wt) { return wt == W_Q4_K || wt == W_Q5_K ? 32 : 16; }
 KQ_INLINE int min_pairs(int wt) { return wt == W_Q2_K ? 8 : 4; }     /* int16 pairs of mins a super-block has */
 
-static inline int32_t pair16(int a, int b) { return (int32_t)(((uint32_t)(uint16_t)(int16_t)b << 16) | (uint16_t)(int16_t)a); }
-
-/* A row's sub-block scales (signed) and mins, and its d, dmin. */
-KQ_INLINE void row_scales(int wt, const uint8_t *blk, int16_t sc[16], uint8_t mn[16], float *d, float *dmin) {
-    switch (wt) {
-    case W_Q2_K: {
-        const sb_block_q2_K *b = (const sb_block_q2_K *)blk;
-        for (int s = 0; s < 16; s++) sc[s] = b->scales[s] & 0xF, mn[s] = b->scales[s] >> 4;
-        *d = kq_f16(b->d);
-        *dmin = kq_f16(b->dmin);
-        break;
-    }
-    case W_Q3_K: {
-        const sb_block_q3_K *b = (const sb_block_q3_K *)blk;
-        int8_t s8[16];
-        kq_unpack_scales_q3(b->scales, s8);
-        for (int s = 0; s < 16; s++) sc[s] = s8[s], mn[s] = 0;
-        *d = kq_f16(b->d);
-        *dmin = 0;
-        break;
-    }
-    case W_Q4_K:
-    case W_Q5_K: {
-        const sb_block_q4_K *b = (const sb_block_q4_K *)blk;   /* d, dmin, scales: same offsets in Q5_K */
-        uint8_t sm[16];
-        kq_unpack_scales_k4(b->scales, sm);
-        for (int s = 0; s < 8; s++) sc[s] = sm[s], mn[s] = sm[8 + s];
-        *d = kq_f16(b->d);
-        *dmin = kq_f16(b->dmin);
-        break;
-    }
-    default: {
-        const sb_block_q6_K *b = (const sb_block_q6_K *)blk;
-        for (int s = 0; s < 16; s++) sc[s] = b->scales[s], mn[s] = 0;
-        *d = kq_f16(b->d);
-        *dmin = 0;
-        break;
-    }
-    }
+/* A row's d and dmin (0 for the types without mins). */
+KQ_INLINE void row_d(int wt, const uint8_t *blk, float *d, float *dmin) {
+    /* d is the first field of Q2_K's tail and of Q4_K/Q5_K, the last of Q3_K/Q6_K */
+    *d = kq_f16(wt == W_Q2_K ? ((const sb_block_q2_K *)blk)->d
+                : wt == W_Q3_K ? ((const sb_block_q3_K *)blk)->d
+                : wt == W_Q6_K ? ((const sb_block_q6_K *)blk)->d : ((const sb_block_q4_K *)blk)->d);
+    *dmin = wt == W_Q2_K ? kq_f16(((const sb_block_q2_K *)blk)->dmin)
+          : has_min(wt)  ? kq_f16(((const sb_block_q4_K *)blk)->dmin) : 0;
 }
 
 /* Pack super-blocks i0..i0+nsb-1 of rows x[0..nr) (nr <= 16; missing rows
@@ -140,10 +110,11 @@ KQ_INLINE void pack_panel(int wt, const uint8_t *x, size_t bx, int nr, int i0, i
             int16_t s16[16];
             uint8_t m8[16];
             kq_prefetch_ahead(blk[r], bs);     /* the weights stream from DRAM */
-            row_scales(wt, blk[r], s16, m8, &p->d[r], &p->dmin[r]);
+            kq_kblock_scales(wt, blk[r], s16, m8);
+            row_d(wt, blk[r], &p->d[r], &p->dmin[r]);
             for (int k = 0; k < 16; k++) sc[k][r] = s16[k];
             for (int k = 0; k < 8; k++)     /* two sub-blocks' mins against their sums (act_block) */
-                p->mn[k][r] = k < min_pairs(wt) ? pair16(m8[2 * k], m8[2 * k + 1]) : 0;
+                p->mn[k][r] = k < min_pairs(wt) ? kq_pair16(m8[2 * k], m8[2 * k + 1]) : 0;
         }
         for (int j = 0; j < 4; j++) {
             __m512i rows[PANEL], cols[PANEL];
@@ -378,17 +349,4 @@ KQ_INLINE void gemm_amx(int wt, int n, int nr, int nc, const uint8_t *x, size_t 
     _tile_release();    /* the kernel need not save 8 KiB of tiles at every switch */
 }
 
-#define GEMM_FN(t, wt)                                                                      \
-    void sb_kq_gemm_##t##_q8_K_amx(KQ_GEMM_ARGS) {                                          \
-        if (nc < PACK_MIN_COLS) {                                                           \
-            sb_kq_gemm_##t##_q8_K_tile_avx512(n, nr, nc, x, bx, y, by, s, ldc);             \
-            return;                                                                         \
-        }                                                                                   \
-        gemm_amx(wt, n, nr, nc, x, bx, y, by, s, ldc);                                      \
-    }
-
-GEMM_FN(q2_K, W_Q2_K)
-GEMM_FN(q3_K, W_Q3_K)
-GEMM_FN(q4_K, W_Q4_K)
-GEMM_FN(q5_K, W_Q5_K)
-GEMM_FN(q6_K, W_Q6_K)
+KQ_KGEMM_ENTRIES(amx, gemm_amx)

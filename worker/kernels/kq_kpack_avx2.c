@@ -154,45 +154,16 @@ KQ_INLINE void decode_block(int wt, const uint8_t *blk, uint8_t *out) {
 
 /* ---- packing ------------------------------------------------------------------ */
 
-static inline int32_t pair16(int a, int b) { return (int32_t)(((uint32_t)(uint16_t)(int16_t)b << 16) | (uint16_t)(int16_t)a); }
-
 /* Scales, mins/offsets and d of row r of a super-block. */
 KQ_INLINE void pack_scales(int wt, const uint8_t *blk, int r, panel_sb *p) {
+    int16_t sc[16];
+    uint8_t m8[16];
     int32_t mn[8];
-    switch (wt) {
-    case W_Q2_K: {
-        const sb_block_q2_K *b = (const sb_block_q2_K *)blk;
-        for (int s = 0; s < 16; s++) p->sc[s][2 * r] = p->sc[s][2 * r + 1] = b->scales[s] & 0xF;
-        for (int k = 0; k < 8; k++) mn[k] = pair16(b->scales[2 * k] >> 4, b->scales[2 * k + 1] >> 4);
-        p->dmin[r] = kq_f16(b->dmin);
-        break;
-    }
-    case W_Q3_K: {
-        int8_t sc[16];
-        kq_unpack_scales_q3(((const sb_block_q3_K *)blk)->scales, sc);
-        for (int s = 0; s < 16; s++) p->sc[s][2 * r] = p->sc[s][2 * r + 1] = sc[s];
-        for (int k = 0; k < 8; k++) mn[k] = pair16(-4 * sc[2 * k], -4 * sc[2 * k + 1]);
-        p->dmin[r] = 0;
-        break;
-    }
-    case W_Q4_K:
-    case W_Q5_K: {
-        const sb_block_q4_K *b = (const sb_block_q4_K *)blk;   /* d, dmin, scales: same offsets in Q5_K */
-        uint8_t sm[16];
-        kq_unpack_scales_k4(b->scales, sm);
-        for (int s = 0; s < 8; s++) p->sc[s][2 * r] = p->sc[s][2 * r + 1] = sm[s];
-        for (int k = 0; k < 8; k++) mn[k] = pair16(sm[8 + k], sm[8 + k]);
-        p->dmin[r] = kq_f16(b->dmin);
-        break;
-    }
-    default: {
-        const sb_block_q6_K *b = (const sb_block_q6_K *)blk;
-        for (int s = 0; s < 16; s++) p->sc[s][2 * r] = p->sc[s][2 * r + 1] = b->scales[s];
-        for (int k = 0; k < 8; k++) mn[k] = pair16(-32 * b->scales[2 * k], -32 * b->scales[2 * k + 1]);
-        p->dmin[r] = 0;
-        break;
-    }
-    }
+    kq_kblock_scales(wt, blk, sc, m8);
+    kq_kblock_bsum_pairs(wt, sc, m8, mn);
+    for (int s = 0; s < (wt == W_Q4_K || wt == W_Q5_K ? 8 : 16); s++) p->sc[s][2 * r] = p->sc[s][2 * r + 1] = sc[s];
+    p->dmin[r] = wt == W_Q2_K ? kq_f16(((const sb_block_q2_K *)blk)->dmin)
+               : wt == W_Q4_K || wt == W_Q5_K ? kq_f16(((const sb_block_q4_K *)blk)->dmin) : 0;
     for (int k = 0; k < 8; k++) memcpy(&p->mn[k][2 * r], &mn[k], 4);
     /* d is the first field of Q2_K's tail and of Q4_K/Q5_K, the last of Q3_K/Q6_K */
     const sb_fp16 *d = wt == W_Q2_K ? &((const sb_block_q2_K *)blk)->d

@@ -63,49 +63,21 @@ KQ_INLINE int n_sub(int wt) { return wt == W_Q4_K || wt == W_Q5_K ? 8 : 16; }
 KQ_INLINE int has_min(int wt) { return wt == W_Q2_K || wt == W_Q4_K || wt == W_Q5_K; }
 
 
-static inline int32_t pair16(int a, int b) { return (int32_t)(((uint32_t)(uint16_t)(int16_t)b << 16) | (uint16_t)(int16_t)a); }
-
 /* Scales, mins/offsets and d of row r of a super-block. */
 KQ_INLINE void pack_scales(int wt, const uint8_t *blk, int r, panel_sb *p) {
-    switch (wt) {
-    case W_Q2_K: {
-        const sb_block_q2_K *b = (const sb_block_q2_K *)blk;
-        for (int s = 0; s < 16; s++) p->sc[s][r] = b->scales[s] & 0xF;
-        for (int k = 0; k < 8; k++) p->mn[k][r] = pair16(b->scales[2 * k] >> 4, b->scales[2 * k + 1] >> 4);
-        p->d[r] = kq_f16(b->d);
-        p->dmin[r] = kq_f16(b->dmin);
-        break;
-    }
-    case W_Q3_K: {
-        const sb_block_q3_K *b = (const sb_block_q3_K *)blk;
-        int8_t sc[16];
-        kq_unpack_scales_q3(b->scales, sc);
-        for (int s = 0; s < 16; s++) p->sc[s][r] = sc[s];
-        for (int k = 0; k < 8; k++) p->mn[k][r] = pair16(-4 * sc[2 * k], -4 * sc[2 * k + 1]);
-        p->d[r] = kq_f16(b->d);
-        p->dmin[r] = 0;
-        break;
-    }
-    case W_Q4_K:
-    case W_Q5_K: {
-        const sb_block_q4_K *b = (const sb_block_q4_K *)blk;   /* d, dmin, scales: same offsets in Q5_K */
-        uint8_t sm[16];
-        kq_unpack_scales_k4(b->scales, sm);
-        for (int s = 0; s < 8; s++) p->sc[s][r] = sm[s];
-        for (int k = 0; k < 8; k++) p->mn[k][r] = pair16(sm[8 + k], sm[8 + k]);
-        p->d[r] = kq_f16(b->d);
-        p->dmin[r] = kq_f16(b->dmin);
-        break;
-    }
-    default: {
-        const sb_block_q6_K *b = (const sb_block_q6_K *)blk;
-        for (int s = 0; s < 16; s++) p->sc[s][r] = b->scales[s];
-        for (int k = 0; k < 8; k++) p->mn[k][r] = pair16(-32 * b->scales[2 * k], -32 * b->scales[2 * k + 1]);
-        p->d[r] = kq_f16(b->d);
-        p->dmin[r] = 0;
-        break;
-    }
-    }
+    int16_t sc[16];
+    uint8_t mn[16];
+    int32_t pairs[8];
+    kq_kblock_scales(wt, blk, sc, mn);
+    kq_kblock_bsum_pairs(wt, sc, mn, pairs);
+    for (int s = 0; s < n_sub(wt); s++) p->sc[s][r] = sc[s];
+    for (int k = 0; k < 8; k++) p->mn[k][r] = pairs[k];
+    /* d is the first field of Q2_K's tail and of Q4_K/Q5_K, the last of Q3_K/Q6_K */
+    p->d[r] = kq_f16(wt == W_Q2_K ? ((const sb_block_q2_K *)blk)->d
+                     : wt == W_Q3_K ? ((const sb_block_q3_K *)blk)->d
+                     : wt == W_Q6_K ? ((const sb_block_q6_K *)blk)->d : ((const sb_block_q4_K *)blk)->d);
+    p->dmin[r] = wt == W_Q2_K ? kq_f16(((const sb_block_q2_K *)blk)->dmin)
+               : has_min(wt)  ? kq_f16(((const sb_block_q4_K *)blk)->dmin) : 0;
 }
 
 /* Q2_K: quants (0..3) times their 4-bit sub-block scale (0..15) still fit a
@@ -278,17 +250,4 @@ KQ_INLINE void gemm_packed(int wt, int n, int nr, int nc, const uint8_t *x, size
     }
 }
 
-#define GEMM_FN(t, wt)                                                                      \
-    void sb_kq_gemm_##t##_q8_K_avx512(KQ_GEMM_ARGS) {                                       \
-        if (nc < PACK_MIN_COLS) {                                                           \
-            sb_kq_gemm_##t##_q8_K_tile_avx512(n, nr, nc, x, bx, y, by, s, ldc);             \
-            return;                                                                         \
-        }                                                                                   \
-        gemm_packed(wt, n, nr, nc, x, bx, y, by, s, ldc);                                   \
-    }
-
-GEMM_FN(q2_K, W_Q2_K)
-GEMM_FN(q3_K, W_Q3_K)
-GEMM_FN(q4_K, W_Q4_K)
-GEMM_FN(q5_K, W_Q5_K)
-GEMM_FN(q6_K, W_Q6_K)
+KQ_KGEMM_ENTRIES(avx512, gemm_packed)

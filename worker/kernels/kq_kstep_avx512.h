@@ -1,13 +1,14 @@
 /* kq_kstep_avx512.h - private to the AVX-512 matrix kernels (kq_avx512.c,
  * kq_gemm_avx512.c, kq_kgemm_avx512.c, kq_kpack_avx512.c, kq_dotn_avx512.c,
- * kq_dotn_il_avx512.c, kq_kquants_avx512.c, kq_q2k_avx512vbmi.c): the
- * weight types they share, the decode of one 64-quant step of a k-quant
- * super-block and the spread of its sub-block scales, the decode dots'
- * prefetch and rows, the Q2_K dot around its block, the decode of two
- * Q4_0/Q5_0/Q8_0 blocks, the 16×16 dword transpose both panel packers use,
- * and the lane helpers of the one-token-per-lane kernels, so every kernel
- * unpacks bits with one piece of code. Include only from files compiled
- * with the AVX-512 flags. */
+ * kq_dotn_il_avx512.c, kq_kquants_avx512.c, kq_q2k_avx512vbmi.c,
+ * kq_kpack_amx.c): the weight types they share, the decode of one 64-quant
+ * step of a k-quant super-block and the spread of its sub-block scales,
+ * the packed k-quant gemms' entry points, the decode dots' prefetch and
+ * rows, the Q2_K dot around its block, the decode of two Q4_0/Q5_0/Q8_0
+ * blocks, the 16×16 dword transpose the panel packers use, and the lane
+ * helpers of the one-token-per-lane kernels, so every kernel unpacks bits
+ * with one piece of code. Include only from files compiled with the
+ * AVX-512 flags. */
 #ifndef SB_KQ_KSTEP_AVX512_H
 #define SB_KQ_KSTEP_AVX512_H
 
@@ -101,6 +102,25 @@ KQ_INLINE __m512i kq_kstep_decode(int wt, const uint8_t *blk, int j) {
     }
     }
 }
+
+/* The five k-quant gemm entry points sb_kq_gemm_<type>_q8_K_<sfx> of a
+ * packed kernel packed(wt, n, nr, nc, x, bx, y, by, s, ldc) (kq_kpack_avx512.c,
+ * kq_kpack_amx.c): fewer than the including file's PACK_MIN_COLS tokens do
+ * not repay the packing and go to the register tiles (kq_kgemm_avx512.c). */
+#define KQ_KGEMM_ENTRY(t, wt, sfx, packed)                                      \
+    void sb_kq_gemm_##t##_q8_K_##sfx(KQ_GEMM_ARGS) {                            \
+        if (nc < PACK_MIN_COLS) {                                               \
+            sb_kq_gemm_##t##_q8_K_tile_avx512(n, nr, nc, x, bx, y, by, s, ldc); \
+            return;                                                             \
+        }                                                                       \
+        packed(wt, n, nr, nc, x, bx, y, by, s, ldc);                            \
+    }
+#define KQ_KGEMM_ENTRIES(sfx, packed)                \
+    KQ_KGEMM_ENTRY(q2_K, W_Q2_K, sfx, packed)        \
+    KQ_KGEMM_ENTRY(q3_K, W_Q3_K, sfx, packed)        \
+    KQ_KGEMM_ENTRY(q4_K, W_Q4_K, sfx, packed)        \
+    KQ_KGEMM_ENTRY(q5_K, W_Q5_K, sfx, packed)        \
+    KQ_KGEMM_ENTRY(q6_K, W_Q6_K, sfx, packed)
 
 /* ---- the decode dots' prefetch and rows (kq_kquants_avx512.c) ------------- */
 
