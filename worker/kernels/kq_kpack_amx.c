@@ -183,8 +183,9 @@ KQ_INLINE void copy_block(int wt, const uint8_t *y, size_t by, int ntok, int i0,
                 _mm512_store_si512(a->q[t / TOKS][i][j][t % TOKS], _mm512_loadu_si512(b->qs + 64 * j));
             a->d[t / TOKS][i][t % TOKS] = b->d;
             int16_t *bs = a->bs[t / TOKS][i][t % TOKS];
-            for (int k = 0; k < 16; k++)     /* a sum of 32 is at most 4096 in size: int16 holds it */
-                bs[k] = wt == W_Q2_K ? b->bsums[k] : k < 8 ? (int16_t)(b->bsums[2 * k] + b->bsums[2 * k + 1]) : 0;
+            if (has_min(wt))
+                for (int k = 0; k < 16; k++)     /* a sum of 32 is at most 4096 in size: int16 holds it */
+                    bs[k] = wt == W_Q2_K ? b->bsums[k] : k < 8 ? (int16_t)(b->bsums[2 * k] + b->bsums[2 * k + 1]) : 0;
         }
     }
 }
@@ -199,18 +200,18 @@ static inline __m512i dpwssd_bcast(__m512i t, __m512i q, const int16_t *p) {
     return t;
 }
 
-/* The float step of super-block ib for R tokens of one panel, from its
+/* The float step of one super-block for R tokens of one panel, from its
  * integer sums c[t] (and hi[t] for two planes) into the output rows s + t·ldc
  * (16 rows, mask m), which hold the sum so far unless first: the
  * operations of kq_kpack_avx512.c's micro-kernel, in its order. */
-KQ_INLINE void float_step(int wt, int t0, int t1, const int32_t (*c)[PANEL], const int32_t (*hi)[PANEL], const amx_sb *p,
+KQ_INLINE void float_step(int wt, int R, const int32_t (*c)[PANEL], const int32_t (*hi)[PANEL], const amx_sb *p,
                           const float *dys, const int16_t (*bs)[16], float *s, size_t ldc, __mmask16 m, int first) {
     const __m512 d = _mm512_loadu_ps(p->d), dmin = _mm512_loadu_ps(p->dmin);
     __m512i mn[8];
 #pragma GCC unroll 8
     for (int k = 0; k < 8; k++) mn[k] = has_min(wt) ? _mm512_load_si512(p->mn[k]) : _mm512_setzero_si512();
 #pragma GCC unroll 2
-    for (int t = t0; t < t1; t++) {
+    for (int t = 0; t < R; t++) {
         float *so = s + (size_t)t * ldc;
         __m512 acc = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m, so);
         __m512i isum = _mm512_load_si512(c[t]);
@@ -287,10 +288,10 @@ KQ_INLINE void micro(int wt, int R, int U, int W, const amx_sb *p0, const amx_sb
             const int16_t (*bs)[16] = (const int16_t (*)[16])a->bs[u0 + u][i];
             float *su = s + (size_t)u * TOKS * ldc;
             if (two) {
-                float_step(wt, 0, R, c[u][0], c[u][1], &p0[i], dy, bs, su, ldc, m0, first);
+                float_step(wt, R, c[u][0], c[u][1], &p0[i], dy, bs, su, ldc, m0, first);
             } else {
-                float_step(wt, 0, R, c[u][0], NULL, &p0[i], dy, bs, su, ldc, m0, first);
-                if (W == 2) float_step(wt, 0, R, c[u][1], NULL, &p1[i], dy, bs, su + PANEL, ldc, m1, first);
+                float_step(wt, R, c[u][0], NULL, &p0[i], dy, bs, su, ldc, m0, first);
+                if (W == 2) float_step(wt, R, c[u][1], NULL, &p1[i], dy, bs, su + PANEL, ldc, m1, first);
             }
         }
     }
@@ -298,7 +299,7 @@ KQ_INLINE void micro(int wt, int R, int U, int W, const amx_sb *p0, const amx_sb
 
 KQ_INLINE __mmask16 rows_mask(int nr, int r0) {
     const int pr = imin(nr - r0, PANEL);
-    return (__mmask16)(pr >= PANEL ? 0xFFFF : pr <= 0 ? 0 : (1u << pr) - 1);
+    return (__mmask16)(pr >= PANEL ? 0xFFFF : (1u << pr) - 1);
 }
 
 /* Super-blocks in chunks of PACK_SB; for each chunk the GROUP panels are

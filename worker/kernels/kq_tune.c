@@ -102,7 +102,7 @@ static sb_vec_dot_fn variants_default(const sb_kq_variant *v) {
  * whose tasks are larger anyway, as they were ("Tasks big enough to
  * stream"). A gemm call reads all its tokens' activations once, so the AMX
  * gemm, fast enough for that read to count, ran the prompts of the three
- * shapes 26-36 % faster in blocks of 256 rows than of 64; the AVX-512 and
+ * shapes 25-31 % faster in blocks of 256 rows than of 64; the AVX-512 and
  * AVX2 gemms ran them as fast either way ("The prompt on AMX tiles"). */
 static const sb_kq_split split_builtin = {
     .rows_per_task = 16, .tasks_per_thread = 24, .gemm_rows = 256, .streams = 4, .dot_rows = 4, .task_kib = 256
